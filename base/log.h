@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Structured logging to stderr: one line per event, key=value fields, so that
+ * operators can grep and ship logs without a parser of ours. */
+#ifndef XF_BASE_LOG_H
+#define XF_BASE_LOG_H
+
+#include "base/result.h"
+
+typedef enum xf_log_level {
+  XF_LOG_DEBUG = 0,
+  XF_LOG_INFO,
+  XF_LOG_WARN,
+  XF_LOG_ERROR,
+  XF_LOG_OFF
+} xf_log_level;
+
+/* The threshold starts at XF_LOG_LEVEL from the environment (debug, info,
+ * warn, error, off; default info). */
+void xf_log_set_level(xf_log_level level);
+xf_log_level xf_log_get_level(void);
+/* Parses "debug"...; returns XF_EINVAL for anything else. */
+xf_err xf_log_parse_level(const char *s, xf_log_level *out) XF_WARN_UNUSED;
+
+/* Writes "ts=... level=L event=EVENT " followed by the formatted fields, as
+ * one write, so lines from several threads never interleave. `fields` should
+ * itself be key=value pairs; values with spaces should be quoted by the
+ * caller. Never log keys, masks or raw updates. */
+void xf_log(xf_log_level level, const char *event, const char *fields, ...) XF_PRINTF(3, 4);
+
+#define XF_DEBUG(event, ...) xf_log(XF_LOG_DEBUG, event, __VA_ARGS__)
+#define XF_INFO(event, ...) xf_log(XF_LOG_INFO, event, __VA_ARGS__)
+#define XF_WARN(event, ...) xf_log(XF_LOG_WARN, event, __VA_ARGS__)
+#define XF_ERROR(event, ...) xf_log(XF_LOG_ERROR, event, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Error messages and the error context. */
+#include "base/result.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+static const char *const xf__messages[] = {
+#define XF__ERR_MSG(name, msg) msg,
+    XF_ERRNO_MAP(XF__ERR_MSG)
+#undef XF__ERR_MSG
+};
+
+static const char *const xf__names[] = {
+#define XF__ERR_NAME(name, msg) "XF_E" #name,
+    XF_ERRNO_MAP(XF__ERR_NAME)
+#undef XF__ERR_NAME
+};
+
+const char *xf_strerror(xf_err code) {
+  if ((unsigned)code >= XF_ERR_COUNT) return "unknown error";
+  return xf__messages[code];
+}
+
+const char *xf_err_name(xf_err code) {
+  if ((unsigned)code >= XF_ERR_COUNT) return "XF_EUNKNOWN";
+  return xf__names[code];
+}
+
+void xf_errctx_clear(xf_errctx *ctx) {
+  if (ctx) memset(ctx, 0, sizeof(*ctx));
+}
+
+xf_err xf_fail(xf_errctx *ctx, xf_err code, const char *fmt, ...) {
+  if (ctx) {
+    ctx->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->msg, sizeof(ctx->msg), fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+void xf_errctx_file(xf_errctx *ctx, const char *path) {
+  if (ctx) snprintf(ctx->file, sizeof(ctx->file), "%s", path ? path : "");
+}
+
+void xf_errctx_field(xf_errctx *ctx, const char *fmt, ...) {
+  if (!ctx) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(ctx->field, sizeof(ctx->field), fmt, ap);
+  va_end(ap);
+}
+
+void xf_errctx_peer(xf_errctx *ctx, const char *peer) {
+  if (ctx) snprintf(ctx->peer, sizeof(ctx->peer), "%s", peer ? peer : "");
+}
+
+char *xf_errctx_format(const xf_errctx *ctx, char *buf, size_t n) {
+  if (n == 0) return buf;
+  buf[0] = '\0';
+  size_t used = 0;
+#define XF__APPEND(...)                                                        \
+  do {                                                                         \
+    if (used < n) {                                                            \
+      int w = snprintf(buf + used, n - used, __VA_ARGS__);                     \
+      if (w > 0) used += (size_t)w;                                            \
+    }                                                                          \
+  } while (0)
+  if (ctx->peer[0]) XF__APPEND("peer %s: ", ctx->peer);
+  if (ctx->file[0]) XF__APPEND("%s: ", ctx->file);
+  if (ctx->field[0]) XF__APPEND("%s: ", ctx->field);
+  if (ctx->msg[0])
+    XF__APPEND("%s (%s)", ctx->msg, xf_strerror(ctx->code));
+  else
+    XF__APPEND("%s", xf_strerror(ctx->code));
+#undef XF__APPEND
+  return buf;
+}

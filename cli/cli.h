@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The `xfed` CLI: one table of NOUN VERB commands, shared option handling,
+ * and the rules every command follows for output and exit status. */
+#ifndef XF_CLI_CLI_H
+#define XF_CLI_CLI_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "base/result.h"
+
+/* Exit statuses of every xfed command (PRODUCT.md "CLI conventions"). */
+enum {
+  XF_EXIT_OK = 0,
+  XF_EXIT_ERROR = 1,
+  XF_EXIT_USAGE = 2,
+  XF_EXIT_DENIED = 3
+};
+
+/* What the dispatcher hands a command. */
+typedef struct xf_cli {
+  const char *prog; /* "xfed" */
+  const char *name; /* "data split" */
+  bool json;        /* --json: one JSON document on stdout, nothing else there */
+  xf_errctx err;    /* filled by the modules the command calls */
+} xf_cli;
+
+/* A command gets its own arguments (argv[0] is the command's name, global
+ * flags already removed) and returns an exit status. */
+typedef int (*xf_cmd_fn)(xf_cli *cli, int argc, char **argv);
+
+typedef struct xf_cmd {
+  const char *noun;
+  const char *verb;    /* NULL for a one-word command such as `xfed train` */
+  const char *summary; /* one line for `xfed --help` */
+  const char *usage;   /* the full --help text: synopsis, options, examples */
+  xf_cmd_fn run;
+} xf_cmd;
+
+/* The table, in cli/commands.c. Terminated by an entry with noun NULL. */
+extern const xf_cmd xf_cli_commands[];
+
+/* Prints "PROG NAME: <error context>" to stderr (and, with --json, an
+ * {"error": {...}} object to stdout) and returns the exit status for rc:
+ * XF_EXIT_USAGE for XF_EUSAGE, XF_EXIT_DENIED for XF_EDENIED, else
+ * XF_EXIT_ERROR. Uses cli->err when its code is rc, else xf_strerror(rc). */
+int xf_cli_fail(xf_cli *cli, xf_err rc);
+
+/* Prints a usage error ("PROG NAME: MSG; see 'PROG NAME --help'") and
+ * returns XF_EXIT_USAGE. */
+int xf_cli_usage(xf_cli *cli, const char *fmt, ...) XF_PRINTF(2, 3);
+
+/* Strict number parsing for flags: the whole string must be a number within
+ * [min, max]; otherwise a usage error naming the flag. */
+xf_err xf_cli_parse_int(xf_cli *cli, const char *flag, const char *s, long min, long max,
+                        long *out) XF_WARN_UNUSED;
+xf_err xf_cli_parse_double(xf_cli *cli, const char *flag, const char *s, double min,
+                           double max, double *out) XF_WARN_UNUSED;
+
+/* True when stderr is a terminal (progress lines are redrawn in place). */
+bool xf_cli_interactive(void);
+
+/* Command entry points, one file each. */
+int xf_cmd_train(xf_cli *cli, int argc, char **argv);
+int xf_cmd_version(xf_cli *cli, int argc, char **argv);
+
+#endif

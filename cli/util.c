@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Shared CLI helpers: error reporting, usage errors, strict flag parsing. */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+int xf_cli_fail(xf_cli *cli, xf_err rc) {
+  xf_errctx ctx = cli->err;
+  if (ctx.code != rc) {
+    xf_errctx_clear(&ctx);
+    ctx.code = rc;
+  }
+  char line[1200];
+  xf_errctx_format(&ctx, line, sizeof(line));
+  fprintf(stderr, "%s %s: %s\n", cli->prog, cli->name ? cli->name : "", line);
+  if (cli->json) {
+    json_t *e = json_pack("{s:{s:s,s:s,s:s,s:s,s:s}}", "error", "code", xf_err_name(rc),
+                          "message", ctx.msg[0] ? ctx.msg : xf_strerror(rc), "file", ctx.file,
+                          "field", ctx.field, "peer", ctx.peer);
+    if (e) {
+      json_dumpf(e, stdout, JSON_INDENT(2));
+      fputc('\n', stdout);
+      json_decref(e);
+    }
+  }
+  if (rc == XF_EUSAGE) return XF_EXIT_USAGE;
+  if (rc == XF_EDENIED) return XF_EXIT_DENIED;
+  return XF_EXIT_ERROR;
+}
+
+int xf_cli_usage(xf_cli *cli, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "%s %s: %s; see '%s %s --help'\n", cli->prog, cli->name, msg, cli->prog,
+          cli->name);
+  return XF_EXIT_USAGE;
+}
+
+xf_err xf_cli_parse_int(xf_cli *cli, const char *flag, const char *s, long min, long max,
+                        long *out) {
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end != '\0' || v < min || v > max)
+    return xf_fail(&cli->err, XF_EUSAGE, "%s '%s' is not a whole number in [%ld, %ld]", flag, s,
+                   min, max);
+  *out = v;
+  return XF_OK;
+}
+
+xf_err xf_cli_parse_double(xf_cli *cli, const char *flag, const char *s, double min,
+                           double max, double *out) {
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end != '\0' || !isfinite(v) || v < min || v > max)
+    return xf_fail(&cli->err, XF_EUSAGE, "%s '%s' is not a number in [%g, %g]", flag, s, min,
+                   max);
+  *out = v;
+  return XF_OK;
+}
+
+bool xf_cli_interactive(void) { return isatty(STDERR_FILENO); }

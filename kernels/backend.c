@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Backend selection and dispatch of the public ops to the chosen backend. */
+#include "kernels/backend_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+
+xf_err xf_backend_parse_kind(const char *s, xf_backend_kind *out) {
+  if (strcmp(s, "auto") == 0) *out = XF_BACKEND_AUTO;
+  else if (strcmp(s, "cpu") == 0) *out = XF_BACKEND_CPU;
+  else if (strcmp(s, "cuda") == 0) *out = XF_BACKEND_CUDA;
+  else return XF_EINVAL;
+  return XF_OK;
+}
+
+bool xf_backend_cuda_built(void) {
+#ifdef XF_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+xf_err xf_backend_open(const xf_backend_options *opt, xf_backend **out, xf_errctx *err) {
+  xf_backend *b = xf_calloc(1, sizeof(*b));
+  if (!b) return xf_fail(err, XF_ENOMEM, "cannot allocate the compute backend");
+  xf_err rc = XF_ENODEVICE;
+  xf_errctx cuda_err = {0};
+#ifdef XF_HAVE_CUDA
+  if (opt->kind == XF_BACKEND_CUDA || opt->kind == XF_BACKEND_AUTO) {
+    rc = xf__cuda_open(b, opt, opt->kind == XF_BACKEND_CUDA ? err : &cuda_err);
+    if (rc == XF_OK) b->kind = XF_BACKEND_CUDA;
+    else if (opt->kind == XF_BACKEND_AUTO)
+      XF_DEBUG("backend_fallback", "from=cuda to=cpu reason=\"%s\"", cuda_err.msg);
+  }
+#else
+  (void)cuda_err;
+  if (opt->kind == XF_BACKEND_CUDA)
+    rc = xf_fail(err, XF_ENODEVICE,
+                 "this build has no CUDA backend: install the CUDA toolkit "
+                 "(/usr/local/cuda) and rebuild, or use XF_BACKEND=cpu");
+#endif
+  if (rc != XF_OK && opt->kind != XF_BACKEND_CUDA) {
+    memset(b, 0, sizeof(*b));
+    rc = xf__cpu_open(b, opt, err);
+    if (rc == XF_OK) b->kind = XF_BACKEND_CPU;
+  }
+  if (rc != XF_OK) {
+    xf_free(b);
+    return rc;
+  }
+  *out = b;
+  return XF_OK;
+}
+
+xf_err xf_backend_open_env(int threads, xf_backend **out, xf_errctx *err) {
+  xf_backend_options opt = {XF_BACKEND_AUTO, threads, 0};
+  const char *env = getenv("XF_BACKEND");
+  if (env && *env && xf_backend_parse_kind(env, &opt.kind) != XF_OK)
+    return xf_fail(err, XF_EINVAL, "XF_BACKEND=%s is not a backend: use auto, cpu or cuda",
+                   env);
+  return xf_backend_open(&opt, out, err);
+}
+
+void xf_backend_close(xf_backend *b) {
+  if (!b) return;
+  if (b->ops && b->ops->close) b->ops->close(b);
+  xf_free(b);
+}
+
+const char *xf_backend_name(const xf_backend *b) { return b->ops->name; }
+xf_backend_kind xf_backend_kind_of(const xf_backend *b) { return b->kind; }
+const char *xf_backend_describe(const xf_backend *b) { return b->description; }
+int xf_backend_threads(const xf_backend *b) { return b->threads; }
+
+xf_err xf_backend_alloc(xf_backend *b, size_t bytes, void **out) {
+  return b->ops->alloc(b, bytes, out);
+}
+void xf_backend_free(xf_backend *b, void *p) {
+  if (p) b->ops->free(b, p);
+}
+xf_err xf_backend_upload(xf_backend *b, void *dst, const void *src, size_t bytes) {
+  return b->ops->upload(b, dst, src, bytes);
+}
+xf_err xf_backend_download(xf_backend *b, void *dst, const void *src, size_t bytes) {
+  return b->ops->download(b, dst, src, bytes);
+}
+xf_err xf_backend_sync(xf_backend *b) { return b->ops->sync(b); }
+
+xf_err xf_conv_shape_finish(xf_conv_shape *s) {
+  if (s->n <= 0 || s->h <= 0 || s->w <= 0 || s->c <= 0 || s->kh <= 0 || s->kw <= 0 ||
+      s->pad < 0 || s->stride <= 0)
+    return XF_EINVAL;
+  int hh = s->h + 2 * s->pad - s->kh, ww = s->w + 2 * s->pad - s->kw;
+  if (hh < 0 || ww < 0) return XF_EINVAL;
+  s->oh = hh / s->stride + 1;
+  s->ow = ww / s->stride + 1;
+  return XF_OK;
+}
+
+xf_err xf_pool_shape_finish(xf_pool_shape *s) {
+  if (s->n <= 0 || s->h <= 0 || s->w <= 0 || s->c <= 0 || s->k <= 0 || s->stride <= 0 ||
+      s->k > s->h || s->k > s->w)
+    return XF_EINVAL;
+  s->oh = (s->h - s->k) / s->stride + 1;
+  s->ow = (s->w - s->k) / s->stride + 1;
+  return XF_OK;
+}
+
+void xf_k_gemm(xf_backend *b, bool ta, bool tb, int m, int n, int k, float alpha,
+               const float *a, int lda, const float *bm, int ldb, float beta, float *c,
+               int ldc) {
+  b->ops->gemm(b, ta, tb, m, n, k, alpha, a, lda, bm, ldb, beta, c, ldc);
+}
+void xf_k_bias_add(xf_backend *b, float *y, const float *bias, int rows, int cols) {
+  b->ops->bias_add(b, y, bias, rows, cols);
+}
+void xf_k_bias_grad(xf_backend *b, float *db, const float *dy, int rows, int cols) {
+  b->ops->bias_grad(b, db, dy, rows, cols);
+}
+void xf_k_relu_fwd(xf_backend *b, float *y, const float *x, size_t n) {
+  b->ops->relu_fwd(b, y, x, n);
+}
+void xf_k_relu_bwd(xf_backend *b, float *dx, const float *dy, const float *y, size_t n) {
+  b->ops->relu_bwd(b, dx, dy, y, n);
+}
+void xf_k_axpy(xf_backend *b, float a, const float *x, float *y, size_t n) {
+  b->ops->axpy(b, a, x, y, n);
+}
+void xf_k_scale(xf_backend *b, float *x, float a, size_t n) { b->ops->scale(b, x, a, n); }
+void xf_k_fill(xf_backend *b, float *x, float v, size_t n) { b->ops->fill(b, x, v, n); }
+void xf_k_copy(xf_backend *b, float *dst, const float *src, size_t n) {
+  b->ops->copy(b, dst, src, n);
+}
+double xf_k_l2norm(xf_backend *b, const float *x, size_t n) { return b->ops->l2norm(b, x, n); }
+void xf_k_im2col(xf_backend *b, const float *x, const xf_conv_shape *s, float *col) {
+  b->ops->im2col(b, x, s, col);
+}
+void xf_k_col2im(xf_backend *b, const float *col, const xf_conv_shape *s, float *dx) {
+  b->ops->col2im(b, col, s, dx);
+}
+void xf_k_maxpool_fwd(xf_backend *b, const float *x, const xf_pool_shape *s, float *y,
+                      int32_t *argmax) {
+  b->ops->maxpool_fwd(b, x, s, y, argmax);
+}
+void xf_k_maxpool_bwd(xf_backend *b, const float *dy, const int32_t *argmax,
+                      const xf_pool_shape *s, float *dx) {
+  b->ops->maxpool_bwd(b, dy, argmax, s, dx);
+}
+xf_err xf_k_softmax_xent(xf_backend *b, const float *logits, const int32_t *labels, int n,
+                         int classes, float *dlogits, double *loss_sum, int *correct) {
+  return b->ops->softmax_xent(b, logits, labels, n, classes, dlogits, loss_sum, correct);
+}
+void xf_k_sgd_step(xf_backend *b, float *w, const float *g, float *v, const float *w_ref,
+                   size_t n, const xf_sgd_params *p) {
+  b->ops->sgd_step(b, w, g, v, w_ref, n, p);
+}

@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The compute backend interface: memory on the device and the ops that models,
+ * training and the update pipeline are built from. `cpu` (OpenBLAS + plain C)
+ * is the reference; `cuda` (cuBLAS + CUDA kernels) is checked against it.
+ *
+ * Conventions every op follows:
+ *  - Pointers named as tensors are device pointers from xf_backend_alloc (host
+ *    memory for `cpu`). Matrices are row-major; images are NHWC.
+ *  - Ops are asynchronous and do not fail one by one: the first device error is
+ *    latched and returned by the next xf_backend_sync, transfer, or op that
+ *    returns a value to the host.
+ *  - Ops on `cpu` are deterministic for a given thread count: every reduction
+ *    runs in a fixed order. */
+#ifndef XF_KERNELS_BACKEND_H
+#define XF_KERNELS_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/result.h"
+
+typedef struct xf_backend xf_backend;
+
+typedef enum xf_backend_kind {
+  XF_BACKEND_AUTO = 0, /* cuda when a usable GPU is present, else cpu */
+  XF_BACKEND_CPU,
+  XF_BACKEND_CUDA
+} xf_backend_kind;
+
+typedef struct xf_backend_options {
+  xf_backend_kind kind;
+  int threads; /* CPU threads for GEMM; 0 = XF_THREADS or all cores */
+  int device;  /* CUDA device ordinal */
+} xf_backend_options;
+
+/* Parses "auto", "cpu" or "cuda". */
+xf_err xf_backend_parse_kind(const char *s, xf_backend_kind *out) XF_WARN_UNUSED;
+
+/* Opens a backend. With kind AUTO, falls back to cpu when CUDA was not built
+ * or no GPU is usable; with kind CUDA, fails with XF_ENODEVICE and says why.
+ * The caller owns *out and closes it with xf_backend_close. */
+xf_err xf_backend_open(const xf_backend_options *opt, xf_backend **out,
+                       xf_errctx *err) XF_WARN_UNUSED;
+/* Same, with the kind from XF_BACKEND (auto|cpu|cuda; default auto). */
+xf_err xf_backend_open_env(int threads, xf_backend **out, xf_errctx *err) XF_WARN_UNUSED;
+void xf_backend_close(xf_backend *b);
+
+/* "cpu" or "cuda". */
+const char *xf_backend_name(const xf_backend *b);
+xf_backend_kind xf_backend_kind_of(const xf_backend *b);
+/* Human description: CPU model and thread count, or the GPU's name. */
+const char *xf_backend_describe(const xf_backend *b);
+int xf_backend_threads(const xf_backend *b);
+/* True when this build includes the CUDA backend. */
+bool xf_backend_cuda_built(void);
+
+/* Device memory, zero-filled, 64-byte aligned at least. NULL-safe free. */
+xf_err xf_backend_alloc(xf_backend *b, size_t bytes, void **out) XF_WARN_UNUSED;
+void xf_backend_free(xf_backend *b, void *p);
+xf_err xf_backend_upload(xf_backend *b, void *dst, const void *src, size_t bytes) XF_WARN_UNUSED;
+xf_err xf_backend_download(xf_backend *b, void *dst, const void *src,
+                           size_t bytes) XF_WARN_UNUSED;
+/* Waits for queued ops; returns the first latched device error. */
+xf_err xf_backend_sync(xf_backend *b) XF_WARN_UNUSED;
+
+/* ---- dense algebra -------------------------------------------------------- */
+
+/* C[m x n] = alpha * op(A) * op(B) + beta * C, row-major; op(A) is m x k. */
+void xf_k_gemm(xf_backend *b, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+               const float *a, int lda, const float *bm, int ldb, float beta, float *c,
+               int ldc);
+/* y[r][c] += bias[c] for a rows x cols matrix. */
+void xf_k_bias_add(xf_backend *b, float *y, const float *bias, int rows, int cols);
+/* db[c] = sum over r of dy[r][c]. */
+void xf_k_bias_grad(xf_backend *b, float *db, const float *dy, int rows, int cols);
+
+/* ---- element-wise --------------------------------------------------------- */
+
+/* y = max(x, 0); y may be x. */
+void xf_k_relu_fwd(xf_backend *b, float *y, const float *x, size_t n);
+/* dx = dy where y > 0, else 0; dx may be dy. */
+void xf_k_relu_bwd(xf_backend *b, float *dx, const float *dy, const float *y, size_t n);
+/* y += a * x */
+void xf_k_axpy(xf_backend *b, float a, const float *x, float *y, size_t n);
+/* x *= a */
+void xf_k_scale(xf_backend *b, float *x, float a, size_t n);
+void xf_k_fill(xf_backend *b, float *x, float v, size_t n);
+void xf_k_copy(xf_backend *b, float *dst, const float *src, size_t n);
+/* Euclidean norm of x, accumulated in double (host result). */
+double xf_k_l2norm(xf_backend *b, const float *x, size_t n);
+
+/* ---- convolution and pooling (NHWC) --------------------------------------- */
+
+typedef struct xf_conv_shape {
+  int n, h, w, c;        /* input batch, height, width, channels */
+  int kh, kw, pad, stride;
+  int oh, ow;            /* output size: (h + 2 pad - kh) / stride + 1, ... */
+} xf_conv_shape;
+
+/* Fills oh and ow from the rest; XF_EINVAL when the window does not fit. */
+xf_err xf_conv_shape_finish(xf_conv_shape *s) XF_WARN_UNUSED;
+
+/* col[(n*oh + y)*ow + x][(i*kw + j)*c + ch] = x[n][y*stride - pad + i][..][ch],
+ * zero outside the image: a (n*oh*ow) x (kh*kw*c) matrix. */
+void xf_k_im2col(xf_backend *b, const float *x, const xf_conv_shape *s, float *col);
+/* The adjoint of im2col: dx = 0, then every col entry is added back to the
+ * input pixel it was read from. */
+void xf_k_col2im(xf_backend *b, const float *col, const xf_conv_shape *s, float *dx);
+
+typedef struct xf_pool_shape {
+  int n, h, w, c;
+  int k, stride;
+  int oh, ow; /* (h - k) / stride + 1 */
+} xf_pool_shape;
+
+xf_err xf_pool_shape_finish(xf_pool_shape *s) XF_WARN_UNUSED;
+
+/* Max pooling; argmax[i] is the index into x of the winner for y[i] (the
+ * first maximum in window order on ties). */
+void xf_k_maxpool_fwd(xf_backend *b, const float *x, const xf_pool_shape *s, float *y,
+                      int32_t *argmax);
+/* dx = 0, then dx[argmax[i]] += dy[i]. */
+void xf_k_maxpool_bwd(xf_backend *b, const float *dy, const int32_t *argmax,
+                      const xf_pool_shape *s, float *dx);
+
+/* ---- loss and optimizer --------------------------------------------------- */
+
+/* Softmax cross-entropy over n rows of `classes` logits with integer labels.
+ * Host results: *loss_sum = sum of per-row losses, *correct = rows whose
+ * argmax equals the label. When dlogits is not NULL it receives the gradient
+ * of the MEAN loss: (softmax - onehot) / n. Labels outside [0, classes) are a
+ * caller bug (checked by dataset loaders). */
+xf_err xf_k_softmax_xent(xf_backend *b, const float *logits, const int32_t *labels, int n,
+                         int classes, float *dlogits, double *loss_sum,
+                         int *correct) XF_WARN_UNUSED;
+
+typedef struct xf_sgd_params {
+  float lr;
+  float momentum;     /* 0 disables the velocity buffer's effect */
+  float weight_decay; /* L2 coefficient added to the gradient */
+  float prox_mu;      /* FedProx: adds mu * (w - w_ref) to the gradient */
+} xf_sgd_params;
+
+/* PyTorch's SGD (dampening 0, no Nesterov), with the FedProx term:
+ *   g' = g + weight_decay * w + prox_mu * (w - w_ref)
+ *   v  = momentum * v + g'
+ *   w -= lr * v
+ * w_ref may be NULL when prox_mu is 0. */
+void xf_k_sgd_step(xf_backend *b, float *w, const float *g, float *v, const float *w_ref,
+                   size_t n, const xf_sgd_params *p);
+
+#endif

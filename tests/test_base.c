@@ -1,0 +1,176 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Tests of the common ground: error table and context, allocation failure
+ * injection, the bounds-checked cursor, the reproducible RNG, digests. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/cursor.h"
+#include "base/log.h"
+#include "base/result.h"
+#include "base/rng.h"
+#include "crypto/digest.h"
+
+static void every_error_has_a_name_and_message(void **state) {
+  (void)state;
+  for (int i = 0; i < XF_ERR_COUNT; i++) {
+    assert_non_null(xf_strerror((xf_err)i));
+    assert_true(strncmp(xf_err_name((xf_err)i), "XF_E", 4) == 0);
+  }
+  assert_string_equal(xf_err_name(XF_ENOMEM), "XF_ENOMEM");
+  assert_string_equal(xf_strerror((xf_err)999), "unknown error");
+}
+
+static void error_context_names_file_field_and_fix(void **state) {
+  (void)state;
+  xf_errctx ctx;
+  xf_errctx_clear(&ctx);
+  xf_errctx_file(&ctx, "job.json");
+  xf_errctx_field(&ctx, "local.lr");
+  xf_err rc = xf_fail(&ctx, XF_ERANGE, "must be > 0, got %d", -1);
+  assert_int_equal(rc, XF_ERANGE);
+  char buf[256];
+  xf_errctx_format(&ctx, buf, sizeof(buf));
+  assert_string_equal(buf, "job.json: local.lr: must be > 0, got -1 (value out of range)");
+  /* A NULL context is allowed everywhere. */
+  assert_int_equal(xf_fail(NULL, XF_EIO, "x"), XF_EIO);
+}
+
+static void allocation_fails_on_the_nth_call(void **state) {
+  (void)state;
+  xf_alloc_fail_after(2);
+  void *a = xf_malloc(8), *b = xf_malloc(8), *c = xf_malloc(8);
+  assert_non_null(a);
+  assert_non_null(b);
+  assert_null(c);
+  assert_null(xf_calloc(1, 1));
+  xf_alloc_fail_reset();
+  void *d = xf_malloc(8);
+  assert_non_null(d);
+  xf_free(a);
+  xf_free(b);
+  xf_free(d);
+  assert_null(xf_calloc(SIZE_MAX / 2, 4)); /* overflow is refused, not wrapped */
+}
+
+static void cursor_refuses_reads_past_the_end(void **state) {
+  (void)state;
+  const uint8_t bytes[] = {0x00, 0x00, 0x08, 0x03, 0xAA};
+  xf_cursor c = xf_cursor_make(bytes, sizeof(bytes));
+  uint32_t v;
+  assert_int_equal(xf_cursor_u32be(&c, &v), XF_OK);
+  assert_int_equal(v, 0x0803);
+  assert_int_equal(xf_cursor_u32be(&c, &v), XF_ETRUNCATED);
+  assert_int_equal(c.off, 4); /* a failed read does not move the cursor */
+  uint8_t b;
+  assert_int_equal(xf_cursor_u8(&c, &b), XF_OK);
+  assert_int_equal(b, 0xAA);
+  assert_int_equal(xf_cursor_skip(&c, 1), XF_ETRUNCATED);
+}
+
+static void cursor_splits_lines_with_and_without_cr(void **state) {
+  (void)state;
+  const char text[] = "a,b\r\nc\nlast";
+  xf_cursor c = xf_cursor_make(text, strlen(text));
+  const char *line;
+  size_t n;
+  assert_int_equal(xf_cursor_line(&c, &line, &n), XF_OK);
+  assert_int_equal(n, 3);
+  assert_memory_equal(line, "a,b", 3);
+  assert_int_equal(xf_cursor_line(&c, &line, &n), XF_OK);
+  assert_int_equal(n, 1);
+  assert_int_equal(xf_cursor_line(&c, &line, &n), XF_OK);
+  assert_int_equal(n, 4);
+  assert_int_equal(xf_cursor_line(&c, &line, &n), XF_ENOENT);
+}
+
+static void rng_repeats_for_a_seed_and_differs_across_streams(void **state) {
+  (void)state;
+  xf_rng a, b, c;
+  xf_rng_seed(&a, 42, 0);
+  xf_rng_seed(&b, 42, 0);
+  xf_rng_seed(&c, 42, 1);
+  int same_stream_equal = 1, other_stream_equal = 1;
+  for (int i = 0; i < 100; i++) {
+    uint64_t x = xf_rng_next(&a), y = xf_rng_next(&b), z = xf_rng_next(&c);
+    same_stream_equal &= x == y;
+    other_stream_equal &= x == z;
+  }
+  assert_true(same_stream_equal);
+  assert_false(other_stream_equal);
+}
+
+static void rng_distributions_have_the_right_moments(void **state) {
+  (void)state;
+  xf_rng r;
+  xf_rng_seed(&r, 7, 3);
+  const int n = 200000;
+  double su = 0, sn = 0, sn2 = 0, sg = 0;
+  for (int i = 0; i < n; i++) {
+    su += xf_rng_uniform(&r);
+    double z = xf_rng_normal(&r);
+    sn += z;
+    sn2 += z * z;
+    sg += xf_rng_gamma(&r, 0.5);
+  }
+  /* Five standard errors: fails by chance with probability below 1e-6. */
+  assert_true(fabs(su / n - 0.5) < 5 * sqrt(1.0 / 12 / n));
+  assert_true(fabs(sn / n) < 5 * sqrt(1.0 / n));
+  assert_true(fabs(sn2 / n - 1.0) < 5 * sqrt(2.0 / n));
+  assert_true(fabs(sg / n - 0.5) < 5 * sqrt(0.5 / n));
+  uint64_t counts[3] = {0};
+  for (int i = 0; i < 30000; i++) counts[xf_rng_below(&r, 3)]++;
+  for (int i = 0; i < 3; i++) assert_true(counts[i] > 9500 && counts[i] < 10500);
+}
+
+static void digest_matches_blake2b_known_answer(void **state) {
+  (void)state;
+  assert_int_equal(xf_crypto_init(), XF_OK);
+  /* BLAKE2b-256 of the empty string (RFC 7693 parameters, 32-byte output). */
+  xf_digest d;
+  xf_digest_buf("", 0, &d);
+  char hex[XF_DIGEST_HEX];
+  xf_digest_hex(&d, hex);
+  assert_string_equal(hex, "0e5751c026e543b2e8ab2eb06099daa1d1e5df47778f7787faab45cdf12fe3a8");
+  xf_digest p;
+  assert_int_equal(xf_digest_parse(hex, &p), XF_OK);
+  assert_memory_equal(p.bytes, d.bytes, XF_DIGEST_BYTES);
+  assert_int_equal(xf_digest_parse("zz", &p), XF_EFORMAT);
+  /* Streaming equals one-shot. */
+  xf_digest_ctx ctx;
+  xf_digest_init(&ctx);
+  xf_digest_update(&ctx, "ab", 2);
+  xf_digest_update(&ctx, "c", 1);
+  xf_digest s, o;
+  xf_digest_final(&ctx, &s);
+  xf_digest_buf("abc", 3, &o);
+  assert_memory_equal(s.bytes, o.bytes, XF_DIGEST_BYTES);
+}
+
+static void log_level_parses_names(void **state) {
+  (void)state;
+  xf_log_level l;
+  assert_int_equal(xf_log_parse_level("warn", &l), XF_OK);
+  assert_int_equal(l, XF_LOG_WARN);
+  assert_int_equal(xf_log_parse_level("loud", &l), XF_EINVAL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(every_error_has_a_name_and_message),
+      cmocka_unit_test(error_context_names_file_field_and_fix),
+      cmocka_unit_test(allocation_fails_on_the_nth_call),
+      cmocka_unit_test(cursor_refuses_reads_past_the_end),
+      cmocka_unit_test(cursor_splits_lines_with_and_without_cr),
+      cmocka_unit_test(rng_repeats_for_a_seed_and_differs_across_streams),
+      cmocka_unit_test(rng_distributions_have_the_right_moments),
+      cmocka_unit_test(digest_matches_blake2b_known_answer),
+      cmocka_unit_test(log_level_parses_names),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
