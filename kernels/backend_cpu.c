@@ -110,25 +110,47 @@ static double cpu_l2norm(xf_backend *b, const float *x, size_t n) {
   return sqrt((s[0] + s[1]) + (s[2] + s[3]));
 }
 
+/* Copies n floats; a plain loop (not memcpy) because the spans here are a few
+ * dozen floats, where a library call costs more than the copy. */
+static inline void copy_span(float *restrict dst, const float *restrict src, size_t n) {
+  for (size_t t = 0; t < n; t++) dst[t] = src[t];
+}
+
+static inline void add_span(float *restrict dst, const float *restrict src, size_t n) {
+  for (size_t t = 0; t < n; t++) dst[t] += src[t];
+}
+
+/* In NHWC, the kw pixels of one kernel row are kw*c consecutive floats of the
+ * input, so each kernel row is one span copy unless it hangs over the edge. */
 static void cpu_im2col(xf_backend *b, const float *restrict x, const xf_conv_shape *s,
                        float *restrict col) {
   (void)b;
-  const size_t row_len = (size_t)s->kh * s->kw * s->c;
-  const size_t cbytes = sizeof(float) * (size_t)s->c;
+  const size_t c = (size_t)s->c, span = (size_t)s->kw * c, row_len = (size_t)s->kh * span;
   for (int n = 0; n < s->n; n++) {
-    const float *img = x + (size_t)n * s->h * s->w * s->c;
+    const float *img = x + (size_t)n * s->h * s->w * c;
     for (int oy = 0; oy < s->oh; oy++) {
       for (int ox = 0; ox < s->ow; ox++) {
         float *row = col + (((size_t)n * s->oh + oy) * s->ow + ox) * row_len;
+        const int ix0 = ox * s->stride - s->pad;
+        const bool inside_x = ix0 >= 0 && ix0 + s->kw <= s->w;
         for (int i = 0; i < s->kh; i++) {
-          int iy = oy * s->stride - s->pad + i;
+          const int iy = oy * s->stride - s->pad + i;
+          float *dst = row + (size_t)i * span;
+          if (iy < 0 || iy >= s->h) {
+            for (size_t t = 0; t < span; t++) dst[t] = 0.0f;
+            continue;
+          }
+          const float *src = img + (size_t)iy * s->w * c;
+          if (inside_x) {
+            copy_span(dst, src + (size_t)ix0 * c, span);
+            continue;
+          }
           for (int j = 0; j < s->kw; j++) {
-            int ix = ox * s->stride - s->pad + j;
-            float *dst = row + ((size_t)i * s->kw + j) * s->c;
-            if (iy < 0 || iy >= s->h || ix < 0 || ix >= s->w)
-              memset(dst, 0, cbytes);
+            const int ix = ix0 + j;
+            if (ix < 0 || ix >= s->w)
+              for (size_t t = 0; t < c; t++) dst[(size_t)j * c + t] = 0.0f;
             else
-              memcpy(dst, img + ((size_t)iy * s->w + ix) * s->c, cbytes);
+              copy_span(dst + (size_t)j * c, src + (size_t)ix * c, c);
           }
         }
       }
@@ -139,22 +161,27 @@ static void cpu_im2col(xf_backend *b, const float *restrict x, const xf_conv_sha
 static void cpu_col2im(xf_backend *b, const float *restrict col, const xf_conv_shape *s,
                        float *restrict dx) {
   (void)b;
-  const size_t row_len = (size_t)s->kh * s->kw * s->c;
-  memset(dx, 0, sizeof(float) * (size_t)s->n * s->h * s->w * s->c);
+  const size_t c = (size_t)s->c, span = (size_t)s->kw * c, row_len = (size_t)s->kh * span;
+  memset(dx, 0, sizeof(float) * (size_t)s->n * s->h * s->w * c);
   for (int n = 0; n < s->n; n++) {
-    float *img = dx + (size_t)n * s->h * s->w * s->c;
+    float *img = dx + (size_t)n * s->h * s->w * c;
     for (int oy = 0; oy < s->oh; oy++) {
       for (int ox = 0; ox < s->ow; ox++) {
         const float *row = col + (((size_t)n * s->oh + oy) * s->ow + ox) * row_len;
+        const int ix0 = ox * s->stride - s->pad;
+        const bool inside_x = ix0 >= 0 && ix0 + s->kw <= s->w;
         for (int i = 0; i < s->kh; i++) {
-          int iy = oy * s->stride - s->pad + i;
+          const int iy = oy * s->stride - s->pad + i;
           if (iy < 0 || iy >= s->h) continue;
+          const float *src = row + (size_t)i * span;
+          float *dst = img + (size_t)iy * s->w * c;
+          if (inside_x) {
+            add_span(dst + (size_t)ix0 * c, src, span);
+            continue;
+          }
           for (int j = 0; j < s->kw; j++) {
-            int ix = ox * s->stride - s->pad + j;
-            if (ix < 0 || ix >= s->w) continue;
-            const float *src = row + ((size_t)i * s->kw + j) * s->c;
-            float *dst = img + ((size_t)iy * s->w + ix) * s->c;
-            for (int ch = 0; ch < s->c; ch++) dst[ch] += src[ch];
+            const int ix = ix0 + j;
+            if (ix >= 0 && ix < s->w) add_span(dst + (size_t)ix * c, src + (size_t)j * c, c);
           }
         }
       }

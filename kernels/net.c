@@ -1,0 +1,241 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Forward and backward passes over a model's layer table, as backend ops. */
+#include "kernels/net.h"
+
+#include <string.h>
+
+#include "base/alloc.h"
+
+struct xf_net {
+  xf_backend *b;
+  const xf_model *m;
+  int max_batch;
+  size_t n_params;
+  float *params, *grads, *velocity, *anchor;
+  float *x;                           /* input batch */
+  int32_t *y;                         /* labels */
+  float *act[XF_MODEL_MAX_LAYERS];    /* output of each layer */
+  float *col[XF_MODEL_MAX_LAYERS];    /* im2col of each conv layer's input */
+  int32_t *argmax[XF_MODEL_MAX_LAYERS]; /* winners of each pooling layer */
+  float *dcol;                        /* gradient w.r.t. the largest col */
+  float *delta[2];                    /* ping-pong gradients w.r.t. activations */
+};
+
+static size_t out_size(const xf_layer *l) { return (size_t)l->out_h * l->out_w * l->out_c; }
+
+static xf_conv_shape conv_shape(const xf_layer *l, int n) {
+  xf_conv_shape s = {.n = n, .h = l->in_h, .w = l->in_w, .c = l->in_c, .kh = l->kernel,
+                     .kw = l->kernel, .pad = l->pad, .stride = l->stride,
+                     .oh = l->out_h, .ow = l->out_w};
+  return s;
+}
+
+static xf_pool_shape pool_shape(const xf_layer *l, int n) {
+  xf_pool_shape s = {.n = n, .h = l->in_h, .w = l->in_w, .c = l->in_c, .k = l->kernel,
+                     .stride = l->stride, .oh = l->out_h, .ow = l->out_w};
+  return s;
+}
+
+static size_t col_size(const xf_layer *l, int n) {
+  return (size_t)n * l->out_h * l->out_w * l->kernel * l->kernel * l->in_c;
+}
+
+static xf_err alloc_floats(xf_net *net, size_t n, float **out) {
+  return xf_backend_alloc(net->b, n * sizeof(float), (void **)out);
+}
+
+void xf_net_free(xf_net *net) {
+  if (!net) return;
+  xf_backend *b = net->b;
+  xf_backend_free(b, net->params);
+  xf_backend_free(b, net->grads);
+  xf_backend_free(b, net->velocity);
+  xf_backend_free(b, net->anchor);
+  xf_backend_free(b, net->x);
+  xf_backend_free(b, net->y);
+  for (int i = 0; i < XF_MODEL_MAX_LAYERS; i++) {
+    xf_backend_free(b, net->act[i]);
+    xf_backend_free(b, net->col[i]);
+    xf_backend_free(b, net->argmax[i]);
+  }
+  xf_backend_free(b, net->dcol);
+  xf_backend_free(b, net->delta[0]);
+  xf_backend_free(b, net->delta[1]);
+  xf_free(net);
+}
+
+xf_err xf_net_create(xf_backend *b, const xf_model *m, int max_batch, xf_net **out,
+                     xf_errctx *err) {
+  if (max_batch < 1 || max_batch > 65536)
+    return xf_fail(err, XF_EINVAL, "batch size %d: must be 1 to 65536", max_batch);
+  xf_net *net = xf_calloc(1, sizeof(*net));
+  if (!net) return xf_fail(err, XF_ENOMEM, "cannot allocate the network");
+  net->b = b;
+  net->m = m;
+  net->max_batch = max_batch;
+  net->n_params = xf_model_num_params(m);
+  const size_t B = (size_t)max_batch;
+  size_t max_col = 0;
+  xf_err rc = XF_OK;
+  if ((rc = alloc_floats(net, net->n_params, &net->params)) ||
+      (rc = alloc_floats(net, net->n_params, &net->grads)) ||
+      (rc = alloc_floats(net, net->n_params, &net->velocity)) ||
+      (rc = alloc_floats(net, B * xf_model_input_size(m), &net->x)) ||
+      (rc = xf_backend_alloc(b, B * sizeof(int32_t), (void **)&net->y)) ||
+      (rc = alloc_floats(net, B * xf_model_max_activation(m), &net->delta[0])) ||
+      (rc = alloc_floats(net, B * xf_model_max_activation(m), &net->delta[1])))
+    goto fail;
+  for (int i = 0; i < xf_model_num_layers(m); i++) {
+    const xf_layer *l = xf_model_layer(m, i);
+    if ((rc = alloc_floats(net, B * out_size(l), &net->act[i]))) goto fail;
+    if (l->kind == XF_LAYER_CONV) {
+      size_t n = col_size(l, max_batch);
+      if (n > max_col) max_col = n;
+      if ((rc = alloc_floats(net, n, &net->col[i]))) goto fail;
+    }
+    if (l->kind == XF_LAYER_MAXPOOL &&
+        (rc = xf_backend_alloc(b, B * out_size(l) * sizeof(int32_t), (void **)&net->argmax[i])))
+      goto fail;
+  }
+  if (max_col && (rc = alloc_floats(net, max_col, &net->dcol))) goto fail;
+  *out = net;
+  return XF_OK;
+fail:
+  xf_net_free(net);
+  return xf_fail(err, rc, "cannot allocate %s buffers for batches of %d on the %s backend",
+                 xf_model_describe(m), max_batch, xf_backend_name(b));
+}
+
+const xf_model *xf_net_model(const xf_net *net) { return net->m; }
+xf_backend *xf_net_backend(const xf_net *net) { return net->b; }
+int xf_net_max_batch(const xf_net *net) { return net->max_batch; }
+float *xf_net_params_device(xf_net *net) { return net->params; }
+float *xf_net_grads_device(xf_net *net) { return net->grads; }
+
+xf_err xf_net_set_params(xf_net *net, const float *host) {
+  return xf_backend_upload(net->b, net->params, host, net->n_params * sizeof(float));
+}
+
+xf_err xf_net_get_params(xf_net *net, float *host) {
+  return xf_backend_download(net->b, host, net->params, net->n_params * sizeof(float));
+}
+
+xf_err xf_net_get_grads(xf_net *net, float *host) {
+  return xf_backend_download(net->b, host, net->grads, net->n_params * sizeof(float));
+}
+
+xf_err xf_net_anchor(xf_net *net) {
+  if (!net->anchor) XF_GUARD(alloc_floats(net, net->n_params, &net->anchor));
+  xf_k_copy(net->b, net->anchor, net->params, net->n_params);
+  return XF_OK;
+}
+
+void xf_net_reset_optimizer(xf_net *net) { xf_k_fill(net->b, net->velocity, 0.0f, net->n_params); }
+
+static void forward(xf_net *net, int n) {
+  xf_backend *b = net->b;
+  const float *in = net->x;
+  for (int i = 0; i < xf_model_num_layers(net->m); i++) {
+    const xf_layer *l = xf_model_layer(net->m, i);
+    float *y = net->act[i];
+    const float *w = net->params + l->weight_offset;
+    const float *bias = net->params + l->bias_offset;
+    switch (l->kind) {
+    case XF_LAYER_DENSE: {
+      int fan_in = l->in_h * l->in_w * l->in_c;
+      xf_k_gemm(b, false, true, n, l->out_c, fan_in, 1.0f, in, fan_in, w, fan_in, 0.0f, y,
+                l->out_c);
+      xf_k_bias_add(b, y, bias, n, l->out_c);
+      break;
+    }
+    case XF_LAYER_CONV: {
+      xf_conv_shape s = conv_shape(l, n);
+      int rows = n * l->out_h * l->out_w, k = l->kernel * l->kernel * l->in_c;
+      xf_k_im2col(b, in, &s, net->col[i]);
+      xf_k_gemm(b, false, true, rows, l->out_c, k, 1.0f, net->col[i], k, w, k, 0.0f, y,
+                l->out_c);
+      xf_k_bias_add(b, y, bias, rows, l->out_c);
+      break;
+    }
+    case XF_LAYER_RELU:
+      xf_k_relu_fwd(b, y, in, (size_t)n * out_size(l));
+      break;
+    case XF_LAYER_MAXPOOL: {
+      xf_pool_shape s = pool_shape(l, n);
+      xf_k_maxpool_fwd(b, in, &s, y, net->argmax[i]);
+      break;
+    }
+    }
+    in = y;
+  }
+}
+
+/* Back-propagates net->delta[cur] (the gradient w.r.t. the last layer's
+ * output) through every layer, writing parameter gradients. */
+static void backward(xf_net *net, int n, int cur) {
+  xf_backend *b = net->b;
+  for (int i = xf_model_num_layers(net->m) - 1; i >= 0; i--) {
+    const xf_layer *l = xf_model_layer(net->m, i);
+    const float *in = i > 0 ? net->act[i - 1] : net->x;
+    float *dy = net->delta[cur], *dx = net->delta[cur ^ 1];
+    const float *w = net->params + l->weight_offset;
+    float *dw = net->grads + l->weight_offset, *db = net->grads + l->bias_offset;
+    bool need_dx = i > 0;
+    switch (l->kind) {
+    case XF_LAYER_DENSE: {
+      int fan_in = l->in_h * l->in_w * l->in_c;
+      xf_k_gemm(b, true, false, l->out_c, fan_in, n, 1.0f, dy, l->out_c, in, fan_in, 0.0f, dw,
+                fan_in);
+      xf_k_bias_grad(b, db, dy, n, l->out_c);
+      if (need_dx)
+        xf_k_gemm(b, false, false, n, fan_in, l->out_c, 1.0f, dy, l->out_c, w, fan_in, 0.0f, dx,
+                  fan_in);
+      cur ^= 1;
+      break;
+    }
+    case XF_LAYER_CONV: {
+      int rows = n * l->out_h * l->out_w, k = l->kernel * l->kernel * l->in_c;
+      xf_k_gemm(b, true, false, l->out_c, k, rows, 1.0f, dy, l->out_c, net->col[i], k, 0.0f, dw,
+                k);
+      xf_k_bias_grad(b, db, dy, rows, l->out_c);
+      if (need_dx) {
+        xf_conv_shape s = conv_shape(l, n);
+        xf_k_gemm(b, false, false, rows, k, l->out_c, 1.0f, dy, l->out_c, w, k, 0.0f, net->dcol,
+                  k);
+        xf_k_col2im(b, net->dcol, &s, dx);
+      }
+      cur ^= 1;
+      break;
+    }
+    case XF_LAYER_RELU:
+      /* In place: the gradient stays in the same buffer. */
+      xf_k_relu_bwd(b, dy, dy, net->act[i], (size_t)n * out_size(l));
+      break;
+    case XF_LAYER_MAXPOOL: {
+      xf_pool_shape s = pool_shape(l, n);
+      xf_k_maxpool_bwd(b, dy, net->argmax[i], &s, dx);
+      cur ^= 1;
+      break;
+    }
+    }
+  }
+}
+
+xf_err xf_net_run(xf_net *net, const float *x, const int32_t *y, int n, bool backward_pass,
+                  double *loss_sum, int *correct) {
+  if (n < 1 || n > net->max_batch) return XF_EINVAL;
+  XF_GUARD(xf_backend_upload(net->b, net->x, x, (size_t)n * xf_model_input_size(net->m) *
+                                                    sizeof(float)));
+  XF_GUARD(xf_backend_upload(net->b, net->y, y, (size_t)n * sizeof(int32_t)));
+  forward(net, n);
+  int last = xf_model_num_layers(net->m) - 1;
+  XF_GUARD(xf_k_softmax_xent(net->b, net->act[last], net->y, n, xf_model_spec_of(net->m)->classes,
+                             backward_pass ? net->delta[0] : NULL, loss_sum, correct));
+  if (backward_pass) backward(net, n, 0);
+  return XF_OK;
+}
+
+void xf_net_sgd_step(xf_net *net, const xf_sgd_params *p) {
+  xf_k_sgd_step(net->b, net->params, net->grads, net->velocity,
+                p->prox_mu != 0.0f ? net->anchor : NULL, net->n_params, p);
+}

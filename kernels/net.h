@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* A model bound to a backend: parameters, gradients, optimizer state and the
+ * activation buffers for batches of up to max_batch samples, all on the
+ * backend's device. Forward, backward and the SGD step run as backend ops. */
+#ifndef XF_KERNELS_NET_H
+#define XF_KERNELS_NET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/result.h"
+#include "kernels/backend.h"
+#include "kernels/model.h"
+
+typedef struct xf_net xf_net;
+
+/* Allocates everything on b for batches of 1..max_batch. The model and the
+ * backend are borrowed and must outlive the net. Parameters start at zero:
+ * load them with xf_net_set_params. */
+xf_err xf_net_create(xf_backend *b, const xf_model *m, int max_batch, xf_net **out,
+                     xf_errctx *err) XF_WARN_UNUSED;
+void xf_net_free(xf_net *net);
+
+const xf_model *xf_net_model(const xf_net *net);
+xf_backend *xf_net_backend(const xf_net *net);
+int xf_net_max_batch(const xf_net *net);
+
+/* Host <-> device copies of the flat vectors (xf_model_num_params floats). */
+xf_err xf_net_set_params(xf_net *net, const float *host) XF_WARN_UNUSED;
+xf_err xf_net_get_params(xf_net *net, float *host) XF_WARN_UNUSED;
+xf_err xf_net_get_grads(xf_net *net, float *host) XF_WARN_UNUSED;
+/* Device pointers, valid for the net's life: for the update pipeline. */
+float *xf_net_params_device(xf_net *net);
+float *xf_net_grads_device(xf_net *net);
+
+/* Sets the FedProx anchor w_ref to the current parameters (the global model a
+ * local round starts from). */
+xf_err xf_net_anchor(xf_net *net) XF_WARN_UNUSED;
+/* Zeroes the momentum buffer (at the start of each local training run). */
+void xf_net_reset_optimizer(xf_net *net);
+
+/* Runs n samples (x: n rows of the model's input size, host memory; y:
+ * labels) forward; with `backward`, also computes the gradient of the mean
+ * loss into the gradient vector. Returns the loss summed over the samples
+ * and the number classified correctly. XF_EINVAL if n is not in
+ * 1..max_batch. */
+xf_err xf_net_run(xf_net *net, const float *x, const int32_t *y, int n, bool backward,
+                  double *loss_sum, int *correct) XF_WARN_UNUSED;
+
+/* One SGD step from the gradient of the last backward run. */
+void xf_net_sgd_step(xf_net *net, const xf_sgd_params *p);
+
+#endif

@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The local training loop and evaluation. */
+#include "kernels/train.h"
+
+#include <string.h>
+#include <time.h>
+
+#include "base/alloc.h"
+#include "base/rng.h"
+
+/* Stream of xf_rng reserved for shuffling (model.c uses 1 for init). */
+#define XF__RNG_STREAM_SHUFFLE 2
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static xf_err check_samples(const xf_net *net, const xf_samples *s, const char *what,
+                            xf_errctx *err) {
+  const xf_model *m = xf_net_model(net);
+  if (s->features != xf_model_input_size(m))
+    return xf_fail(err, XF_EINVAL, "%s data has %zu features per record but %s expects %zu",
+                   what, s->features, xf_model_describe(m), xf_model_input_size(m));
+  if (s->n == 0) return xf_fail(err, XF_EINVAL, "%s data has no records", what);
+  int classes = xf_model_spec_of(m)->classes;
+  for (size_t i = 0; i < s->n; i++)
+    if (s->y[i] < 0 || s->y[i] >= classes)
+      return xf_fail(err, XF_EINVAL, "%s record %zu has label %d, outside 0..%d", what, i,
+                     (int)s->y[i], classes - 1);
+  return XF_OK;
+}
+
+xf_err xf_evaluate(xf_net *net, const xf_samples *data, double *loss, double *accuracy,
+                   xf_errctx *err) {
+  XF_GUARD(check_samples(net, data, "test", err));
+  const int bs = xf_net_max_batch(net);
+  double total_loss = 0.0;
+  size_t total_correct = 0;
+  for (size_t start = 0; start < data->n; start += (size_t)bs) {
+    int n = (int)(data->n - start < (size_t)bs ? data->n - start : (size_t)bs);
+    double l;
+    int c;
+    xf_err rc = xf_net_run(net, data->x + start * data->features, data->y + start, n, false, &l, &c);
+    if (rc != XF_OK) return xf_fail(err, rc, "evaluation failed on the %s backend",
+                                    xf_backend_name(xf_net_backend(net)));
+    total_loss += l;
+    total_correct += (size_t)c;
+  }
+  *loss = total_loss / (double)data->n;
+  *accuracy = (double)total_correct / (double)data->n;
+  return XF_OK;
+}
+
+xf_err xf_train(xf_net *net, const xf_samples *train, const xf_train_options *opt,
+                xf_errctx *err) {
+  if (opt->epochs < 1) return xf_fail(err, XF_EINVAL, "local.epochs must be at least 1");
+  if (opt->batch_size < 1 || opt->batch_size > xf_net_max_batch(net))
+    return xf_fail(err, XF_EINVAL, "local.batch_size %d: must be 1 to %d", opt->batch_size,
+                   xf_net_max_batch(net));
+  XF_GUARD(check_samples(net, train, "training", err));
+  if (opt->test) XF_GUARD(check_samples(net, opt->test, "test", err));
+
+  const size_t feat = train->features, bs = (size_t)opt->batch_size;
+  uint32_t *order = xf_mallocarray(train->n, sizeof(uint32_t));
+  float *bx = xf_mallocarray(bs * feat, sizeof(float));
+  int32_t *by = xf_mallocarray(bs, sizeof(int32_t));
+  xf_err rc = XF_OK;
+  if (!order || !bx || !by) {
+    rc = xf_fail(err, XF_ENOMEM, "cannot allocate batch buffers");
+    goto out;
+  }
+  if (train->n > UINT32_MAX) {
+    rc = xf_fail(err, XF_EINVAL, "%zu training records: at most 2^32-1", train->n);
+    goto out;
+  }
+  for (size_t i = 0; i < train->n; i++) order[i] = (uint32_t)i;
+  xf_rng rng;
+  xf_rng_seed(&rng, opt->seed, XF__RNG_STREAM_SHUFFLE);
+  xf_net_reset_optimizer(net);
+  if (opt->sgd.prox_mu != 0.0f && (rc = xf_net_anchor(net)) != XF_OK) {
+    rc = xf_fail(err, rc, "cannot allocate the FedProx anchor");
+    goto out;
+  }
+
+  for (int epoch = 1; epoch <= opt->epochs; epoch++) {
+    double t0 = now_seconds(), loss_sum = 0.0;
+    size_t correct = 0;
+    xf_rng_shuffle_u32(&rng, order, train->n);
+    for (size_t start = 0; start < train->n; start += bs) {
+      size_t n = train->n - start < bs ? train->n - start : bs;
+      for (size_t j = 0; j < n; j++) {
+        uint32_t idx = order[start + j];
+        memcpy(bx + j * feat, train->x + (size_t)idx * feat, feat * sizeof(float));
+        by[j] = train->y[idx];
+      }
+      double l;
+      int c;
+      rc = xf_net_run(net, bx, by, (int)n, true, &l, &c);
+      if (rc != XF_OK) {
+        rc = xf_fail(err, rc, "training step failed on the %s backend (epoch %d)",
+                     xf_backend_name(xf_net_backend(net)), epoch);
+        goto out;
+      }
+      xf_net_sgd_step(net, &opt->sgd);
+      loss_sum += l;
+      correct += (size_t)c;
+    }
+    if ((rc = xf_backend_sync(xf_net_backend(net))) != XF_OK) {
+      rc = xf_fail(err, rc, "the %s backend failed during epoch %d",
+                   xf_backend_name(xf_net_backend(net)), epoch);
+      goto out;
+    }
+    xf_epoch_report r = {.epoch = epoch, .epochs = opt->epochs, .samples = train->n,
+                         .train_loss = loss_sum / (double)train->n,
+                         .train_accuracy = (double)correct / (double)train->n,
+                         .test_loss = -1, .test_accuracy = -1,
+                         .seconds = now_seconds() - t0};
+    if (opt->test && (rc = xf_evaluate(net, opt->test, &r.test_loss, &r.test_accuracy, err)))
+      goto out;
+    if (opt->on_epoch) opt->on_epoch(&r, opt->user);
+  }
+out:
+  xf_free(order);
+  xf_free(bx);
+  xf_free(by);
+  return rc;
+}

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Local training: epochs of shuffled mini-batch SGD over samples in host
+ * memory, and evaluation. The same loop serves `xfed train` (the centralized
+ * baseline) and a site's local round. */
+#ifndef XF_KERNELS_TRAIN_H
+#define XF_KERNELS_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/result.h"
+#include "kernels/net.h"
+
+/* Borrowed view of labelled samples: n rows of `features` floats, labels in
+ * [0, classes). */
+typedef struct xf_samples {
+  const float *x;
+  const int32_t *y;
+  size_t n;
+  size_t features;
+} xf_samples;
+
+typedef struct xf_epoch_report {
+  int epoch, epochs;      /* 1-based */
+  size_t samples;         /* trained this epoch */
+  double train_loss;      /* mean over the epoch's batches, weighted by size */
+  double train_accuracy;  /* on the batches as trained (before each step) */
+  double test_loss;       /* -1 when no test set was given */
+  double test_accuracy;   /* -1 when no test set was given */
+  double seconds;         /* wall time of the epoch's training (not evaluation) */
+} xf_epoch_report;
+
+typedef void (*xf_epoch_fn)(const xf_epoch_report *r, void *user);
+
+typedef struct xf_train_options {
+  int epochs;
+  int batch_size;
+  xf_sgd_params sgd;
+  uint64_t seed;            /* shuffling order; with the same seed, data and thread
+                               count the cpu backend repeats bit for bit */
+  const xf_samples *test;   /* evaluated after every epoch when not NULL */
+  xf_epoch_fn on_epoch;     /* called after every epoch when not NULL */
+  void *user;
+} xf_train_options;
+
+/* Trains the net's current parameters in place. Resets the momentum buffer
+ * first and, when prox_mu > 0, anchors the proximal term at the starting
+ * parameters. Every label is checked against the model's classes before
+ * the first step (XF_EINVAL naming the record). The last batch of an epoch
+ * may be smaller than batch_size. */
+xf_err xf_train(xf_net *net, const xf_samples *train, const xf_train_options *opt,
+                xf_errctx *err) XF_WARN_UNUSED;
+
+/* Mean loss and accuracy of the net on data, in batches of the net's size. */
+xf_err xf_evaluate(xf_net *net, const xf_samples *data, double *loss, double *accuracy,
+                   xf_errctx *err) XF_WARN_UNUSED;
+
+#endif

@@ -1,0 +1,520 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Tests of the cpu backend ops, the models and the training loop: finite-
+ * difference gradient checks for every layer and every model, the optimizer
+ * formula, reproducibility, and learning on a separable problem. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/rng.h"
+#include "kernels/backend.h"
+#include "kernels/model.h"
+#include "kernels/net.h"
+#include "kernels/train.h"
+
+static xf_backend *cpu;
+
+static int setup(void **state) {
+  (void)state;
+  xf_backend_options opt = {XF_BACKEND_CPU, 1, 0};
+  return xf_backend_open(&opt, &cpu, NULL) == XF_OK ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  xf_backend_close(cpu);
+  return 0;
+}
+
+static float *rand_floats(xf_rng *r, size_t n, float scale) {
+  float *v = malloc(n * sizeof(float));
+  for (size_t i = 0; i < n; i++) v[i] = (float)((2 * xf_rng_uniform(r) - 1) * scale);
+  return v;
+}
+
+static double dot(const float *a, const float *b, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+  return s;
+}
+
+/* Central differences in float32 have error O(h^2) from curvature plus
+ * O(eps * |L| / h) from rounding; with h = 1e-2 and the small objectives here
+ * both stay well under 2e-3 absolute, so that (plus 1% relative) is the bound. */
+#define FD_H 1e-2f
+#define FD_ATOL 2e-3
+#define FD_RTOL 1e-2
+
+static void assert_close(double analytic, double numeric, const char *what, size_t i) {
+  if (fabs(analytic - numeric) > FD_ATOL + FD_RTOL * fabs(numeric))
+    fail_msg("%s[%zu]: analytic %.6f vs finite difference %.6f", what, i, analytic, numeric);
+}
+
+/* ---- dense: y = x W^T + b, objective L = <r, y> ---------------------------- */
+
+static double dense_objective(const float *x, const float *w, const float *bias, const float *r,
+                              int n, int in, int out, float *y) {
+  xf_k_gemm(cpu, false, true, n, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+  xf_k_bias_add(cpu, y, bias, n, out);
+  return dot(r, y, (size_t)n * out);
+}
+
+static void dense_layer_gradients_match_finite_differences(void **state) {
+  (void)state;
+  xf_rng rng;
+  xf_rng_seed(&rng, 1, 0);
+  const int n = 3, in = 7, out = 5;
+  float *x = rand_floats(&rng, n * in, 1), *w = rand_floats(&rng, out * in, 1);
+  float *bias = rand_floats(&rng, out, 1), *r = rand_floats(&rng, n * out, 1);
+  float y[15], dw[35], db[5], dx[21];
+  xf_k_gemm(cpu, true, false, out, in, n, 1.0f, r, out, x, in, 0.0f, dw, in);
+  xf_k_bias_grad(cpu, db, r, n, out);
+  xf_k_gemm(cpu, false, false, n, in, out, 1.0f, r, out, w, in, 0.0f, dx, in);
+  struct { float *p, *g; int len; const char *name; } sets[] = {
+      {w, dw, out * in, "dW"}, {bias, db, out, "db"}, {x, dx, n * in, "dx"}};
+  for (int s = 0; s < 3; s++) {
+    for (int i = 0; i < sets[s].len; i++) {
+      float keep = sets[s].p[i];
+      sets[s].p[i] = keep + FD_H;
+      double lp = dense_objective(x, w, bias, r, n, in, out, y);
+      sets[s].p[i] = keep - FD_H;
+      double lm = dense_objective(x, w, bias, r, n, in, out, y);
+      sets[s].p[i] = keep;
+      assert_close(sets[s].g[i], (lp - lm) / (2 * FD_H), sets[s].name, (size_t)i);
+    }
+  }
+  free(x), free(w), free(bias), free(r);
+}
+
+/* ---- conv: im2col + GEMM, with padding and stride ------------------------- */
+
+static double conv_objective(const float *x, const float *w, const float *bias, const float *r,
+                             const xf_conv_shape *s, int cout, float *col, float *y) {
+  int rows = s->n * s->oh * s->ow, k = s->kh * s->kw * s->c;
+  xf_k_im2col(cpu, x, s, col);
+  xf_k_gemm(cpu, false, true, rows, cout, k, 1.0f, col, k, w, k, 0.0f, y, cout);
+  xf_k_bias_add(cpu, y, bias, rows, cout);
+  return dot(r, y, (size_t)rows * cout);
+}
+
+static void check_conv(int pad, int stride) {
+  xf_rng rng;
+  xf_rng_seed(&rng, 2, (uint64_t)(pad * 10 + stride));
+  xf_conv_shape s = {.n = 2, .h = 6, .w = 5, .c = 3, .kh = 3, .kw = 3, .pad = pad, .stride = stride};
+  assert_int_equal(xf_conv_shape_finish(&s), XF_OK);
+  const int cout = 4, rows = s.n * s.oh * s.ow, k = s.kh * s.kw * s.c;
+  const int in_len = s.n * s.h * s.w * s.c;
+  float *x = rand_floats(&rng, in_len, 1), *w = rand_floats(&rng, cout * k, 1);
+  float *bias = rand_floats(&rng, cout, 1), *r = rand_floats(&rng, rows * cout, 1);
+  float *col = malloc(sizeof(float) * rows * k), *dcol = malloc(sizeof(float) * rows * k);
+  float *y = malloc(sizeof(float) * rows * cout), *dw = malloc(sizeof(float) * cout * k);
+  float db[4], *dx = malloc(sizeof(float) * in_len);
+  conv_objective(x, w, bias, r, &s, cout, col, y);
+  xf_k_gemm(cpu, true, false, cout, k, rows, 1.0f, r, cout, col, k, 0.0f, dw, k);
+  xf_k_bias_grad(cpu, db, r, rows, cout);
+  xf_k_gemm(cpu, false, false, rows, k, cout, 1.0f, r, cout, w, k, 0.0f, dcol, k);
+  xf_k_col2im(cpu, dcol, &s, dx);
+  struct { float *p, *g; int len; const char *name; } sets[] = {
+      {w, dw, cout * k, "conv dW"}, {bias, db, cout, "conv db"}, {x, dx, in_len, "conv dx"}};
+  for (int t = 0; t < 3; t++) {
+    for (int i = 0; i < sets[t].len; i++) {
+      float keep = sets[t].p[i];
+      sets[t].p[i] = keep + FD_H;
+      double lp = conv_objective(x, w, bias, r, &s, cout, col, y);
+      sets[t].p[i] = keep - FD_H;
+      double lm = conv_objective(x, w, bias, r, &s, cout, col, y);
+      sets[t].p[i] = keep;
+      assert_close(sets[t].g[i], (lp - lm) / (2 * FD_H), sets[t].name, (size_t)i);
+    }
+  }
+  free(x), free(w), free(bias), free(r), free(col), free(dcol), free(y), free(dw), free(dx);
+}
+
+static void conv_layer_gradients_match_finite_differences(void **state) {
+  (void)state;
+  check_conv(0, 1);
+  check_conv(1, 1);
+  check_conv(1, 2);
+  check_conv(2, 3);
+}
+
+/* ---- relu and max-pool: inputs kept away from kinks and ties -------------- */
+
+static void relu_gradient_matches_finite_differences(void **state) {
+  (void)state;
+  xf_rng rng;
+  xf_rng_seed(&rng, 3, 0);
+  const size_t n = 64;
+  float *x = rand_floats(&rng, n, 1), *r = rand_floats(&rng, n, 1), y[64], dx[64];
+  for (size_t i = 0; i < n; i++)
+    if (fabsf(x[i]) < 0.05f) x[i] = x[i] < 0 ? -0.1f : 0.1f; /* farther than h from 0 */
+  xf_k_relu_fwd(cpu, y, x, n);
+  xf_k_relu_bwd(cpu, dx, r, y, n);
+  const float h = 1e-3f;
+  for (size_t i = 0; i < n; i++) {
+    float keep = x[i];
+    x[i] = keep + h;
+    xf_k_relu_fwd(cpu, y, x, n);
+    double lp = dot(r, y, n);
+    x[i] = keep - h;
+    xf_k_relu_fwd(cpu, y, x, n);
+    double lm = dot(r, y, n);
+    x[i] = keep;
+    assert_close(dx[i], (lp - lm) / (2 * h), "relu dx", i);
+  }
+  free(x), free(r);
+}
+
+static void maxpool_gradient_matches_finite_differences(void **state) {
+  (void)state;
+  xf_rng rng;
+  xf_rng_seed(&rng, 4, 0);
+  /* Overlapping windows (k 3, stride 2) exercise accumulation in backward. */
+  xf_pool_shape s = {.n = 2, .h = 7, .w = 6, .c = 2, .k = 3, .stride = 2};
+  assert_int_equal(xf_pool_shape_finish(&s), XF_OK);
+  const size_t in = (size_t)s.n * s.h * s.w * s.c, out = (size_t)s.n * s.oh * s.ow * s.c;
+  /* A permutation scaled by 0.1 has no ties closer than 0.1 > 2h. */
+  uint32_t *perm = malloc(in * sizeof(uint32_t));
+  for (size_t i = 0; i < in; i++) perm[i] = (uint32_t)i;
+  xf_rng_shuffle_u32(&rng, perm, in);
+  float *x = malloc(in * sizeof(float)), *dx = malloc(in * sizeof(float));
+  for (size_t i = 0; i < in; i++) x[i] = 0.1f * (float)perm[i];
+  float *r = rand_floats(&rng, out, 1), *y = malloc(out * sizeof(float));
+  int32_t *arg = malloc(out * sizeof(int32_t));
+  xf_k_maxpool_fwd(cpu, x, &s, y, arg);
+  xf_k_maxpool_bwd(cpu, r, arg, &s, dx);
+  const float h = 1e-3f;
+  for (size_t i = 0; i < in; i++) {
+    float keep = x[i];
+    x[i] = keep + h;
+    xf_k_maxpool_fwd(cpu, x, &s, y, arg);
+    double lp = dot(r, y, out);
+    x[i] = keep - h;
+    xf_k_maxpool_fwd(cpu, x, &s, y, arg);
+    double lm = dot(r, y, out);
+    x[i] = keep;
+    assert_close(dx[i], (lp - lm) / (2 * h), "maxpool dx", i);
+  }
+  free(perm), free(x), free(dx), free(r), free(y), free(arg);
+}
+
+static void softmax_xent_gradient_matches_finite_differences(void **state) {
+  (void)state;
+  xf_rng rng;
+  xf_rng_seed(&rng, 5, 0);
+  const int n = 4, classes = 6;
+  float *z = rand_floats(&rng, n * classes, 3), dz[24];
+  int32_t labels[4] = {0, 5, 2, 2};
+  double loss;
+  int correct;
+  assert_int_equal(xf_k_softmax_xent(cpu, z, labels, n, classes, dz, &loss, &correct), XF_OK);
+  for (int i = 0; i < n * classes; i++) {
+    float keep = z[i];
+    double lp, lm;
+    z[i] = keep + FD_H;
+    assert_int_equal(xf_k_softmax_xent(cpu, z, labels, n, classes, NULL, &lp, &correct), XF_OK);
+    z[i] = keep - FD_H;
+    assert_int_equal(xf_k_softmax_xent(cpu, z, labels, n, classes, NULL, &lm, &correct), XF_OK);
+    z[i] = keep;
+    /* dz is the gradient of the mean loss. */
+    assert_close(dz[i], (lp - lm) / (2 * FD_H) / n, "softmax dz", (size_t)i);
+  }
+  free(z);
+}
+
+static void softmax_xent_is_stable_for_large_logits(void **state) {
+  (void)state;
+  float z[3] = {1000.0f, 0.0f, -1000.0f}, dz[3];
+  int32_t label = 0;
+  double loss;
+  int correct;
+  assert_int_equal(xf_k_softmax_xent(cpu, z, &label, 1, 3, dz, &loss, &correct), XF_OK);
+  assert_true(isfinite(loss) && loss < 1e-6);
+  assert_int_equal(correct, 1);
+  assert_true(isfinite(dz[0]) && isfinite(dz[2]));
+}
+
+/* ---- whole models through xf_net ------------------------------------------ */
+
+static double net_loss(xf_net *net, const float *params, const float *x, const int32_t *y, int n) {
+  double loss;
+  int correct;
+  assert_int_equal(xf_net_set_params(net, params), XF_OK);
+  assert_int_equal(xf_net_run(net, x, y, n, false, &loss, &correct), XF_OK);
+  return loss / n;
+}
+
+/* Checks `samples` parameters of every layer of the model. ReLU and max-pool
+ * kinks make a finite difference wrong when a perturbation crosses one; with
+ * h = 1e-2 that happens to a handful of coordinates at most, so up to 2% of
+ * the checked coordinates may miss the bound, and none by more than 0.05. */
+static void check_model(const xf_model_spec *spec, int samples) {
+  xf_model *m;
+  assert_int_equal(xf_model_create(spec, &m, NULL), XF_OK);
+  const int n = 3;
+  xf_net *net;
+  assert_int_equal(xf_net_create(cpu, m, n, &net, NULL), XF_OK);
+  size_t P = xf_model_num_params(m), in = xf_model_input_size(m);
+  float *p = malloc(P * sizeof(float)), *g = malloc(P * sizeof(float));
+  xf_model_init_params(m, 9, p);
+  xf_rng rng;
+  xf_rng_seed(&rng, 6, 0);
+  float *x = rand_floats(&rng, (size_t)n * in, 1);
+  int32_t y[3] = {1, 0, (int32_t)(spec->classes - 1)};
+  double loss;
+  int correct;
+  assert_int_equal(xf_net_set_params(net, p), XF_OK);
+  assert_int_equal(xf_net_run(net, x, y, n, true, &loss, &correct), XF_OK);
+  assert_int_equal(xf_net_get_grads(net, g), XF_OK);
+  int checked = 0, missed = 0;
+  for (int li = 0; li < xf_model_num_layers(m); li++) {
+    const xf_layer *l = xf_model_layer(m, li);
+    if (!l->weight_count) continue;
+    for (int t = 0; t < samples; t++) {
+      size_t i = t % 4 == 3 ? l->bias_offset + xf_rng_below(&rng, l->bias_count)
+                            : l->weight_offset + xf_rng_below(&rng, l->weight_count);
+      float keep = p[i];
+      p[i] = keep + FD_H;
+      double lp = net_loss(net, p, x, y, n);
+      p[i] = keep - FD_H;
+      double lm = net_loss(net, p, x, y, n);
+      p[i] = keep;
+      double num = (lp - lm) / (2 * FD_H), err = fabs(g[i] - num);
+      checked++;
+      if (err > FD_ATOL + FD_RTOL * fabs(num)) {
+        missed++;
+        if (err > 0.05)
+          fail_msg("%s %s param %zu: analytic %.6f vs finite difference %.6f",
+                   xf_model_describe(m), l->name, i, g[i], num);
+      }
+    }
+  }
+  if (missed * 50 > checked)
+    fail_msg("%s: %d of %d coordinates off", xf_model_describe(m), missed, checked);
+  xf_net_free(net);
+  xf_model_free(m);
+  free(p), free(g), free(x);
+}
+
+static void logreg_gradients_match_finite_differences(void **state) {
+  (void)state;
+  xf_model_spec s = {.arch = XF_ARCH_LOGREG, .in_h = 1, .in_w = 1, .in_c = 12, .classes = 4};
+  check_model(&s, 40);
+}
+
+static void mlp_gradients_match_finite_differences(void **state) {
+  (void)state;
+  xf_model_spec s = {.arch = XF_ARCH_MLP, .hidden = {16, 8}, .n_hidden = 2,
+                     .in_h = 1, .in_w = 1, .in_c = 10, .classes = 3};
+  check_model(&s, 40);
+}
+
+static void lenet5_gradients_match_finite_differences(void **state) {
+  (void)state;
+  xf_model_spec s = {.arch = XF_ARCH_CNN, .preset = XF_CNN_LENET5,
+                     .in_h = 28, .in_w = 28, .in_c = 1, .classes = 10};
+  check_model(&s, 24);
+}
+
+static void fedavg_cnn_gradients_match_finite_differences(void **state) {
+  (void)state;
+  xf_model_spec s = {.arch = XF_ARCH_CNN, .preset = XF_CNN_FEDAVG,
+                     .in_h = 28, .in_w = 28, .in_c = 1, .classes = 10};
+  check_model(&s, 12);
+}
+
+static void model_presets_have_the_published_sizes(void **state) {
+  (void)state;
+  xf_model *m;
+  xf_model_spec fed = {.arch = XF_ARCH_CNN, .preset = XF_CNN_FEDAVG,
+                       .in_h = 28, .in_w = 28, .in_c = 1, .classes = 10};
+  assert_int_equal(xf_model_create(&fed, &m, NULL), XF_OK);
+  assert_int_equal(xf_model_num_params(m), 1663370); /* McMahan et al. 2017 */
+  xf_model_free(m);
+  xf_model_spec le = fed;
+  le.preset = XF_CNN_LENET5;
+  assert_int_equal(xf_model_create(&le, &m, NULL), XF_OK);
+  assert_int_equal(xf_model_num_params(m), 44426);
+  xf_model_free(m);
+  xf_model_spec mlp = {.arch = XF_ARCH_MLP, .hidden = {200, 200}, .n_hidden = 2,
+                       .in_h = 28, .in_w = 28, .in_c = 1, .classes = 10};
+  assert_int_equal(xf_model_create(&mlp, &m, NULL), XF_OK);
+  assert_int_equal(xf_model_num_params(m), 784 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10);
+  xf_model_free(m);
+}
+
+static void cnn_on_tabular_data_is_refused_with_a_reason(void **state) {
+  (void)state;
+  xf_model *m;
+  xf_errctx err = {0};
+  xf_model_spec s = {.arch = XF_ARCH_CNN, .preset = XF_CNN_LENET5,
+                     .in_h = 1, .in_w = 1, .in_c = 20, .classes = 2};
+  assert_int_equal(xf_model_create(&s, &m, &err), XF_EINVAL);
+  assert_non_null(strstr(err.msg, "model.preset"));
+}
+
+static void init_is_seeded_and_bounded_by_fan_in(void **state) {
+  (void)state;
+  xf_model_spec s = {.arch = XF_ARCH_MLP, .hidden = {50}, .n_hidden = 1,
+                     .in_h = 1, .in_w = 1, .in_c = 100, .classes = 10};
+  xf_model *m;
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  size_t P = xf_model_num_params(m);
+  float *a = malloc(P * 4), *b = malloc(P * 4), *c = malloc(P * 4);
+  xf_model_init_params(m, 5, a);
+  xf_model_init_params(m, 5, b);
+  xf_model_init_params(m, 6, c);
+  assert_memory_equal(a, b, P * 4);
+  assert_memory_not_equal(a, c, P * 4);
+  const xf_layer *l = xf_model_layer(m, 0);
+  for (size_t i = 0; i < l->weight_count; i++) assert_true(fabsf(a[i]) <= 0.1f); /* 1/sqrt(100) */
+  xf_model_free(m);
+  free(a), free(b), free(c);
+}
+
+static void sgd_step_follows_the_pytorch_formula_with_prox(void **state) {
+  (void)state;
+  float w[3] = {1.0f, -2.0f, 0.5f}, g[3] = {0.1f, 0.2f, -0.3f}, v[3] = {0.5f, 0.0f, -1.0f};
+  float ref[3] = {0.0f, -1.0f, 1.0f};
+  xf_sgd_params p = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f, .prox_mu = 0.5f};
+  float ew[3], ev[3];
+  for (int i = 0; i < 3; i++) {
+    float gi = g[i] + p.weight_decay * w[i] + p.prox_mu * (w[i] - ref[i]);
+    ev[i] = p.momentum * v[i] + gi;
+    ew[i] = w[i] - p.lr * ev[i];
+  }
+  xf_k_sgd_step(cpu, w, g, v, ref, 3, &p);
+  for (int i = 0; i < 3; i++) {
+    assert_float_equal(v[i], ev[i], 1e-7);
+    assert_float_equal(w[i], ew[i], 1e-7);
+  }
+}
+
+static void l2norm_axpy_scale_fill_copy(void **state) {
+  (void)state;
+  float x[5] = {3, 4, 0, 0, 0}, y[5] = {1, 1, 1, 1, 1};
+  assert_float_equal(xf_k_l2norm(cpu, x, 5), 5.0, 1e-12);
+  xf_k_axpy(cpu, 2.0f, x, y, 5);
+  assert_float_equal(y[0], 7.0f, 0);
+  assert_float_equal(y[4], 1.0f, 0);
+  xf_k_scale(cpu, y, 0.5f, 5);
+  assert_float_equal(y[1], 4.5f, 0);
+  xf_k_fill(cpu, y, -1.0f, 5);
+  assert_float_equal(y[3], -1.0f, 0);
+  xf_k_copy(cpu, y, x, 5);
+  assert_memory_equal(x, y, sizeof(x));
+}
+
+/* ---- training -------------------------------------------------------------- */
+
+/* Two Gaussian blobs per class in 8 dimensions: separable, so a trained
+ * logreg must classify the held-out part almost perfectly. */
+static void make_blobs(size_t n, float *x, int32_t *y, uint64_t seed) {
+  xf_rng r;
+  xf_rng_seed(&r, seed, 0);
+  for (size_t i = 0; i < n; i++) {
+    int label = (int)xf_rng_below(&r, 3);
+    y[i] = label;
+    for (int f = 0; f < 8; f++)
+      x[i * 8 + f] = (float)((f % 3 == label ? 3.0 : 0.0) + 0.5 * xf_rng_normal(&r));
+  }
+}
+
+static void run_training(uint64_t seed, int threads, float *params_out, double *acc) {
+  xf_backend *b;
+  xf_backend_options opt = {XF_BACKEND_CPU, threads, 0};
+  assert_int_equal(xf_backend_open(&opt, &b, NULL), XF_OK);
+  xf_model_spec s = {.arch = XF_ARCH_MLP, .hidden = {16}, .n_hidden = 1,
+                     .in_h = 1, .in_w = 1, .in_c = 8, .classes = 3};
+  xf_model *m;
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  xf_net *net;
+  assert_int_equal(xf_net_create(b, m, 32, &net, NULL), XF_OK);
+  size_t P = xf_model_num_params(m);
+  float *p = malloc(P * 4);
+  xf_model_init_params(m, seed, p);
+  assert_int_equal(xf_net_set_params(net, p), XF_OK);
+  float x[600 * 8], tx[200 * 8];
+  int32_t y[600], ty[200];
+  make_blobs(600, x, y, 11);
+  make_blobs(200, tx, ty, 12);
+  xf_samples train = {x, y, 600, 8}, test = {tx, ty, 200, 8};
+  xf_train_options o = {.epochs = 5, .batch_size = 32,
+                        .sgd = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f,
+                                .prox_mu = 0.01f},
+                        .seed = seed};
+  assert_int_equal(xf_train(net, &train, &o, NULL), XF_OK);
+  double loss;
+  assert_int_equal(xf_evaluate(net, &test, &loss, acc, NULL), XF_OK);
+  assert_int_equal(xf_net_get_params(net, params_out), XF_OK);
+  xf_net_free(net);
+  xf_model_free(m);
+  xf_backend_close(b);
+  free(p);
+}
+
+static void training_learns_a_separable_problem(void **state) {
+  (void)state;
+  float p[8 * 16 + 16 + 16 * 3 + 3];
+  double acc;
+  run_training(3, 1, p, &acc);
+  assert_true(acc > 0.97);
+}
+
+static void same_seed_and_threads_give_identical_parameters(void **state) {
+  (void)state;
+  float a[8 * 16 + 16 + 16 * 3 + 3], b[8 * 16 + 16 + 16 * 3 + 3], c[8 * 16 + 16 + 16 * 3 + 3];
+  double acc;
+  run_training(21, 2, a, &acc);
+  run_training(21, 2, b, &acc);
+  run_training(22, 2, c, &acc);
+  assert_memory_equal(a, b, sizeof(a));
+  assert_memory_not_equal(a, c, sizeof(a));
+}
+
+static void out_of_range_labels_are_refused_before_training(void **state) {
+  (void)state;
+  xf_model_spec s = {.arch = XF_ARCH_LOGREG, .in_h = 1, .in_w = 1, .in_c = 2, .classes = 2};
+  xf_model *m;
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  xf_net *net;
+  assert_int_equal(xf_net_create(cpu, m, 4, &net, NULL), XF_OK);
+  float x[6] = {0};
+  int32_t y[3] = {0, 1, 7};
+  xf_samples d = {x, y, 3, 2};
+  xf_train_options o = {.epochs = 1, .batch_size = 2, .sgd = {.lr = 0.1f}};
+  xf_errctx err = {0};
+  assert_int_equal(xf_train(net, &d, &o, &err), XF_EINVAL);
+  assert_non_null(strstr(err.msg, "record 2 has label 7"));
+  xf_net_free(net);
+  xf_model_free(m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(dense_layer_gradients_match_finite_differences),
+      cmocka_unit_test(conv_layer_gradients_match_finite_differences),
+      cmocka_unit_test(relu_gradient_matches_finite_differences),
+      cmocka_unit_test(maxpool_gradient_matches_finite_differences),
+      cmocka_unit_test(softmax_xent_gradient_matches_finite_differences),
+      cmocka_unit_test(softmax_xent_is_stable_for_large_logits),
+      cmocka_unit_test(logreg_gradients_match_finite_differences),
+      cmocka_unit_test(mlp_gradients_match_finite_differences),
+      cmocka_unit_test(lenet5_gradients_match_finite_differences),
+      cmocka_unit_test(fedavg_cnn_gradients_match_finite_differences),
+      cmocka_unit_test(model_presets_have_the_published_sizes),
+      cmocka_unit_test(cnn_on_tabular_data_is_refused_with_a_reason),
+      cmocka_unit_test(init_is_seeded_and_bounded_by_fan_in),
+      cmocka_unit_test(sgd_step_follows_the_pytorch_formula_with_prox),
+      cmocka_unit_test(l2norm_axpy_scale_fill_copy),
+      cmocka_unit_test(training_learns_a_separable_problem),
+      cmocka_unit_test(same_seed_and_threads_give_identical_parameters),
+      cmocka_unit_test(out_of_range_labels_are_refused_before_training),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
