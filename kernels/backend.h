@@ -55,6 +55,13 @@ int xf_backend_threads(const xf_backend *b);
 /* True when this build includes the CUDA backend. */
 bool xf_backend_cuda_built(void);
 
+/* Profiling for benchmarks: while on, the wall time spent inside GEMM calls
+ * is accumulated (on cuda each GEMM is bracketed by stream syncs, which costs
+ * the overlap it measures; leave it off outside benchmarks). Turning it on
+ * resets the total. */
+void xf_backend_profile(xf_backend *b, bool on);
+double xf_backend_gemm_seconds(const xf_backend *b);
+
 /* Device memory, zero-filled, 64-byte aligned at least. NULL-safe free. */
 xf_err xf_backend_alloc(xf_backend *b, size_t bytes, void **out) XF_WARN_UNUSED;
 void xf_backend_free(xf_backend *b, void *p);

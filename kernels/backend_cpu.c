@@ -41,10 +41,23 @@ static xf_err cpu_sync(xf_backend *b) {
   return XF_OK;
 }
 
+/* OpenBLAS splits a GEMM over threads by blocks of C; when C is thin (a conv
+ * layer's 6 or 16 output channels) or the product small, the split leaves
+ * threads idle and the hand-off costs more than it saves: measured on the
+ * lenet5 benchmark, two threads ran its GEMMs slower than one. Such GEMMs run
+ * on one thread. Which thread count runs a GEMM does not change its result
+ * (OpenBLAS never splits the k dimension). */
+#define XF__GEMM_PARALLEL_MIN_MACS (1L << 21)
+#define XF__GEMM_PARALLEL_MIN_SIDE 32
+
 static void cpu_gemm(xf_backend *b, bool ta, bool tb, int m, int n, int k, float alpha,
                      const float *a, int lda, const float *bm, int ldb, float beta, float *c,
                      int ldc) {
-  (void)b;
+  int threads = 1;
+  if (b->threads > 1 && (long)m * n * k >= XF__GEMM_PARALLEL_MIN_MACS &&
+      m >= XF__GEMM_PARALLEL_MIN_SIDE && n >= XF__GEMM_PARALLEL_MIN_SIDE)
+    threads = b->threads;
+  if (threads != openblas_get_num_threads()) openblas_set_num_threads(threads);
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
               n, k, alpha, a, lda, bm, ldb, beta, c, ldc);
 }

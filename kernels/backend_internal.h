@@ -48,6 +48,8 @@ struct xf_backend {
   xf_backend_kind kind;
   int threads;
   char description[160];
+  bool profiling;
+  double gemm_seconds;
   void *impl; /* the backend's own state, owned by it */
 };
 

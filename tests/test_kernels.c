@@ -10,9 +10,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/rng.h"
 #include "kernels/backend.h"
+#include "kernels/checkpoint.h"
 #include "kernels/model.h"
 #include "kernels/net.h"
 #include "kernels/train.h"
@@ -495,6 +497,65 @@ static void out_of_range_labels_are_refused_before_training(void **state) {
   xf_model_free(m);
 }
 
+/* ---- model files ----------------------------------------------------------- */
+
+static void model_file_roundtrips_and_rejects_damage(void **state) {
+  (void)state;
+  xf_model_spec s = {.arch = XF_ARCH_MLP, .hidden = {7, 5}, .n_hidden = 2,
+                     .in_h = 2, .in_w = 3, .in_c = 1, .classes = 4};
+  xf_model *m, *back;
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  size_t P = xf_model_num_params(m);
+  float *p = malloc(P * 4), *q;
+  xf_model_init_params(m, 1, p);
+  uint8_t *buf;
+  size_t len;
+  assert_int_equal(xf_checkpoint_encode(m, p, &buf, &len, NULL), XF_OK);
+  assert_int_equal(xf_checkpoint_decode(buf, len, &back, &q, NULL), XF_OK);
+  assert_int_equal(xf_model_num_params(back), P);
+  assert_string_equal(xf_model_describe(back), "mlp(7,5)");
+  assert_memory_equal(p, q, P * 4);
+  xf_model_free(back);
+  free(q);
+  xf_errctx err = {0};
+  /* One flipped parameter bit: the digest catches it. */
+  buf[len - 3] ^= 0x10;
+  assert_int_equal(xf_checkpoint_decode(buf, len, &back, &q, &err), XF_EINTEGRITY);
+  buf[len - 3] ^= 0x10;
+  /* Cut short: truncated, not a crash. */
+  assert_int_equal(xf_checkpoint_decode(buf, len - 1, &back, &q, &err), XF_ETRUNCATED);
+  assert_null(back);
+  /* Not a model at all. */
+  assert_int_equal(xf_checkpoint_decode((const uint8_t *)"hello", 5, &back, &q, &err), XF_EFORMAT);
+  free(buf);
+
+  char dir[] = "/tmp/xf-test-ckpt-XXXXXX", path[256];
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof(path), "%s/model.xfm", dir);
+  assert_int_equal(xf_checkpoint_save_file(path, m, p, NULL), XF_OK);
+  assert_int_equal(xf_checkpoint_load_file(path, &back, &q, NULL), XF_OK);
+  assert_memory_equal(p, q, P * 4);
+  xf_model_free(back);
+  free(q);
+
+  char blobs[256];
+  snprintf(blobs, sizeof(blobs), "%s/blobs", dir);
+  xf_blob_store *store;
+  assert_int_equal(xf_blob_store_open(blobs, &store, NULL), XF_OK);
+  xf_digest d;
+  assert_int_equal(xf_checkpoint_save_blob(store, m, p, &d, NULL), XF_OK);
+  assert_int_equal(xf_checkpoint_load_blob(store, &d, &back, &q, NULL), XF_OK);
+  assert_memory_equal(p, q, P * 4);
+  xf_model_free(back);
+  free(q);
+  xf_blob_store_close(store);
+  char cmd[600];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+  xf_model_free(m);
+  free(p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(dense_layer_gradients_match_finite_differences),
@@ -515,6 +576,7 @@ int main(void) {
       cmocka_unit_test(training_learns_a_separable_problem),
       cmocka_unit_test(same_seed_and_threads_give_identical_parameters),
       cmocka_unit_test(out_of_range_labels_are_refused_before_training),
+      cmocka_unit_test(model_file_roundtrips_and_rejects_damage),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,314 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Encoding, decoding and storing xfed model files. */
+#include "kernels/checkpoint.h"
+
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/cursor.h"
+
+#define MAGIC "XFMODEL1"
+#define MAX_HEADER (1u << 20)
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "the model format stores float32 little-endian; add byte swapping for this host");
+
+static const char *const kind_names[] = {"dense", "conv", "relu", "maxpool"};
+
+void xf_params_digest(const float *params, size_t n, xf_digest *out) {
+  xf_digest_buf(params, n * sizeof(float), out);
+}
+
+static json_t *header_json(const xf_model *m, const float *params) {
+  const xf_model_spec *s = xf_model_spec_of(m);
+  xf_digest d;
+  char hex[XF_DIGEST_HEX];
+  xf_params_digest(params, xf_model_num_params(m), &d);
+  xf_digest_hex(&d, hex);
+  json_t *h = json_object(), *layers = json_array(), *hidden = json_array();
+  if (!h || !layers || !hidden) goto oom;
+  for (int i = 0; s->arch == XF_ARCH_MLP && i < s->n_hidden; i++)
+    json_array_append_new(hidden, json_integer(s->hidden[i]));
+  for (int i = 0; i < xf_model_num_layers(m); i++) {
+    const xf_layer *l = xf_model_layer(m, i);
+    json_t *o = json_pack("{s:s,s:s,s:[I,I],s:[I,I]}", "name", l->name, "kind",
+                          kind_names[l->kind], "weight", (json_int_t)l->weight_offset,
+                          (json_int_t)l->weight_count, "bias", (json_int_t)l->bias_offset,
+                          (json_int_t)l->bias_count);
+    if (!o || json_array_append_new(layers, o)) goto oom;
+  }
+  const char *arch = s->arch == XF_ARCH_LOGREG ? "logreg" : s->arch == XF_ARCH_MLP ? "mlp" : "cnn";
+  const char *preset = s->preset == XF_CNN_LENET5 ? "lenet5" : "fedavg-cnn";
+  if (json_object_set_new(h, "format", json_integer(1)) ||
+      json_object_set_new(h, "arch", json_string(arch)) ||
+      json_object_set_new(h, "hidden", hidden) ||
+      json_object_set_new(h, "preset", s->arch == XF_ARCH_CNN ? json_string(preset) : json_null()) ||
+      json_object_set_new(h, "input", json_pack("[i,i,i]", s->in_h, s->in_w, s->in_c)) ||
+      json_object_set_new(h, "classes", json_integer(s->classes)) ||
+      json_object_set_new(h, "params", json_integer((json_int_t)xf_model_num_params(m))) ||
+      json_object_set_new(h, "dtype", json_string("float32-le")) ||
+      json_object_set_new(h, "digest", json_string(hex)) ||
+      json_object_set_new(h, "layers", layers)) {
+    json_decref(h);
+    return NULL;
+  }
+  return h;
+oom:
+  json_decref(h);
+  json_decref(layers);
+  json_decref(hidden);
+  return NULL;
+}
+
+xf_err xf_checkpoint_encode(const xf_model *m, const float *params, uint8_t **out, size_t *len,
+                            xf_errctx *err) {
+  json_t *h = header_json(m, params);
+  char *text = h ? json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+  json_decref(h);
+  if (!text) return xf_fail(err, XF_ENOMEM, "cannot encode the model header");
+  size_t hlen = strlen(text), plen = xf_model_num_params(m) * sizeof(float);
+  size_t total = 8 + 4 + hlen + plen;
+  uint8_t *buf = xf_malloc(total);
+  if (!buf) {
+    free(text);
+    return xf_fail(err, XF_ENOMEM, "cannot allocate %zu bytes for the model file", total);
+  }
+  memcpy(buf, MAGIC, 8);
+  uint32_t le = htole32((uint32_t)hlen);
+  memcpy(buf + 8, &le, 4);
+  memcpy(buf + 12, text, hlen);
+  memcpy(buf + 12 + hlen, params, plen);
+  free(text); /* allocated by jansson */
+  *out = buf;
+  *len = total;
+  return XF_OK;
+}
+
+/* Reads an integer member of the header within [min, max]. */
+static xf_err header_int(json_t *h, const char *key, long long min, long long max, long long *out,
+                         xf_errctx *err) {
+  json_t *v = json_object_get(h, key);
+  if (!json_is_integer(v))
+    return xf_fail(err, XF_EFORMAT, "model header: \"%s\" is missing or not an integer", key);
+  long long x = json_integer_value(v);
+  if (x < min || x > max)
+    return xf_fail(err, XF_EFORMAT, "model header: \"%s\" is %lld, outside %lld..%lld", key, x,
+                   min, max);
+  *out = x;
+  return XF_OK;
+}
+
+static xf_err spec_from_header(json_t *h, xf_model_spec *s, size_t *n_params, xf_errctx *err) {
+  long long v;
+  memset(s, 0, sizeof(*s));
+  XF_GUARD(header_int(h, "format", 1, 1, &v, err));
+  const char *arch = json_string_value(json_object_get(h, "arch"));
+  const char *dtype = json_string_value(json_object_get(h, "dtype"));
+  if (!dtype || strcmp(dtype, "float32-le") != 0)
+    return xf_fail(err, XF_EFORMAT, "model header: dtype must be \"float32-le\"");
+  if (!arch) return xf_fail(err, XF_EFORMAT, "model header: \"arch\" is missing");
+  if (strcmp(arch, "logreg") == 0) {
+    s->arch = XF_ARCH_LOGREG;
+  } else if (strcmp(arch, "mlp") == 0) {
+    s->arch = XF_ARCH_MLP;
+    json_t *hidden = json_object_get(h, "hidden");
+    size_t n = json_array_size(hidden);
+    if (!json_is_array(hidden) || n < 1 || n > XF_MODEL_MAX_HIDDEN)
+      return xf_fail(err, XF_EFORMAT, "model header: \"hidden\" must list 1 to %d sizes",
+                     XF_MODEL_MAX_HIDDEN);
+    for (size_t i = 0; i < n; i++) {
+      json_t *e = json_array_get(hidden, i);
+      if (!json_is_integer(e) || json_integer_value(e) < 1 || json_integer_value(e) > 65536)
+        return xf_fail(err, XF_EFORMAT, "model header: hidden[%zu] is not 1..65536", i);
+      s->hidden[i] = (int)json_integer_value(e);
+    }
+    s->n_hidden = (int)n;
+  } else if (strcmp(arch, "cnn") == 0) {
+    s->arch = XF_ARCH_CNN;
+    const char *preset = json_string_value(json_object_get(h, "preset"));
+    if (preset && strcmp(preset, "lenet5") == 0) s->preset = XF_CNN_LENET5;
+    else if (preset && strcmp(preset, "fedavg-cnn") == 0) s->preset = XF_CNN_FEDAVG;
+    else return xf_fail(err, XF_EFORMAT, "model header: unknown cnn preset");
+  } else {
+    return xf_fail(err, XF_EFORMAT, "model header: unknown arch \"%s\"", arch);
+  }
+  json_t *input = json_object_get(h, "input");
+  if (!json_is_array(input) || json_array_size(input) != 3)
+    return xf_fail(err, XF_EFORMAT, "model header: \"input\" must be [h, w, c]");
+  int dims[3];
+  for (int i = 0; i < 3; i++) {
+    json_t *e = json_array_get(input, (size_t)i);
+    if (!json_is_integer(e) || json_integer_value(e) < 1 || json_integer_value(e) > 65536)
+      return xf_fail(err, XF_EFORMAT, "model header: input[%d] is not 1..65536", i);
+    dims[i] = (int)json_integer_value(e);
+  }
+  s->in_h = dims[0], s->in_w = dims[1], s->in_c = dims[2];
+  XF_GUARD(header_int(h, "classes", 2, 65536, &v, err));
+  s->classes = (int)v;
+  XF_GUARD(header_int(h, "params", 1, (1LL << 34), &v, err));
+  *n_params = (size_t)v;
+  return XF_OK;
+}
+
+xf_err xf_checkpoint_decode(const uint8_t *data, size_t len, xf_model **model, float **params,
+                            xf_errctx *err) {
+  *model = NULL;
+  *params = NULL;
+  xf_cursor c = xf_cursor_make(data, len);
+  const uint8_t *magic, *htext, *body;
+  uint32_t hlen_le;
+  if (xf_cursor_view(&c, &magic, 8) != XF_OK || memcmp(magic, MAGIC, 8) != 0)
+    return xf_fail(err, XF_EFORMAT, "not an xfed model file (magic \"XFMODEL1\" missing)");
+  if (xf_cursor_bytes(&c, &hlen_le, 4) != XF_OK)
+    return xf_fail(err, XF_ETRUNCATED, "model file ends inside its header length");
+  uint32_t hlen = le32toh(hlen_le);
+  if (hlen > MAX_HEADER)
+    return xf_fail(err, XF_EFORMAT, "model header of %u bytes is larger than 1 MiB", hlen);
+  if (xf_cursor_view(&c, &htext, hlen) != XF_OK)
+    return xf_fail(err, XF_ETRUNCATED, "model file ends inside its %u-byte header", hlen);
+  json_error_t jerr;
+  json_t *h = json_loadb((const char *)htext, hlen, JSON_REJECT_DUPLICATES, &jerr);
+  if (!h || !json_is_object(h)) {
+    json_decref(h);
+    return xf_fail(err, XF_EFORMAT, "model header is not a JSON object: %s", jerr.text);
+  }
+  xf_model_spec spec;
+  size_t n_params = 0;
+  xf_err rc = spec_from_header(h, &spec, &n_params, err);
+  const char *hex = json_string_value(json_object_get(h, "digest"));
+  xf_digest stated;
+  if (rc == XF_OK && (!hex || xf_digest_parse(hex, &stated) != XF_OK))
+    rc = xf_fail(err, XF_EFORMAT, "model header: \"digest\" is not a BLAKE2b-256 hex string");
+  json_decref(h);
+  XF_GUARD(rc);
+  xf_model *m = NULL;
+  XF_GUARD(xf_model_create(&spec, &m, err));
+  if (xf_model_num_params(m) != n_params) {
+    rc = xf_fail(err, XF_EFORMAT, "model header says %zu parameters but %s has %zu", n_params,
+                 xf_model_describe(m), xf_model_num_params(m));
+    xf_model_free(m);
+    return rc;
+  }
+  size_t bytes = n_params * sizeof(float);
+  if (xf_cursor_view(&c, &body, bytes) != XF_OK) {
+    xf_model_free(m);
+    return xf_fail(err, XF_ETRUNCATED, "model file holds %zu of %zu parameter bytes: truncated",
+                   xf_cursor_remaining(&c), bytes);
+  }
+  if (xf_cursor_remaining(&c) != 0) {
+    xf_model_free(m);
+    return xf_fail(err, XF_EFORMAT, "%zu unexpected bytes after the parameters",
+                   xf_cursor_remaining(&c));
+  }
+  xf_digest actual;
+  xf_digest_buf(body, bytes, &actual);
+  if (memcmp(actual.bytes, stated.bytes, XF_DIGEST_BYTES) != 0) {
+    xf_model_free(m);
+    return xf_fail(err, XF_EINTEGRITY,
+                   "parameters do not match the header's digest: the file is damaged");
+  }
+  float *p = xf_malloc(bytes);
+  if (!p) {
+    xf_model_free(m);
+    return xf_fail(err, XF_ENOMEM, "cannot allocate %zu parameter bytes", bytes);
+  }
+  memcpy(p, body, bytes);
+  *model = m;
+  *params = p;
+  return XF_OK;
+}
+
+/* Writes len bytes to path through a temporary file in the same directory,
+ * flushed before the rename so the final name only ever shows whole files. */
+static xf_err write_atomic(const char *path, const uint8_t *data, size_t len, xf_errctx *err) {
+  char tmp[4096];
+  if (snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", path) >= (int)sizeof(tmp))
+    return xf_fail(err, XF_ERANGE, "path too long");
+  int fd = mkstemp(tmp);
+  if (fd < 0) return xf_fail(err, XF_EIO, "cannot create a file next to it: %s", strerror(errno));
+  size_t off = 0;
+  while (off < len) {
+    ssize_t w = write(fd, data + off, len - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      int e = errno;
+      close(fd);
+      unlink(tmp);
+      return xf_fail(err, XF_EIO, "write failed: %s", strerror(e));
+    }
+    off += (size_t)w;
+  }
+  if (fchmod(fd, 0644) != 0 || fsync(fd) != 0 || close(fd) != 0) {
+    int e = errno;
+    unlink(tmp);
+    return xf_fail(err, XF_EIO, "cannot flush the file: %s", strerror(e));
+  }
+  if (rename(tmp, path) != 0) {
+    int e = errno;
+    unlink(tmp);
+    return xf_fail(err, XF_EIO, "cannot rename into place: %s", strerror(e));
+  }
+  return XF_OK;
+}
+
+xf_err xf_checkpoint_save_file(const char *path, const xf_model *m, const float *params,
+                               xf_errctx *err) {
+  uint8_t *buf;
+  size_t len;
+  xf_errctx_file(err, path);
+  XF_GUARD(xf_checkpoint_encode(m, params, &buf, &len, err));
+  xf_err rc = write_atomic(path, buf, len, err);
+  xf_free(buf);
+  return rc;
+}
+
+xf_err xf_checkpoint_load_file(const char *path, xf_model **model, float **params,
+                               xf_errctx *err) {
+  xf_errctx_file(err, path);
+  FILE *f = fopen(path, "rb");
+  if (!f) return xf_fail(err, errno == ENOENT ? XF_ENOENT : XF_EIO, "cannot open: %s", strerror(errno));
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    fclose(f);
+    return xf_fail(err, XF_EIO, "not a regular file");
+  }
+  size_t len = (size_t)st.st_size;
+  uint8_t *buf = xf_malloc(len);
+  if (!buf) {
+    fclose(f);
+    return xf_fail(err, XF_ENOMEM, "cannot allocate %zu bytes", len);
+  }
+  size_t got = fread(buf, 1, len, f);
+  fclose(f);
+  xf_err rc = got == len ? xf_checkpoint_decode(buf, len, model, params, err)
+                         : xf_fail(err, XF_EIO, "short read");
+  xf_free(buf);
+  return rc;
+}
+
+xf_err xf_checkpoint_save_blob(xf_blob_store *store, const xf_model *m, const float *params,
+                               xf_digest *blob, xf_errctx *err) {
+  uint8_t *buf;
+  size_t len;
+  XF_GUARD(xf_checkpoint_encode(m, params, &buf, &len, err));
+  xf_err rc = xf_blob_put(store, buf, len, blob, err);
+  xf_free(buf);
+  return rc;
+}
+
+xf_err xf_checkpoint_load_blob(xf_blob_store *store, const xf_digest *blob, xf_model **model,
+                               float **params, xf_errctx *err) {
+  void *buf;
+  size_t len;
+  XF_GUARD(xf_blob_get(store, blob, &buf, &len, err));
+  xf_err rc = xf_checkpoint_decode(buf, len, model, params, err);
+  xf_free(buf);
+  return rc;
+}

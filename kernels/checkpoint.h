@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The xfed model file: a model's architecture and its flat parameters in one
+ * self-describing, checksummed byte string, stored as a file or as a blob.
+ *
+ * Layout (all integers little-endian):
+ *   8 bytes  magic "XFMODEL1"
+ *   4 bytes  header length H (at most 1 MiB)
+ *   H bytes  header, UTF-8 JSON: {"format": 1, "arch": "mlp", "hidden": [..],
+ *            "preset": "lenet5", "input": [h, w, c], "classes": K,
+ *            "params": P, "dtype": "float32-le", "digest": "<hex>",
+ *            "layers": [{"name", "kind", "weight": [offset, count],
+ *                        "bias": [offset, count]}, ...]}
+ *   4*P bytes the parameters, float32 little-endian, in layer-table order
+ * "digest" is the BLAKE2b-256 of the parameter bytes: the model_digest that
+ * `xfed train` prints. docs/model-format.md describes it for other tools. */
+#ifndef XF_KERNELS_CHECKPOINT_H
+#define XF_KERNELS_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/result.h"
+#include "crypto/digest.h"
+#include "kernels/model.h"
+#include "storage/blob.h"
+
+/* BLAKE2b-256 of n float32 parameters as little-endian bytes. */
+void xf_params_digest(const float *params, size_t n, xf_digest *out);
+
+/* Encodes m's architecture and params (xf_model_num_params floats). The
+ * caller owns *out (*len bytes) and frees it with xf_free. */
+xf_err xf_checkpoint_encode(const xf_model *m, const float *params, uint8_t **out, size_t *len,
+                            xf_errctx *err) XF_WARN_UNUSED;
+
+/* Decodes and verifies bytes from an untrusted source: magic, header, that the
+ * architecture rebuilds to the stated layer table and parameter count, and
+ * the digest. On success the caller owns *model (xf_model_free) and *params
+ * (xf_free). XF_EFORMAT / XF_ETRUNCATED / XF_EINTEGRITY with what is wrong. */
+xf_err xf_checkpoint_decode(const uint8_t *data, size_t len, xf_model **model, float **params,
+                            xf_errctx *err) XF_WARN_UNUSED;
+
+/* Writes the encoding to path atomically (temporary file, fsync, rename), so
+ * a reader never sees half a model. */
+xf_err xf_checkpoint_save_file(const char *path, const xf_model *m, const float *params,
+                               xf_errctx *err) XF_WARN_UNUSED;
+xf_err xf_checkpoint_load_file(const char *path, xf_model **model, float **params,
+                               xf_errctx *err) XF_WARN_UNUSED;
+
+/* The same through the content-addressed blob store; *blob names the stored
+ * encoding (not the parameter digest). */
+xf_err xf_checkpoint_save_blob(xf_blob_store *store, const xf_model *m, const float *params,
+                               xf_digest *blob, xf_errctx *err) XF_WARN_UNUSED;
+xf_err xf_checkpoint_load_blob(xf_blob_store *store, const xf_digest *blob, xf_model **model,
+                               float **params, xf_errctx *err) XF_WARN_UNUSED;
+
+#endif

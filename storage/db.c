@@ -1,0 +1,521 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The SQLite connection: pragmas, migrations, scripts, transactions, backup.
+ * Functions that hold resources release them at one `out:` label; argument
+ * checks before anything is held return early. */
+#include "storage/db.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "storage/storage_internal.h"
+
+struct xf_db {
+  sqlite3 *handle;
+  char *path;
+};
+
+/* What a person can do about the common SQLite failures; "" otherwise. */
+static const char *xf__db_hint(int sqlite_rc) {
+  switch (sqlite_rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return "; another connection held the lock for longer than the busy timeout: "
+             "retry, or stop the other writer";
+    case SQLITE_FULL:
+      return "; the disk is full: free space and retry";
+    case SQLITE_READONLY:
+      return "; the file or its directory is read-only for this user: fix the permissions";
+    case SQLITE_CANTOPEN:
+      return "; check that the directory exists and is writable by this user";
+    case SQLITE_NOTADB:
+      return "; the file is not an xfed database: check the path, or restore the file "
+             "from a backup";
+    case SQLITE_CORRUPT:
+      return "; the database is damaged: restore it from a backup";
+    case SQLITE_IOERR:
+      return "; the storage reported an I/O error: check the disk";
+    default:
+      return "";
+  }
+}
+
+/* Copies the start of a statement into buf on one line, for messages. */
+static const char *xf__db_excerpt(const char *sql, char *buf, size_t n) {
+  size_t used = 0;
+  int space = 0;
+  while (*sql == ' ' || *sql == '\t' || *sql == '\n' || *sql == '\r') sql++;
+  for (; *sql && used + 6 < n; sql++) { /* room for ' ', a char, "..." and NUL */
+    if (*sql == ' ' || *sql == '\t' || *sql == '\n' || *sql == '\r') {
+      space = 1;
+      continue;
+    }
+    if (space && used > 0) buf[used++] = ' ';
+    space = 0;
+    buf[used++] = *sql;
+  }
+  if (*sql) {
+    memcpy(buf + used, "...", 3);
+    used += 3;
+  }
+  buf[used] = '\0';
+  return buf;
+}
+
+/* Runs every statement of a script, each prepared on its own (the tail
+ * pointer walks the script). Returns the SQLite code; on failure `why` holds
+ * SQLite's message, a hint and the failing statement. */
+static int xf__db_run_script(sqlite3 *h, const char *sql, char *why, size_t why_n) {
+  while (sql && *sql) {
+    sqlite3_stmt *stmt = NULL;
+    const char *tail = NULL;
+    int rc = sqlite3_prepare_v2(h, sql, -1, &stmt, &tail);
+    if (rc != SQLITE_OK) {
+      char excerpt[96];
+      snprintf(why, why_n, "%s%s (in: %s)", sqlite3_errmsg(h), xf__db_hint(rc),
+               xf__db_excerpt(sql, excerpt, sizeof(excerpt)));
+      return rc;
+    }
+    if (!stmt) break; /* only whitespace or comments remained */
+    do rc = sqlite3_step(stmt);
+    while (rc == SQLITE_ROW);
+    if (rc != SQLITE_DONE) {
+      char excerpt[96];
+      snprintf(why, why_n, "%s%s (in: %s)", sqlite3_errmsg(h), xf__db_hint(rc),
+               xf__db_excerpt(sqlite3_sql(stmt), excerpt, sizeof(excerpt)));
+      sqlite3_finalize(stmt);
+      return rc;
+    }
+    sqlite3_finalize(stmt);
+    sql = tail;
+  }
+  return SQLITE_OK;
+}
+
+/* Reads the first column of the first row of a single statement. */
+static int xf__db_query_int(sqlite3 *h, const char *sql, int *out) {
+  sqlite3_stmt *stmt = NULL;
+  int rc = sqlite3_prepare_v2(h, sql, -1, &stmt, NULL);
+  if (rc != SQLITE_OK) return rc;
+  rc = sqlite3_step(stmt);
+  if (rc == SQLITE_ROW) {
+    *out = sqlite3_column_int(stmt, 0);
+    rc = SQLITE_OK;
+  } else if (rc == SQLITE_DONE) {
+    rc = SQLITE_NOTFOUND; /* the pragma is not compiled into this SQLite */
+  }
+  sqlite3_finalize(stmt);
+  return rc;
+}
+
+static int xf__db_query_text(sqlite3 *h, const char *sql, char *out, size_t n) {
+  sqlite3_stmt *stmt = NULL;
+  int rc = sqlite3_prepare_v2(h, sql, -1, &stmt, NULL);
+  if (rc != SQLITE_OK) return rc;
+  rc = sqlite3_step(stmt);
+  if (rc == SQLITE_ROW) {
+    const unsigned char *text = sqlite3_column_text(stmt, 0);
+    snprintf(out, n, "%s", text ? (const char *)text : "");
+    rc = SQLITE_OK;
+  } else if (rc == SQLITE_DONE) {
+    rc = SQLITE_NOTFOUND;
+  }
+  sqlite3_finalize(stmt);
+  return rc;
+}
+
+xf_err xf_db_fail(xf_db *db, xf_errctx *err, const char *doing) {
+  int code = sqlite3_extended_errcode(db->handle);
+  return xf__storage_fail(err, db->path, XF_EDB, "%s: %s%s", doing,
+                          sqlite3_errmsg(db->handle), xf__db_hint(code));
+}
+
+static xf_err xf__db_check_migrations(const xf_migration *migrations, size_t n,
+                                      xf_errctx *err) {
+  XF_ENSURE(n == 0 || migrations, err, XF_EINVAL,
+            "%zu migrations given but the array is NULL", n);
+  XF_ENSURE(n <= 0x7fffffff, err, XF_EINVAL, "%zu migrations exceed user_version's range", n);
+  for (size_t i = 0; i < n; i++) {
+    XF_ENSURE(migrations[i].version == (int)i + 1, err, XF_EINVAL,
+              "migration at index %zu has version %d, expected %zu: versions must be "
+              "consecutive from 1 in array order",
+              i, migrations[i].version, i + 1);
+    XF_ENSURE(migrations[i].sql, err, XF_EINVAL, "migration %d has no SQL",
+              migrations[i].version);
+  }
+  return XF_OK;
+}
+
+/* Reads user_version and refuses versions this build cannot handle. */
+static xf_err xf__db_read_version(xf_db *db, size_t n, int *out, xf_errctx *err) {
+  if (xf__db_query_int(db->handle, "PRAGMA user_version", out) != SQLITE_OK)
+    return xf_db_fail(db, err, "cannot read the schema version");
+  if (*out < 0)
+    return xf__storage_fail(err, db->path, XF_EFORMAT,
+                            "schema version %d is negative: this database was not written "
+                            "by xfed; check the path",
+                            *out);
+  if ((size_t)*out > n)
+    return xf__storage_fail(err, db->path, XF_EUNSUPPORTED,
+                            "schema version %d is newer than this build knows (%zu): "
+                            "downgrade is not supported; run the xfed release that wrote it, "
+                            "or restore a backup taken before the upgrade",
+                            *out, n);
+  return XF_OK;
+}
+
+/* Applies pending migrations one transaction each. An up-to-date database
+ * (the common case) is recognized without taking the write lock. Otherwise
+ * the version is read again under the lock, so two processes opening one
+ * new database at once apply each migration exactly once. */
+static xf_err xf__db_migrate(xf_db *db, const xf_migration *migrations, size_t n,
+                             xf_errctx *err) {
+  int version = 0;
+  XF_GUARD(xf__db_read_version(db, n, &version, err));
+  while ((size_t)version < n) {
+    XF_GUARD(xf_db_begin(db, err));
+    xf_err rc = xf__db_read_version(db, n, &version, err);
+    if (rc != XF_OK || (size_t)version == n) {
+      xf_db_rollback(db); /* nothing was written; releases the lock */
+      return rc;
+    }
+    const xf_migration *next = &migrations[version];
+    char why[400];
+    char set_version[64];
+    snprintf(set_version, sizeof(set_version), "PRAGMA user_version = %d", next->version);
+    if (xf__db_run_script(db->handle, next->sql, why, sizeof(why)) != SQLITE_OK ||
+        xf__db_run_script(db->handle, set_version, why, sizeof(why)) != SQLITE_OK) {
+      xf_db_rollback(db);
+      rc = xf__storage_fail(err, db->path, XF_EDB,
+                            "migration to schema version %d failed: %s; the database was "
+                            "left at version %d",
+                            next->version, why, version);
+      xf_errctx_field(err, "migration %d", next->version);
+      return rc;
+    }
+    rc = xf_db_commit(db, err);
+    if (rc != XF_OK) {
+      xf_db_rollback(db);
+      xf_errctx_field(err, "migration %d", next->version);
+      return rc;
+    }
+    version = next->version;
+    XF_INFO("db_migrated", "db=\"%s\" version=%d", db->path, version);
+  }
+  return XF_OK;
+}
+
+/* Sets the connection's pragmas and checks the ones whose refusal SQLite
+ * reports only by returning the old value. */
+static xf_err xf__db_configure(xf_db *db, xf_errctx *err) {
+  sqlite3 *h = db->handle;
+  sqlite3_extended_result_codes(h, 1);
+  if (sqlite3_busy_timeout(h, XF_DB_BUSY_TIMEOUT_MS) != SQLITE_OK)
+    return xf_db_fail(db, err, "cannot set the busy timeout");
+  /* Switching a new file to WAL needs an exclusive lock, and SQLite answers
+   * SQLITE_BUSY at once, without the busy handler, while another connection
+   * is doing the same (waiting there could deadlock). Processes that create
+   * one database together therefore retry here, within the same budget. */
+  char mode[32];
+  int src;
+  int waited_ms = 0;
+  while (((src = xf__db_query_text(h, "PRAGMA journal_mode=WAL", mode, sizeof(mode))) &
+          0xff) == SQLITE_BUSY &&
+         waited_ms < XF_DB_BUSY_TIMEOUT_MS) {
+    sqlite3_sleep(10);
+    waited_ms += 10;
+  }
+  if (src != SQLITE_OK) return xf_db_fail(db, err, "cannot switch to WAL journal mode");
+  if (strcmp(mode, "wal") != 0)
+    return xf__storage_fail(err, db->path, XF_EUNSUPPORTED,
+                            "journal_mode=WAL did not take effect (the mode is '%s'); put "
+                            "the database on a local filesystem that supports shared memory "
+                            "and locking (not a network share)",
+                            mode);
+  char why[400];
+  if (xf__db_run_script(h, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON", why,
+                        sizeof(why)) != SQLITE_OK)
+    return xf__storage_fail(err, db->path, XF_EDB, "cannot set pragmas: %s", why);
+  int fk = 0;
+  if (xf__db_query_int(h, "PRAGMA foreign_keys", &fk) != SQLITE_OK || fk != 1)
+    return xf__storage_fail(err, db->path, XF_EUNSUPPORTED,
+                            "this SQLite does not enforce foreign keys; link xfed against "
+                            "an SQLite built without SQLITE_OMIT_FOREIGN_KEY");
+  return XF_OK;
+}
+
+xf_err xf_db_open(const char *path, const xf_migration *migrations, size_t n_migrations,
+                  xf_db **out, xf_errctx *err) {
+  XF_ENSURE(out, err, XF_EINVAL, "xf_db_open needs an output handle");
+  *out = NULL;
+  XF_ENSURE(path && path[0], err, XF_EINVAL, "no database path given");
+  if (strcmp(path, ":memory:") == 0 || strncmp(path, "file:", 5) == 0)
+    return xf__storage_fail(err, path, XF_EINVAL,
+                            "in-memory and URI databases are not supported (WAL needs a "
+                            "file); give a plain file path");
+  XF_GUARD(xf__db_check_migrations(migrations, n_migrations, err));
+
+  xf_err rc = XF_OK;
+  xf_db *db = NULL;
+  char ebuf[128];
+  /* Created here rather than by SQLite so the file (and the -wal and -shm
+   * files SQLite gives the same mode) is private to this user. */
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    int e = errno;
+    return xf__storage_fail(err, path, XF_EIO,
+                            "cannot open or create the database file: %s; check that the "
+                            "directory exists and is writable by this user",
+                            xf__storage_errno(e, ebuf, sizeof(ebuf)));
+  }
+  close(fd);
+
+  db = xf_calloc(1, sizeof(*db));
+  if (!db) {
+    rc = xf__storage_fail(err, path, XF_ENOMEM, "out of memory opening the database");
+    goto out;
+  }
+  db->path = xf_strdup(path);
+  if (!db->path) {
+    rc = xf__storage_fail(err, path, XF_ENOMEM, "out of memory opening the database");
+    goto out;
+  }
+  int src = sqlite3_open_v2(path, &db->handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                            NULL);
+  if (src != SQLITE_OK) {
+    if (!db->handle) {
+      rc = xf__storage_fail(err, path, XF_ENOMEM, "SQLite is out of memory");
+    } else {
+      rc = xf_db_fail(db, err, "cannot open the database");
+    }
+    goto out;
+  }
+  rc = xf__db_configure(db, err);
+  if (rc != XF_OK) goto out;
+  rc = xf__db_migrate(db, migrations, n_migrations, err);
+  if (rc != XF_OK) goto out;
+  *out = db;
+  db = NULL;
+out:
+  xf_db_close(db);
+  return rc;
+}
+
+void xf_db_close(xf_db *db) {
+  if (!db) return;
+  if (db->handle) {
+    if (sqlite3_next_stmt(db->handle, NULL))
+      XF_WARN("db_close_with_open_statements",
+              "db=\"%s\" note=\"the connection closes when they are finalized\"", db->path);
+    sqlite3_close_v2(db->handle);
+  }
+  xf_free(db->path);
+  xf_free(db);
+}
+
+const char *xf_db_path(const xf_db *db) { return db->path; }
+
+sqlite3 *xf_db_handle(xf_db *db) { return db->handle; }
+
+xf_err xf_db_prepare(xf_db *db, const char *sql, sqlite3_stmt **out, xf_errctx *err) {
+  XF_ENSURE(out, err, XF_EINVAL, "xf_db_prepare needs an output statement");
+  *out = NULL;
+  XF_ENSURE(db && sql, err, XF_EINVAL, "xf_db_prepare needs a database and SQL");
+  const char *tail = NULL;
+  sqlite3_stmt *stmt = NULL;
+  char excerpt[96];
+  int rc = sqlite3_prepare_v2(db->handle, sql, -1, &stmt, &tail);
+  if (rc != SQLITE_OK)
+    return xf__storage_fail(err, db->path, XF_EDB, "cannot prepare SQL: %s%s (in: %s)",
+                            sqlite3_errmsg(db->handle), xf__db_hint(rc),
+                            xf__db_excerpt(sql, excerpt, sizeof(excerpt)));
+  if (!stmt)
+    return xf__storage_fail(err, db->path, XF_EINVAL, "the SQL holds no statement: '%s'",
+                            xf__db_excerpt(sql, excerpt, sizeof(excerpt)));
+  while (tail && (*tail == ';' || *tail == ' ' || *tail == '\t' || *tail == '\n' ||
+                  *tail == '\r'))
+    tail++;
+  if (tail && *tail) {
+    sqlite3_finalize(stmt);
+    return xf__storage_fail(err, db->path, XF_EINVAL,
+                            "xf_db_prepare takes one statement but more follows (%s); use "
+                            "xf_db_exec for scripts",
+                            xf__db_excerpt(tail, excerpt, sizeof(excerpt)));
+  }
+  *out = stmt;
+  return XF_OK;
+}
+
+xf_err xf_db_exec(xf_db *db, const char *sql, xf_errctx *err) {
+  XF_ENSURE(db && sql, err, XF_EINVAL, "xf_db_exec needs a database and SQL");
+  char why[400];
+  if (xf__db_run_script(db->handle, sql, why, sizeof(why)) != SQLITE_OK)
+    return xf__storage_fail(err, db->path, XF_EDB, "%s", why);
+  return XF_OK;
+}
+
+xf_err xf_db_begin(xf_db *db, xf_errctx *err) {
+  return xf_db_exec(db, "BEGIN IMMEDIATE", err);
+}
+
+xf_err xf_db_commit(xf_db *db, xf_errctx *err) { return xf_db_exec(db, "COMMIT", err); }
+
+void xf_db_rollback(xf_db *db) {
+  if (!db || sqlite3_get_autocommit(db->handle)) return; /* no transaction open */
+  char why[400];
+  if (xf__db_run_script(db->handle, "ROLLBACK", why, sizeof(why)) != SQLITE_OK)
+    XF_ERROR("db_rollback_failed", "db=\"%s\" why=\"%s\"", db->path, why);
+}
+
+/* Steps a backup to the end, retrying while the source or destination is
+ * locked for at most the busy timeout. */
+static int xf__db_backup_run(sqlite3_backup *b) {
+  int waited_ms = 0;
+  for (;;) {
+    int rc = sqlite3_backup_step(b, -1);
+    if (rc == SQLITE_DONE || rc == SQLITE_OK) {
+      if (rc == SQLITE_DONE) return SQLITE_DONE;
+      continue;
+    }
+    if ((rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED) return rc;
+    if (waited_ms >= XF_DB_BUSY_TIMEOUT_MS) return rc;
+    sqlite3_sleep(20);
+    waited_ms += 20;
+  }
+}
+
+xf_err xf_db_backup(xf_db *db, const char *dest_path, xf_errctx *err) {
+  XF_ENSURE(db && dest_path && dest_path[0], err, XF_EINVAL,
+            "xf_db_backup needs a database and a destination path");
+  if (!sqlite3_get_autocommit(db->handle))
+    return xf__storage_fail(err, db->path, XF_EINVAL,
+                            "a backup inside an open transaction would copy uncommitted "
+                            "changes; commit or roll back first");
+  char ebuf[128];
+  struct stat st;
+  if (lstat(dest_path, &st) == 0)
+    return xf__storage_fail(err, dest_path, XF_EEXISTS,
+                            "the backup destination already exists; choose a new file name "
+                            "or move the old backup away");
+  if (errno != ENOENT) {
+    int e = errno;
+    return xf__storage_fail(err, dest_path, XF_EIO, "cannot check the backup destination: %s",
+                            xf__storage_errno(e, ebuf, sizeof(ebuf)));
+  }
+
+  xf_err rc = XF_OK;
+  char *tmp = NULL;
+  char *journal = NULL;
+  sqlite3 *dest = NULL;
+  sqlite3_backup *b = NULL;
+  int created = 0;
+  char name[XF_STORAGE_NAME_HEX];
+  rc = xf__storage_random_name(name, err);
+  if (rc != XF_OK) goto out;
+  size_t len = strlen(dest_path) + sizeof(".tmp-") + sizeof(name) + sizeof("-journal");
+  tmp = xf_malloc(len);
+  journal = xf_malloc(len);
+  if (!tmp || !journal) {
+    rc = xf__storage_fail(err, dest_path, XF_ENOMEM, "out of memory starting a backup");
+    goto out;
+  }
+  /* Next to the destination, so the final rename stays on one filesystem
+   * and is atomic. */
+  snprintf(tmp, len, "%s.tmp-%s", dest_path, name);
+  snprintf(journal, len, "%s-journal", tmp);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    int e = errno;
+    rc = xf__storage_fail(err, dest_path, XF_EIO,
+                          "cannot create a temporary file next to the backup destination: "
+                          "%s; check that the directory exists and is writable",
+                          xf__storage_errno(e, ebuf, sizeof(ebuf)));
+    goto out;
+  }
+  close(fd);
+  created = 1;
+
+  int src = sqlite3_open_v2(tmp, &dest, SQLITE_OPEN_READWRITE, NULL);
+  if (src != SQLITE_OK) {
+    rc = dest ? xf__storage_fail(err, tmp, XF_EDB, "cannot open the backup file: %s%s",
+                                 sqlite3_errmsg(dest), xf__db_hint(src))
+              : xf__storage_fail(err, tmp, XF_ENOMEM, "SQLite is out of memory");
+    goto out;
+  }
+  char why[400];
+  if (xf__db_run_script(dest, "PRAGMA synchronous=FULL", why, sizeof(why)) != SQLITE_OK) {
+    rc = xf__storage_fail(err, tmp, XF_EDB, "cannot configure the backup file: %s", why);
+    goto out;
+  }
+  b = sqlite3_backup_init(dest, "main", db->handle, "main");
+  if (!b) {
+    rc = xf__storage_fail(err, tmp, XF_EDB, "cannot start the backup: %s",
+                          sqlite3_errmsg(dest));
+    goto out;
+  }
+  src = xf__db_backup_run(b);
+  int fin = sqlite3_backup_finish(b);
+  b = NULL;
+  if (src != SQLITE_DONE || fin != SQLITE_OK) {
+    int code = src != SQLITE_DONE ? src : fin;
+    rc = xf__storage_fail(err, tmp, XF_EDB, "backup of %s failed: %s%s", db->path,
+                          sqlite3_errstr(code), xf__db_hint(code));
+    goto out;
+  }
+  char check[64] = "no result";
+  if (xf__db_query_text(dest, "PRAGMA quick_check", check, sizeof(check)) != SQLITE_OK ||
+      strcmp(check, "ok") != 0) {
+    rc = xf__storage_fail(err, tmp, XF_EINTEGRITY,
+                          "the backup copy fails SQLite's quick_check (%s); check the disk "
+                          "and run the backup again",
+                          check);
+    goto out;
+  }
+  if (sqlite3_close(dest) != SQLITE_OK) {
+    rc = xf__storage_fail(err, tmp, XF_EDB, "cannot close the backup file: %s",
+                          sqlite3_errmsg(dest));
+    goto out;
+  }
+  dest = NULL;
+  /* SQLite synced its commit; this sync does not depend on its settings. */
+  fd = open(tmp, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || fsync(fd) != 0) {
+    int e = errno;
+    if (fd >= 0) close(fd);
+    rc = xf__storage_fail(err, tmp, XF_EIO, "cannot flush the backup file to disk: %s",
+                          xf__storage_errno(e, ebuf, sizeof(ebuf)));
+    goto out;
+  }
+  close(fd);
+  if (rename(tmp, dest_path) != 0) {
+    int e = errno;
+    rc = xf__storage_fail(err, dest_path, XF_EIO, "cannot move the backup into place: %s",
+                          xf__storage_errno(e, ebuf, sizeof(ebuf)));
+    goto out;
+  }
+  created = 0;
+  int e = xf__storage_fsync_parent(dest_path);
+  if (e != 0) {
+    rc = xf__storage_fail(err, dest_path, XF_EIO,
+                          "the backup is in place but its directory could not be flushed "
+                          "to disk: %s",
+                          xf__storage_errno(e, ebuf, sizeof(ebuf)));
+    goto out;
+  }
+  XF_INFO("db_backup_done", "db=\"%s\" dest=\"%s\"", db->path, dest_path);
+out:
+  if (b) sqlite3_backup_finish(b);
+  if (dest) sqlite3_close(dest);
+  if (created) {
+    unlink(tmp);
+    unlink(journal);
+  }
+  xf_free(journal);
+  xf_free(tmp);
+  return rc;
+}

@@ -1,0 +1,798 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Tests of the storage module: SQLite settings, migrations, transactions and
+ * backup; the blob store's round trip, integrity checks and crash safety. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/result.h"
+#include "base/rng.h"
+#include "crypto/digest.h"
+#include "storage/blob.h"
+#include "storage/db.h"
+
+/* Every test works in its own folder under one mkdtemp root, which the
+ * group teardown removes whatever the tests did. */
+static char test_root[64];
+
+static void remove_tree(const char *path) {
+  struct stat st;
+  if (lstat(path, &st) != 0) return;
+  if (S_ISDIR(st.st_mode)) {
+    DIR *d = opendir(path);
+    if (d) {
+      struct dirent *ent;
+      while ((ent = readdir(d)) != NULL) {
+        if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0) continue;
+        char child[PATH_MAX];
+        snprintf(child, sizeof(child), "%s/%s", path, ent->d_name);
+        remove_tree(child);
+      }
+      closedir(d);
+    }
+    rmdir(path);
+  } else {
+    unlink(path);
+  }
+}
+
+static int group_setup(void **state) {
+  (void)state;
+  snprintf(test_root, sizeof(test_root), "/tmp/xf-storage-XXXXXX");
+  if (!mkdtemp(test_root)) return -1;
+  return xf_crypto_init() == XF_OK ? 0 : -1;
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  remove_tree(test_root);
+  return 0;
+}
+
+/* A fresh folder for one test: test_root/name. */
+static void test_dir(const char *name, char *out, size_t n) {
+  snprintf(out, n, "%s/%s", test_root, name);
+  remove_tree(out);
+  assert_int_equal(mkdir(out, 0700), 0);
+}
+
+static int count_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  int count = 0;
+  struct dirent *ent;
+  while ((ent = readdir(d)) != NULL)
+    if (strcmp(ent->d_name, ".") != 0 && strcmp(ent->d_name, "..") != 0) count++;
+  closedir(d);
+  return count;
+}
+
+static int count_open_fds(void) { return count_entries("/proc/self/fd"); }
+
+static int query_int(xf_db *db, const char *sql) {
+  sqlite3_stmt *stmt = NULL;
+  assert_int_equal(xf_db_prepare(db, sql, &stmt, NULL), XF_OK);
+  assert_int_equal(sqlite3_step(stmt), SQLITE_ROW);
+  int v = sqlite3_column_int(stmt, 0);
+  sqlite3_finalize(stmt);
+  return v;
+}
+
+static int table_exists(xf_db *db, const char *name) {
+  sqlite3_stmt *stmt = NULL;
+  assert_int_equal(
+      xf_db_prepare(db, "SELECT count(*) FROM sqlite_master WHERE type='table' AND name=?",
+                    &stmt, NULL),
+      XF_OK);
+  assert_int_equal(sqlite3_bind_text(stmt, 1, name, -1, SQLITE_STATIC), SQLITE_OK);
+  assert_int_equal(sqlite3_step(stmt), SQLITE_ROW);
+  int v = sqlite3_column_int(stmt, 0);
+  sqlite3_finalize(stmt);
+  return v;
+}
+
+static const xf_migration schema[] = {
+    {1, "CREATE TABLE job (id INTEGER PRIMARY KEY, name TEXT NOT NULL);"},
+    {2, "CREATE TABLE round (id INTEGER PRIMARY KEY,\n"
+        "  job_id INTEGER NOT NULL REFERENCES job(id));\n"
+        "-- a comment between statements\n"
+        "CREATE INDEX round_job ON round(job_id);"},
+    {3, "INSERT INTO job(name) VALUES ('seeded');"},
+    {4, "ALTER TABLE job ADD COLUMN created_at INTEGER NOT NULL DEFAULT 0;"},
+};
+
+static void migrations_apply_in_order_and_reopen_is_idempotent(void **state) {
+  (void)state;
+  char dir[128], path[PATH_MAX];
+  test_dir("migrate", dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/state.db", dir);
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_db *db = NULL;
+  assert_int_equal(xf_db_open(path, schema, 3, &db, &err), XF_OK);
+  assert_int_equal(query_int(db, "PRAGMA user_version"), 3);
+  assert_true(table_exists(db, "job") && table_exists(db, "round"));
+  assert_int_equal(query_int(db, "SELECT count(*) FROM job"), 1);
+  xf_db_close(db);
+
+  /* Reopening with the same list runs nothing again (no second seed row). */
+  assert_int_equal(xf_db_open(path, schema, 3, &db, &err), XF_OK);
+  assert_int_equal(query_int(db, "PRAGMA user_version"), 3);
+  assert_int_equal(query_int(db, "SELECT count(*) FROM job"), 1);
+  xf_db_close(db);
+
+  /* A longer list applies only what is new. */
+  assert_int_equal(xf_db_open(path, schema, 4, &db, &err), XF_OK);
+  assert_int_equal(query_int(db, "PRAGMA user_version"), 4);
+  assert_int_equal(query_int(db, "SELECT count(*) FROM job WHERE created_at = 0"), 1);
+  xf_db_close(db);
+}
+
+static void failed_migration_leaves_previous_version(void **state) {
+  (void)state;
+  char dir[128], path[PATH_MAX];
+  test_dir("failed-migration", dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/state.db", dir);
+  const xf_migration broken[] = {
+      {1, "CREATE TABLE job (id INTEGER PRIMARY KEY);"},
+      {2, "CREATE TABLE half (x INTEGER);\nINSERT INTO nonexistent VALUES (1);"},
+  };
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_db *db = (xf_db *)&err; /* must be reset to NULL on failure */
+  assert_int_equal(xf_db_open(path, broken, 2, &db, &err), XF_EDB);
+  assert_null(db);
+  assert_string_equal(err.file, path);
+  assert_string_equal(err.field, "migration 2");
+  assert_non_null(strstr(err.msg, "no such table: nonexistent"));
+  assert_non_null(strstr(err.msg, "INSERT INTO nonexistent"));
+  assert_non_null(strstr(err.msg, "left at version 1"));
+
+  /* Version 1 stayed; the first statement of migration 2 was rolled back. */
+  assert_int_equal(xf_db_open(path, broken, 1, &db, &err), XF_OK);
+  assert_int_equal(query_int(db, "PRAGMA user_version"), 1);
+  assert_true(table_exists(db, "job"));
+  assert_false(table_exists(db, "half"));
+  xf_db_close(db);
+}
+
+static void newer_database_is_refused(void **state) {
+  (void)state;
+  char dir[128], path[PATH_MAX];
+  test_dir("newer", dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/state.db", dir);
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_db *db = NULL;
+  assert_int_equal(xf_db_open(path, schema, 4, &db, &err), XF_OK);
+  xf_db_close(db);
+  assert_int_equal(xf_db_open(path, schema, 2, &db, &err), XF_EUNSUPPORTED);
+  assert_null(db);
+  assert_string_equal(err.file, path);
+  assert_non_null(strstr(err.msg, "schema version 4 is newer than this build knows (2)"));
+  assert_non_null(strstr(err.msg, "downgrade is not supported"));
+}
+
+static void migrations_must_be_consecutive_from_one(void **state) {
+  (void)state;
+  char dir[128], path[PATH_MAX];
+  test_dir("consecutive", dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/state.db", dir);
+  const xf_migration gap[] = {{1, "CREATE TABLE a (x);"}, {3, "CREATE TABLE b (x);"}};
+  const xf_migration late[] = {{2, "CREATE TABLE a (x);"}};
+  const xf_migration empty[] = {{1, NULL}};
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_db *db = NULL;
+  assert_int_equal(xf_db_open(path, gap, 2, &db, &err), XF_EINVAL);
+  assert_non_null(strstr(err.msg, "index 1 has version 3, expected 2"));
+  assert_int_equal(xf_db_open(path, late, 1, &db, &err), XF_EINVAL);
+  assert_int_equal(xf_db_open(path, empty, 1, &db, &err), XF_EINVAL);
+  assert_int_equal(xf_db_open(path, NULL, 1, &db, &err), XF_EINVAL);
+  assert_null(db);
+  assert_int_equal(xf_db_open(":memory:", NULL, 0, &db, &err), XF_EINVAL);
+}
+
+static void concurrent_openers_apply_each_migration_once(void **state) {
+  (void)state;
+  char dir[128], path[PATH_MAX];
+  test_dir("concurrent", dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/state.db", dir);
+  /* Several processes race to create and migrate one new database; the seed
+   * row of migration 3 must exist exactly once. The children wait at a
+   * barrier (end of file on a pipe) so that their opens overlap. */
+  enum { OPENERS = 8 };
+  pid_t pids[OPENERS];
+  int barrier[2];
+  assert_int_equal(pipe(barrier), 0);
+  fflush(NULL);
+  for (int i = 0; i < OPENERS; i++) {
+    pids[i] = fork();
+    assert_true(pids[i] >= 0);
+    if (pids[i] == 0) {
+      char c;
+      close(barrier[1]);
+      if (read(barrier[0], &c, 1) != 0) _exit(2);
+      xf_db *db = NULL;
+      xf_err rc = xf_db_open(path, schema, 3, &db, NULL);
+      xf_db_close(db);
+      _exit(rc == XF_OK ? 0 : 10 + (int)rc);
+    }
+  }
+  close(barrier[0]);
+  close(barrier[1]); /* releases every child at once */
+  for (int i = 0; i < OPENERS; i++) {
+    int status = 0;
+    assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+  }
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_db *db = NULL, *late = NULL;
+  assert_int_equal(xf_db_open(path, schema, 3, &db, &err), XF_OK);
+  assert_int_equal(query_int(db, "SELECT count(*) FROM job"), 1);
+
+  /* An up-to-date database opens while another connection holds the write
+   * lock (it would otherwise wait out the busy timeout and fail). */
+  assert_int_equal(xf_db_begin(db, &err), XF_OK);
+  assert_int_equal(xf_db_open(path, schema, 3, &late, &err), XF_OK);
+  assert_int_equal(query_int(late, "PRAGMA user_version"), 3);
+  xf_db_rollback(db);
+  xf_db_close(late);
+  xf_db_close(db);
+}
+
+static void wal_mode_and_foreign_keys_are_on(void **state) {
+  (void)state;
+  char dir[128], path[PATH_MAX], wal[PATH_MAX + 8];
+  test_dir("pragmas", dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/state.db", dir);
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_db *db = NULL;
+  assert_int_equal(xf_db_open(path, schema, 2, &db, &err), XF_OK);
+
+  sqlite3_stmt *stmt = NULL;
+  assert_int_equal(xf_db_prepare(db, "PRAGMA journal_mode", &stmt, &err), XF_OK);
+  assert_int_equal(sqlite3_step(stmt), SQLITE_ROW);
+  assert_string_equal((const char *)sqlite3_column_text(stmt, 0), "wal");
+  sqlite3_finalize(stmt);
+  assert_int_equal(query_int(db, "PRAGMA foreign_keys"), 1);
+  assert_int_equal(query_int(db, "PRAGMA synchronous"), 2); /* FULL */
+  assert_int_equal(query_int(db, "PRAGMA busy_timeout"), XF_DB_BUSY_TIMEOUT_MS);
+
+  /* A round of a job that does not exist violates the foreign key. */
+  assert_int_equal(xf_db_exec(db, "INSERT INTO round(job_id) VALUES (42)", &err), XF_EDB);
+  assert_string_equal(err.file, path);
+  assert_non_null(strstr(err.msg, "FOREIGN KEY constraint failed"));
+  assert_int_equal(xf_db_exec(db, "INSERT INTO job(id, name) VALUES (42, 'j');"
+                                  "INSERT INTO round(job_id) VALUES (42)",
+                              &err),
+                   XF_OK);
+  snprintf(wal, sizeof(wal), "%s-wal", path);
+  struct stat st;
+  assert_int_equal(stat(wal, &st), 0);
+  assert_int_equal(stat(path, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0600);
+  xf_db_close(db);
+}
+
+static void non_database_file_is_refused(void **state) {
+  (void)state;
+  char dir[128], path[PATH_MAX];
+  test_dir("not-a-db", dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/notes.txt", dir);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  for (int i = 0; i < 64; i++) fputs("these are plain notes, not a database\n", f);
+  fclose(f);
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_db *db = NULL;
+  assert_int_equal(xf_db_open(path, schema, 1, &db, &err), XF_EDB);
+  assert_null(db);
+  assert_string_equal(err.file, path);
+  assert_non_null(strstr(err.msg, "not a database"));
+  /* A directory cannot be a database either. */
+  assert_int_equal(xf_db_open(dir, schema, 1, &db, &err), XF_EIO);
+  assert_string_equal(err.file, dir);
+}
+
+static void prepare_reports_the_sql_error_and_refuses_two_statements(void **state) {
+  (void)state;
+  char dir[128], path[PATH_MAX];
+  test_dir("prepare", dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/state.db", dir);
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_db *db = NULL;
+  assert_int_equal(xf_db_open(path, schema, 1, &db, &err), XF_OK);
+  sqlite3_stmt *stmt = (sqlite3_stmt *)&err;
+  assert_int_equal(xf_db_prepare(db, "SELEC name FROM job", &stmt, &err), XF_EDB);
+  assert_null(stmt);
+  assert_string_equal(err.file, path);
+  assert_non_null(strstr(err.msg, "syntax error"));
+  assert_non_null(strstr(err.msg, "SELEC name FROM job"));
+  assert_int_equal(xf_db_prepare(db, "SELECT 1; SELECT 2", &stmt, &err), XF_EINVAL);
+  assert_null(stmt);
+  assert_int_equal(xf_db_prepare(db, "SELECT 1;\n", &stmt, &err), XF_OK);
+  sqlite3_finalize(stmt);
+  xf_db_close(db);
+}
+
+static void rollback_discards_and_commit_keeps(void **state) {
+  (void)state;
+  char dir[128], path[PATH_MAX];
+  test_dir("transactions", dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/state.db", dir);
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_db *db = NULL;
+  assert_int_equal(xf_db_open(path, schema, 1, &db, &err), XF_OK);
+  assert_int_equal(xf_db_begin(db, &err), XF_OK);
+  assert_int_equal(xf_db_exec(db, "INSERT INTO job(name) VALUES ('dropped')", &err), XF_OK);
+  assert_int_equal(xf_db_begin(db, &err), XF_EDB); /* no nesting */
+  xf_db_rollback(db);
+  xf_db_rollback(db); /* nothing open: harmless */
+  assert_int_equal(query_int(db, "SELECT count(*) FROM job"), 0);
+  assert_int_equal(xf_db_begin(db, &err), XF_OK);
+  assert_int_equal(xf_db_exec(db, "INSERT INTO job(name) VALUES ('kept')", &err), XF_OK);
+  assert_int_equal(xf_db_commit(db, &err), XF_OK);
+  xf_db_close(db);
+  assert_int_equal(xf_db_open(path, schema, 1, &db, &err), XF_OK);
+  assert_int_equal(query_int(db, "SELECT count(*) FROM job WHERE name = 'kept'"), 1);
+  xf_db_close(db);
+}
+
+static void backup_copies_a_live_database(void **state) {
+  (void)state;
+  char dir[128], path[PATH_MAX], dest[PATH_MAX];
+  test_dir("backup", dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/state.db", dir);
+  snprintf(dest, sizeof(dest), "%s/state-backup.db", dir);
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_db *db = NULL, *writer = NULL, *copy = NULL;
+  assert_int_equal(xf_db_open(path, schema, 3, &db, &err), XF_OK);
+  assert_int_equal(xf_db_exec(db, "INSERT INTO job(name) VALUES ('a'), ('b')", &err), XF_OK);
+
+  /* A second connection is in the middle of a write transaction. */
+  assert_int_equal(xf_db_open(path, schema, 3, &writer, &err), XF_OK);
+  assert_int_equal(xf_db_begin(writer, &err), XF_OK);
+  assert_int_equal(xf_db_exec(writer, "INSERT INTO job(name) VALUES ('pending')", &err),
+                   XF_OK);
+  assert_int_equal(xf_db_backup(db, dest, &err), XF_OK);
+  assert_int_equal(xf_db_commit(writer, &err), XF_OK);
+  xf_db_close(writer);
+
+  /* Only the backup and the live database's own files are in the folder: no
+   * temporary copy or journal was left behind. */
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  struct dirent *ent;
+  while ((ent = readdir(d)) != NULL) assert_null(strstr(ent->d_name, ".tmp-"));
+  closedir(d);
+
+  /* The copy holds the committed rows as of the backup, not the pending one. */
+  assert_int_equal(xf_db_open(dest, schema, 3, &copy, &err), XF_OK);
+  assert_int_equal(query_int(copy, "SELECT count(*) FROM job"), 3); /* seeded, a, b */
+  assert_int_equal(query_int(copy, "SELECT count(*) FROM job WHERE name = 'pending'"), 0);
+  assert_int_equal(query_int(copy, "PRAGMA user_version"), 3);
+  assert_int_equal(query_int(db, "SELECT count(*) FROM job"), 4);
+  xf_db_close(copy);
+  xf_db_close(db);
+}
+
+static void backup_refuses_an_existing_destination(void **state) {
+  (void)state;
+  char dir[128], path[PATH_MAX], dest[PATH_MAX];
+  test_dir("backup-exists", dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/state.db", dir);
+  snprintf(dest, sizeof(dest), "%s/missing-dir/backup.db", dir);
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_db *db = NULL;
+  assert_int_equal(xf_db_open(path, schema, 1, &db, &err), XF_OK);
+  assert_int_equal(xf_db_backup(db, path, &err), XF_EEXISTS); /* never over the live file */
+  assert_string_equal(err.file, path);
+  assert_int_equal(xf_db_backup(db, dest, &err), XF_EIO);
+  assert_string_equal(err.file, dest);
+  assert_int_equal(xf_db_begin(db, &err), XF_OK);
+  assert_int_equal(xf_db_backup(db, dest, &err), XF_EINVAL); /* not inside a transaction */
+  xf_db_rollback(db);
+  xf_db_close(db);
+}
+
+static void blob_roundtrip_by_digest(void **state) {
+  (void)state;
+  char dir[128], path[PATH_MAX];
+  test_dir("blobs", dir, sizeof(dir));
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_blob_store *store = NULL;
+  assert_int_equal(xf_blob_store_open(dir, &store, &err), XF_OK);
+  const char checkpoint[] = "layer0.weight=0.125,0.5;layer0.bias=-1";
+  xf_digest d, want;
+  xf_digest_buf(checkpoint, sizeof(checkpoint), &want);
+  assert_false(xf_blob_exists(store, &want));
+  assert_int_equal(xf_blob_put(store, checkpoint, sizeof(checkpoint), &d, &err), XF_OK);
+  assert_memory_equal(d.bytes, want.bytes, XF_DIGEST_BYTES);
+  assert_true(xf_blob_exists(store, &d));
+
+  char hex[XF_DIGEST_HEX], expect_path[PATH_MAX + 80];
+  xf_digest_hex(&d, hex);
+  snprintf(expect_path, sizeof(expect_path), "%s/%.2s/%s", dir, hex, hex + 2);
+  assert_int_equal(xf_blob_path(store, &d, path, sizeof(path)), XF_OK);
+  assert_string_equal(path, expect_path);
+  char small[16];
+  assert_int_equal(xf_blob_path(store, &d, small, sizeof(small)), XF_ERANGE);
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0400);
+
+  void *data = NULL;
+  size_t n = 0;
+  assert_int_equal(xf_blob_get(store, &d, &data, &n, &err), XF_OK);
+  assert_int_equal(n, sizeof(checkpoint));
+  assert_memory_equal(data, checkpoint, n);
+  xf_free(data);
+
+  /* Storing the same bytes again is a no-op that succeeds; streaming them
+   * in pieces gives the same digest. */
+  assert_int_equal(xf_blob_put(store, checkpoint, sizeof(checkpoint), &d, &err), XF_OK);
+  xf_blob_writer *w = NULL;
+  assert_int_equal(xf_blob_writer_begin(store, &w, &err), XF_OK);
+  assert_int_equal(xf_blob_writer_write(w, checkpoint, 5, &err), XF_OK);
+  assert_int_equal(xf_blob_writer_write(w, NULL, 0, &err), XF_OK);
+  assert_int_equal(xf_blob_writer_write(w, checkpoint + 5, sizeof(checkpoint) - 5, &err),
+                   XF_OK);
+  xf_digest streamed;
+  assert_int_equal(xf_blob_writer_commit(w, &streamed, &err), XF_OK);
+  assert_memory_equal(streamed.bytes, want.bytes, XF_DIGEST_BYTES);
+
+  /* The empty blob is a blob too. */
+  assert_int_equal(xf_blob_put(store, "", 0, &d, &err), XF_OK);
+  assert_int_equal(xf_blob_get(store, &d, &data, &n, &err), XF_OK);
+  assert_int_equal(n, 0);
+  assert_non_null(data);
+  xf_free(data);
+  assert_int_equal(count_entries(dir), 3); /* tmp and two shard folders */
+  char tmp[PATH_MAX + 8];
+  snprintf(tmp, sizeof(tmp), "%s/tmp", dir);
+  assert_int_equal(count_entries(tmp), 0);
+  xf_blob_store_close(store);
+}
+
+static void missing_blob_is_reported_as_noent(void **state) {
+  (void)state;
+  char dir[128];
+  test_dir("blobs-missing", dir, sizeof(dir));
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_blob_store *store = NULL;
+  assert_int_equal(xf_blob_store_open(dir, &store, &err), XF_OK);
+  xf_digest d;
+  xf_digest_buf("never stored", 12, &d);
+  void *data = (void *)&err;
+  size_t n = 7;
+  assert_int_equal(xf_blob_get(store, &d, &data, &n, &err), XF_ENOENT);
+  assert_null(data);
+  assert_int_equal(n, 0);
+  assert_non_null(strstr(err.file, dir));
+  xf_blob_store_close(store);
+}
+
+/* Rewrites one byte of a committed (read-only) blob file in place. */
+static void flip_byte(const char *path, off_t off) {
+  assert_int_equal(chmod(path, 0600), 0);
+  int fd = open(path, O_RDWR);
+  assert_true(fd >= 0);
+  uint8_t b;
+  assert_int_equal(pread(fd, &b, 1, off), 1);
+  b ^= 0x01;
+  assert_int_equal(pwrite(fd, &b, 1, off), 1);
+  close(fd);
+}
+
+static void corrupted_blob_is_reported_not_returned(void **state) {
+  (void)state;
+  char dir[128], path[PATH_MAX];
+  test_dir("blobs-corrupt", dir, sizeof(dir));
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_blob_store *store = NULL;
+  assert_int_equal(xf_blob_store_open(dir, &store, &err), XF_OK);
+  uint8_t weights[4096];
+  for (size_t i = 0; i < sizeof(weights); i++) weights[i] = (uint8_t)(i * 7);
+  xf_digest d;
+  assert_int_equal(xf_blob_put(store, weights, sizeof(weights), &d, &err), XF_OK);
+  assert_int_equal(xf_blob_path(store, &d, path, sizeof(path)), XF_OK);
+
+  /* One flipped bit. */
+  flip_byte(path, 1000);
+  void *data = NULL;
+  size_t n = 0;
+  assert_int_equal(xf_blob_get(store, &d, &data, &n, &err), XF_EINTEGRITY);
+  assert_null(data);
+  assert_int_equal(n, 0);
+  assert_string_equal(err.file, path);
+  assert_non_null(strstr(err.msg, "does not match its digest"));
+
+  /* Storing the checkpoint again replaces the damaged file. */
+  assert_int_equal(xf_blob_put(store, weights, sizeof(weights), &d, &err), XF_OK);
+  assert_int_equal(xf_blob_get(store, &d, &data, &n, &err), XF_OK);
+  assert_memory_equal(data, weights, sizeof(weights));
+  xf_free(data);
+
+  /* A truncated file is caught the same way. */
+  assert_int_equal(chmod(path, 0600), 0);
+  assert_int_equal(truncate(path, 100), 0);
+  assert_int_equal(xf_blob_get(store, &d, &data, &n, &err), XF_EINTEGRITY);
+  assert_null(data);
+  xf_blob_store_close(store);
+}
+
+static void aborted_writer_leaves_nothing_behind(void **state) {
+  (void)state;
+  char dir[128], tmp[PATH_MAX + 8];
+  test_dir("blobs-abort", dir, sizeof(dir));
+  snprintf(tmp, sizeof(tmp), "%s/tmp", dir);
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_blob_store *store = NULL;
+  assert_int_equal(xf_blob_store_open(dir, &store, &err), XF_OK);
+  xf_blob_writer *w = NULL;
+  assert_int_equal(xf_blob_writer_begin(store, &w, &err), XF_OK);
+  assert_int_equal(xf_blob_writer_write(w, "partial", 7, &err), XF_OK);
+  assert_int_equal(count_entries(tmp), 1);
+  xf_blob_writer_abort(w);
+  xf_blob_writer_abort(NULL);
+  assert_int_equal(count_entries(tmp), 0);
+  assert_int_equal(count_entries(dir), 1); /* only tmp */
+  xf_digest d;
+  xf_digest_buf("partial", 7, &d);
+  assert_false(xf_blob_exists(store, &d));
+  xf_blob_store_close(store);
+}
+
+static void temp_file_of_a_live_writer_survives_another_open(void **state) {
+  (void)state;
+  char dir[128], tmp[PATH_MAX + 8];
+  test_dir("blobs-live", dir, sizeof(dir));
+  snprintf(tmp, sizeof(tmp), "%s/tmp", dir);
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_blob_store *store = NULL, *other = NULL;
+  assert_int_equal(xf_blob_store_open(dir, &store, &err), XF_OK);
+  xf_blob_writer *w = NULL;
+  assert_int_equal(xf_blob_writer_begin(store, &w, &err), XF_OK);
+  assert_int_equal(xf_blob_writer_write(w, "round 7 ", 8, &err), XF_OK);
+  /* Another process (here: another open) starts while the writer works. */
+  assert_int_equal(xf_blob_store_open(dir, &other, &err), XF_OK);
+  assert_int_equal(count_entries(tmp), 1);
+  assert_int_equal(xf_blob_writer_write(w, "global model", 12, &err), XF_OK);
+  xf_digest d, want;
+  assert_int_equal(xf_blob_writer_commit(w, &d, &err), XF_OK);
+  xf_digest_buf("round 7 global model", 20, &want);
+  assert_memory_equal(d.bytes, want.bytes, XF_DIGEST_BYTES);
+  assert_true(xf_blob_exists(other, &d));
+  xf_blob_store_close(other);
+  xf_blob_store_close(store);
+}
+
+/* The crash test streams a checkpoint far larger than one write, so the
+ * kill lands while the blob is partly written. */
+#define KILL_CHUNK ((size_t)1 << 20)
+#define KILL_CHUNKS 64          /* 64 MiB in all */
+#define KILL_SIGNAL_AT_CHUNK 16 /* the child tells the parent after 16 MiB */
+
+static void fill_chunk(uint8_t *buf, size_t index) {
+  xf_rng rng;
+  xf_rng_seed(&rng, 20240601, index);
+  for (size_t i = 0; i < KILL_CHUNK; i += 8) {
+    uint64_t v = xf_rng_next(&rng);
+    memcpy(buf + i, &v, 8);
+  }
+}
+
+/* The writer process: never returns. Exit codes tell the parent what failed
+ * if it is not killed first. */
+static void killed_writer_child(xf_blob_store *store, int signal_fd) {
+  static uint8_t chunk[KILL_CHUNK];
+  xf_blob_writer *w = NULL;
+  if (xf_blob_writer_begin(store, &w, NULL) != XF_OK) _exit(2);
+  for (size_t i = 0; i < KILL_CHUNKS; i++) {
+    fill_chunk(chunk, i);
+    if (xf_blob_writer_write(w, chunk, KILL_CHUNK, NULL) != XF_OK) _exit(3);
+    if (i + 1 == KILL_SIGNAL_AT_CHUNK && write(signal_fd, "w", 1) != 1) _exit(4);
+  }
+  /* Whatever remains of the stream is still unwritten when the parent's kill
+   * lands: a writer never commits before it has written everything. */
+  for (;;) pause();
+}
+
+static void writer_killed_mid_write_leaves_no_visible_blob(void **state) {
+  (void)state;
+  char dir[128], tmp[PATH_MAX + 8];
+  test_dir("blobs-crash", dir, sizeof(dir));
+  snprintf(tmp, sizeof(tmp), "%s/tmp", dir);
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_blob_store *store = NULL;
+  assert_int_equal(xf_blob_store_open(dir, &store, &err), XF_OK);
+
+  uint8_t *chunk = xf_malloc(KILL_CHUNK);
+  assert_non_null(chunk);
+  xf_digest_ctx whole_ctx, prefix_ctx;
+  xf_digest whole, prefix;
+  xf_digest_init(&whole_ctx);
+  xf_digest_init(&prefix_ctx);
+  for (size_t i = 0; i < KILL_CHUNKS; i++) {
+    fill_chunk(chunk, i);
+    xf_digest_update(&whole_ctx, chunk, KILL_CHUNK);
+    if (i < KILL_SIGNAL_AT_CHUNK) xf_digest_update(&prefix_ctx, chunk, KILL_CHUNK);
+  }
+  xf_digest_final(&whole_ctx, &whole);
+  xf_digest_final(&prefix_ctx, &prefix);
+
+  int signal_pipe[2];
+  assert_int_equal(pipe(signal_pipe), 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    close(signal_pipe[0]);
+    killed_writer_child(store, signal_pipe[1]);
+  }
+  close(signal_pipe[1]);
+  char c = 0;
+  ssize_t got = read(signal_pipe[0], &c, 1);
+  kill(pid, SIGKILL);
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  close(signal_pipe[0]);
+  assert_int_equal(got, 1); /* the child reached the point of the crash */
+  assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+
+  /* Nothing is visible under a digest: not the whole content, not the part
+   * written; the store holds only its tmp folder, and there the dead
+   * writer's file, at least as long as what it had announced. */
+  assert_false(xf_blob_exists(store, &whole));
+  assert_false(xf_blob_exists(store, &prefix));
+  void *data = NULL;
+  size_t n = 0;
+  assert_int_equal(xf_blob_get(store, &whole, &data, &n, &err), XF_ENOENT);
+  assert_int_equal(count_entries(dir), 1);
+  assert_int_equal(count_entries(tmp), 1);
+  DIR *d = opendir(tmp);
+  assert_non_null(d);
+  struct dirent *ent;
+  char stale[PATH_MAX + 300] = "";
+  while ((ent = readdir(d)) != NULL)
+    if (ent->d_name[0] != '.') snprintf(stale, sizeof(stale), "%s/%s", tmp, ent->d_name);
+  closedir(d);
+  struct stat st;
+  assert_int_equal(stat(stale, &st), 0);
+  assert_true((size_t)st.st_size >= KILL_SIGNAL_AT_CHUNK * KILL_CHUNK);
+
+  /* Reopening clears the dead writer's file. */
+  xf_blob_store_close(store);
+  assert_int_equal(xf_blob_store_open(dir, &store, &err), XF_OK);
+  assert_int_equal(count_entries(tmp), 0);
+
+  /* Writing the same content afterwards succeeds and reads back whole. */
+  xf_blob_writer *w = NULL;
+  assert_int_equal(xf_blob_writer_begin(store, &w, &err), XF_OK);
+  for (size_t i = 0; i < KILL_CHUNKS; i++) {
+    fill_chunk(chunk, i);
+    assert_int_equal(xf_blob_writer_write(w, chunk, KILL_CHUNK, &err), XF_OK);
+  }
+  xf_digest committed;
+  assert_int_equal(xf_blob_writer_commit(w, &committed, &err), XF_OK);
+  assert_memory_equal(committed.bytes, whole.bytes, XF_DIGEST_BYTES);
+  assert_int_equal(xf_blob_get(store, &whole, &data, &n, &err), XF_OK);
+  assert_int_equal(n, KILL_CHUNKS * KILL_CHUNK);
+  int same = 1;
+  for (size_t i = 0; i < KILL_CHUNKS; i++) {
+    fill_chunk(chunk, i);
+    same &= memcmp((uint8_t *)data + i * KILL_CHUNK, chunk, KILL_CHUNK) == 0;
+  }
+  assert_true(same);
+  xf_free(data);
+  xf_free(chunk);
+  xf_blob_store_close(store);
+}
+
+/* One pass over open, put, get, database open, write and backup; returns the
+ * first failure. Everything taken is released on every path. */
+static xf_err storage_round_trip(const char *dir, long pass, xf_errctx *err) {
+  static const char model[] = "round 3 aggregate: 0.25 0.75 -0.5";
+  char blobs[PATH_MAX], dbpath[PATH_MAX], backup[PATH_MAX];
+  snprintf(blobs, sizeof(blobs), "%s/blobs", dir);
+  snprintf(dbpath, sizeof(dbpath), "%s/state.db", dir);
+  snprintf(backup, sizeof(backup), "%s/backup-%ld.db", dir, pass);
+  xf_blob_store *store = NULL;
+  xf_db *db = NULL;
+  void *data = NULL;
+  size_t n = 0;
+  xf_digest d;
+  xf_err rc = xf_blob_store_open(blobs, &store, err);
+  if (rc == XF_OK) rc = xf_blob_put(store, model, sizeof(model), &d, err);
+  if (rc == XF_OK) rc = xf_blob_get(store, &d, &data, &n, err);
+  if (rc == XF_OK && (n != sizeof(model) || memcmp(data, model, n) != 0)) rc = XF_EINTERNAL;
+  if (rc == XF_OK) rc = xf_db_open(dbpath, schema, 4, &db, err);
+  if (rc == XF_OK) rc = xf_db_exec(db, "INSERT INTO job(name) VALUES ('alloc')", err);
+  if (rc == XF_OK) rc = xf_db_backup(db, backup, err);
+  xf_db_close(db);
+  xf_free(data);
+  xf_blob_store_close(store);
+  return rc;
+}
+
+static void allocation_failures_are_reported_not_crashed(void **state) {
+  (void)state;
+  char dir[128], tmp[PATH_MAX + 16];
+  test_dir("alloc", dir, sizeof(dir));
+  snprintf(tmp, sizeof(tmp), "%s/blobs/tmp", dir);
+  int fds = count_open_fds();
+  long pass = 0;
+  for (;; pass++) {
+    assert_true(pass < 200); /* the pass count is bounded: no retry loop on ENOMEM */
+    xf_errctx err;
+    xf_errctx_clear(&err);
+    xf_alloc_fail_after(pass);
+    xf_err rc = storage_round_trip(dir, pass, &err);
+    xf_alloc_fail_reset();
+    if (rc != XF_OK && rc != XF_ENOMEM) fail_msg("pass %ld: %s: %s", pass, xf_err_name(rc), err.msg);
+    if (rc == XF_ENOMEM) assert_true(err.msg[0] != '\0');
+    assert_int_equal(count_open_fds(), fds);
+    if (count_entries(tmp) > 0) fail_msg("pass %ld left a temporary blob", pass);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *ent;
+    while ((ent = readdir(d)) != NULL)
+      if (strstr(ent->d_name, ".tmp-")) fail_msg("pass %ld left %s", pass, ent->d_name);
+    closedir(d);
+    if (rc == XF_OK) break;
+  }
+  assert_true(pass > 3); /* the loop did reach the allocations of every step */
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(migrations_apply_in_order_and_reopen_is_idempotent),
+      cmocka_unit_test(failed_migration_leaves_previous_version),
+      cmocka_unit_test(newer_database_is_refused),
+      cmocka_unit_test(migrations_must_be_consecutive_from_one),
+      cmocka_unit_test(concurrent_openers_apply_each_migration_once),
+      cmocka_unit_test(wal_mode_and_foreign_keys_are_on),
+      cmocka_unit_test(non_database_file_is_refused),
+      cmocka_unit_test(prepare_reports_the_sql_error_and_refuses_two_statements),
+      cmocka_unit_test(rollback_discards_and_commit_keeps),
+      cmocka_unit_test(backup_copies_a_live_database),
+      cmocka_unit_test(backup_refuses_an_existing_destination),
+      cmocka_unit_test(blob_roundtrip_by_digest),
+      cmocka_unit_test(missing_blob_is_reported_as_noent),
+      cmocka_unit_test(corrupted_blob_is_reported_not_returned),
+      cmocka_unit_test(aborted_writer_leaves_nothing_behind),
+      cmocka_unit_test(temp_file_of_a_live_writer_survives_another_open),
+      cmocka_unit_test(writer_killed_mid_write_leaves_no_visible_blob),
+      cmocka_unit_test(allocation_failures_are_reported_not_crashed),
+  };
+  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
