@@ -1,0 +1,714 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Tests of the cuda backend against the cpu reference: every op runs on both
+ * backends on the same seeded inputs, and the results are compared at the
+ * tolerance the op's arithmetic allows (stated at each test). Where CUDA was
+ * not built or no GPU is usable, every test is skipped with the reason. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/result.h"
+#include "base/rng.h"
+#include "kernels/backend.h"
+
+static xf_backend *cpu_b, *gpu_b;
+static char no_gpu_why[700];
+
+static int open_backends(void **state) {
+  (void)state;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_backend_options opt = {XF_BACKEND_CPU, 1, 0};
+  if (xf_backend_open(&opt, &cpu_b, &err) != XF_OK) {
+    print_error("cannot open the cpu backend: %s\n", err.msg);
+    return -1;
+  }
+  opt.kind = XF_BACKEND_CUDA;
+  xf_errctx_clear(&err);
+  if (xf_backend_open(&opt, &gpu_b, &err) != XF_OK) {
+    gpu_b = NULL;
+    xf_errctx_format(&err, no_gpu_why, sizeof(no_gpu_why));
+  } else {
+    print_message("cuda backend: %s\n", xf_backend_describe(gpu_b));
+  }
+  return 0;
+}
+
+static int close_backends(void **state) {
+  (void)state;
+  xf_backend_close(gpu_b);
+  xf_backend_close(cpu_b);
+  return 0;
+}
+
+#define REQUIRE_GPU()                                                          \
+  do {                                                                         \
+    if (!gpu_b) {                                                              \
+      print_message("no GPU: %s\n", no_gpu_why);                               \
+      skip();                                                                  \
+    }                                                                          \
+  } while (0)
+
+/* ---- buffers on both backends --------------------------------------------- */
+
+typedef struct twin {
+  void *on_cpu, *on_gpu;
+  size_t bytes;
+} twin;
+
+static void *host_alloc(size_t bytes) {
+  void *p = xf_malloc(bytes ? bytes : 1);
+  assert_non_null(p);
+  return p;
+}
+
+/* The same bytes on both backends; zero-filled when init is NULL. */
+static twin twin_new(size_t bytes, const void *init) {
+  twin t = {NULL, NULL, bytes};
+  assert_int_equal(xf_backend_alloc(cpu_b, bytes, &t.on_cpu), XF_OK);
+  assert_int_equal(xf_backend_alloc(gpu_b, bytes, &t.on_gpu), XF_OK);
+  if (init) {
+    assert_int_equal(xf_backend_upload(cpu_b, t.on_cpu, init, bytes), XF_OK);
+    assert_int_equal(xf_backend_upload(gpu_b, t.on_gpu, init, bytes), XF_OK);
+  }
+  return t;
+}
+
+static void twin_read(const twin *t, void *from_cpu, void *from_gpu) {
+  assert_int_equal(xf_backend_download(cpu_b, from_cpu, t->on_cpu, t->bytes), XF_OK);
+  assert_int_equal(xf_backend_download(gpu_b, from_gpu, t->on_gpu, t->bytes), XF_OK);
+}
+
+static void twin_free(twin *t) {
+  xf_backend_free(cpu_b, t->on_cpu);
+  xf_backend_free(gpu_b, t->on_gpu);
+  t->on_cpu = t->on_gpu = NULL;
+}
+
+static float *cpu_f(const twin *t) { return (float *)t->on_cpu; }
+static float *gpu_f(const twin *t) { return (float *)t->on_gpu; }
+
+/* Normal(0, scale) floats; with `step` > 0 rounded to multiples of it, which
+ * makes ties and exact zeros common. */
+static float *random_floats(xf_rng *rng, size_t n, double scale, double step) {
+  float *v = host_alloc(n * sizeof(float));
+  for (size_t i = 0; i < n; i++) {
+    double x = xf_rng_normal(rng) * scale;
+    v[i] = (float)(step > 0 ? round(x / step) * step : x);
+  }
+  return v;
+}
+
+/* ---- comparisons ---------------------------------------------------------- */
+
+static void expect_identical_floats(const char *what, const float *want, const float *got,
+                                    size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (memcmp(&want[i], &got[i], sizeof(float)) != 0)
+      fail_msg("%s[%zu]: cpu %.9g, cuda %.9g (must be bit-identical)", what, i, (double)want[i],
+               (double)got[i]);
+  }
+}
+
+static void expect_identical_ints(const char *what, const int32_t *want, const int32_t *got,
+                                  size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (want[i] != got[i])
+      fail_msg("%s[%zu]: cpu %d, cuda %d", what, i, (int)want[i], (int)got[i]);
+  }
+}
+
+/* |got - want| <= tol[i] elementwise; NaN must meet NaN. */
+static void expect_within(const char *what, const float *want, const float *got,
+                          const double *tol, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (isnan(want[i]) || isnan(got[i])) {
+      if (!(isnan(want[i]) && isnan(got[i])))
+        fail_msg("%s[%zu]: cpu %.9g, cuda %.9g", what, i, (double)want[i], (double)got[i]);
+      continue;
+    }
+    double d = fabs((double)got[i] - (double)want[i]);
+    if (!(d <= tol[i]))
+      fail_msg("%s[%zu]: cpu %.9g, cuda %.9g, difference %.3g over tolerance %.3g", what, i,
+               (double)want[i], (double)got[i], d, tol[i]);
+  }
+}
+
+/* ---- dense algebra -------------------------------------------------------- */
+
+/* Tolerance: both sides accumulate k products in float, in different orders
+ * and blockings, so each element may differ by a few float roundings of the
+ * magnitudes involved. The bound is 1e-5 * sqrt(k + 1) times
+ * |alpha| * sum_p |op(A)[i][p]| |op(B)[p][j]| + |beta| |C[i][j]|: about 80
+ * float epsilons times the typical sqrt(k) growth of rounding error, far
+ * below what a wrong index or transpose would give. The padding between
+ * rows of C (ldc > n) must come back untouched, bit for bit. */
+static void gemm_case(xf_rng *rng, bool ta, bool tb, int m, int n, int k, int pad, float alpha,
+                      float beta, bool nan_c) {
+  const int ra = ta ? k : m, ca = ta ? m : k, rb = tb ? n : k, cb = tb ? k : n;
+  const int lda = (ca > 0 ? ca : 1) + pad, ldb = (cb > 0 ? cb : 1) + pad, ldc = n + pad;
+  const size_t na = (size_t)ra * lda, nb = (size_t)rb * ldb, nc = (size_t)m * ldc;
+  float *a = random_floats(rng, na, 1.0, 0), *bm = random_floats(rng, nb, 1.0, 0);
+  float *c0 = random_floats(rng, nc, 1.0, 0);
+  if (nan_c)
+    for (size_t i = 0; i < nc; i++) c0[i] = NAN; /* beta == 0: C is not read */
+  twin ta_ = twin_new(na * sizeof(float), a), tb_ = twin_new(nb * sizeof(float), bm);
+  twin tc = twin_new(nc * sizeof(float), c0);
+  xf_k_gemm(cpu_b, ta, tb, m, n, k, alpha, cpu_f(&ta_), lda, cpu_f(&tb_), ldb, beta, cpu_f(&tc),
+            ldc);
+  xf_k_gemm(gpu_b, ta, tb, m, n, k, alpha, gpu_f(&ta_), lda, gpu_f(&tb_), ldb, beta, gpu_f(&tc),
+            ldc);
+  assert_int_equal(xf_backend_sync(gpu_b), XF_OK);
+  float *want = host_alloc(nc * sizeof(float)), *got = host_alloc(nc * sizeof(float));
+  twin_read(&tc, want, got);
+  double *tol = host_alloc(nc * sizeof(double));
+  char what[96];
+  snprintf(what, sizeof(what), "gemm %c%c m=%d n=%d k=%d pad=%d", ta ? 'T' : 'N', tb ? 'T' : 'N',
+           m, n, k, pad);
+  for (int i = 0; i < m; i++) {
+    for (int j = 0; j < ldc; j++) {
+      size_t at = (size_t)i * ldc + j;
+      if (j >= n) { /* padding: never written */
+        expect_identical_floats(what, &c0[at], &got[at], 1);
+        tol[at] = INFINITY;
+        continue;
+      }
+      double mag = 0;
+      for (int p = 0; p < k; p++) {
+        float av = ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p];
+        float bv = tb ? bm[(size_t)j * ldb + p] : bm[(size_t)p * ldb + j];
+        mag += fabs((double)av) * fabs((double)bv);
+      }
+      mag = fabs((double)alpha) * mag + (beta != 0.0f ? fabs((double)beta * c0[at]) : 0.0);
+      tol[at] = 1e-5 * sqrt((double)k + 1.0) * mag;
+    }
+  }
+  expect_within(what, want, got, tol, nc);
+  xf_free(tol);
+  xf_free(want);
+  xf_free(got);
+  twin_free(&ta_);
+  twin_free(&tb_);
+  twin_free(&tc);
+  xf_free(a);
+  xf_free(bm);
+  xf_free(c0);
+}
+
+static void gemm_matches_cpu_for_all_transposes_and_shapes(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xf_rng rng;
+  xf_rng_seed(&rng, 11, 0);
+  static const int shapes[][3] = {{1, 1, 1},     {1, 37, 5},    {33, 1, 65},  {64, 64, 64},
+                                  {127, 95, 211}, {300, 257, 129}, {31, 33, 7}, {2, 3, 1000}};
+  for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+    for (int t = 0; t < 4; t++) {
+      const int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+      gemm_case(&rng, t & 1, t & 2, m, n, k, 0, 1.0f, 0.0f, false);
+      gemm_case(&rng, t & 1, t & 2, m, n, k, 3, -0.75f, 1.25f, false);
+    }
+  }
+}
+
+static void gemm_edge_cases_follow_blas(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xf_rng rng;
+  xf_rng_seed(&rng, 12, 0);
+  gemm_case(&rng, false, false, 5, 7, 0, 0, 1.0f, 0.5f, false);  /* k = 0: C = beta C */
+  gemm_case(&rng, true, false, 5, 7, 0, 2, 1.0f, 0.0f, true);    /* k = 0, beta 0: C = 0 */
+  gemm_case(&rng, false, true, 9, 4, 6, 1, 0.0f, -2.0f, false);  /* alpha 0 */
+  gemm_case(&rng, true, true, 17, 19, 23, 0, 1.5f, 0.0f, true);  /* beta 0 clears NaN */
+  gemm_case(&rng, false, false, 1, 1, 4097, 0, 1.0f, 0.0f, false); /* long dot product */
+}
+
+/* bias_add adds one float to one float: bit-identical. */
+static void bias_add_is_identical_to_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xf_rng rng;
+  xf_rng_seed(&rng, 13, 0);
+  static const int shapes[][2] = {{1, 1}, {1, 33}, {7, 10}, {513, 3}, {3136, 64}};
+  for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+    const int rows = shapes[s][0], cols = shapes[s][1];
+    const size_t ny = (size_t)rows * cols;
+    float *y = random_floats(&rng, ny, 1.0, 0), *bias = random_floats(&rng, (size_t)cols, 1.0, 0);
+    twin ty = twin_new(ny * sizeof(float), y), tbias = twin_new((size_t)cols * sizeof(float), bias);
+    xf_k_bias_add(cpu_b, cpu_f(&ty), cpu_f(&tbias), rows, cols);
+    xf_k_bias_add(gpu_b, gpu_f(&ty), gpu_f(&tbias), rows, cols);
+    float *want = host_alloc(ny * sizeof(float)), *got = host_alloc(ny * sizeof(float));
+    twin_read(&ty, want, got);
+    expect_identical_floats("bias_add", want, got, ny);
+    xf_free(want);
+    xf_free(got);
+    twin_free(&ty);
+    twin_free(&tbias);
+    xf_free(y);
+    xf_free(bias);
+  }
+}
+
+/* cpu sums each column row by row in float; cuda sums chunks of rows in
+ * double and rounds once. Tolerance: 1e-6 * sqrt(rows) * sum_r |dy[r][c]|,
+ * above the float rounding of the cpu's running sum (about 6e-8 * sqrt(rows)
+ * of that sum even without cancellation) and below the 1/rows share of a
+ * single dropped or doubled row for the sizes here. */
+static void bias_grad_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xf_rng rng;
+  xf_rng_seed(&rng, 14, 0);
+  static const int shapes[][2] = {{1, 1}, {1, 33}, {7, 10}, {513, 3}, {50176, 32}, {0, 5},
+                                  {64, 1}, {16385, 10}};
+  for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+    const int rows = shapes[s][0], cols = shapes[s][1];
+    const size_t ny = (size_t)rows * cols;
+    float *dy = random_floats(&rng, ny, 1.0, 0);
+    float *stale = random_floats(&rng, (size_t)cols, 1.0, 0); /* db is overwritten */
+    twin tdy = twin_new(ny * sizeof(float), dy), tdb = twin_new((size_t)cols * sizeof(float), stale);
+    xf_k_bias_grad(cpu_b, cpu_f(&tdb), cpu_f(&tdy), rows, cols);
+    xf_k_bias_grad(gpu_b, gpu_f(&tdb), gpu_f(&tdy), rows, cols);
+    float *want = host_alloc((size_t)cols * sizeof(float));
+    float *got = host_alloc((size_t)cols * sizeof(float));
+    twin_read(&tdb, want, got);
+    double *tol = host_alloc((size_t)cols * sizeof(double));
+    for (int c = 0; c < cols; c++) {
+      double abs_sum = 0;
+      for (int r = 0; r < rows; r++) abs_sum += fabs((double)dy[(size_t)r * cols + c]);
+      tol[c] = 1e-6 * sqrt((double)rows) * abs_sum;
+    }
+    char what[64];
+    snprintf(what, sizeof(what), "bias_grad rows=%d cols=%d", rows, cols);
+    expect_within(what, want, got, tol, (size_t)cols);
+    xf_free(tol);
+    xf_free(want);
+    xf_free(got);
+    twin_free(&tdy);
+    twin_free(&tdb);
+    xf_free(dy);
+    xf_free(stale);
+  }
+}
+
+/* ---- element-wise --------------------------------------------------------- */
+
+static const size_t elementwise_sizes[] = {1, 31, 1000, (1u << 20) + 3};
+
+/* relu, axpy, scale, fill and copy are one IEEE operation per element (no
+ * FMA contraction on either side): bit-identical. */
+static void elementwise_ops_are_identical_to_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xf_rng rng;
+  xf_rng_seed(&rng, 15, 0);
+  for (size_t s = 0; s < sizeof(elementwise_sizes) / sizeof(elementwise_sizes[0]); s++) {
+    const size_t n = elementwise_sizes[s], bytes = n * sizeof(float);
+    float *x = random_floats(&rng, n, 1.0, 0), *y0 = random_floats(&rng, n, 1.0, 0.25);
+    twin tx = twin_new(bytes, x), ty = twin_new(bytes, y0), tz = twin_new(bytes, NULL);
+    float *want = host_alloc(bytes), *got = host_alloc(bytes);
+
+    xf_k_relu_fwd(cpu_b, cpu_f(&tz), cpu_f(&tx), n);
+    xf_k_relu_fwd(gpu_b, gpu_f(&tz), gpu_f(&tx), n);
+    twin_read(&tz, want, got);
+    expect_identical_floats("relu_fwd", want, got, n);
+
+    xf_k_relu_bwd(cpu_b, cpu_f(&ty), cpu_f(&ty), cpu_f(&tz), n); /* dx aliases dy */
+    xf_k_relu_bwd(gpu_b, gpu_f(&ty), gpu_f(&ty), gpu_f(&tz), n);
+    twin_read(&ty, want, got);
+    expect_identical_floats("relu_bwd", want, got, n);
+
+    xf_k_relu_fwd(cpu_b, cpu_f(&ty), cpu_f(&ty), n); /* in place, with exact zeros */
+    xf_k_relu_fwd(gpu_b, gpu_f(&ty), gpu_f(&ty), n);
+    twin_read(&ty, want, got);
+    expect_identical_floats("relu_fwd in place", want, got, n);
+
+    xf_k_axpy(cpu_b, -0.37f, cpu_f(&tx), cpu_f(&ty), n);
+    xf_k_axpy(gpu_b, -0.37f, gpu_f(&tx), gpu_f(&ty), n);
+    twin_read(&ty, want, got);
+    expect_identical_floats("axpy", want, got, n);
+
+    xf_k_scale(cpu_b, cpu_f(&ty), 1.7f, n);
+    xf_k_scale(gpu_b, gpu_f(&ty), 1.7f, n);
+    twin_read(&ty, want, got);
+    expect_identical_floats("scale", want, got, n);
+
+    xf_k_copy(cpu_b, cpu_f(&tz), cpu_f(&ty), n);
+    xf_k_copy(gpu_b, gpu_f(&tz), gpu_f(&ty), n);
+    twin_read(&tz, want, got);
+    expect_identical_floats("copy", want, got, n);
+
+    if (n > 1) { /* overlapping ranges move like memmove */
+      xf_k_copy(cpu_b, cpu_f(&tz) + 1, cpu_f(&tz), n - 1);
+      xf_k_copy(gpu_b, gpu_f(&tz) + 1, gpu_f(&tz), n - 1);
+      twin_read(&tz, want, got);
+      expect_identical_floats("copy overlapping", want, got, n);
+    }
+
+    xf_k_fill(cpu_b, cpu_f(&tz), -2.5f, n);
+    xf_k_fill(gpu_b, gpu_f(&tz), -2.5f, n);
+    twin_read(&tz, want, got);
+    expect_identical_floats("fill", want, got, n);
+
+    xf_free(want);
+    xf_free(got);
+    twin_free(&tx);
+    twin_free(&ty);
+    twin_free(&tz);
+    xf_free(x);
+    xf_free(y0);
+  }
+}
+
+/* Both sides square exactly in double and sum positive terms in different
+ * orders; the rounding of n such sums differs by at most n * DBL_EPSILON
+ * relative (and halves under the square root): that is the tolerance. */
+static void l2norm_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xf_rng rng;
+  xf_rng_seed(&rng, 16, 0);
+  static const size_t sizes[] = {0, 1, 255, 256, 257, 100003, (size_t)1 << 22};
+  for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+    const size_t n = sizes[s];
+    float *x = random_floats(&rng, n, 3.0, 0);
+    twin tx = twin_new(n * sizeof(float), x);
+    double want = xf_k_l2norm(cpu_b, cpu_f(&tx), n);
+    double got = xf_k_l2norm(gpu_b, gpu_f(&tx), n);
+    assert_int_equal(xf_backend_sync(gpu_b), XF_OK);
+    if (!(fabs(got - want) <= (double)n * DBL_EPSILON * want))
+      fail_msg("l2norm n=%zu: cpu %.17g, cuda %.17g", n, want, got);
+    twin_free(&tx);
+    xf_free(x);
+  }
+}
+
+/* ---- convolution and pooling ---------------------------------------------- */
+
+static const xf_conv_shape conv_shapes[] = {
+    {1, 1, 1, 1, 1, 1, 0, 1, 0, 0},  {2, 5, 7, 3, 3, 3, 1, 1, 0, 0},
+    {3, 28, 28, 1, 5, 5, 2, 1, 0, 0}, {2, 13, 11, 6, 3, 2, 0, 2, 0, 0},
+    {1, 9, 9, 4, 4, 4, 1, 3, 0, 0},  {4, 8, 8, 16, 3, 3, 1, 2, 0, 0},
+    {2, 6, 5, 3, 5, 5, 2, 3, 0, 0},  {1, 4, 4, 33, 2, 2, 0, 2, 0, 0},
+    {1, 2, 2, 1, 2, 2, 3, 1, 0, 0},  /* pad > kernel: whole windows outside */
+    {1, 10, 10, 2, 2, 2, 0, 3, 0, 0}, /* stride > kernel: pixels never read */
+};
+
+/* im2col copies and col2im adds in the cpu's order (a gather that visits the
+ * windows in the same order the cpu scatters them): both bit-identical. */
+static void im2col_and_col2im_are_identical_to_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xf_rng rng;
+  xf_rng_seed(&rng, 17, 0);
+  for (size_t s = 0; s < sizeof(conv_shapes) / sizeof(conv_shapes[0]); s++) {
+    xf_conv_shape sh = conv_shapes[s];
+    assert_int_equal(xf_conv_shape_finish(&sh), XF_OK);
+    const size_t nx = (size_t)sh.n * sh.h * sh.w * sh.c;
+    const size_t ncol = (size_t)sh.n * sh.oh * sh.ow * sh.kh * sh.kw * sh.c;
+    float *x = random_floats(&rng, nx, 1.0, 0), *col = random_floats(&rng, ncol, 1.0, 0);
+    float *stale = random_floats(&rng, nx > ncol ? nx : ncol, 1.0, 0);
+    twin tx = twin_new(nx * sizeof(float), x), tcol = twin_new(ncol * sizeof(float), stale);
+    char what[96];
+    snprintf(what, sizeof(what), "im2col n=%d h=%d w=%d c=%d k=%dx%d pad=%d stride=%d", sh.n,
+             sh.h, sh.w, sh.c, sh.kh, sh.kw, sh.pad, sh.stride);
+    xf_k_im2col(cpu_b, cpu_f(&tx), &sh, cpu_f(&tcol));
+    xf_k_im2col(gpu_b, gpu_f(&tx), &sh, gpu_f(&tcol));
+    float *want = host_alloc(ncol * sizeof(float)), *got = host_alloc(ncol * sizeof(float));
+    twin_read(&tcol, want, got);
+    expect_identical_floats(what, want, got, ncol);
+    xf_free(want);
+    xf_free(got);
+
+    twin tcol2 = twin_new(ncol * sizeof(float), col), tdx = twin_new(nx * sizeof(float), stale);
+    xf_k_col2im(cpu_b, cpu_f(&tcol2), &sh, cpu_f(&tdx));
+    xf_k_col2im(gpu_b, gpu_f(&tcol2), &sh, gpu_f(&tdx));
+    want = host_alloc(nx * sizeof(float));
+    got = host_alloc(nx * sizeof(float));
+    twin_read(&tdx, want, got);
+    snprintf(what, sizeof(what), "col2im n=%d h=%d w=%d c=%d k=%dx%d pad=%d stride=%d", sh.n,
+             sh.h, sh.w, sh.c, sh.kh, sh.kw, sh.pad, sh.stride);
+    expect_identical_floats(what, want, got, nx);
+    xf_free(want);
+    xf_free(got);
+    twin_free(&tx);
+    twin_free(&tcol);
+    twin_free(&tcol2);
+    twin_free(&tdx);
+    xf_free(x);
+    xf_free(col);
+    xf_free(stale);
+  }
+}
+
+static const xf_pool_shape pool_shapes[] = {
+    {1, 1, 1, 1, 1, 1, 0, 0},   {2, 28, 28, 8, 2, 2, 0, 0}, {3, 13, 13, 5, 3, 2, 0, 0},
+    {1, 7, 9, 3, 3, 1, 0, 0},   {2, 9, 7, 33, 4, 3, 0, 0},  {1, 10, 10, 2, 2, 3, 0, 0},
+};
+
+/* Forward: the same comparisons in the same window order, bit-identical y
+ * and argmax, also with many ties (inputs rounded to integers). Backward:
+ * bit-identical when windows do not overlap; when they do, cuda adds with
+ * atomics in no fixed order, so a pixel fed by up to m = ceil(k/stride)^2
+ * windows may differ by (m - 1) * FLT_EPSILON * (sum of |dy| fed to it). */
+static void maxpool_matches_cpu_with_ties_and_overlap(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xf_rng rng;
+  xf_rng_seed(&rng, 18, 0);
+  for (size_t s = 0; s < sizeof(pool_shapes) / sizeof(pool_shapes[0]); s++) {
+    for (int ties = 0; ties < 2; ties++) {
+      xf_pool_shape sh = pool_shapes[s];
+      assert_int_equal(xf_pool_shape_finish(&sh), XF_OK);
+      const size_t nx = (size_t)sh.n * sh.h * sh.w * sh.c;
+      const size_t ny = (size_t)sh.n * sh.oh * sh.ow * sh.c;
+      float *x = random_floats(&rng, nx, 1.0, ties ? 1.0 : 0);
+      float *dy = random_floats(&rng, ny, 1.0, 0);
+      twin tx = twin_new(nx * sizeof(float), x), ty = twin_new(ny * sizeof(float), NULL);
+      twin targ = twin_new(ny * sizeof(int32_t), NULL), tdy = twin_new(ny * sizeof(float), dy);
+      twin tdx = twin_new(nx * sizeof(float), x); /* stale: must be cleared */
+      xf_k_maxpool_fwd(cpu_b, cpu_f(&tx), &sh, cpu_f(&ty), (int32_t *)targ.on_cpu);
+      xf_k_maxpool_fwd(gpu_b, gpu_f(&tx), &sh, gpu_f(&ty), (int32_t *)targ.on_gpu);
+      float *want = host_alloc(nx * sizeof(float)), *got = host_alloc(nx * sizeof(float));
+      int32_t *arg_want = host_alloc(ny * sizeof(int32_t));
+      int32_t *arg_got = host_alloc(ny * sizeof(int32_t));
+      char what[96];
+      snprintf(what, sizeof(what), "maxpool n=%d h=%d w=%d c=%d k=%d stride=%d ties=%d", sh.n,
+               sh.h, sh.w, sh.c, sh.k, sh.stride, ties);
+      twin_read(&ty, want, got);
+      expect_identical_floats(what, want, got, ny);
+      twin_read(&targ, arg_want, arg_got);
+      expect_identical_ints(what, arg_want, arg_got, ny);
+
+      xf_k_maxpool_bwd(cpu_b, cpu_f(&tdy), (const int32_t *)targ.on_cpu, &sh, cpu_f(&tdx));
+      xf_k_maxpool_bwd(gpu_b, gpu_f(&tdy), (const int32_t *)targ.on_gpu, &sh, gpu_f(&tdx));
+      twin_read(&tdx, want, got);
+      const int per = (sh.k + sh.stride - 1) / sh.stride, m = per * per;
+      double *tol = host_alloc(nx * sizeof(double));
+      for (size_t i = 0; i < nx; i++) tol[i] = 0;
+      for (size_t i = 0; i < ny; i++) tol[arg_want[i]] += fabs((double)dy[i]);
+      for (size_t i = 0; i < nx; i++) tol[i] *= (double)(m - 1) * FLT_EPSILON;
+      snprintf(what, sizeof(what), "maxpool_bwd n=%d h=%d w=%d c=%d k=%d stride=%d ties=%d",
+               sh.n, sh.h, sh.w, sh.c, sh.k, sh.stride, ties);
+      expect_within(what, want, got, tol, nx);
+      xf_free(tol);
+      xf_free(want);
+      xf_free(got);
+      xf_free(arg_want);
+      xf_free(arg_got);
+      twin_free(&tx);
+      twin_free(&ty);
+      twin_free(&targ);
+      twin_free(&tdy);
+      twin_free(&tdx);
+      xf_free(x);
+      xf_free(dy);
+    }
+  }
+}
+
+/* ---- loss and optimizer --------------------------------------------------- */
+
+/* The same per-row formulas in double; only exp and log (CUDA's libdevice vs
+ * glibc, within 2 ulp in double) and the order of the row sum differ.
+ * loss_sum: 1e-9 relative. correct: exact (the argmax scan is the same
+ * float comparisons in the same order, ties included). dlogits: the float
+ * rounding of softmax may land one ulp apart, and the subtraction and the
+ * scaling by 1/n round once each: 4 * FLT_EPSILON / n absolute. */
+static void softmax_xent_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xf_rng rng;
+  xf_rng_seed(&rng, 19, 0);
+  static const struct {
+    int n, classes;
+    double scale, step;
+  } cases[] = {{1, 1, 1, 0},    {1, 10, 3, 0},   {64, 10, 3, 0},  {33, 100, 3, 0},
+               {257, 1000, 3, 0}, {1000, 3, 30, 0}, {128, 10, 2, 1.0}, {5000, 10, 3, 0}};
+  for (size_t s = 0; s < sizeof(cases) / sizeof(cases[0]); s++) {
+    const int n = cases[s].n, classes = cases[s].classes;
+    const size_t nz = (size_t)n * classes;
+    float *z = random_floats(&rng, nz, cases[s].scale, cases[s].step);
+    int32_t *labels = host_alloc((size_t)n * sizeof(int32_t));
+    for (int r = 0; r < n; r++) labels[r] = (int32_t)xf_rng_below(&rng, (uint64_t)classes);
+    twin tz = twin_new(nz * sizeof(float), z);
+    twin tl = twin_new((size_t)n * sizeof(int32_t), labels);
+    twin td = twin_new(nz * sizeof(float), z); /* stale: overwritten */
+    double loss_want = -1, loss_got = -2, loss_nograd = -3;
+    int right_want = -1, right_got = -2, right_nograd = -3;
+    assert_int_equal(xf_k_softmax_xent(cpu_b, cpu_f(&tz), (const int32_t *)tl.on_cpu, n,
+                                       classes, cpu_f(&td), &loss_want, &right_want),
+                     XF_OK);
+    assert_int_equal(xf_k_softmax_xent(gpu_b, gpu_f(&tz), (const int32_t *)tl.on_gpu, n,
+                                       classes, gpu_f(&td), &loss_got, &right_got),
+                     XF_OK);
+    assert_int_equal(xf_k_softmax_xent(gpu_b, gpu_f(&tz), (const int32_t *)tl.on_gpu, n,
+                                       classes, NULL, &loss_nograd, &right_nograd),
+                     XF_OK);
+    char what[64];
+    snprintf(what, sizeof(what), "softmax_xent n=%d classes=%d", n, classes);
+    if (!(fabs(loss_got - loss_want) <= 1e-9 * fabs(loss_want) + 1e-12))
+      fail_msg("%s: loss_sum cpu %.17g, cuda %.17g", what, loss_want, loss_got);
+    assert_int_equal(right_got, right_want);
+    /* Without dlogits the same kernels run, minus the gradient. */
+    assert_true(loss_nograd == loss_got);
+    assert_int_equal(right_nograd, right_got);
+    float *want = host_alloc(nz * sizeof(float)), *got = host_alloc(nz * sizeof(float));
+    twin_read(&td, want, got);
+    double *tol = host_alloc(nz * sizeof(double));
+    for (size_t i = 0; i < nz; i++) tol[i] = 4.0 * FLT_EPSILON / n;
+    expect_within(what, want, got, tol, nz);
+    xf_free(tol);
+    xf_free(want);
+    xf_free(got);
+    twin_free(&tz);
+    twin_free(&tl);
+    twin_free(&td);
+    xf_free(z);
+    xf_free(labels);
+  }
+}
+
+/* Each element follows the same float formula in the same order, with no
+ * FMA on either side: w and v bit-identical after several steps. */
+static void sgd_step_is_identical_to_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xf_rng rng;
+  xf_rng_seed(&rng, 20, 0);
+  static const xf_sgd_params params[] = {
+      {0.1f, 0.0f, 0.0f, 0.0f},    {0.05f, 0.9f, 5e-4f, 0.0f}, {0.01f, 0.9f, 1e-4f, 0.01f},
+      {0.01f, 0.0f, 0.0f, 0.1f},
+  };
+  static const size_t sizes[] = {1, 33, 100003};
+  for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+    for (size_t p = 0; p < sizeof(params) / sizeof(params[0]); p++) {
+      for (int with_ref = 0; with_ref < 2; with_ref++) {
+        const size_t n = sizes[s], bytes = n * sizeof(float);
+        float *w = random_floats(&rng, n, 1.0, 0), *ref = random_floats(&rng, n, 1.0, 0);
+        twin tw = twin_new(bytes, w), tv = twin_new(bytes, NULL), tref = twin_new(bytes, ref);
+        twin tg = twin_new(bytes, NULL);
+        for (int step = 0; step < 3; step++) {
+          float *g = random_floats(&rng, n, 0.5, 0);
+          assert_int_equal(xf_backend_upload(cpu_b, tg.on_cpu, g, bytes), XF_OK);
+          assert_int_equal(xf_backend_upload(gpu_b, tg.on_gpu, g, bytes), XF_OK);
+          xf_k_sgd_step(cpu_b, cpu_f(&tw), cpu_f(&tg), cpu_f(&tv), with_ref ? cpu_f(&tref) : NULL,
+                        n, &params[p]);
+          xf_k_sgd_step(gpu_b, gpu_f(&tw), gpu_f(&tg), gpu_f(&tv), with_ref ? gpu_f(&tref) : NULL,
+                        n, &params[p]);
+          xf_free(g);
+        }
+        float *want = host_alloc(bytes), *got = host_alloc(bytes);
+        twin_read(&tw, want, got);
+        expect_identical_floats("sgd_step w", want, got, n);
+        twin_read(&tv, want, got);
+        expect_identical_floats("sgd_step v", want, got, n);
+        xf_free(want);
+        xf_free(got);
+        twin_free(&tw);
+        twin_free(&tv);
+        twin_free(&tref);
+        twin_free(&tg);
+        xf_free(w);
+        xf_free(ref);
+      }
+    }
+  }
+}
+
+/* ---- memory, errors and selection ----------------------------------------- */
+
+static void alloc_is_zero_filled_and_absurd_sizes_fail_cleanly(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  void *p = NULL;
+  assert_int_not_equal(xf_backend_alloc(gpu_b, (size_t)1 << 62, &p), XF_OK);
+  assert_null(p);
+  assert_int_not_equal(xf_backend_alloc(gpu_b, SIZE_MAX, &p), XF_OK);
+  assert_null(p);
+  /* A failed allocation is not a latched error: the backend keeps working. */
+  assert_int_equal(xf_backend_sync(gpu_b), XF_OK);
+  const size_t n = 4099;
+  float *host = host_alloc(n * sizeof(float));
+  assert_int_equal(xf_backend_alloc(gpu_b, n * sizeof(float), &p), XF_OK);
+  assert_non_null(p);
+  assert_true(((uintptr_t)p & 63u) == 0);
+  memset(host, 0xff, n * sizeof(float));
+  assert_int_equal(xf_backend_download(gpu_b, host, p, n * sizeof(float)), XF_OK);
+  for (size_t i = 0; i < n; i++) assert_true(host[i] == 0.0f && !signbit(host[i]));
+  xf_k_fill(gpu_b, p, 3.0f, n);
+  assert_int_equal(xf_backend_download(gpu_b, host, p, n * sizeof(float)), XF_OK);
+  for (size_t i = 0; i < n; i++) assert_true(host[i] == 3.0f);
+  xf_backend_free(gpu_b, p);
+  void *empty = NULL;
+  assert_int_equal(xf_backend_alloc(gpu_b, 0, &empty), XF_OK);
+  assert_non_null(empty);
+  xf_backend_free(gpu_b, empty);
+  xf_free(host);
+}
+
+/* An op that fails on the device side is latched: sync and transfers return
+ * it from then on, and closing the failed backend still works. cuBLAS
+ * refuses ldc < n (column-major ldc < rows) without touching the device. */
+static void failed_op_is_latched_until_close(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xf_backend_options opt = {XF_BACKEND_CUDA, 0, 0};
+  xf_backend *b = NULL;
+  assert_int_equal(xf_backend_open(&opt, &b, NULL), XF_OK);
+  void *a = NULL, *c = NULL;
+  assert_int_equal(xf_backend_alloc(b, 64 * sizeof(float), &a), XF_OK);
+  assert_int_equal(xf_backend_alloc(b, 64 * sizeof(float), &c), XF_OK);
+  assert_int_equal(xf_backend_sync(b), XF_OK);
+  xf_k_gemm(b, false, false, 8, 8, 8, 1.0f, a, 8, a, 8, 0.0f, c, 7);
+  assert_int_equal(xf_backend_sync(b), XF_EBACKEND);
+  assert_int_equal(xf_backend_sync(b), XF_EBACKEND);
+  float host[4];
+  assert_int_equal(xf_backend_download(b, host, c, sizeof(host)), XF_EBACKEND);
+  xf_backend_free(b, a);
+  xf_backend_free(b, c);
+  xf_backend_close(b);
+}
+
+static void auto_picks_cuda_when_a_gpu_is_present(void **state) {
+  (void)state;
+  xf_backend_options opt = {XF_BACKEND_AUTO, 1, 0};
+  xf_backend *b = NULL;
+  assert_int_equal(xf_backend_open(&opt, &b, NULL), XF_OK);
+  if (!gpu_b) {
+    /* What this machine can check: AUTO falls back to cpu. */
+    assert_int_equal(xf_backend_kind_of(b), XF_BACKEND_CPU);
+    xf_backend_close(b);
+    REQUIRE_GPU();
+  }
+  assert_int_equal(xf_backend_kind_of(b), XF_BACKEND_CUDA);
+  assert_string_equal(xf_backend_name(b), "cuda");
+  assert_int_equal(xf_backend_threads(b), 0);
+  assert_non_null(strstr(xf_backend_describe(b), "SMs"));
+  xf_backend_close(b);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(gemm_matches_cpu_for_all_transposes_and_shapes),
+      cmocka_unit_test(gemm_edge_cases_follow_blas),
+      cmocka_unit_test(bias_add_is_identical_to_cpu),
+      cmocka_unit_test(bias_grad_matches_cpu),
+      cmocka_unit_test(elementwise_ops_are_identical_to_cpu),
+      cmocka_unit_test(l2norm_matches_cpu),
+      cmocka_unit_test(im2col_and_col2im_are_identical_to_cpu),
+      cmocka_unit_test(maxpool_matches_cpu_with_ties_and_overlap),
+      cmocka_unit_test(softmax_xent_matches_cpu),
+      cmocka_unit_test(sgd_step_is_identical_to_cpu),
+      cmocka_unit_test(alloc_is_zero_filled_and_absurd_sizes_fail_cleanly),
+      cmocka_unit_test(failed_op_is_latched_until_close),
+      cmocka_unit_test(auto_picks_cuda_when_a_gpu_is_present),
+  };
+  return cmocka_run_group_tests(tests, open_backends, close_backends);
+}
