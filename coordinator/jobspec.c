@@ -1,0 +1,1446 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Job spec parsing (jansson), validation and canonical JSON output. */
+#include "coordinator/jobspec.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/alloc.h"
+
+#define XF__COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- names ---------------------------------------------------------------- */
+
+static const char *const xf__arch_names[] = {
+    [XF_JOB_ARCH_LOGREG] = "logreg", [XF_JOB_ARCH_MLP] = "mlp", [XF_JOB_ARCH_CNN] = "cnn"};
+static const char *const xf__preset_names[] = {[XF_JOB_PRESET_NONE] = "none",
+                                               [XF_JOB_PRESET_LENET5] = "lenet5",
+                                               [XF_JOB_PRESET_FEDAVG_CNN] = "fedavg-cnn"};
+static const char *const xf__optimizer_names[] = {[XF_JOB_OPTIMIZER_SGD] = "sgd"};
+static const char *const xf__strategy_names[] = {
+    [XF_JOB_STRATEGY_FEDAVG] = "fedavg",
+    [XF_JOB_STRATEGY_FEDAVGM] = "fedavgm",
+    [XF_JOB_STRATEGY_FEDPROX] = "fedprox",
+    [XF_JOB_STRATEGY_FEDADAM] = "fedadam",
+    [XF_JOB_STRATEGY_FEDYOGI] = "fedyogi",
+    [XF_JOB_STRATEGY_FEDADAGRAD] = "fedadagrad",
+    [XF_JOB_STRATEGY_MEDIAN] = "median",
+    [XF_JOB_STRATEGY_TRIMMED_MEAN] = "trimmed_mean"};
+static const char *const xf__unit_names[] = {[XF_JOB_PRIVACY_UNIT_SITE] = "site",
+                                             [XF_JOB_PRIVACY_UNIT_RECORD] = "record"};
+static const char *const xf__mode_names[] = {
+    [XF_JOB_PRIVACY_NONE] = "none", [XF_JOB_PRIVACY_CENTRAL] = "central",
+    [XF_JOB_PRIVACY_DISTRIBUTED] = "distributed", [XF_JOB_PRIVACY_LOCAL] = "local"};
+static const char *const xf__downlink_names[] = {[XF_JOB_DOWNLINK_NONE] = "none",
+                                                 [XF_JOB_DOWNLINK_FP16] = "fp16",
+                                                 [XF_JOB_DOWNLINK_BF16] = "bf16"};
+
+static const char *xf__name_of(const char *const *names, size_t n, int v) {
+  if (v < 0 || (size_t)v >= n) return "unknown";
+  return names[v];
+}
+
+/* Index of s in names[first..n), or -1. */
+static int xf__index_of(const char *const *names, size_t first, size_t n, const char *s) {
+  if (!s) return -1;
+  for (size_t i = first; i < n; i++)
+    if (strcmp(names[i], s) == 0) return (int)i;
+  return -1;
+}
+
+#define XF__NAME_FUNCS(type, prefix, table)                                    \
+  const char *prefix##_name(type v) { return xf__name_of(table, XF__COUNT(table), (int)v); } \
+  xf_err prefix##_from_name(const char *s, type *out) {                        \
+    int i = xf__index_of(table, 0, XF__COUNT(table), s);                       \
+    if (i < 0) return XF_EFORMAT;                                              \
+    *out = (type)i;                                                            \
+    return XF_OK;                                                              \
+  }
+
+XF__NAME_FUNCS(xf_job_arch, xf_job_arch, xf__arch_names)
+XF__NAME_FUNCS(xf_job_preset, xf_job_preset, xf__preset_names)
+XF__NAME_FUNCS(xf_job_optimizer, xf_job_optimizer, xf__optimizer_names)
+XF__NAME_FUNCS(xf_job_strategy_kind, xf_job_strategy_kind, xf__strategy_names)
+XF__NAME_FUNCS(xf_job_privacy_unit, xf_job_privacy_unit, xf__unit_names)
+XF__NAME_FUNCS(xf_job_privacy_mode, xf_job_privacy_mode, xf__mode_names)
+XF__NAME_FUNCS(xf_job_downlink, xf_job_downlink, xf__downlink_names)
+
+bool xf_job_strategy_is_robust(xf_job_strategy_kind v) {
+  return v == XF_JOB_STRATEGY_MEDIAN || v == XF_JOB_STRATEGY_TRIMMED_MEAN;
+}
+
+/* ---- defaults ------------------------------------------------------------- */
+
+void xf_job_strategy_defaults(xf_job_strategy *strategy, xf_job_strategy_kind kind) {
+  bool adaptive = kind == XF_JOB_STRATEGY_FEDADAM || kind == XF_JOB_STRATEGY_FEDYOGI ||
+                  kind == XF_JOB_STRATEGY_FEDADAGRAD;
+  strategy->kind = kind;
+  /* Adaptive server optimizers take steps of about server_lr per coordinate
+   * whatever the update's scale, so they need a far smaller rate than the
+   * averaging strategies, whose rate 1.0 applies the mean update as is. */
+  strategy->server_lr = adaptive ? 0.01 : 1.0;
+  strategy->server_momentum = 0.9;
+  strategy->beta1 = 0.9;
+  strategy->beta2 = 0.99;
+  strategy->tau = 1e-3;
+  strategy->trim_fraction = 0.1;
+}
+
+void xf_jobspec_defaults(xf_jobspec *spec) {
+  memset(spec, 0, sizeof(*spec));
+  spec->model.arch = XF_JOB_ARCH_LOGREG;
+  spec->model.preset = XF_JOB_PRESET_NONE;
+  spec->sites_per_round = 1.0;
+  spec->over_selection = 1.0;
+  spec->min_sites = 2;
+  spec->round_deadline_s = 600.0;
+  spec->local.epochs = 1;
+  spec->local.batch_size = 32;
+  spec->local.optimizer = XF_JOB_OPTIMIZER_SGD;
+  spec->local.lr = 0.01;
+  xf_job_strategy_defaults(&spec->strategy, XF_JOB_STRATEGY_FEDAVG);
+  spec->privacy.unit = XF_JOB_PRIVACY_UNIT_SITE;
+  spec->privacy.mode = XF_JOB_PRIVACY_NONE;
+  spec->privacy.delta = 1e-5;
+  spec->secure_aggregation.bits = 20;
+  spec->secure_aggregation.threshold = 0.66;
+  spec->compression.downlink = XF_JOB_DOWNLINK_NONE;
+}
+
+/* prox_mu when the strategy is fedprox and the spec leaves it out, from the
+ * grid {0.001, 0.01, 0.1, 1} that Li et al. 2020 searched. */
+#define XF__FEDPROX_DEFAULT_MU 0.01
+
+/* ---- errors --------------------------------------------------------------- */
+
+static xf_err xf__fail_at(xf_errctx *err, xf_err code, const char *field, const char *fmt, ...)
+    XF_PRINTF(4, 5);
+
+/* Records field and message; returns code. */
+static xf_err xf__fail_at(xf_errctx *err, xf_err code, const char *field, const char *fmt, ...) {
+  if (!err) return code;
+  char msg[sizeof(err->msg)];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  xf_errctx_field(err, "%s", field);
+  return xf_fail(err, code, "%s", msg);
+}
+
+/* Copies untrusted text (a key, a value, jansson's message) into buf for an
+ * error message: at most n - 4 bytes, anything but printable ASCII shown as
+ * '?', "..." when cut. */
+static const char *xf__printable(const char *s, char *buf, size_t n) {
+  size_t len = strlen(s), keep = len < n - 4 ? len : n - 4, i;
+  for (i = 0; i < keep; i++) {
+    unsigned char c = (unsigned char)s[i];
+    buf[i] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+  }
+  if (keep < len) {
+    memcpy(buf + i, "...", 3);
+    i += 3;
+  }
+  buf[i] = '\0';
+  return buf;
+}
+
+/* "section.key", or "key" at the top level. */
+static void xf__path(char *dst, size_t n, const char *section, const char *key) {
+  if (section[0])
+    snprintf(dst, n, "%s.%s", section, key);
+  else
+    snprintf(dst, n, "%s", key);
+}
+
+/* Shortest "%.*g" text that reads back as v (at most 17 digits suffice for
+ * any double), in fixed notation for whole parts of up to 17 digits (600, not
+ * 6e+02). With as_real, a result that would read as an integer gets ".0", so
+ * that the JSON says "a number" where the field is one. */
+static void xf__format_real(double v, bool as_real, char *buf, size_t n) {
+  if (!isfinite(v)) { /* only a spec built in code gets here */
+    snprintf(buf, n, "%s", as_real ? "null" : isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+    return;
+  }
+  int p = 1;
+  for (; p < 17; p++) {
+    snprintf(buf, n, "%.*g", p, v);
+    if (strtod(buf, NULL) == v) break;
+  }
+  int whole_digits = 1;
+  for (double x = fabs(v); x >= 10 && whole_digits < 18; x /= 10) whole_digits++;
+  if (whole_digits > p && whole_digits <= 17) p = whole_digits;
+  snprintf(buf, n, "%.*g", p, v);
+  if (as_real && !strpbrk(buf, ".eE")) {
+    size_t len = strlen(buf);
+    if (len + 2 < n) memcpy(buf + len, ".0", 3);
+  }
+}
+
+/* xf__format_real for messages: buf holds at least 32 bytes. */
+static const char *xf__num(double v, char *buf) {
+  xf__format_real(v, false, buf, 32);
+  return buf;
+}
+
+/* ---- suggestions ---------------------------------------------------------- */
+
+#define XF__SUGGEST_MAX_LEN 48
+
+/* Optimal string alignment distance (edits, with adjacent transpositions),
+ * case-insensitive; a large number when either string is too long to
+ * compare. */
+static size_t xf__distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > XF__SUGGEST_MAX_LEN || lb > XF__SUGGEST_MAX_LEN) return (size_t)-1;
+  size_t d[XF__SUGGEST_MAX_LEN + 1][XF__SUGGEST_MAX_LEN + 1];
+  for (size_t i = 0; i <= la; i++) d[i][0] = i;
+  for (size_t j = 0; j <= lb; j++) d[0][j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    for (size_t j = 1; j <= lb; j++) {
+      int ca = tolower((unsigned char)a[i - 1]), cb = tolower((unsigned char)b[j - 1]);
+      size_t best = d[i - 1][j - 1] + (ca != cb);
+      if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+      if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) &&
+          tolower((unsigned char)a[i - 2]) == cb && d[i - 2][j - 2] + 1 < best)
+        best = d[i - 2][j - 2] + 1;
+      d[i][j] = best;
+    }
+  }
+  return d[la][lb];
+}
+
+/* How far a typo may be from a candidate and still be suggested: one edit
+ * for short names, up to three for long ones. */
+static size_t xf__distance_limit(const char *candidate) {
+  size_t limit = 1 + strlen(candidate) / 4;
+  return limit > 3 ? 3 : limit;
+}
+
+/* Other spellings researchers bring from other frameworks, mapped to ours.
+ * A typo of an alias is suggested as the field it stands for. */
+static const struct {
+  const char *alias, *key;
+} xf__aliases[] = {
+    {"learning_rate", "lr"}, {"local_lr", "lr"}, {"client_lr", "lr"}, {"optimiser", "optimizer"},
+    {"batch", "batch_size"}, {"local_epochs", "epochs"}, {"mu", "prox_mu"},
+    {"proximal_mu", "prox_mu"}, {"num_rounds", "rounds"}, {"fraction_fit", "sites_per_round"},
+    {"clients_per_round", "sites_per_round"}, {"min_clients", "min_sites"},
+    {"min_fit_clients", "min_sites"}, {"deadline", "round_deadline_s"},
+    {"round_timeout", "round_deadline_s"}, {"architecture", "arch"}, {"hidden_sizes", "hidden"},
+    {"hidden_layers", "hidden"}, {"layers", "hidden"}, {"server_learning_rate", "server_lr"},
+    {"eta", "server_lr"}, {"momentum", "server_momentum"}, {"beta_1", "beta1"}, {"beta_2", "beta2"},
+    {"epsilon", "target_epsilon"}, {"eps", "target_epsilon"}, {"sigma", "noise_multiplier"},
+    {"noise", "noise_multiplier"}, {"clip_norm", "clip"}, {"max_grad_norm", "clip"},
+    {"l2_norm_clip", "clip"}, {"secagg", "secure_aggregation"},
+    {"secure_agg", "secure_aggregation"}, {"random_seed", "seed"}, {"job_name", "name"},
+    {"over_select", "over_selection"},
+};
+
+static const char *const xf__top_keys[] = {
+    "name", "model", "data", "rounds", "sites_per_round", "over_selection", "min_sites",
+    "round_deadline_s", "local", "strategy", "privacy", "secure_aggregation", "compression",
+    "seed", NULL};
+static const char *const xf__model_keys[] = {"arch", "hidden", "preset", NULL};
+static const char *const xf__data_keys[] = {"dataset", "tags", NULL};
+static const char *const xf__local_keys[] = {"epochs", "batch_size", "optimizer", "lr",
+                                             "momentum", "weight_decay", "prox_mu", NULL};
+static const char *const xf__strategy_keys[] = {"name", "server_lr", "server_momentum", "beta1",
+                                                "beta2", "tau", "trim_fraction", NULL};
+static const char *const xf__privacy_keys[] = {"unit", "mode", "clip", "target_epsilon",
+                                               "noise_multiplier", "delta", NULL};
+static const char *const xf__secagg_keys[] = {"enabled", "bits", "threshold", NULL};
+static const char *const xf__compression_keys[] = {"uplink", "downlink", NULL};
+
+static const struct {
+  const char *name; /* "" for the top level */
+  const char *const *keys;
+} xf__sections[] = {
+    {"", xf__top_keys},
+    {"model", xf__model_keys},
+    {"data", xf__data_keys},
+    {"local", xf__local_keys},
+    {"strategy", xf__strategy_keys},
+    {"privacy", xf__privacy_keys},
+    {"secure_aggregation", xf__secagg_keys},
+    {"compression", xf__compression_keys},
+};
+
+static const char *const *xf__keys_of(const char *section) {
+  for (size_t i = 0; i < XF__COUNT(xf__sections); i++)
+    if (strcmp(xf__sections[i].name, section) == 0) return xf__sections[i].keys;
+  return NULL;
+}
+
+static bool xf__has_key(const char *const *keys, const char *key) {
+  for (size_t i = 0; keys[i]; i++)
+    if (strcmp(keys[i], key) == 0) return true;
+  return false;
+}
+
+/* The key of `keys` closest to `typo`, directly or through an alias, within
+ * the typo limit; NULL when none is close. */
+static const char *xf__closest_key(const char *const *keys, const char *typo) {
+  const char *best = NULL;
+  size_t best_d = (size_t)-1;
+  for (size_t i = 0; keys[i]; i++) {
+    size_t d = xf__distance(typo, keys[i]);
+    if (d <= xf__distance_limit(keys[i]) && d < best_d) {
+      best = keys[i];
+      best_d = d;
+    }
+  }
+  for (size_t i = 0; i < XF__COUNT(xf__aliases); i++) {
+    if (!xf__has_key(keys, xf__aliases[i].key)) continue;
+    size_t d = xf__distance(typo, xf__aliases[i].alias);
+    if (d <= xf__distance_limit(xf__aliases[i].alias) && d < best_d) {
+      best = xf__aliases[i].key;
+      best_d = d;
+    }
+  }
+  return best;
+}
+
+/* Writes "a, b, c" from a NULL-terminated list (or names[first..n)). */
+static void xf__join(char *dst, size_t cap, const char *const *names, size_t first, size_t n) {
+  size_t used = 0;
+  dst[0] = '\0';
+  for (size_t i = first; i < n && names[i]; i++) {
+    int w = snprintf(dst + used, cap - used, "%s%s", i > first ? ", " : "", names[i]);
+    if (w < 0 || (size_t)w >= cap - used) break;
+    used += (size_t)w;
+  }
+}
+
+/* key itself, or the field an alias of it stands for, when that is one of
+ * keys; NULL otherwise. */
+static const char *xf__exact_key(const char *const *keys, const char *key) {
+  for (size_t i = 0; keys[i]; i++)
+    if (strcmp(keys[i], key) == 0) return keys[i];
+  for (size_t i = 0; i < XF__COUNT(xf__aliases); i++)
+    if (strcmp(xf__aliases[i].alias, key) == 0 && xf__has_key(keys, xf__aliases[i].key))
+      return xf__aliases[i].key;
+  return NULL;
+}
+
+/* The error for an unknown key: a close key in the same section, else the
+ * same key (or alias) in another section, else the list of known keys.
+ * Across sections only exact names are offered: a typo that happens to be
+ * near some other section's key is no evidence the field was misplaced. */
+static xf_err xf__unknown_key(const char *section, const char *key, xf_errctx *err) {
+  char shown[64], field[128];
+  const char *name = key[0] ? xf__printable(key, shown, sizeof(shown)) : "\"\"";
+  xf__path(field, sizeof(field), section, name);
+  const char *const *keys = xf__keys_of(section);
+  const char *near = xf__closest_key(keys, key);
+  if (near) return xf__fail_at(err, XF_EFORMAT, field, "unknown field; did you mean \"%s\"?", near);
+  for (size_t s = 0; s < XF__COUNT(xf__sections); s++) {
+    const char *other = xf__exact_key(xf__sections[s].keys, key);
+    if (!other || strcmp(xf__sections[s].name, section) == 0) continue;
+    char where[128];
+    xf__path(where, sizeof(where), xf__sections[s].name, other);
+    if (xf__sections[s].name[0])
+      return xf__fail_at(err, XF_EFORMAT, field,
+                         "unknown field here; did you mean \"%s\"? (it belongs in the \"%s\" "
+                         "section)",
+                         where, xf__sections[s].name);
+    return xf__fail_at(err, XF_EFORMAT, field,
+                       "unknown field here; did you mean \"%s\" at the top level?", where);
+  }
+  char known[400];
+  xf__join(known, sizeof(known), keys, 0, (size_t)-1);
+  return xf__fail_at(err, XF_EFORMAT, field, "unknown field; the fields here are: %s", known);
+}
+
+/* ---- reading values ------------------------------------------------------- */
+
+static const char *xf__type_name(const json_t *v) {
+  switch (json_typeof(v)) {
+  case JSON_OBJECT: return "an object";
+  case JSON_ARRAY: return "an array";
+  case JSON_STRING: return "a string";
+  case JSON_INTEGER: return "an integer";
+  case JSON_REAL: return "a number";
+  case JSON_TRUE:
+  case JSON_FALSE: return "true/false";
+  case JSON_NULL: return "null";
+  }
+  return "an unknown type";
+}
+
+static xf_err xf__wrong_type(const char *field, const char *expected, const json_t *v,
+                             xf_errctx *err) {
+  if (json_is_null(v))
+    return xf__fail_at(err, XF_EFORMAT, field,
+                       "expected %s, got null; leave the field out to get its default", expected);
+  return xf__fail_at(err, XF_EFORMAT, field, "expected %s, got %s", expected, xf__type_name(v));
+}
+
+/* Every key of obj must be one of the section's. */
+static xf_err xf__check_keys(json_t *obj, const char *section, xf_errctx *err) {
+  const char *const *keys = xf__keys_of(section);
+  const char *key;
+  json_t *value;
+  json_object_foreach(obj, key, value) {
+    (void)value;
+    if (!xf__has_key(keys, key)) return xf__unknown_key(section, key, err);
+  }
+  return XF_OK;
+}
+
+/* *out = the section object, or NULL when absent. */
+static xf_err xf__get_section(json_t *root, const char *key, json_t **out, xf_errctx *err) {
+  json_t *v = json_object_get(root, key);
+  *out = NULL;
+  if (!v) return XF_OK;
+  if (!json_is_object(v)) return xf__wrong_type(key, "an object {...}", v, err);
+  XF_GUARD(xf__check_keys(v, key, err));
+  *out = v;
+  return XF_OK;
+}
+
+static xf_err xf__missing(const char *field, const char *what, xf_errctx *err) {
+  return xf__fail_at(err, XF_EFORMAT, field, "required; %s", what);
+}
+
+/* A number (integer or real). present may be NULL. */
+static xf_err xf__get_real(json_t *obj, const char *section, const char *key, double *out,
+                           bool *present, xf_errctx *err) {
+  json_t *v = json_object_get(obj, key);
+  if (present) *present = v != NULL;
+  if (!v) return XF_OK;
+  char field[128];
+  xf__path(field, sizeof(field), section, key);
+  if (!json_is_number(v)) return xf__wrong_type(field, "a number", v, err);
+  *out = json_number_value(v);
+  return XF_OK;
+}
+
+static xf_err xf__range_int(const char *field, long long v, long long lo, long long hi,
+                            xf_errctx *err) {
+  if (v >= lo && v <= hi) return XF_OK;
+  return xf__fail_at(err, XF_ERANGE, field, "must be between %lld and %lld, got %lld", lo, hi, v);
+}
+
+/* A whole number in [lo, hi] from a JSON value: an integer, or a number with
+ * no fraction (50.0, as some JSON writers put it). */
+static xf_err xf__whole(json_t *v, const char *field, long long lo, long long hi, long long *out,
+                        xf_errctx *err) {
+  if (json_is_integer(v)) {
+    *out = json_integer_value(v);
+  } else if (json_is_real(v)) {
+    double d = json_real_value(v);
+    char num[32];
+    if (d != floor(d))
+      return xf__fail_at(err, XF_EFORMAT, field, "expected a whole number, got %s",
+                         xf__num(d, num));
+    /* hi + 1.0 keeps the test exact where hi itself rounds up (INT64_MAX). */
+    if (!(d >= (double)lo && d < (double)hi + 1.0))
+      return xf__fail_at(err, XF_ERANGE, field, "must be between %lld and %lld, got %s", lo, hi,
+                         xf__num(d, num));
+    *out = (long long)d;
+  } else {
+    return xf__wrong_type(field, "an integer", v, err);
+  }
+  return xf__range_int(field, *out, lo, hi, err);
+}
+
+static xf_err xf__get_u32(json_t *obj, const char *section, const char *key, uint32_t lo,
+                          uint32_t hi, uint32_t *out, bool *present, xf_errctx *err) {
+  json_t *v = json_object_get(obj, key);
+  if (present) *present = v != NULL;
+  if (!v) return XF_OK;
+  char field[128];
+  xf__path(field, sizeof(field), section, key);
+  long long w;
+  XF_GUARD(xf__whole(v, field, lo, hi, &w, err));
+  *out = (uint32_t)w;
+  return XF_OK;
+}
+
+static xf_err xf__get_bool(json_t *obj, const char *section, const char *key, bool *out,
+                           xf_errctx *err) {
+  json_t *v = json_object_get(obj, key);
+  if (!v) return XF_OK;
+  char field[128];
+  xf__path(field, sizeof(field), section, key);
+  if (!json_is_boolean(v)) return xf__wrong_type(field, "true or false", v, err);
+  *out = json_is_true(v);
+  return XF_OK;
+}
+
+/* A string; *out points into the JSON tree (borrowed) or is NULL when absent. */
+static xf_err xf__get_string(json_t *obj, const char *section, const char *key,
+                             const char **out, xf_errctx *err) {
+  json_t *v = json_object_get(obj, key);
+  *out = NULL;
+  if (!v) return XF_OK;
+  char field[128];
+  xf__path(field, sizeof(field), section, key);
+  if (!json_is_string(v)) return xf__wrong_type(field, "a string", v, err);
+  *out = json_string_value(v);
+  return XF_OK;
+}
+
+/* One of names[first..n) into *out (left alone when absent). */
+static xf_err xf__get_choice(json_t *obj, const char *section, const char *key,
+                             const char *const *names, size_t first, size_t n, int *out,
+                             bool *present, xf_errctx *err) {
+  const char *s;
+  XF_GUARD(xf__get_string(obj, section, key, &s, err));
+  if (present) *present = s != NULL;
+  if (!s) return XF_OK;
+  int i = xf__index_of(names, first, n, s);
+  if (i >= 0) {
+    *out = i;
+    return XF_OK;
+  }
+  char field[128], shown[64], list[256];
+  xf__path(field, sizeof(field), section, key);
+  xf__printable(s, shown, sizeof(shown));
+  xf__join(list, sizeof(list), names, first, n);
+  const char *near = NULL;
+  size_t best = (size_t)-1;
+  for (size_t j = first; j < n; j++) {
+    size_t d = xf__distance(s, names[j]);
+    if (d <= xf__distance_limit(names[j]) && d < best) {
+      near = names[j];
+      best = d;
+    }
+  }
+  if (near)
+    return xf__fail_at(err, XF_EFORMAT, field,
+                       "unknown value \"%s\"; did you mean \"%s\"? (one of: %s)", shown, near,
+                       list);
+  return xf__fail_at(err, XF_EFORMAT, field, "unknown value \"%s\"; expected one of: %s", shown,
+                     list);
+}
+
+/* Identifier rules (see XF_JOB_IDENT_MAX); s must be NUL-terminated within
+ * cap bytes. */
+static xf_err xf__check_ident(const char *field, const char *s, size_t cap, xf_errctx *err) {
+  const char *end = memchr(s, '\0', cap);
+  if (!end)
+    return xf__fail_at(err, XF_ERANGE, field, "must be at most %zu characters", cap - 1);
+  size_t len = (size_t)(end - s);
+  bool ok = len > 0 && isalnum((unsigned char)s[0]);
+  for (size_t i = 0; ok && i < len; i++) {
+    unsigned char c = (unsigned char)s[i];
+    ok = (c < 0x80 && isalnum(c)) || c == '.' || c == '_' || c == '-';
+  }
+  if (ok) return XF_OK;
+  char shown[80];
+  return xf__fail_at(err, XF_EFORMAT, field,
+                     "must be 1 to %zu letters, digits, '.', '_' or '-', starting with a letter "
+                     "or digit; got \"%s\"",
+                     cap - 1, xf__printable(s, shown, sizeof(shown)));
+}
+
+/* Copies a JSON string identifier into dst[XF_JOB_IDENT_MAX]. */
+static xf_err xf__ident_from(json_t *v, const char *field, char *dst, xf_errctx *err) {
+  if (!json_is_string(v)) return xf__wrong_type(field, "a string", v, err);
+  size_t len = json_string_length(v);
+  if (len >= XF_JOB_IDENT_MAX)
+    return xf__fail_at(err, XF_ERANGE, field, "is %zu characters long; at most %d are allowed",
+                       len, XF_JOB_IDENT_MAX - 1);
+  memcpy(dst, json_string_value(v), len + 1);
+  return xf__check_ident(field, dst, XF_JOB_IDENT_MAX, err);
+}
+
+/* ---- sections ------------------------------------------------------------- */
+
+static xf_err xf__parse_model(json_t *obj, xf_job_model *m, xf_errctx *err) {
+  int arch = (int)m->arch, preset = (int)m->preset;
+  bool present;
+  XF_GUARD(xf__get_choice(obj, "model", "arch", xf__arch_names, 0, XF__COUNT(xf__arch_names),
+                          &arch, &present, err));
+  if (!present) return xf__missing("model.arch", "one of: logreg, mlp, cnn", err);
+  m->arch = (xf_job_arch)arch;
+  /* "none" is how the struct says "not a cnn"; JSON leaves preset out. */
+  XF_GUARD(xf__get_choice(obj, "model", "preset", xf__preset_names, 1,
+                          XF__COUNT(xf__preset_names), &preset, NULL, err));
+  m->preset = (xf_job_preset)preset;
+  json_t *hidden = json_object_get(obj, "hidden");
+  if (!hidden) return XF_OK;
+  if (!json_is_array(hidden))
+    return xf__wrong_type("model.hidden", "an array of layer widths such as [200, 200]", hidden,
+                          err);
+  size_t n = json_array_size(hidden);
+  if (n < 1 || n > XF_JOB_HIDDEN_MAX)
+    return xf__fail_at(err, XF_ERANGE, "model.hidden", "must list 1 to %d layer widths, got %zu",
+                       XF_JOB_HIDDEN_MAX, n);
+  for (size_t i = 0; i < n; i++) {
+    char field[64];
+    snprintf(field, sizeof(field), "model.hidden[%zu]", i);
+    long long w;
+    XF_GUARD(xf__whole(json_array_get(hidden, i), field, 1, XF_JOB_WIDTH_MAX, &w, err));
+    m->hidden[i] = (uint32_t)w;
+  }
+  m->n_hidden = (uint32_t)n;
+  return XF_OK;
+}
+
+static xf_err xf__parse_data(json_t *obj, xf_job_data *d, xf_errctx *err) {
+  json_t *dataset = json_object_get(obj, "dataset");
+  if (!dataset)
+    return xf__missing("data.dataset", "the name sites registered the dataset under, e.g. "
+                                       "\"fmnist\"",
+                       err);
+  XF_GUARD(xf__ident_from(dataset, "data.dataset", d->dataset, err));
+  json_t *tags = json_object_get(obj, "tags");
+  if (!tags) return XF_OK;
+  if (!json_is_array(tags))
+    return xf__wrong_type("data.tags", "an array of strings such as [\"fmnist\"]", tags, err);
+  size_t n = json_array_size(tags);
+  if (n > XF_JOB_TAGS_MAX)
+    return xf__fail_at(err, XF_ERANGE, "data.tags", "at most %d tags, got %zu", XF_JOB_TAGS_MAX,
+                       n);
+  for (size_t i = 0; i < n; i++) {
+    char field[64];
+    snprintf(field, sizeof(field), "data.tags[%zu]", i);
+    XF_GUARD(xf__ident_from(json_array_get(tags, i), field, d->tags[i], err));
+  }
+  d->n_tags = (uint32_t)n;
+  return XF_OK;
+}
+
+static xf_err xf__parse_local(json_t *obj, xf_job_local *l, bool *prox_mu_present,
+                              xf_errctx *err) {
+  XF_GUARD(xf__get_u32(obj, "local", "epochs", 1, XF_JOB_EPOCHS_MAX, &l->epochs, NULL, err));
+  XF_GUARD(xf__get_u32(obj, "local", "batch_size", 1, XF_JOB_BATCH_MAX, &l->batch_size, NULL,
+                       err));
+  const char *opt;
+  XF_GUARD(xf__get_string(obj, "local", "optimizer", &opt, err));
+  if (opt && xf_job_optimizer_from_name(opt, &l->optimizer) != XF_OK) {
+    char shown[64];
+    return xf__fail_at(err, XF_EUNSUPPORTED, "local.optimizer",
+                       "\"%s\" is not available; only \"sgd\" (with momentum and weight_decay) is",
+                       xf__printable(opt, shown, sizeof(shown)));
+  }
+  XF_GUARD(xf__get_real(obj, "local", "lr", &l->lr, NULL, err));
+  XF_GUARD(xf__get_real(obj, "local", "momentum", &l->momentum, NULL, err));
+  XF_GUARD(xf__get_real(obj, "local", "weight_decay", &l->weight_decay, NULL, err));
+  return xf__get_real(obj, "local", "prox_mu", &l->prox_mu, prox_mu_present, err);
+}
+
+#define XF__KIND(k) (1u << (k))
+#define XF__ADAPTIVE                                                           \
+  (XF__KIND(XF_JOB_STRATEGY_FEDADAM) | XF__KIND(XF_JOB_STRATEGY_FEDYOGI) |     \
+   XF__KIND(XF_JOB_STRATEGY_FEDADAGRAD))
+
+/* Which strategies use each hyperparameter beyond server_lr. */
+static const struct {
+  const char *key;
+  size_t offset;
+  unsigned kinds;
+} xf__strategy_params[] = {
+    {"server_momentum", offsetof(xf_job_strategy, server_momentum),
+     XF__KIND(XF_JOB_STRATEGY_FEDAVGM)},
+    {"beta1", offsetof(xf_job_strategy, beta1), XF__ADAPTIVE},
+    {"beta2", offsetof(xf_job_strategy, beta2),
+     XF__KIND(XF_JOB_STRATEGY_FEDADAM) | XF__KIND(XF_JOB_STRATEGY_FEDYOGI)},
+    {"tau", offsetof(xf_job_strategy, tau), XF__ADAPTIVE},
+    {"trim_fraction", offsetof(xf_job_strategy, trim_fraction),
+     XF__KIND(XF_JOB_STRATEGY_TRIMMED_MEAN)},
+};
+
+static xf_err xf__parse_strategy(json_t *obj, xf_job_strategy *s, xf_errctx *err) {
+  int kind = (int)XF_JOB_STRATEGY_FEDAVG;
+  XF_GUARD(xf__get_choice(obj, "strategy", "name", xf__strategy_names, 0,
+                          XF__COUNT(xf__strategy_names), &kind, NULL, err));
+  xf_job_strategy_defaults(s, (xf_job_strategy_kind)kind);
+  XF_GUARD(xf__get_real(obj, "strategy", "server_lr", &s->server_lr, NULL, err));
+  for (size_t i = 0; i < XF__COUNT(xf__strategy_params); i++) {
+    double *slot = (double *)(void *)((char *)s + xf__strategy_params[i].offset);
+    bool present;
+    XF_GUARD(xf__get_real(obj, "strategy", xf__strategy_params[i].key, slot, &present, err));
+    if (!present || (xf__strategy_params[i].kinds & XF__KIND(kind))) continue;
+    char field[64], users[160];
+    const char *names[XF__COUNT(xf__strategy_names) + 1];
+    size_t n = 0;
+    for (size_t k = 0; k < XF__COUNT(xf__strategy_names); k++)
+      if (xf__strategy_params[i].kinds & XF__KIND(k)) names[n++] = xf__strategy_names[k];
+    names[n] = NULL;
+    xf__join(users, sizeof(users), names, 0, n);
+    snprintf(field, sizeof(field), "strategy.%s", xf__strategy_params[i].key);
+    return xf__fail_at(err, XF_EFORMAT, field,
+                       "has no effect with strategy \"%s\"; it is used only by %s. Remove it or "
+                       "change strategy.name",
+                       xf__strategy_names[kind], users);
+  }
+  return XF_OK;
+}
+
+static xf_err xf__parse_privacy(json_t *obj, xf_job_privacy *p, xf_errctx *err) {
+  int unit = (int)p->unit, mode = (int)p->mode;
+  bool present;
+  XF_GUARD(xf__get_choice(obj, "privacy", "unit", xf__unit_names, 0, XF__COUNT(xf__unit_names),
+                          &unit, NULL, err));
+  XF_GUARD(xf__get_choice(obj, "privacy", "mode", xf__mode_names, 0, XF__COUNT(xf__mode_names),
+                          &mode, &present, err));
+  if (!present)
+    return xf__missing("privacy.mode",
+                       "one of: central, distributed, local, none (leave the whole privacy "
+                       "section out for none)",
+                       err);
+  p->unit = (xf_job_privacy_unit)unit;
+  p->mode = (xf_job_privacy_mode)mode;
+  XF_GUARD(xf__get_real(obj, "privacy", "clip", &p->clip, &present, err));
+  char num[32];
+  if (present && p->clip <= 0)
+    return xf__fail_at(err, XF_ERANGE, "privacy.clip",
+                       "must be > 0, got %s; leave it out (with mode none) for no clipping",
+                       xf__num(p->clip, num));
+  XF_GUARD(xf__get_real(obj, "privacy", "target_epsilon", &p->target_epsilon,
+                        &p->has_target_epsilon, err));
+  XF_GUARD(xf__get_real(obj, "privacy", "noise_multiplier", &p->noise_multiplier,
+                        &p->has_noise_multiplier, err));
+  return xf__get_real(obj, "privacy", "delta", &p->delta, NULL, err);
+}
+
+static xf_err xf__parse_compression(json_t *obj, xf_job_compression *c, xf_errctx *err) {
+  const char *uplink;
+  XF_GUARD(xf__get_string(obj, "compression", "uplink", &uplink, err));
+  if (uplink) {
+    xf_err rc = xf_job_uplink_parse(uplink, &c->uplink, err);
+    if (rc != XF_OK) {
+      xf_errctx_field(err, "compression.uplink");
+      return rc;
+    }
+  }
+  int downlink = (int)c->downlink;
+  XF_GUARD(xf__get_choice(obj, "compression", "downlink", xf__downlink_names, 0,
+                          XF__COUNT(xf__downlink_names), &downlink, NULL, err));
+  c->downlink = (xf_job_downlink)downlink;
+  return XF_OK;
+}
+
+/* seed: a non-negative integer, or a decimal string for the whole uint64
+ * range (jansson's integers stop at 2^63 - 1). */
+static xf_err xf__parse_seed(json_t *root, uint64_t *out, xf_errctx *err) {
+  json_t *v = json_object_get(root, "seed");
+  if (!v) return XF_OK;
+  if (json_is_string(v)) {
+    const char *s = json_string_value(v);
+    uint64_t x = 0;
+    size_t i = 0;
+    for (; s[i] >= '0' && s[i] <= '9'; i++) {
+      unsigned d = (unsigned)(s[i] - '0');
+      if (x > (UINT64_MAX - d) / 10)
+        return xf__fail_at(err, XF_ERANGE, "seed", "must be between 0 and %llu",
+                           (unsigned long long)UINT64_MAX);
+      x = x * 10 + d;
+    }
+    if (i == 0 || s[i] != '\0') {
+      char shown[64];
+      return xf__fail_at(err, XF_EFORMAT, "seed",
+                         "expected an integer (or its decimal digits as a string), got \"%s\"",
+                         xf__printable(s, shown, sizeof(shown)));
+    }
+    *out = x;
+    return XF_OK;
+  }
+  if (json_is_number(v) && json_number_value(v) < 0)
+    return xf__fail_at(err, XF_ERANGE, "seed", "must be between 0 and %llu",
+                       (unsigned long long)UINT64_MAX);
+  long long w;
+  XF_GUARD(xf__whole(v, "seed", 0, INT64_MAX, &w, err));
+  *out = (uint64_t)w;
+  return XF_OK;
+}
+
+static xf_err xf__parse_root(json_t *root, xf_jobspec *s, xf_errctx *err) {
+  if (!json_is_object(root))
+    return xf__fail_at(err, XF_EFORMAT, "", "a job spec is a JSON object {...}, got %s",
+                       xf__type_name(root));
+  XF_GUARD(xf__check_keys(root, "", err));
+  json_t *name = json_object_get(root, "name");
+  if (!name) return xf__missing("name", "a job name such as \"fmnist-mlp\"", err);
+  XF_GUARD(xf__ident_from(name, "name", s->name, err));
+
+  json_t *sec;
+  XF_GUARD(xf__get_section(root, "model", &sec, err));
+  if (!sec) return xf__missing("model", "e.g. {\"arch\": \"mlp\", \"hidden\": [200, 200]}", err);
+  XF_GUARD(xf__parse_model(sec, &s->model, err));
+  XF_GUARD(xf__get_section(root, "data", &sec, err));
+  if (!sec) return xf__missing("data", "e.g. {\"dataset\": \"fmnist\"}", err);
+  XF_GUARD(xf__parse_data(sec, &s->data, err));
+
+  bool present;
+  XF_GUARD(xf__get_u32(root, "", "rounds", 1, XF_JOB_ROUNDS_MAX, &s->rounds, &present, err));
+  if (!present) return xf__missing("rounds", "the number of federated rounds, e.g. 50", err);
+  XF_GUARD(xf__get_real(root, "", "sites_per_round", &s->sites_per_round, NULL, err));
+  XF_GUARD(xf__get_real(root, "", "over_selection", &s->over_selection, NULL, err));
+  XF_GUARD(xf__get_u32(root, "", "min_sites", 1, XF_JOB_SITES_MAX, &s->min_sites, NULL, err));
+  XF_GUARD(xf__get_real(root, "", "round_deadline_s", &s->round_deadline_s, NULL, err));
+
+  bool prox_mu_present = false;
+  XF_GUARD(xf__get_section(root, "local", &sec, err));
+  if (sec) XF_GUARD(xf__parse_local(sec, &s->local, &prox_mu_present, err));
+  XF_GUARD(xf__get_section(root, "strategy", &sec, err));
+  if (sec) XF_GUARD(xf__parse_strategy(sec, &s->strategy, err));
+  if (s->strategy.kind == XF_JOB_STRATEGY_FEDPROX && !prox_mu_present)
+    s->local.prox_mu = XF__FEDPROX_DEFAULT_MU;
+  XF_GUARD(xf__get_section(root, "privacy", &sec, err));
+  if (sec) XF_GUARD(xf__parse_privacy(sec, &s->privacy, err));
+  XF_GUARD(xf__get_section(root, "secure_aggregation", &sec, err));
+  if (sec) {
+    XF_GUARD(xf__get_bool(sec, "secure_aggregation", "enabled", &s->secure_aggregation.enabled,
+                          err));
+    XF_GUARD(xf__get_u32(sec, "secure_aggregation", "bits", 8, 32, &s->secure_aggregation.bits,
+                         NULL, err));
+    XF_GUARD(xf__get_real(sec, "secure_aggregation", "threshold",
+                          &s->secure_aggregation.threshold, NULL, err));
+  }
+  XF_GUARD(xf__get_section(root, "compression", &sec, err));
+  if (sec) XF_GUARD(xf__parse_compression(sec, &s->compression, err));
+  XF_GUARD(xf__parse_seed(root, &s->seed, err));
+  return xf_jobspec_validate(s, err);
+}
+
+/* ---- parsing entry points ------------------------------------------------- */
+
+xf_err xf_jobspec_parse_string(const char *json, size_t len, const char *origin,
+                               xf_jobspec *out, xf_errctx *err) {
+  xf_errctx_file(err, origin);
+  if (!json) { /* no text: the empty spec, which jansson reports */
+    json = "";
+    len = 0;
+  }
+  if (len > XF_JOBSPEC_MAX_BYTES)
+    return xf__fail_at(err, XF_ERANGE, "",
+                       "the job spec is %zu bytes; at most %u are accepted (is this the right "
+                       "file?)",
+                       len, XF_JOBSPEC_MAX_BYTES);
+  json_error_t jerr;
+  json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root) {
+    /* jansson names every syntax error; it leaves the text empty when it
+     * could not allocate its lexer. */
+    if (json_error_code(&jerr) == json_error_out_of_memory || jerr.text[0] == '\0')
+      return xf__fail_at(err, XF_ENOMEM, "", "out of memory while reading the job spec");
+    char where[64], text[JSON_ERROR_TEXT_LENGTH];
+    snprintf(where, sizeof(where), "line %d, column %d", jerr.line, jerr.column);
+    return xf__fail_at(err, XF_EFORMAT, where, "invalid JSON: %s",
+                       xf__printable(jerr.text, text, sizeof(text)));
+  }
+  xf_jobspec spec;
+  xf_jobspec_defaults(&spec);
+  xf_err rc = xf__parse_root(root, &spec, err);
+  json_decref(root);
+  if (rc == XF_OK) *out = spec;
+  return rc;
+}
+
+/* Reads at most XF_JOBSPEC_MAX_BYTES + 1 bytes, enough to tell an oversized
+ * file from one at the limit without trusting st_size (pipes, /proc). */
+static xf_err xf__read_file(const char *path, char **out, size_t *out_len, xf_errctx *err) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    int e = errno;
+    return xf__fail_at(err, e == ENOENT ? XF_ENOENT : XF_EIO, "", "cannot open: %s",
+                       strerror(e));
+  }
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0) memset(&st, 0, sizeof(st));
+  if (S_ISDIR(st.st_mode)) {
+    fclose(f);
+    return xf__fail_at(err, XF_EIO, "", "is a directory; give the path of a job spec file");
+  }
+  size_t cap = XF_JOBSPEC_MAX_BYTES + 1, len = 0;
+  if (S_ISREG(st.st_mode) && st.st_size >= 0 && (uint64_t)st.st_size < cap)
+    cap = (size_t)st.st_size + 1; /* the +1 byte detects growth since fstat */
+  char *buf = xf_malloc(cap);
+  if (!buf) {
+    fclose(f);
+    return xf__fail_at(err, XF_ENOMEM, "", "out of memory while reading the job spec");
+  }
+  for (;;) {
+    size_t got = fread(buf + len, 1, cap - len, f);
+    len += got;
+    if (len > XF_JOBSPEC_MAX_BYTES || got == 0) break;
+    if (len == cap) {
+      size_t ncap = cap * 2 > XF_JOBSPEC_MAX_BYTES + 1 ? XF_JOBSPEC_MAX_BYTES + 1 : cap * 2;
+      char *nb = xf_realloc(buf, ncap);
+      if (!nb) {
+        xf_free(buf);
+        fclose(f);
+        return xf__fail_at(err, XF_ENOMEM, "", "out of memory while reading the job spec");
+      }
+      buf = nb;
+      cap = ncap;
+    }
+  }
+  bool failed = ferror(f) != 0;
+  int e = errno;
+  fclose(f);
+  if (failed) {
+    xf_free(buf);
+    return xf__fail_at(err, XF_EIO, "", "cannot read: %s", strerror(e));
+  }
+  if (len > XF_JOBSPEC_MAX_BYTES) {
+    xf_free(buf);
+    return xf__fail_at(err, XF_ERANGE, "",
+                       "the file is larger than %u bytes, the most a job spec may be (is this "
+                       "the right file?)",
+                       XF_JOBSPEC_MAX_BYTES);
+  }
+  *out = buf;
+  *out_len = len;
+  return XF_OK;
+}
+
+xf_err xf_jobspec_parse_file(const char *path, xf_jobspec *out, xf_errctx *err) {
+  xf_errctx_file(err, path);
+  char *buf = NULL;
+  size_t len = 0;
+  XF_GUARD(xf__read_file(path, &buf, &len, err));
+  xf_err rc = xf_jobspec_parse_string(buf, len, path, out, err);
+  xf_free(buf);
+  return rc;
+}
+
+/* ---- uplink grammar ------------------------------------------------------- */
+
+/* A decimal number: digits, optionally '.' and digits, optionally an
+ * exponent. No sign, no hex, no inf/nan: strtod alone accepts all of those.
+ * Returns the length matched (0 when s does not start with one). */
+static size_t xf__scan_decimal(const char *s) {
+  size_t i = 0, digits = 0;
+  while (isdigit((unsigned char)s[i])) i++, digits++;
+  if (s[i] == '.') {
+    i++;
+    while (isdigit((unsigned char)s[i])) i++, digits++;
+  }
+  if (digits == 0) return 0;
+  if (s[i] == 'e' || s[i] == 'E') {
+    size_t j = i + 1;
+    if (s[j] == '+' || s[j] == '-') j++;
+    if (!isdigit((unsigned char)s[j])) return i;
+    while (isdigit((unsigned char)s[j])) j++;
+    i = j;
+  }
+  return i;
+}
+
+/* "qN" with N one of 16, 8, 4. */
+static bool xf__scan_quant(const char *s, uint32_t *bits) {
+  if (strcmp(s, "q16") == 0) *bits = 16;
+  else if (strcmp(s, "q8") == 0) *bits = 8;
+  else if (strcmp(s, "q4") == 0) *bits = 4;
+  else return false;
+  return true;
+}
+
+xf_err xf_job_uplink_parse(const char *text, xf_job_uplink *out, xf_errctx *err) {
+  static const char grammar[] =
+      "use \"none\", \"q16\", \"q8\", \"q4\", \"topk:F\" or \"topk:F+qN\" (F in (0, 1], N one "
+      "of 16, 8, 4), e.g. \"topk:0.01+q8\"";
+  char shown[64];
+  xf__printable(text, shown, sizeof(shown));
+  xf_job_uplink u = {0, 0};
+  if (strcmp(text, "none") == 0) {
+    *out = u;
+    return XF_OK;
+  }
+  if (xf__scan_quant(text, &u.quant_bits)) {
+    *out = u;
+    return XF_OK;
+  }
+  if (text[0] == 'q' && xf__scan_decimal(text + 1) == strlen(text + 1) && text[1])
+    return xf_fail(err, XF_EFORMAT, "\"%s\": quantization is available at 16, 8 or 4 bits; %s",
+                   shown, grammar);
+  if (strncmp(text, "topk:", 5) != 0)
+    return xf_fail(err, XF_EFORMAT, "unknown uplink compression \"%s\"; %s", shown, grammar);
+  const char *f = text + 5;
+  size_t n = xf__scan_decimal(f);
+  if (n == 0)
+    return xf_fail(err, XF_EFORMAT, "\"%s\": expected a fraction after \"topk:\"; %s", shown,
+                   grammar);
+  if (f[n] != '\0') {
+    if (f[n] != '+' || !xf__scan_quant(f + n + 1, &u.quant_bits))
+      return xf_fail(err, XF_EFORMAT,
+                     "\"%s\": after \"topk:F\" only \"+q16\", \"+q8\" or \"+q4\" may follow; %s",
+                     shown, grammar);
+  }
+  char num[64];
+  if (n >= sizeof(num))
+    return xf_fail(err, XF_EFORMAT,
+                   "\"%s\": the fraction has more than %zu characters; 17 significant digits "
+                   "are enough for any double",
+                   shown, sizeof(num) - 1);
+  memcpy(num, f, n);
+  num[n] = '\0';
+  double frac = strtod(num, NULL);
+  if (!(frac > 0 && frac <= 1))
+    return xf_fail(err, XF_ERANGE,
+                   "\"%s\": the top-k fraction must be in (0, 1], got %s (0.01 keeps the largest "
+                   "1%% of coordinates)",
+                   shown, xf__num(frac, num));
+  u.topk_fraction = frac;
+  *out = u;
+  return XF_OK;
+}
+
+char *xf_job_uplink_format(const xf_job_uplink *uplink, char *buf, size_t n) {
+  if (n == 0) return buf;
+  char frac[32];
+  if (uplink->topk_fraction > 0) {
+    xf__format_real(uplink->topk_fraction, false, frac, sizeof(frac));
+    if (uplink->quant_bits)
+      snprintf(buf, n, "topk:%s+q%u", frac, (unsigned)uplink->quant_bits);
+    else
+      snprintf(buf, n, "topk:%s", frac);
+  } else if (uplink->quant_bits) {
+    snprintf(buf, n, "q%u", (unsigned)uplink->quant_bits);
+  } else {
+    snprintf(buf, n, "none");
+  }
+  return buf;
+}
+
+/* ---- validation ----------------------------------------------------------- */
+
+/* v must lie between lo and hi, each bound open or closed; hi = INFINITY for
+ * no upper bound. NaN and infinities always fail. Numbers in the message are
+ * shortest round-trip text, so the value shown is the value read. */
+static xf_err xf__check_range(const char *field, double v, double lo, bool lo_open, double hi,
+                              bool hi_open, xf_errctx *err) {
+  bool ok = isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  if (ok) return XF_OK;
+  char got[32], low[32], high[32];
+  xf__format_real(v, false, got, sizeof(got));
+  xf__format_real(lo, false, low, sizeof(low));
+  if (isinf(hi))
+    return xf__fail_at(err, XF_ERANGE, field, "must be %s %s, got %s", lo_open ? ">" : ">=", low,
+                       got);
+  xf__format_real(hi, false, high, sizeof(high));
+  return xf__fail_at(err, XF_ERANGE, field, "must be in %c%s, %s%c, got %s", lo_open ? '(' : '[',
+                     low, high, hi_open ? ')' : ']', got);
+}
+
+#define XF__POSITIVE(field, v) XF_GUARD(xf__check_range(field, v, 0, true, INFINITY, false, err))
+#define XF__NONNEG(field, v) XF_GUARD(xf__check_range(field, v, 0, false, INFINITY, false, err))
+#define XF__UNIT_OPEN(field, v) XF_GUARD(xf__check_range(field, v, 0, false, 1, true, err))
+
+static xf_err xf__validate_model(const xf_job_model *m, xf_errctx *err) {
+  if ((unsigned)m->arch >= XF__COUNT(xf__arch_names))
+    return xf__fail_at(err, XF_EFORMAT, "model.arch", "unknown value %d", (int)m->arch);
+  if ((unsigned)m->preset >= XF__COUNT(xf__preset_names))
+    return xf__fail_at(err, XF_EFORMAT, "model.preset", "unknown value %d", (int)m->preset);
+  if (m->arch == XF_JOB_ARCH_MLP) {
+    if (m->n_hidden == 0)
+      return xf__missing("model.hidden", "arch \"mlp\" needs its hidden layer widths, e.g. "
+                                         "[200, 200]",
+                         err);
+    XF_GUARD(xf__range_int("model.hidden", m->n_hidden, 1, XF_JOB_HIDDEN_MAX, err));
+    for (uint32_t i = 0; i < m->n_hidden; i++) {
+      char field[64];
+      snprintf(field, sizeof(field), "model.hidden[%u]", (unsigned)i);
+      XF_GUARD(xf__range_int(field, m->hidden[i], 1, XF_JOB_WIDTH_MAX, err));
+    }
+  } else if (m->n_hidden != 0) {
+    return xf__fail_at(err, XF_EFORMAT, "model.hidden",
+                       "has no effect with arch \"%s\"; it is used only by \"mlp\"",
+                       xf__arch_names[m->arch]);
+  }
+  if (m->arch == XF_JOB_ARCH_CNN && m->preset == XF_JOB_PRESET_NONE)
+    return xf__missing("model.preset", "arch \"cnn\" needs one of: lenet5, fedavg-cnn", err);
+  if (m->arch != XF_JOB_ARCH_CNN && m->preset != XF_JOB_PRESET_NONE)
+    return xf__fail_at(err, XF_EFORMAT, "model.preset",
+                       "has no effect with arch \"%s\"; it is used only by \"cnn\"",
+                       xf__arch_names[m->arch]);
+  return XF_OK;
+}
+
+static xf_err xf__validate_data(const xf_job_data *d, xf_errctx *err) {
+  if (d->dataset[0] == '\0')
+    return xf__missing("data.dataset", "the name sites registered the dataset under", err);
+  XF_GUARD(xf__check_ident("data.dataset", d->dataset, sizeof(d->dataset), err));
+  XF_GUARD(xf__range_int("data.tags", d->n_tags, 0, XF_JOB_TAGS_MAX, err));
+  for (uint32_t i = 0; i < d->n_tags; i++) {
+    char field[64];
+    snprintf(field, sizeof(field), "data.tags[%u]", (unsigned)i);
+    XF_GUARD(xf__check_ident(field, d->tags[i], sizeof(d->tags[i]), err));
+    for (uint32_t j = 0; j < i; j++)
+      if (strcmp(d->tags[i], d->tags[j]) == 0)
+        return xf__fail_at(err, XF_EFORMAT, field, "repeats tag \"%s\" (data.tags[%u])",
+                           d->tags[i], (unsigned)j);
+  }
+  return XF_OK;
+}
+
+static xf_err xf__validate_local(const xf_job_local *l, xf_errctx *err) {
+  XF_GUARD(xf__range_int("local.epochs", l->epochs, 1, XF_JOB_EPOCHS_MAX, err));
+  XF_GUARD(xf__range_int("local.batch_size", l->batch_size, 1, XF_JOB_BATCH_MAX, err));
+  if (l->optimizer != XF_JOB_OPTIMIZER_SGD)
+    return xf__fail_at(err, XF_EUNSUPPORTED, "local.optimizer", "only \"sgd\" is available");
+  XF__POSITIVE("local.lr", l->lr);
+  XF__UNIT_OPEN("local.momentum", l->momentum);
+  XF__NONNEG("local.weight_decay", l->weight_decay);
+  XF__NONNEG("local.prox_mu", l->prox_mu);
+  return XF_OK;
+}
+
+static xf_err xf__validate_strategy(const xf_job_strategy *s, xf_errctx *err) {
+  if ((unsigned)s->kind >= XF__COUNT(xf__strategy_names))
+    return xf__fail_at(err, XF_EFORMAT, "strategy.name", "unknown value %d", (int)s->kind);
+  XF__POSITIVE("strategy.server_lr", s->server_lr);
+  XF__UNIT_OPEN("strategy.server_momentum", s->server_momentum);
+  XF__UNIT_OPEN("strategy.beta1", s->beta1);
+  XF__UNIT_OPEN("strategy.beta2", s->beta2);
+  XF__POSITIVE("strategy.tau", s->tau);
+  XF_GUARD(xf__check_range("strategy.trim_fraction", s->trim_fraction, 0, false, 0.5, true, err));
+  return XF_OK;
+}
+
+static xf_err xf__validate_privacy(const xf_job_privacy *p, xf_errctx *err) {
+  if ((unsigned)p->unit >= XF__COUNT(xf__unit_names))
+    return xf__fail_at(err, XF_EFORMAT, "privacy.unit", "unknown value %d", (int)p->unit);
+  if ((unsigned)p->mode >= XF__COUNT(xf__mode_names))
+    return xf__fail_at(err, XF_EFORMAT, "privacy.mode", "unknown value %d", (int)p->mode);
+  const char *mode = xf__mode_names[p->mode];
+  if (p->mode == XF_JOB_PRIVACY_NONE) {
+    if (p->clip != 0) XF__POSITIVE("privacy.clip", p->clip);
+    if (p->has_target_epsilon)
+      return xf__fail_at(err, XF_EFORMAT, "privacy.target_epsilon",
+                         "mode \"none\" adds no noise, so no epsilon is guaranteed; set mode to "
+                         "central, distributed or local, or remove target_epsilon");
+    if (p->has_noise_multiplier)
+      return xf__fail_at(err, XF_EFORMAT, "privacy.noise_multiplier",
+                         "mode \"none\" adds no noise; set mode to central, distributed or "
+                         "local, or remove noise_multiplier");
+  } else {
+    if (p->clip == 0)
+      return xf__missing("privacy.clip",
+                         "differential privacy bounds each contribution's L2 norm by clip (the "
+                         "noise is scaled to it), e.g. 1.0",
+                         err);
+    XF__POSITIVE("privacy.clip", p->clip);
+    if (!p->has_target_epsilon && !p->has_noise_multiplier)
+      return xf__fail_at(err, XF_EFORMAT, "privacy.target_epsilon",
+                         "mode \"%s\" needs target_epsilon (the noise is calibrated to reach it "
+                         "over the job) or noise_multiplier (or both)",
+                         mode);
+  }
+  if (p->has_target_epsilon) XF__POSITIVE("privacy.target_epsilon", p->target_epsilon);
+  if (p->has_noise_multiplier) XF__NONNEG("privacy.noise_multiplier", p->noise_multiplier);
+  XF_GUARD(xf__check_range("privacy.delta", p->delta, 0, true, 1, true, err));
+  if (p->unit == XF_JOB_PRIVACY_UNIT_RECORD &&
+      (p->mode == XF_JOB_PRIVACY_CENTRAL || p->mode == XF_JOB_PRIVACY_DISTRIBUTED))
+    return xf__fail_at(err, XF_EFORMAT, "privacy.mode",
+                       "unit \"record\" is protected by DP-SGD noise added at each site during "
+                       "training; use mode \"local\" (or unit \"site\" for mode \"%s\")",
+                       mode);
+  return XF_OK;
+}
+
+static xf_err xf__validate_sites(const xf_jobspec *s, xf_errctx *err) {
+  XF_GUARD(xf__range_int("rounds", s->rounds, 1, XF_JOB_ROUNDS_MAX, err));
+  double spr = s->sites_per_round;
+  char num[32];
+  if (!(isfinite(spr) && spr > 0 && spr <= XF_JOB_SITES_MAX))
+    return xf__fail_at(err, XF_ERANGE, "sites_per_round",
+                       "must be a fraction in (0, 1] of the eligible sites or a count from 2 to "
+                       "%u, got %s",
+                       XF_JOB_SITES_MAX, xf__num(spr, num));
+  if (spr > 1 && spr != floor(spr))
+    return xf__fail_at(err, XF_ERANGE, "sites_per_round",
+                       "%s is above 1, so it is a number of sites and must be whole; use a "
+                       "fraction in (0, 1] or a count such as %.0f",
+                       xf__num(spr, num), floor(spr));
+  XF_GUARD(xf__check_range("over_selection", s->over_selection, 1, false,
+                           XF_JOB_OVER_SELECTION_MAX, false, err));
+  XF_GUARD(xf__range_int("min_sites", s->min_sites, 1, XF_JOB_SITES_MAX, err));
+  XF_GUARD(xf__check_range("round_deadline_s", s->round_deadline_s, 0, true,
+                           XF_JOB_DEADLINE_MAX_S, false, err));
+  if (spr > 1 && s->min_sites > spr)
+    return xf__fail_at(err, XF_ERANGE, "min_sites",
+                       "is %u but sites_per_round selects only %g sites, so no round could "
+                       "count; lower min_sites or raise sites_per_round",
+                       (unsigned)s->min_sites, spr);
+  return XF_OK;
+}
+
+xf_err xf_jobspec_validate(const xf_jobspec *s, xf_errctx *err) {
+  if (s->name[0] == '\0') return xf__missing("name", "a job name such as \"fmnist-mlp\"", err);
+  XF_GUARD(xf__check_ident("name", s->name, sizeof(s->name), err));
+  XF_GUARD(xf__validate_model(&s->model, err));
+  XF_GUARD(xf__validate_data(&s->data, err));
+  XF_GUARD(xf__validate_sites(s, err));
+  XF_GUARD(xf__validate_local(&s->local, err));
+  XF_GUARD(xf__validate_strategy(&s->strategy, err));
+  XF_GUARD(xf__validate_privacy(&s->privacy, err));
+
+  const xf_job_secagg *sa = &s->secure_aggregation;
+  XF_GUARD(xf__range_int("secure_aggregation.bits", sa->bits, 8, 32, err));
+  XF_GUARD(xf__check_range("secure_aggregation.threshold", sa->threshold, 0, true, 1, false, err));
+
+  const xf_job_uplink *up = &s->compression.uplink;
+  char num[32];
+  if (up->topk_fraction != 0 && !(up->topk_fraction > 0 && up->topk_fraction <= 1))
+    return xf__fail_at(err, XF_ERANGE, "compression.uplink",
+                       "the top-k fraction must be in (0, 1], got %s",
+                       xf__num(up->topk_fraction, num));
+  if (up->quant_bits != 0 && up->quant_bits != 4 && up->quant_bits != 8 && up->quant_bits != 16)
+    return xf__fail_at(err, XF_EFORMAT, "compression.uplink",
+                       "quantization is available at 16, 8 or 4 bits, got %u",
+                       (unsigned)up->quant_bits);
+  if ((unsigned)s->compression.downlink >= XF__COUNT(xf__downlink_names))
+    return xf__fail_at(err, XF_EFORMAT, "compression.downlink", "unknown value %d",
+                       (int)s->compression.downlink);
+
+  /* Cross-field rules. */
+  const char *strategy = xf__strategy_names[s->strategy.kind];
+  if (s->strategy.kind == XF_JOB_STRATEGY_FEDPROX && !(s->local.prox_mu > 0))
+    return xf__fail_at(err, XF_ERANGE, "local.prox_mu",
+                       "strategy \"fedprox\" needs a proximal term: set prox_mu > 0 (Li et al. "
+                       "2020 use 0.001 to 1), or leave it out for %g",
+                       XF__FEDPROX_DEFAULT_MU);
+  if (sa->enabled && xf_job_strategy_is_robust(s->strategy.kind))
+    return xf__fail_at(err, XF_EFORMAT, "strategy.name",
+                       "\"%s\" needs to see each site's update, which secure aggregation hides "
+                       "(only the sum is revealed); choose a mean-based strategy such as fedavg "
+                       "or set secure_aggregation.enabled to false",
+                       strategy);
+  if (sa->enabled && up->topk_fraction > 0)
+    return xf__fail_at(err, XF_EFORMAT, "compression.uplink",
+                       "top-k keeps a different set of coordinates at each site, and masked "
+                       "updates can only be summed coordinate by coordinate; with secure "
+                       "aggregation use \"none\", \"q16\", \"q8\" or \"q4\"");
+  if (sa->enabled && up->quant_bits > sa->bits)
+    return xf__fail_at(err, XF_ERANGE, "secure_aggregation.bits",
+                       "is %u but the uplink is quantized to %u bits, and masked values are "
+                       "summed mod 2^bits; set bits to at least %u (20 leaves room for 4096 sites "
+                       "at q8)",
+                       (unsigned)sa->bits, (unsigned)up->quant_bits, (unsigned)up->quant_bits);
+  if (sa->enabled && s->min_sites < 2)
+    return xf__fail_at(err, XF_ERANGE, "min_sites",
+                       "is 1, but a securely aggregated sum over one site is that site's "
+                       "update; set min_sites to 2 or more");
+  if (s->privacy.mode == XF_JOB_PRIVACY_DISTRIBUTED && !sa->enabled)
+    return xf__fail_at(err, XF_EFORMAT, "privacy.mode",
+                       "\"distributed\" adds only a share of the noise at each site and relies "
+                       "on secure aggregation to hide single updates; set "
+                       "secure_aggregation.enabled to true, or use mode \"central\"");
+  return XF_OK;
+}
+
+/* ---- canonical output ----------------------------------------------------- */
+
+/* A growing text buffer; after the first failed allocation every write is
+ * dropped and `failed` stays set. */
+typedef struct xf__out {
+  char *buf;
+  size_t len, cap;
+  bool failed;
+  int depth;         /* open objects */
+  bool first[4];     /* nothing written yet in the object at each depth */
+} xf__out;
+
+static void xf__emit(xf__out *o, const char *fmt, ...) XF_PRINTF(2, 3);
+
+static void xf__emit(xf__out *o, const char *fmt, ...) {
+  if (o->failed) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int need = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (need < 0) {
+    o->failed = true;
+    return;
+  }
+  if (o->len + (size_t)need + 1 > o->cap) {
+    size_t cap = o->cap ? o->cap : 1024;
+    while (cap < o->len + (size_t)need + 1) cap *= 2;
+    char *nb = xf_realloc(o->buf, cap);
+    if (!nb) {
+      o->failed = true;
+      return;
+    }
+    o->buf = nb;
+    o->cap = cap;
+  }
+  va_start(ap, fmt);
+  vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
+  va_end(ap);
+  o->len += (size_t)need;
+}
+
+/* Starts a member: separator, newline, indentation, "key": . */
+static void xf__key(xf__out *o, const char *key) {
+  xf__emit(o, "%s\n%*s\"%s\": ", o->first[o->depth] ? "" : ",", 2 * o->depth, "", key);
+  o->first[o->depth] = false;
+}
+
+static void xf__open(xf__out *o, const char *key) {
+  if (key) xf__key(o, key);
+  xf__emit(o, "{");
+  o->depth++;
+  o->first[o->depth] = true;
+}
+
+static void xf__close(xf__out *o) {
+  o->depth--;
+  xf__emit(o, "\n%*s}", 2 * o->depth, "");
+}
+
+/* A JSON string with quotes and escapes. */
+static void xf__string(xf__out *o, const char *s) {
+  xf__emit(o, "\"");
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\')
+      xf__emit(o, "\\%c", *p);
+    else if (*p < 0x20)
+      xf__emit(o, "\\u%04x", *p);
+    else
+      xf__emit(o, "%c", *p);
+  }
+  xf__emit(o, "\"");
+}
+
+static void xf__member_string(xf__out *o, const char *key, const char *value) {
+  xf__key(o, key);
+  xf__string(o, value);
+}
+
+static void xf__member_real(xf__out *o, const char *key, double v) {
+  char num[40];
+  xf__format_real(v, true, num, sizeof(num));
+  xf__key(o, key);
+  xf__emit(o, "%s", num);
+}
+
+static void xf__member_uint(xf__out *o, const char *key, unsigned long long v) {
+  xf__key(o, key);
+  xf__emit(o, "%llu", v);
+}
+
+xf_err xf_jobspec_to_json(const xf_jobspec *s, char **out) {
+  xf__out o = {.depth = 0, .first = {true}};
+  *out = NULL;
+  xf__open(&o, NULL);
+  xf__member_string(&o, "name", s->name);
+
+  xf__open(&o, "model");
+  xf__member_string(&o, "arch", xf_job_arch_name(s->model.arch));
+  if (s->model.arch == XF_JOB_ARCH_MLP) {
+    xf__key(&o, "hidden");
+    xf__emit(&o, "[");
+    for (uint32_t i = 0; i < s->model.n_hidden && i < XF_JOB_HIDDEN_MAX; i++)
+      xf__emit(&o, "%s%u", i ? ", " : "", (unsigned)s->model.hidden[i]);
+    xf__emit(&o, "]");
+  }
+  if (s->model.arch == XF_JOB_ARCH_CNN)
+    xf__member_string(&o, "preset", xf_job_preset_name(s->model.preset));
+  xf__close(&o);
+
+  xf__open(&o, "data");
+  xf__member_string(&o, "dataset", s->data.dataset);
+  xf__key(&o, "tags");
+  xf__emit(&o, "[");
+  for (uint32_t i = 0; i < s->data.n_tags && i < XF_JOB_TAGS_MAX; i++) {
+    if (i) xf__emit(&o, ", ");
+    xf__string(&o, s->data.tags[i]);
+  }
+  xf__emit(&o, "]");
+  xf__close(&o);
+
+  xf__member_uint(&o, "rounds", s->rounds);
+  if (s->sites_per_round > 1 && s->sites_per_round == floor(s->sites_per_round) &&
+      s->sites_per_round <= XF_JOB_SITES_MAX)
+    xf__member_uint(&o, "sites_per_round", (unsigned long long)s->sites_per_round);
+  else
+    xf__member_real(&o, "sites_per_round", s->sites_per_round);
+  xf__member_real(&o, "over_selection", s->over_selection);
+  xf__member_uint(&o, "min_sites", s->min_sites);
+  xf__member_real(&o, "round_deadline_s", s->round_deadline_s);
+
+  xf__open(&o, "local");
+  xf__member_uint(&o, "epochs", s->local.epochs);
+  xf__member_uint(&o, "batch_size", s->local.batch_size);
+  xf__member_string(&o, "optimizer", xf_job_optimizer_name(s->local.optimizer));
+  xf__member_real(&o, "lr", s->local.lr);
+  xf__member_real(&o, "momentum", s->local.momentum);
+  xf__member_real(&o, "weight_decay", s->local.weight_decay);
+  xf__member_real(&o, "prox_mu", s->local.prox_mu);
+  xf__close(&o);
+
+  xf__open(&o, "strategy");
+  xf__member_string(&o, "name", xf_job_strategy_kind_name(s->strategy.kind));
+  xf__member_real(&o, "server_lr", s->strategy.server_lr);
+  for (size_t i = 0; i < XF__COUNT(xf__strategy_params); i++) {
+    if (!(xf__strategy_params[i].kinds & XF__KIND(s->strategy.kind))) continue;
+    const double *slot =
+        (const double *)(const void *)((const char *)&s->strategy + xf__strategy_params[i].offset);
+    xf__member_real(&o, xf__strategy_params[i].key, *slot);
+  }
+  xf__close(&o);
+
+  xf__open(&o, "privacy");
+  xf__member_string(&o, "unit", xf_job_privacy_unit_name(s->privacy.unit));
+  xf__member_string(&o, "mode", xf_job_privacy_mode_name(s->privacy.mode));
+  if (s->privacy.clip != 0) xf__member_real(&o, "clip", s->privacy.clip);
+  if (s->privacy.has_target_epsilon)
+    xf__member_real(&o, "target_epsilon", s->privacy.target_epsilon);
+  if (s->privacy.has_noise_multiplier)
+    xf__member_real(&o, "noise_multiplier", s->privacy.noise_multiplier);
+  xf__member_real(&o, "delta", s->privacy.delta);
+  xf__close(&o);
+
+  xf__open(&o, "secure_aggregation");
+  xf__key(&o, "enabled");
+  xf__emit(&o, "%s", s->secure_aggregation.enabled ? "true" : "false");
+  xf__member_uint(&o, "bits", s->secure_aggregation.bits);
+  xf__member_real(&o, "threshold", s->secure_aggregation.threshold);
+  xf__close(&o);
+
+  char uplink[XF_JOB_UPLINK_TEXT_MAX];
+  xf__open(&o, "compression");
+  xf__member_string(&o, "uplink",
+                    xf_job_uplink_format(&s->compression.uplink, uplink, sizeof(uplink)));
+  xf__member_string(&o, "downlink", xf_job_downlink_name(s->compression.downlink));
+  xf__close(&o);
+
+  /* jansson reads integers up to 2^63 - 1; larger seeds travel as strings. */
+  if (s->seed > (uint64_t)INT64_MAX) {
+    char seed[24];
+    snprintf(seed, sizeof(seed), "%llu", (unsigned long long)s->seed);
+    xf__member_string(&o, "seed", seed);
+  } else {
+    xf__member_uint(&o, "seed", s->seed);
+  }
+  xf__close(&o);
+  xf__emit(&o, "\n");
+
+  if (o.failed) {
+    xf_free(o.buf);
+    return XF_ENOMEM;
+  }
+  *out = o.buf;
+  return XF_OK;
+}
+
+/* ---- cohort --------------------------------------------------------------- */
+
+void xf_jobspec_cohort(const xf_jobspec *spec, uint32_t eligible, uint32_t *target,
+                       uint32_t *invite) {
+  double spr = spec->sites_per_round;
+  /* The relative slack keeps 0.1 * 30 (3.0000000000000004) at 3 sites. */
+  double share = spr * (double)eligible;
+  double t = spr > 1 ? floor(spr) : ceil(share - share * 1e-12);
+  if (!(t >= 1)) t = 1;
+  if (t > eligible) t = eligible;
+  double inv = ceil(t * (spec->over_selection >= 1 ? spec->over_selection : 1));
+  if (inv > eligible) inv = eligible;
+  *target = (uint32_t)t;
+  *invite = (uint32_t)inv;
+}

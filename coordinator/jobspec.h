@@ -1,0 +1,286 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The job spec: a researcher's job JSON parsed strictly into a plain struct
+ * with every default filled in, checked field by field and across fields, and
+ * written back canonically. docs/jobs.md is the researcher's reference. */
+#ifndef XF_COORDINATOR_JOBSPEC_H
+#define XF_COORDINATOR_JOBSPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/result.h"
+
+/* Largest job spec accepted, file or string. Specs are a few hundred bytes;
+ * the bound keeps a wrong path (a dataset, a checkpoint) out of memory. */
+#define XF_JOBSPEC_MAX_BYTES (1u << 20)
+
+/* Identifiers (job name, dataset, tags) are 1..63 characters of
+ * [A-Za-z0-9._-] starting with a letter or digit, so that they can appear in
+ * file names, SQL, logs and SPIFFE-style paths without quoting. Buffers of
+ * XF_JOB_IDENT_MAX bytes hold them with their terminator. */
+#define XF_JOB_IDENT_MAX 64
+#define XF_JOB_HIDDEN_MAX 8         /* mlp hidden layers */
+#define XF_JOB_WIDTH_MAX 65536u     /* units in one hidden layer */
+#define XF_JOB_TAGS_MAX 16          /* data.tags entries */
+#define XF_JOB_ROUNDS_MAX 1000000u  /* rounds */
+#define XF_JOB_SITES_MAX 100000u    /* min_sites, and sites_per_round as a count */
+#define XF_JOB_EPOCHS_MAX 10000u    /* local.epochs */
+#define XF_JOB_BATCH_MAX 65536u     /* local.batch_size */
+#define XF_JOB_DEADLINE_MAX_S 604800.0 /* round_deadline_s: one week */
+#define XF_JOB_OVER_SELECTION_MAX 3.0  /* over_selection */
+
+/* ---- choices -------------------------------------------------------------
+ * Each enum has a name helper returning the spelling used in job JSON
+ * ("unknown" for a value outside the enum; never NULL) and a lookup that
+ * returns XF_EFORMAT for a spelling it does not know. */
+
+typedef enum xf_job_arch {
+  XF_JOB_ARCH_LOGREG = 0, /* "logreg": softmax regression */
+  XF_JOB_ARCH_MLP,        /* "mlp": dense + ReLU per model.hidden entry */
+  XF_JOB_ARCH_CNN         /* "cnn": one of the presets below */
+} xf_job_arch;
+
+typedef enum xf_job_preset {
+  XF_JOB_PRESET_NONE = 0,   /* "none": the arch is not cnn */
+  XF_JOB_PRESET_LENET5,     /* "lenet5": conv6-conv16-120-84, NIID-Bench's model */
+  XF_JOB_PRESET_FEDAVG_CNN  /* "fedavg-cnn": conv32-conv64-512, McMahan et al. 2017 */
+} xf_job_preset;
+
+typedef enum xf_job_optimizer {
+  XF_JOB_OPTIMIZER_SGD = 0 /* "sgd": with momentum and weight decay */
+} xf_job_optimizer;
+
+typedef enum xf_job_strategy_kind {
+  XF_JOB_STRATEGY_FEDAVG = 0,   /* "fedavg" */
+  XF_JOB_STRATEGY_FEDAVGM,      /* "fedavgm": server momentum (Hsu et al. 2019) */
+  XF_JOB_STRATEGY_FEDPROX,      /* "fedprox": fedavg + proximal term at the sites */
+  XF_JOB_STRATEGY_FEDADAM,      /* "fedadam"    \                            */
+  XF_JOB_STRATEGY_FEDYOGI,      /* "fedyogi"     > Reddi et al. 2021          */
+  XF_JOB_STRATEGY_FEDADAGRAD,   /* "fedadagrad" /                            */
+  XF_JOB_STRATEGY_MEDIAN,       /* "median": coordinate-wise median (robust) */
+  XF_JOB_STRATEGY_TRIMMED_MEAN  /* "trimmed_mean": coordinate-wise (robust) */
+} xf_job_strategy_kind;
+
+typedef enum xf_job_privacy_unit {
+  XF_JOB_PRIVACY_UNIT_SITE = 0, /* "site": each site's whole update (DP-FedAvg) */
+  XF_JOB_PRIVACY_UNIT_RECORD    /* "record": each record (DP-SGD at the site) */
+} xf_job_privacy_unit;
+
+typedef enum xf_job_privacy_mode {
+  XF_JOB_PRIVACY_NONE = 0,     /* "none": no noise, no epsilon */
+  XF_JOB_PRIVACY_CENTRAL,      /* "central": the aggregator adds noise to the sum */
+  XF_JOB_PRIVACY_DISTRIBUTED,  /* "distributed": distributed discrete Gaussian + secagg */
+  XF_JOB_PRIVACY_LOCAL         /* "local": each site adds the full noise */
+} xf_job_privacy_mode;
+
+typedef enum xf_job_downlink {
+  XF_JOB_DOWNLINK_NONE = 0, /* "none": float32 */
+  XF_JOB_DOWNLINK_FP16,     /* "fp16": IEEE half */
+  XF_JOB_DOWNLINK_BF16      /* "bf16": bfloat16 */
+} xf_job_downlink;
+
+const char *xf_job_arch_name(xf_job_arch v);
+const char *xf_job_preset_name(xf_job_preset v);
+const char *xf_job_optimizer_name(xf_job_optimizer v);
+const char *xf_job_strategy_kind_name(xf_job_strategy_kind v);
+const char *xf_job_privacy_unit_name(xf_job_privacy_unit v);
+const char *xf_job_privacy_mode_name(xf_job_privacy_mode v);
+const char *xf_job_downlink_name(xf_job_downlink v);
+
+xf_err xf_job_arch_from_name(const char *s, xf_job_arch *out) XF_WARN_UNUSED;
+xf_err xf_job_preset_from_name(const char *s, xf_job_preset *out) XF_WARN_UNUSED;
+xf_err xf_job_optimizer_from_name(const char *s, xf_job_optimizer *out) XF_WARN_UNUSED;
+xf_err xf_job_strategy_kind_from_name(const char *s, xf_job_strategy_kind *out) XF_WARN_UNUSED;
+xf_err xf_job_privacy_unit_from_name(const char *s, xf_job_privacy_unit *out) XF_WARN_UNUSED;
+xf_err xf_job_privacy_mode_from_name(const char *s, xf_job_privacy_mode *out) XF_WARN_UNUSED;
+xf_err xf_job_downlink_from_name(const char *s, xf_job_downlink *out) XF_WARN_UNUSED;
+
+/* True for median and trimmed_mean, which must see each site's update and so
+ * cannot run under secure aggregation. */
+bool xf_job_strategy_is_robust(xf_job_strategy_kind v);
+
+/* ---- the spec --------------------------------------------------------------
+ * Every field below is always set: parsing fills what the JSON leaves out
+ * with the default named here. The struct holds no heap memory; copy it by
+ * assignment. */
+
+typedef struct xf_job_model {
+  xf_job_arch arch;                    /* required */
+  uint32_t hidden[XF_JOB_HIDDEN_MAX];  /* mlp: widths, each 1..65536 */
+  uint32_t n_hidden;                   /* mlp: 1..8 (required); other archs: 0 */
+  xf_job_preset preset;                /* cnn: required; other archs: NONE */
+} xf_job_model;
+
+/* A site takes part with its dataset named `dataset` when that dataset also
+ * carries every tag in `tags`. */
+typedef struct xf_job_data {
+  char dataset[XF_JOB_IDENT_MAX];                /* required identifier */
+  char tags[XF_JOB_TAGS_MAX][XF_JOB_IDENT_MAX];  /* identifiers, no repeats */
+  uint32_t n_tags;                               /* 0..16; default 0 */
+} xf_job_data;
+
+/* Training at each site in one round. */
+typedef struct xf_job_local {
+  uint32_t epochs;            /* passes over the local training split: 1..10000; default 1 */
+  uint32_t batch_size;        /* records per step: 1..65536; default 32 */
+  xf_job_optimizer optimizer; /* default sgd (the only one available) */
+  double lr;                  /* step size: > 0; default 0.01 */
+  double momentum;            /* heavy-ball: [0, 1); default 0 */
+  double weight_decay;        /* L2 coefficient: >= 0; default 0 */
+  double prox_mu;             /* proximal term mu/2 ||w - w_global||^2, applied
+                                 whenever > 0: >= 0; default 0, or 0.01 with
+                                 fedprox (which refuses 0) */
+} xf_job_local;
+
+/* Server side. Defaults (xf_job_strategy_defaults) depend on the kind:
+ * server_lr 1.0, or 0.01 for fedadam, fedyogi and fedadagrad; server_momentum
+ * 0.9; beta1 0.9, beta2 0.99 (fixed in Reddi et al. 2021); tau 1e-3 (their
+ * adaptivity, inside the range they found best); trim_fraction 0.1. In JSON a
+ * hyperparameter that the chosen kind does not use is an error, so none is
+ * silently ignored; in the struct they all keep their defaults. */
+typedef struct xf_job_strategy {
+  xf_job_strategy_kind kind; /* JSON "name"; default fedavg */
+  double server_lr;          /* every kind: > 0 */
+  double server_momentum;    /* fedavgm: [0, 1) */
+  double beta1;              /* fedadam, fedyogi, fedadagrad: [0, 1) */
+  double beta2;              /* fedadam, fedyogi: [0, 1) */
+  double tau;                /* fedadam, fedyogi, fedadagrad: > 0 */
+  double trim_fraction;      /* trimmed_mean, cut from each end: [0, 0.5) */
+} xf_job_strategy;
+
+/* Differential privacy. No privacy section means unit site, mode none. With a
+ * mode other than none, clip is required, and target_epsilon or
+ * noise_multiplier (or both: the noise is then as given and target_epsilon
+ * only stops the job) must be set. */
+typedef struct xf_job_privacy {
+  xf_job_privacy_unit unit;  /* default site */
+  xf_job_privacy_mode mode;  /* default none; required when the section is given */
+  double clip;               /* L2 bound C on an update (site) or a per-example
+                                gradient (record): > 0; 0 means no clipping,
+                                allowed only with mode none */
+  bool has_target_epsilon;
+  double target_epsilon;     /* > 0 when has_target_epsilon; never with mode none */
+  bool has_noise_multiplier;
+  double noise_multiplier;   /* sigma / C: >= 0 when has_noise_multiplier; never
+                                with mode none */
+  double delta;              /* (0, 1); default 1e-5 */
+} xf_job_privacy;
+
+/* Secure aggregation (SecAgg+). bits and threshold keep their values when
+ * enabled is false, so switching it off and on loses nothing. */
+typedef struct xf_job_secagg {
+  bool enabled;     /* default false */
+  uint32_t bits;    /* arithmetic mod 2^bits: 8..32; default 20 */
+  double threshold; /* t = ceil(threshold * sites in the round): (0, 1]; default 0.66 */
+} xf_job_secagg;
+
+/* Uplink compression, JSON grammar: "none" | "qN" | "topk:F" | "topk:F+qN",
+ * N in {16, 8, 4}, F a decimal number in (0, 1]. */
+typedef struct xf_job_uplink {
+  double topk_fraction; /* fraction of coordinates kept (at least one): (0, 1];
+                           0 when top-k is off */
+  uint32_t quant_bits;  /* 16, 8 or 4; 0 when updates travel as float32 */
+} xf_job_uplink;
+
+/* Room for the longest text xf_job_uplink_format writes, terminator included. */
+#define XF_JOB_UPLINK_TEXT_MAX 64
+
+typedef struct xf_job_compression {
+  xf_job_uplink uplink;     /* default none */
+  xf_job_downlink downlink; /* default none */
+} xf_job_compression;
+
+typedef struct xf_jobspec {
+  char name[XF_JOB_IDENT_MAX]; /* required identifier */
+  xf_job_model model;          /* required */
+  xf_job_data data;            /* required */
+  uint32_t rounds;             /* required: 1..1000000 */
+  double sites_per_round;      /* <= 1: the fraction (0, 1] of eligible sites
+                                  selected each round; > 1: a whole number of
+                                  sites (2..100000). Default 1.0: all eligible */
+  double over_selection;       /* invite this factor more sites than
+                                  sites_per_round and close the round when
+                                  sites_per_round have reported: [1, 3]; default 1 */
+  uint32_t min_sites;          /* reports needed for a round to count:
+                                  1..100000; default 2 */
+  double round_deadline_s;     /* seconds from task to close: (0, 604800]; default 600 */
+  xf_job_local local;
+  xf_job_strategy strategy;
+  xf_job_privacy privacy;
+  xf_job_secagg secure_aggregation;
+  xf_job_compression compression;
+  uint64_t seed;               /* JSON integer, or decimal string for values
+                                  above 2^63 - 1; default 0 */
+} xf_jobspec;
+
+/* ---- functions ------------------------------------------------------------ */
+
+/* Fills *spec with every default above. The required fields are left empty
+ * (name and dataset ""), arch logreg and rounds 0, so a defaulted spec does
+ * not validate until they are set. */
+void xf_jobspec_defaults(xf_jobspec *spec);
+
+/* Sets strategy->kind and every hyperparameter to the defaults for kind. */
+void xf_job_strategy_defaults(xf_job_strategy *strategy, xf_job_strategy_kind kind);
+
+/* Parses and validates a job spec held in memory (len bytes, no terminator
+ * needed). Strict: unknown keys, repeated keys, wrong types, values out of
+ * range and settings that contradict each other are all errors. On failure
+ * err gets file = origin (NULL: none), field = the dotted path at fault
+ * ("local.lr", "model.hidden[2]", or "line L, column C" for JSON syntax) and
+ * msg = what is wrong and how to fix it, and the return is
+ *   XF_EFORMAT       JSON syntax, wrong type, unknown or missing field,
+ *                    contradictory settings;
+ *   XF_ERANGE        a value out of its range (the range is in msg), or
+ *                    input above XF_JOBSPEC_MAX_BYTES;
+ *   XF_EUNSUPPORTED  a local optimizer other than sgd;
+ *   XF_ENOMEM.
+ * *out is written only on success. json is borrowed and may be NULL when len
+ * is 0. jansson allocates with its own allocator (this module does not change
+ * it process-wide); the allocations of this module go through base/alloc.h. */
+xf_err xf_jobspec_parse_string(const char *json, size_t len, const char *origin,
+                               xf_jobspec *out, xf_errctx *err) XF_WARN_UNUSED;
+
+/* Reads the file at path (at most XF_JOBSPEC_MAX_BYTES) and parses it as
+ * above with origin = path. Adds XF_ENOENT (no such file) and XF_EIO (cannot
+ * be read, e.g. a directory). */
+xf_err xf_jobspec_parse_file(const char *path, xf_jobspec *out, xf_errctx *err) XF_WARN_UNUSED;
+
+/* Checks every range and cross-field rule on a spec built or changed in code
+ * (e.g. a CLI flag overriding rounds), with the same fields and messages as
+ * parsing. Cross-field rules: median and trimmed_mean refuse secure
+ * aggregation; secure aggregation allows only quantized uplinks of at most
+ * `bits` bits and needs min_sites >= 2; privacy mode distributed needs secure
+ * aggregation; unit record allows mode local or none; fedprox needs
+ * prox_mu > 0; min_sites may not exceed a sites_per_round count. Returns
+ * XF_OK, XF_EFORMAT, XF_ERANGE or XF_EUNSUPPORTED; err as for parsing, with
+ * file left as it was. */
+xf_err xf_jobspec_validate(const xf_jobspec *spec, xf_errctx *err) XF_WARN_UNUSED;
+
+/* Writes spec as canonical JSON: fixed key order, two-space indentation, every
+ * field that applies (hyperparameters of other strategies, hidden for a
+ * non-mlp and preset for a non-cnn model are left out), numbers in the
+ * shortest form that reads back to the same double. Parsing the result of a
+ * valid spec gives the same spec. *out is a NUL-terminated string the caller
+ * frees with xf_free; NULL on failure. Returns XF_OK or XF_ENOMEM. */
+xf_err xf_jobspec_to_json(const xf_jobspec *spec, char **out) XF_WARN_UNUSED;
+
+/* Parses an uplink compression string (grammar above) into *out. On failure
+ * returns XF_EFORMAT (not in the grammar) or XF_ERANGE (F outside (0, 1]) and
+ * fills err's msg; err's field is left to the caller. *out is written only on
+ * success. */
+xf_err xf_job_uplink_parse(const char *text, xf_job_uplink *out, xf_errctx *err) XF_WARN_UNUSED;
+
+/* Writes the canonical text of *uplink ("none", "q8", "topk:0.01+q8") into buf
+ * of n bytes (XF_JOB_UPLINK_TEXT_MAX suffices) and returns buf. */
+char *xf_job_uplink_format(const xf_job_uplink *uplink, char *buf, size_t n);
+
+/* Sites for one round out of `eligible`: *target is how many reports close the
+ * round early (a sites_per_round fraction rounds up, at least 1; a count is
+ * capped at eligible), *invite how many are asked (ceil(target *
+ * over_selection), capped at eligible). Both are 0 when eligible is 0. */
+void xf_jobspec_cohort(const xf_jobspec *spec, uint32_t eligible, uint32_t *target,
+                       uint32_t *invite);
+
+#endif
