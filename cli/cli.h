@@ -61,6 +61,7 @@ xf_err xf_cli_parse_double(xf_cli *cli, const char *flag, const char *s, double 
 bool xf_cli_interactive(void);
 
 /* Command entry points, one file each. */
+int xf_cmd_data_split(xf_cli *cli, int argc, char **argv);
 int xf_cmd_train(xf_cli *cli, int argc, char **argv);
 int xf_cmd_version(xf_cli *cli, int argc, char **argv);
 

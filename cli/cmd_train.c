@@ -1,0 +1,226 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* `xfed train`: the centralized baseline — a job spec's model trained with its
+ * local settings on one machine, with the same kernels sites use. */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/alloc.h"
+#include "cli/cli.h"
+#include "coordinator/jobspec.h"
+#include "kernels/backend.h"
+#include "kernels/checkpoint.h"
+#include "kernels/net.h"
+#include "kernels/train.h"
+#include "site/dataset.h"
+#include "storage/blob.h"
+
+typedef struct train_args {
+  const char *spec, *data, *save, *blobs;
+  long threads, epochs;
+} train_args;
+
+/* Progress and the per-epoch record kept for --json. */
+typedef struct progress {
+  const xf_cli *cli;
+  json_t *epochs;
+  double seconds;
+} progress;
+
+static void on_epoch(const xf_epoch_report *r, void *user) {
+  progress *p = user;
+  p->seconds += r->seconds;
+  fprintf(stderr, "epoch %d/%d  loss %.4f  train %.2f%%  test %.2f%%  %.1f s  %.0f samples/s\n",
+          r->epoch, r->epochs, r->train_loss, 100 * r->train_accuracy, 100 * r->test_accuracy,
+          r->seconds, (double)r->samples / r->seconds);
+  json_array_append_new(p->epochs,
+                        json_pack("{s:i,s:f,s:f,s:f,s:f,s:f}", "epoch", r->epoch, "train_loss",
+                                  r->train_loss, "train_accuracy", r->train_accuracy,
+                                  "test_loss", r->test_loss, "test_accuracy", r->test_accuracy,
+                                  "seconds", r->seconds));
+}
+
+static int parse_args(xf_cli *cli, int argc, char **argv, train_args *a) {
+  static const struct option opts[] = {
+      {"spec", required_argument, 0, 's'},    {"data", required_argument, 0, 'd'},
+      {"threads", required_argument, 0, 't'}, {"epochs", required_argument, 0, 'e'},
+      {"save", required_argument, 0, 'o'},    {"blobs", required_argument, 0, 'b'},
+      {0, 0, 0, 0}};
+  memset(a, 0, sizeof(*a));
+  opterr = 0;
+  optind = 1;
+  int ch;
+  while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    switch (ch) {
+    case 's': a->spec = optarg; break;
+    case 'd': a->data = optarg; break;
+    case 'o': a->save = optarg; break;
+    case 'b': a->blobs = optarg; break;
+    case 't':
+      if (xf_cli_parse_int(cli, "--threads", optarg, 1, 1024, &a->threads) != XF_OK)
+        return xf_cli_usage(cli, "%s", cli->err.msg);
+      break;
+    case 'e':
+      if (xf_cli_parse_int(cli, "--epochs", optarg, 1, 10000, &a->epochs) != XF_OK)
+        return xf_cli_usage(cli, "%s", cli->err.msg);
+      break;
+    case ':': return xf_cli_usage(cli, "%s needs a value", argv[optind - 1]);
+    default: return xf_cli_usage(cli, "unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
+  if (!a->spec) return xf_cli_usage(cli, "--spec JOB.json is required");
+  if (!a->data) return xf_cli_usage(cli, "--data DIR is required");
+  return XF_EXIT_OK;
+}
+
+/* The kernels' model spec for a job's model on data of this shape. */
+static xf_err model_spec_for(const xf_jobspec *job, const xf_dataset *train,
+                             const xf_dataset *test, xf_model_spec *out, xf_errctx *err) {
+  memset(out, 0, sizeof(*out));
+  out->in_h = (int)train->h;
+  out->in_w = (int)train->w;
+  out->in_c = (int)train->c;
+  out->classes = (int)(train->classes > test->classes ? train->classes : test->classes);
+  if (out->classes < 2) out->classes = 2;
+  switch (job->model.arch) {
+  case XF_JOB_ARCH_LOGREG: out->arch = XF_ARCH_LOGREG; break;
+  case XF_JOB_ARCH_MLP:
+    out->arch = XF_ARCH_MLP;
+    out->n_hidden = (int)job->model.n_hidden;
+    for (uint32_t i = 0; i < job->model.n_hidden; i++) out->hidden[i] = (int)job->model.hidden[i];
+    break;
+  case XF_JOB_ARCH_CNN:
+    out->arch = XF_ARCH_CNN;
+    out->preset = job->model.preset == XF_JOB_PRESET_FEDAVG_CNN ? XF_CNN_FEDAVG : XF_CNN_LENET5;
+    break;
+  default: return xf_fail(err, XF_EINVAL, "model.arch: unknown architecture");
+  }
+  return XF_OK;
+}
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int xf_cmd_train(xf_cli *cli, int argc, char **argv) {
+  train_args a;
+  int status = parse_args(cli, argc, argv, &a);
+  if (status != XF_EXIT_OK) return status;
+
+  xf_jobspec job;
+  xf_dataset train = {0}, test = {0};
+  xf_model *model = NULL;
+  xf_backend *backend = NULL;
+  xf_net *net = NULL;
+  float *params = NULL;
+  json_t *epochs = json_array();
+  xf_err rc;
+
+  if ((rc = xf_jobspec_parse_file(a.spec, &job, &cli->err)) != XF_OK) goto fail;
+  if (a.epochs) job.local.epochs = (uint32_t)a.epochs;
+  if (job.privacy.mode != XF_JOB_PRIVACY_NONE)
+    fprintf(stderr, "%s %s: note: privacy settings apply to federated jobs; this centralized "
+                    "baseline trains without them\n", cli->prog, cli->name);
+  double t_load = now_seconds();
+  if ((rc = xf_dataset_load_dir(a.data, &train, &test, &cli->err)) != XF_OK) goto fail;
+  fprintf(stderr, "data: %u train and %u test records of %ux%ux%u, %u classes (%.1f s)\n",
+          train.n, test.n, train.h, train.w, train.c, train.classes, now_seconds() - t_load);
+
+  xf_model_spec ms;
+  xf_errctx_clear(&cli->err);
+  if ((rc = model_spec_for(&job, &train, &test, &ms, &cli->err)) != XF_OK ||
+      (rc = xf_model_create(&ms, &model, &cli->err)) != XF_OK) {
+    xf_errctx_file(&cli->err, a.spec);
+    goto fail;
+  }
+  if ((rc = xf_backend_open_env((int)a.threads, &backend, &cli->err)) != XF_OK) goto fail;
+  if ((rc = xf_net_create(backend, model, (int)job.local.batch_size, &net, &cli->err)) != XF_OK)
+    goto fail;
+  size_t n_params = xf_model_num_params(model);
+  params = xf_mallocarray(n_params, sizeof(float));
+  if (!params) {
+    rc = xf_fail(&cli->err, XF_ENOMEM, "cannot allocate %zu parameters", n_params);
+    goto fail;
+  }
+  xf_model_init_params(model, job.seed, params);
+  if ((rc = xf_net_set_params(net, params)) != XF_OK) goto fail;
+  fprintf(stderr, "model: %s, %zu parameters; backend: %s (%s)\n", xf_model_describe(model),
+          n_params, xf_backend_name(backend), xf_backend_describe(backend));
+
+  xf_samples tr = {train.x, train.y, train.n, train.features};
+  xf_samples te = {test.x, test.y, test.n, test.features};
+  progress prog = {.cli = cli, .epochs = epochs};
+  xf_train_options opt = {
+      .epochs = (int)job.local.epochs,
+      .batch_size = (int)job.local.batch_size,
+      .sgd = {.lr = (float)job.local.lr, .momentum = (float)job.local.momentum,
+              .weight_decay = (float)job.local.weight_decay, .prox_mu = 0.0f},
+      .seed = job.seed,
+      .test = &te,
+      .on_epoch = on_epoch,
+      .user = &prog};
+  if ((rc = xf_train(net, &tr, &opt, &cli->err)) != XF_OK) goto fail;
+  double test_loss, test_acc;
+  if ((rc = xf_evaluate(net, &te, &test_loss, &test_acc, &cli->err)) != XF_OK ||
+      (rc = xf_net_get_params(net, params)) != XF_OK)
+    goto fail;
+
+  xf_digest digest;
+  char hex[XF_DIGEST_HEX], blob_hex[XF_DIGEST_HEX] = "";
+  xf_params_digest(params, n_params, &digest);
+  xf_digest_hex(&digest, hex);
+  if (a.save && (rc = xf_checkpoint_save_file(a.save, model, params, &cli->err)) != XF_OK)
+    goto fail;
+  if (a.blobs) {
+    xf_blob_store *store;
+    xf_digest blob;
+    if ((rc = xf_blob_store_open(a.blobs, &store, &cli->err)) != XF_OK) goto fail;
+    rc = xf_checkpoint_save_blob(store, model, params, &blob, &cli->err);
+    xf_blob_store_close(store);
+    if (rc != XF_OK) goto fail;
+    xf_digest_hex(&blob, blob_hex);
+  }
+
+  double sps = (double)train.n * opt.epochs / prog.seconds;
+  if (cli->json) {
+    json_t *o = json_pack(
+        "{s:f,s:f,s:f,s:f,s:s,s:s,s:i,s:s,s:I,s:s,s:i,s:i,s:I,s:O}", "test_accuracy", test_acc,
+        "test_loss", test_loss, "train_seconds", prog.seconds, "samples_per_second", sps,
+        "backend", xf_backend_name(backend), "backend_description", xf_backend_describe(backend),
+        "threads", xf_backend_threads(backend), "model", xf_model_describe(model), "params",
+        (json_int_t)n_params, "model_digest", hex, "batch_size", (int)job.local.batch_size,
+        "epochs_run", opt.epochs, "seed", (json_int_t)job.seed, "epochs", epochs);
+    if (a.save) json_object_set_new(o, "saved", json_string(a.save));
+    if (a.blobs) json_object_set_new(o, "blob", json_string(blob_hex));
+    json_dumpf(o, stdout, JSON_INDENT(2));
+    fputc('\n', stdout);
+    json_decref(o);
+  } else {
+    printf("model          %s (%zu parameters)\n", xf_model_describe(model), n_params);
+    printf("backend        %s, %s\n", xf_backend_name(backend), xf_backend_describe(backend));
+    printf("epochs         %d\n", opt.epochs);
+    printf("test accuracy  %.4f (loss %.4f)\n", test_acc, test_loss);
+    printf("train time     %.1f s, %.0f samples/s\n", prog.seconds, sps);
+    printf("model digest   %s\n", hex);
+    if (a.save) printf("saved          %s\n", a.save);
+    if (a.blobs) printf("blob           %s/%s\n", a.blobs, blob_hex);
+  }
+  status = XF_EXIT_OK;
+  goto out;
+fail:
+  status = xf_cli_fail(cli, rc);
+out:
+  json_decref(epochs);
+  xf_free(params);
+  xf_net_free(net);
+  xf_backend_close(backend);
+  xf_model_free(model);
+  xf_dataset_free(&train);
+  xf_dataset_free(&test);
+  return status;
+}

@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Helpers shared by the dataset readers and writers of site/: whole-file
+ * reading, in-memory gunzip, and error reporting that names the file. */
+#ifndef XF_SITE_DATASET_INTERNAL_H
+#define XF_SITE_DATASET_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/result.h"
+#include "site/dataset.h"
+
+/* Clears err, names `file` as the file at fault and records the message:
+ * the way every reader reports a failure. Returns code. */
+xf_err xf__data_fail(xf_errctx *err, const char *file, xf_err code, const char *fmt, ...)
+    XF_PRINTF(4, 5);
+
+/* True when the buffer starts with the gzip magic bytes 1f 8b. */
+int xf__is_gzip(const uint8_t *data, size_t len);
+
+/* Inflates one or more concatenated gzip members in `in` into a new buffer
+ * of at most max_out bytes. zlib's own allocations also go through
+ * xf_malloc. *out is owned by the caller (xf_free); on failure it is NULL.
+ * Errors: XF_EINTEGRITY for corrupt data, XF_ETRUNCATED for a stream that
+ * ends early, XF_EFORMAT for trailing bytes, XF_ERANGE above max_out. */
+xf_err xf__gunzip(const uint8_t *in, size_t in_len, const char *name, uint64_t max_out,
+                  uint8_t **out, size_t *out_len, xf_errctx *err) XF_WARN_UNUSED;
+
+/* Reads the whole regular file at path (at most XF_DATASET_MAX_FILE_BYTES)
+ * and, when it is gzip, inflates it (to at most max_out bytes). *out is owned
+ * by the caller (xf_free). XF_ENOENT when the file is missing. */
+xf_err xf__read_data_file(const char *path, uint64_t max_out, uint8_t **out, size_t *out_len,
+                          xf_errctx *err) XF_WARN_UNUSED;
+
+/* Writes a short, printable rendering of untrusted bytes (control and
+ * non-ASCII bytes as '?', long text cut with "...") into dst. */
+void xf__printable(char *dst, size_t dst_len, const char *src, size_t src_len);
+
+/* Every file name xf_dataset_write_dir may create in a directory (*count of
+ * them), so that a failed split can remove exactly what it wrote. */
+const char *const *xf__dataset_dir_files(size_t *count);
+
+#endif

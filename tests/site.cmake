@@ -1,0 +1,6 @@
+# SPDX-License-Identifier: Apache-2.0
+# The site's dataset module: readers, writers, splits; fuzz targets for the
+# IDX and CSV parsers.
+xf_add_test(test_dataset SOURCES test_dataset.c LIBS xf_site LABELS unit)
+xf_add_fuzzer(fuzz_idx LIBS xf_site)
+xf_add_fuzzer(fuzz_csv LIBS xf_site)
