@@ -31,14 +31,19 @@ void xf_errctx_clear(xf_errctx *ctx) {
   if (ctx) memset(ctx, 0, sizeof(*ctx));
 }
 
-xf_err xf_fail(xf_errctx *ctx, xf_err code, const char *fmt, ...) {
+xf_err xf_vfail(xf_errctx *ctx, xf_err code, const char *fmt, va_list ap) {
   if (ctx) {
     ctx->code = code;
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(ctx->msg, sizeof(ctx->msg), fmt, ap);
-    va_end(ap);
   }
+  return code;
+}
+
+xf_err xf_fail(xf_errctx *ctx, xf_err code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  xf_vfail(ctx, code, fmt, ap);
+  va_end(ap);
   return code;
 }
 

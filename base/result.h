@@ -4,6 +4,7 @@
 #ifndef XF_BASE_RESULT_H
 #define XF_BASE_RESULT_H
 
+#include <stdarg.h>
 #include <stdio.h>
 
 #define XF_WARN_UNUSED __attribute__((warn_unused_result))
@@ -59,6 +60,9 @@ void xf_errctx_clear(xf_errctx *ctx);
 /* Records code and a formatted message in ctx (if not NULL) and returns code,
  * so a failing function can `return xf_fail(ctx, XF_EFORMAT, "...")`. */
 xf_err xf_fail(xf_errctx *ctx, xf_err code, const char *fmt, ...) XF_PRINTF(3, 4);
+
+/* xf_fail with a va_list, for modules that wrap it in their own helpers. */
+xf_err xf_vfail(xf_errctx *ctx, xf_err code, const char *fmt, va_list ap) XF_PRINTF(3, 0);
 
 /* Set the file, field or peer of ctx (if not NULL). Formatting is printf's. */
 void xf_errctx_file(xf_errctx *ctx, const char *path);

@@ -125,14 +125,12 @@ static xf_err xf__fail_at(xf_errctx *err, xf_err code, const char *field, const 
 
 /* Records field and message; returns code. */
 static xf_err xf__fail_at(xf_errctx *err, xf_err code, const char *field, const char *fmt, ...) {
-  if (!err) return code;
-  char msg[sizeof(err->msg)];
+  xf_errctx_field(err, "%s", field);
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
+  xf_vfail(err, code, fmt, ap);
   va_end(ap);
-  xf_errctx_field(err, "%s", field);
-  return xf_fail(err, code, "%s", msg);
+  return code;
 }
 
 /* Copies untrusted text (a key, a value, jansson's message) into buf for an

@@ -72,10 +72,9 @@ static xf_err csv_fail_at(csv_parser *p, uint32_t col, xf_err code, const char *
     xf_errctx_field(err, "line %u, column %u", p->line, col);
   else
     xf_errctx_field(err, "line %u", p->line);
-  err->code = code;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+  xf_vfail(err, code, fmt, ap);
   va_end(ap);
   return code;
 }

@@ -17,10 +17,9 @@ xf_err xf__data_fail(xf_errctx *err, const char *file, xf_err code, const char *
   if (!err) return code;
   xf_errctx_clear(err);
   xf_errctx_file(err, file);
-  err->code = code;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+  xf_vfail(err, code, fmt, ap);
   va_end(ap);
   return code;
 }

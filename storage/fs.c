@@ -17,14 +17,13 @@
 
 xf_err xf__storage_fail(xf_errctx *err, const char *path, xf_err code, const char *fmt, ...) {
   if (!err) return code;
-  char msg[sizeof(err->msg)];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
   xf_errctx_file(err, path);
   err->field[0] = '\0';
-  return xf_fail(err, code, "%s", msg);
+  va_list ap;
+  va_start(ap, fmt);
+  xf_vfail(err, code, fmt, ap);
+  va_end(ap);
+  return code;
 }
 
 const char *xf__storage_errno(int e, char *buf, size_t n) {

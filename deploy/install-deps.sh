@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Installs the Debian packages xfed builds, tests and demonstrates with.
+# Idempotent: checks each package first and runs apt-get only for what is
+# missing. Usage: deploy/install-deps.sh [--bench]  (--bench adds the Python
+# peers the benchmarks compare against).
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git
+  libssl-dev libuv1-dev libsodium-dev libsqlite3-dev
+  libprotobuf-c-dev protobuf-c-compiler libjansson-dev
+  libopenblas-dev zlib1g-dev libcmocka-dev
+  clang libclang-rt-dev
+  dataset-fashion-mnist
+)
+if [[ "${1:-}" == "--bench" ]]; then
+  packages+=(python3 python3-torch python3-numpy)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+if [[ $(id -u) -ne 0 ]]; then
+  if command -v sudo >/dev/null; then
+    SUDO=sudo
+  else
+    echo "install-deps: need root (or sudo) to install: ${missing[*]}" >&2
+    exit 1
+  fi
+else
+  SUDO=
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Installs what is missing, builds, and runs the whole test suite: once in the
+# normal build, once more under AddressSanitizer + UndefinedBehaviorSanitizer,
+# then a short libFuzzer session per fuzz target (when clang can build them).
+#
+# Usage: deploy/test.sh [--all] [--no-sanitize] [--no-fuzz]
+#   --all          also run the tests labelled `slow`
+#   --no-sanitize  skip the ASan+UBSan pass
+#   --no-fuzz      skip the short fuzzing sessions (the seed corpora are still
+#                  replayed as ordinary tests)
+# Environment: XF_FUZZ_SECONDS (default 20) per fuzz target; JOBS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+all=0 sanitize=1 fuzz=1
+for arg in "$@"; do
+  case "$arg" in
+    --all) all=1 ;;
+    --no-sanitize) sanitize=0 ;;
+    --no-fuzz) fuzz=0 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "test.sh: unknown option '$arg'; see deploy/test.sh --help" >&2; exit 2 ;;
+  esac
+done
+
+bash deploy/install-deps.sh
+jobs=${JOBS:-$(nproc)}
+exclude=()
+((all)) || exclude=(-LE slow)
+
+section() { printf '\n==== %s ====\n' "$*"; }
+
+section "build (RelWithDebInfo)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >build-configure.log 2>&1 ||
+  { cat build-configure.log; exit 1; }
+grep -E "CUDA|nvcc" build-configure.log || true
+cmake --build build -j "$jobs"
+
+if ((sanitize)); then
+  section "build (ASan + UBSan)"
+  # The CUDA runtime and ASan's shadow memory do not mix; the sanitized build
+  # covers the host code, the gpu tests run in the normal build.
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DXF_SANITIZE=ON -DXF_CUDA=OFF \
+    >build-asan-configure.log 2>&1 || { cat build-asan-configure.log; exit 1; }
+  cmake --build build-asan -j "$jobs"
+  section "tests (ASan + UBSan)"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure -j "$jobs" "${exclude[@]}"
+fi
+
+if ((fuzz)) && command -v clang >/dev/null; then
+  section "fuzzing (${XF_FUZZ_SECONDS:-20} s per target)"
+  if cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DXF_FUZZ=ON -DXF_CUDA=OFF \
+       -DCMAKE_BUILD_TYPE=Debug >build-fuzz-configure.log 2>&1 &&
+     cmake --build build-fuzz -j "$jobs" >build-fuzz.log 2>&1; then
+    for f in build-fuzz/tests/*_fuzzer; do
+      name=$(basename "$f" _fuzzer)
+      work=$(mktemp -d)
+      trap 'rm -rf "$work"' EXIT
+      cp -r "tests/fuzz/corpus/$name/." "$work/"
+      echo "fuzz $name"
+      "$f" -max_total_time="${XF_FUZZ_SECONDS:-20}" -print_final_stats=0 "$work" \
+        >"build-fuzz/$name.log" 2>&1 || { tail -50 "build-fuzz/$name.log"; exit 1; }
+      grep -E "^#[0-9]+.*DONE" "build-fuzz/$name.log" | tail -1 || true
+      rm -rf "$work"
+      trap - EXIT
+    done
+  else
+    echo "fuzz build failed; see build-fuzz.log" >&2
+    tail -30 build-fuzz.log >&2 || cat build-fuzz-configure.log >&2
+    exit 1
+  fi
+fi
+
+section "tests"
+ctest --test-dir build --output-on-failure -j "$jobs" "${exclude[@]}"
