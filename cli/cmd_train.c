@@ -3,6 +3,7 @@
  * local settings on one machine, with the same kernels sites use. */
 #include <getopt.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -29,6 +30,10 @@ typedef struct progress {
   double seconds;
 } progress;
 
+/* A figure for --json: JSON has no inf or nan, so a run that diverged reports
+ * null there rather than failing to print its report. */
+static json_t *figure(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
 static void on_epoch(const xf_epoch_report *r, void *user) {
   progress *p = user;
   p->seconds += r->seconds;
@@ -36,10 +41,11 @@ static void on_epoch(const xf_epoch_report *r, void *user) {
           r->epoch, r->epochs, r->train_loss, 100 * r->train_accuracy, 100 * r->test_accuracy,
           r->seconds, (double)r->samples / r->seconds);
   json_array_append_new(p->epochs,
-                        json_pack("{s:i,s:f,s:f,s:f,s:f,s:f}", "epoch", r->epoch, "train_loss",
-                                  r->train_loss, "train_accuracy", r->train_accuracy,
-                                  "test_loss", r->test_loss, "test_accuracy", r->test_accuracy,
-                                  "seconds", r->seconds));
+                        json_pack("{s:i,s:o,s:o,s:o,s:o,s:o}", "epoch", r->epoch, "train_loss",
+                                  figure(r->train_loss), "train_accuracy",
+                                  figure(r->train_accuracy), "test_loss", figure(r->test_loss),
+                                  "test_accuracy", figure(r->test_accuracy), "seconds",
+                                  figure(r->seconds)));
 }
 
 static int parse_args(xf_cli *cli, int argc, char **argv, train_args *a) {
@@ -67,7 +73,9 @@ static int parse_args(xf_cli *cli, int argc, char **argv, train_args *a) {
         return xf_cli_usage(cli, "%s", cli->err.msg);
       break;
     case ':': return xf_cli_usage(cli, "%s needs a value", argv[optind - 1]);
-    default: return xf_cli_usage(cli, "unknown option '%s'", argv[optind - 1]);
+    default: /* optopt names an unknown short option, which may not end its argv word */
+      if (optopt) return xf_cli_usage(cli, "unknown option '-%c'", optopt);
+      return xf_cli_usage(cli, "unknown option '%s'", argv[optind - 1]);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
@@ -189,12 +197,17 @@ int xf_cmd_train(xf_cli *cli, int argc, char **argv) {
   double sps = (double)train.n * opt.epochs / prog.seconds;
   if (cli->json) {
     json_t *o = json_pack(
-        "{s:f,s:f,s:f,s:f,s:s,s:s,s:i,s:s,s:I,s:s,s:i,s:i,s:I,s:O}", "test_accuracy", test_acc,
-        "test_loss", test_loss, "train_seconds", prog.seconds, "samples_per_second", sps,
-        "backend", xf_backend_name(backend), "backend_description", xf_backend_describe(backend),
-        "threads", xf_backend_threads(backend), "model", xf_model_describe(model), "params",
-        (json_int_t)n_params, "model_digest", hex, "batch_size", (int)job.local.batch_size,
-        "epochs_run", opt.epochs, "seed", (json_int_t)job.seed, "epochs", epochs);
+        "{s:o,s:o,s:o,s:o,s:s,s:s,s:i,s:s,s:I,s:s,s:i,s:i,s:I,s:O}", "test_accuracy",
+        figure(test_acc), "test_loss", figure(test_loss), "train_seconds", figure(prog.seconds),
+        "samples_per_second", figure(sps), "backend", xf_backend_name(backend),
+        "backend_description", xf_backend_describe(backend), "threads", xf_backend_threads(backend),
+        "model", xf_model_describe(model), "params", (json_int_t)n_params, "model_digest", hex,
+        "batch_size", (int)job.local.batch_size, "epochs_run", opt.epochs, "seed",
+        (json_int_t)job.seed, "epochs", epochs);
+    if (!o) {
+      rc = xf_fail(&cli->err, XF_ENOMEM, "cannot build the JSON report");
+      goto fail;
+    }
     if (a.save) json_object_set_new(o, "saved", json_string(a.save));
     if (a.blobs) json_object_set_new(o, "blob", json_string(blob_hex));
     json_dumpf(o, stdout, JSON_INDENT(2));

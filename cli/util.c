@@ -9,6 +9,18 @@
 
 #include "cli/cli.h"
 
+/* The --json form of an error: {"error": {code, message, file, field, peer}} on stdout. */
+static void print_json_error(xf_err rc, const char *msg, const char *file, const char *field,
+                             const char *peer) {
+  json_t *e = json_pack("{s:{s:s,s:s,s:s,s:s,s:s}}", "error", "code", xf_err_name(rc), "message",
+                        msg, "file", file, "field", field, "peer", peer);
+  if (e) {
+    json_dumpf(e, stdout, JSON_INDENT(2));
+    fputc('\n', stdout);
+    json_decref(e);
+  }
+}
+
 int xf_cli_fail(xf_cli *cli, xf_err rc) {
   xf_errctx ctx = cli->err;
   if (ctx.code != rc) {
@@ -18,16 +30,8 @@ int xf_cli_fail(xf_cli *cli, xf_err rc) {
   char line[1200];
   xf_errctx_format(&ctx, line, sizeof(line));
   fprintf(stderr, "%s %s: %s\n", cli->prog, cli->name ? cli->name : "", line);
-  if (cli->json) {
-    json_t *e = json_pack("{s:{s:s,s:s,s:s,s:s,s:s}}", "error", "code", xf_err_name(rc),
-                          "message", ctx.msg[0] ? ctx.msg : xf_strerror(rc), "file", ctx.file,
-                          "field", ctx.field, "peer", ctx.peer);
-    if (e) {
-      json_dumpf(e, stdout, JSON_INDENT(2));
-      fputc('\n', stdout);
-      json_decref(e);
-    }
-  }
+  if (cli->json)
+    print_json_error(rc, ctx.msg[0] ? ctx.msg : xf_strerror(rc), ctx.file, ctx.field, ctx.peer);
   if (rc == XF_EUSAGE) return XF_EXIT_USAGE;
   if (rc == XF_EDENIED) return XF_EXIT_DENIED;
   return XF_EXIT_ERROR;
@@ -41,6 +45,7 @@ int xf_cli_usage(xf_cli *cli, const char *fmt, ...) {
   va_end(ap);
   fprintf(stderr, "%s %s: %s; see '%s %s --help'\n", cli->prog, cli->name, msg, cli->prog,
           cli->name);
+  if (cli->json) print_json_error(XF_EUSAGE, msg, "", "", "");
   return XF_EXIT_USAGE;
 }
 

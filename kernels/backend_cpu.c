@@ -5,6 +5,7 @@
  * whose SGEMM partitions output blocks and so sums each element in one
  * order for a given thread count). */
 #include <cblas.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -343,9 +344,15 @@ static void cpu_model_name(char *buf, size_t n) {
 
 xf_err xf__cpu_open(xf_backend *b, const xf_backend_options *opt, xf_errctx *err) {
   int threads = opt->threads;
-  if (threads <= 0) {
-    const char *env = getenv("XF_THREADS");
-    threads = env && *env ? atoi(env) : 0;
+  const char *env = getenv("XF_THREADS");
+  if (threads <= 0 && env && *env) {
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(env, &end, 10);
+    if (errno || *end != '\0' || v < 1 || v > 1024)
+      return xf_fail(err, XF_EINVAL, "XF_THREADS=%s is not a thread count: use 1 to 1024, "
+                     "or unset it to use every core", env);
+    threads = (int)v;
   }
   if (threads <= 0) threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
   if (threads <= 0) threads = 1;
