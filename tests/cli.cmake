@@ -3,3 +3,9 @@
 # CSV datasets and job specs that the test writes into a scratch directory.
 xf_add_test(test_cli SOURCES test_cli.c LIBS xf_kernels xf_site xf_job LABELS integration)
 add_dependencies(test_cli xfed)
+
+# The issue-level acceptance on the real Fashion-MNIST: accuracy of the
+# example specs and a repeated model digest. About a minute on 2 cores.
+add_test(NAME test_cli_fmnist COMMAND test_cli --fmnist)
+set_tests_properties(test_cli_fmnist PROPERTIES LABELS "integration;slow" TIMEOUT 1200
+  ENVIRONMENT "XF_SOURCE_DIR=${PROJECT_SOURCE_DIR};XF_BUILD_DIR=${PROJECT_BINARY_DIR};XF_LOG_LEVEL=warn")
