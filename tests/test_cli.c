@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include "support.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -55,26 +57,6 @@ static struct {
   char **env; /* the child's environment: ours with XF_BACKEND=cpu */
 } fx;
 
-static void remove_tree(const char *path) {
-  struct stat st;
-  if (lstat(path, &st) != 0) return;
-  if (S_ISDIR(st.st_mode)) {
-    DIR *d = opendir(path);
-    if (d) {
-      struct dirent *e;
-      while ((e = readdir(d))) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        char child[1024];
-        snprintf(child, sizeof(child), "%s/%s", path, e->d_name);
-        remove_tree(child);
-      }
-      closedir(d);
-    }
-    rmdir(path);
-  } else {
-    unlink(path);
-  }
-}
 
 static int write_file(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
@@ -159,7 +141,7 @@ static int group_setup(void **state) {
   if (!fx.env || mkdir(fx.csv, 0755) != 0 || write_csv(train, TRAIN_ROWS, 1) != 0 ||
       write_csv(test, TEST_ROWS, 2) != 0 || write_file(fx.logreg, SPEC_LOGREG) != 0 ||
       write_file(fx.mlp, mlp7) != 0 || write_file(fx.mlp_seed8, mlp8) != 0) {
-    remove_tree(fx.root);
+    xf_test_remove_tree(fx.root);
     free(fx.env);
     return -1;
   }
@@ -168,7 +150,7 @@ static int group_setup(void **state) {
 
 static int group_teardown(void **state) {
   (void)state;
-  remove_tree(fx.root);
+  xf_test_remove_tree(fx.root);
   free(fx.env);
   return 0;
 }
@@ -213,7 +195,7 @@ static int scratch_teardown(void **state) {
     free(s->runs[i].err);
   }
   for (int i = 0; i < s->n_json; i++) json_decref(s->json[i]);
-  remove_tree(s->dir);
+  xf_test_remove_tree(s->dir);
   free(s);
   return 0;
 }

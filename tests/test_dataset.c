@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include "support.h"
 #include <dirent.h>
 #include <jansson.h>
 #include <math.h>
@@ -30,26 +32,6 @@ typedef struct scratch {
   char dir[256];
 } scratch;
 
-static void remove_tree(const char *path) {
-  struct stat st;
-  if (lstat(path, &st) != 0) return;
-  if (S_ISDIR(st.st_mode)) {
-    DIR *d = opendir(path);
-    if (d) {
-      struct dirent *e;
-      while ((e = readdir(d))) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        char child[1024];
-        snprintf(child, sizeof(child), "%s/%s", path, e->d_name);
-        remove_tree(child);
-      }
-      closedir(d);
-    }
-    rmdir(path);
-  } else {
-    unlink(path);
-  }
-}
 
 /* Every test gets a fresh directory; teardown removes it even when the test
  * failed. */
@@ -69,7 +51,7 @@ static int scratch_setup(void **state) {
 static int scratch_teardown(void **state) {
   scratch *s = *state;
   xf_alloc_fail_reset();
-  if (s) remove_tree(s->dir);
+  if (s) xf_test_remove_tree(s->dir);
   free(s);
   return 0;
 }

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include "support.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -529,8 +531,8 @@ static void model_file_roundtrips_and_rejects_damage(void **state) {
   assert_int_equal(xf_checkpoint_decode((const uint8_t *)"hello", 5, &back, &q, &err), XF_EFORMAT);
   free(buf);
 
-  char dir[] = "/tmp/xf-test-ckpt-XXXXXX", path[256];
-  assert_non_null(mkdtemp(dir));
+  char dir[256], path[300];
+  assert_int_equal(xf_test_mkdtemp(dir, sizeof(dir), "ckpt"), 0);
   snprintf(path, sizeof(path), "%s/model.xfm", dir);
   assert_int_equal(xf_checkpoint_save_file(path, m, p, NULL), XF_OK);
   assert_int_equal(xf_checkpoint_load_file(path, &back, &q, NULL), XF_OK);
@@ -538,7 +540,7 @@ static void model_file_roundtrips_and_rejects_damage(void **state) {
   xf_model_free(back);
   free(q);
 
-  char blobs[256];
+  char blobs[300];
   snprintf(blobs, sizeof(blobs), "%s/blobs", dir);
   xf_blob_store *store;
   assert_int_equal(xf_blob_store_open(blobs, &store, NULL), XF_OK);
@@ -549,9 +551,7 @@ static void model_file_roundtrips_and_rejects_damage(void **state) {
   xf_model_free(back);
   free(q);
   xf_blob_store_close(store);
-  char cmd[600];
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-  assert_int_equal(system(cmd), 0);
+  xf_test_remove_tree(dir);
   xf_model_free(m);
   free(p);
 }

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include "support.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -29,26 +31,6 @@
  * group teardown removes whatever the tests did. */
 static char test_root[64];
 
-static void remove_tree(const char *path) {
-  struct stat st;
-  if (lstat(path, &st) != 0) return;
-  if (S_ISDIR(st.st_mode)) {
-    DIR *d = opendir(path);
-    if (d) {
-      struct dirent *ent;
-      while ((ent = readdir(d)) != NULL) {
-        if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0) continue;
-        char child[PATH_MAX];
-        snprintf(child, sizeof(child), "%s/%s", path, ent->d_name);
-        remove_tree(child);
-      }
-      closedir(d);
-    }
-    rmdir(path);
-  } else {
-    unlink(path);
-  }
-}
 
 static int group_setup(void **state) {
   (void)state;
@@ -59,14 +41,14 @@ static int group_setup(void **state) {
 
 static int group_teardown(void **state) {
   (void)state;
-  remove_tree(test_root);
+  xf_test_remove_tree(test_root);
   return 0;
 }
 
 /* A fresh folder for one test: test_root/name. */
 static void test_dir(const char *name, char *out, size_t n) {
   snprintf(out, n, "%s/%s", test_root, name);
-  remove_tree(out);
+  xf_test_remove_tree(out);
   assert_int_equal(mkdir(out, 0700), 0);
 }
 
