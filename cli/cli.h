@@ -46,7 +46,8 @@ extern const xf_cmd xf_cli_commands[];
  * XF_EXIT_ERROR. Uses cli->err when its code is rc, else xf_strerror(rc). */
 int xf_cli_fail(xf_cli *cli, xf_err rc);
 
-/* Prints a usage error ("PROG NAME: MSG; see 'PROG NAME --help'") to stderr
+/* Prints a usage error ("PROG NAME: MSG; see 'PROG NAME --help'"; NAME may be NULL
+ * before a command is known) to stderr
  * (and, with --json, an {"error": {...}} object with code XF_EUSAGE to
  * stdout) and returns XF_EXIT_USAGE. */
 int xf_cli_usage(xf_cli *cli, const char *fmt, ...) XF_PRINTF(2, 3);

@@ -68,19 +68,16 @@ int main(int argc, char **argv) {
       break;
     }
   }
-  if (!noun_known) {
-    fprintf(stderr, "xfed: '%s' is not an xfed command; see 'xfed --help'\n", noun);
-    return XF_EXIT_USAGE;
-  }
+  if (!noun_known) return xf_cli_usage(&cli, "'%s' is not an xfed command", noun);
   if (!found) {
     if (verb && is_help(verb)) {
       print_noun(stdout, noun);
       return XF_EXIT_OK;
     }
-    if (verb)
-      fprintf(stderr, "xfed %s: '%s' is not a verb of '%s'\n", noun, verb, noun);
     print_noun(stderr, noun);
-    return XF_EXIT_USAGE;
+    cli.name = noun;
+    if (verb) return xf_cli_usage(&cli, "'%s' is not a verb of '%s'", verb, noun);
+    return xf_cli_usage(&cli, "'%s' needs a verb", noun);
   }
   int skip = found->verb ? 2 : 1; /* argv[skip] becomes the command's argv[0] */
   char name[64];

@@ -43,8 +43,9 @@ int xf_cli_usage(xf_cli *cli, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  fprintf(stderr, "%s %s: %s; see '%s %s --help'\n", cli->prog, cli->name, msg, cli->prog,
-          cli->name);
+  const char *name = cli->name ? cli->name : "";
+  fprintf(stderr, "%s%s%s: %s; see '%s%s%s --help'\n", cli->prog, *name ? " " : "", name, msg,
+          cli->prog, *name ? " " : "", name);
   if (cli->json) print_json_error(XF_EUSAGE, msg, "", "", "");
   return XF_EXIT_USAGE;
 }
