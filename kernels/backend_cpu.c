@@ -89,7 +89,12 @@ static void cpu_relu_fwd(xf_backend *b, float *y, const float *x, size_t n) {
 
 static void cpu_relu_bwd(xf_backend *b, float *dx, const float *dy, const float *y, size_t n) {
   (void)b;
-  for (size_t i = 0; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  /* dy[i] is loaded unconditionally so the select is branch-free and the loop
+   * vectorizes; a conditional load compiles to an unpredictable branch. */
+  for (size_t i = 0; i < n; i++) {
+    float g = dy[i];
+    dx[i] = y[i] > 0.0f ? g : 0.0f;
+  }
 }
 
 static void cpu_axpy(xf_backend *b, float a, const float *restrict x, float *restrict y,
