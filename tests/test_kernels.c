@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "base/rng.h"
 #include "kernels/backend.h"
 #include "kernels/checkpoint.h"
@@ -556,6 +557,48 @@ static void model_file_roundtrips_and_rejects_damage(void **state) {
   free(p);
 }
 
+/* Every allocation of model, net, training and model-file code can fail: each
+ * failure must come back as XF_ENOMEM with everything freed (the sanitizer
+ * pass checks the freeing), and enough room must eventually succeed. */
+static void allocation_failures_are_reported_not_crashed(void **state) {
+  (void)state;
+  xf_model_spec s = {.arch = XF_ARCH_CNN, .preset = XF_CNN_LENET5,
+                     .in_h = 28, .in_w = 28, .in_c = 1, .classes = 10};
+  static float x[4 * 784];
+  int32_t y[4] = {1, 2, 3, 4};
+  xf_samples d = {x, y, 4, 784};
+  xf_train_options o = {.epochs = 1, .batch_size = 2, .sgd = {.lr = 0.1f, .prox_mu = 0.1f}};
+  bool succeeded = false;
+  for (long n = 0; n < 200 && !succeeded; n++) {
+    xf_model *m = NULL;
+    xf_net *net = NULL;
+    uint8_t *buf = NULL;
+    size_t len;
+    float *p = NULL;
+    xf_alloc_fail_after(n);
+    xf_err rc = xf_model_create(&s, &m, NULL);
+    if (rc == XF_OK) rc = xf_net_create(cpu, m, 2, &net, NULL);
+    if (rc == XF_OK) {
+      p = xf_malloc(xf_model_num_params(m) * sizeof(float));
+      rc = p ? XF_OK : XF_ENOMEM;
+    }
+    if (rc == XF_OK) {
+      xf_model_init_params(m, 1, p);
+      rc = xf_net_set_params(net, p);
+    }
+    if (rc == XF_OK) rc = xf_train(net, &d, &o, NULL);
+    if (rc == XF_OK) rc = xf_checkpoint_encode(m, p, &buf, &len, NULL);
+    xf_alloc_fail_reset();
+    if (rc == XF_OK) succeeded = true;
+    else assert_int_equal(rc, XF_ENOMEM);
+    xf_free(buf);
+    xf_free(p);
+    xf_net_free(net);
+    xf_model_free(m);
+  }
+  assert_true(succeeded);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(dense_layer_gradients_match_finite_differences),
@@ -577,6 +620,7 @@ int main(void) {
       cmocka_unit_test(same_seed_and_threads_give_identical_parameters),
       cmocka_unit_test(out_of_range_labels_are_refused_before_training),
       cmocka_unit_test(model_file_roundtrips_and_rejects_damage),
+      cmocka_unit_test(allocation_failures_are_reported_not_crashed),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
