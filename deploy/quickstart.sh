@@ -22,7 +22,7 @@ while (($#)); do
     --spec) spec=${2:?--spec needs a file}; shift 2 ;;
     --data) data=${2:?--data needs a directory}; shift 2 ;;
     --threads) threads=(--threads "${2:?--threads needs a number}"); shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '3,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "quickstart.sh: unknown option '$1'; see deploy/quickstart.sh --help" >&2; exit 2 ;;
   esac
 done
