@@ -13,6 +13,7 @@
 
 #include "base/alloc.h"
 #include "base/cursor.h"
+#include "storage/file.h"
 
 #define MAGIC "XFMODEL1"
 #define MAX_HEADER (1u << 20)
@@ -225,46 +226,13 @@ xf_err xf_checkpoint_decode(const uint8_t *data, size_t len, xf_model **model, f
   return XF_OK;
 }
 
-/* Writes len bytes to path through a temporary file in the same directory,
- * flushed before the rename so the final name only ever shows whole files. */
-static xf_err write_atomic(const char *path, const uint8_t *data, size_t len, xf_errctx *err) {
-  char tmp[4096];
-  if (snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", path) >= (int)sizeof(tmp))
-    return xf_fail(err, XF_ERANGE, "path too long");
-  int fd = mkstemp(tmp);
-  if (fd < 0) return xf_fail(err, XF_EIO, "cannot create a file next to it: %s", strerror(errno));
-  size_t off = 0;
-  while (off < len) {
-    ssize_t w = write(fd, data + off, len - off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      int e = errno;
-      close(fd);
-      unlink(tmp);
-      return xf_fail(err, XF_EIO, "write failed: %s", strerror(e));
-    }
-    off += (size_t)w;
-  }
-  if (fchmod(fd, 0644) != 0 || fsync(fd) != 0 || close(fd) != 0) {
-    int e = errno;
-    unlink(tmp);
-    return xf_fail(err, XF_EIO, "cannot flush the file: %s", strerror(e));
-  }
-  if (rename(tmp, path) != 0) {
-    int e = errno;
-    unlink(tmp);
-    return xf_fail(err, XF_EIO, "cannot rename into place: %s", strerror(e));
-  }
-  return XF_OK;
-}
-
 xf_err xf_checkpoint_save_file(const char *path, const xf_model *m, const float *params,
                                xf_errctx *err) {
   uint8_t *buf;
   size_t len;
   xf_errctx_file(err, path);
   XF_GUARD(xf_checkpoint_encode(m, params, &buf, &len, err));
-  xf_err rc = write_atomic(path, buf, len, err);
+  xf_err rc = xf_file_write_atomic(path, buf, len, 0644, err);
   xf_free(buf);
   return rc;
 }

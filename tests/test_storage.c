@@ -25,6 +25,7 @@
 #include "base/rng.h"
 #include "crypto/digest.h"
 #include "storage/blob.h"
+#include "storage/file.h"
 #include "storage/db.h"
 
 /* Every test works in its own folder under one mkdtemp root, which the
@@ -755,6 +756,40 @@ static void allocation_failures_are_reported_not_crashed(void **state) {
   assert_true(pass > 3); /* the loop did reach the allocations of every step */
 }
 
+/* ---- atomic file writes ---------------------------------------------------- */
+
+static void atomic_write_replaces_whole_files_with_the_given_mode(void **state) {
+  (void)state;
+  char dir[128], path[192];
+  test_dir("atomic", dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/key.pem", dir);
+  assert_int_equal(xf_file_write_atomic(path, "first", 5, 0600, NULL), XF_OK);
+  assert_int_equal(xf_file_write_atomic(path, "second!", 7, 0600, NULL), XF_OK);
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0600);
+  assert_int_equal(st.st_size, 7);
+  char buf[16] = {0};
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  assert_int_equal(fread(buf, 1, sizeof(buf), f), 7);
+  fclose(f);
+  assert_string_equal(buf, "second!");
+  assert_int_equal(count_entries(dir), 1); /* key.pem alone: no temporary left */
+}
+
+static void atomic_write_into_a_missing_directory_fails_naming_the_file(void **state) {
+  (void)state;
+  char dir[128], path[192];
+  test_dir("atomic-missing", dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/absent/model.xfm", dir);
+  xf_errctx err = {0};
+  assert_int_equal(xf_file_write_atomic(path, "x", 1, 0644, &err), XF_EIO);
+  assert_string_equal(err.file, path);
+  assert_non_null(strstr(err.msg, "cannot create"));
+  assert_int_equal(count_entries(dir), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(migrations_apply_in_order_and_reopen_is_idempotent),
@@ -775,6 +810,8 @@ int main(void) {
       cmocka_unit_test(temp_file_of_a_live_writer_survives_another_open),
       cmocka_unit_test(writer_killed_mid_write_leaves_no_visible_blob),
       cmocka_unit_test(allocation_failures_are_reported_not_crashed),
+      cmocka_unit_test(atomic_write_replaces_whole_files_with_the_given_mode),
+      cmocka_unit_test(atomic_write_into_a_missing_directory_fails_naming_the_file),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -1,0 +1,21 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Durable whole-file writes: a reader sees the old file or the new one, never
+ * part of the new one, even across a crash or power loss. */
+#ifndef XF_STORAGE_FILE_H
+#define XF_STORAGE_FILE_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "base/result.h"
+
+/* Writes len bytes at data (borrowed) to path with permission bits `mode`
+ * (e.g. 0600 for private keys, 0644 for models): a temporary file with a
+ * random name in the same directory, written, fsynced, renamed over path,
+ * and the directory fsynced. On failure the temporary file is removed and
+ * path is unchanged. XF_EIO names the step that failed; XF_ERANGE when the
+ * path is too long. err->file is path. */
+xf_err xf_file_write_atomic(const char *path, const void *data, size_t len, mode_t mode,
+                            xf_errctx *err) XF_WARN_UNUSED;
+
+#endif
