@@ -1,0 +1,387 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The streaming aggregator of a round: staging of updates in flight, exact
+ * once-only arrival checks, the weighted running sum, and the robust
+ * coordinate-wise median and trimmed mean. */
+#include "coordinator/aggregate.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+
+/* An update in flight. `values` is the staging copy (mean-based kinds) or the
+ * row kept until finish (robust kinds); `seen` has one bit per element. */
+struct xf_agg_update {
+  xf_aggregator *agg;
+  xf_agg_update *prev, *next; /* the aggregator's list of updates in flight */
+  uint64_t site_id;
+  uint64_t weight;
+  float *values;
+  uint64_t *seen;
+  size_t n_seen;
+  bool spoiled;
+};
+
+struct xf_aggregator {
+  xf_job_strategy strategy;
+  bool robust;
+  size_t n_params;
+  size_t capacity;        /* robust: rows held at most, committed + in flight */
+  double *sum;            /* mean-based: sum of weight * value, per element */
+  float **rows;           /* robust: committed rows, capacity slots */
+  size_t n_committed;
+  uint64_t total_weight;  /* committed */
+  uint64_t pending_weight; /* in flight */
+  xf_agg_update *in_flight;
+  size_t n_in_flight;
+  uint64_t *sites;        /* sorted site ids, committed and in flight */
+  size_t n_sites, sites_cap;
+};
+
+/* ---- site ids ------------------------------------------------------------- */
+
+/* Index of the first id >= site in the sorted list. */
+static size_t xf__site_lower_bound(const xf_aggregator *agg, uint64_t site) {
+  size_t lo = 0, hi = agg->n_sites;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (agg->sites[mid] < site) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+static bool xf__site_known(const xf_aggregator *agg, uint64_t site) {
+  size_t i = xf__site_lower_bound(agg, site);
+  return i < agg->n_sites && agg->sites[i] == site;
+}
+
+/* Makes room for one more id, so that the insertion itself cannot fail. */
+static xf_err xf__site_reserve(xf_aggregator *agg) {
+  if (agg->n_sites < agg->sites_cap) return XF_OK;
+  size_t cap = agg->sites_cap ? 2 * agg->sites_cap : 16;
+  if (cap > SIZE_MAX / sizeof(uint64_t)) return XF_ENOMEM;
+  uint64_t *grown = xf_realloc(agg->sites, cap * sizeof(uint64_t));
+  if (!grown) return XF_ENOMEM;
+  agg->sites = grown;
+  agg->sites_cap = cap;
+  return XF_OK;
+}
+
+static void xf__site_insert(xf_aggregator *agg, uint64_t site) {
+  size_t i = xf__site_lower_bound(agg, site);
+  memmove(agg->sites + i + 1, agg->sites + i, (agg->n_sites - i) * sizeof(uint64_t));
+  agg->sites[i] = site;
+  agg->n_sites++;
+}
+
+static void xf__site_remove(xf_aggregator *agg, uint64_t site) {
+  size_t i = xf__site_lower_bound(agg, site);
+  if (i == agg->n_sites || agg->sites[i] != site) return;
+  memmove(agg->sites + i, agg->sites + i + 1, (agg->n_sites - i - 1) * sizeof(uint64_t));
+  agg->n_sites--;
+}
+
+/* ---- arrival bitmap --------------------------------------------------------- */
+
+#define XF__WORD_BITS 64u
+
+/* Mask of bits [lo, hi) within one word, 0 <= lo < hi <= 64. */
+static uint64_t xf__bits(unsigned lo, unsigned hi) {
+  uint64_t upper = hi == XF__WORD_BITS ? ~UINT64_C(0) : (UINT64_C(1) << hi) - 1;
+  return upper & ~((UINT64_C(1) << lo) - 1);
+}
+
+/* Index of the first set bit in [from, to), or `to` when none is set. */
+static size_t xf__first_set(const uint64_t *map, size_t from, size_t to) {
+  size_t i = from;
+  while (i < to) {
+    size_t w = i / XF__WORD_BITS;
+    unsigned lo = (unsigned)(i % XF__WORD_BITS);
+    size_t word_end = (w + 1) * XF__WORD_BITS;
+    unsigned hi = to < word_end ? (unsigned)(to - w * XF__WORD_BITS) : XF__WORD_BITS;
+    uint64_t hit = map[w] & xf__bits(lo, hi);
+    if (hit) return w * XF__WORD_BITS + (size_t)__builtin_ctzll(hit);
+    i = word_end;
+  }
+  return to;
+}
+
+/* Index of the first clear bit in [0, n), or n when all are set. */
+static size_t xf__first_clear(const uint64_t *map, size_t n) {
+  for (size_t w = 0; w * XF__WORD_BITS < n; w++) {
+    if (map[w] != ~UINT64_C(0)) {
+      size_t i = w * XF__WORD_BITS + (size_t)__builtin_ctzll(~map[w]);
+      return i < n ? i : n;
+    }
+  }
+  return n;
+}
+
+static void xf__set_range(uint64_t *map, size_t from, size_t to) {
+  size_t i = from;
+  while (i < to) {
+    size_t w = i / XF__WORD_BITS;
+    unsigned lo = (unsigned)(i % XF__WORD_BITS);
+    size_t word_end = (w + 1) * XF__WORD_BITS;
+    unsigned hi = to < word_end ? (unsigned)(to - w * XF__WORD_BITS) : XF__WORD_BITS;
+    map[w] |= xf__bits(lo, hi);
+    i = word_end;
+  }
+}
+
+/* ---- create and free --------------------------------------------------------- */
+
+xf_err xf_aggregator_create(const xf_job_strategy *strategy, size_t n_params,
+                            size_t robust_capacity, xf_aggregator **out, xf_errctx *err) {
+  XF_ENSURE(strategy && out, err, XF_EINVAL, "aggregator: strategy and out are required");
+  XF_ENSURE(n_params > 0, err, XF_EINVAL, "aggregator: a model has at least one parameter");
+  XF_ENSURE(strategy->kind >= XF_JOB_STRATEGY_FEDAVG &&
+                strategy->kind <= XF_JOB_STRATEGY_TRIMMED_MEAN,
+            err, XF_EINVAL, "aggregator: unknown strategy kind %d", (int)strategy->kind);
+  bool robust = xf_job_strategy_is_robust(strategy->kind);
+  if (robust) {
+    XF_ENSURE(robust_capacity > 0, err, XF_EINVAL,
+              "aggregator: %s holds every update in memory and needs a capacity of at least "
+              "one update",
+              xf_job_strategy_kind_name(strategy->kind));
+    XF_ENSURE(!(strategy->kind == XF_JOB_STRATEGY_TRIMMED_MEAN) ||
+                  (strategy->trim_fraction >= 0 && strategy->trim_fraction < 0.5),
+              err, XF_EINVAL, "aggregator: trim_fraction must be in [0, 0.5), got %g",
+              strategy->trim_fraction);
+  }
+  xf_aggregator *agg = xf_calloc(1, sizeof(*agg));
+  if (!agg) return xf_fail(err, XF_ENOMEM, "aggregator: out of memory");
+  agg->strategy = *strategy;
+  agg->robust = robust;
+  agg->n_params = n_params;
+  if (robust) {
+    agg->capacity = robust_capacity;
+    agg->rows = xf_calloc(robust_capacity, sizeof(float *));
+    if (!agg->rows) goto nomem;
+  } else {
+    agg->sum = xf_calloc(n_params, sizeof(double));
+    if (!agg->sum) goto nomem;
+  }
+  *out = agg;
+  return XF_OK;
+nomem:
+  xf_aggregator_free(agg);
+  return xf_fail(err, XF_ENOMEM, "aggregator: out of memory for %zu parameters", n_params);
+}
+
+static void xf__update_release(xf_agg_update *upd) {
+  xf_aggregator *agg = upd->agg;
+  if (upd->prev) upd->prev->next = upd->next;
+  else agg->in_flight = upd->next;
+  if (upd->next) upd->next->prev = upd->prev;
+  agg->n_in_flight--;
+  agg->pending_weight -= upd->weight;
+  xf_free(upd->seen);
+  xf_free(upd);
+}
+
+/* Forgets an update in flight entirely: its staging or row, its site id. */
+static void xf__update_discard(xf_agg_update *upd) {
+  xf__site_remove(upd->agg, upd->site_id);
+  xf_free(upd->values);
+  xf__update_release(upd);
+}
+
+void xf_aggregator_free(xf_aggregator *agg) {
+  if (!agg) return;
+  while (agg->in_flight) xf__update_discard(agg->in_flight);
+  if (agg->rows)
+    for (size_t i = 0; i < agg->n_committed; i++) xf_free(agg->rows[i]);
+  xf_free(agg->rows);
+  xf_free(agg->sum);
+  xf_free(agg->sites);
+  xf_free(agg);
+}
+
+/* ---- one update ------------------------------------------------------------ */
+
+xf_err xf_aggregator_begin_update(xf_aggregator *agg, uint64_t site_id, uint64_t weight,
+                                  xf_agg_update **out, xf_errctx *err) {
+  XF_ENSURE(agg && out, err, XF_EINVAL, "aggregator: agg and out are required");
+  XF_ENSURE(!xf__site_known(agg, site_id), err, XF_EEXISTS,
+            "site %" PRIu64 " already has an update in this round; one update per site",
+            site_id);
+  XF_ENSURE(weight > 0 && weight <= XF_AGG_WEIGHT_MAX, err, XF_EINVAL,
+            "site %" PRIu64 ": update weight (training records) must be in 1..2^53, got %" PRIu64,
+            site_id, weight);
+  uint64_t held = agg->total_weight + agg->pending_weight;
+  XF_ENSURE(weight <= XF_AGG_WEIGHT_MAX - held, err, XF_EINVAL,
+            "site %" PRIu64 ": the round's total weight would pass 2^53", site_id);
+  XF_ENSURE(!agg->robust || agg->n_committed + agg->n_in_flight < agg->capacity, err,
+            XF_ERANGE,
+            "site %" PRIu64 ": %s keeps every update in memory and this round was sized for "
+            "%zu; the update is refused (raise the capacity or select fewer sites)",
+            site_id, xf_job_strategy_kind_name(agg->strategy.kind), agg->capacity);
+
+  size_t words = (agg->n_params + XF__WORD_BITS - 1) / XF__WORD_BITS;
+  xf_agg_update *upd = xf_calloc(1, sizeof(*upd));
+  float *values = xf_mallocarray(agg->n_params, sizeof(float));
+  uint64_t *seen = xf_calloc(words, sizeof(uint64_t));
+  if (!upd || !values || !seen || xf__site_reserve(agg) != XF_OK) {
+    xf_free(upd);
+    xf_free(values);
+    xf_free(seen);
+    return xf_fail(err, XF_ENOMEM, "site %" PRIu64 ": out of memory for an update of %zu values",
+                   site_id, agg->n_params);
+  }
+  upd->agg = agg;
+  upd->site_id = site_id;
+  upd->weight = weight;
+  upd->values = values;
+  upd->seen = seen;
+  upd->next = agg->in_flight;
+  if (agg->in_flight) agg->in_flight->prev = upd;
+  agg->in_flight = upd;
+  agg->n_in_flight++;
+  agg->pending_weight += weight;
+  xf__site_insert(agg, site_id);
+  *out = upd;
+  return XF_OK;
+}
+
+xf_err xf_aggregator_fold(xf_agg_update *upd, size_t offset, const float *values, size_t count,
+                          xf_errctx *err) {
+  XF_ENSURE(upd, err, XF_EINVAL, "aggregator: no update");
+  const xf_aggregator *agg = upd->agg;
+  XF_ENSURE(!upd->spoiled, err, XF_EINVAL,
+            "site %" PRIu64 ": the update was refused earlier and takes no more values",
+            upd->site_id);
+  if (count == 0) return XF_OK;
+  if (offset > agg->n_params || count > agg->n_params - offset) {
+    upd->spoiled = true;
+    return xf_fail(err, XF_ERANGE,
+                   "site %" PRIu64 ": values %zu..%zu lie outside the model's %zu parameters",
+                   upd->site_id, offset, offset + (count - 1), agg->n_params);
+  }
+  size_t dup = xf__first_set(upd->seen, offset, offset + count);
+  if (dup != offset + count) {
+    upd->spoiled = true;
+    return xf_fail(err, XF_EFORMAT, "site %" PRIu64 ": value %zu arrived twice", upd->site_id,
+                   dup);
+  }
+  for (size_t i = 0; i < count; i++) {
+    if (!isfinite(values[i])) {
+      upd->spoiled = true;
+      return xf_fail(err, XF_ERANGE, "site %" PRIu64 ": value %zu is %s", upd->site_id,
+                     offset + i, isnan(values[i]) ? "NaN" : "infinite");
+    }
+  }
+  memcpy(upd->values + offset, values, count * sizeof(float));
+  xf__set_range(upd->seen, offset, offset + count);
+  upd->n_seen += count;
+  return XF_OK;
+}
+
+xf_err xf_aggregator_end_update(xf_agg_update *upd, xf_errctx *err) {
+  XF_ENSURE(upd, err, XF_EINVAL, "aggregator: no update");
+  xf_aggregator *agg = upd->agg;
+  uint64_t site = upd->site_id;
+  if (upd->spoiled) {
+    xf__update_discard(upd);
+    return xf_fail(err, XF_EFORMAT,
+                   "site %" PRIu64 ": the update was refused during its transfer and is dropped",
+                   site);
+  }
+  if (upd->n_seen != agg->n_params) {
+    size_t missing = xf__first_clear(upd->seen, agg->n_params);
+    size_t got = upd->n_seen;
+    xf__update_discard(upd);
+    return xf_fail(err, XF_EFORMAT,
+                   "site %" PRIu64 ": the update ended with %zu of %zu values (value %zu is "
+                   "missing) and is dropped",
+                   site, got, agg->n_params, missing);
+  }
+  if (agg->robust) {
+    agg->rows[agg->n_committed] = upd->values;
+  } else {
+    /* The one place the sum changes, element by element in index order: the
+     * result depends only on the order of commits. */
+    double w = (double)upd->weight;
+    const float *v = upd->values;
+    for (size_t i = 0; i < agg->n_params; i++) agg->sum[i] += w * (double)v[i];
+    xf_free(upd->values);
+  }
+  agg->n_committed++;
+  agg->total_weight += upd->weight;
+  xf__update_release(upd);
+  return XF_OK;
+}
+
+void xf_aggregator_abort_update(xf_agg_update *upd) {
+  if (upd) xf__update_discard(upd);
+}
+
+size_t xf_aggregator_committed(const xf_aggregator *agg) { return agg->n_committed; }
+uint64_t xf_aggregator_total_weight(const xf_aggregator *agg) { return agg->total_weight; }
+size_t xf_aggregator_in_flight(const xf_aggregator *agg) { return agg->n_in_flight; }
+
+/* ---- finish ----------------------------------------------------------------- */
+
+/* Total order on finite floats by value, with -0 before +0, so that sorting
+ * gives the same bits whatever order the rows were committed in. */
+static uint32_t xf__order_key(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof(u));
+  return (u & UINT32_C(0x80000000)) ? ~u : u | UINT32_C(0x80000000);
+}
+
+static int xf__cmp_float(const void *a, const void *b) {
+  uint32_t ka = xf__order_key(*(const float *)a), kb = xf__order_key(*(const float *)b);
+  return (ka > kb) - (ka < kb);
+}
+
+/* Sorted-column reducers for the robust kinds; col holds k finite floats. */
+static float xf__median(float *col, size_t k) {
+  qsort(col, k, sizeof(float), xf__cmp_float);
+  if (k % 2) return col[k / 2];
+  /* The midpoint of two floats is exact in double; one rounding to float. */
+  return (float)(((double)col[k / 2 - 1] + (double)col[k / 2]) / 2.0);
+}
+
+static float xf__trimmed_mean(float *col, size_t k, size_t cut) {
+  qsort(col, k, sizeof(float), xf__cmp_float);
+  double s = 0;
+  for (size_t i = cut; i < k - cut; i++) s += (double)col[i];
+  return (float)(s / (double)(k - 2 * cut));
+}
+
+xf_err xf_aggregator_finish(const xf_aggregator *agg, float *out, xf_errctx *err) {
+  XF_ENSURE(agg && out, err, XF_EINVAL, "aggregator: agg and out are required");
+  XF_ENSURE(agg->n_in_flight == 0, err, XF_EINVAL,
+            "aggregator: %zu updates are still in flight; end or abort them before finishing",
+            agg->n_in_flight);
+  XF_ENSURE(agg->n_committed > 0, err, XF_EINVAL,
+            "aggregator: no update was committed this round; there is nothing to aggregate");
+  if (!agg->robust) {
+    double w = (double)agg->total_weight;
+    for (size_t i = 0; i < agg->n_params; i++) out[i] = (float)(agg->sum[i] / w);
+    return XF_OK;
+  }
+  size_t k = agg->n_committed;
+  float *col = xf_mallocarray(k, sizeof(float));
+  if (!col) return xf_fail(err, XF_ENOMEM, "aggregator: out of memory for %zu values", k);
+  /* trim_fraction * k may land a hair below an integer (0.29 * 100 gives
+   * 28.999...); the tolerance keeps such products at the integer meant. The
+   * cut stays below k / 2 because trim_fraction < 0.5. */
+  size_t cut = 0;
+  if (agg->strategy.kind == XF_JOB_STRATEGY_TRIMMED_MEAN) {
+    cut = (size_t)floor(agg->strategy.trim_fraction * (double)k + 1e-9);
+    if (2 * cut >= k) cut = (k - 1) / 2;
+  }
+  for (size_t i = 0; i < agg->n_params; i++) {
+    for (size_t r = 0; r < k; r++) col[r] = agg->rows[r][i];
+    out[i] = agg->strategy.kind == XF_JOB_STRATEGY_MEDIAN ? xf__median(col, k)
+                                                          : xf__trimmed_mean(col, k, cut);
+  }
+  xf_free(col);
+  return XF_OK;
+}

@@ -1,0 +1,170 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Server-side aggregation of a round: a streaming aggregator that folds each
+ * site's update delta as its chunks arrive and reduces them to one delta, and
+ * the server optimizer that applies that delta to the global model across
+ * rounds, with its state saved to bytes for the round journal.
+ * docs/aggregation.md is the reference for the formulas and bounds. */
+#ifndef XF_COORDINATOR_AGGREGATE_H
+#define XF_COORDINATOR_AGGREGATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/result.h"
+#include "coordinator/jobspec.h"
+
+/* Both objects work on host float arrays in plain C, not through
+ * kernels/backend.h: the coordinator needs no compute device, the mean is
+ * accumulated in double (the backend ops are float32), and the reduction
+ * order has to be the one written below, whatever backend is built.
+ * Neither object is thread-safe; the coordinator drives them from its loop. */
+
+/* ---- the aggregator ------------------------------------------------------- */
+
+typedef struct xf_aggregator xf_aggregator;
+/* One site's update while its values arrive. Owned by its aggregator; valid
+ * from xf_aggregator_begin_update until xf_aggregator_end_update or
+ * xf_aggregator_abort_update (whichever comes first) or xf_aggregator_free. */
+typedef struct xf_agg_update xf_agg_update;
+
+/* Largest update weight and largest total of weights: 2^53, so that every
+ * weight and their sum are exact in a double. */
+#define XF_AGG_WEIGHT_MAX (UINT64_C(1) << 53)
+
+/* Creates the aggregator of one round for n_params parameters (> 0) under
+ * strategy (copied; its kind and trim_fraction are used here).
+ *
+ * Memory:
+ *  - mean-based kinds (fedavg, fedavgm, fedprox, fedadam, fedyogi,
+ *    fedadagrad): 8 bytes per parameter for the running sum, plus for each
+ *    update in flight a staging copy (4 bytes per parameter) and its arrival
+ *    bitmap (1 bit per parameter): (8 + 4.125 u) bytes per parameter with u
+ *    updates in flight. robust_capacity is ignored.
+ *  - robust kinds (median, trimmed_mean) hold every update until finish: at
+ *    most robust_capacity (>= 1) updates, committed and in flight together,
+ *    4.125 bytes per parameter each. A site past that is refused at
+ *    begin_update. This is also why they cannot run under secure
+ *    aggregation, which reveals only the sum.
+ *
+ * Returns XF_OK, XF_EINVAL (n_params 0, an unknown kind, robust_capacity 0 or
+ * trim_fraction outside [0, 0.5) for a robust kind) or XF_ENOMEM. The caller
+ * owns *out and frees it with xf_aggregator_free; *out is written only on
+ * success. */
+xf_err xf_aggregator_create(const xf_job_strategy *strategy, size_t n_params,
+                            size_t robust_capacity, xf_aggregator **out,
+                            xf_errctx *err) XF_WARN_UNUSED;
+
+/* Frees the aggregator, its updates in flight included (their handles become
+ * invalid). NULL is allowed. */
+void xf_aggregator_free(xf_aggregator *agg);
+
+/* Starts the update of site_id, weighted by weight (its training records:
+ * 1..XF_AGG_WEIGHT_MAX; robust kinds check it and then ignore it). Any number
+ * of updates may be in flight at once; their chunks may interleave. Returns
+ *   XF_EEXISTS  site_id already has an update in flight or committed this round;
+ *   XF_EINVAL   weight 0 or above XF_AGG_WEIGHT_MAX, or the total would pass it;
+ *   XF_ERANGE   a robust kind already holds robust_capacity updates;
+ *   XF_ENOMEM.
+ * On success *out is the update's handle (owned by agg); on failure nothing
+ * changes. */
+xf_err xf_aggregator_begin_update(xf_aggregator *agg, uint64_t site_id, uint64_t weight,
+                                  xf_agg_update **out, xf_errctx *err) XF_WARN_UNUSED;
+
+/* Stores values[0..count) as elements offset..offset+count of the update, in
+ * any order of chunks and any split. values is borrowed for the call only.
+ * Returns
+ *   XF_ERANGE   the chunk reaches past n_params, or a value is NaN or infinite;
+ *   XF_EFORMAT  an element of the chunk has already arrived;
+ *   XF_EINVAL   the update was already spoiled by an earlier failed fold.
+ * A failed fold stores nothing and spoils the update: further folds fail and
+ * end_update discards it with XF_EFORMAT. The caller usually aborts it. */
+xf_err xf_aggregator_fold(xf_agg_update *upd, size_t offset, const float *values,
+                          size_t count, xf_errctx *err) XF_WARN_UNUSED;
+
+/* Commits the update: every one of the n_params elements must have arrived
+ * exactly once. For mean-based kinds this is when the update enters the
+ * running sum, sum[i] += (double)weight * value[i] for i = 0..n_params-1, so
+ * the sum depends on the order of commits and on nothing else (not on chunk
+ * sizes, chunk order, or how updates interleave). Returns XF_OK, or
+ * XF_EFORMAT (elements missing, the first one named in err, or the update
+ * spoiled by a failed fold) after discarding the update as abort would.
+ * Either way the handle is invalid afterwards. */
+xf_err xf_aggregator_end_update(xf_agg_update *upd, xf_errctx *err) XF_WARN_UNUSED;
+
+/* Drops the update (its site went away mid-stream): the aggregator is left
+ * exactly as if the update had never begun, bit for bit, and the site may
+ * begin again. The handle is invalid afterwards. NULL is allowed. */
+void xf_aggregator_abort_update(xf_agg_update *upd);
+
+/* Updates committed so far, their total weight, and updates in flight. */
+size_t xf_aggregator_committed(const xf_aggregator *agg);
+uint64_t xf_aggregator_total_weight(const xf_aggregator *agg);
+size_t xf_aggregator_in_flight(const xf_aggregator *agg);
+
+/* Writes the round's aggregate delta to out[0..n_params):
+ *  - mean-based kinds: the weighted mean, out[i] = (float)(sum[i] / W) with
+ *    W the total weight (both in double);
+ *  - median: per coordinate, the middle of the sorted values; for an even
+ *    count the mean of the two middle ones, computed in double;
+ *  - trimmed_mean: per coordinate, k = floor(trim_fraction * K) values cut
+ *    from each end of the K sorted values and the rest averaged in double,
+ *    summed in ascending order.
+ * Robust results depend only on the set of updates, not on their order.
+ * Needs at least one committed update and none in flight (XF_EINVAL
+ * otherwise); XF_ENOMEM for robust kinds (a K-float scratch). out is owned
+ * by the caller; the aggregator is unchanged, so finish may be repeated. */
+xf_err xf_aggregator_finish(const xf_aggregator *agg, float *out,
+                            xf_errctx *err) XF_WARN_UNUSED;
+
+/* ---- the server optimizer --------------------------------------------------- */
+
+typedef struct xf_server_opt xf_server_opt;
+
+/* Creates the server optimizer of a job for n_params parameters (> 0), with
+ * the state the papers start from (docs/aggregation.md): no momentum (0) and,
+ * for fedadam, fedyogi and fedadagrad, second moment v = tau^2. strategy is
+ * copied. Returns XF_OK, XF_EINVAL (n_params 0, an unknown kind, or a
+ * hyperparameter outside the range of coordinator/jobspec.h) or XF_ENOMEM.
+ * The caller owns *out and frees it with xf_server_opt_free. */
+xf_err xf_server_opt_create(const xf_job_strategy *strategy, size_t n_params,
+                            xf_server_opt **out, xf_errctx *err) XF_WARN_UNUSED;
+
+/* NULL is allowed. */
+void xf_server_opt_free(xf_server_opt *opt);
+
+/* Applies one round's aggregate delta (from xf_aggregator_finish) to
+ * global_params[0..n_params), in place, with w the parameters, D the delta,
+ * eta = server_lr:
+ *   fedavg, fedprox, median, trimmed_mean: w += eta D
+ *   fedavgm:    v = momentum v + D;  w += eta v
+ *   fedadam, fedyogi, fedadagrad: m = beta1 m + (1 - beta1) D;
+ *               v per variant;  w += eta m / (sqrt(v) + tau)
+ * Each element is computed in double from the stored float state and
+ * rounded to float once per stored quantity; elements are independent, so
+ * the result is a pure function of (state, w, D). Both arrays are borrowed. */
+void xf_server_opt_step(xf_server_opt *opt, float *global_params, const float *mean_delta);
+
+/* Rounds applied since creation (carried through save and load). */
+uint64_t xf_server_opt_steps(const xf_server_opt *opt);
+
+/* Serializes the whole state (kind, n_params, hyperparameters, rounds, the
+ * momentum and second-moment vectors) with a BLAKE2b-256 digest at the end,
+ * so that the coordinator can journal it each round and resume bit for bit.
+ * *out is owned by the caller (xf_free), *len its size. XF_OK or XF_ENOMEM;
+ * nothing is written on failure. */
+xf_err xf_server_opt_save(const xf_server_opt *opt, uint8_t **out,
+                          size_t *len) XF_WARN_UNUSED;
+
+/* Restores opt from bytes written by xf_server_opt_save for the same kind,
+ * n_params and hyperparameters. The bytes are read through a bounds-checked
+ * cursor and checked in full before anything is changed: on failure opt is
+ * left as it was. buf is borrowed. Returns
+ *   XF_ETRUNCATED  buf ends early;
+ *   XF_EINTEGRITY  the digest does not match (damaged bytes);
+ *   XF_EFORMAT     not a saved state, an unknown version, another kind,
+ *                  n_params or hyperparameter (named in err), trailing bytes,
+ *                  or a state value that cannot occur (NaN, infinite, v < 0). */
+xf_err xf_server_opt_load(xf_server_opt *opt, const uint8_t *buf, size_t len,
+                          xf_errctx *err) XF_WARN_UNUSED;
+
+#endif
