@@ -64,6 +64,11 @@ bool xf_cli_interactive(void);
 
 /* Command entry points, one file each. */
 int xf_cmd_data_split(xf_cli *cli, int argc, char **argv);
+int xf_cmd_pki_init(xf_cli *cli, int argc, char **argv);
+int xf_cmd_pki_issue(xf_cli *cli, int argc, char **argv);
+int xf_cmd_pki_revoke(xf_cli *cli, int argc, char **argv);
+int xf_cmd_pki_show(xf_cli *cli, int argc, char **argv);
+int xf_cmd_pki_crl(xf_cli *cli, int argc, char **argv);
 int xf_cmd_train(xf_cli *cli, int argc, char **argv);
 int xf_cmd_version(xf_cli *cli, int argc, char **argv);
 

@@ -65,6 +65,96 @@ const xf_cmd xf_cli_commands[] = {
      "           --scheme dirichlet:0.5 --seed 42 --out shards\n"
      "See docs/data.md for the formats, the validation rules and the manifest.\n",
      xf_cmd_data_split},
+    {"pki", "init", "create a federation's CA, its empty CRL and the federation directory",
+     "usage: xfed pki init --federation FED [--dir DIR] [--days N] [--json]\n"
+     "\n"
+     "Creates the certificate authority of federation FED in DIR: a P-256 key\n"
+     "(ca.key, mode 0600), a self-signed CA certificate (ca.crt: CN \"xfed FED CA\",\n"
+     "URI SAN spiffe://FED, CA:TRUE, keyCertSign and cRLSign), an empty CRL\n"
+     "(crl.pem), the issued/ folder and the index (index.json). DIR is created with\n"
+     "mode 0700 if missing; a DIR that already holds a CA is refused.\n"
+     "\n"
+     "options:\n"
+     "  --federation FED  the federation's name: 1 to 63 of a-z, 0-9 and '-',\n"
+     "                    not first or last (the SPIFFE trust domain)\n"
+     "  --dir DIR         federation directory (default ./federation)\n"
+     "  --days N          CA validity in days (default 3650)\n"
+     "  --json            print the paths and dates as one JSON object\n"
+     "\n"
+     "example: xfed pki init --federation acme --dir fed\n"
+     "See docs/pki.md for the identity model and the files.\n",
+     xf_cmd_pki_init},
+    {"pki", "issue", "issue a key and certificate for a site, coordinator or user",
+     "usage: xfed pki issue --kind site|coordinator|user --name N [--region R]\n"
+     "                      [--role researcher|compliance|admin] [--days N] [--force]\n"
+     "                      [--dir DIR] [--json]\n"
+     "\n"
+     "Makes a P-256 key (DIR/issued/N.key, mode 0600) and a certificate signed by\n"
+     "the federation's CA (DIR/issued/N.crt) whose one URI SAN is the identity:\n"
+     "  site         spiffe://FED/region/R/site/N            (--region required)\n"
+     "  coordinator  spiffe://FED/region/R/coordinator/N     (a regional aggregator)\n"
+     "               spiffe://FED/coordinator/N              (no --region: the global one)\n"
+     "  user         spiffe://FED/user/N/role/ROLE           (--role required)\n"
+     "Site and coordinator certificates also name DNS:localhost and IP:127.0.0.1\n"
+     "for loopback TLS. Names are unique across kinds.\n"
+     "\n"
+     "options:\n"
+     "  --kind KIND     site, coordinator or user\n"
+     "  --name N        the identity's name (1 to 63 of a-z, 0-9 and '-')\n"
+     "  --region R      the region of a site or regional coordinator\n"
+     "  --role ROLE     a user's role: researcher, compliance or admin\n"
+     "  --days N        validity in days (default 365; never beyond the CA's)\n"
+     "  --force         re-issue an existing name: its certificate is revoked first\n"
+     "                  (reason superseded, CRL re-signed), then a new key is made\n"
+     "  --dir DIR       federation directory (default ./federation)\n"
+     "  --json          print the new identity as one JSON object\n"
+     "\n"
+     "examples: xfed pki issue --kind site --region eu --name eu-berlin\n"
+     "          xfed pki issue --kind coordinator --name global\n"
+     "          xfed pki issue --kind user --name alice --role researcher\n",
+     xf_cmd_pki_issue},
+    {"pki", "revoke", "revoke an identity's certificate and re-sign the CRL",
+     "usage: xfed pki revoke --name N [--reason REASON] [--dir DIR] [--json]\n"
+     "\n"
+     "Adds the current certificate of N to the CRL (DIR/crl.pem), re-signed with\n"
+     "its next update 30 days ahead, and marks it revoked in the index. Copy\n"
+     "crl.pem to every coordinator and send them SIGHUP to reload it.\n"
+     "\n"
+     "options:\n"
+     "  --name N         the identity to revoke\n"
+     "  --reason REASON  unspecified (default), key-compromise, affiliation-changed,\n"
+     "                   superseded, cessation-of-operation, privilege-withdrawn\n"
+     "  --dir DIR        federation directory (default ./federation)\n"
+     "  --json           print the revoked identity as one JSON object\n",
+     xf_cmd_pki_revoke},
+    {"pki", "show", "list the federation's identities, or show one",
+     "usage: xfed pki show [--name N] [--dir DIR] [--json]\n"
+     "\n"
+     "Lists every certificate the federation issued, oldest first: name, kind,\n"
+     "SPIFFE ID, serial, not-after and status (valid, expired, not-yet-valid or\n"
+     "revoked with its reason). A name re-issued with --force appears once per\n"
+     "certificate. With --name, shows the current certificate of N in detail,\n"
+     "with its files and SHA-256 fingerprint. Warns when the CRL is about to\n"
+     "expire or has expired.\n"
+     "\n"
+     "options:\n"
+     "  --name N   show one identity\n"
+     "  --dir DIR  federation directory (default ./federation)\n"
+     "  --json     {federation, dir, crl_number, crl_next_update, identities: [...]},\n"
+     "             or the one identity's object with --name\n",
+     xf_cmd_pki_show},
+    {"pki", "crl", "re-sign the CRL before its next update",
+     "usage: xfed pki crl [--days N] [--dir DIR] [--json]\n"
+     "\n"
+     "Signs the CRL again with the same revocations and a new number; its next\n"
+     "update becomes N days from now. Peers refuse every certificate once the CRL\n"
+     "they hold is past its next update, so run this (from cron, say) well before.\n"
+     "\n"
+     "options:\n"
+     "  --days N   days until the next update (default 30)\n"
+     "  --dir DIR  federation directory (default ./federation)\n"
+     "  --json     print the CRL's path, number and next update as JSON\n",
+     xf_cmd_pki_crl},
     {"version", NULL, "print the version and the compute backends this build has",
      "usage: xfed version [--json]\n", xf_cmd_version},
     {0},
