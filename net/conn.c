@@ -1,0 +1,755 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Connections over libuv TCP: OpenSSL runs on memory BIOs, fed from the read
+ * callback and drained into uv_write, so no call ever blocks the loop. */
+#include "net/conn.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <openssl/err.h>
+#include <openssl/x509.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "net/frame.h"
+
+typedef enum conn_state {
+  CONN_CONNECTING, /* dialing: waiting for the TCP connect */
+  CONN_HANDSHAKE,  /* TCP up, TLS handshake running */
+  CONN_OPEN,       /* peer verified and accepted by on_connect */
+  CONN_CLOSING     /* on the way to on_close */
+} conn_state;
+
+/* The four handles of a connection; it is freed when all have closed. */
+#define CONN_HANDLES 4
+
+struct xf_conn {
+  uv_tcp_t tcp;
+  uv_timer_t heartbeat; /* fires after heartbeat_ms without sending */
+  uv_timer_t idle;      /* fires after idle_timeout_ms without receiving; close deadline */
+  uv_timer_t kick;      /* delivers buffered frames after a resume, from the loop */
+  uv_connect_t connect;
+  uv_shutdown_t shutdown;
+  uv_loop_t *loop;
+  xf_tls *tls;
+  SSL *ssl;
+  BIO *rbio; /* ciphertext from the socket, owned by ssl */
+  BIO *wbio; /* ciphertext for the socket, owned by ssl */
+  xf_frame_decoder *decoder;
+  xf_conn_opts opts;
+  size_t peer_max_frame;
+  conn_state state;
+  bool tcp_connected;
+  bool tls_failed; /* a fatal TLS error: no close_notify can follow */
+  bool paused;
+  bool busy;   /* xf_conn_send refused for the high-water mark: on_drain owed */
+  bool silent; /* discarded before the caller saw it: no on_close */
+  int handles_open;
+  size_t queued; /* ciphertext bytes in uv_write requests not yet completed */
+  uint64_t heartbeat_seq;
+  uint64_t heartbeats_received;
+  bool have_peer;
+  xf_spiffe_id peer;
+  char addr[80];
+  xf_conn_reason why;
+  void *user;
+  /* Decrypted bytes not yet fed to the decoder (kept while paused). */
+  size_t plain_off, plain_len;
+  uint8_t plain[16384];
+  /* libuv reads into this; it is copied into rbio before the callback ends. */
+  uint8_t rbuf[65536];
+};
+
+typedef struct conn_write {
+  uv_write_t req;
+  xf_conn *conn;
+  size_t len;
+  uint8_t data[];
+} conn_write;
+
+struct xf_listener {
+  uv_tcp_t tcp;
+  uv_loop_t *loop;
+  xf_tls *tls;
+  xf_conn_opts opts;
+  int port;
+  xf_listener_close_cb on_closed;
+  void *user;
+};
+
+static const char *const end_messages[] = {
+#define XF__CONN_END_MSG(name, msg) msg,
+    XF_CONN_END_MAP(XF__CONN_END_MSG)
+#undef XF__CONN_END_MSG
+};
+
+const char *xf_conn_end_message(xf_conn_end end) {
+  if ((unsigned)end >= XF_CONN_END_COUNT) return "unknown reason";
+  return end_messages[end];
+}
+
+static const char *const end_words[] = {
+#define XF__CONN_END_WORD(name, msg) #name,
+    XF_CONN_END_MAP(XF__CONN_END_WORD)
+#undef XF__CONN_END_WORD
+};
+
+/* ---- closing --------------------------------------------------------------- */
+
+static void conn_finish(xf_conn *c) {
+  if (!c->silent && c->opts.on_close) c->opts.on_close(c, &c->why);
+  SSL_free(c->ssl);
+  xf_frame_decoder_free(c->decoder);
+  xf_free(c);
+}
+
+static void on_handle_closed(uv_handle_t *h) {
+  xf_conn *c = h->data;
+  if (--c->handles_open == 0) conn_finish(c);
+}
+
+static void conn_close_handles(xf_conn *c) {
+  uv_handle_t *hs[CONN_HANDLES] = {(uv_handle_t *)&c->tcp, (uv_handle_t *)&c->heartbeat,
+                                   (uv_handle_t *)&c->idle, (uv_handle_t *)&c->kick};
+  for (int i = 0; i < CONN_HANDLES; i++)
+    if (!uv_is_closing(hs[i])) uv_close(hs[i], on_handle_closed);
+}
+
+static void conn_flush(xf_conn *c);
+
+static void on_shutdown(uv_shutdown_t *req, int status) {
+  (void)status; /* closed either way; the reason was recorded before */
+  conn_close_handles(req->data);
+}
+
+static void on_idle(uv_timer_t *t);
+
+/* Ends the connection once: records why, sends close_notify after an intact
+ * session (an alert after a failed one is already in wbio), lets queued bytes
+ * go out, and closes the handles after the socket's shutdown or the close
+ * timeout, whichever comes first. */
+XF_PRINTF(5, 6)
+static void conn_end(xf_conn *c, xf_conn_end end, xf_err code, xf_pki_verdict verdict,
+                     const char *fmt, ...) {
+  if (c->state == CONN_CLOSING) return;
+  conn_state was = c->state;
+  c->state = CONN_CLOSING;
+  c->why.end = end;
+  c->why.code = code;
+  c->why.verdict = verdict;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->why.msg, sizeof(c->why.msg), fmt, ap);
+  va_end(ap);
+  uv_timer_stop(&c->heartbeat);
+  uv_timer_stop(&c->idle);
+  uv_timer_stop(&c->kick);
+  if (!c->silent) {
+    xf_log(end == XF_CONN_END_CLOSED || end == XF_CONN_END_PEER_CLOSED ? XF_LOG_INFO : XF_LOG_WARN,
+           "conn_closed", "addr=%s reason=%s code=%s msg=\"%s\"", c->addr, end_words[end],
+           xf_err_name(code), c->why.msg);
+  }
+  if (!c->tcp_connected) {
+    conn_close_handles(c); /* cancels a pending connect */
+    return;
+  }
+  uv_read_stop((uv_stream_t *)&c->tcp);
+  if (was == CONN_OPEN && !c->tls_failed) {
+    ERR_clear_error();
+    (void)SSL_shutdown(c->ssl); /* queues close_notify; the peer's is not awaited */
+    ERR_clear_error();
+  }
+  conn_flush(c);
+  if (uv_is_closing((uv_handle_t *)&c->tcp)) return;
+  uint32_t deadline = c->opts.close_timeout_ms;
+  uv_timer_start(&c->idle, on_idle, deadline, 0);
+  c->shutdown.data = c;
+  if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, on_shutdown) != 0) conn_close_handles(c);
+}
+
+void xf_conn_close(xf_conn *c) {
+  conn_end(c, XF_CONN_END_CLOSED, XF_OK, XF_PKI_OK, "closed by this side");
+}
+
+/* A fatal TLS error: the verdict when our check of the peer's certificate
+ * failed, OpenSSL's reason (an alert from the peer, say) otherwise. */
+static void conn_tls_failed(xf_conn *c, const char *what) {
+  long vr = SSL_get_verify_result(c->ssl);
+  unsigned long e = ERR_peek_last_error();
+  char reason[256];
+  ERR_error_string_n(e, reason, sizeof(reason));
+  ERR_clear_error();
+  c->tls_failed = true;
+  if (vr != X509_V_OK) {
+    xf_pki_verdict v = xf_pki_verdict_from_x509(vr);
+    conn_end(c, XF_CONN_END_TLS, XF_EINTEGRITY, v, "%s: peer certificate refused: %s (%s)", what,
+             xf_pki_verdict_message(v), X509_verify_cert_error_string(vr));
+  } else {
+    conn_end(c, XF_CONN_END_TLS, XF_EIO, XF_PKI_OK, "%s: %s", what,
+             e ? reason : "the peer broke the TLS session");
+  }
+}
+
+/* ---- writing --------------------------------------------------------------- */
+
+static void on_write(uv_write_t *req, int status) {
+  conn_write *w = req->data;
+  xf_conn *c = w->conn;
+  c->queued -= w->len;
+  xf_free(w);
+  if (status < 0 && status != UV_ECANCELED) {
+    conn_end(c, XF_CONN_END_IO, XF_EIO, XF_PKI_OK, "write failed: %s", uv_strerror(status));
+    return;
+  }
+  if (c->busy && c->state == CONN_OPEN && c->queued <= c->opts.write_high_water / 2) {
+    c->busy = false;
+    if (c->opts.on_drain) c->opts.on_drain(c);
+  }
+}
+
+/* Moves whatever ciphertext OpenSSL produced onto the socket. */
+static void conn_flush(xf_conn *c) {
+  if (!c->tcp_connected || uv_is_closing((uv_handle_t *)&c->tcp)) return;
+  size_t n = BIO_ctrl_pending(c->wbio);
+  if (n == 0) return;
+  conn_write *w = xf_malloc(sizeof(*w) + n);
+  if (!w) {
+    conn_end(c, XF_CONN_END_IO, XF_ENOMEM, XF_PKI_OK, "out of memory for %zu bytes to send", n);
+    return;
+  }
+  /* n is at most one frame plus record overhead: far below INT_MAX. */
+  int got = BIO_read(c->wbio, w->data, (int)n);
+  if (got != (int)n) {
+    xf_free(w);
+    conn_end(c, XF_CONN_END_IO, XF_EINTERNAL, XF_PKI_OK, "the TLS write buffer lost bytes");
+    return;
+  }
+  w->conn = c;
+  w->len = n;
+  w->req.data = w;
+  uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)n);
+  int e = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
+  if (e != 0) {
+    xf_free(w);
+    conn_end(c, XF_CONN_END_IO, XF_EIO, XF_PKI_OK, "write failed: %s", uv_strerror(e));
+    return;
+  }
+  c->queued += n;
+}
+
+static void on_heartbeat(uv_timer_t *t);
+
+/* Encodes, encrypts and queues env. `force` skips the high-water check, for
+ * the small frames of the connection itself (Heartbeat, Error). */
+static xf_err conn_write_env(xf_conn *c, const Xfed__Envelope *env, bool force, xf_errctx *err) {
+  if (c->state != CONN_OPEN)
+    return xf_fail(err, XF_EINVAL, "connection %s is not open", c->addr);
+  if (!force && c->queued >= c->opts.write_high_water) {
+    c->busy = true;
+    return xf_fail(err, XF_ERANGE,
+                   "busy: %zu bytes wait to be written to %s (high-water mark %zu); send again "
+                   "after on_drain",
+                   c->queued, c->addr, c->opts.write_high_water);
+  }
+  uint8_t *frame = NULL;
+  size_t len = 0;
+  xf_err rc = xf_frame_encode(env, c->peer_max_frame, &frame, &len, err);
+  if (rc == XF_ERANGE) {
+    return xf_fail(err, XF_EINVAL,
+                   "frame of %zu bytes exceeds the peer's maximum of %zu bytes; cut it into "
+                   "a tensor stream",
+                   xf_frame_size(env) - XF_FRAME_HEADER, c->peer_max_frame);
+  }
+  if (rc != XF_OK) return rc;
+  ERR_clear_error();
+  int w = SSL_write(c->ssl, frame, (int)len);
+  xf_free(frame);
+  if (w != (int)len) {
+    conn_tls_failed(c, "TLS write failed");
+    return xf_fail(err, XF_EIO, "%s", c->why.msg);
+  }
+  uv_timer_start(&c->heartbeat, on_heartbeat, c->opts.heartbeat_ms, 0);
+  conn_flush(c);
+  if (c->state != CONN_OPEN) return xf_fail(err, XF_EIO, "%s", c->why.msg);
+  return XF_OK;
+}
+
+xf_err xf_conn_send(xf_conn *c, const Xfed__Envelope *env, xf_errctx *err) {
+  return conn_write_env(c, env, false, err);
+}
+
+static void on_heartbeat(uv_timer_t *t) {
+  xf_conn *c = t->data;
+  if (c->state != CONN_OPEN) return;
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  Xfed__Heartbeat hb = XFED__HEARTBEAT__INIT;
+  hb.seq = ++c->heartbeat_seq;
+  hb.unix_ms = (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_HEARTBEAT;
+  env.heartbeat = &hb;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (conn_write_env(c, &env, true, &err) != XF_OK)
+    XF_WARN("conn_heartbeat_failed", "addr=%s msg=\"%s\"", c->addr, err.msg);
+}
+
+static void on_idle(uv_timer_t *t) {
+  xf_conn *c = t->data;
+  if (c->state == CONN_CLOSING) {
+    conn_close_handles(c); /* the close deadline: cut what is still queued */
+    return;
+  }
+  conn_end(c, XF_CONN_END_IDLE, XF_EIO, XF_PKI_OK, "nothing received from %s for %u ms", c->addr,
+           (unsigned)c->opts.idle_timeout_ms);
+}
+
+/* ---- reading --------------------------------------------------------------- */
+
+/* The handshake finished: the peer must name our federation, and on_connect
+ * may still refuse it. True when the connection is open. */
+static bool conn_established(xf_conn *c) {
+  X509 *cert = SSL_get0_peer_certificate(c->ssl);
+  xf_errctx e;
+  xf_errctx_clear(&e);
+  if (!cert || xf_pki_peer_identity(cert, &c->peer, &e) != XF_OK) {
+    conn_end(c, XF_CONN_END_IDENTITY, XF_EINTEGRITY, XF_PKI_BAD_IDENTITY, "%s",
+             cert ? e.msg : "the peer sent no certificate");
+    return false;
+  }
+  if (strcmp(c->peer.federation, xf_tls_federation(c->tls)) != 0) {
+    conn_end(c, XF_CONN_END_IDENTITY, XF_EINTEGRITY, XF_PKI_WRONG_FEDERATION,
+             "the peer belongs to federation '%s', not '%s'", c->peer.federation,
+             xf_tls_federation(c->tls));
+    return false;
+  }
+  c->have_peer = true;
+  c->state = CONN_OPEN;
+  uv_timer_start(&c->heartbeat, on_heartbeat, c->opts.heartbeat_ms, 0);
+  char spiffe[XF_SPIFFE_MAX];
+  if (xf_spiffe_format(&c->peer, spiffe, NULL) != XF_OK) snprintf(spiffe, sizeof(spiffe), "?");
+  XF_INFO("conn_open", "addr=%s peer=%s", c->addr, spiffe);
+  if (c->opts.on_connect) {
+    xf_err rc = c->opts.on_connect(c, &c->peer);
+    if (c->state != CONN_OPEN) return false;
+    if (rc != XF_OK) {
+      conn_end(c, XF_CONN_END_REFUSED, rc, XF_PKI_OK, "on_connect refused %s: %s", spiffe,
+               xf_strerror(rc));
+      return false;
+    }
+  }
+  return true;
+}
+
+static void conn_send_error(xf_conn *c, xf_err code, const char *msg) {
+  Xfed__Error e = XFED__ERROR__INIT;
+  e.code = (uint32_t)code;
+  e.message = (char *)msg;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_ERROR;
+  env.error = &e;
+  (void)conn_write_env(c, &env, true, NULL); /* best effort: we close next anyway */
+}
+
+/* Decrypts and delivers frames, one at a time, until data runs out, the
+ * application pauses, or the connection ends. */
+static void conn_deliver(xf_conn *c) {
+  while (c->state == CONN_OPEN && !c->paused) {
+    if (c->plain_off == c->plain_len) {
+      ERR_clear_error();
+      int n = SSL_read(c->ssl, c->plain, (int)sizeof(c->plain));
+      if (n <= 0) {
+        int e = SSL_get_error(c->ssl, n);
+        if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) return;
+        if (e == SSL_ERROR_ZERO_RETURN) {
+          conn_end(c, XF_CONN_END_PEER_CLOSED, XF_OK, XF_PKI_OK, "the peer closed the session");
+          return;
+        }
+        conn_tls_failed(c, "TLS read failed");
+        return;
+      }
+      c->plain_off = 0;
+      c->plain_len = (size_t)n;
+    }
+    size_t used = 0;
+    Xfed__Envelope *env = NULL;
+    xf_errctx err;
+    xf_errctx_clear(&err);
+    xf_err rc = xf_frame_decoder_feed(c->decoder, c->plain + c->plain_off,
+                                      c->plain_len - c->plain_off, &used, &env, &err);
+    c->plain_off += used;
+    if (rc != XF_OK) {
+      conn_send_error(c, rc, err.msg);
+      conn_end(c, XF_CONN_END_FRAME, rc, XF_PKI_OK, "%s", err.msg);
+      return;
+    }
+    if (!env) continue;
+    if (env->body_case == XFED__ENVELOPE__BODY_HEARTBEAT) {
+      c->heartbeats_received++;
+      XF_DEBUG("conn_heartbeat", "addr=%s seq=%llu", c->addr,
+               (unsigned long long)(env->heartbeat ? env->heartbeat->seq : 0));
+    } else {
+      c->opts.on_frame(c, env);
+    }
+    xf_envelope_free(env);
+  }
+}
+
+/* Runs the handshake while it lasts, then delivers frames; sends what
+ * either produced. */
+static void conn_drive(xf_conn *c) {
+  if (c->state == CONN_HANDSHAKE) {
+    ERR_clear_error();
+    int r = SSL_do_handshake(c->ssl);
+    if (r != 1) {
+      int e = SSL_get_error(c->ssl, r);
+      if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+        conn_flush(c);
+        return;
+      }
+      conn_tls_failed(c, "TLS handshake failed");
+      return;
+    }
+    conn_flush(c);
+    if (!conn_established(c)) return;
+  }
+  conn_deliver(c);
+  if (c->state != CONN_CLOSING) conn_flush(c);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)suggested;
+  xf_conn *c = h->data;
+  *buf = uv_buf_init((char *)c->rbuf, sizeof(c->rbuf));
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  (void)buf;
+  xf_conn *c = s->data;
+  if (c->state == CONN_CLOSING || nread == 0) return;
+  if (nread < 0) {
+    if (nread == UV_EOF && c->state == CONN_OPEN)
+      conn_end(c, XF_CONN_END_PEER_CLOSED, XF_OK, XF_PKI_OK, "the peer closed the connection");
+    else if (nread == UV_EOF)
+      conn_end(c, XF_CONN_END_TLS, XF_EIO, XF_PKI_OK,
+               "the peer closed the connection during the TLS handshake");
+    else
+      conn_end(c, XF_CONN_END_IO, XF_EIO, XF_PKI_OK, "read failed: %s",
+               uv_strerror((int)nread));
+    return;
+  }
+  if (!c->paused) uv_timer_start(&c->idle, on_idle, c->opts.idle_timeout_ms, 0);
+  if (BIO_write(c->rbio, c->rbuf, (int)nread) != (int)nread) {
+    ERR_clear_error();
+    conn_end(c, XF_CONN_END_IO, XF_ENOMEM, XF_PKI_OK, "out of memory for received bytes");
+    return;
+  }
+  conn_drive(c);
+}
+
+static void on_kick(uv_timer_t *t) {
+  xf_conn *c = t->data;
+  if (c->state == CONN_HANDSHAKE || c->state == CONN_OPEN) conn_drive(c);
+}
+
+void xf_conn_pause_reading(xf_conn *c) {
+  if (c->paused || c->state == CONN_CLOSING) return;
+  c->paused = true;
+  uv_timer_stop(&c->kick);
+  uv_timer_stop(&c->idle);
+  if (c->tcp_connected) uv_read_stop((uv_stream_t *)&c->tcp);
+}
+
+void xf_conn_resume_reading(xf_conn *c) {
+  if (!c->paused || c->state == CONN_CLOSING) return;
+  c->paused = false;
+  if (c->tcp_connected) {
+    int e = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    if (e != 0) {
+      conn_end(c, XF_CONN_END_IO, XF_EIO, XF_PKI_OK, "cannot read: %s", uv_strerror(e));
+      return;
+    }
+  }
+  uv_timer_start(&c->idle, on_idle, c->opts.idle_timeout_ms, 0);
+  uv_timer_start(&c->kick, on_kick, 0, 0);
+}
+
+/* ---- making connections ---------------------------------------------------- */
+
+/* A peer that vanishes makes write(2) raise SIGPIPE, whose default action
+ * ends the process: ignore it, unless the process chose a handler itself.
+ * The write then fails with EPIPE and ends only that connection. */
+static void ignore_sigpipe(void) {
+  struct sigaction old;
+  if (sigaction(SIGPIPE, NULL, &old) == 0 && old.sa_handler == SIG_DFL &&
+      !(old.sa_flags & SA_SIGINFO)) {
+    struct sigaction ign;
+    memset(&ign, 0, sizeof(ign));
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    (void)sigaction(SIGPIPE, &ign, NULL);
+  }
+}
+
+static xf_err opts_check(const xf_conn_opts *in, xf_conn_opts *out, xf_errctx *err) {
+  if (!in || !in->on_frame) return xf_fail(err, XF_EINVAL, "a connection needs an on_frame callback");
+  *out = *in;
+  if (!out->max_frame) out->max_frame = XF_FRAME_MAX_DEFAULT;
+  if (!out->peer_max_frame) out->peer_max_frame = XF_FRAME_MAX_DEFAULT;
+  if (!out->heartbeat_ms) out->heartbeat_ms = XF_CONN_HEARTBEAT_MS;
+  if (!out->idle_timeout_ms) out->idle_timeout_ms = XF_CONN_IDLE_TIMEOUT_MS;
+  if (!out->close_timeout_ms) out->close_timeout_ms = XF_CONN_CLOSE_TIMEOUT_MS;
+  if (!out->write_high_water) out->write_high_water = XF_CONN_WRITE_HIGH_WATER;
+  if (out->max_frame > XF_FRAME_MAX_LIMIT || out->peer_max_frame > XF_FRAME_MAX_LIMIT)
+    return xf_fail(err, XF_EINVAL, "frame maximum above %u bytes", XF_FRAME_MAX_LIMIT);
+  ignore_sigpipe();
+  return XF_OK;
+}
+
+/* Makes a connection with its handles initialized and its TLS session ready
+ * for either role. Until the caller hands it out, failures discard it
+ * silently (conn_discard). */
+static xf_err conn_new(uv_loop_t *loop, xf_tls *tls, const xf_conn_opts *opts, xf_conn **out,
+                       xf_errctx *err) {
+  *out = NULL;
+  xf_conn *c = xf_calloc(1, sizeof(*c));
+  if (!c) return xf_fail(err, XF_ENOMEM, "out of memory for a connection");
+  c->opts = *opts;
+  c->peer_max_frame = opts->peer_max_frame;
+  c->user = opts->user;
+  c->loop = loop;
+  c->tls = tls;
+  snprintf(c->addr, sizeof(c->addr), "?");
+  xf_err rc = xf_frame_decoder_new(opts->max_frame, &c->decoder, err);
+  if (rc != XF_OK) goto fail;
+  ERR_clear_error();
+  c->ssl = SSL_new(xf_tls_ctx(tls));
+  c->rbio = BIO_new(BIO_s_mem());
+  c->wbio = BIO_new(BIO_s_mem());
+  if (!c->ssl || !c->rbio || !c->wbio) {
+    ERR_clear_error();
+    BIO_free(c->rbio);
+    BIO_free(c->wbio);
+    rc = xf_fail(err, XF_ENOMEM, "out of memory for a TLS session");
+    goto fail;
+  }
+  /* An empty read BIO means "wait for more", not end of stream. */
+  BIO_set_mem_eof_return(c->rbio, -1);
+  SSL_set_bio(c->ssl, c->rbio, c->wbio);
+  int e = uv_tcp_init(loop, &c->tcp);
+  if (e != 0) {
+    rc = xf_fail(err, XF_EIO, "cannot create a socket: %s", uv_strerror(e));
+    goto fail;
+  }
+  uv_timer_init(loop, &c->heartbeat);
+  uv_timer_init(loop, &c->idle);
+  uv_timer_init(loop, &c->kick);
+  c->tcp.data = c->heartbeat.data = c->idle.data = c->kick.data = c;
+  c->handles_open = CONN_HANDLES;
+  *out = c;
+  return XF_OK;
+
+fail:
+  SSL_free(c->ssl);
+  xf_frame_decoder_free(c->decoder);
+  xf_free(c);
+  return rc;
+}
+
+/* Ends a connection nobody has seen yet: its handles close, no on_close. */
+static void conn_discard(xf_conn *c) {
+  c->silent = true;
+  c->state = CONN_CLOSING;
+  conn_close_handles(c);
+}
+
+static xf_err parse_addr(const char *host, int port, struct sockaddr_storage *sa,
+                         xf_errctx *err) {
+  if (!host || port < 0 || port > 65535)
+    return xf_fail(err, XF_EINVAL, "bad address %s:%d", host ? host : "(null)", port);
+  if (uv_ip4_addr(host, port, (struct sockaddr_in *)sa) == 0) return XF_OK;
+  if (uv_ip6_addr(host, port, (struct sockaddr_in6 *)sa) == 0) return XF_OK;
+  return xf_fail(err, XF_EINVAL, "'%s' is not a numeric IPv4 or IPv6 address", host);
+}
+
+static void on_connect(uv_connect_t *req, int status) {
+  xf_conn *c = req->data;
+  if (c->state == CONN_CLOSING) return;
+  if (status < 0) {
+    conn_end(c, XF_CONN_END_CONNECT, XF_EIO, XF_PKI_OK, "cannot connect to %s: %s", c->addr,
+             uv_strerror(status));
+    return;
+  }
+  c->tcp_connected = true;
+  c->state = CONN_HANDSHAKE;
+  int e = c->paused ? 0 : uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+  if (e != 0) {
+    conn_end(c, XF_CONN_END_IO, XF_EIO, XF_PKI_OK, "cannot read: %s", uv_strerror(e));
+    return;
+  }
+  conn_drive(c); /* sends the ClientHello */
+}
+
+xf_err xf_dial(uv_loop_t *loop, xf_tls *tls, const char *host, int port,
+               const xf_conn_opts *opts, xf_conn **out, xf_errctx *err) {
+  *out = NULL;
+  xf_conn_opts o;
+  XF_GUARD(opts_check(opts, &o, err));
+  struct sockaddr_storage sa;
+  XF_GUARD(parse_addr(host, port, &sa, err));
+  xf_conn *c = NULL;
+  XF_GUARD(conn_new(loop, tls, &o, &c, err));
+  snprintf(c->addr, sizeof(c->addr), "%s%s%s:%d", strchr(host, ':') ? "[" : "", host,
+           strchr(host, ':') ? "]" : "", port);
+  SSL_set_connect_state(c->ssl);
+  c->state = CONN_CONNECTING;
+  c->connect.data = c;
+  (void)uv_tcp_nodelay(&c->tcp, 1);
+  int e = uv_tcp_connect(&c->connect, &c->tcp, (const struct sockaddr *)&sa, on_connect);
+  if (e != 0) {
+    xf_err rc = xf_fail(err, XF_EIO, "cannot connect to %s: %s", c->addr, uv_strerror(e));
+    conn_discard(c);
+    return rc;
+  }
+  /* The idle timer bounds connect plus handshake. */
+  uv_timer_start(&c->idle, on_idle, c->opts.idle_timeout_ms, 0);
+  *out = c;
+  return XF_OK;
+}
+
+static void on_stray_closed(uv_handle_t *h) { xf_free(h); }
+
+/* Takes a pending connection we cannot serve off the backlog and closes it,
+ * so that the listener keeps accepting. */
+static void listener_drop(xf_listener *l) {
+  uv_tcp_t *t = xf_malloc(sizeof(*t));
+  if (!t) return;
+  if (uv_tcp_init(l->loop, t) != 0) {
+    xf_free(t);
+    return;
+  }
+  (void)uv_accept((uv_stream_t *)&l->tcp, (uv_stream_t *)t);
+  uv_close((uv_handle_t *)t, on_stray_closed);
+}
+
+static void on_connection(uv_stream_t *server, int status) {
+  xf_listener *l = server->data;
+  if (status < 0) {
+    XF_WARN("listener_accept_failed", "port=%d msg=\"%s\"", l->port, uv_strerror(status));
+    return;
+  }
+  xf_conn *c = NULL;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (conn_new(l->loop, l->tls, &l->opts, &c, &err) != XF_OK) {
+    XF_WARN("listener_accept_failed", "port=%d msg=\"%s\"", l->port, err.msg);
+    listener_drop(l);
+    return;
+  }
+  int e = uv_accept(server, (uv_stream_t *)&c->tcp);
+  if (e != 0) {
+    XF_WARN("listener_accept_failed", "port=%d msg=\"%s\"", l->port, uv_strerror(e));
+    conn_discard(c);
+    return;
+  }
+  c->tcp_connected = true;
+  c->state = CONN_HANDSHAKE;
+  struct sockaddr_storage sa;
+  int len = (int)sizeof(sa);
+  char ip[64] = "?";
+  int port = 0;
+  if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&sa, &len) == 0) {
+    if (sa.ss_family == AF_INET6) {
+      uv_ip6_name((struct sockaddr_in6 *)&sa, ip, sizeof(ip));
+      port = ntohs(((struct sockaddr_in6 *)&sa)->sin6_port);
+    } else {
+      uv_ip4_name((struct sockaddr_in *)&sa, ip, sizeof(ip));
+      port = ntohs(((struct sockaddr_in *)&sa)->sin_port);
+    }
+  }
+  snprintf(c->addr, sizeof(c->addr), "%s:%d", ip, port);
+  (void)uv_tcp_nodelay(&c->tcp, 1);
+  SSL_set_accept_state(c->ssl);
+  uv_timer_start(&c->idle, on_idle, c->opts.idle_timeout_ms, 0);
+  e = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+  if (e != 0)
+    conn_end(c, XF_CONN_END_IO, XF_EIO, XF_PKI_OK, "cannot read: %s", uv_strerror(e));
+}
+
+xf_err xf_listen(uv_loop_t *loop, xf_tls *tls, const char *host, int port,
+                 const xf_conn_opts *opts, xf_listener **out, xf_errctx *err) {
+  *out = NULL;
+  xf_conn_opts o;
+  XF_GUARD(opts_check(opts, &o, err));
+  struct sockaddr_storage sa;
+  XF_GUARD(parse_addr(host, port, &sa, err));
+  xf_listener *l = xf_calloc(1, sizeof(*l));
+  if (!l) return xf_fail(err, XF_ENOMEM, "out of memory for a listener");
+  l->loop = loop;
+  l->tls = tls;
+  l->opts = o;
+  int e = uv_tcp_init(loop, &l->tcp);
+  if (e != 0) {
+    xf_free(l);
+    return xf_fail(err, XF_EIO, "cannot create a socket: %s", uv_strerror(e));
+  }
+  l->tcp.data = l;
+  e = uv_tcp_bind(&l->tcp, (const struct sockaddr *)&sa, 0);
+  if (e == 0) e = uv_listen((uv_stream_t *)&l->tcp, 128, on_connection);
+  struct sockaddr_storage bound;
+  int len = (int)sizeof(bound);
+  if (e == 0) e = uv_tcp_getsockname(&l->tcp, (struct sockaddr *)&bound, &len);
+  if (e != 0) {
+    xf_err rc = xf_fail(err, XF_EIO, "cannot listen on %s:%d: %s", host, port, uv_strerror(e));
+    xf_listener_close(l, NULL); /* frees l once the handle has closed */
+    return rc;
+  }
+  l->port = bound.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&bound)->sin6_port)
+                                        : ntohs(((struct sockaddr_in *)&bound)->sin_port);
+  XF_INFO("listener_open", "addr=%s port=%d", host, l->port);
+  *out = l;
+  return XF_OK;
+}
+
+int xf_listener_port(const xf_listener *l) { return l->port; }
+
+static void on_listener_closed(uv_handle_t *h) {
+  xf_listener *l = h->data;
+  if (l->on_closed) l->on_closed(l);
+  xf_free(l);
+}
+
+void xf_listener_close(xf_listener *l, xf_listener_close_cb on_closed) {
+  if (uv_is_closing((uv_handle_t *)&l->tcp)) return;
+  l->on_closed = on_closed;
+  uv_close((uv_handle_t *)&l->tcp, on_listener_closed);
+}
+
+void xf_listener_set_user(xf_listener *l, void *user) { l->user = user; }
+void *xf_listener_user(const xf_listener *l) { return l->user; }
+
+/* ---- accessors ------------------------------------------------------------- */
+
+xf_err xf_conn_set_max_frame(xf_conn *c, size_t max_frame, xf_errctx *err) {
+  return xf_frame_decoder_set_max(c->decoder, max_frame, err);
+}
+
+xf_err xf_conn_set_peer_max_frame(xf_conn *c, size_t max_frame, xf_errctx *err) {
+  if (max_frame > XF_FRAME_MAX_LIMIT)
+    return xf_fail(err, XF_EINVAL, "frame maximum of %zu bytes is above %u", max_frame,
+                   XF_FRAME_MAX_LIMIT);
+  c->peer_max_frame = max_frame ? max_frame : XF_FRAME_MAX_DEFAULT;
+  return XF_OK;
+}
+
+const xf_spiffe_id *xf_conn_peer(const xf_conn *c) { return c->have_peer ? &c->peer : NULL; }
+const char *xf_conn_peer_addr(const xf_conn *c) { return c->addr; }
+bool xf_conn_is_open(const xf_conn *c) { return c->state == CONN_OPEN; }
+size_t xf_conn_write_queued(const xf_conn *c) { return c->queued; }
+uint64_t xf_conn_heartbeats_received(const xf_conn *c) { return c->heartbeats_received; }
+void xf_conn_set_user(xf_conn *c, void *user) { c->user = user; }
+void *xf_conn_user(const xf_conn *c) { return c->user; }

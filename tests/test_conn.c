@@ -1,0 +1,774 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Tests of the connection layer on loopback with real certificates: mutual
+ * TLS 1.3 with SPIFFE identities, the Hello exchange, a 5 MB tensor stream
+ * under backpressure, refusal of revoked, foreign and TLS 1.2 peers, the
+ * frame limit, heartbeats and the idle timeout, paused reading, and the CRL
+ * reload. Every test runs its loop until no handle is left. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+#include <openssl/ssl.h>
+#include <uv.h>
+
+#include "support.h"
+
+#include "base/alloc.h"
+#include "crypto/digest.h"
+#include "crypto/pki.h"
+#include "net/conn.h"
+#include "net/frame.h"
+#include "net/hello.h"
+#include "net/tensor.h"
+#include "net/tls.h"
+
+/* ---- the federations ------------------------------------------------------- */
+
+static char test_root[256];
+static char acme_dir[512];  /* federation acme: coord, eu-berlin, eu-paris (revoked), eu-rome */
+static char other_dir[512]; /* another CA that also calls itself acme: eu-berlin */
+static xf_federation *acme;
+
+static void issue(xf_federation *fed, xf_pki_kind kind, const char *name, const char *region) {
+  xf_pki_issue_opts o = {.kind = kind, .name = name, .region = region};
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (xf_federation_issue(fed, &o, NULL, &err) != XF_OK) fail_msg("issue %s: %s", name, err.msg);
+}
+
+static int group_setup(void **state) {
+  (void)state;
+  if (xf_test_mkdtemp(test_root, sizeof(test_root), "conn") != 0) return -1;
+  if (xf_crypto_init() != XF_OK) return -1;
+  snprintf(acme_dir, sizeof(acme_dir), "%s/acme", test_root);
+  snprintf(other_dir, sizeof(other_dir), "%s/other", test_root);
+  if (xf_federation_init(acme_dir, "acme", 0, &acme, NULL) != XF_OK) return -1;
+  issue(acme, XF_PKI_KIND_COORDINATOR, "coord", NULL);
+  issue(acme, XF_PKI_KIND_SITE, "eu-berlin", "eu");
+  issue(acme, XF_PKI_KIND_SITE, "eu-paris", "eu");
+  issue(acme, XF_PKI_KIND_SITE, "eu-rome", "eu");
+  if (xf_federation_revoke(acme, "eu-paris", XF_PKI_REASON_KEY_COMPROMISE, NULL, NULL) != XF_OK)
+    return -1;
+  xf_federation *other = NULL;
+  if (xf_federation_init(other_dir, "acme", 0, &other, NULL) != XF_OK) return -1;
+  issue(other, XF_PKI_KIND_SITE, "eu-berlin", "eu");
+  xf_federation_close(other);
+  return 0;
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  xf_federation_close(acme);
+  xf_test_remove_tree(test_root);
+  return 0;
+}
+
+/* A context presenting NAME's certificate from cert_dir and trusting acme. */
+static xf_tls *make_tls(const char *cert_dir, const char *name) {
+  char cert[1024], key[1024], ca[1024], crl[1024];
+  snprintf(cert, sizeof(cert), "%s/issued/%s.crt", cert_dir, name);
+  snprintf(key, sizeof(key), "%s/issued/%s.key", cert_dir, name);
+  snprintf(ca, sizeof(ca), "%s/ca.crt", acme_dir);
+  snprintf(crl, sizeof(crl), "%s/crl.pem", acme_dir);
+  xf_tls_config cfg = {.cert_path = cert, .key_path = key, .ca_path = ca, .crl_path = crl};
+  xf_tls *tls = NULL;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (xf_tls_new(&cfg, &tls, &err) != XF_OK) fail_msg("tls %s: %s", name, err.msg);
+  return tls;
+}
+
+/* ---- the harness: one listener, one or two dials, one loop ------------------ */
+
+typedef struct harness harness;
+
+/* One end of a connection, as its callbacks saw it. */
+typedef struct side {
+  harness *h;
+  bool server;
+  xf_conn *conn;
+  bool connected, closed;
+  xf_spiffe_id peer;
+  xf_conn_reason why;
+  int frames;
+  uint64_t closed_at_ms;
+  /* Hello exchange */
+  bool got_hello, got_ack;
+  uint32_t version;
+  /* Error frames received */
+  uint32_t error_code;
+  /* pause test: Metrics.samples in arrival order */
+  uint64_t samples[16];
+} side;
+
+struct harness {
+  uv_loop_t loop;
+  uv_timer_t watchdog;
+  uv_timer_t timer;
+  bool timed_out;
+  xf_tls *server_tls, *client_tls;
+  xf_listener *listener;
+  xf_conn_opts sopts, copts;
+  side server, client, client2;
+  uint64_t started_ms;
+  /* scenario hooks; NULL does nothing */
+  void (*on_connected)(harness *h, side *s);
+  void (*on_frame)(harness *h, side *s, const Xfed__Envelope *env);
+  void (*on_drain)(harness *h, side *s);
+  void (*on_timer)(harness *h);
+  /* called when the server's connection has closed; NULL closes the listener */
+  void (*after_server_close)(harness *h);
+  /* tensor scenario */
+  xf_tensor_sender *sender;
+  xf_tensor_msg pending;
+  bool has_pending, begin_acked, delivered;
+  int busy, drains;
+  xf_tensor_receiver *receiver;
+  uint8_t *sent, *received;
+  size_t tensor_len;
+  /* pause scenario */
+  int frames_when_timer_fired;
+  /* reload scenario */
+  int phase;
+  side server1;
+};
+
+static xf_err cb_connect(xf_conn *c, const xf_spiffe_id *peer) {
+  side *s = xf_conn_user(c);
+  s->conn = c;
+  s->connected = true;
+  s->peer = *peer;
+  if (s->h->on_connected) s->h->on_connected(s->h, s);
+  return XF_OK;
+}
+
+static void cb_frame(xf_conn *c, const Xfed__Envelope *env) {
+  side *s = xf_conn_user(c);
+  s->frames++;
+  if (env->body_case == XFED__ENVELOPE__BODY_ERROR) s->error_code = env->error->code;
+  if (s->h->on_frame) s->h->on_frame(s->h, s, env);
+}
+
+static void cb_drain(xf_conn *c) {
+  side *s = xf_conn_user(c);
+  s->h->drains++;
+  if (s->h->on_drain) s->h->on_drain(s->h, s);
+}
+
+static void cb_close(xf_conn *c, const xf_conn_reason *why) {
+  side *s = xf_conn_user(c);
+  harness *h = s->h;
+  s->conn = NULL;
+  s->closed = true;
+  s->why = *why;
+  s->closed_at_ms = uv_now(&h->loop);
+  if (s->server) {
+    if (h->after_server_close) h->after_server_close(h);
+    else if (h->listener) {
+      xf_listener_close(h->listener, NULL);
+      h->listener = NULL;
+    }
+  }
+}
+
+static void on_watchdog(uv_timer_t *t) {
+  harness *h = t->data;
+  h->timed_out = true;
+  side *sides[] = {&h->server, &h->client, &h->client2, &h->server1};
+  for (size_t i = 0; i < 4; i++)
+    if (sides[i]->conn) xf_conn_close(sides[i]->conn);
+  h->after_server_close = NULL;
+  if (h->listener) {
+    xf_listener_close(h->listener, NULL);
+    h->listener = NULL;
+  }
+}
+
+static void on_scenario_timer(uv_timer_t *t) {
+  harness *h = t->data;
+  if (h->on_timer) h->on_timer(h);
+}
+
+static void harness_init(harness *h) {
+  memset(h, 0, sizeof(*h));
+  assert_int_equal(uv_loop_init(&h->loop), 0);
+  uv_timer_init(&h->loop, &h->watchdog);
+  uv_timer_init(&h->loop, &h->timer);
+  h->watchdog.data = h->timer.data = h;
+  uv_timer_start(&h->watchdog, on_watchdog, 10000, 0);
+  uv_unref((uv_handle_t *)&h->watchdog); /* it must not keep a finished loop alive */
+  h->server.h = h->client.h = h->client2.h = h->server1.h = h;
+  h->server.server = h->server1.server = true;
+  xf_conn_opts base = {.on_connect = cb_connect, .on_frame = cb_frame, .on_drain = cb_drain,
+                       .on_close = cb_close};
+  h->sopts = base;
+  h->sopts.user = &h->server;
+  h->copts = base;
+  h->copts.user = &h->client;
+  h->server_tls = make_tls(acme_dir, "coord");
+  h->client_tls = make_tls(acme_dir, "eu-berlin");
+  h->started_ms = uv_now(&h->loop);
+}
+
+static void harness_listen(harness *h) {
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (xf_listen(&h->loop, h->server_tls, "127.0.0.1", 0, &h->sopts, &h->listener, &err) != XF_OK)
+    fail_msg("listen: %s", err.msg);
+  assert_true(xf_listener_port(h->listener) > 0);
+}
+
+static void harness_dial(harness *h, side *s) {
+  xf_conn_opts o = h->copts;
+  o.user = s;
+  xf_conn *c = NULL;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (xf_dial(&h->loop, h->client_tls, "127.0.0.1", xf_listener_port(h->listener), &o, &c, &err) !=
+      XF_OK)
+    fail_msg("dial: %s", err.msg);
+  s->conn = c;
+}
+
+/* Runs the loop until every connection and the listener have closed, then
+ * checks that nothing is left on it. */
+static void harness_run(harness *h) {
+  uv_run(&h->loop, UV_RUN_DEFAULT);
+  uv_close((uv_handle_t *)&h->watchdog, NULL);
+  uv_close((uv_handle_t *)&h->timer, NULL);
+  uv_run(&h->loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(&h->loop), 0);
+  xf_tls_free(h->server_tls);
+  xf_tls_free(h->client_tls);
+  assert_false(h->timed_out);
+}
+
+static void send_env(xf_conn *c, Xfed__Envelope *env) {
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (xf_conn_send(c, env, &err) != XF_OK) fail_msg("send: %s", err.msg);
+}
+
+/* ---- handshake and hello ---------------------------------------------------- */
+
+static void hello_send(harness *h, side *s) {
+  (void)h;
+  Xfed__Hello hello = XFED__HELLO__INIT;
+  hello.protocol_version = XF_PROTOCOL_VERSION;
+  hello.min_protocol_version = XF_PROTOCOL_MIN_VERSION;
+  hello.role = s->server ? "coordinator" : "site";
+  hello.agent = "xfed-test";
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_HELLO;
+  env.hello = &hello;
+  send_env(s->conn, &env);
+}
+
+static void hello_frame(harness *h, side *s, const Xfed__Envelope *env) {
+  (void)h;
+  if (env->body_case == XFED__ENVELOPE__BODY_HELLO) {
+    assert_false(s->got_hello);
+    s->got_hello = true;
+    assert_int_equal(xf_hello_negotiate(XF_PROTOCOL_MIN_VERSION, XF_PROTOCOL_VERSION, env->hello,
+                                        &s->version, NULL),
+                     XF_OK);
+    Xfed__HelloAck ack = XFED__HELLO_ACK__INIT;
+    ack.protocol_version = s->version;
+    Xfed__Envelope out = XFED__ENVELOPE__INIT;
+    out.body_case = XFED__ENVELOPE__BODY_HELLO_ACK;
+    out.hello_ack = &ack;
+    send_env(s->conn, &out);
+  } else if (env->body_case == XFED__ENVELOPE__BODY_HELLO_ACK) {
+    assert_true(s->got_hello); /* the peer's Hello went out before its ack */
+    s->got_ack = true;
+    assert_int_equal(env->hello_ack->protocol_version, XF_PROTOCOL_VERSION);
+    if (!s->server) xf_conn_close(s->conn); /* the dialer ends the session */
+  } else {
+    fail_msg("unexpected body %d", (int)env->body_case);
+  }
+}
+
+static void handshake_shows_both_identities_and_hello_is_exchanged(void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  h.on_connected = hello_send;
+  h.on_frame = hello_frame;
+  harness_listen(&h);
+  harness_dial(&h, &h.client);
+  harness_run(&h);
+
+  assert_true(h.client.connected && h.server.connected);
+  assert_int_equal(h.client.peer.kind, XF_PKI_KIND_COORDINATOR);
+  assert_string_equal(h.client.peer.name, "coord");
+  assert_string_equal(h.client.peer.federation, "acme");
+  assert_int_equal(h.server.peer.kind, XF_PKI_KIND_SITE);
+  assert_string_equal(h.server.peer.name, "eu-berlin");
+  assert_string_equal(h.server.peer.region, "eu");
+  assert_true(h.client.got_hello && h.client.got_ack);
+  assert_true(h.server.got_hello && h.server.got_ack);
+  assert_int_equal(h.client.why.end, XF_CONN_END_CLOSED);
+  assert_int_equal(h.server.why.end, XF_CONN_END_PEER_CLOSED);
+  assert_int_equal(h.server.why.code, XF_OK);
+}
+
+/* ---- a 5 MB tensor ---------------------------------------------------------- */
+
+static void tensor_pump(harness *h) {
+  xf_conn *c = h->client.conn;
+  for (;;) {
+    if (!h->has_pending) {
+      xf_err rc = xf_tensor_sender_next(h->sender, &h->pending);
+      if (rc == XF_ENOENT) return;
+      assert_int_equal(rc, XF_OK);
+      h->has_pending = true;
+    }
+    xf_err rc = xf_conn_send(c, &h->pending.env, NULL);
+    if (rc == XF_ERANGE) {
+      h->busy++; /* on_drain calls again */
+      return;
+    }
+    assert_int_equal(rc, XF_OK);
+    h->has_pending = false;
+    if (h->pending.env.body_case == XFED__ENVELOPE__BODY_TENSOR_BEGIN) return; /* await the ack */
+  }
+}
+
+static void tensor_connected(harness *h, side *s) {
+  if (!s->server) tensor_pump(h);
+}
+
+static void tensor_drain(harness *h, side *s) {
+  if (!s->server) tensor_pump(h);
+}
+
+static xf_err tensor_sink(void *user, uint64_t offset, const uint8_t *data, size_t len,
+                          xf_errctx *ctx) {
+  (void)ctx;
+  harness *h = user;
+  memcpy(h->received + offset, data, len);
+  return XF_OK;
+}
+
+static void send_ack(harness *h, xf_conn *c) {
+  Xfed__TensorAck ack;
+  xf_tensor_receiver_ack(h->receiver, &ack);
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_TENSOR_ACK;
+  env.tensor_ack = &ack;
+  send_env(c, &env);
+}
+
+static void tensor_frame(harness *h, side *s, const Xfed__Envelope *env) {
+  if (s->server) {
+    xf_errctx err;
+    xf_errctx_clear(&err);
+    if (xf_tensor_receiver_handle(h->receiver, env, &err) != XF_OK) fail_msg("receiver: %s", err.msg);
+    if (env->body_case != XFED__ENVELOPE__BODY_TENSOR_CHUNK) send_ack(h, s->conn);
+    return;
+  }
+  assert_int_equal(env->body_case, XFED__ENVELOPE__BODY_TENSOR_ACK);
+  if (!h->begin_acked) {
+    h->begin_acked = true;
+    assert_int_equal(xf_tensor_sender_resume(h->sender, env->tensor_ack->next_offset, NULL), XF_OK);
+    tensor_pump(h);
+    return;
+  }
+  assert_int_equal(env->tensor_ack->next_offset, h->tensor_len);
+  h->delivered = true;
+  xf_conn_close(s->conn);
+}
+
+static void tensor_of_5mb_crosses_with_its_digest_under_backpressure(void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  h.tensor_len = 5u * 1024u * 1024u + 4096u;
+  h.sent = xf_malloc(h.tensor_len);
+  h.received = xf_calloc(1, h.tensor_len);
+  assert_non_null(h.sent);
+  assert_non_null(h.received);
+  uint32_t x = 2463534242u;
+  for (size_t i = 0; i < h.tensor_len; i++) {
+    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+    h.sent[i] = (uint8_t)x;
+  }
+  xf_tensor_desc desc = {.stream_id = 7, .kind = XFED__TENSOR_BEGIN__KIND__UPDATE,
+                         .dtype = XFED__TENSOR_BEGIN__DTYPE__F32,
+                         .element_count = h.tensor_len / 4, .job_id = "job-1", .round = 3};
+  assert_int_equal(xf_tensor_sender_new(&desc, h.sent, h.tensor_len, 0, &h.sender, NULL), XF_OK);
+  assert_int_equal(xf_tensor_receiver_new(h.tensor_len, tensor_sink, &h, &h.receiver, NULL), XF_OK);
+  /* A small high-water mark, so that sending waits for on_drain. */
+  h.copts.write_high_water = 256u * 1024u;
+  h.on_connected = tensor_connected;
+  h.on_frame = tensor_frame;
+  h.on_drain = tensor_drain;
+  harness_listen(&h);
+  harness_dial(&h, &h.client);
+  harness_run(&h);
+
+  assert_true(h.delivered);
+  assert_true(xf_tensor_receiver_complete(h.receiver));
+  assert_memory_equal(h.sent, h.received, h.tensor_len);
+  assert_true(h.busy > 0);
+  assert_true(h.drains > 0);
+  assert_int_equal(h.client.why.end, XF_CONN_END_CLOSED);
+  assert_int_equal(h.server.why.end, XF_CONN_END_PEER_CLOSED);
+  xf_tensor_sender_free(h.sender);
+  xf_tensor_receiver_free(h.receiver);
+  xf_free(h.sent);
+  xf_free(h.received);
+}
+
+/* ---- refusals --------------------------------------------------------------- */
+
+static void refused_client(xf_tls *client_tls, xf_conn_reason *server_why, xf_conn_reason *client_why,
+                           bool *server_connected) {
+  harness h;
+  harness_init(&h);
+  xf_tls_free(h.client_tls);
+  h.client_tls = client_tls;
+  harness_listen(&h);
+  harness_dial(&h, &h.client);
+  harness_run(&h);
+  assert_true(h.server.closed && h.client.closed);
+  *server_why = h.server.why;
+  *client_why = h.client.why;
+  *server_connected = h.server.connected;
+}
+
+static void revoked_client_is_refused_with_its_verdict(void **state) {
+  (void)state;
+  xf_conn_reason s, c;
+  bool connected;
+  refused_client(make_tls(acme_dir, "eu-paris"), &s, &c, &connected);
+  assert_false(connected);
+  assert_int_equal(s.end, XF_CONN_END_TLS);
+  assert_int_equal(s.verdict, XF_PKI_REVOKED);
+  assert_non_null(strstr(s.msg, "revoked"));
+  /* TLS 1.3 lets the client finish first; the server's alert then ends it. */
+  assert_int_equal(c.end, XF_CONN_END_TLS);
+  assert_non_null(strstr(c.msg, "revoked"));
+}
+
+static void client_of_another_ca_is_refused(void **state) {
+  (void)state;
+  xf_conn_reason s, c;
+  bool connected;
+  refused_client(make_tls(other_dir, "eu-berlin"), &s, &c, &connected);
+  assert_false(connected);
+  assert_int_equal(s.end, XF_CONN_END_TLS);
+  assert_int_equal(s.verdict, XF_PKI_UNTRUSTED);
+  assert_int_equal(c.end, XF_CONN_END_TLS);
+}
+
+static void client_offering_only_tls12_is_refused(void **state) {
+  (void)state;
+  xf_tls *tls = make_tls(acme_dir, "eu-berlin");
+  SSL_CTX *ctx = xf_tls_ctx(tls);
+  assert_int_equal(SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION), 1);
+  assert_int_equal(SSL_CTX_set_max_proto_version(ctx, TLS1_2_VERSION), 1);
+  xf_conn_reason s, c;
+  bool connected;
+  refused_client(tls, &s, &c, &connected);
+  assert_false(connected);
+  assert_int_equal(s.end, XF_CONN_END_TLS);
+  assert_non_null(strstr(s.msg, "protocol"));
+  assert_int_equal(c.end, XF_CONN_END_TLS);
+}
+
+static void on_connect_may_refuse_a_peer(void **state);
+
+/* ---- limits, heartbeats, backpressure --------------------------------------- */
+
+static void oversized_send(harness *h, side *s) {
+  (void)h;
+  if (s->server) return;
+  static uint8_t big[100 * 1024];
+  Xfed__TensorChunk chunk = XFED__TENSOR_CHUNK__INIT;
+  chunk.stream_id = 1;
+  chunk.data.data = big;
+  chunk.data.len = sizeof(big);
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_TENSOR_CHUNK;
+  env.tensor_chunk = &chunk;
+  send_env(s->conn, &env);
+}
+
+static void frame_above_the_maximum_closes_with_an_error_frame(void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  h.sopts.max_frame = 64u * 1024u;
+  h.on_connected = oversized_send;
+  harness_listen(&h);
+  harness_dial(&h, &h.client);
+  harness_run(&h);
+  assert_int_equal(h.server.why.end, XF_CONN_END_FRAME);
+  assert_int_equal(h.server.why.code, XF_ERANGE);
+  assert_int_equal(h.server.frames, 0);
+  assert_int_equal(h.client.error_code, XF_ERANGE);
+  assert_int_equal(h.client.why.end, XF_CONN_END_PEER_CLOSED);
+}
+
+static void sender_refuses_a_frame_above_the_peers_maximum(void **state);
+
+static void silent_peer_is_closed_after_the_idle_timeout(void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  h.sopts.idle_timeout_ms = 300;
+  h.copts.heartbeat_ms = 60000; /* the client never speaks */
+  harness_listen(&h);
+  harness_dial(&h, &h.client);
+  harness_run(&h);
+  assert_true(h.server.connected);
+  assert_int_equal(h.server.why.end, XF_CONN_END_IDLE);
+  uint64_t after = h.server.closed_at_ms - h.started_ms;
+  assert_true(after >= 290);
+  assert_true(after < 3000);
+  assert_int_equal(h.client.why.end, XF_CONN_END_PEER_CLOSED);
+}
+
+static void heartbeat_check(harness *h) {
+  assert_non_null(h->server.conn); /* still open although the client sent no frame */
+  assert_true(xf_conn_heartbeats_received(h->server.conn) >= 5);
+  assert_int_equal(h->server.frames, 0); /* heartbeats are not delivered */
+  xf_conn_close(h->client.conn);
+}
+
+static void heartbeat_start_timer(harness *h, side *s) {
+  if (!s->server) uv_timer_start(&h->timer, on_scenario_timer, 900, 0);
+}
+
+static void heartbeats_keep_a_quiet_peer_alive(void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  h.sopts.idle_timeout_ms = 300;
+  h.copts.heartbeat_ms = 50;
+  h.on_connected = heartbeat_start_timer;
+  h.on_timer = heartbeat_check;
+  harness_listen(&h);
+  harness_dial(&h, &h.client);
+  harness_run(&h);
+  assert_int_equal(h.client.why.end, XF_CONN_END_CLOSED);
+  assert_int_equal(h.server.why.end, XF_CONN_END_PEER_CLOSED);
+}
+
+#define PAUSE_FRAMES 10
+
+static void pause_send_all(harness *h, side *s) {
+  (void)h;
+  if (s->server) return;
+  for (uint64_t i = 1; i <= PAUSE_FRAMES; i++) {
+    Xfed__Metrics m = XFED__METRICS__INIT;
+    m.samples = i;
+    Xfed__Envelope env = XFED__ENVELOPE__INIT;
+    env.body_case = XFED__ENVELOPE__BODY_METRICS;
+    env.metrics = &m;
+    send_env(s->conn, &env);
+  }
+}
+
+static void pause_frame(harness *h, side *s, const Xfed__Envelope *env) {
+  assert_true(s->server);
+  assert_int_equal(env->body_case, XFED__ENVELOPE__BODY_METRICS);
+  s->samples[s->frames - 1] = env->metrics->samples;
+  if (s->frames == 1) {
+    xf_conn_pause_reading(s->conn);
+    uv_timer_start(&h->timer, on_scenario_timer, 150, 0);
+  }
+  if (s->frames == PAUSE_FRAMES) xf_conn_close(s->conn);
+}
+
+static void pause_resume(harness *h) {
+  h->frames_when_timer_fired = h->server.frames;
+  xf_conn_resume_reading(h->server.conn);
+  /* Resuming delivers from the loop, not from within the call. */
+  assert_int_equal(h->server.frames, 1);
+}
+
+static void paused_reading_holds_frames_until_resumed(void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  h.on_connected = pause_send_all;
+  h.on_frame = pause_frame;
+  h.on_timer = pause_resume;
+  harness_listen(&h);
+  harness_dial(&h, &h.client);
+  harness_run(&h);
+  assert_int_equal(h.frames_when_timer_fired, 1);
+  assert_int_equal(h.server.frames, PAUSE_FRAMES);
+  for (int i = 0; i < PAUSE_FRAMES; i++) assert_int_equal(h.server.samples[i], (uint64_t)i + 1);
+  assert_int_equal(h.server.why.end, XF_CONN_END_CLOSED);
+  assert_int_equal(h.client.why.end, XF_CONN_END_PEER_CLOSED);
+}
+
+/* ---- refusal by the application, dial errors, context errors ---------------- */
+
+static xf_err refuse_sites(xf_conn *c, const xf_spiffe_id *peer) {
+  side *s = xf_conn_user(c);
+  s->connected = true;
+  s->peer = *peer;
+  return peer->kind == XF_PKI_KIND_SITE ? XF_EDENIED : XF_OK;
+}
+
+static void on_connect_may_refuse_a_peer(void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  h.sopts.on_connect = refuse_sites;
+  harness_listen(&h);
+  harness_dial(&h, &h.client);
+  harness_run(&h);
+  assert_true(h.server.connected);
+  assert_int_equal(h.server.why.end, XF_CONN_END_REFUSED);
+  assert_int_equal(h.server.why.code, XF_EDENIED);
+  assert_int_equal(h.client.why.end, XF_CONN_END_PEER_CLOSED);
+}
+
+static void sender_refuses_a_frame_above_the_peers_maximum(void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  h.copts.peer_max_frame = 1024;
+  h.on_connected = NULL;
+  harness_listen(&h);
+  harness_dial(&h, &h.client);
+  /* Run until the client is open, then try. */
+  while (!h.client.connected && uv_run(&h.loop, UV_RUN_ONCE)) {
+  }
+  assert_true(h.client.connected);
+  static uint8_t big[2048];
+  Xfed__TensorChunk chunk = XFED__TENSOR_CHUNK__INIT;
+  chunk.stream_id = 1;
+  chunk.data.data = big;
+  chunk.data.len = sizeof(big);
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_TENSOR_CHUNK;
+  env.tensor_chunk = &chunk;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  assert_int_equal(xf_conn_send(h.client.conn, &env, &err), XF_EINVAL);
+  assert_non_null(strstr(err.msg, "exceeds"));
+  assert_true(xf_conn_is_open(h.client.conn));
+  xf_conn_close(h.client.conn);
+  harness_run(&h);
+  assert_int_equal(h.client.why.end, XF_CONN_END_CLOSED);
+}
+
+static void dial_to_a_closed_port_reports_connect(void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  harness_listen(&h);
+  int port = xf_listener_port(h.listener);
+  xf_listener_close(h.listener, NULL);
+  h.listener = NULL;
+  uv_run(&h.loop, UV_RUN_DEFAULT); /* the port is free again */
+  xf_conn_opts o = h.copts;
+  o.user = &h.client;
+  xf_conn *c = NULL;
+  assert_int_equal(xf_dial(&h.loop, h.client_tls, "127.0.0.1", port, &o, &c, NULL), XF_OK);
+  harness_run(&h);
+  assert_false(h.client.connected);
+  assert_int_equal(h.client.why.end, XF_CONN_END_CONNECT);
+  assert_int_equal(xf_dial(&h.loop, NULL, "localhost", 1, &o, &c, NULL), XF_EINVAL);
+  assert_null(c);
+}
+
+static void tls_context_refuses_a_key_of_another_certificate(void **state) {
+  (void)state;
+  char cert[1024], key[1024], ca[1024], crl[1024];
+  snprintf(cert, sizeof(cert), "%s/issued/coord.crt", acme_dir);
+  snprintf(key, sizeof(key), "%s/issued/eu-berlin.key", acme_dir);
+  snprintf(ca, sizeof(ca), "%s/ca.crt", acme_dir);
+  snprintf(crl, sizeof(crl), "%s/crl.pem", acme_dir);
+  xf_tls_config cfg = {.cert_path = cert, .key_path = key, .ca_path = ca, .crl_path = crl};
+  xf_tls *tls = NULL;
+  assert_int_equal(xf_tls_new(&cfg, &tls, NULL), XF_EINVAL);
+  assert_null(tls);
+  snprintf(crl, sizeof(crl), "%s/missing.pem", acme_dir);
+  snprintf(key, sizeof(key), "%s/issued/coord.key", acme_dir);
+  assert_int_not_equal(xf_tls_new(&cfg, &tls, NULL), XF_OK);
+  assert_null(tls);
+}
+
+/* ---- the CRL reload ----------------------------------------------------------- */
+
+static void reload_connected(harness *h, side *s) {
+  if (s->server && h->phase == 1) xf_conn_close(s->conn);
+}
+
+static void reload_after_server_close(harness *h) {
+  if (h->phase == 1) {
+    /* Revoke the client while the listener runs, reload, and dial again. */
+    h->server1 = h->server;
+    memset(&h->server, 0, sizeof(h->server));
+    h->server.h = h;
+    h->server.server = true;
+    assert_int_equal(
+        xf_federation_revoke(acme, "eu-rome", XF_PKI_REASON_KEY_COMPROMISE, NULL, NULL), XF_OK);
+    xf_errctx err;
+    xf_errctx_clear(&err);
+    if (xf_tls_reload_crl(h->server_tls, &err) != XF_OK) fail_msg("reload: %s", err.msg);
+    h->phase = 2;
+    harness_dial(h, &h->client2);
+    return;
+  }
+  xf_listener_close(h->listener, NULL);
+  h->listener = NULL;
+}
+
+static void crl_reload_refuses_a_client_revoked_after_start(void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  xf_tls_free(h.client_tls);
+  h.client_tls = make_tls(acme_dir, "eu-rome");
+  h.phase = 1;
+  h.on_connected = reload_connected;
+  h.after_server_close = reload_after_server_close;
+  harness_listen(&h);
+  harness_dial(&h, &h.client);
+  harness_run(&h);
+  assert_true(h.server1.connected);
+  assert_int_equal(h.server1.why.end, XF_CONN_END_CLOSED);
+  assert_false(h.server.connected);
+  assert_int_equal(h.server.why.end, XF_CONN_END_TLS);
+  assert_int_equal(h.server.why.verdict, XF_PKI_REVOKED);
+  assert_true(h.client2.closed);
+  assert_int_equal(h.client2.why.end, XF_CONN_END_TLS);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(handshake_shows_both_identities_and_hello_is_exchanged),
+      cmocka_unit_test(tensor_of_5mb_crosses_with_its_digest_under_backpressure),
+      cmocka_unit_test(revoked_client_is_refused_with_its_verdict),
+      cmocka_unit_test(client_of_another_ca_is_refused),
+      cmocka_unit_test(client_offering_only_tls12_is_refused),
+      cmocka_unit_test(on_connect_may_refuse_a_peer),
+      cmocka_unit_test(frame_above_the_maximum_closes_with_an_error_frame),
+      cmocka_unit_test(sender_refuses_a_frame_above_the_peers_maximum),
+      cmocka_unit_test(silent_peer_is_closed_after_the_idle_timeout),
+      cmocka_unit_test(heartbeats_keep_a_quiet_peer_alive),
+      cmocka_unit_test(paused_reading_holds_frames_until_resumed),
+      cmocka_unit_test(dial_to_a_closed_port_reports_connect),
+      cmocka_unit_test(tls_context_refuses_a_key_of_another_certificate),
+      cmocka_unit_test(crl_reload_refuses_a_client_revoked_after_start),
+  };
+  int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);
+  OPENSSL_cleanup();
+  return failed;
+}
