@@ -1,0 +1,633 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The coordinator's journal on SQLite: schema migrations and the prepared,
+ * transactional writes and reads behind coordinator/journal.h. */
+#include "coordinator/journal.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+
+/* ---- schema ------------------------------------------------------------------
+ * The one migration list of the coordinator database, append only: a
+ * released entry is never edited, a change is a new entry. The policy and
+ * audit tables append their migrations here, after these. Times are REAL
+ * Unix seconds; digests are 64 lowercase hex digits; REAL metrics that were
+ * NaN read back as NULL (SQLite stores no NaN). */
+static const xf_migration xf__migrations[] = {
+    {1,
+     "CREATE TABLE jobs ("
+     "  id INTEGER PRIMARY KEY,"
+     "  name TEXT NOT NULL,"
+     "  spec TEXT NOT NULL," /* canonical JSON, xf_jobspec_to_json */
+     "  rounds INTEGER NOT NULL CHECK (rounds >= 1),"
+     "  state TEXT NOT NULL CHECK (state IN"
+     "    ('queued','running','paused','done','failed','cancelled')),"
+     "  created REAL NOT NULL,"
+     "  updated REAL NOT NULL,"
+     "  current_round INTEGER NOT NULL CHECK (current_round BETWEEN 1 AND rounds + 1),"
+     "  model_digest TEXT NOT NULL CHECK (length(model_digest) = 64),"
+     "  opt_state_digest TEXT CHECK (opt_state_digest IS NULL OR length(opt_state_digest) = 64),"
+     "  message TEXT"
+     ");"
+     "CREATE TABLE rounds ("
+     "  job INTEGER NOT NULL REFERENCES jobs(id),"
+     "  round INTEGER NOT NULL CHECK (round >= 1),"
+     "  attempt INTEGER NOT NULL CHECK (attempt >= 1),"
+     "  state TEXT NOT NULL CHECK (state IN ('open','closed')),"
+     "  invited INTEGER NOT NULL CHECK (invited >= 0),"
+     "  deadline REAL NOT NULL,"
+     "  opened REAL NOT NULL,"
+     "  closed REAL,"
+     "  reported INTEGER NOT NULL DEFAULT 0 CHECK (reported BETWEEN 0 AND invited),"
+     "  outcome TEXT CHECK (outcome IN ('committed','retried','failed')),"
+     "  model_digest TEXT CHECK (model_digest IS NULL OR length(model_digest) = 64),"
+     "  message TEXT,"
+     "  PRIMARY KEY (job, round, attempt),"
+     "  CHECK ((state = 'open') = (outcome IS NULL))"
+     ");"
+     "CREATE TABLE participants ("
+     "  job INTEGER NOT NULL,"
+     "  round INTEGER NOT NULL,"
+     "  attempt INTEGER NOT NULL,"
+     "  site INTEGER NOT NULL CHECK (site >= 0),"
+     "  state TEXT NOT NULL CHECK (state IN"
+     "    ('invited','refused','reporting','reported','dropped')),"
+     "  samples INTEGER NOT NULL DEFAULT 0 CHECK (samples >= 0),"
+     "  bytes_up INTEGER NOT NULL DEFAULT 0 CHECK (bytes_up >= 0),"
+     "  bytes_down INTEGER NOT NULL DEFAULT 0 CHECK (bytes_down >= 0),"
+     "  updated REAL NOT NULL,"
+     "  PRIMARY KEY (job, round, attempt, site),"
+     "  FOREIGN KEY (job, round, attempt) REFERENCES rounds(job, round, attempt)"
+     ");"
+     "CREATE TABLE metrics ("
+     "  job INTEGER NOT NULL REFERENCES jobs(id),"
+     "  round INTEGER NOT NULL CHECK (round >= 1),"
+     "  site INTEGER NOT NULL CHECK (site >= 0),"
+     "  train_loss REAL,"
+     "  test_loss REAL,"
+     "  test_accuracy REAL,"
+     "  samples INTEGER NOT NULL CHECK (samples >= 0),"
+     "  epsilon REAL,"
+     "  PRIMARY KEY (job, round, site)"
+     ");"
+     "CREATE INDEX metrics_by_site ON metrics (job, site, round);"
+     "CREATE INDEX jobs_by_state ON jobs (state);"},
+};
+
+const xf_migration *xf_journal_migrations(size_t *n) {
+  *n = sizeof(xf__migrations) / sizeof(xf__migrations[0]);
+  return xf__migrations;
+}
+
+xf_err xf_journal_open(const char *path, xf_db **out, xf_errctx *err) {
+  size_t n;
+  const xf_migration *m = xf_journal_migrations(&n);
+  return xf_db_open(path, m, n, out, err);
+}
+
+const char *xf_job_state_name(xf_job_state s) {
+  switch (s) {
+  case XF_JOB_QUEUED: return "queued";
+  case XF_JOB_RUNNING: return "running";
+  case XF_JOB_PAUSED: return "paused";
+  case XF_JOB_DONE: return "done";
+  case XF_JOB_FAILED: return "failed";
+  case XF_JOB_CANCELLED: return "cancelled";
+  }
+  return "unknown";
+}
+
+static xf_err xf__job_state_from_name(const char *s, xf_job_state *out) {
+  for (int i = XF_JOB_QUEUED; i <= XF_JOB_CANCELLED; i++) {
+    if (strcmp(s, xf_job_state_name((xf_job_state)i)) == 0) {
+      *out = (xf_job_state)i;
+      return XF_OK;
+    }
+  }
+  return XF_EFORMAT;
+}
+
+/* ---- statements -----------------------------------------------------------------
+ * Every statement is prepared and bound through one type string:
+ *   'i' int64_t   'd' double   't' const char * (NULL binds NULL)
+ *   'h' const xf_digest * as hex (NULL binds NULL)
+ * Values are copied at bind time (SQLITE_TRANSIENT). */
+
+static xf_err xf__vprepare(xf_db *db, sqlite3_stmt **st, xf_errctx *err, const char *sql,
+                           const char *types, va_list ap) {
+  XF_GUARD(xf_db_prepare(db, sql, st, err));
+  int rc = SQLITE_OK;
+  for (int i = 0; types[i] && rc == SQLITE_OK; i++) {
+    int col = i + 1;
+    switch (types[i]) {
+    case 'i': rc = sqlite3_bind_int64(*st, col, va_arg(ap, int64_t)); break;
+    case 'd': rc = sqlite3_bind_double(*st, col, va_arg(ap, double)); break;
+    case 't': {
+      const char *s = va_arg(ap, const char *);
+      rc = s ? sqlite3_bind_text(*st, col, s, -1, SQLITE_TRANSIENT) : sqlite3_bind_null(*st, col);
+      break;
+    }
+    case 'h': {
+      const xf_digest *d = va_arg(ap, const xf_digest *);
+      char hex[XF_DIGEST_HEX];
+      if (d) xf_digest_hex(d, hex);
+      rc = d ? sqlite3_bind_text(*st, col, hex, -1, SQLITE_TRANSIENT) : sqlite3_bind_null(*st, col);
+      break;
+    }
+    default: rc = SQLITE_MISUSE; break;
+    }
+  }
+  if (rc != SQLITE_OK) {
+    xf_err e = xf_db_fail(db, err, "binding a journal statement");
+    sqlite3_finalize(*st);
+    *st = NULL;
+    return e;
+  }
+  return XF_OK;
+}
+
+static xf_err xf__prepare(xf_db *db, sqlite3_stmt **st, xf_errctx *err, const char *sql,
+                          const char *types, ...) {
+  va_list ap;
+  va_start(ap, types);
+  xf_err e = xf__vprepare(db, st, err, sql, types, ap);
+  va_end(ap);
+  return e;
+}
+
+/* Runs a statement that returns no rows; *changes (may be NULL) gets the rows
+ * it changed. `doing` names the step in the error. */
+static xf_err xf__run(xf_db *db, xf_errctx *err, const char *doing, int *changes,
+                      const char *sql, const char *types, ...) {
+  sqlite3_stmt *st = NULL;
+  va_list ap;
+  va_start(ap, types);
+  xf_err e = xf__vprepare(db, &st, err, sql, types, ap);
+  va_end(ap);
+  if (e != XF_OK) return e;
+  int rc = sqlite3_step(st);
+  if (rc != SQLITE_DONE) {
+    e = xf_db_fail(db, err, doing);
+    sqlite3_finalize(st);
+    return e;
+  }
+  if (changes) *changes = sqlite3_changes(xf_db_handle(db));
+  sqlite3_finalize(st);
+  return XF_OK;
+}
+
+static xf_err xf__check_id(uint64_t v, const char *what, xf_errctx *err) {
+  XF_ENSURE(v <= (uint64_t)INT64_MAX, err, XF_ERANGE,
+            "%s %llu is above the journal's limit of 2^63 - 1", what, (unsigned long long)v);
+  return XF_OK;
+}
+
+/* Column text as a digest; XF_EFORMAT for anything but 64 hex digits. */
+static xf_err xf__column_digest(sqlite3_stmt *st, int col, xf_digest *out, bool *has,
+                                xf_errctx *err) {
+  const unsigned char *t = sqlite3_column_text(st, col);
+  if (has) *has = t != NULL;
+  if (!t) {
+    memset(out, 0, sizeof(*out));
+    XF_ENSURE(has != NULL, err, XF_EFORMAT, "a model digest is missing from the journal");
+    return XF_OK;
+  }
+  XF_ENSURE(xf_digest_parse((const char *)t, out) == XF_OK, err, XF_EFORMAT,
+            "the journal holds a damaged digest \"%.70s\"", (const char *)t);
+  return XF_OK;
+}
+
+/* ---- jobs -------------------------------------------------------------------------- */
+
+xf_err xf_journal_job_create(xf_db *db, const xf_jobspec *spec, const xf_digest *model,
+                             double now, int64_t *job, xf_errctx *err) {
+  char *json = NULL;
+  if (xf_jobspec_to_json(spec, &json) != XF_OK)
+    return xf_fail(err, XF_ENOMEM, "out of memory writing the job spec");
+  xf_err e = xf__run(db, err, "recording the job", NULL,
+                     "INSERT INTO jobs (name, spec, rounds, state, created, updated,"
+                     " current_round, model_digest) VALUES (?, ?, ?, 'queued', ?, ?, 1, ?)",
+                     "ttiddh", spec->name, json, (int64_t)spec->rounds, now, now, model);
+  xf_free(json);
+  if (e != XF_OK) return e;
+  *job = sqlite3_last_insert_rowid(xf_db_handle(db));
+  return XF_OK;
+}
+
+xf_err xf_journal_job_set_state(xf_db *db, int64_t job, xf_job_state state,
+                                const char *message, double now, xf_errctx *err) {
+  XF_ENSURE(state >= XF_JOB_QUEUED && state <= XF_JOB_CANCELLED, err, XF_EINVAL,
+            "job state %d is not one of the journal's", (int)state);
+  int changes = 0;
+  XF_GUARD(xf__run(db, err, "setting the job state", &changes,
+                   "UPDATE jobs SET state = ?, message = ?, updated = ? WHERE id = ?", "ttdi",
+                   xf_job_state_name(state), message, now, job));
+  XF_ENSURE(changes == 1, err, XF_ENOENT, "no job %lld in the journal", (long long)job);
+  return XF_OK;
+}
+
+/* The job's state and current round, for the checks before a round write. */
+static xf_err xf__job_position(xf_db *db, int64_t job, xf_job_state *state, uint32_t *round,
+                               xf_errctx *err) {
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf__prepare(db, &st, err, "SELECT state, current_round FROM jobs WHERE id = ?", "i",
+                       job));
+  int rc = sqlite3_step(st);
+  xf_err e = XF_OK;
+  if (rc == SQLITE_ROW) {
+    const unsigned char *s = sqlite3_column_text(st, 0);
+    if (!s || xf__job_state_from_name((const char *)s, state) != XF_OK)
+      e = xf_fail(err, XF_EFORMAT, "job %lld has an unknown state in the journal",
+                  (long long)job);
+    *round = (uint32_t)sqlite3_column_int64(st, 1);
+  } else if (rc == SQLITE_DONE) {
+    e = xf_fail(err, XF_ENOENT, "no job %lld in the journal", (long long)job);
+  } else {
+    e = xf_db_fail(db, err, "reading the job");
+  }
+  sqlite3_finalize(st);
+  return e;
+}
+
+/* ---- rounds ------------------------------------------------------------------------- */
+
+static xf_err xf__round_open_tx(xf_db *db, int64_t job, uint32_t round, uint32_t attempt,
+                                const uint64_t *invited, size_t n, double deadline, double now,
+                                xf_errctx *err) {
+  xf_job_state state = XF_JOB_QUEUED;
+  uint32_t current = 0;
+  XF_GUARD(xf__job_position(db, job, &state, &current, err));
+  XF_ENSURE(state == XF_JOB_QUEUED || state == XF_JOB_RUNNING || state == XF_JOB_PAUSED, err,
+            XF_EINVAL, "job %lld is %s: no round can open", (long long)job,
+            xf_job_state_name(state));
+  XF_ENSURE(round == current, err, XF_EINVAL,
+            "job %lld is at round %u, not round %u", (long long)job, current, round);
+  /* An attempt left open by a crash starts afresh: its participants go. */
+  XF_GUARD(xf__run(db, err, "clearing the participants of a reopened round", NULL,
+                   "DELETE FROM participants WHERE job = ? AND round = ? AND attempt = ?", "iii",
+                   job, (int64_t)round, (int64_t)attempt));
+  int changes = 0;
+  XF_GUARD(xf__run(db, err, "opening the round", &changes,
+                   "INSERT INTO rounds (job, round, attempt, state, invited, deadline, opened)"
+                   " VALUES (?, ?, ?, 'open', ?, ?, ?)"
+                   " ON CONFLICT (job, round, attempt) DO UPDATE SET"
+                   " invited = excluded.invited, deadline = excluded.deadline,"
+                   " opened = excluded.opened, reported = 0"
+                   " WHERE rounds.state = 'open'",
+                   "iiiidd", job, (int64_t)round, (int64_t)attempt, (int64_t)n, deadline, now));
+  XF_ENSURE(changes == 1, err, XF_EINVAL, "round %u attempt %u of job %lld is already closed",
+            round, attempt, (long long)job);
+  for (size_t i = 0; i < n; i++) {
+    XF_GUARD(xf__run(db, err, "recording an invited site", NULL,
+                     "INSERT INTO participants (job, round, attempt, site, state, updated)"
+                     " VALUES (?, ?, ?, ?, 'invited', ?)",
+                     "iiiid", job, (int64_t)round, (int64_t)attempt, (int64_t)invited[i], now));
+  }
+  return xf__run(db, err, "marking the job running", NULL,
+                 "UPDATE jobs SET state = 'running', message = NULL, updated = ? WHERE id = ?",
+                 "di", now, job);
+}
+
+xf_err xf_journal_round_open(xf_db *db, int64_t job, uint32_t round, uint32_t attempt,
+                             const uint64_t *invited, size_t n, double deadline, double now,
+                             xf_errctx *err) {
+  XF_ENSURE(round >= 1 && attempt >= 1, err, XF_EINVAL, "rounds and attempts count from 1");
+  for (size_t i = 0; i < n; i++) XF_GUARD(xf__check_id(invited[i], "site", err));
+  XF_GUARD(xf_db_begin(db, err));
+  xf_err e = xf__round_open_tx(db, job, round, attempt, invited, n, deadline, now, err);
+  if (e == XF_OK) e = xf_db_commit(db, err);
+  if (e != XF_OK) xf_db_rollback(db);
+  return e;
+}
+
+xf_err xf_journal_participant_set(xf_db *db, int64_t job, uint32_t round, uint32_t attempt,
+                                  const xf_journal_participant *p, double now,
+                                  xf_errctx *err) {
+  XF_GUARD(xf__check_id(p->site, "site", err));
+  XF_GUARD(xf__check_id(p->samples, "samples", err));
+  XF_GUARD(xf__check_id(p->bytes_up, "bytes_up", err));
+  XF_GUARD(xf__check_id(p->bytes_down, "bytes_down", err));
+  const char *state = xf_participant_state_name(p->state);
+  XF_ENSURE(strcmp(state, "unknown") != 0, err, XF_EINVAL,
+            "participant state %d is not one of the journal's", (int)p->state);
+  int changes = 0;
+  XF_GUARD(xf__run(db, err, "recording a participant", &changes,
+                   "UPDATE participants SET state = ?, samples = ?, bytes_up = ?,"
+                   " bytes_down = ?, updated = ?"
+                   " WHERE job = ? AND round = ? AND attempt = ? AND site = ?"
+                   " AND EXISTS (SELECT 1 FROM rounds r WHERE r.job = participants.job"
+                   "   AND r.round = participants.round AND r.attempt = participants.attempt"
+                   "   AND r.state = 'open')",
+                   "tiiidiiii", state, (int64_t)p->samples, (int64_t)p->bytes_up,
+                   (int64_t)p->bytes_down, now, job, (int64_t)round, (int64_t)attempt,
+                   (int64_t)p->site));
+  XF_ENSURE(changes == 1, err, XF_ENOENT,
+            "site %llu is not invited to an open round %u attempt %u of job %lld",
+            (unsigned long long)p->site, round, attempt, (long long)job);
+  return XF_OK;
+}
+
+/* Closes an open attempt with `outcome`: pending participants become
+ * dropped and the reported count is taken from the participants. Runs inside
+ * the caller's transaction. */
+static xf_err xf__round_close(xf_db *db, int64_t job, uint32_t round, uint32_t attempt,
+                              const char *outcome, const xf_digest *model, const char *message,
+                              double now, xf_errctx *err) {
+  XF_GUARD(xf__run(db, err, "dropping the round's pending sites", NULL,
+                   "UPDATE participants SET state = 'dropped', updated = ?"
+                   " WHERE job = ? AND round = ? AND attempt = ?"
+                   " AND state IN ('invited', 'reporting')",
+                   "diii", now, job, (int64_t)round, (int64_t)attempt));
+  int changes = 0;
+  XF_GUARD(xf__run(db, err, "closing the round", &changes,
+                   "UPDATE rounds SET state = 'closed', outcome = ?, closed = ?,"
+                   " model_digest = ?, message = ?,"
+                   " reported = (SELECT count(*) FROM participants p WHERE p.job = rounds.job"
+                   "   AND p.round = rounds.round AND p.attempt = rounds.attempt"
+                   "   AND p.state = 'reported')"
+                   " WHERE job = ? AND round = ? AND attempt = ? AND state = 'open'",
+                   "tdhtiii", outcome, now, model, message, job, (int64_t)round,
+                   (int64_t)attempt));
+  XF_ENSURE(changes == 1, err, XF_EINVAL, "round %u attempt %u of job %lld is not open", round,
+            attempt, (long long)job);
+  return XF_OK;
+}
+
+static xf_err xf__round_commit_tx(xf_db *db, int64_t job, uint32_t round, uint32_t attempt,
+                                  const xf_digest *model, const xf_digest *opt_state,
+                                  double now, xf_errctx *err) {
+  XF_GUARD(xf__round_close(db, job, round, attempt, "committed", model, NULL, now, err));
+  int changes = 0;
+  XF_GUARD(xf__run(db, err, "recording the round's model", &changes,
+                   "UPDATE jobs SET model_digest = ?, opt_state_digest = ?,"
+                   " current_round = current_round + 1,"
+                   " state = CASE WHEN current_round + 1 > rounds THEN 'done' ELSE state END,"
+                   " updated = ?"
+                   " WHERE id = ? AND current_round = ? AND state = 'running'",
+                   "hhdii", model, opt_state, now, job, (int64_t)round));
+  XF_ENSURE(changes == 1, err, XF_EINVAL, "job %lld is not running at round %u",
+            (long long)job, round);
+  return XF_OK;
+}
+
+xf_err xf_journal_round_commit(xf_db *db, int64_t job, uint32_t round, uint32_t attempt,
+                               const xf_digest *model, const xf_digest *opt_state,
+                               double now, xf_errctx *err) {
+  XF_GUARD(xf_db_begin(db, err));
+  xf_err e = xf__round_commit_tx(db, job, round, attempt, model, opt_state, now, err);
+  if (e == XF_OK) e = xf_db_commit(db, err);
+  if (e != XF_OK) xf_db_rollback(db);
+  return e;
+}
+
+xf_err xf_journal_round_retry(xf_db *db, int64_t job, uint32_t round, uint32_t attempt,
+                              const char *note, double now, xf_errctx *err) {
+  XF_GUARD(xf_db_begin(db, err));
+  xf_err e = xf__round_close(db, job, round, attempt, "retried", NULL, note, now, err);
+  if (e == XF_OK) {
+    e = xf__run(db, err, "recording the retry", NULL,
+                "UPDATE jobs SET updated = ? WHERE id = ?", "di", now, job);
+  }
+  if (e == XF_OK) e = xf_db_commit(db, err);
+  if (e != XF_OK) xf_db_rollback(db);
+  return e;
+}
+
+xf_err xf_journal_job_fail(xf_db *db, int64_t job, uint32_t round, uint32_t attempt,
+                           const char *message, double now, xf_errctx *err) {
+  XF_GUARD(xf_db_begin(db, err));
+  xf_err e = xf__round_close(db, job, round, attempt, "failed", NULL, message, now, err);
+  int changes = 0;
+  if (e == XF_OK) {
+    e = xf__run(db, err, "recording the job's failure", &changes,
+                "UPDATE jobs SET state = 'failed', message = ?, updated = ? WHERE id = ?",
+                "tdi", message, now, job);
+  }
+  if (e == XF_OK && changes != 1)
+    e = xf_fail(err, XF_ENOENT, "no job %lld in the journal", (long long)job);
+  if (e == XF_OK) e = xf_db_commit(db, err);
+  if (e != XF_OK) xf_db_rollback(db);
+  return e;
+}
+
+/* ---- metrics ------------------------------------------------------------------------ */
+
+xf_err xf_journal_metrics_add(xf_db *db, int64_t job, const xf_journal_metrics *m,
+                              xf_errctx *err) {
+  XF_GUARD(xf__check_id(m->site, "site", err));
+  XF_GUARD(xf__check_id(m->samples, "samples", err));
+  XF_ENSURE(m->round >= 1, err, XF_EINVAL, "rounds count from 1");
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf__prepare(db, &st, err,
+                       "INSERT INTO metrics (job, round, site, train_loss, test_loss,"
+                       " test_accuracy, samples, epsilon) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                       " ON CONFLICT (job, round, site) DO UPDATE SET"
+                       " train_loss = excluded.train_loss, test_loss = excluded.test_loss,"
+                       " test_accuracy = excluded.test_accuracy, samples = excluded.samples,"
+                       " epsilon = excluded.epsilon",
+                       "iiidddi", job, (int64_t)m->round, (int64_t)m->site, m->train_loss,
+                       m->test_loss, m->test_accuracy, (int64_t)m->samples));
+  int rc = m->has_epsilon ? sqlite3_bind_double(st, 8, m->epsilon) : sqlite3_bind_null(st, 8);
+  if (rc == SQLITE_OK) rc = sqlite3_step(st);
+  xf_err e = rc == SQLITE_DONE ? XF_OK : xf_db_fail(db, err, "recording metrics");
+  sqlite3_finalize(st);
+  return e;
+}
+
+static double xf__column_real(sqlite3_stmt *st, int col) {
+  return sqlite3_column_type(st, col) == SQLITE_NULL ? NAN : sqlite3_column_double(st, col);
+}
+
+/* Reads every row of a prepared metrics query (columns in the order of
+ * xf_journal_metrics) into a new array. Finalizes st. */
+static xf_err xf__metrics_collect(xf_db *db, sqlite3_stmt *st, xf_journal_metrics **out,
+                                  size_t *n, xf_errctx *err) {
+  xf_journal_metrics *v = NULL;
+  size_t len = 0, cap = 0;
+  xf_err e = XF_OK;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (len == cap) {
+      size_t ncap = cap ? cap * 2 : 16;
+      xf_journal_metrics *nv = xf_realloc(v, ncap * sizeof(*nv));
+      if (!nv) {
+        e = xf_fail(err, XF_ENOMEM, "out of memory reading metrics");
+        break;
+      }
+      v = nv;
+      cap = ncap;
+    }
+    xf_journal_metrics *m = &v[len++];
+    m->round = (uint32_t)sqlite3_column_int64(st, 0);
+    m->site = (uint64_t)sqlite3_column_int64(st, 1);
+    m->train_loss = xf__column_real(st, 2);
+    m->test_loss = xf__column_real(st, 3);
+    m->test_accuracy = xf__column_real(st, 4);
+    m->samples = (uint64_t)sqlite3_column_int64(st, 5);
+    m->has_epsilon = sqlite3_column_type(st, 6) != SQLITE_NULL;
+    m->epsilon = m->has_epsilon ? sqlite3_column_double(st, 6) : 0.0;
+  }
+  if (e == XF_OK && rc != SQLITE_DONE) e = xf_db_fail(db, err, "reading metrics");
+  sqlite3_finalize(st);
+  if (e != XF_OK) {
+    xf_free(v);
+    return e;
+  }
+  if (len == 0) {
+    xf_free(v);
+    v = NULL;
+  }
+  *out = v;
+  *n = len;
+  return XF_OK;
+}
+
+#define XF__METRICS_COLUMNS \
+  "SELECT round, site, train_loss, test_loss, test_accuracy, samples, epsilon FROM metrics"
+
+xf_err xf_journal_metrics_round(xf_db *db, int64_t job, uint32_t round,
+                                xf_journal_metrics **out, size_t *n, xf_errctx *err) {
+  *out = NULL;
+  *n = 0;
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf__prepare(db, &st, err,
+                       XF__METRICS_COLUMNS " WHERE job = ? AND round = ? ORDER BY site", "ii",
+                       job, (int64_t)round));
+  return xf__metrics_collect(db, st, out, n, err);
+}
+
+xf_err xf_journal_metrics_site(xf_db *db, int64_t job, uint64_t site,
+                               xf_journal_metrics **out, size_t *n, xf_errctx *err) {
+  *out = NULL;
+  *n = 0;
+  XF_GUARD(xf__check_id(site, "site", err));
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf__prepare(db, &st, err,
+                       XF__METRICS_COLUMNS " WHERE job = ? AND site = ? ORDER BY round", "ii",
+                       job, (int64_t)site));
+  return xf__metrics_collect(db, st, out, n, err);
+}
+
+/* ---- resume --------------------------------------------------------------------------- */
+
+static xf_err xf__load_job_row(xf_db *db, int64_t job, xf_journal_job *out, xf_errctx *err) {
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf__prepare(db, &st, err,
+                       "SELECT spec, state, current_round, model_digest, opt_state_digest,"
+                       " message, created, updated FROM jobs WHERE id = ?",
+                       "i", job));
+  int rc = sqlite3_step(st);
+  xf_err e = XF_OK;
+  if (rc == SQLITE_DONE) {
+    e = xf_fail(err, XF_ENOENT, "no job %lld in the journal", (long long)job);
+  } else if (rc != SQLITE_ROW) {
+    e = xf_db_fail(db, err, "reading the job");
+  } else {
+    const char *spec = (const char *)sqlite3_column_text(st, 0);
+    const char *state = (const char *)sqlite3_column_text(st, 1);
+    const char *message = (const char *)sqlite3_column_text(st, 5);
+    if (!spec || xf_jobspec_parse_string(spec, strlen(spec), "journal", &out->spec, err) != XF_OK)
+      e = xf_fail(err, XF_EFORMAT, "job %lld: the journaled spec does not parse",
+                  (long long)job);
+    else if (!state || xf__job_state_from_name(state, &out->state) != XF_OK)
+      e = xf_fail(err, XF_EFORMAT, "job %lld has an unknown state in the journal",
+                  (long long)job);
+    if (e == XF_OK) e = xf__column_digest(st, 3, &out->model, NULL, err);
+    if (e == XF_OK) e = xf__column_digest(st, 4, &out->opt_state, &out->has_opt_state, err);
+    out->round = (uint32_t)sqlite3_column_int64(st, 2);
+    snprintf(out->message, sizeof(out->message), "%s", message ? message : "");
+    out->created = sqlite3_column_double(st, 6);
+    out->updated = sqlite3_column_double(st, 7);
+  }
+  sqlite3_finalize(st);
+  return e;
+}
+
+/* The attempt of the job's current round: the open one, the next after the
+ * last closed one, or 1. */
+static xf_err xf__load_attempt(xf_db *db, xf_journal_job *out, xf_errctx *err) {
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf__prepare(db, &st, err,
+                       "SELECT attempt, state FROM rounds WHERE job = ? AND round = ?"
+                       " ORDER BY attempt DESC LIMIT 1",
+                       "ii", out->id, (int64_t)out->round));
+  int rc = sqlite3_step(st);
+  xf_err e = XF_OK;
+  out->attempt = 1;
+  out->round_open = false;
+  if (rc == SQLITE_ROW) {
+    uint32_t attempt = (uint32_t)sqlite3_column_int64(st, 0);
+    const char *state = (const char *)sqlite3_column_text(st, 1);
+    out->round_open = state && strcmp(state, "open") == 0;
+    out->attempt = out->round_open ? attempt : attempt + 1;
+  } else if (rc != SQLITE_DONE) {
+    e = xf_db_fail(db, err, "reading the job's round");
+  }
+  sqlite3_finalize(st);
+  if (e != XF_OK) return e;
+
+  XF_GUARD(xf__prepare(db, &st, err,
+                       "SELECT count(*) FROM rounds WHERE job = ? AND outcome = 'committed'",
+                       "i", out->id));
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW)
+    out->rounds_committed = (uint32_t)sqlite3_column_int64(st, 0);
+  else
+    e = xf_db_fail(db, err, "counting the job's rounds");
+  sqlite3_finalize(st);
+  return e;
+}
+
+xf_err xf_journal_job_load(xf_db *db, int64_t job, xf_journal_job *out, xf_errctx *err) {
+  xf_journal_job j;
+  memset(&j, 0, sizeof(j));
+  j.id = job;
+  /* One read transaction, so the job row and its rounds are one snapshot. */
+  XF_GUARD(xf__run(db, err, "starting a read", NULL, "BEGIN", ""));
+  xf_err e = xf__load_job_row(db, job, &j, err);
+  if (e == XF_OK) e = xf__load_attempt(db, &j, err);
+  if (e == XF_OK) e = xf_db_commit(db, err);
+  if (e != XF_OK) {
+    xf_db_rollback(db);
+    return e;
+  }
+  *out = j;
+  return XF_OK;
+}
+
+xf_err xf_journal_running_jobs(xf_db *db, int64_t **ids, size_t *n, xf_errctx *err) {
+  *ids = NULL;
+  *n = 0;
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf__prepare(db, &st, err,
+                       "SELECT id FROM jobs WHERE state = 'running' ORDER BY id", ""));
+  int64_t *v = NULL;
+  size_t len = 0, cap = 0;
+  xf_err e = XF_OK;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (len == cap) {
+      size_t ncap = cap ? cap * 2 : 8;
+      int64_t *nv = xf_realloc(v, ncap * sizeof(*nv));
+      if (!nv) {
+        e = xf_fail(err, XF_ENOMEM, "out of memory listing jobs");
+        break;
+      }
+      v = nv;
+      cap = ncap;
+    }
+    v[len++] = sqlite3_column_int64(st, 0);
+  }
+  if (e == XF_OK && rc != SQLITE_DONE) e = xf_db_fail(db, err, "listing jobs");
+  sqlite3_finalize(st);
+  if (e != XF_OK || len == 0) {
+    xf_free(v);
+    return e;
+  }
+  *ids = v;
+  *n = len;
+  return XF_OK;
+}

@@ -1,0 +1,165 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The coordinator's journal: its SQLite schema (jobs, rounds, participants,
+ * metrics) and the writes that let a killed coordinator resume each job at
+ * the round it was in (docs/rounds.md). */
+#ifndef XF_COORDINATOR_JOURNAL_H
+#define XF_COORDINATOR_JOURNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/result.h"
+#include "coordinator/jobspec.h"
+#include "coordinator/round.h"
+#include "crypto/digest.h"
+#include "storage/db.h"
+
+/* The migration list of the coordinator database, versions 1..*n. It is the
+ * one list for that file (storage/db.h): the policy and audit tables append
+ * their migrations to it. Owned by the module (static). */
+const xf_migration *xf_journal_migrations(size_t *n);
+
+/* xf_db_open(path, xf_journal_migrations()) — opens or creates the
+ * coordinator database with its schema up to date. Errors and ownership as
+ * xf_db_open. */
+xf_err xf_journal_open(const char *path, xf_db **out, xf_errctx *err) XF_WARN_UNUSED;
+
+typedef enum xf_job_state {
+  XF_JOB_QUEUED = 0, /* "queued": submitted, no round opened yet */
+  XF_JOB_RUNNING,    /* "running" */
+  XF_JOB_PAUSED,     /* "paused": e.g. no longer allowed by policy */
+  XF_JOB_DONE,       /* "done": every round committed */
+  XF_JOB_FAILED,     /* "failed": message says why */
+  XF_JOB_CANCELLED   /* "cancelled" */
+} xf_job_state;
+
+/* The journal's spelling of a job state; "unknown" outside the enum. */
+const char *xf_job_state_name(xf_job_state s);
+
+/* Times passed to the journal are Unix seconds from the caller's clock; the
+ * journal stores them as given. Site ids are 0..INT64_MAX (SQLite integers
+ * are signed); a larger id is XF_ERANGE. Rounds and attempts are 1-based as
+ * in coordinator/round.h. Every function returns XF_EDB (with SQLite's
+ * message, the database named in err) for a failing statement and leaves no
+ * part of its change behind: a function that writes more than one row does
+ * so in one transaction, rolled back on any failure. */
+
+/* Records a new job in state queued at round 1 with its spec as canonical
+ * JSON (xf_jobspec_to_json) and its initial model digest. *job gets the id.
+ * XF_ENOMEM. */
+xf_err xf_journal_job_create(xf_db *db, const xf_jobspec *spec, const xf_digest *model,
+                             double now, int64_t *job, xf_errctx *err) XF_WARN_UNUSED;
+
+/* Sets the job's state and message (NULL: none), e.g. paused by policy,
+ * cancelled by the user. XF_ENOENT for an unknown job. Failure at a round
+ * goes through xf_journal_job_fail instead, which also closes the round. */
+xf_err xf_journal_job_set_state(xf_db *db, int64_t job, xf_job_state state,
+                                const char *message, double now,
+                                xf_errctx *err) XF_WARN_UNUSED;
+
+/* Opens (round, attempt) of the job in one transaction: the rounds row
+ * (state open, deadline, invited = n) and one participants row per invited
+ * site (state invited), and the job becomes running at that round. The
+ * round must be the job's current round. An attempt left open by a crash
+ * is opened afresh: its old participants are replaced. XF_ENOENT for an
+ * unknown job, XF_EINVAL for a round other than the current one, a job that
+ * is done, failed or cancelled, or a closed attempt. */
+xf_err xf_journal_round_open(xf_db *db, int64_t job, uint32_t round, uint32_t attempt,
+                             const uint64_t *invited, size_t n, double deadline, double now,
+                             xf_errctx *err) XF_WARN_UNUSED;
+
+/* One participant's progress in an open attempt: its state, and the samples
+ * and bytes so far (they replace the stored values). XF_ENOENT when the
+ * site was not invited to that attempt or the attempt is not open. */
+typedef struct xf_journal_participant {
+  uint64_t site;
+  xf_participant_state state;
+  uint64_t samples;
+  uint64_t bytes_up;
+  uint64_t bytes_down;
+} xf_journal_participant;
+
+xf_err xf_journal_participant_set(xf_db *db, int64_t job, uint32_t round, uint32_t attempt,
+                                  const xf_journal_participant *p, double now,
+                                  xf_errctx *err) XF_WARN_UNUSED;
+
+/* The evaluation a site sent with its update in one round. A later record
+ * for the same (job, round, site) — a retried attempt — replaces it. */
+typedef struct xf_journal_metrics {
+  uint32_t round;
+  uint64_t site;
+  double train_loss;
+  double test_loss;
+  double test_accuracy;
+  uint64_t samples;
+  bool has_epsilon;
+  double epsilon;   /* privacy spent so far; meaningful when has_epsilon */
+} xf_journal_metrics;
+
+xf_err xf_journal_metrics_add(xf_db *db, int64_t job, const xf_journal_metrics *m,
+                              xf_errctx *err) XF_WARN_UNUSED;
+
+/* The metrics of one round (site ascending), or of one site (round
+ * ascending). On success the caller owns *out (*n entries; freed with
+ * xf_free, NULL when *n is 0). XF_ENOMEM. */
+xf_err xf_journal_metrics_round(xf_db *db, int64_t job, uint32_t round,
+                                xf_journal_metrics **out, size_t *n,
+                                xf_errctx *err) XF_WARN_UNUSED;
+xf_err xf_journal_metrics_site(xf_db *db, int64_t job, uint64_t site,
+                               xf_journal_metrics **out, size_t *n,
+                               xf_errctx *err) XF_WARN_UNUSED;
+
+/* The round's result, in ONE transaction: the attempt closes with outcome
+ * committed (participants still invited or reporting become dropped, the
+ * reported count is taken from the participants), and the job gets the new
+ * model digest, the server optimizer's state digest (NULL: the strategy has
+ * none) and moves to round + 1 — or to done after its last round. A crash
+ * or failure at any point leaves the attempt open and the previous model in
+ * place. The blobs must be in the blob store before this call (a blob whose
+ * commit never happened is harmless: nothing points to it). XF_EINVAL when
+ * the attempt is not open, is not the job's current round, or the job is not
+ * running (paused, say): then nothing of the result is kept. */
+xf_err xf_journal_round_commit(xf_db *db, int64_t job, uint32_t round, uint32_t attempt,
+                               const xf_digest *model, const xf_digest *opt_state,
+                               double now, xf_errctx *err) XF_WARN_UNUSED;
+
+/* Closes the attempt with outcome retried (RETRY action); `note` (may be
+ * NULL) is kept as the round's message. The job stays at the round. */
+xf_err xf_journal_round_retry(xf_db *db, int64_t job, uint32_t round, uint32_t attempt,
+                              const char *note, double now, xf_errctx *err) XF_WARN_UNUSED;
+
+/* Closes the attempt with outcome failed and the job as failed with
+ * `message`, in one transaction (FAIL_JOB action). */
+xf_err xf_journal_job_fail(xf_db *db, int64_t job, uint32_t round, uint32_t attempt,
+                           const char *message, double now, xf_errctx *err) XF_WARN_UNUSED;
+
+/* What a restarted coordinator needs to carry on with a job. */
+typedef struct xf_journal_job {
+  int64_t id;
+  xf_jobspec spec;           /* parsed back from the journaled JSON */
+  xf_job_state state;
+  uint32_t round;            /* the round the job is in (rounds + 1 once done) */
+  uint32_t attempt;          /* the attempt open, or the next one to open */
+  bool round_open;           /* an attempt was open: the coordinator stopped
+                                during it, and opens it afresh */
+  uint32_t rounds_committed; /* rounds with a committed result */
+  xf_digest model;           /* the last committed model */
+  bool has_opt_state;
+  xf_digest opt_state;       /* the server optimizer state committed with it */
+  char message[XF_ROUND_MSG_MAX * 2]; /* why it failed or paused; "" */
+  double created;
+  double updated;
+} xf_journal_job;
+
+/* Loads one job. XF_ENOENT for an unknown id, XF_EFORMAT when the journaled
+ * spec or a digest does not parse (a damaged database). */
+xf_err xf_journal_job_load(xf_db *db, int64_t job, xf_journal_job *out,
+                           xf_errctx *err) XF_WARN_UNUSED;
+
+/* The ids of jobs in state running (ascending): the ones a restarted
+ * coordinator resumes. The caller owns *ids (xf_free; NULL when *n is 0). */
+xf_err xf_journal_running_jobs(xf_db *db, int64_t **ids, size_t *n,
+                               xf_errctx *err) XF_WARN_UNUSED;
+
+#endif

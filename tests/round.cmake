@@ -1,0 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
+# The round state machine and the coordinator's journal: unit tests with an
+# injected clock and real SQLite files, no sockets.
+xf_add_test(test_round SOURCES test_round.c LIBS xf_round LABELS unit)
