@@ -1,0 +1,777 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* `xfed-site NOUN VERB`: the site operator's command — site set-up, the
+ * dataset registry and the configuration — dispatched from one table. */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "base/alloc.h"
+#include "cli/cli.h"
+#include "crypto/digest.h"
+#include "site/registry.h"
+#include "storage/file.h"
+
+#define PROG "xfed-site"
+
+/* ---- shared pieces ---------------------------------------------------------------- */
+
+/* The site directory and the two files in it. */
+typedef struct site_paths {
+  char dir[PATH_MAX];
+  char config[PATH_MAX];
+  char db[PATH_MAX];
+} site_paths;
+
+/* --dir, else XFED_SITE_DIR, else the current directory. */
+static xf_err site_paths_make(xf_cli *cli, const char *dir, site_paths *p) {
+  if (!dir) dir = getenv("XFED_SITE_DIR");
+  if (!dir || !*dir) dir = ".";
+  if (strlen(dir) + sizeof("/site.json") >= sizeof(p->dir))
+    return xf_fail(&cli->err, XF_EUSAGE, "--dir '%.64s...' is too long", dir);
+  snprintf(p->dir, sizeof(p->dir), "%s", dir);
+  snprintf(p->config, sizeof(p->config), "%s/site.json", dir);
+  snprintf(p->db, sizeof(p->db), "%s/site.db", dir);
+  return XF_OK;
+}
+
+/* Reports a getopt_long failure the way every xfed command does. */
+static int option_error(xf_cli *cli, int ch, char **argv) {
+  if (ch == ':') return xf_cli_usage(cli, "%s needs a value", argv[optind - 1]);
+  if (optopt) return xf_cli_usage(cli, "unknown option '-%c'", optopt);
+  return xf_cli_usage(cli, "unknown option '%s'", argv[optind - 1]);
+}
+
+static void reset_getopt(void) {
+  opterr = 0;
+  optind = 1;
+}
+
+static void print_json(json_t *o) {
+  if (!o) return;
+  json_dumpf(o, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  fputc('\n', stdout);
+  json_decref(o);
+}
+
+static void format_time(int64_t t, char *buf, size_t n) {
+  time_t tt = (time_t)t;
+  struct tm tm;
+  if (!gmtime_r(&tt, &tm) || strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+    snprintf(buf, n, "%lld", (long long)t);
+}
+
+static json_t *dataset_json(const xf_site_dataset *d) {
+  char when[32];
+  format_time(d->registered_at, when, sizeof(when));
+  json_t *tags = json_array();
+  for (size_t i = 0; tags && i < d->n_tags; i++) json_array_append_new(tags, json_string(d->tags[i]));
+  return json_pack("{s:s,s:s,s:s,s:s,s:o,s:I,s:I,s:I,s:I,s:[I,I,I],s:s,s:s,s:o}", "name",
+                   d->name, "path", d->path, "layout", xf_dataset_layout_name(d->layout),
+                   "classification", xf_site_class_name(d->classification), "tags",
+                   tags ? tags : json_array(), "train_records", (json_int_t)d->train_records,
+                   "test_records", (json_int_t)d->test_records, "classes",
+                   (json_int_t)d->classes, "features", (json_int_t)d->features, "shape",
+                   (json_int_t)d->h, (json_int_t)d->w, (json_int_t)d->c, "registered_at", when,
+                   "digest", d->digest, "budget_epsilon",
+                   d->has_budget ? json_real(d->budget_epsilon) : json_null());
+}
+
+static void tags_text(const xf_site_dataset *d, char *buf, size_t n) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < d->n_tags && used < n; i++)
+    used += (size_t)snprintf(buf + used, n - used, "%s%s", i ? "," : "", d->tags[i]);
+  if (!d->n_tags) snprintf(buf, n, "-");
+}
+
+static void budget_text(const xf_site_dataset *d, char *buf, size_t n) {
+  if (d->has_budget) snprintf(buf, n, "%g", d->budget_epsilon);
+  else snprintf(buf, n, "none");
+}
+
+/* Loads DIR/site.json, then opens DIR/site.db: what every dataset command
+ * starts with. A directory without site.json is not a site directory. */
+static xf_err open_site(xf_cli *cli, const site_paths *p, xf_site_config *cfg,
+                        xf_site_registry **reg) {
+  *reg = NULL;
+  XF_GUARD(xf_site_config_load(p->config, cfg, &cli->err));
+  return xf_site_registry_open(p->db, reg, &cli->err);
+}
+
+/* ---- init ---------------------------------------------------------------------------- */
+
+static int cmd_init(xf_cli *cli, int argc, char **argv) {
+  static const struct option opts[] = {
+      {"dir", required_argument, 0, 'd'},       {"name", required_argument, 0, 'n'},
+      {"region", required_argument, 0, 'r'},    {"coordinator", required_argument, 0, 'c'},
+      {"cert", required_argument, 0, 'C'},      {"key", required_argument, 0, 'K'},
+      {"ca", required_argument, 0, 'A'},        {"crl", required_argument, 0, 'L'},
+      {"data-root", required_argument, 0, 'D'}, {"threads", required_argument, 0, 't'},
+      {"backend", required_argument, 0, 'b'},   {0, 0, 0, 0}};
+  const char *dir = NULL, *vals[11] = {0};
+  enum { NAME, REGION, COORD, CERT, KEY, CA, CRL, ROOT, THREADS, BACKEND };
+  reset_getopt();
+  int ch;
+  while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'd': dir = optarg; break;
+    case 'n': vals[NAME] = optarg; break;
+    case 'r': vals[REGION] = optarg; break;
+    case 'c': vals[COORD] = optarg; break;
+    case 'C': vals[CERT] = optarg; break;
+    case 'K': vals[KEY] = optarg; break;
+    case 'A': vals[CA] = optarg; break;
+    case 'L': vals[CRL] = optarg; break;
+    case 'D': vals[ROOT] = optarg; break;
+    case 't': vals[THREADS] = optarg; break;
+    case 'b': vals[BACKEND] = optarg; break;
+    default: return option_error(cli, ch, argv);
+    }
+  }
+  if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
+  if (!dir) return xf_cli_usage(cli, "--dir DIR is required");
+  if (!vals[NAME]) return xf_cli_usage(cli, "--name N is required");
+  if (!vals[REGION]) return xf_cli_usage(cli, "--region R is required");
+  if (!vals[COORD]) return xf_cli_usage(cli, "--coordinator HOST:PORT is required");
+  long threads = 0;
+  if (vals[THREADS] &&
+      xf_cli_parse_int(cli, "--threads", vals[THREADS], 0, 1024, &threads) != XF_OK)
+    return xf_cli_usage(cli, "%s", cli->err.msg);
+  if (!xf_site_label_valid(vals[NAME]))
+    return xf_cli_usage(cli, "--name '%s' is not a site name: 1 to 63 of a-z, 0-9 and '-', not "
+                             "first or last", vals[NAME]);
+  if (!xf_site_label_valid(vals[REGION]))
+    return xf_cli_usage(cli, "--region '%s' is not a region name: 1 to 63 of a-z, 0-9 and '-', "
+                             "not first or last", vals[REGION]);
+  char host[XF_SITE_HOST_MAX + 1];
+  uint16_t port;
+  if (xf_site_address_parse(vals[COORD], host, sizeof(host), &port, &cli->err) != XF_OK)
+    return xf_cli_usage(cli, "--coordinator %s", cli->err.msg);
+
+  site_paths p;
+  if (site_paths_make(cli, dir, &p) != XF_OK) return xf_cli_usage(cli, "%s", cli->err.msg);
+  /* Build the file from the flags, then read it back with the same strict
+   * parser that every later command uses: what init writes always loads. */
+  json_t *o = json_pack("{s:s,s:s,s:s}", "site", vals[NAME], "region", vals[REGION],
+                        "coordinator", vals[COORD]);
+  static const char *const keys[] = {[CERT] = "cert", [KEY] = "key", [CA] = "ca",
+                                     [CRL] = "crl", [ROOT] = "data_root"};
+  for (int i = CERT; o && i <= ROOT; i++)
+    if (vals[i]) json_object_set_new(o, keys[i], json_string(vals[i]));
+  if (o) json_object_set_new(o, "threads", json_integer(threads));
+  if (o) json_object_set_new(o, "backend", json_string(vals[BACKEND] ? vals[BACKEND] : "auto"));
+  char *draft = o ? json_dumps(o, JSON_COMPACT) : NULL;
+  json_decref(o);
+  if (!draft) return xf_cli_fail(cli, xf_fail(&cli->err, XF_ENOMEM, "cannot build site.json"));
+  xf_site_config cfg;
+  xf_err rc = xf_site_config_parse(draft, strlen(draft), p.config, &cfg, &cli->err);
+  free(draft);
+  if (rc != XF_OK) {
+    /* A flag's value the parser refused: say which flag. */
+    char field[128];
+    snprintf(field, sizeof(field), "%s", cli->err.field);
+    for (char *c = field; *c; c++)
+      if (*c == '_') *c = '-';
+    return xf_cli_usage(cli, "--%s: %s", field, cli->err.msg);
+  }
+
+  struct stat sb;
+  if (stat(p.config, &sb) == 0) {
+    xf_errctx_clear(&cli->err);
+    xf_errctx_file(&cli->err, p.config);
+    return xf_cli_fail(cli, xf_fail(&cli->err, XF_EEXISTS,
+                                    "this directory already holds a site; edit site.json, or "
+                                    "init another directory"));
+  }
+  if (mkdir(p.dir, 0700) != 0 && errno != EEXIST) {
+    int e = errno;
+    xf_errctx_clear(&cli->err);
+    xf_errctx_file(&cli->err, p.dir);
+    return xf_cli_fail(cli, xf_fail(&cli->err, XF_EIO, "cannot create the site directory: %s",
+                                    strerror(e)));
+  }
+  xf_site_registry *reg = NULL;
+  if ((rc = xf_site_registry_open(p.db, &reg, &cli->err)) != XF_OK) return xf_cli_fail(cli, rc);
+  xf_site_registry_close(reg);
+  char *text = NULL;
+  if ((rc = xf_site_config_format(&cfg, &text, &cli->err)) != XF_OK ||
+      (rc = xf_file_write_atomic(p.config, text, strlen(text), 0600, &cli->err)) != XF_OK) {
+    xf_free(text);
+    return xf_cli_fail(cli, rc);
+  }
+  xf_free(text);
+  if (cli->json)
+    print_json(json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "dir", p.dir, "config", p.config,
+                         "database", p.db, "site", cfg.site, "region", cfg.region, "coordinator",
+                         cfg.coordinator));
+  else
+    printf("site %s (region %s, coordinator %s) initialized in %s\n  config:   %s\n  "
+           "database: %s\n",
+           cfg.site, cfg.region, cfg.coordinator, p.dir, p.config, p.db);
+  return XF_EXIT_OK;
+}
+
+/* ---- dataset add ------------------------------------------------------------------------- */
+
+#define MAX_TAG_FLAGS 64
+
+static int cmd_dataset_add(xf_cli *cli, int argc, char **argv) {
+  static const struct option opts[] = {{"dir", required_argument, 0, 'd'},
+                                       {"name", required_argument, 0, 'n'},
+                                       {"path", required_argument, 0, 'p'},
+                                       {"classification", required_argument, 0, 'c'},
+                                       {"tag", required_argument, 0, 't'},
+                                       {"budget", required_argument, 0, 'b'},
+                                       {0, 0, 0, 0}};
+  const char *dir = NULL, *tags[MAX_TAG_FLAGS];
+  xf_site_dataset_spec spec = {.classification = XF_SITE_CLASS_INTERNAL, .tags = tags};
+  reset_getopt();
+  int ch;
+  while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'd': dir = optarg; break;
+    case 'n': spec.name = optarg; break;
+    case 'p': spec.path = optarg; break;
+    case 'c':
+      if (xf_site_class_parse(optarg, &spec.classification, &cli->err) != XF_OK)
+        return xf_cli_usage(cli, "--classification: %s", cli->err.msg);
+      break;
+    case 't':
+      if (spec.n_tags == MAX_TAG_FLAGS)
+        return xf_cli_usage(cli, "at most %d --tag flags", MAX_TAG_FLAGS);
+      if (!xf_site_name_valid(optarg))
+        return xf_cli_usage(cli, "--tag '%s' is not a valid tag: use 1 to 63 lowercase letters, "
+                                 "digits, '-' and '_'", optarg);
+      tags[spec.n_tags++] = optarg;
+      break;
+    case 'b':
+      if (xf_cli_parse_double(cli, "--budget", optarg, 1e-9, 1e6, &spec.budget_epsilon) != XF_OK)
+        return xf_cli_usage(cli, "%s", cli->err.msg);
+      spec.has_budget = true;
+      break;
+    default: return option_error(cli, ch, argv);
+    }
+  }
+  if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
+  if (!spec.name) return xf_cli_usage(cli, "--name N is required");
+  if (!xf_site_name_valid(spec.name))
+    return xf_cli_usage(cli, "--name '%s' is not a valid dataset name: use 1 to 63 lowercase "
+                             "letters, digits, '-' and '_'", spec.name);
+  if (!spec.path) return xf_cli_usage(cli, "--path DIR is required");
+
+  site_paths p;
+  if (site_paths_make(cli, dir, &p) != XF_OK) return xf_cli_usage(cli, "%s", cli->err.msg);
+  xf_site_config cfg;
+  xf_site_registry *reg = NULL;
+  xf_err rc = open_site(cli, &p, &cfg, &reg);
+  if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  /* A relative --path is under data_root when the site has one (itself
+   * relative to the site directory when relative). */
+  char joined[2 * PATH_MAX + 2];
+  if (spec.path[0] != '/' && cfg.data_root[0]) {
+    if (cfg.data_root[0] == '/')
+      snprintf(joined, sizeof(joined), "%s/%s", cfg.data_root, spec.path);
+    else
+      snprintf(joined, sizeof(joined), "%s/%s/%s", p.dir, cfg.data_root, spec.path);
+    spec.path = joined;
+  }
+  xf_site_dataset d;
+  rc = xf_site_registry_add(reg, &spec, &d, &cli->err);
+  xf_site_registry_close(reg);
+  if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  if (cli->json) {
+    print_json(dataset_json(&d));
+  } else {
+    char tagbuf[1024], budget[32];
+    tags_text(&d, tagbuf, sizeof(tagbuf));
+    budget_text(&d, budget, sizeof(budget));
+    printf("registered %s: %s layout, %u train and %u test records of %ux%ux%u, %u classes\n"
+           "  path %s\n  classification %s, tags %s, budget epsilon %s\n  digest %s\n",
+           d.name, xf_dataset_layout_name(d.layout), d.train_records, d.test_records, d.h, d.w,
+           d.c, d.classes, d.path, xf_site_class_name(d.classification), tagbuf, budget,
+           d.digest);
+  }
+  xf_site_dataset_free(&d);
+  return XF_EXIT_OK;
+}
+
+/* ---- commands that take --dir and an optional --name ------------------------------------ */
+
+typedef struct named_args {
+  const char *dir, *name;
+} named_args;
+
+static int parse_named(xf_cli *cli, int argc, char **argv, named_args *a, bool name_required) {
+  static const struct option opts[] = {
+      {"dir", required_argument, 0, 'd'}, {"name", required_argument, 0, 'n'}, {0, 0, 0, 0}};
+  memset(a, 0, sizeof(*a));
+  reset_getopt();
+  int ch;
+  while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'd': a->dir = optarg; break;
+    case 'n': a->name = optarg; break;
+    default: return option_error(cli, ch, argv);
+    }
+  }
+  if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
+  if (name_required && !a->name) return xf_cli_usage(cli, "--name N is required");
+  return XF_EXIT_OK;
+}
+
+static int cmd_dataset_list(xf_cli *cli, int argc, char **argv) {
+  named_args a;
+  int status = parse_named(cli, argc, argv, &a, false);
+  if (status != XF_EXIT_OK) return status;
+  site_paths p;
+  if (site_paths_make(cli, a.dir, &p) != XF_OK) return xf_cli_usage(cli, "%s", cli->err.msg);
+  xf_site_config cfg;
+  xf_site_registry *reg = NULL;
+  xf_err rc = open_site(cli, &p, &cfg, &reg);
+  xf_site_dataset *list = NULL, one;
+  size_t n = 0;
+  if (rc == XF_OK) {
+    if (a.name) {
+      rc = xf_site_registry_get(reg, a.name, &one, &cli->err);
+      if (rc == XF_OK) {
+        list = &one;
+        n = 1;
+      }
+    } else {
+      rc = xf_site_registry_list(reg, &list, &n, &cli->err);
+    }
+  }
+  xf_site_registry_close(reg);
+  if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  if (cli->json) {
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < n; i++) json_array_append_new(arr, dataset_json(&list[i]));
+    print_json(json_pack("{s:s,s:o}", "site", cfg.site, "datasets", arr ? arr : json_array()));
+  } else if (n == 0) {
+    printf("no datasets registered at site %s; add one with 'xfed-site dataset add'\n", cfg.site);
+  } else {
+    printf("%-20s %-12s %-6s %8s %8s %7s %-12s %-8s %s\n", "NAME", "CLASS", "LAYOUT", "TRAIN",
+           "TEST", "CLASSES", "SHAPE", "BUDGET", "TAGS");
+    for (size_t i = 0; i < n; i++) {
+      const xf_site_dataset *d = &list[i];
+      char shape[48], tagbuf[1024], budget[32];
+      snprintf(shape, sizeof(shape), "%ux%ux%u", d->h, d->w, d->c);
+      tags_text(d, tagbuf, sizeof(tagbuf));
+      budget_text(d, budget, sizeof(budget));
+      printf("%-20s %-12s %-6s %8u %8u %7u %-12s %-8s %s\n", d->name,
+             xf_site_class_name(d->classification), xf_dataset_layout_name(d->layout),
+             d->train_records, d->test_records, d->classes, shape, budget, tagbuf);
+    }
+  }
+  if (a.name) xf_site_dataset_free(&one);
+  else xf_site_dataset_list_free(list, n);
+  return XF_EXIT_OK;
+}
+
+static int cmd_dataset_rm(xf_cli *cli, int argc, char **argv) {
+  named_args a;
+  int status = parse_named(cli, argc, argv, &a, true);
+  if (status != XF_EXIT_OK) return status;
+  site_paths p;
+  if (site_paths_make(cli, a.dir, &p) != XF_OK) return xf_cli_usage(cli, "%s", cli->err.msg);
+  xf_site_config cfg;
+  xf_site_registry *reg = NULL;
+  xf_err rc = open_site(cli, &p, &cfg, &reg);
+  if (rc == XF_OK) rc = xf_site_registry_remove(reg, a.name, &cli->err);
+  xf_site_registry_close(reg);
+  if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  if (cli->json) print_json(json_pack("{s:s}", "removed", a.name));
+  else printf("removed dataset %s from the registry (its files are left as they are)\n", a.name);
+  return XF_EXIT_OK;
+}
+
+static int cmd_dataset_verify(xf_cli *cli, int argc, char **argv) {
+  named_args a;
+  int status = parse_named(cli, argc, argv, &a, false);
+  if (status != XF_EXIT_OK) return status;
+  site_paths p;
+  if (site_paths_make(cli, a.dir, &p) != XF_OK) return xf_cli_usage(cli, "%s", cli->err.msg);
+  xf_site_config cfg;
+  xf_site_registry *reg = NULL;
+  xf_site_verify_result *res = NULL;
+  size_t n = 0;
+  xf_err rc = open_site(cli, &p, &cfg, &reg);
+  if (rc == XF_OK) rc = xf_site_registry_verify(reg, a.name, &res, &n, &cli->err);
+  xf_site_registry_close(reg);
+  if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  size_t bad = 0;
+  json_t *arr = cli->json ? json_array() : NULL;
+  for (size_t i = 0; i < n; i++) {
+    const xf_site_verify_result *r = &res[i];
+    if (r->state != XF_SITE_DATA_OK) bad++;
+    if (arr) {
+      json_array_append_new(
+          arr, json_pack("{s:s,s:s,s:s,s:o,s:s}", "name", r->name, "state",
+                         xf_site_data_state_name(r->state), "registered_digest", r->registered,
+                         "current_digest", r->current[0] ? json_string(r->current) : json_null(),
+                         "detail", r->detail));
+    } else {
+      printf("%-20s %-10s %s\n", r->name, xf_site_data_state_name(r->state),
+             r->state == XF_SITE_DATA_CHANGED
+                 ? "the files differ from those registered; inspect them, then remove and add "
+                   "the dataset again"
+                 : r->detail);
+    }
+  }
+  if (arr) print_json(json_pack("{s:b,s:o}", "ok", bad == 0, "datasets", arr));
+  else if (n == 0) printf("no datasets registered\n");
+  xf_free(res);
+  if (bad) {
+    fprintf(stderr, "%s %s: %zu of %zu datasets changed, missing or unreadable\n", cli->prog,
+            cli->name, bad, n);
+    return XF_EXIT_ERROR;
+  }
+  return XF_EXIT_OK;
+}
+
+/* ---- dataset tag / budget ------------------------------------------------------------------ */
+
+static int cmd_dataset_tag(xf_cli *cli, int argc, char **argv) {
+  static const struct option opts[] = {{"dir", required_argument, 0, 'd'},
+                                       {"name", required_argument, 0, 'n'},
+                                       {"add", required_argument, 0, 'a'},
+                                       {"remove", required_argument, 0, 'r'},
+                                       {0, 0, 0, 0}};
+  const char *dir = NULL, *name = NULL, *tags[MAX_TAG_FLAGS];
+  bool adding[MAX_TAG_FLAGS];
+  int n = 0;
+  reset_getopt();
+  int ch;
+  while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'd': dir = optarg; break;
+    case 'n': name = optarg; break;
+    case 'a':
+    case 'r':
+      if (n == MAX_TAG_FLAGS) return xf_cli_usage(cli, "at most %d tag changes", MAX_TAG_FLAGS);
+      if (!xf_site_name_valid(optarg))
+        return xf_cli_usage(cli, "--%s '%s' is not a valid tag: use 1 to 63 lowercase letters, "
+                                 "digits, '-' and '_'", ch == 'a' ? "add" : "remove", optarg);
+      adding[n] = ch == 'a';
+      tags[n++] = optarg;
+      break;
+    default: return option_error(cli, ch, argv);
+    }
+  }
+  if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
+  if (!name) return xf_cli_usage(cli, "--name N is required");
+  if (n == 0) return xf_cli_usage(cli, "give at least one --add TAG or --remove TAG");
+  site_paths p;
+  if (site_paths_make(cli, dir, &p) != XF_OK) return xf_cli_usage(cli, "%s", cli->err.msg);
+  xf_site_config cfg;
+  xf_site_registry *reg = NULL;
+  xf_site_dataset d = {0};
+  xf_err rc = open_site(cli, &p, &cfg, &reg);
+  for (int i = 0; rc == XF_OK && i < n; i++)
+    rc = adding[i] ? xf_site_registry_tag_add(reg, name, tags[i], &cli->err)
+                   : xf_site_registry_tag_remove(reg, name, tags[i], &cli->err);
+  if (rc == XF_OK) rc = xf_site_registry_get(reg, name, &d, &cli->err);
+  xf_site_registry_close(reg);
+  if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  char tagbuf[1024];
+  tags_text(&d, tagbuf, sizeof(tagbuf));
+  if (cli->json) print_json(dataset_json(&d));
+  else printf("%s: tags %s\n", d.name, tagbuf);
+  xf_site_dataset_free(&d);
+  return XF_EXIT_OK;
+}
+
+static int cmd_dataset_budget(xf_cli *cli, int argc, char **argv) {
+  static const struct option opts[] = {{"dir", required_argument, 0, 'd'},
+                                       {"name", required_argument, 0, 'n'},
+                                       {"epsilon", required_argument, 0, 'e'},
+                                       {"clear", no_argument, 0, 'c'},
+                                       {0, 0, 0, 0}};
+  const char *dir = NULL, *name = NULL;
+  double eps = 0;
+  bool set = false, clear = false;
+  reset_getopt();
+  int ch;
+  while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'd': dir = optarg; break;
+    case 'n': name = optarg; break;
+    case 'e':
+      if (xf_cli_parse_double(cli, "--epsilon", optarg, 1e-9, 1e6, &eps) != XF_OK)
+        return xf_cli_usage(cli, "%s", cli->err.msg);
+      set = true;
+      break;
+    case 'c': clear = true; break;
+    default: return option_error(cli, ch, argv);
+    }
+  }
+  if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
+  if (!name) return xf_cli_usage(cli, "--name N is required");
+  if (set == clear) return xf_cli_usage(cli, "give exactly one of --epsilon E and --clear");
+  site_paths p;
+  if (site_paths_make(cli, dir, &p) != XF_OK) return xf_cli_usage(cli, "%s", cli->err.msg);
+  xf_site_config cfg;
+  xf_site_registry *reg = NULL;
+  xf_site_dataset d = {0};
+  xf_err rc = open_site(cli, &p, &cfg, &reg);
+  if (rc == XF_OK) rc = xf_site_registry_set_budget(reg, name, set ? &eps : NULL, &cli->err);
+  if (rc == XF_OK) rc = xf_site_registry_get(reg, name, &d, &cli->err);
+  xf_site_registry_close(reg);
+  if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  char budget[32];
+  budget_text(&d, budget, sizeof(budget));
+  if (cli->json) print_json(dataset_json(&d));
+  else printf("%s: budget epsilon %s\n", d.name, budget);
+  xf_site_dataset_free(&d);
+  return XF_EXIT_OK;
+}
+
+/* ---- config show ------------------------------------------------------------------------------ */
+
+static int cmd_config_show(xf_cli *cli, int argc, char **argv) {
+  named_args a;
+  static const struct option opts[] = {{"dir", required_argument, 0, 'd'}, {0, 0, 0, 0}};
+  memset(&a, 0, sizeof(a));
+  reset_getopt();
+  int ch;
+  while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    if (ch == 'd') a.dir = optarg;
+    else return option_error(cli, ch, argv);
+  }
+  if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
+  site_paths p;
+  if (site_paths_make(cli, a.dir, &p) != XF_OK) return xf_cli_usage(cli, "%s", cli->err.msg);
+  xf_site_config cfg;
+  xf_err rc = xf_site_config_load(p.config, &cfg, &cli->err);
+  if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  if (cli->json) {
+    char *text = NULL;
+    if ((rc = xf_site_config_format(&cfg, &text, &cli->err)) != XF_OK) return xf_cli_fail(cli, rc);
+    json_t *o = json_loads(text, 0, NULL);
+    xf_free(text);
+    if (o) {
+      json_object_set_new(o, "dir", json_string(p.dir));
+      json_object_set_new(o, "config", json_string(p.config));
+      json_object_set_new(o, "database", json_string(p.db));
+    }
+    print_json(o);
+    return XF_EXIT_OK;
+  }
+  printf("config       %s\n", p.config);
+  printf("database     %s\n", p.db);
+  printf("site         %s\n", cfg.site);
+  printf("region       %s\n", cfg.region);
+  printf("coordinator  %s (host %s, port %u)\n", cfg.coordinator, cfg.coordinator_host,
+         (unsigned)cfg.coordinator_port);
+  printf("cert         %s\n", cfg.cert[0] ? cfg.cert : "(not set)");
+  printf("key          %s\n", cfg.key[0] ? cfg.key : "(not set)");
+  printf("ca           %s\n", cfg.ca[0] ? cfg.ca : "(not set)");
+  printf("crl          %s\n", cfg.crl[0] ? cfg.crl : "(not set)");
+  printf("data_root    %s\n", cfg.data_root[0] ? cfg.data_root : "(not set)");
+  printf("threads      %u%s\n", cfg.threads, cfg.threads ? "" : " (all cores)");
+  printf("backend      %s\n", cfg.backend);
+  return XF_EXIT_OK;
+}
+
+/* ---- the table and the dispatcher ------------------------------------------------------------- */
+
+#define DIR_HELP                                                                       \
+  "  --dir DIR   the site directory (default: XFED_SITE_DIR, else the current one)\n"
+
+static const xf_cmd commands[] = {
+    {"init", NULL, "create a site directory: site.json and the site database",
+     "usage: xfed-site init --dir DIR --name N --region R --coordinator HOST:PORT\n"
+     "                      [--cert FILE] [--key FILE] [--ca FILE] [--crl FILE]\n"
+     "                      [--data-root DIR] [--threads N] [--backend B] [--json]\n"
+     "\n"
+     "Creates DIR (mode 0700) if missing, the site database DIR/site.db and the\n"
+     "configuration DIR/site.json (mode 0600). A DIR that already holds site.json\n"
+     "is refused. Relative paths in site.json are relative to DIR.\n"
+     "\n"
+     "options:\n"
+     "  --dir DIR              the site directory\n"
+     "  --name N               the site's name, as in its certificate (1 to 63 of\n"
+     "                         a-z, 0-9 and '-', not first or last)\n"
+     "  --region R             the site's region (same rule)\n"
+     "  --coordinator H:P      its coordinator or regional aggregator: a host name,\n"
+     "                         an IPv4 address or [IPv6], and a port\n"
+     "  --cert, --key FILE     the site's certificate and private key\n"
+     "  --ca, --crl FILE       the federation's CA certificate and CRL\n"
+     "  --data-root DIR        where relative 'dataset add --path' values are found\n"
+     "  --threads N            CPU threads for training, 0 = all cores (default 0)\n"
+     "  --backend B            auto (default), cpu or cuda\n"
+     "  --json                 print the paths as one JSON object\n"
+     "\n"
+     "example: xfed-site init --dir /var/lib/xfed-site --name eu-berlin --region eu \\\n"
+     "           --coordinator agg-eu.example.org:7443 --cert eu-berlin.crt \\\n"
+     "           --key eu-berlin.key --ca ca.crt --crl crl.pem\n"
+     "See docs/operator-guide.md.\n",
+     cmd_init},
+    {"dataset", "add", "register a dataset directory after validating it",
+     "usage: xfed-site dataset add --name N --path DIR [--classification C] [--tag T]...\n"
+     "                             [--budget EPS] [--dir SITEDIR] [--json]\n"
+     "\n"
+     "Loads the dataset in DIR as training will (the Fashion-MNIST IDX files, or\n"
+     "train.csv and test.csv; see docs/data.md) and registers it with its record\n"
+     "counts, shape, classes and a BLAKE2b digest of its files. Data the loader\n"
+     "refuses is refused with the loader's message, and nothing is recorded.\n"
+     "\n"
+     "options:\n"
+     "  --name N              the dataset's name (1 to 63 of a-z, 0-9, '-' and '_')\n"
+     "  --path DIR            the dataset directory; a relative one is under the\n"
+     "                        site's data_root when site.json sets it\n"
+     "  --classification C    public, internal (default), confidential or restricted\n"
+     "  --tag T               a tag (same rule as names); repeat for more\n"
+     "  --budget EPS          the dataset's privacy budget cap (epsilon, > 0)\n"
+     "  --dir SITEDIR         the site directory (default: XFED_SITE_DIR, else .)\n"
+     "  --json                print the registered dataset as one JSON object\n",
+     cmd_dataset_add},
+    {"dataset", "list", "list the registered datasets",
+     "usage: xfed-site dataset list [--name N] [--dir DIR] [--json]\n"
+     "\n"
+     "Lists every registered dataset (or only N): classification, layout, train\n"
+     "and test records, classes, shape, budget and tags.\n"
+     "\n"
+     "options:\n"
+     "  --name N    show one dataset\n" DIR_HELP
+     "  --json      {site, datasets: [{name, path, layout, classification, tags,\n"
+     "              train_records, test_records, classes, features, shape,\n"
+     "              registered_at, digest, budget_epsilon}]}\n",
+     cmd_dataset_list},
+    {"dataset", "rm", "forget a dataset (its files are left alone)",
+     "usage: xfed-site dataset rm --name N [--dir DIR] [--json]\n"
+     "\n"
+     "Removes N and its tags from the registry. The files are not touched.\n"
+     "\n"
+     "options:\n"
+     "  --name N    the dataset\n" DIR_HELP "  --json      print {\"removed\": N}\n",
+     cmd_dataset_rm},
+    {"dataset", "verify", "check that datasets' files are as registered",
+     "usage: xfed-site dataset verify [--name N] [--dir DIR] [--json]\n"
+     "\n"
+     "Recomputes the digest of every registered dataset (or only N) and compares\n"
+     "it with the one taken at registration: ok, changed, missing (directory or a\n"
+     "file gone) or unreadable. Exits 1 when any is not ok.\n"
+     "\n"
+     "options:\n"
+     "  --name N    verify one dataset\n" DIR_HELP
+     "  --json      {ok, datasets: [{name, state, registered_digest, current_digest,\n"
+     "              detail}]}\n",
+     cmd_dataset_verify},
+    {"dataset", "tag", "add or remove a dataset's tags",
+     "usage: xfed-site dataset tag --name N [--add T]... [--remove T]... [--dir DIR] [--json]\n"
+     "\n"
+     "Adds and removes tags, in the order given. Adding a tag the dataset has is a\n"
+     "no-op; removing one it lacks is an error.\n"
+     "\n"
+     "options:\n"
+     "  --name N     the dataset\n"
+     "  --add T      add tag T\n"
+     "  --remove T   remove tag T\n" DIR_HELP "  --json       print the dataset as JSON\n",
+     cmd_dataset_tag},
+    {"dataset", "budget", "set or clear a dataset's privacy budget cap",
+     "usage: xfed-site dataset budget --name N (--epsilon E | --clear) [--dir DIR] [--json]\n"
+     "\n"
+     "Sets the most privacy budget (epsilon) jobs may spend on N, or clears the cap.\n"
+     "\n"
+     "options:\n"
+     "  --name N       the dataset\n"
+     "  --epsilon E    the cap, a number above 0\n"
+     "  --clear        no cap\n" DIR_HELP "  --json         print the dataset as JSON\n",
+     cmd_dataset_budget},
+    {"config", "show", "print the site's configuration",
+     "usage: xfed-site config show [--dir DIR] [--json]\n"
+     "\n"
+     "Reads DIR/site.json with the same strict checks as every command and prints\n"
+     "it, with unset fields and defaults shown.\n"
+     "\n"
+     "options:\n" DIR_HELP "  --json      the configuration as one JSON object\n",
+     cmd_config_show},
+    {0},
+};
+
+static void print_overview(FILE *out) {
+  fprintf(out, "usage: " PROG " [--json] NOUN [VERB] [OPTIONS]\n\n"
+               PROG " sets up an xfed site and keeps its dataset registry.\n\ncommands:\n");
+  for (const xf_cmd *c = commands; c->noun; c++) {
+    char name[64];
+    snprintf(name, sizeof(name), "%s%s%s", c->noun, c->verb ? " " : "", c->verb ? c->verb : "");
+    fprintf(out, "  %-18s %s\n", name, c->summary);
+  }
+  fprintf(out, "\nglobal options:\n"
+               "  --json      machine-readable output: one JSON document on stdout\n"
+               "  --help, -h  help for " PROG " or for the command it follows\n"
+               "\nexit status: 0 ok, 1 error, 2 usage.\n"
+               "Run '" PROG " NOUN VERB --help' for a command's options.\n");
+}
+
+static void print_noun(FILE *out, const char *noun) {
+  fprintf(out, "usage: " PROG " %s VERB [OPTIONS]\n\nverbs:\n", noun);
+  for (const xf_cmd *c = commands; c->noun; c++)
+    if (strcmp(c->noun, noun) == 0 && c->verb) fprintf(out, "  %-12s %s\n", c->verb, c->summary);
+}
+
+static int is_help(const char *a) { return strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0; }
+
+int main(int argc, char **argv) {
+  xf_cli cli = {.prog = PROG};
+  if (xf_crypto_init() != XF_OK) {
+    fprintf(stderr, PROG ": libsodium could not start (no entropy source?)\n");
+    return XF_EXIT_ERROR;
+  }
+  int n = 0;
+  for (int i = 0; i < argc; i++) {
+    if (i > 0 && strcmp(argv[i], "--json") == 0) cli.json = true;
+    else argv[n++] = argv[i];
+  }
+  argc = n;
+  argv[argc] = NULL;
+
+  if (argc < 2 || is_help(argv[1])) {
+    print_overview(argc < 2 ? stderr : stdout);
+    return argc < 2 ? XF_EXIT_USAGE : XF_EXIT_OK;
+  }
+  const char *noun = argv[1];
+  const char *verb = argc > 2 ? argv[2] : NULL;
+  const xf_cmd *found = NULL;
+  bool noun_known = false;
+  for (const xf_cmd *c = commands; c->noun; c++) {
+    if (strcmp(c->noun, noun) != 0) continue;
+    noun_known = true;
+    if (!c->verb || (verb && strcmp(c->verb, verb) == 0)) {
+      found = c;
+      break;
+    }
+  }
+  if (!noun_known) return xf_cli_usage(&cli, "'%s' is not an " PROG " command", noun);
+  if (!found) {
+    if (verb && is_help(verb)) {
+      print_noun(stdout, noun);
+      return XF_EXIT_OK;
+    }
+    print_noun(stderr, noun);
+    cli.name = noun;
+    if (verb) return xf_cli_usage(&cli, "'%s' is not a verb of '%s'", verb, noun);
+    return xf_cli_usage(&cli, "'%s' needs a verb", noun);
+  }
+  int skip = found->verb ? 2 : 1;
+  char name[64];
+  snprintf(name, sizeof(name), "%s%s%s", found->noun, found->verb ? " " : "",
+           found->verb ? found->verb : "");
+  cli.name = name;
+  for (int i = skip + 1; i < argc; i++) {
+    if (strcmp(argv[i], "--") == 0) break;
+    if (is_help(argv[i])) {
+      fputs(found->usage, stdout);
+      return XF_EXIT_OK;
+    }
+  }
+  argv[skip] = name;
+  return found->run(&cli, argc - skip, argv + skip);
+}
