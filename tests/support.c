@@ -1,12 +1,24 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Scratch directories for tests. */
+/* Scratch directories and program runs for tests. */
 #include "support.h"
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 int xf_test_mkdtemp(char *buf, size_t n, const char *name) {
@@ -35,4 +47,131 @@ void xf_test_remove_tree(const char *path) {
   } else {
     unlink(path);
   }
+}
+
+/* ---- running programs --------------------------------------------------------- */
+
+typedef struct sink {
+  char *p;
+  size_t n, cap;
+} sink;
+
+/* Appends what fd has to k; clears *open at end of file. */
+static void sink_read(sink *k, int fd, bool *open) {
+  if (k->cap - k->n < 4097) {
+    k->cap = k->cap * 2 + 8192;
+    k->p = realloc(k->p, k->cap);
+    assert_non_null(k->p);
+  }
+  ssize_t got = read(fd, k->p + k->n, k->cap - k->n - 1);
+  if (got > 0) k->n += (size_t)got;
+  else if (got == 0 || errno != EINTR) *open = false;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static char *sink_take(sink *k, size_t *len) {
+  char *p = k->p ? k->p : calloc(1, 1);
+  assert_non_null(p);
+  p[k->n] = '\0';
+  *len = k->n;
+  return p;
+}
+
+void xf_test_run_free(xf_test_run *r) {
+  free(r->out);
+  free(r->err);
+  memset(r, 0, sizeof(*r));
+}
+
+void xf_test_run_show(const xf_test_run *r) {
+  fprintf(stderr, "--- %s (exit %d)\n--- its stdout (%zu bytes):\n%.4000s\n", r->line, r->status,
+          r->out_len, r->out ? r->out : "");
+  fprintf(stderr, "--- its stderr (%zu bytes):\n%.4000s\n---\n", r->err_len,
+          r->err ? r->err : "");
+}
+
+void xf_test_vexec(const xf_test_exec_opts *o, xf_test_run *r, const char *name,
+                   const char *first, va_list ap) {
+  xf_test_run_free(r);
+  char *argv[64];
+  int argc = 0;
+  argv[argc++] = (char *)name;
+  snprintf(r->line, sizeof(r->line), "%s", name);
+  for (const char *a = first; a; a = va_arg(ap, const char *)) {
+    assert_true(argc < 63);
+    argv[argc++] = (char *)a;
+    size_t used = strlen(r->line);
+    snprintf(r->line + used, sizeof(r->line) - used, " %s", a);
+  }
+  argv[argc] = NULL;
+
+  int out[2], err[2];
+  assert_int_equal(pipe(out), 0);
+  assert_int_equal(pipe(err), 0);
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(fcntl(out[i], F_SETFD, FD_CLOEXEC), 0);
+    assert_int_equal(fcntl(err[i], F_SETFD, FD_CLOEXEC), 0);
+  }
+  int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  assert_true(devnull >= 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    if (dup2(devnull, 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0) _exit(126);
+    if (o->cwd && chdir(o->cwd) != 0) _exit(126);
+    if (o->unset) unsetenv(o->unset);
+    if (o->env) execve(o->path, argv, o->env);
+    else execv(o->path, argv);
+    _exit(127);
+  }
+  close(devnull);
+  close(out[1]);
+  close(err[1]);
+
+  sink so = {0}, se = {0};
+  bool o_open = true, e_open = true;
+  double deadline = now_s() + o->deadline_s;
+  while (o_open || e_open) {
+    struct pollfd p[2] = {{o_open ? out[0] : -1, POLLIN, 0}, {e_open ? err[0] : -1, POLLIN, 0}};
+    int left_ms = (int)((deadline - now_s()) * 1000);
+    if (left_ms <= 0) {
+      kill(pid, SIGKILL);
+      r->timed_out = true;
+      break;
+    }
+    int n = poll(p, 2, left_ms);
+    if (n < 0 && errno == EINTR) continue;
+    assert_true(n >= 0);
+    if (p[0].revents) sink_read(&so, out[0], &o_open);
+    if (p[1].revents) sink_read(&se, err[0], &e_open);
+  }
+  close(out[0]);
+  close(err[0]);
+  int ws;
+  while (waitpid(pid, &ws, 0) < 0) assert_int_equal(errno, EINTR);
+  r->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+  r->out = sink_take(&so, &r->out_len);
+  r->err = sink_take(&se, &r->err_len);
+  if (r->status == 127 && r->out_len == 0 && r->err_len == 0)
+    fail_msg("%s: %s could not be started", r->line, o->path);
+  if (r->timed_out)
+    fail_msg("%s: still running after %d s; killed", r->line, o->deadline_s);
+  if (strstr(r->err, "Sanitizer") || strstr(r->err, "runtime error:")) {
+    xf_test_run_show(r);
+    fail_msg("%s: the sanitizer reported a problem in %s", r->line, name);
+  }
+}
+
+void xf_test_exec(const xf_test_exec_opts *o, xf_test_run *r, const char *name, ...) {
+  va_list ap;
+  va_start(ap, name);
+  const char *first = va_arg(ap, const char *);
+  xf_test_vexec(o, r, name, first, ap);
+  va_end(ap);
 }

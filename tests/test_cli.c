@@ -162,12 +162,8 @@ static int group_teardown(void **state) {
 #define MAX_RUNS 24
 #define MAX_JSON 16
 
-typedef struct run {
-  char *out, *err; /* NUL-terminated */
-  size_t out_len, err_len;
-  int status;     /* exit status, or 128 + signal number */
-  char line[512]; /* the command line, for messages */
-} run;
+/* One run of xfed (tests/support.h). */
+typedef xf_test_run run;
 
 typedef struct scratch {
   char dir[700];
@@ -192,10 +188,7 @@ static int scratch_setup(void **state) {
 static int scratch_teardown(void **state) {
   scratch *s = *state;
   if (!s) return 0;
-  for (int i = 0; i < s->n_runs; i++) {
-    free(s->runs[i].out);
-    free(s->runs[i].err);
-  }
+  for (int i = 0; i < s->n_runs; i++) xf_test_run_free(&s->runs[i]);
   for (int i = 0; i < s->n_json; i++) json_decref(s->json[i]);
   xf_test_remove_tree(s->dir);
   free(s);
@@ -212,140 +205,43 @@ static const char *path_in(const scratch *s, const char *name) {
 
 /* ---- running xfed ------------------------------------------------------------ */
 
-typedef struct sink {
-  char *p;
-  size_t n, cap;
-} sink;
-
-static void sink_read(sink *k, int fd, bool *open) {
-  if (k->cap - k->n < 4097) {
-    k->cap = k->cap * 2 + 8192;
-    k->p = realloc(k->p, k->cap);
-    assert_non_null(k->p);
-  }
-  ssize_t got = read(fd, k->p + k->n, k->cap - k->n - 1);
-  if (got > 0)
-    k->n += (size_t)got;
-  else if (got == 0 || errno != EINTR)
-    *open = false;
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Shows what a failed run printed (fail_msg truncates long messages). */
-static void show_run(const run *r) {
-  fprintf(stderr, "--- %s\n--- its stdout (%zu bytes):\n%.4000s\n", r->line, r->out_len, r->out);
-  fprintf(stderr, "--- its stderr (%zu bytes):\n%.4000s\n---\n", r->err_len, r->err);
-}
-
 /* Runs xfed with the arguments given (NULL-terminated) and the fixture's
- * environment; stdin is /dev/null. The run belongs to s and is freed with it. */
+ * environment (tests/support.h). The run belongs to s and is freed with it. */
 static run *xfed_run(scratch *s, const char *arg, ...) {
   assert_true(s->n_runs < MAX_RUNS);
   run *r = &s->runs[s->n_runs++];
-  char *argv[40];
-  int argc = 0;
-  argv[argc++] = "xfed";
-  snprintf(r->line, sizeof(r->line), "xfed");
+  xf_test_exec_opts o = {.path = fx.xfed, .env = fx.env, .deadline_s = run_deadline_s};
   va_list ap;
   va_start(ap, arg);
-  for (const char *a = arg; a; a = va_arg(ap, const char *)) {
-    assert_true(argc < 39);
-    argv[argc++] = (char *)a;
-    size_t used = strlen(r->line);
-    snprintf(r->line + used, sizeof(r->line) - used, " %s", a);
-  }
+  xf_test_vexec(&o, r, "xfed", arg, ap);
   va_end(ap);
-  argv[argc] = NULL;
-
-  int out[2], err[2];
-  assert_int_equal(pipe(out), 0);
-  assert_int_equal(pipe(err), 0);
-  for (int i = 0; i < 2; i++) {
-    assert_int_equal(fcntl(out[i], F_SETFD, FD_CLOEXEC), 0);
-    assert_int_equal(fcntl(err[i], F_SETFD, FD_CLOEXEC), 0);
-  }
-  int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  assert_true(devnull >= 0);
-  fflush(NULL);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    if (dup2(devnull, 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0) _exit(126);
-    execve(fx.xfed, argv, fx.env);
-    _exit(127);
-  }
-  close(devnull);
-  close(out[1]);
-  close(err[1]);
-
-  sink o = {0}, e = {0};
-  bool o_open = true, e_open = true, killed = false;
-  double deadline = now_s() + run_deadline_s;
-  while (o_open || e_open) {
-    struct pollfd p[2] = {{o_open ? out[0] : -1, POLLIN, 0}, {e_open ? err[0] : -1, POLLIN, 0}};
-    int left_ms = (int)((deadline - now_s()) * 1000);
-    if (left_ms <= 0) {
-      kill(pid, SIGKILL);
-      killed = true;
-      break;
-    }
-    int n = poll(p, 2, left_ms);
-    if (n < 0 && errno == EINTR) continue;
-    assert_true(n >= 0);
-    if (p[0].revents) sink_read(&o, out[0], &o_open);
-    if (p[1].revents) sink_read(&e, err[0], &e_open);
-  }
-  close(out[0]);
-  close(err[0]);
-  int ws;
-  while (waitpid(pid, &ws, 0) < 0) assert_int_equal(errno, EINTR);
-  r->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-  r->out = o.p ? o.p : calloc(1, 1);
-  r->err = e.p ? e.p : calloc(1, 1);
-  assert_non_null(r->out);
-  assert_non_null(r->err);
-  r->out[o.n] = '\0';
-  r->err[e.n] = '\0';
-  r->out_len = o.n;
-  r->err_len = e.n;
-  if (killed) fail_msg("%s: still running after %d s; killed", r->line, run_deadline_s);
-  /* In a sanitized build the child is sanitized too: any report fails the test. */
-  if (strstr(r->err, "Sanitizer") || strstr(r->err, "runtime error:")) {
-    show_run(r);
-    fail_msg("%s: the sanitizer reported a problem in xfed", r->line);
-  }
   return r;
 }
 
 static void expect_status(const run *r, int want) {
   if (r->status != want) {
-    show_run(r);
+    xf_test_run_show(r);
     fail_msg("%s: exit status %d, expected %d", r->line, r->status, want);
   }
 }
 
 static void expect_in(const char *what, const char *text, const char *needle, const run *r) {
   if (!strstr(text, needle)) {
-    show_run(r);
+    xf_test_run_show(r);
     fail_msg("%s: %s does not mention \"%s\"", r->line, what, needle);
   }
 }
 
 static void expect_not_in(const char *what, const char *text, const char *needle, const run *r) {
   if (strstr(text, needle)) {
-    show_run(r);
+    xf_test_run_show(r);
     fail_msg("%s: %s should not contain \"%s\"", r->line, what, needle);
   }
 }
 
 static void expect_empty(const char *what, size_t len, const run *r) {
   if (len) {
-    show_run(r);
+    xf_test_run_show(r);
     fail_msg("%s: %s should be empty", r->line, what);
   }
 }
@@ -355,7 +251,7 @@ static json_t *stdout_json(scratch *s, const run *r) {
   json_error_t je;
   json_t *j = json_loads(r->out, 0, &je);
   if (!j) {
-    show_run(r);
+    xf_test_run_show(r);
     fail_msg("%s: stdout is not one JSON document (%s at line %d)", r->line, je.text, je.line);
   }
   assert_true(s->n_json < MAX_JSON);
@@ -396,7 +292,7 @@ static json_int_t member_integer(json_t *o, const char *key) {
 static json_t *json_error_object(scratch *s, const run *r, const char *code) {
   json_t *e = json_object_get(stdout_json(s, r), "error");
   if (!json_is_object(e)) {
-    show_run(r);
+    xf_test_run_show(r);
     fail_msg("%s: stdout has no \"error\" object", r->line);
   }
   assert_string_equal(member_string(e, "code"), code);
@@ -475,7 +371,7 @@ static void help_prints_usage_on_stdout_and_exits_0(void **state) {
     run *r = xfed_run(s, cases[i][0], cases[i][1], cases[i][2], NULL);
     expect_status(r, 0);
     if (strncmp(r->out, "usage: xfed", 11) != 0) {
-      show_run(r);
+      xf_test_run_show(r);
       fail_msg("%s: stdout does not start with the usage line", r->line);
     }
     expect_empty("stderr", r->err_len, r);
@@ -1001,7 +897,7 @@ static void version_prints_the_version_and_backends(void **state) {
   expect_status(r, 0);
   expect_empty("stderr", r->err_len, r);
   if (strncmp(r->out, "xfed ", 5) != 0) {
-    show_run(r);
+    xf_test_run_show(r);
     fail_msg("%s: stdout does not start with \"xfed \"", r->line);
   }
   expect_in("stdout", r->out, "cpu", r);

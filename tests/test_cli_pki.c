@@ -23,7 +23,6 @@
 #include <time.h>
 #include <unistd.h>
 
-extern char **environ;
 
 /* A run of xfed that takes longer than this is killed and reported. */
 #define RUN_DEADLINE_S 60
@@ -56,83 +55,23 @@ static int group_teardown(void **state) {
 
 /* ---- running xfed ------------------------------------------------------------ */
 
-typedef struct run {
-  char out[65536], err[16384];
-  int status;
-  char line[1024];
-} run;
+/* One run of xfed (tests/support.h). */
+typedef xf_test_run run;
 
-static void slurp(const char *path, char *buf, size_t n) {
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  size_t got = fread(buf, 1, n - 1, f);
-  buf[got] = '\0';
-  fclose(f);
-}
-
-static void show_run(const run *r) {
-  fprintf(stderr, "--- %s (exit %d)\n--- stdout:\n%s\n--- stderr:\n%s\n---\n", r->line, r->status,
-          r->out, r->err);
-}
-
-/* Runs xfed in dir with the NULL-terminated arguments; r is filled. */
+/* Runs xfed in dir with the NULL-terminated arguments; r is refilled (its
+ * previous output freed). */
 static void xfed(run *r, const char *dir, const char *arg, ...) {
-  char *argv[32];
-  int argc = 0;
-  argv[argc++] = "xfed";
-  snprintf(r->line, sizeof(r->line), "xfed");
+  xf_test_exec_opts o = {.path = fx.xfed, .cwd = dir, .deadline_s = RUN_DEADLINE_S};
   va_list ap;
   va_start(ap, arg);
-  for (const char *a = arg; a; a = va_arg(ap, const char *)) {
-    assert_true(argc < 31);
-    argv[argc++] = (char *)a;
-    size_t used = strlen(r->line);
-    snprintf(r->line + used, sizeof(r->line) - used, " %s", a);
-  }
+  xf_test_vexec(&o, r, "xfed", arg, ap);
   va_end(ap);
-  argv[argc] = NULL;
-  char out_path[700], err_path[700];
-  snprintf(out_path, sizeof(out_path), "%s/.stdout", fx.root);
-  snprintf(err_path, sizeof(err_path), "%s/.stderr", fx.root);
-  fflush(NULL);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    int in = open("/dev/null", O_RDONLY);
-    int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (in < 0 || out < 0 || err < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 ||
-        dup2(err, 2) < 0 || chdir(dir) != 0)
-      _exit(126);
-    execve(fx.xfed, argv, environ);
-    _exit(127);
-  }
-  int ws = 0;
-  struct timespec tick = {0, 10 * 1000 * 1000};
-  for (int waited = 0;; waited++) {
-    pid_t got = waitpid(pid, &ws, WNOHANG);
-    if (got == pid) break;
-    assert_true(got == 0 || errno == EINTR);
-    if (waited > RUN_DEADLINE_S * 100) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &ws, 0);
-      fail_msg("%s: still running after %d s; killed", r->line, RUN_DEADLINE_S);
-    }
-    nanosleep(&tick, NULL);
-  }
-  r->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-  slurp(out_path, r->out, sizeof(r->out));
-  slurp(err_path, r->err, sizeof(r->err));
-  if (strstr(r->err, "Sanitizer") || strstr(r->err, "runtime error:")) {
-    show_run(r);
-    fail_msg("%s: the sanitizer reported a problem in xfed", r->line);
-  }
 }
 
 static void expect(const run *r, int status, const char *out_has, const char *err_has) {
   if (r->status != status || (out_has && !strstr(r->out, out_has)) ||
       (err_has && !strstr(r->err, err_has))) {
-    show_run(r);
+    xf_test_run_show(r);
     fail_msg("%s: expected exit %d%s%s%s%s", r->line, status, out_has ? ", stdout with " : "",
              out_has ? out_has : "", err_has ? ", stderr with " : "", err_has ? err_has : "");
   }
@@ -143,7 +82,7 @@ static json_t *out_json(const run *r) {
   json_error_t je;
   json_t *j = json_loads(r->out, 0, &je);
   if (!json_is_object(j)) {
-    show_run(r);
+    xf_test_run_show(r);
     fail_msg("%s: stdout is not one JSON object (%s)", r->line, je.text);
   }
   return j;
@@ -183,6 +122,7 @@ static void help_lists_the_pki_verbs_and_their_options(void **state) {
   assert_non_null(strstr(r->out, "--force"));
   xfed(r, fx.root, "--help", NULL);
   expect(r, 0, "pki issue", NULL);
+  xf_test_run_free(r);
   free(r);
 }
 
@@ -268,6 +208,7 @@ static void admin_flow_init_issue_revoke_show_crl(void **state) {
   /* --dir works from anywhere. */
   xfed(r, fx.root, "pki", "show", "--dir", fed, NULL);
   expect(r, 0, "eu-berlin", NULL);
+  xf_test_run_free(r);
   free(r);
 }
 
@@ -309,6 +250,7 @@ static void usage_errors_exit_2_naming_the_flag(void **state) {
   json_t *j = out_json(r);
   assert_string_equal(str(json_object_get(j, "error"), "code"), "XF_EUSAGE");
   json_decref(j);
+  xf_test_run_free(r);
   free(r);
 }
 
@@ -338,6 +280,7 @@ static void refused_operations_exit_1_and_say_what_to_do(void **state) {
   xfed(r, dir, "pki", "issue", "--kind", "site", "--region", "eu", "--name", "s1", "--dir",
        "fed", NULL);
   expect(r, 0, NULL, NULL);
+  xf_test_run_free(r);
   free(r);
 }
 
