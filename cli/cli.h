@@ -40,6 +40,22 @@ typedef struct xf_cmd {
 /* The table, in cli/commands.c. Terminated by an entry with noun NULL. */
 extern const xf_cmd xf_cli_commands[];
 
+/* A program built on the dispatcher: its name, one paragraph about it for
+ * `PROG --help`, its exit statuses in words, and its command table. */
+typedef struct xf_cli_program {
+  const char *prog;
+  const char *about;
+  const char *exit_statuses;
+  const xf_cmd *commands; /* terminated by an entry with noun NULL */
+} xf_cli_program;
+
+/* The whole of a program's main: removes --json wherever it stands, prints
+ * the overview for no arguments or --help (exit 2 or 0), the verbs of a noun,
+ * or a command's usage when --help follows it (before any "--"), refuses
+ * unknown nouns and verbs as usage errors, and otherwise runs the command
+ * with argv[0] set to its name. Returns the exit status. */
+int xf_cli_main(const xf_cli_program *p, int argc, char **argv);
+
 /* Prints "PROG NAME: <error context>" to stderr (and, with --json, an
  * {"error": {...}} object to stdout) and returns the exit status for rc:
  * XF_EXIT_USAGE for XF_EUSAGE, XF_EXIT_DENIED for XF_EDENIED, else

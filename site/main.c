@@ -696,82 +696,12 @@ static const xf_cmd commands[] = {
     {0},
 };
 
-static void print_overview(FILE *out) {
-  fprintf(out, "usage: " PROG " [--json] NOUN [VERB] [OPTIONS]\n\n"
-               PROG " sets up an xfed site and keeps its dataset registry.\n\ncommands:\n");
-  for (const xf_cmd *c = commands; c->noun; c++) {
-    char name[64];
-    snprintf(name, sizeof(name), "%s%s%s", c->noun, c->verb ? " " : "", c->verb ? c->verb : "");
-    fprintf(out, "  %-18s %s\n", name, c->summary);
-  }
-  fprintf(out, "\nglobal options:\n"
-               "  --json      machine-readable output: one JSON document on stdout\n"
-               "  --help, -h  help for " PROG " or for the command it follows\n"
-               "\nexit status: 0 ok, 1 error, 2 usage.\n"
-               "Run '" PROG " NOUN VERB --help' for a command's options.\n");
-}
-
-static void print_noun(FILE *out, const char *noun) {
-  fprintf(out, "usage: " PROG " %s VERB [OPTIONS]\n\nverbs:\n", noun);
-  for (const xf_cmd *c = commands; c->noun; c++)
-    if (strcmp(c->noun, noun) == 0 && c->verb) fprintf(out, "  %-12s %s\n", c->verb, c->summary);
-}
-
-static int is_help(const char *a) { return strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0; }
-
 int main(int argc, char **argv) {
-  xf_cli cli = {.prog = PROG};
-  if (xf_crypto_init() != XF_OK) {
-    fprintf(stderr, PROG ": libsodium could not start (no entropy source?)\n");
-    return XF_EXIT_ERROR;
-  }
-  int n = 0;
-  for (int i = 0; i < argc; i++) {
-    if (i > 0 && strcmp(argv[i], "--json") == 0) cli.json = true;
-    else argv[n++] = argv[i];
-  }
-  argc = n;
-  argv[argc] = NULL;
-
-  if (argc < 2 || is_help(argv[1])) {
-    print_overview(argc < 2 ? stderr : stdout);
-    return argc < 2 ? XF_EXIT_USAGE : XF_EXIT_OK;
-  }
-  const char *noun = argv[1];
-  const char *verb = argc > 2 ? argv[2] : NULL;
-  const xf_cmd *found = NULL;
-  bool noun_known = false;
-  for (const xf_cmd *c = commands; c->noun; c++) {
-    if (strcmp(c->noun, noun) != 0) continue;
-    noun_known = true;
-    if (!c->verb || (verb && strcmp(c->verb, verb) == 0)) {
-      found = c;
-      break;
-    }
-  }
-  if (!noun_known) return xf_cli_usage(&cli, "'%s' is not an " PROG " command", noun);
-  if (!found) {
-    if (verb && is_help(verb)) {
-      print_noun(stdout, noun);
-      return XF_EXIT_OK;
-    }
-    print_noun(stderr, noun);
-    cli.name = noun;
-    if (verb) return xf_cli_usage(&cli, "'%s' is not a verb of '%s'", verb, noun);
-    return xf_cli_usage(&cli, "'%s' needs a verb", noun);
-  }
-  int skip = found->verb ? 2 : 1;
-  char name[64];
-  snprintf(name, sizeof(name), "%s%s%s", found->noun, found->verb ? " " : "",
-           found->verb ? found->verb : "");
-  cli.name = name;
-  for (int i = skip + 1; i < argc; i++) {
-    if (strcmp(argv[i], "--") == 0) break;
-    if (is_help(argv[i])) {
-      fputs(found->usage, stdout);
-      return XF_EXIT_OK;
-    }
-  }
-  argv[skip] = name;
-  return found->run(&cli, argc - skip, argv + skip);
+  static const xf_cli_program site = {
+      .prog = PROG,
+      .about = PROG " sets up an xfed site and keeps its dataset registry.",
+      .exit_statuses = "0 ok, 1 error, 2 usage",
+      .commands = commands,
+  };
+  return xf_cli_main(&site, argc, argv);
 }
