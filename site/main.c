@@ -13,7 +13,6 @@
 
 #include "base/alloc.h"
 #include "cli/cli.h"
-#include "crypto/digest.h"
 #include "site/registry.h"
 #include "storage/file.h"
 
