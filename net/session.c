@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The Hello exchange and the common replies (net/session.h). */
+#include "net/session.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "net/frame.h"
+#include "net/hello.h"
+
+#define XF_AGENT "xfed/0.1.0"
+
+xf_err xf_session_start(xf_session *s, xf_conn *c, const char *role, size_t max_frame,
+                        xf_errctx *err) {
+  memset(s, 0, sizeof(*s));
+  s->max_frame = max_frame ? max_frame : XF_FRAME_MAX_DEFAULT;
+  XF_GUARD(xf_conn_set_max_frame(c, s->max_frame, err));
+  static char *caps[] = {"tensor-resume"};
+  Xfed__Hello hello = XFED__HELLO__INIT;
+  hello.protocol_version = XF_PROTOCOL_VERSION;
+  hello.min_protocol_version = XF_PROTOCOL_MIN_VERSION;
+  hello.role = (char *)role;
+  hello.agent = XF_AGENT;
+  hello.max_frame = (uint32_t)s->max_frame;
+  hello.n_capabilities = 1;
+  hello.capabilities = caps;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_HELLO;
+  env.hello = &hello;
+  XF_GUARD(xf_conn_send(c, &env, err));
+  s->hello_sent = true;
+  return XF_OK;
+}
+
+static xf_err send_ack(xf_session *s, xf_conn *c, xf_errctx *err) {
+  static char *caps[] = {"tensor-resume"};
+  Xfed__HelloAck ack = XFED__HELLO_ACK__INIT;
+  ack.protocol_version = s->version;
+  ack.n_capabilities = 1;
+  ack.capabilities = caps;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_HELLO_ACK;
+  env.hello_ack = &ack;
+  return xf_conn_send(c, &env, err);
+}
+
+static void copy_text(char *dst, size_t n, const char *src) {
+  snprintf(dst, n, "%s", src ? src : "");
+}
+
+xf_err xf_session_on_frame(xf_session *s, xf_conn *c, const Xfed__Envelope *env,
+                           xf_session_event *ev, xf_errctx *err) {
+  *ev = XF_SESSION_HANDLED;
+  switch (env->body_case) {
+  case XFED__ENVELOPE__BODY_HELLO: {
+    XF_ENSURE(!s->hello_received, err, XF_EFORMAT, "the peer sent a second Hello");
+    uint32_t v;
+    xf_err rc = xf_hello_negotiate(XF_PROTOCOL_MIN_VERSION, XF_PROTOCOL_VERSION, env->hello,
+                                   &v, err);
+    if (rc == XF_EUNSUPPORTED) {
+      xf_session_refuse(c, XFED__REFUSAL__REASON__NO_COMMON_VERSION, "%s", err->msg);
+      return rc;
+    }
+    XF_GUARD(rc);
+    s->version = v;
+    s->hello_received = true;
+    copy_text(s->peer_role, sizeof(s->peer_role), env->hello->role);
+    copy_text(s->peer_agent, sizeof(s->peer_agent), env->hello->agent);
+    XF_GUARD(xf_conn_set_peer_max_frame(c, xf_hello_peer_max_frame(env->hello), err));
+    XF_GUARD(send_ack(s, c, err));
+    break;
+  }
+  case XFED__ENVELOPE__BODY_HELLO_ACK:
+    XF_ENSURE(s->hello_received && !s->ack_received, err, XF_EFORMAT,
+              "the peer sent HelloAck %s", s->ack_received ? "twice" : "before its Hello");
+    XF_ENSURE(env->hello_ack->protocol_version == s->version, err, XF_EFORMAT,
+              "the peer's HelloAck names protocol version %u, we negotiated %u",
+              (unsigned)env->hello_ack->protocol_version, (unsigned)s->version);
+    s->ack_received = true;
+    break;
+  case XFED__ENVELOPE__BODY_REFUSAL: {
+    const ProtobufCEnumValue *r = protobuf_c_enum_descriptor_get_value(
+        &xfed__refusal__reason__descriptor, (int)env->refusal->reason);
+    return xf_fail(err, XF_EDENIED, "the peer refused the session (%s): %s",
+                   r ? r->name : "unspecified",
+                   env->refusal->text && *env->refusal->text ? env->refusal->text
+                                                             : "no reason given");
+  }
+  default:
+    if (s->open) {
+      *ev = XF_SESSION_FRAME;
+      return XF_OK;
+    }
+    if (env->body_case == XFED__ENVELOPE__BODY_ERROR)
+      return xf_fail(err, XF_EDENIED, "the peer sent an error before the hello: %s",
+                     env->error->message ? env->error->message : "");
+    xf_session_send_error(c, XF_EDENIED, "%s before the hello exchange",
+                          xf_envelope_body_name(env));
+    return xf_fail(err, XF_EDENIED, "the peer sent %s before the hello exchange",
+                   xf_envelope_body_name(env));
+  }
+  if (!s->open && s->hello_sent && s->hello_received && s->ack_received) {
+    s->open = true;
+    *ev = XF_SESSION_OPENED;
+  }
+  return XF_OK;
+}
+
+void xf_session_send_error(xf_conn *c, xf_err code, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  Xfed__Error e = XFED__ERROR__INIT;
+  e.code = (uint32_t)code;
+  e.message = msg;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_ERROR;
+  env.error = &e;
+  xf_errctx err = {0};
+  if (xf_conn_send(c, &env, &err) != XF_OK)
+    XF_WARN("error_reply_lost", "peer=%s reason=\"%s\"", xf_conn_peer_addr(c), err.msg);
+}
+
+void xf_session_refuse(xf_conn *c, Xfed__Refusal__Reason reason, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  Xfed__Refusal r = XFED__REFUSAL__INIT;
+  r.reason = reason;
+  r.text = msg;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_REFUSAL;
+  env.refusal = &r;
+  xf_errctx err = {0};
+  if (xf_conn_send(c, &env, &err) != XF_OK)
+    XF_WARN("refusal_lost", "peer=%s reason=\"%s\"", xf_conn_peer_addr(c), err.msg);
+  xf_conn_close(c);
+}
+
+const char *xf_envelope_body_name(const Xfed__Envelope *env) {
+  const ProtobufCFieldDescriptor *f =
+      protobuf_c_message_descriptor_get_field(&xfed__envelope__descriptor,
+                                              (unsigned)env->body_case);
+  return f ? f->name : "none";
+}
