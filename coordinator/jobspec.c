@@ -42,6 +42,9 @@ static const char *const xf__downlink_names[] = {[XF_JOB_DOWNLINK_NONE] = "none"
                                                  [XF_JOB_DOWNLINK_FP16] = "fp16",
                                                  [XF_JOB_DOWNLINK_BF16] = "bf16"};
 
+static const char *const xf__topology_names[] = {[XF_JOB_TOPOLOGY_FLAT] = "flat",
+                                                 [XF_JOB_TOPOLOGY_REGIONAL] = "regional"};
+
 static const char *xf__name_of(const char *const *names, size_t n, int v) {
   if (v < 0 || (size_t)v >= n) return "unknown";
   return names[v];
@@ -71,6 +74,7 @@ XF__NAME_FUNCS(xf_job_strategy_kind, xf_job_strategy_kind, xf__strategy_names)
 XF__NAME_FUNCS(xf_job_privacy_unit, xf_job_privacy_unit, xf__unit_names)
 XF__NAME_FUNCS(xf_job_privacy_mode, xf_job_privacy_mode, xf__mode_names)
 XF__NAME_FUNCS(xf_job_downlink, xf_job_downlink, xf__downlink_names)
+XF__NAME_FUNCS(xf_job_topology, xf_job_topology, xf__topology_names)
 
 bool xf_job_strategy_is_robust(xf_job_strategy_kind v) {
   return v == XF_JOB_STRATEGY_MEDIAN || v == XF_JOB_STRATEGY_TRIMMED_MEAN;
@@ -245,7 +249,7 @@ static const struct {
 
 static const char *const xf__top_keys[] = {
     "name", "model", "data", "rounds", "sites_per_round", "over_selection", "min_sites",
-    "round_deadline_s", "local", "strategy", "privacy", "secure_aggregation", "compression",
+    "round_deadline_s", "topology", "local", "strategy", "privacy", "secure_aggregation", "compression",
     "seed", NULL};
 static const char *const xf__model_keys[] = {"arch", "hidden", "preset", NULL};
 static const char *const xf__data_keys[] = {"dataset", "tags", NULL};
@@ -779,6 +783,10 @@ static xf_err xf__parse_root(json_t *root, xf_jobspec *s, xf_errctx *err) {
   XF_GUARD(xf__get_real(root, "", "over_selection", &s->over_selection, NULL, err));
   XF_GUARD(xf__get_u32(root, "", "min_sites", 1, XF_JOB_SITES_MAX, &s->min_sites, NULL, err));
   XF_GUARD(xf__get_real(root, "", "round_deadline_s", &s->round_deadline_s, NULL, err));
+  int topology = (int)s->topology;
+  XF_GUARD(xf__get_choice(root, "", "topology", xf__topology_names, 0,
+                          XF__COUNT(xf__topology_names), &topology, NULL, err));
+  s->topology = (xf_job_topology)topology;
 
   bool prox_mu_present = false;
   XF_GUARD(xf__get_section(root, "local", &sec, err));
@@ -1203,6 +1211,14 @@ xf_err xf_jobspec_validate(const xf_jobspec *s, xf_errctx *err) {
                        "strategy \"fedprox\" needs a proximal term: set prox_mu > 0 (Li et al. "
                        "2020 use 0.001 to 1), or leave it out for %g",
                        XF__FEDPROX_DEFAULT_MU);
+  if ((unsigned)s->topology >= XF__COUNT(xf__topology_names))
+    return xf__fail_at(err, XF_EFORMAT, "topology", "unknown value %d", (int)s->topology);
+  if (s->topology == XF_JOB_TOPOLOGY_REGIONAL && xf_job_strategy_is_robust(s->strategy.kind))
+    return xf__fail_at(err, XF_EFORMAT, "topology",
+                       "\"regional\" forwards one aggregate per region, but \"%s\" needs "
+                       "every site's update; use \"flat\" or a mean-based strategy such as "
+                       "fedavg",
+                       strategy);
   if (sa->enabled && xf_job_strategy_is_robust(s->strategy.kind))
     return xf__fail_at(err, XF_EFORMAT, "strategy.name",
                        "\"%s\" needs to see each site's update, which secure aggregation hides "
@@ -1361,6 +1377,7 @@ xf_err xf_jobspec_to_json(const xf_jobspec *s, char **out) {
   xf__member_real(&o, "over_selection", s->over_selection);
   xf__member_uint(&o, "min_sites", s->min_sites);
   xf__member_real(&o, "round_deadline_s", s->round_deadline_s);
+  xf__member_string(&o, "topology", xf_job_topology_name(s->topology));
 
   xf__open(&o, "local");
   xf__member_uint(&o, "epochs", s->local.epochs);

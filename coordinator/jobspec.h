@@ -74,6 +74,13 @@ typedef enum xf_job_privacy_mode {
   XF_JOB_PRIVACY_LOCAL         /* "local": each site adds the full noise */
 } xf_job_privacy_mode;
 
+/* How updates reach the global coordinator. */
+typedef enum xf_job_topology {
+  XF_JOB_TOPOLOGY_FLAT = 0,  /* "flat": every site sends to the global coordinator */
+  XF_JOB_TOPOLOGY_REGIONAL   /* "regional": sites behind a regional aggregator send to it,
+                                and it forwards one aggregate of its region upstream */
+} xf_job_topology;
+
 typedef enum xf_job_downlink {
   XF_JOB_DOWNLINK_NONE = 0, /* "none": float32 */
   XF_JOB_DOWNLINK_FP16,     /* "fp16": IEEE half */
@@ -87,6 +94,7 @@ const char *xf_job_strategy_kind_name(xf_job_strategy_kind v);
 const char *xf_job_privacy_unit_name(xf_job_privacy_unit v);
 const char *xf_job_privacy_mode_name(xf_job_privacy_mode v);
 const char *xf_job_downlink_name(xf_job_downlink v);
+const char *xf_job_topology_name(xf_job_topology v);
 
 xf_err xf_job_arch_from_name(const char *s, xf_job_arch *out) XF_WARN_UNUSED;
 xf_err xf_job_preset_from_name(const char *s, xf_job_preset *out) XF_WARN_UNUSED;
@@ -95,6 +103,7 @@ xf_err xf_job_strategy_kind_from_name(const char *s, xf_job_strategy_kind *out) 
 xf_err xf_job_privacy_unit_from_name(const char *s, xf_job_privacy_unit *out) XF_WARN_UNUSED;
 xf_err xf_job_privacy_mode_from_name(const char *s, xf_job_privacy_mode *out) XF_WARN_UNUSED;
 xf_err xf_job_downlink_from_name(const char *s, xf_job_downlink *out) XF_WARN_UNUSED;
+xf_err xf_job_topology_from_name(const char *s, xf_job_topology *out) XF_WARN_UNUSED;
 
 /* True for median and trimmed_mean, which must see each site's update and so
  * cannot run under secure aggregation. */
@@ -205,6 +214,8 @@ typedef struct xf_jobspec {
   uint32_t min_sites;          /* reports needed for a round to count:
                                   1..100000; default 2 */
   double round_deadline_s;     /* seconds from task to close: (0, 604800]; default 600 */
+  xf_job_topology topology;    /* default flat; regional refuses median and
+                                  trimmed_mean, which need every update */
   xf_job_local local;
   xf_job_strategy strategy;
   xf_job_privacy privacy;
