@@ -75,6 +75,24 @@ static const xf_migration xf__migrations[] = {
      ");"
      "CREATE INDEX metrics_by_site ON metrics (job, site, round);"
      "CREATE INDEX jobs_by_state ON jobs (state);"},
+    /* 2: the daemon's needs. Sites by name (ids are derived from names, this
+     * table only remembers them for reports and for resuming), who submitted
+     * a job and the bytes it moved, the bytes behind each metrics row, and
+     * the queued jobs in submission order. */
+    {2,
+     "CREATE TABLE sites ("
+     "  id INTEGER PRIMARY KEY CHECK (id >= 0),"
+     "  name TEXT NOT NULL UNIQUE,"
+     "  region TEXT NOT NULL,"
+     "  kind TEXT NOT NULL CHECK (kind IN ('site','regional')),"
+     "  first_seen REAL NOT NULL,"
+     "  last_seen REAL NOT NULL"
+     ");"
+     "ALTER TABLE jobs ADD COLUMN submitter TEXT;"
+     "ALTER TABLE jobs ADD COLUMN bytes_up INTEGER NOT NULL DEFAULT 0;"
+     "ALTER TABLE jobs ADD COLUMN bytes_down INTEGER NOT NULL DEFAULT 0;"
+     "ALTER TABLE metrics ADD COLUMN bytes_up INTEGER;"
+     "ALTER TABLE metrics ADD COLUMN bytes_down INTEGER;"},
 };
 
 const xf_migration *xf_journal_migrations(size_t *n) {
@@ -423,14 +441,24 @@ xf_err xf_journal_metrics_add(xf_db *db, int64_t job, const xf_journal_metrics *
   sqlite3_stmt *st = NULL;
   XF_GUARD(xf__prepare(db, &st, err,
                        "INSERT INTO metrics (job, round, site, train_loss, test_loss,"
-                       " test_accuracy, samples, epsilon) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                       " test_accuracy, samples, epsilon, bytes_up, bytes_down)"
+                       " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                        " ON CONFLICT (job, round, site) DO UPDATE SET"
-                       " train_loss = excluded.train_loss, test_loss = excluded.test_loss,"
-                       " test_accuracy = excluded.test_accuracy, samples = excluded.samples,"
-                       " epsilon = excluded.epsilon",
+                       " train_loss = coalesce(excluded.train_loss, train_loss),"
+                       " test_loss = coalesce(excluded.test_loss, test_loss),"
+                       " test_accuracy = coalesce(excluded.test_accuracy, test_accuracy),"
+                       " samples = max(excluded.samples, samples),"
+                       " epsilon = coalesce(excluded.epsilon, epsilon),"
+                       " bytes_up = coalesce(excluded.bytes_up, bytes_up),"
+                       " bytes_down = coalesce(excluded.bytes_down, bytes_down)",
                        "iiidddi", job, (int64_t)m->round, (int64_t)m->site, m->train_loss,
                        m->test_loss, m->test_accuracy, (int64_t)m->samples));
   int rc = m->has_epsilon ? sqlite3_bind_double(st, 8, m->epsilon) : sqlite3_bind_null(st, 8);
+  if (rc == SQLITE_OK)
+    rc = m->has_bytes ? sqlite3_bind_int64(st, 9, (int64_t)m->bytes_up) : sqlite3_bind_null(st, 9);
+  if (rc == SQLITE_OK)
+    rc = m->has_bytes ? sqlite3_bind_int64(st, 10, (int64_t)m->bytes_down)
+                      : sqlite3_bind_null(st, 10);
   if (rc == SQLITE_OK) rc = sqlite3_step(st);
   xf_err e = rc == SQLITE_DONE ? XF_OK : xf_db_fail(db, err, "recording metrics");
   sqlite3_finalize(st);
@@ -469,6 +497,9 @@ static xf_err xf__metrics_collect(xf_db *db, sqlite3_stmt *st, xf_journal_metric
     m->samples = (uint64_t)sqlite3_column_int64(st, 5);
     m->has_epsilon = sqlite3_column_type(st, 6) != SQLITE_NULL;
     m->epsilon = m->has_epsilon ? sqlite3_column_double(st, 6) : 0.0;
+    m->has_bytes = sqlite3_column_type(st, 7) != SQLITE_NULL;
+    m->bytes_up = (uint64_t)sqlite3_column_int64(st, 7);
+    m->bytes_down = (uint64_t)sqlite3_column_int64(st, 8);
   }
   if (e == XF_OK && rc != SQLITE_DONE) e = xf_db_fail(db, err, "reading metrics");
   sqlite3_finalize(st);
@@ -486,7 +517,8 @@ static xf_err xf__metrics_collect(xf_db *db, sqlite3_stmt *st, xf_journal_metric
 }
 
 #define XF__METRICS_COLUMNS \
-  "SELECT round, site, train_loss, test_loss, test_accuracy, samples, epsilon FROM metrics"
+  "SELECT round, site, train_loss, test_loss, test_accuracy, samples, epsilon, bytes_up," \
+  " bytes_down FROM metrics"
 
 xf_err xf_journal_metrics_round(xf_db *db, int64_t job, uint32_t round,
                                 xf_journal_metrics **out, size_t *n, xf_errctx *err) {
@@ -598,12 +630,12 @@ xf_err xf_journal_job_load(xf_db *db, int64_t job, xf_journal_job *out, xf_errct
   return XF_OK;
 }
 
-xf_err xf_journal_running_jobs(xf_db *db, int64_t **ids, size_t *n, xf_errctx *err) {
+static xf_err xf__job_ids(xf_db *db, const char *sql, int64_t **ids, size_t *n,
+                          xf_errctx *err) {
   *ids = NULL;
   *n = 0;
   sqlite3_stmt *st = NULL;
-  XF_GUARD(xf__prepare(db, &st, err,
-                       "SELECT id FROM jobs WHERE state = 'running' ORDER BY id", ""));
+  XF_GUARD(xf__prepare(db, &st, err, sql, ""));
   int64_t *v = NULL;
   size_t len = 0, cap = 0;
   xf_err e = XF_OK;
@@ -630,4 +662,112 @@ xf_err xf_journal_running_jobs(xf_db *db, int64_t **ids, size_t *n, xf_errctx *e
   *ids = v;
   *n = len;
   return XF_OK;
+}
+
+xf_err xf_journal_running_jobs(xf_db *db, int64_t **ids, size_t *n, xf_errctx *err) {
+  return xf__job_ids(db, "SELECT id FROM jobs WHERE state = 'running' ORDER BY id", ids, n, err);
+}
+
+xf_err xf_journal_queued_jobs(xf_db *db, int64_t **ids, size_t *n, xf_errctx *err) {
+  return xf__job_ids(db, "SELECT id FROM jobs WHERE state = 'queued' ORDER BY id", ids, n, err);
+}
+
+xf_err xf_journal_all_jobs(xf_db *db, int64_t **ids, size_t *n, xf_errctx *err) {
+  return xf__job_ids(db, "SELECT id FROM jobs ORDER BY id", ids, n, err);
+}
+
+/* ---- the daemon's bookkeeping ------------------------------------------------------------ */
+
+xf_err xf_journal_site_seen(xf_db *db, uint64_t site, const char *name, const char *region,
+                            bool regional, double now, xf_errctx *err) {
+  XF_GUARD(xf__check_id(site, "site", err));
+  return xf__run(db, err, "recording the site", NULL,
+                 "INSERT INTO sites (id, name, region, kind, first_seen, last_seen)"
+                 " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
+                 " region = excluded.region, kind = excluded.kind, last_seen = excluded.last_seen",
+                 "itttdd", (int64_t)site, name, region, regional ? "regional" : "site", now, now);
+}
+
+xf_err xf_journal_site_name(xf_db *db, uint64_t site, char *name, size_t name_len,
+                            char *region, size_t region_len, xf_errctx *err) {
+  XF_GUARD(xf__check_id(site, "site", err));
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf__prepare(db, &st, err, "SELECT name, region FROM sites WHERE id = ?", "i",
+                       (int64_t)site));
+  int rc = sqlite3_step(st);
+  xf_err e = XF_OK;
+  if (rc == SQLITE_ROW) {
+    snprintf(name, name_len, "%s", (const char *)sqlite3_column_text(st, 0));
+    snprintf(region, region_len, "%s", (const char *)sqlite3_column_text(st, 1));
+  } else if (rc == SQLITE_DONE) {
+    e = xf_fail(err, XF_ENOENT, "no site %llu in the journal", (unsigned long long)site);
+  } else {
+    e = xf_db_fail(db, err, "reading a site");
+  }
+  sqlite3_finalize(st);
+  return e;
+}
+
+xf_err xf_journal_job_extra(xf_db *db, int64_t job, const char *submitter, uint64_t bytes_up,
+                            uint64_t bytes_down, xf_errctx *err) {
+  XF_GUARD(xf__check_id(bytes_up, "bytes", err));
+  XF_GUARD(xf__check_id(bytes_down, "bytes", err));
+  int changes = 0;
+  XF_GUARD(xf__run(db, err, "recording the job's traffic", &changes,
+                   "UPDATE jobs SET submitter = coalesce(?, submitter), bytes_up = bytes_up + ?,"
+                   " bytes_down = bytes_down + ? WHERE id = ?",
+                   "tiii", submitter, (int64_t)bytes_up, (int64_t)bytes_down, job));
+  XF_ENSURE(changes == 1, err, XF_ENOENT, "no job %lld in the journal", (long long)job);
+  return XF_OK;
+}
+
+xf_err xf_journal_job_traffic(xf_db *db, int64_t job, char *submitter, size_t submitter_len,
+                              uint64_t *bytes_up, uint64_t *bytes_down, xf_errctx *err) {
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf__prepare(db, &st, err,
+                       "SELECT submitter, bytes_up, bytes_down FROM jobs WHERE id = ?", "i", job));
+  int rc = sqlite3_step(st);
+  xf_err e = XF_OK;
+  if (rc == SQLITE_ROW) {
+    const char *sub = (const char *)sqlite3_column_text(st, 0);
+    snprintf(submitter, submitter_len, "%s", sub ? sub : "");
+    *bytes_up = (uint64_t)sqlite3_column_int64(st, 1);
+    *bytes_down = (uint64_t)sqlite3_column_int64(st, 2);
+  } else if (rc == SQLITE_DONE) {
+    e = xf_fail(err, XF_ENOENT, "no job %lld in the journal", (long long)job);
+  } else {
+    e = xf_db_fail(db, err, "reading the job");
+  }
+  sqlite3_finalize(st);
+  return e;
+}
+
+xf_err xf_journal_round_model(xf_db *db, int64_t job, uint32_t round, xf_digest *model,
+                              xf_errctx *err) {
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf__prepare(db, &st, err,
+                       "SELECT model_digest FROM rounds WHERE job = ? AND round = ?"
+                       " AND outcome = 'committed'",
+                       "ii", job, (int64_t)round));
+  int rc = sqlite3_step(st);
+  xf_err e = XF_OK;
+  if (rc == SQLITE_ROW)
+    e = xf__column_digest(st, 0, model, NULL, err);
+  else if (rc == SQLITE_DONE)
+    e = xf_fail(err, XF_ENOENT, "job %lld has no committed round %u", (long long)job,
+                (unsigned)round);
+  else
+    e = xf_db_fail(db, err, "reading the round's model");
+  sqlite3_finalize(st);
+  return e;
+}
+
+xf_err xf_journal_metrics_job(xf_db *db, int64_t job, xf_journal_metrics **out, size_t *n,
+                              xf_errctx *err) {
+  *out = NULL;
+  *n = 0;
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf__prepare(db, &st, err, XF__METRICS_COLUMNS " WHERE job = ? ORDER BY round, site",
+                       "i", job));
+  return xf__metrics_collect(db, st, out, n, err);
 }

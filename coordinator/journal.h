@@ -85,7 +85,10 @@ xf_err xf_journal_participant_set(xf_db *db, int64_t job, uint32_t round, uint32
                                   xf_errctx *err) XF_WARN_UNUSED;
 
 /* The evaluation a site sent with its update in one round. A later record
- * for the same (job, round, site) — a retried attempt — replaces it. */
+ * for the same (job, round, site) — a retried attempt, or the evaluation of
+ * the round's model arriving with the next round's report — merges into it:
+ * each figure it gives (not NaN; epsilon and bytes when their flags are set)
+ * replaces the stored one, the others are kept; samples keeps the larger. */
 typedef struct xf_journal_metrics {
   uint32_t round;
   uint64_t site;
@@ -95,6 +98,8 @@ typedef struct xf_journal_metrics {
   uint64_t samples;
   bool has_epsilon;
   double epsilon;   /* privacy spent so far; meaningful when has_epsilon */
+  bool has_bytes;
+  uint64_t bytes_up, bytes_down; /* the site's traffic that round, when has_bytes */
 } xf_journal_metrics;
 
 xf_err xf_journal_metrics_add(xf_db *db, int64_t job, const xf_journal_metrics *m,
@@ -161,5 +166,34 @@ xf_err xf_journal_job_load(xf_db *db, int64_t job, xf_journal_job *out,
  * coordinator resumes. The caller owns *ids (xf_free; NULL when *n is 0). */
 xf_err xf_journal_running_jobs(xf_db *db, int64_t **ids, size_t *n,
                                xf_errctx *err) XF_WARN_UNUSED;
+
+/* Jobs in state queued (submission order), and every job (ascending id). */
+xf_err xf_journal_queued_jobs(xf_db *db, int64_t **ids, size_t *n,
+                              xf_errctx *err) XF_WARN_UNUSED;
+xf_err xf_journal_all_jobs(xf_db *db, int64_t **ids, size_t *n, xf_errctx *err) XF_WARN_UNUSED;
+
+/* ---- the daemon's bookkeeping (migration 2) ---------------------------------- */
+
+/* Remembers a site (or regional aggregator) by id with its name and region;
+ * a known id gets its region, kind and last_seen updated. */
+xf_err xf_journal_site_seen(xf_db *db, uint64_t site, const char *name, const char *region,
+                            bool regional, double now, xf_errctx *err) XF_WARN_UNUSED;
+/* Name and region of a remembered site; XF_ENOENT for an unknown id. */
+xf_err xf_journal_site_name(xf_db *db, uint64_t site, char *name, size_t name_len,
+                            char *region, size_t region_len, xf_errctx *err) XF_WARN_UNUSED;
+/* Sets the job's submitter (NULL: unchanged) and adds to its traffic. */
+xf_err xf_journal_job_extra(xf_db *db, int64_t job, const char *submitter, uint64_t bytes_up,
+                            uint64_t bytes_down, xf_errctx *err) XF_WARN_UNUSED;
+/* Reads them back ("" when no submitter was recorded). */
+xf_err xf_journal_job_traffic(xf_db *db, int64_t job, char *submitter, size_t submitter_len,
+                              uint64_t *bytes_up, uint64_t *bytes_down,
+                              xf_errctx *err) XF_WARN_UNUSED;
+/* The model committed by a round; XF_ENOENT when the round has none. */
+xf_err xf_journal_round_model(xf_db *db, int64_t job, uint32_t round, xf_digest *model,
+                              xf_errctx *err) XF_WARN_UNUSED;
+/* Every metrics row of a job, by round then site. Ownership as
+ * xf_journal_metrics_round. */
+xf_err xf_journal_metrics_job(xf_db *db, int64_t job, xf_journal_metrics **out, size_t *n,
+                              xf_errctx *err) XF_WARN_UNUSED;
 
 #endif

@@ -760,7 +760,8 @@ static void journal_metrics_per_round_and_site_in_order(void **state) {
       check(xf_journal_metrics_add(db, job, &m, &err), &err);
     }
   }
-  /* A retried attempt's metrics replace the first ones. */
+  /* A later record merges: the figures it gives replace the stored ones, a
+   * NaN (not given) keeps what was there. */
   xf_journal_metrics again = {.round = 2, .site = 5, .train_loss = NAN, .test_loss = 1.5,
                               .test_accuracy = 0.75, .samples = 51, .has_epsilon = true,
                               .epsilon = 0.6};
@@ -776,7 +777,8 @@ static void journal_metrics_per_round_and_site_in_order(void **state) {
   assert_false(v[0].has_epsilon);
   assert_true(v[2].has_epsilon);
   assert_true(v[2].epsilon == 0.5);
-  assert_true(isnan(v[1].train_loss));
+  assert_false(isnan(v[1].train_loss));
+  assert_true(v[1].test_loss == 1.5);
   assert_true(v[1].test_accuracy == 0.75);
   assert_int_equal(v[1].samples, 51);
   assert_true(v[2].train_loss == 2.09);
