@@ -15,8 +15,8 @@
 
 /* Both objects work on host float arrays in plain C, not through
  * kernels/backend.h: the coordinator needs no compute device, the mean is
- * accumulated in double (the backend ops are float32), and the reduction
- * order has to be the one written below, whatever backend is built.
+ * accumulated exactly in fixed point (the backend ops are float32), and the
+ * arithmetic has to be the one written below, whatever backend is built.
  * Neither object is thread-safe; the coordinator drives them from its loop. */
 
 /* ---- the aggregator ------------------------------------------------------- */
@@ -31,15 +31,26 @@ typedef struct xf_agg_update xf_agg_update;
  * weight and their sum are exact in a double. */
 #define XF_AGG_WEIGHT_MAX (UINT64_C(1) << 53)
 
+/* Mean-based kinds hold each value v in fixed point, as the integer
+ * round(v * 2^XF_AGG_FIXED_BITS) (to nearest, ties to even), and sum
+ * weight * that integer exactly in 128 bits, so that the sum is the same in
+ * any order of commits. Values of magnitude XF_AGG_VALUE_LIMIT (2^23) or more
+ * do not fit the 64-bit fixed value and are refused. Values with |v| >= 2^-17
+ * are held exactly; smaller ones to within 2^-41. docs/aggregation.md gives
+ * the error of the mean. */
+#define XF_AGG_FIXED_BITS 40
+#define XF_AGG_VALUE_LIMIT 0x1p23f
+
 /* Creates the aggregator of one round for n_params parameters (> 0) under
  * strategy (copied; its kind and trim_fraction are used here).
  *
  * Memory:
  *  - mean-based kinds (fedavg, fedavgm, fedprox, fedadam, fedyogi,
- *    fedadagrad): 8 bytes per parameter for the running sum, plus for each
- *    update in flight a staging copy (4 bytes per parameter) and its arrival
- *    bitmap (1 bit per parameter): (8 + 4.125 u) bytes per parameter with u
- *    updates in flight. robust_capacity is ignored.
+ *    fedadagrad): 16 bytes per parameter for the exact running sum (a
+ *    128-bit integer), plus for each update in flight a staging copy (4 bytes
+ *    per parameter) and its arrival bitmap (1 bit per parameter):
+ *    (16 + 4.125 u) bytes per parameter with u updates in flight.
+ *    robust_capacity is ignored.
  *  - robust kinds (median, trimmed_mean) hold every update until finish: at
  *    most robust_capacity (>= 1) updates, committed and in flight together,
  *    4.125 bytes per parameter each. A site past that is refused at
@@ -73,19 +84,23 @@ xf_err xf_aggregator_begin_update(xf_aggregator *agg, uint64_t site_id, uint64_t
 /* Stores values[0..count) as elements offset..offset+count of the update, in
  * any order of chunks and any split. values is borrowed for the call only.
  * Returns
- *   XF_ERANGE   the chunk reaches past n_params, or a value is NaN or infinite;
+ *   XF_ERANGE   the chunk reaches past n_params, or a value is NaN or infinite,
+ *               or (mean-based kinds) of magnitude XF_AGG_VALUE_LIMIT or more;
+ *               err names the first such value by its index;
  *   XF_EFORMAT  an element of the chunk has already arrived;
  *   XF_EINVAL   the update was already spoiled by an earlier failed fold.
- * A failed fold stores nothing and spoils the update: further folds fail and
- * end_update discards it with XF_EFORMAT. The caller usually aborts it. */
+ * A failed fold spoils the update: it counts no value as arrived, further
+ * folds fail, and end_update discards it with XF_EFORMAT. The caller usually
+ * aborts it. What a failed fold left in the staging copy is never read. */
 xf_err xf_aggregator_fold(xf_agg_update *upd, size_t offset, const float *values,
                           size_t count, xf_errctx *err) XF_WARN_UNUSED;
 
 /* Commits the update: every one of the n_params elements must have arrived
  * exactly once. For mean-based kinds this is when the update enters the
- * running sum, sum[i] += (double)weight * value[i] for i = 0..n_params-1, so
- * the sum depends on the order of commits and on nothing else (not on chunk
- * sizes, chunk order, or how updates interleave). Returns XF_OK, or
+ * running sum, sum[i] += weight * round(value[i] * 2^40) in 128-bit integers
+ * for i = 0..n_params-1. The addition is exact, so the sum depends only on
+ * the set of committed (weight, update) pairs: not on the order of commits,
+ * chunk sizes, chunk order, or how updates interleave. Returns XF_OK, or
  * XF_EFORMAT (elements missing, the first one named in err, or the update
  * spoiled by a failed fold) after discarding the update as abort would.
  * Either way the handle is invalid afterwards. */
@@ -102,14 +117,18 @@ uint64_t xf_aggregator_total_weight(const xf_aggregator *agg);
 size_t xf_aggregator_in_flight(const xf_aggregator *agg);
 
 /* Writes the round's aggregate delta to out[0..n_params):
- *  - mean-based kinds: the weighted mean, out[i] = (float)(sum[i] / W) with
- *    W the total weight (both in double);
+ *  - mean-based kinds: the weighted mean,
+ *    out[i] = (float)((double)sum[i] / (double)W * 2^-40), with W the total
+ *    weight: the sum rounded to double, divided in double, scaled exactly,
+ *    and rounded to float, within about half a float ulp of the exact mean
+ *    of the fixed-point values (docs/aggregation.md);
  *  - median: per coordinate, the middle of the sorted values; for an even
  *    count the mean of the two middle ones, computed in double;
  *  - trimmed_mean: per coordinate, k = floor(trim_fraction * K) values cut
  *    from each end of the K sorted values and the rest averaged in double,
  *    summed in ascending order.
- * Robust results depend only on the set of updates, not on their order.
+ * Every kind's result depends only on the set of committed updates (with
+ * their weights), not on their order.
  * Needs at least one committed update and none in flight (XF_EINVAL
  * otherwise); XF_ENOMEM for robust kinds (a K-float scratch). out is owned
  * by the caller; the aggregator is unchanged, so finish may be repeated. */

@@ -1,0 +1,602 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The coordinator daemon's loop: listening, sessions, who may say what,
+ * the sites it knows, outgoing tensor streams, signals and the tick that
+ * drives rounds (coordinator/daemon.h, docs/coordinator.md). */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "coordinator/daemon_internal.h"
+#include "storage/file.h"
+
+#define TICK_MS 200
+
+double xf__now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+uint64_t xf_coord_site_id(const char *name) {
+  xf_digest_ctx ctx;
+  xf_digest d;
+  xf_digest_init(&ctx);
+  xf_digest_update(&ctx, "site:", 5);
+  xf_digest_update(&ctx, name, strlen(name));
+  xf_digest_final(&ctx, &d);
+  uint64_t id = 0;
+  for (int i = 7; i >= 0; i--) id = id << 8 | d.bytes[i];
+  return id & ~(UINT64_C(1) << 63);
+}
+
+xf__site *xf__site_find(xf__coord *co, uint64_t id) {
+  for (xf__site *s = co->sites; s; s = s->next)
+    if (s->id == id) return s;
+  return NULL;
+}
+
+xf__site *xf__site_by_name(xf__coord *co, const char *name) {
+  for (xf__site *s = co->sites; s; s = s->next)
+    if (strcmp(s->name, name) == 0) return s;
+  return NULL;
+}
+
+/* ---- sending ----------------------------------------------------------------------- */
+
+xf_err xf__send(xf__peer *p, const Xfed__Envelope *env) {
+  if (!p->conn) return XF_EINVAL;
+  xf_errctx err = {0};
+  xf_err rc = xf_conn_send(p->conn, env, &err);
+  if (rc != XF_OK)
+    XF_WARN("send_failed", "peer=%s body=%s reason=\"%s\"", xf_conn_peer_addr(p->conn),
+            xf_envelope_body_name(env), err.msg);
+  return rc;
+}
+
+void xf__model_file_unref(xf__model_file *mf) {
+  if (!mf || --mf->refs > 0) return;
+  xf_free(mf->bytes);
+  xf_free(mf);
+}
+
+void xf__stream_stop(xf__peer *p) {
+  xf_tensor_sender_free(p->tx);
+  p->tx = NULL;
+  xf__model_file_unref(p->tx_model);
+  p->tx_model = NULL;
+  xf_free(p->tx_own);
+  p->tx_own = NULL;
+  p->tx_pending = false;
+  p->tx_await_ack = false;
+  p->tx_bytes = 0;
+}
+
+xf_err xf__stream_start(xf__peer *p, const xf_tensor_desc *desc, xf__model_file *mf,
+                        uint8_t *own, size_t len, bool await_ack) {
+  xf__stream_stop(p);
+  xf_errctx err = {0};
+  const void *data = mf ? (const void *)mf->bytes : (const void *)own;
+  xf_err rc = xf_tensor_sender_new(desc, data, len, 0, &p->tx, &err);
+  if (rc != XF_OK) {
+    xf_free(own);
+    XF_ERROR("stream_failed", "reason=\"%s\"", err.msg);
+    return rc;
+  }
+  if (mf) {
+    mf->refs++;
+    p->tx_model = mf;
+  }
+  p->tx_own = own;
+  p->tx_await_ack = await_ack;
+  xf__stream_pump(p);
+  return XF_OK;
+}
+
+/* Sends the stream's messages until the connection is busy, the stream
+ * waits for a TensorAck, or it has ended. */
+void xf__stream_pump(xf__peer *p) {
+  while (p->tx && p->conn && xf_conn_is_open(p->conn)) {
+    if (!p->tx_pending) {
+      if (xf_tensor_sender_next(p->tx, &p->tx_msg) != XF_OK) return; /* all sent */
+      p->tx_pending = true;
+      if (p->tx_msg.env.body_case == XFED__ENVELOPE__BODY_TENSOR_BEGIN) {
+        p->tx_msg.body.begin.weight = p->tx_weight;
+        p->tx_msg.body.begin.attempt = p->tx_attempt;
+        p->tx_msg.body.begin.contributors = p->tx_contributors;
+      }
+    }
+    xf_errctx err = {0};
+    xf_err rc = xf_conn_send(p->conn, &p->tx_msg.env, &err);
+    if (rc == XF_ERANGE) return; /* busy: on_drain pumps again */
+    if (rc != XF_OK) {
+      XF_WARN("stream_send_failed", "peer=%s reason=\"%s\"", xf_conn_peer_addr(p->conn), err.msg);
+      xf_conn_close(p->conn);
+      return;
+    }
+    p->tx_pending = false;
+    if (p->tx_msg.env.body_case == XFED__ENVELOPE__BODY_TENSOR_CHUNK)
+      p->tx_bytes += p->tx_msg.body.chunk.data.len;
+    if (p->tx_msg.env.body_case == XFED__ENVELOPE__BODY_TENSOR_BEGIN && p->tx_await_ack)
+      return; /* the peer's TensorAck says where to go on */
+  }
+}
+
+/* ---- who may say what --------------------------------------------------------------- */
+
+static xf__peer_kind kind_for(const xf__coord *co, const xf_spiffe_id *id) {
+  switch (id->kind) {
+  case XF_PKI_KIND_SITE: return XF__PEER_SITE;
+  case XF_PKI_KIND_USER: return co->cfg.regional ? XF__PEER_UNKNOWN : XF__PEER_CLI;
+  case XF_PKI_KIND_COORDINATOR:
+    return !co->cfg.regional && id->region[0] ? XF__PEER_REGIONAL : XF__PEER_UNKNOWN;
+  default: return XF__PEER_UNKNOWN;
+  }
+}
+
+static xf_err on_connect(xf_conn *c, const xf_spiffe_id *peer_id) {
+  xf__peer *p = xf_conn_user(c);
+  xf__coord *co = p->co;
+  p->id = *peer_id;
+  char spiffe[XF_SPIFFE_MAX];
+  if (xf_spiffe_format(peer_id, spiffe, NULL) != XF_OK) snprintf(spiffe, sizeof(spiffe), "?");
+  if (p->kind == XF__PEER_UPSTREAM) {
+    if (peer_id->kind != XF_PKI_KIND_COORDINATOR || peer_id->region[0]) {
+      XF_ERROR("upstream_refused", "peer=%s id=%s reason=\"upstream is not a global coordinator\"",
+               xf_conn_peer_addr(c), spiffe);
+      return XF_EDENIED;
+    }
+  } else {
+    p->kind = kind_for(co, peer_id);
+    if (p->kind == XF__PEER_UNKNOWN) {
+      const char *why = co->cfg.regional
+                            ? "a regional aggregator serves only the sites of its region; "
+                              "users and coordinators talk to the global coordinator"
+                            : "only sites, regional aggregators and users connect to a "
+                              "coordinator";
+      XF_WARN("peer_refused", "peer=%s id=%s reason=\"%s\"", xf_conn_peer_addr(c), spiffe, why);
+      xf_session_refuse(c, XFED__REFUSAL__REASON__NOT_AUTHORIZED, "%s is refused: %s", spiffe,
+                        why);
+      return XF_EDENIED;
+    }
+    if (p->kind == XF__PEER_SITE && co->cfg.regional &&
+        strcmp(peer_id->region, co->cfg.region) != 0) {
+      XF_WARN("peer_refused", "peer=%s id=%s reason=\"site of region %s at the aggregator of %s\"",
+              xf_conn_peer_addr(c), spiffe, peer_id->region, co->cfg.region);
+      xf_session_refuse(c, XFED__REFUSAL__REASON__NOT_AUTHORIZED,
+                        "%s is in region %s; this aggregator serves region %s", spiffe,
+                        peer_id->region, co->cfg.region);
+      return XF_EDENIED;
+    }
+  }
+  xf_errctx err = {0};
+  const char *role = co->cfg.regional ? (p->kind == XF__PEER_UPSTREAM ? "regional" : "coordinator")
+                                      : "coordinator";
+  if (xf_session_start(&p->session, c, role, co->cfg.max_frame, &err) != XF_OK) {
+    XF_ERROR("session_failed", "peer=%s reason=\"%s\"", xf_conn_peer_addr(c), err.msg);
+    return XF_EIO;
+  }
+  XF_INFO("peer_connected", "peer=%s id=%s", xf_conn_peer_addr(c), spiffe);
+  return XF_OK;
+}
+
+/* The role a peer names in its Hello must fit its certificate. */
+static bool role_fits(const xf__peer *p) {
+  const char *r = p->session.peer_role;
+  switch (p->kind) {
+  case XF__PEER_SITE: return strcmp(r, "site") == 0;
+  case XF__PEER_REGIONAL: return strcmp(r, "regional") == 0;
+  case XF__PEER_CLI: return strcmp(r, "cli") == 0;
+  case XF__PEER_UPSTREAM: return strcmp(r, "coordinator") == 0;
+  default: return false;
+  }
+}
+
+static void copy_label(char *dst, size_t n, const char *src) {
+  snprintf(dst, n, "%s", src ? src : "");
+}
+
+/* A site's or regional's SiteAnnounce: who it is must match its
+ * certificate; what it holds replaces what it said before. */
+static void on_announce(xf__coord *co, xf__peer *p, const Xfed__SiteAnnounce *a) {
+  const char *name = a->site ? a->site : "";
+  const char *region = a->region ? a->region : "";
+  if (strcmp(name, p->id.name) != 0 || strcmp(region, p->id.region) != 0) {
+    XF_WARN("peer_refused",
+            "peer=%s reason=\"announces itself as %s in region %s but its certificate names %s "
+            "in region %s\"",
+            xf_conn_peer_addr(p->conn), name, region, p->id.name, p->id.region);
+    xf_session_refuse(p->conn, XFED__REFUSAL__REASON__NOT_AUTHORIZED,
+                      "a site speaks only for itself: this certificate is %s in region %s, not "
+                      "%s in region %s",
+                      p->id.name, p->id.region, name, region);
+    return;
+  }
+  uint64_t id = xf_coord_site_id(name);
+  xf__site *s = xf__site_find(co, id);
+  if (!s) {
+    s = xf_calloc(1, sizeof(*s));
+    if (!s) {
+      xf_conn_close(p->conn);
+      return;
+    }
+    s->id = id;
+    copy_label(s->name, sizeof(s->name), name);
+    s->next = co->sites;
+    co->sites = s;
+  }
+  copy_label(s->region, sizeof(s->region), region);
+  s->regional = p->kind == XF__PEER_REGIONAL;
+  if (s->peer && s->peer != p) {
+    XF_INFO("session_replaced", "site=%s old=%s new=%s", s->name, xf_conn_peer_addr(s->peer->conn),
+            xf_conn_peer_addr(p->conn));
+    xf__peer *old = s->peer;
+    old->site = NULL;
+    xf__stream_stop(old);
+    xf_conn_close(old->conn);
+  }
+  s->peer = p;
+  p->site = s;
+  s->away_since = 0;
+  xf_free(s->datasets);
+  s->datasets = NULL;
+  s->n_datasets = 0;
+  if (a->n_datasets) {
+    s->datasets = xf_calloc(a->n_datasets, sizeof(*s->datasets));
+    if (s->datasets) s->n_datasets = a->n_datasets;
+  }
+  for (size_t i = 0; i < s->n_datasets; i++) {
+    const Xfed__SiteAnnounce__Dataset *d = a->datasets[i];
+    xf__dataset *o = &s->datasets[i];
+    copy_label(o->name, sizeof(o->name), d->name);
+    for (size_t t = 0; t < d->n_tags && t < XF_JOB_TAGS_MAX; t++)
+      copy_label(o->tags[o->n_tags++], XF_JOB_IDENT_MAX, d->tags[t]);
+    o->train_records = d->train_records;
+    o->test_records = d->test_records;
+    o->classes = d->classes;
+    o->h = d->height;
+    o->w = d->width;
+    o->c = d->channels;
+  }
+  xf_free(s->behind);
+  s->behind = NULL;
+  s->n_behind = 0;
+  if (a->n_sites && (s->behind = xf_calloc(a->n_sites, sizeof(*s->behind)))) {
+    s->n_behind = a->n_sites;
+    for (size_t i = 0; i < a->n_sites; i++)
+      copy_label(s->behind[i], sizeof(s->behind[i]), a->sites[i]);
+  }
+  if (co->db) {
+    xf_errctx err = {0};
+    if (xf_journal_site_seen(co->db, s->id, s->name, s->region, s->regional, xf__now(), &err) !=
+        XF_OK)
+      XF_ERROR("journal_failed", "doing=site_seen reason=\"%s\"", err.msg);
+  }
+  XF_INFO("site_announced", "site=%s region=%s kind=%s datasets=%zu sites_behind=%zu", s->name,
+          s->region, s->regional ? "regional" : "site", s->n_datasets, s->n_behind);
+  if (co->cfg.regional) xf__upstream_announce(co);
+  xf__job_site_back(co, s);
+}
+
+static void on_frame(xf_conn *c, const Xfed__Envelope *env) {
+  xf__peer *p = xf_conn_user(c);
+  xf__coord *co = p->co;
+  xf_session_event ev;
+  xf_errctx err = {0};
+  if (xf_session_on_frame(&p->session, c, env, &ev, &err) != XF_OK) {
+    XF_WARN("session_closed", "peer=%s reason=\"%s\"", xf_conn_peer_addr(c), err.msg);
+    xf_conn_close(c);
+    return;
+  }
+  if (ev == XF_SESSION_OPENED) {
+    if (!role_fits(p)) {
+      XF_WARN("peer_refused", "peer=%s id=%s/%s reason=\"hello role '%s' does not fit the "
+                              "certificate\"",
+              xf_conn_peer_addr(c), p->id.region, p->id.name, p->session.peer_role);
+      xf_session_refuse(c, XFED__REFUSAL__REASON__NOT_AUTHORIZED,
+                        "the hello names role '%s', which this certificate may not take",
+                        p->session.peer_role);
+      return;
+    }
+    if (p->kind == XF__PEER_UPSTREAM) xf__upstream_on_frame(co, p, NULL);
+    return;
+  }
+  if (ev != XF_SESSION_FRAME) return;
+  switch (p->kind) {
+  case XF__PEER_CLI: xf__cli_on_frame(co, p, env); return;
+  case XF__PEER_UPSTREAM: xf__upstream_on_frame(co, p, env); return;
+  case XF__PEER_SITE:
+  case XF__PEER_REGIONAL:
+    if (env->body_case == XFED__ENVELOPE__BODY_SITE_ANNOUNCE) {
+      on_announce(co, p, env->site_announce);
+      return;
+    }
+    if (!p->site) {
+      xf_session_send_error(c, XF_EINVAL, "send SiteAnnounce before %s",
+                            xf_envelope_body_name(env));
+      return;
+    }
+    if (env->body_case == XFED__ENVELOPE__BODY_ERROR) {
+      XF_WARN("peer_error", "site=%s code=%u message=\"%s\"", p->site->name,
+              (unsigned)env->error->code, env->error->message ? env->error->message : "");
+    }
+    xf__job_on_frame(co, p->site, env);
+    return;
+  default: xf_conn_close(c); return;
+  }
+}
+
+static void on_drain(xf_conn *c) {
+  xf__peer *p = xf_conn_user(c);
+  xf__stream_pump(p);
+}
+
+static void on_close(xf_conn *c, const xf_conn_reason *why) {
+  xf__peer *p = xf_conn_user(c);
+  if (!p) return;
+  xf__coord *co = p->co;
+  char spiffe[XF_SPIFFE_MAX] = "-";
+  if (p->id.federation[0] && xf_spiffe_format(&p->id, spiffe, NULL) != XF_OK) spiffe[0] = '\0';
+  if (why->end == XF_CONN_END_CLOSED || why->end == XF_CONN_END_PEER_CLOSED)
+    XF_INFO("peer_closed", "peer=%s id=%s end=\"%s\"", xf_conn_peer_addr(c), spiffe,
+            xf_conn_end_message(why->end));
+  else
+    XF_WARN("peer_closed", "peer=%s id=%s end=\"%s\" verdict=%s reason=\"%s\"",
+            xf_conn_peer_addr(c), spiffe, xf_conn_end_message(why->end),
+            xf_pki_verdict_name(why->verdict), why->msg);
+  p->conn = NULL;
+  xf__stream_stop(p);
+  if (p->kind == XF__PEER_UPSTREAM) xf__upstream_closed(co);
+  if (p->site && p->site->peer == p) {
+    xf__site *s = p->site;
+    s->peer = NULL;
+    if (co->cfg.regional) xf__upstream_announce(co);
+    xf__job_site_away(co, s);
+  }
+  for (xf__peer **pp = &co->peers; *pp; pp = &(*pp)->next) {
+    if (*pp == p) {
+      *pp = p->next;
+      break;
+    }
+  }
+  xf_free(p);
+}
+
+/* Every connection, accepted or dialed, gets a peer. */
+xf_err xf__peer_new(xf__coord *co, xf__peer **out) {
+  xf__peer *p = xf_calloc(1, sizeof(*p));
+  if (!p) return XF_ENOMEM;
+  p->co = co;
+  p->next = co->peers;
+  co->peers = p;
+  *out = p;
+  return XF_OK;
+}
+
+/* The coordinator of this process, for connections the listener accepts:
+ * they have no peer (and so no user pointer) until on_connect makes one. A
+ * process runs one coordinator. */
+static xf__coord *g_co;
+
+static xf_err on_accept_connect(xf_conn *c, const xf_spiffe_id *peer_id) {
+  xf__coord *co = g_co;
+  xf__peer *p;
+  if (!co || co->stopping || xf__peer_new(co, &p) != XF_OK) return XF_EDENIED;
+  p->conn = c;
+  xf_conn_set_user(c, p);
+  return on_connect(c, peer_id);
+}
+
+static void on_accept_close(xf_conn *c, const xf_conn_reason *why) {
+  if (xf_conn_user(c)) {
+    on_close(c, why);
+    return;
+  }
+  /* Refused before on_connect: no certificate, another CA, revoked, ... */
+  XF_WARN("peer_refused", "peer=%s end=\"%s\" verdict=%s reason=\"%s\"", xf_conn_peer_addr(c),
+          xf_conn_end_message(why->end), xf_pki_verdict_name(why->verdict), why->msg);
+}
+
+const xf_conn_opts *xf__conn_opts(xf__coord *co, bool accepted) {
+  static xf_conn_opts a, d;
+  xf_conn_opts *o = accepted ? &a : &d;
+  memset(o, 0, sizeof(*o));
+  o->max_frame = co->cfg.max_frame;
+  o->on_connect = accepted ? on_accept_connect : on_connect;
+  o->on_frame = on_frame;
+  o->on_drain = on_drain;
+  o->on_close = accepted ? on_accept_close : on_close;
+  o->user = NULL;
+  return o;
+}
+
+/* ---- signals and the tick ------------------------------------------------------------ */
+
+static void close_walk(uv_handle_t *h, void *arg) {
+  (void)arg;
+  if (!uv_is_closing(h)) uv_close(h, NULL);
+}
+
+static void stop(xf__coord *co, const char *why) {
+  if (co->stopping) return;
+  co->stopping = true;
+  XF_INFO("coordinator_stopping", "reason=%s", why);
+  if (co->listener) xf_listener_close(co->listener, NULL);
+  co->listener = NULL;
+  if (co->cfg.regional) xf__upstream_stop(co);
+  for (xf__peer *p = co->peers; p; p = p->next)
+    if (p->conn) xf_conn_close(p->conn);
+  uv_timer_stop(&co->tick);
+  uv_close((uv_handle_t *)&co->tick, NULL);
+  uv_close((uv_handle_t *)&co->sig_term, NULL);
+  uv_close((uv_handle_t *)&co->sig_int, NULL);
+  uv_close((uv_handle_t *)&co->sig_hup, NULL);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  xf__coord *co = h->data;
+  if (signum == SIGHUP) {
+    xf_errctx err = {0};
+    if (xf_tls_reload_crl(co->tls, &err) != XF_OK)
+      XF_ERROR("crl_reload_failed", "reason=\"%s\" file=\"%s\"", err.msg, err.file);
+    return;
+  }
+  stop(co, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+static void on_tick(uv_timer_t *t) {
+  xf__coord *co = t->data;
+  if (!co->stopping) xf__job_tick(co);
+}
+
+/* ---- start and stop ----------------------------------------------------------------------- */
+
+static xf_err write_port_file(const xf__coord *co, xf_errctx *err) {
+  if (!co->cfg.port_file[0]) return XF_OK;
+  char buf[32];
+  int n = snprintf(buf, sizeof(buf), "%d\n", xf_listener_port(co->listener));
+  return xf_file_write_atomic(co->cfg.port_file, buf, (size_t)n, 0644, err);
+}
+
+static xf_err our_name(xf__coord *co, xf_errctx *err) {
+  X509 *cert = NULL;
+  XF_GUARD(xf_pki_cert_load(co->cfg.cert, &cert, err));
+  xf_spiffe_id id;
+  xf_err rc = xf_pki_peer_identity(cert, &id, err);
+  X509_free(cert);
+  XF_GUARD(rc);
+  if (id.kind != XF_PKI_KIND_COORDINATOR)
+    return xf_fail(err, XF_EINVAL, "%s is a %s certificate; xfed-coord needs one issued with "
+                                   "'xfed pki issue --kind coordinator'",
+                   co->cfg.cert, xf_pki_kind_name(id.kind));
+  if (co->cfg.regional && strcmp(id.region, co->cfg.region) != 0)
+    return xf_fail(err, XF_EINVAL,
+                   "--region is %s but the certificate %s is for region '%s'; issue one with "
+                   "'xfed pki issue --kind coordinator --region %s'",
+                   co->cfg.region, co->cfg.cert, id.region, co->cfg.region);
+  if (!co->cfg.regional && id.region[0])
+    return xf_fail(err, XF_EINVAL,
+                   "the certificate %s is a regional aggregator's (region %s); run with --role "
+                   "regional --region %s, or issue a global one without --region",
+                   co->cfg.cert, id.region, id.region);
+  snprintf(co->name, sizeof(co->name), "%s", id.name);
+  return XF_OK;
+}
+
+static xf_err open_state(xf__coord *co, xf_errctx *err) {
+  if (mkdir(co->cfg.state_dir, 0700) != 0 && errno != EEXIST)
+    return xf_fail(err, XF_EIO, "cannot create the state directory %s: %s", co->cfg.state_dir,
+                   strerror(errno));
+  if (co->cfg.regional) return XF_OK; /* a regional aggregator keeps no journal */
+  char path[XF_COORD_PATH_MAX + 32];
+  snprintf(path, sizeof(path), "%s/coord.db", co->cfg.state_dir);
+  XF_GUARD(xf_journal_open(path, &co->db, err));
+  snprintf(path, sizeof(path), "%s/blobs", co->cfg.state_dir);
+  return xf_blob_store_open(path, &co->blobs, err);
+}
+
+static void free_site(xf__site *s) {
+  xf_aggregator_abort_update(s->upd);
+  xf_tensor_receiver_free(s->rx);
+  xf_free(s->datasets);
+  xf_free(s->behind);
+  xf_free(s);
+}
+
+xf_err xf_coord_run(const xf_coord_config *cfg, xf_errctx *err) {
+  xf__coord *co = xf_calloc(1, sizeof(*co));
+  if (!co) return xf_fail(err, XF_ENOMEM, "out of memory");
+  co->cfg = *cfg;
+  g_co = co;
+  if (!co->cfg.max_staged) co->cfg.max_staged = 4;
+  if (!(co->cfg.resume_grace_s > 0)) co->cfg.resume_grace_s = 30;
+  if (!(co->cfg.eval_timeout_s > 0)) co->cfg.eval_timeout_s = 120;
+  xf_err rc = XF_OK;
+  bool loop_up = false;
+  if ((rc = our_name(co, err)) != XF_OK) goto out;
+  xf_tls_config tc = {co->cfg.cert, co->cfg.key, co->cfg.ca, co->cfg.crl};
+  if ((rc = xf_tls_new(&tc, &co->tls, err)) != XF_OK) goto out;
+  if ((rc = open_state(co, err)) != XF_OK) goto out;
+  if (uv_loop_init(&co->loop) != 0) {
+    rc = xf_fail(err, XF_EIO, "cannot start the event loop");
+    goto out;
+  }
+  loop_up = true;
+  if ((rc = xf_listen(&co->loop, co->tls, co->cfg.listen_host, co->cfg.listen_port,
+                      xf__conn_opts(co, true), &co->listener, err)) != XF_OK)
+    goto out;
+  xf_listener_set_user(co->listener, co);
+  if ((rc = write_port_file(co, err)) != XF_OK) goto out;
+  uv_timer_init(&co->loop, &co->tick);
+  co->tick.data = co;
+  uv_timer_start(&co->tick, on_tick, TICK_MS, TICK_MS);
+  uv_signal_t *sigs[] = {&co->sig_term, &co->sig_int, &co->sig_hup};
+  int nums[] = {SIGTERM, SIGINT, SIGHUP};
+  for (int i = 0; i < 3; i++) {
+    uv_signal_init(&co->loop, sigs[i]);
+    sigs[i]->data = co;
+    uv_signal_start(sigs[i], on_signal, nums[i]);
+  }
+  XF_INFO("coordinator_started", "name=%s role=%s region=%s listen=%s port=%d federation=%s",
+          co->name, co->cfg.regional ? "regional" : "global",
+          co->cfg.regional ? co->cfg.region : "-", co->cfg.listen_host,
+          xf_listener_port(co->listener), xf_tls_federation(co->tls));
+  if (co->cfg.regional)
+    xf__upstream_start(co);
+  else
+    xf__job_schedule(co);
+  uv_run(&co->loop, UV_RUN_DEFAULT);
+  XF_INFO("coordinator_stopped", "name=%s", co->name);
+
+out:
+  if (loop_up) {
+    if (!co->stopping) {
+      if (co->listener) xf_listener_close(co->listener, NULL);
+      co->listener = NULL;
+    }
+    uv_walk(&co->loop, close_walk, NULL);
+    uv_run(&co->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&co->loop);
+  }
+  if (co->active) xf__job_free(co->active);
+  while (co->sites) {
+    xf__site *s = co->sites;
+    co->sites = s->next;
+    free_site(s);
+  }
+  while (co->peers) {
+    xf__peer *p = co->peers;
+    co->peers = p->next;
+    xf__stream_stop(p);
+    xf_free(p);
+  }
+  xf_free(co->up.params_json);
+  xf_free(co->up.model_buf);
+  xf_free(co->up.agg_bytes);
+  xf_tensor_receiver_free(co->up.model_rx);
+  xf_blob_store_close(co->blobs);
+  xf_db_close(co->db);
+  xf_tls_free(co->tls);
+  xf_free(co);
+  g_co = NULL;
+  return rc;
+}
+
+xf_err xf_coord_backup(const char *state_dir, const char *dest, xf_errctx *err) {
+  char path[XF_COORD_PATH_MAX + 32];
+  snprintf(path, sizeof(path), "%s/coord.db", state_dir);
+  struct stat st;
+  if (stat(path, &st) != 0)
+    return xf_fail(err, XF_ENOENT, "no journal at %s: is --state the coordinator's state "
+                                   "directory?", path);
+  xf_db *db = NULL;
+  XF_GUARD(xf_journal_open(path, &db, err));
+  xf_err rc = xf_db_backup(db, dest, err);
+  xf_db_close(db);
+  return rc;
+}

@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The coordinator daemon: the global coordinator (jobs, rounds, the
+ * journal, the researchers' requests) or a regional aggregator (its
+ * region's sites, one aggregate upstream), on one libuv loop
+ * (docs/coordinator.md). coordinator/main.c only reads the configuration
+ * and calls xf_coord_run. */
+#ifndef XF_COORDINATOR_DAEMON_H
+#define XF_COORDINATOR_DAEMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/result.h"
+
+#define XF_COORD_PATH_MAX 1024
+#define XF_COORD_NAME_MAX 64
+
+typedef struct xf_coord_config {
+  bool regional;                        /* --role regional */
+  char region[XF_COORD_NAME_MAX];       /* regional: its region (must match its certificate) */
+  char listen_host[256];                /* numeric address to listen on */
+  int listen_port;                      /* 0 picks a free one (see port_file) */
+  char upstream_host[256];              /* regional: the global coordinator */
+  int upstream_port;
+  char cert[XF_COORD_PATH_MAX], key[XF_COORD_PATH_MAX];
+  char ca[XF_COORD_PATH_MAX], crl[XF_COORD_PATH_MAX];
+  char state_dir[XF_COORD_PATH_MAX];    /* coord.db and blobs/ */
+  char port_file[XF_COORD_PATH_MAX];    /* written with the bound port; "" for none */
+  size_t max_frame;                     /* largest frame accepted; 0: 4 MiB */
+  uint32_t max_staged;                  /* updates staged at once; 0: 4 */
+  double resume_grace_s;                /* after a restart, wait this long for the sites of
+                                           an interrupted round; 0: 30 */
+  double eval_timeout_s;                /* the final evaluation's deadline; 0: 120 */
+} xf_coord_config;
+
+/* Runs the daemon until SIGTERM or SIGINT (clean shutdown: stops accepting,
+ * closes every connection, closes the journal; an open round stays open in
+ * the journal and resumes at the next start). SIGHUP reloads the CRL.
+ * Returns XF_OK after a clean shutdown, or the error that stopped it from
+ * starting (unreadable certificates, a port in use, a damaged journal). */
+xf_err xf_coord_run(const xf_coord_config *cfg, xf_errctx *err) XF_WARN_UNUSED;
+
+/* Copies the journal of state_dir to dest with SQLite's online backup. */
+xf_err xf_coord_backup(const char *state_dir, const char *dest, xf_errctx *err) XF_WARN_UNUSED;
+
+/* The coordinator's id of a site or regional aggregator: the first 8 bytes
+ * of BLAKE2b-256("site:" NAME), little-endian, top bit cleared. */
+uint64_t xf_coord_site_id(const char *name);
+
+#endif

@@ -1,0 +1,244 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The coordinator daemon's shared state: connections (peers), the sites
+ * and regional aggregators it knows, the job it is running, and the
+ * functions its files call on one another. Internal to coordinator/daemon*.c,
+ * coordinator/requests.c and coordinator/upstream.c. */
+#ifndef XF_COORDINATOR_DAEMON_INTERNAL_H
+#define XF_COORDINATOR_DAEMON_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "coordinator/aggregate.h"
+#include "coordinator/daemon.h"
+#include "coordinator/jobspec.h"
+#include "coordinator/journal.h"
+#include "coordinator/round.h"
+#include "crypto/digest.h"
+#include "kernels/model.h"
+#include "net/conn.h"
+#include "net/session.h"
+#include "net/tensor.h"
+#include "net/tls.h"
+#include "storage/blob.h"
+#include "storage/db.h"
+
+/* Bytes of a model file a peer may send us (a MODEL stream upstream→regional). */
+#define XF_COORD_MODEL_MAX (1ull << 30)
+/* How long a site that lost its link in a round may take to come back
+ * before the round stops waiting for it. */
+#define XF_COORD_RECONNECT_GRACE_S 10.0
+
+/* A model file shared by every stream that sends it. */
+typedef struct xf__model_file {
+  uint8_t *bytes;
+  size_t len;
+  int refs;
+} xf__model_file;
+
+typedef enum xf__peer_kind {
+  XF__PEER_UNKNOWN = 0, /* before the session's first application frame */
+  XF__PEER_SITE,        /* a site (site certificate) */
+  XF__PEER_REGIONAL,    /* a regional aggregator dialing us (coordinator certificate) */
+  XF__PEER_CLI,         /* a user */
+  XF__PEER_UPSTREAM     /* our own link to the global coordinator (regional role) */
+} xf__peer_kind;
+
+struct xf__coord;
+struct xf__site;
+
+/* One connection. Owned by the coordinator's list; freed in on_close. */
+typedef struct xf__peer {
+  xf_conn *conn; /* NULL once closed */
+  struct xf__coord *co;
+  xf_session session;
+  xf_spiffe_id id;
+  xf__peer_kind kind;
+  struct xf__site *site; /* SITE and REGIONAL, after SiteAnnounce */
+  /* The one outgoing tensor stream (a model to a site, a model to the CLI,
+   * an aggregate upstream): its sender, what it borrows, and a message that
+   * xf_conn_send refused as busy and that goes first on drain. */
+  xf_tensor_sender *tx;
+  xf__model_file *tx_model; /* borrowed reference, or NULL */
+  uint8_t *tx_own;          /* owned bytes, or NULL */
+  xf_tensor_msg tx_msg;
+  bool tx_pending;     /* tx_msg is filled and not sent yet */
+  bool tx_await_ack;   /* sent TensorBegin of an upload: wait for TensorAck */
+  uint64_t tx_bytes;   /* payload bytes sent on the stream */
+  uint64_t tx_weight;  /* put into the stream's TensorBegin: set them before
+                          every xf__stream_start */
+  uint32_t tx_attempt, tx_contributors;
+  struct xf__peer *next;
+} xf__peer;
+
+/* What a site announced of one dataset. */
+typedef struct xf__dataset {
+  char name[XF_JOB_IDENT_MAX];
+  char tags[XF_JOB_TAGS_MAX][XF_JOB_IDENT_MAX];
+  uint32_t n_tags;
+  uint32_t train_records, test_records, classes, h, w, c;
+} xf__dataset;
+
+/* A site or a regional aggregator we know of; kept while the process runs,
+ * across its reconnects. */
+typedef struct xf__site {
+  uint64_t id;
+  char name[XF_COORD_NAME_MAX];
+  char region[XF_COORD_NAME_MAX];
+  bool regional;
+  xf__peer *peer;      /* its live session, or NULL */
+  double away_since;   /* when it lost its link during a round; 0 */
+  xf__dataset *datasets;
+  size_t n_datasets;
+  char (*behind)[XF_COORD_NAME_MAX]; /* a regional's sites */
+  size_t n_behind;
+  /* Its update in the current round. */
+  xf_tensor_receiver *rx;
+  xf_agg_update *upd;
+  uint64_t rx_weight;
+  bool waiting_admission; /* TensorBegin taken, TensorAck held back */
+  bool eval_pending;      /* final evaluation asked, not answered */
+  uint64_t bytes_down;    /* model bytes sent in the current round */
+  struct xf__site *next;
+} xf__site;
+
+typedef enum xf__phase {
+  XF__PHASE_WAIT = 0, /* no attempt open: waiting for enough eligible sites */
+  XF__PHASE_ROUND,    /* an attempt is open */
+  XF__PHASE_EVAL,     /* every round committed: the final model is being evaluated */
+  XF__PHASE_OVER      /* finished, failed or cancelled: about to be dropped */
+} xf__phase;
+
+/* The job the coordinator runs (one at a time), or a regional aggregator's
+ * relay of one upstream task. */
+typedef struct xf__job {
+  int64_t id;
+  char id_text[32];
+  xf_jobspec spec;
+  char *spec_json; /* canonical, sent in TaskOffer */
+  bool relay;      /* a regional's sub-round of an upstream task */
+  bool evaluate_only;
+  uint32_t offer_round, offer_attempt; /* relay: the upstream task's */
+  double offer_deadline;               /* relay: the upstream deadline */
+  xf_round *round;
+  xf_model *model;
+  float *params;
+  size_t n_params;
+  xf__model_file *mf; /* the current global model as a model file */
+  xf_digest params_digest;
+  uint32_t model_round; /* the round that produced params (0: initial) */
+  xf_aggregator *agg;
+  xf_server_opt *opt;
+  xf__phase phase;
+  double wait_until;     /* resume: wait for the interrupted cohort until then */
+  uint32_t wait_for;     /* ... or until this many sites are eligible */
+  double eval_deadline;
+  uint64_t bytes_up, bytes_down; /* not yet added to the journal */
+} xf__job;
+
+/* The regional role's link upstream and the task it is relaying. */
+typedef struct xf__upstream {
+  xf__peer *peer; /* open session, or NULL */
+  bool dialing;
+  uv_timer_t redial;
+  double backoff_s;
+  uv_getaddrinfo_t resolve;
+  /* The task offer being received (model stream pending). */
+  bool offer_active;
+  char job_id[32];
+  uint32_t round, attempt, model_round;
+  bool evaluate_only;
+  double deadline;
+  xf_digest model_digest;
+  char *params_json;
+  xf_tensor_receiver *model_rx;
+  uint8_t *model_buf;
+  size_t model_len;
+  /* The aggregate waiting for upstream's final TensorAck. */
+  uint8_t *agg_bytes;
+  size_t agg_len;
+  uint64_t agg_weight;
+  uint32_t agg_contributors;
+} xf__upstream;
+
+typedef struct xf__coord {
+  uv_loop_t loop;
+  xf_coord_config cfg;
+  char name[XF_COORD_NAME_MAX]; /* from our certificate */
+  xf_tls *tls;
+  xf_listener *listener;
+  xf_db *db;               /* global role only */
+  xf_blob_store *blobs;    /* global role only */
+  xf__peer *peers;
+  xf__site *sites;
+  xf__job *active;
+  uv_timer_t tick;
+  uv_signal_t sig_term, sig_int, sig_hup;
+  bool stopping;
+  xf__upstream up;
+} xf__coord;
+
+/* ---- daemon.c ------------------------------------------------------------------------ */
+double xf__now(void);
+/* Sends env on p's connection; logs and returns the error (the caller
+ * usually drops the peer from its round on failure). */
+xf_err xf__send(xf__peer *p, const Xfed__Envelope *env);
+/* Starts p's outgoing stream over a model file (a reference is taken) or
+ * over owned bytes (taken over); then pumps it. */
+xf_err xf__stream_start(xf__peer *p, const xf_tensor_desc *desc, xf__model_file *mf,
+                        uint8_t *own, size_t len, bool await_ack);
+void xf__stream_stop(xf__peer *p);
+void xf__stream_pump(xf__peer *p);
+void xf__model_file_unref(xf__model_file *mf);
+xf__site *xf__site_find(xf__coord *co, uint64_t id);
+xf_err xf__peer_new(xf__coord *co, xf__peer **out);
+/* Callbacks and limits of our connections (accepted: for the listener). */
+const xf_conn_opts *xf__conn_opts(xf__coord *co, bool accepted);
+xf__site *xf__site_by_name(xf__coord *co, const char *name);
+
+/* ---- jobrun.c ----------------------------------------------------------------------- */
+/* Loads the running job from the journal (after a restart) or the oldest
+ * queued one and makes it active. */
+void xf__job_schedule(xf__coord *co);
+/* Called every tick and whenever sites come and go. */
+void xf__job_tick(xf__coord *co);
+void xf__job_free(xf__job *job);
+/* A participant's application frame about the active job. */
+void xf__job_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env);
+/* A participant connected and announced itself; or lost its link. */
+void xf__job_site_back(xf__coord *co, xf__site *s);
+void xf__job_site_away(xf__coord *co, xf__site *s);
+/* Cancels the active job (the CLI's JobCancel). */
+void xf__job_cancel(xf__coord *co, const char *why);
+/* Builds the model file for params; XF_ENOMEM. */
+xf_err xf__model_file_make(const xf_model *m, const float *params, xf__model_file **out,
+                           xf_errctx *err);
+/* The dataset of s a job with this spec trains on (name and tags), or NULL. */
+const xf__dataset *xf__job_dataset(const xf_jobspec *spec, const xf__site *s);
+/* Whether s holds the job's data (dataset, tags, shape). */
+bool xf__site_eligible(const xf__job *job, const xf__site *s);
+/* Starts the relay job of an upstream task (regional role). */
+xf_err xf__job_start_relay(xf__coord *co, xf_errctx *err);
+
+/* ---- requests.c --------------------------------------------------------------------- */
+void xf__cli_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);
+
+/* ---- upstream.c --------------------------------------------------------------------- */
+void xf__upstream_start(xf__coord *co);
+void xf__upstream_stop(xf__coord *co);
+void xf__upstream_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);
+void xf__upstream_closed(xf__coord *co);
+void xf__upstream_announce(xf__coord *co);
+/* The relay finished: send the aggregate (mean delta, owned bytes taken
+ * over) or report failure upstream. */
+void xf__upstream_aggregate(xf__coord *co, const xf__job *job, float *mean, size_t n,
+                            uint64_t weight, uint32_t contributors);
+void xf__upstream_failed(xf__coord *co, const xf__job *job, const char *why);
+void xf__upstream_eval_done(xf__coord *co, const xf__job *job);
+/* Forwards a site's Metrics upstream unchanged. */
+void xf__upstream_forward(xf__coord *co, const Xfed__Envelope *env);
+
+#endif

@@ -1,0 +1,878 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Running a job on the loop: opening rounds over the eligible sites,
+ * sending tasks and models, admitting and folding update streams, and
+ * carrying out the round machine's actions (commit, retry, fail, finish),
+ * with every step journaled (docs/rounds.md, docs/coordinator.md). The
+ * regional role runs the same code for one relayed round ("relay" jobs). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "coordinator/daemon_internal.h"
+#include "coordinator/jobmodel.h"
+#include "kernels/checkpoint.h"
+
+static void run_actions(xf__coord *co, xf__job *job);
+
+/* ---- helpers -------------------------------------------------------------------------- */
+
+static uint32_t offer_round(const xf__job *job) {
+  return job->relay ? job->offer_round : xf_round_number(job->round);
+}
+static uint32_t offer_attempt(const xf__job *job) {
+  return job->relay ? job->offer_attempt : xf_round_attempt(job->round);
+}
+
+xf_err xf__model_file_make(const xf_model *m, const float *params, xf__model_file **out,
+                           xf_errctx *err) {
+  xf__model_file *mf = xf_calloc(1, sizeof(*mf));
+  if (!mf) return xf_fail(err, XF_ENOMEM, "out of memory");
+  xf_err rc = xf_checkpoint_encode(m, params, &mf->bytes, &mf->len, err);
+  if (rc != XF_OK) {
+    xf_free(mf);
+    return rc;
+  }
+  mf->refs = 1;
+  *out = mf;
+  return XF_OK;
+}
+
+void xf__job_free(xf__job *job) {
+  if (!job) return;
+  xf_round_free(job->round);
+  xf_aggregator_free(job->agg);
+  xf_server_opt_free(job->opt);
+  xf_model_free(job->model);
+  xf_free(job->params);
+  xf_free(job->spec_json);
+  xf__model_file_unref(job->mf);
+  xf_free(job);
+}
+
+static bool has_tags(const xf__dataset *d, const xf_jobspec *spec) {
+  for (uint32_t i = 0; i < spec->data.n_tags; i++) {
+    bool found = false;
+    for (uint32_t t = 0; t < d->n_tags && !found; t++)
+      found = strcmp(d->tags[t], spec->data.tags[i]) == 0;
+    if (!found) return false;
+  }
+  return true;
+}
+
+/* The announced dataset of s that the job trains on, or NULL. */
+const xf__dataset *xf__job_dataset(const xf_jobspec *spec, const xf__site *s) {
+  for (size_t i = 0; i < s->n_datasets; i++)
+    if (strcmp(s->datasets[i].name, spec->data.dataset) == 0 && has_tags(&s->datasets[i], spec))
+      return &s->datasets[i];
+  return NULL;
+}
+
+bool xf__site_eligible(const xf__job *job, const xf__site *s) {
+  if (!s->peer) return false;
+  if (s->regional && job->spec.topology != XF_JOB_TOPOLOGY_REGIONAL) return false;
+  const xf__dataset *d = xf__job_dataset(&job->spec, s);
+  if (!d) return false;
+  if (!job->model) return true;
+  const xf_model_spec *ms = xf_model_spec_of(job->model);
+  return (int)d->h == ms->in_h && (int)d->w == ms->in_w && (int)d->c == ms->in_c &&
+         (int)d->classes <= ms->classes;
+}
+
+static void journal_check(xf_err rc, const char *doing, const xf_errctx *err) {
+  if (rc != XF_OK) XF_ERROR("journal_failed", "doing=%s reason=\"%s\"", doing, err->msg);
+}
+
+/* Drops whatever update s has in flight. */
+static void site_abort_update(xf__coord *co, xf__site *s) {
+  if (s->upd) xf_aggregator_abort_update(s->upd);
+  s->upd = NULL;
+  xf_tensor_receiver_free(s->rx);
+  s->rx = NULL;
+  s->waiting_admission = false;
+  (void)co;
+}
+
+static void send_cancel(xf__coord *co, xf__job *job, xf__site *s, const char *reason) {
+  site_abort_update(co, s);
+  if (!s->peer) return;
+  if (s->peer->tx_model) xf__stream_stop(s->peer);
+  Xfed__TaskCancel tc = XFED__TASK_CANCEL__INIT;
+  tc.job_id = job->id_text;
+  tc.round = offer_round(job);
+  tc.attempt = offer_attempt(job);
+  tc.reason = (char *)reason;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_TASK_CANCEL;
+  env.task_cancel = &tc;
+  (void)xf__send(s->peer, &env);
+}
+
+/* TaskOffer and the model stream to s. */
+static xf_err send_task(xf__coord *co, xf__job *job, xf__site *s, double deadline, bool eval) {
+  (void)co;
+  if (!s->peer) return XF_ENOENT;
+  Xfed__TaskOffer o = XFED__TASK_OFFER__INIT;
+  o.job_id = job->id_text;
+  o.round = eval ? job->model_round : offer_round(job);
+  o.attempt = eval ? 0 : offer_attempt(job);
+  o.deadline_unix_ms = (uint64_t)(deadline * 1000.0);
+  o.model_digest.data = job->params_digest.bytes;
+  o.model_digest.len = XF_DIGEST_BYTES;
+  o.params_json = job->spec_json;
+  o.evaluate_only = eval;
+  o.model_round = job->model_round;
+  uint64_t stream = (uint64_t)o.round << 16 | (uint64_t)o.attempt << 1;
+  stream = stream ? stream : 2; /* even ids are models, odd ones updates */
+  o.model_stream_id = stream;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_TASK_OFFER;
+  env.task_offer = &o;
+  XF_GUARD(xf__send(s->peer, &env));
+  xf_tensor_desc d = {.stream_id = stream,
+                      .kind = XFED__TENSOR_BEGIN__KIND__MODEL,
+                      .dtype = XFED__TENSOR_BEGIN__DTYPE__U8,
+                      .element_count = job->mf->len,
+                      .job_id = job->id_text,
+                      .round = o.round};
+  s->peer->tx_weight = 0;
+  s->peer->tx_attempt = o.attempt;
+  s->peer->tx_contributors = 0;
+  XF_GUARD(xf__stream_start(s->peer, &d, job->mf, NULL, job->mf->len, false));
+  s->bytes_down = job->mf->len;
+  job->bytes_down += job->mf->len;
+  XF_INFO("task_sent", "job=%s round=%u attempt=%u site=%s eval=%d model_bytes=%zu",
+          job->id_text, (unsigned)o.round, (unsigned)o.attempt, s->name, eval ? 1 : 0,
+          job->mf->len);
+  return XF_OK;
+}
+
+/* ---- opening rounds ------------------------------------------------------------------- */
+
+/* Sites that may take part now, as ids. */
+static size_t eligible_ids(xf__coord *co, const xf__job *job, uint64_t *ids, size_t cap) {
+  size_t n = 0;
+  for (xf__site *s = co->sites; s; s = s->next)
+    if (xf__site_eligible(job, s) && n < cap) ids[n++] = s->id;
+  return n;
+}
+
+static size_t count_sites(const xf__coord *co) {
+  size_t n = 0;
+  for (const xf__site *s = co->sites; s; s = s->next) n++;
+  return n;
+}
+
+static void try_open(xf__coord *co, xf__job *job) {
+  if (job->phase != XF__PHASE_WAIT) return;
+  size_t cap = count_sites(co);
+  uint64_t *ids = xf_calloc(cap ? cap : 1, sizeof(uint64_t));
+  if (!ids) return;
+  size_t n = eligible_ids(co, job, ids, cap);
+  double now = xf__now();
+  bool grace = job->wait_until > now && n < job->wait_for;
+  if (n < job->spec.min_sites || grace) {
+    xf_free(ids);
+    return;
+  }
+  job->wait_until = 0;
+  xf_errctx err = {0};
+  if (xf_round_open(job->round, ids, n, now, &err) != XF_OK) {
+    XF_ERROR("round_open_failed", "job=%s reason=\"%s\"", job->id_text, err.msg);
+    xf_free(ids);
+    return;
+  }
+  xf_free(ids);
+  size_t nc;
+  const uint64_t *cohort = xf_round_cohort(job->round, &nc);
+  if (!job->relay)
+    journal_check(xf_journal_round_open(co->db, job->id, xf_round_number(job->round),
+                                        xf_round_attempt(job->round), cohort, nc,
+                                        xf_round_deadline(job->round), now, &err),
+                  "round_open", &err);
+  job->phase = XF__PHASE_ROUND;
+  XF_INFO("round_opened", "job=%s round=%u attempt=%u eligible=%zu invited=%zu target=%u",
+          job->id_text, (unsigned)offer_round(job), (unsigned)offer_attempt(job), n, nc,
+          (unsigned)xf_round_target(job->round));
+  xf_aggregator_free(job->agg);
+  job->agg = NULL;
+  if (xf_aggregator_create(&job->spec.strategy, job->n_params, nc ? nc : 1, &job->agg, &err) !=
+      XF_OK)
+    XF_ERROR("aggregator_failed", "job=%s reason=\"%s\"", job->id_text, err.msg);
+  run_actions(co, job);
+}
+
+/* ---- the final evaluation --------------------------------------------------------------- */
+
+static void job_over(xf__coord *co, xf__job *job) {
+  job->phase = XF__PHASE_OVER;
+  if (!job->relay && (job->bytes_up || job->bytes_down)) {
+    xf_errctx err = {0};
+    journal_check(xf_journal_job_extra(co->db, job->id, NULL, job->bytes_up, job->bytes_down,
+                                       &err),
+                  "job_traffic", &err);
+    job->bytes_up = job->bytes_down = 0;
+  }
+}
+
+static void eval_start(xf__coord *co, xf__job *job) {
+  job->phase = XF__PHASE_EVAL;
+  double now = xf__now();
+  job->eval_deadline = now + co->cfg.eval_timeout_s;
+  if (job->relay && job->offer_deadline > now) job->eval_deadline = job->offer_deadline;
+  size_t asked = 0;
+  for (xf__site *s = co->sites; s; s = s->next) {
+    s->eval_pending = false;
+    if (!xf__site_eligible(job, s)) continue;
+    if (send_task(co, job, s, job->eval_deadline, true) == XF_OK) {
+      s->eval_pending = true;
+      asked++;
+    }
+  }
+  XF_INFO("evaluation_started", "job=%s model_round=%u sites=%zu", job->id_text,
+          (unsigned)job->model_round, asked);
+}
+
+static void eval_check(xf__coord *co, xf__job *job) {
+  bool pending = false;
+  for (xf__site *s = co->sites; s; s = s->next) pending |= s->eval_pending;
+  if (pending && xf__now() < job->eval_deadline) return;
+  for (xf__site *s = co->sites; s; s = s->next) {
+    if (s->eval_pending)
+      XF_WARN("evaluation_missing", "job=%s site=%s reason=\"no report by the deadline\"",
+              job->id_text, s->name);
+    s->eval_pending = false;
+  }
+  XF_INFO("job_finished", "job=%s rounds=%u", job->id_text, (unsigned)job->spec.rounds);
+  if (job->relay) xf__upstream_eval_done(co, job);
+  job_over(co, job);
+}
+
+/* ---- commit ------------------------------------------------------------------------------ */
+
+static xf_err commit_round(xf__coord *co, xf__job *job, xf_errctx *err) {
+  float *mean = xf_mallocarray(job->n_params, sizeof(float));
+  if (!mean) return xf_fail(err, XF_ENOMEM, "out of memory for the aggregate");
+  xf_err rc = xf_aggregator_finish(job->agg, mean, err);
+  if (rc != XF_OK) {
+    xf_free(mean);
+    return rc;
+  }
+  if (job->relay) {
+    xf__upstream_aggregate(co, job, mean, job->n_params, xf_aggregator_total_weight(job->agg),
+                           (uint32_t)xf_aggregator_committed(job->agg));
+    return XF_OK;
+  }
+  xf_server_opt_step(job->opt, job->params, mean);
+  xf_free(mean);
+  xf__model_file *mf = NULL;
+  XF_GUARD(xf__model_file_make(job->model, job->params, &mf, err));
+  xf_digest model_blob, opt_blob;
+  uint8_t *opt_bytes = NULL;
+  size_t opt_len = 0;
+  rc = xf_blob_put(co->blobs, mf->bytes, mf->len, &model_blob, err);
+  if (rc == XF_OK && xf_server_opt_save(job->opt, &opt_bytes, &opt_len) != XF_OK)
+    rc = xf_fail(err, XF_ENOMEM, "out of memory saving the optimizer state");
+  if (rc == XF_OK) rc = xf_blob_put(co->blobs, opt_bytes, opt_len, &opt_blob, err);
+  xf_free(opt_bytes);
+  uint32_t round = xf_round_number(job->round);
+  if (rc == XF_OK)
+    rc = xf_journal_round_commit(co->db, job->id, round, xf_round_attempt(job->round),
+                                 &model_blob, &opt_blob, xf__now(), err);
+  if (rc != XF_OK) {
+    xf__model_file_unref(mf);
+    return rc;
+  }
+  xf__model_file_unref(job->mf);
+  job->mf = mf;
+  job->model_round = round;
+  xf_params_digest(job->params, job->n_params, &job->params_digest);
+  char hex[XF_DIGEST_HEX];
+  xf_digest_hex(&job->params_digest, hex);
+  XF_INFO("round_committed", "job=%s round=%u reports=%zu weight=%" PRIu64 " model=%s",
+          job->id_text, (unsigned)round, xf_aggregator_committed(job->agg),
+          xf_aggregator_total_weight(job->agg), hex);
+  return XF_OK;
+}
+
+static void fail_job(xf__coord *co, xf__job *job, const char *why) {
+  XF_ERROR("job_failed", "job=%s reason=\"%s\"", job->id_text, why);
+  for (xf__site *s = co->sites; s; s = s->next)
+    if (s->upd || s->rx) send_cancel(co, job, s, why);
+  if (job->relay) {
+    xf__upstream_failed(co, job, why);
+  } else {
+    xf_errctx err = {0};
+    journal_check(xf_journal_job_fail(co->db, job->id, xf_round_number(job->round),
+                                      xf_round_attempt(job->round), why, xf__now(), &err),
+                  "job_fail", &err);
+  }
+  job_over(co, job);
+}
+
+/* ---- the machine's actions ------------------------------------------------------------- */
+
+static void run_actions(xf__coord *co, xf__job *job) {
+  size_t n;
+  const xf_round_action *a = xf_round_actions(job->round, &n);
+  if (!n) return;
+  xf_round_action *acts = xf_mallocarray(n, sizeof(*acts));
+  if (!acts) return;
+  memcpy(acts, a, n * sizeof(*acts));
+  xf_errctx err = {0};
+  for (size_t i = 0; i < n && job->phase != XF__PHASE_OVER; i++) {
+    xf_round_action *act = &acts[i];
+    xf__site *s = act->site ? xf__site_find(co, act->site) : NULL;
+    switch (act->kind) {
+    case XF_ROUND_ACT_SEND_TASK:
+      if (!s || send_task(co, job, s, act->deadline, false) != XF_OK) {
+        if (xf_round_site_dropped(job->round, act->site, &err) == XF_OK) run_actions(co, job);
+      }
+      break;
+    case XF_ROUND_ACT_CANCEL:
+      if (s) send_cancel(co, job, s, "the round closed without this site");
+      break;
+    case XF_ROUND_ACT_DISCARD:
+      if (s) send_cancel(co, job, s, act->note);
+      break;
+    case XF_ROUND_ACT_COMMIT:
+      for (xf__site *o = co->sites; o; o = o->next)
+        if (o->upd || o->rx) send_cancel(co, job, o, "the round closed without this update");
+      if (commit_round(co, job, &err) != XF_OK) {
+        char why[600];
+        snprintf(why, sizeof(why), "round %u could not be committed: %s",
+                 (unsigned)offer_round(job), err.msg);
+        fail_job(co, job, why);
+        break;
+      }
+      if (job->relay) {
+        job_over(co, job);
+        break;
+      }
+      if (xf_round_committed(job->round, &err) != XF_OK) {
+        fail_job(co, job, err.msg);
+        break;
+      }
+      job->phase = XF__PHASE_WAIT;
+      run_actions(co, job);
+      if (job->phase == XF__PHASE_WAIT) try_open(co, job);
+      break;
+    case XF_ROUND_ACT_RETRY:
+      XF_WARN("round_retried", "job=%s round=%u reports=%u reason=\"%s\"", job->id_text,
+              (unsigned)offer_round(job), (unsigned)act->reported, act->note);
+      if (job->relay) {
+        fail_job(co, job, act->note);
+        break;
+      }
+      journal_check(xf_journal_round_retry(co->db, job->id, xf_round_number(job->round),
+                                           xf_round_attempt(job->round) - 1, act->note,
+                                           xf__now(), &err),
+                    "round_retry", &err);
+      job->phase = XF__PHASE_WAIT;
+      break;
+    case XF_ROUND_ACT_FAIL_JOB: fail_job(co, job, act->note); break;
+    case XF_ROUND_ACT_FINISH_JOB: eval_start(co, job); break;
+    }
+  }
+  xf_free(acts);
+}
+
+/* ---- updates ------------------------------------------------------------------------------ */
+
+/* Aligned room for one chunk; the sink runs on the loop thread only. */
+static float sink_scratch[XF_TENSOR_CHUNK_MAX / sizeof(float)];
+
+static xf_err fold_sink(void *user, uint64_t offset, const uint8_t *data, size_t len,
+                        xf_errctx *err) {
+  xf__site *s = user;
+  XF_ENSURE(s->upd, err, XF_EINVAL, "no update in flight");
+  XF_ENSURE(offset % 4 == 0 && len % 4 == 0, err, XF_EFORMAT,
+            "update chunk at byte %" PRIu64 " is not whole float32 values", offset);
+  XF_ENSURE(len <= sizeof(sink_scratch), err, XF_EFORMAT, "update chunk of %zu bytes", len);
+  /* The chunk's bytes sit in a protobuf buffer with no alignment promise. */
+  memcpy(sink_scratch, data, len);
+  return xf_aggregator_fold(s->upd, (size_t)(offset / 4), sink_scratch, len / 4, err);
+}
+
+static void send_ack(xf__site *s, const xf_tensor_receiver *rx) {
+  Xfed__TensorAck ack;
+  xf_tensor_receiver_ack(rx, &ack);
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_TENSOR_ACK;
+  env.tensor_ack = &ack;
+  if (s->peer) (void)xf__send(s->peer, &env);
+}
+
+/* Lets waiting uploads in while fewer than max_staged are in flight. */
+static void admit(xf__coord *co, xf__job *job) {
+  for (xf__site *s = co->sites; s && job->agg; s = s->next) {
+    if (!s->waiting_admission) continue;
+    if (xf_aggregator_in_flight(job->agg) >= co->cfg.max_staged) return;
+    xf_errctx err = {0};
+    if (xf_aggregator_begin_update(job->agg, s->id, s->rx_weight, &s->upd, &err) != XF_OK) {
+      XF_WARN("update_refused", "job=%s site=%s reason=\"%s\"", job->id_text, s->name, err.msg);
+      if (s->peer) xf_session_send_error(s->peer->conn, err.code, "%s", err.msg);
+      site_abort_update(co, s);
+      if (xf_round_site_dropped(job->round, s->id, &err) == XF_OK) run_actions(co, job);
+      continue;
+    }
+    s->waiting_admission = false;
+    send_ack(s, s->rx);
+  }
+}
+
+static void drop_site(xf__coord *co, xf__job *job, xf__site *s, const char *why) {
+  XF_WARN("site_dropped", "job=%s round=%u site=%s reason=\"%s\"", job->id_text,
+          (unsigned)offer_round(job), s->name, why);
+  site_abort_update(co, s);
+  xf_errctx err = {0};
+  if (xf_round_site_dropped(job->round, s->id, &err) == XF_OK) run_actions(co, job);
+  admit(co, job);
+}
+
+static bool is_current(const xf__job *job, const char *job_id, uint32_t round, uint32_t attempt) {
+  return job_id && strcmp(job_id, job->id_text) == 0 && round == offer_round(job) &&
+         attempt == offer_attempt(job);
+}
+
+static void on_tensor_begin(xf__coord *co, xf__job *job, xf__site *s,
+                            const Xfed__TensorBegin *m) {
+  xf_errctx err = {0};
+  Xfed__TensorBegin__Kind want =
+      s->regional ? XFED__TENSOR_BEGIN__KIND__AGGREGATE : XFED__TENSOR_BEGIN__KIND__UPDATE;
+  xf_participant_state st;
+  uint64_t samples;
+  const char *reason;
+  if (m->kind != want || job->phase != XF__PHASE_ROUND ||
+      !is_current(job, m->job_id, m->round, m->attempt) ||
+      xf_round_site(job->round, s->id, &st, &samples, &reason) != XF_OK ||
+      (st != XF_PARTICIPANT_INVITED && st != XF_PARTICIPANT_REPORTING)) {
+    XF_WARN("update_refused", "job=%s site=%s round=%u attempt=%u reason=\"not a task it holds\"",
+            m->job_id ? m->job_id : "", s->name, (unsigned)m->round, (unsigned)m->attempt);
+    if (s->peer)
+      xf_session_send_error(s->peer->conn, XF_EINVAL,
+                            "job %s round %u attempt %u is not a task you hold; drop it",
+                            m->job_id ? m->job_id : "", (unsigned)m->round, (unsigned)m->attempt);
+    return;
+  }
+  if (m->element_count != job->n_params || m->dtype != XFED__TENSOR_BEGIN__DTYPE__F32 ||
+      m->total_bytes != (uint64_t)job->n_params * 4 || m->weight == 0) {
+    if (s->peer)
+      xf_session_send_error(s->peer->conn, XF_EFORMAT,
+                            "an update of this job is %zu float32 values with a weight > 0",
+                            job->n_params);
+    drop_site(co, job, s, "malformed update announcement");
+    return;
+  }
+  if (s->rx) { /* a resume after reconnect */
+    if (xf_tensor_receiver_begin(s->rx, m, &err) != XF_OK) {
+      drop_site(co, job, s, err.msg);
+      return;
+    }
+    if (!s->waiting_admission) send_ack(s, s->rx);
+    return;
+  }
+  if (xf_tensor_receiver_new(m->total_bytes, fold_sink, s, &s->rx, &err) != XF_OK ||
+      xf_tensor_receiver_begin(s->rx, m, &err) != XF_OK) {
+    drop_site(co, job, s, err.msg);
+    return;
+  }
+  s->rx_weight = m->weight;
+  s->waiting_admission = true;
+  admit(co, job);
+}
+
+static void on_tensor_end(xf__coord *co, xf__job *job, xf__site *s, const Xfed__TensorEnd *m) {
+  xf_errctx err = {0};
+  xf_err rc = xf_tensor_receiver_end(s->rx, m, &err);
+  if (rc == XF_ETRUNCATED) {
+    send_ack(s, s->rx);
+    return;
+  }
+  if (rc != XF_OK) {
+    drop_site(co, job, s, err.msg);
+    return;
+  }
+  uint64_t bytes = xf_tensor_receiver_info(s->rx)->total_bytes;
+  if (xf_aggregator_end_update(s->upd, &err) != XF_OK) {
+    s->upd = NULL;
+    drop_site(co, job, s, err.msg);
+    return;
+  }
+  s->upd = NULL;
+  send_ack(s, s->rx);
+  xf_tensor_receiver_free(s->rx);
+  s->rx = NULL;
+  job->bytes_up += bytes;
+  if (!job->relay) {
+    xf_journal_participant p = {.site = s->id, .state = XF_PARTICIPANT_REPORTED,
+                                .samples = s->rx_weight, .bytes_up = bytes,
+                                .bytes_down = s->bytes_down};
+    journal_check(xf_journal_participant_set(co->db, job->id, xf_round_number(job->round),
+                                             xf_round_attempt(job->round), &p, xf__now(), &err),
+                  "participant", &err);
+  }
+  XF_INFO("update_received", "job=%s round=%u site=%s weight=%" PRIu64 " bytes=%" PRIu64,
+          job->id_text, (unsigned)offer_round(job), s->name, s->rx_weight, bytes);
+  if (xf_round_update_reported(job->round, s->id, s->rx_weight, &err) == XF_OK)
+    run_actions(co, job);
+  else
+    XF_WARN("report_ignored", "job=%s site=%s reason=\"%s\"", job->id_text, s->name, err.msg);
+  admit(co, job);
+}
+
+/* ---- metrics ------------------------------------------------------------------------------- */
+
+static void on_metrics(xf__coord *co, xf__job *job, xf__site *s, const Xfed__Metrics *m) {
+  const char *site = m->site ? m->site : "";
+  if (!m->job_id || strcmp(m->job_id, job->id_text) != 0) return;
+  /* A site reports for itself; a regional for the sites of its region. */
+  if (s->regional ? strcmp(m->region ? m->region : "", s->region) != 0
+                  : strcmp(site, s->name) != 0) {
+    XF_WARN("metrics_refused", "from=%s about=%s reason=\"a site reports only for itself, a "
+                               "regional aggregator only for its region\"",
+            s->name, site);
+    return;
+  }
+  if (s->regional && strcmp(site, s->name) == 0 && !m->has_train && !m->has_test) {
+    s->eval_pending = false; /* the regional's evaluation is complete */
+    if (job->phase == XF__PHASE_EVAL) eval_check(co, job);
+    return;
+  }
+  if (job->relay) {
+    Xfed__Envelope env = XFED__ENVELOPE__INIT;
+    env.body_case = XFED__ENVELOPE__BODY_METRICS;
+    env.metrics = (Xfed__Metrics *)m;
+    xf__upstream_forward(co, &env);
+  } else {
+    uint64_t id = xf_coord_site_id(site);
+    xf_errctx err = {0};
+    if (s->regional)
+      journal_check(xf_journal_site_seen(co->db, id, site, m->region, false, xf__now(), &err),
+                    "site_seen", &err);
+    if (m->has_train) {
+      xf_journal_metrics r = {.round = m->round, .site = id, .train_loss = m->train_loss,
+                              .test_loss = NAN, .test_accuracy = NAN, .samples = m->samples,
+                              .has_bytes = true, .bytes_up = m->bytes_up,
+                              .bytes_down = m->bytes_down};
+      if (m->round >= 1)
+        journal_check(xf_journal_metrics_add(co->db, job->id, &r, &err), "metrics", &err);
+    }
+    if (m->has_test && m->model_round >= 1) {
+      xf_journal_metrics r = {.round = m->model_round, .site = id, .train_loss = NAN,
+                              .test_loss = m->test_loss, .test_accuracy = m->test_accuracy,
+                              .samples = m->samples};
+      journal_check(xf_journal_metrics_add(co->db, job->id, &r, &err), "metrics", &err);
+    }
+  }
+  XF_INFO("metrics", "job=%s round=%u site=%s train_loss=%.4f test_accuracy=%.4f model_round=%u",
+          job->id_text, (unsigned)m->round, site, m->has_train ? m->train_loss : NAN,
+          m->has_test ? m->test_accuracy : NAN, (unsigned)m->model_round);
+  if (job->phase == XF__PHASE_EVAL && !s->regional && m->has_test &&
+      m->model_round == job->model_round) {
+    s->eval_pending = false;
+    eval_check(co, job);
+  }
+}
+
+/* ---- frames from participants ------------------------------------------------------------- */
+
+void xf__job_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env) {
+  xf__job *job = co->active;
+  xf_errctx err = {0};
+  if (!job || job->phase == XF__PHASE_OVER) {
+    if (env->body_case == XFED__ENVELOPE__BODY_TENSOR_BEGIN && s->peer)
+      xf_session_send_error(s->peer->conn, XF_EINVAL, "no job is running here");
+    return;
+  }
+  if (job->phase == XF__PHASE_ROUND) {
+    if (xf_round_tick(job->round, xf__now(), &err) == XF_OK) run_actions(co, job);
+    if (job->phase != XF__PHASE_ROUND && job->phase != XF__PHASE_EVAL &&
+        env->body_case != XFED__ENVELOPE__BODY_METRICS)
+      return;
+  }
+  switch (env->body_case) {
+  case XFED__ENVELOPE__BODY_TASK_ACCEPT: {
+    const Xfed__TaskAccept *a = env->task_accept;
+    if (job->phase != XF__PHASE_ROUND || !is_current(job, a->job_id, a->round, a->attempt))
+      return;
+    if (xf_round_site_accepted(job->round, s->id, &err) == XF_OK) {
+      if (!job->relay) {
+        xf_journal_participant p = {.site = s->id, .state = XF_PARTICIPANT_REPORTING,
+                                    .bytes_down = s->bytes_down};
+        journal_check(xf_journal_participant_set(co->db, job->id, xf_round_number(job->round),
+                                                 xf_round_attempt(job->round), &p, xf__now(),
+                                                 &err),
+                      "participant", &err);
+      }
+      run_actions(co, job);
+    }
+    return;
+  }
+  case XFED__ENVELOPE__BODY_TASK_REFUSAL: {
+    const Xfed__TaskRefusal *r = env->task_refusal;
+    XF_WARN("task_refused", "job=%s round=%u site=%s reason=%d details=\"%s\"",
+            r->job_id ? r->job_id : "", (unsigned)r->round, s->name, (int)r->reason,
+            r->details ? r->details : "");
+    if (job->phase == XF__PHASE_EVAL) {
+      s->eval_pending = false;
+      eval_check(co, job);
+      return;
+    }
+    if (job->phase != XF__PHASE_ROUND || !r->job_id || strcmp(r->job_id, job->id_text) != 0 ||
+        r->round != offer_round(job))
+      return;
+    if (xf_round_site_refused(job->round, s->id, r->details, &err) == XF_OK) run_actions(co, job);
+    return;
+  }
+  case XFED__ENVELOPE__BODY_METRICS: on_metrics(co, job, s, env->metrics); return;
+  case XFED__ENVELOPE__BODY_TENSOR_BEGIN: on_tensor_begin(co, job, s, env->tensor_begin); return;
+  case XFED__ENVELOPE__BODY_TENSOR_CHUNK:
+    if (!s->rx || s->waiting_admission) {
+      if (s->peer)
+        xf_session_send_error(s->peer->conn, XF_EINVAL,
+                              "a tensor chunk without an acknowledged TensorBegin");
+      return;
+    }
+    if (xf_tensor_receiver_chunk(s->rx, env->tensor_chunk, &err) != XF_OK) {
+      if (s->peer) xf_session_send_error(s->peer->conn, err.code, "%s", err.msg);
+      drop_site(co, job, s, err.msg);
+    }
+    return;
+  case XFED__ENVELOPE__BODY_TENSOR_END:
+    if (!s->rx || s->waiting_admission) return;
+    on_tensor_end(co, job, s, env->tensor_end);
+    return;
+  case XFED__ENVELOPE__BODY_TENSOR_ACK:
+    /* Sites acknowledge the model; nothing waits on it. */
+    return;
+  case XFED__ENVELOPE__BODY_ERROR:
+    if (job->phase == XF__PHASE_ROUND) {
+      xf_participant_state st;
+      uint64_t smp;
+      const char *rs;
+      if (xf_round_site(job->round, s->id, &st, &smp, &rs) == XF_OK &&
+          (st == XF_PARTICIPANT_INVITED || st == XF_PARTICIPANT_REPORTING))
+        drop_site(co, job, s, env->error->message ? env->error->message : "error");
+    }
+    return;
+  default:
+    if (s->peer)
+      xf_session_send_error(s->peer->conn, XF_EUNSUPPORTED, "%s is not a site's message",
+                            xf_envelope_body_name(env));
+    return;
+  }
+}
+
+/* ---- sites coming and going ------------------------------------------------------------------ */
+
+void xf__job_site_back(xf__coord *co, xf__site *s) {
+  xf__job *job = co->active;
+  if (!job) return;
+  if (job->phase == XF__PHASE_WAIT) {
+    try_open(co, job);
+    return;
+  }
+  if (job->phase != XF__PHASE_ROUND) return;
+  xf_participant_state st;
+  uint64_t smp;
+  const char *rs;
+  if (xf_round_site(job->round, s->id, &st, &smp, &rs) != XF_OK) return;
+  if (st == XF_PARTICIPANT_INVITED || st == XF_PARTICIPANT_REPORTING) {
+    XF_INFO("site_back", "job=%s round=%u site=%s", job->id_text, (unsigned)offer_round(job),
+            s->name);
+    if (send_task(co, job, s, xf_round_deadline(job->round), false) != XF_OK)
+      drop_site(co, job, s, "cannot resend the task");
+  }
+}
+
+void xf__job_site_away(xf__coord *co, xf__site *s) {
+  xf__job *job = co->active;
+  s->away_since = xf__now();
+  if (!job) return;
+  if (job->phase == XF__PHASE_EVAL && s->eval_pending && !s->regional) {
+    s->eval_pending = false;
+    eval_check(co, job);
+  }
+}
+
+void xf__job_cancel(xf__coord *co, const char *why) {
+  xf__job *job = co->active;
+  if (!job) return;
+  for (xf__site *s = co->sites; s; s = s->next)
+    if (s->peer) send_cancel(co, job, s, why);
+  job_over(co, job);
+}
+
+/* ---- the tick ------------------------------------------------------------------------------- */
+
+static xf_err activate(xf__coord *co, int64_t id, xf_errctx *err);
+
+void xf__job_tick(xf__coord *co) {
+  xf__job *job = co->active;
+  if (job && job->phase == XF__PHASE_ROUND) {
+    xf_errctx err = {0};
+    double now = xf__now();
+    for (xf__site *s = co->sites; s; s = s->next)
+      if (!s->peer && s->away_since > 0 && now - s->away_since > XF_COORD_RECONNECT_GRACE_S) {
+        xf_participant_state st;
+        uint64_t smp;
+        const char *rs;
+        if (xf_round_site(job->round, s->id, &st, &smp, &rs) == XF_OK &&
+            (st == XF_PARTICIPANT_INVITED || st == XF_PARTICIPANT_REPORTING))
+          drop_site(co, job, s, "lost its link and did not come back in time");
+        if (job->phase != XF__PHASE_ROUND) break;
+      }
+    if (job->phase == XF__PHASE_ROUND && xf_round_tick(job->round, now, &err) == XF_OK)
+      run_actions(co, job);
+  }
+  if (job && job->phase == XF__PHASE_WAIT) try_open(co, job);
+  if (job && job->phase == XF__PHASE_EVAL) eval_check(co, job);
+  if (job && job->phase == XF__PHASE_OVER) {
+    if (!job->relay && job->bytes_up + job->bytes_down) job_over(co, job);
+    xf__job_free(job);
+    co->active = NULL;
+    if (!co->cfg.regional) xf__job_schedule(co);
+  }
+}
+
+/* ---- activation ------------------------------------------------------------------------------ */
+
+/* Makes the journal's job `id` the active one: its spec, its last
+ * committed model and optimizer state, at its current round. */
+static xf_err activate(xf__coord *co, int64_t id, xf_errctx *err) {
+  xf_journal_job jj;
+  XF_GUARD(xf_journal_job_load(co->db, id, &jj, err));
+  xf__job *job = xf_calloc(1, sizeof(*job));
+  if (!job) return xf_fail(err, XF_ENOMEM, "out of memory");
+  job->id = id;
+  snprintf(job->id_text, sizeof(job->id_text), "%" PRId64, id);
+  job->spec = jj.spec;
+  xf_err rc = xf_jobspec_to_json(&job->spec, &job->spec_json);
+  void *bytes = NULL;
+  size_t len = 0;
+  if (rc == XF_OK) rc = xf_blob_get(co->blobs, &jj.model, &bytes, &len, err);
+  if (rc == XF_OK) rc = xf_checkpoint_decode(bytes, len, &job->model, &job->params, err);
+  xf_free(bytes);
+  bytes = NULL;
+  if (rc == XF_OK) {
+    job->n_params = xf_model_num_params(job->model);
+    rc = xf_server_opt_create(&job->spec.strategy, job->n_params, &job->opt, err);
+  }
+  if (rc == XF_OK && jj.has_opt_state) {
+    rc = xf_blob_get(co->blobs, &jj.opt_state, &bytes, &len, err);
+    if (rc == XF_OK) rc = xf_server_opt_load(job->opt, bytes, len, err);
+    xf_free(bytes);
+  }
+  if (rc == XF_OK) rc = xf__model_file_make(job->model, job->params, &job->mf, err);
+  uint32_t round = jj.round > job->spec.rounds ? job->spec.rounds : jj.round;
+  if (rc == XF_OK) rc = xf_round_create(&job->spec, round, jj.attempt, 0, &job->round, err);
+  if (rc != XF_OK) {
+    xf__job_free(job);
+    return rc;
+  }
+  xf_params_digest(job->params, job->n_params, &job->params_digest);
+  job->model_round = jj.rounds_committed;
+  job->phase = XF__PHASE_WAIT;
+  if (jj.round_open || jj.rounds_committed > 0) {
+    /* Resuming: give the sites that were there time to come back, so the
+     * cohort is drawn over the same set as before the stop. */
+    job->wait_until = xf__now() + co->cfg.resume_grace_s;
+    job->wait_for = 0;
+    for (xf__site *s = co->sites; s; s = s->next) job->wait_for++;
+    if (!job->wait_for) job->wait_for = UINT32_MAX;
+  }
+  co->active = job;
+  if (jj.state == XF_JOB_QUEUED)
+    journal_check(xf_journal_job_set_state(co->db, id, XF_JOB_RUNNING, NULL, xf__now(), err),
+                  "job_state", err);
+  XF_INFO("job_active", "job=%s name=%s round=%u attempt=%u resumed=%d", job->id_text,
+          job->spec.name, (unsigned)round, (unsigned)jj.attempt, jj.round_open ? 1 : 0);
+  return XF_OK;
+}
+
+void xf__job_schedule(xf__coord *co) {
+  if (co->active || co->cfg.regional || co->stopping) return;
+  xf_errctx err = {0};
+  int64_t *ids = NULL;
+  size_t n = 0;
+  if (xf_journal_running_jobs(co->db, &ids, &n, &err) != XF_OK) {
+    XF_ERROR("journal_failed", "doing=running_jobs reason=\"%s\"", err.msg);
+    return;
+  }
+  if (n == 0) {
+    xf_free(ids);
+    ids = NULL;
+    if (xf_journal_queued_jobs(co->db, &ids, &n, &err) != XF_OK) {
+      XF_ERROR("journal_failed", "doing=queued_jobs reason=\"%s\"", err.msg);
+      return;
+    }
+  }
+  for (size_t i = 0; i < n && !co->active; i++) {
+    if (activate(co, ids[i], &err) != XF_OK) {
+      char why[600];
+      snprintf(why, sizeof(why), "cannot resume: %s", err.msg);
+      XF_ERROR("job_failed", "job=%" PRId64 " reason=\"%s\"", ids[i], why);
+      xf_errctx e2 = {0};
+      journal_check(xf_journal_job_set_state(co->db, ids[i], XF_JOB_FAILED, why, xf__now(), &e2),
+                    "job_state", &e2);
+    }
+  }
+  xf_free(ids);
+  if (co->active) try_open(co, co->active);
+}
+
+/* ---- the regional role's relay ---------------------------------------------------------------- */
+
+xf_err xf__job_start_relay(xf__coord *co, xf_errctx *err) {
+  xf__upstream *up = &co->up;
+  xf__job *job = xf_calloc(1, sizeof(*job));
+  if (!job) return xf_fail(err, XF_ENOMEM, "out of memory");
+  job->relay = true;
+  snprintf(job->id_text, sizeof(job->id_text), "%s", up->job_id);
+  job->offer_round = up->round;
+  job->offer_attempt = up->attempt;
+  job->offer_deadline = up->deadline;
+  job->evaluate_only = up->evaluate_only;
+  job->model_round = up->model_round;
+  xf_err rc = xf_jobspec_parse_string(up->params_json, strlen(up->params_json), "task offer",
+                                      &job->spec, err);
+  if (rc == XF_OK)
+    rc = xf_checkpoint_decode(up->model_buf, up->model_len, &job->model, &job->params, err);
+  if (rc == XF_OK) {
+    job->n_params = xf_model_num_params(job->model);
+    xf_params_digest(job->params, job->n_params, &job->params_digest);
+    if (memcmp(&job->params_digest, &up->model_digest, sizeof(xf_digest)) != 0)
+      rc = xf_fail(err, XF_EINTEGRITY, "the model's parameters do not match the offer's digest");
+  }
+  if (rc == XF_OK) rc = xf_jobspec_to_json(&job->spec, &job->spec_json);
+  if (rc == XF_OK) rc = xf__model_file_make(job->model, job->params, &job->mf, err);
+  if (rc == XF_OK && !job->evaluate_only) {
+    /* One round among this region's sites, closing early enough to
+     * forward the aggregate before the upstream deadline. */
+    xf_jobspec sub = job->spec;
+    double left = up->deadline - xf__now();
+    sub.round_deadline_s = left * 0.9 > 1 ? left * 0.9 : 1;
+    sub.sites_per_round = 1.0;
+    sub.over_selection = 1.0;
+    sub.min_sites = 1;
+    sub.rounds = up->round > sub.rounds ? up->round : sub.rounds;
+    rc = xf_round_create(&sub, up->round, 1, 1, &job->round, err);
+  }
+  if (rc != XF_OK) {
+    xf__job_free(job);
+    return rc;
+  }
+  if (co->active) xf__job_free(co->active);
+  co->active = job;
+  if (job->evaluate_only) {
+    eval_start(co, job);
+    eval_check(co, job);
+  } else {
+    job->phase = XF__PHASE_WAIT;
+    try_open(co, job);
+  }
+  return XF_OK;
+}

@@ -1,0 +1,309 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* `xfed-coord`: reads the configuration (a JSON file and flags over it) and
+ * runs the coordinator daemon (coordinator/daemon.h), or backs up its
+ * journal. `xfed-coord --role ...` with no verb means `xfed-coord run`. */
+#include <getopt.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "coordinator/daemon.h"
+#include "site/registry.h"
+
+#define PROG "xfed-coord"
+
+static int option_error(xf_cli *cli, int ch, char **argv) {
+  if (ch == ':') return xf_cli_usage(cli, "%s needs a value", argv[optind - 1]);
+  if (optopt) return xf_cli_usage(cli, "unknown option '-%c'", optopt);
+  return xf_cli_usage(cli, "unknown option '%s'", argv[optind - 1]);
+}
+
+/* HOST:PORT (HOST an IPv4 address, [IPv6] or localhost; port 0..65535, 0
+ * only where allow_zero: a listener picking a free port). */
+static xf_err parse_addr(xf_cli *cli, const char *what, const char *s, char *host, size_t n,
+                         int *port) {
+  bool allow_zero = strcmp(what, "--listen") == 0 || strcmp(what, "listen") == 0;
+  const char *colon = strrchr(s, ':');
+  char *end = NULL;
+  long p = colon ? strtol(colon + 1, &end, 10) : -1;
+  if (!colon || colon == s || !end || *end || colon[1] == '\0' || p < (allow_zero ? 0 : 1) ||
+      p > 65535)
+    return xf_fail(&cli->err, XF_EUSAGE, "%s '%s' is not HOST:PORT with a port from %d to 65535",
+                   what, s, allow_zero ? 0 : 1);
+  size_t hl = (size_t)(colon - s);
+  const char *h = s;
+  if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
+    h++;
+    hl -= 2;
+  }
+  if (hl >= n) return xf_fail(&cli->err, XF_EUSAGE, "%s '%s': the host is too long", what, s);
+  memcpy(host, h, hl);
+  host[hl] = '\0';
+  if (strcmp(host, "localhost") == 0) snprintf(host, n, "127.0.0.1");
+  *port = (int)p;
+  return XF_OK;
+}
+
+/* A path from the config file: relative ones are relative to its directory. */
+static void config_path(char *dst, size_t n, const char *base_dir, const char *v) {
+  if (v[0] == '/' || !base_dir)
+    snprintf(dst, n, "%s", v);
+  else
+    snprintf(dst, n, "%s/%s", base_dir, v);
+}
+
+static xf_err load_config(xf_cli *cli, const char *path, xf_coord_config *c) {
+  json_error_t je;
+  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+  if (!root) {
+    xf_errctx_file(&cli->err, path);
+    return xf_fail(&cli->err, XF_EFORMAT, "line %d, column %d: %s", je.line, je.column, je.text);
+  }
+  char dir_buf[PATH_MAX];
+  snprintf(dir_buf, sizeof(dir_buf), "%s", path);
+  const char *dir = dirname(dir_buf);
+  static const char *const keys[] = {"role",      "region",      "listen",     "upstream",
+                                     "cert",      "key",         "ca",         "crl",
+                                     "state_dir", "port_file",   "max_frame",  "max_staged",
+                                     "resume_grace_s", "eval_timeout_s", NULL};
+  xf_err rc = XF_OK;
+  const char *k;
+  json_t *v;
+  if (!json_is_object(root)) {
+    rc = xf_fail(&cli->err, XF_EFORMAT, "the configuration is one JSON object {...}");
+    goto out;
+  }
+  json_object_foreach(root, k, v) {
+    size_t i = 0;
+    while (keys[i] && strcmp(keys[i], k) != 0) i++;
+    if (!keys[i]) {
+      snprintf(cli->err.field, sizeof(cli->err.field), "%s", k);
+      rc = xf_fail(&cli->err, XF_EFORMAT,
+                   "unknown field; the fields are role, region, listen, upstream, cert, key, ca, "
+                   "crl, state_dir, port_file, max_frame, max_staged, resume_grace_s, "
+                   "eval_timeout_s");
+      goto out;
+    }
+    bool numeric = strcmp(k, "max_frame") == 0 || strcmp(k, "max_staged") == 0 ||
+                   strcmp(k, "resume_grace_s") == 0 || strcmp(k, "eval_timeout_s") == 0;
+    if (numeric ? !json_is_number(v) : !json_is_string(v)) {
+      snprintf(cli->err.field, sizeof(cli->err.field), "%s", k);
+      rc = xf_fail(&cli->err, XF_EFORMAT, "must be a %s", numeric ? "number" : "string");
+      goto out;
+    }
+    const char *s = numeric ? NULL : json_string_value(v);
+    double d = numeric ? json_number_value(v) : 0;
+    snprintf(cli->err.field, sizeof(cli->err.field), "%s", k);
+    if (strcmp(k, "role") == 0) {
+      if (strcmp(s, "global") != 0 && strcmp(s, "regional") != 0) {
+        rc = xf_fail(&cli->err, XF_EFORMAT, "is '%s'; use \"global\" or \"regional\"", s);
+        goto out;
+      }
+      c->regional = strcmp(s, "regional") == 0;
+    } else if (strcmp(k, "region") == 0) {
+      snprintf(c->region, sizeof(c->region), "%s", s);
+    } else if (strcmp(k, "listen") == 0) {
+      if ((rc = parse_addr(cli, "listen", s, c->listen_host, sizeof(c->listen_host),
+                           &c->listen_port)) != XF_OK)
+        goto out;
+    } else if (strcmp(k, "upstream") == 0) {
+      if ((rc = parse_addr(cli, "upstream", s, c->upstream_host, sizeof(c->upstream_host),
+                           &c->upstream_port)) != XF_OK)
+        goto out;
+    } else if (strcmp(k, "cert") == 0) {
+      config_path(c->cert, sizeof(c->cert), dir, s);
+    } else if (strcmp(k, "key") == 0) {
+      config_path(c->key, sizeof(c->key), dir, s);
+    } else if (strcmp(k, "ca") == 0) {
+      config_path(c->ca, sizeof(c->ca), dir, s);
+    } else if (strcmp(k, "crl") == 0) {
+      config_path(c->crl, sizeof(c->crl), dir, s);
+    } else if (strcmp(k, "state_dir") == 0) {
+      config_path(c->state_dir, sizeof(c->state_dir), dir, s);
+    } else if (strcmp(k, "port_file") == 0) {
+      config_path(c->port_file, sizeof(c->port_file), dir, s);
+    } else if (strcmp(k, "max_frame") == 0) {
+      if (!(d >= 65536 && d <= 256.0 * 1024 * 1024)) {
+        rc = xf_fail(&cli->err, XF_ERANGE, "must be from 65536 to 268435456 bytes");
+        goto out;
+      }
+      c->max_frame = (size_t)d;
+    } else if (strcmp(k, "max_staged") == 0) {
+      if (!(d >= 1 && d <= 1024)) {
+        rc = xf_fail(&cli->err, XF_ERANGE, "must be from 1 to 1024");
+        goto out;
+      }
+      c->max_staged = (uint32_t)d;
+    } else if (strcmp(k, "resume_grace_s") == 0 || strcmp(k, "eval_timeout_s") == 0) {
+      if (!(d > 0 && d <= 86400)) {
+        rc = xf_fail(&cli->err, XF_ERANGE, "must be above 0 and at most 86400 seconds");
+        goto out;
+      }
+      if (k[0] == 'r') c->resume_grace_s = d;
+      else c->eval_timeout_s = d;
+    }
+  }
+  cli->err.field[0] = '\0';
+out:
+  if (rc != XF_OK) xf_errctx_file(&cli->err, path);
+  json_decref(root);
+  return rc;
+}
+
+static int cmd_run(xf_cli *cli, int argc, char **argv) {
+  static const struct option opts[] = {
+      {"config", required_argument, 0, 'f'}, {"role", required_argument, 0, 'r'},
+      {"region", required_argument, 0, 'R'}, {"listen", required_argument, 0, 'l'},
+      {"upstream", required_argument, 0, 'u'}, {"cert", required_argument, 0, 'C'},
+      {"key", required_argument, 0, 'K'},    {"ca", required_argument, 0, 'A'},
+      {"crl", required_argument, 0, 'L'},    {"state", required_argument, 0, 's'},
+      {"port-file", required_argument, 0, 'p'}, {0, 0, 0, 0}};
+  xf_coord_config c;
+  memset(&c, 0, sizeof(c));
+  snprintf(c.listen_host, sizeof(c.listen_host), "127.0.0.1");
+  c.listen_port = 7443;
+  /* The config file first, flags over it: find --config in a first pass. */
+  opterr = 0;
+  optind = 1;
+  int ch;
+  const char *config = NULL;
+  while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    if (ch == 'f') config = optarg;
+    else if (ch == '?' || ch == ':') return option_error(cli, ch, argv);
+  }
+  if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
+  if (config && load_config(cli, config, &c) != XF_OK) return xf_cli_fail(cli, cli->err.code);
+  optind = 1;
+  while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    xf_err rc = XF_OK;
+    switch (ch) {
+    case 'r':
+      if (strcmp(optarg, "global") != 0 && strcmp(optarg, "regional") != 0)
+        return xf_cli_usage(cli, "--role is 'global' or 'regional', not '%s'", optarg);
+      c.regional = strcmp(optarg, "regional") == 0;
+      break;
+    case 'R': snprintf(c.region, sizeof(c.region), "%s", optarg); break;
+    case 'l':
+      rc = parse_addr(cli, "--listen", optarg, c.listen_host, sizeof(c.listen_host),
+                      &c.listen_port);
+      break;
+    case 'u':
+      rc = parse_addr(cli, "--upstream", optarg, c.upstream_host, sizeof(c.upstream_host),
+                      &c.upstream_port);
+      break;
+    case 'C': snprintf(c.cert, sizeof(c.cert), "%s", optarg); break;
+    case 'K': snprintf(c.key, sizeof(c.key), "%s", optarg); break;
+    case 'A': snprintf(c.ca, sizeof(c.ca), "%s", optarg); break;
+    case 'L': snprintf(c.crl, sizeof(c.crl), "%s", optarg); break;
+    case 's': snprintf(c.state_dir, sizeof(c.state_dir), "%s", optarg); break;
+    case 'p': snprintf(c.port_file, sizeof(c.port_file), "%s", optarg); break;
+    default: break;
+    }
+    if (rc != XF_OK) return xf_cli_usage(cli, "%s", cli->err.msg);
+  }
+  if (c.regional && !c.region[0]) return xf_cli_usage(cli, "--role regional needs --region R");
+  if (c.regional && !c.upstream_host[0])
+    return xf_cli_usage(cli, "--role regional needs --upstream HOST:PORT (the global coordinator)");
+  if (!c.regional && c.upstream_host[0])
+    return xf_cli_usage(cli, "--upstream is for --role regional; the global coordinator has none");
+  if (c.region[0] && !xf_site_label_valid(c.region))
+    return xf_cli_usage(cli, "--region '%s' is not a region name: 1 to 63 of a-z, 0-9 and '-'",
+                        c.region);
+  const char *missing = !c.cert[0] ? "--cert" : !c.key[0] ? "--key" : !c.ca[0] ? "--ca"
+                        : !c.crl[0] ? "--crl" : !c.state_dir[0] ? "--state" : NULL;
+  if (missing)
+    return xf_cli_usage(cli, "%s is required (as a flag or in --config)", missing);
+  if (xf_coord_run(&c, &cli->err) != XF_OK) return xf_cli_fail(cli, cli->err.code);
+  return XF_EXIT_OK;
+}
+
+static int cmd_backup(xf_cli *cli, int argc, char **argv) {
+  static const struct option opts[] = {{"state", required_argument, 0, 's'},
+                                       {"out", required_argument, 0, 'o'},
+                                       {0, 0, 0, 0}};
+  const char *state = NULL, *out = NULL;
+  opterr = 0;
+  optind = 1;
+  int ch;
+  while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    if (ch == 's') state = optarg;
+    else if (ch == 'o') out = optarg;
+    else return option_error(cli, ch, argv);
+  }
+  if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
+  if (!state || !out) return xf_cli_usage(cli, "--state DIR and --out FILE are required");
+  if (xf_coord_backup(state, out, &cli->err) != XF_OK) return xf_cli_fail(cli, cli->err.code);
+  if (cli->json)
+    printf("{\"backup\": \"%s\"}\n", out);
+  else
+    fprintf(stderr, "%s backup: the journal of %s is copied to %s\n", PROG, state, out);
+  return XF_EXIT_OK;
+}
+
+static const xf_cmd commands[] = {
+    {"run", NULL, "run the coordinator (global) or a regional aggregator",
+     "usage: xfed-coord [run] [--config FILE] [--role global|regional] [--region R]\n"
+     "                  [--upstream HOST:PORT] [--listen HOST:PORT] --cert FILE --key FILE\n"
+     "                  --ca FILE --crl FILE --state DIR [--port-file FILE]\n"
+     "\n"
+     "Runs until SIGTERM or SIGINT (clean shutdown; an open round resumes at the next\n"
+     "start). SIGHUP reloads the CRL. Logs are key=value lines on stderr\n"
+     "(XF_LOG_LEVEL=debug|info|warn|error).\n"
+     "\n"
+     "The global coordinator keeps the journal (STATE/coord.db, SQLite) and the model\n"
+     "blobs (STATE/blobs), accepts sites, regional aggregators and users, and runs\n"
+     "jobs one at a time in submission order. A regional aggregator (--role regional)\n"
+     "accepts the sites of its region only, dials the global coordinator, and\n"
+     "forwards one aggregate of its region for jobs with \"topology\": \"regional\".\n"
+     "\n"
+     "options:\n"
+     "  --config FILE       a JSON object with any of: role, region, listen, upstream,\n"
+     "                      cert, key, ca, crl, state_dir, port_file, max_frame,\n"
+     "                      max_staged, resume_grace_s, eval_timeout_s (paths relative to\n"
+     "                      the file); flags override it\n"
+     "  --role R            global (default) or regional\n"
+     "  --region R          regional: the region served (must match the certificate)\n"
+     "  --upstream H:P      regional: the global coordinator\n"
+     "  --listen H:P        numeric address to listen on (default 127.0.0.1:7443;\n"
+     "                      port 0 picks a free one)\n"
+     "  --cert, --key FILE  this coordinator's identity (xfed pki issue --kind coordinator)\n"
+     "  --ca, --crl FILE    the federation's CA certificate and CRL\n"
+     "  --state DIR         where the journal and blobs live (created 0700)\n"
+     "  --port-file FILE    write the bound port there once listening\n"
+     "\n"
+     "example: xfed-coord --state /var/lib/xfed-coord --cert coord.crt --key coord.key \\\n"
+     "           --ca ca.crt --crl crl.pem --listen 0.0.0.0:7443\n"
+     "See docs/coordinator.md.\n",
+     cmd_run},
+    {"backup", NULL, "copy the journal with SQLite's online backup",
+     "usage: xfed-coord backup --state DIR --out FILE [--json]\n"
+     "\n"
+     "Copies DIR/coord.db to FILE while the coordinator runs (SQLite online backup).\n"
+     "The blobs under DIR/blobs are immutable files: copy them with any tool.\n",
+     cmd_backup},
+    {0},
+};
+
+int main(int argc, char **argv) {
+  static const xf_cli_program coord = {
+      .prog = PROG,
+      .about = PROG " runs the xfed coordinator or a regional aggregator.",
+      .exit_statuses = "0 ok, 1 error, 2 usage",
+      .commands = commands,
+  };
+  /* `xfed-coord --role ...`: options without a verb run the daemon. */
+  char *args[256];
+  if (argc >= 2 && argc < 250 && argv[1][0] == '-' && strcmp(argv[1], "--help") != 0 &&
+      strcmp(argv[1], "-h") != 0 && strcmp(argv[1], "--json") != 0) {
+    args[0] = argv[0];
+    args[1] = "run";
+    for (int i = 1; i < argc; i++) args[i + 1] = argv[i];
+    args[argc + 1] = NULL;
+    return xf_cli_main(&coord, argc + 1, args);
+  }
+  return xf_cli_main(&coord, argc, argv);
+}

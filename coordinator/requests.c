@@ -1,0 +1,432 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The researchers' requests to the global coordinator: submit, query and
+ * cancel jobs, read their metrics, download their models
+ * (docs/protocol.md, "CLI ↔ coordinator"). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "coordinator/daemon_internal.h"
+#include "coordinator/jobmodel.h"
+#include "kernels/checkpoint.h"
+
+static bool may_submit(const xf__peer *p) {
+  return p->id.role == XF_PKI_ROLE_RESEARCHER || p->id.role == XF_PKI_ROLE_ADMIN;
+}
+
+static void reply_error(xf__peer *p, xf_err code, const xf_errctx *err) {
+  char msg[900];
+  if (err->file[0] && err->field[0])
+    snprintf(msg, sizeof(msg), "%s: %s: %s", err->file, err->field, err->msg);
+  else if (err->field[0])
+    snprintf(msg, sizeof(msg), "%s: %s", err->field, err->msg);
+  else
+    snprintf(msg, sizeof(msg), "%s", err->msg);
+  xf_session_send_error(p->conn, code, "%s", msg);
+}
+
+static bool parse_job_id(const char *s, int64_t *out) {
+  if (!s || !*s) return false;
+  char *end;
+  long long v = strtoll(s, &end, 10);
+  if (*end || v <= 0) return false;
+  *out = v;
+  return true;
+}
+
+/* ---- JobInfo ------------------------------------------------------------------------------ */
+
+/* Room for what a JobInfo points to. */
+typedef struct info_store {
+  char id[32], name[XF_JOB_IDENT_MAX], state[16], message[400], digest[XF_DIGEST_HEX];
+  char submitter[XF_SPIFFE_MAX];
+  char *spec_json;
+} info_store;
+
+static void summarize_metrics(xf__coord *co, int64_t job, Xfed__JobInfo *ji) {
+  xf_journal_metrics *m = NULL;
+  size_t n = 0;
+  xf_errctx err = {0};
+  ji->test_accuracy = NAN;
+  ji->test_loss = NAN;
+  ji->train_loss = NAN;
+  if (xf_journal_metrics_job(co->db, job, &m, &n, &err) != XF_OK) return;
+  uint32_t eval_round = 0, train_round = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!isnan(m[i].test_accuracy) && m[i].round > eval_round) eval_round = m[i].round;
+    if (!isnan(m[i].train_loss) && m[i].round > train_round) train_round = m[i].round;
+  }
+  double wa = 0, wl = 0, w = 0, tl = 0, tw = 0;
+  for (size_t i = 0; i < n; i++) {
+    double weight = m[i].samples ? (double)m[i].samples : 1.0;
+    if (m[i].round == eval_round && !isnan(m[i].test_accuracy)) {
+      wa += weight * m[i].test_accuracy;
+      wl += weight * m[i].test_loss;
+      w += weight;
+    }
+    if (m[i].round == train_round && !isnan(m[i].train_loss)) {
+      tl += weight * m[i].train_loss;
+      tw += weight;
+    }
+  }
+  xf_free(m);
+  ji->eval_round = eval_round;
+  if (w > 0) {
+    ji->test_accuracy = wa / w;
+    ji->test_loss = wl / w;
+  }
+  if (tw > 0) ji->train_loss = tl / tw;
+}
+
+static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store *st,
+                        xf_errctx *err) {
+  xf_journal_job jj;
+  XF_GUARD(xf_journal_job_load(co->db, id, &jj, err));
+  xfed__job_info__init(ji);
+  snprintf(st->id, sizeof(st->id), "%" PRId64, id);
+  snprintf(st->name, sizeof(st->name), "%s", jj.spec.name);
+  snprintf(st->state, sizeof(st->state), "%s", xf_job_state_name(jj.state));
+  snprintf(st->message, sizeof(st->message), "%s", jj.message);
+  uint64_t up = 0, down = 0;
+  XF_GUARD(xf_journal_job_traffic(co->db, id, st->submitter, sizeof(st->submitter), &up, &down,
+                                  err));
+  st->spec_json = NULL;
+  if (xf_jobspec_to_json(&jj.spec, &st->spec_json) != XF_OK)
+    return xf_fail(err, XF_ENOMEM, "out of memory");
+  ji->job_id = st->id;
+  ji->name = st->name;
+  ji->state = st->state;
+  ji->message = st->message;
+  ji->submitter = st->submitter;
+  ji->spec_json = st->spec_json;
+  ji->round = jj.round;
+  ji->rounds = jj.spec.rounds;
+  ji->attempt = jj.attempt;
+  ji->rounds_committed = jj.rounds_committed;
+  ji->created = jj.created;
+  ji->updated = jj.updated;
+  ji->bytes_up = up;
+  ji->bytes_down = down;
+  summarize_metrics(co, id, ji);
+  st->digest[0] = '\0';
+  const xf__job *job = co->active;
+  if (job && !job->relay && job->id == id) {
+    ji->bytes_up += job->bytes_up;
+    ji->bytes_down += job->bytes_down;
+    xf_digest_hex(&job->params_digest, st->digest);
+    if (job->phase == XF__PHASE_ROUND) {
+      ji->invited = xf_round_invited(job->round);
+      ji->reported = xf_round_reported(job->round);
+      ji->target = xf_round_target(job->round);
+    }
+    if (job->phase == XF__PHASE_EVAL) {
+      /* The journal says done once the last round committed; the final
+       * evaluation is still out. */
+      snprintf(st->state, sizeof(st->state), "running");
+      snprintf(st->message, sizeof(st->message), "evaluating the final model");
+    } else if (job->phase == XF__PHASE_WAIT && jj.state == XF_JOB_RUNNING) {
+      snprintf(st->message, sizeof(st->message),
+               "waiting for sites: %u needed with dataset '%s'", (unsigned)job->spec.min_sites,
+               job->spec.data.dataset);
+    }
+  }
+  ji->model_digest = st->digest;
+  return XF_OK;
+}
+
+static void reply_jobs(xf__coord *co, xf__peer *p, const int64_t *ids, size_t n) {
+  Xfed__JobInfo *infos = xf_calloc(n ? n : 1, sizeof(*infos));
+  Xfed__JobInfo **ptrs = xf_calloc(n ? n : 1, sizeof(*ptrs));
+  info_store *st = xf_calloc(n ? n : 1, sizeof(*st));
+  xf_errctx err = {0};
+  size_t k = 0;
+  if (infos && ptrs && st) {
+    for (size_t i = 0; i < n; i++) {
+      if (fill_info(co, ids[i], &infos[k], &st[k], &err) != XF_OK) {
+        reply_error(p, err.code, &err);
+        goto out;
+      }
+      ptrs[k] = &infos[k];
+      k++;
+    }
+    Xfed__JobList list = XFED__JOB_LIST__INIT;
+    list.n_jobs = k;
+    list.jobs = ptrs;
+    Xfed__Envelope env = XFED__ENVELOPE__INIT;
+    env.body_case = XFED__ENVELOPE__BODY_JOB_LIST;
+    env.job_list = &list;
+    (void)xf__send(p, &env);
+  } else {
+    xf_session_send_error(p->conn, XF_ENOMEM, "out of memory");
+  }
+out:
+  for (size_t i = 0; st && i < k; i++) xf_free(st[i].spec_json);
+  xf_free(infos);
+  xf_free(ptrs);
+  xf_free(st);
+}
+
+/* ---- submit ------------------------------------------------------------------------------- */
+
+static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
+  char submitter[XF_SPIFFE_MAX];
+  if (xf_spiffe_format(&p->id, submitter, NULL) != XF_OK) snprintf(submitter, 2, "?");
+  if (!may_submit(p)) {
+    XF_WARN("request_denied", "user=%s request=job_submit", submitter);
+    xf_session_send_error(p->conn, XF_EDENIED,
+                          "only researchers (and admins) submit jobs; %s has role %s", submitter,
+                          xf_pki_role_name(p->id.role));
+    return;
+  }
+  const char *text = m->spec_json ? m->spec_json : "";
+  const char *origin = m->origin && *m->origin ? m->origin : "job spec";
+  xf_jobspec spec;
+  xf_errctx err = {0};
+  if (xf_jobspec_parse_string(text, strlen(text), origin, &spec, &err) != XF_OK) {
+    reply_error(p, err.code, &err);
+    return;
+  }
+  /* The model's input comes from the data: take it from a connected site
+   * that holds the dataset. */
+  const xf__dataset *shape = NULL;
+  uint32_t classes = 0;
+  for (xf__site *s = co->sites; s; s = s->next) {
+    if (!s->peer) continue;
+    if (s->regional && spec.topology != XF_JOB_TOPOLOGY_REGIONAL) continue;
+    const xf__dataset *d = xf__job_dataset(&spec, s);
+    if (!d) continue;
+    if (!shape) shape = d;
+    if (d->h == shape->h && d->w == shape->w && d->c == shape->c && d->classes > classes)
+      classes = d->classes;
+  }
+  if (!shape) {
+    err.code = XF_ENOENT;
+    snprintf(err.field, sizeof(err.field), "data.dataset");
+    snprintf(err.file, sizeof(err.file), "%s", origin);
+    snprintf(err.msg, sizeof(err.msg),
+             "no connected site holds dataset '%s'%s%s: start the sites (xfed-site run), check "
+             "'xfed-site dataset list' at each%s",
+             spec.data.dataset, spec.data.n_tags ? " with the job's tags" : "",
+             spec.topology == XF_JOB_TOPOLOGY_FLAT ? "" : "",
+             spec.topology == XF_JOB_TOPOLOGY_FLAT
+                 ? ", and use \"topology\": \"regional\" for sites behind regional aggregators"
+                 : "");
+    reply_error(p, XF_ENOENT, &err);
+    return;
+  }
+  xf_model_spec ms;
+  xf_model *model = NULL;
+  float *params = NULL;
+  xf__model_file *mf = NULL;
+  xf_digest blob;
+  int64_t id = 0;
+  xf_err rc = xf_jobspec_model_spec(&spec, shape->h, shape->w, shape->c, classes, &ms, &err);
+  if (rc == XF_OK) rc = xf_model_create(&ms, &model, &err);
+  if (rc == XF_OK) {
+    params = xf_mallocarray(xf_model_num_params(model), sizeof(float));
+    if (!params) rc = xf_fail(&err, XF_ENOMEM, "out of memory");
+  }
+  if (rc == XF_OK) {
+    xf_model_init_params(model, spec.seed, params);
+    rc = xf__model_file_make(model, params, &mf, &err);
+  }
+  if (rc == XF_OK) rc = xf_blob_put(co->blobs, mf->bytes, mf->len, &blob, &err);
+  if (rc == XF_OK) rc = xf_journal_job_create(co->db, &spec, &blob, xf__now(), &id, &err);
+  if (rc == XF_OK) rc = xf_journal_job_extra(co->db, id, submitter, 0, 0, &err);
+  xf__model_file_unref(mf);
+  xf_free(params);
+  if (rc != XF_OK) {
+    XF_ERROR("submit_failed", "user=%s reason=\"%s\"", submitter, err.msg);
+    reply_error(p, rc, &err);
+    xf_model_free(model);
+    return;
+  }
+  XF_INFO("job_submitted", "job=%" PRId64 " name=%s user=%s model=\"%s\" params=%zu", id,
+          spec.name, submitter, xf_model_describe(model), xf_model_num_params(model));
+  xf_model_free(model);
+  reply_jobs(co, p, &id, 1);
+  xf__job_schedule(co);
+}
+
+/* ---- cancel ------------------------------------------------------------------------------- */
+
+static void on_cancel(xf__coord *co, xf__peer *p, const Xfed__JobCancel *m) {
+  if (!may_submit(p)) {
+    xf_session_send_error(p->conn, XF_EDENIED, "only researchers (and admins) cancel jobs");
+    return;
+  }
+  int64_t id;
+  if (!parse_job_id(m->job_id, &id)) {
+    xf_session_send_error(p->conn, XF_EINVAL, "'%s' is not a job id", m->job_id ? m->job_id : "");
+    return;
+  }
+  xf_journal_job jj;
+  xf_errctx err = {0};
+  if (xf_journal_job_load(co->db, id, &jj, &err) != XF_OK) {
+    reply_error(p, err.code, &err);
+    return;
+  }
+  if (jj.state == XF_JOB_DONE || jj.state == XF_JOB_FAILED || jj.state == XF_JOB_CANCELLED) {
+    xf_session_send_error(p->conn, XF_EINVAL, "job %" PRId64 " is already %s", id,
+                          xf_job_state_name(jj.state));
+    return;
+  }
+  char who[XF_SPIFFE_MAX], why[XF_SPIFFE_MAX + 32];
+  if (xf_spiffe_format(&p->id, who, NULL) != XF_OK) snprintf(who, 2, "?");
+  snprintf(why, sizeof(why), "cancelled by %s", who);
+  if (co->active && !co->active->relay && co->active->id == id) xf__job_cancel(co, why);
+  if (xf_journal_job_set_state(co->db, id, XF_JOB_CANCELLED, why, xf__now(), &err) != XF_OK) {
+    reply_error(p, err.code, &err);
+    return;
+  }
+  XF_INFO("job_cancelled", "job=%" PRId64 " user=%s", id, who);
+  reply_jobs(co, p, &id, 1);
+}
+
+/* ---- metrics ------------------------------------------------------------------------------ */
+
+static void on_metrics_query(xf__coord *co, xf__peer *p, const Xfed__MetricsQuery *m) {
+  int64_t id;
+  if (!parse_job_id(m->job_id, &id)) {
+    xf_session_send_error(p->conn, XF_EINVAL, "'%s' is not a job id", m->job_id ? m->job_id : "");
+    return;
+  }
+  xf_journal_job jj;
+  xf_errctx err = {0};
+  xf_journal_metrics *v = NULL;
+  size_t n = 0;
+  if (xf_journal_job_load(co->db, id, &jj, &err) != XF_OK ||
+      xf_journal_metrics_job(co->db, id, &v, &n, &err) != XF_OK) {
+    reply_error(p, err.code, &err);
+    return;
+  }
+  Xfed__MetricsReport__Row *rows = xf_calloc(n ? n : 1, sizeof(*rows));
+  Xfed__MetricsReport__Row **ptrs = xf_calloc(n ? n : 1, sizeof(*ptrs));
+  char (*names)[2][XF_COORD_NAME_MAX] = xf_calloc(n ? n : 1, sizeof(*names));
+  if (!rows || !ptrs || !names) {
+    xf_session_send_error(p->conn, XF_ENOMEM, "out of memory");
+    goto out;
+  }
+  for (size_t i = 0; i < n; i++) {
+    Xfed__MetricsReport__Row *r = &rows[i];
+    xfed__metrics_report__row__init(r);
+    if (xf_journal_site_name(co->db, v[i].site, names[i][0], XF_COORD_NAME_MAX, names[i][1],
+                             XF_COORD_NAME_MAX, &err) != XF_OK)
+      snprintf(names[i][0], XF_COORD_NAME_MAX, "%" PRIu64, v[i].site);
+    r->round = v[i].round;
+    r->site = names[i][0];
+    r->region = names[i][1];
+    r->has_train = !isnan(v[i].train_loss);
+    r->train_loss = v[i].train_loss;
+    r->has_test = !isnan(v[i].test_accuracy);
+    r->test_loss = v[i].test_loss;
+    r->test_accuracy = v[i].test_accuracy;
+    r->samples = v[i].samples;
+    r->bytes_up = v[i].bytes_up;
+    r->bytes_down = v[i].bytes_down;
+    ptrs[i] = r;
+  }
+  Xfed__MetricsReport rep = XFED__METRICS_REPORT__INIT;
+  char idt[32];
+  snprintf(idt, sizeof(idt), "%" PRId64, id);
+  rep.job_id = idt;
+  rep.n_rows = n;
+  rep.rows = ptrs;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_METRICS_REPORT;
+  env.metrics_report = &rep;
+  if (xf__send(p, &env) == XF_EINVAL)
+    xf_session_send_error(p->conn, XF_ERANGE,
+                          "the metrics of job %" PRId64 " (%zu rows) exceed one frame", id, n);
+out:
+  xf_free(rows);
+  xf_free(ptrs);
+  xf_free(names);
+  xf_free(v);
+}
+
+/* ---- model export --------------------------------------------------------------------------- */
+
+static void on_model_query(xf__coord *co, xf__peer *p, const Xfed__ModelQuery *m) {
+  int64_t id;
+  if (!parse_job_id(m->job_id, &id)) {
+    xf_session_send_error(p->conn, XF_EINVAL, "'%s' is not a job id", m->job_id ? m->job_id : "");
+    return;
+  }
+  xf_journal_job jj;
+  xf_errctx err = {0};
+  xf_digest model;
+  uint32_t round = m->round;
+  if (xf_journal_job_load(co->db, id, &jj, &err) != XF_OK) {
+    reply_error(p, err.code, &err);
+    return;
+  }
+  if (round == 0) {
+    model = jj.model;
+    round = jj.rounds_committed;
+  } else if (xf_journal_round_model(co->db, id, round, &model, &err) != XF_OK) {
+    reply_error(p, err.code, &err);
+    return;
+  }
+  void *bytes = NULL;
+  size_t len = 0;
+  if (xf_blob_get(co->blobs, &model, &bytes, &len, &err) != XF_OK) {
+    reply_error(p, err.code, &err);
+    return;
+  }
+  char idt[32];
+  snprintf(idt, sizeof(idt), "%" PRId64, id);
+  xf_tensor_desc d = {.stream_id = (uint64_t)round << 16 | 2,
+                      .kind = XFED__TENSOR_BEGIN__KIND__MODEL,
+                      .dtype = XFED__TENSOR_BEGIN__DTYPE__U8,
+                      .element_count = len,
+                      .job_id = idt,
+                      .round = round};
+  XF_INFO("model_export", "job=%" PRId64 " round=%u bytes=%zu", id, (unsigned)round, len);
+  p->tx_weight = 0;
+  p->tx_attempt = 0;
+  p->tx_contributors = 0;
+  (void)xf__stream_start(p, &d, NULL, bytes, len, false);
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------- */
+
+void xf__cli_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env) {
+  switch (env->body_case) {
+  case XFED__ENVELOPE__BODY_JOB_SUBMIT: on_submit(co, p, env->job_submit); return;
+  case XFED__ENVELOPE__BODY_JOB_CANCEL: on_cancel(co, p, env->job_cancel); return;
+  case XFED__ENVELOPE__BODY_METRICS_QUERY: on_metrics_query(co, p, env->metrics_query); return;
+  case XFED__ENVELOPE__BODY_MODEL_QUERY: on_model_query(co, p, env->model_query); return;
+  case XFED__ENVELOPE__BODY_JOB_QUERY: {
+    const char *q = env->job_query->job_id;
+    xf_errctx err = {0};
+    if (q && *q) {
+      int64_t id;
+      if (!parse_job_id(q, &id)) {
+        xf_session_send_error(p->conn, XF_EINVAL, "'%s' is not a job id", q);
+        return;
+      }
+      reply_jobs(co, p, &id, 1);
+      return;
+    }
+    int64_t *ids = NULL;
+    size_t n = 0;
+    if (xf_journal_all_jobs(co->db, &ids, &n, &err) != XF_OK) {
+      reply_error(p, err.code, &err);
+      return;
+    }
+    reply_jobs(co, p, ids, n);
+    xf_free(ids);
+    return;
+  }
+  case XFED__ENVELOPE__BODY_TENSOR_ACK: return; /* the CLI acknowledging a model */
+  default:
+    xf_session_send_error(p->conn, XF_EUNSUPPORTED, "%s is not a request a user can make",
+                          xf_envelope_body_name(env));
+    return;
+  }
+}
