@@ -62,6 +62,11 @@ int xf_cli_main(const xf_cli_program *p, int argc, char **argv);
  * XF_EXIT_ERROR. Uses cli->err when its code is rc, else xf_strerror(rc). */
 int xf_cli_fail(xf_cli *cli, xf_err rc);
 
+/* Like xf_cli_fail for a request the coordinator refused to this
+ * certificate (cli->err holds its words): an authorization refusal, not a
+ * policy decision, so it says "not authorized" and returns XF_EXIT_ERROR. */
+int xf_cli_fail_unauthorized(xf_cli *cli);
+
 /* Prints a usage error ("PROG NAME: MSG; see 'PROG NAME --help'"; NAME may be NULL
  * before a command is known) to stderr
  * (and, with --json, an {"error": {...}} object with code XF_EUSAGE to
@@ -80,6 +85,13 @@ bool xf_cli_interactive(void);
 
 /* Command entry points, one file each. */
 int xf_cmd_data_split(xf_cli *cli, int argc, char **argv);
+int xf_cmd_job_submit(xf_cli *cli, int argc, char **argv);
+int xf_cmd_job_status(xf_cli *cli, int argc, char **argv);
+int xf_cmd_job_list(xf_cli *cli, int argc, char **argv);
+int xf_cmd_job_watch(xf_cli *cli, int argc, char **argv);
+int xf_cmd_job_cancel(xf_cli *cli, int argc, char **argv);
+int xf_cmd_job_metrics(xf_cli *cli, int argc, char **argv);
+int xf_cmd_job_export(xf_cli *cli, int argc, char **argv);
 int xf_cmd_pki_init(xf_cli *cli, int argc, char **argv);
 int xf_cmd_pki_issue(xf_cli *cli, int argc, char **argv);
 int xf_cmd_pki_revoke(xf_cli *cli, int argc, char **argv);

@@ -2,6 +2,7 @@
 /* The table of xfed commands. One line per command; its code lives in
  * cli/cmd_<noun>[_<verb>].c. */
 #include "cli/cli.h"
+#include "cli/client.h"
 
 const xf_cmd xf_cli_commands[] = {
     {"train", NULL, "train a job spec's model on one machine (the centralized baseline)",
@@ -65,6 +66,126 @@ const xf_cmd xf_cli_commands[] = {
      "           --scheme dirichlet:0.5 --seed 42 --out shards\n"
      "See docs/data.md for the formats, the validation rules and the manifest.\n",
      xf_cmd_data_split},
+    {"job", "submit", "submit a job spec to the coordinator",
+     "usage: xfed job submit FILE [--wait] [--interval S] [--json] [connection flags]\n"
+     "\n"
+     "Checks the job spec FILE here first (the same strict parser as the\n"
+     "coordinator's: an error names the file and the field, and nothing is sent),\n"
+     "then submits it as written. Prints the new job's id on stdout (with --json,\n"
+     "the job as JSON). The coordinator checks it again, and its residency policy;\n"
+     "a job the policy does not allow exits with status 3 and the reason.\n"
+     "\n"
+     "options:\n"
+     "  --wait        then follow the job as 'xfed job watch' does: exit 0 when it is\n"
+     "                done, 1 when it failed or was cancelled\n"
+     "  --interval S  with --wait: seconds between queries (default 1)\n"
+     "  --json        print the job (with --wait: the finished job) as one JSON object\n"
+     "\n" XF_CLIENT_OPTIONS_HELP
+     "\n"
+     "needs a researcher or admin certificate.\n"
+     "example: xfed job submit deploy/jobs/fmnist-mlp.json --wait\n"
+     "See docs/jobs.md for the spec and docs/researcher-guide.md for the workflow.\n",
+     xf_cmd_job_submit},
+    {"job", "status", "show one job: state, round, sites, accuracy, epsilon, traffic",
+     "usage: xfed job status ID [--json] [connection flags]\n"
+     "\n"
+     "Shows job ID as the coordinator sees it: its state (queued, running, paused,\n"
+     "done, failed, cancelled) and why it failed or paused, the round in progress\n"
+     "and the rounds committed, the sites that reported in the current attempt, the\n"
+     "test accuracy and loss of the latest evaluated model (weighted by the sites'\n"
+     "test records), the train loss of the last committed round, epsilon spent\n"
+     "(\"none\" without differential privacy), the bytes sent up and down, the\n"
+     "latest model's digest, the submitter and the times.\n"
+     "\n"
+     "options:\n"
+     "  --json   the job as one JSON object (figures not known yet are null; the\n"
+     "           canonical spec is under \"spec\")\n"
+     "\n" XF_CLIENT_OPTIONS_HELP,
+     xf_cmd_job_status},
+    {"job", "list", "list the coordinator's jobs",
+     "usage: xfed job list [--json] [connection flags]\n"
+     "\n"
+     "One line per job, by id: ID, NAME, STATE, ROUND (round in progress, or rounds\n"
+     "committed once ended, over the rounds asked), REPORTED (sites reported over\n"
+     "sites invited in the current attempt), ACCURACY (latest evaluated model) and\n"
+     "SUBMITTED (UTC).\n"
+     "\n"
+     "options:\n"
+     "  --json   {\"jobs\": [...]} with each job as 'xfed job status --json' shows it\n"
+     "\n" XF_CLIENT_OPTIONS_HELP,
+     xf_cmd_job_list},
+    {"job", "watch", "follow a job until it ends, showing its progress",
+     "usage: xfed job watch ID [--interval S] [--json] [connection flags]\n"
+     "\n"
+     "Queries job ID every S seconds until it is done, failed or cancelled. On a\n"
+     "terminal one line on stderr is redrawn in place; otherwise a line is written\n"
+     "whenever it changes:\n"
+     "  round R/N  sites r/i  train loss L  accuracy A  up U  down D  epsilon E  STATE\n"
+     "When the job is done the last line, on stdout, sums it up:\n"
+     "  final accuracy=A rounds=R epsilon=E uplink_bytes=B\n"
+     "(A the test accuracy of the final model to 4 decimals, R the rounds committed,\n"
+     "E epsilon spent or none, B the bytes the sites sent up). A lost connection is\n"
+     "dialed again for as long as --timeout allows.\n"
+     "\n"
+     "options:\n"
+     "  --interval S  seconds between queries (default 1)\n"
+     "  --json        instead of the summary line, print the final job as JSON\n"
+     "\n" XF_CLIENT_OPTIONS_HELP
+     "\n"
+     "exit status: 0 when the job is done, 1 when it failed or was cancelled or the\n"
+     "coordinator cannot be reached.\n",
+     xf_cmd_job_watch},
+    {"job", "cancel", "cancel a queued, running or paused job",
+     "usage: xfed job cancel ID [--json] [connection flags]\n"
+     "\n"
+     "Cancels job ID: the coordinator withdraws its tasks from the sites and the job\n"
+     "ends in state cancelled; its committed rounds, metrics and models are kept.\n"
+     "\n"
+     "options:\n"
+     "  --json   print the job as one JSON object\n"
+     "\n" XF_CLIENT_OPTIONS_HELP
+     "\n"
+     "needs a researcher or admin certificate.\n",
+     xf_cmd_job_cancel},
+    {"job", "metrics", "a job's metrics per round and site (table, CSV or JSON)",
+     "usage: xfed job metrics ID [--csv | --json] [connection flags]\n"
+     "\n"
+     "One row per round and site, by round then site: round, site, region,\n"
+     "train_loss (mean loss of the site's last local epoch), test_loss and\n"
+     "test_accuracy (the model the site received, on its held-out split), samples\n"
+     "(its training records), bytes_up and bytes_down. A figure a row does not\n"
+     "carry (no training in an evaluation-only report) shows as '-'.\n"
+     "\n"
+     "options:\n"
+     "  --csv    RFC 4180 CSV on stdout: a header line, CRLF line ends, empty fields\n"
+     "           for figures not carried, numbers at full precision\n"
+     "  --json   {\"job_id\", \"rows\": [...]} with null for figures not carried\n"
+     "\n" XF_CLIENT_OPTIONS_HELP
+     "\n"
+     "example: xfed job metrics 7 --csv > job7.csv\n",
+     xf_cmd_job_metrics},
+    {"job", "export", "download a job's model as an xfed model file or NumPy .npy",
+     "usage: xfed job export ID --out FILE [--round N] [--format xfed|npy] [--json]\n"
+     "                       [connection flags]\n"
+     "\n"
+     "Downloads the global model of job ID after round N (default: the latest),\n"
+     "verifies its digest and its layer table, and writes FILE atomically:\n"
+     "  xfed  the xfed model file as the coordinator keeps it (docs/model-format.md)\n"
+     "  npy   the flat parameter vector as NumPy .npy (format 1.0, '<f4', shape (P,)),\n"
+     "        plus FILE.json with the layer table (name, kind, shape, offset, count\n"
+     "        of each weight and bias) to cut it into layers\n"
+     "The format follows FILE's extension (.npy: npy, else xfed) unless --format\n"
+     "names it.\n"
+     "\n"
+     "options:\n"
+     "  --out FILE        where to write the model\n"
+     "  --round N         the model after round N (1 or more; default the latest)\n"
+     "  --format FORMAT   xfed or npy\n"
+     "  --json            print what was written as one JSON object\n"
+     "\n" XF_CLIENT_OPTIONS_HELP
+     "\n"
+     "example: xfed job export 7 --out model.npy   # numpy.load('model.npy')\n",
+     xf_cmd_job_export},
     {"pki", "init", "create a federation's CA, its empty CRL and the federation directory",
      "usage: xfed pki init --federation FED [--dir DIR] [--days N] [--json]\n"
      "\n"

@@ -37,6 +37,18 @@ int xf_cli_fail(xf_cli *cli, xf_err rc) {
   return XF_EXIT_ERROR;
 }
 
+int xf_cli_fail_unauthorized(xf_cli *cli) {
+  const xf_errctx *ctx = &cli->err;
+  char line[1200];
+  snprintf(line, sizeof(line), "%s%s%s%s (not authorized)", ctx->peer[0] ? "peer " : "",
+           ctx->peer, ctx->peer[0] ? ": " : "", ctx->msg[0] ? ctx->msg : "refused");
+  fprintf(stderr, "%s %s: %s\n", cli->prog, cli->name ? cli->name : "", line);
+  if (cli->json)
+    print_json_error(XF_EDENIED, ctx->msg[0] ? ctx->msg : "not authorized", ctx->file,
+                     ctx->field, ctx->peer);
+  return XF_EXIT_ERROR;
+}
+
 int xf_cli_usage(xf_cli *cli, const char *fmt, ...) {
   char msg[512];
   va_list ap;

@@ -780,9 +780,9 @@ static xf_err activate(xf__coord *co, int64_t id, xf_errctx *err) {
     /* Resuming: give the sites that were there time to come back, so the
      * cohort is drawn over the same set as before the stop. */
     job->wait_until = xf__now() + co->cfg.resume_grace_s;
-    job->wait_for = 0;
-    for (xf__site *s = co->sites; s; s = s->next) job->wait_for++;
-    if (!job->wait_for) job->wait_for = UINT32_MAX;
+    uint32_t invited = 0;
+    journal_check(xf_journal_last_invited(co->db, id, &invited, err), "last_invited", err);
+    job->wait_for = invited ? invited : UINT32_MAX;
   }
   co->active = job;
   if (jj.state == XF_JOB_QUEUED)

@@ -771,3 +771,20 @@ xf_err xf_journal_metrics_job(xf_db *db, int64_t job, xf_journal_metrics **out, 
                        "i", job));
   return xf__metrics_collect(db, st, out, n, err);
 }
+
+xf_err xf_journal_last_invited(xf_db *db, int64_t job, uint32_t *n, xf_errctx *err) {
+  *n = 0;
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf__prepare(db, &st, err,
+                       "SELECT invited FROM rounds WHERE job = ? ORDER BY round DESC,"
+                       " attempt DESC LIMIT 1",
+                       "i", job));
+  int rc = sqlite3_step(st);
+  xf_err e = XF_OK;
+  if (rc == SQLITE_ROW)
+    *n = (uint32_t)sqlite3_column_int64(st, 0);
+  else if (rc != SQLITE_DONE)
+    e = xf_db_fail(db, err, "reading the job's last round");
+  sqlite3_finalize(st);
+  return e;
+}

@@ -191,6 +191,8 @@ xf_err xf_journal_job_traffic(xf_db *db, int64_t job, char *submitter, size_t su
 /* The model committed by a round; XF_ENOENT when the round has none. */
 xf_err xf_journal_round_model(xf_db *db, int64_t job, uint32_t round, xf_digest *model,
                               xf_errctx *err) XF_WARN_UNUSED;
+/* Sites invited to the job's latest attempt (0 before its first). */
+xf_err xf_journal_last_invited(xf_db *db, int64_t job, uint32_t *n, xf_errctx *err) XF_WARN_UNUSED;
 /* Every metrics row of a job, by round then site. Ownership as
  * xf_journal_metrics_round. */
 xf_err xf_journal_metrics_job(xf_db *db, int64_t job, xf_journal_metrics **out, size_t *n,

@@ -112,12 +112,11 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
   ji->bytes_up = up;
   ji->bytes_down = down;
   summarize_metrics(co, id, ji);
-  st->digest[0] = '\0';
+  xf_digest_hex(&jj.model, st->digest);
   const xf__job *job = co->active;
   if (job && !job->relay && job->id == id) {
     ji->bytes_up += job->bytes_up;
     ji->bytes_down += job->bytes_down;
-    xf_digest_hex(&job->params_digest, st->digest);
     if (job->phase == XF__PHASE_ROUND) {
       ji->invited = xf_round_invited(job->round);
       ji->reported = xf_round_reported(job->round);
@@ -188,6 +187,24 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
   xf_errctx err = {0};
   if (xf_jobspec_parse_string(text, strlen(text), origin, &spec, &err) != XF_OK) {
     reply_error(p, err.code, &err);
+    return;
+  }
+  /* Refuse what the daemons cannot do yet rather than run without it. */
+  const char *unavailable = NULL;
+  if (spec.privacy.mode != XF_JOB_PRIVACY_NONE) unavailable = "privacy.mode";
+  else if (spec.secure_aggregation.enabled) unavailable = "secure_aggregation.enabled";
+  else if (spec.compression.uplink.quant_bits || spec.compression.uplink.topk_fraction > 0)
+    unavailable = "compression.uplink";
+  else if (spec.compression.downlink != XF_JOB_DOWNLINK_NONE) unavailable = "compression.downlink";
+  if (unavailable) {
+    err.code = XF_EUNSUPPORTED;
+    snprintf(err.file, sizeof(err.file), "%s", origin);
+    snprintf(err.field, sizeof(err.field), "%s", unavailable);
+    snprintf(err.msg, sizeof(err.msg),
+             "this coordinator does not run that yet (differential privacy, secure aggregation "
+             "and compression are not part of this release); set privacy.mode \"none\", "
+             "secure_aggregation.enabled false and compression \"none\"");
+    reply_error(p, XF_EUNSUPPORTED, &err);
     return;
   }
   /* The model's input comes from the data: take it from a connected site

@@ -1,47 +1,154 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The main job, end to end on this machine: installs what is missing, builds
-# xfed, and trains a job spec's model on Fashion-MNIST with the same kernels a
-# site uses (the centralized baseline; the federation, privacy and residency
-# layers are not built yet). Ends with one line:
-#   final accuracy=A epochs=E epsilon=none train_seconds=S backend=B digest=D
+# xfed, makes a federation in a local folder (CA and identities, a global
+# coordinator, three regional aggregators, two sites per region), splits
+# Fashion-MNIST among the six sites with Dirichlet(0.5) label skew, starts
+# every daemon on loopback, submits the job, shows its progress, and stops
+# everything it started. Ends with one line:
+#   final accuracy=A rounds=R epsilon=E uplink_bytes=B
 #
-# usage: deploy/quickstart.sh [--spec FILE] [--data DIR] [--threads N]
-#   --spec FILE   job spec (default deploy/jobs/fmnist-mlp.json; copy and edit it)
+# usage: deploy/quickstart.sh [--spec FILE] [--data DIR] [--dir DIR] [--keep]
+#   --spec FILE   job spec (default deploy/jobs/quickstart-mlp.json; copy and edit it)
 #   --data DIR    dataset directory (default /usr/share/datasets/fashion-mnist)
-#   --threads N   CPU threads (default: all cores)
+#   --dir DIR     where the federation lives (default ./quickstart; made afresh)
+#   --keep        leave the federation's folder (logs, journal) in place
 # Environment: XF_BACKEND=auto|cpu|cuda.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$(pwd)
 
-spec=deploy/jobs/fmnist-mlp.json
+spec=deploy/jobs/quickstart-mlp.json
 data=/usr/share/datasets/fashion-mnist
-threads=()
+dir=quickstart
+keep=0
 while (($#)); do
   case "$1" in
     --spec) spec=${2:?--spec needs a file}; shift 2 ;;
     --data) data=${2:?--data needs a directory}; shift 2 ;;
-    --threads) threads=(--threads "${2:?--threads needs a number}"); shift 2 ;;
-    -h|--help) sed -n '3,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --dir) dir=${2:?--dir needs a directory}; shift 2 ;;
+    --keep) keep=1; shift ;;
+    -h|--help) sed -n '3,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "quickstart.sh: unknown option '$1'; see deploy/quickstart.sh --help" >&2; exit 2 ;;
   esac
 done
 [[ -f "$spec" ]] || { echo "quickstart.sh: job spec '$spec' not found" >&2; exit 2; }
+spec=$(cd "$(dirname "$spec")" && pwd)/$(basename "$spec")
 
 echo "==> dependencies"
 bash deploy/install-deps.sh
 echo "==> build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >build-configure.log 2>&1 ||
   { cat build-configure.log; exit 1; }
-cmake --build build -j "$(nproc)" --target xfed
-echo "==> train $(basename "$spec") on $data"
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
-build/cli/xfed train --spec "$spec" --data "$data" "${threads[@]}" | tee "$out"
+cmake --build build -j "$(nproc)" --target xfed xfed-site xfed-coord
+xfed=$root/build/cli/xfed
+site_bin=$root/build/site/xfed-site
+coord_bin=$root/build/coordinator/xfed-coord
 
-acc=$(awk '$1 == "test" && $2 == "accuracy" { print $3 }' "$out")
-epochs=$(awk '$1 == "epochs" { print $2 }' "$out")
-secs=$(awk '$1 == "train" && $2 == "time" { print $3 }' "$out")
-backend=$(awk '$1 == "backend" { sub(",", "", $2); print $2 }' "$out")
-digest=$(awk '$1 == "model" && $2 == "digest" { print $3 }' "$out")
-echo "final accuracy=${acc} epochs=${epochs} epsilon=none train_seconds=${secs} backend=${backend} digest=${digest}"
+rm -rf "$dir"
+mkdir -p "$dir/logs"
+dir=$(cd "$dir" && pwd)
+fed=$dir/federation
+pids=()
+stop_all() {
+  local pid
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  pids=()
+}
+cleanup() {
+  stop_all
+  if ((keep == 0)) && [[ -n "${dir:-}" ]]; then rm -rf "$dir"; fi
+}
+trap cleanup EXIT
+trap 'echo "quickstart.sh: interrupted" >&2; exit 130' INT TERM
+
+# Waits for a daemon's port file; prints the port.
+wait_port() {
+  local file=$1 pid=$2 log=$3 i
+  for ((i = 0; i < 200; i++)); do
+    if [[ -s "$file" ]]; then cat "$file"; return 0; fi
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "quickstart.sh: a daemon exited early; its log:" >&2; tail -n 20 "$log" >&2; return 1
+    fi
+    sleep 0.1
+  done
+  echo "quickstart.sh: no port from $log" >&2; return 1
+}
+
+echo "==> federation in $dir"
+regions=(eu us ap)
+"$xfed" pki init --dir "$fed" --federation quickstart >/dev/null
+"$xfed" pki issue --dir "$fed" --kind coordinator --name coord >/dev/null
+"$xfed" pki issue --dir "$fed" --kind user --name researcher --role researcher >/dev/null
+for r in "${regions[@]}"; do
+  "$xfed" pki issue --dir "$fed" --kind coordinator --name "agg-$r" --region "$r" >/dev/null
+  for i in 1 2; do
+    "$xfed" pki issue --dir "$fed" --kind site --name "$r-$i" --region "$r" >/dev/null
+  done
+done
+tls() { echo --cert "$fed/issued/$1.crt" --key "$fed/issued/$1.key" --ca "$fed/ca.crt" --crl "$fed/crl.pem"; }
+
+echo "==> split $data among 6 sites, Dirichlet(0.5) label skew"
+"$xfed" data split --data "$data" --sites 6 --scheme dirichlet:0.5 --seed 7 --out "$dir/shards" \
+  >/dev/null
+
+echo "==> start the coordinator and the regional aggregators"
+export XF_LOG_LEVEL=${XF_LOG_LEVEL:-info}
+# shellcheck disable=SC2046
+"$coord_bin" $(tls coord) --state "$dir/coord" --listen 127.0.0.1:0 \
+  --port-file "$dir/coord.port" 2>"$dir/logs/coord.log" &
+pids+=($!)
+coord_port=$(wait_port "$dir/coord.port" "${pids[-1]}" "$dir/logs/coord.log")
+declare -A agg_port
+for r in "${regions[@]}"; do
+  # shellcheck disable=SC2046
+  "$coord_bin" --role regional --region "$r" --upstream "127.0.0.1:$coord_port" $(tls "agg-$r") \
+    --state "$dir/agg-$r" --listen 127.0.0.1:0 --port-file "$dir/agg-$r.port" \
+    2>"$dir/logs/agg-$r.log" &
+  pids+=($!)
+  agg_port[$r]=$(wait_port "$dir/agg-$r.port" "${pids[-1]}" "$dir/logs/agg-$r.log")
+done
+echo "    coordinator 127.0.0.1:$coord_port; aggregators eu:${agg_port[eu]} us:${agg_port[us]} ap:${agg_port[ap]}"
+
+echo "==> start six sites"
+n=0
+for r in "${regions[@]}"; do
+  for i in 1 2; do
+    n=$((n + 1))
+    s=$r-$i
+    # shellcheck disable=SC2046
+    "$site_bin" init --dir "$dir/sites/$s" --name "$s" --region "$r" \
+      --coordinator "127.0.0.1:${agg_port[$r]}" $(tls "$s") --threads 1 >/dev/null
+    "$site_bin" dataset add --dir "$dir/sites/$s" --name fmnist --path "$dir/shards/site-$n" \
+      --tag fmnist >/dev/null
+    "$site_bin" run --dir "$dir/sites/$s" 2>"$dir/logs/$s.log" &
+    pids+=($!)
+  done
+done
+
+# The CLI finds the coordinator and the researcher's identity here.
+export XFED_COORDINATOR=127.0.0.1:$coord_port XFED_CERT=$fed/issued/researcher.crt \
+  XFED_KEY=$fed/issued/researcher.key XFED_CA=$fed/ca.crt XFED_CRL=$fed/crl.pem
+echo "==> wait for the sites to announce themselves"
+for ((i = 0; i < 100; i++)); do
+  k=$(cat "$dir"/logs/agg-*.log | grep -c 'event=site_announced' || true)
+  ((k >= 6)) && break
+  sleep 0.2
+done
+
+echo "==> submit $(basename "$spec") and follow it"
+out=$dir/job.out
+set +e
+"$xfed" job submit "$spec" --wait | tee "$out"
+status=${PIPESTATUS[0]}
+set -e
+stop_all
+if ((status != 0)); then
+  echo "quickstart.sh: the job did not finish; logs are in $dir/logs" >&2
+  keep=1
+  exit "$status"
+fi
+tail -n 1 "$out" | grep '^final accuracy=' >/dev/null ||
+  { echo "quickstart.sh: no final line from the job" >&2; exit 1; }
+tail -n 1 "$out"

@@ -89,6 +89,7 @@ xf_err xf_train(xf_net *net, const xf_samples *train, const xf_train_options *op
     size_t correct = 0;
     xf_rng_shuffle_u32(&rng, order, train->n);
     for (size_t start = 0; start < train->n; start += bs) {
+      if (opt->should_stop && opt->should_stop(opt->user)) goto out;
       size_t n = train->n - start < bs ? train->n - start : bs;
       for (size_t j = 0; j < n; j++) {
         uint32_t idx = order[start + j];

@@ -5,6 +5,7 @@
 #ifndef XF_KERNELS_TRAIN_H
 #define XF_KERNELS_TRAIN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,6 +32,9 @@ typedef struct xf_epoch_report {
 } xf_epoch_report;
 
 typedef void (*xf_epoch_fn)(const xf_epoch_report *r, void *user);
+/* Asked before every batch; true stops the run there. Called on the thread
+ * that runs xf_train, so it must be cheap and thread-safe (an atomic load). */
+typedef bool (*xf_stop_fn)(void *user);
 
 typedef struct xf_train_options {
   int epochs;
@@ -40,14 +44,19 @@ typedef struct xf_train_options {
                                count the cpu backend repeats bit for bit */
   const xf_samples *test;   /* evaluated after every epoch when not NULL */
   xf_epoch_fn on_epoch;     /* called after every epoch when not NULL */
-  void *user;
+  xf_stop_fn should_stop;   /* asked before every batch when not NULL */
+  void *user;               /* passed to on_epoch and should_stop */
 } xf_train_options;
 
 /* Trains the net's current parameters in place. Resets the momentum buffer
  * first and, when prox_mu > 0, anchors the proximal term at the starting
  * parameters. Every label is checked against the model's classes before
  * the first step (XF_EINVAL naming the record). The last batch of an epoch
- * may be smaller than batch_size. */
+ * may be smaller than batch_size. When should_stop says so, the run ends
+ * before the next batch and returns XF_OK with the parameters as far as they
+ * got and no report for the unfinished epoch: the caller, which asked for
+ * the stop, knows the result is partial (a daemon shutting down, a task
+ * withdrawn). */
 xf_err xf_train(xf_net *net, const xf_samples *train, const xf_train_options *opt,
                 xf_errctx *err) XF_WARN_UNUSED;
 

@@ -81,6 +81,9 @@ xf_err xf_tensor_sender_next(xf_tensor_sender *s, xf_tensor_msg *msg) {
     b.digest.data = s->digest.bytes;
     b.job_id = (char *)s->desc.job_id;
     b.round = s->desc.round;
+    b.attempt = s->desc.attempt;
+    b.weight = s->desc.weight;
+    b.contributors = s->desc.contributors;
     msg->body.begin = b;
     msg->env.body_case = XFED__ENVELOPE__BODY_TENSOR_BEGIN;
     msg->env.tensor_begin = &msg->body.begin;
@@ -211,6 +214,8 @@ xf_err xf_tensor_receiver_begin(xf_tensor_receiver *r, const Xfed__TensorBegin *
     XF_ENSURE(m->stream_id == i->stream_id && m->kind == i->kind && m->dtype == i->dtype &&
                   m->element_count == i->element_count && m->total_bytes == i->total_bytes &&
                   m->chunk_bytes == i->chunk_bytes && m->round == i->round &&
+                  m->attempt == i->attempt && m->weight == i->weight &&
+                  m->contributors == i->contributors &&
                   memcmp(m->digest.data, i->digest.bytes, XF_DIGEST_BYTES) == 0 &&
                   strcmp(job, i->job_id) == 0,
               ctx, XF_EFORMAT,
@@ -229,6 +234,9 @@ xf_err xf_tensor_receiver_begin(xf_tensor_receiver *r, const Xfed__TensorBegin *
   memcpy(r->info.digest.bytes, m->digest.data, XF_DIGEST_BYTES);
   r->info.job_id = job_copy;
   r->info.round = m->round;
+  r->info.attempt = m->attempt;
+  r->info.weight = m->weight;
+  r->info.contributors = m->contributors;
   r->announced = true;
   return XF_OK;
 }

@@ -27,6 +27,9 @@ typedef struct xf_tensor_desc {
   uint64_t element_count;
   const char *job_id;             /* copied; NULL means "" */
   uint32_t round;
+  uint32_t attempt;               /* the round's attempt (TaskOffer.attempt); 0: not given */
+  uint64_t weight;                /* UPDATE, AGGREGATE: the records behind it */
+  uint32_t contributors;          /* AGGREGATE: the sites it sums */
 } xf_tensor_desc;
 
 /* Storage for one outgoing message: env is the Envelope to encode, and its
@@ -100,6 +103,9 @@ typedef struct xf_tensor_info {
   xf_digest digest;
   char *job_id; /* owned by the receiver */
   uint32_t round;
+  uint32_t attempt;
+  uint64_t weight;
+  uint32_t contributors;
 } xf_tensor_info;
 
 typedef struct xf_tensor_receiver xf_tensor_receiver;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* `xfed-site NOUN VERB`: the site operator's command — site set-up, the
- * dataset registry and the configuration — dispatched from one table. */
+ * dataset registry, the configuration and the daemon — dispatched from one
+ * table. */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -13,6 +14,7 @@
 
 #include "base/alloc.h"
 #include "cli/cli.h"
+#include "site/daemon.h"
 #include "site/registry.h"
 #include "storage/file.h"
 
@@ -578,6 +580,26 @@ static int cmd_config_show(xf_cli *cli, int argc, char **argv) {
   return XF_EXIT_OK;
 }
 
+/* ---- run ------------------------------------------------------------------------------------ */
+
+static int cmd_run(xf_cli *cli, int argc, char **argv) {
+  static const struct option opts[] = {{"dir", required_argument, 0, 'd'}, {0, 0, 0, 0}};
+  const char *dir = NULL;
+  reset_getopt();
+  int ch;
+  while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    if (ch == 'd') dir = optarg;
+    else return option_error(cli, ch, argv);
+  }
+  if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
+  if (cli->json) return xf_cli_usage(cli, "run logs key=value lines to stderr; it has no --json");
+  site_paths p;
+  if (site_paths_make(cli, dir, &p) != XF_OK) return xf_cli_usage(cli, "%s", cli->err.msg);
+  xf_site_daemon_opts o = {.dir = p.dir};
+  xf_err rc = xf_site_daemon_run(&o, &cli->err);
+  return rc == XF_OK ? XF_EXIT_OK : xf_cli_fail(cli, rc);
+}
+
 /* ---- the table and the dispatcher ------------------------------------------------------------- */
 
 #define DIR_HELP                                                                       \
@@ -692,13 +714,41 @@ static const xf_cmd commands[] = {
      "\n"
      "options:\n" DIR_HELP "  --json      the configuration as one JSON object\n",
      cmd_config_show},
+    {"run", NULL, "run the site daemon: dial the coordinator, train, send updates",
+     "usage: xfed-site run [--dir DIR]\n"
+     "\n"
+     "Runs the site in the foreground until SIGTERM or SIGINT. It dials the\n"
+     "coordinator named in site.json over mutual TLS (cert, key, ca and crl from\n"
+     "site.json, relative to DIR), announces the registered datasets, and takes\n"
+     "tasks: it receives the round's model, evaluates it on the dataset's test\n"
+     "split, trains local.epochs epochs on the train split on a worker thread,\n"
+     "and streams the update (local - global) back. A dropped link is redialed\n"
+     "with exponential backoff from 0.5 s to 30 s (+-25 % jitter); an update not\n"
+     "yet acknowledged is kept and resumed when the coordinator offers the task\n"
+     "again. Tasks are refused when no registered dataset has the job's name and\n"
+     "tags (NO_DATASET), when the model or privacy settings are not supported\n"
+     "here (UNSUPPORTED), while another job's task is in hand (BUSY), and when\n"
+     "the deadline has passed (DEADLINE_TOO_SHORT).\n"
+     "\n"
+     "Logs are key=value lines on stderr (XF_LOG_LEVEL=debug|info|warn|error,\n"
+     "default info). The compute backend is site.json's backend and threads;\n"
+     "XF_BACKEND=cpu|cuda|auto overrides the backend. SIGHUP reloads the CRL and\n"
+     "announces the registry again. SIGTERM and SIGINT stop it cleanly: no more\n"
+     "dialing, the connection closed, a running training stopped at its next\n"
+     "batch, exit status 0.\n"
+     "\n"
+     "options:\n" DIR_HELP
+     "\n"
+     "example: xfed-site run --dir /var/lib/xfed-site\n"
+     "See docs/operator-guide.md, \"Running the daemon\".\n",
+     cmd_run},
     {0},
 };
 
 int main(int argc, char **argv) {
   static const xf_cli_program site = {
       .prog = PROG,
-      .about = PROG " sets up an xfed site and keeps its dataset registry.",
+      .about = PROG " sets up an xfed site, keeps its dataset registry and runs its daemon.",
       .exit_statuses = "0 ok, 1 error, 2 usage",
       .commands = commands,
   };

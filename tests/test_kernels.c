@@ -482,6 +482,56 @@ static void same_seed_and_threads_give_identical_parameters(void **state) {
   assert_memory_not_equal(a, c, sizeof(a));
 }
 
+/* A stop hook that says yes once it has been asked `after` times. */
+typedef struct stop_count {
+  int asked, after, epochs_reported;
+} stop_count;
+
+static bool stop_after(void *user) {
+  stop_count *c = user;
+  return ++c->asked > c->after;
+}
+
+static void count_epoch(const xf_epoch_report *r, void *user) {
+  (void)r;
+  ((stop_count *)user)->epochs_reported++;
+}
+
+static void training_stops_before_the_next_batch_when_asked(void **state) {
+  (void)state;
+  xf_model_spec s = {.arch = XF_ARCH_LOGREG, .in_h = 1, .in_w = 1, .in_c = 8, .classes = 3};
+  xf_model *m;
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  xf_net *net;
+  assert_int_equal(xf_net_create(cpu, m, 10, &net, NULL), XF_OK);
+  float x[100 * 8], start[8 * 3 + 3], after[8 * 3 + 3];
+  int32_t y[100];
+  make_blobs(100, x, y, 5);
+  xf_model_init_params(m, 1, start);
+  xf_samples d = {x, y, 100, 8};
+  /* 100 records in batches of 10: 10 batches an epoch. Stopped when asked
+   * for the 15th batch: one whole epoch and 4 batches of the second ran. */
+  stop_count c = {.after = 14};
+  xf_train_options o = {.epochs = 1000, .batch_size = 10, .sgd = {.lr = 0.1f},
+                        .on_epoch = count_epoch, .should_stop = stop_after, .user = &c};
+  assert_int_equal(xf_net_set_params(net, start), XF_OK);
+  assert_int_equal(xf_train(net, &d, &o, NULL), XF_OK);
+  assert_int_equal(c.asked, 15);
+  assert_int_equal(c.epochs_reported, 1);
+  assert_int_equal(xf_net_get_params(net, after), XF_OK);
+  assert_memory_not_equal(start, after, sizeof(start));
+  /* Asked to stop at once: not one step is taken. */
+  c = (stop_count){.after = 0};
+  assert_int_equal(xf_net_set_params(net, start), XF_OK);
+  assert_int_equal(xf_train(net, &d, &o, NULL), XF_OK);
+  assert_int_equal(c.asked, 1);
+  assert_int_equal(c.epochs_reported, 0);
+  assert_int_equal(xf_net_get_params(net, after), XF_OK);
+  assert_memory_equal(start, after, sizeof(start));
+  xf_net_free(net);
+  xf_model_free(m);
+}
+
 static void out_of_range_labels_are_refused_before_training(void **state) {
   (void)state;
   xf_model_spec s = {.arch = XF_ARCH_LOGREG, .in_h = 1, .in_w = 1, .in_c = 2, .classes = 2};
@@ -618,6 +668,7 @@ int main(void) {
       cmocka_unit_test(l2norm_axpy_scale_fill_copy),
       cmocka_unit_test(training_learns_a_separable_problem),
       cmocka_unit_test(same_seed_and_threads_give_identical_parameters),
+      cmocka_unit_test(training_stops_before_the_next_batch_when_asked),
       cmocka_unit_test(out_of_range_labels_are_refused_before_training),
       cmocka_unit_test(model_file_roundtrips_and_rejects_damage),
       cmocka_unit_test(allocation_failures_are_reported_not_crashed),

@@ -922,6 +922,64 @@ static void begin_is_checked_and_a_changed_repeat_refused(void **state) {
   small_stream_free(&ss);
 }
 
+static void begin_carries_weight_attempt_and_contributors(void **state) {
+  (void)state;
+  uint8_t *tensor = make_tensor(SMALL_BYTES, 8);
+  xf_tensor_desc desc = update_desc();
+  desc.kind = XFED__TENSOR_BEGIN__KIND__AGGREGATE;
+  desc.attempt = 2;
+  desc.weight = 60000;
+  desc.contributors = 3;
+  xf_tensor_sender *s;
+  assert_int_equal(xf_tensor_sender_new(&desc, tensor, SMALL_BYTES, SMALL_CHUNK, &s, NULL), XF_OK);
+  xf_tensor_msg msg;
+  assert_int_equal(xf_tensor_sender_next(s, &msg), XF_OK);
+  assert_int_equal(msg.env.body_case, XFED__ENVELOPE__BODY_TENSOR_BEGIN);
+  /* Through a real frame, so the fields are on the wire and not only in
+   * the struct. */
+  uint8_t *frame;
+  size_t len, used;
+  Xfed__Envelope *env;
+  xf_frame_decoder *d;
+  assert_int_equal(xf_frame_decoder_new(0, &d, NULL), XF_OK);
+  assert_int_equal(xf_frame_encode(&msg.env, 0, &frame, &len, NULL), XF_OK);
+  assert_int_equal(xf_frame_decoder_feed(d, frame, len, &used, &env, NULL), XF_OK);
+  xf_free(frame);
+  assert_non_null(env);
+  assert_int_equal(env->tensor_begin->attempt, 2);
+  assert_int_equal(env->tensor_begin->weight, 60000);
+  assert_int_equal(env->tensor_begin->contributors, 3);
+  assert_int_equal(env->tensor_begin->round, 3);
+  sink_buf out = {.bytes = calloc(1, SMALL_BYTES), .cap = SMALL_BYTES};
+  xf_tensor_receiver *r;
+  assert_int_equal(xf_tensor_receiver_new(SMALL_BYTES, sink_write, &out, &r, NULL), XF_OK);
+  assert_int_equal(xf_tensor_receiver_begin(r, env->tensor_begin, NULL), XF_OK);
+  const xf_tensor_info *info = xf_tensor_receiver_info(r);
+  assert_non_null(info);
+  assert_int_equal(info->attempt, 2);
+  assert_int_equal(info->weight, 60000);
+  assert_int_equal(info->contributors, 3);
+  /* A repeat after a reconnect must announce the same weight, attempt and
+   * contributors: a stream whose weight changed is another tensor. */
+  Xfed__TensorBegin b = *env->tensor_begin;
+  assert_int_equal(xf_tensor_receiver_begin(r, &b, NULL), XF_OK);
+  b.weight = 59999;
+  assert_int_equal(xf_tensor_receiver_begin(r, &b, NULL), XF_EFORMAT);
+  b = *env->tensor_begin;
+  b.attempt = 3;
+  assert_int_equal(xf_tensor_receiver_begin(r, &b, NULL), XF_EFORMAT);
+  b = *env->tensor_begin;
+  b.contributors = 4;
+  assert_int_equal(xf_tensor_receiver_begin(r, &b, NULL), XF_EFORMAT);
+  assert_int_equal(info->weight, 60000);
+  xf_envelope_free(env);
+  xf_frame_decoder_free(d);
+  xf_tensor_receiver_free(r);
+  xf_tensor_sender_free(s);
+  free(out.bytes);
+  free(tensor);
+}
+
 static void sink_error_leaves_the_receiver_unchanged(void **state) {
   (void)state;
   small_stream ss;
@@ -982,6 +1040,7 @@ int main(void) {
       cmocka_unit_test(corrupted_chunk_is_caught_by_the_digest),
       cmocka_unit_test(duplicate_chunk_is_ignored),
       cmocka_unit_test(begin_is_checked_and_a_changed_repeat_refused),
+      cmocka_unit_test(begin_carries_weight_attempt_and_contributors),
       cmocka_unit_test(sink_error_leaves_the_receiver_unchanged),
       cmocka_unit_test(empty_tensor_is_begin_and_end),
   };

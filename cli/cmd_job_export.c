@@ -1,0 +1,234 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* `xfed job export`: a job's model from the coordinator, verified, written
+ * as the xfed model file or as a NumPy .npy vector with a layer table beside
+ * it (docs/model-format.md). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/cursor.h"
+#include "cli/job_internal.h"
+#include "crypto/digest.h"
+#include "kernels/checkpoint.h"
+#include "kernels/model.h"
+#include "storage/file.h"
+
+#define NPY_MAGIC "\x93NUMPY"
+/* NumPy pads the header so that the data starts on a multiple of 64 bytes. */
+#define NPY_ALIGN 64
+
+typedef enum export_format { FORMAT_XFED = 0, FORMAT_NPY } export_format;
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* The parts of a verified model file: its header (parsed) and its
+ * parameter bytes (float32 little-endian), read through a cursor. */
+typedef struct model_parts {
+  json_t *header;
+  const uint8_t *params;
+  size_t n_params;
+} model_parts;
+
+static xf_err split_model(const uint8_t *data, size_t len, size_t n_params, model_parts *out,
+                          xf_errctx *err) {
+  xf_cursor cur = xf_cursor_make(data, len);
+  uint8_t magic[8], h4[4];
+  const uint8_t *header = NULL;
+  XF_GUARD(xf_cursor_bytes(&cur, magic, sizeof(magic)));
+  XF_GUARD(xf_cursor_bytes(&cur, h4, sizeof(h4)));
+  size_t h = (size_t)h4[0] | (size_t)h4[1] << 8 | (size_t)h4[2] << 16 | (size_t)h4[3] << 24;
+  XF_GUARD(xf_cursor_view(&cur, &header, h));
+  XF_GUARD(xf_cursor_view(&cur, &out->params, n_params * sizeof(float)));
+  XF_ENSURE(xf_cursor_remaining(&cur) == 0, err, XF_EFORMAT, "bytes follow the parameters");
+  out->header = json_loadb((const char *)header, h, 0, NULL);
+  XF_ENSURE(json_is_object(out->header), err, XF_EFORMAT, "the model header is not a JSON object");
+  out->n_params = n_params;
+  return XF_OK;
+}
+
+/* params as a NumPy format 1.0 file: magic, version, header length (u16
+ * LE), the header dict padded with spaces to the alignment and ended by a
+ * newline, then the data. The caller frees *out (xf_free). */
+static xf_err npy_encode(const model_parts *p, uint8_t **out, size_t *len, xf_errctx *err) {
+  char dict[128];
+  int dl = snprintf(dict, sizeof(dict),
+                    "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu,), }", p->n_params);
+  size_t prefix = 10; /* magic 6, version 2, header length 2 */
+  size_t total_header = (prefix + (size_t)dl + 1 + NPY_ALIGN - 1) / NPY_ALIGN * NPY_ALIGN;
+  size_t header_len = total_header - prefix;
+  size_t data_len = p->n_params * sizeof(float);
+  uint8_t *buf = xf_malloc(total_header + data_len);
+  if (!buf) return xf_fail(err, XF_ENOMEM, "cannot allocate %zu bytes for the .npy file",
+                           total_header + data_len);
+  memcpy(buf, NPY_MAGIC, 6);
+  buf[6] = 1; /* format version 1.0 */
+  buf[7] = 0;
+  buf[8] = (uint8_t)(header_len & 0xff);
+  buf[9] = (uint8_t)(header_len >> 8);
+  memcpy(buf + prefix, dict, (size_t)dl);
+  memset(buf + prefix + dl, ' ', header_len - (size_t)dl - 1);
+  buf[total_header - 1] = '\n';
+  memcpy(buf + total_header, p->params, data_len);
+  *out = buf;
+  *len = total_header + data_len;
+  return XF_OK;
+}
+
+/* One entry of the layer table: a weight or a bias tensor of a layer. */
+static json_t *tensor_entry(const xf_layer *l, bool bias) {
+  static const char *const kind[] = {"dense", "conv", "relu", "maxpool"};
+  char name[32];
+  snprintf(name, sizeof(name), "%s.%s", l->name, bias ? "bias" : "weight");
+  json_t *shape;
+  if (bias) shape = json_pack("[I]", (json_int_t)l->bias_count);
+  else if (l->kind == XF_LAYER_CONV)
+    shape = json_pack("[i,i,i,i]", l->out_c, l->kernel, l->kernel, l->in_c);
+  else
+    shape = json_pack("[i,I]", l->out_c, (json_int_t)(l->weight_count / (size_t)l->out_c));
+  return json_pack("{s:s,s:s,s:s,s:o,s:I,s:I}", "name", name, "layer", l->name, "kind",
+                   kind[l->kind], "shape", shape, "offset",
+                   (json_int_t)(bias ? l->bias_offset : l->weight_offset), "count",
+                   (json_int_t)(bias ? l->bias_count : l->weight_count));
+}
+
+/* The sidecar of a .npy export: what the vector is and how to cut it. */
+static json_t *sidecar_json(const xf_model *m, const model_parts *p, const char *npy_path,
+                            const char *job_id, uint32_t round) {
+  const char *slash = strrchr(npy_path, '/');
+  json_t *layers = json_array();
+  for (int i = 0; layers && i < xf_model_num_layers(m); i++) {
+    const xf_layer *l = xf_model_layer(m, i);
+    if (l->weight_count) json_array_append_new(layers, tensor_entry(l, false));
+    if (l->bias_count) json_array_append_new(layers, tensor_entry(l, true));
+  }
+  json_t *o = json_pack("{s:s,s:s,s:s,s:I,s:s,s:I,s:s}", "format", "xfed-npy-layers/1", "npy",
+                        slash ? slash + 1 : npy_path, "job_id", job_id, "round",
+                        (json_int_t)round, "model", xf_model_describe(m), "params",
+                        (json_int_t)p->n_params, "dtype", "float32-le");
+  if (!o) {
+    json_decref(layers);
+    return NULL;
+  }
+  static const char *const copied[] = {"arch", "hidden", "preset", "input", "classes", "digest"};
+  for (size_t i = 0; i < sizeof(copied) / sizeof(copied[0]); i++) {
+    json_t *v = json_object_get(p->header, copied[i]);
+    if (v) json_object_set(o, copied[i], v);
+  }
+  json_object_set_new(o, "layers", layers ? layers : json_array());
+  return o;
+}
+
+static const struct option export_opts[] = {
+    XF_CLIENT_OPTIONS,
+    {"round", required_argument, 0, XF__JOB_OPT_ROUND},
+    {"out", required_argument, 0, XF__JOB_OPT_OUT},
+    {"format", required_argument, 0, XF__JOB_OPT_FORMAT},
+    {0, 0, 0, 0}};
+
+/* Writes the model in the chosen format; the .npy's sidecar first, so that
+ * a reader who finds the vector finds its layer table. */
+static xf_err write_export(xf_cli *cli, export_format fmt, const char *out, const uint8_t *data,
+                           size_t len, const xf_model *m, const model_parts *p,
+                           const char *job_id, uint32_t round, char *sidecar, size_t n) {
+  sidecar[0] = '\0';
+  if (fmt == FORMAT_XFED) return xf_file_write_atomic(out, data, len, 0644, &cli->err);
+  int w = snprintf(sidecar, n, "%s.json", out);
+  if (w < 0 || (size_t)w >= n) return xf_fail(&cli->err, XF_ERANGE, "--out is too long");
+  json_t *side = sidecar_json(m, p, out, job_id, round);
+  char *text = side ? json_dumps(side, JSON_INDENT(2)) : NULL;
+  json_decref(side);
+  if (!text) return xf_fail(&cli->err, XF_ENOMEM, "cannot build the layer table");
+  size_t tl = strlen(text);
+  char *file = xf_malloc(tl + 1);
+  if (file) {
+    memcpy(file, text, tl);
+    file[tl] = '\n';
+  }
+  free(text); /* jansson's allocator */
+  if (!file) return xf_fail(&cli->err, XF_ENOMEM, "cannot build the layer table");
+  xf_err rc = xf_file_write_atomic(sidecar, file, tl + 1, 0644, &cli->err);
+  xf_free(file);
+  if (rc != XF_OK) return rc;
+  uint8_t *npy = NULL;
+  size_t npy_len = 0;
+  XF_GUARD(npy_encode(p, &npy, &npy_len, &cli->err));
+  rc = xf_file_write_atomic(out, npy, npy_len, 0644, &cli->err);
+  xf_free(npy);
+  return rc;
+}
+
+int xf_cmd_job_export(xf_cli *cli, int argc, char **argv) {
+  xf__job_args a;
+  int st = xf__job_parse(cli, argc, argv, export_opts, 1, "ID", &a);
+  if (st != XF_EXIT_OK) return st;
+  if (!a.out || !*a.out) return xf_cli_usage(cli, "--out FILE is required");
+  export_format fmt = ends_with(a.out, ".npy") ? FORMAT_NPY : FORMAT_XFED;
+  if (a.format && strcmp(a.format, "xfed") == 0) fmt = FORMAT_XFED;
+  else if (a.format && strcmp(a.format, "npy") == 0) fmt = FORMAT_NPY;
+  else if (a.format) return xf_cli_usage(cli, "--format '%s' is not xfed or npy", a.format);
+
+  xf_client *c = NULL;
+  if ((st = xf__job_connect(cli, &a.conn, &c)) != XF_EXIT_OK) return st;
+  uint8_t *data = NULL;
+  size_t len = 0;
+  uint32_t round = 0;
+  xf_err rc = xf_client_fetch_model(c, a.arg, (uint32_t)a.round, XF_CLIENT_MODEL_MAX, &data, &len,
+                                    &round, &cli->err);
+  if (rc != XF_OK) {
+    st = xf__job_fail(cli, c, rc, XF__JOB_ANY_USER);
+    xf_client_close(c);
+    return st;
+  }
+  xf_client_close(c);
+  if (a.round && round != (uint32_t)a.round) {
+    xf_free(data);
+    xf_fail(&cli->err, XF_EFORMAT, "asked for the model after round %ld, the coordinator sent "
+            "round %u", a.round, (unsigned)round);
+    return xf_cli_fail(cli, XF_EFORMAT);
+  }
+
+  xf_model *m = NULL;
+  float *params = NULL;
+  model_parts p = {0};
+  rc = xf_checkpoint_decode(data, len, &m, &params, &cli->err);
+  if (rc != XF_OK) {
+    char why[sizeof(cli->err.msg)];
+    snprintf(why, sizeof(why), "the model the coordinator sent does not verify: %.400s",
+             cli->err.msg);
+    memcpy(cli->err.msg, why, sizeof(why));
+  }
+  if (rc == XF_OK) rc = split_model(data, len, xf_model_num_params(m), &p, &cli->err);
+  char sidecar[XF_CLIENT_PATH_MAX + 8] = "";
+  if (rc == XF_OK)
+    rc = write_export(cli, fmt, a.out, data, len, m, &p, a.arg, round, sidecar, sizeof(sidecar));
+  if (rc == XF_OK) {
+    xf_digest d;
+    char hex[XF_DIGEST_HEX];
+    xf_params_digest(params, xf_model_num_params(m), &d);
+    xf_digest_hex(&d, hex);
+    const char *format = fmt == FORMAT_NPY ? "npy" : "xfed";
+    if (cli->json) {
+      json_t *o = json_pack("{s:s,s:s,s:s,s:I,s:s,s:I,s:s}", "path", a.out, "format", format,
+                            "job_id", a.arg, "round", (json_int_t)round, "model",
+                            xf_model_describe(m), "params",
+                            (json_int_t)xf_model_num_params(m), "model_digest", hex);
+      if (o && sidecar[0]) json_object_set_new(o, "layers", json_string(sidecar));
+      xf__job_print_json(o);
+    } else {
+      printf("wrote %s (%s): job %s after round %u, %s, %zu parameters\n", a.out, format, a.arg,
+             (unsigned)round, xf_model_describe(m), xf_model_num_params(m));
+      if (sidecar[0]) printf("layers %s\n", sidecar);
+      printf("model_digest %s\n", hex);
+    }
+  }
+  json_decref(p.header);
+  xf_model_free(m);
+  xf_free(params);
+  xf_free(data);
+  return rc == XF_OK ? XF_EXIT_OK : xf_cli_fail(cli, rc);
+}

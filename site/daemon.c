@@ -1,0 +1,1634 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The site daemon: dialing and redialing, the session, task offers, the
+ * model stream, training on the worker pool, and the update stream
+ * (site/daemon.h). Everything but training runs on the loop thread. */
+#include "site/daemon.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "base/rng.h"
+#include "coordinator/jobspec.h"
+#include "crypto/digest.h"
+#include "crypto/pki.h"
+#include "kernels/backend.h"
+#include "kernels/checkpoint.h"
+#include "kernels/model.h"
+#include "kernels/net.h"
+#include "kernels/train.h"
+#include "net/conn.h"
+#include "net/session.h"
+#include "net/tensor.h"
+#include "net/tls.h"
+#include "site/dataset.h"
+#include "site/registry.h"
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "updates travel as float32 little-endian; add byte swapping for this host");
+
+/* Job ids are the coordinator's job numbers in decimal; 63 characters is
+ * far more than any will need and keeps a hostile id out of the logs. */
+#define JOB_ID_MAX 64
+/* Replies (TaskAccept, TaskRefusal, Error) waiting for room in the write
+ * queue. They only wait behind our own update chunks, so a handful is
+ * plenty; a peer that makes us answer more than this without reading is
+ * cut off. */
+#define REPLIES_MAX 32
+/* Addresses of the coordinator's name tried in turn before backing off. */
+#define ADDRS_MAX 8
+/* Model streams of refused or dropped tasks, whose frames are let go
+ * quietly: the coordinator may have sent them before it read our answer. */
+#define IGNORED_MAX 8
+
+/* ---- small helpers ------------------------------------------------------------ */
+
+static uint64_t wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A copy of s fit for a quoted log value: quotes become apostrophes and
+ * control characters spaces, so one event stays one parsable line. */
+static const char *logq(char *buf, size_t n, const char *s) {
+  size_t i = 0;
+  for (; s && s[i] && i + 1 < n; i++) {
+    char ch = s[i];
+    buf[i] = ch == '"' ? '\'' : ((unsigned char)ch < 0x20 ? ' ' : ch);
+  }
+  buf[i] = '\0';
+  return buf;
+}
+
+static const char *end_name(xf_conn_end end) {
+#define XF__END_NAME(name, msg) #name,
+  static const char *const names[] = {XF_CONN_END_MAP(XF__END_NAME)};
+#undef XF__END_NAME
+  return (unsigned)end < XF_CONN_END_COUNT ? names[end] : "UNKNOWN";
+}
+
+static const char *refusal_name(int reason) {
+  const ProtobufCEnumValue *v =
+      protobuf_c_enum_descriptor_get_value(&xfed__task_refusal__reason__descriptor, reason);
+  return v ? v->name : "UNSPECIFIED";
+}
+
+uint64_t xf_site_shuffle_seed(uint64_t job_seed, uint32_t round, const char *site) {
+  uint8_t head[12];
+  for (int i = 0; i < 8; i++) head[i] = (uint8_t)(job_seed >> (8 * i));
+  for (int i = 0; i < 4; i++) head[8 + i] = (uint8_t)(round >> (8 * i));
+  xf_digest_ctx ctx;
+  xf_digest_init(&ctx);
+  xf_digest_update(&ctx, head, sizeof(head));
+  xf_digest_update(&ctx, site, strlen(site));
+  xf_digest d;
+  xf_digest_final(&ctx, &d);
+  uint64_t seed = 0;
+  for (int i = 0; i < 8; i++) seed |= (uint64_t)d.bytes[i] << (8 * i);
+  return seed;
+}
+
+uint64_t xf_site_update_stream_id(uint32_t round, uint32_t attempt) {
+  return (uint64_t)round << 16 | (uint64_t)attempt << 1 | 1u;
+}
+
+/* ---- the state ----------------------------------------------------------------- */
+
+typedef struct xf_site_daemon daemon_t;
+
+typedef enum task_phase {
+  PHASE_MODEL = 0, /* receiving the model stream */
+  PHASE_QUEUED,    /* the model is complete: waiting for the worker */
+  PHASE_WORKING,   /* on the worker */
+  PHASE_REPORTING  /* the result is held: Metrics and the update to send */
+} task_phase;
+
+static const char *phase_name(task_phase p) {
+  static const char *const names[] = {"model", "queued", "training", "reporting"};
+  return names[p];
+}
+
+/* One task: an accepted offer, from its model to the final TensorAck of its
+ * update. The worker owns the fields marked (worker) while the task is in
+ * PHASE_WORKING; the loop owns everything else, and those fields too at any
+ * other time. */
+typedef struct task {
+  char job_id[JOB_ID_MAX];
+  uint32_t round, attempt, model_round;
+  uint64_t deadline_ms;
+  bool evaluate_only;
+  xf_digest model_digest;
+  uint64_t model_stream_id; /* from the offer; 0 until a matching TensorBegin names it */
+  xf_jobspec spec;
+  xf_site_dataset dataset; /* the registry's record, read at the offer */
+  uint64_t shuffle_seed;
+  task_phase phase;
+  bool offered_now;        /* offered on the current session: its results may go out */
+  atomic_bool abandoned;   /* cancelled, replaced or shutting down: stop and drop */
+
+  /* the model stream */
+  xf_tensor_receiver *model_rx;
+  uint8_t *model_bytes;
+  uint64_t model_len;
+
+  /* (worker) the outcome */
+  bool failed;
+  Xfed__TaskRefusal__Reason fail_reason;
+  char fail_detail[600];
+  bool has_train;
+  double train_loss, test_loss, test_accuracy, seconds;
+  uint64_t samples;
+  float *update;       /* delta = local - global, float32 LE */
+  size_t n_params;
+
+  /* the report */
+  bool metrics_sent;
+  xf_tensor_sender *sender;
+  uint64_t update_stream_id;
+  xf_tensor_msg msg; /* the next message, when has_msg */
+  bool has_msg, awaiting_ack, end_sent;
+} task;
+
+/* A reply to queue when the write queue is full. */
+typedef struct reply {
+  Xfed__Envelope__BodyCase kind; /* TASK_ACCEPT, TASK_REFUSAL or ERROR */
+  char job_id[JOB_ID_MAX];
+  uint32_t round, attempt;
+  int reason;   /* TaskRefusal */
+  uint32_t code; /* Error */
+  char text[600];
+} reply;
+
+typedef struct ignored_stream {
+  uint64_t stream_id; /* 0: not known yet, match job and round */
+  char job_id[JOB_ID_MAX];
+  uint32_t round;
+} ignored_stream;
+
+/* The dataset the worker trained on last, kept across rounds. Worker-owned;
+ * the loop reads it only after the worker has stopped for good. */
+typedef struct data_cache {
+  bool loaded;
+  char name[XF_SITE_NAME_MAX + 1];
+  char digest[XF_DIGEST_HEX];
+  char *path;
+  xf_dataset train, test;
+} data_cache;
+
+struct xf_site_daemon {
+  uv_loop_t loop;
+  char dir[PATH_MAX];
+  xf_site_config cfg;
+  char port_text[8];
+  xf_tls *tls;
+  xf_site_registry *reg;
+  xf_backend *backend;
+  xf_rng jitter;
+
+  /* dialing */
+  uv_timer_t redial;
+  uv_getaddrinfo_t resolver;
+  bool resolving;
+  struct sockaddr_storage addrs[ADDRS_MAX];
+  int n_addrs, next_addr;
+  uint32_t backoff_ms;
+  unsigned long attempts;
+
+  /* the connection */
+  xf_conn *conn;
+  bool connected; /* on_connect happened for conn */
+  xf_session session;
+  char close_reason[600]; /* why we closed it, for the log */
+  reply replies[REPLIES_MAX];
+  int n_replies;
+
+  /* signals */
+  uv_signal_t sigterm, sigint, sighup;
+  bool stopping;
+
+  /* tasks */
+  task *task;        /* the live task, or NULL */
+  task *worker_task; /* the task on the worker (the live one or an abandoned one) */
+  uv_work_t work;
+  data_cache cache;
+  ignored_stream ignored[IGNORED_MAX];
+  int next_ignored;
+  bool warned_compression;
+};
+
+static void pump(daemon_t *d);
+static void schedule_redial(daemon_t *d);
+static void maybe_start_worker(daemon_t *d);
+static void on_redial_timer(uv_timer_t *timer);
+static void dial_next(daemon_t *d);
+
+static bool session_open(const daemon_t *d) {
+  return d->conn && xf_conn_is_open(d->conn) && d->session.open;
+}
+
+/* ---- replies --------------------------------------------------------------------- */
+
+static reply *reply_slot(daemon_t *d) {
+  if (d->n_replies == REPLIES_MAX) {
+    XF_ERROR("site_replies_overflow", "coordinator=%s pending=%d", d->cfg.coordinator,
+             d->n_replies);
+    snprintf(d->close_reason, sizeof(d->close_reason),
+             "more than %d replies waiting for the coordinator to read", REPLIES_MAX);
+    if (d->conn) xf_conn_close(d->conn);
+    return NULL;
+  }
+  reply *r = &d->replies[d->n_replies++];
+  memset(r, 0, sizeof(*r));
+  return r;
+}
+
+static void send_error(daemon_t *d, xf_err code, const char *fmt, ...) XF_PRINTF(3, 4);
+static void send_error(daemon_t *d, xf_err code, const char *fmt, ...) {
+  if (!d->conn) return;
+  reply *r = reply_slot(d);
+  if (!r) return;
+  r->kind = XFED__ENVELOPE__BODY_ERROR;
+  r->code = (uint32_t)code;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->text, sizeof(r->text), fmt, ap);
+  va_end(ap);
+  char q[600];
+  XF_WARN("site_error_sent", "code=%s message=\"%s\"", xf_err_name(code),
+          logq(q, sizeof(q), r->text));
+}
+
+static void send_accept(daemon_t *d, const task *t) {
+  if (!d->conn) return;
+  reply *r = reply_slot(d);
+  if (!r) return;
+  r->kind = XFED__ENVELOPE__BODY_TASK_ACCEPT;
+  snprintf(r->job_id, sizeof(r->job_id), "%s", t->job_id);
+  r->round = t->round;
+  r->attempt = t->attempt;
+}
+
+static void send_refusal(daemon_t *d, const char *job, uint32_t round, uint32_t attempt,
+                         Xfed__TaskRefusal__Reason reason, const char *fmt, ...) XF_PRINTF(6, 7);
+static void send_refusal(daemon_t *d, const char *job, uint32_t round, uint32_t attempt,
+                         Xfed__TaskRefusal__Reason reason, const char *fmt, ...) {
+  char text[600];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof(text), fmt, ap);
+  va_end(ap);
+  char q[600], qj[JOB_ID_MAX];
+  XF_WARN("task_refused", "job=%s round=%u attempt=%u reason=%s details=\"%s\"",
+          logq(qj, sizeof(qj), job), (unsigned)round, (unsigned)attempt, refusal_name(reason),
+          logq(q, sizeof(q), text));
+  if (!d->conn) return;
+  reply *r = reply_slot(d);
+  if (!r) return;
+  r->kind = XFED__ENVELOPE__BODY_TASK_REFUSAL;
+  snprintf(r->job_id, sizeof(r->job_id), "%s", job);
+  r->round = round;
+  r->attempt = attempt;
+  r->reason = (int)reason;
+  snprintf(r->text, sizeof(r->text), "%s", text);
+}
+
+/* Sends the queued replies in order. False while the write queue is full
+ * (on_drain calls pump again) or the connection is not open. */
+static bool flush_replies(daemon_t *d) {
+  int sent = 0;
+  bool ok = true;
+  while (sent < d->n_replies) {
+    reply *r = &d->replies[sent];
+    Xfed__Envelope env = XFED__ENVELOPE__INIT;
+    Xfed__TaskAccept acc = XFED__TASK_ACCEPT__INIT;
+    Xfed__TaskRefusal ref = XFED__TASK_REFUSAL__INIT;
+    Xfed__Error e = XFED__ERROR__INIT;
+    env.body_case = r->kind;
+    switch (r->kind) {
+    case XFED__ENVELOPE__BODY_TASK_ACCEPT:
+      acc.job_id = r->job_id;
+      acc.round = r->round;
+      acc.attempt = r->attempt;
+      env.task_accept = &acc;
+      break;
+    case XFED__ENVELOPE__BODY_TASK_REFUSAL:
+      ref.job_id = r->job_id;
+      ref.round = r->round;
+      ref.reason = (Xfed__TaskRefusal__Reason)r->reason;
+      ref.details = r->text;
+      env.task_refusal = &ref;
+      break;
+    default:
+      e.code = r->code;
+      e.message = r->text;
+      env.error = &e;
+      break;
+    }
+    xf_errctx err;
+    xf_errctx_clear(&err);
+    xf_err rc = xf_conn_send(d->conn, &env, &err);
+    if (rc == XF_ERANGE) {
+      ok = false;
+      break;
+    }
+    if (rc != XF_OK) {
+      char q[600];
+      XF_WARN("site_reply_lost", "body=%s reason=\"%s\"",
+              xf_envelope_body_name(&env), logq(q, sizeof(q), err.msg));
+      if (!xf_conn_is_open(d->conn)) {
+        ok = false;
+        break;
+      }
+    }
+    sent++;
+  }
+  memmove(d->replies, d->replies + sent, (size_t)(d->n_replies - sent) * sizeof(reply));
+  d->n_replies -= sent;
+  return ok;
+}
+
+/* ---- tasks ------------------------------------------------------------------------ */
+
+static bool task_is(const task *t, const char *job, uint32_t round, uint32_t attempt) {
+  return t && strcmp(t->job_id, job) == 0 && t->round == round && t->attempt == attempt;
+}
+
+static void task_free(task *t) {
+  if (!t) return;
+  xf_tensor_receiver_free(t->model_rx);
+  xf_free(t->model_bytes);
+  xf_free(t->update);
+  xf_tensor_sender_free(t->sender);
+  xf_site_dataset_free(&t->dataset);
+  xf_free(t);
+}
+
+static void ignore_stream(daemon_t *d, uint64_t stream_id, const char *job, uint32_t round) {
+  ignored_stream *s = &d->ignored[d->next_ignored++ % IGNORED_MAX];
+  s->stream_id = stream_id;
+  snprintf(s->job_id, sizeof(s->job_id), "%s", job);
+  s->round = round;
+}
+
+/* Whether a MODEL stream's frame belongs to a refused or dropped task.
+ * Begin names the job and round (job non-NULL); chunks and ends only the
+ * stream, which a Begin matched by job and round has recorded by then. */
+static bool stream_ignored(daemon_t *d, uint64_t stream_id, const char *job, uint32_t round) {
+  for (int i = 0; i < IGNORED_MAX; i++) {
+    ignored_stream *s = &d->ignored[i];
+    if (!s->job_id[0]) continue;
+    if (s->stream_id == stream_id) return true;
+    if (job && s->stream_id == 0 && s->round == round && strcmp(s->job_id, job) == 0) {
+      s->stream_id = stream_id;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Lets go of the live task: freed now, or, while the worker holds it, told
+ * to stop and freed when the worker hands it back. Its model stream is
+ * ignored from now on. */
+static void task_drop(daemon_t *d, const char *why) {
+  task *t = d->task;
+  if (!t) return;
+  char qj[JOB_ID_MAX];
+  XF_INFO("task_dropped", "job=%s round=%u attempt=%u phase=%s why=\"%s\"",
+          logq(qj, sizeof(qj), t->job_id), (unsigned)t->round, (unsigned)t->attempt,
+          phase_name(t->phase), why);
+  ignore_stream(d, t->model_stream_id, t->job_id, t->round);
+  d->task = NULL;
+  if (t == d->worker_task) atomic_store(&t->abandoned, true);
+  else task_free(t);
+}
+
+/* The stream state that a dropped link loses: the sender starts again with
+ * TensorBegin once the task is offered again. */
+static void task_link_lost(task *t) {
+  t->offered_now = false;
+  t->has_msg = false;
+  t->awaiting_ack = false;
+  t->end_sent = false;
+  if (t->sender) xf_tensor_sender_rewind(t->sender);
+}
+
+/* ---- the dataset, on the worker ----------------------------------------------------- */
+
+static void cache_free(data_cache *c) {
+  xf_dataset_free(&c->train);
+  xf_dataset_free(&c->test);
+  xf_free(c->path);
+  memset(c, 0, sizeof(*c));
+}
+
+/* The registered dataset in memory: loaded once, after its files are checked
+ * against the digest taken at registration, and kept while the registry
+ * record stays the same. */
+static xf_err cache_get(data_cache *c, const xf_site_dataset *ds, xf_errctx *err) {
+  if (c->loaded && strcmp(c->name, ds->name) == 0 && strcmp(c->digest, ds->digest) == 0 &&
+      strcmp(c->path, ds->path) == 0)
+    return XF_OK;
+  cache_free(c);
+  xf_digest now;
+  xf_err rc = xf_site_data_digest(ds->path, ds->layout, &now, err);
+  if (rc != XF_OK) return rc;
+  char hex[XF_DIGEST_HEX];
+  xf_digest_hex(&now, hex);
+  if (strcmp(hex, ds->digest) != 0)
+    return xf_fail(err, XF_EINTEGRITY,
+                   "the files of dataset %s in %s changed since it was registered (digest %.16s..., "
+                   "registered %.16s...); check them with 'xfed-site dataset verify', then rm and "
+                   "add the dataset again if the change is intended",
+                   ds->name, ds->path, hex, ds->digest);
+  XF_GUARD(xf_dataset_load_dir(ds->path, &c->train, &c->test, err));
+  c->path = xf_strdup(ds->path);
+  if (!c->path) {
+    cache_free(c);
+    return xf_fail(err, XF_ENOMEM, "cannot keep the dataset's path");
+  }
+  snprintf(c->name, sizeof(c->name), "%s", ds->name);
+  snprintf(c->digest, sizeof(c->digest), "%s", ds->digest);
+  c->loaded = true;
+  XF_INFO("dataset_loaded", "dataset=%s train_records=%u test_records=%u", ds->name, c->train.n,
+          c->test.n);
+  return XF_OK;
+}
+
+/* ---- models ------------------------------------------------------------------------- */
+
+/* The kernels' model a job spec names, for records of h x w x c. */
+static xf_err job_model_spec(const xf_jobspec *job, uint32_t h, uint32_t w, uint32_t c,
+                             uint32_t classes, xf_model_spec *out, xf_errctx *err) {
+  memset(out, 0, sizeof(*out));
+  out->in_h = (int)h;
+  out->in_w = (int)w;
+  out->in_c = (int)c;
+  out->classes = classes < 2 ? 2 : (int)classes;
+  switch (job->model.arch) {
+  case XF_JOB_ARCH_LOGREG: out->arch = XF_ARCH_LOGREG; break;
+  case XF_JOB_ARCH_MLP:
+    out->arch = XF_ARCH_MLP;
+    out->n_hidden = (int)job->model.n_hidden;
+    for (uint32_t i = 0; i < job->model.n_hidden && i < XF_MODEL_MAX_HIDDEN; i++)
+      out->hidden[i] = (int)job->model.hidden[i];
+    break;
+  case XF_JOB_ARCH_CNN:
+    out->arch = XF_ARCH_CNN;
+    out->preset = job->model.preset == XF_JOB_PRESET_FEDAVG_CNN ? XF_CNN_FEDAVG : XF_CNN_LENET5;
+    break;
+  default:
+    return xf_fail(err, XF_EINVAL, "model.arch: unknown architecture %d", (int)job->model.arch);
+  }
+  return XF_OK;
+}
+
+/* Whether the received model is the job's model and takes this data: the
+ * architecture the spec names, the records' shape (exactly, for a cnn; the
+ * number of features, for dense models) and every label below its classes. */
+static xf_err model_fits(const xf_model *m, const xf_jobspec *job, const xf_dataset *train,
+                         const xf_dataset *test, xf_errctx *err) {
+  const xf_model_spec *ms = xf_model_spec_of(m);
+  xf_model_spec want;
+  XF_GUARD(job_model_spec(job, train->h, train->w, train->c, train->classes, &want, err));
+  bool same_arch = ms->arch == want.arch;
+  if (same_arch && ms->arch == XF_ARCH_MLP) {
+    same_arch = ms->n_hidden == want.n_hidden;
+    for (int i = 0; same_arch && i < ms->n_hidden; i++) same_arch = ms->hidden[i] == want.hidden[i];
+  }
+  if (same_arch && ms->arch == XF_ARCH_CNN) same_arch = ms->preset == want.preset;
+  XF_ENSURE(same_arch, err, XF_EINVAL, "the model is %s, but the job spec's model section says "
+            "otherwise", xf_model_describe(m));
+  if (ms->arch == XF_ARCH_CNN)
+    XF_ENSURE(ms->in_h == (int)train->h && ms->in_w == (int)train->w &&
+                  ms->in_c == (int)train->c,
+              err, XF_EINVAL, "the model takes %dx%dx%d images, the dataset holds %ux%ux%u",
+              ms->in_h, ms->in_w, ms->in_c, train->h, train->w, train->c);
+  XF_ENSURE(xf_model_input_size(m) == train->features, err, XF_EINVAL,
+            "the model takes %zu features per record, the dataset has %u",
+            xf_model_input_size(m), train->features);
+  uint32_t classes = train->classes > test->classes ? train->classes : test->classes;
+  XF_ENSURE((uint32_t)ms->classes >= classes, err, XF_EINVAL,
+            "the model has %d classes, the dataset's labels need %u", ms->classes, classes);
+  return XF_OK;
+}
+
+/* ---- training, on the worker ------------------------------------------------------------ */
+
+typedef struct train_watch {
+  task *t;
+  double last_loss;
+} train_watch;
+
+static bool train_should_stop(void *user) {
+  return atomic_load(&((train_watch *)user)->t->abandoned);
+}
+
+static void train_epoch(const xf_epoch_report *r, void *user) {
+  train_watch *w = user;
+  w->last_loss = r->train_loss;
+  XF_DEBUG("task_epoch", "job=%s round=%u epoch=%d epochs=%d seconds=%.3f", w->t->job_id,
+           (unsigned)w->t->round, r->epoch, r->epochs, r->seconds);
+}
+
+static void task_fail(task *t, Xfed__TaskRefusal__Reason reason, const char *what,
+                      const xf_errctx *err) {
+  char msg[520];
+  xf_errctx_format(err, msg, sizeof(msg));
+  t->failed = true;
+  t->fail_reason = reason;
+  snprintf(t->fail_detail, sizeof(t->fail_detail), "%s: %s", what, msg);
+}
+
+/* The task's whole computation: decode and check the model, the dataset,
+ * the evaluation of the received model, local training and the delta. The
+ * outcome goes into the task's worker fields. */
+static void task_compute(daemon_t *d, task *t) {
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_model *model = NULL;
+  float *global = NULL, *local = NULL;
+  xf_net *net = NULL;
+
+  if (xf_checkpoint_decode(t->model_bytes, (size_t)t->model_len, &model, &global, &err) !=
+      XF_OK) {
+    task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "the model file does not decode", &err);
+    goto out;
+  }
+  size_t n = xf_model_num_params(model);
+  xf_digest got;
+  xf_params_digest(global, n, &got);
+  if (memcmp(got.bytes, t->model_digest.bytes, XF_DIGEST_BYTES) != 0) {
+    char got_hex[XF_DIGEST_HEX], want_hex[XF_DIGEST_HEX];
+    xf_digest_hex(&got, got_hex);
+    xf_digest_hex(&t->model_digest, want_hex);
+    xf_fail(&err, XF_EINTEGRITY, "the model's parameter digest is %s, the offer's model_digest %s",
+            got_hex, want_hex);
+    task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "model digest mismatch", &err);
+    goto out;
+  }
+  if (cache_get(&d->cache, &t->dataset, &err) != XF_OK) {
+    task_fail(t, XFED__TASK_REFUSAL__REASON__NO_DATASET, "dataset unusable", &err);
+    char q[600];
+    XF_ERROR("dataset_unusable", "job=%s round=%u dataset=%s reason=\"%s\"", t->job_id,
+             (unsigned)t->round, t->dataset.name, logq(q, sizeof(q), err.msg));
+    goto out;
+  }
+  const xf_dataset *tr = &d->cache.train, *te = &d->cache.test;
+  if (model_fits(model, &t->spec, tr, te, &err) != XF_OK) {
+    task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "the model does not fit the data", &err);
+    goto out;
+  }
+
+  double t0 = mono_s();
+  if (xf_net_create(d->backend, model, (int)t->spec.local.batch_size, &net, &err) != XF_OK ||
+      xf_net_set_params(net, global) != XF_OK) {
+    task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "cannot set up the model", &err);
+    goto out;
+  }
+  xf_samples train = {tr->x, tr->y, tr->n, tr->features};
+  xf_samples test = {te->x, te->y, te->n, te->features};
+  if (xf_evaluate(net, &test, &t->test_loss, &t->test_accuracy, &err) != XF_OK) {
+    task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "evaluation failed", &err);
+    goto out;
+  }
+  t->samples = tr->n;
+  if (!t->evaluate_only) {
+    const xf_job_local *lc = &t->spec.local;
+    train_watch watch = {.t = t, .last_loss = NAN};
+    xf_train_options opt = {
+        .epochs = (int)lc->epochs,
+        .batch_size = (int)lc->batch_size,
+        .sgd = {.lr = (float)lc->lr, .momentum = (float)lc->momentum,
+                .weight_decay = (float)lc->weight_decay, .prox_mu = (float)lc->prox_mu},
+        .seed = t->shuffle_seed,
+        .on_epoch = train_epoch,
+        .should_stop = train_should_stop,
+        .user = &watch};
+    if (xf_train(net, &train, &opt, &err) != XF_OK) {
+      task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "training failed", &err);
+      goto out;
+    }
+    if (atomic_load(&t->abandoned)) goto out; /* stopped part way: nobody wants the result */
+    local = xf_mallocarray(n, sizeof(float));
+    if (!local || xf_net_get_params(net, local) != XF_OK) {
+      xf_fail(&err, XF_ENOMEM, "cannot read back %zu parameters", n);
+      task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "training failed", &err);
+      goto out;
+    }
+    for (size_t i = 0; i < n; i++) local[i] -= global[i];
+    /* The site privacy unit bounds the update's L2 norm by clip (the
+     * aggregator adds the noise in mode central); docs/protocol.md. */
+    const xf_job_privacy *pv = &t->spec.privacy;
+    if (pv->unit == XF_JOB_PRIVACY_UNIT_SITE && pv->clip > 0) {
+      double sq = 0;
+      for (size_t i = 0; i < n; i++) sq += (double)local[i] * (double)local[i];
+      double norm = sqrt(sq);
+      if (norm > pv->clip) {
+        float scale = (float)(pv->clip / norm);
+        for (size_t i = 0; i < n; i++) local[i] *= scale;
+      }
+    }
+    t->train_loss = watch.last_loss;
+    t->has_train = true;
+    t->update = local;
+    t->n_params = n;
+    local = NULL;
+    /* The sender hashes the update once: here, off the loop. */
+    xf_tensor_desc desc = {.stream_id = t->update_stream_id,
+                           .kind = XFED__TENSOR_BEGIN__KIND__UPDATE,
+                           .dtype = XFED__TENSOR_BEGIN__DTYPE__F32,
+                           .element_count = n,
+                           .job_id = t->job_id,
+                           .round = t->round,
+                           .attempt = t->attempt,
+                           .weight = t->samples};
+    if (xf_tensor_sender_new(&desc, t->update, n * sizeof(float), 0, &t->sender, &err) !=
+        XF_OK) {
+      task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "cannot stream the update", &err);
+      goto out;
+    }
+  }
+  t->seconds = mono_s() - t0;
+out:
+  xf_free(local);
+  xf_net_free(net);
+  xf_free(global);
+  xf_model_free(model);
+}
+
+static void work_run(uv_work_t *w) {
+  daemon_t *d = w->data;
+  task *t = d->worker_task;
+  if (atomic_load(&t->abandoned)) return;
+  char qj[JOB_ID_MAX];
+  XF_INFO("task_training", "job=%s round=%u attempt=%u dataset=%s evaluate_only=%s",
+          logq(qj, sizeof(qj), t->job_id), (unsigned)t->round, (unsigned)t->attempt,
+          t->dataset.name, t->evaluate_only ? "true" : "false");
+  task_compute(d, t);
+}
+
+static void work_done(uv_work_t *w, int status) {
+  daemon_t *d = w->data;
+  task *t = d->worker_task;
+  d->worker_task = NULL;
+  char qj[JOB_ID_MAX];
+  logq(qj, sizeof(qj), t->job_id);
+  xf_free(t->model_bytes); /* decoded by now; a repeat of the stream never reaches the sink */
+  t->model_bytes = NULL;
+  if (status != 0 || atomic_load(&t->abandoned) || t != d->task) {
+    XF_INFO("task_result_dropped", "job=%s round=%u attempt=%u why=%s", qj, (unsigned)t->round,
+            (unsigned)t->attempt, d->stopping ? "stopping" : "withdrawn");
+    if (t == d->task) d->task = NULL;
+    task_free(t);
+    maybe_start_worker(d);
+    return;
+  }
+  if (t->failed) {
+    char q[600];
+    XF_ERROR("task_failed", "job=%s round=%u attempt=%u reason=%s details=\"%s\"", qj,
+             (unsigned)t->round, (unsigned)t->attempt, refusal_name(t->fail_reason),
+             logq(q, sizeof(q), t->fail_detail));
+    /* A refusal after the acceptance: the round should stop waiting for us. */
+    if (t->offered_now)
+      send_refusal(d, t->job_id, t->round, t->attempt, t->fail_reason, "%s", t->fail_detail);
+    ignore_stream(d, t->model_stream_id, t->job_id, t->round);
+    d->task = NULL;
+    task_free(t);
+    pump(d);
+    return;
+  }
+  t->phase = PHASE_REPORTING;
+  if (t->has_train)
+    XF_INFO("task_trained", "job=%s round=%u attempt=%u samples=%llu train_loss=%.6g "
+            "test_loss=%.6g test_accuracy=%.4f seconds=%.3f update_bytes=%zu", qj,
+            (unsigned)t->round, (unsigned)t->attempt, (unsigned long long)t->samples,
+            t->train_loss, t->test_loss, t->test_accuracy, t->seconds,
+            t->n_params * sizeof(float));
+  else
+    XF_INFO("task_evaluated", "job=%s round=%u attempt=%u test_loss=%.6g test_accuracy=%.4f "
+            "seconds=%.3f", qj, (unsigned)t->round, (unsigned)t->attempt, t->test_loss,
+            t->test_accuracy, t->seconds);
+  if (!t->offered_now)
+    XF_INFO("task_result_held", "job=%s round=%u attempt=%u why=\"not connected; sent when the "
+            "coordinator offers the task again\"", qj, (unsigned)t->round, (unsigned)t->attempt);
+  pump(d);
+}
+
+static void maybe_start_worker(daemon_t *d) {
+  task *t = d->task;
+  if (d->stopping || d->worker_task || !t || t->phase != PHASE_QUEUED) return;
+  t->phase = PHASE_WORKING;
+  d->worker_task = t;
+  d->work.data = d;
+  int rc = uv_queue_work(&d->loop, &d->work, work_run, work_done);
+  if (rc != 0) { /* only for a bad argument: report it rather than hang the task */
+    d->worker_task = NULL;
+    XF_ERROR("task_failed", "job=%s round=%u reason=\"cannot queue the work: %s\"", t->job_id,
+             (unsigned)t->round, uv_strerror(rc));
+    send_refusal(d, t->job_id, t->round, t->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
+                 "cannot start training: %s", uv_strerror(rc));
+    task_drop(d, "worker pool refused");
+  }
+}
+
+/* ---- the report: Metrics, then the update stream ------------------------------------------ */
+
+static xf_err send_metrics(daemon_t *d, task *t, xf_errctx *err) {
+  Xfed__Metrics m = XFED__METRICS__INIT;
+  m.job_id = t->job_id;
+  m.round = t->round;
+  m.attempt = t->attempt;
+  m.site = d->cfg.site;
+  m.region = d->cfg.region;
+  m.has_train = t->has_train;
+  m.train_loss = t->has_train ? t->train_loss : 0;
+  m.has_test = true;
+  m.test_loss = t->test_loss;
+  m.test_accuracy = t->test_accuracy;
+  m.samples = t->samples;
+  m.bytes_down = t->model_len;
+  m.bytes_up = t->has_train ? t->n_params * sizeof(float) : 0;
+  m.model_round = t->model_round;
+  m.seconds = t->seconds;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_METRICS;
+  env.metrics = &m;
+  return xf_conn_send(d->conn, &env, err);
+}
+
+/* Sends what can go now: queued replies, then the live task's Metrics and
+ * update, until the write queue is full (on_drain resumes), the update
+ * waits for a TensorAck, or nothing is left. */
+static void pump(daemon_t *d) {
+  if (!session_open(d) || !flush_replies(d)) return;
+  task *t = d->task;
+  if (!t || t->phase != PHASE_REPORTING || !t->offered_now) return;
+  char qj[JOB_ID_MAX];
+  logq(qj, sizeof(qj), t->job_id);
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (!t->metrics_sent) {
+    xf_err rc = send_metrics(d, t, &err);
+    if (rc == XF_ERANGE) return;
+    if (rc != XF_OK) {
+      char q[600];
+      XF_ERROR("metrics_not_sent", "job=%s round=%u reason=\"%s\"", qj, (unsigned)t->round,
+               logq(q, sizeof(q), err.msg));
+      return;
+    }
+    t->metrics_sent = true;
+    XF_INFO("metrics_sent", "job=%s round=%u attempt=%u", qj, (unsigned)t->round,
+            (unsigned)t->attempt);
+    if (!t->sender) {
+      XF_INFO("task_done", "job=%s round=%u attempt=%u", qj, (unsigned)t->round,
+              (unsigned)t->attempt);
+      d->task = NULL;
+      task_free(t);
+      return;
+    }
+  }
+  if (t->awaiting_ack || t->end_sent) return;
+  for (;;) {
+    if (!t->has_msg) {
+      if (xf_tensor_sender_next(t->sender, &t->msg) != XF_OK) return;
+      t->has_msg = true;
+    }
+    xf_err rc = xf_conn_send(d->conn, &t->msg.env, &err);
+    if (rc == XF_ERANGE) return;
+    if (rc != XF_OK) {
+      char q[600];
+      XF_ERROR("update_not_sent", "job=%s round=%u reason=\"%s\"", qj, (unsigned)t->round,
+               logq(q, sizeof(q), err.msg));
+      snprintf(d->close_reason, sizeof(d->close_reason), "cannot send the update: %s", err.msg);
+      xf_conn_close(d->conn);
+      return;
+    }
+    t->has_msg = false;
+    if (t->msg.env.body_case == XFED__ENVELOPE__BODY_TENSOR_BEGIN) {
+      t->awaiting_ack = true;
+      XF_INFO("update_begin", "job=%s round=%u attempt=%u stream=%llu bytes=%zu weight=%llu", qj,
+              (unsigned)t->round, (unsigned)t->attempt, (unsigned long long)t->update_stream_id,
+              t->n_params * sizeof(float), (unsigned long long)t->samples);
+      return;
+    }
+    if (t->msg.env.body_case == XFED__ENVELOPE__BODY_TENSOR_END) {
+      t->end_sent = true;
+      return;
+    }
+  }
+}
+
+static void on_tensor_ack(daemon_t *d, const Xfed__TensorAck *a) {
+  task *t = d->task;
+  if (!t || !t->sender || a->stream_id != t->update_stream_id) {
+    XF_DEBUG("ack_ignored", "stream=%llu why=\"no update of this site has that stream\"",
+             (unsigned long long)a->stream_id);
+    return;
+  }
+  char qj[JOB_ID_MAX];
+  logq(qj, sizeof(qj), t->job_id);
+  uint64_t total = t->n_params * sizeof(float);
+  if (t->awaiting_ack) {
+    xf_errctx err;
+    xf_errctx_clear(&err);
+    if (xf_tensor_sender_resume(t->sender, a->next_offset, &err) != XF_OK) {
+      send_error(d, XF_ERANGE, "TensorAck for update stream %llu of job %s round %u: %s",
+                 (unsigned long long)a->stream_id, t->job_id, (unsigned)t->round, err.msg);
+      snprintf(d->close_reason, sizeof(d->close_reason), "bad TensorAck: %s", err.msg);
+      pump(d);
+      xf_conn_close(d->conn);
+      return;
+    }
+    t->awaiting_ack = false;
+    XF_INFO("update_resume", "job=%s round=%u attempt=%u offset=%llu bytes=%llu", qj,
+            (unsigned)t->round, (unsigned)t->attempt, (unsigned long long)a->next_offset,
+            (unsigned long long)total);
+    pump(d);
+    return;
+  }
+  if (t->end_sent && a->next_offset == total) {
+    XF_INFO("update_delivered", "job=%s round=%u attempt=%u bytes=%llu", qj, (unsigned)t->round,
+            (unsigned)t->attempt, (unsigned long long)total);
+    d->task = NULL;
+    task_free(t);
+    maybe_start_worker(d);
+    return;
+  }
+  XF_DEBUG("update_progress", "job=%s round=%u offset=%llu", qj, (unsigned)t->round,
+           (unsigned long long)a->next_offset);
+}
+
+/* ---- the model stream ---------------------------------------------------------------------- */
+
+static xf_err model_sink(void *user, uint64_t offset, const uint8_t *data, size_t len,
+                         xf_errctx *ctx) {
+  task *t = user;
+  XF_ENSURE(t->model_bytes && offset <= t->model_len && len <= t->model_len - offset, ctx,
+            XF_ERANGE, "model chunk at %llu is outside the %llu-byte model",
+            (unsigned long long)offset, (unsigned long long)t->model_len);
+  memcpy(t->model_bytes + offset, data, len);
+  return XF_OK;
+}
+
+static void send_ack(daemon_t *d, uint64_t stream_id, uint64_t next_offset) {
+  Xfed__TensorAck a = XFED__TENSOR_ACK__INIT;
+  a.stream_id = stream_id;
+  a.next_offset = next_offset;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_TENSOR_ACK;
+  env.tensor_ack = &a;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  /* An ack is a few bytes and the only thing that lets the coordinator go
+   * on: it waits behind nothing, since we never fill the queue while a
+   * model is coming in. A failure is logged; the coordinator resends. */
+  if (xf_conn_send(d->conn, &env, &err) != XF_OK) {
+    char q[600];
+    XF_WARN("ack_not_sent", "stream=%llu reason=\"%s\"", (unsigned long long)stream_id,
+            logq(q, sizeof(q), err.msg));
+  }
+}
+
+/* The task whose model a stream carries, by stream id. */
+static task *model_task(daemon_t *d, uint64_t stream_id) {
+  task *t = d->task;
+  return t && t->model_stream_id && t->model_stream_id == stream_id ? t : NULL;
+}
+
+/* Fails the live task after its acceptance: Error for the stream, a
+ * refusal so the round stops waiting, and the task dropped. */
+static void model_failed(daemon_t *d, xf_err code, const char *msg) {
+  task *t = d->task;
+  send_error(d, code, "model stream of job %s round %u: %s", t->job_id, (unsigned)t->round, msg);
+  send_refusal(d, t->job_id, t->round, t->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
+               "the model stream failed: %s", msg);
+  task_drop(d, "model stream failed");
+}
+
+static void on_tensor_begin(daemon_t *d, const Xfed__TensorBegin *b) {
+  const char *job = b->job_id ? b->job_id : "";
+  if (b->kind != XFED__TENSOR_BEGIN__KIND__MODEL) {
+    send_error(d, XF_EUNSUPPORTED, "a site receives MODEL streams only; stream %llu is of kind %d",
+               (unsigned long long)b->stream_id, (int)b->kind);
+    return;
+  }
+  task *t = d->task;
+  bool mine = t && strcmp(job, t->job_id) == 0 && b->round == t->round &&
+              (b->attempt == 0 || b->attempt == t->attempt) &&
+              (t->model_stream_id == 0 || t->model_stream_id == b->stream_id);
+  if (!mine) {
+    if (stream_ignored(d, b->stream_id, job, b->round)) return;
+    send_error(d, XF_EINVAL, "MODEL stream %llu of job %s round %u matches no task of this site",
+               (unsigned long long)b->stream_id, job, (unsigned)b->round);
+    return;
+  }
+  t->model_stream_id = b->stream_id;
+  if (t->phase != PHASE_MODEL) {
+    /* The same model again, after a reconnect: we have it all. */
+    send_ack(d, b->stream_id, b->total_bytes);
+    return;
+  }
+  if (b->dtype != XFED__TENSOR_BEGIN__DTYPE__U8) {
+    model_failed(d, XF_EFORMAT, "a model travels as U8 bytes of a model file");
+    return;
+  }
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  const xf_tensor_info *info = xf_tensor_receiver_info(t->model_rx);
+  if (info && info->stream_id != b->stream_id) {
+    /* Offered again with another model stream: start that one afresh. */
+    xf_tensor_receiver *rx = NULL;
+    if (xf_tensor_receiver_new(XF_SITE_MODEL_MAX, model_sink, t, &rx, &err) != XF_OK) {
+      model_failed(d, XF_ENOMEM, "the site cannot allocate a model receiver");
+      return;
+    }
+    xf_tensor_receiver_free(t->model_rx);
+    t->model_rx = rx;
+    xf_free(t->model_bytes);
+    t->model_bytes = NULL;
+  }
+  xf_err rc = xf_tensor_receiver_begin(t->model_rx, b, &err);
+  if (rc == XF_ERANGE) {
+    model_failed(d, rc, err.msg);
+    return;
+  }
+  if (rc != XF_OK) {
+    send_error(d, rc, "%s", err.msg);
+    return;
+  }
+  if (!t->model_bytes) {
+    t->model_len = b->total_bytes;
+    t->model_bytes = xf_malloc(t->model_len ? (size_t)t->model_len : 1);
+    if (!t->model_bytes) {
+      model_failed(d, XF_ENOMEM, "the site cannot allocate the model");
+      return;
+    }
+  }
+  Xfed__TensorAck a;
+  xf_tensor_receiver_ack(t->model_rx, &a);
+  send_ack(d, a.stream_id, a.next_offset);
+}
+
+static void on_tensor_chunk(daemon_t *d, const Xfed__TensorChunk *c) {
+  task *t = model_task(d, c->stream_id);
+  if (!t) {
+    if (stream_ignored(d, c->stream_id, NULL, 0)) return;
+    send_error(d, XF_EINVAL, "TensorChunk of stream %llu, which this site does not receive",
+               (unsigned long long)c->stream_id);
+    return;
+  }
+  if (t->phase != PHASE_MODEL) return; /* a resend of a model we hold */
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_err rc = xf_tensor_receiver_chunk(t->model_rx, c, &err);
+  if (rc == XF_OK) return;
+  /* A gap or a malformed chunk leaves the receiver as it was: say where to
+   * resume. */
+  send_error(d, rc, "%s", err.msg);
+  Xfed__TensorAck a;
+  xf_tensor_receiver_ack(t->model_rx, &a);
+  send_ack(d, a.stream_id, a.next_offset);
+}
+
+static void on_tensor_end(daemon_t *d, const Xfed__TensorEnd *e) {
+  task *t = model_task(d, e->stream_id);
+  if (!t) {
+    if (stream_ignored(d, e->stream_id, NULL, 0)) return;
+    send_error(d, XF_EINVAL, "TensorEnd of stream %llu, which this site does not receive",
+               (unsigned long long)e->stream_id);
+    return;
+  }
+  if (t->phase != PHASE_MODEL) {
+    send_ack(d, e->stream_id, t->model_len);
+    return;
+  }
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_err rc = xf_tensor_receiver_end(t->model_rx, e, &err);
+  if (rc == XF_ETRUNCATED) {
+    Xfed__TensorAck a;
+    xf_tensor_receiver_ack(t->model_rx, &a);
+    send_ack(d, a.stream_id, a.next_offset);
+    return;
+  }
+  if (rc != XF_OK) {
+    model_failed(d, rc, err.msg);
+    return;
+  }
+  send_ack(d, e->stream_id, t->model_len);
+  char qj[JOB_ID_MAX];
+  XF_INFO("model_received", "job=%s round=%u attempt=%u bytes=%llu",
+          logq(qj, sizeof(qj), t->job_id), (unsigned)t->round, (unsigned)t->attempt,
+          (unsigned long long)t->model_len);
+  t->phase = PHASE_QUEUED;
+  maybe_start_worker(d);
+}
+
+/* ---- offers and cancellations --------------------------------------------------------------- */
+
+/* The registered dataset a job asks for: its name, carrying every tag the
+ * job lists. XF_ENOENT with details naming what is missing. */
+static xf_err find_dataset(daemon_t *d, const xf_jobspec *spec, xf_site_dataset *out,
+                           xf_errctx *err) {
+  xf_errctx inner;
+  xf_errctx_clear(&inner);
+  xf_err rc = xf_site_registry_get(d->reg, spec->data.dataset, out, &inner);
+  if (rc == XF_ENOENT)
+    return xf_fail(err, XF_ENOENT, "no dataset named '%s' is registered at site %s",
+                   spec->data.dataset, d->cfg.site);
+  if (rc != XF_OK) return xf_fail(err, rc, "the registry: %s", inner.msg);
+  char missing[512] = "";
+  size_t used = 0;
+  for (uint32_t i = 0; i < spec->data.n_tags; i++) {
+    bool found = false;
+    for (size_t j = 0; j < out->n_tags && !found; j++) found = strcmp(out->tags[j], spec->data.tags[i]) == 0;
+    if (!found && used < sizeof(missing))
+      used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%s", used ? ", " : "",
+                               spec->data.tags[i]);
+  }
+  if (used) {
+    rc = xf_fail(err, XF_ENOENT, "dataset '%s' at site %s lacks the tags %s", out->name,
+                 d->cfg.site, missing);
+    xf_site_dataset_free(out);
+    return rc;
+  }
+  return XF_OK;
+}
+
+/* What in a job this site cannot do yet. The privacy pipeline beyond
+ * clipping (noise, secure aggregation) is not built: sending a raw update
+ * to a job that promised more would break the promise, so such jobs are
+ * refused. */
+static xf_err job_supported(daemon_t *d, const xf_jobspec *spec, const xf_site_dataset *ds,
+                            xf_errctx *err) {
+  XF_ENSURE(!spec->secure_aggregation.enabled, err, XF_EUNSUPPORTED,
+            "secure_aggregation: this site does not implement secure aggregation yet");
+  const xf_job_privacy *pv = &spec->privacy;
+  bool site_clip_only = pv->unit == XF_JOB_PRIVACY_UNIT_SITE &&
+                        (pv->mode == XF_JOB_PRIVACY_NONE || pv->mode == XF_JOB_PRIVACY_CENTRAL);
+  bool nothing = pv->mode == XF_JOB_PRIVACY_NONE && pv->clip == 0;
+  XF_ENSURE(site_clip_only || nothing, err, XF_EUNSUPPORTED,
+            "privacy: unit %s with mode %s is not implemented at this site yet (it clips "
+            "site-level updates for modes none and central only)",
+            xf_job_privacy_unit_name(pv->unit), xf_job_privacy_mode_name(pv->mode));
+  xf_model_spec ms;
+  XF_GUARD(job_model_spec(spec, ds->h, ds->w, ds->c, ds->classes, &ms, err));
+  xf_model *m = NULL;
+  xf_errctx inner;
+  xf_errctx_clear(&inner);
+  if (xf_model_create(&ms, &m, &inner) != XF_OK)
+    return xf_fail(err, XF_EUNSUPPORTED, "model: dataset '%s' (%ux%ux%u, %u classes) does not "
+                   "fit it: %s", ds->name, ds->h, ds->w, ds->c, ds->classes, inner.msg);
+  xf_model_free(m);
+  if ((spec->compression.uplink.quant_bits || spec->compression.uplink.topk_fraction > 0) &&
+      !d->warned_compression) {
+    char text[XF_JOB_UPLINK_TEXT_MAX];
+    XF_WARN("compression_not_applied", "uplink=%s why=\"updates travel as float32 "
+            "(docs/protocol.md); uplink compression is not built yet\"",
+            xf_job_uplink_format(&spec->compression.uplink, text, sizeof(text)));
+    d->warned_compression = true;
+  }
+  return XF_OK;
+}
+
+static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
+  const char *job = o->job_id ? o->job_id : "";
+  if (!*job || strlen(job) >= JOB_ID_MAX) {
+    send_error(d, XF_EFORMAT, "TaskOffer with %s job_id", *job ? "an overlong" : "no");
+    return;
+  }
+  if (o->model_digest.len != XF_DIGEST_BYTES) {
+    send_error(d, XF_EFORMAT, "TaskOffer for job %s round %u: model_digest has %zu bytes, not %d",
+               job, (unsigned)o->round, o->model_digest.len, XF_DIGEST_BYTES);
+    return;
+  }
+  char qj[JOB_ID_MAX];
+  logq(qj, sizeof(qj), job);
+  uint64_t now = wall_ms();
+  XF_INFO("task_offer", "job=%s round=%u attempt=%u model_round=%u evaluate_only=%s "
+          "deadline_in_s=%.1f", qj, (unsigned)o->round, (unsigned)o->attempt,
+          (unsigned)o->model_round, o->evaluate_only ? "true" : "false",
+          o->deadline_unix_ms ? ((double)o->deadline_unix_ms - (double)now) / 1000.0 : -1.0);
+
+  task *t = d->task;
+  if (task_is(t, job, o->round, o->attempt)) {
+    if (memcmp(t->model_digest.bytes, o->model_digest.data, XF_DIGEST_BYTES) == 0 &&
+        t->evaluate_only == o->evaluate_only) {
+      /* Offered again after a reconnect: take it up where it was. */
+      t->offered_now = true;
+      t->deadline_ms = o->deadline_unix_ms;
+      if (o->model_stream_id && t->phase == PHASE_MODEL) t->model_stream_id = o->model_stream_id;
+      XF_INFO("task_resumed", "job=%s round=%u attempt=%u phase=%s", qj, (unsigned)o->round,
+              (unsigned)o->attempt, phase_name(t->phase));
+      send_accept(d, t);
+      return;
+    }
+    if (t->phase == PHASE_WORKING) {
+      send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__BUSY,
+                   "this site is training job %s round %u attempt %u from another model",
+                   t->job_id, (unsigned)t->round, (unsigned)t->attempt);
+      return;
+    }
+    task_drop(d, "offered again with another model");
+  } else if (t && strcmp(t->job_id, job) == 0) {
+    task_drop(d, "superseded by another round or attempt of its job");
+  }
+
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_jobspec spec;
+  if (xf_jobspec_parse_string(o->params_json, o->params_json ? strlen(o->params_json) : 0,
+                              "params_json", &spec, &err) != XF_OK) {
+    char msg[600];
+    ignore_stream(d, o->model_stream_id, job, o->round);
+    send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
+                 "the job spec does not parse here: %s",
+                 xf_errctx_format(&err, msg, sizeof(msg)));
+    return;
+  }
+  xf_site_dataset ds;
+  memset(&ds, 0, sizeof(ds));
+  if (find_dataset(d, &spec, &ds, &err) != XF_OK) {
+    ignore_stream(d, o->model_stream_id, job, o->round);
+    send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__NO_DATASET, "%s",
+                 err.msg);
+    return;
+  }
+  Xfed__TaskRefusal__Reason reason = XFED__TASK_REFUSAL__REASON__UNSPECIFIED;
+  char why[600];
+  if (job_supported(d, &spec, &ds, &err) != XF_OK) {
+    reason = XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
+    snprintf(why, sizeof(why), "%s", err.msg);
+  } else if ((t = d->task) != NULL) {
+    /* Another job's task is live: one task at a time. */
+    reason = XFED__TASK_REFUSAL__REASON__BUSY;
+    snprintf(why, sizeof(why), "this site is %s job %s round %u attempt %u",
+             t->phase == PHASE_WORKING ? "training" : "working on", t->job_id,
+             (unsigned)t->round, (unsigned)t->attempt);
+  } else if (o->deadline_unix_ms && o->deadline_unix_ms <= now) {
+    reason = XFED__TASK_REFUSAL__REASON__DEADLINE_TOO_SHORT;
+    snprintf(why, sizeof(why), "the deadline passed %.1f s ago by this site's clock",
+             (double)(now - o->deadline_unix_ms) / 1000.0);
+  }
+  if (reason != XFED__TASK_REFUSAL__REASON__UNSPECIFIED) {
+    xf_site_dataset_free(&ds);
+    ignore_stream(d, o->model_stream_id, job, o->round);
+    send_refusal(d, job, o->round, o->attempt, reason, "%s", why);
+    return;
+  }
+
+  t = xf_calloc(1, sizeof(*t));
+  if (t && xf_tensor_receiver_new(XF_SITE_MODEL_MAX, model_sink, t, &t->model_rx, &err) != XF_OK) {
+    xf_free(t);
+    t = NULL;
+  }
+  if (!t) {
+    xf_site_dataset_free(&ds);
+    send_error(d, XF_ENOMEM, "the site cannot take job %s round %u: out of memory", job,
+               (unsigned)o->round);
+    return;
+  }
+  snprintf(t->job_id, sizeof(t->job_id), "%s", job);
+  t->round = o->round;
+  t->attempt = o->attempt;
+  t->model_round = o->model_round;
+  t->deadline_ms = o->deadline_unix_ms;
+  t->evaluate_only = o->evaluate_only;
+  memcpy(t->model_digest.bytes, o->model_digest.data, XF_DIGEST_BYTES);
+  t->model_stream_id = o->model_stream_id;
+  t->spec = spec;
+  t->dataset = ds;
+  t->shuffle_seed = xf_site_shuffle_seed(spec.seed, o->round, d->cfg.site);
+  t->update_stream_id = xf_site_update_stream_id(o->round, o->attempt);
+  t->phase = PHASE_MODEL;
+  t->offered_now = true;
+  atomic_init(&t->abandoned, false);
+  d->task = t;
+  XF_INFO("task_accepted", "job=%s round=%u attempt=%u dataset=%s", qj, (unsigned)t->round,
+          (unsigned)t->attempt, ds.name);
+  send_accept(d, t);
+}
+
+static void on_cancel(daemon_t *d, const Xfed__TaskCancel *c) {
+  const char *job = c->job_id ? c->job_id : "";
+  char qj[JOB_ID_MAX], q[600];
+  logq(qj, sizeof(qj), job);
+  if (!task_is(d->task, job, c->round, c->attempt)) {
+    XF_INFO("task_cancel_ignored", "job=%s round=%u attempt=%u why=\"no such task here\"", qj,
+            (unsigned)c->round, (unsigned)c->attempt);
+    return;
+  }
+  XF_INFO("task_cancelled", "job=%s round=%u attempt=%u reason=\"%s\"", qj, (unsigned)c->round,
+          (unsigned)c->attempt, logq(q, sizeof(q), c->reason));
+  task_drop(d, "cancelled by the coordinator");
+}
+
+/* ---- the session ------------------------------------------------------------------------------ */
+
+static void send_announce(daemon_t *d) {
+  xf_site_dataset *list = NULL;
+  size_t listed = 0;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (xf_site_registry_list(d->reg, &list, &listed, &err) != XF_OK) {
+    char q[600];
+    XF_ERROR("announce_failed", "reason=\"%s\"", logq(q, sizeof(q), err.msg));
+    list = NULL;
+    listed = 0;
+  }
+  size_t n = listed;
+  Xfed__SiteAnnounce__Dataset *sets = n ? xf_calloc(n, sizeof(*sets)) : NULL;
+  Xfed__SiteAnnounce__Dataset **ptrs = n ? xf_calloc(n, sizeof(*ptrs)) : NULL;
+  if (n && (!sets || !ptrs)) n = 0;
+  for (size_t i = 0; i < n; i++) {
+    Xfed__SiteAnnounce__Dataset init = XFED__SITE_ANNOUNCE__DATASET__INIT;
+    sets[i] = init;
+    sets[i].name = list[i].name;
+    sets[i].n_tags = list[i].n_tags;
+    sets[i].tags = list[i].tags;
+    sets[i].classification = (char *)xf_site_class_name(list[i].classification);
+    sets[i].train_records = list[i].train_records;
+    sets[i].test_records = list[i].test_records;
+    sets[i].classes = list[i].classes;
+    sets[i].height = list[i].h;
+    sets[i].width = list[i].w;
+    sets[i].channels = list[i].c;
+    ptrs[i] = &sets[i];
+  }
+  Xfed__SiteAnnounce a = XFED__SITE_ANNOUNCE__INIT;
+  a.site = d->cfg.site;
+  a.region = d->cfg.region;
+  a.n_datasets = n;
+  a.datasets = ptrs;
+  a.backend = (char *)xf_backend_name(d->backend);
+  a.threads = (uint32_t)xf_backend_threads(d->backend);
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_SITE_ANNOUNCE;
+  env.site_announce = &a;
+  xf_err rc = xf_conn_send(d->conn, &env, &err);
+  if (rc != XF_OK) {
+    char q[600];
+    XF_ERROR("announce_failed", "reason=\"%s\"", logq(q, sizeof(q), err.msg));
+  } else {
+    XF_INFO("site_announced", "site=%s region=%s datasets=%zu backend=%s threads=%u",
+            d->cfg.site, d->cfg.region, n, a.backend, (unsigned)a.threads);
+  }
+  xf_free(ptrs);
+  xf_free(sets);
+  xf_site_dataset_list_free(list, listed);
+}
+
+static xf_err on_connect(xf_conn *c, const xf_spiffe_id *peer) {
+  daemon_t *d = xf_conn_user(c);
+  d->connected = true;
+  /* A site talks to a coordinator: the global one, or the regional
+   * aggregator of its own region. Anything else would take the update
+   * somewhere the operator did not send it. */
+  if (peer->kind != XF_PKI_KIND_COORDINATOR ||
+      (peer->region[0] && strcmp(peer->region, d->cfg.region) != 0)) {
+    snprintf(d->close_reason, sizeof(d->close_reason),
+             "the peer at %s is %s %s%s%s, not a coordinator of region %s or the global one",
+             xf_conn_peer_addr(c), xf_pki_kind_name(peer->kind), peer->name,
+             peer->region[0] ? " of region " : "", peer->region, d->cfg.region);
+    return XF_EDENIED;
+  }
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_err rc = xf_session_start(&d->session, c, "site", 0, &err);
+  if (rc != XF_OK) snprintf(d->close_reason, sizeof(d->close_reason), "%s", err.msg);
+  else XF_INFO("site_connected", "coordinator=%s peer=%s address=%s", d->cfg.coordinator,
+               peer->name, xf_conn_peer_addr(c));
+  return rc;
+}
+
+static void on_session_open(daemon_t *d) {
+  d->backoff_ms = XF_SITE_BACKOFF_MIN_MS;
+  XF_INFO("session_open", "coordinator=%s version=%u peer_role=%s", d->cfg.coordinator,
+          (unsigned)d->session.version, d->session.peer_role);
+  send_announce(d);
+}
+
+static void on_frame(xf_conn *c, const Xfed__Envelope *env) {
+  daemon_t *d = xf_conn_user(c);
+  if (d->stopping) return;
+  xf_session_event ev;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (xf_session_on_frame(&d->session, c, env, &ev, &err) != XF_OK) {
+    snprintf(d->close_reason, sizeof(d->close_reason), "%s", err.msg);
+    xf_conn_close(c);
+    return;
+  }
+  if (ev == XF_SESSION_OPENED) {
+    on_session_open(d);
+    pump(d);
+    return;
+  }
+  if (ev != XF_SESSION_FRAME) return;
+  switch (env->body_case) {
+  case XFED__ENVELOPE__BODY_TASK_OFFER: on_offer(d, env->task_offer); break;
+  case XFED__ENVELOPE__BODY_TASK_CANCEL: on_cancel(d, env->task_cancel); break;
+  case XFED__ENVELOPE__BODY_TENSOR_BEGIN: on_tensor_begin(d, env->tensor_begin); break;
+  case XFED__ENVELOPE__BODY_TENSOR_CHUNK: on_tensor_chunk(d, env->tensor_chunk); break;
+  case XFED__ENVELOPE__BODY_TENSOR_END: on_tensor_end(d, env->tensor_end); break;
+  case XFED__ENVELOPE__BODY_TENSOR_ACK: on_tensor_ack(d, env->tensor_ack); break;
+  case XFED__ENVELOPE__BODY_ERROR: {
+    char q[600];
+    XF_WARN("coordinator_error", "code=%u message=\"%s\"", (unsigned)env->error->code,
+            logq(q, sizeof(q), env->error->message));
+    break;
+  }
+  default:
+    send_error(d, XF_EUNSUPPORTED, "a site does not take %s messages",
+               xf_envelope_body_name(env));
+    break;
+  }
+  pump(d);
+}
+
+static void on_drain(xf_conn *c) { pump(xf_conn_user(c)); }
+
+static void on_close(xf_conn *c, const xf_conn_reason *why) {
+  daemon_t *d = xf_conn_user(c);
+  bool was_connected = d->connected, was_open = d->session.open;
+  d->conn = NULL;
+  d->connected = false;
+  d->n_replies = 0;
+  memset(&d->session, 0, sizeof(d->session));
+  if (d->task) task_link_lost(d->task);
+  if (!was_connected && why->end == XF_CONN_END_CONNECT && !d->stopping &&
+      d->next_addr + 1 < d->n_addrs) {
+    d->next_addr++; /* the name has more addresses: try the next one now */
+    uv_timer_start(&d->redial, on_redial_timer, 0, 0);
+    return;
+  }
+  char q[600];
+  const char *reason = d->close_reason[0] ? d->close_reason : why->msg;
+  xf_log(d->stopping || why->end == XF_CONN_END_CLOSED ? XF_LOG_INFO : XF_LOG_WARN,
+         "session_closed", "coordinator=%s end=%s was_open=%s reason=\"%s\"", d->cfg.coordinator,
+         end_name(why->end), was_open ? "true" : "false",
+         logq(q, sizeof(q), reason[0] ? reason : xf_conn_end_message(why->end)));
+  d->close_reason[0] = '\0';
+  if (!d->stopping) schedule_redial(d);
+}
+
+/* ---- dialing ------------------------------------------------------------------------------------ */
+
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res) {
+  daemon_t *d = req->data;
+  d->resolving = false;
+  if (status == UV_ECANCELED || d->stopping) {
+    uv_freeaddrinfo(res);
+    return;
+  }
+  if (status < 0) {
+    XF_WARN("resolve_failed", "coordinator=%s reason=\"%s\"", d->cfg.coordinator,
+            uv_strerror(status));
+    uv_freeaddrinfo(res);
+    schedule_redial(d);
+    return;
+  }
+  d->n_addrs = 0;
+  for (struct addrinfo *a = res; a && d->n_addrs < ADDRS_MAX; a = a->ai_next)
+    if ((a->ai_family == AF_INET || a->ai_family == AF_INET6) &&
+        a->ai_addrlen <= sizeof(d->addrs[0]))
+      memcpy(&d->addrs[d->n_addrs++], a->ai_addr, a->ai_addrlen);
+  uv_freeaddrinfo(res);
+  d->next_addr = 0;
+  dial_next(d);
+}
+
+static void start_resolve(daemon_t *d) {
+  d->attempts++;
+  d->n_addrs = d->next_addr = 0;
+  XF_INFO("dial", "coordinator=%s attempt=%lu", d->cfg.coordinator, d->attempts);
+  struct addrinfo hints;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  d->resolver.data = d;
+  int rc = uv_getaddrinfo(&d->loop, &d->resolver, on_resolved, d->cfg.coordinator_host,
+                          d->port_text, &hints);
+  if (rc != 0) {
+    XF_WARN("resolve_failed", "coordinator=%s reason=\"%s\"", d->cfg.coordinator,
+            uv_strerror(rc));
+    schedule_redial(d);
+    return;
+  }
+  d->resolving = true;
+}
+
+/* Dials the addresses of the last resolution from next_addr on; backs off
+ * when none can be dialed. */
+static void dial_next(daemon_t *d) {
+  xf_conn_opts opts = {.on_connect = on_connect, .on_frame = on_frame, .on_drain = on_drain,
+                       .on_close = on_close, .user = d};
+  for (; d->next_addr < d->n_addrs; d->next_addr++) {
+    char ip[INET6_ADDRSTRLEN + 1];
+    const struct sockaddr_storage *sa = &d->addrs[d->next_addr];
+    int rc = sa->ss_family == AF_INET6
+                 ? uv_ip6_name((const struct sockaddr_in6 *)sa, ip, sizeof(ip))
+                 : uv_ip4_name((const struct sockaddr_in *)sa, ip, sizeof(ip));
+    if (rc != 0) continue;
+    xf_errctx err;
+    xf_errctx_clear(&err);
+    d->close_reason[0] = '\0';
+    d->connected = false;
+    if (xf_dial(&d->loop, d->tls, ip, d->cfg.coordinator_port, &opts, &d->conn, &err) == XF_OK)
+      return;
+    char q[600];
+    XF_WARN("dial_failed", "coordinator=%s address=%s reason=\"%s\"", d->cfg.coordinator, ip,
+            logq(q, sizeof(q), err.msg));
+  }
+  schedule_redial(d);
+}
+
+static void on_redial_timer(uv_timer_t *timer) {
+  daemon_t *d = timer->data;
+  if (d->stopping) return;
+  if (d->next_addr > 0 && d->next_addr < d->n_addrs) dial_next(d);
+  else start_resolve(d);
+}
+
+static void schedule_redial(daemon_t *d) {
+  if (d->stopping) return;
+  d->n_addrs = d->next_addr = 0;
+  double jitter = 0.75 + 0.5 * xf_rng_uniform(&d->jitter);
+  uint64_t delay = (uint64_t)((double)d->backoff_ms * jitter);
+  XF_INFO("redial", "coordinator=%s in_ms=%llu attempt=%lu", d->cfg.coordinator,
+          (unsigned long long)delay, d->attempts + 1);
+  d->backoff_ms = d->backoff_ms >= XF_SITE_BACKOFF_MAX_MS / 2 ? XF_SITE_BACKOFF_MAX_MS
+                                                              : d->backoff_ms * 2;
+  uv_timer_start(&d->redial, on_redial_timer, delay, 0);
+}
+
+/* ---- start and stop ----------------------------------------------------------------------------- */
+
+static void daemon_stop(daemon_t *d, const char *signal_name) {
+  if (d->stopping) return;
+  d->stopping = true;
+  task *t = d->worker_task;
+  XF_INFO("site_stopping", "signal=%s training=%s", signal_name,
+          t ? "true (told to stop; waiting for it)" : "false");
+  if (t) atomic_store(&t->abandoned, true);
+  uv_timer_stop(&d->redial);
+  uv_close((uv_handle_t *)&d->redial, NULL);
+  if (d->resolving) uv_cancel((uv_req_t *)&d->resolver);
+  if (d->conn) {
+    snprintf(d->close_reason, sizeof(d->close_reason), "the site is stopping (%s)", signal_name);
+    xf_conn_close(d->conn);
+  }
+  uv_close((uv_handle_t *)&d->sigterm, NULL);
+  uv_close((uv_handle_t *)&d->sigint, NULL);
+  uv_close((uv_handle_t *)&d->sighup, NULL);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  daemon_t *d = h->data;
+  if (signum == SIGHUP) {
+    xf_errctx err;
+    xf_errctx_clear(&err);
+    char q[600];
+    if (xf_tls_reload_crl(d->tls, &err) != XF_OK)
+      XF_ERROR("crl_reload_failed", "reason=\"%s\"", logq(q, sizeof(q), err.msg));
+    else
+      XF_INFO("crl_reloaded", "ca=%s crl=%s", d->cfg.ca, d->cfg.crl);
+    if (session_open(d)) send_announce(d);
+    return;
+  }
+  daemon_stop(d, signum == SIGTERM ? "TERM" : "INT");
+}
+
+/* path, or DIR/path when path is relative. */
+static xf_err site_path(const daemon_t *d, const char *field, const char *path, char *out,
+                        size_t n, xf_errctx *err) {
+  if (!path[0]) {
+    xf_errctx_field(err, "%s", field);
+    return xf_fail(err, XF_EINVAL, "the daemon needs %s: set it in site.json (xfed-site init "
+                   "--%s FILE)", field, field);
+  }
+  int w = path[0] == '/' ? snprintf(out, n, "%s", path) : snprintf(out, n, "%s/%s", d->dir, path);
+  XF_ENSURE(w > 0 && (size_t)w < n, err, XF_EINVAL, "%s: the path is too long", field);
+  return XF_OK;
+}
+
+/* The site's own certificate must be the site site.json names: a mismatch
+ * would only show up as the coordinator's refusal, again and again. */
+static xf_err check_own_identity(const daemon_t *d, const char *cert_path, xf_errctx *err) {
+  X509 *cert = NULL;
+  XF_GUARD(xf_pki_cert_load(cert_path, &cert, err));
+  xf_spiffe_id id;
+  xf_err rc = xf_pki_peer_identity(cert, &id, err);
+  X509_free(cert);
+  if (rc != XF_OK) {
+    xf_errctx_file(err, cert_path);
+    return rc;
+  }
+  if (id.kind != XF_PKI_KIND_SITE || strcmp(id.name, d->cfg.site) != 0 ||
+      strcmp(id.region, d->cfg.region) != 0) {
+    xf_errctx_file(err, cert_path);
+    return xf_fail(err, XF_EINVAL, "the certificate is for %s %s%s%s, but site.json says site %s "
+                   "of region %s", xf_pki_kind_name(id.kind), id.name,
+                   id.region[0] ? " of region " : "", id.region, d->cfg.site, d->cfg.region);
+  }
+  return XF_OK;
+}
+
+static xf_err open_backend(daemon_t *d, xf_errctx *err) {
+  const char *env = getenv("XF_BACKEND");
+  if (env && *env) return xf_backend_open_env((int)d->cfg.threads, &d->backend, err);
+  xf_backend_options o = {.threads = (int)d->cfg.threads};
+  if (xf_backend_parse_kind(d->cfg.backend, &o.kind) != XF_OK) {
+    xf_errctx_field(err, "backend");
+    return xf_fail(err, XF_EINVAL, "backend '%s': use auto, cpu or cuda", d->cfg.backend);
+  }
+  return xf_backend_open(&o, &d->backend, err);
+}
+
+static xf_err daemon_start(daemon_t *d, const xf_site_daemon_opts *opts, xf_errctx *err) {
+  const char *dir = opts->dir && *opts->dir ? opts->dir : ".";
+  XF_ENSURE(strlen(dir) + sizeof("/site.json") < sizeof(d->dir), err, XF_EINVAL,
+            "the site directory's path is too long");
+  snprintf(d->dir, sizeof(d->dir), "%s", dir);
+  char path[PATH_MAX + 16];
+  snprintf(path, sizeof(path), "%s/site.json", d->dir);
+  XF_GUARD(xf_site_config_load(path, &d->cfg, err));
+  snprintf(d->port_text, sizeof(d->port_text), "%u", (unsigned)d->cfg.coordinator_port);
+  char cert[PATH_MAX + 16], key[PATH_MAX + 16], ca[PATH_MAX + 16], crl[PATH_MAX + 16];
+  XF_GUARD(site_path(d, "cert", d->cfg.cert, cert, sizeof(cert), err));
+  XF_GUARD(site_path(d, "key", d->cfg.key, key, sizeof(key), err));
+  XF_GUARD(site_path(d, "ca", d->cfg.ca, ca, sizeof(ca), err));
+  XF_GUARD(site_path(d, "crl", d->cfg.crl, crl, sizeof(crl), err));
+  XF_GUARD(check_own_identity(d, cert, err));
+  xf_tls_config tc = {.cert_path = cert, .key_path = key, .ca_path = ca, .crl_path = crl};
+  XF_GUARD(xf_tls_new(&tc, &d->tls, err));
+  snprintf(path, sizeof(path), "%s/site.db", d->dir);
+  XF_GUARD(xf_site_registry_open(path, &d->reg, err));
+  XF_GUARD(open_backend(d, err));
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  xf_rng_seed(&d->jitter, (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20),
+              (uint64_t)getpid());
+  d->backoff_ms = XF_SITE_BACKOFF_MIN_MS;
+  return XF_OK;
+}
+
+xf_err xf_site_daemon_run(const xf_site_daemon_opts *opts, xf_errctx *err) {
+  daemon_t *d = xf_calloc(1, sizeof(*d));
+  XF_ENSURE(d, err, XF_ENOMEM, "cannot allocate the site daemon");
+  xf_err rc = XF_OK;
+  bool loop_ready = false;
+  if ((rc = daemon_start(d, opts, err)) != XF_OK) goto out;
+  if (uv_loop_init(&d->loop) != 0) {
+    rc = xf_fail(err, XF_EIO, "cannot start the event loop");
+    goto out;
+  }
+  loop_ready = true;
+  uv_timer_init(&d->loop, &d->redial);
+  d->redial.data = d;
+  uv_signal_init(&d->loop, &d->sigterm);
+  uv_signal_init(&d->loop, &d->sigint);
+  uv_signal_init(&d->loop, &d->sighup);
+  d->sigterm.data = d->sigint.data = d->sighup.data = d;
+  uv_signal_start(&d->sigterm, on_signal, SIGTERM);
+  uv_signal_start(&d->sigint, on_signal, SIGINT);
+  uv_signal_start(&d->sighup, on_signal, SIGHUP);
+  XF_INFO("site_starting", "site=%s region=%s coordinator=%s backend=%s threads=%d dir=%s",
+          d->cfg.site, d->cfg.region, d->cfg.coordinator, xf_backend_name(d->backend),
+          xf_backend_threads(d->backend), d->dir);
+  start_resolve(d);
+  uv_run(&d->loop, UV_RUN_DEFAULT);
+  XF_INFO("site_stopped", "site=%s", d->cfg.site);
+out:
+  if (loop_ready) {
+    /* Nothing is left on the loop once uv_run returns: the handles were
+     * closed by daemon_stop and the worker handed its task back. */
+    int lrc = uv_loop_close(&d->loop);
+    if (lrc != 0) XF_WARN("loop_not_empty", "reason=\"%s\"", uv_strerror(lrc));
+  }
+  task_free(d->task);
+  cache_free(&d->cache);
+  xf_backend_close(d->backend);
+  xf_site_registry_close(d->reg);
+  xf_tls_free(d->tls);
+  xf_free(d);
+  return rc;
+}

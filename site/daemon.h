@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The site daemon (`xfed-site run`): the site side of "Site ↔ coordinator"
+ * in docs/protocol.md. It dials the site's coordinator over mutual TLS,
+ * announces the registered datasets, answers task offers, trains on a worker
+ * thread and streams the update back, keeping it across a dropped link until
+ * the coordinator has acknowledged all of it. docs/operator-guide.md
+ * ("Running the daemon") is the operator's page. */
+#ifndef XF_SITE_DAEMON_H
+#define XF_SITE_DAEMON_H
+
+#include <stdint.h>
+
+#include "base/result.h"
+
+/* The largest model stream a site accepts: a model file above it is refused
+ * before a byte of it is buffered. The largest preset (fedavg-cnn) is 6.6 MB. */
+#define XF_SITE_MODEL_MAX (UINT64_C(1) << 30)
+
+/* Redial delays: exponential from the first to the last, each drawn within
+ * ±25 % (docs/protocol.md, "Site ↔ coordinator", step 1). */
+#define XF_SITE_BACKOFF_MIN_MS 500u
+#define XF_SITE_BACKOFF_MAX_MS 30000u
+
+typedef struct xf_site_daemon_opts {
+  const char *dir; /* the site directory (site.json, site.db); borrowed */
+} xf_site_daemon_opts;
+
+/* Runs the daemon on its own libuv loop until SIGTERM or SIGINT, then stops
+ * cleanly: no more dialing, the connection closed, a running training told
+ * to stop and waited for, everything freed. SIGHUP reloads the CRL and
+ * announces the registry again. Returns XF_OK after a clean stop, or the
+ * error that kept it from starting, naming the file or field at fault:
+ * site.json missing or invalid, cert/key/ca/crl unset or unreadable, a
+ * certificate issued to another site or region, the registry, the compute
+ * backend. Everything after the start (an unreachable coordinator, refused
+ * sessions, failed tasks) is logged and retried, never returned. */
+xf_err xf_site_daemon_run(const xf_site_daemon_opts *opts, xf_errctx *err) XF_WARN_UNUSED;
+
+/* The shuffle seed of a site's local training in one round: the first 8
+ * bytes, little-endian, of BLAKE2b-256(job_seed as 8 bytes LE || round as 4
+ * bytes LE || site name). */
+uint64_t xf_site_shuffle_seed(uint64_t job_seed, uint32_t round, const char *site);
+
+/* The stream id of a site's update: round << 16 | attempt << 1 | 1. */
+uint64_t xf_site_update_stream_id(uint32_t round, uint32_t attempt);
+
+#endif

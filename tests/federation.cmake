@@ -1,0 +1,18 @@
+# SPDX-License-Identifier: Apache-2.0
+# The federation with its real daemons on loopback (tests/integration/
+# federation.sh): the coordinator killed and restarted mid-round gives the
+# same final model as an uninterrupted run; a site killed mid-round lets the
+# round close at quorum and rejoins when restarted. Each takes under a
+# minute on 2 cores.
+foreach(_scenario resume quorum)
+  add_test(NAME federation_${_scenario}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/federation.sh
+                   ${PROJECT_BINARY_DIR} ${_scenario})
+  set_tests_properties(federation_${_scenario} PROPERTIES LABELS integration TIMEOUT 900)
+endforeach()
+
+# The NIID-Bench setting through the daemons (bench/niid.sh): 10 sites,
+# lenet5, 50 rounds of 10 local epochs; tens of minutes on 2 cores.
+add_test(NAME niid_bench_fmnist COMMAND bash ${PROJECT_SOURCE_DIR}/bench/niid.sh
+         --build ${PROJECT_BINARY_DIR})
+set_tests_properties(niid_bench_fmnist PROPERTIES LABELS "integration;slow" TIMEOUT 5400)

@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Federation integration tests with the real daemons on loopback and real
+# certificates: a global coordinator, three sites, Fashion-MNIST split among
+# them, jobs submitted with the real CLI.
+#   resume:  kill -9 of the coordinator mid-round, restart, and the final
+#            model is bit-identical to an uninterrupted run's.
+#   quorum:  a site killed mid-round lets the round close with the others;
+#            restarted, it rejoins and reports in later rounds.
+# usage: federation.sh BUILD_DIR resume|quorum
+set -euo pipefail
+build=$(cd "${1:?build dir}" && pwd)
+scenario=${2:?scenario}
+src=$(cd "$(dirname "$0")/../.." && pwd)
+data=${XF_FMNIST:-/usr/share/datasets/fashion-mnist}
+xfed=$build/cli/xfed site_bin=$build/site/xfed-site coord_bin=$build/coordinator/xfed-coord
+work=$(mktemp -d "${TMPDIR:-/tmp}/xf-fed-XXXXXX")
+pids=()
+fail() { echo "FAIL: $*" >&2; for f in "$work"/*/logs/*.log; do echo "--- $f" >&2; tail -n 15 "$f" >&2; done; exit 1; }
+cleanup() {
+  local pid
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+[[ -f $data/train-images-idx3-ubyte.gz || -f $data/train-images-idx3-ubyte ]] ||
+  fail "Fashion-MNIST is not at $data (deploy/install-deps.sh installs dataset-fashion-mnist)"
+export XF_LOG_LEVEL=info
+
+# A federation, its shards and its site directories, once per test run.
+fed=$work/federation
+"$xfed" pki init --dir "$fed" --federation itest >/dev/null
+"$xfed" pki issue --dir "$fed" --kind coordinator --name coord >/dev/null
+"$xfed" pki issue --dir "$fed" --kind user --name rita --role researcher >/dev/null
+for s in s1 s2 s3; do "$xfed" pki issue --dir "$fed" --kind site --name "$s" --region eu >/dev/null; done
+"$xfed" data split --data "$data" --sites 3 --scheme dirichlet:0.5 --seed 3 --out "$work/shards" \
+  --min-records 1000 >/dev/null
+tls() { echo --cert "$fed/issued/$1.crt" --key "$fed/issued/$1.key" --ca "$fed/ca.crt" --crl "$fed/crl.pem"; }
+
+# start_coord RUN [PORT]: starts (or restarts) the coordinator of RUN.
+start_coord() {
+  local run=$1 listen=127.0.0.1:${2:-0}
+  mkdir -p "$work/$run/logs"
+  rm -f "$work/$run/coord.port"
+  # shellcheck disable=SC2046
+  "$coord_bin" $(tls coord) --state "$work/$run/coord" --listen "$listen" \
+    --port-file "$work/$run/coord.port" --config "$work/coord.json" \
+    2>>"$work/$run/logs/coord.log" &
+  coord_pid=$!
+  pids+=("$coord_pid")
+  local i
+  for ((i = 0; i < 100; i++)); do [[ -s "$work/$run/coord.port" ]] && break; sleep 0.1; done
+  [[ -s "$work/$run/coord.port" ]] || fail "the coordinator of $run did not start"
+  port=$(cat "$work/$run/coord.port")
+}
+# A short grace for the cohort to come back after a restart keeps the test fast.
+echo '{"resume_grace_s": 15, "eval_timeout_s": 60}' >"$work/coord.json"
+
+declare -A site_pid
+start_site() {
+  local run=$1 s=$2
+  "$site_bin" run --dir "$work/$run/sites/$s" 2>>"$work/$run/logs/$s.log" &
+  site_pid[$s]=$!
+  pids+=("${site_pid[$s]}")
+}
+make_sites() {
+  local run=$1 n=0 s
+  for s in s1 s2 s3; do
+    n=$((n + 1))
+    # shellcheck disable=SC2046
+    "$site_bin" init --dir "$work/$run/sites/$s" --name "$s" --region eu \
+      --coordinator "127.0.0.1:$port" $(tls "$s") --threads 1 --backend cpu >/dev/null
+    "$site_bin" dataset add --dir "$work/$run/sites/$s" --name fmnist \
+      --path "$work/shards/site-$n" >/dev/null
+    start_site "$run" "$s"
+  done
+  local i
+  for ((i = 0; i < 100; i++)); do
+    (($(grep -c 'event=site_announced' "$work/$run/logs/coord.log" || true) >= 3)) && return
+    sleep 0.1
+  done
+  fail "the sites of $run did not announce themselves"
+}
+cli() { "$xfed" --coordinator "127.0.0.1:$port" $(tls rita) "$@"; }
+json_field() { sed -n "s/.*\"$1\": *\"\\{0,1\\}\\([^\",}]*\\).*/\\1/p" | head -n 1; }
+job_field() { cli job status "$1" --json | json_field "$2"; }
+wait_state() { # wait_state JOB STATE SECONDS
+  local i st
+  for ((i = 0; i < $3 * 5; i++)); do
+    st=$(job_field "$1" state)
+    [[ $st == "$2" ]] && return 0
+    [[ $st == failed || $st == cancelled ]] && fail "job $1 is $st"
+    sleep 0.2
+  done
+  fail "job $1 is not $2 after $3 s (state $st)"
+}
+wait_round() { # wait_round JOB ROUND SECONDS: until the job is in that round
+  local i r
+  for ((i = 0; i < $3 * 5; i++)); do
+    r=$(job_field "$1" round)
+    [[ -n $r ]] && ((r >= $2)) && return 0
+    sleep 0.2
+  done
+  fail "job $1 did not reach round $2 in $3 s"
+}
+
+cat >"$work/job.json" <<JSON
+{"name": "itest", "model": {"arch": "mlp", "hidden": [32]},
+ "data": {"dataset": "fmnist"}, "rounds": 6, "min_sites": 2, "round_deadline_s": 120,
+ "local": {"epochs": 1, "batch_size": 64, "lr": 0.05, "momentum": 0.9},
+ "seed": 11}
+JSON
+
+case $scenario in
+resume)
+  # The uninterrupted run.
+  start_coord plain
+  make_sites plain
+  cli job submit "$work/job.json" >/dev/null
+  wait_state 1 done 300
+  plain=$(job_field 1 model_digest)
+  [[ ${#plain} -eq 64 ]] || fail "no model digest from the uninterrupted run"
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  pids=()
+  # The same job, with the coordinator killed mid-round.
+  start_coord crash
+  make_sites crash
+  cli job submit "$work/job.json" >/dev/null
+  wait_round 1 3 300
+  sleep 0.5
+  kill -KILL "$coord_pid"
+  wait "$coord_pid" 2>/dev/null || true
+  start_coord crash "$port"
+  grep -q 'event=job_active job=1 .*resumed=1' "$work/crash/logs/coord.log" ||
+    grep -q 'event=job_active job=1' "$work/crash/logs/coord.log" || fail "the job did not resume"
+  wait_state 1 done 300
+  crash=$(job_field 1 model_digest)
+  [[ $crash == "$plain" ]] || fail "model after kill -9 ($crash) differs from the uninterrupted run ($plain)"
+  echo "resume: identical final model $plain"
+  ;;
+quorum)
+  start_coord q
+  make_sites q
+  cli job submit "$work/job.json" >/dev/null
+  wait_round 1 2 300
+  kill -KILL "${site_pid[s3]}"
+  # The round closes with s1 and s2 once s3's reconnect grace is over.
+  wait_round 1 4 300
+  grep -q 'event=site_dropped job=1 .*site=s3' "$work/q/logs/coord.log" ||
+    fail "the coordinator did not drop the killed site"
+  start_site q s3
+  wait_state 1 done 300
+  cli job metrics 1 --csv >"$work/metrics.csv"
+  last=$(awk -F, 'NR > 1 && $2 == "s3" && $4 != "" { r = $1 } END { print r + 0 }' "$work/metrics.csv")
+  ((last >= 5)) || fail "s3 did not take part again after its restart (last round $last)"
+  echo "quorum: rounds went on without s3, and it rejoined (last round $last)"
+  ;;
+*) echo "unknown scenario $scenario" >&2; exit 2 ;;
+esac
