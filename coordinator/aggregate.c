@@ -30,8 +30,10 @@ __extension__ typedef __int128 xf__fixed_sum;
 #error "coordinator/aggregate.c needs FLT_EVAL_METHOD == 0"
 #endif
 
-_Static_assert(XF_AGG_FIXED_BITS == 40 && XF_AGG_VALUE_LIMIT == 0x1p23f,
-               "the bounds stated in aggregate.h and docs/aggregation.md assume S = 40");
+_Static_assert(XF_AGG_FIXED_BITS == 40 &&
+                   (long long)XF_AGG_VALUE_LIMIT == 1LL << (63 - XF_AGG_FIXED_BITS),
+               "xf__to_fixed, finish and the bounds in aggregate.h and "
+               "docs/aggregation.md are written for S = 40");
 
 /* An update in flight. `values` is the staging copy (mean-based kinds) or the
  * row kept until finish (robust kinds); `seen` has one bit per element. */
@@ -58,6 +60,7 @@ struct xf_aggregator {
   uint64_t pending_weight; /* in flight */
   xf_agg_update *in_flight;
   size_t n_in_flight;
+  float *spare;           /* a released staging copy kept for the next update */
   uint64_t *sites;        /* sorted site ids, committed and in flight */
   size_t n_sites, sites_cap;
 };
@@ -267,10 +270,21 @@ static void xf__update_release(xf_agg_update *upd) {
   xf_free(upd);
 }
 
+/* Mean-based kinds keep one released staging copy for the next update to
+ * reuse, so that a round of one update after another does not map and fault
+ * in fresh pages for each: glibc maps allocations above 32 MB anew every
+ * time (models of more than 8M parameters), and page faults then cost more
+ * than the fold itself. Its stale values are never read: end_update needs
+ * every element to have arrived again. */
+static void xf__staging_release(xf_aggregator *agg, float *values) {
+  if (!agg->robust && !agg->spare) agg->spare = values;
+  else xf_free(values);
+}
+
 /* Forgets an update in flight entirely: its staging or row, its site id. */
 static void xf__update_discard(xf_agg_update *upd) {
   xf__site_remove(upd->agg, upd->site_id);
-  xf_free(upd->values);
+  xf__staging_release(upd->agg, upd->values);
   xf__update_release(upd);
 }
 
@@ -281,6 +295,7 @@ void xf_aggregator_free(xf_aggregator *agg) {
     for (size_t i = 0; i < agg->n_committed; i++) xf_free(agg->rows[i]);
   xf_free(agg->rows);
   xf_free(agg->sum);
+  xf_free(agg->spare);
   xf_free(agg->sites);
   xf_free(agg);
 }
@@ -307,11 +322,11 @@ xf_err xf_aggregator_begin_update(xf_aggregator *agg, uint64_t site_id, uint64_t
 
   size_t words = (agg->n_params + XF__WORD_BITS - 1) / XF__WORD_BITS;
   xf_agg_update *upd = xf_calloc(1, sizeof(*upd));
-  float *values = xf_mallocarray(agg->n_params, sizeof(float));
+  float *values = agg->spare ? agg->spare : xf_mallocarray(agg->n_params, sizeof(float));
   uint64_t *seen = xf_calloc(words, sizeof(uint64_t));
   if (!upd || !values || !seen || xf__site_reserve(agg) != XF_OK) {
     xf_free(upd);
-    xf_free(values);
+    if (values != agg->spare) xf_free(values);
     xf_free(seen);
     return xf_fail(err, XF_ENOMEM, "site %" PRIu64 ": out of memory for an update of %zu values",
                    site_id, agg->n_params);
@@ -319,6 +334,7 @@ xf_err xf_aggregator_begin_update(xf_aggregator *agg, uint64_t site_id, uint64_t
   upd->agg = agg;
   upd->site_id = site_id;
   upd->weight = weight;
+  if (values == agg->spare) agg->spare = NULL;
   upd->values = values;
   upd->seen = seen;
   upd->next = agg->in_flight;
@@ -394,7 +410,7 @@ xf_err xf_aggregator_end_update(xf_agg_update *upd, xf_errctx *err) {
     /* The one place the sum changes. Integer addition is exact, so the sum
      * is the same whatever order the updates are committed in. */
     xf__accumulate(agg->sum, upd->values, agg->n_params, upd->weight);
-    xf_free(upd->values);
+    xf__staging_release(agg, upd->values);
   }
   agg->n_committed++;
   agg->total_weight += upd->weight;

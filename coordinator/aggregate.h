@@ -48,9 +48,14 @@ typedef struct xf_agg_update xf_agg_update;
  *  - mean-based kinds (fedavg, fedavgm, fedprox, fedadam, fedyogi,
  *    fedadagrad): 16 bytes per parameter for the exact running sum (a
  *    128-bit integer), plus for each update in flight a staging copy (4 bytes
- *    per parameter) and its arrival bitmap (1 bit per parameter):
- *    (16 + 4.125 u) bytes per parameter with u updates in flight.
- *    robust_capacity is ignored.
+ *    per parameter) and its arrival bitmap (1 bit per parameter), plus one
+ *    released staging copy kept for the next update to reuse:
+ *    (16 + 4.125 u + 4) bytes per parameter with u updates in flight, and
+ *    never more staging copies than the most updates once in flight
+ *    together. create zeroes the sum, touching
+ *    all of it, so that creating the aggregator when the round opens takes
+ *    its page faults off the path of the first update. robust_capacity is
+ *    ignored.
  *  - robust kinds (median, trimmed_mean) hold every update until finish: at
  *    most robust_capacity (>= 1) updates, committed and in flight together,
  *    4.125 bytes per parameter each. A site past that is refused at
@@ -106,9 +111,11 @@ xf_err xf_aggregator_fold(xf_agg_update *upd, size_t offset, const float *values
  * Either way the handle is invalid afterwards. */
 xf_err xf_aggregator_end_update(xf_agg_update *upd, xf_errctx *err) XF_WARN_UNUSED;
 
-/* Drops the update (its site went away mid-stream): the aggregator is left
- * exactly as if the update had never begun, bit for bit, and the site may
- * begin again. The handle is invalid afterwards. NULL is allowed. */
+/* Drops the update (its site went away mid-stream): every result of the
+ * aggregator is exactly as if the update had never begun, bit for bit (a
+ * mean-based aggregator may keep its staging copy for the next update), and
+ * the site may begin again. The handle is invalid afterwards. NULL is
+ * allowed. */
 void xf_aggregator_abort_update(xf_agg_update *upd);
 
 /* Updates committed so far, their total weight, and updates in flight. */

@@ -462,7 +462,7 @@ static xf_err xf__get_u32(json_t *obj, const char *section, const char *key, uin
   if (!v) return XF_OK;
   char field[128];
   xf__path(field, sizeof(field), section, key);
-  long long w;
+  long long w = 0;
   XF_GUARD(xf__whole(v, field, lo, hi, &w, err));
   *out = (uint32_t)w;
   return XF_OK;

@@ -273,7 +273,12 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
 
 static void on_cancel(xf__coord *co, xf__peer *p, const Xfed__JobCancel *m) {
   if (!may_submit(p)) {
-    xf_session_send_error(p->conn, XF_EDENIED, "only researchers (and admins) cancel jobs");
+    char user[XF_SPIFFE_MAX];
+    if (xf_spiffe_format(&p->id, user, NULL) != XF_OK) snprintf(user, 2, "?");
+    XF_WARN("request_denied", "user=%s request=job_cancel", user);
+    xf_session_send_error(p->conn, XF_EDENIED,
+                          "only researchers (and admins) cancel jobs; %s has role %s", user,
+                          xf_pki_role_name(p->id.role));
     return;
   }
   int64_t id;

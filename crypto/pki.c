@@ -979,7 +979,7 @@ static xf_err index_read(xf_federation *f, const char *path, xf_errctx *err) {
   }
   xf_err rc = XF_OK;
   const char *format, *name;
-  int64_t version, crl_number, next_update;
+  int64_t version = 0, crl_number = 0, next_update = 0;
   json_t *list = json_object_get(root, "identities");
   if ((rc = get_string(root, "format", true, &format, "", err)) != XF_OK ||
       (rc = get_int(root, "version", &version, "", err)) != XF_OK ||

@@ -8,7 +8,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config git
-  libssl-dev libuv1-dev libsodium-dev libsqlite3-dev
+  libssl-dev openssl libuv1-dev libsodium-dev libsqlite3-dev
   libprotobuf-c-dev protobuf-c-compiler libjansson-dev
   libopenblas-dev zlib1g-dev libcmocka-dev
   clang libclang-rt-dev

@@ -94,16 +94,17 @@ echo "==> split $data among 6 sites, Dirichlet(0.5) label skew"
   >/dev/null
 
 echo "==> start the coordinator and the regional aggregators"
-export XF_LOG_LEVEL=${XF_LOG_LEVEL:-info}
+# Daemons log at info into $dir/logs; the CLI in front of the user only warns.
+daemon_log=${XF_LOG_LEVEL:-info}
 # shellcheck disable=SC2046
-"$coord_bin" $(tls coord) --state "$dir/coord" --listen 127.0.0.1:0 \
+XF_LOG_LEVEL=$daemon_log "$coord_bin" $(tls coord) --state "$dir/coord" --listen 127.0.0.1:0 \
   --port-file "$dir/coord.port" 2>"$dir/logs/coord.log" &
 pids+=($!)
 coord_port=$(wait_port "$dir/coord.port" "${pids[-1]}" "$dir/logs/coord.log")
 declare -A agg_port
 for r in "${regions[@]}"; do
   # shellcheck disable=SC2046
-  "$coord_bin" --role regional --region "$r" --upstream "127.0.0.1:$coord_port" $(tls "agg-$r") \
+  XF_LOG_LEVEL=$daemon_log "$coord_bin" --role regional --region "$r" --upstream "127.0.0.1:$coord_port" $(tls "agg-$r") \
     --state "$dir/agg-$r" --listen 127.0.0.1:0 --port-file "$dir/agg-$r.port" \
     2>"$dir/logs/agg-$r.log" &
   pids+=($!)
@@ -112,6 +113,7 @@ done
 echo "    coordinator 127.0.0.1:$coord_port; aggregators eu:${agg_port[eu]} us:${agg_port[us]} ap:${agg_port[ap]}"
 
 echo "==> start six sites"
+mkdir -p "$dir/sites"
 n=0
 for r in "${regions[@]}"; do
   for i in 1 2; do
@@ -122,7 +124,7 @@ for r in "${regions[@]}"; do
       --coordinator "127.0.0.1:${agg_port[$r]}" $(tls "$s") --threads 1 >/dev/null
     "$site_bin" dataset add --dir "$dir/sites/$s" --name fmnist --path "$dir/shards/site-$n" \
       --tag fmnist >/dev/null
-    "$site_bin" run --dir "$dir/sites/$s" 2>"$dir/logs/$s.log" &
+    XF_LOG_LEVEL=$daemon_log "$site_bin" run --dir "$dir/sites/$s" 2>"$dir/logs/$s.log" &
     pids+=($!)
   done
 done
@@ -140,7 +142,7 @@ done
 echo "==> submit $(basename "$spec") and follow it"
 out=$dir/job.out
 set +e
-"$xfed" job submit "$spec" --wait | tee "$out"
+XF_LOG_LEVEL=warn "$xfed" job submit "$spec" --wait | tee "$out"
 status=${PIPESTATUS[0]}
 set -e
 stop_all
@@ -149,6 +151,6 @@ if ((status != 0)); then
   keep=1
   exit "$status"
 fi
+# The job's own last line is the final line; nothing is printed after it.
 tail -n 1 "$out" | grep '^final accuracy=' >/dev/null ||
   { echo "quickstart.sh: no final line from the job" >&2; exit 1; }
-tail -n 1 "$out"

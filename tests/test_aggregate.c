@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Tests of the round's streaming aggregator and the server optimizers: known
- * answers, chunking and interleaving invariance, arrival checks, abort,
- * robust aggregates, double-precision references, state save and load, and
- * allocation failures. */
+ * answers, independence of commit order, chunking and interleaving, the
+ * fixed-point range and rounding, overflow bounds, arrival checks, abort,
+ * robust aggregates, long-double and double references, state save and load,
+ * and allocation failures. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -129,18 +130,19 @@ static void chunk_splits_and_interleaving_do_not_change_the_mean(void **state) {
                        XF_OK);
     }
     assert_int_equal(xf_aggregator_in_flight(agg), SITES);
-    /* All three in flight, chunks interleaved at random; commits in site
-     * order, the order the reference committed in. */
+    /* All three in flight, chunks interleaved at random, and each update
+     * committed the moment its last chunk is in: in whatever order they
+     * complete, not the order the reference committed in. */
     int committed = 0;
     while (committed < SITES) {
       int s = (int)xf_rng_below(&r, SITES);
-      if (s < committed || c[s].next == c[s].n_chunks) continue;
+      if (c[s].next == c[s].n_chunks) continue;
       size_t k = c[s].next++;
       assert_int_equal(xf_aggregator_fold(c[s].upd, c[s].offsets[k], v[s] + c[s].offsets[k],
                                           c[s].counts[k], NULL),
                        XF_OK);
-      while (committed < SITES && c[committed].next == c[committed].n_chunks) {
-        assert_int_equal(xf_aggregator_end_update(c[committed].upd, NULL), XF_OK);
+      if (c[s].next == c[s].n_chunks) {
+        assert_int_equal(xf_aggregator_end_update(c[s].upd, NULL), XF_OK);
         committed++;
       }
     }
@@ -149,6 +151,240 @@ static void chunk_splits_and_interleaving_do_not_change_the_mean(void **state) {
     xf_aggregator_free(agg);
   }
   for (int s = 0; s < SITES; s++) free(v[s]);
+}
+
+/* Values spread over many binades (1e-9 to 1e6 in magnitude, some below the
+ * 2^-17 from which fixed point is exact), so that a double running sum
+ * would tell commit orders apart. */
+static float *wide_floats(xf_rng *r, size_t n) {
+  static const double scales[] = {1e-9, 1e-6, 1e-3, 1, 1e3, 1e6};
+  float *v = malloc(n * sizeof(float));
+  for (size_t i = 0; i < n; i++)
+    v[i] = (float)((2 * xf_rng_uniform(r) - 1) * scales[xf_rng_below(r, 6)]);
+  return v;
+}
+
+/* The old arithmetic, a double running sum in commit order, for checking
+ * that the data below would have told orders apart. */
+static void double_mean(float *const *v, const uint64_t *w, const int *order, int k, size_t n,
+                        float *out) {
+  double total = 0;
+  for (int j = 0; j < k; j++) total += (double)w[order[j]];
+  for (size_t i = 0; i < n; i++) {
+    double sum = 0;
+    for (int j = 0; j < k; j++) sum += (double)w[order[j]] * (double)v[order[j]][i];
+    out[i] = (float)(sum / total);
+  }
+}
+
+/* Next permutation in lexicographic order; false after the last. */
+static bool next_permutation(int *p, int k) {
+  int i = k - 2;
+  while (i >= 0 && p[i] >= p[i + 1]) i--;
+  if (i < 0) return false;
+  int j = k - 1;
+  while (p[j] <= p[i]) j--;
+  int t = p[i];
+  p[i] = p[j], p[j] = t;
+  for (int a = i + 1, b = k - 1; a < b; a++, b--) t = p[a], p[a] = p[b], p[b] = t;
+  return true;
+}
+
+static void mean_is_bit_identical_in_every_commit_order(void **state) {
+  (void)state;
+  enum { N = 2000, K = 5 };
+  xf_rng r;
+  xf_rng_seed(&r, 101, 0);
+  float *v[K];
+  uint64_t w[K];
+  for (int s = 0; s < K; s++) {
+    v[s] = wide_floats(&r, N);
+    w[s] = 1 + xf_rng_below(&r, UINT64_C(1) << 40);
+  }
+  /* In every other coordinate the first two updates cancel, as opposite
+   * updates of two sites do, leaving a mean far smaller than the terms. */
+  w[1] = w[0];
+  for (size_t i = 0; i < N; i += 2) v[1][i] = -v[0][i];
+  float want[N], got[N], dbl_first[N], dbl[N];
+  int order[K] = {0, 1, 2, 3, 4};
+  double_mean(v, w, order, K, N, dbl_first);
+  bool double_differs = false;
+  int perms = 0;
+  do {
+    xf_aggregator *agg = new_agg(XF_JOB_STRATEGY_FEDAVG, N, 0);
+    for (int j = 0; j < K; j++) submit(agg, (uint64_t)order[j], w[order[j]], v[order[j]], N);
+    finish_into(agg, perms == 0 ? want : got);
+    if (perms > 0) assert_memory_equal(got, want, sizeof(want));
+    xf_aggregator_free(agg);
+    double_mean(v, w, order, K, N, dbl);
+    double_differs |= memcmp(dbl, dbl_first, sizeof(dbl)) != 0;
+    perms++;
+  } while (next_permutation(order, K));
+  assert_int_equal(perms, 120);
+  /* The data has teeth: the double running sum this replaced gives
+   * different bits in some order. */
+  assert_true(double_differs);
+  for (int s = 0; s < K; s++) free(v[s]);
+}
+
+/* The spacing of floats just above |x|: at least the ulp on either side. */
+static double ulp_above(float x) {
+  float a = fabsf(x);
+  return (double)nextafterf(a, INFINITY) - (double)a;
+}
+
+/* The bound of docs/aggregation.md, checked against a long-double mean of
+ * the float values themselves: half an ulp of the result for its rounding
+ * to float, 2^-41 for the fixed-point rounding of values below 2^-17, and
+ * 2^-50 of the mean of |w v| for the rounding of the sum to double, of the
+ * division, and of the reference itself. Weights reach 2^40 so that every
+ * product w v is exact in a 64-bit significand. */
+static void mean_agrees_with_a_long_double_reference(void **state) {
+  (void)state;
+  enum { N = 4000, K = 7 };
+  xf_rng r;
+  xf_rng_seed(&r, 102, 0);
+  float *v[K], got[N];
+  uint64_t w[K];
+  long double total = 0;
+  xf_aggregator *agg = new_agg(XF_JOB_STRATEGY_FEDAVG, N, 0);
+  for (int s = 0; s < K; s++) {
+    v[s] = wide_floats(&r, N);
+    w[s] = 1 + xf_rng_below(&r, UINT64_C(1) << 40);
+    total += (long double)w[s];
+    submit(agg, (uint64_t)s, w[s], v[s], N);
+  }
+  finish_into(agg, got);
+  int quantized = 0;
+  for (size_t i = 0; i < N; i++) {
+    long double sum = 0, abs_sum = 0;
+    for (int s = 0; s < K; s++) {
+      sum += (long double)w[s] * (long double)v[s][i];
+      abs_sum += (long double)w[s] * fabsl((long double)v[s][i]);
+      quantized += v[s][i] != 0 && fabsf(v[s][i]) < 0x1p-17f;
+    }
+    long double ref = sum / total;
+    long double tol = 0.5L * (long double)ulp_above(got[i]) + 0x1p-41L +
+                      0x1p-50L * (abs_sum / total);
+    if (fabsl((long double)got[i] - ref) > tol)
+      fail_msg("mean[%zu] = %.9g, reference %.12Lg, tolerance %.3Lg", i, (double)got[i], ref,
+               tol);
+  }
+  assert_true(quantized > 0); /* the 2^-41 term was exercised */
+  xf_aggregator_free(agg);
+  for (int s = 0; s < K; s++) free(v[s]);
+}
+
+/* Fixed point rounds v * 2^40 to nearest, ties to even: values below 2^-17
+ * land on multiples of 2^-40, and anything under half a unit on zero. */
+static void small_values_round_to_the_nearest_fixed_point_unit(void **state) {
+  (void)state;
+  const float v[8] = {0x1.8p-41f, 0x1p-41f,   0x1.8p-40f, -0x1p-41f,
+                      -0x1.8p-41f, 0x1p-149f, 0x1.4p-40f, 0x1.2p-17f};
+  const float want[8] = {0x1p-40f,  0.0f,       0x1p-39f, 0.0f,
+                         -0x1p-40f, 0.0f,       0x1p-40f, 0x1.2p-17f};
+  xf_aggregator *agg = new_agg(XF_JOB_STRATEGY_FEDAVG, 8, 0);
+  submit(agg, 1, 3, v, 8);
+  float out[8];
+  finish_into(agg, out);
+  for (int i = 0; i < 8; i++) {
+    if (out[i] != want[i]) fail_msg("element %d: %a, want %a", i, (double)out[i], (double)want[i]);
+    if (want[i] == 0) assert_false(signbit(out[i])); /* an integer zero is +0 */
+  }
+  xf_aggregator_free(agg);
+}
+
+static void values_beyond_the_fixed_point_range_are_refused(void **state) {
+  (void)state;
+  const float largest = nextafterf(XF_AGG_VALUE_LIMIT, 0); /* 2^23 - 0.5 */
+  float v[6] = {1, -2, largest, -largest, 0, 7};
+  xf_aggregator *agg = new_agg(XF_JOB_STRATEGY_FEDADAM, 6, 0);
+  xf_agg_update *u = NULL;
+  xf_errctx err;
+
+  const float beyond[] = {XF_AGG_VALUE_LIMIT, -XF_AGG_VALUE_LIMIT, 1e30f, -3e38f};
+  for (size_t b = 0; b < sizeof(beyond) / sizeof(beyond[0]); b++) {
+    float chunk[3] = {0.5f, beyond[b], 2};
+    xf_errctx_clear(&err);
+    assert_int_equal(xf_aggregator_begin_update(agg, 1, 4, &u, NULL), XF_OK);
+    assert_int_equal(xf_aggregator_fold(u, 0, v, 2, NULL), XF_OK);
+    assert_int_equal(xf_aggregator_fold(u, 2, chunk, 3, &err), XF_ERANGE);
+    assert_non_null(strstr(err.msg, "site 1: value 3 is"));
+    assert_non_null(strstr(err.msg, "outside the range (-2^23, 2^23)"));
+    /* The update is spoiled: no more values, and end_update drops it. */
+    assert_int_equal(xf_aggregator_fold(u, 5, v + 5, 1, NULL), XF_EINVAL);
+    assert_int_equal(xf_aggregator_end_update(u, NULL), XF_EFORMAT);
+    assert_int_equal(xf_aggregator_in_flight(agg), 0);
+  }
+  /* The largest values inside the range are held exactly. */
+  submit(agg, 1, 4, v, 6);
+  float out[6];
+  finish_into(agg, out);
+  assert_memory_equal(out, v, sizeof(v));
+  xf_aggregator_free(agg);
+
+  /* The range is the fixed point's: robust kinds keep floats and take any
+   * finite value. */
+  const float big[2] = {XF_AGG_VALUE_LIMIT, -3e38f};
+  agg = new_agg(XF_JOB_STRATEGY_MEDIAN, 2, 1);
+  submit(agg, 1, 1, big, 2);
+  finish_into(agg, out);
+  assert_memory_equal(out, big, sizeof(big));
+  xf_aggregator_free(agg);
+}
+
+/* Weights totalling XF_AGG_WEIGHT_MAX = 2^53 on values at the edge of the
+ * range, 2^23 - 0.5, whose fixed-point values are 2^63 - 2^39: sums up to
+ * 2^116 - 2^92, which the 128-bit sum holds (the sanitized build would trap
+ * a signed overflow), and means that come out exact. */
+static void sums_at_the_weight_limit_do_not_overflow(void **state) {
+  (void)state;
+  const uint64_t max = XF_AGG_WEIGHT_MAX;
+  const float edge = nextafterf(XF_AGG_VALUE_LIMIT, 0);
+  const float up[3] = {edge, -edge, 0x1p-40f}, down[3] = {-edge, edge, 0};
+  float out[3];
+
+  /* One update of the largest weight. */
+  xf_aggregator *agg = new_agg(XF_JOB_STRATEGY_FEDAVG, 3, 0);
+  submit(agg, 1, max, up, 3);
+  assert_int_equal(xf_aggregator_total_weight(agg), max);
+  finish_into(agg, out);
+  assert_memory_equal(out, up, sizeof(up));
+  /* The total is full: nothing more can begin. */
+  xf_agg_update *u = NULL;
+  assert_int_equal(xf_aggregator_begin_update(agg, 2, 1, &u, NULL), XF_EINVAL);
+  xf_aggregator_free(agg);
+
+  /* Two halves of the same sign: the sum is at its largest, 2^53 (2^63 - 2^39). */
+  agg = new_agg(XF_JOB_STRATEGY_FEDAVG, 3, 0);
+  submit(agg, 1, max / 2, up, 3);
+  submit(agg, 2, max / 2, up, 3);
+  finish_into(agg, out);
+  assert_memory_equal(out, up, sizeof(up));
+  xf_aggregator_free(agg);
+
+  /* Nearly all the weight on one side: (2^53 - 2) / 2^53 of the edge rounds
+   * back to it, and one unit of 2^-40 over 2^53 is 2^-93, still exact. */
+  for (int order = 0; order < 2; order++) {
+    agg = new_agg(XF_JOB_STRATEGY_FEDAVG, 3, 0);
+    if (order == 0) {
+      submit(agg, 1, max - 1, up, 3);
+      submit(agg, 2, 1, down, 3);
+    } else {
+      submit(agg, 2, 1, down, 3);
+      submit(agg, 1, max - 1, up, 3);
+    }
+    finish_into(agg, out);
+    assert_true(out[0] == edge && out[1] == -edge);
+    assert_true(out[2] == (float)((double)(max - 1) / 0x1p53 * 0x1p-40));
+    xf_aggregator_free(agg);
+  }
+  agg = new_agg(XF_JOB_STRATEGY_FEDAVG, 3, 0);
+  submit(agg, 1, 1, up, 3);
+  submit(agg, 2, max - 1, down, 3);
+  finish_into(agg, out);
+  assert_true(out[2] == 0x1p-93f);
+  xf_aggregator_free(agg);
 }
 
 static void missing_values_are_refused_and_leave_no_trace(void **state) {
@@ -749,6 +985,11 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(fedavg_is_the_weighted_mean_by_hand),
       cmocka_unit_test(chunk_splits_and_interleaving_do_not_change_the_mean),
+      cmocka_unit_test(mean_is_bit_identical_in_every_commit_order),
+      cmocka_unit_test(mean_agrees_with_a_long_double_reference),
+      cmocka_unit_test(small_values_round_to_the_nearest_fixed_point_unit),
+      cmocka_unit_test(values_beyond_the_fixed_point_range_are_refused),
+      cmocka_unit_test(sums_at_the_weight_limit_do_not_overflow),
       cmocka_unit_test(missing_values_are_refused_and_leave_no_trace),
       cmocka_unit_test(duplicate_out_of_range_and_non_finite_values_spoil_the_update),
       cmocka_unit_test(one_update_per_site_and_sane_weights),
