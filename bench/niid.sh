@@ -55,6 +55,7 @@ export XF_LOG_LEVEL=${XF_LOG_LEVEL:-info}
 pids+=($!)
 for ((i = 0; i < 100; i++)); do [[ -s "$dir/coord.port" ]] && break; sleep 0.1; done
 port=$(cat "$dir/coord.port")
+mkdir -p "$dir/sites"
 for n in $(seq 1 10); do
   s=site-$n
   "$xfed" pki issue --dir "$fed" --kind site --name "$s" --region eu >/dev/null
@@ -74,7 +75,7 @@ for ((i = 0; i < 100; i++)); do
   sleep 0.2
 done
 start=$(date +%s)
-"$xfed" job submit deploy/jobs/niid-lenet5.json --wait | tee "$dir/job.out"
+XF_LOG_LEVEL=warn "$xfed" job submit deploy/jobs/niid-lenet5.json --wait | tee "$dir/job.out"
 echo "wall_seconds=$(($(date +%s) - start))"
 "$xfed" job metrics 1 --csv >"$dir/metrics.csv" || true
 line=$(tail -n 1 "$dir/job.out")

@@ -20,6 +20,7 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "base/rng.h"
+#include "coordinator/jobmodel.h"
 #include "coordinator/jobspec.h"
 #include "crypto/digest.h"
 #include "crypto/pki.h"
@@ -151,6 +152,7 @@ typedef struct task {
 
   /* (worker) the outcome */
   bool failed;
+  xf_err fail_code;
   Xfed__TaskRefusal__Reason fail_reason;
   char fail_detail[600];
   bool has_train;
@@ -210,6 +212,8 @@ struct xf_site_daemon {
   struct sockaddr_storage addrs[ADDRS_MAX];
   int n_addrs, next_addr;
   uint32_t backoff_ms;
+  uint32_t backoff_before_open; /* restored when the session ends in a Refusal */
+  bool refused;                 /* the coordinator refused the current session */
   unsigned long attempts;
 
   /* the connection */
@@ -474,32 +478,6 @@ static xf_err cache_get(data_cache *c, const xf_site_dataset *ds, xf_errctx *err
 
 /* ---- models ------------------------------------------------------------------------- */
 
-/* The kernels' model a job spec names, for records of h x w x c. */
-static xf_err job_model_spec(const xf_jobspec *job, uint32_t h, uint32_t w, uint32_t c,
-                             uint32_t classes, xf_model_spec *out, xf_errctx *err) {
-  memset(out, 0, sizeof(*out));
-  out->in_h = (int)h;
-  out->in_w = (int)w;
-  out->in_c = (int)c;
-  out->classes = classes < 2 ? 2 : (int)classes;
-  switch (job->model.arch) {
-  case XF_JOB_ARCH_LOGREG: out->arch = XF_ARCH_LOGREG; break;
-  case XF_JOB_ARCH_MLP:
-    out->arch = XF_ARCH_MLP;
-    out->n_hidden = (int)job->model.n_hidden;
-    for (uint32_t i = 0; i < job->model.n_hidden && i < XF_MODEL_MAX_HIDDEN; i++)
-      out->hidden[i] = (int)job->model.hidden[i];
-    break;
-  case XF_JOB_ARCH_CNN:
-    out->arch = XF_ARCH_CNN;
-    out->preset = job->model.preset == XF_JOB_PRESET_FEDAVG_CNN ? XF_CNN_FEDAVG : XF_CNN_LENET5;
-    break;
-  default:
-    return xf_fail(err, XF_EINVAL, "model.arch: unknown architecture %d", (int)job->model.arch);
-  }
-  return XF_OK;
-}
-
 /* Whether the received model is the job's model and takes this data: the
  * architecture the spec names, the records' shape (exactly, for a cnn; the
  * number of features, for dense models) and every label below its classes. */
@@ -507,7 +485,7 @@ static xf_err model_fits(const xf_model *m, const xf_jobspec *job, const xf_data
                          const xf_dataset *test, xf_errctx *err) {
   const xf_model_spec *ms = xf_model_spec_of(m);
   xf_model_spec want;
-  XF_GUARD(job_model_spec(job, train->h, train->w, train->c, train->classes, &want, err));
+  XF_GUARD(xf_jobspec_model_spec(job, train->h, train->w, train->c, train->classes, &want, err));
   bool same_arch = ms->arch == want.arch;
   if (same_arch && ms->arch == XF_ARCH_MLP) {
     same_arch = ms->n_hidden == want.n_hidden;
@@ -553,6 +531,7 @@ static void task_fail(task *t, Xfed__TaskRefusal__Reason reason, const char *wha
   char msg[520];
   xf_errctx_format(err, msg, sizeof(msg));
   t->failed = true;
+  t->fail_code = err->code != XF_OK ? err->code : XF_EINTERNAL;
   t->fail_reason = reason;
   snprintf(t->fail_detail, sizeof(t->fail_detail), "%s: %s", what, msg);
 }
@@ -706,9 +685,14 @@ static void work_done(uv_work_t *w, int status) {
     XF_ERROR("task_failed", "job=%s round=%u attempt=%u reason=%s details=\"%s\"", qj,
              (unsigned)t->round, (unsigned)t->attempt, refusal_name(t->fail_reason),
              logq(q, sizeof(q), t->fail_detail));
-    /* A refusal after the acceptance: the round should stop waiting for us. */
-    if (t->offered_now)
+    /* A refusal after the acceptance, so that the round stops waiting for
+     * us; an Error too, which a coordinator whose round machine takes no
+     * refusal after an acceptance reads as this site dropping out. */
+    if (t->offered_now) {
+      send_error(d, t->fail_code, "job %s round %u attempt %u: %s", t->job_id,
+                 (unsigned)t->round, (unsigned)t->attempt, t->fail_detail);
       send_refusal(d, t->job_id, t->round, t->attempt, t->fail_reason, "%s", t->fail_detail);
+    }
     ignore_stream(d, t->model_stream_id, t->job_id, t->round);
     d->task = NULL;
     task_free(t);
@@ -1090,7 +1074,7 @@ static xf_err job_supported(daemon_t *d, const xf_jobspec *spec, const xf_site_d
             "site-level updates for modes none and central only)",
             xf_job_privacy_unit_name(pv->unit), xf_job_privacy_mode_name(pv->mode));
   xf_model_spec ms;
-  XF_GUARD(job_model_spec(spec, ds->h, ds->w, ds->c, ds->classes, &ms, err));
+  XF_GUARD(xf_jobspec_model_spec(spec, ds->h, ds->w, ds->c, ds->classes, &ms, err));
   xf_model *m = NULL;
   xf_errctx inner;
   xf_errctx_clear(&inner);
@@ -1150,6 +1134,11 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
     task_drop(d, "offered again with another model");
   } else if (t && strcmp(t->job_id, job) == 0) {
     task_drop(d, "superseded by another round or attempt of its job");
+  } else if (t && t != d->worker_task && !t->offered_now &&
+             (t->deadline_ms == 0 || t->deadline_ms <= now)) {
+    /* Another job's task held from an earlier session, past its deadline:
+     * its round has closed, and it must not keep the site busy for good. */
+    task_drop(d, "its deadline passed without the coordinator offering it again");
   }
 
   xf_errctx err;
@@ -1320,6 +1309,7 @@ static xf_err on_connect(xf_conn *c, const xf_spiffe_id *peer) {
 }
 
 static void on_session_open(daemon_t *d) {
+  d->backoff_before_open = d->backoff_ms;
   d->backoff_ms = XF_SITE_BACKOFF_MIN_MS;
   XF_INFO("session_open", "coordinator=%s version=%u peer_role=%s", d->cfg.coordinator,
           (unsigned)d->session.version, d->session.peer_role);
@@ -1334,6 +1324,7 @@ static void on_frame(xf_conn *c, const Xfed__Envelope *env) {
   xf_errctx_clear(&err);
   if (xf_session_on_frame(&d->session, c, env, &ev, &err) != XF_OK) {
     snprintf(d->close_reason, sizeof(d->close_reason), "%s", err.msg);
+    d->refused = env->body_case == XFED__ENVELOPE__BODY_REFUSAL;
     xf_conn_close(c);
     return;
   }
@@ -1382,11 +1373,18 @@ static void on_close(xf_conn *c, const xf_conn_reason *why) {
   }
   char q[600];
   const char *reason = d->close_reason[0] ? d->close_reason : why->msg;
-  xf_log(d->stopping || why->end == XF_CONN_END_CLOSED ? XF_LOG_INFO : XF_LOG_WARN,
+  bool expected = d->stopping || (why->end == XF_CONN_END_CLOSED && !d->close_reason[0]);
+  xf_log(expected ? XF_LOG_INFO : XF_LOG_WARN,
          "session_closed", "coordinator=%s end=%s was_open=%s reason=\"%s\"", d->cfg.coordinator,
          end_name(why->end), was_open ? "true" : "false",
          logq(q, sizeof(q), reason[0] ? reason : xf_conn_end_message(why->end)));
   d->close_reason[0] = '\0';
+  /* A session the coordinator refused (after our announce, say) does not
+   * count as opened: the delays keep growing, so a site it will not take
+   * does not knock every half second. */
+  if (d->refused && was_open && d->backoff_before_open > d->backoff_ms)
+    d->backoff_ms = d->backoff_before_open;
+  d->refused = false;
   if (!d->stopping) schedule_redial(d);
 }
 
