@@ -47,9 +47,15 @@ typedef struct xf_cli_program {
   const char *about;
   const char *exit_statuses;
   const xf_cmd *commands; /* terminated by an entry with noun NULL */
+  /* Flags with a value that may also stand before NOUN ("xfed --coordinator
+   * H:P job list"), moved after the command's name for it to parse; NULL
+   * or NULL-terminated. */
+  const char *const *leading_flags;
 } xf_cli_program;
 
-/* The whole of a program's main: removes --json wherever it stands, prints
+/* The whole of a program's main: removes --json wherever it stands, moves
+ * the program's leading flags that stand before NOUN to after the command's
+ * name, prints
  * the overview for no arguments or --help (exit 2 or 0), the verbs of a noun,
  * or a command's usage when --help follows it (before any "--"), refuses
  * unknown nouns and verbs as usage errors, and otherwise runs the command

@@ -258,6 +258,7 @@ struct xf_client {
   xf_session session;
   bool open;
   xf_conn_reason why; /* of the last close */
+  Xfed__Refusal__Reason refusal; /* of the last Refusal the coordinator sent */
 
   /* the loop's current purpose and its outcome */
   waiting wait;
@@ -297,13 +298,14 @@ static void wait_fail(xf_client *c, xf_err code, const char *fmt, ...) {
 }
 
 static void wait_done(xf_client *c) {
+  if (c->done) return; /* a failure came first */
   c->failure = XF_OK;
   c->done = true;
 }
 
 /* Runs the loop until the wait is done, ms have passed, or nothing is left
- * to run. The timer restarts whenever a frame arrives (restart_on_frame).
- * Returns true when the wait is done. */
+ * to run. While an answer or a model is awaited, every frame restarts the
+ * timer (on_frame). Returns true when the wait is done. */
 static bool run_wait(xf_client *c, waiting w, uint32_t ms) {
   c->wait = w;
   c->done = false;
@@ -368,6 +370,7 @@ static bool model_frame(xf_client *c, const Xfed__Envelope *env);
 
 static void on_frame(xf_conn *conn, const Xfed__Envelope *env) {
   xf_client *c = xf_conn_user(conn);
+  if (env->body_case == XFED__ENVELOPE__BODY_REFUSAL) c->refusal = env->refusal->reason;
   xf_session_event ev = XF_SESSION_HANDLED;
   xf_errctx e;
   xf_errctx_clear(&e);
@@ -500,6 +503,7 @@ static xf_err dial_one(xf_client *c, const char *ip, uint32_t ms, xf_errctx *err
                     .user = c};
   memset(&c->session, 0, sizeof(c->session));
   memset(&c->why, 0, sizeof(c->why));
+  c->refusal = XFED__REFUSAL__REASON__UNSPECIFIED;
   c->open = false;
   xf_err rc = xf_dial(&c->loop, c->tls, ip, c->cfg.port, &o, &c->conn, err);
   if (rc != XF_OK) {
@@ -517,10 +521,10 @@ static xf_err dial_one(xf_client *c, const char *ip, uint32_t ms, xf_errctx *err
   return rc;
 }
 
-static xf_err connect_session(xf_client *c, xf_errctx *err) {
+/* One pass over the addresses the name resolves to, within ms. */
+static xf_err connect_once(xf_client *c, uint32_t ms, xf_errctx *err) {
   uint64_t start = uv_now(&c->loop);
-  uint32_t budget = c->cfg.timeout_ms;
-  XF_GUARD(resolve(c, budget, err));
+  XF_GUARD(resolve(c, ms, err));
   xf_err rc = XF_EIO;
   int tried = 0;
   for (struct addrinfo *a = c->addrs; a; a = a->ai_next) {
@@ -531,18 +535,38 @@ static xf_err connect_session(xf_client *c, xf_errctx *err) {
       uv_ip6_name((const struct sockaddr_in6 *)a->ai_addr, ip, sizeof(ip));
     else continue;
     uint64_t spent = uv_now(&c->loop) - start;
-    if (tried > 0 && spent >= budget) break;
+    if (tried > 0 && spent >= ms) break;
     tried++;
-    rc = dial_one(c, ip, spent < budget ? (uint32_t)(budget - spent) : 1, err);
+    rc = dial_one(c, ip, spent < ms ? (uint32_t)(ms - spent) : 1, err);
     /* Another address may answer when this one cannot be reached; any other
      * failure (TLS, refusal) would repeat there. */
     if (rc == XF_OK || c->why.end != XF_CONN_END_CONNECT || c->open) break;
   }
   uv_freeaddrinfo(c->addrs);
   c->addrs = NULL;
-  if (tried == 0)
-    return xf_fail(err, XF_EIO, "'%s' resolves to no IPv4 or IPv6 address", c->cfg.host);
+  if (tried == 0) {
+    xf_fail(err, XF_EIO, "'%s' resolves to no IPv4 or IPv6 address", c->cfg.host);
+    xf_errctx_peer(err, c->cfg.coordinator);
+  }
   return rc;
+}
+
+/* Dials until a session opens. A coordinator that refuses with BUSY or
+ * SHUTTING_DOWN is dialed again with backoff (docs/protocol.md, "Versioning
+ * and the hello"), for as long as the timeout allows. */
+static xf_err connect_session(xf_client *c, xf_errctx *err) {
+  uint64_t start = uv_now(&c->loop);
+  uint32_t budget = c->cfg.timeout_ms, backoff = 500;
+  for (;;) {
+    uint64_t spent = uv_now(&c->loop) - start;
+    xf_err rc = connect_once(c, spent < budget ? (uint32_t)(budget - spent) : 1, err);
+    bool retry = rc == XF_EDENIED && (c->refusal == XFED__REFUSAL__REASON__BUSY ||
+                                      c->refusal == XFED__REFUSAL__REASON__SHUTTING_DOWN);
+    spent = uv_now(&c->loop) - start;
+    if (!retry || spent + backoff >= budget) return rc;
+    run_wait(c, WAIT_SLEEP, backoff);
+    backoff = backoff < 8000 ? backoff * 2 : backoff;
+  }
 }
 
 static xf_err load_identity(xf_client *c, xf_errctx *err) {

@@ -47,6 +47,7 @@ int xf__job_parse(xf_cli *cli, int argc, char **argv, const struct option *opts,
     case XF__JOB_OPT_INTERVAL:
       if (xf_cli_parse_double(cli, "--interval", optarg, 0.01, 86400, &a->interval_s) != XF_OK)
         return xf_cli_usage(cli, "%s", cli->err.msg);
+      a->interval_given = true;
       break;
     case XF__JOB_OPT_ROUND:
       if (xf_cli_parse_int(cli, "--round", optarg, 1, XF_JOB_ROUNDS_MAX, &a->round) != XF_OK)
@@ -87,9 +88,12 @@ int xf__job_fail(xf_cli *cli, const xf_client *c, xf_err rc, xf__job_who who) {
   bool may_submit = role == XF_PKI_ROLE_RESEARCHER || role == XF_PKI_ROLE_ADMIN;
   if (who == XF__JOB_SUBMIT && may_submit) return xf_cli_fail(cli, rc);
   char msg[sizeof(cli->err.msg)];
-  snprintf(msg, sizeof(msg), "%.200s; '%s' needs %s, and %s is %s", cli->err.msg, cli->name,
-           who == XF__JOB_ANY_USER ? "a user certificate" : "a researcher or admin certificate",
-           xf_client_identity_uri(c), xf_pki_role_name(role));
+  if (who == XF__JOB_ANY_USER)
+    snprintf(msg, sizeof(msg), "%.250s; the coordinator refuses this request to %s", cli->err.msg,
+             xf_client_identity_uri(c));
+  else
+    snprintf(msg, sizeof(msg), "%.250s; 'xfed %s' needs a researcher or admin certificate, and "
+             "yours is %s", cli->err.msg, cli->name, xf_client_identity_uri(c));
   memcpy(cli->err.msg, msg, sizeof(msg));
   return xf_cli_fail_unauthorized(cli);
 }
@@ -154,10 +158,11 @@ json_t *xf__job_json(const Xfed__JobInfo *j) {
   return o;
 }
 
-/* The round a person counts: the one in progress, or the last committed
- * once the job has ended (JobInfo.round is then rounds + 1). */
+/* The round a person counts: the one in progress (or where a failed or
+ * cancelled job stopped), and the rounds committed once the job is done
+ * (JobInfo.round is then rounds + 1). */
 static uint32_t shown_round(const Xfed__JobInfo *j) {
-  return xf__job_terminal(j->state) ? j->rounds_committed : j->round;
+  return j->state && strcmp(j->state, "done") == 0 ? j->rounds_committed : j->round;
 }
 
 static void fmt_time(double t, char out[32]) {
@@ -258,9 +263,13 @@ static int follow_query(xf_cli *cli, xf_client *c, const char *id, double interv
   env.job_query = &q;
   double lost_at = 0;
   for (;;) {
-    xf_err rc = xf_client_is_open(c) ? xf_client_request(c, &env, XFED__ENVELOPE__BODY_JOB_LIST,
-                                                         answer, &cli->err)
-                                     : XF_EIO;
+    xf_err rc;
+    if (xf_client_is_open(c)) {
+      rc = xf_client_request(c, &env, XFED__ENVELOPE__BODY_JOB_LIST, answer, &cli->err);
+    } else {
+      rc = xf_fail(&cli->err, XF_EIO, "the coordinator closed the connection");
+      xf_errctx_peer(&cli->err, xf_client_coordinator(c));
+    }
     if (rc == XF_OK) {
       if (lost_at > 0) fprintf(stderr, "%s %s: reconnected\n", cli->prog, cli->name);
       return XF_EXIT_OK;
@@ -388,6 +397,7 @@ int xf_cmd_job_submit(xf_cli *cli, int argc, char **argv) {
   xf__job_args a;
   int st = xf__job_parse(cli, argc, argv, submit_opts, 1, "FILE", &a);
   if (st != XF_EXIT_OK) return st;
+  if (a.interval_given && !a.wait) return xf_cli_usage(cli, "--interval goes with --wait");
   /* The spec is checked here, before any connection, and the text sent is
    * the text checked: parsing the file once and sending what was read. */
   char *text = NULL;

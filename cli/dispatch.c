@@ -20,11 +20,19 @@ static void print_overview(const xf_cli_program *p, FILE *out) {
           "\n"
           "global options:\n"
           "  --json      machine-readable output: one JSON document on stdout\n"
-          "  --help, -h  help for %s or for the command it follows\n"
+          "  --help, -h  help for %s or for the command it follows\n",
+          p->prog);
+  if (p->leading_flags && p->leading_flags[0]) {
+    fputs("  ", out);
+    for (const char *const *f = p->leading_flags; *f; f++)
+      fprintf(out, "%s%s", *f, f[1] ? ", " : "");
+    fputs("\n              may also stand before NOUN\n", out);
+  }
+  fprintf(out,
           "\n"
           "exit status: %s.\n"
           "Run '%s NOUN VERB --help' for a command's options.\n",
-          p->prog, p->exit_statuses, p->prog);
+          p->exit_statuses, p->prog);
 }
 
 static void print_noun(const xf_cli_program *p, FILE *out, const char *noun) {
@@ -34,6 +42,22 @@ static void print_noun(const xf_cli_program *p, FILE *out, const char *noun) {
 }
 
 static int is_help(const char *a) { return strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0; }
+
+/* Words a leading flag at a takes: 1 for "--flag=value", 2 for "--flag
+ * value", 0 when a is not one of the program's leading flags. */
+static int leading_words(const xf_cli_program *p, const char *a) {
+  for (const char *const *f = p->leading_flags; f && *f; f++) {
+    size_t n = strlen(*f);
+    if (strncmp(a, *f, n) != 0) continue;
+    if (a[n] == '=') return 1;
+    if (a[n] == '\0') return 2;
+  }
+  return 0;
+}
+
+/* The most words of leading flags before NOUN: every flag of a program
+ * twice over is more than anybody types. */
+#define LEADING_MAX 32
 
 int xf_cli_main(const xf_cli_program *p, int argc, char **argv) {
   xf_cli cli = {.prog = p->prog};
@@ -49,6 +73,19 @@ int xf_cli_main(const xf_cli_program *p, int argc, char **argv) {
   }
   argc = n;
   argv[argc] = NULL;
+
+  /* Take the leading flags out; they go back after the command's name. */
+  char *leading[LEADING_MAX];
+  int n_leading = 0;
+  while (argc > 1 && leading_words(p, argv[1])) {
+    int w = leading_words(p, argv[1]);
+    if (w > argc - 1) return xf_cli_usage(&cli, "%s needs a value", argv[1]);
+    if (n_leading + w > LEADING_MAX)
+      return xf_cli_usage(&cli, "too many options before the command");
+    for (int i = 0; i < w; i++) leading[n_leading++] = argv[1 + i];
+    memmove(argv + 1, argv + 1 + w, (size_t)(argc - w) * sizeof(*argv)); /* with the NULL */
+    argc -= w;
+  }
 
   if (argc < 2 || is_help(argv[1])) {
     print_overview(p, argc < 2 ? stderr : stdout);
@@ -78,6 +115,13 @@ int xf_cli_main(const xf_cli_program *p, int argc, char **argv) {
     return xf_cli_usage(&cli, "'%s' needs a verb", noun);
   }
   int skip = found->verb ? 2 : 1; /* argv[skip] becomes the command's argv[0] */
+  if (n_leading) {
+    /* argv has room: the words were taken out of it. */
+    memmove(argv + skip + 1 + n_leading, argv + skip + 1,
+            (size_t)(argc - skip) * sizeof(*argv)); /* with the NULL */
+    memcpy(argv + skip + 1, leading, (size_t)n_leading * sizeof(*argv));
+    argc += n_leading;
+  }
   char name[64];
   snprintf(name, sizeof(name), "%s%s%s", found->noun, found->verb ? " " : "",
            found->verb ? found->verb : "");

@@ -29,14 +29,15 @@ typedef struct xf__job_args {
   const char *arg; /* the one positional argument: FILE or ID (NULL for list) */
   bool wait, csv;
   double interval_s; /* default 1 */
+  bool interval_given;
   long round;        /* 0: latest */
   const char *out, *format;
 } xf__job_args;
 
 /* Parses argv with opts (which must end with a zero entry) and expects
- * `positional` positional arguments (0 or 1) named `what` in messages. A
- * positional that is a job id must be a job number. Returns XF_EXIT_OK or
- * the exit status of the usage error it printed. */
+ * `positional` positional arguments (0 or 1) named `what` in messages; one
+ * named "ID" must be a job number. Returns XF_EXIT_OK or the exit status of
+ * the usage error it printed. */
 int xf__job_parse(xf_cli *cli, int argc, char **argv, const struct option *opts,
                   int positional, const char *what, xf__job_args *a);
 

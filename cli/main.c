@@ -3,11 +3,16 @@
 #include "cli/cli.h"
 
 int main(int argc, char **argv) {
+  /* The connection flags of the commands that talk to the coordinator may
+   * come first, as in scripts that keep them in one variable. */
+  static const char *const connection_flags[] = {"--coordinator", "--cert", "--key", "--ca",
+                                                 "--crl", "--timeout", NULL};
   static const xf_cli_program xfed = {
       .prog = "xfed",
       .about = "xfed is the command line of the xfed federated training platform.",
       .exit_statuses = "0 ok, 1 error, 2 usage, 3 denied by policy",
       .commands = xf_cli_commands,
+      .leading_flags = connection_flags,
   };
   return xf_cli_main(&xfed, argc, argv);
 }
