@@ -173,3 +173,12 @@ quorum)
   ;;
 *) echo "unknown scenario $scenario" >&2; exit 2 ;;
 esac
+
+# Every daemon still running stops cleanly on SIGTERM, and none printed a
+# sanitizer report (in a sanitized build the daemons are sanitized too).
+for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+pids=()
+if grep -l -E 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$work"/*/logs/*.log; then
+  fail "a daemon printed a sanitizer report"
+fi
