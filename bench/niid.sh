@@ -9,7 +9,8 @@
 #   final accuracy=A rounds=R epsilon=E uplink_bytes=B
 # and exits 1 when A is below --min (default 0.884).
 #
-# usage: bench/niid.sh [--build DIR] [--data DIR] [--dir DIR] [--min A] [--keep]
+# usage: bench/niid.sh [--build DIR] [--data DIR] [--dir DIR] [--seed S] [--min A] [--keep]
+#   --seed S   the trial: seeds both the Dirichlet split and the job (default 1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -18,14 +19,16 @@ data=/usr/share/datasets/fashion-mnist
 dir=$(mktemp -d "${TMPDIR:-/tmp}/xf-niid-XXXXXX")
 min=0.884
 keep=0
+seed=1
 while (($#)); do
   case "$1" in
     --build) build=${2:?}; shift 2 ;;
     --data) data=${2:?}; shift 2 ;;
     --dir) rm -rf "$dir"; dir=${2:?}; mkdir -p "$dir"; shift 2 ;;
     --min) min=${2:?}; shift 2 ;;
+    --seed) seed=${2:?}; shift 2 ;;
     --keep) keep=1; shift ;;
-    -h|--help) sed -n '3,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '3,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "niid.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -47,7 +50,7 @@ trap cleanup EXIT
 "$xfed" pki issue --dir "$fed" --kind coordinator --name coord >/dev/null
 "$xfed" pki issue --dir "$fed" --kind user --name researcher --role researcher >/dev/null
 tls() { echo --cert "$fed/issued/$1.crt" --key "$fed/issued/$1.key" --ca "$fed/ca.crt" --crl "$fed/crl.pem"; }
-"$xfed" data split --data "$data" --sites 10 --scheme dirichlet:0.5 --seed 1 --out "$dir/shards" >/dev/null
+"$xfed" data split --data "$data" --sites 10 --scheme dirichlet:0.5 --seed "$seed" --out "$dir/shards" >/dev/null
 export XF_LOG_LEVEL=${XF_LOG_LEVEL:-info}
 # shellcheck disable=SC2046
 "$coord_bin" $(tls coord) --state "$dir/coord" --listen 127.0.0.1:0 --port-file "$dir/coord.port" \
@@ -75,7 +78,8 @@ for ((i = 0; i < 100; i++)); do
   sleep 0.2
 done
 start=$(date +%s)
-XF_LOG_LEVEL=warn "$xfed" job submit deploy/jobs/niid-lenet5.json --wait | tee "$dir/job.out"
+sed "s/\"seed\": 1/\"seed\": $seed/" deploy/jobs/niid-lenet5.json >"$dir/job.json"
+XF_LOG_LEVEL=warn "$xfed" job submit "$dir/job.json" --wait | tee "$dir/job.out"
 echo "wall_seconds=$(($(date +%s) - start))"
 "$xfed" job metrics 1 --csv >"$dir/metrics.csv" || true
 line=$(tail -n 1 "$dir/job.out")

@@ -295,9 +295,11 @@ static void on_frame(xf_conn *c, const Xfed__Envelope *env) {
   }
   if (ev == XF_SESSION_OPENED) {
     if (!role_fits(p)) {
-      XF_WARN("peer_refused", "peer=%s id=%s/%s reason=\"hello role '%s' does not fit the "
+      char spiffe[XF_SPIFFE_MAX];
+      if (xf_spiffe_format(&p->id, spiffe, NULL) != XF_OK) snprintf(spiffe, sizeof(spiffe), "?");
+      XF_WARN("peer_refused", "peer=%s id=%s reason=\"hello role '%s' does not fit the "
                               "certificate\"",
-              xf_conn_peer_addr(c), p->id.region, p->id.name, p->session.peer_role);
+              xf_conn_peer_addr(c), spiffe, p->session.peer_role);
       xf_session_refuse(c, XFED__REFUSAL__REASON__NOT_AUTHORIZED,
                         "the hello names role '%s', which this certificate may not take",
                         p->session.peer_role);
@@ -386,7 +388,12 @@ static xf__coord *g_co;
 static xf_err on_accept_connect(xf_conn *c, const xf_spiffe_id *peer_id) {
   xf__coord *co = g_co;
   xf__peer *p;
-  if (!co || co->stopping || xf__peer_new(co, &p) != XF_OK) return XF_EDENIED;
+  if (!co || co->stopping) {
+    xf_session_refuse(c, XFED__REFUSAL__REASON__SHUTTING_DOWN,
+                      "the coordinator is stopping; retry with backoff");
+    return XF_EDENIED;
+  }
+  if (xf__peer_new(co, &p) != XF_OK) return XF_ENOMEM;
   p->conn = c;
   xf_conn_set_user(c, p);
   return on_connect(c, peer_id);

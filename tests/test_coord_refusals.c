@@ -1099,7 +1099,7 @@ static void site_certificate_taking_the_cli_role_is_refused(void **state) {
              cl->refusal_text, cl->why.msg);
   }
   assert_non_null(strstr(cl->refusal_text, "'cli'"));
-  wait_log(mark, "event=peer_refused", "eu/eu-berlin",
+  wait_log(mark, "event=peer_refused", "id=spiffe://acme/region/eu/site/eu-berlin",
            "hello role 'cli' does not fit the certificate", NULL);
   wait_log(mark, "event=peer_closed", "id=spiffe://acme/region/eu/site/eu-berlin",
            "end=\"closed by this side\"", NULL);
