@@ -1,0 +1,1851 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Round overhead and peak memory of the real coordinator (xfed-coord) on
+ * loopback, against TLS alone carrying the same bytes in the same run.
+ * Prints a table and one JSON line per run for bench/round.sh.
+ *
+ * What one run does, all in a temporary directory that is removed at the end
+ * (also on failure and on SIGINT/SIGTERM, with every child killed):
+ *  1. A federation made with the PKI library: a CA, one global coordinator
+ *     certificate, --sites site certificates in one region and a user
+ *     certificate with role researcher.
+ *  2. xfed-coord started as a child (XF_LOG_LEVEL=warn, its output in
+ *     coord.log, whose tail is printed on failure), listening on
+ *     127.0.0.1:0 and telling its port through --port-file.
+ *  3. In this process, on one libuv loop, --sites fake sites with no local
+ *     work, each with its own TLS context and certificate, speaking the
+ *     site's side of docs/protocol.md ("Site <-> coordinator"): hello as
+ *     "site", SiteAnnounce, and for each TaskOffer a TaskAccept, the MODEL
+ *     stream received (xf_tensor_receiver) and decoded (xf_checkpoint_decode),
+ *     then at once Metrics and an UPDATE stream of a fixed small delta
+ *     (TensorBegin, wait for the coordinator's TensorAck, chunks from its
+ *     offset while xf_conn_send takes them, TensorEnd, the final TensorAck);
+ *     evaluate_only offers get TaskAccept and test-only Metrics. A user
+ *     connection ("cli") submits the job and polls JobQuery until it is done.
+ *     A round lasts from the first TaskOffer of round r to the last final
+ *     TensorAck of round r (every update delivered): the median round is
+ *     reported, beside the cycle (TaskOffer of r to TaskOffer of r + 1, which
+ *     adds the coordinator's commit) and the download part (TaskOffer to the
+ *     last model received).
+ *  4. The coordinator's VmHWM (/proc/PID/status) read just before SIGTERM;
+ *     it must exit 0.
+ *  5. The TLS baseline (in the same run): a forked child listens with xf_listen and the
+ *     coordinator's certificate, the same number of sites connect with their
+ *     own certificates, and in each repetition the server sends every client
+ *     as many bytes as the model file, in TensorChunk frames of 1 MiB, and
+ *     each client, once it has them all, sends back as many bytes as an
+ *     update the same way. A repetition ends when the server has every
+ *     update; the median of --tls-reps repetitions is reported, half of
+ *     them run before the coordinator starts and half after it stopped.
+ *
+ * Also reported: the CPU seconds per round of the coordinator (one thread)
+ * and of the fake sites (this process), and per repetition of the baseline,
+ * BLAKE2b's rate on one core, and the machine's load average, which on a
+ * shared machine says how far to trust the run.
+ *
+ * The fake sites hash and decode every model they receive, as a site does.
+ * On the way up they send the same delta, whose BLAKE2b digest is computed
+ * once: a real site hashes its update on its own machine, and here that work
+ * would compete with the coordinator for the same cores.
+ *
+ * usage: xfed-bench-round [--sites N] [--rounds R] [--model fedavg-cnn|lenet5|mlp]
+ *                         [--coord PATH] [--tls-reps K] [--timeout S] */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "base/rng.h"
+#include "coordinator/jobmodel.h"
+#include "coordinator/jobspec.h"
+#include "crypto/digest.h"
+#include "crypto/pki.h"
+#include "kernels/checkpoint.h"
+#include "kernels/model.h"
+#include "net/conn.h"
+#include "net/session.h"
+#include "net/tensor.h"
+#include "net/tls.h"
+
+#define REGION "bench"
+#define DATASET "bench"
+#define TRAIN_RECORDS 1000u
+#define TEST_RECORDS 100u
+#define CHUNK XF_TENSOR_CHUNK_MAX
+/* The largest model a fake site takes: far above fedavg-cnn's 6.6 MB. */
+#define MODEL_MAX (1ull << 30)
+#define SITES_MAX 1000
+/* The scratch directory's path, terminator included, is at most this long. */
+#define TMP_MAX_LEN 1024
+
+/* ---- small helpers -------------------------------------------------------------------------- */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Median of n values (n >= 1); v is sorted in place. */
+static double median(double *v, size_t n) {
+  qsort(v, n, sizeof(double), cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+/* ---- children and the scratch directory, cleaned up whatever happens ------------------------ */
+
+static char g_tmp[TMP_MAX_LEN];      /* the scratch directory; "" when none */
+static volatile pid_t g_children[2]; /* the coordinator, the TLS server; 0 when none */
+
+/* Removes path and everything below it, never following symbolic links. */
+static void remove_tree(const char *path) {
+  struct stat st;
+  if (lstat(path, &st) != 0) return;
+  if (!S_ISDIR(st.st_mode)) {
+    unlink(path);
+    return;
+  }
+  DIR *d = opendir(path);
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d))) {
+      if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+      char child[PATH_MAX];
+      if (snprintf(child, sizeof(child), "%s/%s", path, e->d_name) < (int)sizeof(child))
+        remove_tree(child);
+    }
+    closedir(d);
+  }
+  rmdir(path);
+}
+
+static void kill_children(void) {
+  for (size_t i = 0; i < 2; i++) {
+    pid_t pid = g_children[i];
+    if (pid <= 0) continue;
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    g_children[i] = 0;
+  }
+}
+
+static void cleanup(void) {
+  kill_children();
+  if (g_tmp[0]) remove_tree(g_tmp);
+  g_tmp[0] = '\0';
+}
+
+/* SIGINT, SIGTERM, SIGHUP: only async-signal-safe calls here, so the tree is
+ * removed by rm in a child rather than with opendir (which allocates). */
+static void on_fatal_signal(int sig) {
+  for (size_t i = 0; i < 2; i++)
+    if (g_children[i] > 0) kill(g_children[i], SIGKILL);
+  if (g_tmp[0]) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      char *const argv[] = {"rm", "-rf", "--", g_tmp, NULL};
+      char *const envp[] = {NULL};
+      execve("/bin/rm", argv, envp);
+      _exit(127);
+    }
+    if (pid > 0) waitpid(pid, NULL, 0);
+  }
+  _exit(128 + sig);
+}
+
+static void print_log_tail(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  static char buf[6144];
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  long from = size > (long)sizeof(buf) - 1 ? size - (long)sizeof(buf) + 1 : 0;
+  fseek(f, from, SEEK_SET);
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  fprintf(stderr, "---- last lines of %s ----\n%s%s---- end ----\n", path, buf,
+          n && buf[n - 1] != '\n' ? "\n" : "");
+}
+
+/* ---- settings ------------------------------------------------------------------------------- */
+
+typedef struct bench_opts {
+  int sites;
+  uint32_t rounds;
+  const char *model;
+  char coord[PATH_MAX];
+  int tls_reps;
+  double timeout_s;
+} bench_opts;
+
+/* Paths inside the scratch directory. */
+/* Room for a path below the scratch directory. */
+#define SUB_PATH_MAX 2048
+typedef struct bench_paths {
+  char fed[SUB_PATH_MAX], ca[SUB_PATH_MAX], crl[SUB_PATH_MAX], state[SUB_PATH_MAX],
+      port[SUB_PATH_MAX], log[SUB_PATH_MAX];
+} bench_paths;
+
+static void site_name(int i, char *buf, size_t n) { snprintf(buf, n, "site-%03d", i + 1); }
+
+static void cert_paths(const bench_paths *p, const char *name, char *cert, char *key) {
+  snprintf(cert, PATH_MAX, "%s/issued/%s.crt", p->fed, name);
+  snprintf(key, PATH_MAX, "%s/issued/%s.key", p->fed, name);
+}
+
+static xf_err make_tls(const bench_paths *p, const char *name, xf_tls **out, xf_errctx *err) {
+  char cert[PATH_MAX], key[PATH_MAX];
+  cert_paths(p, name, cert, key);
+  xf_tls_config cfg = {.cert_path = cert, .key_path = key, .ca_path = p->ca, .crl_path = p->crl};
+  return xf_tls_new(&cfg, out, err);
+}
+
+static xf_err make_federation(const bench_paths *p, int sites, xf_errctx *err) {
+  xf_federation *fed = NULL;
+  XF_GUARD(xf_federation_init(p->fed, "bench", 0, &fed, err));
+  xf_err rc = XF_OK;
+  xf_pki_issue_opts coord = {.kind = XF_PKI_KIND_COORDINATOR, .name = "coord"};
+  xf_pki_issue_opts user = {.kind = XF_PKI_KIND_USER, .name = "researcher",
+                            .role = XF_PKI_ROLE_RESEARCHER};
+  if ((rc = xf_federation_issue(fed, &coord, NULL, err)) != XF_OK) goto out;
+  if ((rc = xf_federation_issue(fed, &user, NULL, err)) != XF_OK) goto out;
+  for (int i = 0; i < sites; i++) {
+    char name[32];
+    site_name(i, name, sizeof(name));
+    xf_pki_issue_opts site = {.kind = XF_PKI_KIND_SITE, .name = name, .region = REGION};
+    if ((rc = xf_federation_issue(fed, &site, NULL, err)) != XF_OK) goto out;
+  }
+out:
+  xf_federation_close(fed);
+  return rc;
+}
+
+/* The coordinator binary: --coord, else ../coordinator/xfed-coord beside this
+ * program's build directory, else xfed-coord beside this program, else PATH. */
+static bool find_coord(char *out, size_t n) {
+  if (out[0]) return access(out, X_OK) == 0;
+  char self[2048];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (len > 0) {
+    self[len] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash) *slash = '\0';
+    snprintf(out, n, "%s/../coordinator/xfed-coord", self);
+    if (access(out, X_OK) == 0) {
+      char real[PATH_MAX];
+      if (realpath(out, real)) snprintf(out, n, "%s", real);
+      return true;
+    }
+    snprintf(out, n, "%s/xfed-coord", self);
+    if (access(out, X_OK) == 0) return true;
+  }
+  const char *path = getenv("PATH");
+  while (path && *path) {
+    const char *colon = strchr(path, ':');
+    size_t dl = colon ? (size_t)(colon - path) : strlen(path);
+    snprintf(out, n, "%.*s/xfed-coord", (int)dl, path);
+    if (dl && access(out, X_OK) == 0) return true;
+    path = colon ? colon + 1 : NULL;
+  }
+  out[0] = '\0';
+  return false;
+}
+
+/* ---- the coordinator process ---------------------------------------------------------------- */
+
+static pid_t spawn_coord(const bench_opts *o, const bench_paths *p) {
+  char cert[PATH_MAX], key[PATH_MAX];
+  cert_paths(p, "coord", cert, key);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  /* The child: dies with the bench, writes everything to coord.log. */
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(127);
+  int log = open(p->log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0600);
+  int null = open("/dev/null", O_RDONLY);
+  if (log < 0 || null < 0) _exit(127);
+  dup2(null, 0);
+  dup2(log, 1);
+  dup2(log, 2);
+  setenv("XF_LOG_LEVEL", "warn", 1);
+  char *argv[] = {(char *)o->coord, "--cert", cert,        "--key",       key,
+                  "--ca",           (char *)p->ca,         "--crl",       (char *)p->crl,
+                  "--state",        (char *)p->state,      "--listen",    "127.0.0.1:0",
+                  "--port-file",    (char *)p->port,       NULL};
+  execv(o->coord, argv);
+  dprintf(2, "cannot run %s: %s\n", o->coord, strerror(errno));
+  _exit(127);
+}
+
+/* Waits for the port file; 0 when the coordinator exited or took too long. */
+static int wait_port(pid_t pid, const char *port_file, double timeout_s) {
+  double until = now_s() + timeout_s;
+  while (now_s() < until) {
+    FILE *f = fopen(port_file, "r");
+    if (f) {
+      int port = 0;
+      int got = fscanf(f, "%d", &port);
+      fclose(f);
+      if (got == 1 && port > 0 && port < 65536) return port;
+    }
+    int status;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      g_children[0] = 0;
+      fprintf(stderr, "xfed-bench-round: the coordinator exited (status %d) before listening\n",
+              WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+      return 0;
+    }
+    sleep_ms(10);
+  }
+  fprintf(stderr, "xfed-bench-round: no port file after %.0f s\n", timeout_s);
+  return 0;
+}
+
+/* A "VmHWM:" or other kB line of /proc/PID/status; -1 when absent. */
+static long proc_status_kib(pid_t pid, const char *key) {
+  char path[64], line[256];
+  snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  long v = -1;
+  size_t kl = strlen(key);
+  while (fgets(line, sizeof(line), f))
+    if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
+      v = strtol(line + kl + 1, NULL, 10);
+      break;
+    }
+  fclose(f);
+  return v;
+}
+
+/* User + system CPU seconds of a process so far; -1 when unreadable. */
+static double proc_cpu_s(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+  if (!p) return -1;
+  unsigned long ut = 0, st = 0;
+  /* After ")": state (3), then fields 4..13, utime (14), stime (15). */
+  if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+    return -1;
+  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* User + system CPU seconds of this process so far. */
+static double self_cpu_s(void) {
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) != 0) return -1;
+  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* ---- the run -------------------------------------------------------------------------------- */
+
+typedef struct bench bench;
+
+/* Where a fake site's update upload stands. */
+typedef enum upload_state {
+  UP_NONE = 0,   /* nothing to send */
+  UP_METRICS,    /* Metrics next */
+  UP_BEGIN,      /* TensorBegin next */
+  UP_AWAIT_ACK,  /* TensorBegin sent: the coordinator's TensorAck says where to go on */
+  UP_CHUNKS,     /* chunks from up_offset */
+  UP_END,        /* TensorEnd next */
+  UP_AWAIT_FINAL /* TensorEnd sent: waiting for TensorAck{total} */
+} upload_state;
+
+typedef struct site {
+  bench *b;
+  char name[32];
+  xf_tls *tls;
+  xf_conn *conn;
+  xf_session session;
+  bool announced, closed;
+  /* the task */
+  char job_id[32];
+  uint32_t round, attempt, model_round;
+  uint64_t model_stream;
+  bool eval;
+  xf_tensor_receiver *model_rx;
+  uint8_t *model_buf;
+  size_t model_len;
+  /* the update */
+  upload_state up;
+  uint64_t up_stream, up_offset;
+} site;
+
+typedef enum cli_state {
+  CLI_CONNECTING = 0,
+  CLI_READY,     /* session open, job not yet submitted */
+  CLI_SUBMITTED, /* JobSubmit out, answer pending */
+  CLI_RUNNING,   /* job accepted: polling */
+  CLI_QUERYING,  /* JobQuery out, answer pending */
+  CLI_DONE
+} cli_state;
+
+typedef struct cli {
+  bench *b;
+  xf_tls *tls;
+  xf_conn *conn;
+  xf_session session;
+  cli_state st;
+  bool closed;
+  char job_id[32];
+  double next_action; /* poll or resubmit after this time */
+  int submit_tries;
+  char last_state[16];
+} cli;
+
+/* What the sites saw of one round (index: the round number). */
+typedef struct round_times {
+  double first_offer, last_model, last_final_ack;
+  int offers, final_acks;
+  uint32_t max_attempt;
+} round_times;
+
+struct bench {
+  uv_loop_t loop;
+  uv_timer_t tick;
+  const bench_opts *o;
+  const bench_paths *p;
+  pid_t coord;
+  int port;
+  site *sites;
+  cli user;
+  bool failed, stopping;
+  char why[1024];
+  double started, deadline, stop_deadline;
+  /* the job, as learned from the stream */
+  size_t model_len, n_params;
+  uint8_t *delta; /* n_params float32 little-endian: every site's update */
+  xf_digest delta_digest;
+  round_times *rt; /* rounds + 2 entries */
+  int evals;
+  double coord_cpu_first_offer, coord_cpu_done, t_first_offer, t_done;
+  double self_cpu_first_offer, self_cpu_done; /* this process: the fake sites */
+  long vmhwm_kib, vmrss_kib;
+  int coord_exit;
+  bool term_sent;
+};
+
+static void bench_fail(bench *b, const char *fmt, ...) XF_PRINTF(2, 3);
+
+static void close_all(bench *b) {
+  for (int i = 0; i < b->o->sites; i++)
+    if (b->sites[i].conn) xf_conn_close(b->sites[i].conn);
+  if (b->user.conn) xf_conn_close(b->user.conn);
+}
+
+static void bench_fail(bench *b, const char *fmt, ...) {
+  if (!b->failed) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->why, sizeof(b->why), fmt, ap);
+    va_end(ap);
+    b->failed = true;
+  }
+  b->stopping = true;
+  close_all(b);
+}
+
+static bool send_env(bench *b, xf_conn *c, const Xfed__Envelope *env, const char *who) {
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_err rc = xf_conn_send(c, env, &err);
+  if (rc == XF_OK) return true;
+  bench_fail(b, "%s: cannot send %s: %s", who, xf_envelope_body_name(env), err.msg);
+  return false;
+}
+
+static const char *model_json(const char *model) {
+  if (strcmp(model, "mlp") == 0) return "{\"arch\": \"mlp\", \"hidden\": [200, 200]}";
+  if (strcmp(model, "lenet5") == 0) return "{\"arch\": \"cnn\", \"preset\": \"lenet5\"}";
+  return "{\"arch\": \"cnn\", \"preset\": \"fedavg-cnn\"}";
+}
+
+/* The job the user submits: every site in every round, one job at a time. */
+static void job_spec_text(const bench_opts *o, char *buf, size_t n) {
+  snprintf(buf, n,
+           "{\"name\": \"round-bench\", \"model\": %s, \"data\": {\"dataset\": \"" DATASET
+           "\"}, \"rounds\": %u, \"min_sites\": %d, \"sites_per_round\": 1.0, "
+           "\"round_deadline_s\": 600, \"seed\": 1}",
+           model_json(o->model), (unsigned)o->rounds, o->sites);
+}
+
+/* The parameters of the job's model on the sites' 28x28x1 data with 10
+ * classes, as the coordinator will build it, and the length of its model
+ * file (which does not depend on the parameters' values). */
+static xf_err job_model_size(const bench_opts *o, size_t *n, size_t *file_len, xf_errctx *err) {
+  char text[1024];
+  job_spec_text(o, text, sizeof(text));
+  xf_jobspec spec;
+  xf_model_spec ms;
+  xf_model *m = NULL;
+  XF_GUARD(xf_jobspec_parse_string(text, strlen(text), "xfed-bench-round", &spec, err));
+  XF_GUARD(xf_jobspec_model_spec(&spec, 28, 28, 1, 10, &ms, err));
+  XF_GUARD(xf_model_create(&ms, &m, err));
+  *n = xf_model_num_params(m);
+  float *params = xf_calloc(*n ? *n : 1, sizeof(float));
+  uint8_t *bytes = NULL;
+  xf_err rc = params ? xf_checkpoint_encode(m, params, &bytes, file_len, err)
+                     : xf_fail(err, XF_ENOMEM, "out of memory");
+  xf_free(bytes);
+  xf_free(params);
+  xf_model_free(m);
+  return rc;
+}
+
+/* The shared update: n small pseudo-random float32 values, little-endian,
+ * and their digest, made before the job starts. */
+static bool make_delta(bench *b, size_t n) {
+  b->delta = xf_malloc(n ? n * 4 : 4);
+  if (!b->delta) return false;
+  xf_rng rng;
+  xf_rng_seed(&rng, 1, 7);
+  for (size_t i = 0; i < n; i++) {
+    float v = (float)(xf_rng_normal(&rng) * 1e-3);
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    for (int k = 0; k < 4; k++) b->delta[4 * i + (size_t)k] = (uint8_t)(u >> (8 * k));
+  }
+  xf_digest_buf(b->delta, n * 4, &b->delta_digest);
+  b->n_params = n;
+  return true;
+}
+
+/* ---- a fake site ---------------------------------------------------------------------------- */
+
+static void site_drop_task(site *s) {
+  xf_tensor_receiver_free(s->model_rx);
+  s->model_rx = NULL;
+  xf_free(s->model_buf);
+  s->model_buf = NULL;
+  s->model_len = 0;
+  s->up = UP_NONE;
+}
+
+/* The site's report: test figures of the model it received and, after a
+ * training task, a train loss; the numbers are placeholders. */
+static void fill_metrics(site *s, bool train, Xfed__Metrics *out, Xfed__Envelope *env) {
+  bench *b = s->b;
+  Xfed__Metrics m = XFED__METRICS__INIT;
+  m.job_id = s->job_id;
+  m.round = s->round;
+  m.attempt = s->attempt;
+  m.site = s->name;
+  m.region = REGION;
+  m.model_round = s->model_round;
+  m.has_test = true;
+  m.test_loss = 2.30;
+  m.test_accuracy = 0.10;
+  m.samples = TRAIN_RECORDS;
+  m.bytes_down = b->model_len;
+  if (train) {
+    m.has_train = true;
+    m.train_loss = 2.25;
+    m.bytes_up = b->n_params * 4;
+  }
+  *out = m;
+  env->body_case = XFED__ENVELOPE__BODY_METRICS;
+  env->metrics = out;
+}
+
+/* Sends what the upload allows now: Metrics, TensorBegin, the chunks while
+ * the connection takes them, TensorEnd. */
+static void site_pump(site *s) {
+  bench *b = s->b;
+  while (s->conn && xf_conn_is_open(s->conn) && !b->stopping) {
+    Xfed__Envelope env = XFED__ENVELOPE__INIT;
+    Xfed__TensorBegin begin = XFED__TENSOR_BEGIN__INIT;
+    Xfed__TensorChunk chunk = XFED__TENSOR_CHUNK__INIT;
+    Xfed__TensorEnd end = XFED__TENSOR_END__INIT;
+    Xfed__Metrics metrics;
+    uint64_t total = (uint64_t)b->n_params * 4;
+    size_t len = 0;
+    switch (s->up) {
+    case UP_NONE:
+    case UP_AWAIT_ACK:
+    case UP_AWAIT_FINAL: return;
+    case UP_METRICS:
+      fill_metrics(s, true, &metrics, &env);
+      break;
+    case UP_BEGIN:
+      begin.stream_id = s->up_stream;
+      begin.kind = XFED__TENSOR_BEGIN__KIND__UPDATE;
+      begin.total_bytes = total;
+      begin.chunk_bytes = CHUNK;
+      begin.dtype = XFED__TENSOR_BEGIN__DTYPE__F32;
+      begin.element_count = b->n_params;
+      begin.digest.data = b->delta_digest.bytes;
+      begin.digest.len = XF_DIGEST_BYTES;
+      begin.job_id = s->job_id;
+      begin.round = s->round;
+      begin.weight = TRAIN_RECORDS;
+      begin.attempt = s->attempt;
+      env.body_case = XFED__ENVELOPE__BODY_TENSOR_BEGIN;
+      env.tensor_begin = &begin;
+      break;
+    case UP_CHUNKS:
+      if (s->up_offset >= total) {
+        s->up = UP_END;
+        continue;
+      }
+      len = total - s->up_offset < CHUNK ? (size_t)(total - s->up_offset) : CHUNK;
+      chunk.stream_id = s->up_stream;
+      chunk.index = s->up_offset / CHUNK;
+      chunk.offset = s->up_offset;
+      chunk.data.data = b->delta + s->up_offset;
+      chunk.data.len = len;
+      env.body_case = XFED__ENVELOPE__BODY_TENSOR_CHUNK;
+      env.tensor_chunk = &chunk;
+      break;
+    case UP_END:
+      end.stream_id = s->up_stream;
+      env.body_case = XFED__ENVELOPE__BODY_TENSOR_END;
+      env.tensor_end = &end;
+      break;
+    }
+    xf_errctx err;
+    xf_errctx_clear(&err);
+    xf_err rc = xf_conn_send(s->conn, &env, &err);
+    if (rc == XF_ERANGE) return; /* busy: on_drain pumps again */
+    if (rc != XF_OK) {
+      bench_fail(b, "%s: cannot send the update: %s", s->name, err.msg);
+      return;
+    }
+    switch (s->up) {
+    case UP_METRICS: s->up = UP_BEGIN; break;
+    case UP_BEGIN: s->up = UP_AWAIT_ACK; return;
+    case UP_CHUNKS: s->up_offset += len; break;
+    case UP_END: s->up = UP_AWAIT_FINAL; return;
+    default: break;
+    }
+  }
+}
+
+static round_times *round_of(bench *b, uint32_t round) {
+  return round >= 1 && round <= b->o->rounds ? &b->rt[round] : NULL;
+}
+
+static void on_offer(site *s, const Xfed__TaskOffer *o) {
+  bench *b = s->b;
+  double t = now_s();
+  site_drop_task(s);
+  snprintf(s->job_id, sizeof(s->job_id), "%s", o->job_id ? o->job_id : "");
+  s->round = o->round;
+  s->attempt = o->attempt;
+  s->model_round = o->model_round;
+  s->model_stream = o->model_stream_id;
+  s->eval = o->evaluate_only;
+  Xfed__TaskAccept a = XFED__TASK_ACCEPT__INIT;
+  a.job_id = s->job_id;
+  a.round = s->round;
+  a.attempt = s->attempt;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_TASK_ACCEPT;
+  env.task_accept = &a;
+  if (!send_env(b, s->conn, &env, s->name)) return;
+  if (s->eval) {
+    /* Evaluation only: the model stream that follows is ignored. */
+    Xfed__Metrics m;
+    Xfed__Envelope menv = XFED__ENVELOPE__INIT;
+    fill_metrics(s, false, &m, &menv);
+    if (!send_env(b, s->conn, &menv, s->name)) return;
+    b->evals++;
+    return;
+  }
+  round_times *r = round_of(b, o->round);
+  if (!r) {
+    bench_fail(b, "%s: offered round %u of a %u-round job", s->name, (unsigned)o->round,
+               (unsigned)b->o->rounds);
+    return;
+  }
+  if (!r->offers) {
+    r->first_offer = t;
+    if (o->round == 1) {
+      b->t_first_offer = t;
+      b->coord_cpu_first_offer = proc_cpu_s(b->coord);
+      b->self_cpu_first_offer = self_cpu_s();
+    }
+  }
+  r->offers++;
+  if (o->attempt > r->max_attempt) r->max_attempt = o->attempt;
+}
+
+static xf_err model_sink(void *user, uint64_t offset, const uint8_t *data, size_t len,
+                         xf_errctx *err) {
+  site *s = user;
+  XF_ENSURE(s->model_buf && offset <= s->model_len && len <= s->model_len - offset, err,
+            XF_ERANGE, "model chunk at %" PRIu64 " is outside the model", offset);
+  memcpy(s->model_buf + offset, data, len);
+  return XF_OK;
+}
+
+static void send_ack(site *s, uint64_t stream, uint64_t next) {
+  Xfed__TensorAck a = XFED__TENSOR_ACK__INIT;
+  a.stream_id = stream;
+  a.next_offset = next;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_TENSOR_ACK;
+  env.tensor_ack = &a;
+  (void)send_env(s->b, s->conn, &env, s->name);
+}
+
+static bool is_model_stream(const site *s, uint64_t stream) {
+  return !s->eval && s->model_stream && stream == s->model_stream;
+}
+
+static void on_model_begin(site *s, const Xfed__TensorBegin *m) {
+  bench *b = s->b;
+  if (s->eval && m->stream_id == s->model_stream) return;
+  if (!is_model_stream(s, m->stream_id) || m->kind != XFED__TENSOR_BEGIN__KIND__MODEL) {
+    bench_fail(b, "%s: TensorBegin of stream %" PRIu64 " (kind %d) matches no task", s->name,
+               m->stream_id, (int)m->kind);
+    return;
+  }
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_tensor_receiver_free(s->model_rx);
+  s->model_rx = NULL;
+  xf_free(s->model_buf);
+  s->model_len = (size_t)m->total_bytes;
+  s->model_buf = xf_malloc(s->model_len ? s->model_len : 1);
+  if (!s->model_buf ||
+      xf_tensor_receiver_new(MODEL_MAX, model_sink, s, &s->model_rx, &err) != XF_OK ||
+      xf_tensor_receiver_begin(s->model_rx, m, &err) != XF_OK) {
+    bench_fail(b, "%s: model stream: %s", s->name, err.msg[0] ? err.msg : "out of memory");
+    return;
+  }
+  Xfed__TensorAck a;
+  xf_tensor_receiver_ack(s->model_rx, &a);
+  send_ack(s, a.stream_id, a.next_offset);
+}
+
+static void on_model_chunk(site *s, const Xfed__TensorChunk *m) {
+  if (s->eval && m->stream_id == s->model_stream) return;
+  if (!s->model_rx || !is_model_stream(s, m->stream_id)) {
+    bench_fail(s->b, "%s: TensorChunk of stream %" PRIu64 " matches no task", s->name,
+               m->stream_id);
+    return;
+  }
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (xf_tensor_receiver_chunk(s->model_rx, m, &err) != XF_OK)
+    bench_fail(s->b, "%s: model chunk: %s", s->name, err.msg);
+}
+
+static void on_model_end(site *s, const Xfed__TensorEnd *m) {
+  bench *b = s->b;
+  if (s->eval && m->stream_id == s->model_stream) return;
+  if (!s->model_rx || !is_model_stream(s, m->stream_id)) {
+    bench_fail(b, "%s: TensorEnd of stream %" PRIu64 " matches no task", s->name, m->stream_id);
+    return;
+  }
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (xf_tensor_receiver_end(s->model_rx, m, &err) != XF_OK) {
+    bench_fail(b, "%s: model stream: %s", s->name, err.msg);
+    return;
+  }
+  send_ack(s, m->stream_id, s->model_len);
+  xf_model *model = NULL;
+  float *params = NULL;
+  if (xf_checkpoint_decode(s->model_buf, s->model_len, &model, &params, &err) != XF_OK) {
+    bench_fail(b, "%s: the model does not decode: %s", s->name, err.msg);
+    return;
+  }
+  size_t n = xf_model_num_params(model);
+  xf_model_free(model);
+  xf_free(params);
+  size_t model_len = s->model_len;
+  site_drop_task(s);
+  if (n != b->n_params || model_len != b->model_len) {
+    bench_fail(b, "%s: a model of %zu parameters in %zu bytes, not %zu in %zu", s->name, n,
+               model_len, b->n_params, b->model_len);
+    return;
+  }
+  round_times *r = round_of(b, s->round);
+  if (r) r->last_model = now_s();
+  s->up_stream = (uint64_t)s->round << 16 | (uint64_t)s->attempt << 1 | 1;
+  s->up_offset = 0;
+  s->up = UP_METRICS;
+  site_pump(s);
+}
+
+static void on_site_ack(site *s, const Xfed__TensorAck *a) {
+  bench *b = s->b;
+  if (a->stream_id != s->up_stream) return;
+  uint64_t total = (uint64_t)b->n_params * 4;
+  if (s->up == UP_AWAIT_ACK) {
+    if (a->next_offset > total || a->next_offset % CHUNK != 0) {
+      bench_fail(b, "%s: TensorAck at %" PRIu64 " of a %" PRIu64 "-byte update", s->name,
+                 a->next_offset, total);
+      return;
+    }
+    s->up_offset = a->next_offset;
+    s->up = UP_CHUNKS;
+    site_pump(s);
+  } else if (s->up == UP_AWAIT_FINAL && a->next_offset == total) {
+    s->up = UP_NONE;
+    round_times *r = round_of(b, s->round);
+    if (r) {
+      r->last_final_ack = now_s();
+      r->final_acks++;
+    }
+  }
+}
+
+static void site_frame(site *s, const Xfed__Envelope *env) {
+  bench *b = s->b;
+  switch (env->body_case) {
+  case XFED__ENVELOPE__BODY_TASK_OFFER: on_offer(s, env->task_offer); return;
+  case XFED__ENVELOPE__BODY_TENSOR_BEGIN: on_model_begin(s, env->tensor_begin); return;
+  case XFED__ENVELOPE__BODY_TENSOR_CHUNK: on_model_chunk(s, env->tensor_chunk); return;
+  case XFED__ENVELOPE__BODY_TENSOR_END: on_model_end(s, env->tensor_end); return;
+  case XFED__ENVELOPE__BODY_TENSOR_ACK: on_site_ack(s, env->tensor_ack); return;
+  case XFED__ENVELOPE__BODY_TASK_CANCEL:
+    bench_fail(b, "%s: task cancelled (job %s round %u): %s", s->name,
+               env->task_cancel->job_id ? env->task_cancel->job_id : "",
+               (unsigned)env->task_cancel->round,
+               env->task_cancel->reason ? env->task_cancel->reason : "");
+    return;
+  case XFED__ENVELOPE__BODY_ERROR:
+    bench_fail(b, "%s: the coordinator sent Error %u: %s", s->name, (unsigned)env->error->code,
+               env->error->message ? env->error->message : "");
+    return;
+  default: return;
+  }
+}
+
+/* ---- the user ------------------------------------------------------------------------------- */
+
+static void cli_submit(cli *u) {
+  bench *b = u->b;
+  char spec[1024];
+  job_spec_text(b->o, spec, sizeof(spec));
+  Xfed__JobSubmit m = XFED__JOB_SUBMIT__INIT;
+  m.spec_json = spec;
+  m.origin = "xfed-bench-round";
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_JOB_SUBMIT;
+  env.job_submit = &m;
+  if (send_env(b, u->conn, &env, "user")) {
+    u->st = CLI_SUBMITTED;
+    u->submit_tries++;
+  }
+}
+
+static void cli_query(cli *u) {
+  Xfed__JobQuery m = XFED__JOB_QUERY__INIT;
+  m.job_id = u->job_id;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_JOB_QUERY;
+  env.job_query = &m;
+  if (send_env(u->b, u->conn, &env, "user")) u->st = CLI_QUERYING;
+}
+
+static void bench_done(bench *b);
+
+static void cli_frame(cli *u, const Xfed__Envelope *env) {
+  bench *b = u->b;
+  double t = now_s();
+  if (env->body_case == XFED__ENVELOPE__BODY_ERROR) {
+    /* A submit can come before the coordinator has taken any announce. */
+    if (u->st == CLI_SUBMITTED && env->error->code == XF_ENOENT && u->submit_tries < 100) {
+      u->st = CLI_READY;
+      u->next_action = t + 0.1;
+      return;
+    }
+    bench_fail(b, "user: the coordinator sent Error %u: %s", (unsigned)env->error->code,
+               env->error->message ? env->error->message : "");
+    return;
+  }
+  if (env->body_case != XFED__ENVELOPE__BODY_JOB_LIST) return;
+  const Xfed__JobList *l = env->job_list;
+  if (l->n_jobs != 1 || !l->jobs[0]->job_id || !l->jobs[0]->state) {
+    bench_fail(b, "user: a JobList of %zu jobs", l->n_jobs);
+    return;
+  }
+  const Xfed__JobInfo *j = l->jobs[0];
+  snprintf(u->job_id, sizeof(u->job_id), "%s", j->job_id);
+  snprintf(u->last_state, sizeof(u->last_state), "%s", j->state);
+  if (strcmp(j->state, "failed") == 0 || strcmp(j->state, "cancelled") == 0) {
+    bench_fail(b, "job %s is %s: %s", j->job_id, j->state, j->message ? j->message : "");
+    return;
+  }
+  if (strcmp(j->state, "done") == 0) {
+    u->st = CLI_DONE;
+    bench_done(b);
+    return;
+  }
+  u->st = CLI_RUNNING;
+  u->next_action = t + 0.2;
+}
+
+/* ---- connections ---------------------------------------------------------------------------- */
+
+/* The run of this process; each connection's user pointer is one of its
+ * sites or its user. */
+static bench *g_bench;
+
+static site *as_site(xf_conn *c) {
+  void *u = xf_conn_user(c);
+  return u == &g_bench->user ? NULL : u;
+}
+
+static xf_err on_connect(xf_conn *c, const xf_spiffe_id *peer) {
+  bench *b = g_bench;
+  site *s = as_site(c);
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (peer->kind != XF_PKI_KIND_COORDINATOR) {
+    bench_fail(b, "the peer is not a coordinator");
+    return XF_EDENIED;
+  }
+  xf_err rc = xf_session_start(s ? &s->session : &b->user.session, c, s ? "site" : "cli", 0, &err);
+  if (rc != XF_OK) bench_fail(b, "%s: hello: %s", s ? s->name : "user", err.msg);
+  return rc;
+}
+
+static void on_frame(xf_conn *c, const Xfed__Envelope *env) {
+  bench *b = g_bench;
+  site *s = as_site(c);
+  xf_session_event ev;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (xf_session_on_frame(s ? &s->session : &b->user.session, c, env, &ev, &err) != XF_OK) {
+    bench_fail(b, "%s: session: %s", s ? s->name : "user", err.msg);
+    return;
+  }
+  if (ev == XF_SESSION_OPENED) {
+    if (!s) {
+      b->user.st = CLI_READY;
+      return;
+    }
+    Xfed__SiteAnnounce__Dataset d = XFED__SITE_ANNOUNCE__DATASET__INIT;
+    d.name = DATASET;
+    d.classification = "internal";
+    d.train_records = TRAIN_RECORDS;
+    d.test_records = TEST_RECORDS;
+    d.classes = 10;
+    d.height = 28;
+    d.width = 28;
+    d.channels = 1;
+    Xfed__SiteAnnounce__Dataset *ds[] = {&d};
+    Xfed__SiteAnnounce a = XFED__SITE_ANNOUNCE__INIT;
+    a.site = s->name;
+    a.region = REGION;
+    a.n_datasets = 1;
+    a.datasets = ds;
+    a.backend = "cpu";
+    a.threads = 1;
+    Xfed__Envelope out = XFED__ENVELOPE__INIT;
+    out.body_case = XFED__ENVELOPE__BODY_SITE_ANNOUNCE;
+    out.site_announce = &a;
+    if (send_env(b, c, &out, s->name)) s->announced = true;
+    return;
+  }
+  if (ev != XF_SESSION_FRAME || b->stopping) return;
+  if (s) site_frame(s, env);
+  else cli_frame(&b->user, env);
+}
+
+static void on_drain(xf_conn *c) {
+  site *s = as_site(c);
+  if (s) site_pump(s);
+}
+
+static void maybe_end_loop(bench *b);
+
+static void on_close(xf_conn *c, const xf_conn_reason *why) {
+  bench *b = g_bench;
+  site *s = as_site(c);
+  if (s) {
+    s->conn = NULL;
+    s->closed = true;
+  } else {
+    b->user.conn = NULL;
+    b->user.closed = true;
+  }
+  if (!b->stopping)
+    bench_fail(b, "%s: the connection closed: %s (%s)", s ? s->name : "user",
+               xf_conn_end_message(why->end), why->msg);
+  maybe_end_loop(b);
+}
+
+static void maybe_end_loop(bench *b) {
+  if (!b->stopping) return;
+  for (int i = 0; i < b->o->sites; i++)
+    if (!b->sites[i].closed) return;
+  if (!b->user.closed) return;
+  if (!uv_is_closing((uv_handle_t *)&b->tick)) uv_close((uv_handle_t *)&b->tick, NULL);
+}
+
+static void bench_done(bench *b) {
+  b->t_done = now_s();
+  b->coord_cpu_done = proc_cpu_s(b->coord);
+  b->self_cpu_done = self_cpu_s();
+  /* Peak memory just before the stop; the stop itself allocates nothing big. */
+  b->vmhwm_kib = proc_status_kib(b->coord, "VmHWM");
+  b->vmrss_kib = proc_status_kib(b->coord, "VmRSS");
+  b->stopping = true;
+  b->stop_deadline = now_s() + 15;
+  /* SIGTERM: the coordinator closes every connection and exits. */
+  if (kill(b->coord, SIGTERM) != 0) bench_fail(b, "cannot signal the coordinator");
+  b->term_sent = true;
+  maybe_end_loop(b);
+}
+
+static void on_tick(uv_timer_t *t) {
+  bench *b = t->data;
+  double now = now_s();
+  if (b->stopping) {
+    if (now > b->stop_deadline) close_all(b);
+    maybe_end_loop(b);
+    return;
+  }
+  int status;
+  if (waitpid(b->coord, &status, WNOHANG) == b->coord) {
+    g_children[0] = 0;
+    b->coord = 0;
+    bench_fail(b, "the coordinator exited during the run (status %d)",
+               WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    return;
+  }
+  if (now > b->deadline) {
+    bench_fail(b, "the run took longer than --timeout %.0f s (job state: %s)", b->o->timeout_s,
+               b->user.last_state[0] ? b->user.last_state : "not submitted");
+    return;
+  }
+  cli *u = &b->user;
+  if (u->st == CLI_READY && now >= u->next_action) {
+    bool all = true;
+    for (int i = 0; i < b->o->sites; i++) all &= b->sites[i].announced;
+    if (all) cli_submit(u);
+  } else if (u->st == CLI_RUNNING && now >= u->next_action) {
+    cli_query(u);
+  }
+}
+
+static xf_conn_opts conn_opts(void *user) {
+  xf_conn_opts o = {.on_connect = on_connect, .on_frame = on_frame, .on_drain = on_drain,
+                    .on_close = on_close, .user = user};
+  return o;
+}
+
+/* Runs the federated job; false with b->why on failure. */
+static bool run_rounds(bench *b) {
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  int n = b->o->sites;
+  if (uv_loop_init(&b->loop) != 0) {
+    snprintf(b->why, sizeof(b->why), "cannot start the loop");
+    b->failed = true;
+    return false;
+  }
+  uv_timer_init(&b->loop, &b->tick);
+  b->tick.data = b;
+  uv_timer_start(&b->tick, on_tick, 20, 20);
+  b->started = now_s();
+  b->deadline = b->started + b->o->timeout_s;
+  b->user.b = b;
+  b->user.closed = true; /* until dialed */
+  for (int i = 0; i < n; i++) b->sites[i].closed = true;
+  bool ok = make_tls(b->p, "researcher", &b->user.tls, &err) == XF_OK;
+  xf_conn_opts uo = conn_opts(&b->user);
+  if (ok && xf_dial(&b->loop, b->user.tls, "127.0.0.1", b->port, &uo, &b->user.conn, &err) == XF_OK)
+    b->user.closed = false;
+  else
+    ok = false;
+  for (int i = 0; ok && i < n; i++) {
+    site *s = &b->sites[i];
+    s->b = b;
+    site_name(i, s->name, sizeof(s->name));
+    xf_conn_opts so = conn_opts(s);
+    if (make_tls(b->p, s->name, &s->tls, &err) != XF_OK ||
+        xf_dial(&b->loop, s->tls, "127.0.0.1", b->port, &so, &s->conn, &err) != XF_OK)
+      ok = false;
+    else
+      s->closed = false;
+  }
+  if (!ok) bench_fail(b, "cannot connect: %s", err.msg);
+  uv_run(&b->loop, UV_RUN_DEFAULT);
+  if (uv_loop_close(&b->loop) != 0) fprintf(stderr, "xfed-bench-round: handles left on the loop\n");
+  for (int i = 0; i < n; i++) {
+    site_drop_task(&b->sites[i]);
+    xf_tls_free(b->sites[i].tls);
+  }
+  xf_tls_free(b->user.tls);
+  return !b->failed;
+}
+
+/* ---- the TLS baseline ----------------------------------------------------------------------- */
+
+/* One side of a baseline connection. */
+typedef struct tls_peer {
+  xf_conn *conn;
+  uint64_t sent, received;
+  bool sending, closed;
+} tls_peer;
+
+typedef struct tls_run {
+  uv_loop_t loop;
+  uv_timer_t watchdog;
+  xf_tls *tls;
+  xf_listener *listener;
+  bool server, failed;
+  char why[512];
+  int n, connected, closed, rep, reps, done;
+  size_t down_len, up_len; /* server to client, client to server */
+  tls_peer *peers;
+  double t0;
+  double *times;
+  double cpu0, cpu; /* this process's CPU seconds: at the first repetition, over all of them */
+  int port_fd, result_fd;
+} tls_run;
+
+static tls_run *g_tls;
+static uint8_t g_payload[CHUNK];
+
+static void tls_fail(tls_run *r, const char *what, const char *msg) {
+  if (!r->failed) snprintf(r->why, sizeof(r->why), "%s: %s", what, msg);
+  r->failed = true;
+  for (int i = 0; i < r->n; i++)
+    if (r->peers[i].conn) xf_conn_close(r->peers[i].conn);
+  if (r->listener) {
+    xf_listener_close(r->listener, NULL);
+    r->listener = NULL;
+  }
+}
+
+/* Sends the rest of this peer's share of a repetition while the
+ * connection takes it. */
+static void tls_pump(tls_run *r, tls_peer *p) {
+  size_t total = r->server ? r->down_len : r->up_len;
+  while (p->sending && p->conn && p->sent < total) {
+    size_t len = total - p->sent < CHUNK ? (size_t)(total - p->sent) : CHUNK;
+    Xfed__TensorChunk chunk = XFED__TENSOR_CHUNK__INIT;
+    chunk.stream_id = 1;
+    chunk.index = p->sent / CHUNK;
+    chunk.offset = p->sent;
+    chunk.data.data = g_payload;
+    chunk.data.len = len;
+    Xfed__Envelope env = XFED__ENVELOPE__INIT;
+    env.body_case = XFED__ENVELOPE__BODY_TENSOR_CHUNK;
+    env.tensor_chunk = &chunk;
+    xf_errctx err;
+    xf_errctx_clear(&err);
+    xf_err rc = xf_conn_send(p->conn, &env, &err);
+    if (rc == XF_ERANGE) return;
+    if (rc != XF_OK) {
+      tls_fail(r, "send", err.msg);
+      return;
+    }
+    p->sent += len;
+  }
+  if (p->sent >= total) p->sending = false;
+}
+
+static void tls_start_rep(tls_run *r) {
+  r->done = 0;
+  r->t0 = now_s();
+  if (r->rep == 0) r->cpu0 = self_cpu_s();
+  for (int i = 0; i < r->n; i++) {
+    r->peers[i].sent = r->peers[i].received = 0;
+    r->peers[i].sending = true;
+  }
+  for (int i = 0; i < r->n; i++) tls_pump(r, &r->peers[i]);
+}
+
+static xf_err tls_on_connect(xf_conn *c, const xf_spiffe_id *peer) {
+  tls_run *r = g_tls;
+  (void)peer;
+  if (!r->server) return XF_OK;
+  if (r->connected >= r->n) return XF_EDENIED;
+  tls_peer *p = &r->peers[r->connected++];
+  p->conn = c;
+  xf_conn_set_user(c, p);
+  if (r->connected == r->n) {
+    xf_listener_close(r->listener, NULL);
+    r->listener = NULL;
+    tls_start_rep(r);
+  }
+  return XF_OK;
+}
+
+static void tls_on_frame(xf_conn *c, const Xfed__Envelope *env) {
+  tls_run *r = g_tls;
+  tls_peer *p = xf_conn_user(c);
+  if (env->body_case != XFED__ENVELOPE__BODY_TENSOR_CHUNK || !p) return;
+  p->received += env->tensor_chunk->data.len;
+  if (!r->server) {
+    if (p->received == r->down_len) { /* all of it: answer with the update */
+      p->received = 0;
+      p->sent = 0;
+      p->sending = true;
+      tls_pump(r, p);
+    }
+    return;
+  }
+  if (p->received != r->up_len) return;
+  if (++r->done < r->n) return;
+  r->times[r->rep++] = now_s() - r->t0;
+  if (r->rep == r->reps) r->cpu = self_cpu_s() - r->cpu0;
+  if (r->rep < r->reps) {
+    tls_start_rep(r);
+    return;
+  }
+  for (int i = 0; i < r->n; i++) xf_conn_close(r->peers[i].conn);
+}
+
+static void tls_on_drain(xf_conn *c) {
+  tls_peer *p = xf_conn_user(c);
+  if (p) tls_pump(g_tls, p);
+}
+
+/* Once every connection has closed, nothing but the watchdog is left. */
+static void tls_maybe_finish(tls_run *r) {
+  if (r->closed < r->n) return;
+  if (!uv_is_closing((uv_handle_t *)&r->watchdog)) uv_close((uv_handle_t *)&r->watchdog, NULL);
+  if (r->listener) {
+    xf_listener_close(r->listener, NULL);
+    r->listener = NULL;
+  }
+}
+
+static void tls_on_close(xf_conn *c, const xf_conn_reason *why) {
+  tls_run *r = g_tls;
+  tls_peer *p = xf_conn_user(c);
+  if (p && p != (void *)r) {
+    p->conn = NULL;
+    p->closed = true;
+  }
+  bool clean = why->end == XF_CONN_END_CLOSED || why->end == XF_CONN_END_PEER_CLOSED;
+  if (!clean) tls_fail(r, "connection", why->msg);
+  r->closed++;
+  tls_maybe_finish(r);
+}
+
+static void tls_on_watchdog(uv_timer_t *t) {
+  tls_run *r = t->data;
+  tls_fail(r, "baseline", "took longer than its time limit");
+  if (!uv_is_closing((uv_handle_t *)&r->watchdog)) uv_close((uv_handle_t *)&r->watchdog, NULL);
+}
+
+static xf_conn_opts tls_opts(void *user) {
+  xf_conn_opts o = {.on_connect = tls_on_connect, .on_frame = tls_on_frame,
+                    .on_drain = tls_on_drain, .on_close = tls_on_close, .user = user};
+  return o;
+}
+
+static bool write_all(int fd, const char *buf, size_t len) {
+  while (len) {
+    ssize_t w = write(fd, buf, len);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    buf += w;
+    len -= (size_t)w;
+  }
+  return true;
+}
+
+/* The baseline's server, in the forked child: returns the exit status. */
+static int tls_server_main(tls_run *r, const bench_paths *p, double timeout_s) {
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  g_tls = r;
+  r->server = true;
+  if (uv_loop_init(&r->loop) != 0) return 1;
+  if (make_tls(p, "coord", &r->tls, &err) != XF_OK) {
+    fprintf(stderr, "baseline server: %s\n", err.msg);
+    return 1;
+  }
+  xf_conn_opts o = tls_opts(r);
+  if (xf_listen(&r->loop, r->tls, "127.0.0.1", 0, &o, &r->listener, &err) != XF_OK) {
+    fprintf(stderr, "baseline server: %s\n", err.msg);
+    return 1;
+  }
+  char line[64];
+  int len = snprintf(line, sizeof(line), "%d\n", xf_listener_port(r->listener));
+  if (!write_all(r->port_fd, line, (size_t)len)) return 1;
+  close(r->port_fd);
+  uv_timer_init(&r->loop, &r->watchdog);
+  r->watchdog.data = r;
+  uv_timer_start(&r->watchdog, tls_on_watchdog, (uint64_t)(timeout_s * 1000), 0);
+  uv_run(&r->loop, UV_RUN_DEFAULT);
+  uv_loop_close(&r->loop);
+  xf_tls_free(r->tls);
+  if (r->failed || r->rep < r->reps) {
+    fprintf(stderr, "baseline server: %s\n", r->failed ? r->why : "ended early");
+    return 1;
+  }
+  /* The times, in text, one line. */
+  char *out = xf_malloc((size_t)r->reps * 32 + 64);
+  if (!out) return 1;
+  size_t at = 0;
+  for (int i = 0; i < r->reps; i++) at += (size_t)sprintf(out + at, "%.9f ", r->times[i]);
+  at += (size_t)sprintf(out + at, "cpu=%.6f\n", r->cpu);
+  bool ok = write_all(r->result_fd, out, at);
+  xf_free(out);
+  return ok ? 0 : 1;
+}
+
+/* Reads one line from fd within timeout_s; false on end of file or timeout. */
+static bool read_line(int fd, char *buf, size_t n, double timeout_s) {
+  size_t at = 0;
+  double until = now_s() + timeout_s;
+  while (at + 1 < n) {
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    int left = (int)((until - now_s()) * 1000);
+    if (left <= 0) return false;
+    int pr = poll(&pfd, 1, left);
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr <= 0) return false;
+    ssize_t got = read(fd, buf + at, n - at - 1);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    at += (size_t)got;
+    buf[at] = '\0';
+    if (memchr(buf, '\n', at)) return true;
+  }
+  return false;
+}
+
+/* Runs `reps` repetitions of the baseline: times[reps] in seconds and *cpu, the CPU seconds of
+ * the server over its repetitions plus those of the clients over the whole
+ * run (their handshakes included); false with why on failure. */
+static bool run_tls_baseline(const bench_opts *o, const bench_paths *p, size_t down_len,
+                             size_t up_len, int reps, double *times, double *cpu, char *why,
+                             size_t why_n) {
+  for (size_t i = 0; i < sizeof(g_payload); i++) g_payload[i] = (uint8_t)(i * 2654435761u >> 13);
+  int port_pipe[2], result_pipe[2];
+  if (pipe(port_pipe) != 0 || pipe(result_pipe) != 0) {
+    snprintf(why, why_n, "pipe: %s", strerror(errno));
+    return false;
+  }
+  tls_run r;
+  memset(&r, 0, sizeof(r));
+  r.n = o->sites;
+  r.reps = reps;
+  r.down_len = down_len;
+  r.up_len = up_len;
+  r.peers = xf_calloc((size_t)r.n, sizeof(*r.peers));
+  r.times = times;
+  if (!r.peers) {
+    snprintf(why, why_n, "out of memory");
+    return false;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    snprintf(why, why_n, "fork: %s", strerror(errno));
+    xf_free(r.peers);
+    return false;
+  }
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    close(port_pipe[0]);
+    close(result_pipe[0]);
+    r.port_fd = port_pipe[1];
+    r.result_fd = result_pipe[1];
+    _exit(tls_server_main(&r, p, o->timeout_s));
+  }
+  g_children[1] = pid;
+  close(port_pipe[1]);
+  close(result_pipe[1]);
+  bool ok = false;
+  char line[8192];
+  xf_tls **tls = xf_calloc((size_t)r.n, sizeof(*tls));
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (!tls || !read_line(port_pipe[0], line, sizeof(line), 30)) {
+    snprintf(why, why_n, "the baseline server did not start");
+    goto out;
+  }
+  int port = atoi(line);
+  g_tls = &r;
+  r.server = false;
+  r.rep = 0;
+  if (uv_loop_init(&r.loop) != 0) {
+    snprintf(why, why_n, "cannot start the loop");
+    goto out;
+  }
+  uv_timer_init(&r.loop, &r.watchdog);
+  r.watchdog.data = &r;
+  uv_timer_start(&r.watchdog, tls_on_watchdog, (uint64_t)(o->timeout_s * 1000), 0);
+  for (int i = 0; i < r.n; i++) {
+    char name[32];
+    site_name(i, name, sizeof(name));
+    xf_conn_opts co = tls_opts(&r.peers[i]);
+    if (make_tls(p, name, &tls[i], &err) != XF_OK ||
+        xf_dial(&r.loop, tls[i], "127.0.0.1", port, &co, &r.peers[i].conn, &err) != XF_OK) {
+      tls_fail(&r, "dial", err.msg);
+      r.closed += r.n - i; /* never made; the dialed ones close and end the loop */
+      tls_maybe_finish(&r);
+      break;
+    }
+  }
+  double cpu0 = self_cpu_s();
+  uv_run(&r.loop, UV_RUN_DEFAULT);
+  uv_loop_close(&r.loop);
+  *cpu = self_cpu_s() - cpu0;
+  if (r.failed) {
+    snprintf(why, why_n, "baseline client: %s", r.why);
+    goto out;
+  }
+  if (!read_line(result_pipe[0], line, sizeof(line), 30)) {
+    snprintf(why, why_n, "the baseline server reported nothing");
+    goto out;
+  }
+  {
+    char *at = line;
+    for (int i = 0; i < r.reps; i++) {
+      char *end;
+      times[i] = strtod(at, &end);
+      if (end == at) break;
+      at = end;
+      if (i == r.reps - 1) ok = true;
+    }
+    char *c = strstr(at, "cpu=");
+    if (ok && c) *cpu += strtod(c + 4, NULL);
+    if (!ok) snprintf(why, why_n, "the baseline server's report is short: %.400s", line);
+  }
+out:
+  close(port_pipe[0]);
+  close(result_pipe[0]);
+  {
+    int status = 0;
+    if (ok) {
+      double until = now_s() + 10;
+      while (waitpid(pid, &status, WNOHANG) == 0 && now_s() < until) sleep_ms(5);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    g_children[1] = 0;
+  }
+  for (int i = 0; tls && i < r.n; i++) xf_tls_free(tls[i]);
+  xf_free(tls);
+  xf_free(r.peers);
+  return ok;
+}
+
+/* ---- main ----------------------------------------------------------------------------------- */
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: xfed-bench-round [--sites N] [--rounds R] [--model fedavg-cnn|lenet5|mlp]\n"
+          "                        [--coord PATH] [--tls-reps K] [--timeout S]\n"
+          "\n"
+          "Runs a federated job of R rounds with N fake sites (no local work) against the\n"
+          "real xfed-coord on loopback, then TLS alone carrying the same bytes, and prints\n"
+          "the median round, the median TLS repetition, their ratio and the coordinator's\n"
+          "peak memory (VmHWM), as a table and one JSON line.\n"
+          "\n"
+          "  --sites N      fake sites (default 8)\n"
+          "  --rounds R     rounds of the job (default 5)\n"
+          "  --model M      fedavg-cnn (default), lenet5, or mlp (200, 200)\n"
+          "  --coord PATH   the xfed-coord binary (default: ../coordinator/xfed-coord from\n"
+          "                 this program's directory, then beside it, then PATH)\n"
+          "  --tls-reps K   repetitions of the TLS baseline (default 7)\n"
+          "  --timeout S    give up after S seconds (default 600)\n");
+}
+
+static void cpu_name(char *buf, size_t n) {
+  snprintf(buf, n, "unknown CPU");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) return;
+  char line[512];
+  while (fgets(line, sizeof(line), f)) {
+    if (strncmp(line, "model name", 10) != 0) continue;
+    char *colon = strchr(line, ':');
+    if (!colon) break;
+    colon += 2;
+    colon[strcspn(colon, "\n")] = '\0';
+    snprintf(buf, n, "%s", colon);
+    break;
+  }
+  fclose(f);
+}
+
+/* BLAKE2b (the stream digest) in GB/s over buf, best of 5 passes. */
+static double digest_gbps(const uint8_t *buf, size_t len) {
+  double best = 0;
+  for (int i = 0; i < 5; i++) {
+    xf_digest d;
+    double t = now_s();
+    xf_digest_buf(buf, len, &d);
+    t = now_s() - t;
+    if (t > 0 && (double)len / t / 1e9 > best) best = (double)len / t / 1e9;
+  }
+  return best;
+}
+
+/* The 1-minute load average: how busy the shared machine was. */
+static double load_1min(void) {
+  double l = -1;
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (f) {
+    if (fscanf(f, "%lf", &l) != 1) l = -1;
+    fclose(f);
+  }
+  return l;
+}
+
+static void print_json_list(const double *v, size_t n) {
+  printf("[");
+  for (size_t i = 0; i < n; i++) printf("%s%.6f", i ? ", " : "", v[i]);
+  printf("]");
+}
+
+/* Waits for the coordinator, which was sent SIGTERM when the job finished
+ * (now, after a failure), to exit: false with b->why unless it exits 0
+ * within 15 s. */
+static bool stop_coordinator(bench *b) {
+  if (b->coord <= 0) return false;
+  if (!b->term_sent) kill(b->coord, SIGTERM);
+  int status = 0;
+  double until = now_s() + 15;
+  pid_t w = 0;
+  while ((w = waitpid(b->coord, &status, WNOHANG)) == 0 && now_s() < until) sleep_ms(5);
+  if (w != b->coord) {
+    if (!b->failed)
+      snprintf(b->why, sizeof(b->why), "the coordinator did not exit within 15 s of SIGTERM");
+    return false;
+  }
+  g_children[0] = 0;
+  b->coord_exit = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (b->coord_exit == 0) return true;
+  if (!b->failed)
+    snprintf(b->why, sizeof(b->why), "the coordinator exited with status %d after SIGTERM",
+             b->coord_exit);
+  return false;
+}
+
+/* Every round had every site, in its first attempt, and every site was asked
+ * for the final evaluation; false with b->why otherwise. */
+static bool check_run(bench *b) {
+  int n = b->o->sites;
+  for (uint32_t r = 1; r <= b->o->rounds; r++) {
+    const round_times *t = &b->rt[r];
+    if (t->offers != n || t->final_acks != n || t->max_attempt != 1) {
+      snprintf(b->why, sizeof(b->why),
+               "round %u: %d offers, %d updates delivered, attempt %u (want %d, %d, 1)",
+               (unsigned)r, t->offers, t->final_acks, (unsigned)t->max_attempt, n, n);
+      return false;
+    }
+  }
+  if (b->evals != n) {
+    snprintf(b->why, sizeof(b->why), "%d of %d sites were asked for the final evaluation",
+             b->evals, n);
+    return false;
+  }
+  return true;
+}
+
+/* What the run measured: the table, then the JSON line. False when out of
+ * memory. */
+static bool print_report(const bench *b, const double *tls_times, double tls_cpu,
+                         double hash_gbps, double t_pki, double load_start) {
+  const bench_opts *o = b->o;
+  uint32_t R = o->rounds;
+  size_t reps = (size_t)o->tls_reps;
+  size_t up_len = b->n_params * 4;
+  double *round_s = xf_calloc(R, sizeof(double)), *down_s = xf_calloc(R, sizeof(double));
+  double *cycle_s = xf_calloc(R, sizeof(double));
+  double *sorted = xf_calloc(R + reps, sizeof(double));
+  if (!round_s || !down_s || !cycle_s || !sorted) {
+    xf_free(round_s);
+    xf_free(down_s);
+    xf_free(cycle_s);
+    xf_free(sorted);
+    return false;
+  }
+  for (uint32_t r = 1; r <= R; r++) {
+    round_s[r - 1] = b->rt[r].last_final_ack - b->rt[r].first_offer;
+    down_s[r - 1] = b->rt[r].last_model - b->rt[r].first_offer;
+    if (r < R) cycle_s[r - 1] = b->rt[r + 1].first_offer - b->rt[r].first_offer;
+  }
+  memcpy(sorted, round_s, R * sizeof(double));
+  double round_med = median(sorted, R), round_min = sorted[0], round_max = sorted[R - 1];
+  memcpy(sorted, down_s, R * sizeof(double));
+  double down_med = median(sorted, R);
+  double cycle_med = NAN;
+  if (R > 1) {
+    memcpy(sorted, cycle_s, (R - 1) * sizeof(double));
+    cycle_med = median(sorted, R - 1);
+  }
+  memcpy(sorted, tls_times, reps * sizeof(double));
+  double tls_med = median(sorted, reps), tls_min = sorted[0], tls_max = sorted[reps - 1];
+  double ratio = round_med / tls_med;
+  double job_s = b->t_done - b->t_first_offer;
+  double coord_cpu = b->coord_cpu_done >= 0 && b->coord_cpu_first_offer >= 0
+                         ? b->coord_cpu_done - b->coord_cpu_first_offer
+                         : NAN;
+  double sites_cpu = b->self_cpu_done - b->self_cpu_first_offer;
+  double load_end = load_1min();
+  char cpu[256];
+  cpu_name(cpu, sizeof(cpu));
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+
+  printf("round overhead: %s, %d sites, %u rounds, %zu parameters: model file %zu B down, "
+         "update %zu B up per site\n",
+         o->model, o->sites, (unsigned)R, b->n_params, b->model_len, up_len);
+  printf("| round | TaskOffer to last model received | TaskOffer to last update acked (round) "
+         "| TaskOffer to next TaskOffer |\n|---|---|---|---|\n");
+  for (uint32_t r = 1; r <= R; r++) {
+    printf("| %u | %.3f s | %.3f s | ", (unsigned)r, down_s[r - 1], round_s[r - 1]);
+    if (r < R) printf("%.3f s |\n", cycle_s[r - 1]);
+    else printf("- |\n");
+  }
+  printf("TLS alone, same bytes and connections: median %.3f s (%.3f-%.3f) over %zu repetitions; "
+         "%.3f CPU s per repetition (server and clients)\n",
+         tls_med, tls_min, tls_max, reps, tls_cpu / (double)reps);
+  printf("median round %.3f s (%.3f-%.3f); ratio to TLS alone %.2f (target <= 1.5)\n", round_med,
+         round_min, round_max, ratio);
+  printf("coordinator: VmHWM %.1f MiB, VmRSS %.1f MiB at the end; %.2f CPU s over %.2f s of job "
+         "(%.0f%% of one core); exit %d\n",
+         (double)b->vmhwm_kib / 1024, (double)b->vmrss_kib / 1024, coord_cpu, job_s,
+         100 * coord_cpu / job_s, b->coord_exit);
+  printf("fake sites (this process): %.2f CPU s over the same %.2f s (%.0f%% of one core); "
+         "per round: coordinator %.3f, sites %.3f CPU s\n",
+         sites_cpu, job_s, 100 * sites_cpu / job_s, coord_cpu / R, sites_cpu / R);
+  printf("BLAKE2b on this machine: %.2f GB/s; PKI for %d sites: %.1f s; %s, %ld CPUs; "
+         "load average %.2f at the start, %.2f at the end\n",
+         hash_gbps, o->sites, t_pki, cpu, ncpu, load_start, load_end);
+
+  printf("{\"bench\": \"round\", \"model\": \"%s\", \"sites\": %d, \"rounds\": %u, "
+         "\"params\": %zu, \"model_bytes\": %zu, \"update_bytes\": %zu, \"round_s\": ",
+         o->model, o->sites, (unsigned)R, b->n_params, b->model_len, up_len);
+  print_json_list(round_s, R);
+  printf(", \"round_median_s\": %.6f, \"download_median_s\": %.6f, ", round_med, down_med);
+  if (R > 1) printf("\"cycle_median_s\": %.6f, ", cycle_med);
+  printf("\"tls_s\": ");
+  print_json_list(tls_times, reps);
+  printf(", \"tls_median_s\": %.6f, \"tls_cpu_per_rep_s\": %.4f, \"ratio\": %.4f, ", tls_med,
+         tls_cpu / (double)reps, ratio);
+  printf("\"coord_vmhwm_kib\": %ld, \"coord_vmrss_kib\": %ld, \"coord_cpu_s\": %.3f, "
+         "\"sites_cpu_s\": %.3f, \"job_s\": %.3f, \"coord_exit\": %d, ",
+         b->vmhwm_kib, b->vmrss_kib, coord_cpu, sites_cpu, job_s, b->coord_exit);
+  printf("\"blake2b_gbps\": %.3f, \"cpu\": \"%s\", \"ncpu\": %ld, \"load_start\": %.2f, "
+         "\"load_end\": %.2f}\n",
+         hash_gbps, cpu, ncpu, load_start, load_end);
+  fflush(stdout);
+  xf_free(round_s);
+  xf_free(down_s);
+  xf_free(cycle_s);
+  xf_free(sorted);
+  return true;
+}
+
+static bool parse_int(const char *s, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+int main(int argc, char **argv) {
+  bench_opts o = {.sites = 8, .rounds = 5, .model = "fedavg-cnn", .tls_reps = 7,
+                  .timeout_s = 600};
+  static const struct option longopts[] = {
+      {"sites", required_argument, 0, 's'},    {"rounds", required_argument, 0, 'r'},
+      {"model", required_argument, 0, 'm'},    {"coord", required_argument, 0, 'c'},
+      {"tls-reps", required_argument, 0, 'k'}, {"timeout", required_argument, 0, 't'},
+      {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+  int ch;
+  long v;
+  while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    bool ok = true;
+    switch (ch) {
+    case 's': ok = parse_int(optarg, 1, SITES_MAX, &v), o.sites = (int)v; break;
+    case 'r': ok = parse_int(optarg, 1, 1000, &v), o.rounds = (uint32_t)v; break;
+    case 'k': ok = parse_int(optarg, 1, 100, &v), o.tls_reps = (int)v; break;
+    case 't': ok = parse_int(optarg, 1, 86400, &v), o.timeout_s = (double)v; break;
+    case 'm':
+      o.model = optarg;
+      ok = strcmp(optarg, "fedavg-cnn") == 0 || strcmp(optarg, "lenet5") == 0 ||
+           strcmp(optarg, "mlp") == 0;
+      break;
+    case 'c': snprintf(o.coord, sizeof(o.coord), "%s", optarg); break;
+    case 'h': usage(stdout); return 0;
+    default: usage(stderr); return 2;
+    }
+    if (!ok) {
+      fprintf(stderr, "xfed-bench-round: bad value '%s' for %s\n", optarg, argv[optind - 1]);
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    usage(stderr);
+    return 2;
+  }
+  if (!getenv("XF_LOG_LEVEL")) xf_log_set_level(XF_LOG_WARN);
+  if (!find_coord(o.coord, sizeof(o.coord))) {
+    fprintf(stderr, "xfed-bench-round: no xfed-coord found (tried --coord, "
+                    "../coordinator/xfed-coord and ./xfed-coord beside this program, and "
+                    "PATH); build it or pass --coord PATH\n");
+    return 1;
+  }
+  if (xf_crypto_init() != XF_OK) {
+    fprintf(stderr, "xfed-bench-round: libsodium does not start\n");
+    return 1;
+  }
+
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = on_fatal_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
+  atexit(cleanup);
+
+  const char *tmpdir = getenv("TMPDIR");
+  char tmpl[TMP_MAX_LEN];
+  int tl = snprintf(tmpl, sizeof(tmpl), "%s/xf-round-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
+  if (tl < 0 || (size_t)tl >= sizeof(tmpl)) {
+    fprintf(stderr, "xfed-bench-round: TMPDIR is too long\n");
+    return 1;
+  }
+  if (!mkdtemp(tmpl)) {
+    fprintf(stderr, "xfed-bench-round: cannot make a directory in %s: %s\n",
+            tmpdir && *tmpdir ? tmpdir : "/tmp", strerror(errno));
+    return 1;
+  }
+  memcpy(g_tmp, tmpl, sizeof(g_tmp));
+  bench_paths p;
+  snprintf(p.fed, sizeof(p.fed), "%s/fed", g_tmp);
+  snprintf(p.ca, sizeof(p.ca), "%s/fed/ca.crt", g_tmp);
+  snprintf(p.crl, sizeof(p.crl), "%s/fed/crl.pem", g_tmp);
+  snprintf(p.state, sizeof(p.state), "%s/state", g_tmp);
+  snprintf(p.port, sizeof(p.port), "%s/port", g_tmp);
+  snprintf(p.log, sizeof(p.log), "%s/coord.log", g_tmp);
+
+  int rc = 1;
+  bench b;
+  memset(&b, 0, sizeof(b));
+  double *tls_times = NULL;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  double load_start = load_1min();
+  double t_pki = now_s();
+  if (make_federation(&p, o.sites, &err) != XF_OK) {
+    fprintf(stderr, "xfed-bench-round: PKI: %s\n", err.msg);
+    goto out;
+  }
+  t_pki = now_s() - t_pki;
+
+  b.o = &o;
+  b.p = &p;
+  b.coord_exit = -1;
+  b.sites = xf_calloc((size_t)o.sites, sizeof(*b.sites));
+  b.rt = xf_calloc(o.rounds + 2, sizeof(*b.rt));
+  size_t n_params = 0;
+  if (!b.sites || !b.rt || job_model_size(&o, &n_params, &b.model_len, &err) != XF_OK ||
+      !make_delta(&b, n_params)) {
+    fprintf(stderr, "xfed-bench-round: the model: %s\n", err.msg[0] ? err.msg : "out of memory");
+    goto out;
+  }
+
+  /* The baseline: the same bytes over TLS alone with the same number of
+   * connections, half of its repetitions before the job and half after, so
+   * that a change in the shared machine's load shows in both. */
+  size_t up_len = b.n_params * 4;
+  int tls_before = o.tls_reps / 2, tls_after = o.tls_reps - tls_before;
+  tls_times = xf_calloc((size_t)o.tls_reps, sizeof(double));
+  char why[600] = "";
+  double tls_cpu = 0, tls_cpu_after = 0;
+  if (!tls_times || (tls_before > 0 && !run_tls_baseline(&o, &p, b.model_len, up_len, tls_before,
+                                                        tls_times, &tls_cpu, why, sizeof(why)))) {
+    fprintf(stderr, "xfed-bench-round: TLS baseline: %s\n", why[0] ? why : "out of memory");
+    goto out;
+  }
+
+  pid_t coord = spawn_coord(&o, &p);
+  if (coord < 0) {
+    fprintf(stderr, "xfed-bench-round: fork: %s\n", strerror(errno));
+    goto out;
+  }
+  g_children[0] = coord;
+  b.coord = coord;
+  b.port = wait_port(coord, p.port, 30);
+  if (!b.port) {
+    print_log_tail(p.log);
+    goto out;
+  }
+  g_bench = &b;
+  bool ok = run_rounds(&b);
+  ok = stop_coordinator(&b) && ok;
+  ok = ok && check_run(&b);
+  if (!ok) {
+    fprintf(stderr, "xfed-bench-round: %s\n", b.why);
+    print_log_tail(p.log);
+    goto out;
+  }
+
+  /* The second half of the baseline. */
+  if (!run_tls_baseline(&o, &p, b.model_len, up_len, tls_after, tls_times + tls_before,
+                        &tls_cpu_after, why, sizeof(why))) {
+    fprintf(stderr, "xfed-bench-round: TLS baseline: %s\n", why);
+    goto out;
+  }
+  tls_cpu += tls_cpu_after;
+  double hash_gbps = digest_gbps(b.delta, up_len);
+
+  if (!print_report(&b, tls_times, tls_cpu, hash_gbps, t_pki, load_start)) {
+    fprintf(stderr, "xfed-bench-round: out of memory\n");
+    goto out;
+  }
+  rc = 0;
+
+out:
+  cleanup();
+  xf_free(tls_times);
+  xf_free(b.sites);
+  xf_free(b.rt);
+  xf_free(b.delta);
+  return rc;
+}
