@@ -3,6 +3,7 @@
  * the sites it knows, outgoing tensor streams, signals and the tick that
  * drives rounds (coordinator/daemon.h, docs/coordinator.md). */
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +60,8 @@ xf_err xf__send(xf__peer *p, const Xfed__Envelope *env) {
   return rc;
 }
 
+static void set_stalled(xf__peer *p, bool stalled);
+
 void xf__model_file_unref(xf__model_file *mf) {
   if (!mf || --mf->refs > 0) return;
   xf_free(mf->bytes);
@@ -66,6 +69,7 @@ void xf__model_file_unref(xf__model_file *mf) {
 }
 
 void xf__stream_stop(xf__peer *p) {
+  set_stalled(p, false);
   xf_tensor_sender_free(p->tx);
   p->tx = NULL;
   xf__model_file_unref(p->tx_model);
@@ -82,7 +86,8 @@ xf_err xf__stream_start(xf__peer *p, const xf_tensor_desc *desc, xf__model_file 
   xf__stream_stop(p);
   xf_errctx err = {0};
   const void *data = mf ? (const void *)mf->bytes : (const void *)own;
-  xf_err rc = xf_tensor_sender_new(desc, data, len, 0, &p->tx, &err);
+  xf_err rc = xf_tensor_sender_new_hashed(desc, data, len, 0, mf ? &mf->digest : NULL, &p->tx,
+                                          &err);
   if (rc != XF_OK) {
     xf_free(own);
     XF_ERROR("stream_failed", "reason=\"%s\"", err.msg);
@@ -98,11 +103,33 @@ xf_err xf__stream_start(xf__peer *p, const xf_tensor_desc *desc, xf__model_file 
   return XF_OK;
 }
 
-/* Sends the stream's messages until the connection is busy, the stream
- * waits for a TensorAck, or it has ended. */
+/* Ciphertext queued on every connection of the process. */
+static size_t queued_total(const xf__coord *co) {
+  size_t n = 0;
+  for (const xf__peer *q = co->peers; q; q = q->next)
+    if (q->conn) n += xf_conn_write_queued(q->conn);
+  return n;
+}
+
+static void set_stalled(xf__peer *p, bool stalled) {
+  if (p->tx_stalled == stalled) return;
+  p->tx_stalled = stalled;
+  if (stalled)
+    p->co->stalled++;
+  else
+    p->co->stalled--;
+}
+
+/* Sends the stream's messages until the connection is busy, the process's
+ * send budget is spent, the stream waits for a TensorAck, or it has ended. */
 void xf__stream_pump(xf__peer *p) {
+  set_stalled(p, false);
   while (p->tx && p->conn && xf_conn_is_open(p->conn)) {
     if (!p->tx_pending) {
+      if (queued_total(p->co) >= XF_COORD_SEND_BUDGET) {
+        set_stalled(p, true); /* the check handle pumps again when writes complete */
+        return;
+      }
       if (xf_tensor_sender_next(p->tx, &p->tx_msg) != XF_OK) return; /* all sent */
       p->tx_pending = true;
       if (p->tx_msg.env.body_case == XFED__ENVELOPE__BODY_TENSOR_BEGIN) {
@@ -124,6 +151,18 @@ void xf__stream_pump(xf__peer *p) {
       p->tx_bytes += p->tx_msg.body.chunk.data.len;
     if (p->tx_msg.env.body_case == XFED__ENVELOPE__BODY_TENSOR_BEGIN && p->tx_await_ack)
       return; /* the peer's TensorAck says where to go on */
+  }
+}
+
+/* Runs after each turn of the loop (completed writes are such turns):
+ * resumes stalled streams, oldest peer first, while the budget allows. */
+static void on_pump_check(uv_check_t *h) {
+  xf__coord *co = h->data;
+  if (!co->stalled) return;
+  for (xf__peer *p = co->peers; p && co->stalled; p = p->next) {
+    if (!p->tx_stalled) continue;
+    if (queued_total(co) >= XF_COORD_SEND_BUDGET) return;
+    xf__stream_pump(p);
   }
 }
 
@@ -440,6 +479,8 @@ static void stop(xf__coord *co, const char *why) {
     if (p->conn) xf_conn_close(p->conn);
   uv_timer_stop(&co->tick);
   uv_close((uv_handle_t *)&co->tick, NULL);
+  uv_check_stop(&co->pump);
+  uv_close((uv_handle_t *)&co->pump, NULL);
   uv_close((uv_handle_t *)&co->sig_term, NULL);
   uv_close((uv_handle_t *)&co->sig_int, NULL);
   uv_close((uv_handle_t *)&co->sig_hup, NULL);
@@ -520,6 +561,13 @@ xf_err xf_coord_run(const xf_coord_config *cfg, xf_errctx *err) {
   if (!co) return xf_fail(err, XF_ENOMEM, "out of memory");
   co->cfg = *cfg;
   g_co = co;
+  /* Frames and chunks are buffers of up to a few MiB that live for one
+   * loop turn. glibc raises its mmap threshold after the first such buffer
+   * is freed and then serves them from the heap, where they fragment it in
+   * proportion to the connections that ever sent one; a fixed threshold
+   * keeps them mmapped and returned at once, so peak memory follows what
+   * is in flight, not the number of sites. */
+  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
   if (!co->cfg.max_staged) co->cfg.max_staged = 4;
   if (!(co->cfg.resume_grace_s > 0)) co->cfg.resume_grace_s = 30;
   if (!(co->cfg.eval_timeout_s > 0)) co->cfg.eval_timeout_s = 120;
@@ -541,6 +589,9 @@ xf_err xf_coord_run(const xf_coord_config *cfg, xf_errctx *err) {
   if ((rc = write_port_file(co, err)) != XF_OK) goto out;
   uv_timer_init(&co->loop, &co->tick);
   co->tick.data = co;
+  uv_check_init(&co->loop, &co->pump);
+  co->pump.data = co;
+  uv_check_start(&co->pump, on_pump_check);
   uv_timer_start(&co->tick, on_tick, TICK_MS, TICK_MS);
   uv_signal_t *sigs[] = {&co->sig_term, &co->sig_int, &co->sig_hup};
   int nums[] = {SIGTERM, SIGINT, SIGHUP};

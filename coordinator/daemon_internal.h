@@ -36,8 +36,15 @@
 typedef struct xf__model_file {
   uint8_t *bytes;
   size_t len;
+  xf_digest digest; /* BLAKE2b-256 of bytes: the stream digest and the blob name */
   int refs;
 } xf__model_file;
+
+/* Ciphertext queued on all connections together above which outgoing
+ * streams wait (docs/coordinator.md, "Memory"): with a model going to many
+ * sites at once, each connection's own high-water mark would otherwise let
+ * memory grow with the number of sites. */
+#define XF_COORD_SEND_BUDGET (8u * 1024u * 1024u)
 
 typedef enum xf__peer_kind {
   XF__PEER_UNKNOWN = 0, /* before the session's first application frame */
@@ -67,6 +74,7 @@ typedef struct xf__peer {
   xf_tensor_msg tx_msg;
   bool tx_pending;     /* tx_msg is filled and not sent yet */
   bool tx_await_ack;   /* sent TensorBegin of an upload: wait for TensorAck */
+  bool tx_stalled;     /* waiting for the process-wide send budget */
   uint64_t tx_bytes;   /* payload bytes sent on the stream */
   uint64_t tx_weight;  /* put into the stream's TensorBegin: set them before
                           every xf__stream_start */
@@ -176,6 +184,8 @@ typedef struct xf__coord {
   xf__site *sites;
   xf__job *active;
   uv_timer_t tick;
+  uv_check_t pump; /* after each loop turn: resume streams stalled on the budget */
+  size_t stalled;  /* peers with tx_stalled set */
   uv_signal_t sig_term, sig_int, sig_hup;
   bool stopping;
   xf__upstream up;

@@ -35,6 +35,7 @@ xf_err xf__model_file_make(const xf_model *m, const float *params, xf__model_fil
     xf_free(mf);
     return rc;
   }
+  xf_digest_buf(mf->bytes, mf->len, &mf->digest);
   mf->refs = 1;
   *out = mf;
   return XF_OK;

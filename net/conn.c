@@ -210,6 +210,9 @@ static void on_write(uv_write_t *req, int status) {
   }
 }
 
+/* Bytes of ciphertext in one flush above which the write BIO is replaced. */
+#define XF__WBIO_SHRINK (256u * 1024u)
+
 /* Moves whatever ciphertext OpenSSL produced onto the socket. */
 static void conn_flush(xf_conn *c) {
   if (!c->tcp_connected || uv_is_closing((uv_handle_t *)&c->tcp)) return;
@@ -226,6 +229,16 @@ static void conn_flush(xf_conn *c) {
     xf_free(w);
     conn_end(c, XF_CONN_END_IO, XF_EINTERNAL, XF_PKI_OK, "the TLS write buffer lost bytes");
     return;
+  }
+  /* A memory BIO keeps the capacity of its largest write. After a tensor
+   * chunk that is a megabyte per connection for as long as it lives, so a
+   * coordinator with many sites would hold one per site: start afresh. */
+  if (n >= XF__WBIO_SHRINK) {
+    BIO *fresh = BIO_new(BIO_s_mem());
+    if (fresh) {
+      SSL_set0_wbio(c->ssl, fresh); /* frees the old one */
+      c->wbio = fresh;
+    }
   }
   w->conn = c;
   w->len = n;

@@ -33,6 +33,12 @@ struct xf_tensor_sender {
 
 xf_err xf_tensor_sender_new(const xf_tensor_desc *desc, const void *data, size_t len,
                             size_t chunk_bytes, xf_tensor_sender **out, xf_errctx *ctx) {
+  return xf_tensor_sender_new_hashed(desc, data, len, chunk_bytes, NULL, out, ctx);
+}
+
+xf_err xf_tensor_sender_new_hashed(const xf_tensor_desc *desc, const void *data, size_t len,
+                                   size_t chunk_bytes, const xf_digest *digest,
+                                   xf_tensor_sender **out, xf_errctx *ctx) {
   *out = NULL;
   if (chunk_bytes == 0) chunk_bytes = XF_TENSOR_CHUNK_MAX;
   XF_ENSURE(desc->stream_id != 0, ctx, XF_EINVAL, "a tensor stream needs a nonzero id");
@@ -53,7 +59,10 @@ xf_err xf_tensor_sender_new(const xf_tensor_desc *desc, const void *data, size_t
   s->data = data;
   s->total = len;
   s->chunk = chunk_bytes;
-  xf_digest_buf(data, len, &s->digest);
+  if (digest)
+    s->digest = *digest;
+  else
+    xf_digest_buf(data, len, &s->digest);
   s->phase = XF__SEND_BEGIN;
   *out = s;
   return XF_OK;

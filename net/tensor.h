@@ -58,6 +58,13 @@ xf_err xf_tensor_sender_new(const xf_tensor_desc *desc, const void *data, size_t
                             size_t chunk_bytes, xf_tensor_sender **out,
                             xf_errctx *ctx) XF_WARN_UNUSED;
 
+/* The same for bytes whose BLAKE2b-256 the caller already holds (a model
+ * sent to many sites is hashed once, not once per site). digest must be
+ * that of data[0..len): a wrong one makes every receiver refuse the stream
+ * at its end with XF_EINTEGRITY. */
+xf_err xf_tensor_sender_new_hashed(const xf_tensor_desc *desc, const void *data, size_t len,
+                                   size_t chunk_bytes, const xf_digest *digest,
+                                   xf_tensor_sender **out, xf_errctx *ctx) XF_WARN_UNUSED;
 void xf_tensor_sender_free(xf_tensor_sender *s);
 
 /* Fills *msg with the stream's next message: TensorBegin, then one
