@@ -148,6 +148,13 @@ quorum)
   make_sites q
   cli job submit "$work/job12.json" >/dev/null
   wait_round 1 2 300
+  # Kill s3 mid-round: while it trains for a round it holds.
+  for ((i = 0; i < 3000; i++)); do
+    last=$(grep -E 'event=task_(training|trained|evaluated)' "$work/q/logs/s3.log" | tail -n 1)
+    [[ $last == *event=task_training*evaluate_only=false* ]] && break
+    sleep 0.01
+  done
+  [[ $last == *event=task_training* ]] || fail "s3 was never caught training"
   kill -KILL "${site_pid[s3]}"
   # The round closes with s1 and s2 once s3's reconnect grace is over.
   for ((i = 0; i < 600; i++)); do
