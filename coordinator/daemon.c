@@ -3,7 +3,6 @@
  * the sites it knows, outgoing tensor streams, signals and the tick that
  * drives rounds (coordinator/daemon.h, docs/coordinator.md). */
 #include <errno.h>
-#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -561,13 +560,6 @@ xf_err xf_coord_run(const xf_coord_config *cfg, xf_errctx *err) {
   if (!co) return xf_fail(err, XF_ENOMEM, "out of memory");
   co->cfg = *cfg;
   g_co = co;
-  /* Frames and chunks are buffers of up to a few MiB that live for one
-   * loop turn. glibc raises its mmap threshold after the first such buffer
-   * is freed and then serves them from the heap, where they fragment it in
-   * proportion to the connections that ever sent one; a fixed threshold
-   * keeps them mmapped and returned at once, so peak memory follows what
-   * is in flight, not the number of sites. */
-  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
   if (!co->cfg.max_staged) co->cfg.max_staged = 4;
   if (!(co->cfg.resume_grace_s > 0)) co->cfg.resume_grace_s = 30;
   if (!(co->cfg.eval_timeout_s > 0)) co->cfg.eval_timeout_s = 120;

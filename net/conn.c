@@ -210,8 +210,13 @@ static void on_write(uv_write_t *req, int status) {
   }
 }
 
-/* Bytes of ciphertext in one flush above which the write BIO is replaced. */
-#define XF__WBIO_SHRINK (256u * 1024u)
+/* A frame goes through TLS in slices of this many bytes, each flushed to
+ * the socket before the next: OpenSSL's write memory BIO keeps the capacity
+ * of the largest write it ever held, and grows to it by repeated copies, so
+ * a megabyte chunk written whole would cost every connection that ever sent
+ * one a megabyte for its lifetime and several megabytes of copying per
+ * chunk. Four TLS records' worth keeps both small. */
+#define XF__WRITE_SLICE (64u * 1024u)
 
 /* Moves whatever ciphertext OpenSSL produced onto the socket. */
 static void conn_flush(xf_conn *c) {
@@ -229,16 +234,6 @@ static void conn_flush(xf_conn *c) {
     xf_free(w);
     conn_end(c, XF_CONN_END_IO, XF_EINTERNAL, XF_PKI_OK, "the TLS write buffer lost bytes");
     return;
-  }
-  /* A memory BIO keeps the capacity of its largest write. After a tensor
-   * chunk that is a megabyte per connection for as long as it lives, so a
-   * coordinator with many sites would hold one per site: start afresh. */
-  if (n >= XF__WBIO_SHRINK) {
-    BIO *fresh = BIO_new(BIO_s_mem());
-    if (fresh) {
-      SSL_set0_wbio(c->ssl, fresh); /* frees the old one */
-      c->wbio = fresh;
-    }
   }
   w->conn = c;
   w->len = n;
@@ -277,15 +272,21 @@ static xf_err conn_write_env(xf_conn *c, const Xfed__Envelope *env, bool force, 
                    xf_frame_size(env) - XF_FRAME_HEADER, c->peer_max_frame);
   }
   if (rc != XF_OK) return rc;
-  ERR_clear_error();
-  int w = SSL_write(c->ssl, frame, (int)len);
-  xf_free(frame);
-  if (w != (int)len) {
-    conn_tls_failed(c, "TLS write failed");
-    return xf_fail(err, XF_EIO, "%s", c->why.msg);
+  for (size_t off = 0; off < len;) {
+    size_t n = len - off < XF__WRITE_SLICE ? len - off : XF__WRITE_SLICE;
+    ERR_clear_error();
+    int w = SSL_write(c->ssl, frame + off, (int)n);
+    if (w != (int)n) {
+      xf_free(frame);
+      conn_tls_failed(c, "TLS write failed");
+      return xf_fail(err, XF_EIO, "%s", c->why.msg);
+    }
+    off += n;
+    conn_flush(c);
+    if (c->state != CONN_OPEN) break; /* the flush failed and ended c */
   }
+  xf_free(frame);
   uv_timer_start(&c->heartbeat, on_heartbeat, c->opts.heartbeat_ms, 0);
-  conn_flush(c);
   if (c->state != CONN_OPEN) return xf_fail(err, XF_EIO, "%s", c->why.msg);
   return XF_OK;
 }
