@@ -563,7 +563,7 @@ static void site_drop_task(site *s) {
 }
 
 /* The site's report: test figures of the model it received and, after a
- * training task, a train loss; the numbers are placeholders. */
+ * training task, a train loss; the figures are fixed, since a bench site trains nothing. */
 static void fill_metrics(site *s, bool train, Xfed__Metrics *out, Xfed__Envelope *env) {
   bench *b = s->b;
   Xfed__Metrics m = XFED__METRICS__INIT;

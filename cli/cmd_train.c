@@ -10,6 +10,7 @@
 
 #include "base/alloc.h"
 #include "cli/cli.h"
+#include "coordinator/jobmodel.h"
 #include "coordinator/jobspec.h"
 #include "kernels/backend.h"
 #include "kernels/checkpoint.h"
@@ -84,31 +85,6 @@ static int parse_args(xf_cli *cli, int argc, char **argv, train_args *a) {
   return XF_EXIT_OK;
 }
 
-/* The kernels' model spec for a job's model on data of this shape. */
-static xf_err model_spec_for(const xf_jobspec *job, const xf_dataset *train,
-                             const xf_dataset *test, xf_model_spec *out, xf_errctx *err) {
-  memset(out, 0, sizeof(*out));
-  out->in_h = (int)train->h;
-  out->in_w = (int)train->w;
-  out->in_c = (int)train->c;
-  out->classes = (int)(train->classes > test->classes ? train->classes : test->classes);
-  if (out->classes < 2) out->classes = 2;
-  switch (job->model.arch) {
-  case XF_JOB_ARCH_LOGREG: out->arch = XF_ARCH_LOGREG; break;
-  case XF_JOB_ARCH_MLP:
-    out->arch = XF_ARCH_MLP;
-    out->n_hidden = (int)job->model.n_hidden;
-    for (uint32_t i = 0; i < job->model.n_hidden; i++) out->hidden[i] = (int)job->model.hidden[i];
-    break;
-  case XF_JOB_ARCH_CNN:
-    out->arch = XF_ARCH_CNN;
-    out->preset = job->model.preset == XF_JOB_PRESET_FEDAVG_CNN ? XF_CNN_FEDAVG : XF_CNN_LENET5;
-    break;
-  default: return xf_fail(err, XF_EINVAL, "model.arch: unknown architecture");
-  }
-  return XF_OK;
-}
-
 static double now_seconds(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -141,7 +117,9 @@ int xf_cmd_train(xf_cli *cli, int argc, char **argv) {
 
   xf_model_spec ms;
   xf_errctx_clear(&cli->err);
-  if ((rc = model_spec_for(&job, &train, &test, &ms, &cli->err)) != XF_OK ||
+  if ((rc = xf_jobspec_model_spec(&job, train.h, train.w, train.c,
+                                   train.classes > test.classes ? train.classes : test.classes,
+                                   &ms, &cli->err)) != XF_OK ||
       (rc = xf_model_create(&ms, &model, &cli->err)) != XF_OK) {
     xf_errctx_file(&cli->err, a.spec);
     goto fail;
