@@ -190,6 +190,14 @@ static int cmd_init(xf_cli *cli, int argc, char **argv) {
                                     "this directory already holds a site; edit site.json, or "
                                     "init another directory"));
   }
+  /* Missing parents are made too (0700), as `mkdir -p` would. */
+  for (char *slash = strchr(p.dir + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+    *slash = '\0';
+    int made = mkdir(p.dir, 0700);
+    int e = errno;
+    *slash = '/';
+    if (made != 0 && e != EEXIST) break; /* the final mkdir below reports it */
+  }
   if (mkdir(p.dir, 0700) != 0 && errno != EEXIST) {
     int e = errno;
     xf_errctx_clear(&cli->err);
@@ -611,9 +619,10 @@ static const xf_cmd commands[] = {
      "                      [--cert FILE] [--key FILE] [--ca FILE] [--crl FILE]\n"
      "                      [--data-root DIR] [--threads N] [--backend B] [--json]\n"
      "\n"
-     "Creates DIR (mode 0700) if missing, the site database DIR/site.db and the\n"
-     "configuration DIR/site.json (mode 0600). A DIR that already holds site.json\n"
-     "is refused. Relative paths in site.json are relative to DIR.\n"
+     "Creates DIR (mode 0700, and any missing parents), the site database\n"
+     "DIR/site.db and the configuration DIR/site.json (mode 0600). A DIR that\n"
+     "already holds site.json is refused. Relative paths in site.json are\n"
+     "relative to DIR.\n"
      "\n"
      "options:\n"
      "  --dir DIR              the site directory\n"

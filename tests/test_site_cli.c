@@ -246,7 +246,16 @@ static void init_writes_a_private_site_json_and_the_database(void **state) {
   assert_int_equal(stat(s->site, &sb), 0);
   assert_int_equal(sb.st_mode & 0777, 0700);
 
-  run *r = site_run(s, "config", "show", "--dir", s->site, "--json", NULL);
+  /* Missing parent directories are made, private, as with mkdir -p. */
+  const char *nested = path_in(s, "sites/eu/eu-paris");
+  run *r = site_run(s, "init", "--dir", nested, "--name", "eu-paris", "--region", "eu",
+                    "--coordinator", "agg-eu.example.org:7443", NULL);
+  expect_status(r, 0);
+  assert_int_equal(stat(path_in(s, "sites/eu/eu-paris/site.json"), &sb), 0);
+  assert_int_equal(stat(path_in(s, "sites/eu"), &sb), 0);
+  assert_int_equal(sb.st_mode & 0777, 0700);
+
+  r = site_run(s, "config", "show", "--dir", s->site, "--json", NULL);
   expect_status(r, 0);
   json_t *c = stdout_json(s, r);
   assert_string_equal(member_string(c, "site"), "eu-berlin");
