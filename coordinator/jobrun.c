@@ -324,7 +324,12 @@ static void run_actions(xf__coord *co, xf__job *job) {
   if (!acts) return;
   memcpy(acts, a, n * sizeof(*acts));
   xf_errctx err = {0};
+  /* A nested call (a failed send drops a site, which can close the round
+   * and open the next) starts a new list; what is left of this one belongs
+   * to an attempt that is over. */
+  uint32_t round = xf_round_number(job->round), attempt = xf_round_attempt(job->round);
   for (size_t i = 0; i < n && job->phase != XF__PHASE_OVER; i++) {
+    if (xf_round_number(job->round) != round || xf_round_attempt(job->round) != attempt) break;
     xf_round_action *act = &acts[i];
     xf__site *s = act->site ? xf__site_find(co, act->site) : NULL;
     switch (act->kind) {
