@@ -91,6 +91,8 @@ bool xf_cli_interactive(void);
 
 /* Command entry points, one file each. */
 int xf_cmd_data_split(xf_cli *cli, int argc, char **argv);
+int xf_cmd_dp_epsilon(xf_cli *cli, int argc, char **argv);
+int xf_cmd_dp_calibrate(xf_cli *cli, int argc, char **argv);
 int xf_cmd_job_submit(xf_cli *cli, int argc, char **argv);
 int xf_cmd_job_status(xf_cli *cli, int argc, char **argv);
 int xf_cmd_job_list(xf_cli *cli, int argc, char **argv);

@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Noise samplers for differential privacy: an exact discrete Gaussian
+ * (Canonne, Kamath, Steinke 2020) and the Gaussian on a fine grid built from
+ * it, over a ChaCha20 generator that is either seeded (reproducible tests) or
+ * drawn from the system CSPRNG. See docs/privacy-noise.md. */
+#ifndef XF_CRYPTO_NOISE_H
+#define XF_CRYPTO_NOISE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/result.h"
+
+#define XF_NOISE_SEED_BYTES 32
+
+/* Largest numerator or denominator accepted by the rational samplers
+ * (2^31 - 1). Why this bound: every intermediate value of the discrete
+ * Gaussian's rejection step then fits in 128 bits (see noise.c). */
+#define XF_NOISE_RATIONAL_MAX 2147483647u
+
+/* Bounds of the Gaussian on a grid: sigma in [XF_NOISE_SIGMA_MIN,
+ * XF_NOISE_SIGMA_MAX], and every input value at most 2^XF_NOISE_GRID_RANGE_LOG2
+ * grid steps from zero (2^40 steps: inputs up to about 2^26 sigma). */
+#define XF_NOISE_SIGMA_MIN 0x1p-60
+#define XF_NOISE_SIGMA_MAX 0x1p60
+#define XF_NOISE_GRID_RANGE_LOG2 40
+
+/* A generator. Its whole state (key and unread keystream) lives in
+ * sodium_malloc memory and is wiped when freed. Not thread-safe: use one
+ * generator per thread. */
+typedef struct xf_noise xf_noise;
+
+/* A generator whose stream is a function of the 32-byte seed only, for
+ * reproducible tests and replays; never use it for a real release. *out is
+ * owned by the caller and released with xf_noise_free. XF_ENOMEM when secure
+ * memory cannot be had, XF_EINTERNAL when libsodium cannot start. */
+xf_err xf_noise_new_seeded(const uint8_t seed[XF_NOISE_SEED_BYTES], xf_noise **out) XF_WARN_UNUSED;
+
+/* A generator keyed from randombytes_buf (the operating system's CSPRNG),
+ * for production. Same ownership and errors as xf_noise_new_seeded. */
+xf_err xf_noise_new_random(xf_noise **out) XF_WARN_UNUSED;
+
+/* Wipes and releases g; NULL is ignored. */
+void xf_noise_free(xf_noise *g);
+
+/* *out uniform in [0, m), without modulo bias (rejection sampling).
+ * XF_EINVAL when m == 0. */
+xf_err xf_noise_uniform(xf_noise *g, uint64_t m, uint64_t *out) XF_WARN_UNUSED;
+
+/* *out ~ Bernoulli(exp(-num/den)), exactly, with integer arithmetic only
+ * (CKS 2020, Algorithm 1). num in [0, XF_NOISE_RATIONAL_MAX], den in
+ * [1, XF_NOISE_RATIONAL_MAX]; XF_ERANGE otherwise. */
+xf_err xf_noise_bernoulli_exp(xf_noise *g, uint32_t num, uint32_t den, bool *out) XF_WARN_UNUSED;
+
+/* *out ~ discrete Laplace with scale t = t_num/t_den: P(x) proportional to
+ * exp(-|x|/t) on the integers, exactly (CKS 2020, Algorithm 2). t_num and
+ * t_den in [1, XF_NOISE_RATIONAL_MAX]; XF_ERANGE otherwise. */
+xf_err xf_noise_discrete_laplace(xf_noise *g, uint32_t t_num, uint32_t t_den,
+                                 int64_t *out) XF_WARN_UNUSED;
+
+/* *out ~ discrete Gaussian N_Z(0, sigma^2) with sigma^2 = sigma2_num /
+ * sigma2_den: P(x) proportional to exp(-x^2 / (2 sigma^2)) on the integers,
+ * exactly (CKS 2020, Algorithm 3). Both in [1, XF_NOISE_RATIONAL_MAX];
+ * XF_ERANGE otherwise. The variance is at most sigma^2 (and within
+ * exp(-2 pi^2 sigma^2) relative of it for sigma >= 1). */
+xf_err xf_noise_discrete_gaussian(xf_noise *g, uint32_t sigma2_num, uint32_t sigma2_den,
+                                  int64_t *out) XF_WARN_UNUSED;
+
+/* n independent draws of xf_noise_discrete_gaussian into out[0..n). On error
+ * out's contents are unspecified. */
+xf_err xf_noise_discrete_gaussian_vec(xf_noise *g, uint32_t sigma2_num, uint32_t sigma2_den,
+                                      int64_t *out, size_t n) XF_WARN_UNUSED;
+
+/* The grid the Gaussian of standard deviation sigma is sampled on: step
+ * 2^-*grid_exp, and the standard deviation actually used, *sigma_eff =
+ * s * 2^-*grid_exp with s = ceil(sigma * 2^*grid_exp) in [2^14, 2^15], so
+ * sigma <= *sigma_eff < sigma * (1 + 2^-14). A privacy accountant should use
+ * *sigma_eff and a sensitivity grown by one grid step (inputs are rounded to
+ * the grid). XF_ERANGE when sigma is not finite or outside
+ * [XF_NOISE_SIGMA_MIN, XF_NOISE_SIGMA_MAX]. Either out pointer may be NULL. */
+xf_err xf_noise_gaussian_grid(double sigma, int *grid_exp, double *sigma_eff) XF_WARN_UNUSED;
+
+/* Adds Gaussian noise of standard deviation sigma to out[0..n) in place (to
+ * write pure noise, pass zeros). Each value is rounded to the grid of
+ * xf_noise_gaussian_grid, a discrete Gaussian in grid steps is added in
+ * exact integer arithmetic, and the exact sum is converted to float once, so
+ * the output is a deterministic function of the exact discrete-Gaussian
+ * mechanism's output: this is what closes the floating-point attacks of
+ * Mironov 2012 (docs/privacy-noise.md). XF_ERANGE when sigma is out of range
+ * or an input is not finite or lies more than 2^XF_NOISE_GRID_RANGE_LOG2
+ * steps from zero; out is then left unchanged. */
+xf_err xf_noise_gaussian_vec(xf_noise *g, double sigma, float *out, size_t n) XF_WARN_UNUSED;
+
+#endif

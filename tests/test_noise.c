@@ -1,0 +1,424 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Tests of the differential-privacy noise samplers: the generator's stream
+ * and reproducibility, argument bounds, and at fixed seeds the frequencies,
+ * moments and goodness of fit of every sampler against exact values. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <sodium.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "crypto/noise.h"
+
+#define N_BERN 200000
+#define N_DIST 200000
+
+/* A seeded generator: seed bytes are tag, tag + 1, ... */
+static xf_noise *seeded(uint8_t tag) {
+  uint8_t seed[XF_NOISE_SEED_BYTES];
+  for (size_t i = 0; i < sizeof(seed); i++) seed[i] = (uint8_t)(tag + i);
+  xf_noise *g = NULL;
+  assert_int_equal(xf_noise_new_seeded(seed, &g), XF_OK);
+  assert_non_null(g);
+  return g;
+}
+
+/* Q(a, x), the regularized upper incomplete gamma function (series for
+ * x < a + 1, Lentz's continued fraction otherwise). */
+static double gamma_q(double a, double x) {
+  if (x <= 0) return 1.0;
+  double lead = exp(-x + a * log(x) - lgamma(a));
+  if (x < a + 1) {
+    double term = 1.0 / a, sum = term;
+    for (int n = 1; n < 10000 && fabs(term) > fabs(sum) * 1e-15; n++) {
+      term *= x / (a + n);
+      sum += term;
+    }
+    return 1.0 - sum * lead;
+  }
+  double b = x + 1 - a, c = 1e300, d = 1 / b, h = d;
+  for (int i = 1; i < 10000; i++) {
+    double an = -i * (i - a);
+    b += 2;
+    d = an * d + b;
+    if (fabs(d) < 1e-300) d = 1e-300;
+    c = b + an / c;
+    if (fabs(c) < 1e-300) c = 1e-300;
+    d = 1 / d;
+    double del = d * c;
+    h *= del;
+    if (fabs(del - 1) < 1e-15) break;
+  }
+  return h * lead;
+}
+
+/* P(chi^2 with df degrees of freedom >= stat). */
+static double chi2_pvalue(double stat, int df) { return gamma_q(df / 2.0, stat / 2.0); }
+
+/* An exact symmetric law on the integers, from its unnormalized weight. */
+typedef double (*weight_fn)(int64_t x, double param);
+
+static double gauss_weight(int64_t x, double sigma2) {
+  return exp(-(double)x * (double)x / (2 * sigma2));
+}
+
+static double laplace_weight(int64_t x, double t) { return exp(-fabs((double)x) / t); }
+
+typedef struct law {
+  weight_fn w;
+  double param;
+  int64_t span; /* the weight is negligible beyond +-span */
+  double z;     /* normalizer */
+  double var;   /* E[X^2] (the mean is 0) */
+  double mu4;   /* E[X^4] */
+} law;
+
+static law law_make(weight_fn w, double param, int64_t span) {
+  law l = {.w = w, .param = param, .span = span};
+  double z = 0, m2 = 0, m4 = 0;
+  for (int64_t x = -span; x <= span; x++) {
+    double p = w(x, param), x2 = (double)x * (double)x;
+    z += p;
+    m2 += p * x2;
+    m4 += p * x2 * x2;
+  }
+  l.z = z;
+  l.var = m2 / z;
+  l.mu4 = m4 / z;
+  return l;
+}
+
+static double law_pmf(const law *l, int64_t x) { return l->w(x, l->param) / l->z; }
+
+/* Sample mean within 4 standard errors of 0 and E[X^2] within 4 standard
+ * errors of the exact variance. */
+static void check_moments(const char *what, const law *l, const int64_t *xs, size_t n) {
+  double s1 = 0, s2 = 0;
+  for (size_t i = 0; i < n; i++) {
+    s1 += (double)xs[i];
+    s2 += (double)xs[i] * (double)xs[i];
+  }
+  double mean = s1 / (double)n, m2 = s2 / (double)n;
+  double se_mean = sqrt(l->var / (double)n);
+  double se_var = sqrt((l->mu4 - l->var * l->var) / (double)n);
+  print_message("%s: n=%zu mean=%+.5f (se %.5f, %+.2f se) var=%.5f exact=%.5f (se %.5f, %+.2f se)\n",
+                what, n, mean, se_mean, mean / se_mean, m2, l->var, se_var,
+                (m2 - l->var) / se_var);
+  assert_true(fabs(mean) <= 4 * se_mean);
+  assert_true(fabs(m2 - l->var) <= 4 * se_var);
+}
+
+/* Pearson's chi-square against the exact pmf. Bins: every x in (-L, L) on its
+ * own, and the two tails x <= -L and x >= L, with L the largest value whose
+ * own expected count is at least 5, so every bin expects at least 5. */
+static void check_fit(const char *what, const law *l, const int64_t *xs, size_t n) {
+  int64_t big = 0;
+  while (big + 1 <= l->span && (double)n * law_pmf(l, big + 1) >= 5) big++;
+  assert_true(big >= 1);
+  size_t bins = (size_t)(2 * big + 1); /* index x + big, tails at 0 and 2 big */
+  double *obs = xf_calloc(bins, sizeof(double));
+  double *exp_count = xf_calloc(bins, sizeof(double));
+  assert_non_null(obs);
+  assert_non_null(exp_count);
+  for (size_t i = 0; i < n; i++) {
+    int64_t x = xs[i] < -big ? -big : xs[i] > big ? big : xs[i];
+    obs[x + big] += 1;
+  }
+  double inner = 0;
+  for (int64_t x = -big + 1; x <= big - 1; x++) {
+    exp_count[x + big] = (double)n * law_pmf(l, x);
+    inner += law_pmf(l, x);
+  }
+  exp_count[0] = exp_count[2 * big] = (double)n * (1 - inner) / 2; /* symmetric tails */
+  double stat = 0;
+  for (size_t i = 0; i < bins; i++) {
+    assert_true(exp_count[i] >= 5);
+    double d = obs[i] - exp_count[i];
+    stat += d * d / exp_count[i];
+  }
+  int df = (int)bins - 1;
+  double p = chi2_pvalue(stat, df);
+  print_message("%s: chi2=%.2f df=%d p=%.4f\n", what, stat, df, p);
+  assert_true(p > 1e-3);
+  xf_free(obs);
+  xf_free(exp_count);
+}
+
+static void chi2_pvalue_matches_known_values(void **state) {
+  (void)state;
+  /* Reference values from the chi-square tables. */
+  assert_true(fabs(chi2_pvalue(3.841459, 1) - 0.05) < 1e-5);
+  assert_true(fabs(chi2_pvalue(23.20925, 10) - 0.01) < 1e-5);
+  assert_true(fabs(chi2_pvalue(149.4493, 100) - 0.001) < 1e-5);
+  assert_true(fabs(chi2_pvalue(2.0, 2) - exp(-1.0)) < 1e-12);
+}
+
+static void same_seed_repeats_and_other_seeds_differ(void **state) {
+  (void)state;
+  enum { N = 256 };
+  int64_t a[N], b[N], c[N], d[N];
+  xf_noise *g1 = seeded(1), *g2 = seeded(1), *g3 = seeded(2);
+  xf_noise *r1 = NULL, *r2 = NULL;
+  assert_int_equal(xf_noise_new_random(&r1), XF_OK);
+  assert_int_equal(xf_noise_new_random(&r2), XF_OK);
+  assert_int_equal(xf_noise_discrete_gaussian_vec(g1, 1000, 1, a, N), XF_OK);
+  assert_int_equal(xf_noise_discrete_gaussian_vec(g2, 1000, 1, b, N), XF_OK);
+  assert_int_equal(xf_noise_discrete_gaussian_vec(g3, 1000, 1, c, N), XF_OK);
+  assert_memory_equal(a, b, sizeof(a));
+  assert_memory_not_equal(a, c, sizeof(a));
+  assert_int_equal(xf_noise_discrete_gaussian_vec(r1, 1000, 1, c, N), XF_OK);
+  assert_int_equal(xf_noise_discrete_gaussian_vec(r2, 1000, 1, d, N), XF_OK);
+  assert_memory_not_equal(c, d, sizeof(c));
+  /* The vector form is the scalar form drawn n times. */
+  xf_noise *g4 = seeded(1);
+  for (size_t i = 0; i < N; i++) {
+    int64_t x;
+    assert_int_equal(xf_noise_discrete_gaussian(g4, 1000, 1, &x), XF_OK);
+    assert_int_equal(x, a[i]);
+  }
+  xf_noise_free(g1);
+  xf_noise_free(g2);
+  xf_noise_free(g3);
+  xf_noise_free(g4);
+  xf_noise_free(r1);
+  xf_noise_free(r2);
+  xf_noise_free(NULL);
+}
+
+static uint64_t load_le64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+
+/* The stream is ChaCha20 (zero nonce) under the seed; the first 32 bytes of
+ * each 512-byte block key the next block and are never handed out. With
+ * m = 2^63 nothing is rejected and the draw is the low 63 bits. */
+static void stream_is_chacha20_with_fast_key_erasure(void **state) {
+  (void)state;
+  uint8_t seed[XF_NOISE_SEED_BYTES], nonce[crypto_stream_chacha20_NONCEBYTES] = {0};
+  for (size_t i = 0; i < sizeof(seed); i++) seed[i] = (uint8_t)(7 + i);
+  uint8_t block1[512], block2[512];
+  crypto_stream_chacha20(block1, sizeof(block1), nonce, seed);
+  crypto_stream_chacha20(block2, sizeof(block2), nonce, block1);
+  xf_noise *g = seeded(7);
+  const uint64_t low63 = ((uint64_t)1 << 63) - 1;
+  for (size_t i = 0; i < 60 + 2; i++) {
+    uint64_t v;
+    assert_int_equal(xf_noise_uniform(g, (uint64_t)1 << 63, &v), XF_OK);
+    const uint8_t *want = i < 60 ? block1 + 32 + 8 * i : block2 + 32 + 8 * (i - 60);
+    assert_int_equal(v, load_le64(want) & low63);
+  }
+  xf_noise_free(g);
+}
+
+static void arguments_out_of_range_are_refused(void **state) {
+  (void)state;
+  xf_noise *g = seeded(3);
+  bool b;
+  int64_t x;
+  uint64_t u;
+  const uint32_t over = XF_NOISE_RATIONAL_MAX + 1u;
+  assert_int_equal(xf_noise_uniform(g, 0, &u), XF_EINVAL);
+  assert_int_equal(xf_noise_bernoulli_exp(g, 1, 0, &b), XF_ERANGE);
+  assert_int_equal(xf_noise_bernoulli_exp(g, over, 1, &b), XF_ERANGE);
+  assert_int_equal(xf_noise_bernoulli_exp(g, 1, over, &b), XF_ERANGE);
+  assert_int_equal(xf_noise_bernoulli_exp(NULL, 1, 1, &b), XF_EINVAL);
+  assert_int_equal(xf_noise_discrete_laplace(g, 0, 1, &x), XF_ERANGE);
+  assert_int_equal(xf_noise_discrete_laplace(g, 1, 0, &x), XF_ERANGE);
+  assert_int_equal(xf_noise_discrete_laplace(g, over, 1, &x), XF_ERANGE);
+  assert_int_equal(xf_noise_discrete_gaussian(g, 0, 1, &x), XF_ERANGE);
+  assert_int_equal(xf_noise_discrete_gaussian(g, 1, 0, &x), XF_ERANGE);
+  assert_int_equal(xf_noise_discrete_gaussian(g, 1, over, &x), XF_ERANGE);
+  assert_int_equal(xf_noise_discrete_gaussian_vec(g, over, 1, &x, 1), XF_ERANGE);
+  assert_int_equal(xf_noise_discrete_gaussian_vec(g, 1, 1, NULL, 1), XF_EINVAL);
+  assert_int_equal(xf_noise_discrete_gaussian_vec(g, 1, 1, NULL, 0), XF_OK);
+  /* The extremes of the supported range work. */
+  assert_int_equal(xf_noise_bernoulli_exp(g, XF_NOISE_RATIONAL_MAX, 1, &b), XF_OK);
+  assert_false(b);
+  assert_int_equal(xf_noise_discrete_laplace(g, XF_NOISE_RATIONAL_MAX, 1, &x), XF_OK);
+  assert_int_equal(xf_noise_discrete_laplace(g, 1, XF_NOISE_RATIONAL_MAX, &x), XF_OK);
+  assert_int_equal(xf_noise_discrete_gaussian(g, XF_NOISE_RATIONAL_MAX, 1, &x), XF_OK);
+  assert_int_equal(xf_noise_discrete_gaussian(g, 1, XF_NOISE_RATIONAL_MAX, &x), XF_OK);
+  assert_int_equal(x, 0); /* sigma^2 = 2^-31: P(x != 0) about 2 exp(-2^30) */
+  assert_int_equal(xf_noise_discrete_gaussian(g, XF_NOISE_RATIONAL_MAX, XF_NOISE_RATIONAL_MAX, &x),
+                   XF_OK);
+  float v[2] = {0, 1};
+  assert_int_equal(xf_noise_gaussian_vec(g, 0.0, v, 2), XF_ERANGE);
+  assert_int_equal(xf_noise_gaussian_vec(g, NAN, v, 2), XF_ERANGE);
+  assert_int_equal(xf_noise_gaussian_vec(g, 1e30, v, 2), XF_ERANGE);
+  v[1] = INFINITY;
+  assert_int_equal(xf_noise_gaussian_vec(g, 1.0, v, 2), XF_ERANGE);
+  v[1] = 1e20f; /* 2^66 grid steps at sigma = 1 */
+  assert_int_equal(xf_noise_gaussian_vec(g, 1.0, v, 2), XF_ERANGE);
+  assert_true(v[0] == 0.0f && v[1] == 1e20f); /* refused vectors are unchanged */
+  xf_noise_free(g);
+}
+
+static void uniform_has_no_modulo_bias(void **state) {
+  (void)state;
+  xf_noise *g = seeded(4);
+  /* m = 3 * 2^62: without rejection, [0, 2^62) would be twice as likely. */
+  const uint64_t m = (uint64_t)3 << 62;
+  enum { N = 60000 };
+  double thirds[3] = {0};
+  for (size_t i = 0; i < N; i++) {
+    uint64_t u;
+    assert_int_equal(xf_noise_uniform(g, m, &u), XF_OK);
+    assert_true(u < m);
+    thirds[u >> 62] += 1;
+  }
+  double stat = 0;
+  for (int i = 0; i < 3; i++) stat += (thirds[i] - N / 3.0) * (thirds[i] - N / 3.0) / (N / 3.0);
+  double p = chi2_pvalue(stat, 2);
+  print_message("uniform m=3*2^62: thirds %.0f %.0f %.0f chi2=%.2f p=%.4f\n", thirds[0],
+                thirds[1], thirds[2], stat, p);
+  assert_true(p > 1e-3);
+  xf_noise_free(g);
+}
+
+static void bernoulli_exp_frequency_matches_exp_minus_gamma(void **state) {
+  (void)state;
+  static const uint32_t cases[][2] = {
+      {0, 1}, {1, 4}, {1, 1}, {7, 3}, {11, 2}, {2147483646u, 2147483647u}, {1000, 1},
+  };
+  xf_noise *g = seeded(5);
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+    double p = exp(-(double)cases[c][0] / cases[c][1]);
+    size_t hits = 0;
+    for (size_t i = 0; i < N_BERN; i++) {
+      bool b;
+      assert_int_equal(xf_noise_bernoulli_exp(g, cases[c][0], cases[c][1], &b), XF_OK);
+      hits += b;
+    }
+    double freq = (double)hits / N_BERN, se = sqrt(p * (1 - p) / N_BERN);
+    print_message("bernoulli exp(-%u/%u): freq=%.5f exact=%.5f (se %.5f, %+.2f se)\n",
+                  cases[c][0], cases[c][1], freq, p, se, se > 0 ? (freq - p) / se : 0.0);
+    if (se == 0 || p < 1e-300)
+      assert_int_equal(hits, p == 1 ? N_BERN : 0);
+    else
+      assert_true(fabs(freq - p) <= 4 * se);
+  }
+  xf_noise_free(g);
+}
+
+static void discrete_laplace_matches_exact_moments_and_pmf(void **state) {
+  (void)state;
+  static const uint32_t cases[][2] = {{1, 1}, {7, 2}, {10, 1}, {1, 3}};
+  int64_t *xs = xf_mallocarray(N_DIST, sizeof(int64_t));
+  assert_non_null(xs);
+  xf_noise *g = seeded(6);
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+    double t = (double)cases[c][0] / cases[c][1];
+    for (size_t i = 0; i < N_DIST; i++)
+      assert_int_equal(xf_noise_discrete_laplace(g, cases[c][0], cases[c][1], &xs[i]), XF_OK);
+    law l = law_make(laplace_weight, t, (int64_t)(60 * t) + 10);
+    /* Cross-check of the summation with the closed form 2q / (1 - q)^2. */
+    double q = exp(-1 / t);
+    assert_true(fabs(l.var - 2 * q / ((1 - q) * (1 - q))) <= 1e-9 * l.var);
+    char what[64];
+    snprintf(what, sizeof(what), "laplace t=%u/%u", cases[c][0], cases[c][1]);
+    check_moments(what, &l, xs, N_DIST);
+    check_fit(what, &l, xs, N_DIST);
+  }
+  xf_noise_free(g);
+  xf_free(xs);
+}
+
+static void discrete_gaussian_matches_exact_variance_and_pmf(void **state) {
+  (void)state;
+  static const uint32_t cases[][2] = {
+      {1, 2}, {2, 1}, {10, 1}, {100, 1}, {2147483647u, 1073741824u} /* ~2, a large den */,
+  };
+  int64_t *xs = xf_mallocarray(N_DIST, sizeof(int64_t));
+  assert_non_null(xs);
+  xf_noise *g = seeded(8);
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+    double s2 = (double)cases[c][0] / cases[c][1];
+    assert_int_equal(xf_noise_discrete_gaussian_vec(g, cases[c][0], cases[c][1], xs, N_DIST), XF_OK);
+    law l = law_make(gauss_weight, s2, (int64_t)(40 * sqrt(s2)) + 10);
+    char what[64];
+    snprintf(what, sizeof(what), "gaussian sigma2=%u/%u", cases[c][0], cases[c][1]);
+    check_moments(what, &l, xs, N_DIST);
+    check_fit(what, &l, xs, N_DIST);
+  }
+  xf_noise_free(g);
+  xf_free(xs);
+}
+
+static void gaussian_grid_rounds_sigma_up_by_less_than_2_pow_minus_14(void **state) {
+  (void)state;
+  static const double sigmas[] = {1.0, 1.5, 3e-3, 0.1, 12345.678, 0x1p-60, 0x1p60};
+  for (size_t i = 0; i < sizeof(sigmas) / sizeof(sigmas[0]); i++) {
+    int k;
+    double eff;
+    assert_int_equal(xf_noise_gaussian_grid(sigmas[i], &k, &eff), XF_OK);
+    assert_true(eff >= sigmas[i]);
+    assert_true(eff < sigmas[i] * (1 + 0x1p-14));
+    double steps = ldexp(eff, k);
+    assert_true(steps >= 0x1p14 && steps <= 0x1p15 && steps == floor(steps));
+  }
+  assert_int_equal(xf_noise_gaussian_grid(0x1p-61, NULL, NULL), XF_ERANGE);
+  assert_int_equal(xf_noise_gaussian_grid(-1.0, NULL, NULL), XF_ERANGE);
+  assert_int_equal(xf_noise_gaussian_grid(INFINITY, NULL, NULL), XF_ERANGE);
+}
+
+static void gaussian_vec_adds_noise_of_mean_zero_and_variance_sigma2(void **state) {
+  (void)state;
+  static const struct {
+    double sigma;
+    float base;
+  } cases[] = {{1.5, 0.0f}, {3e-3, 0.25f}, {40.0, -1000.0f}};
+  float *v = xf_mallocarray(N_DIST, sizeof(float));
+  assert_non_null(v);
+  xf_noise *g = seeded(9);
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+    int k;
+    double eff;
+    assert_int_equal(xf_noise_gaussian_grid(cases[c].sigma, &k, &eff), XF_OK);
+    for (size_t i = 0; i < N_DIST; i++) v[i] = cases[c].base;
+    assert_int_equal(xf_noise_gaussian_vec(g, cases[c].sigma, v, N_DIST), XF_OK);
+    double s1 = 0, s2 = 0;
+    for (size_t i = 0; i < N_DIST; i++) {
+      double d = (double)v[i] - cases[c].base;
+      s1 += d;
+      s2 += d * d;
+      /* Every output is a multiple of the grid step (it is exactly
+       * representable here, being well inside float's precision). */
+      double steps = ldexp((double)v[i], k);
+      assert_true(steps == floor(steps));
+    }
+    double mean = s1 / N_DIST, m2 = s2 / N_DIST, var = eff * eff;
+    double se_mean = sqrt(var / N_DIST), se_var = var * sqrt(2.0 / N_DIST);
+    print_message("gaussian_vec sigma=%g base=%g: mean=%+.6g (%+.2f se) var=%.6g "
+                  "sigma_eff^2=%.6g (%+.2f se)\n",
+                  cases[c].sigma, (double)cases[c].base, mean, mean / se_mean, m2, var,
+                  (m2 - var) / se_var);
+    assert_true(fabs(mean) <= 4 * se_mean);
+    assert_true(fabs(m2 - var) <= 4 * se_var);
+  }
+  xf_noise_free(g);
+  xf_free(v);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(chi2_pvalue_matches_known_values),
+      cmocka_unit_test(same_seed_repeats_and_other_seeds_differ),
+      cmocka_unit_test(stream_is_chacha20_with_fast_key_erasure),
+      cmocka_unit_test(arguments_out_of_range_are_refused),
+      cmocka_unit_test(uniform_has_no_modulo_bias),
+      cmocka_unit_test(bernoulli_exp_frequency_matches_exp_minus_gamma),
+      cmocka_unit_test(discrete_laplace_matches_exact_moments_and_pmf),
+      cmocka_unit_test(discrete_gaussian_matches_exact_variance_and_pmf),
+      cmocka_unit_test(gaussian_grid_rounds_sigma_up_by_less_than_2_pow_minus_14),
+      cmocka_unit_test(gaussian_vec_adds_noise_of_mean_zero_and_variance_sigma2),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
