@@ -58,7 +58,8 @@ static void csv_count(uint64_t v, bool last) {
 }
 
 static void print_csv(row **rows, size_t n) {
-  fputs("round,site,region,train_loss,test_loss,test_accuracy,samples,bytes_up,bytes_down\r\n",
+  fputs("round,site,region,train_loss,test_loss,test_accuracy,samples,bytes_up,bytes_down,"
+        "epsilon\r\n",
         stdout);
   for (size_t i = 0; i < n; i++) {
     const row *r = rows[i];
@@ -70,7 +71,8 @@ static void print_csv(row **rows, size_t n) {
     csv_number(r->test_accuracy, r->has_test, false);
     csv_count(r->samples, false);
     csv_count(r->bytes_up, false);
-    csv_count(r->bytes_down, true);
+    csv_count(r->bytes_down, false);
+    csv_number(r->epsilon, r->has_epsilon, true);
   }
 }
 
@@ -90,29 +92,31 @@ static void print_table(const char *job, row **rows, size_t n) {
     if (s > wsite) wsite = s;
     if (g > wregion) wregion = g;
   }
-  printf("%5s  %-*s  %-*s  %10s  %9s  %13s  %9s  %12s  %12s\n", "ROUND", wsite, "SITE", wregion,
-         "REGION", "TRAIN_LOSS", "TEST_LOSS", "TEST_ACCURACY", "SAMPLES", "BYTES_UP",
-         "BYTES_DOWN");
+  printf("%5s  %-*s  %-*s  %10s  %9s  %13s  %9s  %12s  %12s  %8s\n", "ROUND", wsite, "SITE",
+         wregion, "REGION", "TRAIN_LOSS", "TEST_LOSS", "TEST_ACCURACY", "SAMPLES", "BYTES_UP",
+         "BYTES_DOWN", "EPSILON");
   for (size_t i = 0; i < n; i++) {
     const row *r = rows[i];
-    char trl[24], tl[24], acc[24];
+    char trl[24], tl[24], acc[24], eps[24];
     fmt_figure(r->train_loss, r->has_train, trl);
+    fmt_figure(r->epsilon, r->has_epsilon, eps);
     fmt_figure(r->test_loss, r->has_test, tl);
     fmt_figure(r->test_accuracy, r->has_test, acc);
-    printf("%5u  %-*s  %-*s  %10s  %9s  %13s  %9" PRIu64 "  %12" PRIu64 "  %12" PRIu64 "\n",
+    printf("%5u  %-*s  %-*s  %10s  %9s  %13s  %9" PRIu64 "  %12" PRIu64 "  %12" PRIu64 "  %8s\n",
            (unsigned)r->round, wsite, str_or_empty(r->site), wregion, str_or_empty(r->region),
-           trl, tl, acc, r->samples, r->bytes_up, r->bytes_down);
+           trl, tl, acc, r->samples, r->bytes_up, r->bytes_down, eps);
   }
 }
 
 static json_t *row_json(const row *r) {
-  return json_pack("{s:I,s:s,s:s,s:o,s:o,s:o,s:I,s:I,s:I}", "round", (json_int_t)r->round,
+  return json_pack("{s:I,s:s,s:s,s:o,s:o,s:o,s:I,s:I,s:I,s:o}", "round", (json_int_t)r->round,
                    "site", str_or_empty(r->site), "region", str_or_empty(r->region),
                    "train_loss", r->has_train ? xf__job_number(r->train_loss) : json_null(),
                    "test_loss", r->has_test ? xf__job_number(r->test_loss) : json_null(),
                    "test_accuracy", r->has_test ? xf__job_number(r->test_accuracy) : json_null(),
                    "samples", (json_int_t)r->samples, "bytes_up", (json_int_t)r->bytes_up,
-                   "bytes_down", (json_int_t)r->bytes_down);
+                   "bytes_down", (json_int_t)r->bytes_down, "epsilon",
+                   r->has_epsilon ? xf__job_number(r->epsilon) : json_null());
 }
 
 static const struct option metrics_opts[] = {

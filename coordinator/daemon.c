@@ -569,6 +569,10 @@ xf_err xf_coord_run(const xf_coord_config *cfg, xf_errctx *err) {
   xf_tls_config tc = {co->cfg.cert, co->cfg.key, co->cfg.ca, co->cfg.crl};
   if ((rc = xf_tls_new(&tc, &co->tls, err)) != XF_OK) goto out;
   if ((rc = open_state(co, err)) != XF_OK) goto out;
+  if (!co->cfg.regional && xf_noise_new_random(&co->noise) != XF_OK) {
+    rc = xf_fail(err, XF_ENOMEM, "cannot set up the noise generator (secure memory)");
+    goto out;
+  }
   if (uv_loop_init(&co->loop) != 0) {
     rc = xf_fail(err, XF_EIO, "cannot start the event loop");
     goto out;
@@ -629,6 +633,7 @@ out:
   xf_free(co->up.model_buf);
   xf_free(co->up.agg_bytes);
   xf_tensor_receiver_free(co->up.model_rx);
+  xf_noise_free(co->noise);
   xf_blob_store_close(co->blobs);
   xf_db_close(co->db);
   xf_tls_free(co->tls);

@@ -18,6 +18,7 @@
 #include "coordinator/journal.h"
 #include "coordinator/round.h"
 #include "crypto/digest.h"
+#include "crypto/noise.h"
 #include "kernels/model.h"
 #include "net/conn.h"
 #include "net/session.h"
@@ -189,6 +190,7 @@ typedef struct xf__coord {
   uv_signal_t sig_term, sig_int, sig_hup;
   bool stopping;
   xf__upstream up;
+  xf_noise *noise; /* central privacy: the aggregator's noise (CSPRNG-keyed) */
 } xf__coord;
 
 /* ---- daemon.c ------------------------------------------------------------------------ */
@@ -232,6 +234,13 @@ const xf__dataset *xf__job_dataset(const xf_jobspec *spec, const xf__site *s);
 bool xf__site_eligible(const xf__job *job, const xf__site *s);
 /* Starts the relay job of an upstream task (regional role). */
 xf_err xf__job_start_relay(xf__coord *co, xf_errctx *err);
+
+/* Central differential privacy (privacy.mode "central", unit "site"): the
+ * sampling rate the accountant uses for a spec, and the epsilon after
+ * `rounds` committed rounds. xf__job_epsilon returns false when the job
+ * has no such privacy. */
+double xf__job_sampling_rate(const xf_jobspec *spec);
+bool xf__job_epsilon(const xf_jobspec *spec, uint32_t rounds, double *eps);
 
 /* ---- requests.c --------------------------------------------------------------------- */
 void xf__cli_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);

@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "coordinator/daemon_internal.h"
 #include "coordinator/jobmodel.h"
+#include "crypto/accountant.h"
 #include "kernels/checkpoint.h"
 
 static void run_actions(xf__coord *co, xf__job *job);
@@ -151,6 +152,38 @@ static xf_err send_task(xf__coord *co, xf__job *job, xf__site *s, double deadlin
   return XF_OK;
 }
 
+/* ---- central differential privacy ------------------------------------------------------- */
+
+static bool is_central(const xf_jobspec *spec) {
+  return spec->privacy.unit == XF_JOB_PRIVACY_UNIT_SITE &&
+         spec->privacy.mode == XF_JOB_PRIVACY_CENTRAL && spec->privacy.has_noise_multiplier;
+}
+
+/* The chance that a site is asked in a round: the invited fraction
+ * (sites_per_round times over_selection, at most 1). Submission refuses
+ * central privacy with a count of sites per round, whose rate would depend
+ * on how many sites are eligible. The cohort is a fixed-size draw, accounted
+ * as Poisson sampling at the same rate (docs/coordinator.md). */
+double xf__job_sampling_rate(const xf_jobspec *spec) {
+  double q = spec->sites_per_round * spec->over_selection;
+  return q > 1 ? 1 : q;
+}
+
+bool xf__job_epsilon(const xf_jobspec *spec, uint32_t rounds, double *eps) {
+  if (!is_central(spec)) return false;
+  *eps = 0;
+  if (rounds == 0) return true;
+  double order;
+  xf_errctx err = {0};
+  if (xf_dp_epsilon_sgm(xf__job_sampling_rate(spec), spec->privacy.noise_multiplier, rounds,
+                        spec->privacy.delta, NULL, 0, XF_DP_CONVERSION_IMPROVED, eps, &order,
+                        &err) != XF_OK) {
+    XF_ERROR("accountant_failed", "reason=\"%s\"", err.msg);
+    *eps = INFINITY;
+  }
+  return true;
+}
+
 /* ---- opening rounds ------------------------------------------------------------------- */
 
 /* Sites that may take part now, as ids. */
@@ -167,8 +200,27 @@ static size_t count_sites(const xf__coord *co) {
   return n;
 }
 
+static void eval_start(xf__coord *co, xf__job *job);
+
 static void try_open(xf__coord *co, xf__job *job) {
   if (job->phase != XF__PHASE_WAIT) return;
+  double eps;
+  const xf_job_privacy *pv = &job->spec.privacy;
+  if (!job->relay && pv->has_target_epsilon &&
+      xf__job_epsilon(&job->spec, xf_round_number(job->round), &eps) &&
+      eps > pv->target_epsilon) {
+    char why[XF_ROUND_MSG_MAX * 2];
+    snprintf(why, sizeof(why),
+             "stopped before round %u: it would bring epsilon to %.4g, above the target %.4g "
+             "(delta %g)",
+             (unsigned)xf_round_number(job->round), eps, pv->target_epsilon, pv->delta);
+    XF_WARN("job_stopped", "job=%s reason=\"%s\"", job->id_text, why);
+    xf_errctx err = {0};
+    journal_check(xf_journal_job_set_state(co->db, job->id, XF_JOB_DONE, why, xf__now(), &err),
+                  "job_state", &err);
+    eval_start(co, job);
+    return;
+  }
   size_t cap = count_sites(co);
   uint64_t *ids = xf_calloc(cap ? cap : 1, sizeof(uint64_t));
   if (!ids) return;
@@ -266,6 +318,18 @@ static xf_err commit_round(xf__coord *co, xf__job *job, xf_errctx *err) {
     xf__upstream_aggregate(co, job, mean, job->n_params, xf_aggregator_total_weight(job->agg),
                            (uint32_t)xf_aggregator_committed(job->agg));
     return XF_OK;
+  }
+  if (is_central(&job->spec)) {
+    /* N(0, (sigma C)^2) on the sum of n clipped updates is N(0, (sigma C / n)^2)
+     * on their mean. */
+    double n = (double)xf_aggregator_committed(job->agg);
+    double sd = job->spec.privacy.noise_multiplier * job->spec.privacy.clip / n;
+    rc = co->noise ? xf_noise_gaussian_vec(co->noise, sd, mean, job->n_params)
+                   : xf_fail(err, XF_EINTERNAL, "no noise generator");
+    if (rc != XF_OK) {
+      xf_free(mean);
+      return rc;
+    }
   }
   xf_server_opt_step(job->opt, job->params, mean);
   xf_free(mean);
@@ -491,7 +555,9 @@ static void on_tensor_begin(xf__coord *co, xf__job *job, xf__site *s,
     drop_site(co, job, s, err.msg);
     return;
   }
-  s->rx_weight = m->weight;
+  /* Central privacy averages clipped updates with equal weights, so that
+   * one site moves the mean by at most clip / n (DP-FedAvg). */
+  s->rx_weight = is_central(&job->spec) ? 1 : m->weight;
   s->waiting_admission = true;
   admit(co, job);
 }

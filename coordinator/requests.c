@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "coordinator/daemon_internal.h"
 #include "coordinator/jobmodel.h"
+#include "crypto/accountant.h"
 #include "kernels/checkpoint.h"
 
 static bool may_submit(const xf__peer *p) {
@@ -112,6 +113,11 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
   ji->bytes_up = up;
   ji->bytes_down = down;
   summarize_metrics(co, id, ji);
+  double eps;
+  if (xf__job_epsilon(&jj.spec, jj.rounds_committed, &eps)) {
+    ji->has_epsilon = true;
+    ji->epsilon = eps;
+  }
   xf_digest_hex(&jj.model, st->digest);
   const xf__job *job = co->active;
   if (job && !job->relay && job->id == id) {
@@ -191,7 +197,9 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
   }
   /* Refuse what the daemons cannot do yet rather than run without it. */
   const char *unavailable = NULL;
-  if (spec.privacy.mode != XF_JOB_PRIVACY_NONE) unavailable = "privacy.mode";
+  bool central = spec.privacy.unit == XF_JOB_PRIVACY_UNIT_SITE &&
+                 spec.privacy.mode == XF_JOB_PRIVACY_CENTRAL;
+  if (spec.privacy.mode != XF_JOB_PRIVACY_NONE && !central) unavailable = "privacy.mode";
   else if (spec.secure_aggregation.enabled) unavailable = "secure_aggregation.enabled";
   else if (spec.compression.uplink.quant_bits || spec.compression.uplink.topk_fraction > 0)
     unavailable = "compression.uplink";
@@ -201,11 +209,41 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
     snprintf(err.file, sizeof(err.file), "%s", origin);
     snprintf(err.field, sizeof(err.field), "%s", unavailable);
     snprintf(err.msg, sizeof(err.msg),
-             "this coordinator does not run that yet (differential privacy, secure aggregation "
-             "and compression are not part of this release); set privacy.mode \"none\", "
+             "this coordinator does not run that yet (of differential privacy only unit "
+             "\"site\" with mode \"central\" is built; secure aggregation and compression "
+             "are not); use privacy.mode \"none\" or \"central\", "
              "secure_aggregation.enabled false and compression \"none\"");
     reply_error(p, XF_EUNSUPPORTED, &err);
     return;
+  }
+  if (central) {
+    /* The accountant needs a sampling rate that the spec fixes. */
+    if (spec.sites_per_round > 1) {
+      err.code = XF_EUNSUPPORTED;
+      snprintf(err.file, sizeof(err.file), "%s", origin);
+      snprintf(err.field, sizeof(err.field), "sites_per_round");
+      snprintf(err.msg, sizeof(err.msg),
+               "is a count of sites; with central privacy give it as a fraction in (0, 1], "
+               "the sampling rate the accountant uses");
+      reply_error(p, XF_EUNSUPPORTED, &err);
+      return;
+    }
+    if (!spec.privacy.has_noise_multiplier) {
+      double sigma, eps, order;
+      if (xf_dp_calibrate(spec.privacy.target_epsilon, xf__job_sampling_rate(&spec), spec.rounds,
+                          spec.privacy.delta, &sigma, &eps, &order, &err) != XF_OK) {
+        snprintf(err.file, sizeof(err.file), "%s", origin);
+        snprintf(err.field, sizeof(err.field), "privacy.target_epsilon");
+        reply_error(p, err.code, &err);
+        return;
+      }
+      spec.privacy.has_noise_multiplier = true;
+      spec.privacy.noise_multiplier = sigma;
+      XF_INFO("privacy_calibrated", "target_epsilon=%g delta=%g q=%g rounds=%u "
+                                    "noise_multiplier=%.6g epsilon=%.6g order=%g",
+              spec.privacy.target_epsilon, spec.privacy.delta, xf__job_sampling_rate(&spec),
+              (unsigned)spec.rounds, sigma, eps, order);
+    }
   }
   /* The model's input comes from the data: take it from a connected site
    * that holds the dataset. */
@@ -333,6 +371,9 @@ static void on_metrics_query(xf__coord *co, xf__peer *p, const Xfed__MetricsQuer
     xf_session_send_error(p->conn, XF_ENOMEM, "out of memory");
     goto out;
   }
+  uint32_t eps_round = 0;
+  bool has_eps = false;
+  double eps = 0;
   for (size_t i = 0; i < n; i++) {
     Xfed__MetricsReport__Row *r = &rows[i];
     xfed__metrics_report__row__init(r);
@@ -350,6 +391,13 @@ static void on_metrics_query(xf__coord *co, xf__peer *p, const Xfed__MetricsQuer
     r->samples = v[i].samples;
     r->bytes_up = v[i].bytes_up;
     r->bytes_down = v[i].bytes_down;
+    /* Rows come by round: one accountant call per round, not per row. */
+    if (v[i].round != eps_round) {
+      eps_round = v[i].round;
+      has_eps = xf__job_epsilon(&jj.spec, eps_round, &eps);
+    }
+    r->has_epsilon = has_eps;
+    r->epsilon = has_eps ? eps : 0;
     ptrs[i] = r;
   }
   Xfed__MetricsReport rep = XFED__METRICS_REPORT__INIT;

@@ -240,6 +240,7 @@ static void fk_metrics(xf_conn *c, const char *job) {
   r[0].round = 2, r[0].site = "us-ohio", r[0].region = "us", r[0].has_train = true;
   r[0].train_loss = 0.25, r[0].has_test = true, r[0].test_loss = 0.5, r[0].test_accuracy = 0.8;
   r[0].samples = 1200, r[0].bytes_up = 4000, r[0].bytes_down = 8000;
+  r[0].has_epsilon = true, r[0].epsilon = 1.5;
   r[1].round = 1, r[1].site = "eu-berlin", r[1].region = "eu", r[1].has_train = true;
   r[1].train_loss = 0.1, r[1].has_test = true, r[1].test_loss = 0.75, r[1].test_accuracy = 0.625;
   r[1].samples = 1000, r[1].bytes_up = 3000, r[1].bytes_down = 7000;
@@ -884,10 +885,11 @@ static void metrics_csv_is_rfc4180_with_a_header(void **state) {
   expect(r, 0, NULL, NULL);
   assert_string_equal(
       r->out,
-      "round,site,region,train_loss,test_loss,test_accuracy,samples,bytes_up,bytes_down\r\n"
-      "1,eu-berlin,eu,0.1,0.75,0.625,1000,3000,7000\r\n"
-      "2,eu-berlin,eu,,0.375,0.875,1000,0,7000\r\n"
-      "2,us-ohio,us,0.25,0.5,0.8,1200,4000,8000\r\n");
+      "round,site,region,train_loss,test_loss,test_accuracy,samples,bytes_up,bytes_down,"
+      "epsilon\r\n"
+      "1,eu-berlin,eu,0.1,0.75,0.625,1000,3000,7000,\r\n"
+      "2,eu-berlin,eu,,0.375,0.875,1000,0,7000,\r\n"
+      "2,us-ohio,us,0.25,0.5,0.8,1200,4000,8000,1.5\r\n");
   xfed(r, &e, NULL, "job", "metrics", "7", NULL);
   expect(r, 0, "TRAIN_LOSS", NULL);
   assert_non_null(strstr(r->out, "us-ohio"));

@@ -7,6 +7,8 @@
 #            model is bit-identical to an uninterrupted run's.
 #   quorum:  a site killed mid-round lets the round close with the others;
 #            restarted, it rejoins and reports in later rounds.
+#   central: central differential privacy (site unit): noise calibrated to
+#            the target epsilon, epsilon reported per round and job.
 # usage: federation.sh BUILD_DIR resume|quorum
 set -euo pipefail
 build=$(cd "${1:?build dir}" && pwd)
@@ -177,6 +179,29 @@ quorum)
   ((last > dropped_round + 1)) ||
     fail "s3 did not take part again after its restart (dropped in round $dropped_round, last round $last)"
   echo "quorum: rounds went on without s3, and it rejoined (last round $last)"
+  ;;
+central)
+  # Site-level central differential privacy: sites clip, the coordinator
+  # adds calibrated Gaussian noise to the sum, epsilon is reported per round.
+  sed 's/"seed": 11}/"seed": 11, "privacy": {"unit": "site", "mode": "central", "clip": 1.0, "target_epsilon": 8, "delta": 1e-5}}/' \
+    "$work/job.json" >"$work/central.json"
+  start_coord c
+  make_sites c
+  cli job submit "$work/central.json" >/dev/null
+  wait_state 1 done 300
+  grep -q 'event=privacy_calibrated .*noise_multiplier=' "$work/c/logs/coord.log" ||
+    fail "the coordinator did not calibrate the noise"
+  eps=$(job_field 1 epsilon)
+  awk -v e="$eps" 'BEGIN { exit !(e > 0 && e <= 8) }' || fail "epsilon '$eps' is not in (0, 8]"
+  cli job metrics 1 --csv >"$work/metrics.csv"
+  head -n 1 "$work/metrics.csv" | grep -q ',epsilon' || fail "metrics have no epsilon column"
+  last_eps=$(awk -F, 'NR > 1 && $1 == 6 { e = $10 } END { print e }' "$work/metrics.csv" | tr -d '\r')
+  awk -v e="$last_eps" -v j="$eps" 'BEGIN { exit !(e > 0 && e - j < 1e-9 && j - e < 1e-9) }' ||
+    fail "round 6's epsilon in the metrics ($last_eps) is not the job's ($eps)"
+  first_eps=$(awk -F, 'NR > 1 && $1 == 1 { e = $10 } END { print e }' "$work/metrics.csv" | tr -d '\r')
+  awk -v a="$first_eps" -v b="$last_eps" 'BEGIN { exit !(a > 0 && a < b) }' ||
+    fail "epsilon does not grow over the rounds ($first_eps, then $last_eps)"
+  echo "central: epsilon $first_eps after round 1, $eps after round 6 (target 8)"
   ;;
 *) echo "unknown scenario $scenario" >&2; exit 2 ;;
 esac
