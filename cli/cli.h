@@ -79,6 +79,12 @@ int xf_cli_fail_unauthorized(xf_cli *cli);
  * stdout) and returns XF_EXIT_USAGE. */
 int xf_cli_usage(xf_cli *cli, const char *fmt, ...) XF_PRINTF(2, 3);
 
+/* Reports what getopt_long returned for a bad option (':' for a missing
+ * value, '?' for an unknown option; run it with opterr = 0 and a leading ':'
+ * in the option string) as a usage error naming the option, and returns
+ * XF_EXIT_USAGE. */
+int xf_cli_option_error(xf_cli *cli, int ch, char **argv);
+
 /* Strict number parsing for flags: the whole string must be a number within
  * [min, max]; otherwise a usage error naming the flag. */
 xf_err xf_cli_parse_int(xf_cli *cli, const char *flag, const char *s, long min, long max,

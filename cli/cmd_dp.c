@@ -107,10 +107,7 @@ static int parse_args(xf_cli *cli, int argc, char **argv, bool calibrate, dp_arg
       else
         return xf_cli_usage(cli, "--conversion '%s' is not improved or classic", optarg);
       break;
-    case ':': return xf_cli_usage(cli, "%s needs a value", argv[optind - 1]);
-    default: /* optopt names an unknown short option, which may not end its argv word */
-      if (optopt) return xf_cli_usage(cli, "unknown option '-%c'", optopt);
-      return xf_cli_usage(cli, "unknown option '%s'", argv[optind - 1]);
+    default: return xf_cli_option_error(cli, ch, argv);
     }
   }
   if (rc != XF_OK) return xf_cli_usage(cli, "%s", cli->err.msg);

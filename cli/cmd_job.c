@@ -53,10 +53,7 @@ int xf__job_parse(xf_cli *cli, int argc, char **argv, const struct option *opts,
       if (xf_cli_parse_int(cli, "--round", optarg, 1, XF_JOB_ROUNDS_MAX, &a->round) != XF_OK)
         return xf_cli_usage(cli, "%s", cli->err.msg);
       break;
-    case ':': return xf_cli_usage(cli, "%s needs a value", argv[optind - 1]);
-    default: /* optopt names an unknown short option, which may not end its argv word */
-      if (optopt) return xf_cli_usage(cli, "unknown option '-%c'", optopt);
-      return xf_cli_usage(cli, "unknown option '%s'", argv[optind - 1]);
+    default: return xf_cli_option_error(cli, ch, argv);
     }
   }
   int left = argc - optind;

@@ -67,10 +67,7 @@ static int parse_args(xf_cli *cli, int argc, char **argv, const struct option *o
       if (xf_cli_parse_int(cli, "--days", optarg, 1, XF_PKI_MAX_DAYS, &a->days) != XF_OK)
         return xf_cli_usage(cli, "%s", cli->err.msg);
       break;
-    case ':': return xf_cli_usage(cli, "%s needs a value", argv[optind - 1]);
-    default: /* optopt names an unknown short option, which may not end its argv word */
-      if (optopt) return xf_cli_usage(cli, "unknown option '-%c'", optopt);
-      return xf_cli_usage(cli, "unknown option '%s'", argv[optind - 1]);
+    default: return xf_cli_option_error(cli, ch, argv);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Shared CLI helpers: error reporting, usage errors, strict flag parsing. */
 #include <errno.h>
+#include <getopt.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -87,3 +88,10 @@ xf_err xf_cli_parse_double(xf_cli *cli, const char *flag, const char *s, double 
 }
 
 bool xf_cli_interactive(void) { return isatty(STDERR_FILENO); }
+
+int xf_cli_option_error(xf_cli *cli, int ch, char **argv) {
+  if (ch == ':') return xf_cli_usage(cli, "%s needs a value", argv[optind - 1]);
+  /* optopt names an unknown short option, which may not end its argv word */
+  if (optopt) return xf_cli_usage(cli, "unknown option '-%c'", optopt);
+  return xf_cli_usage(cli, "unknown option '%s'", argv[optind - 1]);
+}

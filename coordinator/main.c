@@ -16,11 +16,6 @@
 
 #define PROG "xfed-coord"
 
-static int option_error(xf_cli *cli, int ch, char **argv) {
-  if (ch == ':') return xf_cli_usage(cli, "%s needs a value", argv[optind - 1]);
-  if (optopt) return xf_cli_usage(cli, "unknown option '-%c'", optopt);
-  return xf_cli_usage(cli, "unknown option '%s'", argv[optind - 1]);
-}
 
 /* HOST:PORT (HOST an IPv4 address, [IPv6] or localhost; port 0..65535, 0
  * only where allow_zero: a listener picking a free port). */
@@ -173,7 +168,7 @@ static int cmd_run(xf_cli *cli, int argc, char **argv) {
   const char *config = NULL;
   while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
     if (ch == 'f') config = optarg;
-    else if (ch == '?' || ch == ':') return option_error(cli, ch, argv);
+    else if (ch == '?' || ch == ':') return xf_cli_option_error(cli, ch, argv);
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
   if (config && load_config(cli, config, &c) != XF_OK) return xf_cli_fail(cli, cli->err.code);
@@ -232,7 +227,7 @@ static int cmd_backup(xf_cli *cli, int argc, char **argv) {
   while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
     if (ch == 's') state = optarg;
     else if (ch == 'o') out = optarg;
-    else return option_error(cli, ch, argv);
+    else return xf_cli_option_error(cli, ch, argv);
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
   if (!state || !out) return xf_cli_usage(cli, "--state DIR and --out FILE are required");

@@ -1070,7 +1070,7 @@ static xf_err job_supported(daemon_t *d, const xf_jobspec *spec, const xf_site_d
                         (pv->mode == XF_JOB_PRIVACY_NONE || pv->mode == XF_JOB_PRIVACY_CENTRAL);
   bool nothing = pv->mode == XF_JOB_PRIVACY_NONE && pv->clip == 0;
   XF_ENSURE(site_clip_only || nothing, err, XF_EUNSUPPORTED,
-            "privacy: unit %s with mode %s is not implemented at this site yet (it clips "
+            "privacy: unit %s with mode %s is not available at this site yet (it clips "
             "site-level updates for modes none and central only)",
             xf_job_privacy_unit_name(pv->unit), xf_job_privacy_mode_name(pv->mode));
   xf_model_spec ms;

@@ -41,12 +41,6 @@ static xf_err site_paths_make(xf_cli *cli, const char *dir, site_paths *p) {
   return XF_OK;
 }
 
-/* Reports a getopt_long failure the way every xfed command does. */
-static int option_error(xf_cli *cli, int ch, char **argv) {
-  if (ch == ':') return xf_cli_usage(cli, "%s needs a value", argv[optind - 1]);
-  if (optopt) return xf_cli_usage(cli, "unknown option '-%c'", optopt);
-  return xf_cli_usage(cli, "unknown option '%s'", argv[optind - 1]);
-}
 
 static void reset_getopt(void) {
   opterr = 0;
@@ -132,7 +126,7 @@ static int cmd_init(xf_cli *cli, int argc, char **argv) {
     case 'D': vals[ROOT] = optarg; break;
     case 't': vals[THREADS] = optarg; break;
     case 'b': vals[BACKEND] = optarg; break;
-    default: return option_error(cli, ch, argv);
+    default: return xf_cli_option_error(cli, ch, argv);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
@@ -264,7 +258,7 @@ static int cmd_dataset_add(xf_cli *cli, int argc, char **argv) {
         return xf_cli_usage(cli, "%s", cli->err.msg);
       spec.has_budget = true;
       break;
-    default: return option_error(cli, ch, argv);
+    default: return xf_cli_option_error(cli, ch, argv);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
@@ -326,7 +320,7 @@ static int parse_named(xf_cli *cli, int argc, char **argv, named_args *a, bool n
     switch (ch) {
     case 'd': a->dir = optarg; break;
     case 'n': a->name = optarg; break;
-    default: return option_error(cli, ch, argv);
+    default: return xf_cli_option_error(cli, ch, argv);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
@@ -470,7 +464,7 @@ static int cmd_dataset_tag(xf_cli *cli, int argc, char **argv) {
       adding[n] = ch == 'a';
       tags[n++] = optarg;
       break;
-    default: return option_error(cli, ch, argv);
+    default: return xf_cli_option_error(cli, ch, argv);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
@@ -517,7 +511,7 @@ static int cmd_dataset_budget(xf_cli *cli, int argc, char **argv) {
       set = true;
       break;
     case 'c': clear = true; break;
-    default: return option_error(cli, ch, argv);
+    default: return xf_cli_option_error(cli, ch, argv);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
@@ -551,7 +545,7 @@ static int cmd_config_show(xf_cli *cli, int argc, char **argv) {
   int ch;
   while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
     if (ch == 'd') a.dir = optarg;
-    else return option_error(cli, ch, argv);
+    else return xf_cli_option_error(cli, ch, argv);
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
   site_paths p;
@@ -597,7 +591,7 @@ static int cmd_run(xf_cli *cli, int argc, char **argv) {
   int ch;
   while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
     if (ch == 'd') dir = optarg;
-    else return option_error(cli, ch, argv);
+    else return xf_cli_option_error(cli, ch, argv);
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
   if (cli->json) return xf_cli_usage(cli, "run logs key=value lines to stderr; it has no --json");
