@@ -11,7 +11,10 @@
 #include "base/alloc.h"
 #include "cli/cli.h"
 #include "coordinator/jobmodel.h"
+#include "coordinator/jobprivacy.h"
 #include "coordinator/jobspec.h"
+#include "crypto/accountant.h"
+#include "crypto/noise.h"
 #include "kernels/backend.h"
 #include "kernels/checkpoint.h"
 #include "kernels/net.h"
@@ -22,6 +25,9 @@
 typedef struct train_args {
   const char *spec, *data, *save, *blobs;
   long threads, epochs;
+  /* DP-SGD: on with --dp-clip; the noise is given or calibrated. */
+  double dp_clip, dp_noise, dp_target, dp_delta;
+  bool dp, has_noise, has_target, has_delta;
 } train_args;
 
 /* Progress and the per-epoch record kept for --json. */
@@ -42,11 +48,22 @@ static void on_epoch(const xf_epoch_report *r, void *user) {
           r->epoch, r->epochs, r->train_loss, 100 * r->train_accuracy, 100 * r->test_accuracy,
           r->seconds, (double)r->samples / r->seconds);
   json_array_append_new(p->epochs,
-                        json_pack("{s:i,s:o,s:o,s:o,s:o,s:o}", "epoch", r->epoch, "train_loss",
-                                  figure(r->train_loss), "train_accuracy",
-                                  figure(r->train_accuracy), "test_loss", figure(r->test_loss),
-                                  "test_accuracy", figure(r->test_accuracy), "seconds",
-                                  figure(r->seconds)));
+                        json_pack("{s:i,s:I,s:o,s:o,s:o,s:o,s:o}", "epoch", r->epoch, "steps",
+                                  (json_int_t)r->steps, "train_loss", figure(r->train_loss),
+                                  "train_accuracy", figure(r->train_accuracy), "test_loss",
+                                  figure(r->test_loss), "test_accuracy",
+                                  figure(r->test_accuracy), "seconds", figure(r->seconds)));
+}
+
+enum { OPT_DP_CLIP = 'C', OPT_DP_NOISE = 'Z', OPT_DP_TARGET = 'E', OPT_DP_DELTA = 'D' };
+
+/* A DP flag's number in [lo, hi], above lo when lo_open. */
+static int parse_dp_number(xf_cli *cli, const char *flag, double lo, double hi, bool lo_open,
+                           double *out) {
+  if (xf_cli_parse_double(cli, flag, optarg, lo, hi, out) != XF_OK)
+    return xf_cli_usage(cli, "%s", cli->err.msg);
+  if (lo_open && !(*out > lo)) return xf_cli_usage(cli, "%s '%s' must be above %g", flag, optarg, lo);
+  return XF_EXIT_OK;
 }
 
 static int parse_args(xf_cli *cli, int argc, char **argv, train_args *a) {
@@ -54,8 +71,14 @@ static int parse_args(xf_cli *cli, int argc, char **argv, train_args *a) {
       {"spec", required_argument, 0, 's'},    {"data", required_argument, 0, 'd'},
       {"threads", required_argument, 0, 't'}, {"epochs", required_argument, 0, 'e'},
       {"save", required_argument, 0, 'o'},    {"blobs", required_argument, 0, 'b'},
+      {"dp-clip", required_argument, 0, OPT_DP_CLIP},
+      {"dp-noise-multiplier", required_argument, 0, OPT_DP_NOISE},
+      {"dp-target-epsilon", required_argument, 0, OPT_DP_TARGET},
+      {"dp-delta", required_argument, 0, OPT_DP_DELTA},
       {0, 0, 0, 0}};
   memset(a, 0, sizeof(*a));
+  a->dp_delta = 1e-5;
+  int st;
   opterr = 0;
   optind = 1;
   int ch;
@@ -73,12 +96,39 @@ static int parse_args(xf_cli *cli, int argc, char **argv, train_args *a) {
       if (xf_cli_parse_int(cli, "--epochs", optarg, 1, 10000, &a->epochs) != XF_OK)
         return xf_cli_usage(cli, "%s", cli->err.msg);
       break;
+    case OPT_DP_CLIP:
+      if ((st = parse_dp_number(cli, "--dp-clip", 0, 1e6, true, &a->dp_clip)) != XF_EXIT_OK)
+        return st;
+      a->dp = true;
+      break;
+    case OPT_DP_NOISE:
+      if ((st = parse_dp_number(cli, "--dp-noise-multiplier", 0, XF_DP_SIGMA_MAX, false,
+                                &a->dp_noise)) != XF_EXIT_OK)
+        return st;
+      a->has_noise = true;
+      break;
+    case OPT_DP_TARGET:
+      if ((st = parse_dp_number(cli, "--dp-target-epsilon", 0, 1e6, true, &a->dp_target)) !=
+          XF_EXIT_OK)
+        return st;
+      a->has_target = true;
+      break;
+    case OPT_DP_DELTA:
+      if ((st = parse_dp_number(cli, "--dp-delta", 0, 0.5, true, &a->dp_delta)) != XF_EXIT_OK)
+        return st;
+      a->has_delta = true;
+      break;
     default: return xf_cli_option_error(cli, ch, argv);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
   if (!a->spec) return xf_cli_usage(cli, "--spec JOB.json is required");
   if (!a->data) return xf_cli_usage(cli, "--data DIR is required");
+  if (!a->dp && (a->has_noise || a->has_target || a->has_delta))
+    return xf_cli_usage(cli, "--dp-clip C is required with the other --dp- options");
+  if (a->dp && a->has_noise == a->has_target)
+    return xf_cli_usage(cli, "--dp-clip needs one of --dp-noise-multiplier Z or "
+                             "--dp-target-epsilon E");
   return XF_EXIT_OK;
 }
 
@@ -98,15 +148,20 @@ int xf_cmd_train(xf_cli *cli, int argc, char **argv) {
   xf_model *model = NULL;
   xf_backend *backend = NULL;
   xf_net *net = NULL;
+  xf_noise *noise = NULL;
   float *params = NULL;
   json_t *epochs = json_array();
   xf_err rc;
+  xf_dp_sgd dp = {0};
+  double dp_q = 0, dp_epsilon = INFINITY;
+  uint64_t dp_steps = 0;
 
   if ((rc = xf_jobspec_parse_file(a.spec, &job, &cli->err)) != XF_OK) goto fail;
   if (a.epochs) job.local.epochs = (uint32_t)a.epochs;
   if (job.privacy.mode != XF_JOB_PRIVACY_NONE)
     fprintf(stderr, "%s %s: note: privacy settings apply to federated jobs; this centralized "
-                    "baseline trains without them\n", cli->prog, cli->name);
+                    "baseline trains without them (--dp-clip trains with DP-SGD)\n",
+            cli->prog, cli->name);
   double t_load = now_seconds();
   if ((rc = xf_dataset_load_dir(a.data, &train, &test, &cli->err)) != XF_OK) goto fail;
   fprintf(stderr, "data: %u train and %u test records of %ux%ux%u, %u classes (%.1f s)\n",
@@ -138,6 +193,43 @@ int xf_cmd_train(xf_cli *cli, int argc, char **argv) {
   xf_samples tr = {train.x, train.y, train.n, train.features};
   xf_samples te = {test.x, test.y, test.n, test.features};
   progress prog = {.cli = cli, .epochs = epochs};
+  if (a.dp) {
+    /* The sites' own plan (coordinator/jobprivacy.h) for one round: expected
+     * batch L = local.batch_size, q = L / n, epochs x steps per epoch, the
+     * noise calibrated to the target and grown by the grid's slack. */
+    int L = (int)job.local.batch_size;
+    job.rounds = 1;
+    job.privacy = (xf_job_privacy){.unit = XF_JOB_PRIVACY_UNIT_RECORD,
+                                   .mode = XF_JOB_PRIVACY_LOCAL,
+                                   .clip = a.dp_clip,
+                                   .has_target_epsilon = a.has_target,
+                                   .target_epsilon = a.dp_target,
+                                   .has_noise_multiplier = a.has_noise,
+                                   .noise_multiplier = a.dp_noise,
+                                   .delta = a.dp_delta};
+    xf_privacy_plan plan;
+    if ((rc = xf_privacy_plan_for(&job, tr.n, n_params, &plan, &cli->err)) != XF_OK) goto fail;
+    dp_q = plan.sampling_rate;
+    dp_steps = plan.planned_steps;
+    if ((rc = xf_noise_new_random(&noise)) != XF_OK) {
+      rc = xf_fail(&cli->err, rc, "cannot start the noise generator");
+      goto fail;
+    }
+    dp = (xf_dp_sgd){.clip = a.dp_clip, .noise_multiplier = plan.noise_multiplier,
+                     .expected_batch = L, .noise = noise};
+    if (plan.accounted_multiplier > 0 &&
+        (rc = xf_dp_epsilon_sgm(dp_q, plan.accounted_multiplier, dp_steps, a.dp_delta, NULL, 0,
+                                XF_DP_CONVERSION_IMPROVED, &dp_epsilon, NULL, &cli->err)) !=
+            XF_OK) {
+      if (rc != XF_ERANGE) goto fail;
+      dp_epsilon = INFINITY; /* far too little noise: no finite guarantee */
+      xf_errctx_clear(&cli->err);
+    }
+    fprintf(stderr, "dp-sgd: clip %g, noise multiplier %.4f, expected batch %d of %zu (q %.5f), "
+                    "%llu steps, epsilon %.4g at delta %g\n",
+            a.dp_clip, plan.noise_multiplier, L, tr.n, dp_q, (unsigned long long)dp_steps,
+            dp_epsilon, a.dp_delta);
+  }
   xf_train_options opt = {
       .epochs = (int)job.local.epochs,
       .batch_size = (int)job.local.batch_size,
@@ -146,7 +238,8 @@ int xf_cmd_train(xf_cli *cli, int argc, char **argv) {
       .seed = job.seed,
       .test = &te,
       .on_epoch = on_epoch,
-      .user = &prog};
+      .user = &prog,
+      .dp = a.dp ? &dp : NULL};
   if ((rc = xf_train(net, &tr, &opt, &cli->err)) != XF_OK) goto fail;
   double test_loss, test_acc;
   if ((rc = xf_evaluate(net, &te, &test_loss, &test_acc, &cli->err)) != XF_OK ||
@@ -184,6 +277,13 @@ int xf_cmd_train(xf_cli *cli, int argc, char **argv) {
       goto fail;
     }
     if (a.save) json_object_set_new(o, "saved", json_string(a.save));
+    if (a.dp)
+      json_object_set_new(
+          o, "dp",
+          json_pack("{s:o,s:o,s:i,s:o,s:I,s:o,s:o}", "clip", figure(dp.clip), "noise_multiplier",
+                    figure(dp.noise_multiplier), "expected_batch", dp.expected_batch,
+                    "sampling_rate", figure(dp_q), "steps", (json_int_t)dp_steps, "delta",
+                    figure(a.dp_delta), "epsilon", figure(dp_epsilon)));
     if (a.blobs) json_object_set_new(o, "blob", json_string(blob_hex));
     json_dumpf(o, stdout, JSON_INDENT(2));
     fputc('\n', stdout);
@@ -193,6 +293,11 @@ int xf_cmd_train(xf_cli *cli, int argc, char **argv) {
     printf("backend        %s, %s\n", xf_backend_name(backend), xf_backend_describe(backend));
     printf("epochs         %d\n", opt.epochs);
     printf("test accuracy  %.4f (loss %.4f)\n", test_acc, test_loss);
+    if (a.dp)
+      printf("privacy        epsilon %.4g at delta %g (DP-SGD: clip %g, noise multiplier %.4f, "
+             "q %.5f, %llu steps)\n",
+             dp_epsilon, a.dp_delta, dp.clip, dp.noise_multiplier, dp_q,
+             (unsigned long long)dp_steps);
     printf("train time     %.1f s, %.0f samples/s\n", prog.seconds, sps);
     printf("model digest   %s\n", hex);
     if (a.save) printf("saved          %s\n", a.save);
@@ -205,6 +310,7 @@ fail:
 out:
   json_decref(epochs);
   xf_free(params);
+  xf_noise_free(noise);
   xf_net_free(net);
   xf_backend_close(backend);
   xf_model_free(model);

@@ -146,6 +146,11 @@ typedef struct xf__job {
   uint32_t wait_for;     /* ... or until this many sites are eligible */
   double eval_deadline;
   uint64_t bytes_up, bytes_down; /* not yet added to the journal */
+  /* Privacy refusals in the open attempt (BUDGET_EXHAUSTED wins over
+   * TARGET_REACHED; 0: none) and the sites' own words, for the job's
+   * message: a budget spent stays spent, so the round is not retried. */
+  int privacy_refusal;
+  char privacy_note[1024];
 } xf__job;
 
 /* The regional role's link upstream and the task it is relaying. */
@@ -256,6 +261,9 @@ void xf__upstream_announce(xf__coord *co);
 void xf__upstream_aggregate(xf__coord *co, const xf__job *job, float *mean, size_t n,
                             uint64_t weight, uint32_t contributors);
 void xf__upstream_failed(xf__coord *co, const xf__job *job, const char *why);
+/* Passes a privacy refusal of the region's sites upstream (TaskRefusal with
+ * reason, a TaskRefusal.Reason, and the sites' details). */
+void xf__upstream_refuse(xf__coord *co, const xf__job *job, int reason, const char *details);
 void xf__upstream_eval_done(xf__coord *co, const xf__job *job);
 /* Forwards a site's Metrics upstream unchanged. */
 void xf__upstream_forward(xf__coord *co, const Xfed__Envelope *env);

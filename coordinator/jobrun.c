@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "coordinator/daemon_internal.h"
 #include "coordinator/jobmodel.h"
+#include "coordinator/jobprivacy.h"
 #include "crypto/accountant.h"
 #include "kernels/checkpoint.h"
 
@@ -98,19 +99,26 @@ static void site_abort_update(xf__coord *co, xf__site *s) {
   (void)co;
 }
 
-static void send_cancel(xf__coord *co, xf__job *job, xf__site *s, const char *reason) {
+/* Withdraws s's task of the given attempt of the job's round (0: the
+ * current one). */
+static void send_cancel_attempt(xf__coord *co, xf__job *job, xf__site *s, const char *reason,
+                                uint32_t attempt) {
   site_abort_update(co, s);
   if (!s->peer) return;
   if (s->peer->tx_model) xf__stream_stop(s->peer);
   Xfed__TaskCancel tc = XFED__TASK_CANCEL__INIT;
   tc.job_id = job->id_text;
   tc.round = offer_round(job);
-  tc.attempt = offer_attempt(job);
+  tc.attempt = job->relay || attempt == 0 ? offer_attempt(job) : attempt;
   tc.reason = (char *)reason;
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   env.body_case = XFED__ENVELOPE__BODY_TASK_CANCEL;
   env.task_cancel = &tc;
   (void)xf__send(s->peer, &env);
+}
+
+static void send_cancel(xf__coord *co, xf__job *job, xf__site *s, const char *reason) {
+  send_cancel_attempt(co, job, s, reason, 0);
 }
 
 /* TaskOffer and the model stream to s. */
@@ -233,6 +241,8 @@ static void try_open(xf__coord *co, xf__job *job) {
   }
   job->wait_until = 0;
   xf_errctx err = {0};
+  job->privacy_refusal = 0;
+  job->privacy_note[0] = '\0';
   if (xf_round_open(job->round, ids, n, now, &err) != XF_OK) {
     XF_ERROR("round_open_failed", "job=%s reason=\"%s\"", job->id_text, err.msg);
     xf_free(ids);
@@ -323,9 +333,14 @@ static xf_err commit_round(xf__coord *co, xf__job *job, xf_errctx *err) {
     /* N(0, (sigma C)^2) on the sum of n clipped updates is N(0, (sigma C / n)^2)
      * on their mean. */
     double n = (double)xf_aggregator_committed(job->agg);
-    double sd = job->spec.privacy.noise_multiplier * job->spec.privacy.clip / n;
-    rc = co->noise ? xf_noise_gaussian_vec(co->noise, sd, mean, job->n_params)
-                   : xf_fail(err, XF_EINTERNAL, "no noise generator");
+    /* The sampler rounds the mean to its grid: sigma grows by that slack
+     * so that the accountant's multiplier holds (coordinator/jobprivacy.h). */
+    double sd;
+    rc = xf_privacy_grid_sigma(job->spec.privacy.noise_multiplier,
+                               job->spec.privacy.clip / n, job->n_params, &sd, err);
+    if (rc == XF_OK)
+      rc = co->noise ? xf_noise_gaussian_vec(co->noise, sd, mean, job->n_params)
+                     : xf_fail(err, XF_EINTERNAL, "no noise generator");
     if (rc != XF_OK) {
       xf_free(mean);
       return rc;
@@ -363,7 +378,16 @@ static xf_err commit_round(xf__coord *co, xf__job *job, xf_errctx *err) {
   return XF_OK;
 }
 
+/* Fails the job at its current attempt or, when the round machine has
+ * already moved on to the next one (a RETRY action turned into a failure),
+ * at the attempt that closed. */
+static void fail_job_at(xf__coord *co, xf__job *job, const char *why, bool retried);
+
 static void fail_job(xf__coord *co, xf__job *job, const char *why) {
+  fail_job_at(co, job, why, false);
+}
+
+static void fail_job_at(xf__coord *co, xf__job *job, const char *why, bool retried) {
   XF_ERROR("job_failed", "job=%s reason=\"%s\"", job->id_text, why);
   for (xf__site *s = co->sites; s; s = s->next)
     if (s->upd || s->rx) send_cancel(co, job, s, why);
@@ -372,10 +396,63 @@ static void fail_job(xf__coord *co, xf__job *job, const char *why) {
   } else {
     xf_errctx err = {0};
     journal_check(xf_journal_job_fail(co->db, job->id, xf_round_number(job->round),
-                                      xf_round_attempt(job->round), why, xf__now(), &err),
+                                      xf_round_attempt(job->round) - (retried ? 1 : 0), why,
+                                      xf__now(), &err),
                   "job_fail", &err);
   }
   job_over(co, job);
+}
+
+/* A round that missed its quorum because sites refused on privacy grounds
+ * is not retried: a dataset's spent budget stays spent. A job whose own
+ * target would be passed stops (done, and its last model is evaluated); one
+ * that meets a spent budget fails. Either way the message carries the
+ * sites' numbers. A regional aggregator passes the refusal upstream. */
+static void privacy_stop(xf__coord *co, xf__job *job, const char *note, bool retried) {
+  bool budget = job->privacy_refusal == XFED__TASK_REFUSAL__REASON__BUDGET_EXHAUSTED;
+  char why[1400];
+  if (job->relay) {
+    snprintf(why, sizeof(why), "%s", job->privacy_note);
+    xf__upstream_refuse(co, job, job->privacy_refusal, why);
+    fail_job_at(co, job, why, retried);
+    return;
+  }
+  if (budget) {
+    snprintf(why, sizeof(why), "round %u cannot run: %s", (unsigned)offer_round(job),
+             job->privacy_note);
+    XF_INFO("round_closed", "job=%s note=\"%s\"", job->id_text, note);
+    fail_job_at(co, job, why, retried);
+    return;
+  }
+  snprintf(why, sizeof(why), "stopped before round %u: %s", (unsigned)offer_round(job),
+           job->privacy_note);
+  XF_WARN("job_stopped", "job=%s reason=\"%s\"", job->id_text, why);
+  xf_errctx err = {0};
+  for (xf__site *s = co->sites; s; s = s->next)
+    if (s->upd || s->rx) send_cancel(co, job, s, why);
+  /* The attempt closed without a commit: journal it so, then the job. */
+  journal_check(xf_journal_round_retry(co->db, job->id, xf_round_number(job->round),
+                                       xf_round_attempt(job->round) - (retried ? 1 : 0), note,
+                                       xf__now(), &err),
+                "round_retry", &err);
+  journal_check(xf_journal_job_set_state(co->db, job->id, XF_JOB_DONE, why, xf__now(), &err),
+                "job_state", &err);
+  eval_start(co, job);
+}
+
+/* Notes a site's privacy refusal (its details carry the numbers). */
+static void note_privacy_refusal(xf__job *job, const xf__site *s, const Xfed__TaskRefusal *r) {
+  if (r->reason != XFED__TASK_REFUSAL__REASON__BUDGET_EXHAUSTED &&
+      r->reason != XFED__TASK_REFUSAL__REASON__TARGET_REACHED)
+    return;
+  if (job->privacy_refusal != XFED__TASK_REFUSAL__REASON__BUDGET_EXHAUSTED)
+    job->privacy_refusal = (int)r->reason;
+  size_t used = strlen(job->privacy_note);
+  const char *d = r->details && *r->details ? r->details : "privacy budget";
+  /* A regional's details already name its sites. */
+  if (used < sizeof(job->privacy_note) - 1)
+    snprintf(job->privacy_note + used, sizeof(job->privacy_note) - used, "%s%s%s%s",
+             used ? "; " : "", s->regional ? "" : s->name, s->regional ? "" : ": ", d);
 }
 
 /* ---- the machine's actions ------------------------------------------------------------- */
@@ -403,10 +480,10 @@ static void run_actions(xf__coord *co, xf__job *job) {
       }
       break;
     case XF_ROUND_ACT_CANCEL:
-      if (s) send_cancel(co, job, s, "the round closed without this site");
+      if (s) send_cancel_attempt(co, job, s, "the round closed without this site", act->attempt);
       break;
     case XF_ROUND_ACT_DISCARD:
-      if (s) send_cancel(co, job, s, act->note);
+      if (s) send_cancel_attempt(co, job, s, act->note, act->attempt);
       break;
     case XF_ROUND_ACT_COMMIT:
       for (xf__site *o = co->sites; o; o = o->next)
@@ -431,6 +508,10 @@ static void run_actions(xf__coord *co, xf__job *job) {
       if (job->phase == XF__PHASE_WAIT) try_open(co, job);
       break;
     case XF_ROUND_ACT_RETRY:
+      if (job->privacy_refusal) {
+        privacy_stop(co, job, act->note, true);
+        break;
+      }
       XF_WARN("round_retried", "job=%s round=%u reports=%u reason=\"%s\"", job->id_text,
               (unsigned)offer_round(job), (unsigned)act->reported, act->note);
       if (job->relay) {
@@ -443,7 +524,10 @@ static void run_actions(xf__coord *co, xf__job *job) {
                     "round_retry", &err);
       job->phase = XF__PHASE_WAIT;
       break;
-    case XF_ROUND_ACT_FAIL_JOB: fail_job(co, job, act->note); break;
+    case XF_ROUND_ACT_FAIL_JOB:
+      if (job->privacy_refusal) privacy_stop(co, job, act->note, false);
+      else fail_job(co, job, act->note);
+      break;
     case XF_ROUND_ACT_FINISH_JOB: eval_start(co, job); break;
     }
   }
@@ -633,8 +717,9 @@ static void on_metrics(xf__coord *co, xf__job *job, xf__site *s, const Xfed__Met
     if (m->has_train) {
       xf_journal_metrics r = {.round = m->round, .site = id, .train_loss = m->train_loss,
                               .test_loss = NAN, .test_accuracy = NAN, .samples = m->samples,
-                              .has_bytes = true, .bytes_up = m->bytes_up,
-                              .bytes_down = m->bytes_down};
+                              .has_epsilon = m->has_epsilon && !isnan(m->epsilon),
+                              .epsilon = m->epsilon, .has_bytes = true,
+                              .bytes_up = m->bytes_up, .bytes_down = m->bytes_down};
       if (m->round >= 1)
         journal_check(xf_journal_metrics_add(co->db, job->id, &r, &err), "metrics", &err);
     }
@@ -648,6 +733,11 @@ static void on_metrics(xf__coord *co, xf__job *job, xf__site *s, const Xfed__Met
   XF_INFO("metrics", "job=%s round=%u site=%s train_loss=%.4f test_accuracy=%.4f model_round=%u",
           job->id_text, (unsigned)m->round, site, m->has_train ? m->train_loss : NAN,
           m->has_test ? m->test_accuracy : NAN, (unsigned)m->model_round);
+  if (m->has_epsilon)
+    XF_INFO("privacy_spent", "job=%s round=%u site=%s dataset=%s epsilon=%.6g "
+            "noise_multiplier=%.6g dataset_epsilon=%.6g budget=%g",
+            job->id_text, (unsigned)m->round, site, m->dataset ? m->dataset : "", m->epsilon,
+            m->noise_multiplier, m->ledger_epsilon, m->budget_epsilon);
   if (job->phase == XF__PHASE_EVAL && !s->regional && m->has_test &&
       m->model_round == job->model_round) {
     s->eval_pending = false;
@@ -702,6 +792,7 @@ void xf__job_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env) {
     if (job->phase != XF__PHASE_ROUND || !r->job_id || strcmp(r->job_id, job->id_text) != 0 ||
         r->round != offer_round(job))
       return;
+    note_privacy_refusal(job, s, r);
     if (xf_round_site_refused(job->round, s->id, r->details, &err) == XF_OK) run_actions(co, job);
     return;
   }

@@ -772,6 +772,27 @@ xf_err xf_journal_metrics_job(xf_db *db, int64_t job, xf_journal_metrics **out, 
   return xf__metrics_collect(db, st, out, n, err);
 }
 
+xf_err xf_journal_site_epsilon(xf_db *db, int64_t job, uint32_t round, bool *has, double *eps,
+                               xf_errctx *err) {
+  *has = false;
+  *eps = 0;
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf__prepare(db, &st, err,
+                       "SELECT max(epsilon) FROM metrics WHERE job = ? AND round <= ?"
+                       " AND epsilon IS NOT NULL",
+                       "ii", job, (int64_t)round));
+  int rc = sqlite3_step(st);
+  xf_err e = XF_OK;
+  if (rc == SQLITE_ROW) {
+    *has = sqlite3_column_type(st, 0) != SQLITE_NULL;
+    *eps = *has ? sqlite3_column_double(st, 0) : 0;
+  } else {
+    e = xf_db_fail(db, err, "reading the job's privacy spend");
+  }
+  sqlite3_finalize(st);
+  return e;
+}
+
 xf_err xf_journal_last_invited(xf_db *db, int64_t job, uint32_t *n, xf_errctx *err) {
   *n = 0;
   sqlite3_stmt *st = NULL;

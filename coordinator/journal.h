@@ -193,6 +193,11 @@ xf_err xf_journal_round_model(xf_db *db, int64_t job, uint32_t round, xf_digest 
                               xf_errctx *err) XF_WARN_UNUSED;
 /* Sites invited to the job's latest attempt (0 before its first). */
 xf_err xf_journal_last_invited(xf_db *db, int64_t job, uint32_t *n, xf_errctx *err) XF_WARN_UNUSED;
+/* The largest epsilon sites reported for the job up to round (sites that
+ * account for themselves: unit record, mode local): *has is false when no
+ * row carries one. */
+xf_err xf_journal_site_epsilon(xf_db *db, int64_t job, uint32_t round, bool *has, double *eps,
+                               xf_errctx *err) XF_WARN_UNUSED;
 /* Every metrics row of a job, by round then site. Ownership as
  * xf_journal_metrics_round. */
 xf_err xf_journal_metrics_job(xf_db *db, int64_t job, xf_journal_metrics **out, size_t *n,

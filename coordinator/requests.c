@@ -114,7 +114,14 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
   ji->bytes_down = down;
   summarize_metrics(co, id, ji);
   double eps;
+  bool site_eps;
+  xf_errctx eps_err = {0};
   if (xf__job_epsilon(&jj.spec, jj.rounds_committed, &eps)) {
+    ji->has_epsilon = true;
+    ji->epsilon = eps;
+  } else if (xf_journal_site_epsilon(co->db, id, UINT32_MAX, &site_eps, &eps, &eps_err) == XF_OK &&
+             site_eps) {
+    /* Sites that account for themselves: the largest any dataset spent. */
     ji->has_epsilon = true;
     ji->epsilon = eps;
   }
@@ -199,7 +206,7 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
   const char *unavailable = NULL;
   bool central = spec.privacy.unit == XF_JOB_PRIVACY_UNIT_SITE &&
                  spec.privacy.mode == XF_JOB_PRIVACY_CENTRAL;
-  if (spec.privacy.mode != XF_JOB_PRIVACY_NONE && !central) unavailable = "privacy.mode";
+  if (spec.privacy.mode == XF_JOB_PRIVACY_DISTRIBUTED) unavailable = "privacy.mode";
   else if (spec.secure_aggregation.enabled) unavailable = "secure_aggregation.enabled";
   else if (spec.compression.uplink.quant_bits || spec.compression.uplink.topk_fraction > 0)
     unavailable = "compression.uplink";
@@ -209,9 +216,9 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
     snprintf(err.file, sizeof(err.file), "%s", origin);
     snprintf(err.field, sizeof(err.field), "%s", unavailable);
     snprintf(err.msg, sizeof(err.msg),
-             "this coordinator does not run that yet (of differential privacy only unit "
-             "\"site\" with mode \"central\" is built; secure aggregation and compression "
-             "are not); use privacy.mode \"none\" or \"central\", "
+             "this coordinator does not run that yet (differential privacy mode "
+             "\"distributed\", secure aggregation and compression are not built); use "
+             "privacy.mode \"none\", \"central\" or \"local\", "
              "secure_aggregation.enabled false and compression \"none\"");
     reply_error(p, XF_EUNSUPPORTED, &err);
     return;
@@ -396,8 +403,14 @@ static void on_metrics_query(xf__coord *co, xf__peer *p, const Xfed__MetricsQuer
       eps_round = v[i].round;
       has_eps = xf__job_epsilon(&jj.spec, eps_round, &eps);
     }
-    r->has_epsilon = has_eps;
-    r->epsilon = has_eps ? eps : 0;
+    if (has_eps) {
+      r->has_epsilon = true;
+      r->epsilon = eps;
+    } else {
+      /* unit record, mode local: each site's own account of its dataset */
+      r->has_epsilon = v[i].has_epsilon;
+      r->epsilon = v[i].has_epsilon ? v[i].epsilon : 0;
+    }
     ptrs[i] = r;
   }
   Xfed__MetricsReport rep = XFED__METRICS_REPORT__INIT;

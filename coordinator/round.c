@@ -99,6 +99,7 @@ static xf_round_action *xf__push(xf_round *r, xf_round_action_kind kind, uint64_
   memset(a, 0, sizeof(*a));
   a->kind = kind;
   a->site = site;
+  a->attempt = r->attempt;
   return a;
 }
 

@@ -73,6 +73,9 @@ typedef enum xf_round_action_kind {
 typedef struct xf_round_action {
   xf_round_action_kind kind;
   uint64_t site;                /* SEND_TASK, CANCEL, DISCARD; else 0 */
+  uint32_t attempt;             /* the attempt the action belongs to (a CANCEL queued
+                                   by a close names the attempt that closed, not the
+                                   one a RETRY moves on to) */
   double deadline;              /* SEND_TASK: when the round closes */
   uint32_t reported;            /* COMMIT, RETRY, FAIL_JOB: reports counted */
   char note[XF_ROUND_MSG_MAX];  /* DISCARD, RETRY, FAIL_JOB: for the log and

@@ -246,6 +246,19 @@ void xf__upstream_failed(xf__coord *co, const xf__job *job, const char *why) {
                         job->id_text, (unsigned)job->offer_round, co->cfg.region, why);
 }
 
+void xf__upstream_refuse(xf__coord *co, const xf__job *job, int reason, const char *details) {
+  if (!co->up.peer) return;
+  Xfed__TaskRefusal r = XFED__TASK_REFUSAL__INIT;
+  r.job_id = (char *)job->id_text;
+  r.round = job->offer_round;
+  r.reason = (Xfed__TaskRefusal__Reason)reason;
+  r.details = (char *)details;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_TASK_REFUSAL;
+  env.task_refusal = &r;
+  (void)xf__send(co->up.peer, &env);
+}
+
 void xf__upstream_eval_done(xf__coord *co, const xf__job *job) {
   if (!co->up.peer) return;
   Xfed__Metrics m = XFED__METRICS__INIT;

@@ -1,44 +1,79 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Exact discrete Laplace and Gaussian samplers (CKS 2020) over a ChaCha20
+/* Exact discrete Laplace (CKS 2020) and Gaussian (Karney 2016) samplers over a ChaCha20
  * generator with fast key erasure, and the Gaussian on a grid built on them. */
 #include "crypto/noise.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <sodium.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "base/alloc.h"
 
 typedef unsigned __int128 xf__u128;
 
 /* Keystream is made XF__BLOCK bytes at a time: the first 32 become the next
  * key (fast key erasure, so a captured state does not reveal noise already
- * drawn), the rest is handed out and wiped as it is read. */
+ * drawn), the rest is handed out as 64-bit words. Consumed words are not
+ * wiped one by one (that cost more than the sampling itself): a refill
+ * overwrites the whole block, and every public function wipes the words it
+ * consumed before it returns (xf__erase), so between calls the state holds
+ * only the next key and keystream not yet used. */
 #define XF__BLOCK 512
 #define XF__KEY crypto_stream_chacha20_KEYBYTES
+#define XF__WORDS (XF__BLOCK / 8)
+#define XF__KEY_WORDS (XF__KEY / 8)
 
 _Static_assert(XF_NOISE_SEED_BYTES == crypto_stream_chacha20_KEYBYTES, "seed is a ChaCha20 key");
+_Static_assert(XF__KEY % 8 == 0, "the key is a whole number of words");
 
 struct xf_noise {
   uint8_t key[XF__KEY];
-  uint8_t block[XF__BLOCK];
-  size_t pos; /* next unread byte of block; XF__BLOCK when empty */
+  uint64_t block[XF__WORDS]; /* keystream bytes; read as little-endian words */
+  size_t pos;                /* next unread word of block; XF__WORDS when empty */
+  size_t clean;              /* words in [clean, pos) were read but not yet wiped */
+  uint64_t pool;             /* unused bits of the last word split into small draws */
+  unsigned pool_bits;
 };
 
 static void xf__refill(xf_noise *g) {
   static const uint8_t nonce[crypto_stream_chacha20_NONCEBYTES]; /* fresh key each block */
-  crypto_stream_chacha20(g->block, XF__BLOCK, nonce, g->key);
+  crypto_stream_chacha20((uint8_t *)g->block, XF__BLOCK, nonce, g->key);
   memcpy(g->key, g->block, XF__KEY);
   sodium_memzero(g->block, XF__KEY);
-  g->pos = XF__KEY;
+  g->pos = g->clean = XF__KEY_WORDS;
+}
+
+/* Wipes the keystream read since the last wipe (see XF__BLOCK). */
+static void xf__erase(xf_noise *g) {
+  if (g->pos > g->clean) sodium_memzero(&g->block[g->clean], (g->pos - g->clean) * 8);
+  g->clean = g->pos;
 }
 
 /* 64 keystream bits, little-endian, so the stream is the same on any host. */
-static uint64_t xf__u64(xf_noise *g) {
-  if (g->pos + 8 > XF__BLOCK) xf__refill(g);
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = (v << 8) | g->block[g->pos + (size_t)i];
-  sodium_memzero(g->block + g->pos, 8);
-  g->pos += 8;
+static inline uint64_t xf__u64(xf_noise *g) {
+  if (g->pos == XF__WORDS) xf__refill(g);
+  uint64_t v;
+  memcpy(&v, &g->block[g->pos++], 8);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  v = __builtin_bswap64(v);
+#endif
   return v;
+}
+
+/* w fresh bits, 1 <= w <= 32, from the low end of a word; the bits of a word
+ * left over when fewer than w remain are dropped. */
+static inline uint64_t xf__bits(xf_noise *g, unsigned w) {
+  if (g->pool_bits < w) {
+    g->pool = xf__u64(g);
+    g->pool_bits = 64;
+  }
+  uint64_t r = g->pool & (((uint64_t)1 << w) - 1);
+  g->pool >>= w;
+  g->pool_bits -= w;
+  return r;
 }
 
 static xf_err xf__new(const uint8_t *seed, xf_noise **out) {
@@ -51,7 +86,9 @@ static xf_err xf__new(const uint8_t *seed, xf_noise **out) {
   else
     randombytes_buf(g->key, XF__KEY);
   sodium_memzero(g->block, XF__BLOCK);
-  g->pos = XF__BLOCK;
+  g->pos = g->clean = XF__WORDS;
+  g->pool = 0;
+  g->pool_bits = 0;
   *out = g;
   return XF_OK;
 }
@@ -66,35 +103,95 @@ void xf_noise_free(xf_noise *g) {
   if (g) sodium_free(g); /* sodium_free zeroes the region before unmapping it */
 }
 
-/* Uniform in [0, m), m >= 1: draws below 2^64 mod m are rejected so that the
- * accepted range is a whole number of copies of [0, m). */
+/* Uniform in [0, m), m >= 1, by Lemire's multiply-shift rejection: r m / 2^64
+ * for a 64-bit draw r, rejecting the draws whose low product half is below
+ * 2^64 mod m, so that every value has exactly floor(2^64 / m) accepted
+ * preimages. The division that computes 2^64 mod m runs only when the low
+ * half is below m (odds m / 2^64). */
 static uint64_t xf__uniform64(xf_noise *g, uint64_t m) {
-  uint64_t threshold = (0 - m) % m;
-  for (;;) {
-    uint64_t r = xf__u64(g);
-    if (r >= threshold) return r % m;
+  xf__u128 p = (xf__u128)xf__u64(g) * m;
+  if ((uint64_t)p < m) {
+    uint64_t threshold = (0 - m) % m;
+    while ((uint64_t)p < threshold) p = (xf__u128)xf__u64(g) * m;
   }
+  return (uint64_t)(p >> 64);
 }
 
-static xf__u128 xf__uniform128(xf_noise *g, xf__u128 m) {
-  if (m <= UINT64_MAX) return xf__uniform64(g, (uint64_t)m);
-  xf__u128 threshold = (0 - m) % m;
-  for (;;) {
-    xf__u128 r = ((xf__u128)xf__u64(g) << 64) | xf__u64(g);
-    if (r >= threshold) return r % m;
+/* The same with 32-bit draws, for 1 <= m < 2^32: half the keystream. */
+static uint64_t xf__uniform32(xf_noise *g, uint64_t m) {
+  uint64_t p = xf__bits(g, 32) * m;
+  if ((uint32_t)p < m) {
+    uint64_t threshold = ((uint64_t)1 << 32) % m;
+    while ((uint32_t)p < threshold) p = xf__bits(g, 32) * m;
   }
+  return p >> 32;
+}
+
+static uint64_t xf__uniform(xf_noise *g, uint64_t m) {
+  return m < ((uint64_t)1 << 32) ? xf__uniform32(g, m) : xf__uniform64(g, m);
 }
 
 xf_err xf_noise_uniform(xf_noise *g, uint64_t m, uint64_t *out) {
   if (!g || !out || m == 0) return XF_EINVAL;
   *out = xf__uniform64(g, m);
+  xf__erase(g);
   return XF_OK;
 }
 
-/* Internal ranges. The samplers below are called with numerators below 2^126
- * and denominators below 2^81 (see xf__discrete_gaussian), so den * K in
- * xf__bern_exp_le1 stays below 2^128 for K <= XF__K_MAX; K exceeds k with
- * probability 1/k!, so the loop cap is never met in practice. */
+/* Bernoulli(num/den) for num <= den, den >= 1, den < 2^120: whether U <
+ * num/den for U uniform in [0, 1), comparing one 8-bit digit of U at a time
+ * with the base-256 expansion of num/den (long division). The first digit
+ * that differs decides; a tie (odds 1/256) moves to the next digit, and once
+ * the expansion has ended U can only be larger. About 8 bits and one
+ * division a draw, whatever the size of den. */
+static bool xf__bern_digits(xf_noise *g, xf__u128 num, xf__u128 den) {
+  if (num >= den) return true;
+  if (den <= UINT64_MAX >> 8) {
+    uint64_t rem = (uint64_t)num, d = (uint64_t)den;
+    for (;;) {
+      uint64_t x = rem << 8, digit = x / d;
+      rem = x - digit * d;
+      uint64_t r = xf__bits(g, 8);
+      if (r != digit) return r < digit;
+      if (rem == 0) return false;
+    }
+  }
+  xf__u128 rem = num;
+  for (;;) {
+    xf__u128 x = rem << 8, digit = x / den;
+    rem = x - digit * den;
+    uint64_t r = xf__bits(g, 8);
+    if (r != digit) return r < digit;
+    if (rem == 0) return false;
+  }
+}
+
+/* Bernoulli(num/den), same ranges: U = (R + V) / 2^w with R the first w
+ * bits and V the rest, so U < num/den exactly when V < (num 2^w - R den) /
+ * den. That is decided by one multiplication unless the bound falls in
+ * (0, 1) (odds den / 2^w), where the digits of V decide (xf__bern_digits).
+ * w = 32 when den < 2^24, else 64. */
+static bool xf__bern_frac(xf_noise *g, xf__u128 num, xf__u128 den) {
+  if (num >= den) return true;
+  if (den < ((uint64_t)1 << 24)) {
+    uint64_t lhs = xf__bits(g, 32) * (uint64_t)den, rhs = (uint64_t)num << 32;
+    if (lhs >= rhs) return false;
+    if (rhs - lhs >= den) return true;
+    return xf__bern_digits(g, rhs - lhs, den);
+  }
+  if ((den >> 64) == 0) {
+    xf__u128 lhs = (xf__u128)xf__u64(g) * (uint64_t)den, rhs = num << 64;
+    if (lhs >= rhs) return false;
+    if (rhs - lhs >= den) return true;
+    return xf__bern_digits(g, rhs - lhs, den);
+  }
+  return xf__bern_digits(g, num, den);
+}
+
+/* Internal ranges. Numerators stay below 2^80 and denominators below 2^33
+ * (see xf__discrete_gaussian), so den * K in xf__bern_exp_le1 stays below
+ * 2^120 for K <= XF__K_MAX; K exceeds k with probability 1/k!, so the loop
+ * cap is never met in practice. */
 #define XF__K_MAX ((uint64_t)1 << 40)
 
 /* Bernoulli(exp(-num/den)) for 0 <= num <= den (CKS Algorithm 1, first
@@ -104,10 +201,62 @@ static xf_err xf__bern_exp_le1(xf_noise *g, xf__u128 num, xf__u128 den, bool *ou
   uint64_t k = 1;
   for (;;) {
     if (k > XF__K_MAX) return XF_EINTERNAL;
-    if (xf__uniform128(g, den * k) >= num) break; /* Bernoulli(num / (den k)) == 0 */
+    if (!xf__bern_frac(g, num, den * k)) break;
     k++;
   }
   *out = (k & 1) == 1;
+  return XF_OK;
+}
+
+/* Bernoulli(exp(-1)): the same chain with gamma = 1, whose first step always
+ * succeeds. */
+static xf_err xf__bern_exp1(xf_noise *g, bool *out) {
+  uint64_t k = 2;
+  for (;;) {
+    if (k > XF__K_MAX) return XF_EINTERNAL;
+    if (!xf__bern_frac(g, 1, k)) break;
+    k++;
+  }
+  *out = (k & 1) == 1;
+  return XF_OK;
+}
+
+/* Thresholds of xf__bern_exp_half: 1/d_n with d_n = 2^n n!, as
+ * 2^16 / d_n = floor + rem / d_n, for the n with d_n < 2^16. */
+static const struct {
+  uint64_t floor, rem, den;
+} xf__half_tail[] = {
+    {32768, 0, 2}, {8192, 0, 8}, {1365, 16, 48}, {170, 256, 384}, {17, 256, 3840}, {1, 19456, 46080},
+};
+#define XF__HALF_TAIL (sizeof(xf__half_tail) / sizeof(xf__half_tail[0]))
+
+/* Bernoulli(exp(-1/2)), the step of the discrete Gaussian on a grid. In
+ * Algorithm 1 with gamma = 1/2 the count N of successes has P(N >= n) =
+ * 1/(2^n n!), and exp(-1/2) = P(N even); so N is read off one uniform U as
+ * the number of thresholds 1/d_n above it. U's first 16 bits R decide every
+ * comparison but a tie R = floor(2^16 / d_n), which the rest of U decides;
+ * the thresholds' floors are distinct, so U meets at most one tie. Past the
+ * table (odds 2^-16) the chain goes on with fresh Bernoulli(1/(2n)) steps,
+ * which have the same law given N >= XF__HALF_TAIL. */
+static xf_err xf__bern_exp_half(xf_noise *g, bool *out) {
+  uint64_t r = xf__bits(g, 16), n = 0;
+  while (n < XF__HALF_TAIL) {
+    if (r < xf__half_tail[n].floor) {
+      n++;
+      continue;
+    }
+    if (r == xf__half_tail[n].floor && xf__half_tail[n].rem &&
+        xf__bern_digits(g, xf__half_tail[n].rem, xf__half_tail[n].den))
+      n++; /* U < 1/d_n; the next floor is below r, so U is above 1/d_(n+1) */
+    *out = (n & 1) == 0;
+    return XF_OK;
+  }
+  for (;;) {
+    if (n >= XF__K_MAX) return XF_EINTERNAL;
+    if (!xf__bern_frac(g, 1, 2 * (n + 1))) break;
+    n++;
+  }
+  *out = (n & 1) == 0;
   return XF_OK;
 }
 
@@ -116,22 +265,31 @@ static xf_err xf__bern_exp_le1(xf_noise *g, xf__u128 num, xf__u128 den, bool *ou
  * floor(gamma) ends at the first failure, after 1.6 draws on average. */
 static xf_err xf__bern_exp(xf_noise *g, xf__u128 num, xf__u128 den, bool *out) {
   if (num <= den) return xf__bern_exp_le1(g, num, den, out);
-  xf__u128 whole = num / den;
+  xf__u128 whole, frac;
+  if ((num >> 64) == 0 && (den >> 64) == 0) {
+    whole = (uint64_t)num / (uint64_t)den; /* 64-bit division where it fits */
+    frac = (uint64_t)num % (uint64_t)den;
+  } else {
+    whole = num / den;
+    frac = num % den;
+  }
   for (xf__u128 i = 0; i < whole; i++) {
     bool b;
-    XF_GUARD(xf__bern_exp_le1(g, 1, 1, &b));
+    XF_GUARD(xf__bern_exp1(g, &b));
     if (!b) {
       *out = false;
       return XF_OK;
     }
   }
-  return xf__bern_exp_le1(g, num % den, den, out);
+  return xf__bern_exp_le1(g, frac, den, out);
 }
 
 xf_err xf_noise_bernoulli_exp(xf_noise *g, uint32_t num, uint32_t den, bool *out) {
   if (!g || !out) return XF_EINVAL;
   if (num > XF_NOISE_RATIONAL_MAX || den == 0 || den > XF_NOISE_RATIONAL_MAX) return XF_ERANGE;
-  return xf__bern_exp(g, num, den, out);
+  xf_err rc = xf__bern_exp(g, num, den, out);
+  xf__erase(g);
+  return rc;
 }
 
 /* Cap on V, the count of Bernoulli(exp(-1)) successes in the Laplace
@@ -140,37 +298,29 @@ xf_err xf_noise_bernoulli_exp(xf_noise *g, uint32_t num, uint32_t den, bool *out
  * total variation. */
 #define XF__RUN_MAX ((uint64_t)1 << 31)
 
-/* Largest |value| the Gaussian's Laplace proposals may take, so that
- * |Y| b t stays below 2^63 there. With t <= 46342 a larger proposal has odds
- * below exp(-2^31 / 46342) = exp(-46340); it is redrawn, as above. */
-#define XF__GAUSS_PROPOSAL_MAX ((uint64_t)1 << 31)
-
 /* Discrete Laplace with scale t/s (CKS Algorithm 2), t, s >= 1 and below
  * 2^32: X = U + t V with U uniform on [0, t) accepted with probability
  * exp(-U/t) and V geometric with ratio exp(-1), so X is geometric with ratio
  * exp(-1/t); Y = floor(X / s) is geometric with ratio exp(-s/t), and a
  * random sign with the double-counted zero rejected gives the Laplace.
- * Draws with |Y| > ymax are redrawn (ymax is INT64_MAX for the public
- * sampler, where t < 2^31 and V < 2^31 keep |Y| < 2^62 anyway). */
-static xf_err xf__discrete_laplace(xf_noise *g, uint64_t t, uint64_t s, uint64_t ymax,
-                                   int64_t *out) {
+ * t < 2^31 and V < 2^31 keep |Y| < 2^62. */
+static xf_err xf__discrete_laplace(xf_noise *g, uint64_t t, uint64_t s, int64_t *out) {
   for (;;) {
-    uint64_t u = xf__uniform64(g, t);
+    uint64_t u = xf__uniform(g, t);
     bool d;
-    XF_GUARD(xf__bern_exp(g, u, t, &d));
+    XF_GUARD(xf__bern_exp_le1(g, u, t, &d));
     if (!d) continue;
     uint64_t v = 0;
     for (;;) {
       bool a;
-      XF_GUARD(xf__bern_exp_le1(g, 1, 1, &a));
+      XF_GUARD(xf__bern_exp1(g, &a));
       if (!a) break;
       v++;
       if (v >= XF__RUN_MAX) break;
     }
     if (v >= XF__RUN_MAX) continue;
     uint64_t y = (u + t * v) / s; /* t * v < 2^62 */
-    if (y > ymax) continue;
-    bool negative = (xf__u64(g) & 1) == 1;
+    bool negative = xf__bits(g, 1) == 1;
     if (negative && y == 0) continue;
     *out = negative ? -(int64_t)y : (int64_t)y;
     return XF_OK;
@@ -181,7 +331,9 @@ xf_err xf_noise_discrete_laplace(xf_noise *g, uint32_t t_num, uint32_t t_den, in
   if (!g || !out) return XF_EINVAL;
   if (t_num == 0 || t_num > XF_NOISE_RATIONAL_MAX || t_den == 0 || t_den > XF_NOISE_RATIONAL_MAX)
     return XF_ERANGE;
-  return xf__discrete_laplace(g, t_num, t_den, INT64_MAX, out);
+  xf_err rc = xf__discrete_laplace(g, t_num, t_den, out);
+  xf__erase(g);
+  return rc;
 }
 
 static uint64_t xf__isqrt(uint64_t x) {
@@ -191,29 +343,91 @@ static uint64_t xf__isqrt(uint64_t x) {
   return r;
 }
 
-/* Discrete Gaussian with sigma^2 = a/b, 1 <= a, b < 2^31 (CKS Algorithm 3):
- * Y ~ Laplace(t) with t = floor(sigma) + 1, accepted with probability
- * exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2)) = exp(-(|Y| b t - a)^2 / (2 a b t^2)).
- * Sizes: floor(sigma) = isqrt(floor(a/b)) exactly, t <= 46342 and
- * b t <= sqrt(a b) + b < 2^32; with |Y| < 2^31 (XF__GAUSS_PROPOSAL_MAX),
- * |Y| b t - a fits in int64 and
- * its square below 2^126; 2 a b t^2 < 2^81. All exact. */
-static xf_err xf__discrete_gaussian(xf_noise *g, uint64_t a, uint64_t b, int64_t *out) {
-  uint64_t t = xf__isqrt(a / b) + 1;
-  uint64_t bt = b * t;
-  xf__u128 den = (xf__u128)2 * a * b * t * t;
+static uint64_t xf__gcd(uint64_t a, uint64_t b) {
+  while (b) {
+    uint64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+/* Cap on k, the block index of the discrete Gaussian below: it keeps
+ * |k m + j| < 2^31. A proposal with k >= 2^15 has odds below exp(-2^14)
+ * (k is geometric with ratio at most exp(-1/2)) and target mass below
+ * exp(-2^29); it is redrawn, which moves the law by less than that. */
+#define XF__BLOCK_MAX ((uint64_t)1 << 15)
+
+/* The discrete Gaussian with sigma^2 = a/b, 1 <= a, b < 2^31, prepared once
+ * for many draws. Every integer i >= 0 is written once as i = k m + j with
+ * block width m = ceil(sigma) and j in [0, m); then
+ *   exp(-i^2 / (2 sigma^2)) = exp(-r k^2) exp(-j (2 k m + j) b / (2 a)),
+ * with r = m^2 b / (2 a) >= 1/2. This is Karney's Algorithm D (2016) for the
+ * discrete normal, with a rational sigma^2 in place of a rational sigma. */
+typedef struct xf__dgauss {
+  uint64_t m;      /* block width ceil(sigma), at most 46341 */
+  uint64_t r_num;  /* r = r_num / r_den in lowest terms; r_num < 2^33 */
+  uint64_t r_den;  /* r_den <= 2a < 2^32 */
+  uint64_t acc_b;  /* the acceptance exponent's b / (2a), in lowest terms */
+  uint64_t acc_2a;
+} xf__dgauss;
+
+static xf__dgauss xf__dgauss_prepare(uint64_t a, uint64_t b) {
+  xf__dgauss d;
+  uint64_t m = xf__isqrt(a / b); /* floor(sigma) or one below ceil(sigma) */
+  while (m * m * b < a) m++;     /* m^2 b <= a + 2 sqrt(ab) + b < 2^33 */
+  d.m = m;
+  uint64_t rn = m * m * b, rd = 2 * a, c = xf__gcd(rn, rd);
+  d.r_num = rn / c;
+  d.r_den = rd / c;
+  c = xf__gcd(b, 2 * a);
+  d.acc_b = b / c;
+  d.acc_2a = 2 * a / c;
+  return d;
+}
+
+/* One draw (Karney 2016, Algorithm D, steps as there):
+ *  1. k >= 0 with probability proportional to exp(-r k^2): k geometric with
+ *     ratio exp(-r) (successes of Bernoulli(exp(-r))), kept with probability
+ *     exp(-r k (k - 1));
+ *  2. a sign, and j uniform in [0, m); the negative zero is rejected;
+ *  3. kept with probability exp(-j (2 k m + j) b / (2 a)).
+ * A rejection at any step starts over. The kept values have probability
+ * proportional to exp(-r k^2 - j (2 k m + j) b / (2a)) = exp(-i^2 / (2
+ * sigma^2)), exactly. Sizes: j (2 k m + j) < 2^49 for k < 2^15 and
+ * m < 2^16, times b < 2^31 is below 2^80; r k (k - 1) below 2^63. About two
+ * rounds a draw for sigma >= 1 (Karney's acceptance is 0.49). */
+static xf_err xf__discrete_gaussian(xf_noise *g, const xf__dgauss *d, int64_t *out) {
   for (;;) {
-    int64_t y;
-    XF_GUARD(xf__discrete_laplace(g, t, 1, XF__GAUSS_PROPOSAL_MAX - 1, &y));
-    uint64_t mag = y < 0 ? (uint64_t)-y : (uint64_t)y;
-    int64_t diff = (int64_t)(mag * bt) - (int64_t)a;
-    uint64_t adiff = diff < 0 ? (uint64_t)-diff : (uint64_t)diff;
-    bool c;
-    XF_GUARD(xf__bern_exp(g, (xf__u128)adiff * adiff, den, &c));
-    if (c) {
-      *out = y;
-      return XF_OK;
+    uint64_t k = 0;
+    bool half = d->r_num == 1 && d->r_den == 2; /* sigma an integer: the grid */
+    for (;;) {
+      bool c;
+      XF_GUARD(half ? xf__bern_exp_half(g, &c) : xf__bern_exp(g, d->r_num, d->r_den, &c));
+      if (!c) break;
+      if (++k == XF__BLOCK_MAX) break;
     }
+    if (k == XF__BLOCK_MAX) continue;
+    if (k >= 2) {
+      bool c = true;
+      if (half)
+        for (uint64_t i = 0; c && i < k * (k - 1); i++) XF_GUARD(xf__bern_exp_half(g, &c));
+      else
+        XF_GUARD(xf__bern_exp(g, (xf__u128)d->r_num * (k * (k - 1)), d->r_den, &c));
+      if (!c) continue;
+    }
+    bool negative = xf__bits(g, 1) == 1;
+    uint64_t j = xf__uniform32(g, d->m);
+    if (negative && k == 0 && j == 0) continue;
+    if (j > 0) {
+      bool c;
+      xf__u128 num = (xf__u128)(j * (2 * k * d->m + j)) * d->acc_b;
+      XF_GUARD(xf__bern_exp(g, num, d->acc_2a, &c));
+      if (!c) continue;
+    }
+    int64_t i = (int64_t)(k * d->m + j);
+    *out = negative ? -i : i;
+    return XF_OK;
   }
 }
 
@@ -227,15 +441,21 @@ xf_err xf_noise_discrete_gaussian(xf_noise *g, uint32_t sigma2_num, uint32_t sig
                                   int64_t *out) {
   if (!g || !out) return XF_EINVAL;
   XF_GUARD(xf__check_sigma2(sigma2_num, sigma2_den));
-  return xf__discrete_gaussian(g, sigma2_num, sigma2_den, out);
+  xf__dgauss d = xf__dgauss_prepare(sigma2_num, sigma2_den);
+  xf_err rc = xf__discrete_gaussian(g, &d, out);
+  xf__erase(g);
+  return rc;
 }
 
 xf_err xf_noise_discrete_gaussian_vec(xf_noise *g, uint32_t sigma2_num, uint32_t sigma2_den,
                                       int64_t *out, size_t n) {
   if (!g || (!out && n > 0)) return XF_EINVAL;
   XF_GUARD(xf__check_sigma2(sigma2_num, sigma2_den));
-  for (size_t i = 0; i < n; i++) XF_GUARD(xf__discrete_gaussian(g, sigma2_num, sigma2_den, &out[i]));
-  return XF_OK;
+  xf__dgauss d = xf__dgauss_prepare(sigma2_num, sigma2_den);
+  xf_err rc = XF_OK;
+  for (size_t i = 0; i < n && rc == XF_OK; i++) rc = xf__discrete_gaussian(g, &d, &out[i]);
+  xf__erase(g);
+  return rc;
 }
 
 /* Grid: sigma = m 2^e with m in [1/2, 1), so sigma 2^(15 - e) lies in
@@ -260,26 +480,154 @@ xf_err xf_noise_gaussian_grid(double sigma, int *grid_exp, double *sigma_eff) {
   return XF_OK;
 }
 
-xf_err xf_noise_gaussian_vec(xf_noise *g, double sigma, float *out, size_t n) {
-  if (!g || (!out && n > 0)) return XF_EINVAL;
+xf_err xf_noise_grid_multiplier(double sigma, double sensitivity, size_t n, double *z_eff) {
+  if (!z_eff) return XF_EINVAL;
   int k;
-  uint64_t s;
-  XF_GUARD(xf__grid(sigma, &k, &s));
-  const double range = ldexp(1.0, XF_NOISE_GRID_RANGE_LOG2);
-  /* Validate everything first so that a refused vector is left unchanged. */
+  double eff;
+  XF_GUARD(xf_noise_gaussian_grid(sigma, &k, &eff));
+  if (!isfinite(sensitivity) || sensitivity < 0 || (sensitivity == 0 && n == 0)) return XF_ERANGE;
+  /* Each rounding below moves away from zero, so *z_eff is never above the
+   * exact sigma_eff / (sensitivity + sqrt(n) step). */
+  double grown = nextafter(sqrt((double)n), INFINITY) * ldexp(1.0, -k); /* exact scaling */
+  double denom = nextafter(sensitivity + grown, INFINITY);
+  if (!(denom > 0) || !isfinite(denom)) return XF_ERANGE;
+  double z = nextafter(eff / denom, 0);
+  if (!isfinite(z)) return XF_ERANGE;
+  *z_eff = z;
+  return XF_OK;
+}
+
+/* The checks shared by the Gaussian on a grid, sequential and parallel: the
+ * grid of sigma, and every input within range, before anything is written. */
+static xf_err xf__gaussian_vec_check(xf_noise *g, double sigma, const float *out, size_t n,
+                                     int *k, uint64_t *s) {
+  if (!g || (!out && n > 0)) return XF_EINVAL;
+  XF_GUARD(xf__grid(sigma, k, s));
+  const double range = ldexp(1.0, XF_NOISE_GRID_RANGE_LOG2), scale = ldexp(1.0, *k);
   for (size_t i = 0; i < n; i++) {
-    double x = ldexp((double)out[i], k); /* exact: a power-of-two scaling */
+    double x = (double)out[i] * scale; /* exact: a power-of-two scaling in range */
     if (!isfinite(x) || fabs(x) > range) return XF_ERANGE;
   }
+  return XF_OK;
+}
+
+/* The noising loop of the Gaussian on a grid over out[0..n), once checked. */
+static xf_err xf__gaussian_fill(xf_noise *g, const xf__dgauss *d, int k, float *out, size_t n) {
+  const double scale = ldexp(1.0, k);
+  const float unscale = ldexpf(1.0f, -k); /* a normal float: |k| <= 75 */
   for (size_t i = 0; i < n; i++) {
     /* The input in grid steps, rounded to nearest (ties to even). */
-    int64_t x = (int64_t)nearbyint(ldexp((double)out[i], k));
+    int64_t x = (int64_t)nearbyint((double)out[i] * scale);
     int64_t y;
-    XF_GUARD(xf__discrete_gaussian(g, s * s, 1, &y));
+    XF_GUARD(xf__discrete_gaussian(g, d, &y));
     /* |x + y| < 2^40 + 2^31: exact. The one rounding is int64 -> float
-     * (correctly rounded); scaling by 2^-k is exact for |sigma| within range,
+     * (correctly rounded); scaling by 2^-k is exact for sigma within range,
      * so out[i] is a fixed function of the exact integer x + y. */
-    out[i] = ldexpf((float)(x + y), -k);
+    out[i] = (float)(x + y) * unscale;
   }
   return XF_OK;
+}
+
+xf_err xf_noise_gaussian_vec(xf_noise *g, double sigma, float *out, size_t n) {
+  int k;
+  uint64_t s;
+  XF_GUARD(xf__gaussian_vec_check(g, sigma, out, n, &k, &s));
+  xf__dgauss d = xf__dgauss_prepare(s * s, 1);
+  xf_err rc = xf__gaussian_fill(g, &d, k, out, n);
+  xf__erase(g);
+  return rc;
+}
+
+/* The parallel Gaussian: out is cut into chunks of XF__CHUNK values, chunk c
+ * noised by a child generator keyed with the c-th 32 bytes drawn from g.
+ * Chunks, not threads, own keys, so the output does not depend on how many
+ * threads run or in which order they take chunks. */
+#define XF__CHUNK ((size_t)1 << 14)
+#define XF__THREADS_MAX 256
+
+typedef struct xf__par_job {
+  float *out;
+  size_t n, chunks;
+  int k;
+  xf__dgauss d;
+  uint8_t *keys; /* chunks * XF__KEY bytes, sodium_malloc'ed; each wiped once used */
+  _Atomic size_t next; /* next chunk to take */
+  _Atomic int rc;      /* first failure, XF_OK when none */
+} xf__par_job;
+
+typedef struct xf__par_worker {
+  xf__par_job *job;
+  xf_noise *child; /* sodium_malloc'ed; rekeyed for each chunk */
+} xf__par_worker;
+
+static void *xf__par_run(void *arg) {
+  xf__par_worker *w = arg;
+  xf__par_job *job = w->job;
+  xf_noise *c = w->child;
+  for (;;) {
+    size_t i = atomic_fetch_add(&job->next, 1);
+    if (i >= job->chunks) break;
+    memcpy(c->key, job->keys + i * XF__KEY, XF__KEY);
+    sodium_memzero(job->keys + i * XF__KEY, XF__KEY);
+    sodium_memzero(c->block, XF__BLOCK);
+    c->pos = c->clean = XF__WORDS;
+    c->pool = 0;
+    c->pool_bits = 0;
+    size_t lo = i * XF__CHUNK, len = job->n - lo < XF__CHUNK ? job->n - lo : XF__CHUNK;
+    xf_err rc = xf__gaussian_fill(c, &job->d, job->k, job->out + lo, len);
+    if (rc != XF_OK) {
+      int ok = XF_OK;
+      atomic_compare_exchange_strong(&job->rc, &ok, (int)rc);
+    }
+  }
+  return NULL;
+}
+
+xf_err xf_noise_gaussian_vec_par(xf_noise *g, double sigma, float *out, size_t n, int threads) {
+  int k;
+  uint64_t s;
+  XF_GUARD(xf__gaussian_vec_check(g, sigma, out, n, &k, &s));
+  size_t chunks = (n + XF__CHUNK - 1) / XF__CHUNK;
+  size_t helpers = threads <= 1 ? 0 : (size_t)(threads > XF__THREADS_MAX ? XF__THREADS_MAX : threads) - 1;
+  if (helpers > (chunks > 0 ? chunks - 1 : 0)) helpers = chunks > 0 ? chunks - 1 : 0;
+  xf__par_job *job = sodium_malloc(sizeof(*job));
+  uint8_t *keys = chunks ? sodium_malloc(chunks * XF__KEY) : NULL;
+  xf_noise *children = sodium_malloc((helpers + 1) * sizeof(xf_noise));
+  xf__par_worker *workers = xf_mallocarray(helpers + 1, sizeof(*workers));
+  pthread_t *tids = helpers ? xf_mallocarray(helpers, sizeof(*tids)) : NULL;
+  xf_err rc = XF_OK;
+  if (!job || (chunks && !keys) || !children || !workers || (helpers && !tids)) {
+    rc = XF_ENOMEM;
+    goto out;
+  }
+  /* The child keys are the next chunks * 32 bytes of g's stream. */
+  for (size_t i = 0; i < chunks * XF__KEY_WORDS; i++) {
+    uint64_t v = xf__u64(g);
+    for (int b = 0; b < 8; b++) keys[i * 8 + (size_t)b] = (uint8_t)(v >> (8 * b));
+  }
+  xf__erase(g);
+  job->out = out;
+  job->n = n;
+  job->chunks = chunks;
+  job->k = k;
+  job->d = xf__dgauss_prepare(s * s, 1);
+  job->keys = keys;
+  atomic_init(&job->next, 0);
+  atomic_init(&job->rc, XF_OK);
+  for (size_t t = 0; t <= helpers; t++) workers[t] = (xf__par_worker){job, &children[t]};
+  /* The calling thread works too; a helper that cannot start leaves its
+   * chunks to the others. */
+  size_t started = 0;
+  for (; started < helpers; started++)
+    if (pthread_create(&tids[started], NULL, xf__par_run, &workers[started + 1]) != 0) break;
+  (void)xf__par_run(&workers[0]);
+  for (size_t t = 0; t < started; t++) pthread_join(tids[t], NULL);
+  rc = (xf_err)atomic_load(&job->rc);
+out:
+  xf_free(tids);
+  xf_free(workers);
+  if (children) sodium_free(children); /* wipes the children's keys and keystream */
+  if (keys) sodium_free(keys);
+  if (job) sodium_free(job);
+  return rc;
 }

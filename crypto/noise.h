@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Noise samplers for differential privacy: an exact discrete Gaussian
- * (Canonne, Kamath, Steinke 2020) and the Gaussian on a fine grid built from
+/* Noise samplers for differential privacy: exact discrete Laplace and
+ * Gaussian samplers (Canonne, Kamath, Steinke 2020; Karney 2016) and the Gaussian on a fine grid built from
  * it, over a ChaCha20 generator that is either seeded (reproducible tests) or
  * drawn from the system CSPRNG. See docs/privacy-noise.md. */
 #ifndef XF_CRYPTO_NOISE_H
@@ -61,8 +61,9 @@ xf_err xf_noise_discrete_laplace(xf_noise *g, uint32_t t_num, uint32_t t_den,
 
 /* *out ~ discrete Gaussian N_Z(0, sigma^2) with sigma^2 = sigma2_num /
  * sigma2_den: P(x) proportional to exp(-x^2 / (2 sigma^2)) on the integers,
- * exactly (CKS 2020, Algorithm 3). Both in [1, XF_NOISE_RATIONAL_MAX];
- * XF_ERANGE otherwise. The variance is at most sigma^2 (and within
+ * exactly (Karney 2016, Algorithm D, with the Bernoulli(exp(-gamma)) steps
+ * of CKS 2020, Algorithm 1). Both in [1, XF_NOISE_RATIONAL_MAX]; XF_ERANGE
+ * otherwise. The variance is at most sigma^2 (and within
  * exp(-2 pi^2 sigma^2) relative of it for sigma >= 1). */
 xf_err xf_noise_discrete_gaussian(xf_noise *g, uint32_t sigma2_num, uint32_t sigma2_den,
                                   int64_t *out) XF_WARN_UNUSED;
@@ -76,9 +77,10 @@ xf_err xf_noise_discrete_gaussian_vec(xf_noise *g, uint32_t sigma2_num, uint32_t
  * 2^-*grid_exp, and the standard deviation actually used, *sigma_eff =
  * s * 2^-*grid_exp with s = ceil(sigma * 2^*grid_exp) in [2^14, 2^15], so
  * sigma <= *sigma_eff < sigma * (1 + 2^-14). A privacy accountant should use
- * *sigma_eff and a sensitivity grown by one grid step (inputs are rounded to
- * the grid). XF_ERANGE when sigma is not finite or outside
- * [XF_NOISE_SIGMA_MIN, XF_NOISE_SIGMA_MAX]. Either out pointer may be NULL. */
+ * *sigma_eff, and a sensitivity grown for the rounding of the inputs to the
+ * grid: see xf_noise_grid_multiplier. XF_ERANGE when sigma is not finite or
+ * outside [XF_NOISE_SIGMA_MIN, XF_NOISE_SIGMA_MAX]. Either out pointer may be
+ * NULL. */
 xf_err xf_noise_gaussian_grid(double sigma, int *grid_exp, double *sigma_eff) XF_WARN_UNUSED;
 
 /* Adds Gaussian noise of standard deviation sigma to out[0..n) in place (to
@@ -91,5 +93,30 @@ xf_err xf_noise_gaussian_grid(double sigma, int *grid_exp, double *sigma_eff) XF
  * or an input is not finite or lies more than 2^XF_NOISE_GRID_RANGE_LOG2
  * steps from zero; out is then left unchanged. */
 xf_err xf_noise_gaussian_vec(xf_noise *g, double sigma, float *out, size_t n) XF_WARN_UNUSED;
+
+/* xf_noise_gaussian_vec on up to `threads` threads (the caller's included).
+ * out is cut into fixed chunks of 2^14 values; chunk c is noised by a child
+ * generator keyed with the c-th 32 bytes drawn from g, so for a seeded g the
+ * output is a fixed function of g's state whatever `threads` is (it differs
+ * from xf_noise_gaussian_vec's). Runs inline when threads <= 1 or n fits one
+ * chunk. Children live in sodium_malloc memory and are wiped. Same law,
+ * checks and errors as xf_noise_gaussian_vec, out unchanged on XF_ERANGE,
+ * and XF_ENOMEM (out and g unchanged) when secure memory cannot be had. A
+ * helper thread that cannot be started leaves its share to the others. */
+xf_err xf_noise_gaussian_vec_par(xf_noise *g, double sigma, float *out, size_t n,
+                                 int threads) XF_WARN_UNUSED;
+
+/* The noise multiplier a privacy accountant must use for
+ * xf_noise_gaussian_vec(sigma) on an n-vector of L2 sensitivity
+ * `sensitivity`: *z_eff = sigma_eff / (sensitivity + sqrt(n) * step), with
+ * sigma_eff and step = 2^-grid_exp from xf_noise_gaussian_grid. Each input
+ * coordinate moves by at most step/2 when rounded to the grid, so the rounded
+ * values of two neighbouring inputs differ by at most sensitivity + sqrt(n)
+ * step in L2, and the noise has standard deviation sigma_eff. Rounded down,
+ * never above the exact value. XF_ERANGE when sigma is out of range, the
+ * sensitivity is negative or not finite, or both the sensitivity and n are 0;
+ * XF_EINVAL when z_eff is NULL. */
+xf_err xf_noise_grid_multiplier(double sigma, double sensitivity, size_t n,
+                                double *z_eff) XF_WARN_UNUSED;
 
 #endif

@@ -8,7 +8,9 @@
 # everything it started. Ends with one line:
 #   final accuracy=A rounds=R epsilon=E uplink_bytes=B
 #
-# usage: deploy/quickstart.sh [--spec FILE] [--data DIR] [--dir DIR] [--keep]
+# usage: deploy/quickstart.sh [--dp | --spec FILE] [--data DIR] [--dir DIR] [--keep]
+#   --dp          the record-level private job: DP-SGD at every site, epsilon <= 3
+#                 per dataset at delta 1e-5 (deploy/jobs/quickstart-dp.json)
 #   --spec FILE   job spec (default deploy/jobs/quickstart-mlp.json; copy and edit it)
 #   --data DIR    dataset directory (default /usr/share/datasets/fashion-mnist)
 #   --dir DIR     where the federation lives (default ./quickstart; made afresh)
@@ -25,10 +27,11 @@ keep=0
 while (($#)); do
   case "$1" in
     --spec) spec=${2:?--spec needs a file}; shift 2 ;;
+    --dp) spec=deploy/jobs/quickstart-dp.json; shift ;;
     --data) data=${2:?--data needs a directory}; shift 2 ;;
     --dir) dir=${2:?--dir needs a directory}; shift 2 ;;
     --keep) keep=1; shift ;;
-    -h|--help) sed -n '3,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '3,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "quickstart.sh: unknown option '$1'; see deploy/quickstart.sh --help" >&2; exit 2 ;;
   esac
 done

@@ -139,6 +139,22 @@ void xf_k_gemm(xf_backend *b, bool ta, bool tb, int m, int n, int k, float alpha
   (void)b->ops->sync(b);
   b->gemm_seconds += monotonic_seconds() - t0;
 }
+void xf_k_gemm_strided_batched(xf_backend *b, bool ta, bool tb, int m, int n, int k,
+                               float alpha, const float *a, int lda, long long stride_a,
+                               const float *bm, int ldb, long long stride_b, float beta,
+                               float *c, int ldc, long long stride_c, int batch) {
+  if (!b->profiling) {
+    b->ops->gemm_strided_batched(b, ta, tb, m, n, k, alpha, a, lda, stride_a, bm, ldb, stride_b,
+                                 beta, c, ldc, stride_c, batch);
+    return;
+  }
+  (void)b->ops->sync(b);
+  double t0 = monotonic_seconds();
+  b->ops->gemm_strided_batched(b, ta, tb, m, n, k, alpha, a, lda, stride_a, bm, ldb, stride_b,
+                               beta, c, ldc, stride_c, batch);
+  (void)b->ops->sync(b);
+  b->gemm_seconds += monotonic_seconds() - t0;
+}
 void xf_k_bias_add(xf_backend *b, float *y, const float *bias, int rows, int cols) {
   b->ops->bias_add(b, y, bias, rows, cols);
 }
@@ -160,6 +176,19 @@ void xf_k_copy(xf_backend *b, float *dst, const float *src, size_t n) {
   b->ops->copy(b, dst, src, n);
 }
 double xf_k_l2norm(xf_backend *b, const float *x, size_t n) { return b->ops->l2norm(b, x, n); }
+void xf_k_mul_acc(xf_backend *b, float *y, const float *u, const float *v, size_t n) {
+  b->ops->mul_acc(b, y, u, v, n);
+}
+void xf_k_row_dot(xf_backend *b, float *out, const float *x, const float *y, int rows, int cols,
+                  bool accumulate) {
+  b->ops->row_dot(b, out, x, y, rows, cols, accumulate);
+}
+void xf_k_clip_factors(xf_backend *b, float *factor, const float *sqnorm, int rows, double clip) {
+  b->ops->clip_factors(b, factor, sqnorm, rows, clip);
+}
+void xf_k_scale_rows(xf_backend *b, float *x, const float *factor, int rows, int cols) {
+  b->ops->scale_rows(b, x, factor, rows, cols);
+}
 void xf_k_im2col(xf_backend *b, const float *x, const xf_conv_shape *s, float *col) {
   b->ops->im2col(b, x, s, col);
 }

@@ -77,6 +77,15 @@ xf_err xf_backend_sync(xf_backend *b) XF_WARN_UNUSED;
 void xf_k_gemm(xf_backend *b, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                const float *a, int lda, const float *bm, int ldb, float beta, float *c,
                int ldc);
+/* `batch` independent GEMMs: for i < batch, C_i = alpha op(A_i) op(B_i) +
+ * beta C_i with X_i = x + i * stride_x (strides in floats; a stride of 0
+ * reuses one operand for every product). Same layout rules as xf_k_gemm; the
+ * C_i must not overlap. cpu runs them one after another, cuda as one
+ * cublasSgemmStridedBatched. */
+void xf_k_gemm_strided_batched(xf_backend *b, bool trans_a, bool trans_b, int m, int n, int k,
+                               float alpha, const float *a, int lda, long long stride_a,
+                               const float *bm, int ldb, long long stride_b, float beta,
+                               float *c, int ldc, long long stride_c, int batch);
 /* y[r][c] += bias[c] for a rows x cols matrix. */
 void xf_k_bias_add(xf_backend *b, float *y, const float *bias, int rows, int cols);
 /* db[c] = sum over r of dy[r][c]. */
@@ -96,6 +105,22 @@ void xf_k_fill(xf_backend *b, float *x, float v, size_t n);
 void xf_k_copy(xf_backend *b, float *dst, const float *src, size_t n);
 /* Euclidean norm of x, accumulated in double (host result). */
 double xf_k_l2norm(xf_backend *b, const float *x, size_t n);
+/* y[i] += u[i] * v[i] (two roundings, never fused). */
+void xf_k_mul_acc(xf_backend *b, float *y, const float *u, const float *v, size_t n);
+
+/* ---- per-row ops (per-example gradients) ----------------------------------- */
+
+/* out[r] = sum over c of x[r][c] * y[r][c] for a rows x cols matrix, summed
+ * in double and rounded once; added to out[r] (in double, then rounded) when
+ * `accumulate`. x == y gives squared row norms. */
+void xf_k_row_dot(xf_backend *b, float *out, const float *x, const float *y, int rows, int cols,
+                  bool accumulate);
+/* factor[r] = min(1, clip / sqrt(sqnorm[r])), computed in double: the scale
+ * that brings a row of squared norm sqnorm[r] to norm at most clip (1 for a
+ * zero row). clip > 0. */
+void xf_k_clip_factors(xf_backend *b, float *factor, const float *sqnorm, int rows, double clip);
+/* x[r][c] *= factor[r] for a rows x cols matrix. */
+void xf_k_scale_rows(xf_backend *b, float *x, const float *factor, int rows, int cols);
 
 /* ---- convolution and pooling (NHWC) --------------------------------------- */
 

@@ -63,6 +63,18 @@ static void cpu_gemm(xf_backend *b, bool ta, bool tb, int m, int n, int k, float
               n, k, alpha, a, lda, bm, ldb, beta, c, ldc);
 }
 
+/* One GEMM after another: the products here (a conv layer's per-example
+ * weight gradient, out_c x k over one image's positions) are small, so each
+ * takes cpu_gemm's one-thread path and the loop order fixes every result. */
+static void cpu_gemm_strided_batched(xf_backend *b, bool ta, bool tb, int m, int n, int k,
+                                     float alpha, const float *a, int lda, long long stride_a,
+                                     const float *bm, int ldb, long long stride_b, float beta,
+                                     float *c, int ldc, long long stride_c, int batch) {
+  for (int i = 0; i < batch; i++)
+    cpu_gemm(b, ta, tb, m, n, k, alpha, a + i * stride_a, lda, bm + i * stride_b, ldb, beta,
+             c + i * stride_c, ldc);
+}
+
 static void cpu_bias_add(xf_backend *b, float *restrict y, const float *restrict bias, int rows,
                          int cols) {
   (void)b;
@@ -127,6 +139,48 @@ static double cpu_l2norm(xf_backend *b, const float *x, size_t n) {
     for (int j = 0; j < 4; j++) s[j] += (double)x[i + j] * x[i + j];
   for (; i < n; i++) s[0] += (double)x[i] * x[i];
   return sqrt((s[0] + s[1]) + (s[2] + s[3]));
+}
+
+static void cpu_mul_acc(xf_backend *b, float *restrict y, const float *restrict u,
+                        const float *restrict v, size_t n) {
+  (void)b;
+  for (size_t i = 0; i < n; i++) y[i] += u[i] * v[i];
+}
+
+static void cpu_row_dot(xf_backend *b, float *out, const float *x, const float *y, int rows,
+                        int cols, bool accumulate) {
+  (void)b;
+  for (int r = 0; r < rows; r++) {
+    const float *xr = x + (size_t)r * cols, *yr = y + (size_t)r * cols;
+    /* Four running sums in a fixed interleave, as in l2norm. */
+    double s[4] = {0, 0, 0, 0};
+    int c = 0;
+    for (; c + 4 <= cols; c += 4)
+      for (int j = 0; j < 4; j++) s[j] += (double)xr[c + j] * yr[c + j];
+    for (; c < cols; c++) s[0] += (double)xr[c] * yr[c];
+    double sum = (s[0] + s[1]) + (s[2] + s[3]);
+    out[r] = (float)(accumulate ? (double)out[r] + sum : sum);
+  }
+}
+
+static void cpu_clip_factors(xf_backend *b, float *factor, const float *sqnorm, int rows,
+                             double clip) {
+  (void)b;
+  const double limit = clip * clip;
+  for (int r = 0; r < rows; r++) {
+    double s = sqnorm[r];
+    factor[r] = s > limit ? (float)(clip / sqrt(s)) : 1.0f;
+  }
+}
+
+static void cpu_scale_rows(xf_backend *b, float *restrict x, const float *restrict factor,
+                           int rows, int cols) {
+  (void)b;
+  for (int r = 0; r < rows; r++) {
+    float *restrict row = x + (size_t)r * cols;
+    const float f = factor[r];
+    for (int c = 0; c < cols; c++) row[c] *= f;
+  }
 }
 
 /* Copies n floats; a plain loop (not memcpy) because the spans here are a few
@@ -310,6 +364,7 @@ static const xf__backend_ops cpu_ops = {
     .download = cpu_copy_bytes,
     .sync = cpu_sync,
     .gemm = cpu_gemm,
+    .gemm_strided_batched = cpu_gemm_strided_batched,
     .bias_add = cpu_bias_add,
     .bias_grad = cpu_bias_grad,
     .relu_fwd = cpu_relu_fwd,
@@ -319,6 +374,10 @@ static const xf__backend_ops cpu_ops = {
     .fill = cpu_fill,
     .copy = cpu_copy,
     .l2norm = cpu_l2norm,
+    .mul_acc = cpu_mul_acc,
+    .row_dot = cpu_row_dot,
+    .clip_factors = cpu_clip_factors,
+    .scale_rows = cpu_scale_rows,
     .im2col = cpu_im2col,
     .col2im = cpu_col2im,
     .maxpool_fwd = cpu_maxpool_fwd,

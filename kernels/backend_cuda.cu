@@ -14,14 +14,15 @@
  *    xf_backend_alloc is returned directly and does not latch.
  *  - A backend is driven by one thread at a time (any thread: each entry
  *    point makes the backend's device current first).
- *  - Element-wise ops, bias_add, im2col, col2im, maxpool_fwd and sgd_step give
+ *  - Element-wise ops (mul_acc, scale_rows and clip_factors included),
+ *    bias_add, im2col, col2im, maxpool_fwd and sgd_step give
  *    bit-identical results to cpu: the arithmetic is written with the
  *    round-to-nearest intrinsics (__fmul_rn, __fadd_rn, ...) that nvcc never
  *    contracts into FMA, in the cpu's evaluation order, and nothing here is
  *    built with --use_fast_math (no flush-to-zero). GEMM, the reductions and
  *    maxpool_bwd with overlapping windows differ from cpu only by summation
  *    order; docs/kernels.md gives the tolerances the tests hold them to.
- *  - Reductions (bias_grad, l2norm, softmax_xent) sum in a fixed order that
+ *  - Reductions (bias_grad, l2norm, row_dot, softmax_xent) sum in a fixed order that
  *    depends only on the sizes, so they repeat bit for bit on one GPU model;
  *    maxpool_bwd with overlapping windows uses atomics and does not. */
 #include <cublas_v2.h>
@@ -243,6 +244,43 @@ static __global__ void k_scale(float *x, float a, size_t n) {
 
 static __global__ void k_fill(float *x, float v, size_t n) {
   XF__FOR_EACH(i, n) x[i] = v;
+}
+
+static __global__ void k_mul_acc(float *y, const float *u, const float *v, size_t n) {
+  XF__FOR_EACH(i, n) y[i] = __fadd_rn(y[i], __fmul_rn(u[i], v[i]));
+}
+
+/* One block per row (grid-striding over rows when there are more rows than
+ * blocks): the threads stride the row's columns, then block_sum, so the
+ * order depends on the sizes only. A float product is exact in double, so a
+ * contracted multiply-add gives the same sum as a separate one. */
+static __global__ void k_row_dot(float *out, const float *x, const float *y, int rows, int cols,
+                                 bool accumulate) {
+  __shared__ double sh[XF__THREADS];
+  for (int r = (int)blockIdx.x; r < rows; r += (int)gridDim.x) {
+    const float *xr = x + (size_t)r * (size_t)cols, *yr = y + (size_t)r * (size_t)cols;
+    double s = 0.0;
+    for (int c = (int)threadIdx.x; c < cols; c += (int)blockDim.x)
+      s += (double)xr[c] * (double)yr[c];
+    double total = block_sum(s, sh);
+    if (threadIdx.x == 0) out[r] = (float)(accumulate ? (double)out[r] + total : total);
+    __syncthreads(); /* every thread has read sh[0] before the next row reuses sh */
+  }
+}
+
+/* The cpu formula in double: IEEE sqrt and division, one rounding to float,
+ * so the factors are bit-identical. */
+static __global__ void k_clip_factors(float *factor, const float *sqnorm, int rows, double clip) {
+  const double limit = __dmul_rn(clip, clip);
+  XF__FOR_EACH(r, (size_t)rows) {
+    double s = (double)sqnorm[r];
+    factor[r] = s > limit ? (float)__ddiv_rn(clip, __dsqrt_rn(s)) : 1.0f;
+  }
+}
+
+static __global__ void k_scale_rows(float *x, const float *factor, int rows, int cols) {
+  size_t total = (size_t)rows * (size_t)cols;
+  XF__FOR_EACH(i, total) x[i] = __fmul_rn(x[i], factor[i / (size_t)cols]);
 }
 
 /* partial[blockIdx.x] = sum of x[i]^2 over this block's grid-stride share. */
@@ -532,6 +570,40 @@ static void cuda_gemm(xf_backend *b, bool ta, bool tb, int m, int n, int k, floa
                 "cublasSgemm");
 }
 
+/* The operand swap of cuda_gemm, per product, with the strides passed
+ * through: cuBLAS takes a stride of 0 as one operand shared by every product. */
+static void cuda_gemm_strided_batched(xf_backend *b, bool ta, bool tb, int m, int n, int k,
+                                      float alpha, const float *a, int lda, long long stride_a,
+                                      const float *bm, int ldb, long long stride_b, float beta,
+                                      float *c, int ldc, long long stride_c, int batch) {
+  cuda_state *st = state_of(b);
+  if (!cuda_enter(st)) return;
+  if (m < 0 || n < 0 || k < 0 || batch < 0) {
+    cuda_latch(st, XF_EINVAL, "gemm_strided_batched: negative size m=%d n=%d k=%d batch=%d", m,
+               n, k, batch);
+    return;
+  }
+  if (m == 0 || n == 0 || batch == 0) return;
+  if (k == 0 || alpha == 0.0f) {
+    if (ldc < n) {
+      cuda_latch(st, XF_EINVAL, "gemm_strided_batched: ldc=%d < n=%d", ldc, n);
+      return;
+    }
+    for (int i = 0; i < batch; i++) {
+      k_gemm_beta<<<grid_for((size_t)m * (size_t)n), XF__THREADS, 0, st->stream>>>(
+          c + (long long)i * stride_c, m, n, ldc, beta);
+      if (!launched(st, "k_gemm_beta")) return;
+    }
+    return;
+  }
+  (void)blas_ok(st,
+                cublasSgemmStridedBatched(st->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                          ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, bm,
+                                          ldb, stride_b, a, lda, stride_a, &beta, c, ldc,
+                                          stride_c, batch),
+                "cublasSgemmStridedBatched");
+}
+
 static void cuda_bias_add(xf_backend *b, float *y, const float *bias, int rows, int cols) {
   cuda_state *st = state_of(b);
   if (!cuda_enter(st) || rows <= 0 || cols <= 0) return;
@@ -643,6 +715,46 @@ static double cuda_l2norm(xf_backend *b, const float *x, size_t n) {
       !cuda_ok(st, cudaStreamSynchronize(st->stream), "cudaStreamSynchronize (l2norm)"))
     return NAN;
   return sqrt(sumsq);
+}
+
+static void cuda_mul_acc(xf_backend *b, float *y, const float *u, const float *v, size_t n) {
+  cuda_state *st = state_of(b);
+  if (!cuda_enter(st) || n == 0) return;
+  k_mul_acc<<<grid_for(n), XF__THREADS, 0, st->stream>>>(y, u, v, n);
+  (void)launched(st, "k_mul_acc");
+}
+
+/* Rows beyond 65535 share blocks (the kernel strides over rows). */
+static void cuda_row_dot(xf_backend *b, float *out, const float *x, const float *y, int rows,
+                         int cols, bool accumulate) {
+  cuda_state *st = state_of(b);
+  if (!cuda_enter(st) || rows <= 0) return;
+  if (cols <= 0) { /* empty rows: a sum of nothing, as the cpu loop gives */
+    if (!accumulate)
+      (void)cuda_ok(st, cudaMemsetAsync(out, 0, sizeof(float) * (size_t)rows, st->stream),
+                    "cudaMemsetAsync (row_dot)");
+    return;
+  }
+  unsigned blocks = rows < 65535 ? (unsigned)rows : 65535u;
+  k_row_dot<<<blocks, XF__THREADS, 0, st->stream>>>(out, x, y, rows, cols, accumulate);
+  (void)launched(st, "k_row_dot");
+}
+
+static void cuda_clip_factors(xf_backend *b, float *factor, const float *sqnorm, int rows,
+                              double clip) {
+  cuda_state *st = state_of(b);
+  if (!cuda_enter(st) || rows <= 0) return;
+  k_clip_factors<<<grid_for((size_t)rows), XF__THREADS, 0, st->stream>>>(factor, sqnorm, rows,
+                                                                         clip);
+  (void)launched(st, "k_clip_factors");
+}
+
+static void cuda_scale_rows(xf_backend *b, float *x, const float *factor, int rows, int cols) {
+  cuda_state *st = state_of(b);
+  if (!cuda_enter(st) || rows <= 0 || cols <= 0) return;
+  k_scale_rows<<<grid_for((size_t)rows * (size_t)cols), XF__THREADS, 0, st->stream>>>(
+      x, factor, rows, cols);
+  (void)launched(st, "k_scale_rows");
 }
 
 static void cuda_im2col(xf_backend *b, const float *x, const xf_conv_shape *s, float *col) {
@@ -768,6 +880,7 @@ static const xf__backend_ops cuda_ops = {
     .download = cuda_transfer,
     .sync = cuda_sync,
     .gemm = cuda_gemm,
+    .gemm_strided_batched = cuda_gemm_strided_batched,
     .bias_add = cuda_bias_add,
     .bias_grad = cuda_bias_grad,
     .relu_fwd = cuda_relu_fwd,
@@ -777,6 +890,10 @@ static const xf__backend_ops cuda_ops = {
     .fill = cuda_fill,
     .copy = cuda_copy,
     .l2norm = cuda_l2norm,
+    .mul_acc = cuda_mul_acc,
+    .row_dot = cuda_row_dot,
+    .clip_factors = cuda_clip_factors,
+    .scale_rows = cuda_scale_rows,
     .im2col = cuda_im2col,
     .col2im = cuda_col2im,
     .maxpool_fwd = cuda_maxpool_fwd,

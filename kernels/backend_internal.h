@@ -22,6 +22,10 @@ typedef struct xf__backend_ops {
 
   void (*gemm)(xf_backend *b, bool ta, bool tb, int m, int n, int k, float alpha,
                const float *a, int lda, const float *bm, int ldb, float beta, float *c, int ldc);
+  void (*gemm_strided_batched)(xf_backend *b, bool ta, bool tb, int m, int n, int k,
+                               float alpha, const float *a, int lda, long long stride_a,
+                               const float *bm, int ldb, long long stride_b, float beta,
+                               float *c, int ldc, long long stride_c, int batch);
   void (*bias_add)(xf_backend *b, float *y, const float *bias, int rows, int cols);
   void (*bias_grad)(xf_backend *b, float *db, const float *dy, int rows, int cols);
   void (*relu_fwd)(xf_backend *b, float *y, const float *x, size_t n);
@@ -31,6 +35,11 @@ typedef struct xf__backend_ops {
   void (*fill)(xf_backend *b, float *x, float v, size_t n);
   void (*copy)(xf_backend *b, float *dst, const float *src, size_t n);
   double (*l2norm)(xf_backend *b, const float *x, size_t n);
+  void (*mul_acc)(xf_backend *b, float *y, const float *u, const float *v, size_t n);
+  void (*row_dot)(xf_backend *b, float *out, const float *x, const float *y, int rows, int cols,
+                  bool accumulate);
+  void (*clip_factors)(xf_backend *b, float *factor, const float *sqnorm, int rows, double clip);
+  void (*scale_rows)(xf_backend *b, float *x, const float *factor, int rows, int cols);
   void (*im2col)(xf_backend *b, const float *x, const xf_conv_shape *s, float *col);
   void (*col2im)(xf_backend *b, const float *col, const xf_conv_shape *s, float *dx);
   void (*maxpool_fwd)(xf_backend *b, const float *x, const xf_pool_shape *s, float *y,

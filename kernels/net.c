@@ -2,6 +2,7 @@
 /* Forward and backward passes over a model's layer table, as backend ops. */
 #include "kernels/net.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -19,6 +20,14 @@ struct xf_net {
   int32_t *argmax[XF_MODEL_MAX_LAYERS]; /* winners of each pooling layer */
   float *dcol;                        /* gradient w.r.t. the largest col */
   float *delta[2];                    /* ping-pong gradients w.r.t. activations */
+  /* The clipped backward's buffers (xf_net_run_clipped), allocated on its
+   * first call so that plain training does not pay for them. */
+  bool clip_ready;
+  float *sqnorm, *factor;             /* per example: squared gradient norm, clip scale */
+  float *row_in, *row_dy;             /* per example: ||a_i||^2 and ||dy_i||^2 of one layer */
+  float *ones;                        /* max(max_batch, largest conv output positions) */
+  float *dy_kept[XF_MODEL_MAX_LAYERS];     /* dense: the layer's output gradient */
+  float *per_example[XF_MODEL_MAX_LAYERS]; /* conv: each example's weight, then bias, gradient */
 };
 
 static size_t out_size(const xf_layer *l) { return (size_t)l->out_h * l->out_w * l->out_c; }
@@ -61,6 +70,15 @@ void xf_net_free(xf_net *net) {
   xf_backend_free(b, net->dcol);
   xf_backend_free(b, net->delta[0]);
   xf_backend_free(b, net->delta[1]);
+  xf_backend_free(b, net->sqnorm);
+  xf_backend_free(b, net->factor);
+  xf_backend_free(b, net->row_in);
+  xf_backend_free(b, net->row_dy);
+  xf_backend_free(b, net->ones);
+  for (int i = 0; i < XF_MODEL_MAX_LAYERS; i++) {
+    xf_backend_free(b, net->dy_kept[i]);
+    xf_backend_free(b, net->per_example[i]);
+  }
   xf_free(net);
 }
 
@@ -221,6 +239,132 @@ static void backward(xf_net *net, int n, int cur) {
   }
 }
 
+/* ---- the clipped backward -------------------------------------------------
+ * One backward pass over the batch gives every example's activation
+ * gradients; what differs from `backward` is the parameter layers. Each
+ * example's squared gradient norm is summed layer by layer without forming
+ * its gradient where the layer allows:
+ *  - dense: grad W_i = dy_i a_i^T is an outer product, so ||grad W_i||^2 =
+ *    ||a_i||^2 ||dy_i||^2 and ||grad b_i||^2 = ||dy_i||^2; dy is kept.
+ *  - conv: grad W_i = dy_i^T col_i (out_c x k over the image's positions P)
+ *    is formed for every example by one strided-batched GEMM, the same
+ *    multiply-adds as the layer's plain weight GEMM. The ghost-norm identity
+ *    sum_pq (col_i col_i^T)_pq (dy_i dy_i^T)_pq would cost P^2 (k + out_c)
+ *    instead of P k out_c, more for every preset's conv layers (P is 576 and
+ *    64 for lenet5, 784 and 196 for fedavg-cnn), so it is not used.
+ * Once every example's norm is known, its factor min(1, C / ||g_i||) scales
+ * the kept dy rows of the dense layers, whose weight and bias gradients are
+ * then the usual GEMMs, and weights the conv layers' per-example gradients
+ * in one 1 x n GEMM. */
+
+/* Allocates (once) what only the clipped backward needs. A failed call keeps
+ * what it got, for the next call or xf_net_free. */
+static xf_err clip_prepare(xf_net *net) {
+  if (net->clip_ready) return XF_OK;
+  const size_t B = (size_t)net->max_batch;
+  size_t ones = B;
+  for (int i = 0; i < xf_model_num_layers(net->m); i++) {
+    const xf_layer *l = xf_model_layer(net->m, i);
+    size_t pos = (size_t)l->out_h * l->out_w;
+    if (l->kind == XF_LAYER_CONV && pos > ones) ones = pos;
+  }
+  float **per_batch[] = {&net->sqnorm, &net->factor, &net->row_in, &net->row_dy};
+  for (size_t j = 0; j < sizeof(per_batch) / sizeof(per_batch[0]); j++)
+    if (!*per_batch[j]) XF_GUARD(alloc_floats(net, B, per_batch[j]));
+  if (!net->ones) {
+    XF_GUARD(alloc_floats(net, ones, &net->ones));
+    xf_k_fill(net->b, net->ones, 1.0f, ones);
+  }
+  for (int i = 0; i < xf_model_num_layers(net->m); i++) {
+    const xf_layer *l = xf_model_layer(net->m, i);
+    if (l->kind == XF_LAYER_DENSE && !net->dy_kept[i])
+      XF_GUARD(alloc_floats(net, B * (size_t)l->out_c, &net->dy_kept[i]));
+    if (l->kind == XF_LAYER_CONV && !net->per_example[i])
+      XF_GUARD(alloc_floats(net, B * (l->weight_count + l->bias_count), &net->per_example[i]));
+  }
+  net->clip_ready = true;
+  return XF_OK;
+}
+
+/* backward's walk with per-example norms: net->delta[0] holds each example's
+ * gradient of its own loss w.r.t. the logits. */
+static void backward_clipped(xf_net *net, int n, double clip, bool accumulate) {
+  xf_backend *b = net->b;
+  const int layers = xf_model_num_layers(net->m);
+  int cur = 0;
+  xf_k_fill(b, net->sqnorm, 0.0f, (size_t)n);
+  for (int i = layers - 1; i >= 0; i--) {
+    const xf_layer *l = xf_model_layer(net->m, i);
+    const float *in = i > 0 ? net->act[i - 1] : net->x;
+    float *dy = net->delta[cur], *dx = net->delta[cur ^ 1];
+    const float *w = net->params + l->weight_offset;
+    bool need_dx = i > 0;
+    switch (l->kind) {
+    case XF_LAYER_DENSE: {
+      int fan_in = l->in_h * l->in_w * l->in_c;
+      xf_k_copy(b, net->dy_kept[i], dy, (size_t)n * l->out_c);
+      xf_k_row_dot(b, net->row_in, in, in, n, fan_in, false);
+      xf_k_row_dot(b, net->row_dy, dy, dy, n, l->out_c, false);
+      xf_k_axpy(b, 1.0f, net->row_dy, net->sqnorm, (size_t)n);
+      xf_k_mul_acc(b, net->sqnorm, net->row_in, net->row_dy, (size_t)n);
+      if (need_dx)
+        xf_k_gemm(b, false, false, n, fan_in, l->out_c, 1.0f, dy, l->out_c, w, fan_in, 0.0f, dx,
+                  fan_in);
+      cur ^= 1;
+      break;
+    }
+    case XF_LAYER_CONV: {
+      const int pos = l->out_h * l->out_w, k = l->kernel * l->kernel * l->in_c, oc = l->out_c;
+      const long long row = (long long)(l->weight_count + l->bias_count);
+      float *g = net->per_example[i];
+      /* Row i of g: dy_i^T col_i (oc x k), then 1^T dy_i (the bias, oc);
+       * the parameter vector holds a layer's bias right after its weight. */
+      xf_k_gemm_strided_batched(b, true, false, oc, k, pos, 1.0f, dy, oc, (long long)pos * oc,
+                                net->col[i], k, (long long)pos * k, 0.0f, g, k, row, n);
+      xf_k_gemm_strided_batched(b, false, false, 1, oc, pos, 1.0f, net->ones, pos, 0, dy, oc,
+                                (long long)pos * oc, 0.0f, g + l->weight_count, oc, row, n);
+      xf_k_row_dot(b, net->sqnorm, g, g, n, (int)row, true);
+      if (need_dx) {
+        xf_conv_shape s = conv_shape(l, n);
+        xf_k_gemm(b, false, false, n * pos, k, oc, 1.0f, dy, oc, w, k, 0.0f, net->dcol, k);
+        xf_k_col2im(b, net->dcol, &s, dx);
+      }
+      cur ^= 1;
+      break;
+    }
+    case XF_LAYER_RELU:
+      xf_k_relu_bwd(b, dy, dy, net->act[i], (size_t)n * out_size(l));
+      break;
+    case XF_LAYER_MAXPOOL: {
+      xf_pool_shape s = pool_shape(l, n);
+      xf_k_maxpool_bwd(b, dy, net->argmax[i], &s, dx);
+      cur ^= 1;
+      break;
+    }
+    }
+  }
+  xf_k_clip_factors(b, net->factor, net->sqnorm, n, clip);
+  const float beta = accumulate ? 1.0f : 0.0f;
+  for (int i = 0; i < layers; i++) {
+    const xf_layer *l = xf_model_layer(net->m, i);
+    float *dw = net->grads + l->weight_offset, *db = net->grads + l->bias_offset;
+    if (l->kind == XF_LAYER_DENSE) {
+      const float *in = i > 0 ? net->act[i - 1] : net->x;
+      int fan_in = l->in_h * l->in_w * l->in_c;
+      float *dy = net->dy_kept[i];
+      xf_k_scale_rows(b, dy, net->factor, n, l->out_c);
+      xf_k_gemm(b, true, false, l->out_c, fan_in, n, 1.0f, dy, l->out_c, in, fan_in, beta, dw,
+                fan_in);
+      xf_k_gemm(b, false, false, 1, l->out_c, n, 1.0f, net->ones, n, dy, l->out_c, beta, db,
+                l->out_c);
+    } else if (l->kind == XF_LAYER_CONV) {
+      int row = (int)(l->weight_count + l->bias_count);
+      xf_k_gemm(b, false, false, 1, row, n, 1.0f, net->factor, n, net->per_example[i], row, beta,
+                dw, row);
+    }
+  }
+}
+
 xf_err xf_net_run(xf_net *net, const float *x, const int32_t *y, int n, bool backward_pass,
                   double *loss_sum, int *correct) {
   if (n < 1 || n > net->max_batch) return XF_EINVAL;
@@ -232,6 +376,24 @@ xf_err xf_net_run(xf_net *net, const float *x, const int32_t *y, int n, bool bac
   XF_GUARD(xf_k_softmax_xent(net->b, net->act[last], net->y, n, xf_model_spec_of(net->m)->classes,
                              backward_pass ? net->delta[0] : NULL, loss_sum, correct));
   if (backward_pass) backward(net, n, 0);
+  return XF_OK;
+}
+
+xf_err xf_net_run_clipped(xf_net *net, const float *x, const int32_t *y, int n, double clip,
+                          bool accumulate, double *loss_sum, int *correct) {
+  if (n < 1 || n > net->max_batch || !(clip > 0.0) || !isfinite(clip)) return XF_EINVAL;
+  XF_GUARD(clip_prepare(net));
+  XF_GUARD(xf_backend_upload(net->b, net->x, x, (size_t)n * xf_model_input_size(net->m) *
+                                                    sizeof(float)));
+  XF_GUARD(xf_backend_upload(net->b, net->y, y, (size_t)n * sizeof(int32_t)));
+  forward(net, n);
+  const int last = xf_model_num_layers(net->m) - 1, classes = xf_model_spec_of(net->m)->classes;
+  XF_GUARD(xf_k_softmax_xent(net->b, net->act[last], net->y, n, classes, net->delta[0], loss_sum,
+                             correct));
+  /* The op gives the mean loss's gradient; each example's own loss has n
+   * times it. */
+  if (n > 1) xf_k_scale(net->b, net->delta[0], (float)n, (size_t)n * classes);
+  backward_clipped(net, n, clip, accumulate);
   return XF_OK;
 }
 

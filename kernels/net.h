@@ -47,6 +47,21 @@ void xf_net_reset_optimizer(xf_net *net);
 xf_err xf_net_run(xf_net *net, const float *x, const int32_t *y, int n, bool backward,
                   double *loss_sum, int *correct) XF_WARN_UNUSED;
 
+/* The backward pass of DP-SGD: runs n samples forward and leaves in the
+ * gradient vector the SUM over the samples of each sample's gradient of its
+ * own loss, every sample's whole gradient (all layers together) first scaled
+ * by min(1, clip / its L2 norm), so that each sample moves the sum by at
+ * most clip. With `accumulate` the sum is added to the gradient vector
+ * instead of replacing it (micro-batches of one larger batch). Loss and
+ * correct count as for xf_net_run. The first call allocates the per-example
+ * buffers (XF_ENOMEM when they cannot be had; the net stays usable). The
+ * norms are exact up to float rounding: no sample's contribution exceeds
+ * clip by more than a few float roundings of it. XF_EINVAL if n is not in
+ * 1..max_batch or clip is not positive and finite. docs/kernels.md has the
+ * method and its cost. */
+xf_err xf_net_run_clipped(xf_net *net, const float *x, const int32_t *y, int n, double clip,
+                          bool accumulate, double *loss_sum, int *correct) XF_WARN_UNUSED;
+
 /* One SGD step from the gradient of the last backward run. */
 void xf_net_sgd_step(xf_net *net, const xf_sgd_params *p);
 

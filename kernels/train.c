@@ -2,6 +2,7 @@
 /* The local training loop and evaluation. */
 #include "kernels/train.h"
 
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
@@ -53,14 +54,149 @@ xf_err xf_evaluate(xf_net *net, const xf_samples *data, double *loss, double *ac
   return XF_OK;
 }
 
+uint64_t xf_dp_steps_per_epoch(size_t n, int expected_batch) {
+  if (n == 0 || expected_batch < 1) return 0;
+  const uint64_t L = (uint64_t)expected_batch, steps = ((uint64_t)n + L / 2) / L;
+  return steps ? steps : 1;
+}
+
+static xf_err check_dp(const xf_dp_sgd *dp, size_t n, xf_errctx *err) {
+  if (!(dp->clip > 0.0) || !isfinite(dp->clip))
+    return xf_fail(err, XF_EINVAL,
+                   "DP-SGD clip %g: the per-example gradient bound must be positive and finite",
+                   dp->clip);
+  if (!(dp->noise_multiplier >= 0.0) || !isfinite(dp->noise_multiplier))
+    return xf_fail(err, XF_EINVAL, "DP-SGD noise multiplier %g: must be 0 or more and finite",
+                   dp->noise_multiplier);
+  if (dp->expected_batch < 1 || (size_t)dp->expected_batch > n)
+    return xf_fail(err, XF_EINVAL,
+                   "DP-SGD expected batch %d: must be 1 to the %zu training records (the "
+                   "sampling rate L/n is a probability)",
+                   dp->expected_batch, n);
+  if (!dp->noise)
+    return xf_fail(err, XF_EINVAL, "DP-SGD needs a noise generator: none was given");
+  double sigma = dp->noise_multiplier * dp->clip;
+  if (sigma > 0.0 && xf_noise_gaussian_grid(sigma, NULL, NULL) != XF_OK)
+    return xf_fail(err, XF_ERANGE,
+                   "DP-SGD noise standard deviation z*C = %g is outside the sampler's range "
+                   "%g to %g",
+                   sigma, XF_NOISE_SIGMA_MIN, XF_NOISE_SIGMA_MAX);
+  return XF_OK;
+}
+
+/* The DP-SGD loop (xf_train with opt->dp). Poisson sampling is exact: record
+ * i joins a step when a uniform draw from [0, n) of the noise generator is
+ * below L, which has probability exactly L/n; the draws are secret (the
+ * generator is keyed from the CSPRNG in production), unlike base/rng's. It
+ * costs one draw per record per step. */
+static xf_err train_dp(xf_net *net, const xf_samples *train, const xf_train_options *opt,
+                       xf_errctx *err) {
+  const xf_dp_sgd *dp = opt->dp;
+  XF_GUARD(check_dp(dp, train->n, err));
+  if (train->n > UINT32_MAX)
+    return xf_fail(err, XF_EINVAL, "%zu training records: at most 2^32-1", train->n);
+  xf_backend *b = xf_net_backend(net);
+  const size_t feat = train->features, mb = (size_t)xf_net_max_batch(net);
+  const size_t n_params = xf_model_num_params(xf_net_model(net));
+  const uint64_t steps = xf_dp_steps_per_epoch(train->n, dp->expected_batch);
+  const uint64_t L = (uint64_t)dp->expected_batch;
+  const double sigma = dp->noise_multiplier * dp->clip;
+  uint32_t *picked = xf_mallocarray(train->n, sizeof(uint32_t));
+  float *bx = xf_mallocarray(mb * feat, sizeof(float));
+  int32_t *by = xf_mallocarray(mb, sizeof(int32_t));
+  float *noisy = sigma > 0.0 ? xf_mallocarray(n_params, sizeof(float)) : NULL;
+  xf_err rc = XF_OK;
+  if (!picked || !bx || !by || (sigma > 0.0 && !noisy)) {
+    rc = xf_fail(err, XF_ENOMEM, "cannot allocate DP-SGD batch buffers");
+    goto out;
+  }
+  xf_net_reset_optimizer(net);
+  if (opt->sgd.prox_mu != 0.0f && (rc = xf_net_anchor(net)) != XF_OK) {
+    rc = xf_fail(err, rc, "cannot allocate the FedProx anchor");
+    goto out;
+  }
+
+  for (int epoch = 1; epoch <= opt->epochs; epoch++) {
+    double t0 = now_seconds(), loss_sum = 0.0;
+    size_t correct = 0, samples = 0;
+    for (uint64_t step = 0; step < steps; step++) {
+      if (opt->should_stop && opt->should_stop(opt->user)) goto out;
+      size_t m = 0;
+      for (size_t i = 0; i < train->n; i++) {
+        uint64_t u;
+        if ((rc = xf_noise_uniform(dp->noise, (uint64_t)train->n, &u)) != XF_OK) {
+          rc = xf_fail(err, rc, "cannot draw the DP-SGD sample (epoch %d)", epoch);
+          goto out;
+        }
+        if (u < L) picked[m++] = (uint32_t)i;
+      }
+      for (size_t start = 0; start < m; start += mb) {
+        size_t k = m - start < mb ? m - start : mb;
+        for (size_t j = 0; j < k; j++) {
+          uint32_t idx = picked[start + j];
+          memcpy(bx + j * feat, train->x + (size_t)idx * feat, feat * sizeof(float));
+          by[j] = train->y[idx];
+        }
+        double l;
+        int c;
+        rc = xf_net_run_clipped(net, bx, by, (int)k, dp->clip, start > 0, &l, &c);
+        if (rc != XF_OK) {
+          rc = xf_fail(err, rc, "DP-SGD step failed on the %s backend (epoch %d)",
+                       xf_backend_name(b), epoch);
+          goto out;
+        }
+        loss_sum += l;
+        correct += (size_t)c;
+      }
+      float *grads = xf_net_grads_device(net);
+      if (m == 0) xf_k_fill(b, grads, 0.0f, n_params); /* an empty sample: the step is noise */
+      if (sigma > 0.0) {
+        if ((rc = xf_net_get_grads(net, noisy)) != XF_OK ||
+            (rc = xf_noise_gaussian_vec_par(dp->noise, sigma, noisy, n_params,
+                                             xf_backend_threads(b))) != XF_OK ||
+            (rc = xf_backend_upload(b, grads, noisy, n_params * sizeof(float))) != XF_OK) {
+          rc = xf_fail(err, rc,
+                       "cannot add the DP-SGD noise in epoch %d (a clipped gradient sum that is "
+                       "not finite means training diverged)",
+                       epoch);
+          goto out;
+        }
+      }
+      xf_k_scale(b, grads, (float)(1.0 / (double)L), n_params);
+      xf_net_sgd_step(net, &opt->sgd);
+      samples += m;
+    }
+    if ((rc = xf_backend_sync(b)) != XF_OK) {
+      rc = xf_fail(err, rc, "the %s backend failed during epoch %d", xf_backend_name(b), epoch);
+      goto out;
+    }
+    xf_epoch_report r = {.epoch = epoch, .epochs = opt->epochs, .samples = samples,
+                         .steps = (size_t)steps,
+                         .train_loss = samples ? loss_sum / (double)samples : NAN,
+                         .train_accuracy = samples ? (double)correct / (double)samples : NAN,
+                         .test_loss = -1, .test_accuracy = -1,
+                         .seconds = now_seconds() - t0};
+    if (opt->test && (rc = xf_evaluate(net, opt->test, &r.test_loss, &r.test_accuracy, err)))
+      goto out;
+    if (opt->on_epoch) opt->on_epoch(&r, opt->user);
+  }
+out:
+  xf_free(picked);
+  xf_free(bx);
+  xf_free(by);
+  xf_free(noisy);
+  return rc;
+}
+
 xf_err xf_train(xf_net *net, const xf_samples *train, const xf_train_options *opt,
                 xf_errctx *err) {
   if (opt->epochs < 1) return xf_fail(err, XF_EINVAL, "local.epochs must be at least 1");
-  if (opt->batch_size < 1 || opt->batch_size > xf_net_max_batch(net))
+  if (!opt->dp && (opt->batch_size < 1 || opt->batch_size > xf_net_max_batch(net)))
     return xf_fail(err, XF_EINVAL, "local.batch_size %d: must be 1 to %d", opt->batch_size,
                    xf_net_max_batch(net));
   XF_GUARD(check_samples(net, train, "training", err));
   if (opt->test) XF_GUARD(check_samples(net, opt->test, "test", err));
+  if (opt->dp) return train_dp(net, train, opt, err);
 
   const size_t feat = train->features, bs = (size_t)opt->batch_size;
   uint32_t *order = xf_mallocarray(train->n, sizeof(uint32_t));
@@ -86,7 +222,7 @@ xf_err xf_train(xf_net *net, const xf_samples *train, const xf_train_options *op
 
   for (int epoch = 1; epoch <= opt->epochs; epoch++) {
     double t0 = now_seconds(), loss_sum = 0.0;
-    size_t correct = 0;
+    size_t correct = 0, steps = 0;
     xf_rng_shuffle_u32(&rng, order, train->n);
     for (size_t start = 0; start < train->n; start += bs) {
       if (opt->should_stop && opt->should_stop(opt->user)) goto out;
@@ -107,6 +243,7 @@ xf_err xf_train(xf_net *net, const xf_samples *train, const xf_train_options *op
       xf_net_sgd_step(net, &opt->sgd);
       loss_sum += l;
       correct += (size_t)c;
+      steps++;
     }
     if ((rc = xf_backend_sync(xf_net_backend(net))) != XF_OK) {
       rc = xf_fail(err, rc, "the %s backend failed during epoch %d",
@@ -114,7 +251,7 @@ xf_err xf_train(xf_net *net, const xf_samples *train, const xf_train_options *op
       goto out;
     }
     xf_epoch_report r = {.epoch = epoch, .epochs = opt->epochs, .samples = train->n,
-                         .train_loss = loss_sum / (double)train->n,
+                         .steps = steps, .train_loss = loss_sum / (double)train->n,
                          .train_accuracy = (double)correct / (double)train->n,
                          .test_loss = -1, .test_accuracy = -1,
                          .seconds = now_seconds() - t0};

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "base/result.h"
+#include "crypto/noise.h"
 #include "kernels/net.h"
 
 /* Borrowed view of labelled samples: n rows of `features` floats, labels in
@@ -23,7 +24,8 @@ typedef struct xf_samples {
 
 typedef struct xf_epoch_report {
   int epoch, epochs;      /* 1-based */
-  size_t samples;         /* trained this epoch */
+  size_t samples;         /* trained this epoch (DP: the sampled batches' sizes summed) */
+  size_t steps;           /* SGD steps taken this epoch */
   double train_loss;      /* mean over the epoch's batches, weighted by size */
   double train_accuracy;  /* on the batches as trained (before each step) */
   double test_loss;       /* -1 when no test set was given */
@@ -36,6 +38,28 @@ typedef void (*xf_epoch_fn)(const xf_epoch_report *r, void *user);
  * that runs xf_train, so it must be cheap and thread-safe (an atomic load). */
 typedef bool (*xf_stop_fn)(void *user);
 
+/* DP-SGD (Abadi et al. 2016) with Poisson sampling: record-level
+ * differential privacy for the records of one xf_train call. Each step
+ * includes every record independently with probability q = L / n, clips each
+ * included record's gradient to L2 norm C (xf_net_run_clipped), adds
+ * N(0, (zC)^2) to every coordinate of the clipped sum and divides it by L.
+ * The privacy of E epochs is that of E * xf_dp_steps_per_epoch(n, L) steps
+ * of the sampled Gaussian mechanism at rate q and noise multiplier z
+ * (crypto/accountant.h). */
+typedef struct xf_dp_sgd {
+  double clip;             /* C > 0: per-example gradient L2 bound */
+  double noise_multiplier; /* z >= 0: each step's clipped sum gets N(0, (zC)^2) per coordinate */
+  int expected_batch;      /* L: each step draws every record independently with probability
+                              q = L/n (Poisson sampling); the noisy sum is divided by L */
+  xf_noise *noise;         /* draws the Poisson sample and the noise: keyed from the CSPRNG in
+                              production (crypto/noise.h); borrowed */
+} xf_dp_sgd;
+
+/* Steps in one DP-SGD epoch over n records at expected batch L: n / L
+ * rounded to the nearest integer (halves up), at least 1. The accountant
+ * needs exactly this count. 0 when n or L is 0 or L is negative. */
+uint64_t xf_dp_steps_per_epoch(size_t n, int expected_batch);
+
 typedef struct xf_train_options {
   int epochs;
   int batch_size;
@@ -46,6 +70,7 @@ typedef struct xf_train_options {
   xf_epoch_fn on_epoch;     /* called after every epoch when not NULL */
   xf_stop_fn should_stop;   /* asked before every batch when not NULL */
   void *user;               /* passed to on_epoch and should_stop */
+  const xf_dp_sgd *dp;      /* DP-SGD when not NULL (borrowed); batch_size is then unused */
 } xf_train_options;
 
 /* Trains the net's current parameters in place. Resets the momentum buffer
@@ -56,7 +81,17 @@ typedef struct xf_train_options {
  * before the next batch and returns XF_OK with the parameters as far as they
  * got and no report for the unfinished epoch: the caller, which asked for
  * the stop, knows the result is partial (a daemon shutting down, a task
- * withdrawn). */
+ * withdrawn).
+ *
+ * With opt->dp, an epoch is xf_dp_steps_per_epoch(n, L) steps; each step's
+ * Poisson sample (possibly empty, possibly larger than L) runs through
+ * xf_net_run_clipped in micro-batches of at most the net's max_batch, the
+ * sum gets its noise on the host (xf_noise_gaussian_vec) and is divided by
+ * L; momentum, weight decay and the FedProx term then apply as usual, after
+ * the noise. train_loss and train_accuracy are over the sampled records:
+ * they are not private, and releasing them is the caller's decision.
+ * XF_EINVAL when clip is not positive, z is negative, L is not in 1..n or
+ * noise is NULL; XF_ERANGE (from the sampler) when zC is outside its range. */
 xf_err xf_train(xf_net *net, const xf_samples *train, const xf_train_options *opt,
                 xf_errctx *err) XF_WARN_UNUSED;
 

@@ -21,8 +21,10 @@
 #include "base/log.h"
 #include "base/rng.h"
 #include "coordinator/jobmodel.h"
+#include "coordinator/jobprivacy.h"
 #include "coordinator/jobspec.h"
 #include "crypto/digest.h"
+#include "crypto/noise.h"
 #include "crypto/pki.h"
 #include "kernels/backend.h"
 #include "kernels/checkpoint.h"
@@ -160,6 +162,13 @@ typedef struct task {
   uint64_t samples;
   float *update;       /* delta = local - global, float32 LE */
   size_t n_params;
+
+  /* privacy the site accounts for (unit record, or unit site mode local) */
+  xf_privacy_plan plan;
+  xf_site_charge charge;     /* what releasing this round's update costs the dataset */
+  bool has_epsilon;
+  double epsilon;            /* this job's spend on the dataset once the update is out */
+  double ledger_epsilon;     /* the dataset's spend across jobs, at its budget's delta */
 
   /* the report */
   bool metrics_sent;
@@ -545,6 +554,7 @@ static void task_compute(daemon_t *d, task *t) {
   xf_model *model = NULL;
   float *global = NULL, *local = NULL;
   xf_net *net = NULL;
+  xf_noise *noise = NULL;
 
   if (xf_checkpoint_decode(t->model_bytes, (size_t)t->model_len, &model, &global, &err) !=
       XF_OK) {
@@ -591,7 +601,18 @@ static void task_compute(daemon_t *d, task *t) {
   t->samples = tr->n;
   if (!t->evaluate_only) {
     const xf_job_local *lc = &t->spec.local;
+    const xf_job_privacy *pv = &t->spec.privacy;
+    bool record = t->plan.site_noise && pv->unit == XF_JOB_PRIVACY_UNIT_RECORD;
+    if (t->plan.site_noise && xf_noise_new_random(&noise) != XF_OK) {
+      xf_fail(&err, XF_ENOMEM, "cannot start the noise generator (secure memory)");
+      task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "privacy noise", &err);
+      goto out;
+    }
     train_watch watch = {.t = t, .last_loss = NAN};
+    xf_dp_sgd dp = {.clip = pv->clip,
+                    .noise_multiplier = t->plan.noise_multiplier,
+                    .expected_batch = (int)lc->batch_size,
+                    .noise = noise};
     xf_train_options opt = {
         .epochs = (int)lc->epochs,
         .batch_size = (int)lc->batch_size,
@@ -600,7 +621,8 @@ static void task_compute(daemon_t *d, task *t) {
         .seed = t->shuffle_seed,
         .on_epoch = train_epoch,
         .should_stop = train_should_stop,
-        .user = &watch};
+        .user = &watch,
+        .dp = record ? &dp : NULL};
     if (xf_train(net, &train, &opt, &err) != XF_OK) {
       task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "training failed", &err);
       goto out;
@@ -615,7 +637,6 @@ static void task_compute(daemon_t *d, task *t) {
     for (size_t i = 0; i < n; i++) local[i] -= global[i];
     /* The site privacy unit bounds the update's L2 norm by clip (the
      * aggregator adds the noise in mode central); docs/protocol.md. */
-    const xf_job_privacy *pv = &t->spec.privacy;
     if (pv->unit == XF_JOB_PRIVACY_UNIT_SITE && pv->clip > 0) {
       double sq = 0;
       for (size_t i = 0; i < n; i++) sq += (double)local[i] * (double)local[i];
@@ -624,8 +645,18 @@ static void task_compute(daemon_t *d, task *t) {
         float scale = (float)(pv->clip / norm);
         for (size_t i = 0; i < n; i++) local[i] *= scale;
       }
+      /* Mode local: the site adds the whole noise to its clipped update. */
+      if (t->plan.site_noise && t->plan.noise_multiplier > 0 &&
+          xf_noise_gaussian_vec_par(noise, t->plan.noise_multiplier * pv->clip, local, n,
+                                    xf_backend_threads(d->backend)) != XF_OK) {
+        xf_fail(&err, XF_ERANGE, "the update is outside the noise sampler's range");
+        task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "privacy noise", &err);
+        goto out;
+      }
     }
-    t->train_loss = watch.last_loss;
+    /* Under record-level privacy the loss measured on the sampled training
+     * batches is not noised, so it does not leave the site. */
+    t->train_loss = record ? NAN : watch.last_loss;
     t->has_train = true;
     t->update = local;
     t->n_params = n;
@@ -647,6 +678,7 @@ static void task_compute(daemon_t *d, task *t) {
   }
   t->seconds = mono_s() - t0;
 out:
+  xf_noise_free(noise);
   xf_free(local);
   xf_net_free(net);
   xf_free(global);
@@ -662,6 +694,41 @@ static void work_run(uv_work_t *w) {
           logq(qj, sizeof(qj), t->job_id), (unsigned)t->round, (unsigned)t->attempt,
           t->dataset.name, t->evaluate_only ? "true" : "false");
   task_compute(d, t);
+}
+
+/* Records the release of t's update in the privacy ledger (before anything
+ * leaves) and reads back what the job and the dataset have spent. False
+ * when it cannot be recorded: the update is then withheld and the task
+ * refused, since a release the ledger does not know of would escape the
+ * budget. */
+static bool charge_ledger(daemon_t *d, task *t) {
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  const xf_job_privacy *pv = &t->spec.privacy;
+  const char *ds = t->dataset.name;
+  double budget_delta = t->dataset.budget_delta > 0 ? t->dataset.budget_delta
+                                                    : XF_SITE_BUDGET_DELTA_DEFAULT;
+  if (xf_site_ledger_charge(d->reg, ds, t->job_id, t->round, t->attempt, &t->charge,
+                            (int64_t)time(NULL), &err) != XF_OK ||
+      xf_site_ledger_epsilon(d->reg, ds, t->job_id, NULL, pv->delta, &t->epsilon, &err) !=
+          XF_OK ||
+      xf_site_ledger_epsilon(d->reg, ds, NULL, NULL, budget_delta, &t->ledger_epsilon, &err) !=
+          XF_OK) {
+    char q[600];
+    XF_ERROR("ledger_failed", "job=%s round=%u dataset=%s reason=\"%s\"", t->job_id,
+             (unsigned)t->round, ds, logq(q, sizeof(q), err.msg));
+    if (t->offered_now)
+      send_refusal(d, t->job_id, t->round, t->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
+                   "the site's privacy ledger cannot record the release: %s", err.msg);
+    return false;
+  }
+  t->has_epsilon = true;
+  XF_INFO("privacy_charged", "job=%s round=%u attempt=%u dataset=%s sampling_rate=%.6g "
+          "noise_multiplier=%.6g steps=%llu job_epsilon=%.6g dataset_epsilon=%.6g budget=%g",
+          t->job_id, (unsigned)t->round, (unsigned)t->attempt, ds, t->charge.sampling_rate,
+          t->charge.noise_multiplier, (unsigned long long)t->charge.steps, t->epsilon,
+          t->ledger_epsilon, t->dataset.has_budget ? t->dataset.budget_epsilon : 0.0);
+  return true;
 }
 
 static void work_done(uv_work_t *w, int status) {
@@ -693,6 +760,13 @@ static void work_done(uv_work_t *w, int status) {
                  (unsigned)t->round, (unsigned)t->attempt, t->fail_detail);
       send_refusal(d, t->job_id, t->round, t->attempt, t->fail_reason, "%s", t->fail_detail);
     }
+    ignore_stream(d, t->model_stream_id, t->job_id, t->round);
+    d->task = NULL;
+    task_free(t);
+    pump(d);
+    return;
+  }
+  if (t->has_train && t->plan.site_noise && !charge_ledger(d, t)) {
     ignore_stream(d, t->model_stream_id, t->job_id, t->round);
     d->task = NULL;
     task_free(t);
@@ -752,6 +826,14 @@ static xf_err send_metrics(daemon_t *d, task *t, xf_errctx *err) {
   m.bytes_up = t->has_train ? t->n_params * sizeof(float) : 0;
   m.model_round = t->model_round;
   m.seconds = t->seconds;
+  if (t->has_train && t->has_epsilon) {
+    m.has_epsilon = true;
+    m.epsilon = t->epsilon;
+    m.dataset = t->dataset.name;
+    m.noise_multiplier = t->plan.noise_multiplier;
+    m.ledger_epsilon = t->ledger_epsilon;
+    m.budget_epsilon = t->dataset.has_budget ? t->dataset.budget_epsilon : 0;
+  }
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   env.body_case = XFED__ENVELOPE__BODY_METRICS;
   env.metrics = &m;
@@ -1057,22 +1139,18 @@ static xf_err find_dataset(daemon_t *d, const xf_jobspec *spec, xf_site_dataset 
   return XF_OK;
 }
 
-/* What in a job this site cannot do yet. The privacy pipeline beyond
- * clipping (noise, secure aggregation) is not built: sending a raw update
- * to a job that promised more would break the promise, so such jobs are
- * refused. */
+/* What in a job this site cannot do yet, and the model's size (for the
+ * privacy plan). Secure aggregation and the distributed noise mode are not
+ * built: sending a raw update to a job that promised them would break the
+ * promise, so such jobs are refused. */
 static xf_err job_supported(daemon_t *d, const xf_jobspec *spec, const xf_site_dataset *ds,
-                            xf_errctx *err) {
+                            size_t *n_params, xf_errctx *err) {
   XF_ENSURE(!spec->secure_aggregation.enabled, err, XF_EUNSUPPORTED,
             "secure_aggregation: this site does not implement secure aggregation yet");
   const xf_job_privacy *pv = &spec->privacy;
-  bool site_clip_only = pv->unit == XF_JOB_PRIVACY_UNIT_SITE &&
-                        (pv->mode == XF_JOB_PRIVACY_NONE || pv->mode == XF_JOB_PRIVACY_CENTRAL);
-  bool nothing = pv->mode == XF_JOB_PRIVACY_NONE && pv->clip == 0;
-  XF_ENSURE(site_clip_only || nothing, err, XF_EUNSUPPORTED,
-            "privacy: unit %s with mode %s is not available at this site yet (it clips "
-            "site-level updates for modes none and central only)",
-            xf_job_privacy_unit_name(pv->unit), xf_job_privacy_mode_name(pv->mode));
+  XF_ENSURE(pv->mode != XF_JOB_PRIVACY_DISTRIBUTED, err, XF_EUNSUPPORTED,
+            "privacy: mode distributed (the distributed discrete Gaussian, which needs secure "
+            "aggregation) is not available at this site yet; use central or local");
   xf_model_spec ms;
   XF_GUARD(xf_jobspec_model_spec(spec, ds->h, ds->w, ds->c, ds->classes, &ms, err));
   xf_model *m = NULL;
@@ -1081,6 +1159,7 @@ static xf_err job_supported(daemon_t *d, const xf_jobspec *spec, const xf_site_d
   if (xf_model_create(&ms, &m, &inner) != XF_OK)
     return xf_fail(err, XF_EUNSUPPORTED, "model: dataset '%s' (%ux%ux%u, %u classes) does not "
                    "fit it: %s", ds->name, ds->h, ds->w, ds->c, ds->classes, inner.msg);
+  *n_params = xf_model_num_params(m);
   xf_model_free(m);
   if ((spec->compression.uplink.quant_bits || spec->compression.uplink.topk_fraction > 0) &&
       !d->warned_compression) {
@@ -1091,6 +1170,64 @@ static xf_err job_supported(daemon_t *d, const xf_jobspec *spec, const xf_site_d
     d->warned_compression = true;
   }
   return XF_OK;
+}
+
+/* The privacy check of an offer: the plan for this dataset, and whether
+ * this round's release keeps the job within its target and the dataset
+ * within its budget. Returns the refusal reason (UNSPECIFIED: go ahead) with
+ * the numbers in why. */
+static Xfed__TaskRefusal__Reason privacy_check(daemon_t *d, const char *job, uint32_t round,
+                                               const xf_jobspec *spec,
+                                               const xf_site_dataset *ds, size_t n_params,
+                                               xf_privacy_plan *plan, xf_site_charge *charge,
+                                               char *why, size_t why_len) {
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (xf_privacy_plan_for(spec, ds->train_records, n_params, plan, &err) != XF_OK) {
+    char msg[520];
+    snprintf(why, why_len, "dataset '%s': %s", ds->name, xf_errctx_format(&err, msg, sizeof(msg)));
+    return XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
+  }
+  if (!plan->site_noise) return XFED__TASK_REFUSAL__REASON__UNSPECIFIED;
+  *charge = (xf_site_charge){.sampling_rate = plan->sampling_rate,
+                             .noise_multiplier = plan->accounted_multiplier,
+                             .steps = plan->steps_per_round};
+  const xf_job_privacy *pv = &spec->privacy;
+  double before = 0, after = 0;
+  if (xf_site_ledger_epsilon(d->reg, ds->name, job, NULL, pv->delta, &before, &err) != XF_OK ||
+      xf_site_ledger_epsilon(d->reg, ds->name, job, charge, pv->delta, &after, &err) != XF_OK) {
+    snprintf(why, why_len, "the privacy ledger cannot be read: %s", err.msg);
+    return XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
+  }
+  /* A hair of slack for the calibration's own rounding. */
+  if (pv->has_target_epsilon && after > pv->target_epsilon * (1 + 1e-9)) {
+    snprintf(why, why_len,
+             "dataset '%s': this job has spent epsilon %.4g (delta %g) here; round %u would "
+             "take it to %.4g, above its target_epsilon %.4g",
+             ds->name, before, pv->delta, (unsigned)round, after, pv->target_epsilon);
+    return XFED__TASK_REFUSAL__REASON__TARGET_REACHED;
+  }
+  if (ds->has_budget) {
+    double spent = 0, total = 0;
+    if (xf_site_ledger_epsilon(d->reg, ds->name, NULL, NULL, ds->budget_delta, &spent, &err) !=
+            XF_OK ||
+        xf_site_ledger_epsilon(d->reg, ds->name, NULL, charge, ds->budget_delta, &total, &err) !=
+            XF_OK) {
+      snprintf(why, why_len, "the privacy ledger cannot be read: %s", err.msg);
+      return XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
+    }
+    if (total > ds->budget_epsilon) {
+      snprintf(why, why_len,
+               "dataset '%s' at site %s has spent epsilon %.4g of its budget %.4g (delta %g) "
+               "across jobs; round %u of this job (sampling rate %.4g, noise multiplier %.4g, "
+               "%llu steps) would take it to %.4g",
+               ds->name, d->cfg.site, spent, ds->budget_epsilon, ds->budget_delta,
+               (unsigned)round, charge->sampling_rate, charge->noise_multiplier,
+               (unsigned long long)charge->steps, total);
+      return XFED__TASK_REFUSAL__REASON__BUDGET_EXHAUSTED;
+    }
+  }
+  return XFED__TASK_REFUSAL__REASON__UNSPECIFIED;
 }
 
 static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
@@ -1163,9 +1300,16 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
   }
   Xfed__TaskRefusal__Reason reason = XFED__TASK_REFUSAL__REASON__UNSPECIFIED;
   char why[600];
-  if (job_supported(d, &spec, &ds, &err) != XF_OK) {
+  size_t n_params = 0;
+  xf_privacy_plan plan = {0};
+  xf_site_charge charge = {0};
+  if (job_supported(d, &spec, &ds, &n_params, &err) != XF_OK) {
     reason = XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
     snprintf(why, sizeof(why), "%s", err.msg);
+  } else if (!o->evaluate_only &&
+             (reason = privacy_check(d, job, o->round, &spec, &ds, n_params, &plan, &charge, why,
+                                     sizeof(why))) != XFED__TASK_REFUSAL__REASON__UNSPECIFIED) {
+    /* why says it */
   } else if ((t = d->task) != NULL) {
     /* Another job's task is live: one task at a time. */
     reason = XFED__TASK_REFUSAL__REASON__BUSY;
@@ -1205,6 +1349,8 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
   t->model_stream_id = o->model_stream_id;
   t->spec = spec;
   t->dataset = ds;
+  t->plan = plan;
+  t->charge = charge;
   t->shuffle_seed = xf_site_shuffle_seed(spec.seed, o->round, d->cfg.site);
   t->update_stream_id = xf_site_update_stream_id(o->round, o->attempt);
   t->phase = PHASE_MODEL;

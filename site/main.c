@@ -66,7 +66,7 @@ static json_t *dataset_json(const xf_site_dataset *d) {
   format_time(d->registered_at, when, sizeof(when));
   json_t *tags = json_array();
   for (size_t i = 0; tags && i < d->n_tags; i++) json_array_append_new(tags, json_string(d->tags[i]));
-  return json_pack("{s:s,s:s,s:s,s:s,s:o,s:I,s:I,s:I,s:I,s:[I,I,I],s:s,s:s,s:o}", "name",
+  return json_pack("{s:s,s:s,s:s,s:s,s:o,s:I,s:I,s:I,s:I,s:[I,I,I],s:s,s:s,s:o,s:o}", "name",
                    d->name, "path", d->path, "layout", xf_dataset_layout_name(d->layout),
                    "classification", xf_site_class_name(d->classification), "tags",
                    tags ? tags : json_array(), "train_records", (json_int_t)d->train_records,
@@ -74,7 +74,8 @@ static json_t *dataset_json(const xf_site_dataset *d) {
                    (json_int_t)d->classes, "features", (json_int_t)d->features, "shape",
                    (json_int_t)d->h, (json_int_t)d->w, (json_int_t)d->c, "registered_at", when,
                    "digest", d->digest, "budget_epsilon",
-                   d->has_budget ? json_real(d->budget_epsilon) : json_null());
+                   d->has_budget ? json_real(d->budget_epsilon) : json_null(),
+                   "budget_delta", json_real(d->budget_delta));
 }
 
 static void tags_text(const xf_site_dataset *d, char *buf, size_t n) {
@@ -86,7 +87,7 @@ static void tags_text(const xf_site_dataset *d, char *buf, size_t n) {
 }
 
 static void budget_text(const xf_site_dataset *d, char *buf, size_t n) {
-  if (d->has_budget) snprintf(buf, n, "%g", d->budget_epsilon);
+  if (d->has_budget) snprintf(buf, n, "%g (delta %g)", d->budget_epsilon, d->budget_delta);
   else snprintf(buf, n, "none");
 }
 
@@ -291,7 +292,7 @@ static int cmd_dataset_add(xf_cli *cli, int argc, char **argv) {
   if (cli->json) {
     print_json(dataset_json(&d));
   } else {
-    char tagbuf[1024], budget[32];
+    char tagbuf[1024], budget[64];
     tags_text(&d, tagbuf, sizeof(tagbuf));
     budget_text(&d, budget, sizeof(budget));
     printf("registered %s: %s layout, %u train and %u test records of %ux%ux%u, %u classes\n"
@@ -363,7 +364,7 @@ static int cmd_dataset_list(xf_cli *cli, int argc, char **argv) {
            "TEST", "CLASSES", "SHAPE", "BUDGET", "TAGS");
     for (size_t i = 0; i < n; i++) {
       const xf_site_dataset *d = &list[i];
-      char shape[48], tagbuf[1024], budget[32];
+      char shape[48], tagbuf[1024], budget[64];
       snprintf(shape, sizeof(shape), "%ux%ux%u", d->h, d->w, d->c);
       tags_text(d, tagbuf, sizeof(tagbuf));
       budget_text(d, budget, sizeof(budget));
@@ -494,11 +495,12 @@ static int cmd_dataset_budget(xf_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"dir", required_argument, 0, 'd'},
                                        {"name", required_argument, 0, 'n'},
                                        {"epsilon", required_argument, 0, 'e'},
+                                       {"delta", required_argument, 0, 'D'},
                                        {"clear", no_argument, 0, 'c'},
                                        {0, 0, 0, 0}};
   const char *dir = NULL, *name = NULL;
-  double eps = 0;
-  bool set = false, clear = false;
+  double eps = 0, delta = 0;
+  bool set = false, clear = false, has_delta = false;
   reset_getopt();
   int ch;
   while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
@@ -510,6 +512,11 @@ static int cmd_dataset_budget(xf_cli *cli, int argc, char **argv) {
         return xf_cli_usage(cli, "%s", cli->err.msg);
       set = true;
       break;
+    case 'D':
+      if (xf_cli_parse_double(cli, "--delta", optarg, 1e-300, 0.999999, &delta) != XF_OK)
+        return xf_cli_usage(cli, "%s", cli->err.msg);
+      has_delta = true;
+      break;
     case 'c': clear = true; break;
     default: return xf_cli_option_error(cli, ch, argv);
     }
@@ -517,21 +524,94 @@ static int cmd_dataset_budget(xf_cli *cli, int argc, char **argv) {
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
   if (!name) return xf_cli_usage(cli, "--name N is required");
   if (set == clear) return xf_cli_usage(cli, "give exactly one of --epsilon E and --clear");
+  if (has_delta && clear) return xf_cli_usage(cli, "--delta goes with --epsilon, not --clear");
   site_paths p;
   if (site_paths_make(cli, dir, &p) != XF_OK) return xf_cli_usage(cli, "%s", cli->err.msg);
   xf_site_config cfg;
   xf_site_registry *reg = NULL;
   xf_site_dataset d = {0};
   xf_err rc = open_site(cli, &p, &cfg, &reg);
-  if (rc == XF_OK) rc = xf_site_registry_set_budget(reg, name, set ? &eps : NULL, &cli->err);
+  if (rc == XF_OK) rc = xf_site_registry_set_budget(reg, name, set ? &eps : NULL, has_delta ? &delta : NULL,
+                                     &cli->err);
   if (rc == XF_OK) rc = xf_site_registry_get(reg, name, &d, &cli->err);
   xf_site_registry_close(reg);
   if (rc != XF_OK) return xf_cli_fail(cli, rc);
-  char budget[32];
+  char budget[64];
   budget_text(&d, budget, sizeof(budget));
   if (cli->json) print_json(dataset_json(&d));
   else printf("%s: budget epsilon %s\n", d.name, budget);
   xf_site_dataset_free(&d);
+  return XF_EXIT_OK;
+}
+
+/* ---- ledger ---------------------------------------------------------------------------------- */
+
+/* The privacy ledger of one dataset or of all: per job, what it spent. */
+static int cmd_ledger(xf_cli *cli, int argc, char **argv) {
+  named_args a;
+  int status = parse_named(cli, argc, argv, &a, false);
+  if (status != XF_EXIT_OK) return status;
+  site_paths p;
+  if (site_paths_make(cli, a.dir, &p) != XF_OK) return xf_cli_usage(cli, "%s", cli->err.msg);
+  xf_site_config cfg;
+  xf_site_registry *reg = NULL;
+  xf_err rc = open_site(cli, &p, &cfg, &reg);
+  xf_site_dataset *list = NULL, one;
+  size_t n = 0;
+  bool single = false;
+  if (rc == XF_OK) {
+    if (a.name) {
+      rc = xf_site_registry_get(reg, a.name, &one, &cli->err);
+      if (rc == XF_OK) {
+        list = &one;
+        n = 1;
+        single = true;
+      }
+    } else {
+      rc = xf_site_registry_list(reg, &list, &n, &cli->err);
+    }
+  }
+  json_t *out = cli->json ? json_array() : NULL;
+  for (size_t i = 0; rc == XF_OK && i < n; i++) {
+    const xf_site_dataset *d = &list[i];
+    double spent = 0;
+    xf_site_ledger_job *jobs = NULL;
+    size_t nj = 0;
+    rc = xf_site_ledger_epsilon(reg, d->name, NULL, NULL, d->budget_delta, &spent, &cli->err);
+    if (rc == XF_OK) rc = xf_site_ledger_jobs(reg, d->name, &jobs, &nj, &cli->err);
+    if (rc != XF_OK) break;
+    if (out) {
+      json_t *js = json_array();
+      for (size_t j = 0; js && j < nj; j++)
+        json_array_append_new(js, json_pack("{s:s,s:I,s:I,s:f}", "job", jobs[j].job, "rounds",
+                                            (json_int_t)jobs[j].rounds, "steps",
+                                            (json_int_t)jobs[j].steps, "epsilon",
+                                            jobs[j].epsilon));
+      json_array_append_new(out, json_pack("{s:s,s:f,s:o,s:f,s:o}", "dataset", d->name,
+                                           "epsilon", spent, "budget_epsilon",
+                                           d->has_budget ? json_real(d->budget_epsilon)
+                                                         : json_null(),
+                                           "delta", d->budget_delta,
+                                           "jobs", js ? js : json_array()));
+    } else {
+      char budget[48];
+      budget_text(d, budget, sizeof(budget));
+      printf("%s: spent epsilon %.4g at delta %g, budget %s\n", d->name, spent, d->budget_delta,
+             budget);
+      for (size_t j = 0; j < nj; j++)
+        printf("  job %-12s rounds %-4u steps %-8llu epsilon %.4g\n", jobs[j].job,
+               jobs[j].rounds, (unsigned long long)jobs[j].steps, jobs[j].epsilon);
+    }
+    xf_free(jobs);
+  }
+  if (single) xf_site_dataset_free(&one);
+  else xf_site_dataset_list_free(list, n);
+  xf_site_registry_close(reg);
+  if (rc != XF_OK) {
+    json_decref(out);
+    return xf_cli_fail(cli, rc);
+  }
+  if (out) print_json(out);
   return XF_EXIT_OK;
 }
 
@@ -700,15 +780,30 @@ static const xf_cmd commands[] = {
      "  --remove T   remove tag T\n" DIR_HELP "  --json       print the dataset as JSON\n",
      cmd_dataset_tag},
     {"dataset", "budget", "set or clear a dataset's privacy budget cap",
-     "usage: xfed-site dataset budget --name N (--epsilon E | --clear) [--dir DIR] [--json]\n"
+     "usage: xfed-site dataset budget --name N (--epsilon E [--delta D] | --clear) [--dir DIR]\n"
+     "       [--json]\n"
      "\n"
-     "Sets the most privacy budget (epsilon) jobs may spend on N, or clears the cap.\n"
+     "Sets the most privacy budget (epsilon at delta) jobs may spend on N, all jobs\n"
+     "together, or clears the cap. A task whose release would take N past it is\n"
+     "refused (BUDGET_EXHAUSTED) with the numbers; 'xfed-site ledger' shows the spend.\n"
      "\n"
      "options:\n"
      "  --name N       the dataset\n"
      "  --epsilon E    the cap, a number above 0\n"
+     "  --delta D      the delta the cap is stated at (default 1e-5, kept when omitted)\n"
      "  --clear        no cap\n" DIR_HELP "  --json         print the dataset as JSON\n",
      cmd_dataset_budget},
+    {"ledger", NULL, "show what jobs have spent of each dataset's privacy budget",
+     "usage: xfed-site ledger [--name N] [--dir DIR] [--json]\n"
+     "\n"
+     "Prints, for every dataset (or N), the epsilon spent by all jobs together at the\n"
+     "budget's delta, the budget, and per job the rounds released, the noised steps\n"
+     "and that job's epsilon. The ledger is append-only and keyed by dataset name:\n"
+     "removing and registering a dataset again does not reset it.\n"
+     "\n"
+     "options:\n"
+     "  --name N    one dataset\n" DIR_HELP "  --json      the ledger as JSON\n",
+     cmd_ledger},
     {"config", "show", "print the site's configuration",
      "usage: xfed-site config show [--dir DIR] [--json]\n"
      "\n"

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "crypto/accountant.h"
 #include "site/registry.h"
 #include "storage/db.h"
 
@@ -98,6 +99,28 @@ static const xf_migration site_migrations[] = {
      "  PRIMARY KEY (dataset_id, tag_id)\n"
      ");\n"
      "CREATE INDEX dataset_tags_by_tag ON dataset_tags (tag_id);\n"},
+    /* The privacy-budget ledger. Rows are keyed by dataset name, not id, so
+     * that removing and re-registering a dataset does not reset what it has
+     * spent; triggers keep the table append-only. */
+    {2,
+     "ALTER TABLE datasets ADD COLUMN budget_delta REAL NOT NULL DEFAULT 1e-5\n"
+     "  CHECK (budget_delta > 0 AND budget_delta < 1);\n"
+     "CREATE TABLE privacy_ledger (\n"
+     "  id INTEGER PRIMARY KEY,\n"
+     "  dataset TEXT NOT NULL,\n"
+     "  job TEXT NOT NULL,\n"
+     "  round INTEGER NOT NULL CHECK (round >= 0),\n"
+     "  attempt INTEGER NOT NULL CHECK (attempt >= 0),\n"
+     "  sampling_rate REAL NOT NULL CHECK (sampling_rate > 0 AND sampling_rate <= 1),\n"
+     "  noise_multiplier REAL NOT NULL CHECK (noise_multiplier >= 0),\n"
+     "  steps INTEGER NOT NULL CHECK (steps >= 1),\n"
+     "  charged_at INTEGER NOT NULL,\n"
+     "  UNIQUE (dataset, job, round, attempt)\n"
+     ");\n"
+     "CREATE TRIGGER privacy_ledger_no_update BEFORE UPDATE ON privacy_ledger\n"
+     "BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;\n"
+     "CREATE TRIGGER privacy_ledger_no_delete BEFORE DELETE ON privacy_ledger\n"
+     "BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;\n"},
 };
 
 struct xf_site_registry {
@@ -216,7 +239,7 @@ void xf_site_dataset_list_free(xf_site_dataset *list, size_t n) {
 
 #define DATASET_COLUMNS                                                                    \
   "id, name, path, layout, classification, train_records, test_records, classes, "       \
-  "features, shape_h, shape_w, shape_c, registered_at, digest, budget_epsilon"
+  "features, shape_h, shape_w, shape_c, registered_at, digest, budget_epsilon, budget_delta"
 
 static const char *column_text(sqlite3_stmt *st, int col) {
   const unsigned char *s = sqlite3_column_text(st, col);
@@ -282,6 +305,7 @@ static xf_err read_row(xf_site_registry *reg, sqlite3_stmt *st, xf_site_dataset 
   snprintf(d->digest, sizeof(d->digest), "%s", column_text(st, 13));
   d->has_budget = sqlite3_column_type(st, 14) != SQLITE_NULL;
   d->budget_epsilon = d->has_budget ? sqlite3_column_double(st, 14) : 0.0;
+  d->budget_delta = sqlite3_column_double(st, 15);
   return read_tags(reg, id, d, err);
 }
 
@@ -522,6 +546,7 @@ static xf_err make_record(const xf_site_dataset_spec *spec, const char *abs_path
   snprintf(d->digest, sizeof(d->digest), "%s", digest);
   d->has_budget = spec->has_budget;
   d->budget_epsilon = spec->has_budget ? spec->budget_epsilon : 0.0;
+  d->budget_delta = XF_SITE_BUDGET_DELTA_DEFAULT;
   d->path = xf_strdup(abs_path);
   if (!d->path) goto nomem;
   if (spec->n_tags) {
@@ -679,23 +704,184 @@ xf_err xf_site_registry_tag_remove(xf_site_registry *reg, const char *name, cons
   return change(reg, name, tag_remove_body, tag, err);
 }
 
+typedef struct budget_arg {
+  const double *epsilon, *delta;
+} budget_arg;
+
 static xf_err budget_body(xf_site_registry *reg, sqlite3_int64 id, const void *arg,
                           xf_errctx *err) {
-  const double *eps = arg;
+  const budget_arg *b = arg;
   sqlite3_stmt *st = NULL;
-  XF_GUARD(prepare(reg, "UPDATE datasets SET budget_epsilon = ? WHERE id = ?", &st, err));
-  if (eps) sqlite3_bind_double(st, 1, *eps);
+  XF_GUARD(prepare(reg,
+                   "UPDATE datasets SET budget_epsilon = ?, "
+                   "budget_delta = coalesce(?, budget_delta) WHERE id = ?",
+                   &st, err));
+  if (b->epsilon) sqlite3_bind_double(st, 1, *b->epsilon);
   else sqlite3_bind_null(st, 1);
-  sqlite3_bind_int64(st, 2, id);
+  if (b->delta) sqlite3_bind_double(st, 2, *b->delta);
+  else sqlite3_bind_null(st, 2);
+  sqlite3_bind_int64(st, 3, id);
   xf_err rc = step_done(reg, st, "setting the budget", err);
   sqlite3_finalize(st);
   return rc;
 }
 
 xf_err xf_site_registry_set_budget(xf_site_registry *reg, const char *name,
-                                   const double *epsilon, xf_errctx *err) {
+                                   const double *epsilon, const double *delta,
+                                   xf_errctx *err) {
   if (epsilon) XF_GUARD(check_budget(*epsilon, err));
-  return change(reg, name, budget_body, epsilon, err);
+  if (delta && !(isfinite(*delta) && *delta > 0 && *delta < 1)) {
+    xf_errctx_clear(err);
+    xf_errctx_field(err, "budget_delta");
+    return xf_fail(err, XF_ERANGE, "a budget's delta must lie strictly between 0 and 1, got %g",
+                   *delta);
+  }
+  budget_arg b = {epsilon, delta};
+  return change(reg, name, budget_body, &b, err);
+}
+
+/* ---- the privacy-budget ledger --------------------------------------------------------- */
+
+static xf_err check_charge(const xf_site_charge *c, xf_errctx *err) {
+  if (!(c->sampling_rate > 0 && c->sampling_rate <= 1) ||
+      !(isfinite(c->noise_multiplier) && c->noise_multiplier >= 0) || c->steps == 0 ||
+      c->steps > (uint64_t)INT64_MAX)
+    return xf_fail(err, XF_EINVAL,
+                   "a ledger charge needs a sampling rate in (0, 1], a noise multiplier >= 0 "
+                   "and at least one step (got %g, %g, %llu)",
+                   c->sampling_rate, c->noise_multiplier, (unsigned long long)c->steps);
+  return XF_OK;
+}
+
+/* Adds the RDP of c at the default orders to total; false when c had no
+ * noise (no RDP bound: epsilon is infinite). */
+static xf_err add_rdp(double *total, const xf_site_charge *c, bool *bounded, xf_errctx *err) {
+  if (c->noise_multiplier < XF_DP_SIGMA_MIN) {
+    *bounded = false;
+    return XF_OK;
+  }
+  double rdp[XF_DP_DEFAULT_ORDER_COUNT];
+  XF_GUARD(xf_dp_rdp_steps(c->sampling_rate, c->noise_multiplier, c->steps,
+                           xf_dp_default_orders, XF_DP_DEFAULT_ORDER_COUNT, rdp, err));
+  return xf_dp_rdp_compose(total, rdp, XF_DP_DEFAULT_ORDER_COUNT, err);
+}
+
+xf_err xf_site_ledger_epsilon(xf_site_registry *reg, const char *dataset, const char *job,
+                              const xf_site_charge *extra, double delta, double *eps,
+                              xf_errctx *err) {
+  double total[XF_DP_DEFAULT_ORDER_COUNT] = {0};
+  bool bounded = true, any = false;
+  if (extra) {
+    XF_GUARD(check_charge(extra, err));
+    XF_GUARD(add_rdp(total, extra, &bounded, err));
+    any = true;
+  }
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(prepare(reg,
+                   "SELECT sampling_rate, noise_multiplier, steps FROM privacy_ledger "
+                   "WHERE dataset = ?1 AND (?2 IS NULL OR job = ?2) ORDER BY id",
+                   &st, err));
+  xf_err rc = bind_text(reg, st, 1, dataset, err);
+  if (rc == XF_OK && job) rc = bind_text(reg, st, 2, job, err);
+  int s = SQLITE_DONE;
+  while (rc == XF_OK && (s = sqlite3_step(st)) == SQLITE_ROW) {
+    xf_site_charge c = {.sampling_rate = sqlite3_column_double(st, 0),
+                        .noise_multiplier = sqlite3_column_double(st, 1),
+                        .steps = (uint64_t)sqlite3_column_int64(st, 2)};
+    rc = add_rdp(total, &c, &bounded, err);
+    any = true;
+  }
+  if (rc == XF_OK && s != SQLITE_DONE) rc = xf_db_fail(reg->db, err, "reading the privacy ledger");
+  sqlite3_finalize(st);
+  if (rc != XF_OK) return rc;
+  if (!any) {
+    *eps = 0;
+    return XF_OK;
+  }
+  if (!bounded) {
+    *eps = INFINITY;
+    return XF_OK;
+  }
+  double order;
+  return xf_dp_epsilon(xf_dp_default_orders, total, XF_DP_DEFAULT_ORDER_COUNT, delta,
+                       XF_DP_CONVERSION_IMPROVED, eps, &order, err);
+}
+
+xf_err xf_site_ledger_charge(xf_site_registry *reg, const char *dataset, const char *job,
+                             uint32_t round, uint32_t attempt, const xf_site_charge *c,
+                             int64_t now, xf_errctx *err) {
+  XF_GUARD(check_charge(c, err));
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(prepare(reg,
+                   "INSERT OR IGNORE INTO privacy_ledger (dataset, job, round, attempt, "
+                   "sampling_rate, noise_multiplier, steps, charged_at) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                   &st, err));
+  xf_err rc = bind_text(reg, st, 1, dataset, err);
+  if (rc == XF_OK) rc = bind_text(reg, st, 2, job, err);
+  if (rc == XF_OK) {
+    sqlite3_bind_int64(st, 3, round);
+    sqlite3_bind_int64(st, 4, attempt);
+    sqlite3_bind_double(st, 5, c->sampling_rate);
+    sqlite3_bind_double(st, 6, c->noise_multiplier);
+    sqlite3_bind_int64(st, 7, (sqlite3_int64)c->steps);
+    sqlite3_bind_int64(st, 8, now);
+    rc = step_done(reg, st, "recording the privacy charge", err);
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
+xf_err xf_site_ledger_jobs(xf_site_registry *reg, const char *dataset, xf_site_ledger_job **out,
+                           size_t *n, xf_errctx *err) {
+  *out = NULL;
+  *n = 0;
+  double delta = XF_SITE_BUDGET_DELTA_DEFAULT;
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(prepare(reg, "SELECT budget_delta FROM datasets WHERE name = ?", &st, err));
+  xf_err rc = bind_text(reg, st, 1, dataset, err);
+  if (rc == XF_OK && sqlite3_step(st) == SQLITE_ROW) delta = sqlite3_column_double(st, 0);
+  sqlite3_finalize(st);
+  st = NULL;
+  if (rc != XF_OK) return rc;
+  XF_GUARD(prepare(reg,
+                   "SELECT job, count(*), sum(steps), min(charged_at), max(charged_at) "
+                   "FROM privacy_ledger WHERE dataset = ? GROUP BY job ORDER BY min(id)",
+                   &st, err));
+  rc = bind_text(reg, st, 1, dataset, err);
+  xf_site_ledger_job *v = NULL;
+  size_t cap = 0;
+  int s = SQLITE_DONE;
+  while (rc == XF_OK && (s = sqlite3_step(st)) == SQLITE_ROW) {
+    if (*n == cap) {
+      size_t ncap = cap ? 2 * cap : 8;
+      xf_site_ledger_job *g = xf_realloc(v, ncap * sizeof(*v));
+      if (!g) {
+        rc = xf_fail(err, XF_ENOMEM, "cannot list the ledger of '%s'", dataset);
+        break;
+      }
+      v = g;
+      cap = ncap;
+    }
+    xf_site_ledger_job *j = &v[(*n)++];
+    memset(j, 0, sizeof(*j));
+    snprintf(j->job, sizeof(j->job), "%s", column_text(st, 0));
+    j->rounds = (uint32_t)sqlite3_column_int64(st, 1);
+    j->steps = (uint64_t)sqlite3_column_int64(st, 2);
+    j->first = sqlite3_column_int64(st, 3);
+    j->last = sqlite3_column_int64(st, 4);
+  }
+  if (rc == XF_OK && s != SQLITE_DONE) rc = xf_db_fail(reg->db, err, "reading the privacy ledger");
+  sqlite3_finalize(st);
+  for (size_t i = 0; rc == XF_OK && i < *n; i++)
+    rc = xf_site_ledger_epsilon(reg, dataset, v[i].job, NULL, delta, &v[i].epsilon, err);
+  if (rc != XF_OK) {
+    xf_free(v);
+    *n = 0;
+    return rc;
+  }
+  *out = v;
+  return XF_OK;
 }
 
 /* ---- verification ---------------------------------------------------------------------- */

@@ -61,7 +61,11 @@ typedef struct xf_site_dataset {
   char digest[XF_DIGEST_HEX]; /* the data's digest at registration */
   bool has_budget;
   double budget_epsilon; /* the per-dataset privacy budget cap, when has_budget */
+  double budget_delta;   /* the delta the cap is stated at (default 1e-5) */
 } xf_site_dataset;
+
+/* The delta a budget is stated at unless the operator says otherwise. */
+#define XF_SITE_BUDGET_DELTA_DEFAULT 1e-5
 
 /* Frees what d owns and zeroes it; NULL-safe, safe on a zeroed struct. */
 void xf_site_dataset_free(xf_site_dataset *d);
@@ -124,10 +128,54 @@ xf_err xf_site_registry_tag_remove(xf_site_registry *reg, const char *name, cons
                                    xf_errctx *err) XF_WARN_UNUSED;
 
 /* Sets the dataset's privacy budget cap to *epsilon (finite, > 0; else
- * XF_ERANGE), or clears it when epsilon is NULL. XF_ENOENT for an unknown
- * dataset. */
+ * XF_ERANGE), or clears it when epsilon is NULL; with delta, also the delta
+ * the cap is stated at (in (0, 1); else XF_ERANGE), which otherwise stays as
+ * it is. XF_ENOENT for an unknown dataset. */
 xf_err xf_site_registry_set_budget(xf_site_registry *reg, const char *name,
-                                   const double *epsilon, xf_errctx *err) XF_WARN_UNUSED;
+                                   const double *epsilon, const double *delta,
+                                   xf_errctx *err) XF_WARN_UNUSED;
+
+/* ---- the privacy-budget ledger ------------------------------------------------------ */
+
+/* What one released update cost a dataset: `steps` applications of the
+ * subsampled Gaussian at sampling rate q with the accounted noise
+ * multiplier. */
+typedef struct xf_site_charge {
+  double sampling_rate;    /* (0, 1] */
+  double noise_multiplier; /* >= 0; 0 means no privacy (epsilon infinite) */
+  uint64_t steps;          /* >= 1 */
+} xf_site_charge;
+
+/* The epsilon at `delta` of everything the ledger holds for dataset (only
+ * job's rows when job is not NULL), plus *extra when extra is not NULL,
+ * composed in RDP over the accountant's default orders and converted with
+ * the improved conversion. No rows and no extra: 0. INFINITY when a charge
+ * had no noise. XF_EDB, XF_ERANGE (a bad delta). */
+xf_err xf_site_ledger_epsilon(xf_site_registry *reg, const char *dataset, const char *job,
+                              const xf_site_charge *extra, double delta, double *eps,
+                              xf_errctx *err) XF_WARN_UNUSED;
+
+/* Records that dataset released an update for (job, round, attempt) at
+ * Unix time now. The same (dataset, job, round, attempt) again is a no-op:
+ * an update sent again after a reconnect is the same release. XF_EINVAL for
+ * a charge out of range, XF_EDB. */
+xf_err xf_site_ledger_charge(xf_site_registry *reg, const char *dataset, const char *job,
+                             uint32_t round, uint32_t attempt, const xf_site_charge *c,
+                             int64_t now, xf_errctx *err) XF_WARN_UNUSED;
+
+/* One job's spend on a dataset, for `xfed-site ledger`. */
+typedef struct xf_site_ledger_job {
+  char job[64];
+  uint32_t rounds;       /* releases charged */
+  uint64_t steps;        /* noised steps over them */
+  double epsilon;        /* this job alone, at the dataset's budget delta */
+  int64_t first, last;   /* Unix times of the first and last charge */
+} xf_site_ledger_job;
+
+/* The jobs that charged dataset, oldest first. *out (n entries, NULL when
+ * none) is owned by the caller: xf_free. */
+xf_err xf_site_ledger_jobs(xf_site_registry *reg, const char *dataset, xf_site_ledger_job **out,
+                           size_t *n, xf_errctx *err) XF_WARN_UNUSED;
 
 /* ---- content digests and verification --------------------------------------------- */
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Tests of the cpu backend ops, the models and the training loop: finite-
  * difference gradient checks for every layer and every model, the optimizer
- * formula, reproducibility, and learning on a separable problem. */
+ * formula, reproducibility, learning on a separable problem, and DP-SGD
+ * (per-example clipping against brute force, the noise, the arguments). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +17,7 @@
 
 #include "base/alloc.h"
 #include "base/rng.h"
+#include "crypto/noise.h"
 #include "kernels/backend.h"
 #include "kernels/checkpoint.h"
 #include "kernels/model.h"
@@ -550,6 +552,301 @@ static void out_of_range_labels_are_refused_before_training(void **state) {
   xf_model_free(m);
 }
 
+/* ---- DP-SGD: per-example clipping and the DP training loop ---------------- */
+
+/* The clipped sum by brute force from each example's own gradient (run
+ * alone through xf_net_run, where n = 1 makes the mean loss its own) and its
+ * norm in double: factor min(1, clip / norm), scaled gradients summed in
+ * double. */
+static void clipped_sum_by_brute_force(int n, const float *per_example, const double *norms,
+                                       double clip, size_t P, double *sum, double *abs_sum) {
+  for (size_t j = 0; j < P; j++) sum[j] = abs_sum[j] = 0;
+  for (int i = 0; i < n; i++) {
+    double f = norms[i] > clip ? clip / norms[i] : 1.0;
+    const float *g = per_example + (size_t)i * P;
+    for (size_t j = 0; j < P; j++) {
+      sum[j] += f * g[j];
+      abs_sum[j] += fabs(f * g[j]);
+    }
+  }
+}
+
+/* Float GEMMs and float squared norms against double sums: each coordinate
+ * may be off by a few roundings of the magnitudes summed into it (bound
+ * 1e-4 of them) plus 1e-6 of the largest coordinate for the ones where the
+ * examples cancel. A wrong factor or a missed example is off by O(1) of
+ * the coordinate. */
+static void expect_clipped_sum(const char *what, const float *got, const double *want,
+                               const double *abs_sum, size_t P) {
+  double biggest = 0;
+  for (size_t j = 0; j < P; j++) biggest = fmax(biggest, fabs(want[j]));
+  for (size_t j = 0; j < P; j++) {
+    double tol = 1e-4 * abs_sum[j] + 1e-6 * biggest;
+    if (!(fabs(got[j] - want[j]) <= tol))
+      fail_msg("%s: coordinate %zu is %.9g, per-example brute force gives %.9g (tolerance %.3g)",
+               what, j, (double)got[j], want[j], tol);
+  }
+}
+
+static void check_clipped(const xf_model_spec *spec, uint64_t seed) {
+  xf_model *m;
+  assert_int_equal(xf_model_create(spec, &m, NULL), XF_OK);
+  const int n = 4;
+  xf_net *net;
+  assert_int_equal(xf_net_create(cpu, m, n, &net, NULL), XF_OK);
+  size_t P = xf_model_num_params(m), in = xf_model_input_size(m);
+  float *p = malloc(P * sizeof(float)), *got = malloc(P * sizeof(float));
+  float *per_example = malloc((size_t)n * P * sizeof(float));
+  double *want = malloc(P * sizeof(double)), *abs_sum = malloc(P * sizeof(double));
+  xf_model_init_params(m, seed, p);
+  assert_int_equal(xf_net_set_params(net, p), XF_OK);
+  xf_rng rng;
+  xf_rng_seed(&rng, seed, 1);
+  float *x = rand_floats(&rng, (size_t)n * in, 1);
+  int32_t y[4];
+  for (int i = 0; i < n; i++) y[i] = (int32_t)xf_rng_below(&rng, (uint64_t)spec->classes);
+  double norms[4], loss, want_loss = 0, lo = INFINITY, hi = 0;
+  int correct, want_correct = 0;
+  for (int i = 0; i < n; i++) {
+    assert_int_equal(xf_net_run(net, x + (size_t)i * in, y + i, 1, true, &loss, &correct), XF_OK);
+    assert_int_equal(xf_net_get_grads(net, per_example + (size_t)i * P), XF_OK);
+    norms[i] = sqrt(dot(per_example + (size_t)i * P, per_example + (size_t)i * P, P));
+    lo = fmin(lo, norms[i]);
+    hi = fmax(hi, norms[i]);
+    want_loss += loss;
+    want_correct += correct;
+  }
+  /* Below every norm (all clipped), between (some), above every norm (none). */
+  const double clips[] = {0.5 * lo, 0.5 * (lo + hi), 2 * hi};
+  char what[96];
+  for (int t = 0; t < 3; t++) {
+    clipped_sum_by_brute_force(n, per_example, norms, clips[t], P, want, abs_sum);
+    assert_int_equal(xf_net_run_clipped(net, x, y, n, clips[t], false, &loss, &correct), XF_OK);
+    assert_int_equal(xf_net_get_grads(net, got), XF_OK);
+    snprintf(what, sizeof(what), "%s clip %.4g (norms %.4g..%.4g)", xf_model_describe(m),
+             clips[t], lo, hi);
+    expect_clipped_sum(what, got, want, abs_sum, P);
+    assert_float_equal(loss, want_loss, 1e-4 * want_loss);
+    assert_int_equal(correct, want_correct);
+    /* accumulate: two micro-batches of 2 sum to the batch of 4. */
+    assert_int_equal(xf_net_run_clipped(net, x, y, 2, clips[t], false, &loss, &correct), XF_OK);
+    assert_int_equal(xf_net_run_clipped(net, x + 2 * in, y + 2, 2, clips[t], true, &loss,
+                                        &correct), XF_OK);
+    assert_int_equal(xf_net_get_grads(net, got), XF_OK);
+    snprintf(what, sizeof(what), "%s clip %.4g in two accumulated halves", xf_model_describe(m),
+             clips[t]);
+    expect_clipped_sum(what, got, want, abs_sum, P);
+  }
+  assert_int_equal(xf_net_run_clipped(net, x, y, 0, 1.0, false, &loss, &correct), XF_EINVAL);
+  assert_int_equal(xf_net_run_clipped(net, x, y, n + 1, 1.0, false, &loss, &correct), XF_EINVAL);
+  assert_int_equal(xf_net_run_clipped(net, x, y, n, 0.0, false, &loss, &correct), XF_EINVAL);
+  assert_int_equal(xf_net_run_clipped(net, x, y, n, NAN, false, &loss, &correct), XF_EINVAL);
+  xf_net_free(net);
+  xf_model_free(m);
+  free(p), free(got), free(per_example), free(want), free(abs_sum), free(x);
+}
+
+static void clipped_gradient_matches_per_example_brute_force(void **state) {
+  (void)state;
+  xf_model_spec logreg = {.arch = XF_ARCH_LOGREG, .in_h = 1, .in_w = 1, .in_c = 12, .classes = 4};
+  xf_model_spec mlp = {.arch = XF_ARCH_MLP, .hidden = {16, 8}, .n_hidden = 2,
+                       .in_h = 1, .in_w = 1, .in_c = 10, .classes = 3};
+  xf_model_spec lenet = {.arch = XF_ARCH_CNN, .preset = XF_CNN_LENET5,
+                         .in_h = 28, .in_w = 28, .in_c = 1, .classes = 10};
+  xf_model_spec fedavg = lenet;
+  fedavg.preset = XF_CNN_FEDAVG;
+  check_clipped(&logreg, 31);
+  check_clipped(&mlp, 32);
+  check_clipped(&lenet, 33);
+  check_clipped(&fedavg, 34);
+}
+
+static void dp_steps_per_epoch_rounds_n_over_l(void **state) {
+  (void)state;
+  assert_int_equal(xf_dp_steps_per_epoch(100, 10), 10);
+  assert_int_equal(xf_dp_steps_per_epoch(104, 10), 10);
+  assert_int_equal(xf_dp_steps_per_epoch(105, 10), 11); /* halves round up */
+  assert_int_equal(xf_dp_steps_per_epoch(60000, 64), 938);
+  assert_int_equal(xf_dp_steps_per_epoch(7, 7), 1);
+  assert_int_equal(xf_dp_steps_per_epoch(3, 7), 1); /* at least one */
+  assert_int_equal(xf_dp_steps_per_epoch(0, 7), 0);
+  assert_int_equal(xf_dp_steps_per_epoch(7, 0), 0);
+}
+
+static xf_noise *seeded_noise(uint8_t tag) {
+  uint8_t seed[XF_NOISE_SEED_BYTES] = {0};
+  seed[0] = tag;
+  xf_noise *g;
+  assert_int_equal(xf_noise_new_seeded(seed, &g), XF_OK);
+  return g;
+}
+
+static void record_report(const xf_epoch_report *r, void *user) { *(xf_epoch_report *)user = *r; }
+
+/* With q = 1 every record is in the step; with a clip no gradient reaches
+ * and no noise, the DP step is the plain step on the mean gradient (L = n),
+ * up to float rounding: here over micro-batches of 8, 8 and 4. */
+static void dp_step_with_everything_sampled_and_no_noise_is_the_plain_step(void **state) {
+  (void)state;
+  xf_model_spec s = {.arch = XF_ARCH_MLP, .hidden = {16}, .n_hidden = 1,
+                     .in_h = 1, .in_w = 1, .in_c = 8, .classes = 3};
+  xf_model *m;
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  xf_net *small, *whole;
+  assert_int_equal(xf_net_create(cpu, m, 8, &small, NULL), XF_OK);
+  assert_int_equal(xf_net_create(cpu, m, 20, &whole, NULL), XF_OK);
+  size_t P = xf_model_num_params(m);
+  float *start = malloc(P * 4), *dp = malloc(P * 4), *plain = malloc(P * 4);
+  xf_model_init_params(m, 4, start);
+  float x[20 * 8];
+  int32_t y[20];
+  make_blobs(20, x, y, 7);
+  xf_samples d = {x, y, 20, 8};
+  xf_sgd_params sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-3f};
+  xf_noise *g = seeded_noise(1);
+  xf_dp_sgd dps = {.clip = 1e6, .noise_multiplier = 0, .expected_batch = 20, .noise = g};
+  xf_epoch_report rep = {0};
+  xf_train_options o = {.epochs = 1, .sgd = sgd, .dp = &dps, .on_epoch = record_report,
+                        .user = &rep};
+  assert_int_equal(xf_net_set_params(small, start), XF_OK);
+  assert_int_equal(xf_train(small, &d, &o, NULL), XF_OK);
+  assert_int_equal(xf_net_get_params(small, dp), XF_OK);
+  assert_int_equal(rep.steps, 1);
+  assert_int_equal(rep.samples, 20);
+  xf_train_options po = {.epochs = 1, .batch_size = 20, .sgd = sgd};
+  assert_int_equal(xf_net_set_params(whole, start), XF_OK);
+  assert_int_equal(xf_train(whole, &d, &po, NULL), XF_OK);
+  assert_int_equal(xf_net_get_params(whole, plain), XF_OK);
+  for (size_t j = 0; j < P; j++) {
+    assert_true(dp[j] != start[j] || plain[j] == start[j]);
+    if (fabsf(dp[j] - plain[j]) > 1e-6f + 1e-5f * fabsf(plain[j] - start[j]))
+      fail_msg("param %zu: DP step %.9g, plain step %.9g (from %.9g)", j, (double)dp[j],
+               (double)plain[j], (double)start[j]);
+  }
+  xf_noise_free(g);
+  xf_net_free(small);
+  xf_net_free(whole);
+  xf_model_free(m);
+  free(start), free(dp), free(plain);
+}
+
+/* Two runs from one seed draw the same Poisson samples (the sample is drawn
+ * before the noise in every step), so with lr 1 and no momentum the
+ * parameters differ by exactly the noise over L: standard deviation zC/L. */
+static void dp_noise_lands_with_standard_deviation_zc_over_l(void **state) {
+  (void)state;
+  xf_model_spec s = {.arch = XF_ARCH_MLP, .hidden = {64}, .n_hidden = 1,
+                     .in_h = 1, .in_w = 1, .in_c = 8, .classes = 3};
+  xf_model *m;
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  xf_net *net;
+  assert_int_equal(xf_net_create(cpu, m, 16, &net, NULL), XF_OK);
+  size_t P = xf_model_num_params(m);
+  float *start = malloc(P * 4), *quiet = malloc(P * 4), *noisy = malloc(P * 4);
+  xf_model_init_params(m, 5, start);
+  float x[64 * 8];
+  int32_t y[64];
+  make_blobs(64, x, y, 8);
+  xf_samples d = {x, y, 64, 8};
+  const double clip = 0.5, z = 1.5;
+  const int L = 16;
+  float *out[2] = {quiet, noisy};
+  for (int run = 0; run < 2; run++) {
+    xf_noise *g = seeded_noise(2);
+    xf_dp_sgd dps = {.clip = clip, .noise_multiplier = run ? z : 0.0, .expected_batch = L,
+                     .noise = g};
+    xf_train_options o = {.epochs = 1, .sgd = {.lr = 1.0f}, .dp = &dps};
+    assert_int_equal(xf_net_set_params(net, start), XF_OK);
+    assert_int_equal(xf_train(net, &d, &o, NULL), XF_OK);
+    assert_int_equal(xf_net_get_params(net, out[run]), XF_OK);
+    xf_noise_free(g);
+  }
+  /* 4 steps of independent noise: the difference has sd 2 zC/L. */
+  double ss = 0;
+  for (size_t j = 0; j < P; j++) ss += (double)(noisy[j] - quiet[j]) * (noisy[j] - quiet[j]);
+  double sd = sqrt(ss / (double)P), expect = 2 * z * clip / L;
+  if (fabs(sd / expect - 1) > 0.1)
+    fail_msg("noise sd %.5g, expected %.5g over %zu parameters", sd, expect, P);
+  xf_net_free(net);
+  xf_model_free(m);
+  free(start), free(quiet), free(noisy);
+}
+
+static void dp_training_learns_a_separable_problem(void **state) {
+  (void)state;
+  xf_model_spec s = {.arch = XF_ARCH_LOGREG, .in_h = 1, .in_w = 1, .in_c = 8, .classes = 3};
+  xf_model *m;
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  xf_net *net;
+  assert_int_equal(xf_net_create(cpu, m, 16, &net, NULL), XF_OK);
+  float p[8 * 3 + 3];
+  xf_model_init_params(m, 3, p);
+  assert_int_equal(xf_net_set_params(net, p), XF_OK);
+  static float x[600 * 8], tx[200 * 8];
+  static int32_t y[600], ty[200];
+  make_blobs(600, x, y, 11);
+  make_blobs(200, tx, ty, 12);
+  xf_samples train = {x, y, 600, 8}, test = {tx, ty, 200, 8};
+  xf_noise *g = seeded_noise(3);
+  /* Batches of 32 expected over micro-batches of at most 16. */
+  xf_dp_sgd dps = {.clip = 1.0, .noise_multiplier = 1.0, .expected_batch = 32, .noise = g};
+  xf_epoch_report rep = {0};
+  xf_train_options o = {.epochs = 3, .sgd = {.lr = 0.5f, .momentum = 0.5f}, .dp = &dps,
+                        .on_epoch = record_report, .user = &rep};
+  assert_int_equal(xf_train(net, &train, &o, NULL), XF_OK);
+  assert_int_equal(rep.steps, 19); /* 600 / 32 = 18.75 */
+  assert_true(rep.samples > 400 && rep.samples < 800);
+  double loss, acc;
+  assert_int_equal(xf_evaluate(net, &test, &loss, &acc, NULL), XF_OK);
+  if (acc < 0.9) fail_msg("DP-SGD test accuracy %.3f", acc);
+  xf_noise_free(g);
+  xf_net_free(net);
+  xf_model_free(m);
+}
+
+static void dp_sgd_arguments_are_refused_with_a_reason(void **state) {
+  (void)state;
+  xf_model_spec s = {.arch = XF_ARCH_LOGREG, .in_h = 1, .in_w = 1, .in_c = 8, .classes = 3};
+  xf_model *m;
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  xf_net *net;
+  assert_int_equal(xf_net_create(cpu, m, 4, &net, NULL), XF_OK);
+  float x[10 * 8];
+  int32_t y[10];
+  make_blobs(10, x, y, 9);
+  xf_samples d = {x, y, 10, 8};
+  xf_noise *g = seeded_noise(4);
+  const struct {
+    xf_dp_sgd dp;
+    xf_err rc;
+    const char *says;
+  } cases[] = {
+      {{.clip = 0, .noise_multiplier = 1, .expected_batch = 4, .noise = g}, XF_EINVAL, "clip"},
+      {{.clip = NAN, .noise_multiplier = 1, .expected_batch = 4, .noise = g}, XF_EINVAL, "clip"},
+      {{.clip = 1, .noise_multiplier = -1, .expected_batch = 4, .noise = g}, XF_EINVAL,
+       "noise multiplier"},
+      {{.clip = 1, .noise_multiplier = 1, .expected_batch = 0, .noise = g}, XF_EINVAL,
+       "expected batch 0"},
+      {{.clip = 1, .noise_multiplier = 1, .expected_batch = 11, .noise = g}, XF_EINVAL,
+       "1 to the 10 training records"},
+      {{.clip = 1, .noise_multiplier = 1, .expected_batch = 4, .noise = NULL}, XF_EINVAL,
+       "noise generator"},
+      {{.clip = 1e-20, .noise_multiplier = 1e-3, .expected_batch = 4, .noise = g}, XF_ERANGE,
+       "z*C"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    xf_errctx err = {0};
+    /* batch_size is not looked at in DP mode. */
+    xf_train_options o = {.epochs = 1, .batch_size = 0, .sgd = {.lr = 0.1f}, .dp = &cases[i].dp};
+    assert_int_equal(xf_train(net, &d, &o, &err), cases[i].rc);
+    if (!strstr(err.msg, cases[i].says))
+      fail_msg("case %zu: message '%s' does not say '%s'", i, err.msg, cases[i].says);
+  }
+  xf_noise_free(g);
+  xf_net_free(net);
+  xf_model_free(m);
+}
+
 /* ---- model files ----------------------------------------------------------- */
 
 static void model_file_roundtrips_and_rejects_damage(void **state) {
@@ -637,6 +934,9 @@ static void allocation_failures_are_reported_not_crashed(void **state) {
       rc = xf_net_set_params(net, p);
     }
     if (rc == XF_OK) rc = xf_train(net, &d, &o, NULL);
+    double loss;
+    int correct;
+    if (rc == XF_OK) rc = xf_net_run_clipped(net, x, y, 2, 1.0, false, &loss, &correct);
     if (rc == XF_OK) rc = xf_checkpoint_encode(m, p, &buf, &len, NULL);
     xf_alloc_fail_reset();
     if (rc == XF_OK) succeeded = true;
@@ -670,6 +970,12 @@ int main(void) {
       cmocka_unit_test(same_seed_and_threads_give_identical_parameters),
       cmocka_unit_test(training_stops_before_the_next_batch_when_asked),
       cmocka_unit_test(out_of_range_labels_are_refused_before_training),
+      cmocka_unit_test(clipped_gradient_matches_per_example_brute_force),
+      cmocka_unit_test(dp_steps_per_epoch_rounds_n_over_l),
+      cmocka_unit_test(dp_step_with_everything_sampled_and_no_noise_is_the_plain_step),
+      cmocka_unit_test(dp_noise_lands_with_standard_deviation_zc_over_l),
+      cmocka_unit_test(dp_training_learns_a_separable_problem),
+      cmocka_unit_test(dp_sgd_arguments_are_refused_with_a_reason),
       cmocka_unit_test(model_file_roundtrips_and_rejects_damage),
       cmocka_unit_test(allocation_failures_are_reported_not_crashed),
   };

@@ -16,6 +16,8 @@
 #include "base/result.h"
 #include "base/rng.h"
 #include "kernels/backend.h"
+#include "kernels/model.h"
+#include "kernels/net.h"
 
 static xf_backend *cpu_b, *gpu_b;
 static char no_gpu_why[700];
@@ -622,6 +624,195 @@ static void sgd_step_is_identical_to_cpu(void **state) {
   }
 }
 
+/* ---- per-example ops and the clipped backward ------------------------------ */
+
+/* Strided-batched GEMM: each product is held to gemm_case's bound; stride 0
+ * shares A across the batch, as the conv bias's row of ones does. */
+static void gemm_strided_batched_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xf_rng rng;
+  xf_rng_seed(&rng, 21, 0);
+  static const int shapes[][5] = {/* m, n, k, batch, share A */
+                                  {16, 150, 64, 5, 0}, {6, 25, 576, 3, 0}, {1, 16, 64, 7, 1},
+                                  {3, 4, 1, 2, 0}};
+  for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+    const int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], batch = shapes[s][3];
+    const bool share = shapes[s][4];
+    /* A_i = dy_i^T as the conv layer uses it: k x m stored, transposed. */
+    const long long sa = share ? 0 : (long long)k * m, sb = (long long)k * n;
+    const long long sc = (long long)m * n + 3; /* rows of C apart by more than C */
+    const size_t na = (size_t)(share ? 1 : batch) * (size_t)k * (size_t)m;
+    const size_t nb = (size_t)batch * (size_t)sb, nc = (size_t)batch * (size_t)sc;
+    float *a = random_floats(&rng, na, 1.0, 0), *bm = random_floats(&rng, nb, 1.0, 0);
+    float *c0 = random_floats(&rng, nc, 1.0, 0);
+    twin ta = twin_new(na * sizeof(float), a), tb = twin_new(nb * sizeof(float), bm);
+    twin tc = twin_new(nc * sizeof(float), c0);
+    xf_k_gemm_strided_batched(cpu_b, true, false, m, n, k, 1.0f, cpu_f(&ta), m, sa, cpu_f(&tb),
+                              n, sb, 0.5f, cpu_f(&tc), n, sc, batch);
+    xf_k_gemm_strided_batched(gpu_b, true, false, m, n, k, 1.0f, gpu_f(&ta), m, sa, gpu_f(&tb),
+                              n, sb, 0.5f, gpu_f(&tc), n, sc, batch);
+    assert_int_equal(xf_backend_sync(gpu_b), XF_OK);
+    float *want = host_alloc(nc * sizeof(float)), *got = host_alloc(nc * sizeof(float));
+    twin_read(&tc, want, got);
+    double *tol = host_alloc(nc * sizeof(double));
+    for (int bi = 0; bi < batch; bi++) {
+      const float *ai = a + bi * sa, *bi_ = bm + bi * sb;
+      for (long long j = 0; j < sc; j++) {
+        size_t at = (size_t)(bi * sc + j);
+        if (j >= (long long)m * n) { /* the gap between products: untouched */
+          expect_identical_floats("gemm_strided_batched gap", &c0[at], &got[at], 1);
+          tol[at] = INFINITY;
+          continue;
+        }
+        int i = (int)(j / n), col = (int)(j % n);
+        double mag = 0;
+        for (int p = 0; p < k; p++)
+          mag += fabs((double)ai[(size_t)p * m + i]) * fabs((double)bi_[(size_t)p * n + col]);
+        tol[at] = 1e-5 * sqrt((double)k + 1.0) * (mag + 0.5 * fabs((double)c0[at]));
+      }
+    }
+    char what[80];
+    snprintf(what, sizeof(what), "gemm_strided_batched m=%d n=%d k=%d batch=%d", m, n, k, batch);
+    expect_within(what, want, got, tol, nc);
+    xf_free(tol);
+    xf_free(want);
+    xf_free(got);
+    twin_free(&ta);
+    twin_free(&tb);
+    twin_free(&tc);
+    xf_free(a);
+    xf_free(bm);
+    xf_free(c0);
+  }
+}
+
+/* row_dot sums exact products in double on both sides, in different orders,
+ * and rounds once: within 2 float roundings of the result (plus, with
+ * accumulate, one more of the sum). clip_factors (double sqrt and division,
+ * one rounding), scale_rows and mul_acc (one IEEE operation per step, no
+ * FMA) are bit-identical. */
+static void per_row_ops_match_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xf_rng rng;
+  xf_rng_seed(&rng, 22, 0);
+  static const int shapes[][2] = {{1, 1}, {4, 3}, {64, 784}, {70000, 5}, {3, 51264}};
+  for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+    const int rows = shapes[s][0], cols = shapes[s][1];
+    const size_t nx = (size_t)rows * cols, rb = (size_t)rows * sizeof(float);
+    float *x = random_floats(&rng, nx, 1.0, 0), *y = random_floats(&rng, nx, 1.0, 0);
+    float *start = random_floats(&rng, (size_t)rows, 1.0, 0);
+    for (int r = 0; r < rows; r++) start[r] = fabsf(start[r]);
+    twin tx = twin_new(nx * sizeof(float), x), ty = twin_new(nx * sizeof(float), y);
+    twin tout = twin_new(rb, start), tsq = twin_new(rb, NULL), tf = twin_new(rb, NULL);
+    float *want = host_alloc(rb), *got = host_alloc(rb);
+    double *tol = host_alloc((size_t)rows * sizeof(double));
+    for (int acc = 0; acc < 2; acc++) {
+      xf_k_row_dot(cpu_b, cpu_f(&tout), cpu_f(&tx), cpu_f(&ty), rows, cols, acc);
+      xf_k_row_dot(gpu_b, gpu_f(&tout), gpu_f(&tx), gpu_f(&ty), rows, cols, acc);
+      twin_read(&tout, want, got);
+      for (int r = 0; r < rows; r++) tol[r] = 3 * FLT_EPSILON * fabs((double)want[r]) + 1e-30;
+      expect_within(acc ? "row_dot accumulate" : "row_dot", want, got, tol, (size_t)rows);
+    }
+    /* Squared norms from the cpu, shared, so the factors see equal inputs. */
+    xf_k_row_dot(cpu_b, cpu_f(&tsq), cpu_f(&tx), cpu_f(&tx), rows, cols, false);
+    assert_int_equal(xf_backend_download(cpu_b, want, tsq.on_cpu, rb), XF_OK);
+    assert_int_equal(xf_backend_upload(gpu_b, tsq.on_gpu, want, rb), XF_OK);
+    const double clip = sqrt((double)cols) * 0.9; /* about half the rows are clipped */
+    xf_k_clip_factors(cpu_b, cpu_f(&tf), cpu_f(&tsq), rows, clip);
+    xf_k_clip_factors(gpu_b, gpu_f(&tf), gpu_f(&tsq), rows, clip);
+    twin_read(&tf, want, got);
+    expect_identical_floats("clip_factors", want, got, (size_t)rows);
+    xf_k_scale_rows(cpu_b, cpu_f(&tx), cpu_f(&tf), rows, cols);
+    xf_k_scale_rows(gpu_b, gpu_f(&tx), gpu_f(&tf), rows, cols);
+    xf_k_mul_acc(cpu_b, cpu_f(&ty), cpu_f(&tx), cpu_f(&tx), nx);
+    xf_k_mul_acc(gpu_b, gpu_f(&ty), gpu_f(&tx), gpu_f(&tx), nx);
+    float *want_x = host_alloc(nx * sizeof(float)), *got_x = host_alloc(nx * sizeof(float));
+    twin_read(&tx, want_x, got_x);
+    expect_identical_floats("scale_rows", want_x, got_x, nx);
+    twin_read(&ty, want_x, got_x);
+    expect_identical_floats("mul_acc", want_x, got_x, nx);
+    xf_free(want_x);
+    xf_free(got_x);
+    xf_free(tol);
+    xf_free(want);
+    xf_free(got);
+    twin_free(&tx);
+    twin_free(&ty);
+    twin_free(&tout);
+    twin_free(&tsq);
+    twin_free(&tf);
+    xf_free(x);
+    xf_free(y);
+    xf_free(start);
+  }
+}
+
+/* xf_net_run_clipped on both backends from the same parameters and batch,
+ * at a clip below every example's norm and one above. The tolerance,
+ * 1e-3 of a coordinate plus 1e-4 of the largest, allows the GEMM rounding
+ * differences to grow through the layers (and a rare ReLU whose input sits
+ * within rounding of 0); a wrong clip factor moves whole examples' shares,
+ * tens of percent of a coordinate. */
+static void clipped_gradient_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  const xf_model_spec specs[] = {
+      {.arch = XF_ARCH_MLP, .hidden = {200, 200}, .n_hidden = 2, .in_h = 28, .in_w = 28,
+       .in_c = 1, .classes = 10},
+      {.arch = XF_ARCH_CNN, .preset = XF_CNN_LENET5, .in_h = 28, .in_w = 28, .in_c = 1,
+       .classes = 10},
+      {.arch = XF_ARCH_CNN, .preset = XF_CNN_FEDAVG, .in_h = 28, .in_w = 28, .in_c = 1,
+       .classes = 10},
+  };
+  xf_rng rng;
+  xf_rng_seed(&rng, 23, 0);
+  for (size_t s = 0; s < sizeof(specs) / sizeof(specs[0]); s++) {
+    xf_model *m;
+    assert_int_equal(xf_model_create(&specs[s], &m, NULL), XF_OK);
+    const int n = 16;
+    xf_net *on_cpu, *on_gpu;
+    assert_int_equal(xf_net_create(cpu_b, m, n, &on_cpu, NULL), XF_OK);
+    assert_int_equal(xf_net_create(gpu_b, m, n, &on_gpu, NULL), XF_OK);
+    const size_t P = xf_model_num_params(m), in = xf_model_input_size(m);
+    float *p = host_alloc(P * sizeof(float));
+    xf_model_init_params(m, 7, p);
+    assert_int_equal(xf_net_set_params(on_cpu, p), XF_OK);
+    assert_int_equal(xf_net_set_params(on_gpu, p), XF_OK);
+    float *x = random_floats(&rng, (size_t)n * in, 1.0, 0);
+    int32_t y[16];
+    for (int i = 0; i < n; i++) y[i] = (int32_t)xf_rng_below(&rng, 10);
+    float *want = host_alloc(P * sizeof(float)), *got = host_alloc(P * sizeof(float));
+    double *tol = host_alloc(P * sizeof(double));
+    static const double clips[] = {1e-3, 1e3};
+    for (size_t c = 0; c < 2; c++) {
+      double lw, lg;
+      int cw, cg;
+      assert_int_equal(xf_net_run_clipped(on_cpu, x, y, n, clips[c], false, &lw, &cw), XF_OK);
+      assert_int_equal(xf_net_run_clipped(on_gpu, x, y, n, clips[c], false, &lg, &cg), XF_OK);
+      assert_int_equal(xf_net_get_grads(on_cpu, want), XF_OK);
+      assert_int_equal(xf_net_get_grads(on_gpu, got), XF_OK);
+      assert_int_equal(cw, cg);
+      assert_true(fabs(lw - lg) <= 1e-5 * fabs(lw));
+      double biggest = 0;
+      for (size_t j = 0; j < P; j++) biggest = fmax(biggest, fabs((double)want[j]));
+      for (size_t j = 0; j < P; j++) tol[j] = 1e-3 * fabs((double)want[j]) + 1e-4 * biggest;
+      char what[80];
+      snprintf(what, sizeof(what), "clipped gradient %s clip %g", xf_model_describe(m), clips[c]);
+      expect_within(what, want, got, tol, P);
+    }
+    xf_free(tol);
+    xf_free(want);
+    xf_free(got);
+    xf_free(x);
+    xf_free(p);
+    xf_net_free(on_gpu);
+    xf_net_free(on_cpu);
+    xf_model_free(m);
+  }
+}
+
 /* ---- memory, errors and selection ----------------------------------------- */
 
 static void alloc_is_zero_filled_and_absurd_sizes_fail_cleanly(void **state) {
@@ -706,6 +897,9 @@ int main(void) {
       cmocka_unit_test(maxpool_matches_cpu_with_ties_and_overlap),
       cmocka_unit_test(softmax_xent_matches_cpu),
       cmocka_unit_test(sgd_step_is_identical_to_cpu),
+      cmocka_unit_test(gemm_strided_batched_matches_cpu),
+      cmocka_unit_test(per_row_ops_match_cpu),
+      cmocka_unit_test(clipped_gradient_matches_cpu),
       cmocka_unit_test(alloc_is_zero_filled_and_absurd_sizes_fail_cleanly),
       cmocka_unit_test(failed_op_is_latched_until_close),
       cmocka_unit_test(auto_picks_cuda_when_a_gpu_is_present),

@@ -16,6 +16,8 @@
 #include "base/alloc.h"
 #include "crypto/noise.h"
 
+typedef unsigned __int128 xf__u128_t;
+
 #define N_BERN 200000
 #define N_DIST 200000
 
@@ -199,7 +201,8 @@ static uint64_t load_le64(const uint8_t *p) {
 
 /* The stream is ChaCha20 (zero nonce) under the seed; the first 32 bytes of
  * each 512-byte block key the next block and are never handed out. With
- * m = 2^63 nothing is rejected and the draw is the low 63 bits. */
+ * m = 2^63 nothing is rejected and the draw (r m / 2^64, Lemire) is the top
+ * 63 bits of a 64-bit little-endian word. */
 static void stream_is_chacha20_with_fast_key_erasure(void **state) {
   (void)state;
   uint8_t seed[XF_NOISE_SEED_BYTES], nonce[crypto_stream_chacha20_NONCEBYTES] = {0};
@@ -208,12 +211,11 @@ static void stream_is_chacha20_with_fast_key_erasure(void **state) {
   crypto_stream_chacha20(block1, sizeof(block1), nonce, seed);
   crypto_stream_chacha20(block2, sizeof(block2), nonce, block1);
   xf_noise *g = seeded(7);
-  const uint64_t low63 = ((uint64_t)1 << 63) - 1;
   for (size_t i = 0; i < 60 + 2; i++) {
     uint64_t v;
     assert_int_equal(xf_noise_uniform(g, (uint64_t)1 << 63, &v), XF_OK);
     const uint8_t *want = i < 60 ? block1 + 32 + 8 * i : block2 + 32 + 8 * (i - 60);
-    assert_int_equal(v, load_le64(want) & low63);
+    assert_int_equal(v, load_le64(want) >> 1);
   }
   xf_noise_free(g);
 }
@@ -407,6 +409,131 @@ static void gaussian_vec_adds_noise_of_mean_zero_and_variance_sigma2(void **stat
   xf_free(v);
 }
 
+/* Lemire's multiply-shift with rejection at moduli far from a power of two.
+ * For m = 3 * 2^61 + 1, a 64-bit draw scaled without rejection would give
+ * the values below 2^62 - 2 (two thirds of [0, m)) three preimages and the
+ * rest two: 3/4 of the draws instead of 2/3 would land in the first two
+ * thirds. Small odd moduli and m = 1 are checked beside it. */
+static void uniform_is_unbiased_for_awkward_moduli(void **state) {
+  (void)state;
+  static const uint64_t moduli[] = {((uint64_t)3 << 61) + 1, 0xffffffffu, 3, 1};
+  xf_noise *g = seeded(10);
+  enum { N = 60000, BINS = 3 };
+  for (size_t c = 0; c < sizeof(moduli) / sizeof(moduli[0]); c++) {
+    uint64_t m = moduli[c];
+    double count[BINS] = {0};
+    for (size_t i = 0; i < N; i++) {
+      uint64_t u;
+      assert_int_equal(xf_noise_uniform(g, m, &u), XF_OK);
+      assert_true(u < m);
+      count[(size_t)((xf__u128_t)u * BINS / m)] += 1; /* thirds of [0, m) */
+    }
+    if (m == 1) {
+      assert_true(count[0] == N);
+      continue;
+    }
+    double stat = 0;
+    for (int b = 0; b < BINS; b++) stat += (count[b] - N / 3.0) * (count[b] - N / 3.0) / (N / 3.0);
+    double p = chi2_pvalue(stat, BINS - 1);
+    print_message("uniform m=%llu: chi2=%.2f p=%.4f\n", (unsigned long long)m, stat, p);
+    assert_true(p > 1e-3);
+  }
+  xf_noise_free(g);
+}
+
+/* The parallel Gaussian cuts the vector into chunks keyed from g's stream:
+ * the output for a given seed does not depend on the thread count, and a
+ * refused vector is left unchanged. */
+static void gaussian_vec_par_is_the_same_for_any_thread_count(void **state) {
+  (void)state;
+  const size_t n = 100000; /* 7 chunks, the last one short */
+  float *a = xf_mallocarray(n, sizeof(float)), *b = xf_mallocarray(n, sizeof(float));
+  assert_non_null(a);
+  assert_non_null(b);
+  static const int threads[] = {1, 2, 3, 8, 0};
+  for (size_t t = 0; t < sizeof(threads) / sizeof(threads[0]); t++) {
+    xf_noise *g = seeded(11);
+    for (size_t i = 0; i < n; i++) b[i] = (float)i * 0.5f;
+    assert_int_equal(xf_noise_gaussian_vec_par(g, 2.0, b, n, threads[t]), XF_OK);
+    if (t == 0)
+      memcpy(a, b, n * sizeof(float));
+    else
+      assert_memory_equal(a, b, n * sizeof(float));
+    /* g moved on by the chunk keys: the next call draws fresh noise. */
+    for (size_t i = 0; i < n; i++) b[i] = (float)i * 0.5f;
+    assert_int_equal(xf_noise_gaussian_vec_par(g, 2.0, b, n, threads[t]), XF_OK);
+    assert_memory_not_equal(a, b, n * sizeof(float));
+    xf_noise_free(g);
+  }
+  xf_noise *g = seeded(12);
+  b[0] = 0;
+  b[1] = NAN;
+  assert_int_equal(xf_noise_gaussian_vec_par(g, 1.0, b, 2, 4), XF_ERANGE);
+  assert_true(b[0] == 0.0f && isnan(b[1]));
+  assert_int_equal(xf_noise_gaussian_vec_par(g, 0.0, b, 2, 4), XF_ERANGE);
+  assert_int_equal(xf_noise_gaussian_vec_par(NULL, 1.0, b, 2, 4), XF_EINVAL);
+  assert_int_equal(xf_noise_gaussian_vec_par(g, 1.0, NULL, 0, 4), XF_OK);
+  xf_noise_free(g);
+  xf_free(a);
+  xf_free(b);
+}
+
+static void gaussian_vec_par_adds_noise_of_variance_sigma_eff2(void **state) {
+  (void)state;
+  float *v = xf_mallocarray(N_DIST, sizeof(float));
+  assert_non_null(v);
+  xf_noise *g = seeded(13);
+  const double sigma = 3.0, base = 100.0;
+  double eff;
+  assert_int_equal(xf_noise_gaussian_grid(sigma, NULL, &eff), XF_OK);
+  for (size_t i = 0; i < N_DIST; i++) v[i] = (float)base;
+  assert_int_equal(xf_noise_gaussian_vec_par(g, sigma, v, N_DIST, 2), XF_OK);
+  double s1 = 0, s2 = 0;
+  for (size_t i = 0; i < N_DIST; i++) {
+    double d = (double)v[i] - base;
+    s1 += d;
+    s2 += d * d;
+  }
+  double mean = s1 / N_DIST, m2 = s2 / N_DIST, var = eff * eff;
+  double se_mean = sqrt(var / N_DIST), se_var = var * sqrt(2.0 / N_DIST);
+  print_message("gaussian_vec_par sigma=%g: mean=%+.5f (%+.2f se) var=%.5f sigma_eff^2=%.5f "
+                "(%+.2f se)\n",
+                sigma, mean, mean / se_mean, m2, var, (m2 - var) / se_var);
+  assert_true(fabs(mean) <= 4 * se_mean);
+  assert_true(fabs(m2 - var) <= 4 * se_var);
+  xf_noise_free(g);
+  xf_free(v);
+}
+
+/* z_eff = sigma_eff / (sensitivity + sqrt(n) step), never above it. */
+static void grid_multiplier_accounts_for_rounding_of_every_coordinate(void **state) {
+  (void)state;
+  static const struct {
+    double sigma, sens;
+    size_t n;
+  } cases[] = {{1.0, 1.0, 1}, {1.1, 1.0, 200000}, {0.37, 0.5, 60000}, {5.0, 0.0, 4}, {1.0, 2.0, 0}};
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+    int k;
+    double eff, z;
+    assert_int_equal(xf_noise_gaussian_grid(cases[c].sigma, &k, &eff), XF_OK);
+    assert_int_equal(xf_noise_grid_multiplier(cases[c].sigma, cases[c].sens, cases[c].n, &z),
+                     XF_OK);
+    double want = eff / (cases[c].sens + sqrt((double)cases[c].n) * ldexp(1.0, -k));
+    assert_true(z <= want);
+    assert_true(z >= want * (1 - 1e-12));
+  }
+  /* 2^14 grid steps per sigma: at n = 2^28 the rounding term alone is sigma. */
+  double z;
+  assert_int_equal(xf_noise_grid_multiplier(1.0, 0.0, (size_t)1 << 28, &z), XF_OK);
+  assert_true(fabs(z - 1.0) < 1e-9);
+  assert_int_equal(xf_noise_grid_multiplier(1.0, 0.0, 0, &z), XF_ERANGE);
+  assert_int_equal(xf_noise_grid_multiplier(1.0, -1.0, 10, &z), XF_ERANGE);
+  assert_int_equal(xf_noise_grid_multiplier(1.0, NAN, 10, &z), XF_ERANGE);
+  assert_int_equal(xf_noise_grid_multiplier(1.0, INFINITY, 10, &z), XF_ERANGE);
+  assert_int_equal(xf_noise_grid_multiplier(0.0, 1.0, 10, &z), XF_ERANGE);
+  assert_int_equal(xf_noise_grid_multiplier(1.0, 1.0, 10, NULL), XF_EINVAL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(chi2_pvalue_matches_known_values),
@@ -419,6 +546,10 @@ int main(void) {
       cmocka_unit_test(discrete_gaussian_matches_exact_variance_and_pmf),
       cmocka_unit_test(gaussian_grid_rounds_sigma_up_by_less_than_2_pow_minus_14),
       cmocka_unit_test(gaussian_vec_adds_noise_of_mean_zero_and_variance_sigma2),
+      cmocka_unit_test(uniform_is_unbiased_for_awkward_moduli),
+      cmocka_unit_test(gaussian_vec_par_is_the_same_for_any_thread_count),
+      cmocka_unit_test(gaussian_vec_par_adds_noise_of_variance_sigma_eff2),
+      cmocka_unit_test(grid_multiplier_accounts_for_rounding_of_every_coordinate),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

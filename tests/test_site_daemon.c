@@ -968,7 +968,7 @@ static void refusals_name_what_is_missing(void **state) {
   o.job = "5";
   o.spec = "{\"name\": \"p\", \"model\": {\"arch\": \"logreg\"}, \"data\": {\"dataset\": "
            "\"tiny\"}, \"rounds\": 1, \"min_sites\": 1, \"privacy\": {\"unit\": \"site\", "
-           "\"mode\": \"local\", \"clip\": 1.0, \"noise_multiplier\": 1.0}}";
+           "\"mode\": \"distributed\", \"clip\": 1.0, \"noise_multiplier\": 1.0}}";
   send_offer(f, &o);
   expect_refusal(f, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "5", "privacy");
 

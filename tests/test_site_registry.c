@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of the site's local state: the dataset registry (round trip,
- * refusals, content digests and verification, allocation failures) and the
- * strict site.json reader, on small CSV datasets in a scratch directory. */
+ * refusals, content digests and verification, allocation failures), the
+ * privacy-budget ledger, and the strict site.json reader, on small CSV
+ * datasets in a scratch directory. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,7 +17,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <math.h>
+#include <sqlite3.h>
+
 #include "base/alloc.h"
+#include "crypto/accountant.h"
 #include "site/registry.h"
 
 typedef struct scratch {
@@ -168,8 +173,8 @@ static void list_tag_budget_and_remove_round_trip(void **state) {
   assert_int_equal(xf_site_registry_tag_add(s->reg, "nobody", "imaging", &err), XF_ENOENT);
   assert_int_equal(xf_site_registry_tag_remove(s->reg, "zeta", "imaging", &err), XF_OK);
   double eps = 2.0, bad = -1.0;
-  assert_int_equal(xf_site_registry_set_budget(s->reg, "zeta", &eps, &err), XF_OK);
-  assert_int_equal(xf_site_registry_set_budget(s->reg, "zeta", &bad, &err), XF_ERANGE);
+  assert_int_equal(xf_site_registry_set_budget(s->reg, "zeta", &eps, NULL, &err), XF_OK);
+  assert_int_equal(xf_site_registry_set_budget(s->reg, "zeta", &bad, NULL, &err), XF_ERANGE);
   assert_string_equal(err.field, "budget_epsilon");
 
   xf_site_dataset d;
@@ -178,7 +183,7 @@ static void list_tag_budget_and_remove_round_trip(void **state) {
   assert_string_equal(d.tags[0], "research_ok");
   assert_true(d.has_budget && d.budget_epsilon == 2.0);
   xf_site_dataset_free(&d);
-  assert_int_equal(xf_site_registry_set_budget(s->reg, "zeta", NULL, &err), XF_OK);
+  assert_int_equal(xf_site_registry_set_budget(s->reg, "zeta", NULL, NULL, &err), XF_OK);
   assert_int_equal(xf_site_registry_get(s->reg, "zeta", &d, &err), XF_OK);
   assert_false(d.has_budget);
   xf_site_dataset_free(&d);
@@ -473,7 +478,7 @@ static xf_err api_pass(scratch *s, const char *db, const char *data, xf_errctx *
   xf_site_dataset_free(&d);
   if ((rc = xf_site_registry_tag_add(reg, "d", "t3", err)) != XF_OK) goto out;
   if ((rc = xf_site_registry_tag_remove(reg, "d", "t1", err)) != XF_OK) goto out;
-  if ((rc = xf_site_registry_set_budget(reg, "d", &eps, err)) != XF_OK) goto out;
+  if ((rc = xf_site_registry_set_budget(reg, "d", &eps, NULL, err)) != XF_OK) goto out;
   if ((rc = xf_site_registry_verify(reg, NULL, &res, &n, err)) != XF_OK) goto out;
   assert_int_equal(res[0].state, XF_SITE_DATA_OK);
   xf_free(res);
@@ -526,6 +531,112 @@ static void every_registry_call_survives_allocation_failures(void **state) {
   print_message("registry API: %ld allocation failure points walked\n", n - 1);
 }
 
+
+/* The privacy ledger: charges compose in RDP exactly as one accountant call
+ * over all their steps, a repeated release is not charged twice, other jobs
+ * count towards the dataset but not towards the job, rows survive the
+ * dataset's removal, and the table refuses edits. */
+static void ledger_composes_charges_and_is_append_only(void **state) {
+  scratch *s = *state;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  double e = 0;
+  assert_int_equal(xf_site_ledger_epsilon(s->reg, "alpha", NULL, NULL, 1e-5, &e, &err), XF_OK);
+  assert_true(e == 0);
+
+  xf_site_charge c = {.sampling_rate = 0.01, .noise_multiplier = 1.1, .steps = 100};
+  assert_int_equal(xf_site_ledger_charge(s->reg, "alpha", "7", 1, 1, &c, 1000, &err), XF_OK);
+  assert_int_equal(xf_site_ledger_charge(s->reg, "alpha", "7", 1, 1, &c, 1001, &err), XF_OK);
+  assert_int_equal(xf_site_ledger_charge(s->reg, "alpha", "7", 2, 1, &c, 1002, &err), XF_OK);
+  double want, order;
+  assert_int_equal(xf_dp_epsilon_sgm(0.01, 1.1, 200, 1e-5, NULL, 0, XF_DP_CONVERSION_IMPROVED,
+                                     &want, &order, &err),
+                   XF_OK);
+  assert_int_equal(xf_site_ledger_epsilon(s->reg, "alpha", "7", NULL, 1e-5, &e, &err), XF_OK);
+  assert_float_equal(e, want, 1e-9 * want);
+  /* with a prospective third round */
+  assert_int_equal(xf_dp_epsilon_sgm(0.01, 1.1, 300, 1e-5, NULL, 0, XF_DP_CONVERSION_IMPROVED,
+                                     &want, &order, &err),
+                   XF_OK);
+  assert_int_equal(xf_site_ledger_epsilon(s->reg, "alpha", "7", &c, 1e-5, &e, &err), XF_OK);
+  assert_float_equal(e, want, 1e-9 * want);
+
+  /* another job on the same dataset: the dataset's total grows, job 7's not */
+  assert_int_equal(xf_site_ledger_charge(s->reg, "alpha", "8", 1, 1, &c, 1003, &err), XF_OK);
+  assert_int_equal(xf_site_ledger_epsilon(s->reg, "alpha", NULL, NULL, 1e-5, &e, &err), XF_OK);
+  assert_float_equal(e, want, 1e-9 * want);
+  double job7;
+  assert_int_equal(xf_site_ledger_epsilon(s->reg, "alpha", "7", NULL, 1e-5, &job7, &err), XF_OK);
+  assert_true(job7 < e);
+  /* another dataset is untouched */
+  assert_int_equal(xf_site_ledger_epsilon(s->reg, "beta", NULL, NULL, 1e-5, &e, &err), XF_OK);
+  assert_true(e == 0);
+  /* a release without noise has no bound */
+  xf_site_charge bare = {.sampling_rate = 1, .noise_multiplier = 0, .steps = 1};
+  assert_int_equal(xf_site_ledger_epsilon(s->reg, "alpha", NULL, &bare, 1e-5, &e, &err), XF_OK);
+  assert_true(isinf(e));
+  xf_site_charge bad = {.sampling_rate = 1.5, .noise_multiplier = 1, .steps = 1};
+  assert_int_equal(xf_site_ledger_charge(s->reg, "alpha", "7", 3, 1, &bad, 1, &err), XF_EINVAL);
+
+  xf_site_ledger_job *jobs = NULL;
+  size_t n = 0;
+  assert_int_equal(xf_site_ledger_jobs(s->reg, "alpha", &jobs, &n, &err), XF_OK);
+  assert_int_equal(n, 2);
+  assert_string_equal(jobs[0].job, "7");
+  assert_int_equal(jobs[0].rounds, 2);
+  assert_int_equal(jobs[0].steps, 200);
+  assert_float_equal(jobs[0].epsilon, job7, 1e-9 * job7);
+  assert_string_equal(jobs[1].job, "8");
+  xf_free(jobs);
+
+  /* append-only, whatever connection tries */
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open(s->db, &db), SQLITE_OK);
+  assert_int_not_equal(sqlite3_exec(db, "UPDATE privacy_ledger SET steps = 1", NULL, NULL, NULL),
+                       SQLITE_OK);
+  assert_int_not_equal(sqlite3_exec(db, "DELETE FROM privacy_ledger", NULL, NULL, NULL),
+                       SQLITE_OK);
+  sqlite3_close(db);
+  assert_int_equal(xf_site_ledger_epsilon(s->reg, "alpha", "7", NULL, 1e-5, &e, &err), XF_OK);
+  assert_float_equal(e, job7, 1e-9 * job7);
+}
+
+/* Budgets carry their delta; the ledger outlives a dataset's registration. */
+static void budget_delta_and_ledger_outlive_the_registration(void **state) {
+  scratch *s = *state;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  const char *dir = make_csv(s, "d1", 7);
+  xf_site_dataset_spec spec = {.name = "d", .path = dir};
+  assert_int_equal(xf_site_registry_add(s->reg, &spec, NULL, &err), XF_OK);
+  xf_site_dataset d;
+  assert_int_equal(xf_site_registry_get(s->reg, "d", &d, &err), XF_OK);
+  assert_true(d.budget_delta == XF_SITE_BUDGET_DELTA_DEFAULT);
+  xf_site_dataset_free(&d);
+  double eps = 3, delta = 1e-6, bad_delta = 1;
+  assert_int_equal(xf_site_registry_set_budget(s->reg, "d", &eps, &bad_delta, &err), XF_ERANGE);
+  assert_string_equal(err.field, "budget_delta");
+  assert_int_equal(xf_site_registry_set_budget(s->reg, "d", &eps, &delta, &err), XF_OK);
+  assert_int_equal(xf_site_registry_get(s->reg, "d", &d, &err), XF_OK);
+  assert_true(d.has_budget && d.budget_epsilon == 3 && d.budget_delta == 1e-6);
+  xf_site_dataset_free(&d);
+  /* a new cap without --delta keeps the delta */
+  eps = 4;
+  assert_int_equal(xf_site_registry_set_budget(s->reg, "d", &eps, NULL, &err), XF_OK);
+  assert_int_equal(xf_site_registry_get(s->reg, "d", &d, &err), XF_OK);
+  assert_true(d.budget_epsilon == 4 && d.budget_delta == 1e-6);
+  xf_site_dataset_free(&d);
+
+  xf_site_charge c = {.sampling_rate = 0.02, .noise_multiplier = 1.0, .steps = 50};
+  assert_int_equal(xf_site_ledger_charge(s->reg, "d", "1", 1, 1, &c, 5, &err), XF_OK);
+  double before, after;
+  assert_int_equal(xf_site_ledger_epsilon(s->reg, "d", NULL, NULL, 1e-6, &before, &err), XF_OK);
+  assert_int_equal(xf_site_registry_remove(s->reg, "d", &err), XF_OK);
+  assert_int_equal(xf_site_registry_add(s->reg, &spec, NULL, &err), XF_OK);
+  assert_int_equal(xf_site_ledger_epsilon(s->reg, "d", NULL, NULL, 1e-6, &after, &err), XF_OK);
+  assert_true(before > 0 && after == before);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, scratch_setup, scratch_teardown)
 
 int main(void) {
@@ -541,6 +652,8 @@ int main(void) {
       T(config_errors_name_the_field),
       T(config_file_that_is_missing_says_how_to_make_it),
       T(every_registry_call_survives_allocation_failures),
+      T(ledger_composes_charges_and_is_append_only),
+      T(budget_delta_and_ledger_outlive_the_registration),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,7 +9,12 @@
 #            restarted, it rejoins and reports in later rounds.
 #   central: central differential privacy (site unit): noise calibrated to
 #            the target epsilon, epsilon reported per round and job.
-# usage: federation.sh BUILD_DIR resume|quorum
+#   record:  record-level privacy (DP-SGD at the sites): every dataset stays
+#            within the job's target, each site's epsilon is in the metrics
+#            and its ledger; a second job on a dataset whose budget is spent
+#            is refused with the dataset and the numbers; then a site-unit
+#            job with local noise reports its epsilon too.
+# usage: federation.sh BUILD_DIR resume|quorum|central|record
 set -euo pipefail
 build=$(cd "${1:?build dir}" && pwd)
 scenario=${2:?scenario}
@@ -202,6 +207,55 @@ central)
   awk -v a="$first_eps" -v b="$last_eps" 'BEGIN { exit !(a > 0 && a < b) }' ||
     fail "epsilon does not grow over the rounds ($first_eps, then $last_eps)"
   echo "central: epsilon $first_eps after round 1, $eps after round 6 (target 8)"
+  ;;
+record)
+  sed 's/"seed": 11}/"seed": 11, "privacy": {"unit": "record", "mode": "local", "clip": 1.0, "target_epsilon": 1.5, "delta": 1e-5}}/' \
+    "$work/job.json" | sed 's/"rounds": 6/"rounds": 3/' >"$work/record.json"
+  start_coord r
+  make_sites r
+  # s1's operator caps its dataset at epsilon 1.55: room for one such job (1.5),
+  # not for a round more (RDP composition: 4 rounds cost about 1.6).
+  "$site_bin" dataset budget --dir "$work/r/sites/s1" --name fmnist --epsilon 1.55 >/dev/null
+  cli job submit "$work/record.json" >/dev/null
+  wait_state 1 done 300
+  eps=$(job_field 1 epsilon)
+  awk -v e="$eps" 'BEGIN { exit !(e > 0.5 && e <= 1.5) }' || fail "job 1's epsilon '$eps' is not in (0.5, 1.5]"
+  cli job metrics 1 --csv >"$work/metrics.csv"
+  rows=$(awk -F, 'NR > 1 && $10 != "" && $10 > 0 && $10 <= 1.5 { n++ } END { print n + 0 }' "$work/metrics.csv")
+  ((rows >= 6)) || fail "fewer than 6 metrics rows carry a site's epsilon in (0, 1.5]: $(cat "$work/metrics.csv")"
+  grep -q 'event=privacy_charged .*dataset=fmnist' "$work/r/logs/s1.log" || fail "s1 charged no ledger"
+  ledger=$("$site_bin" ledger --dir "$work/r/sites/s1" --name fmnist --json)
+  spent=$(echo "$ledger" | json_field epsilon)
+  awk -v e="$spent" -v j="$eps" 'BEGIN { exit !(e > 0 && e <= j + 1e-9) }' ||
+    fail "s1's ledger says $spent, the job $eps"
+  # The same job again: s1 would pass its budget, so it refuses, and with
+  # min_sites 3 the job cannot run; the researcher sees why.
+  sed 's/"min_sites": 2/"min_sites": 3/' "$work/record.json" >"$work/record2.json"
+  cli job submit "$work/record2.json" >/dev/null
+  for ((i = 0; i < 300; i++)); do
+    st=$(job_field 2 state)
+    [[ $st == failed ]] && break
+    [[ $st == done ]] && fail "job 2 ran although s1's budget is spent"
+    sleep 0.2
+  done
+  [[ $st == failed ]] || fail "job 2 is $st, not failed"
+  msg=$(job_field 2 message)
+  cli job status 2 >"$work/status2.txt"
+  grep -q "dataset 'fmnist' at site s1 has spent epsilon" "$work/status2.txt" ||
+    fail "job 2's message does not name the dataset: $(cat "$work/status2.txt")"
+  grep -q 'of its budget 1.55 ' "$work/status2.txt" || fail "job 2's message lacks the budget: $msg"
+  grep -q 'would take it to' "$work/status2.txt" || fail "job 2's message lacks the new total: $msg"
+  # Site-unit local noise: each site noises its clipped update itself.
+  sed 's/"seed": 11}/"seed": 11, "privacy": {"unit": "site", "mode": "local", "clip": 1.0, "target_epsilon": 20, "delta": 1e-5}}/' \
+    "$work/job.json" | sed 's/"rounds": 6/"rounds": 2/' >"$work/local.json"
+  # (a site-level guarantee bounds each record too, so it counts against the
+  # same budget: s1's operator lifts the cap for it)
+  "$site_bin" dataset budget --dir "$work/r/sites/s1" --name fmnist --clear >/dev/null
+  cli job submit "$work/local.json" >/dev/null
+  wait_state 3 done 300
+  leps=$(job_field 3 epsilon)
+  awk -v e="$leps" 'BEGIN { exit !(e > 0 && e <= 20) }' || fail "job 3's epsilon '$leps' is not in (0, 20]"
+  echo "record: job 1 epsilon $eps (target 1.5), s1 ledger $spent; job 2 refused: $(grep -o "dataset 'fmnist' at site s1[^;]*" "$work/status2.txt" | head -n 1); local job epsilon $leps"
   ;;
 *) echo "unknown scenario $scenario" >&2; exit 2 ;;
 esac
