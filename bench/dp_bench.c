@@ -2,7 +2,7 @@
 /* The cost of a DP-SGD step against a plain one: milliseconds per step for
  * the plain step (xf_net_run backward + SGD), the clipped step without noise
  * (xf_net_run_clipped + 1/L + SGD) and the full DP-SGD step (the same plus
- * the noise: download, xf_noise_gaussian_vec, upload), on one fixed batch of
+ * the noise: download, xf_noise_gaussian_vec_par on the backend's threads, upload), on one fixed batch of
  * random data, with the noise's own time and the Poisson sampling's (one draw
  * per record per step, for --records records) measured apart. Prints one
  * JSON object per line for bench/dp.sh.
@@ -60,7 +60,8 @@ static xf_err step(bench *s, step_kind kind) {
     if (kind == STEP_DP) {
       double t = now();
       XF_GUARD(xf_net_get_grads(s->net, s->host));
-      XF_GUARD(xf_noise_gaussian_vec(s->noise, NOISE_MULTIPLIER * CLIP, s->host, s->n_params));
+      XF_GUARD(xf_noise_gaussian_vec_par(s->noise, NOISE_MULTIPLIER * CLIP, s->host, s->n_params,
+                                        xf_backend_threads(s->b)));
       XF_GUARD(xf_backend_upload(s->b, g, s->host, s->n_params * sizeof(float)));
       s->noise_seconds += now() - t;
     }

@@ -542,7 +542,7 @@ xf_err xf_noise_gaussian_vec(xf_noise *g, double sigma, float *out, size_t n) {
  * noised by a child generator keyed with the c-th 32 bytes drawn from g.
  * Chunks, not threads, own keys, so the output does not depend on how many
  * threads run or in which order they take chunks. */
-#define XF__CHUNK ((size_t)1 << 14)
+#define XF__CHUNK ((size_t)1 << 12)
 #define XF__THREADS_MAX 256
 
 typedef struct xf__par_job {

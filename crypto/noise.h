@@ -95,7 +95,7 @@ xf_err xf_noise_gaussian_grid(double sigma, int *grid_exp, double *sigma_eff) XF
 xf_err xf_noise_gaussian_vec(xf_noise *g, double sigma, float *out, size_t n) XF_WARN_UNUSED;
 
 /* xf_noise_gaussian_vec on up to `threads` threads (the caller's included).
- * out is cut into fixed chunks of 2^14 values; chunk c is noised by a child
+ * out is cut into fixed chunks of 2^12 values; chunk c is noised by a child
  * generator keyed with the c-th 32 bytes drawn from g, so for a seeded g the
  * output is a fixed function of g's state whatever `threads` is (it differs
  * from xf_noise_gaussian_vec's). Runs inline when threads <= 1 or n fits one
