@@ -632,6 +632,7 @@ out:
   xf_free(co->up.params_json);
   xf_free(co->up.model_buf);
   xf_free(co->up.agg_bytes);
+  xf_free(co->up.residual);
   xf_tensor_receiver_free(co->up.model_rx);
   xf_noise_free(co->noise);
   xf_blob_store_close(co->blobs);

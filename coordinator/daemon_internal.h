@@ -19,6 +19,8 @@
 #include "coordinator/round.h"
 #include "crypto/digest.h"
 #include "crypto/noise.h"
+#include "kernels/checkpoint.h"
+#include "net/codec.h"
 #include "kernels/model.h"
 #include "net/conn.h"
 #include "net/session.h"
@@ -108,6 +110,8 @@ typedef struct xf__site {
   xf_tensor_receiver *rx;
   xf_agg_update *upd;
   uint64_t rx_weight;
+  uint8_t *rx_encoded;    /* a compressed update's bytes, decoded and folded at its end */
+  size_t rx_encoded_len;
   bool waiting_admission; /* TensorBegin taken, TensorAck held back */
   bool eval_pending;      /* final evaluation asked, not answered */
   uint64_t bytes_down;    /* model bytes sent in the current round */
@@ -138,6 +142,8 @@ typedef struct xf__job {
   size_t n_params;
   xf__model_file *mf; /* the current global model as a model file */
   xf_digest params_digest;
+  xf__model_file *offer_mf; /* the model as offered: mf, or its downlink-compressed form */
+  xf_digest offer_digest;   /* the parameter digest of what sites decode from offer_mf */
   uint32_t model_round; /* the round that produced params (0: initial) */
   xf_aggregator *agg;
   xf_server_opt *opt;
@@ -174,8 +180,14 @@ typedef struct xf__upstream {
   /* The aggregate waiting for upstream's final TensorAck. */
   uint8_t *agg_bytes;
   size_t agg_len;
+  bool agg_encoded;       /* agg_bytes hold the job's uplink encoding, not float32 */
   uint64_t agg_weight;
   uint32_t agg_contributors;
+  /* Top-k error feedback of this region's aggregates, for one job at a time
+   * (in memory: a restarted aggregator starts again from zero). */
+  char residual_job[32];
+  float *residual;
+  size_t residual_n;
 } xf__upstream;
 
 typedef struct xf__coord {
@@ -230,7 +242,13 @@ void xf__job_site_back(xf__coord *co, xf__site *s);
 void xf__job_site_away(xf__coord *co, xf__site *s);
 /* Cancels the active job (the CLI's JobCancel). */
 void xf__job_cancel(xf__coord *co, const char *why);
-/* Builds the model file for params; XF_ENOMEM. */
+/* Builds the model file for params with the parameters stored as dtype;
+ * params_digest (may be NULL) gets the digest of what a reader decodes.
+ * XF_ENOMEM, or XF_ERANGE for a value a half dtype cannot hold. */
+xf_err xf__model_file_make_as(const xf_model *m, const float *params, xf_checkpoint_dtype dtype,
+                              xf__model_file **out, xf_digest *params_digest,
+                              xf_errctx *err) XF_WARN_UNUSED;
+/* The same as float32. */
 xf_err xf__model_file_make(const xf_model *m, const float *params, xf__model_file **out,
                            xf_errctx *err);
 /* The dataset of s a job with this spec trains on (name and tags), or NULL. */
@@ -246,6 +264,9 @@ xf_err xf__job_start_relay(xf__coord *co, xf_errctx *err);
  * has no such privacy. */
 double xf__job_sampling_rate(const xf_jobspec *spec);
 bool xf__job_epsilon(const xf_jobspec *spec, uint32_t rounds, double *eps);
+
+/* Whether the job compresses its uplink, and its codec. */
+bool xf__job_uplink(const xf_jobspec *spec, xf_codec_uplink *codec);
 
 /* ---- requests.c --------------------------------------------------------------------- */
 void xf__cli_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);

@@ -31,9 +31,14 @@ static uint32_t offer_attempt(const xf__job *job) {
 
 xf_err xf__model_file_make(const xf_model *m, const float *params, xf__model_file **out,
                            xf_errctx *err) {
+  return xf__model_file_make_as(m, params, XF_CHECKPOINT_F32, out, NULL, err);
+}
+
+xf_err xf__model_file_make_as(const xf_model *m, const float *params, xf_checkpoint_dtype dtype,
+                              xf__model_file **out, xf_digest *params_digest, xf_errctx *err) {
   xf__model_file *mf = xf_calloc(1, sizeof(*mf));
   if (!mf) return xf_fail(err, XF_ENOMEM, "out of memory");
-  xf_err rc = xf_checkpoint_encode(m, params, &mf->bytes, &mf->len, err);
+  xf_err rc = xf_checkpoint_encode_as(m, params, dtype, &mf->bytes, &mf->len, params_digest, err);
   if (rc != XF_OK) {
     xf_free(mf);
     return rc;
@@ -44,8 +49,28 @@ xf_err xf__model_file_make(const xf_model *m, const float *params, xf__model_fil
   return XF_OK;
 }
 
+/* The model file sites are offered and its parameter digest: the job's
+ * model as the downlink compression stores it (the float32 file itself
+ * when there is none). Called whenever job->mf changes. */
+static xf_err refresh_offer(xf__job *job, xf_errctx *err) {
+  xf__model_file_unref(job->offer_mf);
+  job->offer_mf = NULL;
+  xf_job_downlink dl = job->spec.compression.downlink;
+  if (dl == XF_JOB_DOWNLINK_NONE) {
+    job->offer_mf = job->mf;
+    job->mf->refs++;
+    job->offer_digest = job->params_digest;
+    return XF_OK;
+  }
+  return xf__model_file_make_as(job->model, job->params,
+                                dl == XF_JOB_DOWNLINK_BF16 ? XF_CHECKPOINT_BF16
+                                                           : XF_CHECKPOINT_F16,
+                                &job->offer_mf, &job->offer_digest, err);
+}
+
 void xf__job_free(xf__job *job) {
   if (!job) return;
+  xf__model_file_unref(job->offer_mf);
   xf_round_free(job->round);
   xf_aggregator_free(job->agg);
   xf_server_opt_free(job->opt);
@@ -95,6 +120,9 @@ static void site_abort_update(xf__coord *co, xf__site *s) {
   s->upd = NULL;
   xf_tensor_receiver_free(s->rx);
   s->rx = NULL;
+  xf_free(s->rx_encoded);
+  s->rx_encoded = NULL;
+  s->rx_encoded_len = 0;
   s->waiting_admission = false;
   (void)co;
 }
@@ -130,7 +158,7 @@ static xf_err send_task(xf__coord *co, xf__job *job, xf__site *s, double deadlin
   o.round = eval ? job->model_round : offer_round(job);
   o.attempt = eval ? 0 : offer_attempt(job);
   o.deadline_unix_ms = (uint64_t)(deadline * 1000.0);
-  o.model_digest.data = job->params_digest.bytes;
+  o.model_digest.data = job->offer_digest.bytes;
   o.model_digest.len = XF_DIGEST_BYTES;
   o.params_json = job->spec_json;
   o.evaluate_only = eval;
@@ -145,18 +173,18 @@ static xf_err send_task(xf__coord *co, xf__job *job, xf__site *s, double deadlin
   xf_tensor_desc d = {.stream_id = stream,
                       .kind = XFED__TENSOR_BEGIN__KIND__MODEL,
                       .dtype = XFED__TENSOR_BEGIN__DTYPE__U8,
-                      .element_count = job->mf->len,
+                      .element_count = job->offer_mf->len,
                       .job_id = job->id_text,
                       .round = o.round};
   s->peer->tx_weight = 0;
   s->peer->tx_attempt = o.attempt;
   s->peer->tx_contributors = 0;
-  XF_GUARD(xf__stream_start(s->peer, &d, job->mf, NULL, job->mf->len, false));
-  s->bytes_down = job->mf->len;
-  job->bytes_down += job->mf->len;
+  XF_GUARD(xf__stream_start(s->peer, &d, job->offer_mf, NULL, job->offer_mf->len, false));
+  s->bytes_down = job->offer_mf->len;
+  job->bytes_down += job->offer_mf->len;
   XF_INFO("task_sent", "job=%s round=%u attempt=%u site=%s eval=%d model_bytes=%zu",
           job->id_text, (unsigned)o.round, (unsigned)o.attempt, s->name, eval ? 1 : 0,
-          job->mf->len);
+          job->offer_mf->len);
   return XF_OK;
 }
 
@@ -370,6 +398,7 @@ static xf_err commit_round(xf__coord *co, xf__job *job, xf_errctx *err) {
   job->mf = mf;
   job->model_round = round;
   xf_params_digest(job->params, job->n_params, &job->params_digest);
+  XF_GUARD(refresh_offer(job, err));
   char hex[XF_DIGEST_HEX];
   xf_digest_hex(&job->params_digest, hex);
   XF_INFO("round_committed", "job=%s round=%u reports=%zu weight=%" PRIu64 " model=%s",
@@ -556,6 +585,33 @@ static xf_err fold_sink(void *user, uint64_t offset, const uint8_t *data, size_t
   return xf_aggregator_fold(s->upd, (size_t)(offset / 4), values, len / 4, err);
 }
 
+bool xf__job_uplink(const xf_jobspec *spec, xf_codec_uplink *codec) {
+  const xf_job_uplink *u = &spec->compression.uplink;
+  *codec = (xf_codec_uplink){.topk_fraction = u->topk_fraction, .quant_bits = u->quant_bits};
+  return u->quant_bits != 0 || u->topk_fraction > 0;
+}
+
+/* A compressed update is kept whole (it is a fraction of the float32 size)
+ * and decoded at its end: its chunks are not float values. */
+static xf_err stash_sink(void *user, uint64_t offset, const uint8_t *data, size_t len,
+                         xf_errctx *err) {
+  xf__site *s = user;
+  XF_ENSURE(s->rx_encoded && offset <= s->rx_encoded_len && len <= s->rx_encoded_len - offset,
+            err, XF_EFORMAT, "update chunk at byte %" PRIu64 " is beyond the update", offset);
+  memcpy(s->rx_encoded + offset, data, len);
+  return XF_OK;
+}
+
+/* Decodes a compressed update into the aggregator. */
+static xf_err fold_encoded(xf__job *job, xf__site *s, xf_errctx *err) {
+  float *values = xf_mallocarray(job->n_params, sizeof(float));
+  if (!values) return xf_fail(err, XF_ENOMEM, "out of memory decoding an update");
+  xf_err rc = xf_codec_decode(s->rx_encoded, s->rx_encoded_len, job->n_params, values, err);
+  if (rc == XF_OK) rc = xf_aggregator_fold(s->upd, 0, values, job->n_params, err);
+  xf_free(values);
+  return rc;
+}
+
 static void send_ack(xf__site *s, const xf_tensor_receiver *rx) {
   Xfed__TensorAck ack;
   xf_tensor_receiver_ack(rx, &ack);
@@ -617,12 +673,29 @@ static void on_tensor_begin(xf__coord *co, xf__job *job, xf__site *s,
                             m->job_id ? m->job_id : "", (unsigned)m->round, (unsigned)m->attempt);
     return;
   }
-  if (m->element_count != job->n_params || m->dtype != XFED__TENSOR_BEGIN__DTYPE__F32 ||
-      m->total_bytes != (uint64_t)job->n_params * 4 || m->weight == 0) {
-    if (s->peer)
-      xf_session_send_error(s->peer->conn, XF_EFORMAT,
-                            "an update of this job is %zu float32 values with a weight > 0",
-                            job->n_params);
+  xf_codec_uplink codec;
+  bool encoded = xf__job_uplink(&job->spec, &codec);
+  bool compressed = encoded;
+  uint64_t max_encoded = encoded ? xf_codec_encoded_max(&codec, job->n_params) : 0;
+  /* With uplink compression an update comes encoded (U8); float32 is
+   * always understood (a regional aggregator that could not encode). */
+  bool as_float = m->element_count == job->n_params && m->dtype == XFED__TENSOR_BEGIN__DTYPE__F32 &&
+                  m->total_bytes == (uint64_t)job->n_params * 4;
+  encoded = encoded && m->dtype == XFED__TENSOR_BEGIN__DTYPE__U8;
+  bool shape_ok = as_float || (encoded && m->element_count == m->total_bytes &&
+                               m->total_bytes > 0 && m->total_bytes <= max_encoded);
+  if (!shape_ok || m->weight == 0) {
+    if (s->peer) {
+      if (compressed)
+        xf_session_send_error(s->peer->conn, XF_EFORMAT,
+                              "an update of this job is its %zu values encoded for the uplink "
+                              "(U8, at most %" PRIu64 " bytes) with a weight > 0",
+                              job->n_params, max_encoded);
+      else
+        xf_session_send_error(s->peer->conn, XF_EFORMAT,
+                              "an update of this job is %zu float32 values with a weight > 0",
+                              job->n_params);
+    }
     drop_site(co, job, s, "malformed update announcement");
     return;
   }
@@ -634,7 +707,16 @@ static void on_tensor_begin(xf__coord *co, xf__job *job, xf__site *s,
     if (!s->waiting_admission) send_ack(s, s->rx);
     return;
   }
-  if (xf_tensor_receiver_new(m->total_bytes, fold_sink, s, &s->rx, &err) != XF_OK ||
+  if (encoded) {
+    s->rx_encoded = xf_malloc((size_t)m->total_bytes);
+    s->rx_encoded_len = (size_t)m->total_bytes;
+    if (!s->rx_encoded) {
+      drop_site(co, job, s, "out of memory for a compressed update");
+      return;
+    }
+  }
+  if (xf_tensor_receiver_new(m->total_bytes, encoded ? stash_sink : fold_sink, s, &s->rx, &err) !=
+          XF_OK ||
       xf_tensor_receiver_begin(s->rx, m, &err) != XF_OK) {
     drop_site(co, job, s, err.msg);
     return;
@@ -658,6 +740,13 @@ static void on_tensor_end(xf__coord *co, xf__job *job, xf__site *s, const Xfed__
     return;
   }
   uint64_t bytes = xf_tensor_receiver_info(s->rx)->total_bytes;
+  if (s->rx_encoded && fold_encoded(job, s, &err) != XF_OK) {
+    drop_site(co, job, s, err.msg);
+    return;
+  }
+  xf_free(s->rx_encoded);
+  s->rx_encoded = NULL;
+  s->rx_encoded_len = 0;
   if (xf_aggregator_end_update(s->upd, &err) != XF_OK) {
     s->upd = NULL;
     drop_site(co, job, s, err.msg);
@@ -943,6 +1032,10 @@ static xf_err activate(xf__coord *co, int64_t id, xf_errctx *err) {
     return rc;
   }
   xf_params_digest(job->params, job->n_params, &job->params_digest);
+  if ((rc = refresh_offer(job, err)) != XF_OK) {
+    xf__job_free(job);
+    return rc;
+  }
   job->model_round = jj.rounds_committed;
   job->phase = XF__PHASE_WAIT;
   if (jj.round_open || jj.rounds_committed > 0) {
@@ -1018,6 +1111,7 @@ xf_err xf__job_start_relay(xf__coord *co, xf_errctx *err) {
   }
   if (rc == XF_OK) rc = xf_jobspec_to_json(&job->spec, &job->spec_json);
   if (rc == XF_OK) rc = xf__model_file_make(job->model, job->params, &job->mf, err);
+  if (rc == XF_OK) rc = refresh_offer(job, err);
   if (rc == XF_OK && !job->evaluate_only) {
     /* One round among this region's sites, closing early enough to
      * forward the aggregate before the upstream deadline. */

@@ -208,18 +208,14 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
                  spec.privacy.mode == XF_JOB_PRIVACY_CENTRAL;
   if (spec.privacy.mode == XF_JOB_PRIVACY_DISTRIBUTED) unavailable = "privacy.mode";
   else if (spec.secure_aggregation.enabled) unavailable = "secure_aggregation.enabled";
-  else if (spec.compression.uplink.quant_bits || spec.compression.uplink.topk_fraction > 0)
-    unavailable = "compression.uplink";
-  else if (spec.compression.downlink != XF_JOB_DOWNLINK_NONE) unavailable = "compression.downlink";
   if (unavailable) {
     err.code = XF_EUNSUPPORTED;
     snprintf(err.file, sizeof(err.file), "%s", origin);
     snprintf(err.field, sizeof(err.field), "%s", unavailable);
     snprintf(err.msg, sizeof(err.msg),
              "this coordinator does not run that yet (differential privacy mode "
-             "\"distributed\", secure aggregation and compression are not built); use "
-             "privacy.mode \"none\", \"central\" or \"local\", "
-             "secure_aggregation.enabled false and compression \"none\"");
+             "\"distributed\" and secure aggregation are not built); use privacy.mode "
+             "\"none\", \"central\" or \"local\" and secure_aggregation.enabled false");
     reply_error(p, XF_EUNSUPPORTED, &err);
     return;
   }

@@ -209,8 +209,9 @@ static void send_aggregate(xf__coord *co) {
   memcpy(copy, up->agg_bytes, up->agg_len);
   xf_tensor_desc d = {.stream_id = (uint64_t)up->round << 16 | (uint64_t)up->attempt << 1 | 1,
                       .kind = XFED__TENSOR_BEGIN__KIND__AGGREGATE,
-                      .dtype = XFED__TENSOR_BEGIN__DTYPE__F32,
-                      .element_count = up->agg_len / 4,
+                      .dtype = up->agg_encoded ? XFED__TENSOR_BEGIN__DTYPE__U8
+                                               : XFED__TENSOR_BEGIN__DTYPE__F32,
+                      .element_count = up->agg_encoded ? up->agg_len : up->agg_len / 4,
                       .job_id = up->job_id,
                       .round = up->round};
   up->peer->tx_weight = up->agg_weight;
@@ -228,13 +229,50 @@ static void drop_aggregate(xf__upstream *up) {
   up->agg_len = 0;
 }
 
+/* The region's aggregate in the job's uplink encoding, with its own top-k
+ * residual; false (and the float32 aggregate goes instead) when it cannot be
+ * encoded. */
+static bool encode_aggregate(xf__coord *co, const xf__job *job, const float *mean, size_t n) {
+  xf__upstream *up = &co->up;
+  xf_codec_uplink codec;
+  if (!xf__job_uplink(&job->spec, &codec)) return false;
+  if (codec.topk_fraction > 0 &&
+      (strcmp(up->residual_job, job->id_text) != 0 || up->residual_n != n)) {
+    xf_free(up->residual);
+    up->residual = xf_calloc(n, sizeof(float));
+    up->residual_n = up->residual ? n : 0;
+    snprintf(up->residual_job, sizeof(up->residual_job), "%s", up->residual ? job->id_text : "");
+    if (!up->residual) return false;
+  }
+  /* Stochastic rounding repeats with the job's seed, round and region. */
+  uint64_t seed = job->spec.seed ^ ((uint64_t)job->offer_round * 0x9e3779b97f4a7c15ull) ^
+                  xf_coord_site_id(co->cfg.region);
+  xf_errctx err = {0};
+  uint8_t *bytes = NULL;
+  size_t len = 0;
+  if (xf_codec_encode(&codec, mean, n, codec.topk_fraction > 0 ? up->residual : NULL, seed,
+                      &bytes, &len, &err) != XF_OK) {
+    XF_ERROR("aggregate_not_encoded", "job=%s round=%u reason=\"%s\"", job->id_text,
+             (unsigned)job->offer_round, err.msg);
+    return false;
+  }
+  up->agg_bytes = bytes;
+  up->agg_len = len;
+  up->agg_encoded = true;
+  return true;
+}
+
 void xf__upstream_aggregate(xf__coord *co, const xf__job *job, float *mean, size_t n,
                             uint64_t weight, uint32_t contributors) {
   xf__upstream *up = &co->up;
-  (void)job;
   drop_aggregate(up);
-  up->agg_bytes = (uint8_t *)mean;
-  up->agg_len = n * sizeof(float);
+  if (encode_aggregate(co, job, mean, n)) {
+    xf_free(mean);
+  } else {
+    up->agg_bytes = (uint8_t *)mean;
+    up->agg_len = n * sizeof(float);
+    up->agg_encoded = false;
+  }
   up->agg_weight = weight;
   up->agg_contributors = contributors;
   send_aggregate(co);

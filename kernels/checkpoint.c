@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -13,6 +14,7 @@
 
 #include "base/alloc.h"
 #include "base/cursor.h"
+#include "net/codec.h"
 #include "storage/file.h"
 
 #define MAGIC "XFMODEL1"
@@ -27,12 +29,16 @@ void xf_params_digest(const float *params, size_t n, xf_digest *out) {
   xf_digest_buf(params, n * sizeof(float), out);
 }
 
-static json_t *header_json(const xf_model *m, const float *params) {
+static const char *dtype_name(xf_checkpoint_dtype t) {
+  return t == XF_CHECKPOINT_F16 ? "float16-le" : t == XF_CHECKPOINT_BF16 ? "bfloat16-le"
+                                                                         : "float32-le";
+}
+
+/* digest: of the float32 parameters the file decodes to. */
+static json_t *header_json(const xf_model *m, const xf_digest *d, xf_checkpoint_dtype dtype) {
   const xf_model_spec *s = xf_model_spec_of(m);
-  xf_digest d;
   char hex[XF_DIGEST_HEX];
-  xf_params_digest(params, xf_model_num_params(m), &d);
-  xf_digest_hex(&d, hex);
+  xf_digest_hex(d, hex);
   json_t *h = json_object(), *layers = json_array(), *hidden = json_array();
   if (!h || !layers || !hidden) goto oom;
   for (int i = 0; s->arch == XF_ARCH_MLP && i < s->n_hidden; i++)
@@ -54,7 +60,7 @@ static json_t *header_json(const xf_model *m, const float *params) {
       json_object_set_new(h, "input", json_pack("[i,i,i]", s->in_h, s->in_w, s->in_c)) ||
       json_object_set_new(h, "classes", json_integer(s->classes)) ||
       json_object_set_new(h, "params", json_integer((json_int_t)xf_model_num_params(m))) ||
-      json_object_set_new(h, "dtype", json_string("float32-le")) ||
+      json_object_set_new(h, "dtype", json_string(dtype_name(dtype))) ||
       json_object_set_new(h, "digest", json_string(hex)) ||
       json_object_set_new(h, "layers", layers)) {
     json_decref(h);
@@ -68,28 +74,64 @@ oom:
   return NULL;
 }
 
-xf_err xf_checkpoint_encode(const xf_model *m, const float *params, uint8_t **out, size_t *len,
-                            xf_errctx *err) {
-  json_t *h = header_json(m, params);
+xf_err xf_checkpoint_encode_as(const xf_model *m, const float *params, xf_checkpoint_dtype dtype,
+                               uint8_t **out, size_t *len, xf_digest *params_digest,
+                               xf_errctx *err) {
+  size_t n = xf_model_num_params(m);
+  size_t width = dtype == XF_CHECKPOINT_F32 ? sizeof(float) : sizeof(uint16_t);
+  uint16_t *half = NULL;
+  xf_digest d;
+  if (dtype == XF_CHECKPOINT_F32) {
+    xf_params_digest(params, n, &d);
+  } else {
+    /* The digest is of what a reader decodes: the rounded values. */
+    bool bf16 = dtype == XF_CHECKPOINT_BF16;
+    half = xf_mallocarray(n, sizeof(uint16_t));
+    float *back = xf_mallocarray(n, sizeof(float));
+    xf_err rc = half && back ? xf_codec_to_half(params, n, bf16, half) : XF_ENOMEM;
+    if (rc == XF_OK) {
+      xf_codec_from_half(half, n, bf16, back);
+      xf_params_digest(back, n, &d);
+    }
+    xf_free(back);
+    if (rc != XF_OK) {
+      xf_free(half);
+      return rc == XF_ENOMEM ? xf_fail(err, rc, "cannot allocate the %s model", dtype_name(dtype))
+                             : xf_fail(err, rc, "the model has a value %s cannot hold (NaN or "
+                                                "infinite)", dtype_name(dtype));
+    }
+  }
+  json_t *h = header_json(m, &d, dtype);
   char *text = h ? json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
   json_decref(h);
-  if (!text) return xf_fail(err, XF_ENOMEM, "cannot encode the model header");
-  size_t hlen = strlen(text), plen = xf_model_num_params(m) * sizeof(float);
+  if (!text) {
+    xf_free(half);
+    return xf_fail(err, XF_ENOMEM, "cannot encode the model header");
+  }
+  size_t hlen = strlen(text), plen = n * width;
   size_t total = 8 + 4 + hlen + plen;
   uint8_t *buf = xf_malloc(total);
   if (!buf) {
     free(text);
+    xf_free(half);
     return xf_fail(err, XF_ENOMEM, "cannot allocate %zu bytes for the model file", total);
   }
   memcpy(buf, MAGIC, 8);
   uint32_t le = htole32((uint32_t)hlen);
   memcpy(buf + 8, &le, 4);
   memcpy(buf + 12, text, hlen);
-  memcpy(buf + 12 + hlen, params, plen);
+  memcpy(buf + 12 + hlen, half ? (const void *)half : (const void *)params, plen);
   free(text); /* allocated by jansson */
+  xf_free(half);
+  if (params_digest) *params_digest = d;
   *out = buf;
   *len = total;
   return XF_OK;
+}
+
+xf_err xf_checkpoint_encode(const xf_model *m, const float *params, uint8_t **out, size_t *len,
+                            xf_errctx *err) {
+  return xf_checkpoint_encode_as(m, params, XF_CHECKPOINT_F32, out, len, NULL, err);
 }
 
 /* Reads an integer member of the header within [min, max]. */
@@ -106,14 +148,19 @@ static xf_err header_int(json_t *h, const char *key, long long min, long long ma
   return XF_OK;
 }
 
-static xf_err spec_from_header(json_t *h, xf_model_spec *s, size_t *n_params, xf_errctx *err) {
+static xf_err spec_from_header(json_t *h, xf_model_spec *s, size_t *n_params,
+                               xf_checkpoint_dtype *dt, xf_errctx *err) {
   long long v;
   memset(s, 0, sizeof(*s));
   XF_GUARD(header_int(h, "format", 1, 1, &v, err));
   const char *arch = json_string_value(json_object_get(h, "arch"));
   const char *dtype = json_string_value(json_object_get(h, "dtype"));
-  if (!dtype || strcmp(dtype, "float32-le") != 0)
-    return xf_fail(err, XF_EFORMAT, "model header: dtype must be \"float32-le\"");
+  if (dtype && strcmp(dtype, "float32-le") == 0) *dt = XF_CHECKPOINT_F32;
+  else if (dtype && strcmp(dtype, "float16-le") == 0) *dt = XF_CHECKPOINT_F16;
+  else if (dtype && strcmp(dtype, "bfloat16-le") == 0) *dt = XF_CHECKPOINT_BF16;
+  else
+    return xf_fail(err, XF_EFORMAT, "model header: dtype must be \"float32-le\", "
+                   "\"float16-le\" or \"bfloat16-le\"");
   if (!arch) return xf_fail(err, XF_EFORMAT, "model header: \"arch\" is missing");
   if (strcmp(arch, "logreg") == 0) {
     s->arch = XF_ARCH_LOGREG;
@@ -182,7 +229,8 @@ xf_err xf_checkpoint_decode(const uint8_t *data, size_t len, xf_model **model, f
   }
   xf_model_spec spec;
   size_t n_params = 0;
-  xf_err rc = spec_from_header(h, &spec, &n_params, err);
+  xf_checkpoint_dtype dtype = XF_CHECKPOINT_F32;
+  xf_err rc = spec_from_header(h, &spec, &n_params, &dtype, err);
   const char *hex = json_string_value(json_object_get(h, "digest"));
   xf_digest stated;
   if (rc == XF_OK && (!hex || xf_digest_parse(hex, &stated) != XF_OK))
@@ -197,7 +245,8 @@ xf_err xf_checkpoint_decode(const uint8_t *data, size_t len, xf_model **model, f
     xf_model_free(m);
     return rc;
   }
-  size_t bytes = n_params * sizeof(float);
+  size_t width = dtype == XF_CHECKPOINT_F32 ? sizeof(float) : sizeof(uint16_t);
+  size_t bytes = n_params * width;
   if (xf_cursor_view(&c, &body, bytes) != XF_OK) {
     xf_model_free(m);
     return xf_fail(err, XF_ETRUNCATED, "model file holds %zu of %zu parameter bytes: truncated",
@@ -208,19 +257,30 @@ xf_err xf_checkpoint_decode(const uint8_t *data, size_t len, xf_model **model, f
     return xf_fail(err, XF_EFORMAT, "%zu unexpected bytes after the parameters",
                    xf_cursor_remaining(&c));
   }
+  float *p = xf_mallocarray(n_params, sizeof(float));
+  uint16_t *half = dtype == XF_CHECKPOINT_F32 ? NULL : xf_mallocarray(n_params, sizeof(uint16_t));
+  if (!p || (dtype != XF_CHECKPOINT_F32 && !half)) {
+    xf_free(p);
+    xf_free(half);
+    xf_model_free(m);
+    return xf_fail(err, XF_ENOMEM, "cannot allocate %zu parameters", n_params);
+  }
+  if (half) {
+    memcpy(half, body, bytes);
+    xf_codec_from_half(half, n_params, dtype == XF_CHECKPOINT_BF16, p);
+    xf_free(half);
+  } else {
+    memcpy(p, body, bytes);
+  }
+  /* The digest is of the float32 parameters, whatever the file stores. */
   xf_digest actual;
-  xf_digest_buf(body, bytes, &actual);
+  xf_params_digest(p, n_params, &actual);
   if (memcmp(actual.bytes, stated.bytes, XF_DIGEST_BYTES) != 0) {
+    xf_free(p);
     xf_model_free(m);
     return xf_fail(err, XF_EINTEGRITY,
                    "parameters do not match the header's digest: the file is damaged");
   }
-  float *p = xf_malloc(bytes);
-  if (!p) {
-    xf_model_free(m);
-    return xf_fail(err, XF_ENOMEM, "cannot allocate %zu parameter bytes", bytes);
-  }
-  memcpy(p, body, bytes);
   *model = m;
   *params = p;
   return XF_OK;

@@ -11,8 +11,12 @@
  *            "layers": [{"name", "kind", "weight": [offset, count],
  *                        "bias": [offset, count]}, ...]}
  *   4*P bytes the parameters, float32 little-endian, in layer-table order
- * "digest" is the BLAKE2b-256 of the parameter bytes: the model_digest that
- * `xfed train` prints. docs/model-format.md describes it for other tools. */
+ *            (2*P bytes of IEEE half or bfloat16 when "dtype" is
+ *            "float16-le" or "bfloat16-le": the downlink's compressed models)
+ * "digest" is the BLAKE2b-256 of the parameters as float32 little-endian
+ * bytes (for a half file, of the float32 values it decodes to): the
+ * model_digest that `xfed train` prints. docs/model-format.md describes it
+ * for other tools. */
 #ifndef XF_KERNELS_CHECKPOINT_H
 #define XF_KERNELS_CHECKPOINT_H
 
@@ -27,8 +31,24 @@
 /* BLAKE2b-256 of n float32 parameters as little-endian bytes. */
 void xf_params_digest(const float *params, size_t n, xf_digest *out);
 
-/* Encodes m's architecture and params (xf_model_num_params floats). The
- * caller owns *out (*len bytes) and frees it with xf_free. */
+/* How the parameters are stored. */
+typedef enum xf_checkpoint_dtype {
+  XF_CHECKPOINT_F32 = 0, /* float32: exact */
+  XF_CHECKPOINT_F16,     /* IEEE half, round to nearest even */
+  XF_CHECKPOINT_BF16     /* bfloat16, round to nearest even */
+} xf_checkpoint_dtype;
+
+/* Encodes m's architecture and params (xf_model_num_params floats) with the
+ * parameters stored as dtype. params_digest (may be NULL) receives the
+ * digest of the float32 values the file decodes to (the rounded ones for a
+ * half dtype): what a reader will check. XF_ERANGE for a NaN or infinite
+ * value in a half dtype. The caller owns *out (*len bytes; xf_free). */
+xf_err xf_checkpoint_encode_as(const xf_model *m, const float *params, xf_checkpoint_dtype dtype,
+                               uint8_t **out, size_t *len, xf_digest *params_digest,
+                               xf_errctx *err) XF_WARN_UNUSED;
+
+/* Encodes m's architecture and params (xf_model_num_params floats) as
+ * float32. The caller owns *out (*len bytes) and frees it with xf_free. */
 xf_err xf_checkpoint_encode(const xf_model *m, const float *params, uint8_t **out, size_t *len,
                             xf_errctx *err) XF_WARN_UNUSED;
 

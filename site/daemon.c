@@ -31,6 +31,7 @@
 #include "kernels/model.h"
 #include "kernels/net.h"
 #include "kernels/train.h"
+#include "net/codec.h"
 #include "net/conn.h"
 #include "net/session.h"
 #include "net/tensor.h"
@@ -109,6 +110,10 @@ uint64_t xf_site_shuffle_seed(uint64_t job_seed, uint32_t round, const char *sit
   return seed;
 }
 
+/* Mixed into the shuffle seed for the uplink codec's stochastic rounding,
+ * so the two draws are independent yet repeat with the job's seed. */
+#define XF__CODEC_SEED 0x9e3779b97f4a7c15ull
+
 uint64_t xf_site_update_stream_id(uint32_t round, uint32_t attempt) {
   return (uint64_t)round << 16 | (uint64_t)attempt << 1 | 1u;
 }
@@ -162,6 +167,10 @@ typedef struct task {
   uint64_t samples;
   float *update;       /* delta = local - global, float32 LE */
   size_t n_params;
+  uint8_t *encoded;    /* the update as the job's uplink codec encodes it, or NULL */
+  const uint8_t *wire; /* what the UPDATE stream carries: update's or encoded's bytes */
+  size_t wire_len;
+  float *residual;     /* top-k error feedback: n_params floats, or NULL */
 
   /* privacy the site accounts for (unit record, or unit site mode local) */
   xf_privacy_plan plan;
@@ -244,7 +253,6 @@ struct xf_site_daemon {
   data_cache cache;
   ignored_stream ignored[IGNORED_MAX];
   int next_ignored;
-  bool warned_compression;
 };
 
 static void pump(daemon_t *d);
@@ -389,6 +397,8 @@ static void task_free(task *t) {
   xf_tensor_receiver_free(t->model_rx);
   xf_free(t->model_bytes);
   xf_free(t->update);
+  xf_free(t->encoded);
+  xf_free(t->residual);
   xf_tensor_sender_free(t->sender);
   xf_site_dataset_free(&t->dataset);
   xf_free(t);
@@ -661,7 +671,8 @@ static void task_compute(daemon_t *d, task *t) {
     t->update = local;
     t->n_params = n;
     local = NULL;
-    /* The sender hashes the update once: here, off the loop. */
+    t->wire = (const uint8_t *)t->update;
+    t->wire_len = n * sizeof(float);
     xf_tensor_desc desc = {.stream_id = t->update_stream_id,
                            .kind = XFED__TENSOR_BEGIN__KIND__UPDATE,
                            .dtype = XFED__TENSOR_BEGIN__DTYPE__F32,
@@ -670,8 +681,22 @@ static void task_compute(daemon_t *d, task *t) {
                            .round = t->round,
                            .attempt = t->attempt,
                            .weight = t->samples};
-    if (xf_tensor_sender_new(&desc, t->update, n * sizeof(float), 0, &t->sender, &err) !=
-        XF_OK) {
+    /* Uplink compression comes last (after clipping and noise): the
+     * encoding is post-processing and costs no privacy. */
+    const xf_job_uplink *up = &t->spec.compression.uplink;
+    if (up->quant_bits || up->topk_fraction > 0) {
+      xf_codec_uplink codec = {.topk_fraction = up->topk_fraction, .quant_bits = up->quant_bits};
+      if (xf_codec_encode(&codec, t->update, n, t->residual, t->shuffle_seed ^ XF__CODEC_SEED,
+                          &t->encoded, &t->wire_len, &err) != XF_OK) {
+        task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "cannot compress the update", &err);
+        goto out;
+      }
+      t->wire = t->encoded;
+      desc.dtype = XFED__TENSOR_BEGIN__DTYPE__U8;
+      desc.element_count = t->wire_len;
+    }
+    /* The sender hashes the update once: here, off the loop. */
+    if (xf_tensor_sender_new(&desc, t->wire, t->wire_len, 0, &t->sender, &err) != XF_OK) {
       task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "cannot stream the update", &err);
       goto out;
     }
@@ -694,6 +719,27 @@ static void work_run(uv_work_t *w) {
           logq(qj, sizeof(qj), t->job_id), (unsigned)t->round, (unsigned)t->attempt,
           t->dataset.name, t->evaluate_only ? "true" : "false");
   task_compute(d, t);
+}
+
+/* Keeps what t's top-k update left out for the job's next round. False when
+ * it cannot be saved: the update is then withheld (sending it would lose
+ * the residual for good) and the task refused. */
+static bool save_residual(daemon_t *d, task *t) {
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (xf_site_residual_save(d->reg, t->job_id, t->dataset.name, t->round, t->residual,
+                            t->n_params, (int64_t)time(NULL), &err) == XF_OK) {
+    XF_INFO("residual_saved", "job=%s round=%u dataset=%s values=%zu", t->job_id,
+             (unsigned)t->round, t->dataset.name, t->n_params);
+    return true;
+  }
+  char q[600];
+  XF_ERROR("residual_not_saved", "job=%s round=%u dataset=%s reason=\"%s\"", t->job_id,
+           (unsigned)t->round, t->dataset.name, logq(q, sizeof(q), err.msg));
+  if (t->offered_now)
+    send_refusal(d, t->job_id, t->round, t->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
+                 "the site cannot keep the compression residual: %s", err.msg);
+  return false;
 }
 
 /* Records the release of t's update in the privacy ledger (before anything
@@ -766,6 +812,13 @@ static void work_done(uv_work_t *w, int status) {
     pump(d);
     return;
   }
+  if (t->has_train && t->residual && !save_residual(d, t)) {
+    ignore_stream(d, t->model_stream_id, t->job_id, t->round);
+    d->task = NULL;
+    task_free(t);
+    pump(d);
+    return;
+  }
   if (t->has_train && t->plan.site_noise && !charge_ledger(d, t)) {
     ignore_stream(d, t->model_stream_id, t->job_id, t->round);
     d->task = NULL;
@@ -778,8 +831,7 @@ static void work_done(uv_work_t *w, int status) {
     XF_INFO("task_trained", "job=%s round=%u attempt=%u samples=%llu train_loss=%.6g "
             "test_loss=%.6g test_accuracy=%.4f seconds=%.3f update_bytes=%zu", qj,
             (unsigned)t->round, (unsigned)t->attempt, (unsigned long long)t->samples,
-            t->train_loss, t->test_loss, t->test_accuracy, t->seconds,
-            t->n_params * sizeof(float));
+            t->train_loss, t->test_loss, t->test_accuracy, t->seconds, t->wire_len);
   else
     XF_INFO("task_evaluated", "job=%s round=%u attempt=%u test_loss=%.6g test_accuracy=%.4f "
             "seconds=%.3f", qj, (unsigned)t->round, (unsigned)t->attempt, t->test_loss,
@@ -823,7 +875,7 @@ static xf_err send_metrics(daemon_t *d, task *t, xf_errctx *err) {
   m.test_accuracy = t->test_accuracy;
   m.samples = t->samples;
   m.bytes_down = t->model_len;
-  m.bytes_up = t->has_train ? t->n_params * sizeof(float) : 0;
+  m.bytes_up = t->has_train ? t->wire_len : 0;
   m.model_round = t->model_round;
   m.seconds = t->seconds;
   if (t->has_train && t->has_epsilon) {
@@ -892,7 +944,7 @@ static void pump(daemon_t *d) {
       t->awaiting_ack = true;
       XF_INFO("update_begin", "job=%s round=%u attempt=%u stream=%llu bytes=%zu weight=%llu", qj,
               (unsigned)t->round, (unsigned)t->attempt, (unsigned long long)t->update_stream_id,
-              t->n_params * sizeof(float), (unsigned long long)t->samples);
+              t->wire_len, (unsigned long long)t->samples);
       return;
     }
     if (t->msg.env.body_case == XFED__ENVELOPE__BODY_TENSOR_END) {
@@ -911,7 +963,7 @@ static void on_tensor_ack(daemon_t *d, const Xfed__TensorAck *a) {
   }
   char qj[JOB_ID_MAX];
   logq(qj, sizeof(qj), t->job_id);
-  uint64_t total = t->n_params * sizeof(float);
+  uint64_t total = t->wire_len;
   if (t->awaiting_ack) {
     xf_errctx err;
     xf_errctx_clear(&err);
@@ -1143,8 +1195,8 @@ static xf_err find_dataset(daemon_t *d, const xf_jobspec *spec, xf_site_dataset 
  * privacy plan). Secure aggregation and the distributed noise mode are not
  * built: sending a raw update to a job that promised them would break the
  * promise, so such jobs are refused. */
-static xf_err job_supported(daemon_t *d, const xf_jobspec *spec, const xf_site_dataset *ds,
-                            size_t *n_params, xf_errctx *err) {
+static xf_err job_supported(const xf_jobspec *spec, const xf_site_dataset *ds, size_t *n_params,
+                            xf_errctx *err) {
   XF_ENSURE(!spec->secure_aggregation.enabled, err, XF_EUNSUPPORTED,
             "secure_aggregation: this site does not implement secure aggregation yet");
   const xf_job_privacy *pv = &spec->privacy;
@@ -1161,14 +1213,6 @@ static xf_err job_supported(daemon_t *d, const xf_jobspec *spec, const xf_site_d
                    "fit it: %s", ds->name, ds->h, ds->w, ds->c, ds->classes, inner.msg);
   *n_params = xf_model_num_params(m);
   xf_model_free(m);
-  if ((spec->compression.uplink.quant_bits || spec->compression.uplink.topk_fraction > 0) &&
-      !d->warned_compression) {
-    char text[XF_JOB_UPLINK_TEXT_MAX];
-    XF_WARN("compression_not_applied", "uplink=%s why=\"updates travel as float32 "
-            "(docs/protocol.md); uplink compression is not built yet\"",
-            xf_job_uplink_format(&spec->compression.uplink, text, sizeof(text)));
-    d->warned_compression = true;
-  }
   return XF_OK;
 }
 
@@ -1303,7 +1347,7 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
   size_t n_params = 0;
   xf_privacy_plan plan = {0};
   xf_site_charge charge = {0};
-  if (job_supported(d, &spec, &ds, &n_params, &err) != XF_OK) {
+  if (job_supported(&spec, &ds, &n_params, &err) != XF_OK) {
     reason = XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
     snprintf(why, sizeof(why), "%s", err.msg);
   } else if (!o->evaluate_only &&
@@ -1351,6 +1395,22 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
   t->dataset = ds;
   t->plan = plan;
   t->charge = charge;
+  if (!o->evaluate_only && spec.compression.uplink.topk_fraction > 0) {
+    bool found = false;
+    t->residual = xf_mallocarray(n_params, sizeof(float));
+    if (!t->residual || xf_site_residual_load(d->reg, job, ds.name, o->round, t->residual,
+                                              n_params, &found, &err) != XF_OK) {
+      char msg[600];
+      snprintf(msg, sizeof(msg), "%s", t->residual ? err.msg : "out of memory");
+      t->dataset = (xf_site_dataset){0};
+      task_free(t);
+      ignore_stream(d, o->model_stream_id, job, o->round);
+      send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
+                   "cannot read the compression residual: %s", msg);
+      xf_site_dataset_free(&ds);
+      return;
+    }
+  }
   t->shuffle_seed = xf_site_shuffle_seed(spec.seed, o->round, d->cfg.site);
   t->update_stream_id = xf_site_update_stream_id(o->round, o->attempt);
   t->phase = PHASE_MODEL;

@@ -121,6 +121,18 @@ static const xf_migration site_migrations[] = {
      "BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;\n"
      "CREATE TRIGGER privacy_ledger_no_delete BEFORE DELETE ON privacy_ledger\n"
      "BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;\n"},
+    /* Top-k error feedback: what a site's compressed updates left out, kept
+     * between rounds (and across restarts) per job and dataset. */
+    {3,
+     "CREATE TABLE residuals (\n"
+     "  job TEXT NOT NULL,\n"
+     "  dataset TEXT NOT NULL,\n"
+     "  round INTEGER NOT NULL CHECK (round >= 1),\n"
+     "  n INTEGER NOT NULL CHECK (n >= 1),\n"
+     "  data BLOB NOT NULL CHECK (length(data) = 4 * n),\n"
+     "  saved_at INTEGER NOT NULL,\n"
+     "  PRIMARY KEY (job, dataset, round)\n"
+     ");\n"},
 };
 
 struct xf_site_registry {
@@ -882,6 +894,82 @@ xf_err xf_site_ledger_jobs(xf_site_registry *reg, const char *dataset, xf_site_l
   }
   *out = v;
   return XF_OK;
+}
+
+/* ---- top-k residuals ------------------------------------------------------------------- */
+
+xf_err xf_site_residual_load(xf_site_registry *reg, const char *job, const char *dataset,
+                             uint32_t round, float *out, size_t n, bool *found,
+                             xf_errctx *err) {
+  *found = false;
+  memset(out, 0, n * sizeof(float));
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(prepare(reg,
+                   "SELECT n, data FROM residuals WHERE job = ? AND dataset = ? AND round < ? "
+                   "ORDER BY round DESC LIMIT 1",
+                   &st, err));
+  xf_err rc = bind_text(reg, st, 1, job, err);
+  if (rc == XF_OK) rc = bind_text(reg, st, 2, dataset, err);
+  if (rc == XF_OK) {
+    sqlite3_bind_int64(st, 3, round);
+    int s = sqlite3_step(st);
+    if (s == SQLITE_ROW) {
+      /* A residual of another size (a different model under the same job id)
+       * is not this job's: start from zero. */
+      if ((size_t)sqlite3_column_int64(st, 0) == n &&
+          (size_t)sqlite3_column_bytes(st, 1) == n * sizeof(float)) {
+        const void *blob = sqlite3_column_blob(st, 1);
+        if (blob) {
+          memcpy(out, blob, n * sizeof(float));
+          *found = true;
+        }
+      }
+    } else if (s != SQLITE_DONE) {
+      rc = xf_db_fail(reg->db, err, "reading the residual");
+    }
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
+xf_err xf_site_residual_save(xf_site_registry *reg, const char *job, const char *dataset,
+                             uint32_t round, const float *r, size_t n, int64_t now,
+                             xf_errctx *err) {
+  if (n == 0 || n > (size_t)INT32_MAX / sizeof(float))
+    return xf_fail(err, XF_EINVAL, "a residual of %zu values", n);
+  XF_GUARD(xf_db_begin(reg->db, err));
+  sqlite3_stmt *st = NULL;
+  xf_err rc = prepare(reg,
+                      "INSERT OR REPLACE INTO residuals (job, dataset, round, n, data, saved_at) "
+                      "VALUES (?, ?, ?, ?, ?, ?)",
+                      &st, err);
+  if (rc == XF_OK) rc = bind_text(reg, st, 1, job, err);
+  if (rc == XF_OK) rc = bind_text(reg, st, 2, dataset, err);
+  if (rc == XF_OK) {
+    sqlite3_bind_int64(st, 3, round);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)n);
+    if (sqlite3_bind_blob(st, 5, r, (int)(n * sizeof(float)), SQLITE_STATIC) != SQLITE_OK)
+      rc = xf_db_fail(reg->db, err, "binding the residual");
+    sqlite3_bind_int64(st, 6, now);
+  }
+  if (rc == XF_OK) rc = step_done(reg, st, "saving the residual", err);
+  sqlite3_finalize(st);
+  st = NULL;
+  /* The residual before this round stays for a retried attempt of it; older
+   * ones are no longer needed. */
+  if (rc == XF_OK)
+    rc = prepare(reg, "DELETE FROM residuals WHERE job = ? AND dataset = ? AND round < ?", &st,
+                 err);
+  if (rc == XF_OK) rc = bind_text(reg, st, 1, job, err);
+  if (rc == XF_OK) rc = bind_text(reg, st, 2, dataset, err);
+  if (rc == XF_OK) {
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)round - 1);
+    rc = step_done(reg, st, "dropping old residuals", err);
+  }
+  sqlite3_finalize(st);
+  if (rc == XF_OK) rc = xf_db_commit(reg->db, err);
+  if (rc != XF_OK) xf_db_rollback(reg->db);
+  return rc;
 }
 
 /* ---- verification ---------------------------------------------------------------------- */

@@ -163,6 +163,23 @@ xf_err xf_site_ledger_charge(xf_site_registry *reg, const char *dataset, const c
                              uint32_t round, uint32_t attempt, const xf_site_charge *c,
                              int64_t now, xf_errctx *err) XF_WARN_UNUSED;
 
+/* ---- top-k residuals ------------------------------------------------------------------ */
+
+/* The error-feedback residual (n floats) that job's compressed updates on
+ * dataset left out, as saved by the latest round before `round` (so a retried
+ * attempt of a round starts from the same residual as the first). Zeroes and
+ * *found false when there is none, or one of another size. XF_EDB. */
+xf_err xf_site_residual_load(xf_site_registry *reg, const char *job, const char *dataset,
+                             uint32_t round, float *out, size_t n, bool *found,
+                             xf_errctx *err) XF_WARN_UNUSED;
+
+/* Saves the residual left after round's update, in one transaction that
+ * also drops residuals older than round - 1. XF_EINVAL for n of 0 or above
+ * 2^29, XF_EDB. */
+xf_err xf_site_residual_save(xf_site_registry *reg, const char *job, const char *dataset,
+                             uint32_t round, const float *r, size_t n, int64_t now,
+                             xf_errctx *err) XF_WARN_UNUSED;
+
 /* One job's spend on a dataset, for `xfed-site ledger`. */
 typedef struct xf_site_ledger_job {
   char job[64];

@@ -20,3 +20,7 @@ function(xf_add_fuzzer name)
     target_link_options(${name}_fuzzer PRIVATE -fsanitize=fuzzer)
   endif()
 endfunction()
+
+# The update codec's decoder (net/codec.h); registered here because its own
+# fragment, tests/codec.cmake, is read before this one.
+xf_add_fuzzer(fuzz_codec LIBS xf_codec)

@@ -20,6 +20,7 @@
 #include "crypto/noise.h"
 #include "kernels/backend.h"
 #include "kernels/checkpoint.h"
+#include "net/codec.h"
 #include "kernels/model.h"
 #include "kernels/net.h"
 #include "kernels/train.h"
@@ -849,6 +850,52 @@ static void dp_sgd_arguments_are_refused_with_a_reason(void **state) {
 
 /* ---- model files ----------------------------------------------------------- */
 
+/* The downlink's half-precision model files: half the parameter bytes, the
+ * values rounded to nearest even, and the digest of what a reader decodes
+ * (which is what the encoder reports), so a site can check it. */
+static void half_model_files_carry_rounded_values_and_their_digest(void **state) {
+  (void)state;
+  xf_model_spec s = {.arch = XF_ARCH_MLP, .hidden = {9}, .n_hidden = 1,
+                     .in_h = 3, .in_w = 3, .in_c = 1, .classes = 3};
+  xf_model *m, *back;
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  size_t P = xf_model_num_params(m);
+  float *p = malloc(P * 4), *q, *want = malloc(P * 4);
+  uint16_t *h = malloc(P * 2);
+  xf_model_init_params(m, 3, p);
+  uint8_t *f32, *buf;
+  size_t len32, len;
+  assert_int_equal(xf_checkpoint_encode(m, p, &f32, &len32, NULL), XF_OK);
+  for (int bf16 = 0; bf16 <= 1; bf16++) {
+    xf_digest stated, got;
+    assert_int_equal(xf_checkpoint_encode_as(m, p, bf16 ? XF_CHECKPOINT_BF16 : XF_CHECKPOINT_F16,
+                                             &buf, &len, &stated, NULL),
+                     XF_OK);
+    assert_true(len32 - len >= 2 * P - 16); /* the header differs by a few bytes */
+    assert_int_equal(xf_checkpoint_decode(buf, len, &back, &q, NULL), XF_OK);
+    assert_int_equal(xf_codec_to_half(p, P, bf16, h), XF_OK);
+    xf_codec_from_half(h, P, bf16, want);
+    assert_memory_equal(q, want, P * 4);
+    xf_params_digest(q, P, &got);
+    assert_memory_equal(got.bytes, stated.bytes, XF_DIGEST_BYTES);
+    xf_model_free(back);
+    free(q);
+    xf_errctx err = {0};
+    buf[len - 1] ^= 0x01;
+    assert_int_equal(xf_checkpoint_decode(buf, len, &back, &q, &err), XF_EINTEGRITY);
+    free(buf);
+  }
+  p[0] = NAN;
+  xf_errctx err = {0};
+  assert_int_not_equal(xf_checkpoint_encode_as(m, p, XF_CHECKPOINT_F16, &buf, &len, NULL, &err),
+                       XF_OK);
+  free(f32);
+  free(h);
+  free(want);
+  free(p);
+  xf_model_free(m);
+}
+
 static void model_file_roundtrips_and_rejects_damage(void **state) {
   (void)state;
   xf_model_spec s = {.arch = XF_ARCH_MLP, .hidden = {7, 5}, .n_hidden = 2,
@@ -977,6 +1024,7 @@ int main(void) {
       cmocka_unit_test(dp_training_learns_a_separable_problem),
       cmocka_unit_test(dp_sgd_arguments_are_refused_with_a_reason),
       cmocka_unit_test(model_file_roundtrips_and_rejects_damage),
+      cmocka_unit_test(half_model_files_carry_rounded_values_and_their_digest),
       cmocka_unit_test(allocation_failures_are_reported_not_crashed),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -14,7 +14,10 @@
 #            and its ledger; a second job on a dataset whose budget is spent
 #            is refused with the dataset and the numbers; then a site-unit
 #            job with local noise reports its epsilon too.
-# usage: federation.sh BUILD_DIR resume|quorum|central|record
+#   compress: uplink q8 and topk:0.05+q8 (error feedback kept in each site's
+#            database) with fp16 and bf16 downlink: the bytes in the metrics
+#            shrink as promised and the model still learns.
+# usage: federation.sh BUILD_DIR resume|quorum|central|record|compress
 set -euo pipefail
 build=$(cd "${1:?build dir}" && pwd)
 scenario=${2:?scenario}
@@ -256,6 +259,37 @@ record)
   leps=$(job_field 3 epsilon)
   awk -v e="$leps" 'BEGIN { exit !(e > 0 && e <= 20) }' || fail "job 3's epsilon '$leps' is not in (0, 20]"
   echo "record: job 1 epsilon $eps (target 1.5), s1 ledger $spent; job 2 refused: $(grep -o "dataset 'fmnist' at site s1[^;]*" "$work/status2.txt" | head -n 1); local job epsilon $leps"
+  ;;
+compress)
+  start_coord z
+  make_sites z
+  # The same job three ways: float32, q8 up + fp16 down, top-k 5% + q8 up + bf16 down.
+  cp "$work/job.json" "$work/plain.json"
+  sed 's/"seed": 11}/"seed": 11, "compression": {"uplink": "q8", "downlink": "fp16"}}/' \
+    "$work/job.json" >"$work/q8.json"
+  sed 's/"seed": 11}/"seed": 11, "compression": {"uplink": "topk:0.05+q8", "downlink": "bf16"}}/' \
+    "$work/job.json" >"$work/topk.json"
+  for j in plain q8 topk; do cli job submit "$work/$j.json" >/dev/null; done
+  wait_state 3 done 600
+  for id in 1 2 3; do
+    [[ $(job_field $id state) == done ]] || fail "job $id is $(job_field $id state)"
+    cli job metrics $id --csv >"$work/m$id.csv"
+  done
+  # Sum of the sites' uplink and downlink bytes per job (training rows only).
+  up() { awk -F, 'NR > 1 && $4 != "" { s += $8 } END { print s + 0 }' "$work/m$1.csv"; }
+  down() { awk -F, 'NR > 1 && $4 != "" { s += $9 } END { print s + 0 }' "$work/m$1.csv"; }
+  acc() { job_field "$1" test_accuracy; }
+  u1=$(up 1) u2=$(up 2) u3=$(up 3) d1=$(down 1) d2=$(down 2) d3=$(down 3)
+  ((u1 > 0 && d1 > 0)) || fail "job 1 reports no traffic: $(cat "$work/m1.csv")"
+  awk -v a="$u2" -v b="$u1" 'BEGIN { exit !(a <= 0.27 * b) }' || fail "q8 sent $u2 of $u1 bytes (> 27%)"
+  awk -v a="$u3" -v b="$u1" 'BEGIN { exit !(a <= 0.035 * b) }' || fail "topk:0.05+q8 sent $u3 of $u1 bytes (> 3.5%)"
+  awk -v a="$d2" -v b="$d1" 'BEGIN { exit !(a <= 0.55 * b) }' || fail "fp16 downlink sent $d2 of $d1 bytes"
+  awk -v a="$d3" -v b="$d1" 'BEGIN { exit !(a <= 0.55 * b) }' || fail "bf16 downlink sent $d3 of $d1 bytes"
+  a1=$(acc 1) a2=$(acc 2) a3=$(acc 3)
+  awk -v a="$a2" -v b="$a1" 'BEGIN { exit !(a >= b - 0.02) }' || fail "q8 accuracy $a2 vs $a1"
+  awk -v a="$a3" -v b="$a1" 'BEGIN { exit !(a >= 0.6) }' || fail "topk accuracy $a3 (plain $a1)"
+  grep -q 'event=residual_saved job=3 ' "$work/z/logs/s1.log" || fail "s1 keeps no top-k residual"
+  echo "compress: uplink bytes float32 $u1, q8 $u2, topk:0.05+q8 $u3; downlink $d1, fp16 $d2, bf16 $d3; accuracy $a1 / $a2 / $a3"
   ;;
 *) echo "unknown scenario $scenario" >&2; exit 2 ;;
 esac
