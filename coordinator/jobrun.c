@@ -676,6 +676,11 @@ static void on_tensor_begin(xf__coord *co, xf__job *job, xf__site *s,
   xf_codec_uplink codec;
   bool encoded = xf__job_uplink(&job->spec, &codec);
   bool compressed = encoded;
+  /* A region's aggregate keeps all of its sites' top-k values. */
+  if (s->regional && codec.topk_fraction > 0) {
+    double f = codec.topk_fraction * (m->contributors ? m->contributors : 1);
+    codec.topk_fraction = f > 1 ? 1 : f;
+  }
   uint64_t max_encoded = encoded ? xf_codec_encoded_max(&codec, job->n_params) : 0;
   /* With uplink compression an update comes encoded (U8); float32 is
    * always understood (a regional aggregator that could not encode). */

@@ -244,6 +244,16 @@ static bool encode_aggregate(xf__coord *co, const xf__job *job, const float *mea
     snprintf(up->residual_job, sizeof(up->residual_job), "%s", up->residual ? job->id_text : "");
     if (!up->residual) return false;
   }
+  /* The sum of the sites' sparse updates has up to their k's worth of
+   * nonzeros: a second top-k at the job's fraction would drop half of a
+   * two-site region's values again. Keep as many as the sum has (the
+   * residual still catches the quantization error). */
+  if (codec.topk_fraction > 0) {
+    size_t nnz = 0;
+    for (size_t i = 0; i < n; i++) nnz += mean[i] != 0.0f;
+    double f = (double)nnz / (double)n;
+    if (f > codec.topk_fraction) codec.topk_fraction = f > 1 ? 1 : f;
+  }
   /* Stochastic rounding repeats with the job's seed, round and region. */
   uint64_t seed = job->spec.seed ^ ((uint64_t)job->offer_round * 0x9e3779b97f4a7c15ull) ^
                   xf_coord_site_id(co->cfg.region);
