@@ -19,9 +19,10 @@
 #include "coordinator/round.h"
 #include "crypto/digest.h"
 #include "crypto/noise.h"
+#include "crypto/secagg.h"
 #include "kernels/checkpoint.h"
-#include "net/codec.h"
 #include "kernels/model.h"
+#include "net/codec.h"
 #include "net/conn.h"
 #include "net/session.h"
 #include "net/tensor.h"
@@ -125,6 +126,40 @@ typedef enum xf__phase {
   XF__PHASE_OVER      /* finished, failed or cancelled: about to be dropped */
 } xf__phase;
 
+/* Secure aggregation of one round attempt (coordinator/secagg_run.c). */
+typedef enum xf__sa_phase {
+  XF__SA_ADVERT = 0, /* collecting the sites' keys */
+  XF__SA_SHARE,      /* collecting their encrypted shares */
+  XF__SA_MASKED,     /* shares routed: masked inputs arrive as updates */
+  XF__SA_UNMASK,     /* the round closed: collecting the survivors' reveals */
+  XF__SA_DONE        /* the mean is unmasked */
+} xf__sa_phase;
+
+typedef struct xf__sa_share {
+  uint32_t from, to;
+  uint8_t ct[XF_SECAGG_SHARE_BYTES];
+} xf__sa_share;
+
+typedef struct xf__sa {
+  xf_secagg_params p;
+  xf_secagg_server *server;
+  xf_codec_fixed fixed;  /* the shared integer scale */
+  uint32_t attempt;
+  uint64_t *ids;         /* index - 1 -> site id (the cohort) */
+  double *scale;         /* index - 1 -> the site's share of the cohort's weight */
+  uint64_t *weight;      /* index - 1 -> its weight (records, or 1 under central privacy) */
+  uint8_t *state;        /* index - 1 -> progress flags */
+  uint32_t **inputs;     /* index - 1 -> its whole masked input, held until unmasking */
+  xf__sa_share *shares;  /* received, waiting to be routed */
+  size_t n_shares, cap_shares;
+  xf__sa_phase phase;
+  double deadline;       /* of the current phase */
+  uint32_t *u3;          /* the survivors, once unmasking starts */
+  size_t n_u3;
+  float *mean;           /* the unmasked mean (DONE), taken by the commit */
+  uint64_t mean_weight;  /* the survivors' total weight */
+} xf__sa;
+
 /* The job the coordinator runs (one at a time), or a regional aggregator's
  * relay of one upstream task. */
 typedef struct xf__job {
@@ -157,6 +192,7 @@ typedef struct xf__job {
    * message: a budget spent stays spent, so the round is not retried. */
   int privacy_refusal;
   char privacy_note[1024];
+  xf__sa *sa; /* secure aggregation of the open attempt, or NULL */
 } xf__job;
 
 /* The regional role's link upstream and the task it is relaying. */
@@ -264,6 +300,34 @@ xf_err xf__job_start_relay(xf__coord *co, xf_errctx *err);
  * has no such privacy. */
 double xf__job_sampling_rate(const xf_jobspec *spec);
 bool xf__job_epsilon(const xf_jobspec *spec, uint32_t rounds, double *eps);
+
+/* ---- secure aggregation (secagg_run.c) ---- */
+
+/* Starts secure aggregation for the round's freshly drawn cohort (job->sa). */
+xf_err xf__sa_start(xf__coord *co, xf__job *job, xf_errctx *err) XF_WARN_UNUSED;
+void xf__sa_free(xf__sa *sa);
+/* The cohort index (1..n) of a site, 0 when not in it. */
+uint32_t xf__sa_index(const xf__sa *sa, uint64_t site);
+/* Fills the TaskOffer's setup for cohort index `index` (points into sa). */
+void xf__sa_setup(const xf__sa *sa, uint32_t index, Xfed__SecAggSetup *out);
+/* Adverts, shares and reveals from a cohort site. */
+void xf__sa_on_frame(xf__coord *co, xf__job *job, xf__site *s, const Xfed__Envelope *env);
+/* A site's whole masked input (length words, aligned); takes *bytes
+ * (xf_malloc'ed) and sets it to NULL on success. */
+xf_err xf__sa_masked(xf__job *job, xf__site *s, uint8_t **bytes, size_t len,
+                     xf_errctx *err) XF_WARN_UNUSED;
+/* The round closed with quorum: asks the survivors to reveal; false when it
+ * is already under way or could not start (the round's commit failed). */
+bool xf__sa_unmask_start(xf__coord *co, xf__job *job);
+/* Phase deadlines, and a cohort site that left or refused. */
+void xf__sa_tick(xf__coord *co, xf__job *job, double now);
+void xf__sa_site_changed(xf__coord *co, xf__job *job);
+
+/* jobrun.c's side: leave a site out of the round; carry on with the commit
+ * once the mean is unmasked; or give up on this attempt's result. */
+void xf__job_drop_site(xf__coord *co, xf__job *job, xf__site *s, const char *why);
+void xf__job_commit(xf__coord *co, xf__job *job);
+void xf__job_commit_failed(xf__coord *co, xf__job *job, const char *why);
 
 /* Whether the job compresses its uplink, and its codec. */
 bool xf__job_uplink(const xf_jobspec *spec, xf_codec_uplink *codec);

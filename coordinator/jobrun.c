@@ -19,6 +19,7 @@
 #include "kernels/checkpoint.h"
 
 static void run_actions(xf__coord *co, xf__job *job);
+static void fail_job(xf__coord *co, xf__job *job, const char *why);
 
 /* ---- helpers -------------------------------------------------------------------------- */
 
@@ -70,6 +71,7 @@ static xf_err refresh_offer(xf__job *job, xf_errctx *err) {
 
 void xf__job_free(xf__job *job) {
   if (!job) return;
+  xf__sa_free(job->sa);
   xf__model_file_unref(job->offer_mf);
   xf_round_free(job->round);
   xf_aggregator_free(job->agg);
@@ -163,6 +165,12 @@ static xf_err send_task(xf__coord *co, xf__job *job, xf__site *s, double deadlin
   o.params_json = job->spec_json;
   o.evaluate_only = eval;
   o.model_round = job->model_round;
+  Xfed__SecAggSetup setup;
+  uint32_t sa_index = job->sa && !eval ? xf__sa_index(job->sa, s->id) : 0;
+  if (sa_index) {
+    xf__sa_setup(job->sa, sa_index, &setup);
+    o.secagg = &setup;
+  }
   uint64_t stream = (uint64_t)o.round << 16 | (uint64_t)o.attempt << 1;
   stream = stream ? stream : 2; /* even ids are models, odd ones updates */
   o.model_stream_id = stream;
@@ -293,6 +301,14 @@ static void try_open(xf__coord *co, xf__job *job) {
   if (xf_aggregator_create(&job->spec.strategy, job->n_params, nc ? nc : 1, &job->agg, &err) !=
       XF_OK)
     XF_ERROR("aggregator_failed", "job=%s reason=\"%s\"", job->id_text, err.msg);
+  xf__sa_free(job->sa);
+  job->sa = NULL;
+  if (job->spec.secure_aggregation.enabled && xf__sa_start(co, job, &err) != XF_OK) {
+    char why[600];
+    snprintf(why, sizeof(why), "secure aggregation cannot run: %s", err.msg);
+    fail_job(co, job, why);
+    return;
+  }
   run_actions(co, job);
 }
 
@@ -345,22 +361,36 @@ static void eval_check(xf__coord *co, xf__job *job) {
 /* ---- commit ------------------------------------------------------------------------------ */
 
 static xf_err commit_round(xf__coord *co, xf__job *job, xf_errctx *err) {
-  float *mean = xf_mallocarray(job->n_params, sizeof(float));
-  if (!mean) return xf_fail(err, XF_ENOMEM, "out of memory for the aggregate");
-  xf_err rc = xf_aggregator_finish(job->agg, mean, err);
-  if (rc != XF_OK) {
-    xf_free(mean);
-    return rc;
+  float *mean = NULL;
+  uint64_t weight;
+  size_t reports;
+  xf_err rc = XF_OK;
+  if (job->sa) {
+    /* Unmasked by secure aggregation (secagg_run.c). */
+    XF_ENSURE(job->sa->mean, err, XF_EINVAL, "the secure sum is not unmasked");
+    mean = job->sa->mean;
+    job->sa->mean = NULL;
+    weight = job->sa->mean_weight;
+    reports = job->sa->n_u3;
+  } else {
+    mean = xf_mallocarray(job->n_params, sizeof(float));
+    if (!mean) return xf_fail(err, XF_ENOMEM, "out of memory for the aggregate");
+    rc = xf_aggregator_finish(job->agg, mean, err);
+    if (rc != XF_OK) {
+      xf_free(mean);
+      return rc;
+    }
+    weight = xf_aggregator_total_weight(job->agg);
+    reports = xf_aggregator_committed(job->agg);
   }
   if (job->relay) {
-    xf__upstream_aggregate(co, job, mean, job->n_params, xf_aggregator_total_weight(job->agg),
-                           (uint32_t)xf_aggregator_committed(job->agg));
+    xf__upstream_aggregate(co, job, mean, job->n_params, weight, (uint32_t)reports);
     return XF_OK;
   }
   if (is_central(&job->spec)) {
     /* N(0, (sigma C)^2) on the sum of n clipped updates is N(0, (sigma C / n)^2)
      * on their mean. */
-    double n = (double)xf_aggregator_committed(job->agg);
+    double n = (double)reports;
     /* The sampler rounds the mean to its grid: sigma grows by that slack
      * so that the accountant's multiplier holds (coordinator/jobprivacy.h). */
     double sd;
@@ -402,8 +432,7 @@ static xf_err commit_round(xf__coord *co, xf__job *job, xf_errctx *err) {
   char hex[XF_DIGEST_HEX];
   xf_digest_hex(&job->params_digest, hex);
   XF_INFO("round_committed", "job=%s round=%u reports=%zu weight=%" PRIu64 " model=%s",
-          job->id_text, (unsigned)round, xf_aggregator_committed(job->agg),
-          xf_aggregator_total_weight(job->agg), hex);
+          job->id_text, (unsigned)round, reports, weight, hex);
   return XF_OK;
 }
 
@@ -486,6 +515,39 @@ static void note_privacy_refusal(xf__job *job, const xf__site *s, const Xfed__Ta
 
 /* ---- the machine's actions ------------------------------------------------------------- */
 
+void xf__job_commit(xf__coord *co, xf__job *job) {
+  xf_errctx err = {0};
+  if (commit_round(co, job, &err) != XF_OK) {
+    char why[600];
+    snprintf(why, sizeof(why), "round %u could not be committed: %s", (unsigned)offer_round(job),
+             err.msg);
+    fail_job(co, job, why);
+    return;
+  }
+  if (job->relay) {
+    job_over(co, job);
+    return;
+  }
+  if (xf_round_committed(job->round, &err) != XF_OK) {
+    fail_job(co, job, err.msg);
+    return;
+  }
+  job->phase = XF__PHASE_WAIT;
+  run_actions(co, job);
+  if (job->phase == XF__PHASE_WAIT) try_open(co, job);
+}
+
+void xf__job_commit_failed(xf__coord *co, xf__job *job, const char *why) {
+  xf_errctx err = {0};
+  XF_WARN("round_not_aggregated", "job=%s round=%u reason=\"%s\"", job->id_text,
+          (unsigned)offer_round(job), why);
+  if (xf_round_commit_failed(job->round, why, &err) != XF_OK) {
+    fail_job(co, job, err.msg);
+    return;
+  }
+  run_actions(co, job);
+}
+
 static void run_actions(xf__coord *co, xf__job *job) {
   size_t n;
   const xf_round_action *a = xf_round_actions(job->round, &n);
@@ -517,24 +579,13 @@ static void run_actions(xf__coord *co, xf__job *job) {
     case XF_ROUND_ACT_COMMIT:
       for (xf__site *o = co->sites; o; o = o->next)
         if (o->upd || o->rx) send_cancel(co, job, o, "the round closed without this update");
-      if (commit_round(co, job, &err) != XF_OK) {
-        char why[600];
-        snprintf(why, sizeof(why), "round %u could not be committed: %s",
-                 (unsigned)offer_round(job), err.msg);
-        fail_job(co, job, why);
+      /* Under secure aggregation the sum must be unmasked first: the
+       * commit goes on from xf__job_commit when it is. */
+      if (job->sa) {
+        (void)xf__sa_unmask_start(co, job);
         break;
       }
-      if (job->relay) {
-        job_over(co, job);
-        break;
-      }
-      if (xf_round_committed(job->round, &err) != XF_OK) {
-        fail_job(co, job, err.msg);
-        break;
-      }
-      job->phase = XF__PHASE_WAIT;
-      run_actions(co, job);
-      if (job->phase == XF__PHASE_WAIT) try_open(co, job);
+      xf__job_commit(co, job);
       break;
     case XF_ROUND_ACT_RETRY:
       if (job->privacy_refusal) {
@@ -646,6 +697,11 @@ static void drop_site(xf__coord *co, xf__job *job, xf__site *s, const char *why)
   xf_errctx err = {0};
   if (xf_round_site_dropped(job->round, s->id, &err) == XF_OK) run_actions(co, job);
   admit(co, job);
+  if (job->sa && job->phase == XF__PHASE_ROUND) xf__sa_site_changed(co, job);
+}
+
+void xf__job_drop_site(xf__coord *co, xf__job *job, xf__site *s, const char *why) {
+  drop_site(co, job, s, why);
 }
 
 static bool is_current(const xf__job *job, const char *job_id, uint32_t round, uint32_t attempt) {
@@ -683,15 +739,26 @@ static void on_tensor_begin(xf__coord *co, xf__job *job, xf__site *s,
   }
   uint64_t max_encoded = encoded ? xf_codec_encoded_max(&codec, job->n_params) : 0;
   /* With uplink compression an update comes encoded (U8); float32 is
-   * always understood (a regional aggregator that could not encode). */
-  bool as_float = m->element_count == job->n_params && m->dtype == XFED__TENSOR_BEGIN__DTYPE__F32 &&
+   * always understood (a regional aggregator that could not encode). Under
+   * secure aggregation it is the masked integers (U32), nothing else. */
+  bool masked = job->sa != NULL;
+  bool as_float = !masked && m->element_count == job->n_params &&
+                  m->dtype == XFED__TENSOR_BEGIN__DTYPE__F32 &&
                   m->total_bytes == (uint64_t)job->n_params * 4;
-  encoded = encoded && m->dtype == XFED__TENSOR_BEGIN__DTYPE__U8;
+  encoded = !masked && encoded && m->dtype == XFED__TENSOR_BEGIN__DTYPE__U8;
   bool shape_ok = as_float || (encoded && m->element_count == m->total_bytes &&
-                               m->total_bytes > 0 && m->total_bytes <= max_encoded);
+                               m->total_bytes > 0 && m->total_bytes <= max_encoded) ||
+                  (masked && m->dtype == XFED__TENSOR_BEGIN__DTYPE__U32 &&
+                   m->element_count == job->n_params &&
+                   m->total_bytes == (uint64_t)job->n_params * 4);
   if (!shape_ok || m->weight == 0) {
     if (s->peer) {
-      if (compressed)
+      if (masked)
+        xf_session_send_error(s->peer->conn, XF_EFORMAT,
+                              "an update of this job is its %zu masked integers (U32) with a "
+                              "weight > 0",
+                              job->n_params);
+      else if (compressed)
         xf_session_send_error(s->peer->conn, XF_EFORMAT,
                               "an update of this job is its %zu values encoded for the uplink "
                               "(U8, at most %" PRIu64 " bytes) with a weight > 0",
@@ -712,7 +779,7 @@ static void on_tensor_begin(xf__coord *co, xf__job *job, xf__site *s,
     if (!s->waiting_admission) send_ack(s, s->rx);
     return;
   }
-  if (encoded) {
+  if (encoded || masked) {
     s->rx_encoded = xf_malloc((size_t)m->total_bytes);
     s->rx_encoded_len = (size_t)m->total_bytes;
     if (!s->rx_encoded) {
@@ -720,10 +787,18 @@ static void on_tensor_begin(xf__coord *co, xf__job *job, xf__site *s,
       return;
     }
   }
-  if (xf_tensor_receiver_new(m->total_bytes, encoded ? stash_sink : fold_sink, s, &s->rx, &err) !=
-          XF_OK ||
+  if (xf_tensor_receiver_new(m->total_bytes, encoded || masked ? stash_sink : fold_sink, s,
+                             &s->rx, &err) != XF_OK ||
       xf_tensor_receiver_begin(s->rx, m, &err) != XF_OK) {
     drop_site(co, job, s, err.msg);
+    return;
+  }
+  if (masked) {
+    /* Kept whole and added to the secure sum at its end: a partial masked
+     * input could not be taken out again (crypto/secagg.h). */
+    s->rx_weight = m->weight;
+    s->waiting_admission = false;
+    send_ack(s, s->rx);
     return;
   }
   /* Central privacy averages clipped updates with equal weights, so that
@@ -745,14 +820,19 @@ static void on_tensor_end(xf__coord *co, xf__job *job, xf__site *s, const Xfed__
     return;
   }
   uint64_t bytes = xf_tensor_receiver_info(s->rx)->total_bytes;
-  if (s->rx_encoded && fold_encoded(job, s, &err) != XF_OK) {
+  if (job->sa) {
+    if (xf__sa_masked(job, s, &s->rx_encoded, s->rx_encoded_len, &err) != XF_OK) {
+      drop_site(co, job, s, err.msg);
+      return;
+    }
+  } else if (s->rx_encoded && fold_encoded(job, s, &err) != XF_OK) {
     drop_site(co, job, s, err.msg);
     return;
   }
   xf_free(s->rx_encoded);
   s->rx_encoded = NULL;
   s->rx_encoded_len = 0;
-  if (xf_aggregator_end_update(s->upd, &err) != XF_OK) {
+  if (!job->sa && xf_aggregator_end_update(s->upd, &err) != XF_OK) {
     s->upd = NULL;
     drop_site(co, job, s, err.msg);
     return;
@@ -888,9 +968,15 @@ void xf__job_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env) {
       return;
     note_privacy_refusal(job, s, r);
     if (xf_round_site_refused(job->round, s->id, r->details, &err) == XF_OK) run_actions(co, job);
+    if (job->sa && job->phase == XF__PHASE_ROUND) xf__sa_site_changed(co, job);
     return;
   }
   case XFED__ENVELOPE__BODY_METRICS: on_metrics(co, job, s, env->metrics); return;
+  case XFED__ENVELOPE__BODY_SECAGG_ADVERT:
+  case XFED__ENVELOPE__BODY_SECAGG_SHARES:
+  case XFED__ENVELOPE__BODY_SECAGG_REVEAL:
+    if (job->sa && job->phase == XF__PHASE_ROUND) xf__sa_on_frame(co, job, s, env);
+    return;
   case XFED__ENVELOPE__BODY_TENSOR_BEGIN: on_tensor_begin(co, job, s, env->tensor_begin); return;
   case XFED__ENVELOPE__BODY_TENSOR_CHUNK:
     if (!s->rx || s->waiting_admission) {
@@ -990,6 +1076,7 @@ void xf__job_tick(xf__coord *co) {
       }
     if (job->phase == XF__PHASE_ROUND && xf_round_tick(job->round, now, &err) == XF_OK)
       run_actions(co, job);
+    if (job->phase == XF__PHASE_ROUND && job->sa) xf__sa_tick(co, job, now);
   }
   if (job && job->phase == XF__PHASE_WAIT) try_open(co, job);
   if (job && job->phase == XF__PHASE_EVAL) eval_check(co, job);

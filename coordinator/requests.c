@@ -207,15 +207,21 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
   bool central = spec.privacy.unit == XF_JOB_PRIVACY_UNIT_SITE &&
                  spec.privacy.mode == XF_JOB_PRIVACY_CENTRAL;
   if (spec.privacy.mode == XF_JOB_PRIVACY_DISTRIBUTED) unavailable = "privacy.mode";
-  else if (spec.secure_aggregation.enabled) unavailable = "secure_aggregation.enabled";
+  else if (spec.secure_aggregation.enabled &&
+           (spec.compression.uplink.quant_bits || spec.compression.uplink.topk_fraction > 0))
+    unavailable = "compression.uplink";
+  else if (spec.secure_aggregation.enabled && spec.privacy.clip <= 0)
+    unavailable = "privacy.clip";
   if (unavailable) {
     err.code = XF_EUNSUPPORTED;
     snprintf(err.file, sizeof(err.file), "%s", origin);
     snprintf(err.field, sizeof(err.field), "%s", unavailable);
     snprintf(err.msg, sizeof(err.msg),
-             "this coordinator does not run that yet (differential privacy mode "
-             "\"distributed\" and secure aggregation are not built); use privacy.mode "
-             "\"none\", \"central\" or \"local\" and secure_aggregation.enabled false");
+             "this coordinator does not run that (differential privacy mode \"distributed\" "
+             "is not built; secure aggregation sums integers on a shared scale fixed by "
+             "privacy.clip, which it needs, and carries its own quantization instead of "
+             "uplink compression); use privacy.mode \"none\", \"central\" or \"local\", "
+             "and with secure_aggregation a privacy.clip and compression.uplink \"none\"");
     reply_error(p, XF_EUNSUPPORTED, &err);
     return;
   }

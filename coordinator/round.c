@@ -401,6 +401,29 @@ xf_err xf_round_committed(xf_round *r, xf_errctx *err) {
   return XF_OK;
 }
 
+xf_err xf_round_commit_failed(xf_round *r, const char *why, xf_errctx *err) {
+  r->n_actions = 0;
+  XF_ENSURE(r->state == XF_ROUND_COMMITTING, err, XF_EINVAL,
+            "round %u has no result that could fail: it is %s", r->round,
+            xf_round_state_name(r->state));
+  if (r->attempt < r->max_attempts) {
+    xf_round_action *a = xf__push(r, XF_ROUND_ACT_RETRY, 0);
+    a->reported = r->reported;
+    xf__note(a, "round %u attempt %u could not be aggregated (%s); trying attempt %u of %u",
+             r->round, r->attempt, why ? why : "", r->attempt + 1, r->max_attempts);
+    r->attempt++;
+    r->state = XF_ROUND_READY;
+    return XF_OK;
+  }
+  xf_round_action *a = xf__push(r, XF_ROUND_ACT_FAIL_JOB, 0);
+  a->reported = r->reported;
+  xf__note(a, "round %u failed: attempt %u of %u could not be aggregated (%s)", r->round,
+           r->attempt, r->max_attempts, why ? why : "");
+  snprintf(r->failure, sizeof(r->failure), "%s", a->note);
+  r->state = XF_ROUND_FAILED;
+  return XF_OK;
+}
+
 /* ---- inspection ---------------------------------------------------------------- */
 
 const xf_round_action *xf_round_actions(const xf_round *r, size_t *n) {

@@ -138,6 +138,12 @@ xf_err xf_round_tick(xf_round *r, double now, xf_errctx *err) XF_WARN_UNUSED;
  * XF_EINVAL when not COMMITTING. */
 xf_err xf_round_committed(xf_round *r, xf_errctx *err) XF_WARN_UNUSED;
 
+/* The COMMITTING round's result could not be formed (secure aggregation
+ * could not unmask it): like a close below quorum, another attempt (RETRY,
+ * READY) or, after the last one, FAIL_JOB; `why` goes into the note.
+ * XF_EINVAL when not COMMITTING. */
+xf_err xf_round_commit_failed(xf_round *r, const char *why, xf_errctx *err) XF_WARN_UNUSED;
+
 /* The actions queued by the last call on r (open, an event, tick,
  * committed); each call starts a new list. Owned by r, valid until the next
  * call on r. *n gets the count. */

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sodium.h>
 #include <uv.h>
 
 #include "base/alloc.h"
@@ -25,6 +26,7 @@
 #include "coordinator/jobspec.h"
 #include "crypto/digest.h"
 #include "crypto/noise.h"
+#include "crypto/secagg.h"
 #include "crypto/pki.h"
 #include "kernels/backend.h"
 #include "kernels/checkpoint.h"
@@ -176,6 +178,11 @@ typedef struct task {
   const uint8_t *wire; /* what the UPDATE stream carries: update's or encoded's bytes */
   size_t wire_len;
   float *residual;     /* top-k error feedback: n_params floats, or NULL */
+  bool secagg;         /* the update goes out masked (site_sa) */
+  xf_codec_fixed sa_fixed;
+  double sa_scale;
+  uint32_t *sa_input;  /* the update quantized on the shared scale, then masked */
+  bool sa_waiting;     /* trained, waiting for the shares to be routed */
 
   /* privacy the site accounts for (unit record, or unit site mode local) */
   xf_privacy_plan plan;
@@ -218,6 +225,20 @@ typedef struct data_cache {
   xf_dataset train, test;
 } data_cache;
 
+/* This site's part in one round of secure aggregation. It outlives the
+ * task: the unmasking comes after the update is delivered. Loop-owned. */
+typedef struct site_sa {
+  bool active;
+  char job_id[JOB_ID_MAX];
+  uint32_t round, attempt;
+  xf_secagg_params p;
+  uint32_t index;
+  xf_codec_fixed fixed; /* the shared integer scale */
+  double scale;         /* this site's share of the cohort's weight */
+  xf_secagg_client *client;
+  bool routed;          /* U2 known: inputs can be masked */
+} site_sa;
+
 struct xf_site_daemon {
   uv_loop_t loop;
   char dir[PATH_MAX];
@@ -253,6 +274,7 @@ struct xf_site_daemon {
 
   /* tasks */
   task *task;        /* the live task, or NULL */
+  site_sa sa;        /* secure aggregation of the latest offer that asked for it */
   task *worker_task; /* the task on the worker (the live one or an abandoned one) */
   uv_work_t work;
   data_cache cache;
@@ -261,6 +283,8 @@ struct xf_site_daemon {
 };
 
 static void pump(daemon_t *d);
+static bool sa_is(const daemon_t *d, const char *job, uint32_t round, uint32_t attempt);
+static void sa_mask_and_stream(daemon_t *d, task *t);
 static void schedule_redial(daemon_t *d);
 static void maybe_start_worker(daemon_t *d);
 static void on_redial_timer(uv_timer_t *timer);
@@ -404,6 +428,7 @@ static void task_free(task *t) {
   xf_free(t->update);
   xf_free(t->encoded);
   xf_free(t->residual);
+  xf_free(t->sa_input);
   xf_tensor_sender_free(t->sender);
   xf_site_dataset_free(&t->dataset);
   xf_free(t);
@@ -686,6 +711,32 @@ static void task_compute(daemon_t *d, task *t) {
                            .round = t->round,
                            .attempt = t->attempt,
                            .weight = t->samples};
+    /* Secure aggregation: the update, scaled by the site's share of the
+     * weight, on the round's shared integer scale; it is masked and sent
+     * once the shares are routed (on the loop: sa_mask_and_stream). */
+    if (t->secagg) {
+      t->sa_input = xf_mallocarray(n, sizeof(uint32_t));
+      float *scaled = xf_mallocarray(n, sizeof(float));
+      size_t clipped = 0;
+      xf_err qrc = t->sa_input && scaled ? XF_OK : XF_ENOMEM;
+      for (size_t i = 0; qrc == XF_OK && i < n; i++)
+        scaled[i] = (float)((double)t->update[i] * t->sa_scale);
+      if (qrc == XF_OK)
+        qrc = xf_codec_quantize_fixed(&t->sa_fixed, scaled, n, t->shuffle_seed ^ XF__CODEC_SEED,
+                                      t->sa_input, &clipped, &err);
+      xf_free(scaled);
+      if (qrc != XF_OK) {
+        if (qrc == XF_ENOMEM) xf_fail(&err, XF_ENOMEM, "out of memory quantizing the update");
+        task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "cannot quantize the update", &err);
+        goto out;
+      }
+      if (clipped)
+        XF_WARN("secagg_clipped", "job=%s round=%u values=%zu why=\"beyond the shared scale\"",
+                t->job_id, (unsigned)t->round, clipped);
+      t->wire_len = n * sizeof(uint32_t);
+      t->seconds = mono_s() - t0;
+      goto out;
+    }
     /* Uplink compression comes last (after clipping and noise): the
      * encoding is post-processing and costs no privacy. */
     const xf_job_uplink *up = &t->spec.compression.uplink;
@@ -838,6 +889,14 @@ static void work_done(uv_work_t *w, int status) {
     return;
   }
   t->phase = PHASE_REPORTING;
+  if (t->has_train && t->secagg) {
+    if (d->sa.routed && sa_is(d, t->job_id, t->round, t->attempt)) {
+      sa_mask_and_stream(d, t);
+      if (d->task != t) return;
+    } else {
+      t->sa_waiting = true;
+    }
+  }
   if (t->has_train)
     XF_INFO("task_trained", "job=%s round=%u attempt=%u samples=%llu train_loss=%.6g "
             "test_loss=%.6g test_accuracy=%.4f seconds=%.3f update_bytes=%zu", qj,
@@ -926,6 +985,7 @@ static void pump(daemon_t *d) {
     t->metrics_sent = true;
     XF_INFO("metrics_sent", "job=%s round=%u attempt=%u", qj, (unsigned)t->round,
             (unsigned)t->attempt);
+    if (!t->sender && t->sa_waiting) return; /* the masked update follows its routing */
     if (!t->sender) {
       XF_INFO("task_done", "job=%s round=%u attempt=%u", qj, (unsigned)t->round,
               (unsigned)t->attempt);
@@ -934,7 +994,7 @@ static void pump(daemon_t *d) {
       return;
     }
   }
-  if (t->awaiting_ack || t->end_sent) return;
+  if (!t->sender || t->awaiting_ack || t->end_sent) return;
   for (;;) {
     if (!t->has_msg) {
       if (xf_tensor_sender_next(t->sender, &t->msg) != XF_OK) return;
@@ -1202,14 +1262,199 @@ static xf_err find_dataset(daemon_t *d, const xf_jobspec *spec, xf_site_dataset 
   return XF_OK;
 }
 
+/* ---- secure aggregation ---------------------------------------------------------------- */
+
+static void sa_reset(daemon_t *d) {
+  xf_secagg_client_free(d->sa.client);
+  memset(&d->sa, 0, sizeof(d->sa));
+}
+
+static bool sa_is(const daemon_t *d, const char *job, uint32_t round, uint32_t attempt) {
+  return d->sa.active && job && strcmp(d->sa.job_id, job) == 0 && d->sa.round == round &&
+         d->sa.attempt == attempt;
+}
+
+static void sa_send(daemon_t *d, Xfed__Envelope *env) {
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (!session_open(d) || xf_conn_send(d->conn, env, &err) != XF_OK) {
+    char q[600];
+    XF_WARN("secagg_not_sent", "body=%s reason=\"%s\"", xf_envelope_body_name(env),
+            logq(q, sizeof(q), err.msg[0] ? err.msg : "not connected"));
+  }
+}
+
+/* Takes the offer's secure-aggregation setup: a client for this round, its
+ * keys drawn. XF_EINVAL naming what is wrong with the setup. */
+static xf_err sa_begin(daemon_t *d, const Xfed__TaskOffer *o, const xf_jobspec *spec,
+                       size_t n_params, xf_errctx *err) {
+  const Xfed__SecAggSetup *su = o->secagg;
+  XF_ENSURE(su, err, XF_EINVAL, "the job asks for secure aggregation but the offer has no setup");
+  XF_ENSURE(su->graph_seed.len == 32 && su->bits == spec->secure_aggregation.bits &&
+                isfinite(su->step) && su->step > 0 && su->bound >= 1 && isfinite(su->scale) &&
+                su->scale > 0 && su->scale <= 1,
+            err, XF_EINVAL, "the offer's secure-aggregation setup is malformed");
+  sa_reset(d);
+  xf_secagg_params p = {.n = su->n, .threshold = su->threshold, .bits = su->bits,
+                        .length = n_params, .degree = su->degree};
+  memcpy(p.graph_seed, su->graph_seed.data, 32);
+  XF_GUARD(xf_secagg_params_check(&p, err));
+  XF_GUARD(xf_secagg_client_new(&p, su->index, &d->sa.client, err));
+  d->sa.active = true;
+  snprintf(d->sa.job_id, sizeof(d->sa.job_id), "%s", o->job_id);
+  d->sa.round = o->round;
+  d->sa.attempt = o->attempt;
+  d->sa.p = p;
+  d->sa.index = su->index;
+  d->sa.fixed = (xf_codec_fixed){.step = su->step, .bits = su->bits, .bound = su->bound};
+  d->sa.scale = su->scale;
+  return XF_OK;
+}
+
+static void sa_advertise(daemon_t *d) {
+  uint8_t advert[XF_SECAGG_ADVERT_BYTES];
+  xf_secagg_client_advertise(d->sa.client, advert);
+  Xfed__SecAggAdvert a = XFED__SEC_AGG_ADVERT__INIT;
+  a.job_id = d->sa.job_id;
+  a.round = d->sa.round;
+  a.attempt = d->sa.attempt;
+  a.advert.data = advert;
+  a.advert.len = sizeof(advert);
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_SECAGG_ADVERT;
+  env.secagg_advert = &a;
+  sa_send(d, &env);
+}
+
+/* Masks t's quantized update and starts its stream (the shares are routed). */
+static void sa_mask_and_stream(daemon_t *d, task *t) {
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  t->sa_waiting = false;
+  xf_tensor_desc desc = {.stream_id = t->update_stream_id,
+                         .kind = XFED__TENSOR_BEGIN__KIND__UPDATE,
+                         .dtype = XFED__TENSOR_BEGIN__DTYPE__U32,
+                         .element_count = t->n_params,
+                         .job_id = t->job_id,
+                         .round = t->round,
+                         .attempt = t->attempt,
+                         .weight = t->samples};
+  if (xf_secagg_client_mask(d->sa.client, t->sa_input, 0, t->n_params, t->sa_input, &err) !=
+          XF_OK ||
+      xf_tensor_sender_new(&desc, t->sa_input, t->n_params * sizeof(uint32_t), 0, &t->sender,
+                           &err) != XF_OK) {
+    char q[600];
+    XF_ERROR("secagg_mask_failed", "job=%s round=%u reason=\"%s\"", t->job_id,
+             (unsigned)t->round, logq(q, sizeof(q), err.msg));
+    send_refusal(d, t->job_id, t->round, t->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
+                 "cannot mask the update: %s", err.msg);
+    task_drop(d, "secure aggregation failed");
+    return;
+  }
+  t->wire = (const uint8_t *)t->sa_input;
+  t->wire_len = t->n_params * sizeof(uint32_t);
+  pump(d);
+}
+
+static void on_sa_keys(daemon_t *d, const Xfed__SecAggKeys *k) {
+  if (!sa_is(d, k->job_id, k->round, k->attempt)) return;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  size_t cap = d->sa.p.degree, count = 0;
+  xf_secagg_share_msg *msgs = xf_mallocarray(cap ? cap : 1, sizeof(*msgs));
+  if (k->adverts.len != (size_t)d->sa.p.n * XF_SECAGG_ADVERT_BYTES || !msgs ||
+      xf_secagg_client_share(d->sa.client, k->adverts.data, msgs, cap, &count, &err) != XF_OK) {
+    char q[600];
+    XF_WARN("secagg_share_failed", "job=%s round=%u reason=\"%s\"", k->job_id,
+            (unsigned)k->round, logq(q, sizeof(q), msgs ? err.msg : "out of memory"));
+    xf_free(msgs);
+    return; /* the aggregator goes on without us */
+  }
+  uint32_t *to = xf_mallocarray(count ? count : 1, sizeof(uint32_t));
+  ProtobufCBinaryData *cts = xf_mallocarray(count ? count : 1, sizeof(*cts));
+  if (to && cts) {
+    for (size_t i = 0; i < count; i++) {
+      to[i] = msgs[i].to;
+      cts[i].data = msgs[i].ciphertext;
+      cts[i].len = sizeof(msgs[i].ciphertext);
+    }
+    Xfed__SecAggShares m = XFED__SEC_AGG_SHARES__INIT;
+    m.job_id = d->sa.job_id;
+    m.round = d->sa.round;
+    m.attempt = d->sa.attempt;
+    m.n_to = count;
+    m.to = to;
+    m.n_ciphertexts = count;
+    m.ciphertexts = cts;
+    Xfed__Envelope env = XFED__ENVELOPE__INIT;
+    env.body_case = XFED__ENVELOPE__BODY_SECAGG_SHARES;
+    env.secagg_shares = &m;
+    sa_send(d, &env);
+  }
+  xf_free(to);
+  xf_free(cts);
+  sodium_memzero(msgs, (cap ? cap : 1) * sizeof(*msgs));
+  xf_free(msgs);
+}
+
+static void on_sa_routed(daemon_t *d, const Xfed__SecAggRouted *r) {
+  if (!sa_is(d, r->job_id, r->round, r->attempt)) return;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_err rc = r->n_from == r->n_ciphertexts ? XF_OK : XF_EFORMAT;
+  for (size_t i = 0; rc == XF_OK && i < r->n_from; i++)
+    rc = r->ciphertexts[i].len == XF_SECAGG_SHARE_BYTES
+             ? xf_secagg_client_receive(d->sa.client, r->from[i], r->ciphertexts[i].data, &err)
+             : XF_EFORMAT;
+  if (rc == XF_OK) rc = xf_secagg_client_routed(d->sa.client, r->u2, r->n_u2, &err);
+  if (rc != XF_OK) {
+    char q[600];
+    XF_WARN("secagg_routing_refused", "job=%s round=%u reason=\"%s\"", r->job_id,
+            (unsigned)r->round, logq(q, sizeof(q), err.msg[0] ? err.msg : "malformed"));
+    return;
+  }
+  d->sa.routed = true;
+  task *t = d->task;
+  if (t && t->secagg && t->sa_waiting && sa_is(d, t->job_id, t->round, t->attempt))
+    sa_mask_and_stream(d, t);
+}
+
+static void on_sa_unmask(daemon_t *d, const Xfed__SecAggUnmask *u) {
+  if (!sa_is(d, u->job_id, u->round, u->attempt)) return;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  size_t cap = xf_secagg_reveal_max_bytes(&d->sa.p), len = 0;
+  uint8_t *out = xf_malloc(cap);
+  if (!out ||
+      xf_secagg_client_unmask(d->sa.client, u->u3, u->n_u3, out, cap, &len, &err) != XF_OK) {
+    char q[600];
+    XF_WARN("secagg_unmask_refused", "job=%s round=%u reason=\"%s\"", u->job_id,
+            (unsigned)u->round, logq(q, sizeof(q), out ? err.msg : "out of memory"));
+    xf_free(out);
+    return;
+  }
+  Xfed__SecAggReveal r = XFED__SEC_AGG_REVEAL__INIT;
+  r.job_id = d->sa.job_id;
+  r.round = d->sa.round;
+  r.attempt = d->sa.attempt;
+  r.reveal.data = out;
+  r.reveal.len = len;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_SECAGG_REVEAL;
+  env.secagg_reveal = &r;
+  sa_send(d, &env);
+  XF_INFO("secagg_revealed", "job=%s round=%u attempt=%u survivors=%zu", u->job_id,
+          (unsigned)u->round, (unsigned)u->attempt, u->n_u3);
+  sodium_memzero(out, cap);
+  xf_free(out);
+}
+
 /* What in a job this site cannot do yet, and the model's size (for the
- * privacy plan). Secure aggregation and the distributed noise mode are not
- * built: sending a raw update to a job that promised them would break the
- * promise, so such jobs are refused. */
+ * privacy plan). The distributed noise mode is not built: sending an update
+ * without the noise a job promised would break the promise, so such jobs
+ * are refused. */
 static xf_err job_supported(const xf_jobspec *spec, const xf_site_dataset *ds, size_t *n_params,
                             xf_errctx *err) {
-  XF_ENSURE(!spec->secure_aggregation.enabled, err, XF_EUNSUPPORTED,
-            "secure_aggregation: this site does not implement secure aggregation yet");
   const xf_job_privacy *pv = &spec->privacy;
   XF_ENSURE(pv->mode != XF_JOB_PRIVACY_DISTRIBUTED, err, XF_EUNSUPPORTED,
             "privacy: mode distributed (the distributed discrete Gaussian, which needs secure "
@@ -1383,6 +1628,14 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
     return;
   }
 
+  bool secagg = !o->evaluate_only && spec.secure_aggregation.enabled;
+  if (secagg && sa_begin(d, o, &spec, n_params, &err) != XF_OK) {
+    xf_site_dataset_free(&ds);
+    ignore_stream(d, o->model_stream_id, job, o->round);
+    send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
+                 "secure aggregation: %s", err.msg);
+    return;
+  }
   t = xf_calloc(1, sizeof(*t));
   if (t && xf_tensor_receiver_new(XF_SITE_MODEL_MAX, model_sink, t, &t->model_rx, &err) != XF_OK) {
     xf_free(t);
@@ -1428,9 +1681,18 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
   t->offered_now = true;
   atomic_init(&t->abandoned, false);
   d->task = t;
+  t->secagg = secagg;
+  if (secagg) {
+    t->sa_fixed = d->sa.fixed;
+    t->sa_scale = d->sa.scale;
+  }
   XF_INFO("task_accepted", "job=%s round=%u attempt=%u dataset=%s", qj, (unsigned)t->round,
           (unsigned)t->attempt, ds.name);
   send_accept(d, t);
+  if (secagg) {
+    (void)flush_replies(d); /* the acceptance first, then our keys */
+    sa_advertise(d);
+  }
 }
 
 static void on_cancel(daemon_t *d, const Xfed__TaskCancel *c) {
@@ -1558,6 +1820,9 @@ static void on_frame(xf_conn *c, const Xfed__Envelope *env) {
   case XFED__ENVELOPE__BODY_TENSOR_CHUNK: on_tensor_chunk(d, env->tensor_chunk); break;
   case XFED__ENVELOPE__BODY_TENSOR_END: on_tensor_end(d, env->tensor_end); break;
   case XFED__ENVELOPE__BODY_TENSOR_ACK: on_tensor_ack(d, env->tensor_ack); break;
+  case XFED__ENVELOPE__BODY_SECAGG_KEYS: on_sa_keys(d, env->secagg_keys); break;
+  case XFED__ENVELOPE__BODY_SECAGG_ROUTED: on_sa_routed(d, env->secagg_routed); break;
+  case XFED__ENVELOPE__BODY_SECAGG_UNMASK: on_sa_unmask(d, env->secagg_unmask); break;
   case XFED__ENVELOPE__BODY_ERROR: {
     char q[600];
     XF_WARN("coordinator_error", "code=%u message=\"%s\"", (unsigned)env->error->code,
@@ -1842,6 +2107,7 @@ out:
   task_free(d->task);
   cache_free(&d->cache);
   xf_backend_close(d->backend);
+  sa_reset(d);
   xf_site_registry_close(d->reg);
   xf_tls_free(d->tls);
   xf_free(d);

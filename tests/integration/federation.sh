@@ -14,10 +14,14 @@
 #            and its ledger; a second job on a dataset whose budget is spent
 #            is refused with the dataset and the numbers; then a site-unit
 #            job with local noise reports its epsilon too.
+#   secagg:  secure aggregation with 5 sites: the same job with and without
+#            it ends within 0.5 points; then a site killed after sending its
+#            masked input is left out and the round completes with the sum of
+#            the 4 others.
 #   compress: uplink q8 and topk:0.05+q8 (error feedback kept in each site's
 #            database) with fp16 and bf16 downlink: the bytes in the metrics
 #            shrink as promised and the model still learns.
-# usage: federation.sh BUILD_DIR resume|quorum|central|record|compress
+# usage: federation.sh BUILD_DIR resume|quorum|central|record|compress|secagg
 set -euo pipefail
 build=$(cd "${1:?build dir}" && pwd)
 scenario=${2:?scenario}
@@ -74,21 +78,21 @@ start_site() {
   site_pid[$s]=$!
   pids+=("${site_pid[$s]}")
 }
-make_sites() {
-  local run=$1 n=0 s
+make_sites() { # make_sites RUN [COUNT [SHARDS]]: sites s1..sCOUNT (default 3) on the shards
+  local run=$1 count=${2:-3} shards=${3:-$work/shards} n s
   mkdir -p "$work/$run/sites"
-  for s in s1 s2 s3; do
-    n=$((n + 1))
+  for ((n = 1; n <= count; n++)); do
+    s=s$n
     # shellcheck disable=SC2046
     "$site_bin" init --dir "$work/$run/sites/$s" --name "$s" --region eu \
       --coordinator "127.0.0.1:$port" $(tls "$s") --threads 1 --backend cpu >/dev/null
     "$site_bin" dataset add --dir "$work/$run/sites/$s" --name fmnist \
-      --path "$work/shards/site-$n" >/dev/null
+      --path "$shards/site-$n" >/dev/null
     start_site "$run" "$s"
   done
   local i
   for ((i = 0; i < 100; i++)); do
-    (($(grep -c 'event=site_announced' "$work/$run/logs/coord.log" || true) >= 3)) && return
+    (($(grep -c 'event=site_announced' "$work/$run/logs/coord.log" || true) >= count)) && return
     sleep 0.1
   done
   fail "the sites of $run did not announce themselves"
@@ -290,6 +294,50 @@ compress)
   awk -v a="$a3" -v b="$a1" 'BEGIN { exit !(a >= 0.6) }' || fail "topk accuracy $a3 (plain $a1)"
   grep -q 'event=residual_saved job=3 ' "$work/z/logs/s1.log" || fail "s1 keeps no top-k residual"
   echo "compress: uplink bytes float32 $u1, q8 $u2, topk:0.05+q8 $u3; downlink $d1, fp16 $d2, bf16 $d3; accuracy $a1 / $a2 / $a3"
+  ;;
+secagg)
+  for s in s4 s5; do "$xfed" pki issue --dir "$fed" --kind site --name "$s" --region eu >/dev/null; done
+  "$xfed" data split --data "$data" --sites 5 --scheme dirichlet:0.5 --seed 3 \
+    --out "$work/shards5" --min-records 1000 >/dev/null
+  start_coord a
+  make_sites a 5 "$work/shards5"
+  # The same job without and with secure aggregation (clip 1, no noise).
+  sed 's/"seed": 11}/"seed": 11, "privacy": {"unit": "site", "mode": "none", "clip": 1.0}}/' \
+    "$work/job.json" | sed 's/"rounds": 6/"rounds": 4/' >"$work/plain.json"
+  sed 's/"seed": 11}/"seed": 11, "privacy": {"unit": "site", "mode": "none", "clip": 1.0}, "secure_aggregation": {"enabled": true, "bits": 24, "threshold": 0.6}}/' \
+    "$work/job.json" | sed 's/"rounds": 6/"rounds": 4/' >"$work/sa.json"
+  cli job submit "$work/plain.json" >/dev/null
+  cli job submit "$work/sa.json" >/dev/null
+  wait_state 2 done 400
+  [[ $(job_field 1 state) == done ]] || fail "job 1 is $(job_field 1 state)"
+  a1=$(job_field 1 test_accuracy) a2=$(job_field 2 test_accuracy)
+  awk -v a="$a1" -v b="$a2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.005) }' ||
+    fail "accuracy without secure aggregation $a1, with it $a2: more than 0.5 points apart"
+  (($(grep -c 'event=secagg_unmasked job=2 .*sites=5' "$work/a/logs/coord.log") == 4)) ||
+    fail "job 2 did not unmask 4 rounds of 5 sites"
+  # A third job: s5 is killed once its masked input is out, while the round
+  # still waits for s4 (which now holds all 60,000 records, so it trains
+  # longest); the round completes with the sum of the 4 others.
+  "$site_bin" dataset rm --dir "$work/a/sites/s4" --name fmnist >/dev/null
+  "$site_bin" dataset add --dir "$work/a/sites/s4" --name fmnist --path "$data" >/dev/null
+  kill -HUP "${site_pid[s4]}"
+  sed 's/"rounds": 4/"rounds": 1/; s/"epochs": 1,/"epochs": 8,/' "$work/sa.json" |
+    sed 's/"min_sites": 2/"min_sites": 4/' >"$work/sa3.json"
+  sleep 1
+  cli job submit "$work/sa3.json" >/dev/null
+  for ((i = 0; i < 600; i++)); do
+    grep -q 'event=update_delivered job=3 round=1 ' "$work/a/logs/s5.log" 2>/dev/null && break
+    sleep 0.1
+  done
+  grep -q 'event=update_delivered job=3 round=1 ' "$work/a/logs/s5.log" ||
+    fail "s5 sent no masked input in job 3"
+  kill -KILL "${site_pid[s5]}"
+  wait_state 3 done 300
+  grep -q 'event=secagg_unmasked job=3 round=1 .*sites=4' "$work/a/logs/coord.log" ||
+    fail "round 1 of job 3 was not unmasked from the 4 remaining sites"
+  grep -q 'event=round_committed job=3 round=1 reports=4 ' "$work/a/logs/coord.log" ||
+    fail "round 1 of job 3 did not commit the 4 others"
+  echo "secagg: accuracy $a1 without, $a2 with secure aggregation; job 3 round 1 unmasked from 4 of 5 sites"
   ;;
 *) echo "unknown scenario $scenario" >&2; exit 2 ;;
 esac
