@@ -303,7 +303,21 @@ static void try_open(xf__coord *co, xf__job *job) {
     XF_ERROR("aggregator_failed", "job=%s reason=\"%s\"", job->id_text, err.msg);
   xf__sa_free(job->sa);
   job->sa = NULL;
-  if (job->spec.secure_aggregation.enabled && xf__sa_start(co, job, &err) != XF_OK) {
+  /* Secure aggregation runs among sites: a cohort of regional aggregators
+   * (which run it among their own sites and forward the region's sum) does
+   * not repeat it; a cohort that mixes both cannot run. */
+  size_t regionals = 0;
+  for (size_t i = 0; i < nc; i++)
+    for (xf__site *o = co->sites; o; o = o->next)
+      if (o->id == cohort[i] && o->regional) regionals++;
+  if (job->spec.secure_aggregation.enabled && regionals > 0 && regionals < nc) {
+    fail_job(co, job, "secure aggregation cannot run over a cohort that mixes sites and regional "
+                      "aggregators; connect every site of this job through its region's "
+                      "aggregator, or every site directly");
+    return;
+  }
+  if (job->spec.secure_aggregation.enabled && regionals == 0 &&
+      xf__sa_start(co, job, &err) != XF_OK) {
     char why[600];
     snprintf(why, sizeof(why), "secure aggregation cannot run: %s", err.msg);
     fail_job(co, job, why);

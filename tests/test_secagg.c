@@ -9,12 +9,14 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <sodium.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "crypto/secagg.h"
+#include "net/codec.h"
 
 /* How a site takes part in a simulated round. */
 typedef enum fate {
@@ -214,6 +216,71 @@ static void run_round(const xf_secagg_params *p, const fate *fates) {
 }
 
 /* ---- whole rounds ---------------------------------------------------------------- */
+
+/* The aggregate the daemons form: float updates (L2 norm <= clip) scaled by
+ * their weight share, quantized on the shared scale of coordinator/
+ * secagg_run.c, summed under masks with a dropout, dequantized. It equals
+ * the plain weighted sum of the same updates within the stated error: one
+ * step per contributing site per coordinate (stochastic rounding moves a
+ * value by less than one step). */
+static void secure_sum_of_quantized_updates_is_the_plain_sum_within_one_step_per_site(
+    void **state) {
+  (void)state;
+  const uint32_t n = 6, bits = 24;
+  const uint64_t len = 5000;
+  const double clip = 1.0;
+  xf_secagg_params p = params(n, 4, bits, len, n - 1);
+  sim m;
+  sim_init(&m, &p);
+  xf_codec_fixed f = {.bits = bits, .bound = (uint32_t)((1u << (bits - 1)) - 1 - n)};
+  f.step = clip / f.bound;
+  float **upd = calloc(n + 1, sizeof(*upd));
+  double scale[7] = {0, 0.3, 0.1, 0.2, 0.15, 0.05, 0.2};
+  for (uint32_t i = 1; i <= n; i++) {
+    upd[i] = malloc(len * sizeof(float));
+    double sq = 0;
+    for (uint64_t k = 0; k < len; k++) {
+      upd[i][k] = (float)((double)rand_below(2000001) / 1e6 - 1.0);
+      sq += (double)upd[i][k] * upd[i][k];
+    }
+    float shrink = (float)(clip / sqrt(sq)); /* L2 norm exactly clip */
+    float *scaled = malloc(len * sizeof(float));
+    for (uint64_t k = 0; k < len; k++) {
+      upd[i][k] *= shrink;
+      scaled[k] = (float)((double)upd[i][k] * scale[i]);
+    }
+    size_t clipped = 99;
+    assert_int_equal(xf_codec_quantize_fixed(&f, scaled, len, 1000 + i, m.x[i], &clipped, NULL),
+                     XF_OK);
+    assert_int_equal(clipped, 0);
+    free(scaled);
+  }
+  m.fates[4] = DROPS_AFTER_SHARE; /* one site vanishes before its masked input */
+  sim_share(&m);
+  sim_mask(&m);
+  sim_reveal(&m);
+  uint32_t *sum = malloc(len * sizeof(uint32_t));
+  float *got = malloc(len * sizeof(float));
+  assert_int_equal(xf_secagg_server_finish(m.s, sum, NULL), XF_OK);
+  xf_codec_dequantize_fixed(&f, sum, len, got);
+  double worst = 0, bound = (double)m.n_u3 * f.step;
+  for (uint64_t k = 0; k < len; k++) {
+    double want = 0;
+    for (uint32_t i = 1; i <= n; i++)
+      if (m.fates[i] == LIVES) want += (double)upd[i][k] * scale[i];
+    double e = fabs((double)got[k] - want);
+    if (e > worst) worst = e;
+  }
+  print_message("secure sum vs plain sum: worst error %.3g, bound %.3g (%zu sites x step %.3g)\n",
+                worst, bound, m.n_u3, f.step);
+  /* float32 rounding of the dequantized sum adds at most half an ulp of 1 */
+  assert_true(worst <= bound + 0x1p-24);
+  for (uint32_t i = 1; i <= n; i++) free(upd[i]);
+  free(upd);
+  free(sum);
+  free(got);
+  sim_free(&m);
+}
 
 static void round_sums_exactly_with_2_sites(void **state) {
   (void)state;
@@ -671,6 +738,7 @@ int main(void) {
   if (sodium_init() < 0) return 1;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(round_sums_exactly_with_2_sites),
+      cmocka_unit_test(secure_sum_of_quantized_updates_is_the_plain_sum_within_one_step_per_site),
       cmocka_unit_test(round_sums_exactly_with_5_sites),
       cmocka_unit_test(round_sums_exactly_with_20_sites),
       cmocka_unit_test(round_sums_exactly_with_100_sites_on_a_sparse_graph),
