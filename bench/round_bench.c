@@ -80,6 +80,7 @@
 #include "coordinator/jobspec.h"
 #include "crypto/digest.h"
 #include "crypto/pki.h"
+#include "crypto/seal.h"
 #include "kernels/checkpoint.h"
 #include "kernels/model.h"
 #include "net/conn.h"
@@ -410,6 +411,12 @@ typedef struct site {
   /* the update */
   upload_state up;
   uint64_t up_stream, up_offset;
+  /* sealed to the coordinator's key of the offer, as real sites send it */
+  bool seal;
+  uint8_t seal_pk[XF_SEAL_PUBLICKEYBYTES], epk[XF_SEAL_PUBLICKEYBYTES];
+  uint8_t *sealed;
+  size_t sealed_len;
+  xf_digest sealed_digest;
 } site;
 
 typedef enum cli_state {
@@ -554,6 +561,9 @@ static bool make_delta(bench *b, size_t n) {
 /* ---- a fake site ---------------------------------------------------------------------------- */
 
 static void site_drop_task(site *s) {
+  xf_free(s->sealed);
+  s->sealed = NULL;
+  s->sealed_len = 0;
   xf_tensor_receiver_free(s->model_rx);
   s->model_rx = NULL;
   xf_free(s->model_buf);
@@ -598,7 +608,9 @@ static void site_pump(site *s) {
     Xfed__TensorChunk chunk = XFED__TENSOR_CHUNK__INIT;
     Xfed__TensorEnd end = XFED__TENSOR_END__INIT;
     Xfed__Metrics metrics;
-    uint64_t total = (uint64_t)b->n_params * 4;
+    const uint8_t *data = s->sealed ? s->sealed : b->delta;
+    uint64_t total = s->sealed ? s->sealed_len : (uint64_t)b->n_params * 4;
+    size_t chunk_bytes = s->sealed ? XF_SEAL_STREAM_CHUNK + XF_SEAL_ABYTES : CHUNK;
     size_t len = 0;
     switch (s->up) {
     case UP_NONE:
@@ -611,10 +623,15 @@ static void site_pump(site *s) {
       begin.stream_id = s->up_stream;
       begin.kind = XFED__TENSOR_BEGIN__KIND__UPDATE;
       begin.total_bytes = total;
-      begin.chunk_bytes = CHUNK;
+      begin.chunk_bytes = (uint32_t)chunk_bytes;
       begin.dtype = XFED__TENSOR_BEGIN__DTYPE__F32;
       begin.element_count = b->n_params;
-      begin.digest.data = b->delta_digest.bytes;
+      begin.digest.data = s->sealed ? s->sealed_digest.bytes : b->delta_digest.bytes;
+      if (s->sealed) {
+        begin.sealed_by.data = s->epk;
+        begin.sealed_by.len = sizeof(s->epk);
+        begin.sealed_chunk = XF_SEAL_STREAM_CHUNK;
+      }
       begin.digest.len = XF_DIGEST_BYTES;
       begin.job_id = s->job_id;
       begin.round = s->round;
@@ -628,11 +645,11 @@ static void site_pump(site *s) {
         s->up = UP_END;
         continue;
       }
-      len = total - s->up_offset < CHUNK ? (size_t)(total - s->up_offset) : CHUNK;
+      len = total - s->up_offset < chunk_bytes ? (size_t)(total - s->up_offset) : chunk_bytes;
       chunk.stream_id = s->up_stream;
-      chunk.index = s->up_offset / CHUNK;
+      chunk.index = s->up_offset / chunk_bytes;
       chunk.offset = s->up_offset;
-      chunk.data.data = b->delta + s->up_offset;
+      chunk.data.data = (uint8_t *)data + s->up_offset;
       chunk.data.len = len;
       env.body_case = XFED__ENVELOPE__BODY_TENSOR_CHUNK;
       env.tensor_chunk = &chunk;
@@ -675,6 +692,8 @@ static void on_offer(site *s, const Xfed__TaskOffer *o) {
   s->model_round = o->model_round;
   s->model_stream = o->model_stream_id;
   s->eval = o->evaluate_only;
+  s->seal = o->seal_key.len == XF_SEAL_PUBLICKEYBYTES;
+  if (s->seal) memcpy(s->seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES);
   Xfed__TaskAccept a = XFED__TASK_ACCEPT__INIT;
   a.job_id = s->job_id;
   a.round = s->round;
@@ -806,6 +825,23 @@ static void on_model_end(site *s, const Xfed__TensorEnd *m) {
   if (r) r->last_model = now_s();
   s->up_stream = (uint64_t)s->round << 16 | (uint64_t)s->attempt << 1 | 1;
   s->up_offset = 0;
+  if (s->seal) {
+    /* What a real site does after training: seal the update (and hash it). */
+    char ctx[256];
+    size_t ctx_len =
+        xf_seal_stream_context(ctx, sizeof(ctx), s->job_id, s->round, s->attempt, s->name);
+    xf_seal_sender *ss = NULL;
+    xf_err rc = xf_seal_sender_new(s->seal_pk, (const uint8_t *)ctx, ctx_len, &ss, s->epk);
+    if (rc == XF_OK)
+      rc = xf_seal_stream(ss, b->delta, b->n_params * 4, XF_SEAL_STREAM_CHUNK, &s->sealed,
+                          &s->sealed_len);
+    xf_seal_sender_free(ss);
+    if (rc != XF_OK) {
+      bench_fail(b, "%s: cannot seal the update", s->name);
+      return;
+    }
+    xf_digest_buf(s->sealed, s->sealed_len, &s->sealed_digest);
+  }
   s->up = UP_METRICS;
   site_pump(s);
 }
@@ -813,9 +849,10 @@ static void on_model_end(site *s, const Xfed__TensorEnd *m) {
 static void on_site_ack(site *s, const Xfed__TensorAck *a) {
   bench *b = s->b;
   if (a->stream_id != s->up_stream) return;
-  uint64_t total = (uint64_t)b->n_params * 4;
+  uint64_t total = s->sealed ? s->sealed_len : (uint64_t)b->n_params * 4;
+  uint64_t chunk_bytes = s->sealed ? XF_SEAL_STREAM_CHUNK + XF_SEAL_ABYTES : CHUNK;
   if (s->up == UP_AWAIT_ACK) {
-    if (a->next_offset > total || a->next_offset % CHUNK != 0) {
+    if (a->next_offset > total || a->next_offset % chunk_bytes != 0) {
       bench_fail(b, "%s: TensorAck at %" PRIu64 " of a %" PRIu64 "-byte update", s->name,
                  a->next_offset, total);
       return;

@@ -81,12 +81,12 @@ void xf__stream_stop(xf__peer *p) {
 }
 
 xf_err xf__stream_start(xf__peer *p, const xf_tensor_desc *desc, xf__model_file *mf,
-                        uint8_t *own, size_t len, bool await_ack) {
+                        uint8_t *own, size_t len, bool await_ack, size_t chunk_bytes) {
   xf__stream_stop(p);
   xf_errctx err = {0};
   const void *data = mf ? (const void *)mf->bytes : (const void *)own;
-  xf_err rc = xf_tensor_sender_new_hashed(desc, data, len, 0, mf ? &mf->digest : NULL, &p->tx,
-                                          &err);
+  xf_err rc = xf_tensor_sender_new_hashed(desc, data, len, chunk_bytes, mf ? &mf->digest : NULL,
+                                          &p->tx, &err);
   if (rc != XF_OK) {
     xf_free(own);
     XF_ERROR("stream_failed", "reason=\"%s\"", err.msg);

@@ -19,6 +19,7 @@
 #include "coordinator/round.h"
 #include "crypto/digest.h"
 #include "crypto/noise.h"
+#include "crypto/seal.h"
 #include "crypto/secagg.h"
 #include "kernels/checkpoint.h"
 #include "kernels/model.h"
@@ -113,6 +114,8 @@ typedef struct xf__site {
   uint64_t rx_weight;
   uint8_t *rx_encoded;    /* a compressed update's bytes, decoded and folded at its end */
   size_t rx_encoded_len;
+  xf_seal_receiver *rx_opener; /* opens a sealed update's chunks, or NULL */
+  bool rx_stash;               /* its plaintext goes to the stash, not the fold */
   bool waiting_admission; /* TensorBegin taken, TensorAck held back */
   bool eval_pending;      /* final evaluation asked, not answered */
   uint64_t bytes_down;    /* model bytes sent in the current round */
@@ -193,7 +196,15 @@ typedef struct xf__job {
   int privacy_refusal;
   char privacy_note[1024];
   xf__sa *sa; /* secure aggregation of the open attempt, or NULL */
+  /* Without secure aggregation: this attempt's X25519 key pair that updates
+   * are sealed to (sodium_malloc'ed, wiped when freed), or NULL. */
+  struct xf__seal_keys *seal;
 } xf__job;
+
+typedef struct xf__seal_keys {
+  uint8_t pk[XF_SEAL_PUBLICKEYBYTES];
+  uint8_t sk[XF_SEAL_SECRETKEYBYTES];
+} xf__seal_keys;
 
 /* The regional role's link upstream and the task it is relaying. */
 typedef struct xf__upstream {
@@ -216,7 +227,12 @@ typedef struct xf__upstream {
   /* The aggregate waiting for upstream's final TensorAck. */
   uint8_t *agg_bytes;
   size_t agg_len;
+  size_t agg_plain_len;   /* before sealing */
   bool agg_encoded;       /* agg_bytes hold the job's uplink encoding, not float32 */
+  bool agg_sealed;        /* ... sealed to seal_pk, with agg_epk */
+  uint8_t agg_epk[XF_SEAL_PUBLICKEYBYTES];
+  bool seal;              /* the offer named the global coordinator's sealing key */
+  uint8_t seal_pk[XF_SEAL_PUBLICKEYBYTES];
   uint64_t agg_weight;
   uint32_t agg_contributors;
   /* Top-k error feedback of this region's aggregates, for one job at a time
@@ -252,9 +268,10 @@ double xf__now(void);
  * usually drops the peer from its round on failure). */
 xf_err xf__send(xf__peer *p, const Xfed__Envelope *env);
 /* Starts p's outgoing stream over a model file (a reference is taken) or
- * over owned bytes (taken over); then pumps it. */
+ * over owned bytes (taken over), in chunks of chunk_bytes (0: the largest);
+ * then pumps it. */
 xf_err xf__stream_start(xf__peer *p, const xf_tensor_desc *desc, xf__model_file *mf,
-                        uint8_t *own, size_t len, bool await_ack);
+                        uint8_t *own, size_t len, bool await_ack, size_t chunk_bytes);
 void xf__stream_stop(xf__peer *p);
 void xf__stream_pump(xf__peer *p);
 void xf__model_file_unref(xf__model_file *mf);

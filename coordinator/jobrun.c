@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sodium.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -72,6 +73,7 @@ static xf_err refresh_offer(xf__job *job, xf_errctx *err) {
 void xf__job_free(xf__job *job) {
   if (!job) return;
   xf__sa_free(job->sa);
+  if (job->seal) sodium_free(job->seal);
   xf__model_file_unref(job->offer_mf);
   xf_round_free(job->round);
   xf_aggregator_free(job->agg);
@@ -125,6 +127,8 @@ static void site_abort_update(xf__coord *co, xf__site *s) {
   xf_free(s->rx_encoded);
   s->rx_encoded = NULL;
   s->rx_encoded_len = 0;
+  xf_seal_receiver_free(s->rx_opener);
+  s->rx_opener = NULL;
   s->waiting_admission = false;
   (void)co;
 }
@@ -171,6 +175,10 @@ static xf_err send_task(xf__coord *co, xf__job *job, xf__site *s, double deadlin
     xf__sa_setup(job->sa, sa_index, &setup);
     o.secagg = &setup;
   }
+  if (job->seal && !eval) {
+    o.seal_key.data = job->seal->pk;
+    o.seal_key.len = sizeof(job->seal->pk);
+  }
   uint64_t stream = (uint64_t)o.round << 16 | (uint64_t)o.attempt << 1;
   stream = stream ? stream : 2; /* even ids are models, odd ones updates */
   o.model_stream_id = stream;
@@ -187,7 +195,7 @@ static xf_err send_task(xf__coord *co, xf__job *job, xf__site *s, double deadlin
   s->peer->tx_weight = 0;
   s->peer->tx_attempt = o.attempt;
   s->peer->tx_contributors = 0;
-  XF_GUARD(xf__stream_start(s->peer, &d, job->offer_mf, NULL, job->offer_mf->len, false));
+  XF_GUARD(xf__stream_start(s->peer, &d, job->offer_mf, NULL, job->offer_mf->len, false, 0));
   s->bytes_down = job->offer_mf->len;
   job->bytes_down += job->offer_mf->len;
   XF_INFO("task_sent", "job=%s round=%u attempt=%u site=%s eval=%d model_bytes=%zu",
@@ -322,6 +330,17 @@ static void try_open(xf__coord *co, xf__job *job) {
     snprintf(why, sizeof(why), "secure aggregation cannot run: %s", err.msg);
     fail_job(co, job, why);
     return;
+  }
+  /* Without secure aggregation updates come sealed to this attempt's key,
+   * so that nothing between the sender and this aggregator reads them. */
+  if (job->seal) sodium_free(job->seal);
+  job->seal = NULL;
+  if (!job->sa) {
+    job->seal = sodium_malloc(sizeof(*job->seal));
+    if (!job->seal || xf_seal_keypair(job->seal->pk, job->seal->sk) != XF_OK) {
+      fail_job(co, job, "cannot make the round's sealing key (secure memory)");
+      return;
+    }
   }
   run_actions(co, job);
 }
@@ -677,6 +696,26 @@ static xf_err fold_encoded(xf__job *job, xf__site *s, xf_errctx *err) {
   return rc;
 }
 
+/* A sealed update: each stream chunk is one sealed chunk; opened, its
+ * plaintext goes on to the stash or the fold at its plaintext offset. */
+static uint8_t open_scratch[XF_SEAL_STREAM_CHUNK];
+
+static xf_err sealed_sink(void *user, uint64_t offset, const uint8_t *data, size_t len,
+                          xf_errctx *err) {
+  xf__site *s = user;
+  const uint64_t span = XF_SEAL_STREAM_CHUNK + XF_SEAL_ABYTES;
+  XF_ENSURE(s->rx_opener && offset % span == 0 && len > XF_SEAL_ABYTES && len <= span, err,
+            XF_EFORMAT, "sealed update chunk at byte %" PRIu64 " is not one sealed chunk", offset);
+  uint64_t plain = offset / span * XF_SEAL_STREAM_CHUNK;
+  if (xf_seal_open_chunk(s->rx_opener, plain, data, len, open_scratch) != XF_OK)
+    return xf_fail(err, XF_EINTEGRITY,
+                   "sealed update chunk at byte %" PRIu64 " does not open: altered, or sealed "
+                   "to another key",
+                   offset);
+  return s->rx_stash ? stash_sink(s, plain, open_scratch, len - XF_SEAL_ABYTES, err)
+                     : fold_sink(s, plain, open_scratch, len - XF_SEAL_ABYTES, err);
+}
+
 static void send_ack(xf__site *s, const xf_tensor_receiver *rx) {
   Xfed__TensorAck ack;
   xf_tensor_receiver_ack(rx, &ack);
@@ -756,15 +795,31 @@ static void on_tensor_begin(xf__coord *co, xf__job *job, xf__site *s,
    * always understood (a regional aggregator that could not encode). Under
    * secure aggregation it is the masked integers (U32), nothing else. */
   bool masked = job->sa != NULL;
+  /* Without secure aggregation the update must come sealed to this
+   * attempt's key; the checks below are on its plaintext. */
+  uint64_t plain = m->total_bytes;
+  bool sealed = job->seal != NULL;
+  if (sealed && (m->sealed_by.len != XF_SEAL_PUBLICKEYBYTES ||
+                 m->sealed_chunk != XF_SEAL_STREAM_CHUNK ||
+                 m->chunk_bytes != XF_SEAL_STREAM_CHUNK + XF_SEAL_ABYTES ||
+                 !xf_seal_stream_plain_length(m->total_bytes, XF_SEAL_STREAM_CHUNK, &plain))) {
+    if (s->peer)
+      xf_session_send_error(s->peer->conn, XF_EFORMAT,
+                            "updates of this job come sealed to the key of its task offer "
+                            "(TensorBegin.sealed_by, chunks of %zu bytes)",
+                            (size_t)XF_SEAL_STREAM_CHUNK);
+    drop_site(co, job, s, "update not sealed to the round's key");
+    return;
+  }
   bool as_float = !masked && m->element_count == job->n_params &&
                   m->dtype == XFED__TENSOR_BEGIN__DTYPE__F32 &&
-                  m->total_bytes == (uint64_t)job->n_params * 4;
+                  plain == (uint64_t)job->n_params * 4;
   encoded = !masked && encoded && m->dtype == XFED__TENSOR_BEGIN__DTYPE__U8;
-  bool shape_ok = as_float || (encoded && m->element_count == m->total_bytes &&
-                               m->total_bytes > 0 && m->total_bytes <= max_encoded) ||
+  bool shape_ok = as_float || (encoded && m->element_count == plain && plain > 0 &&
+                               plain <= max_encoded) ||
                   (masked && m->dtype == XFED__TENSOR_BEGIN__DTYPE__U32 &&
                    m->element_count == job->n_params &&
-                   m->total_bytes == (uint64_t)job->n_params * 4);
+                   plain == (uint64_t)job->n_params * 4);
   if (!shape_ok || m->weight == 0) {
     if (s->peer) {
       if (masked)
@@ -794,15 +849,26 @@ static void on_tensor_begin(xf__coord *co, xf__job *job, xf__site *s,
     return;
   }
   if (encoded || masked) {
-    s->rx_encoded = xf_malloc((size_t)m->total_bytes);
-    s->rx_encoded_len = (size_t)m->total_bytes;
+    s->rx_encoded = xf_malloc((size_t)plain);
+    s->rx_encoded_len = (size_t)plain;
     if (!s->rx_encoded) {
       drop_site(co, job, s, "out of memory for a compressed update");
       return;
     }
   }
-  if (xf_tensor_receiver_new(m->total_bytes, encoded || masked ? stash_sink : fold_sink, s,
-                             &s->rx, &err) != XF_OK ||
+  if (sealed) {
+    char ctx[256];
+    size_t ctx_len = xf_seal_stream_context(ctx, sizeof(ctx), job->id_text, m->round,
+                                            m->attempt, s->name);
+    if (xf_seal_receiver_new(job->seal->sk, m->sealed_by.data, (const uint8_t *)ctx, ctx_len,
+                             &s->rx_opener) != XF_OK) {
+      drop_site(co, job, s, "cannot open the update's seal");
+      return;
+    }
+    s->rx_stash = encoded || masked;
+  }
+  xf_tensor_sink sink = sealed ? sealed_sink : encoded || masked ? stash_sink : fold_sink;
+  if (xf_tensor_receiver_new(m->total_bytes, sink, s, &s->rx, &err) != XF_OK ||
       xf_tensor_receiver_begin(s->rx, m, &err) != XF_OK) {
     drop_site(co, job, s, err.msg);
     return;
@@ -846,6 +912,8 @@ static void on_tensor_end(xf__coord *co, xf__job *job, xf__site *s, const Xfed__
   xf_free(s->rx_encoded);
   s->rx_encoded = NULL;
   s->rx_encoded_len = 0;
+  xf_seal_receiver_free(s->rx_opener);
+  s->rx_opener = NULL;
   if (!job->sa && xf_aggregator_end_update(s->upd, &err) != XF_OK) {
     s->upd = NULL;
     drop_site(co, job, s, err.msg);

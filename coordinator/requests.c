@@ -475,7 +475,7 @@ static void on_model_query(xf__coord *co, xf__peer *p, const Xfed__ModelQuery *m
   p->tx_weight = 0;
   p->tx_attempt = 0;
   p->tx_contributors = 0;
-  (void)xf__stream_start(p, &d, NULL, bytes, len, false);
+  (void)xf__stream_start(p, &d, NULL, bytes, len, false, 0);
 }
 
 /* ---- dispatch ------------------------------------------------------------------------------- */

@@ -211,16 +211,21 @@ static void send_aggregate(xf__coord *co) {
                       .kind = XFED__TENSOR_BEGIN__KIND__AGGREGATE,
                       .dtype = up->agg_encoded ? XFED__TENSOR_BEGIN__DTYPE__U8
                                                : XFED__TENSOR_BEGIN__DTYPE__F32,
-                      .element_count = up->agg_encoded ? up->agg_len : up->agg_len / 4,
+                      .element_count = up->agg_plain_len / (up->agg_encoded ? 1 : 4),
                       .job_id = up->job_id,
                       .round = up->round};
+  if (up->agg_sealed) {
+    d.sealed_by = up->agg_epk;
+    d.sealed_chunk = XF_SEAL_STREAM_CHUNK;
+  }
   up->peer->tx_weight = up->agg_weight;
   up->peer->tx_attempt = up->attempt;
   up->peer->tx_contributors = up->agg_contributors;
   XF_INFO("aggregate_sending", "job=%s round=%u weight=%" PRIu64 " contributors=%u bytes=%zu",
           up->job_id, (unsigned)up->round, up->agg_weight, (unsigned)up->agg_contributors,
           up->agg_len);
-  (void)xf__stream_start(up->peer, &d, NULL, copy, up->agg_len, true);
+  (void)xf__stream_start(up->peer, &d, NULL, copy, up->agg_len, true,
+                         up->agg_sealed ? XF_SEAL_STREAM_CHUNK + XF_SEAL_ABYTES : 0);
 }
 
 static void drop_aggregate(xf__upstream *up) {
@@ -282,6 +287,34 @@ void xf__upstream_aggregate(xf__coord *co, const xf__job *job, float *mean, size
     up->agg_bytes = (uint8_t *)mean;
     up->agg_len = n * sizeof(float);
     up->agg_encoded = false;
+  }
+  up->agg_plain_len = up->agg_len;
+  up->agg_sealed = false;
+  if (up->seal) {
+    /* Sealed to the global coordinator's key for this attempt, once: a
+     * resend after a reconnect carries the same bytes. */
+    char ctx[256];
+    size_t ctx_len = xf_seal_stream_context(ctx, sizeof(ctx), up->job_id, up->round,
+                                            up->attempt, co->name);
+    xf_seal_sender *ss = NULL;
+    uint8_t *sealed = NULL;
+    size_t sealed_len = 0;
+    xf_err rc = xf_seal_sender_new(up->seal_pk, (const uint8_t *)ctx, ctx_len, &ss, up->agg_epk);
+    if (rc == XF_OK)
+      rc = xf_seal_stream(ss, up->agg_bytes, up->agg_len, XF_SEAL_STREAM_CHUNK, &sealed,
+                          &sealed_len);
+    xf_seal_sender_free(ss);
+    if (rc != XF_OK) {
+      XF_ERROR("aggregate_not_sealed", "job=%s round=%u reason=\"%s\"", up->job_id,
+               (unsigned)up->round, xf_err_name(rc));
+      drop_aggregate(up);
+      xf__upstream_failed(co, job, "the region's aggregate could not be sealed");
+      return;
+    }
+    xf_free(up->agg_bytes);
+    up->agg_bytes = sealed;
+    up->agg_len = sealed_len;
+    up->agg_sealed = true;
   }
   up->agg_weight = weight;
   up->agg_contributors = contributors;
@@ -391,6 +424,8 @@ static void on_offer(xf__coord *co, const Xfed__TaskOffer *o) {
   up->evaluate_only = o->evaluate_only;
   up->deadline = (double)o->deadline_unix_ms / 1000.0;
   memcpy(up->model_digest.bytes, o->model_digest.data, XF_DIGEST_BYTES);
+  up->seal = o->seal_key.len == XF_SEAL_PUBLICKEYBYTES;
+  if (up->seal) memcpy(up->seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES);
   xf_free(up->params_json);
   up->params_json = xf_strdup(pj);
   xf_tensor_receiver_free(up->model_rx);

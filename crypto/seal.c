@@ -5,7 +5,10 @@
 #include "crypto/seal.h"
 
 #include <sodium.h>
+#include <stdio.h>
 #include <string.h>
+
+#include "base/alloc.h"
 
 #define KEY_BYTES 32
 #define NONCE_BYTES crypto_aead_xchacha20poly1305_ietf_NPUBBYTES
@@ -163,4 +166,43 @@ xf_err xf_seal_open_chunk(const xf_seal_receiver *r, uint64_t offset, const uint
     return XF_EINTEGRITY;
   }
   return XF_OK;
+}
+
+size_t xf_seal_stream_context(char *buf, size_t cap, const char *job, uint32_t round,
+                              uint32_t attempt, const char *sender) {
+  int n = snprintf(buf, cap, "xfed-update|%s|%u|%u|%s", job ? job : "", (unsigned)round,
+                   (unsigned)attempt, sender ? sender : "");
+  if (n < 0) return 0;
+  return (size_t)n < cap ? (size_t)n : cap - 1;
+}
+
+xf_err xf_seal_stream(const xf_seal_sender *s, const uint8_t *in, size_t len, size_t chunk,
+                      uint8_t **out, size_t *out_len) {
+  *out = NULL;
+  *out_len = 0;
+  if (chunk == 0 || chunk > XF_SEAL_MAX_CHUNK) return XF_EINVAL;
+  size_t chunks = len == 0 ? 0 : (len + chunk - 1) / chunk;
+  size_t total = len + chunks * XF_SEAL_ABYTES;
+  uint8_t *buf = xf_malloc(total ? total : 1);
+  if (!buf) return XF_ENOMEM;
+  for (size_t c = 0; c < chunks; c++) {
+    size_t off = c * chunk, n = len - off < chunk ? len - off : chunk;
+    xf_err rc = xf_seal_chunk(s, off, in + off, n, buf + off + c * XF_SEAL_ABYTES);
+    if (rc != XF_OK) {
+      xf_free(buf);
+      return rc;
+    }
+  }
+  *out = buf;
+  *out_len = total;
+  return XF_OK;
+}
+
+bool xf_seal_stream_plain_length(uint64_t sealed_len, size_t chunk, uint64_t *plain) {
+  if (chunk == 0) return false;
+  uint64_t full = sealed_len / (chunk + XF_SEAL_ABYTES);
+  uint64_t rest = sealed_len % (chunk + XF_SEAL_ABYTES);
+  if (rest != 0 && rest <= XF_SEAL_ABYTES) return false;
+  *plain = full * chunk + (rest ? rest - XF_SEAL_ABYTES : 0);
+  return true;
 }

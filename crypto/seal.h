@@ -7,6 +7,7 @@
 #ifndef XF_CRYPTO_SEAL_H
 #define XF_CRYPTO_SEAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -68,5 +69,29 @@ void xf_seal_receiver_free(xf_seal_receiver *r);
  * is then zeroed); XF_ETRUNCATED when sealed_len < XF_SEAL_ABYTES. */
 xf_err xf_seal_open_chunk(const xf_seal_receiver *r, uint64_t offset, const uint8_t *sealed,
                           size_t sealed_len, uint8_t *out) XF_WARN_UNUSED;
+
+/* ---- whole streams in chunks ---------------------------------------------- */
+
+/* The plaintext bytes per chunk the daemons seal update streams in: a sealed
+ * chunk (plus XF_SEAL_ABYTES) then fills one 1 MiB tensor chunk, and chunks
+ * stay whole float32 values. */
+#define XF_SEAL_STREAM_CHUNK ((size_t)(1u << 20) - XF_SEAL_ABYTES)
+
+/* The stream context the daemons bind sealed update streams to (job, round,
+ * attempt and the sender's name, as both ends know them), written to buf
+ * (cap bytes, NUL-terminated); returns its length without the NUL. */
+size_t xf_seal_stream_context(char *buf, size_t cap, const char *job, uint32_t round,
+                              uint32_t attempt, const char *sender);
+
+/* Seals len bytes (the whole stream) in chunks of `chunk` plaintext bytes,
+ * the last one shorter: *out (xf_malloc'ed, caller-owned) receives each
+ * chunk sealed at its plaintext offset, back to back, *out_len their total.
+ * XF_EINVAL for chunk 0, XF_ENOMEM, or what xf_seal_chunk returns. */
+xf_err xf_seal_stream(const xf_seal_sender *s, const uint8_t *in, size_t len, size_t chunk,
+                      uint8_t **out, size_t *out_len) XF_WARN_UNUSED;
+
+/* The plaintext length of a sealed stream of sealed_len bytes in chunks of
+ * `chunk` plaintext bytes; false when no plaintext length gives that size. */
+bool xf_seal_stream_plain_length(uint64_t sealed_len, size_t chunk, uint64_t *plain);
 
 #endif

@@ -29,6 +29,7 @@ struct xf_tensor_sender {
   xf__send_phase phase;
   uint64_t offset; /* next chunk to send */
   uint64_t acked;
+  uint8_t sealed_by[32]; /* desc.sealed_by points here when set */
 };
 
 xf_err xf_tensor_sender_new(const xf_tensor_desc *desc, const void *data, size_t len,
@@ -51,6 +52,10 @@ xf_err xf_tensor_sender_new_hashed(const xf_tensor_desc *desc, const void *data,
   xf_tensor_sender *s = xf_calloc(1, sizeof(*s));
   XF_ENSURE(s, ctx, XF_ENOMEM, "cannot allocate a tensor sender");
   s->desc = *desc;
+  if (desc->sealed_by) {
+    memcpy(s->sealed_by, desc->sealed_by, sizeof(s->sealed_by));
+    s->desc.sealed_by = s->sealed_by;
+  }
   s->desc.job_id = xf_strdup(desc->job_id ? desc->job_id : "");
   if (!s->desc.job_id) {
     xf_free(s);
@@ -93,6 +98,11 @@ xf_err xf_tensor_sender_next(xf_tensor_sender *s, xf_tensor_msg *msg) {
     b.attempt = s->desc.attempt;
     b.weight = s->desc.weight;
     b.contributors = s->desc.contributors;
+    if (s->desc.sealed_by) {
+      b.sealed_by.data = (uint8_t *)s->desc.sealed_by;
+      b.sealed_by.len = sizeof(s->sealed_by);
+      b.sealed_chunk = s->desc.sealed_chunk;
+    }
     msg->body.begin = b;
     msg->env.body_case = XFED__ENVELOPE__BODY_TENSOR_BEGIN;
     msg->env.tensor_begin = &msg->body.begin;
@@ -246,6 +256,9 @@ xf_err xf_tensor_receiver_begin(xf_tensor_receiver *r, const Xfed__TensorBegin *
   r->info.attempt = m->attempt;
   r->info.weight = m->weight;
   r->info.contributors = m->contributors;
+  r->info.sealed = m->sealed_by.len == sizeof(r->info.sealed_by);
+  if (r->info.sealed) memcpy(r->info.sealed_by, m->sealed_by.data, sizeof(r->info.sealed_by));
+  r->info.sealed_chunk = m->sealed_chunk;
   r->announced = true;
   return XF_OK;
 }

@@ -30,6 +30,9 @@ typedef struct xf_tensor_desc {
   uint32_t attempt;               /* the round's attempt (TaskOffer.attempt); 0: not given */
   uint64_t weight;                /* UPDATE, AGGREGATE: the records behind it */
   uint32_t contributors;          /* AGGREGATE: the sites it sums */
+  const uint8_t *sealed_by;       /* sealed streams: the sender's ephemeral key (32 bytes,
+                                     copied), else NULL */
+  uint32_t sealed_chunk;          /* sealed streams: plaintext bytes per chunk */
 } xf_tensor_desc;
 
 /* Storage for one outgoing message: env is the Envelope to encode, and its
@@ -113,6 +116,9 @@ typedef struct xf_tensor_info {
   uint32_t attempt;
   uint64_t weight;
   uint32_t contributors;
+  bool sealed;               /* TensorBegin named a sealing key */
+  uint8_t sealed_by[32];
+  uint32_t sealed_chunk;
 } xf_tensor_info;
 
 typedef struct xf_tensor_receiver xf_tensor_receiver;

@@ -26,6 +26,7 @@
 #include "coordinator/jobspec.h"
 #include "crypto/digest.h"
 #include "crypto/noise.h"
+#include "crypto/seal.h"
 #include "crypto/secagg.h"
 #include "crypto/pki.h"
 #include "kernels/backend.h"
@@ -182,6 +183,9 @@ typedef struct task {
   xf_codec_fixed sa_fixed;
   double sa_scale;
   uint32_t *sa_input;  /* the update quantized on the shared scale, then masked */
+  bool sealed;         /* the update goes out sealed to seal_pk */
+  uint8_t seal_pk[XF_SEAL_PUBLICKEYBYTES];
+  uint8_t *sealed_buf; /* the sealed stream */
   bool sa_waiting;     /* trained, waiting for the shares to be routed */
 
   /* privacy the site accounts for (unit record, or unit site mode local) */
@@ -429,6 +433,7 @@ static void task_free(task *t) {
   xf_free(t->encoded);
   xf_free(t->residual);
   xf_free(t->sa_input);
+  xf_free(t->sealed_buf);
   xf_tensor_sender_free(t->sender);
   xf_site_dataset_free(&t->dataset);
   xf_free(t);
@@ -757,8 +762,33 @@ static void task_compute(daemon_t *d, task *t) {
       desc.dtype = XFED__TENSOR_BEGIN__DTYPE__U8;
       desc.element_count = t->wire_len;
     }
+    /* Sealed to the aggregator that folds it: nothing in between reads it. */
+    size_t chunk = 0;
+    uint8_t epk[XF_SEAL_PUBLICKEYBYTES];
+    if (t->sealed) {
+      char ctx[256];
+      size_t ctx_len = xf_seal_stream_context(ctx, sizeof(ctx), t->job_id, t->round, t->attempt,
+                                              d->cfg.site);
+      xf_seal_sender *ss = NULL;
+      size_t sealed_len = 0;
+      xf_err src = xf_seal_sender_new(t->seal_pk, (const uint8_t *)ctx, ctx_len, &ss, epk);
+      if (src == XF_OK)
+        src = xf_seal_stream(ss, t->wire, t->wire_len, XF_SEAL_STREAM_CHUNK, &t->sealed_buf,
+                             &sealed_len);
+      xf_seal_sender_free(ss);
+      if (src != XF_OK) {
+        xf_fail(&err, src, "cannot seal the update to the aggregator's key");
+        task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "sealing failed", &err);
+        goto out;
+      }
+      desc.sealed_by = epk;
+      desc.sealed_chunk = XF_SEAL_STREAM_CHUNK;
+      t->wire = t->sealed_buf;
+      t->wire_len = sealed_len;
+      chunk = XF_SEAL_STREAM_CHUNK + XF_SEAL_ABYTES;
+    }
     /* The sender hashes the update once: here, off the loop. */
-    if (xf_tensor_sender_new(&desc, t->wire, t->wire_len, 0, &t->sender, &err) != XF_OK) {
+    if (xf_tensor_sender_new(&desc, t->wire, t->wire_len, chunk, &t->sender, &err) != XF_OK) {
       task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "cannot stream the update", &err);
       goto out;
     }
@@ -1682,6 +1712,8 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
   atomic_init(&t->abandoned, false);
   d->task = t;
   t->secagg = secagg;
+  t->sealed = !secagg && o->seal_key.len == XF_SEAL_PUBLICKEYBYTES;
+  if (t->sealed) memcpy(t->seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES);
   if (secagg) {
     t->sa_fixed = d->sa.fixed;
     t->sa_scale = d->sa.scale;
