@@ -211,6 +211,16 @@ static bool is_central(const xf_jobspec *spec) {
          spec->privacy.mode == XF_JOB_PRIVACY_CENTRAL && spec->privacy.has_noise_multiplier;
 }
 
+/* Site-level privacy that the coordinator accounts: central noise, or the
+ * distributed noise the sites add under secure aggregation (the sum the
+ * aggregator unmasks carries at least the whole noise). */
+static bool is_aggregate_dp(const xf_jobspec *spec) {
+  return spec->privacy.unit == XF_JOB_PRIVACY_UNIT_SITE &&
+         (spec->privacy.mode == XF_JOB_PRIVACY_CENTRAL ||
+          spec->privacy.mode == XF_JOB_PRIVACY_DISTRIBUTED) &&
+         spec->privacy.has_noise_multiplier;
+}
+
 /* The chance that a site is asked in a round: the invited fraction
  * (sites_per_round times over_selection, at most 1). Submission refuses
  * central privacy with a count of sites per round, whose rate would depend
@@ -222,7 +232,7 @@ double xf__job_sampling_rate(const xf_jobspec *spec) {
 }
 
 bool xf__job_epsilon(const xf_jobspec *spec, uint32_t rounds, double *eps) {
-  if (!is_central(spec)) return false;
+  if (!is_aggregate_dp(spec)) return false;
   *eps = 0;
   if (rounds == 0) return true;
   double order;
@@ -883,7 +893,7 @@ static void on_tensor_begin(xf__coord *co, xf__job *job, xf__site *s,
   }
   /* Central privacy averages clipped updates with equal weights, so that
    * one site moves the mean by at most clip / n (DP-FedAvg). */
-  s->rx_weight = is_central(&job->spec) ? 1 : m->weight;
+  s->rx_weight = is_aggregate_dp(&job->spec) ? 1 : m->weight;
   s->waiting_admission = true;
   admit(co, job);
 }

@@ -205,9 +205,9 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
   /* Refuse what the daemons cannot do yet rather than run without it. */
   const char *unavailable = NULL;
   bool central = spec.privacy.unit == XF_JOB_PRIVACY_UNIT_SITE &&
-                 spec.privacy.mode == XF_JOB_PRIVACY_CENTRAL;
-  if (spec.privacy.mode == XF_JOB_PRIVACY_DISTRIBUTED) unavailable = "privacy.mode";
-  else if (spec.secure_aggregation.enabled &&
+                 (spec.privacy.mode == XF_JOB_PRIVACY_CENTRAL ||
+                  spec.privacy.mode == XF_JOB_PRIVACY_DISTRIBUTED);
+  if (spec.secure_aggregation.enabled &&
            (spec.compression.uplink.quant_bits || spec.compression.uplink.topk_fraction > 0))
     unavailable = "compression.uplink";
   else if (spec.secure_aggregation.enabled && spec.privacy.clip <= 0)
@@ -217,11 +217,9 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
     snprintf(err.file, sizeof(err.file), "%s", origin);
     snprintf(err.field, sizeof(err.field), "%s", unavailable);
     snprintf(err.msg, sizeof(err.msg),
-             "this coordinator does not run that (differential privacy mode \"distributed\" "
-             "is not built; secure aggregation sums integers on a shared scale fixed by "
-             "privacy.clip, which it needs, and carries its own quantization instead of "
-             "uplink compression); use privacy.mode \"none\", \"central\" or \"local\", "
-             "and with secure_aggregation a privacy.clip and compression.uplink \"none\"");
+             "secure aggregation sums integers on a shared scale fixed by privacy.clip, "
+             "which it needs, and carries its own quantization instead of uplink "
+             "compression: give privacy.clip and compression.uplink \"none\"");
     reply_error(p, XF_EUNSUPPORTED, &err);
     return;
   }

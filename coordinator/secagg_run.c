@@ -95,7 +95,8 @@ xf_err xf__sa_start(xf__coord *co, xf__job *job, xf_errctx *err) {
     return rc;
   }
   /* Weights: the records each site announced for the job's data (a site's
-   * share of the cohort's), or equal under central privacy. Sites scale
+   * share of the cohort's), or equal under central or distributed privacy
+   * (one site then moves the mean by at most clip / n). Sites scale
    * their updates by them, so the masked sum is already the weighted sum. */
   uint64_t total = 0;
   for (size_t i = 0; i < n; i++) {
@@ -106,7 +107,8 @@ xf_err xf__sa_start(xf__coord *co, xf__job *job, xf_errctx *err) {
     total += sa->weight[i];
   }
   bool equal = job->spec.privacy.unit == XF_JOB_PRIVACY_UNIT_SITE &&
-               job->spec.privacy.mode == XF_JOB_PRIVACY_CENTRAL;
+               (job->spec.privacy.mode == XF_JOB_PRIVACY_CENTRAL ||
+                job->spec.privacy.mode == XF_JOB_PRIVACY_DISTRIBUTED);
   for (size_t i = 0; i < n; i++) {
     if (equal) sa->weight[i] = 1;
     sa->scale[i] = equal ? 1.0 / (double)n : (double)sa->weight[i] / (double)total;

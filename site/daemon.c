@@ -182,6 +182,7 @@ typedef struct task {
   bool secagg;         /* the update goes out masked (site_sa) */
   xf_codec_fixed sa_fixed;
   double sa_scale;
+  uint32_t sa_threshold; /* the fewest sites whose noise the unmasked sum holds */
   uint32_t *sa_input;  /* the update quantized on the shared scale, then masked */
   bool sealed;         /* the update goes out sealed to seal_pk */
   uint8_t seal_pk[XF_SEAL_PUBLICKEYBYTES];
@@ -726,6 +727,21 @@ static void task_compute(daemon_t *d, task *t) {
       xf_err qrc = t->sa_input && scaled ? XF_OK : XF_ENOMEM;
       for (size_t i = 0; qrc == XF_OK && i < n; i++)
         scaled[i] = (float)((double)t->update[i] * t->sa_scale);
+      /* Mode distributed: this site's share of the noise, before masking.
+       * At least `threshold` sites are in any sum the aggregator unmasks,
+       * so their shares add up to the whole N(0, (z C scale)^2) on it; the
+       * grid slack is paid per site (coordinator/jobprivacy.h). */
+      if (qrc == XF_OK && pv->mode == XF_JOB_PRIVACY_DISTRIBUTED &&
+          pv->noise_multiplier > 0) {
+        double sd;
+        qrc = xf_privacy_grid_sigma(pv->noise_multiplier / sqrt((double)t->sa_threshold),
+                                    pv->clip * t->sa_scale, n, &sd, &err);
+        if (qrc == XF_OK && !noise) qrc = xf_noise_new_random(&noise);
+        if (qrc == XF_OK)
+          qrc = xf_noise_gaussian_vec_par(noise, sd, scaled, n, xf_backend_threads(d->backend));
+        if (qrc != XF_OK && !err.msg[0])
+          xf_fail(&err, qrc, "cannot add this site's share of the noise");
+      }
       if (qrc == XF_OK)
         qrc = xf_codec_quantize_fixed(&t->sa_fixed, scaled, n, t->shuffle_seed ^ XF__CODEC_SEED,
                                       t->sa_input, &clipped, &err);
@@ -1479,16 +1495,15 @@ static void on_sa_unmask(daemon_t *d, const Xfed__SecAggUnmask *u) {
   xf_free(out);
 }
 
-/* What in a job this site cannot do yet, and the model's size (for the
- * privacy plan). The distributed noise mode is not built: sending an update
- * without the noise a job promised would break the promise, so such jobs
- * are refused. */
+/* What in a job this site cannot do, and the model's size (for the
+ * privacy plan). */
 static xf_err job_supported(const xf_jobspec *spec, const xf_site_dataset *ds, size_t *n_params,
                             xf_errctx *err) {
   const xf_job_privacy *pv = &spec->privacy;
-  XF_ENSURE(pv->mode != XF_JOB_PRIVACY_DISTRIBUTED, err, XF_EUNSUPPORTED,
-            "privacy: mode distributed (the distributed discrete Gaussian, which needs secure "
-            "aggregation) is not available at this site yet; use central or local");
+  XF_ENSURE(pv->mode != XF_JOB_PRIVACY_DISTRIBUTED || spec->secure_aggregation.enabled, err,
+            XF_EUNSUPPORTED,
+            "privacy: mode distributed adds only a share of the noise here and needs secure "
+            "aggregation to hide this site's update");
   xf_model_spec ms;
   XF_GUARD(xf_jobspec_model_spec(spec, ds->h, ds->w, ds->c, ds->classes, &ms, err));
   xf_model *m = NULL;
@@ -1717,6 +1732,7 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
   if (secagg) {
     t->sa_fixed = d->sa.fixed;
     t->sa_scale = d->sa.scale;
+    t->sa_threshold = d->sa.p.threshold;
   }
   XF_INFO("task_accepted", "job=%s round=%u attempt=%u dataset=%s", qj, (unsigned)t->round,
           (unsigned)t->attempt, ds.name);

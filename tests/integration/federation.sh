@@ -17,7 +17,7 @@
 #   secagg:  secure aggregation with 5 sites: the same job with and without
 #            it ends within 0.5 points; then a site killed after sending its
 #            masked input is left out and the round completes with the sum of
-#            the 4 others.
+#            the 4 others; then distributed noise, accounted per round.
 #   compress: uplink q8 and topk:0.05+q8 (error feedback kept in each site's
 #            database) with fp16 and bf16 downlink: the bytes in the metrics
 #            shrink as promised and the model still learns.
@@ -337,7 +337,19 @@ secagg)
     fail "round 1 of job 3 was not unmasked from the 4 remaining sites"
   grep -q 'event=round_committed job=3 round=1 reports=4 ' "$work/a/logs/coord.log" ||
     fail "round 1 of job 3 did not commit the 4 others"
-  echo "secagg: accuracy $a1 without, $a2 with secure aggregation; job 3 round 1 unmasked from 4 of 5 sites"
+  # Distributed noise: each site adds its share of the Gaussian before
+  # masking; the coordinator calibrates and accounts it like central noise.
+  sed 's/"mode": "none", "clip": 1.0}/"mode": "distributed", "clip": 1.0, "target_epsilon": 10, "delta": 1e-5}/' \
+    "$work/sa.json" | sed 's/"rounds": 4/"rounds": 2/' >"$work/sa4.json"
+  cli job submit "$work/sa4.json" >/dev/null
+  wait_state 4 done 300
+  grep -q 'event=privacy_calibrated target_epsilon=10 ' "$work/a/logs/coord.log" ||
+    fail "the coordinator did not calibrate the distributed noise"
+  eps=$(job_field 4 epsilon)
+  awk -v e="$eps" 'BEGIN { exit !(e > 0 && e <= 10) }' || fail "job 4's epsilon '$eps' is not in (0, 10]"
+  (($(grep -c 'event=secagg_unmasked job=4 ' "$work/a/logs/coord.log") == 2)) ||
+    fail "job 4 did not unmask its 2 rounds"
+  echo "secagg: accuracy $a1 without, $a2 with secure aggregation; job 3 round 1 unmasked from 4 of 5 sites; distributed noise epsilon $eps"
   ;;
 *) echo "unknown scenario $scenario" >&2; exit 2 ;;
 esac
