@@ -159,6 +159,8 @@ typedef struct xf__sa {
   double deadline;       /* of the current phase */
   uint32_t *u3;          /* the survivors, once unmasking starts */
   size_t n_u3;
+  uint64_t subset_seed;  /* with uplink top-k: the shared random subset's seed */
+  uint32_t *subset;      /* ... its indices (p.length of them), or NULL: all */
   float *mean;           /* the unmasked mean (DONE), taken by the commit */
   uint64_t mean_weight;  /* the survivors' total weight */
 } xf__sa;

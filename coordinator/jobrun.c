@@ -828,15 +828,15 @@ static void on_tensor_begin(xf__coord *co, xf__job *job, xf__site *s,
   bool shape_ok = as_float || (encoded && m->element_count == plain && plain > 0 &&
                                plain <= max_encoded) ||
                   (masked && m->dtype == XFED__TENSOR_BEGIN__DTYPE__U32 &&
-                   m->element_count == job->n_params &&
-                   plain == (uint64_t)job->n_params * 4);
+                   m->element_count == job->sa->p.length &&
+                   plain == job->sa->p.length * 4);
   if (!shape_ok || m->weight == 0) {
     if (s->peer) {
       if (masked)
         xf_session_send_error(s->peer->conn, XF_EFORMAT,
-                              "an update of this job is its %zu masked integers (U32) with a "
-                              "weight > 0",
-                              job->n_params);
+                              "an update of this job is its %" PRIu64 " masked integers (U32) "
+                              "with a weight > 0",
+                              job->sa->p.length);
       else if (compressed)
         xf_session_send_error(s->peer->conn, XF_EFORMAT,
                               "an update of this job is its %zu values encoded for the uplink "

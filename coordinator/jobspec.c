@@ -1225,11 +1225,6 @@ xf_err xf_jobspec_validate(const xf_jobspec *s, xf_errctx *err) {
                        "(only the sum is revealed); choose a mean-based strategy such as fedavg "
                        "or set secure_aggregation.enabled to false",
                        strategy);
-  if (sa->enabled && up->topk_fraction > 0)
-    return xf__fail_at(err, XF_EFORMAT, "compression.uplink",
-                       "top-k keeps a different set of coordinates at each site, and masked "
-                       "updates can only be summed coordinate by coordinate; with secure "
-                       "aggregation use \"none\", \"q16\", \"q8\" or \"q4\"");
   if (sa->enabled && up->quant_bits > sa->bits)
     return xf__fail_at(err, XF_ERANGE, "secure_aggregation.bits",
                        "is %u but the uplink is quantized to %u bits, and masked values are "

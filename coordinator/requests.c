@@ -207,19 +207,16 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
   bool central = spec.privacy.unit == XF_JOB_PRIVACY_UNIT_SITE &&
                  (spec.privacy.mode == XF_JOB_PRIVACY_CENTRAL ||
                   spec.privacy.mode == XF_JOB_PRIVACY_DISTRIBUTED);
-  if (spec.secure_aggregation.enabled &&
-           (spec.compression.uplink.quant_bits || spec.compression.uplink.topk_fraction > 0))
-    unavailable = "compression.uplink";
-  else if (spec.secure_aggregation.enabled && spec.privacy.clip <= 0)
+  if (spec.secure_aggregation.enabled && spec.privacy.clip <= 0)
     unavailable = "privacy.clip";
   if (unavailable) {
     err.code = XF_EUNSUPPORTED;
     snprintf(err.file, sizeof(err.file), "%s", origin);
     snprintf(err.field, sizeof(err.field), "%s", unavailable);
     snprintf(err.msg, sizeof(err.msg),
-             "secure aggregation sums integers on a shared scale fixed by privacy.clip, "
-             "which it needs, and carries its own quantization instead of uplink "
-             "compression: give privacy.clip and compression.uplink \"none\"");
+             "secure aggregation sums integers on a scale shared by the round's sites, "
+             "which privacy.clip fixes: give privacy.clip (it may come without noise, "
+             "with mode \"none\")");
     reply_error(p, XF_EUNSUPPORTED, &err);
     return;
   }

@@ -30,6 +30,7 @@ void xf__sa_free(xf__sa *sa) {
   xf_free(sa->inputs);
   xf_free(sa->shares);
   xf_free(sa->u3);
+  xf_free(sa->subset);
   xf_free(sa->mean);
   xf_free(sa);
 }
@@ -79,6 +80,20 @@ xf_err xf__sa_start(xf__coord *co, xf__job *job, xf_errctx *err) {
   sa->p.threshold = t < 2 ? 2 : t > n ? (uint32_t)n : t;
   sa->p.bits = cfg->bits;
   sa->p.length = job->n_params;
+  /* Uplink top-k: every site sends the same random subset of coordinates
+   * (what they leave out stays in their residuals). */
+  double f = job->spec.compression.uplink.topk_fraction;
+  if (f > 0) {
+    sa->p.length = xf_codec_topk_count(f, job->n_params);
+    randombytes_buf(&sa->subset_seed, sizeof(sa->subset_seed));
+    sa->subset = xf_mallocarray(sa->p.length, sizeof(uint32_t));
+    if (!sa->subset ||
+        xf_codec_random_subset(sa->subset_seed, job->n_params, sa->p.length, sa->subset) !=
+            XF_OK) {
+      xf__sa_free(sa);
+      return xf_fail(err, XF_ENOMEM, "out of memory for the shared subset");
+    }
+  }
   sa->p.degree = xf_secagg_default_degree((uint32_t)n);
   randombytes_buf(sa->p.graph_seed, sizeof(sa->p.graph_seed));
   sa->attempt = xf_round_attempt(job->round);
@@ -118,6 +133,21 @@ xf_err xf__sa_start(xf__coord *co, xf__job *job, xf_errctx *err) {
    * by less than a unit, stays below 2^(bits-1) units. */
   sa->fixed.bits = cfg->bits;
   sa->fixed.bound = (uint32_t)((1ull << (cfg->bits - 1)) - 1 - n);
+  /* Uplink qN: each site's values are integers of N bits on the scale; n of
+   * them must still add up below 2^(bits-1). */
+  uint32_t q = job->spec.compression.uplink.quant_bits;
+  if (q) {
+    uint64_t per_site = (1ull << (q - 1)) - 1;
+    if ((per_site + 1) * n >= (1ull << (cfg->bits - 1))) {
+      xf__sa_free(sa);
+      return xf_fail(err, XF_ERANGE,
+                     "secure_aggregation.bits %u cannot hold the sum of %zu sites' q%u values; "
+                     "raise bits to at least %u",
+                     (unsigned)cfg->bits, n, (unsigned)q,
+                     (unsigned)(q + (unsigned)ceil(log2((double)n + 1))) + 1);
+    }
+    sa->fixed.bound = (uint32_t)per_site;
+  }
   sa->fixed.step = job->spec.privacy.clip / (double)sa->fixed.bound;
   sa->phase = XF__SA_ADVERT;
   sa->deadline = xf__now() + phase_span(job);
@@ -141,6 +171,10 @@ void xf__sa_setup(const xf__sa *sa, uint32_t index, Xfed__SecAggSetup *out) {
   out->step = sa->fixed.step;
   out->bound = sa->fixed.bound;
   out->scale = index >= 1 && index <= sa->p.n ? sa->scale[index - 1] : 0;
+  if (sa->subset) {
+    out->subset = sa->p.length;
+    out->subset_seed = sa->subset_seed;
+  }
 }
 
 /* Leaves the cohort site i out of the round (it did not answer a phase). */
@@ -326,15 +360,21 @@ static void sa_finish(xf__coord *co, xf__job *job) {
   xf__sa *sa = job->sa;
   xf_errctx err = {0};
   uint32_t *sum = xf_mallocarray(sa->p.length, sizeof(uint32_t));
-  float *mean = xf_mallocarray(sa->p.length, sizeof(float));
-  if (!sum || !mean || xf_secagg_server_finish(sa->server, sum, &err) != XF_OK) {
+  float *part = xf_mallocarray(sa->p.length, sizeof(float));
+  float *mean = sa->subset ? xf_calloc(job->n_params, sizeof(float)) : part;
+  if (!sum || !part || !mean || xf_secagg_server_finish(sa->server, sum, &err) != XF_OK) {
     xf_free(sum);
-    xf_free(mean);
-    xf__job_commit_failed(co, job, sum && mean ? err.msg : "out of memory unmasking");
+    if (mean != part) xf_free(mean);
+    xf_free(part);
+    xf__job_commit_failed(co, job, sum && part && mean ? err.msg : "out of memory unmasking");
     return;
   }
-  xf_codec_dequantize_fixed(&sa->fixed, sum, sa->p.length, mean);
+  xf_codec_dequantize_fixed(&sa->fixed, sum, sa->p.length, part);
   xf_free(sum);
+  if (sa->subset) { /* the subset's values at their places, zero elsewhere */
+    for (uint64_t k = 0; k < sa->p.length; k++) mean[sa->subset[k]] = part[k];
+    xf_free(part);
+  }
   /* The sum is of the survivors' scaled updates: rescale to their mean. */
   double have = 0, total = 0;
   for (uint32_t i = 0; i < sa->p.n; i++) total += sa->scale[i];
@@ -344,7 +384,7 @@ static void sa_finish(xf__coord *co, xf__job *job) {
     w += sa->weight[sa->u3[m] - 1];
   }
   float f = (float)(total / have);
-  for (uint64_t k = 0; k < sa->p.length; k++) mean[k] *= f;
+  for (uint64_t k = 0; k < job->n_params; k++) mean[k] *= f;
   sa->mean = mean;
   sa->mean_weight = w;
   sa->phase = XF__SA_DONE;

@@ -7,6 +7,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -20,6 +21,7 @@ enum { XF__DENSE = 0, XF__TOPK = 1 };
 /* Streams of base/rng.h, so the rounding of an update and of a fixed-scale
  * vector drawn from one seed are unrelated. */
 #define XF__STREAM_UPLINK 0x636f6465632d7570ULL /* "codec-up" */
+#define XF__STREAM_SUBSET 0x636f6465632d7373ULL /* "codec-ss": the shared random subset */
 #define XF__STREAM_FIXED 0x636f6465632d6678ULL  /* "codec-fx" */
 
 /* A varint of an index below 2^32 takes at most 5 bytes. */
@@ -646,4 +648,32 @@ void xf_codec_from_half(const uint16_t *in, size_t n, bool bf16, float *out) {
     else
       out[i] = xf__bits_float(sign | (e + 127 - 15) << 23 | m << 13);
   }
+}
+
+/* ---- shared random subset ----------------------------------------------- */
+
+
+static int xf__cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return (x > y) - (x < y);
+}
+
+xf_err xf_codec_random_subset(uint64_t seed, size_t n, size_t k, uint32_t *idx) {
+  if (n == 0 || n > XF_CODEC_N_MAX || k == 0 || k > n) return XF_EINVAL;
+  uint32_t *all = xf_mallocarray(n, sizeof(uint32_t));
+  if (!all) return XF_ENOMEM;
+  for (size_t i = 0; i < n; i++) all[i] = (uint32_t)i;
+  xf_rng rng;
+  xf_rng_seed(&rng, seed, XF__STREAM_SUBSET);
+  /* A partial Fisher-Yates: the first k slots are a uniform k-subset. */
+  for (size_t i = 0; i < k; i++) {
+    size_t j = i + (size_t)xf_rng_below(&rng, (uint64_t)(n - i));
+    uint32_t t = all[i];
+    all[i] = all[j];
+    all[j] = t;
+  }
+  memcpy(idx, all, k * sizeof(uint32_t));
+  xf_free(all);
+  qsort(idx, k, sizeof(uint32_t), xf__cmp_u32);
+  return XF_OK;
 }

@@ -111,6 +111,15 @@ xf_err xf_codec_quantize_fixed(const xf_codec_fixed *f, const float *x, size_t n
  * sum stays inside that range. f must be valid for xf_codec_quantize_fixed. */
 void xf_codec_dequantize_fixed(const xf_codec_fixed *f, const uint32_t *in, size_t n, float *out);
 
+/* ---- shared random subset, for secure aggregation ---------------------------- */
+
+/* Under secure aggregation every site of a round must send the same
+ * coordinates, so top-k is replaced by a random subset that all derive from
+ * the round's seed: writes to idx, ascending, k distinct indices of 0..n-1
+ * (1 <= k <= n <= XF_CODEC_N_MAX), a uniform draw that is a function of seed
+ * alone. XF_EINVAL for k or n out of range, XF_ENOMEM. */
+xf_err xf_codec_random_subset(uint64_t seed, size_t n, size_t k, uint32_t *idx) XF_WARN_UNUSED;
+
 /* ---- downlink ------------------------------------------------------------ */
 
 /* The global model as IEEE fp16 (bf16 false) or bfloat16 (bf16 true), round to

@@ -183,6 +183,8 @@ typedef struct task {
   xf_codec_fixed sa_fixed;
   double sa_scale;
   uint32_t sa_threshold; /* the fewest sites whose noise the unmasked sum holds */
+  uint64_t sa_subset, sa_subset_seed; /* the shared random subset, 0: all values */
+  size_t sa_len;         /* values masked and sent */
   uint32_t *sa_input;  /* the update quantized on the shared scale, then masked */
   bool sealed;         /* the update goes out sealed to seal_pk */
   uint8_t seal_pk[XF_SEAL_PUBLICKEYBYTES];
@@ -240,6 +242,8 @@ typedef struct site_sa {
   uint32_t index;
   xf_codec_fixed fixed; /* the shared integer scale */
   double scale;         /* this site's share of the cohort's weight */
+  uint64_t subset;      /* coordinates sent (a shared random subset), 0: all */
+  uint64_t subset_seed;
   xf_secagg_client *client;
   bool routed;          /* U2 known: inputs can be masked */
 } site_sa;
@@ -721,12 +725,29 @@ static void task_compute(daemon_t *d, task *t) {
      * weight, on the round's shared integer scale; it is masked and sent
      * once the shares are routed (on the loop: sa_mask_and_stream). */
     if (t->secagg) {
-      t->sa_input = xf_mallocarray(n, sizeof(uint32_t));
-      float *scaled = xf_mallocarray(n, sizeof(float));
+      /* Uplink top-k becomes the round's shared random subset: what is not
+       * sent waits in the residual, as top-k's would. */
+      size_t m = t->sa_subset ? (size_t)t->sa_subset : n;
+      uint32_t *idx = t->sa_subset ? xf_mallocarray(m, sizeof(uint32_t)) : NULL;
+      t->sa_input = xf_mallocarray(m, sizeof(uint32_t));
+      float *scaled = xf_mallocarray(m, sizeof(float));
       size_t clipped = 0;
-      xf_err qrc = t->sa_input && scaled ? XF_OK : XF_ENOMEM;
-      for (size_t i = 0; qrc == XF_OK && i < n; i++)
-        scaled[i] = (float)((double)t->update[i] * t->sa_scale);
+      xf_err qrc = t->sa_input && scaled && (idx || !t->sa_subset) ? XF_OK : XF_ENOMEM;
+      if (qrc == XF_OK && idx)
+        qrc = xf_codec_random_subset(t->sa_subset_seed, n, m, idx);
+      if (qrc == XF_OK && idx && t->residual) {
+        for (size_t i = 0; i < n; i++)
+          t->residual[i] = t->residual[i] * XF_SITE_RESIDUAL_DISCOUNT + t->update[i];
+        for (size_t k = 0; k < m; k++) {
+          scaled[k] = (float)((double)t->residual[idx[k]] * t->sa_scale);
+          t->residual[idx[k]] = 0;
+        }
+      } else {
+        for (size_t i = 0; qrc == XF_OK && i < m; i++)
+          scaled[i] = (float)((double)t->update[idx ? idx[i] : i] * t->sa_scale);
+      }
+      xf_free(idx);
+      t->sa_len = m;
       /* Mode distributed: this site's share of the noise, before masking.
        * At least `threshold` sites are in any sum the aggregator unmasks,
        * so their shares add up to the whole N(0, (z C scale)^2) on it; the
@@ -735,15 +756,15 @@ static void task_compute(daemon_t *d, task *t) {
           pv->noise_multiplier > 0) {
         double sd;
         qrc = xf_privacy_grid_sigma(pv->noise_multiplier / sqrt((double)t->sa_threshold),
-                                    pv->clip * t->sa_scale, n, &sd, &err);
+                                    pv->clip * t->sa_scale, m, &sd, &err);
         if (qrc == XF_OK && !noise) qrc = xf_noise_new_random(&noise);
         if (qrc == XF_OK)
-          qrc = xf_noise_gaussian_vec_par(noise, sd, scaled, n, xf_backend_threads(d->backend));
+          qrc = xf_noise_gaussian_vec_par(noise, sd, scaled, m, xf_backend_threads(d->backend));
         if (qrc != XF_OK && !err.msg[0])
           xf_fail(&err, qrc, "cannot add this site's share of the noise");
       }
       if (qrc == XF_OK)
-        qrc = xf_codec_quantize_fixed(&t->sa_fixed, scaled, n, t->shuffle_seed ^ XF__CODEC_SEED,
+        qrc = xf_codec_quantize_fixed(&t->sa_fixed, scaled, m, t->shuffle_seed ^ XF__CODEC_SEED,
                                       t->sa_input, &clipped, &err);
       xf_free(scaled);
       if (qrc != XF_OK) {
@@ -754,7 +775,7 @@ static void task_compute(daemon_t *d, task *t) {
       if (clipped)
         XF_WARN("secagg_clipped", "job=%s round=%u values=%zu why=\"beyond the shared scale\"",
                 t->job_id, (unsigned)t->round, clipped);
-      t->wire_len = n * sizeof(uint32_t);
+      t->wire_len = m * sizeof(uint32_t);
       t->seconds = mono_s() - t0;
       goto out;
     }
@@ -1340,9 +1361,11 @@ static xf_err sa_begin(daemon_t *d, const Xfed__TaskOffer *o, const xf_jobspec *
                 isfinite(su->step) && su->step > 0 && su->bound >= 1 && isfinite(su->scale) &&
                 su->scale > 0 && su->scale <= 1,
             err, XF_EINVAL, "the offer's secure-aggregation setup is malformed");
+  XF_ENSURE(su->subset <= n_params && (su->subset > 0) == (spec->compression.uplink.topk_fraction > 0),
+            err, XF_EINVAL, "the offer's shared subset does not match the job's uplink");
   sa_reset(d);
   xf_secagg_params p = {.n = su->n, .threshold = su->threshold, .bits = su->bits,
-                        .length = n_params, .degree = su->degree};
+                        .length = su->subset ? su->subset : n_params, .degree = su->degree};
   memcpy(p.graph_seed, su->graph_seed.data, 32);
   XF_GUARD(xf_secagg_params_check(&p, err));
   XF_GUARD(xf_secagg_client_new(&p, su->index, &d->sa.client, err));
@@ -1354,6 +1377,8 @@ static xf_err sa_begin(daemon_t *d, const Xfed__TaskOffer *o, const xf_jobspec *
   d->sa.index = su->index;
   d->sa.fixed = (xf_codec_fixed){.step = su->step, .bits = su->bits, .bound = su->bound};
   d->sa.scale = su->scale;
+  d->sa.subset = su->subset;
+  d->sa.subset_seed = su->subset_seed;
   return XF_OK;
 }
 
@@ -1380,14 +1405,14 @@ static void sa_mask_and_stream(daemon_t *d, task *t) {
   xf_tensor_desc desc = {.stream_id = t->update_stream_id,
                          .kind = XFED__TENSOR_BEGIN__KIND__UPDATE,
                          .dtype = XFED__TENSOR_BEGIN__DTYPE__U32,
-                         .element_count = t->n_params,
+                         .element_count = t->sa_len,
                          .job_id = t->job_id,
                          .round = t->round,
                          .attempt = t->attempt,
                          .weight = t->samples};
-  if (xf_secagg_client_mask(d->sa.client, t->sa_input, 0, t->n_params, t->sa_input, &err) !=
+  if (xf_secagg_client_mask(d->sa.client, t->sa_input, 0, t->sa_len, t->sa_input, &err) !=
           XF_OK ||
-      xf_tensor_sender_new(&desc, t->sa_input, t->n_params * sizeof(uint32_t), 0, &t->sender,
+      xf_tensor_sender_new(&desc, t->sa_input, t->sa_len * sizeof(uint32_t), 0, &t->sender,
                            &err) != XF_OK) {
     char q[600];
     XF_ERROR("secagg_mask_failed", "job=%s round=%u reason=\"%s\"", t->job_id,
@@ -1398,7 +1423,7 @@ static void sa_mask_and_stream(daemon_t *d, task *t) {
     return;
   }
   t->wire = (const uint8_t *)t->sa_input;
-  t->wire_len = t->n_params * sizeof(uint32_t);
+  t->wire_len = t->sa_len * sizeof(uint32_t);
   pump(d);
 }
 
@@ -1733,6 +1758,8 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
     t->sa_fixed = d->sa.fixed;
     t->sa_scale = d->sa.scale;
     t->sa_threshold = d->sa.p.threshold;
+    t->sa_subset = d->sa.subset;
+    t->sa_subset_seed = d->sa.subset_seed;
   }
   XF_INFO("task_accepted", "job=%s round=%u attempt=%u dataset=%s", qj, (unsigned)t->round,
           (unsigned)t->attempt, ds.name);

@@ -484,12 +484,6 @@ static void settings_that_contradict_each_other_are_refused(void **state) {
       {SPEC(", \"strategy\": {\"name\": \"trimmed_mean\"}, "
             "\"secure_aggregation\": {\"enabled\": true}"),
        XF_EFORMAT, "strategy.name", "secure aggregation hides"},
-      {SPEC(", \"secure_aggregation\": {\"enabled\": true}, "
-            "\"compression\": {\"uplink\": \"topk:0.1\"}"),
-       XF_EFORMAT, "compression.uplink", "top-k keeps a different set of coordinates"},
-      {SPEC(", \"secure_aggregation\": {\"enabled\": true}, "
-            "\"compression\": {\"uplink\": \"topk:0.1+q8\"}"),
-       XF_EFORMAT, "compression.uplink", "use \"none\", \"q16\", \"q8\" or \"q4\""},
       {SPEC(", \"secure_aggregation\": {\"enabled\": true, \"bits\": 8}, "
             "\"compression\": {\"uplink\": \"q16\"}"),
        XF_ERANGE, "secure_aggregation.bits", "at least 16"},

@@ -349,7 +349,26 @@ secagg)
   awk -v e="$eps" 'BEGIN { exit !(e > 0 && e <= 10) }' || fail "job 4's epsilon '$eps' is not in (0, 10]"
   (($(grep -c 'event=secagg_unmasked job=4 ' "$work/a/logs/coord.log") == 2)) ||
     fail "job 4 did not unmask its 2 rounds"
-  echo "secagg: accuracy $a1 without, $a2 with secure aggregation; job 3 round 1 unmasked from 4 of 5 sites; distributed noise epsilon $eps"
+  # Top-k under secure aggregation: a random subset of 10% shared by the
+  # round's sites; each sends a tenth of the masked integers.
+  sed 's/"secure_aggregation": {/"compression": {"uplink": "topk:0.1"}, "secure_aggregation": {/' \
+    "$work/sa.json" | sed 's/"rounds": 4/"rounds": 2/' >"$work/sa5.json"
+  cli job submit "$work/sa5.json" >/dev/null
+  wait_state 5 done 300
+  cli job metrics 5 --csv >"$work/m5.csv"
+  cli job metrics 2 --csv >"$work/m2.csv"
+  up5=$(awk -F, 'NR > 1 && $4 != "" { s += $8; n++ } END { print s / n }' "$work/m5.csv")
+  up2=$(awk -F, 'NR > 1 && $4 != "" { s += $8; n++ } END { print s / n }' "$work/m2.csv")
+  awk -v a="$up5" -v b="$up2" 'BEGIN { exit !(a > 0 && a <= 0.11 * b) }' ||
+    fail "with topk:0.1 a site sent $up5 bytes a round, without $up2"
+  # q8 under secure aggregation: 8-bit integers on the shared scale.
+  sed 's/"secure_aggregation": {/"compression": {"uplink": "q8"}, "secure_aggregation": {/' \
+    "$work/sa.json" | sed 's/"rounds": 4/"rounds": 2/' >"$work/sa6.json"
+  cli job submit "$work/sa6.json" >/dev/null
+  wait_state 6 done 300
+  (($(grep -c 'event=secagg_unmasked job=6 ' "$work/a/logs/coord.log") == 2)) ||
+    fail "job 6 did not unmask its 2 rounds"
+  echo "secagg: accuracy $a1 without, $a2 with secure aggregation; job 3 round 1 unmasked from 4 of 5 sites; distributed noise epsilon $eps; shared subset $up5 of $up2 bytes a site; q8 accuracy $(job_field 6 test_accuracy)"
   ;;
 *) echo "unknown scenario $scenario" >&2; exit 2 ;;
 esac
