@@ -883,6 +883,38 @@ static void fixed_scale_round_trips_clips_and_sums(void **state) {
   free(truth);
 }
 
+/* The shared random subset: a function of the seed alone, k distinct
+ * indices in increasing order, every index about equally likely. */
+static void random_subset_is_shared_distinct_sorted_and_uniform(void **state) {
+  (void)state;
+  enum { N = 1000, K = 100, DRAWS = 400 };
+  uint32_t a[K], b[K];
+  assert_int_equal(xf_codec_random_subset(42, N, K, a), XF_OK);
+  assert_int_equal(xf_codec_random_subset(42, N, K, b), XF_OK);
+  assert_memory_equal(a, b, sizeof(a));
+  for (size_t i = 1; i < K; i++) assert_true(a[i - 1] < a[i]);
+  assert_true(a[K - 1] < N);
+  assert_int_equal(xf_codec_random_subset(43, N, K, b), XF_OK);
+  assert_memory_not_equal(a, b, sizeof(a));
+  /* Each index is picked with probability K/N: over DRAWS seeds the counts
+   * follow a binomial; a chi-square over the N cells stays well below its
+   * 1e-6 tail (about 1225 for 999 degrees of freedom). */
+  static unsigned hits[N];
+  memset(hits, 0, sizeof(hits));
+  for (uint64_t seed = 0; seed < DRAWS; seed++) {
+    assert_int_equal(xf_codec_random_subset(seed, N, K, a), XF_OK);
+    for (size_t i = 0; i < K; i++) hits[a[i]]++;
+  }
+  double mean = (double)DRAWS * K / N, var = mean * (1 - (double)K / N), chi = 0;
+  for (size_t i = 0; i < N; i++) chi += ((double)hits[i] - mean) * ((double)hits[i] - mean) / var;
+  assert_true(chi < 1225);
+  uint32_t all[5];
+  assert_int_equal(xf_codec_random_subset(7, 5, 5, all), XF_OK);
+  for (uint32_t i = 0; i < 5; i++) assert_int_equal(all[i], i);
+  assert_int_equal(xf_codec_random_subset(7, 5, 6, all), XF_EINVAL);
+  assert_int_equal(xf_codec_random_subset(7, 5, 0, all), XF_EINVAL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_codec_round_trips_every_vector_within_its_bound),
@@ -899,6 +931,7 @@ int main(void) {
       cmocka_unit_test(fp16_rounds_to_nearest_even),
       cmocka_unit_test(bf16_rounds_to_nearest_even),
       cmocka_unit_test(fixed_scale_round_trips_clips_and_sums),
+      cmocka_unit_test(random_subset_is_shared_distinct_sorted_and_uniform),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
