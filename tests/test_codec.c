@@ -671,11 +671,13 @@ static void invalid_arguments_are_refused_and_leave_the_residual(void **state) {
 
 /* ---- downlink ------------------------------------------------------------ */
 
+#ifdef __FLT16_MAX__
 static float f32(uint32_t bits) {
   float f;
   memcpy(&f, &bits, 4);
   return f;
 }
+#endif
 
 static uint32_t bits_of(float f) {
   uint32_t b;
