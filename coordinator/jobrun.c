@@ -827,16 +827,16 @@ static void on_tensor_begin(xf__coord *co, xf__job *job, xf__site *s,
   encoded = !masked && encoded && m->dtype == XFED__TENSOR_BEGIN__DTYPE__U8;
   bool shape_ok = as_float || (encoded && m->element_count == plain && plain > 0 &&
                                plain <= max_encoded) ||
-                  (masked && m->dtype == XFED__TENSOR_BEGIN__DTYPE__U32 &&
-                   m->element_count == job->sa->p.length &&
-                   plain == job->sa->p.length * 4);
+                  (masked && m->dtype == XFED__TENSOR_BEGIN__DTYPE__U8 &&
+                   m->element_count == plain &&
+                   plain == xf_codec_packed_bytes(job->sa->p.length, job->sa->p.bits));
   if (!shape_ok || m->weight == 0) {
     if (s->peer) {
       if (masked)
         xf_session_send_error(s->peer->conn, XF_EFORMAT,
-                              "an update of this job is its %" PRIu64 " masked integers (U32) "
-                              "with a weight > 0",
-                              job->sa->p.length);
+                              "an update of this job is its %" PRIu64 " masked integers packed "
+                              "to %u bits (U8) with a weight > 0",
+                              job->sa->p.length, (unsigned)job->sa->p.bits);
       else if (compressed)
         xf_session_send_error(s->peer->conn, XF_EFORMAT,
                               "an update of this job is its %zu values encoded for the uplink "
@@ -911,7 +911,14 @@ static void on_tensor_end(xf__coord *co, xf__job *job, xf__site *s, const Xfed__
   }
   uint64_t bytes = xf_tensor_receiver_info(s->rx)->total_bytes;
   if (job->sa) {
-    if (xf__sa_masked(job, s, &s->rx_encoded, s->rx_encoded_len, &err) != XF_OK) {
+    uint64_t len = job->sa->p.length;
+    uint8_t *words = xf_malloc((size_t)len * sizeof(uint32_t));
+    xf_err rc2 = words ? xf_codec_unpack_bits(s->rx_encoded, s->rx_encoded_len, (size_t)len,
+                                              job->sa->p.bits, (uint32_t *)(void *)words, &err)
+                       : xf_fail(&err, XF_ENOMEM, "out of memory unpacking a masked input");
+    if (rc2 == XF_OK) rc2 = xf__sa_masked(job, s, &words, (size_t)len * sizeof(uint32_t), &err);
+    xf_free(words);
+    if (rc2 != XF_OK) {
       drop_site(co, job, s, err.msg);
       return;
     }

@@ -677,3 +677,48 @@ xf_err xf_codec_random_subset(uint64_t seed, size_t n, size_t k, uint32_t *idx) 
   qsort(idx, k, sizeof(uint32_t), xf__cmp_u32);
   return XF_OK;
 }
+
+/* ---- packing masked integers -------------------------------------------- */
+
+size_t xf_codec_packed_bytes(size_t n, uint32_t bits) {
+  return (size_t)(((uint64_t)n * bits + 7) / 8);
+}
+
+void xf_codec_pack_bits(const uint32_t *in, size_t n, uint32_t bits, uint8_t *out) {
+  uint64_t acc = 0;
+  unsigned have = 0;
+  uint64_t mask = bits == 32 ? 0xffffffffu : ((uint64_t)1 << bits) - 1;
+  size_t o = 0;
+  for (size_t i = 0; i < n; i++) {
+    acc |= ((uint64_t)in[i] & mask) << have;
+    have += bits;
+    while (have >= 8) {
+      out[o++] = (uint8_t)acc;
+      acc >>= 8;
+      have -= 8;
+    }
+  }
+  if (have) out[o] = (uint8_t)acc;
+}
+
+xf_err xf_codec_unpack_bits(const uint8_t *in, size_t len, size_t n, uint32_t bits,
+                            uint32_t *out, xf_errctx *err) {
+  XF_ENSURE(bits >= 1 && bits <= 32, err, XF_EINVAL, "%u bits per value", (unsigned)bits);
+  XF_ENSURE(len == xf_codec_packed_bytes(n, bits), err, XF_EFORMAT,
+            "%zu packed bytes for %zu values of %u bits, not %zu", len, n, (unsigned)bits,
+            xf_codec_packed_bytes(n, bits));
+  uint64_t acc = 0, mask = bits == 32 ? 0xffffffffu : ((uint64_t)1 << bits) - 1;
+  unsigned have = 0;
+  size_t p = 0;
+  for (size_t i = 0; i < n; i++) {
+    while (have < bits) {
+      acc |= (uint64_t)in[p++] << have;
+      have += 8;
+    }
+    out[i] = (uint32_t)(acc & mask);
+    acc >>= bits;
+    have -= bits;
+  }
+  XF_ENSURE(acc == 0, err, XF_EFORMAT, "packed values end with nonzero padding bits");
+  return XF_OK;
+}

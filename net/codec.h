@@ -111,6 +111,22 @@ xf_err xf_codec_quantize_fixed(const xf_codec_fixed *f, const float *x, size_t n
  * sum stays inside that range. f must be valid for xf_codec_quantize_fixed. */
 void xf_codec_dequantize_fixed(const xf_codec_fixed *f, const uint32_t *in, size_t n, float *out);
 
+/* ---- packing masked integers ---------------------------------------------- */
+
+/* Bytes that n values of `bits` bits take packed: ceil(n * bits / 8). */
+size_t xf_codec_packed_bytes(size_t n, uint32_t bits);
+
+/* Packs n values, each below 2^bits (1 <= bits <= 32; higher bits are
+ * dropped), little-endian bit order, into out (xf_codec_packed_bytes bytes;
+ * the padding bits of the last byte are zero). Masked values mod 2^bits are
+ * uniform, so this is their whole cost on the wire. */
+void xf_codec_pack_bits(const uint32_t *in, size_t n, uint32_t bits, uint8_t *out);
+
+/* The inverse. Untrusted input: XF_EFORMAT when len is not exactly
+ * xf_codec_packed_bytes(n, bits) or a padding bit is set. */
+xf_err xf_codec_unpack_bits(const uint8_t *in, size_t len, size_t n, uint32_t bits,
+                            uint32_t *out, xf_errctx *err) XF_WARN_UNUSED;
+
 /* ---- shared random subset, for secure aggregation ---------------------------- */
 
 /* Under secure aggregation every site of a round must send the same

@@ -188,7 +188,7 @@ typedef struct task {
   uint32_t *sa_input;  /* the update quantized on the shared scale, then masked */
   bool sealed;         /* the update goes out sealed to seal_pk */
   uint8_t seal_pk[XF_SEAL_PUBLICKEYBYTES];
-  uint8_t *sealed_buf; /* the sealed stream */
+  uint8_t *sealed_buf; /* the sealed stream, or the packed masked integers */
   bool sa_waiting;     /* trained, waiting for the shares to be routed */
 
   /* privacy the site accounts for (unit record, or unit site mode local) */
@@ -775,7 +775,7 @@ static void task_compute(daemon_t *d, task *t) {
       if (clipped)
         XF_WARN("secagg_clipped", "job=%s round=%u values=%zu why=\"beyond the shared scale\"",
                 t->job_id, (unsigned)t->round, clipped);
-      t->wire_len = m * sizeof(uint32_t);
+      t->wire_len = xf_codec_packed_bytes(m, t->sa_fixed.bits);
       t->seconds = mono_s() - t0;
       goto out;
     }
@@ -1402,18 +1402,27 @@ static void sa_mask_and_stream(daemon_t *d, task *t) {
   xf_errctx err;
   xf_errctx_clear(&err);
   t->sa_waiting = false;
+  /* Masked values are uniform mod 2^bits: packed, that is all they cost. */
+  size_t packed = xf_codec_packed_bytes(t->sa_len, d->sa.p.bits);
   xf_tensor_desc desc = {.stream_id = t->update_stream_id,
                          .kind = XFED__TENSOR_BEGIN__KIND__UPDATE,
-                         .dtype = XFED__TENSOR_BEGIN__DTYPE__U32,
-                         .element_count = t->sa_len,
+                         .dtype = XFED__TENSOR_BEGIN__DTYPE__U8,
+                         .element_count = packed,
                          .job_id = t->job_id,
                          .round = t->round,
                          .attempt = t->attempt,
                          .weight = t->samples};
-  if (xf_secagg_client_mask(d->sa.client, t->sa_input, 0, t->sa_len, t->sa_input, &err) !=
-          XF_OK ||
-      xf_tensor_sender_new(&desc, t->sa_input, t->sa_len * sizeof(uint32_t), 0, &t->sender,
-                           &err) != XF_OK) {
+  xf_err rc = xf_secagg_client_mask(d->sa.client, t->sa_input, 0, t->sa_len, t->sa_input, &err);
+  if (rc == XF_OK) {
+    xf_free(t->sealed_buf);
+    t->sealed_buf = xf_malloc(packed ? packed : 1);
+    if (!t->sealed_buf) rc = xf_fail(&err, XF_ENOMEM, "out of memory packing the update");
+  }
+  if (rc == XF_OK) {
+    xf_codec_pack_bits(t->sa_input, t->sa_len, d->sa.p.bits, t->sealed_buf);
+    rc = xf_tensor_sender_new(&desc, t->sealed_buf, packed, 0, &t->sender, &err);
+  }
+  if (rc != XF_OK) {
     char q[600];
     XF_ERROR("secagg_mask_failed", "job=%s round=%u reason=\"%s\"", t->job_id,
              (unsigned)t->round, logq(q, sizeof(q), err.msg));
@@ -1422,8 +1431,8 @@ static void sa_mask_and_stream(daemon_t *d, task *t) {
     task_drop(d, "secure aggregation failed");
     return;
   }
-  t->wire = (const uint8_t *)t->sa_input;
-  t->wire_len = t->sa_len * sizeof(uint32_t);
+  t->wire = t->sealed_buf;
+  t->wire_len = packed;
   pump(d);
 }
 

@@ -917,6 +917,30 @@ static void random_subset_is_shared_distinct_sorted_and_uniform(void **state) {
   assert_int_equal(xf_codec_random_subset(7, 5, 0, all), XF_EINVAL);
 }
 
+/* Masked integers packed to their width and back, for every width. */
+static void packed_integers_round_trip_and_refuse_bad_lengths(void **state) {
+  (void)state;
+  enum { N = 333 };
+  uint32_t in[N], back[N];
+  uint8_t buf[N * 4 + 1];
+  xf_rng rng;
+  xf_rng_seed(&rng, 5, 5);
+  for (uint32_t bits = 1; bits <= 32; bits++) {
+    uint32_t mask = bits == 32 ? UINT32_MAX : (1u << bits) - 1;
+    for (size_t i = 0; i < N; i++) in[i] = (uint32_t)xf_rng_next(&rng) & mask;
+    size_t len = xf_codec_packed_bytes(N, bits);
+    assert_int_equal(len, (N * bits + 7) / 8);
+    xf_codec_pack_bits(in, N, bits, buf);
+    assert_int_equal(xf_codec_unpack_bits(buf, len, N, bits, back, NULL), XF_OK);
+    assert_memory_equal(in, back, sizeof(in));
+    assert_int_equal(xf_codec_unpack_bits(buf, len - 1, N, bits, back, NULL), XF_EFORMAT);
+    if ((N * bits) % 8) { /* a padding bit set */
+      buf[len - 1] |= 0x80;
+      assert_int_equal(xf_codec_unpack_bits(buf, len, N, bits, back, NULL), XF_EFORMAT);
+    }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_codec_round_trips_every_vector_within_its_bound),
@@ -934,6 +958,7 @@ int main(void) {
       cmocka_unit_test(bf16_rounds_to_nearest_even),
       cmocka_unit_test(fixed_scale_round_trips_clips_and_sums),
       cmocka_unit_test(random_subset_is_shared_distinct_sorted_and_uniform),
+      cmocka_unit_test(packed_integers_round_trip_and_refuse_bad_lengths),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
