@@ -1,0 +1,570 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The hash-chained audit trail behind policy/audit.h: its schema, the
+ * canonical row encoding that is hashed, appending, verification, listing
+ * and the JSON-lines export. */
+#include "policy/audit.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+
+/* ---- schema ------------------------------------------------------------------
+ * No CHECK on kind: the set grows, and SQLite cannot change a CHECK without
+ * rebuilding the table; xf_audit_append enforces it instead. The triggers
+ * stop mistakes and ordinary writers, not someone who can rewrite the file:
+ * that is what the chain is for. */
+static const char audit_schema[] =
+    "CREATE TABLE audit (\n"
+    "  seq INTEGER PRIMARY KEY,\n"
+    "  at REAL NOT NULL,\n"
+    "  actor TEXT NOT NULL,\n"
+    "  kind TEXT NOT NULL,\n"
+    "  subject TEXT NOT NULL,\n"
+    "  detail TEXT NOT NULL,\n"
+    "  prev TEXT NOT NULL,\n"
+    "  digest TEXT NOT NULL\n"
+    ");\n"
+    "CREATE INDEX audit_by_time ON audit (at);\n"
+    "CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit\n"
+    "BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;\n"
+    "CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit\n"
+    "BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;\n";
+
+const char *const xf_audit_schema_sql = audit_schema;
+
+/* The standalone audit database's migration list: append only. */
+static const xf_migration audit_migrations[] = {{1, audit_schema}};
+
+xf_err xf_audit_open(const char *path, xf_db **out, xf_errctx *err) {
+  return xf_db_open(path, audit_migrations, sizeof(audit_migrations) / sizeof(audit_migrations[0]),
+                    out, err);
+}
+
+static const char *const kind_names[] = {
+#define XF__AUDIT_KIND_NAME(name, text) text,
+    XF_AUDIT_KINDS(XF__AUDIT_KIND_NAME)
+#undef XF__AUDIT_KIND_NAME
+};
+
+bool xf_audit_kind_valid(const char *kind) {
+  if (!kind) return false;
+  for (size_t i = 0; i < sizeof(kind_names) / sizeof(kind_names[0]); i++)
+    if (strcmp(kind, kind_names[i]) == 0) return true;
+  return false;
+}
+
+/* ---- the digest ----------------------------------------------------------------
+ * docs/audit.md gives this encoding byte by byte; changing it is a new domain
+ * tag, never an edit of this one. */
+
+#define AUDIT_DOMAIN "xfed-audit-v1"
+
+typedef struct text_span {
+  const void *p;
+  size_t n;
+} text_span;
+
+static void put_u64(xf_digest_ctx *ctx, uint64_t v) {
+  uint8_t b[8];
+  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (56 - 8 * i));
+  xf_digest_update(ctx, b, sizeof(b));
+}
+
+/* fields: actor, kind, subject, detail. */
+static void row_digest(uint64_t seq, double at, const text_span fields[4], const xf_digest *prev,
+                       xf_digest *out) {
+  xf_digest_ctx ctx;
+  uint64_t at_bits;
+  memcpy(&at_bits, &at, sizeof(at_bits));
+  xf_digest_init(&ctx);
+  xf_digest_update(&ctx, AUDIT_DOMAIN, sizeof(AUDIT_DOMAIN)); /* with its NUL */
+  put_u64(&ctx, seq);
+  put_u64(&ctx, at_bits);
+  for (int i = 0; i < 4; i++) {
+    put_u64(&ctx, (uint64_t)fields[i].n);
+    if (fields[i].n) xf_digest_update(&ctx, fields[i].p, fields[i].n);
+  }
+  xf_digest_update(&ctx, prev->bytes, sizeof(prev->bytes));
+  xf_digest_final(&ctx, out);
+}
+
+xf_err xf_audit_row_digest(const xf_audit_row *row, xf_digest *out) {
+  xf_digest prev;
+  XF_GUARD(xf_digest_parse(row->prev, &prev));
+  const char *s[4] = {row->actor, row->kind, row->subject, row->detail};
+  text_span f[4];
+  for (int i = 0; i < 4; i++) f[i] = (text_span){s[i] ? s[i] : "", s[i] ? strlen(s[i]) : 0};
+  row_digest(row->seq, row->at, f, &prev, out);
+  return XF_OK;
+}
+
+static bool digest_equal(const xf_digest *a, const xf_digest *b) {
+  return memcmp(a->bytes, b->bytes, sizeof(a->bytes)) == 0;
+}
+
+/* ---- appending ------------------------------------------------------------------ */
+
+static xf_err bad_arg(xf_errctx *err, const char *field, const char *fmt, ...) XF_PRINTF(3, 4);
+static xf_err bad_arg(xf_errctx *err, const char *field, const char *fmt, ...) {
+  va_list ap;
+  xf_errctx_clear(err);
+  xf_errctx_field(err, "%s", field);
+  va_start(ap, fmt);
+  xf_err rc = xf_vfail(err, XF_EINVAL, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+/* True when s is valid UTF-8 (jansson's check, which export depends on). */
+static bool utf8_valid(const char *s) {
+  json_t *j = json_string(s);
+  json_decref(j);
+  return j != NULL;
+}
+
+static xf_err check_text(const char *field, const char *s, xf_errctx *err) {
+  if (!s || !*s) return bad_arg(err, field, "the audit row's %s must not be empty", field);
+  if (!utf8_valid(s)) return bad_arg(err, field, "the audit row's %s is not UTF-8 text", field);
+  return XF_OK;
+}
+
+/* The compact, key-sorted form of detail_json; the caller frees it with free()
+ * (jansson's allocator). */
+static xf_err canonical_detail(const char *detail_json, char **out, xf_errctx *err) {
+  json_error_t je;
+  *out = NULL;
+  if (!detail_json) return bad_arg(err, "detail", "the audit row's detail is missing");
+  json_t *v = json_loads(detail_json, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
+  if (!v) {
+    xf_errctx_clear(err);
+    xf_errctx_field(err, "detail");
+    return xf_fail(err, XF_EINVAL, "the audit row's detail is not valid JSON: %s (line %d, column %d)",
+                   je.text, je.line, je.column);
+  }
+  *out = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+  json_decref(v);
+  if (!*out) return xf_fail(err, XF_ENOMEM, "cannot encode the audit row's detail");
+  return XF_OK;
+}
+
+/* The last row's seq and digest, zero for an empty trail. XF_EINTEGRITY when
+ * the stored digest is not a digest (the trail was tampered with). */
+static xf_err read_head(xf_db *db, uint64_t *seq, xf_digest *digest, char hex[XF_DIGEST_HEX],
+                        xf_errctx *err) {
+  sqlite3_stmt *st = NULL;
+  *seq = 0;
+  memset(digest, 0, sizeof(*digest));
+  XF_GUARD(xf_db_prepare(db, "SELECT seq, digest FROM audit ORDER BY seq DESC LIMIT 1", &st, err));
+  xf_err rc = XF_OK;
+  int s = sqlite3_step(st);
+  if (s == SQLITE_ROW) {
+    sqlite3_int64 last = sqlite3_column_int64(st, 0);
+    const char *text = (const char *)sqlite3_column_text(st, 1);
+    if (last < 1 || !text || xf_digest_parse(text, digest) != XF_OK) {
+      xf_errctx_clear(err);
+      xf_errctx_file(err, xf_db_path(db));
+      xf_errctx_field(err, "audit row %lld", (long long)last);
+      rc = xf_fail(err, XF_EINTEGRITY,
+                   "the last audit row is malformed; 'xfed audit verify' shows what happened");
+    } else
+      *seq = (uint64_t)last;
+  } else if (s != SQLITE_DONE)
+    rc = xf_db_fail(db, err, "reading the last audit row");
+  sqlite3_finalize(st);
+  if (rc == XF_OK && hex) xf_digest_hex(digest, hex);
+  return rc;
+}
+
+xf_err xf_audit_append(xf_db *db, double at, const char *actor, const char *kind,
+                       const char *subject, const char *detail_json, uint64_t *seq_out,
+                       xf_errctx *err) {
+  if (!isfinite(at)) return bad_arg(err, "at", "the audit row's time is not a finite number");
+  /* SQLite may store an integral REAL as an integer, which reads back as +0.0
+   * for -0.0: hash what will be read back. */
+  if (at == 0) at = 0;
+  XF_GUARD(check_text("actor", actor, err));
+  XF_GUARD(check_text("kind", kind, err));
+  if (!xf_audit_kind_valid(kind))
+    return bad_arg(err, "kind",
+                   "'%.64s' is not an audit kind: use decision, crossing, policy_change, "
+                   "refused_connection, refused_task or job",
+                   kind ? kind : "");
+  XF_GUARD(check_text("subject", subject, err));
+  XF_GUARD(xf_crypto_init());
+
+  char *detail = NULL;
+  sqlite3_stmt *st = NULL;
+  bool in_tx = false;
+  xf_err rc = canonical_detail(detail_json, &detail, err);
+  if (rc != XF_OK) goto out;
+  if ((rc = xf_db_begin(db, err)) != XF_OK) goto out;
+  in_tx = true;
+
+  uint64_t last;
+  xf_digest prev, digest;
+  char prev_hex[XF_DIGEST_HEX], digest_hex[XF_DIGEST_HEX];
+  if ((rc = read_head(db, &last, &prev, prev_hex, err)) != XF_OK) goto out;
+  if (last >= (uint64_t)INT64_MAX) {
+    rc = xf_fail(err, XF_ERANGE, "the audit trail is full");
+    goto out;
+  }
+  const text_span f[4] = {{actor, strlen(actor)},
+                          {kind, strlen(kind)},
+                          {subject, strlen(subject)},
+                          {detail, strlen(detail)}};
+  row_digest(last + 1, at, f, &prev, &digest);
+  xf_digest_hex(&digest, digest_hex);
+
+  rc = xf_db_prepare(db,
+                     "INSERT INTO audit (seq, at, actor, kind, subject, detail, prev, digest) "
+                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                     &st, err);
+  if (rc != XF_OK) goto out;
+  const char *text[6] = {actor, kind, subject, detail, prev_hex, digest_hex};
+  int bound = sqlite3_bind_int64(st, 1, (sqlite3_int64)(last + 1));
+  if (bound == SQLITE_OK) bound = sqlite3_bind_double(st, 2, at);
+  for (int i = 0; i < 6 && bound == SQLITE_OK; i++)
+    bound = sqlite3_bind_text(st, 3 + i, text[i], -1, SQLITE_STATIC);
+  if (bound != SQLITE_OK || sqlite3_step(st) != SQLITE_DONE) {
+    rc = xf_db_fail(db, err, "appending to the audit trail");
+    goto out;
+  }
+  sqlite3_finalize(st);
+  st = NULL;
+  if ((rc = xf_db_commit(db, err)) != XF_OK) goto out;
+  in_tx = false;
+  if (seq_out) *seq_out = last + 1;
+
+out:
+  sqlite3_finalize(st);
+  if (in_tx) xf_db_rollback(db);
+  free(detail);
+  return rc;
+}
+
+xf_err xf_audit_head(xf_db *db, xf_audit_anchor *out, xf_errctx *err) {
+  xf_digest d;
+  memset(out, 0, sizeof(*out));
+  return read_head(db, &out->seq, &d, out->digest, err);
+}
+
+/* ---- verifying ------------------------------------------------------------------ */
+
+#define ROW_COLUMNS "seq, at, actor, kind, subject, detail, prev, digest"
+
+static void verdict_set(xf_audit_verdict *v, xf_audit_fault fault, uint64_t seq,
+                        const char *fmt, ...) XF_PRINTF(4, 5);
+static void verdict_set(xf_audit_verdict *v, xf_audit_fault fault, uint64_t seq,
+                        const char *fmt, ...) {
+  va_list ap;
+  v->fault = fault;
+  v->seq = seq;
+  va_start(ap, fmt);
+  vsnprintf(v->what, sizeof(v->what), fmt, ap);
+  va_end(ap);
+}
+
+/* Checks one row against the walk so far; sets the verdict when it is bad.
+ * expected: the previous row's digest (zero before row 1); before: the digest
+ * of the row before that (have_before false until two rows were read). */
+static void check_row(sqlite3_stmt *st, uint64_t last, const xf_digest *expected,
+                      const xf_digest *before, bool have_before, const xf_audit_anchor *anchor,
+                      xf_digest *stored, xf_audit_verdict *v) {
+  sqlite3_int64 raw = sqlite3_column_int64(st, 0);
+  if (raw <= (sqlite3_int64)last) { /* only below 1: seq is unique and ordered */
+    verdict_set(v, XF_AUDIT_INSERTED, 0,
+                "a row with seq %lld was inserted: the trail numbers its rows from 1", (long long)raw);
+    return;
+  }
+  uint64_t seq = (uint64_t)raw;
+  if (seq > last + 1) {
+    if (seq == last + 2)
+      verdict_set(v, XF_AUDIT_DELETED, last + 1, "row %" PRIu64 " was deleted: row %" PRIu64
+                  " follows row %" PRIu64, last + 1, seq, last);
+    else
+      verdict_set(v, XF_AUDIT_DELETED, last + 1, "rows %" PRIu64 " to %" PRIu64
+                  " were deleted: row %" PRIu64 " follows row %" PRIu64, last + 1, seq - 1, seq, last);
+    return;
+  }
+
+  const char *digest_text = (const char *)sqlite3_column_text(st, 7);
+  if (!digest_text || xf_digest_parse(digest_text, stored) != XF_OK) {
+    verdict_set(v, XF_AUDIT_EDITED, seq, "row %" PRIu64 " was edited: its digest is not 64 hex digits",
+                seq);
+    return;
+  }
+  xf_digest prev;
+  const char *prev_text = (const char *)sqlite3_column_text(st, 6);
+  if (!prev_text || xf_digest_parse(prev_text, &prev) != XF_OK) {
+    verdict_set(v, XF_AUDIT_EDITED, seq, "row %" PRIu64 " was edited: its prev is not 64 hex digits",
+                seq);
+    return;
+  }
+  double at = sqlite3_column_double(st, 1);
+  text_span f[4];
+  for (int i = 0; i < 4; i++) {
+    const void *p = sqlite3_column_blob(st, 2 + i);
+    f[i] = (text_span){p ? p : "", p ? (size_t)sqlite3_column_bytes(st, 2 + i) : 0};
+  }
+
+  xf_digest computed;
+  row_digest(seq, at, f, &prev, &computed);
+  if (!digest_equal(&computed, stored)) {
+    /* A row whose digest fits its contents under a neighbouring seq was
+     * renumbered: rows after an insertion move up, after a deletion down. */
+    row_digest(seq - 1, at, f, &prev, &computed);
+    if (seq > 1 && digest_equal(&computed, stored)) {
+      verdict_set(v, XF_AUDIT_INSERTED, seq - 1,
+                  "row %" PRIu64 " was inserted: the row now numbered %" PRIu64
+                  " is the original row %" PRIu64 ", renumbered",
+                  seq - 1, seq, seq - 1);
+      return;
+    }
+    row_digest(seq + 1, at, f, &prev, &computed);
+    if (digest_equal(&computed, stored)) {
+      verdict_set(v, XF_AUDIT_DELETED, seq,
+                  "row %" PRIu64 " was deleted: the row now numbered %" PRIu64
+                  " is the original row %" PRIu64 ", renumbered",
+                  seq, seq, seq + 1);
+      return;
+    }
+    verdict_set(v, XF_AUDIT_EDITED, seq,
+                "row %" PRIu64 " was edited: its contents do not match its digest", seq);
+    return;
+  }
+  if (!digest_equal(&prev, expected)) {
+    if (seq == 1)
+      verdict_set(v, XF_AUDIT_INSERTED, 1,
+                  "row 1 was inserted: its digest is valid but it does not start from the zero "
+                  "digest");
+    else if (have_before && digest_equal(&prev, before))
+      verdict_set(v, XF_AUDIT_INSERTED, seq - 1,
+                  "row %" PRIu64 " was inserted: row %" PRIu64 " links to row %" PRIu64
+                  ", not to it",
+                  seq - 1, seq, seq - 2);
+    else
+      verdict_set(v, XF_AUDIT_INSERTED, seq,
+                  "row %" PRIu64 " was inserted (or row %" PRIu64
+                  " replaced): its digest is valid but it does not link to row %" PRIu64,
+                  seq, seq - 1, seq - 1);
+    return;
+  }
+  if (anchor && seq == anchor->seq) {
+    xf_digest a;
+    if (xf_digest_parse(anchor->digest, &a) != XF_OK || !digest_equal(&a, stored))
+      verdict_set(v, XF_AUDIT_EDITED, seq,
+                  "row %" PRIu64 " does not carry the anchored digest: the trail was rewritten "
+                  "up to this row",
+                  seq);
+  }
+}
+
+xf_err xf_audit_verify_anchored(xf_db *db, const xf_audit_anchor *anchor, xf_audit_verdict *out,
+                                xf_errctx *err) {
+  memset(out, 0, sizeof(*out));
+  xf_digest zero = {{0}};
+  xf_digest_hex(&zero, out->head.digest);
+  if (anchor) {
+    xf_digest a;
+    if (xf_digest_parse(anchor->digest, &a) != XF_OK)
+      return bad_arg(err, "anchor", "the anchor's digest '%.80s' is not 64 hex digits",
+                     anchor->digest);
+  }
+  XF_GUARD(xf_crypto_init());
+
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf_db_prepare(db, "SELECT " ROW_COLUMNS " FROM audit ORDER BY seq", &st, err));
+  xf_err rc = XF_OK;
+  xf_digest expected = zero, before = zero, stored;
+  bool have_before = false;
+  uint64_t last = 0;
+  int s;
+  while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+    check_row(st, last, &expected, &before, have_before, anchor, &stored, out);
+    if (out->fault != XF_AUDIT_INTACT) break;
+    before = expected;
+    expected = stored;
+    have_before = last > 0;
+    last = (uint64_t)sqlite3_column_int64(st, 0);
+    out->rows++;
+    out->head.seq = last;
+    xf_digest_hex(&stored, out->head.digest);
+  }
+  if (s != SQLITE_ROW && s != SQLITE_DONE) rc = xf_db_fail(db, err, "reading the audit trail");
+  sqlite3_finalize(st);
+  if (rc != XF_OK || out->fault != XF_AUDIT_INTACT) return rc;
+
+  if (anchor && last < anchor->seq)
+    verdict_set(out, XF_AUDIT_TRUNCATED, last + 1,
+                "the trail ends at row %" PRIu64 " but was anchored at row %" PRIu64
+                ": rows %" PRIu64 " to %" PRIu64 " were cut off its end",
+                last, anchor->seq, last + 1, anchor->seq);
+  else
+    snprintf(out->what, sizeof(out->what), "%" PRIu64 " rows, chain intact%s", out->rows,
+             anchor ? " up to and beyond the anchor" : " (its end is unanchored)");
+  return XF_OK;
+}
+
+xf_err xf_audit_verify(xf_db *db, xf_audit_verdict *out, xf_errctx *err) {
+  return xf_audit_verify_anchored(db, NULL, out, err);
+}
+
+/* ---- reading -------------------------------------------------------------------- */
+
+static xf_err prepare_since(xf_db *db, double since, sqlite3_int64 limit, sqlite3_stmt **st,
+                            xf_errctx *err) {
+  XF_GUARD(xf_db_prepare(db, "SELECT " ROW_COLUMNS " FROM audit WHERE at >= ? ORDER BY seq LIMIT ?",
+                         st, err));
+  if (sqlite3_bind_double(*st, 1, since) != SQLITE_OK ||
+      sqlite3_bind_int64(*st, 2, limit) != SQLITE_OK) {
+    sqlite3_finalize(*st);
+    *st = NULL;
+    return xf_db_fail(db, err, "reading the audit trail");
+  }
+  return XF_OK;
+}
+
+static char *column_dup(sqlite3_stmt *st, int col) {
+  const char *s = (const char *)sqlite3_column_text(st, col);
+  return xf_strdup(s ? s : "");
+}
+
+static void column_hex(sqlite3_stmt *st, int col, char hex[XF_DIGEST_HEX]) {
+  const char *s = (const char *)sqlite3_column_text(st, col);
+  snprintf(hex, XF_DIGEST_HEX, "%s", s ? s : "");
+}
+
+static void row_free(xf_audit_row *r) {
+  xf_free(r->actor);
+  xf_free(r->kind);
+  xf_free(r->subject);
+  xf_free(r->detail);
+}
+
+void xf_audit_rows_free(xf_audit_row *rows, size_t n) {
+  if (!rows) return;
+  for (size_t i = 0; i < n; i++) row_free(&rows[i]);
+  xf_free(rows);
+}
+
+xf_err xf_audit_list(xf_db *db, double since, size_t limit, xf_audit_row **rows, size_t *n,
+                     xf_errctx *err) {
+  *rows = NULL;
+  *n = 0;
+  sqlite3_stmt *st = NULL;
+  sqlite3_int64 max = (limit == 0 || limit > (size_t)INT64_MAX) ? -1 : (sqlite3_int64)limit;
+  XF_GUARD(prepare_since(db, since, max, &st, err));
+
+  xf_err rc = XF_OK;
+  xf_audit_row *list = NULL;
+  size_t count = 0, cap = 0;
+  int s;
+  while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+    if (count == cap) {
+      size_t grown = cap ? 2 * cap : 16;
+      xf_audit_row *bigger = xf_realloc(list, grown * sizeof(*list));
+      if (!bigger) {
+        rc = xf_fail(err, XF_ENOMEM, "cannot allocate the audit rows");
+        goto out;
+      }
+      list = bigger;
+      cap = grown;
+    }
+    xf_audit_row *r = &list[count];
+    memset(r, 0, sizeof(*r));
+    r->seq = (uint64_t)sqlite3_column_int64(st, 0);
+    r->at = sqlite3_column_double(st, 1);
+    r->actor = column_dup(st, 2);
+    r->kind = column_dup(st, 3);
+    r->subject = column_dup(st, 4);
+    r->detail = column_dup(st, 5);
+    column_hex(st, 6, r->prev);
+    column_hex(st, 7, r->digest);
+    count++;
+    if (!r->actor || !r->kind || !r->subject || !r->detail) {
+      rc = xf_fail(err, XF_ENOMEM, "cannot allocate the audit rows");
+      goto out;
+    }
+  }
+  if (s != SQLITE_DONE) rc = xf_db_fail(db, err, "reading the audit trail");
+
+out:
+  sqlite3_finalize(st);
+  if (rc != XF_OK) {
+    xf_audit_rows_free(list, count);
+    return rc;
+  }
+  *rows = list;
+  *n = count;
+  return XF_OK;
+}
+
+/* A JSON string for a text column; a tampered row's bytes that are not UTF-8
+ * become '?' so that the line stays JSON. NULL only when out of memory. */
+static json_t *text_json(sqlite3_stmt *st, int col) {
+  const char *p = (const char *)sqlite3_column_text(st, col);
+  size_t n = p ? (size_t)sqlite3_column_bytes(st, col) : 0;
+  json_t *j = json_stringn(p ? p : "", n);
+  if (j || n == 0) return j;
+  char *copy = xf_malloc(n);
+  if (!copy) return NULL;
+  for (size_t i = 0; i < n; i++) copy[i] = ((unsigned char)p[i] < 0x80) ? p[i] : '?';
+  j = json_stringn(copy, n);
+  xf_free(copy);
+  return j;
+}
+
+/* The JSON object for the current row; NULL when out of memory. */
+static json_t *row_json(sqlite3_stmt *st) {
+  json_t *o = json_object();
+  if (!o) return NULL;
+  const char *detail = (const char *)sqlite3_column_text(st, 5);
+  json_t *d = detail ? json_loads(detail, JSON_DECODE_ANY, NULL) : NULL;
+  if (!d) d = text_json(st, 5);
+  static const char *const names[] = {"actor", "kind", "subject"};
+  int bad = json_object_set_new(o, "seq", json_integer(sqlite3_column_int64(st, 0)));
+  bad |= json_object_set_new(o, "at", json_real(sqlite3_column_double(st, 1)));
+  for (int i = 0; i < 3; i++) bad |= json_object_set_new(o, names[i], text_json(st, 2 + i));
+  bad |= json_object_set_new(o, "detail", d);
+  bad |= json_object_set_new(o, "prev", text_json(st, 6));
+  bad |= json_object_set_new(o, "digest", text_json(st, 7));
+  if (bad) {
+    json_decref(o);
+    return NULL;
+  }
+  return o;
+}
+
+xf_err xf_audit_export(xf_db *db, double since, FILE *out, xf_errctx *err) {
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(prepare_since(db, since, -1, &st, err));
+  xf_err rc = XF_OK;
+  int s;
+  while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+    json_t *o = row_json(st);
+    char *line = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+    json_decref(o);
+    if (!line) {
+      rc = xf_fail(err, XF_ENOMEM, "cannot encode audit row %lld",
+                   (long long)sqlite3_column_int64(st, 0));
+      goto out;
+    }
+    int w = fputs(line, out);
+    free(line);
+    if (w < 0 || fputc('\n', out) == EOF) {
+      rc = xf_fail(err, XF_EIO, "cannot write the audit export");
+      goto out;
+    }
+  }
+  if (s != SQLITE_DONE) rc = xf_db_fail(db, err, "reading the audit trail");
+
+out:
+  sqlite3_finalize(st);
+  return rc;
+}

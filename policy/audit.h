@@ -1,0 +1,140 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The audit trail: an append-only table of decisions, boundary crossings,
+ * policy changes and refusals in SQLite, each row carrying the BLAKE2b-256
+ * digest of the row before it (docs/audit.md). */
+#ifndef XF_POLICY_AUDIT_H
+#define XF_POLICY_AUDIT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/result.h"
+#include "crypto/digest.h"
+#include "storage/db.h"
+
+/* The migration that creates the audit table and the triggers that refuse
+ * UPDATE and DELETE on it. A database that keeps the trail (the coordinator's
+ * journal) appends this script to its own migration list, as one entry; it
+ * contains no transaction statements (storage/db.h). */
+extern const char *const xf_audit_schema_sql;
+
+/* Opens or creates a database at `path` that holds only the audit trail (its
+ * migration list is xf_audit_schema_sql alone), for `--db` use and tests.
+ * Errors and ownership as xf_db_open: the caller closes *out with
+ * xf_db_close. */
+xf_err xf_audit_open(const char *path, xf_db **out, xf_errctx *err) XF_WARN_UNUSED;
+
+/* The kinds of event the trail records (docs/audit.md lists what each one's
+ * detail holds). A kind is stored by name; new kinds are added at the end. */
+#define XF_AUDIT_KINDS(X)                                                      \
+  X(DECISION, "decision")                                                      \
+  X(CROSSING, "crossing")                                                      \
+  X(POLICY_CHANGE, "policy_change")                                            \
+  X(REFUSED_CONNECTION, "refused_connection")                                  \
+  X(REFUSED_TASK, "refused_task")                                              \
+  X(JOB, "job")
+
+/* True when kind is one of XF_AUDIT_KINDS' names. */
+bool xf_audit_kind_valid(const char *kind);
+
+/* One row as read back. Strings are owned by the row (released by
+ * xf_audit_rows_free); prev and digest are the stored hex text, cut to 64
+ * characters when a tampered row holds more. */
+typedef struct xf_audit_row {
+  uint64_t seq;     /* 1, 2, 3, ... in the order rows were appended */
+  double at;        /* Unix seconds, as the appender gave it */
+  char *actor;      /* who acted: a certificate identity or a daemon's name */
+  char *kind;       /* one of XF_AUDIT_KINDS */
+  char *subject;    /* what it was about: a job, site, dataset, policy version */
+  char *detail;     /* compact JSON text with sorted keys */
+  char prev[XF_DIGEST_HEX];   /* digest of row seq - 1; 64 zeros for row 1 */
+  char digest[XF_DIGEST_HEX]; /* this row's digest */
+} xf_audit_row;
+
+/* The last row of a trail: what a caller records elsewhere (another machine,
+ * a signed log, a ticket) to detect later that rows were cut off the end.
+ * seq 0 and the zero digest for an empty trail. */
+typedef struct xf_audit_anchor {
+  uint64_t seq;
+  char digest[XF_DIGEST_HEX];
+} xf_audit_anchor;
+
+/* Appends one row in its own IMMEDIATE transaction: reads the last row's seq
+ * and digest, and writes seq + 1 chained to it, so concurrent appenders on
+ * other connections stay one chain. db must not be inside a transaction.
+ *
+ * at must be finite; actor, kind and subject must be non-empty; kind must be
+ * xf_audit_kind_valid; detail_json must be one JSON value without duplicate
+ * object keys, and is stored in its compact form with sorted keys. Anything
+ * else is XF_EINVAL with err's field naming the argument. XF_EDB on SQLite
+ * failures (the row is then not written), XF_ENOMEM.
+ *
+ * seq_out (may be NULL) receives the new row's seq. */
+xf_err xf_audit_append(xf_db *db, double at, const char *actor, const char *kind,
+                       const char *subject, const char *detail_json, uint64_t *seq_out,
+                       xf_errctx *err) XF_WARN_UNUSED;
+
+/* The digest a row must carry, computed from its seq, at, actor, kind,
+ * subject, detail and prev with the encoding of docs/audit.md. XF_EFORMAT
+ * when row->prev is not 64 hex digits. For external verifiers and tests. */
+xf_err xf_audit_row_digest(const xf_audit_row *row, xf_digest *out) XF_WARN_UNUSED;
+
+/* The trail's head: the last row's seq and digest (seq 0 and 64 zeros when
+ * empty), to be kept somewhere the database's writers cannot reach. */
+xf_err xf_audit_head(xf_db *db, xf_audit_anchor *out, xf_errctx *err) XF_WARN_UNUSED;
+
+/* What verification found. */
+typedef enum xf_audit_fault {
+  XF_AUDIT_INTACT = 0, /* every row checks out */
+  XF_AUDIT_EDITED,     /* a row's contents no longer match its digest */
+  XF_AUDIT_INSERTED,   /* a row that was not appended sits in the chain */
+  XF_AUDIT_DELETED,    /* a row is missing from the middle or the start */
+  XF_AUDIT_TRUNCATED,  /* rows are missing after the last one (anchor only) */
+} xf_audit_fault;
+
+typedef struct xf_audit_verdict {
+  xf_audit_fault fault;
+  uint64_t rows;       /* rows read (all of them when intact) */
+  uint64_t seq;        /* the first bad row's seq; 0 when intact */
+  xf_audit_anchor head; /* the last row read */
+  char what[320];      /* one sentence for a person: what is wrong where, or
+                        * "N rows, chain intact" */
+} xf_audit_verdict;
+
+/* Walks the trail in seq order, recomputing every row's digest and checking
+ * that each row's prev is the digest of the row before it, and reports the
+ * first bad row in *out: an edited row, an inserted row, or a deleted one
+ * (docs/audit.md explains how each is told apart). Returns XF_OK whenever the
+ * walk completed, whatever it found: a damaged trail is out->fault, not an
+ * error. XF_EDB when the table cannot be read.
+ *
+ * Without an anchor, rows cut off the end of the trail leave a shorter chain
+ * that is intact: use xf_audit_verify_anchored for that. */
+xf_err xf_audit_verify(xf_db *db, xf_audit_verdict *out, xf_errctx *err) XF_WARN_UNUSED;
+
+/* xf_audit_verify, and also checks the trail against a head recorded earlier
+ * with xf_audit_head: the row at anchor->seq must exist and carry
+ * anchor->digest (XF_AUDIT_TRUNCATED when the trail ends before it,
+ * XF_AUDIT_EDITED when that row differs, i.e. the chain was rewritten).
+ * anchor may be NULL (no anchor). */
+xf_err xf_audit_verify_anchored(xf_db *db, const xf_audit_anchor *anchor, xf_audit_verdict *out,
+                                xf_errctx *err) XF_WARN_UNUSED;
+
+/* The rows with at >= since, in seq order, at most `limit` of them (0: no
+ * limit). On success the caller owns *rows (NULL when *n is 0) and releases
+ * it with xf_audit_rows_free; on failure *rows is NULL and *n is 0. */
+xf_err xf_audit_list(xf_db *db, double since, size_t limit, xf_audit_row **rows, size_t *n,
+                     xf_errctx *err) XF_WARN_UNUSED;
+
+void xf_audit_rows_free(xf_audit_row *rows, size_t n);
+
+/* Writes the rows with at >= since to out as JSON lines, in seq order: one
+ * object per row with the members seq, at, actor, kind, subject, detail (the
+ * JSON value itself, or its text as a string if a tampered row holds
+ * something that does not parse), prev and digest. Reads one row at a time.
+ * XF_EIO when writing fails, XF_EDB, XF_ENOMEM. */
+xf_err xf_audit_export(xf_db *db, double since, FILE *out, xf_errctx *err) XF_WARN_UNUSED;
+
+#endif
