@@ -24,3 +24,4 @@ endfunction()
 # The update codec's decoder (net/codec.h); registered here because its own
 # fragment, tests/codec.cmake, is read before this one.
 xf_add_fuzzer(fuzz_codec LIBS xf_codec)
+xf_add_fuzzer(fuzz_policy LIBS xf_policy)
