@@ -92,6 +92,13 @@ xf_err xf_cli_parse_int(xf_cli *cli, const char *flag, const char *s, long min, 
 xf_err xf_cli_parse_double(xf_cli *cli, const char *flag, const char *s, double min,
                            double max, double *out) XF_WARN_UNUSED;
 
+/* A point in time for flags such as --since: Unix seconds ("1700000000",
+ * "1700000000.5") or an ISO 8601 UTC time ("2024-05-01", "2024-05-01T12:00Z",
+ * "2024-05-01T12:00:00Z"; the Z may be left out, no other offset is taken).
+ * Anything else is a usage error naming the flag. */
+xf_err xf_cli_parse_time(xf_cli *cli, const char *flag, const char *s,
+                         double *out) XF_WARN_UNUSED;
+
 /* True when stderr is a terminal (progress lines are redrawn in place). */
 bool xf_cli_interactive(void);
 
@@ -111,6 +118,19 @@ int xf_cmd_pki_issue(xf_cli *cli, int argc, char **argv);
 int xf_cmd_pki_revoke(xf_cli *cli, int argc, char **argv);
 int xf_cmd_pki_show(xf_cli *cli, int argc, char **argv);
 int xf_cmd_pki_crl(xf_cli *cli, int argc, char **argv);
+int xf_cmd_policy_region(xf_cli *cli, int argc, char **argv);
+int xf_cmd_policy_site(xf_cli *cli, int argc, char **argv);
+int xf_cmd_policy_dataset(xf_cli *cli, int argc, char **argv);
+int xf_cmd_policy_rule(xf_cli *cli, int argc, char **argv);
+int xf_cmd_policy_export(xf_cli *cli, int argc, char **argv);
+int xf_cmd_policy_import(xf_cli *cli, int argc, char **argv);
+int xf_cmd_policy_log(xf_cli *cli, int argc, char **argv);
+int xf_cmd_policy_diff(xf_cli *cli, int argc, char **argv);
+int xf_cmd_policy_check(xf_cli *cli, int argc, char **argv);
+int xf_cmd_policy_test(xf_cli *cli, int argc, char **argv);
+int xf_cmd_audit_list(xf_cli *cli, int argc, char **argv);
+int xf_cmd_audit_verify(xf_cli *cli, int argc, char **argv);
+int xf_cmd_audit_export(xf_cli *cli, int argc, char **argv);
 int xf_cmd_train(xf_cli *cli, int argc, char **argv);
 int xf_cmd_version(xf_cli *cli, int argc, char **argv);
 

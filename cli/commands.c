@@ -336,6 +336,225 @@ const xf_cmd xf_cli_commands[] = {
      "  --dir DIR  federation directory (default ./federation)\n"
      "  --json     print the CRL's path, number and next update as JSON\n",
      xf_cmd_pki_crl},
+    {"policy", "region", "add a region to a local policy database",
+     "usage: xfed policy region add --name R [--jurisdiction J] --db FILE --reason TEXT\n"
+     "                              [--author NAME] [--json]\n"
+     "\n"
+     "Adds region R with a jurisdiction label (free text, e.g. \"EU GDPR\") and prints\n"
+     "the new policy version. Every change is one transaction that makes a new\n"
+     "immutable version recording author, reason and time.\n"
+     "\n"
+     "options:\n"
+     "  --name R         region name (lowercase letters, digits, '-', '_'; 1-63)\n"
+     "  --jurisdiction J jurisdiction label\n"
+     "  --db FILE        the policy database (SQLite; required: the coordinator's\n"
+     "                   policy cannot be read or pushed from the CLI yet)\n"
+     "  --author NAME    who makes the change (default: $USER)\n"
+     "  --reason TEXT    why (required, non-empty; recorded with the version)\n"
+     "  --json           print {\"version\": N, \"change\": ...}\n"
+     "\n"
+     "example: xfed policy region add --db policy.db --name eu --jurisdiction \"EU GDPR\" \\\n"
+     "           --reason \"EU sites join\"\n"
+     "See docs/compliance-guide.md and docs/policy.md.\n",
+     xf_cmd_policy_region},
+    {"policy", "site", "add a site to a region of a local policy database",
+     "usage: xfed policy site add --name S --region R --db FILE --reason TEXT\n"
+     "                            [--author NAME] [--json]\n"
+     "\n"
+     "Adds site S in the existing region R and prints the new policy version.\n"
+     "\n"
+     "options:\n"
+     "  --name S         site name\n"
+     "  --region R       its region\n"
+     "  --db FILE        the policy database (SQLite; required: the coordinator's\n"
+     "                   policy cannot be read or pushed from the CLI yet)\n"
+     "  --author NAME    who makes the change (default: $USER)\n"
+     "  --reason TEXT    why (required, non-empty; recorded with the version)\n"
+     "  --json           print {\"version\": N, \"change\": ...}\n",
+     xf_cmd_policy_site},
+    {"policy", "dataset", "add a dataset at a site, or tag one (add|tag)",
+     "usage: xfed policy dataset add --site S --name D --class C --db FILE --reason TEXT\n"
+     "                               [--author NAME] [--json]\n"
+     "       xfed policy dataset tag --site S --name D --tag T --db FILE --reason TEXT\n"
+     "                               [--author NAME] [--json]\n"
+     "\n"
+     "add: declares dataset D at site S with classification C (public, internal,\n"
+     "confidential or restricted). tag: adds tag T to it. Prints the new version.\n"
+     "\n"
+     "options:\n"
+     "  --site S         the site holding the dataset\n"
+     "  --name D         the dataset's name (the name jobs use in data.dataset)\n"
+     "  --class C        add: the classification\n"
+     "  --tag T          tag: the tag to add\n"
+     "  --db FILE        the policy database (SQLite; required: the coordinator's\n"
+     "                   policy cannot be read or pushed from the CLI yet)\n"
+     "  --author NAME    who makes the change (default: $USER)\n"
+     "  --reason TEXT    why (required, non-empty; recorded with the version)\n"
+     "  --json           print {\"version\": N, \"change\": ...}\n",
+     xf_cmd_policy_dataset},
+    {"policy", "rule", "add, remove or list the rules of a local policy (add|rm|list)",
+     "usage: xfed policy rule add (--file RULE.json | --json-rule TEXT) --db FILE\n"
+     "                            --reason TEXT [--author NAME] [--json]\n"
+     "       xfed policy rule rm --id ID --db FILE --reason TEXT [--author NAME] [--json]\n"
+     "       xfed policy rule list --db FILE [--json]\n"
+     "\n"
+     "add: appends one rule, written as one member of the policy document's \"rules\"\n"
+     "array (id, effect, kind, select, destinations, conditions; docs/policy.md).\n"
+     "rm: removes the rule with this id. Both print the new version. list: the\n"
+     "current version's rules in order (the first satisfied allow rule decides).\n"
+     "\n"
+     "options:\n"
+     "  --file RULE.json  add: the rule from a file\n"
+     "  --json-rule TEXT  add: the rule as JSON text\n"
+     "  --id ID           rm: the rule's id\n"
+     "  --db FILE        the policy database (SQLite; required: the coordinator's\n"
+     "                   policy cannot be read or pushed from the CLI yet)\n"
+     "  --author NAME    who makes the change (default: $USER)\n"
+     "  --reason TEXT    why (required, non-empty; recorded with the version)\n"
+     "  --json            add, rm: {\"version\", \"change\"}; list: {\"version\", \"rules\"}\n"
+     "\n"
+     "example: xfed policy rule add --db policy.db --reason \"EU only as DP aggregate\" \\\n"
+     "           --json-rule '{\"id\": \"eu-regional\", \"effect\": \"allow\",\n"
+     "             \"kind\": \"regional_aggregate\", \"select\": {\"region\": \"eu\"},\n"
+     "             \"destinations\": [\"us\"], \"conditions\": {\"max_epsilon\": 3,\n"
+     "             \"min_cohort\": 2, \"require_secagg\": true}}'\n",
+     xf_cmd_policy_rule},
+    {"policy", "check", "decide a job spec against the current policy: per site and region",
+     "usage: xfed policy check JOB.json --coordinator-region R --db FILE [--epsilon E]\n"
+     "                         [--json]\n"
+     "\n"
+     "Reads the job spec (the same strict parser as 'xfed job submit') and decides it\n"
+     "against the current policy version at the current time: the federation is\n"
+     "every site holding a dataset named data.dataset with all of data.tags. Prints\n"
+     "one line per site (eligible or not, its aggregation path, the rule that\n"
+     "decided and why), one line per region (path, eligible sites, min_cohort,\n"
+     "secure aggregation, max_epsilon of a regional aggregate) and suggestions that\n"
+     "would make more sites eligible.\n"
+     "\n"
+     "options:\n"
+     "  --coordinator-region R  where the global coordinator runs\n"
+     "  --epsilon E             the epsilon the job will spend (default: the spec's\n"
+     "                          privacy.target_epsilon); used only with privacy on\n"
+     "  --db FILE        the policy database (SQLite; required: the coordinator's\n"
+     "                   policy cannot be read or pushed from the CLI yet)\n"
+     "  --json                  {version, allowed, sites, regions, suggestions}\n"
+     "\n"
+     "exit status: 0 when the job is allowed as written, 3 when it is not, 1 on\n"
+     "errors, 2 on usage errors.\n"
+     "example: xfed policy check deploy/jobs/quickstart-secagg.json --db policy.db \\\n"
+     "           --coordinator-region us\n",
+     xf_cmd_policy_check},
+    {"policy", "test", "run expected decisions (test cases) against the current policy",
+     "usage: xfed policy test CASES.json --db FILE [--json]\n"
+     "\n"
+     "CASES.json is a JSON array of cases:\n"
+     "  {\"name\": \"eu needs secagg\",\n"
+     "   \"job\": {\"dataset\": D, \"tags\": [...], \"privacy_mode\": \"none|central|\n"
+     "           distributed|local\", \"epsilon\": E, \"secagg\": BOOL, \"min_sites\": N,\n"
+     "           \"coordinator_region\": R},\n"
+     "   \"now\": T,                                  (optional: Unix seconds or ISO 8601)\n"
+     "   \"expect\": {\"allowed\": BOOL,\n"
+     "              \"eligible\": [\"site\", ...],       (optional: exactly these sites)\n"
+     "              \"paths\": {\"region\": \"direct|regional|none\"}}}  (optional)\n"
+     "Each case is decided against the current version; prints pass or FAIL per\n"
+     "case with the first difference, then a count.\n"
+     "\n"
+     "options:\n"
+     "  --db FILE        the policy database (SQLite; required: the coordinator's\n"
+     "                   policy cannot be read or pushed from the CLI yet)\n"
+     "  --json           {version, passed, failed, cases: [{name, pass, reason}]}\n"
+     "\n"
+     "exit status: 0 when every case passes, 1 when any fails or on errors.\n",
+     xf_cmd_policy_test},
+    {"policy", "log", "the versions of a local policy: who changed it, when and why",
+     "usage: xfed policy log --db FILE [--json]\n"
+     "\n"
+     "One line per version, oldest first: version, time (UTC), author, reason.\n"
+     "\n"
+     "options:\n"
+     "  --db FILE        the policy database (SQLite; required: the coordinator's\n"
+     "                   policy cannot be read or pushed from the CLI yet)\n"
+     "  --json           {\"versions\": [{version, at, time, author, reason}]}\n",
+     xf_cmd_policy_log},
+    {"policy", "diff", "what changed between two versions of a local policy",
+     "usage: xfed policy diff V1 V2 --db FILE [--json]\n"
+     "\n"
+     "One line per region, site, dataset or rule that differs from version V1 to\n"
+     "version V2: '+' added, '-' removed, '~' changed (old -> new). Version 0 is the\n"
+     "empty policy.\n"
+     "\n"
+     "options:\n"
+     "  --db FILE        the policy database (SQLite; required: the coordinator's\n"
+     "                   policy cannot be read or pushed from the CLI yet)\n"
+     "  --json           {\"from\", \"to\", \"changes\": [lines]}\n",
+     xf_cmd_policy_diff},
+    {"policy", "export", "write one version of a local policy as a JSON document",
+     "usage: xfed policy export --db FILE [--version V] [--out FILE]\n"
+     "\n"
+     "Writes the policy document (docs/policy.md, \"The document\") of version V\n"
+     "(default: the current one) to stdout or, atomically, to --out. Importing it\n"
+     "and exporting again gives the same text.\n"
+     "\n"
+     "options:\n"
+     "  --version V      the version (0: the empty policy)\n"
+     "  --out FILE       write here instead of stdout\n"
+     "  --db FILE        the policy database (SQLite; required: the coordinator's\n"
+     "                   policy cannot be read or pushed from the CLI yet)\n"
+     "  --json           with --out: print {\"version\", \"out\"}\n",
+     xf_cmd_policy_export},
+    {"policy", "import", "replace a local policy with a JSON document (one new version)",
+     "usage: xfed policy import FILE --db FILE --reason TEXT [--author NAME] [--json]\n"
+     "\n"
+     "Checks the policy document FILE as a whole (an error names the member, such as\n"
+     "rules[1].select.site) and makes it the next version. Nothing changes when it\n"
+     "is refused.\n"
+     "\n"
+     "options:\n"
+     "  --db FILE        the policy database (SQLite; required: the coordinator's\n"
+     "                   policy cannot be read or pushed from the CLI yet)\n"
+     "  --author NAME    who makes the change (default: $USER)\n"
+     "  --reason TEXT    why (required, non-empty; recorded with the version)\n"
+     "  --json           print {\"version\": N, \"change\": ...}\n",
+     xf_cmd_policy_import},
+    {"audit", "list", "rows of a local audit trail",
+     "usage: xfed audit list --db FILE [--since T] [--limit N] [--json]\n"
+     "\n"
+     "Rows in append order: seq, time (UTC), kind, actor, subject, detail.\n"
+     "\n"
+     "options:\n"
+     "  --db FILE    the audit database (required: the coordinator's trail is not\n"
+     "               reachable from the CLI yet)\n"
+     "  --since T    rows at or after T: Unix seconds or ISO 8601 UTC\n"
+     "               (2024-05-01, 2024-05-01T12:00:00Z)\n"
+     "  --limit N    at most N rows\n"
+     "  --json       {\"rows\": [{seq, at, actor, kind, subject, detail, prev, digest}]}\n",
+     xf_cmd_audit_list},
+    {"audit", "verify", "check a local audit trail's hash chain for edited or deleted rows",
+     "usage: xfed audit verify --db FILE [--json]\n"
+     "\n"
+     "Recomputes every row's digest and checks each row's link to the one before,\n"
+     "and prints the verdict: the number of rows and the head when intact, else\n"
+     "the first bad row and what is wrong with it (edited, inserted or deleted).\n"
+     "Rows cut off the end leave a shorter intact chain; compare the head printed\n"
+     "here with one kept elsewhere to detect that (docs/audit.md, \"Anchoring\").\n"
+     "\n"
+     "options:\n"
+     "  --db FILE    the audit database (required)\n"
+     "  --json       {intact, fault, rows, seq, what, head: {seq, digest}}\n"
+     "\n"
+     "exit status: 0 when intact, 3 when not, 1 on errors.\n",
+     xf_cmd_audit_verify},
+    {"audit", "export", "write a local audit trail as JSON lines",
+     "usage: xfed audit export --db FILE [--since T] [--out FILE]\n"
+     "\n"
+     "One JSON object per row, in append order: seq, at, actor, kind, subject,\n"
+     "detail, prev, digest (docs/audit.md). To stdout, or atomically to --out.\n"
+     "\n"
+     "options:\n"
+     "  --db FILE    the audit database (required)\n"
+     "  --since T    rows at or after T: Unix seconds or ISO 8601 UTC\n"
+     "  --out FILE   write here instead of stdout\n",
+     xf_cmd_audit_export},
     {"version", NULL, "print the version and the compute backends this build has",
      "usage: xfed version [--json]\n", xf_cmd_version},
     {0},

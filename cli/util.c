@@ -6,6 +6,8 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -94,4 +96,45 @@ int xf_cli_option_error(xf_cli *cli, int ch, char **argv) {
   /* optopt names an unknown short option, which may not end its argv word */
   if (optopt) return xf_cli_usage(cli, "unknown option '-%c'", optopt);
   return xf_cli_usage(cli, "unknown option '%s'", argv[optind - 1]);
+}
+
+xf_err xf_cli_parse_time(xf_cli *cli, const char *flag, const char *s, double *out) {
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (!errno && end != s && *end == '\0' && isfinite(v) && v >= 0 && strchr(s, '-') == NULL) {
+    *out = v;
+    return XF_OK;
+  }
+  struct tm tm = {0};
+  int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0, used = 0;
+  int n = sscanf(s, "%4d-%2d-%2d%n", &y, &mo, &d, &used);
+  const char *rest = n == 3 ? s + used : NULL;
+  if (rest && *rest == 'T') {
+    int u2 = 0;
+    if (sscanf(rest, "T%2d:%2d%n", &h, &mi, &u2) != 2) rest = NULL;
+    else {
+      rest += u2;
+      if (*rest == ':') {
+        int u3 = 0;
+        if (sscanf(rest, ":%2d%n", &sec, &u3) != 1) rest = NULL;
+        else rest += u3;
+      }
+    }
+  }
+  if (rest && *rest == 'Z') rest++;
+  if (!rest || *rest != '\0' || y < 1970 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 ||
+      mi > 59 || sec > 60 || h < 0 || mi < 0 || sec < 0)
+    return xf_fail(&cli->err, XF_EUSAGE,
+                   "%s '%s' is not Unix seconds or an ISO 8601 UTC time such as "
+                   "2024-05-01T12:00:00Z",
+                   flag, s);
+  tm.tm_year = y - 1900;
+  tm.tm_mon = mo - 1;
+  tm.tm_mday = d;
+  tm.tm_hour = h;
+  tm.tm_min = mi;
+  tm.tm_sec = sec;
+  *out = (double)timegm(&tm);
+  return XF_OK;
 }

@@ -160,6 +160,12 @@ quorum)
   sed 's/"rounds": 6/"rounds": 30/' "$work/job.json" >"$work/job12.json"
   start_coord q
   make_sites q
+  # s3 holds all 60,000 records, so its training lasts long enough to be
+  # caught in the act even on a loaded machine.
+  "$site_bin" dataset rm --dir "$work/q/sites/s3" --name fmnist >/dev/null
+  "$site_bin" dataset add --dir "$work/q/sites/s3" --name fmnist --path "$data" >/dev/null
+  kill -HUP "${site_pid[s3]}"
+  sleep 1
   cli job submit "$work/job12.json" >/dev/null
   wait_round 1 2 300
   # Kill s3 mid-round: while it trains for a round it holds.

@@ -1,0 +1,974 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* `xfed policy ...`: the compliance team's commands on a local policy
+ * database (--db FILE): changes, log, diff, export/import, check a job and
+ * run test cases against the current version (policy/policy.h). */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "cli/cli.h"
+#include "coordinator/jobspec.h"
+#include "policy/policy.h"
+
+/* Policy documents, rules and case files are small; the bound keeps a wrong
+ * path (a dataset, a model) out of memory. */
+#define POLICY_FILE_MAX (16u << 20)
+
+/* Every flag any policy command takes; each command names the ones it
+ * accepts. */
+typedef struct policy_args {
+  const char *db, *author, *reason, *name, *jurisdiction, *region, *site, *classification,
+      *tag, *file, *json_rule, *id, *out, *coordinator_region;
+  bool has_version, has_epsilon;
+  long version;
+  double epsilon;
+  int n_pos;
+  char **pos; /* positional arguments */
+} policy_args;
+
+enum {
+  OPT_DB = 256, OPT_AUTHOR, OPT_REASON, OPT_NAME, OPT_JURISDICTION, OPT_REGION, OPT_SITE,
+  OPT_CLASS, OPT_TAG, OPT_FILE, OPT_JSON_RULE, OPT_ID, OPT_OUT, OPT_VERSION, OPT_COORD_REGION,
+  OPT_EPSILON
+};
+
+static const struct option all_opts[] = {
+    {"db", required_argument, 0, OPT_DB},
+    {"author", required_argument, 0, OPT_AUTHOR},
+    {"reason", required_argument, 0, OPT_REASON},
+    {"name", required_argument, 0, OPT_NAME},
+    {"jurisdiction", required_argument, 0, OPT_JURISDICTION},
+    {"region", required_argument, 0, OPT_REGION},
+    {"site", required_argument, 0, OPT_SITE},
+    {"class", required_argument, 0, OPT_CLASS},
+    {"tag", required_argument, 0, OPT_TAG},
+    {"file", required_argument, 0, OPT_FILE},
+    {"json-rule", required_argument, 0, OPT_JSON_RULE},
+    {"id", required_argument, 0, OPT_ID},
+    {"out", required_argument, 0, OPT_OUT},
+    {"version", required_argument, 0, OPT_VERSION},
+    {"coordinator-region", required_argument, 0, OPT_COORD_REGION},
+    {"epsilon", required_argument, 0, OPT_EPSILON},
+};
+#define N_ALL_OPTS (sizeof(all_opts) / sizeof(all_opts[0]))
+
+/* What a change always takes. */
+#define CHANGE_FLAGS "db,author,reason,"
+
+/* Parses argv with the flags named in `allowed` (comma-separated long
+ * names) and expects between min_pos and max_pos positional arguments.
+ * Returns an exit status (XF_EXIT_OK to go on). */
+static int parse_args(xf_cli *cli, int argc, char **argv, const char *allowed, int min_pos,
+                      int max_pos, const char *pos_usage, policy_args *a) {
+  struct option opts[N_ALL_OPTS + 1];
+  size_t n = 0;
+  for (size_t i = 0; i < N_ALL_OPTS; i++) {
+    size_t len = strlen(all_opts[i].name);
+    for (const char *p = allowed; (p = strstr(p, all_opts[i].name)) != NULL; p += len) {
+      if ((p == allowed || p[-1] == ',') && (p[len] == ',' || p[len] == '\0')) {
+        opts[n++] = all_opts[i];
+        break;
+      }
+    }
+  }
+  memset(&opts[n], 0, sizeof(opts[n]));
+  memset(a, 0, sizeof(*a));
+  opterr = 0;
+  optind = 1;
+  int ch;
+  while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    xf_err rc = XF_OK;
+    switch (ch) {
+    case OPT_DB: a->db = optarg; break;
+    case OPT_AUTHOR: a->author = optarg; break;
+    case OPT_REASON: a->reason = optarg; break;
+    case OPT_NAME: a->name = optarg; break;
+    case OPT_JURISDICTION: a->jurisdiction = optarg; break;
+    case OPT_REGION: a->region = optarg; break;
+    case OPT_SITE: a->site = optarg; break;
+    case OPT_CLASS: a->classification = optarg; break;
+    case OPT_TAG: a->tag = optarg; break;
+    case OPT_FILE: a->file = optarg; break;
+    case OPT_JSON_RULE: a->json_rule = optarg; break;
+    case OPT_ID: a->id = optarg; break;
+    case OPT_OUT: a->out = optarg; break;
+    case OPT_COORD_REGION: a->coordinator_region = optarg; break;
+    case OPT_VERSION:
+      rc = xf_cli_parse_int(cli, "--version", optarg, 0, LONG_MAX,
+                            &a->version);
+      a->has_version = true;
+      break;
+    case OPT_EPSILON:
+      rc = xf_cli_parse_double(cli, "--epsilon", optarg, 0, 1e300, &a->epsilon);
+      if (rc == XF_OK && a->epsilon <= 0)
+        rc = xf_fail(&cli->err, XF_EUSAGE, "--epsilon '%s' must be above 0", optarg);
+      a->has_epsilon = true;
+      break;
+    default: return xf_cli_option_error(cli, ch, argv);
+    }
+    if (rc != XF_OK) return xf_cli_usage(cli, "%s", cli->err.msg);
+  }
+  a->pos = argv + optind;
+  a->n_pos = argc - optind;
+  if (a->n_pos < min_pos) return xf_cli_usage(cli, "%s is required", pos_usage);
+  if (a->n_pos > max_pos) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind + max_pos]);
+  if (!a->db)
+    return xf_cli_usage(cli, "--db FILE is required: only a local policy database is supported "
+                             "for now (the coordinator's policy is not reachable from the CLI yet)");
+  return XF_EXIT_OK;
+}
+
+/* A flag that must be present and non-empty. */
+static int require(xf_cli *cli, const char *value, const char *flag) {
+  if (!value || !*value) return xf_cli_usage(cli, "%s is required", flag);
+  return XF_EXIT_OK;
+}
+
+/* Opens the database. `create` for changes; reading commands refuse a file
+ * that does not exist rather than leave an empty database behind. */
+static int open_db(xf_cli *cli, const policy_args *a, bool create, xf_db **db) {
+  *db = NULL;
+  if (!create && access(a->db, F_OK) != 0) {
+    xf_fail(&cli->err, XF_ENOENT, "no policy database (%s); make one with a change such as "
+                                  "'xfed policy region add --db FILE ...'",
+            strerror(errno));
+    snprintf(cli->err.file, sizeof(cli->err.file), "%s", a->db);
+    return xf_cli_fail(cli, XF_ENOENT);
+  }
+  xf_err rc = xf_policy_open(a->db, db, &cli->err);
+  if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  return XF_EXIT_OK;
+}
+
+/* Who and why, for a change: --reason is mandatory and --author falls back
+ * to $USER. */
+static int change_of(xf_cli *cli, const policy_args *a, xf_policy_change *chg) {
+  if (!a->reason || !*a->reason)
+    return xf_cli_usage(cli, "--reason TEXT is required: every policy change records why it "
+                             "was made");
+  const char *author = a->author ? a->author : getenv("USER");
+  if (!author || !*author)
+    return xf_cli_usage(cli, "--author NAME is required when $USER is not set");
+  chg->author = author;
+  chg->reason = a->reason;
+  chg->now = (double)time(NULL);
+  return XF_EXIT_OK;
+}
+
+static void print_json(json_t *o) {
+  json_dumpf(o, stdout, JSON_INDENT(2));
+  fputc('\n', stdout);
+  json_decref(o);
+}
+
+/* Prints the new version of a change, or fails with what the library said. */
+static int report_change(xf_cli *cli, xf_err rc, uint64_t version, const char *what) {
+  if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  if (cli->json)
+    print_json(json_pack("{s:I,s:s}", "version", (json_int_t)version, "change", what));
+  else
+    printf("policy version %llu: %s\n", (unsigned long long)version, what);
+  return XF_EXIT_OK;
+}
+
+/* Reads a whole small file into a NUL-terminated buffer the caller frees
+ * with xf_free. */
+static xf_err read_text(const char *path, char **text, xf_errctx *err) {
+  *text = NULL;
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    xf_fail(err, XF_EIO, "cannot open: %s", strerror(errno));
+    snprintf(err->file, sizeof(err->file), "%s", path);
+    return XF_EIO;
+  }
+  size_t cap = 4096, len = 0;
+  char *buf = xf_malloc(cap);
+  xf_err rc = buf ? XF_OK : XF_ENOMEM;
+  while (rc == XF_OK) {
+    if (cap - len < 2) {
+      if (cap >= POLICY_FILE_MAX) {
+        rc = xf_fail(err, XF_ERANGE, "larger than %u bytes", POLICY_FILE_MAX);
+        break;
+      }
+      char *bigger = xf_malloc(cap * 2);
+      if (!bigger) {
+        rc = XF_ENOMEM;
+        break;
+      }
+      memcpy(bigger, buf, len);
+      xf_free(buf);
+      buf = bigger;
+      cap *= 2;
+    }
+    size_t got = fread(buf + len, 1, cap - len - 1, f);
+    len += got;
+    if (got == 0) {
+      if (ferror(f)) rc = xf_fail(err, XF_EIO, "read failed");
+      break;
+    }
+  }
+  fclose(f);
+  if (rc != XF_OK) {
+    if (rc != XF_ENOMEM) snprintf(err->file, sizeof(err->file), "%s", path);
+    xf_free(buf);
+    return rc;
+  }
+  buf[len] = '\0';
+  *text = buf;
+  return XF_OK;
+}
+
+/* Writes text to path through a temporary file renamed into place. */
+static xf_err write_text(const char *path, const char *text, xf_errctx *err) {
+  char tmp[4096];
+  int n = snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", path);
+  if (n < 0 || (size_t)n >= sizeof(tmp)) return xf_fail(err, XF_EINVAL, "--out path too long");
+  int fd = mkstemp(tmp);
+  if (fd < 0) {
+    xf_fail(err, XF_EIO, "cannot create a file next to it: %s", strerror(errno));
+    snprintf(err->file, sizeof(err->file), "%s", path);
+    return XF_EIO;
+  }
+  FILE *f = fdopen(fd, "w");
+  bool ok = f && fputs(text, f) >= 0;
+  if (f) ok = (fclose(f) == 0) && ok;
+  else close(fd);
+  if (!ok || rename(tmp, path) != 0) {
+    int e = errno;
+    unlink(tmp);
+    xf_fail(err, XF_EIO, "cannot write: %s", strerror(e));
+    snprintf(err->file, sizeof(err->file), "%s", path);
+    return XF_EIO;
+  }
+  return XF_OK;
+}
+
+/* argv[1] is the verb of a three-word command ("policy rule add"): checks it
+ * is one of `verbs` (comma-separated), names the command after it and
+ * returns its index in verbs, or -1 after printing a usage error into
+ * *status. */
+static int sub_verb(xf_cli *cli, int argc, char **argv, const char *verbs, int *status) {
+  static char name[96];
+  if (argc < 2 || argv[1][0] == '-') {
+    *status = xf_cli_usage(cli, "'%s' needs a verb: %s", cli->name, verbs);
+    return -1;
+  }
+  int index = 0;
+  for (const char *p = verbs; *p; index++) {
+    size_t len = strcspn(p, ",");
+    if (strlen(argv[1]) == len && strncmp(p, argv[1], len) == 0) {
+      snprintf(name, sizeof(name), "%s %s", cli->name, argv[1]);
+      cli->name = name;
+      return index;
+    }
+    p += len;
+    if (*p == ',') p++;
+  }
+  *status = xf_cli_usage(cli, "'%s' is not a verb of '%s' (%s)", argv[1], cli->name, verbs);
+  return -1;
+}
+
+/* ---- changes ---------------------------------------------------------------------- */
+
+int xf_cmd_policy_region(xf_cli *cli, int argc, char **argv) {
+  int status;
+  if (sub_verb(cli, argc, argv, "add", &status) < 0) return status;
+  policy_args a;
+  xf_policy_change chg;
+  xf_db *db;
+  if ((status = parse_args(cli, argc - 1, argv + 1, CHANGE_FLAGS "name,jurisdiction", 0, 0, "",
+                           &a)) != XF_EXIT_OK ||
+      (status = require(cli, a.name, "--name R")) != XF_EXIT_OK ||
+      (status = change_of(cli, &a, &chg)) != XF_EXIT_OK ||
+      (status = open_db(cli, &a, true, &db)) != XF_EXIT_OK)
+    return status;
+  uint64_t v = 0;
+  xf_err rc = xf_policy_region_add(db, a.name, a.jurisdiction, &chg, &v, &cli->err);
+  xf_db_close(db);
+  return report_change(cli, rc, v, "region added");
+}
+
+int xf_cmd_policy_site(xf_cli *cli, int argc, char **argv) {
+  int status;
+  if (sub_verb(cli, argc, argv, "add", &status) < 0) return status;
+  policy_args a;
+  xf_policy_change chg;
+  xf_db *db;
+  if ((status = parse_args(cli, argc - 1, argv + 1, CHANGE_FLAGS "name,region", 0, 0, "", &a)) !=
+          XF_EXIT_OK ||
+      (status = require(cli, a.name, "--name S")) != XF_EXIT_OK ||
+      (status = require(cli, a.region, "--region R")) != XF_EXIT_OK ||
+      (status = change_of(cli, &a, &chg)) != XF_EXIT_OK ||
+      (status = open_db(cli, &a, true, &db)) != XF_EXIT_OK)
+    return status;
+  uint64_t v = 0;
+  xf_err rc = xf_policy_site_add(db, a.name, a.region, &chg, &v, &cli->err);
+  xf_db_close(db);
+  return report_change(cli, rc, v, "site added");
+}
+
+int xf_cmd_policy_dataset(xf_cli *cli, int argc, char **argv) {
+  int status;
+  int verb = sub_verb(cli, argc, argv, "add,tag", &status);
+  if (verb < 0) return status;
+  policy_args a;
+  xf_policy_change chg;
+  xf_db *db;
+  if ((status = parse_args(cli, argc - 1, argv + 1,
+                           verb == 0 ? CHANGE_FLAGS "site,name,class" : CHANGE_FLAGS "site,name,tag",
+                           0, 0, "", &a)) != XF_EXIT_OK ||
+      (status = require(cli, a.site, "--site S")) != XF_EXIT_OK ||
+      (status = require(cli, a.name, "--name D")) != XF_EXIT_OK ||
+      (status = require(cli, verb == 0 ? a.classification : a.tag,
+                        verb == 0 ? "--class C" : "--tag T")) != XF_EXIT_OK ||
+      (status = change_of(cli, &a, &chg)) != XF_EXIT_OK ||
+      (status = open_db(cli, &a, true, &db)) != XF_EXIT_OK)
+    return status;
+  uint64_t v = 0;
+  xf_err rc = verb == 0
+                  ? xf_policy_dataset_add(db, a.name, a.site, a.classification, &chg, &v, &cli->err)
+                  : xf_policy_dataset_tag(db, a.name, a.site, a.tag, &chg, &v, &cli->err);
+  xf_db_close(db);
+  return report_change(cli, rc, v, verb == 0 ? "dataset added" : "dataset tagged");
+}
+
+/* The current version, loaded; *p is NULL when the status is not OK. */
+static int load_current(xf_cli *cli, xf_db *db, xf_policy **p) {
+  uint64_t v = 0;
+  xf_err rc = xf_policy_version_current(db, &v, &cli->err);
+  if (rc == XF_OK) rc = xf_policy_load(db, v, p, &cli->err);
+  if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  return XF_EXIT_OK;
+}
+
+static void print_selector(const xf_policy_selector *s, FILE *out) {
+  int n = 0;
+  if (s->region[0]) fprintf(out, "%sregion=%s", n++ ? "," : "", s->region);
+  if (s->site[0]) fprintf(out, "%ssite=%s", n++ ? "," : "", s->site);
+  if (s->dataset[0]) fprintf(out, "%sdataset=%s", n++ ? "," : "", s->dataset);
+  if (s->classification != XF_POLICY_CLASS_NONE)
+    fprintf(out, "%sclass=%s", n++ ? "," : "", xf_policy_class_name(s->classification));
+  if (s->tag[0]) fprintf(out, "%stag=%s", n++ ? "," : "", s->tag);
+  if (!n) fputs("*", out);
+}
+
+static void print_conditions(const xf_policy_rule *r, FILE *out) {
+  int n = 0;
+  if (r->has_max_epsilon) fprintf(out, "%smax_epsilon=%g", n++ ? "," : "", r->max_epsilon);
+  if (r->min_cohort) fprintf(out, "%smin_cohort=%u", n++ ? "," : "", r->min_cohort);
+  if (r->require_secagg) fprintf(out, "%srequire_secagg", n++ ? "," : "");
+  if (r->has_valid_from) fprintf(out, "%svalid_from=%.0f", n++ ? "," : "", r->valid_from);
+  if (r->has_valid_until) fprintf(out, "%svalid_until=%.0f", n++ ? "," : "", r->valid_until);
+  if (!n) fputs("-", out);
+}
+
+/* `policy rule list`: the current version's rules, in order. */
+static int rule_list(xf_cli *cli, const policy_args *a) {
+  xf_db *db;
+  int status = open_db(cli, a, false, &db);
+  if (status != XF_EXIT_OK) return status;
+  xf_policy *p = NULL;
+  status = load_current(cli, db, &p);
+  xf_db_close(db);
+  if (status != XF_EXIT_OK) return status;
+  if (cli->json) {
+    char *doc = NULL;
+    xf_err rc = xf_policy_format(p, &doc, &cli->err);
+    json_t *j = rc == XF_OK ? json_loads(doc, 0, NULL) : NULL;
+    xf_free(doc);
+    if (!j) {
+      xf_policy_free(p);
+      return xf_cli_fail(cli, rc == XF_OK ? XF_ENOMEM : rc);
+    }
+    print_json(json_pack("{s:I,s:O}", "version", (json_int_t)p->version, "rules",
+                         json_object_get(j, "rules")));
+    json_decref(j);
+  } else {
+    printf("policy version %llu: %zu rule%s\n", (unsigned long long)p->version, p->n_rules,
+           p->n_rules == 1 ? "" : "s");
+    for (size_t i = 0; i < p->n_rules; i++) {
+      const xf_policy_rule *r = &p->rules[i];
+      printf("%-20s %-5s %-18s select ", r->id, xf_policy_effect_name(r->effect),
+             xf_policy_kind_name(r->kind));
+      print_selector(&r->select, stdout);
+      fputs(" to ", stdout);
+      for (size_t k = 0; k < r->n_dests; k++) printf("%s%s", k ? "," : "", r->dests[k]);
+      fputs(" if ", stdout);
+      print_conditions(r, stdout);
+      fputc('\n', stdout);
+    }
+  }
+  xf_policy_free(p);
+  return XF_EXIT_OK;
+}
+
+int xf_cmd_policy_rule(xf_cli *cli, int argc, char **argv) {
+  int status;
+  int verb = sub_verb(cli, argc, argv, "add,rm,list", &status);
+  if (verb < 0) return status;
+  static const char *const flags[] = {CHANGE_FLAGS "file,json-rule", CHANGE_FLAGS "id", "db"};
+  policy_args a;
+  if ((status = parse_args(cli, argc - 1, argv + 1, flags[verb], 0, 0, "", &a)) != XF_EXIT_OK)
+    return status;
+  if (verb == 2) return rule_list(cli, &a);
+  if (verb == 0 && !a.file == !a.json_rule)
+    return xf_cli_usage(cli, "give the rule with exactly one of --file RULE.json and "
+                             "--json-rule TEXT");
+  if (verb == 1 && (status = require(cli, a.id, "--id ID")) != XF_EXIT_OK) return status;
+  xf_policy_change chg;
+  if ((status = change_of(cli, &a, &chg)) != XF_EXIT_OK) return status;
+  char *text = NULL;
+  if (verb == 0 && a.file) {
+    xf_err rc = read_text(a.file, &text, &cli->err);
+    if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  }
+  xf_db *db;
+  if ((status = open_db(cli, &a, true, &db)) != XF_EXIT_OK) {
+    xf_free(text);
+    return status;
+  }
+  uint64_t v = 0;
+  xf_err rc = verb == 0 ? xf_policy_rule_add(db, text ? text : a.json_rule, &chg, &v, &cli->err)
+                        : xf_policy_rule_rm(db, a.id, &chg, &v, &cli->err);
+  xf_db_close(db);
+  xf_free(text);
+  if (rc != XF_OK && a.file && !cli->err.file[0])
+    snprintf(cli->err.file, sizeof(cli->err.file), "%s", a.file);
+  return report_change(cli, rc, v, verb == 0 ? "rule added" : "rule removed");
+}
+
+int xf_cmd_policy_import(xf_cli *cli, int argc, char **argv) {
+  policy_args a;
+  xf_policy_change chg;
+  int status;
+  if ((status = parse_args(cli, argc, argv, CHANGE_FLAGS, 1, 1, "FILE", &a)) != XF_EXIT_OK ||
+      (status = change_of(cli, &a, &chg)) != XF_EXIT_OK)
+    return status;
+  char *text = NULL;
+  xf_err rc = read_text(a.pos[0], &text, &cli->err);
+  if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  xf_db *db;
+  if ((status = open_db(cli, &a, true, &db)) != XF_EXIT_OK) {
+    xf_free(text);
+    return status;
+  }
+  uint64_t v = 0;
+  rc = xf_policy_import(db, text, chg.author, chg.reason, chg.now, &v, &cli->err);
+  xf_db_close(db);
+  xf_free(text);
+  if (rc != XF_OK && !cli->err.file[0])
+    snprintf(cli->err.file, sizeof(cli->err.file), "%s", a.pos[0]);
+  return report_change(cli, rc, v, "policy imported");
+}
+
+/* ---- reading ---------------------------------------------------------------------- */
+
+int xf_cmd_policy_export(xf_cli *cli, int argc, char **argv) {
+  policy_args a;
+  xf_db *db;
+  int status;
+  if ((status = parse_args(cli, argc, argv, "db,version,out", 0, 0, "", &a)) != XF_EXIT_OK ||
+      (status = open_db(cli, &a, false, &db)) != XF_EXIT_OK)
+    return status;
+  uint64_t v = (uint64_t)a.version;
+  xf_err rc = a.has_version ? XF_OK : xf_policy_version_current(db, &v, &cli->err);
+  char *doc = NULL;
+  if (rc == XF_OK) rc = xf_policy_export(db, v, &doc, &cli->err);
+  xf_db_close(db);
+  if (rc == XF_OK && a.out) rc = write_text(a.out, doc, &cli->err);
+  if (rc != XF_OK) {
+    xf_free(doc);
+    return xf_cli_fail(cli, rc);
+  }
+  if (!a.out) {
+    /* The document is JSON already: --json prints it as it is. */
+    fputs(doc, stdout);
+    if (!*doc || doc[strlen(doc) - 1] != '\n') fputc('\n', stdout);
+  } else if (cli->json) {
+    print_json(json_pack("{s:I,s:s}", "version", (json_int_t)v, "out", a.out));
+  } else {
+    printf("policy version %llu written to %s\n", (unsigned long long)v, a.out);
+  }
+  xf_free(doc);
+  return XF_EXIT_OK;
+}
+
+/* "2024-05-01T12:00:00Z" for Unix seconds. */
+static const char *utc_text(double t, char buf[32]) {
+  time_t s = (time_t)floor(t);
+  struct tm tm;
+  if (!gmtime_r(&s, &tm) || !strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm))
+    snprintf(buf, 32, "%.0f", t);
+  return buf;
+}
+
+int xf_cmd_policy_log(xf_cli *cli, int argc, char **argv) {
+  policy_args a;
+  xf_db *db;
+  int status;
+  if ((status = parse_args(cli, argc, argv, "db", 0, 0, "", &a)) != XF_EXIT_OK ||
+      (status = open_db(cli, &a, false, &db)) != XF_EXIT_OK)
+    return status;
+  xf_policy_version_info *log = NULL;
+  size_t n = 0;
+  xf_err rc = xf_policy_log(db, &log, &n, &cli->err);
+  xf_db_close(db);
+  if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  char when[32];
+  if (cli->json) {
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+      json_array_append_new(arr, json_pack("{s:I,s:f,s:s,s:s,s:s}", "version",
+                                           (json_int_t)log[i].version, "at", log[i].at, "time",
+                                           utc_text(log[i].at, when), "author", log[i].author,
+                                           "reason", log[i].reason));
+    print_json(json_pack("{s:o}", "versions", arr));
+  } else {
+    printf("%-8s %-20s %-16s %s\n", "VERSION", "TIME (UTC)", "AUTHOR", "REASON");
+    for (size_t i = 0; i < n; i++)
+      printf("%-8llu %-20s %-16s %s\n", (unsigned long long)log[i].version,
+             utc_text(log[i].at, when), log[i].author, log[i].reason);
+  }
+  xf_policy_log_free(log, n);
+  return XF_EXIT_OK;
+}
+
+int xf_cmd_policy_diff(xf_cli *cli, int argc, char **argv) {
+  policy_args a;
+  xf_db *db;
+  int status;
+  if ((status = parse_args(cli, argc, argv, "db", 2, 2, "V1 V2", &a)) != XF_EXIT_OK)
+    return status;
+  long v1, v2;
+  if (xf_cli_parse_int(cli, "V1", a.pos[0], 0, LONG_MAX, &v1) != XF_OK ||
+      xf_cli_parse_int(cli, "V2", a.pos[1], 0, LONG_MAX, &v2) != XF_OK)
+    return xf_cli_usage(cli, "%s", cli->err.msg);
+  if ((status = open_db(cli, &a, false, &db)) != XF_EXIT_OK) return status;
+  char *text = NULL;
+  xf_err rc = xf_policy_diff(db, (uint64_t)v1, (uint64_t)v2, &text, &cli->err);
+  xf_db_close(db);
+  if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  if (cli->json) {
+    json_t *lines = json_array();
+    for (char *p = text; *p;) {
+      size_t len = strcspn(p, "\n");
+      json_array_append_new(lines, json_stringn(p, len));
+      p += len;
+      if (*p) p++;
+    }
+    print_json(json_pack("{s:i,s:i,s:o}", "from", (int)v1, "to", (int)v2, "changes", lines));
+  } else if (!*text) {
+    printf("no changes from version %ld to version %ld\n", v1, v2);
+  } else {
+    fputs(text, stdout);
+  }
+  xf_free(text);
+  return XF_EXIT_OK;
+}
+
+/* ---- the decision ------------------------------------------------------------------- */
+
+static json_t *decision_json(const xf_policy_decision *d) {
+  json_t *sites = json_array(), *regions = json_array(), *sugg = json_array();
+  for (size_t i = 0; i < d->n_sites; i++) {
+    const xf_policy_site_decision *s = &d->sites[i];
+    json_array_append_new(sites, json_pack("{s:s,s:s,s:b,s:s,s:s,s:s}", "site", s->site,
+                                           "region", s->region, "eligible", s->eligible, "path",
+                                           xf_policy_path_name(s->path), "rule", s->rule,
+                                           "reason", s->why));
+  }
+  for (size_t i = 0; i < d->n_regions; i++) {
+    const xf_policy_region_plan *r = &d->regions[i];
+    json_t *o = json_pack("{s:s,s:s,s:s,s:i,s:i,s:i,s:b}", "region", r->region, "path",
+                          xf_policy_path_name(r->path), "rule", r->rule, "sites", (int)r->sites,
+                          "eligible", (int)r->eligible, "min_cohort", (int)r->min_cohort,
+                          "require_secagg", r->require_secagg);
+    json_object_set_new(o, "max_epsilon",
+                        r->has_max_epsilon ? json_real(r->max_epsilon) : json_null());
+    json_array_append_new(regions, o);
+  }
+  for (size_t i = 0; i < d->n_suggestions; i++)
+    json_array_append_new(sugg, json_string(d->suggestions[i]));
+  return json_pack("{s:I,s:b,s:o,s:o,s:o}", "version", (json_int_t)d->version, "allowed",
+                   d->allowed, "sites", sites, "regions", regions, "suggestions", sugg);
+}
+
+static void print_decision(const xf_policy_decision *d, const char *coordinator_region) {
+  size_t eligible = 0;
+  for (size_t i = 0; i < d->n_sites; i++) eligible += d->sites[i].eligible;
+  printf("policy version %llu, coordinator in %s: %s (%zu of %zu sites eligible)\n\n",
+         (unsigned long long)d->version, coordinator_region,
+         d->allowed ? "allowed" : "NOT allowed as written", eligible, d->n_sites);
+  printf("%-16s %-10s %-8s %-9s %-16s %s\n", "SITE", "REGION", "ELIGIBLE", "PATH", "RULE",
+         "REASON");
+  for (size_t i = 0; i < d->n_sites; i++) {
+    const xf_policy_site_decision *s = &d->sites[i];
+    printf("%-16s %-10s %-8s %-9s %-16s %s\n", s->site, s->region, s->eligible ? "yes" : "no",
+           xf_policy_path_name(s->path), s->rule, s->why);
+  }
+  printf("\n%-10s %-9s %-16s %-6s %-10s %-6s %s\n", "REGION", "PATH", "RULE", "SITES",
+         "MIN_COHORT", "SECAGG", "MAX_EPSILON");
+  for (size_t i = 0; i < d->n_regions; i++) {
+    const xf_policy_region_plan *r = &d->regions[i];
+    char eps[32] = "-";
+    if (r->has_max_epsilon) snprintf(eps, sizeof(eps), "%g", r->max_epsilon);
+    char sites[24];
+    snprintf(sites, sizeof(sites), "%u/%u", r->eligible, r->sites);
+    printf("%-10s %-9s %-16s %-6s %-10u %-6s %s\n", r->region, xf_policy_path_name(r->path),
+           r->rule, sites, r->min_cohort, r->require_secagg ? "yes" : "no", eps);
+  }
+  if (d->n_suggestions) {
+    fputs("\nsuggestions:\n", stdout);
+    for (size_t i = 0; i < d->n_suggestions; i++) printf("  - %s\n", d->suggestions[i]);
+  }
+}
+
+int xf_cmd_policy_check(xf_cli *cli, int argc, char **argv) {
+  policy_args a;
+  int status;
+  if ((status = parse_args(cli, argc, argv, "db,coordinator-region,epsilon", 1, 1, "JOB.json",
+                           &a)) != XF_EXIT_OK ||
+      (status = require(cli, a.coordinator_region, "--coordinator-region R")) != XF_EXIT_OK)
+    return status;
+  xf_jobspec *spec = xf_malloc(sizeof(*spec));
+  if (!spec) return xf_cli_fail(cli, XF_ENOMEM);
+  xf_err rc = xf_jobspec_parse_file(a.pos[0], spec, &cli->err);
+  if (rc != XF_OK) {
+    xf_free(spec);
+    return xf_cli_fail(cli, rc);
+  }
+  const char *tags[XF_JOB_TAGS_MAX];
+  for (uint32_t i = 0; i < spec->data.n_tags; i++) tags[i] = spec->data.tags[i];
+  xf_policy_job job = {.dataset = spec->data.dataset,
+                       .tags = tags,
+                       .n_tags = spec->data.n_tags,
+                       .privacy = spec->privacy.mode != XF_JOB_PRIVACY_NONE,
+                       .epsilon = a.has_epsilon ? a.epsilon : spec->privacy.target_epsilon,
+                       .secagg = spec->secure_aggregation.enabled,
+                       .min_sites = spec->min_sites,
+                       .coordinator_region = a.coordinator_region};
+  if (job.privacy && !a.has_epsilon && !spec->privacy.has_target_epsilon) {
+    xf_free(spec);
+    return xf_cli_usage(cli, "%s sets no privacy.target_epsilon: give the epsilon the job will "
+                             "spend with --epsilon E",
+                        a.pos[0]);
+  }
+  xf_db *db;
+  xf_policy *p = NULL;
+  if ((status = open_db(cli, &a, false, &db)) != XF_EXIT_OK) {
+    xf_free(spec);
+    return status;
+  }
+  status = load_current(cli, db, &p);
+  xf_db_close(db);
+  if (status != XF_EXIT_OK) {
+    xf_free(spec);
+    return status;
+  }
+  xf_policy_decision d;
+  memset(&d, 0, sizeof(d));
+  rc = xf_policy_decide(p, &job, (double)time(NULL), &d, &cli->err);
+  xf_policy_free(p);
+  xf_free(spec);
+  if (rc != XF_OK) {
+    if (strcmp(cli->err.field, "coordinator_region") == 0)
+      snprintf(cli->err.field, sizeof(cli->err.field), "--coordinator-region");
+    return xf_cli_fail(cli, rc);
+  }
+  if (cli->json) print_json(decision_json(&d));
+  else print_decision(&d, a.coordinator_region);
+  status = d.allowed ? XF_EXIT_OK : XF_EXIT_DENIED;
+  xf_policy_decision_free(&d);
+  return status;
+}
+
+/* ---- test cases ---------------------------------------------------------------------- */
+
+/* A malformed cases file: names the file and the member at fault. */
+static xf_err case_error(xf_cli *cli, const char *path, const char *field, const char *msg) {
+  xf_fail(&cli->err, XF_EFORMAT, "%s", msg);
+  snprintf(cli->err.file, sizeof(cli->err.file), "%s", path);
+  snprintf(cli->err.field, sizeof(cli->err.field), "%.*s", (int)sizeof(cli->err.field) - 1,
+           field);
+  return XF_EFORMAT;
+}
+
+/* Checks that o has only the members in `known` (comma-separated). */
+static xf_err known_members(xf_cli *cli, const char *path, const char *where, json_t *o,
+                            const char *known) {
+  const char *key;
+  json_t *v;
+  json_object_foreach(o, key, v) {
+    size_t len = strlen(key);
+    bool ok = false;
+    for (const char *p = known; *p;) {
+      size_t l = strcspn(p, ",");
+      if (l == len && strncmp(p, key, len) == 0) ok = true;
+      p += l;
+      if (*p == ',') p++;
+    }
+    if (!ok) {
+      char field[160];
+      snprintf(field, sizeof(field), "%s.%s", where, key);
+      return case_error(cli, path, field, "unknown member");
+    }
+  }
+  return XF_OK;
+}
+
+/* One case's job facts and expectations, borrowed from the JSON document. */
+typedef struct policy_case {
+  const char *name;
+  xf_policy_job job;
+  const char *tags[XF_POLICY_TAGS_MAX];
+  double now;
+  bool allowed;
+  json_t *eligible; /* array of site names, or NULL */
+  json_t *paths;    /* object region -> path name, or NULL */
+} policy_case;
+
+static xf_err parse_case(xf_cli *cli, const char *path, size_t i, json_t *c, double now,
+                         policy_case *pc) {
+  char where[64], f[160];
+  snprintf(where, sizeof(where), "[%zu]", i);
+  memset(pc, 0, sizeof(*pc));
+  pc->now = now;
+  if (!json_is_object(c)) return case_error(cli, path, where, "a case must be an object");
+  XF_GUARD(known_members(cli, path, where, c, "name,job,now,expect"));
+  json_t *name = json_object_get(c, "name"), *job = json_object_get(c, "job"),
+         *at = json_object_get(c, "now"), *expect = json_object_get(c, "expect");
+  snprintf(f, sizeof(f), "%s.name", where);
+  if (!json_is_string(name) || !*json_string_value(name))
+    return case_error(cli, path, f, "required: a non-empty string");
+  pc->name = json_string_value(name);
+  snprintf(f, sizeof(f), "%s.job", where);
+  if (!json_is_object(job)) return case_error(cli, path, f, "required: an object");
+  XF_GUARD(known_members(cli, path, f, job,
+                         "dataset,tags,privacy_mode,epsilon,secagg,min_sites,coordinator_region"));
+  json_t *v;
+  snprintf(f, sizeof(f), "%s.job.dataset", where);
+  if (!json_is_string(v = json_object_get(job, "dataset")))
+    return case_error(cli, path, f, "required: a string");
+  pc->job.dataset = json_string_value(v);
+  snprintf(f, sizeof(f), "%s.job.coordinator_region", where);
+  if (!json_is_string(v = json_object_get(job, "coordinator_region")))
+    return case_error(cli, path, f, "required: a string");
+  pc->job.coordinator_region = json_string_value(v);
+  if ((v = json_object_get(job, "tags"))) {
+    snprintf(f, sizeof(f), "%s.job.tags", where);
+    if (!json_is_array(v) || json_array_size(v) > XF_POLICY_TAGS_MAX)
+      return case_error(cli, path, f, "an array of at most 32 strings");
+    for (size_t k = 0; k < json_array_size(v); k++) {
+      if (!json_is_string(json_array_get(v, k)))
+        return case_error(cli, path, f, "an array of at most 32 strings");
+      pc->tags[k] = json_string_value(json_array_get(v, k));
+    }
+    pc->job.tags = pc->tags;
+    pc->job.n_tags = json_array_size(v);
+  }
+  if ((v = json_object_get(job, "privacy_mode"))) {
+    snprintf(f, sizeof(f), "%s.job.privacy_mode", where);
+    xf_job_privacy_mode mode;
+    if (!json_is_string(v) || xf_job_privacy_mode_from_name(json_string_value(v), &mode) != XF_OK)
+      return case_error(cli, path, f, "none, central, distributed or local");
+    pc->job.privacy = mode != XF_JOB_PRIVACY_NONE;
+  }
+  if ((v = json_object_get(job, "epsilon"))) {
+    snprintf(f, sizeof(f), "%s.job.epsilon", where);
+    if (!json_is_number(v)) return case_error(cli, path, f, "a number");
+    pc->job.epsilon = json_number_value(v);
+  }
+  if ((v = json_object_get(job, "secagg"))) {
+    snprintf(f, sizeof(f), "%s.job.secagg", where);
+    if (!json_is_boolean(v)) return case_error(cli, path, f, "true or false");
+    pc->job.secagg = json_is_true(v);
+  }
+  if ((v = json_object_get(job, "min_sites"))) {
+    snprintf(f, sizeof(f), "%s.job.min_sites", where);
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        json_integer_value(v) > (json_int_t)XF_JOB_SITES_MAX)
+      return case_error(cli, path, f, "a whole number from 0 to 100000");
+    pc->job.min_sites = (unsigned)json_integer_value(v);
+  }
+  if (at) {
+    snprintf(f, sizeof(f), "%s.now", where);
+    if (json_is_number(at)) pc->now = json_number_value(at);
+    else if (!json_is_string(at) ||
+             xf_cli_parse_time(cli, f, json_string_value(at), &pc->now) != XF_OK)
+      return case_error(cli, path, f, "Unix seconds or an ISO 8601 UTC time");
+  }
+  snprintf(f, sizeof(f), "%s.expect", where);
+  if (!json_is_object(expect)) return case_error(cli, path, f, "required: an object");
+  XF_GUARD(known_members(cli, path, f, expect, "allowed,eligible,paths"));
+  snprintf(f, sizeof(f), "%s.expect.allowed", where);
+  if (!json_is_boolean(v = json_object_get(expect, "allowed")))
+    return case_error(cli, path, f, "required: true or false");
+  pc->allowed = json_is_true(v);
+  if ((v = json_object_get(expect, "eligible"))) {
+    snprintf(f, sizeof(f), "%s.expect.eligible", where);
+    if (!json_is_array(v)) return case_error(cli, path, f, "an array of site names");
+    for (size_t k = 0; k < json_array_size(v); k++)
+      if (!json_is_string(json_array_get(v, k)))
+        return case_error(cli, path, f, "an array of site names");
+    pc->eligible = v;
+  }
+  if ((v = json_object_get(expect, "paths"))) {
+    snprintf(f, sizeof(f), "%s.expect.paths", where);
+    if (!json_is_object(v)) return case_error(cli, path, f, "an object of region: path");
+    const char *region;
+    json_t *pv;
+    json_object_foreach(v, region, pv) {
+      const char *s = json_is_string(pv) ? json_string_value(pv) : "";
+      if (strcmp(s, "direct") != 0 && strcmp(s, "regional") != 0 && strcmp(s, "none") != 0) {
+        snprintf(f, sizeof(f), "%s.expect.paths.%s", where, region);
+        return case_error(cli, path, f, "direct, regional or none");
+      }
+    }
+    pc->paths = v;
+  }
+  return XF_OK;
+}
+
+static bool in_array(json_t *arr, const char *s) {
+  for (size_t k = 0; k < json_array_size(arr); k++)
+    if (strcmp(json_string_value(json_array_get(arr, k)), s) == 0) return true;
+  return false;
+}
+
+/* Compares a decision with a case's expectations; writes the first
+ * difference into why (empty when it passes). */
+static void judge(const policy_case *pc, const xf_policy_decision *d, char *why, size_t len) {
+  why[0] = '\0';
+  if (d->allowed != pc->allowed) {
+    snprintf(why, len, "expected %s, got %s", pc->allowed ? "allowed" : "not allowed",
+             d->allowed ? "allowed" : "not allowed");
+    return;
+  }
+  if (pc->eligible) {
+    for (size_t i = 0; i < d->n_sites; i++) {
+      bool want = in_array(pc->eligible, d->sites[i].site);
+      if (want != d->sites[i].eligible) {
+        snprintf(why, len, "site %s: expected %s, got %s (%s)", d->sites[i].site,
+                 want ? "eligible" : "not eligible", d->sites[i].eligible ? "eligible" : "not eligible",
+                 d->sites[i].why);
+        return;
+      }
+    }
+    for (size_t k = 0; k < json_array_size(pc->eligible); k++) {
+      const char *s = json_string_value(json_array_get(pc->eligible, k));
+      bool found = false;
+      for (size_t i = 0; i < d->n_sites; i++) found |= strcmp(d->sites[i].site, s) == 0;
+      if (!found) {
+        snprintf(why, len, "site %s: expected eligible, but it is not in the job's federation", s);
+        return;
+      }
+    }
+  }
+  if (pc->paths) {
+    const char *region;
+    json_t *pv;
+    json_object_foreach(pc->paths, region, pv) {
+      const char *want = json_string_value(pv);
+      const char *got = NULL;
+      for (size_t i = 0; i < d->n_regions; i++)
+        if (strcmp(d->regions[i].region, region) == 0)
+          got = xf_policy_path_name(d->regions[i].path);
+      if (!got) {
+        snprintf(why, len, "region %s: expected path %s, but the plan has no such region",
+                 region, want);
+        return;
+      }
+      if (strcmp(got, want) != 0) {
+        snprintf(why, len, "region %s: expected path %s, got %s", region, want, got);
+        return;
+      }
+    }
+  }
+}
+
+int xf_cmd_policy_test(xf_cli *cli, int argc, char **argv) {
+  policy_args a;
+  int status;
+  if ((status = parse_args(cli, argc, argv, "db", 1, 1, "CASES.json", &a)) != XF_EXIT_OK)
+    return status;
+  const char *path = a.pos[0];
+  json_error_t je;
+  json_t *cases = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+  if (!cases) {
+    xf_fail(&cli->err, XF_EFORMAT, "not JSON: %s (line %d)", je.text, je.line);
+    snprintf(cli->err.file, sizeof(cli->err.file), "%s", path);
+    return xf_cli_fail(cli, XF_EFORMAT);
+  }
+  if (!json_is_array(cases)) {
+    json_decref(cases);
+    return xf_cli_fail(cli, case_error(cli, path, "", "the cases file must be a JSON array"));
+  }
+  double now = (double)time(NULL);
+  size_t n = json_array_size(cases);
+  policy_case *pcs = xf_mallocarray(n ? n : 1, sizeof(*pcs));
+  if (!pcs) {
+    json_decref(cases);
+    return xf_cli_fail(cli, XF_ENOMEM);
+  }
+  xf_err rc = XF_OK;
+  for (size_t i = 0; i < n && rc == XF_OK; i++)
+    rc = parse_case(cli, path, i, json_array_get(cases, i), now, &pcs[i]);
+  xf_db *db = NULL;
+  xf_policy *p = NULL;
+  if (rc != XF_OK) status = xf_cli_fail(cli, rc);
+  else if ((status = open_db(cli, &a, false, &db)) == XF_EXIT_OK) {
+    status = load_current(cli, db, &p);
+    xf_db_close(db);
+  }
+  if (status != XF_EXIT_OK) {
+    xf_free(pcs);
+    json_decref(cases);
+    return status;
+  }
+  size_t failed = 0;
+  json_t *results = json_array();
+  if (!cli->json) printf("policy version %llu: %zu case%s\n", (unsigned long long)p->version, n,
+                         n == 1 ? "" : "s");
+  for (size_t i = 0; i < n; i++) {
+    xf_policy_decision d;
+    memset(&d, 0, sizeof(d));
+    xf_errctx err;
+    xf_errctx_clear(&err);
+    char why[512];
+    rc = xf_policy_decide(p, &pcs[i].job, pcs[i].now, &d, &err);
+    if (rc == XF_OK) judge(&pcs[i], &d, why, sizeof(why));
+    else snprintf(why, sizeof(why), "the decision failed: %.100s%s%.360s", err.field,
+                  err.field[0] ? ": " : "", err.msg[0] ? err.msg : xf_strerror(rc));
+    xf_policy_decision_free(&d);
+    bool pass = !why[0];
+    failed += !pass;
+    if (cli->json) {
+      json_t *o = json_pack("{s:s,s:b}", "name", pcs[i].name, "pass", pass);
+      if (!pass) json_object_set_new(o, "reason", json_string(why));
+      json_array_append_new(results, o);
+    } else if (pass) {
+      printf("pass  %s\n", pcs[i].name);
+    } else {
+      printf("FAIL  %s: %s\n", pcs[i].name, why);
+    }
+  }
+  if (cli->json)
+    print_json(json_pack("{s:I,s:i,s:i,s:o}", "version", (json_int_t)p->version, "passed",
+                         (int)(n - failed), "failed", (int)failed, "cases", results));
+  else {
+    json_decref(results);
+    printf("%zu passed, %zu failed\n", n - failed, failed);
+  }
+  xf_policy_free(p);
+  xf_free(pcs);
+  json_decref(cases);
+  return failed ? XF_EXIT_ERROR : XF_EXIT_OK;
+}
