@@ -21,30 +21,8 @@
 
 #include "base/alloc.h"
 #include "base/rng.h"
+#include "bench/bench_util.h"
 #include "net/codec.h"
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void cpu_model(char *buf, size_t n) {
-  snprintf(buf, n, "unknown");
-  FILE *f = fopen("/proc/cpuinfo", "r");
-  if (!f) return;
-  char line[512];
-  while (fgets(line, sizeof(line), f)) {
-    if (strncmp(line, "model name", 10) != 0) continue;
-    char *v = strchr(line, ':');
-    if (!v) break;
-    v += 1 + (v[1] == ' ');
-    v[strcspn(v, "\n")] = '\0';
-    snprintf(buf, n, "%s", v);
-    break;
-  }
-  fclose(f);
-}
 
 static void die(const char *what, xf_err rc) {
   fprintf(stderr, "xfed-bench-codec: %s: %s\n", what, xf_strerror(rc));
@@ -55,9 +33,9 @@ static void die(const char *what, xf_err rc) {
 static double memcpy_time(const float *x, float *y, size_t n, int passes) {
   double best = 1e30;
   for (int p = 0; p <= passes; p++) {
-    double t = now();
+    double t = xf_bench_now();
     memcpy(y, x, n * sizeof(float));
-    double dt = now() - t;
+    double dt = xf_bench_now() - t;
     __asm__ volatile("" : : "r"(y) : "memory"); /* keep the copy */
     if (p > 0 && dt < best) best = dt;
   }
@@ -76,13 +54,13 @@ static timing codec_time(const xf_codec_uplink *c, const float *x, float *res, f
     memset(res, 0, n * sizeof(float));
     uint8_t *enc;
     size_t len;
-    double t = now();
+    double t = xf_bench_now();
     xf_err rc = xf_codec_encode(c, x, n, res, (uint64_t)p, &enc, &len, NULL);
-    double enc_s = now() - t;
+    double enc_s = xf_bench_now() - t;
     if (rc != XF_OK) die("encode", rc);
-    t = now();
+    t = xf_bench_now();
     rc = xf_codec_decode(enc, len, n, out, NULL);
-    double dec_s = now() - t;
+    double dec_s = xf_bench_now() - t;
     if (rc != XF_OK) die("decode", rc);
     xf_free(enc);
     if (p == 0) continue; /* warm-up */
@@ -115,7 +93,7 @@ int main(int argc, char **argv) {
     xf_codec_uplink c;
   } codecs[] = {{"q8", {0, 8}}, {"q4", {0, 4}}, {"topk:0.01+q8", {0.01, 8}}};
   char model[256];
-  cpu_model(model, sizeof(model));
+  xf_bench_cpu_model(model, sizeof(model));
   printf("{\"device\": \"%s\", \"passes\": %d, \"results\": [", model, passes);
   for (size_t s = 0; s < 2; s++) {
     size_t n = sizes[s];

@@ -13,18 +13,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/rng.h"
+#include "bench/bench_util.h"
 #include "crypto/noise.h"
 #include "kernels/backend.h"
 #include "kernels/net.h"
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int die(const char *what) {
   fprintf(stderr, "xfed-bench-dp: %s failed\n", what);
@@ -58,12 +52,12 @@ static xf_err step(bench *s, step_kind kind) {
     XF_GUARD(xf_net_run_clipped(s->net, s->x, s->y, s->batch, CLIP, false, &loss, &correct));
     float *g = xf_net_grads_device(s->net);
     if (kind == STEP_DP) {
-      double t = now();
+      double t = xf_bench_now();
       XF_GUARD(xf_net_get_grads(s->net, s->host));
       XF_GUARD(xf_noise_gaussian_vec_par(s->noise, NOISE_MULTIPLIER * CLIP, s->host, s->n_params,
                                         xf_backend_threads(s->b)));
       XF_GUARD(xf_backend_upload(s->b, g, s->host, s->n_params * sizeof(float)));
-      s->noise_seconds += now() - t;
+      s->noise_seconds += xf_bench_now() - t;
     }
     xf_k_scale(s->b, g, 1.0f / (float)s->batch, s->n_params);
   }
@@ -76,10 +70,10 @@ static xf_err time_steps(bench *s, step_kind kind, long steps, double *per_step)
   for (long i = 0; i < steps / 10 + 1; i++) XF_GUARD(step(s, kind));
   XF_GUARD(xf_backend_sync(s->b));
   s->noise_seconds = 0;
-  double t0 = now();
+  double t0 = xf_bench_now();
   for (long i = 0; i < steps; i++) XF_GUARD(step(s, kind));
   XF_GUARD(xf_backend_sync(s->b));
-  *per_step = (now() - t0) / (double)steps;
+  *per_step = (xf_bench_now() - t0) / (double)steps;
   return XF_OK;
 }
 
@@ -157,7 +151,7 @@ int main(int argc, char **argv) {
   /* Poisson sampling as xf_train draws it: one uniform draw from [0, n) per
    * record per step, kept when below L. */
   long sample_steps = steps / 10 + 1, kept = 0;
-  double t0 = now();
+  double t0 = xf_bench_now();
   for (long i = 0; i < sample_steps; i++) {
     for (long r = 0; r < records; r++) {
       uint64_t u;
@@ -165,7 +159,7 @@ int main(int argc, char **argv) {
       kept += u < (uint64_t)batch;
     }
   }
-  double sampling = (now() - t0) / (double)sample_steps;
+  double sampling = (xf_bench_now() - t0) / (double)sample_steps;
 
   printf("{\"backend\": \"%s\", \"device\": \"%s\", \"threads\": %d, \"model\": \"%s\", "
          "\"params\": %zu, \"batch\": %ld, \"steps\": %ld, \"records\": %ld, "

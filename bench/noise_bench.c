@@ -21,33 +21,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "bench/bench_util.h"
 #include "crypto/noise.h"
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void cpu_model(char *buf, size_t n) {
-  snprintf(buf, n, "unknown");
-  FILE *f = fopen("/proc/cpuinfo", "r");
-  if (!f) return;
-  char line[512];
-  while (fgets(line, sizeof(line), f)) {
-    if (strncmp(line, "model name", 10) != 0) continue;
-    char *v = strchr(line, ':');
-    if (!v) break;
-    v += 1 + (v[1] == ' ');
-    v[strcspn(v, "\n")] = '\0';
-    snprintf(buf, n, "%s", v);
-    break;
-  }
-  fclose(f);
-}
 
 #define STREAM_BYTES ((size_t)64 << 20)
 #define CALL_BYTES 4096
@@ -60,14 +37,14 @@ static double stream_rate(int csprng, int passes) {
   size_t bytes = csprng ? STREAM_BYTES / 8 : STREAM_BYTES; /* the CSPRNG is slower */
   double best = 0;
   for (int p = 0; p <= passes; p++) {
-    double t = now();
+    double t = xf_bench_now();
     for (size_t done = 0; done < bytes; done += CALL_BYTES) {
       if (csprng)
         randombytes_buf(buf, CALL_BYTES);
       else
         crypto_stream_chacha20(buf, CALL_BYTES, nonce, key);
     }
-    double rate = (double)bytes / (now() - t);
+    double rate = (double)bytes / (xf_bench_now() - t);
     if (p > 0 && rate > best) best = rate; /* pass 0 warms up */
   }
   sodium_memzero(buf, sizeof(buf));
@@ -81,11 +58,11 @@ static double sample_rate(which w, xf_noise *g, float *v, int64_t *x, size_t n, 
   double best = 0;
   for (int p = 0; p <= passes; p++) {
     memset(v, 0, n * sizeof(float));
-    double t = now();
+    double t = xf_bench_now();
     xf_err rc = w == VEC       ? xf_noise_gaussian_vec(g, 1.0, v, n)
                 : w == VEC_PAR ? xf_noise_gaussian_vec_par(g, 1.0, v, n, threads)
                                : xf_noise_discrete_gaussian_vec(g, 1u << 28, 1, x, n);
-    double dt = now() - t;
+    double dt = xf_bench_now() - t;
     if (rc != XF_OK) {
       fprintf(stderr, "xfed-bench-noise: %s\n", xf_strerror(rc));
       exit(1);
@@ -130,7 +107,7 @@ int main(int argc, char **argv) {
   double vecp = sample_rate(VEC_PAR, g, v, x, n, threads, passes);
   double disc = sample_rate(DISCRETE, g, v, x, n, 1, passes);
   char model[256];
-  cpu_model(model, sizeof(model));
+  xf_bench_cpu_model(model, sizeof(model));
   printf("{\"device\": \"%s\", \"cpus\": %d, \"n\": %zu, \"passes\": %d, "
          "\"randombytes_bps\": %.0f, \"chacha20_bps\": %.0f, "
          "\"gaussian_vec_sps\": %.0f, \"gaussian_vec_par_sps\": %.0f, "

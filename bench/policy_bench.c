@@ -10,16 +10,10 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "base/alloc.h"
+#include "bench/bench_util.h"
 #include "policy/policy.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static const char *const classes[] = {"public", "internal", "confidential", "restricted"};
 
@@ -107,19 +101,19 @@ int main(int argc, char **argv) {
   xf_policy *p = NULL;
   xf_errctx err;
   xf_errctx_clear(&err);
-  double t0 = now_s();
+  double t0 = xf_bench_now();
   if (!text || xf_policy_parse(text, &p, &err) != XF_OK) {
     fprintf(stderr, "xfed-bench-policy: the generated policy does not parse: %s\n", err.msg);
     return 1;
   }
-  double parse_s = now_s() - t0;
+  double parse_s = xf_bench_now() - t0;
   const char *tags[] = {"health"};
   xf_policy_job job = {.dataset = "data", .tags = tags, .n_tags = 0, .privacy = true,
                        .epsilon = 3, .secagg = true, .min_sites = 2,
                        .coordinator_region = "r0"};
   long n = 0;
   size_t eligible = 0;
-  t0 = now_s();
+  t0 = xf_bench_now();
   double t;
   do {
     xf_policy_decision d;
@@ -131,7 +125,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < d.n_sites; i++) eligible += d.sites[i].eligible;
     xf_policy_decision_free(&d);
     n++;
-    t = now_s() - t0;
+    t = xf_bench_now() - t0;
   } while (t < seconds);
   printf("{\"sites\": %ld, \"regions\": %ld, \"rules\": %ld, \"parse_s\": %.4f, "
          "\"decisions\": %ld, \"seconds\": %.3f, \"decisions_per_s\": %.2f, "

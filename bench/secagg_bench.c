@@ -27,33 +27,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "bench/bench_util.h"
 #include "crypto/secagg.h"
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void cpu_model(char *buf, size_t n) {
-  snprintf(buf, n, "unknown");
-  FILE *f = fopen("/proc/cpuinfo", "r");
-  if (!f) return;
-  char line[512];
-  while (fgets(line, sizeof(line), f)) {
-    if (strncmp(line, "model name", 10) != 0) continue;
-    char *v = strchr(line, ':');
-    if (!v) break;
-    v += 1 + (v[1] == ' ');
-    v[strcspn(v, "\n")] = '\0';
-    snprintf(buf, n, "%s", v);
-    break;
-  }
-  fclose(f);
-}
 
 static void die(const char *what, xf_err rc, const xf_errctx *ctx) {
   fprintf(stderr, "xfed-bench-secagg: %s: %s (%s)\n", what, ctx ? ctx->msg : "", xf_strerror(rc));
@@ -76,13 +53,13 @@ static double keystream_rate(size_t n, int passes) {
   size_t bytes = n * 4 * 10;
   double best = 0;
   for (int p = -1; p < passes; p++) {
-    double t0 = now();
+    double t0 = xf_bench_now();
     uint32_t ic = 0;
     for (size_t done = 0; done < bytes; done += CALL_BYTES, ic += CALL_BYTES / 64) {
       memset(buf, 0, sizeof(buf));
       crypto_stream_chacha20_ietf_xor_ic(buf, buf, CALL_BYTES, nonce, ic, key);
     }
-    double rate = (double)bytes / (now() - t0);
+    double rate = (double)bytes / (xf_bench_now() - t0);
     if (p >= 0 && rate > best) best = rate;
   }
   return best;
@@ -182,7 +159,7 @@ int main(int argc, char **argv) {
   }
   if (sodium_init() < 0) return 1;
   char cpu[256];
-  cpu_model(cpu, sizeof(cpu));
+  xf_bench_cpu_model(cpu, sizeof(cpu));
   double ks = keystream_rate(n, passes);
 
   float *v = malloc(n * sizeof(*v));
@@ -201,11 +178,11 @@ int main(int argc, char **argv) {
     streams[g] = r.p.degree + 1.0;
     double best = 1e30, best_mask = 1e30;
     for (int p = -1; p < passes; p++) {
-      double t0 = now();
+      double t0 = xf_bench_now();
       clip_quantize(v, n, bits, scale, rnd, q);
-      double t1 = now();
+      double t1 = xf_bench_now();
       CHECK(xf_secagg_client_mask(r.c[1], q, 0, n, y, &ctx__), "mask");
-      double t2 = now();
+      double t2 = xf_bench_now();
       if (p >= 0 && t2 - t0 < best) best = t2 - t0;
       if (p >= 0 && t2 - t1 < best_mask) best_mask = t2 - t1;
     }
@@ -224,9 +201,9 @@ int main(int argc, char **argv) {
   for (uint32_t i = 1; i <= sites - drop; i++) {
     for (size_t k = 0; k < n; k++) q[k] = (q[k] + i) & m; /* a different input per site */
     CHECK(xf_secagg_client_mask(r.c[i], q, 0, n, y, &ctx__), "mask");
-    double t0 = now();
+    double t0 = xf_bench_now();
     CHECK(xf_secagg_server_add_masked(r.s, i, 0, n, y, &ctx__), "add_masked");
-    t_fold += now() - t0;
+    t_fold += xf_bench_now() - t0;
     for (size_t k = 0; k < n; k++) want[k] += q[k];
   }
   uint32_t *u3 = malloc(sites * sizeof(*u3));
@@ -237,9 +214,9 @@ int main(int argc, char **argv) {
     CHECK(xf_secagg_client_unmask(r.c[u3[k]], u3, n_u3, msg, cap, &len, &ctx__), "unmask");
     CHECK(xf_secagg_server_add_reveal(r.s, u3[k], msg, len, &ctx__), "reveal");
   }
-  double t0 = now();
+  double t0 = xf_bench_now();
   CHECK(xf_secagg_server_finish(r.s, sum, &ctx__), "finish");
-  double t_finish = now() - t0;
+  double t_finish = xf_bench_now() - t0;
   int exact = 1;
   for (size_t k = 0; k < n; k++) exact &= sum[k] == (want[k] & m);
   uint64_t expansions = xf_secagg_server_prg_expansions(r.s);
