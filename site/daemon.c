@@ -736,8 +736,7 @@ static void task_compute(daemon_t *d, task *t) {
       if (qrc == XF_OK && idx)
         qrc = xf_codec_random_subset(t->sa_subset_seed, n, m, idx);
       if (qrc == XF_OK && idx && t->residual) {
-        for (size_t i = 0; i < n; i++)
-          t->residual[i] = t->residual[i] * XF_SITE_RESIDUAL_DISCOUNT + t->update[i];
+        for (size_t i = 0; i < n; i++) t->residual[i] += t->update[i];
         for (size_t k = 0; k < m; k++) {
           scaled[k] = (float)((double)t->residual[idx[k]] * t->sa_scale);
           t->residual[idx[k]] = 0;
@@ -784,12 +783,6 @@ static void task_compute(daemon_t *d, task *t) {
     const xf_job_uplink *up = &t->spec.compression.uplink;
     if (up->quant_bits || up->topk_fraction > 0) {
       xf_codec_uplink codec = {.topk_fraction = up->topk_fraction, .quant_bits = up->quant_bits};
-      /* Error feedback, discounted: the next local training starts from a
-       * global model that lacks what this site left out, so it re-derives
-       * part of it; carrying the whole residual over would count that part
-       * twice (docs/compression.md). */
-      if (t->residual)
-        for (size_t i = 0; i < n; i++) t->residual[i] *= XF_SITE_RESIDUAL_DISCOUNT;
       if (xf_codec_encode(&codec, t->update, n, t->residual, t->shuffle_seed ^ XF__CODEC_SEED,
                           &t->encoded, &t->wire_len, &err) != XF_OK) {
         task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "cannot compress the update", &err);
@@ -1753,6 +1746,11 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
       xf_site_dataset_free(&ds);
       return;
     }
+    /* Error feedback, discounted: the next local training starts from a
+     * global model that lacks what this site left out, so it re-derives part
+     * of it; carrying the whole residual over would count that part twice
+     * (docs/compression.md). */
+    for (size_t i = 0; i < n_params; i++) t->residual[i] *= XF_SITE_RESIDUAL_DISCOUNT;
   }
   t->shuffle_seed = xf_site_shuffle_seed(spec.seed, o->round, d->cfg.site);
   t->update_stream_id = xf_site_update_stream_id(o->round, o->attempt);

@@ -329,6 +329,25 @@ static int parse_named(xf_cli *cli, int argc, char **argv, named_args *a, bool n
   return XF_EXIT_OK;
 }
 
+/* The dataset called name, or every dataset when name is NULL, as one array
+ * the caller releases with xf_site_dataset_list_free. */
+static xf_err select_datasets(xf_cli *cli, xf_site_registry *reg, const char *name,
+                              xf_site_dataset **list, size_t *n) {
+  *list = NULL;
+  *n = 0;
+  if (!name) return xf_site_registry_list(reg, list, n, &cli->err);
+  xf_site_dataset *one = xf_calloc(1, sizeof(*one));
+  if (!one) return xf_fail(&cli->err, XF_ENOMEM, "out of memory");
+  xf_err rc = xf_site_registry_get(reg, name, one, &cli->err);
+  if (rc != XF_OK) {
+    xf_free(one);
+    return rc;
+  }
+  *list = one;
+  *n = 1;
+  return XF_OK;
+}
+
 static int cmd_dataset_list(xf_cli *cli, int argc, char **argv) {
   named_args a;
   int status = parse_named(cli, argc, argv, &a, false);
@@ -338,19 +357,9 @@ static int cmd_dataset_list(xf_cli *cli, int argc, char **argv) {
   xf_site_config cfg;
   xf_site_registry *reg = NULL;
   xf_err rc = open_site(cli, &p, &cfg, &reg);
-  xf_site_dataset *list = NULL, one;
+  xf_site_dataset *list = NULL;
   size_t n = 0;
-  if (rc == XF_OK) {
-    if (a.name) {
-      rc = xf_site_registry_get(reg, a.name, &one, &cli->err);
-      if (rc == XF_OK) {
-        list = &one;
-        n = 1;
-      }
-    } else {
-      rc = xf_site_registry_list(reg, &list, &n, &cli->err);
-    }
-  }
+  if (rc == XF_OK) rc = select_datasets(cli, reg, a.name, &list, &n);
   xf_site_registry_close(reg);
   if (rc != XF_OK) return xf_cli_fail(cli, rc);
   if (cli->json) {
@@ -373,8 +382,7 @@ static int cmd_dataset_list(xf_cli *cli, int argc, char **argv) {
              d->train_records, d->test_records, d->classes, shape, budget, tagbuf);
     }
   }
-  if (a.name) xf_site_dataset_free(&one);
-  else xf_site_dataset_list_free(list, n);
+  xf_site_dataset_list_free(list, n);
   return XF_EXIT_OK;
 }
 
@@ -556,21 +564,9 @@ static int cmd_ledger(xf_cli *cli, int argc, char **argv) {
   xf_site_config cfg;
   xf_site_registry *reg = NULL;
   xf_err rc = open_site(cli, &p, &cfg, &reg);
-  xf_site_dataset *list = NULL, one;
+  xf_site_dataset *list = NULL;
   size_t n = 0;
-  bool single = false;
-  if (rc == XF_OK) {
-    if (a.name) {
-      rc = xf_site_registry_get(reg, a.name, &one, &cli->err);
-      if (rc == XF_OK) {
-        list = &one;
-        n = 1;
-        single = true;
-      }
-    } else {
-      rc = xf_site_registry_list(reg, &list, &n, &cli->err);
-    }
-  }
+  if (rc == XF_OK) rc = select_datasets(cli, reg, a.name, &list, &n);
   json_t *out = cli->json ? json_array() : NULL;
   for (size_t i = 0; rc == XF_OK && i < n; i++) {
     const xf_site_dataset *d = &list[i];
@@ -604,8 +600,7 @@ static int cmd_ledger(xf_cli *cli, int argc, char **argv) {
     }
     xf_free(jobs);
   }
-  if (single) xf_site_dataset_free(&one);
-  else xf_site_dataset_list_free(list, n);
+  xf_site_dataset_list_free(list, n);
   xf_site_registry_close(reg);
   if (rc != XF_OK) {
     json_decref(out);
