@@ -54,7 +54,7 @@ tls() { echo --cert "$fed/issued/$1.crt" --key "$fed/issued/$1.key" --ca "$fed/c
 export XF_LOG_LEVEL=${XF_LOG_LEVEL:-info}
 # shellcheck disable=SC2046
 "$coord_bin" $(tls coord) --state "$dir/coord" --listen 127.0.0.1:0 --port-file "$dir/coord.port" \
-  2>"$dir/logs/coord.log" &
+  --residency-policy off 2>"$dir/logs/coord.log" &
 pids+=($!)
 for ((i = 0; i < 100; i++)); do [[ -s "$dir/coord.port" ]] && break; sleep 0.1; done
 port=$(cat "$dir/coord.port")

@@ -305,7 +305,7 @@ static pid_t spawn_coord(const bench_opts *o, const bench_paths *p) {
   char *argv[] = {(char *)o->coord, "--cert", cert,        "--key",       key,
                   "--ca",           (char *)p->ca,         "--crl",       (char *)p->crl,
                   "--state",        (char *)p->state,      "--listen",    "127.0.0.1:0",
-                  "--port-file",    (char *)p->port,       NULL};
+                  "--port-file",    (char *)p->port,       "--residency-policy", "off", NULL};
   execv(o->coord, argv);
   dprintf(2, "cannot run %s: %s\n", o->coord, strerror(errno));
   _exit(127);

@@ -128,6 +128,8 @@ int xf_cmd_policy_log(xf_cli *cli, int argc, char **argv);
 int xf_cmd_policy_diff(xf_cli *cli, int argc, char **argv);
 int xf_cmd_policy_check(xf_cli *cli, int argc, char **argv);
 int xf_cmd_policy_test(xf_cli *cli, int argc, char **argv);
+int xf_cmd_policy_push(xf_cli *cli, int argc, char **argv);
+int xf_cmd_policy_pull(xf_cli *cli, int argc, char **argv);
 int xf_cmd_audit_list(xf_cli *cli, int argc, char **argv);
 int xf_cmd_audit_verify(xf_cli *cli, int argc, char **argv);
 int xf_cmd_audit_export(xf_cli *cli, int argc, char **argv);

@@ -621,6 +621,22 @@ fail:
   return rc;
 }
 
+int xf_client_connect(xf_cli *cli, const xf_client_flags *flags, xf_client **out) {
+  *out = NULL;
+  xf_client_config cfg;
+  xf_err rc = xf_client_config_resolve(flags, &cfg, &cli->err);
+  if (rc == XF_EUSAGE) return xf_cli_usage(cli, "%s", cli->err.msg);
+  if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  rc = xf_client_open(&cfg, out, &cli->err);
+  if (rc == XF_EDENIED) return xf_cli_fail_unauthorized(cli); /* the session was refused */
+  if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  return XF_EXIT_OK;
+}
+
+bool xf_client_flags_given(const xf_client_flags *f) {
+  return f->coordinator || f->cert || f->key || f->ca || f->crl || f->timeout_s > 0;
+}
+
 void xf_client_close(xf_client *c) {
   if (!c) return;
   if (c->conn) {

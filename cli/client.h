@@ -115,6 +115,16 @@ typedef struct xf_client xf_client;
 xf_err xf_client_open(const xf_client_config *cfg, xf_client **out,
                       xf_errctx *err) XF_WARN_UNUSED;
 
+/* For commands: resolves the settings and opens the session, printing what
+ * went wrong (a missing or bad setting as a usage error, a session the
+ * coordinator refused as "not authorized"). XF_EXIT_OK with *out set, or the
+ * exit status after printing. */
+int xf_client_connect(xf_cli *cli, const xf_client_flags *flags, xf_client **out);
+
+/* Whether any connection flag was given (a command acting on a local file
+ * refuses them). */
+bool xf_client_flags_given(const xf_client_flags *flags);
+
 /* Ends the session cleanly (close_notify, bounded by the connection's close
  * timeout), closes the loop and frees everything. NULL is ignored. */
 void xf_client_close(xf_client *c);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* `xfed audit list|verify|export`: reading and verifying a hash-chained
- * audit trail kept in a local database (--db FILE; policy/audit.h). */
+ * audit trail: the coordinator's (the default, over the CLI session, page by
+ * page) or one kept in a local database (--db FILE; policy/audit.h). */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -11,24 +12,35 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "cli/cli.h"
+#include "cli/client.h"
+#include "net/frame.h"
 #include "policy/audit.h"
+
+/* Rows asked for per page of the coordinator's trail (the coordinator's own
+ * bound is higher; a page also stays under its reply size). */
+#define AUDIT_PAGE 1000
 
 typedef struct audit_args {
   const char *db, *out;
   double since;
   long limit;
+  xf_client_flags conn;
 } audit_args;
 
 enum { OPT_DB = 256, OPT_SINCE, OPT_LIMIT, OPT_OUT };
 
-/* Parses the flags of one verb: --db always; --since, --limit and --out
- * when the matching argument is true. Returns an exit status (XF_EXIT_OK to go on). */
+/* Parses the flags of one verb: --db and the connection flags always;
+ * --since, --limit and --out when the matching argument is true. Returns an
+ * exit status (XF_EXIT_OK to go on). */
 static int parse_args(xf_cli *cli, int argc, char **argv, bool since, bool limit, bool out,
                       audit_args *a) {
-  struct option opts[5];
+  static const struct option conn[] = {XF_CLIENT_OPTIONS};
+  struct option opts[5 + sizeof(conn) / sizeof(conn[0])];
   size_t n = 0;
   opts[n++] = (struct option){"db", required_argument, 0, OPT_DB};
+  for (size_t i = 0; i < sizeof(conn) / sizeof(conn[0]); i++) opts[n++] = conn[i];
   if (since) opts[n++] = (struct option){"since", required_argument, 0, OPT_SINCE};
   if (limit) opts[n++] = (struct option){"limit", required_argument, 0, OPT_LIMIT};
   if (out) opts[n++] = (struct option){"out", required_argument, 0, OPT_OUT};
@@ -38,6 +50,11 @@ static int parse_args(xf_cli *cli, int argc, char **argv, bool since, bool limit
   optind = 1;
   int ch;
   while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    int st = xf_client_flag(cli, &a->conn, ch, optarg);
+    if (st >= 0) {
+      if (st != XF_EXIT_OK) return st;
+      continue;
+    }
     xf_err rc = XF_OK;
     switch (ch) {
     case OPT_DB: a->db = optarg; break;
@@ -49,9 +66,9 @@ static int parse_args(xf_cli *cli, int argc, char **argv, bool since, bool limit
     if (rc != XF_OK) return xf_cli_usage(cli, "%s", cli->err.msg);
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
-  if (!a->db)
-    return xf_cli_usage(cli, "--db FILE is required: only a local audit database is supported "
-                             "for now (the coordinator's trail is not reachable from the CLI yet)");
+  if (a->db && xf_client_flags_given(&a->conn))
+    return xf_cli_usage(cli, "--coordinator, --cert, --key, --ca, --crl and --timeout reach the "
+                             "coordinator; with --db FILE the command reads that file alone");
   return XF_EXIT_OK;
 }
 
@@ -83,41 +100,180 @@ static const char *utc_text(double t, char buf[32]) {
   return buf;
 }
 
+/* ---- the coordinator's trail ----------------------------------------------------------- */
+
+/* One AuditQuery; on success the caller owns *answer (xf_envelope_free).
+ * XF_EDENIED is the coordinator refusing this certificate (only compliance
+ * and admin identities read the trail): "not authorized", exit 1. */
+static int audit_query(xf_cli *cli, xf_client *c, const char *verb, double since,
+                       uint64_t after_seq, uint32_t limit, Xfed__Envelope **answer) {
+  Xfed__AuditQuery q = XFED__AUDIT_QUERY__INIT;
+  q.verb = (char *)verb;
+  q.since = since;
+  q.after_seq = after_seq;
+  q.limit = limit;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_AUDIT_QUERY;
+  env.audit_query = &q;
+  xf_err rc = xf_client_request(c, &env, XFED__ENVELOPE__BODY_AUDIT_REPLY, answer, &cli->err);
+  if (rc == XF_OK) return XF_EXIT_OK;
+  if (rc == XF_EDENIED) return xf_cli_fail_unauthorized(cli);
+  return xf_cli_fail(cli, rc);
+}
+
+/* Called with each page's JSON lines; false stops the paging (with
+ * cli->err set). */
+typedef bool (*page_fn)(xf_cli *cli, const char *jsonl, void *ctx);
+
+/* Pages through the coordinator's rows with at >= since, asking again after
+ * each page's last row until none remain or `limit` rows (0: all) came. */
+static int page_trail(xf_cli *cli, const audit_args *a, size_t limit, page_fn fn, void *ctx) {
+  xf_client *c = NULL;
+  int st = xf_client_connect(cli, &a->conn, &c);
+  if (st != XF_EXIT_OK) return st;
+  uint64_t after = 0;
+  size_t got = 0;
+  for (;;) {
+    size_t want = limit ? limit - got : AUDIT_PAGE;
+    if (want > AUDIT_PAGE) want = AUDIT_PAGE;
+    Xfed__Envelope *answer = NULL;
+    if ((st = audit_query(cli, c, "list", a->since, after, (uint32_t)want, &answer)) !=
+        XF_EXIT_OK)
+      break;
+    const Xfed__AuditReply *r = answer->audit_reply;
+    const char *jsonl = r->rows_jsonl ? r->rows_jsonl : "";
+    /* The last line's seq is where the next page starts. */
+    uint64_t last = after;
+    size_t len = strlen(jsonl);
+    if (len > 1) {
+      const char *p = jsonl + len - 1;
+      while (p > jsonl && p[-1] != '\n') p--;
+      json_t *row = json_loads(p, JSON_DECODE_ANY, NULL);
+      last = (uint64_t)json_integer_value(json_object_get(row, "seq"));
+      json_decref(row);
+    }
+    bool more = r->more, ok = fn(cli, jsonl, ctx);
+    got += r->rows;
+    xf_envelope_free(answer);
+    if (!ok) {
+      st = xf_cli_fail(cli, cli->err.code ? cli->err.code : XF_EIO);
+      break;
+    }
+    if (!more || (limit && got >= limit)) break;
+    if (last <= after) {
+      xf_fail(&cli->err, XF_EFORMAT, "the coordinator's page did not move past row %llu",
+              (unsigned long long)after);
+      st = xf_cli_fail(cli, XF_EFORMAT);
+      break;
+    }
+    after = last;
+  }
+  xf_client_close(c);
+  return st;
+}
+
+/* Collects the rows of each page into a JSON array. */
+static bool collect_rows(xf_cli *cli, const char *jsonl, void *ctx) {
+  json_t *rows = ctx;
+  for (const char *p = jsonl; *p;) {
+    size_t len = strcspn(p, "\n");
+    json_t *row = json_loadb(p, len, JSON_DECODE_ANY, NULL);
+    if (!json_is_object(row)) {
+      json_decref(row);
+      xf_fail(&cli->err, XF_EFORMAT, "the coordinator sent an audit row that is not JSON");
+      return false;
+    }
+    json_array_append_new(rows, row);
+    p += len;
+    if (*p) p++;
+  }
+  return true;
+}
+
+/* Writes each page as it came. */
+static bool write_page(xf_cli *cli, const char *jsonl, void *ctx) {
+  if (fputs(jsonl, (FILE *)ctx) < 0) {
+    xf_fail(&cli->err, XF_EIO, "cannot write the audit export");
+    return false;
+  }
+  return true;
+}
+
+/* ---- list, verify, export --------------------------------------------------------------- */
+
+/* A row as export writes it: the object for --json and the table. */
+static json_t *row_json(const xf_audit_row *r) {
+  json_t *detail = json_loads(r->detail, JSON_DECODE_ANY, NULL);
+  return json_pack("{s:I,s:f,s:s,s:s,s:s,s:o,s:s,s:s}", "seq", (json_int_t)r->seq, "at", r->at,
+                   "actor", r->actor, "kind", r->kind, "subject", r->subject, "detail",
+                   detail ? detail : json_string(r->detail), "prev", r->prev, "digest",
+                   r->digest);
+}
+
+static const char *jstr(const json_t *o, const char *key) {
+  const char *s = json_string_value(json_object_get(o, key));
+  return s ? s : "";
+}
+
+/* Prints rows ({seq, at, actor, kind, subject, detail, prev, digest}, from
+ * the local trail or the coordinator's). Takes the reference. */
+static void print_rows(xf_cli *cli, json_t *rows) {
+  if (cli->json) {
+    print_json(json_pack("{s:o}", "rows", rows));
+    return;
+  }
+  char when[32];
+  printf("%-6s %-20s %-18s %-24s %-20s %s\n", "SEQ", "TIME (UTC)", "KIND", "ACTOR", "SUBJECT",
+         "DETAIL");
+  size_t i;
+  json_t *r;
+  json_array_foreach(rows, i, r) {
+    json_t *detail = json_object_get(r, "detail");
+    /* The stored form: compact, keys sorted (a tampered row's text as it is). */
+    char *text = json_is_string(detail) ? NULL
+                                        : json_dumps(detail, JSON_COMPACT | JSON_SORT_KEYS |
+                                                                 JSON_ENCODE_ANY);
+    const char *d = json_string_value(detail);
+    printf("%-6lld %-20s %-18s %-24s %-20s %s\n",
+           (long long)json_integer_value(json_object_get(r, "seq")),
+           utc_text(json_number_value(json_object_get(r, "at")), when), jstr(r, "kind"),
+           jstr(r, "actor"), jstr(r, "subject"), text ? text : d ? d : "");
+    free(text); /* jansson's */
+  }
+  json_decref(rows);
+}
+
 int xf_cmd_audit_list(xf_cli *cli, int argc, char **argv) {
   audit_args a;
-  xf_db *db;
   int status;
-  if ((status = parse_args(cli, argc, argv, true, true, false, &a)) != XF_EXIT_OK ||
-      (status = open_trail(cli, &a, &db)) != XF_EXIT_OK)
-    return status;
-  xf_audit_row *rows = NULL;
-  size_t n = 0;
-  xf_err rc = xf_audit_list(db, a.since, (size_t)a.limit, &rows, &n, &cli->err);
-  xf_db_close(db);
-  if (rc != XF_OK) return xf_cli_fail(cli, rc);
-  char when[32];
-  if (cli->json) {
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++) {
-      const xf_audit_row *r = &rows[i];
-      json_t *detail = json_loads(r->detail, JSON_DECODE_ANY, NULL);
-      json_array_append_new(
-          arr, json_pack("{s:I,s:f,s:s,s:s,s:s,s:o,s:s,s:s}", "seq", (json_int_t)r->seq, "at",
-                         r->at, "actor", r->actor, "kind", r->kind, "subject", r->subject,
-                         "detail", detail ? detail : json_string(r->detail), "prev", r->prev,
-                         "digest", r->digest));
+  if ((status = parse_args(cli, argc, argv, true, true, false, &a)) != XF_EXIT_OK) return status;
+  json_t *rows = json_array();
+  if (!rows) return xf_cli_fail(cli, XF_ENOMEM);
+  if (!a.db) {
+    status = page_trail(cli, &a, (size_t)a.limit, collect_rows, rows);
+    if (status != XF_EXIT_OK) {
+      json_decref(rows);
+      return status;
     }
-    print_json(json_pack("{s:o}", "rows", arr));
-  } else {
-    printf("%-6s %-20s %-18s %-24s %-20s %s\n", "SEQ", "TIME (UTC)", "KIND", "ACTOR", "SUBJECT",
-           "DETAIL");
-    for (size_t i = 0; i < n; i++) {
-      const xf_audit_row *r = &rows[i];
-      printf("%-6llu %-20s %-18s %-24s %-20s %s\n", (unsigned long long)r->seq,
-             utc_text(r->at, when), r->kind, r->actor, r->subject, r->detail);
-    }
+    print_rows(cli, rows);
+    return XF_EXIT_OK;
   }
-  xf_audit_rows_free(rows, n);
+  xf_db *db;
+  if ((status = open_trail(cli, &a, &db)) != XF_EXIT_OK) {
+    json_decref(rows);
+    return status;
+  }
+  xf_audit_row *list = NULL;
+  size_t n = 0;
+  xf_err rc = xf_audit_list(db, a.since, (size_t)a.limit, &list, &n, &cli->err);
+  xf_db_close(db);
+  if (rc != XF_OK) {
+    json_decref(rows);
+    return xf_cli_fail(cli, rc);
+  }
+  for (size_t i = 0; i < n; i++) json_array_append_new(rows, row_json(&list[i]));
+  xf_audit_rows_free(list, n);
+  print_rows(cli, rows);
   return XF_EXIT_OK;
 }
 
@@ -132,13 +288,38 @@ static const char *fault_name(xf_audit_fault f) {
   return "?";
 }
 
+/* `audit verify` without --db: the coordinator walks its own trail. It
+ * sends no head digest: the head to keep is the last row of 'xfed audit
+ * export'. */
+static int verify_remote(xf_cli *cli, const audit_args *a) {
+  xf_client *c = NULL;
+  int st = xf_client_connect(cli, &a->conn, &c);
+  if (st != XF_EXIT_OK) return st;
+  Xfed__Envelope *answer = NULL;
+  st = audit_query(cli, c, "verify", 0, 0, 0, &answer);
+  xf_client_close(c);
+  if (st != XF_EXIT_OK) return st;
+  const Xfed__AuditReply *r = answer->audit_reply;
+  bool intact = r->intact;
+  const char *what = r->what ? r->what : "";
+  if (cli->json)
+    print_json(json_pack("{s:b,s:s,s:I,s:I,s:s}", "intact", intact, "fault",
+                         r->fault ? r->fault : "?", "rows", (json_int_t)r->rows, "seq",
+                         (json_int_t)r->bad_seq, "what", what));
+  else
+    printf("%s%s\n", intact ? "" : "TAMPERED: ", what);
+  xf_envelope_free(answer);
+  return intact ? XF_EXIT_OK : XF_EXIT_DENIED;
+}
+
 int xf_cmd_audit_verify(xf_cli *cli, int argc, char **argv) {
   audit_args a;
   xf_db *db;
   int status;
-  if ((status = parse_args(cli, argc, argv, false, false, false, &a)) != XF_EXIT_OK ||
-      (status = open_trail(cli, &a, &db)) != XF_EXIT_OK)
+  if ((status = parse_args(cli, argc, argv, false, false, false, &a)) != XF_EXIT_OK)
     return status;
+  if (!a.db) return verify_remote(cli, &a);
+  if ((status = open_trail(cli, &a, &db)) != XF_EXIT_OK) return status;
   xf_audit_verdict v;
   memset(&v, 0, sizeof(v));
   xf_err rc = xf_audit_verify(db, &v, &cli->err);
@@ -161,7 +342,7 @@ int xf_cmd_audit_verify(xf_cli *cli, int argc, char **argv) {
 
 int xf_cmd_audit_export(xf_cli *cli, int argc, char **argv) {
   audit_args a;
-  xf_db *db;
+  xf_db *db = NULL;
   int status;
   if ((status = parse_args(cli, argc, argv, true, false, true, &a)) != XF_EXIT_OK)
     return status;
@@ -171,7 +352,7 @@ int xf_cmd_audit_export(xf_cli *cli, int argc, char **argv) {
     int n = snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", a.out);
     if (n < 0 || (size_t)n >= sizeof(tmp)) return xf_cli_usage(cli, "--out path too long");
   }
-  if ((status = open_trail(cli, &a, &db)) != XF_EXIT_OK) return status;
+  if (a.db && (status = open_trail(cli, &a, &db)) != XF_EXIT_OK) return status;
   if (a.out) {
     int fd = mkstemp(tmp);
     out = fd >= 0 ? fdopen(fd, "w") : NULL;
@@ -183,16 +364,22 @@ int xf_cmd_audit_export(xf_cli *cli, int argc, char **argv) {
       return xf_cli_fail(cli, XF_EIO);
     }
   }
-  xf_err rc = xf_audit_export(db, a.since, out, &cli->err);
-  xf_db_close(db);
+  xf_err rc = XF_OK;
+  if (a.db) {
+    rc = xf_audit_export(db, a.since, out, &cli->err);
+    xf_db_close(db);
+  } else {
+    status = page_trail(cli, &a, 0, write_page, out);
+  }
   if (a.out) {
     bool closed = fclose(out) == 0;
-    if (rc == XF_OK && (!closed || rename(tmp, a.out) != 0)) {
+    if (rc == XF_OK && status == XF_EXIT_OK && (!closed || rename(tmp, a.out) != 0)) {
       rc = xf_fail(&cli->err, XF_EIO, "cannot write: %s", strerror(errno));
       snprintf(cli->err.file, sizeof(cli->err.file), "%s", a.out);
     }
-    if (rc != XF_OK) unlink(tmp);
+    if (rc != XF_OK || status != XF_EXIT_OK) unlink(tmp);
   }
+  if (status != XF_EXIT_OK) return status;
   if (rc != XF_OK) return xf_cli_fail(cli, rc);
   if (a.out) {
     if (cli->json) print_json(json_pack("{s:s}", "out", a.out));

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* `xfed policy ...`: the compliance team's commands on a local policy
- * database (--db FILE): changes, log, diff, export/import, check a job and
- * run test cases against the current version (policy/policy.h). */
+/* `xfed policy ...`: the compliance team's commands on the residency policy,
+ * either the coordinator's (the default, over the CLI session) or a local
+ * policy database (--db FILE): changes, log, diff, export/import, push and
+ * pull between the two, check a job and run test cases against the current
+ * version (policy/policy.h). */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -15,7 +17,9 @@
 
 #include "base/alloc.h"
 #include "cli/cli.h"
+#include "cli/client.h"
 #include "coordinator/jobspec.h"
+#include "net/frame.h"
 #include "policy/policy.h"
 
 /* Policy documents, rules and case files are small; the bound keeps a wrong
@@ -23,13 +27,15 @@
 #define POLICY_FILE_MAX (16u << 20)
 
 /* Every flag any policy command takes; each command names the ones it
- * accepts. */
+ * accepts. The connection flags (cli/client.h) are taken by every command:
+ * without --db it acts on the coordinator. */
 typedef struct policy_args {
   const char *db, *author, *reason, *name, *jurisdiction, *region, *site, *classification,
       *tag, *file, *json_rule, *id, *out, *coordinator_region;
   bool has_version, has_epsilon;
   long version;
   double epsilon;
+  xf_client_flags conn;
   int n_pos;
   char **pos; /* positional arguments */
 } policy_args;
@@ -60,31 +66,43 @@ static const struct option all_opts[] = {
 };
 #define N_ALL_OPTS (sizeof(all_opts) / sizeof(all_opts[0]))
 
+static const struct option conn_opts[] = {XF_CLIENT_OPTIONS};
+#define N_CONN_OPTS (sizeof(conn_opts) / sizeof(conn_opts[0]))
+
 /* What a change always takes. */
 #define CHANGE_FLAGS "db,author,reason,"
 
+/* Whether the comma-separated list names `name`. */
+static bool listed(const char *list, const char *name) {
+  size_t len = strlen(name);
+  for (const char *p = list; (p = strstr(p, name)) != NULL; p += len)
+    if ((p == list || p[-1] == ',') && (p[len] == ',' || p[len] == '\0')) return true;
+  return false;
+}
+
 /* Parses argv with the flags named in `allowed` (comma-separated long
- * names) and expects between min_pos and max_pos positional arguments.
- * Returns an exit status (XF_EXIT_OK to go on). */
+ * names) and the connection flags, and expects between min_pos and max_pos
+ * positional arguments. The connection flags go with --db only where
+ * `allowed` lists "coordinator" (push and pull use both). Returns an exit
+ * status (XF_EXIT_OK to go on). */
 static int parse_args(xf_cli *cli, int argc, char **argv, const char *allowed, int min_pos,
                       int max_pos, const char *pos_usage, policy_args *a) {
-  struct option opts[N_ALL_OPTS + 1];
+  struct option opts[N_ALL_OPTS + N_CONN_OPTS + 1];
   size_t n = 0;
-  for (size_t i = 0; i < N_ALL_OPTS; i++) {
-    size_t len = strlen(all_opts[i].name);
-    for (const char *p = allowed; (p = strstr(p, all_opts[i].name)) != NULL; p += len) {
-      if ((p == allowed || p[-1] == ',') && (p[len] == ',' || p[len] == '\0')) {
-        opts[n++] = all_opts[i];
-        break;
-      }
-    }
-  }
+  for (size_t i = 0; i < N_ALL_OPTS; i++)
+    if (listed(allowed, all_opts[i].name)) opts[n++] = all_opts[i];
+  for (size_t i = 0; i < N_CONN_OPTS; i++) opts[n++] = conn_opts[i];
   memset(&opts[n], 0, sizeof(opts[n]));
   memset(a, 0, sizeof(*a));
   opterr = 0;
   optind = 1;
   int ch;
   while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    int st = xf_client_flag(cli, &a->conn, ch, optarg);
+    if (st >= 0) {
+      if (st != XF_EXIT_OK) return st;
+      continue;
+    }
     xf_err rc = XF_OK;
     switch (ch) {
     case OPT_DB: a->db = optarg; break;
@@ -120,9 +138,9 @@ static int parse_args(xf_cli *cli, int argc, char **argv, const char *allowed, i
   a->n_pos = argc - optind;
   if (a->n_pos < min_pos) return xf_cli_usage(cli, "%s is required", pos_usage);
   if (a->n_pos > max_pos) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind + max_pos]);
-  if (!a->db)
-    return xf_cli_usage(cli, "--db FILE is required: only a local policy database is supported "
-                             "for now (the coordinator's policy is not reachable from the CLI yet)");
+  if (a->db && xf_client_flags_given(&a->conn) && !listed(allowed, "coordinator"))
+    return xf_cli_usage(cli, "--coordinator, --cert, --key, --ca, --crl and --timeout reach the "
+                             "coordinator; with --db FILE the command works on that file alone");
   return XF_EXIT_OK;
 }
 
@@ -276,68 +294,57 @@ static int sub_verb(xf_cli *cli, int argc, char **argv, const char *verbs, int *
   return -1;
 }
 
-/* ---- changes ---------------------------------------------------------------------- */
+/* ---- the coordinator ----------------------------------------------------------------- */
 
-int xf_cmd_policy_region(xf_cli *cli, int argc, char **argv) {
-  int status;
-  if (sub_verb(cli, argc, argv, "add", &status) < 0) return status;
-  policy_args a;
-  xf_policy_change chg;
-  xf_db *db;
-  if ((status = parse_args(cli, argc - 1, argv + 1, CHANGE_FLAGS "name,jurisdiction", 0, 0, "",
-                           &a)) != XF_EXIT_OK ||
-      (status = require(cli, a.name, "--name R")) != XF_EXIT_OK ||
-      (status = change_of(cli, &a, &chg)) != XF_EXIT_OK ||
-      (status = open_db(cli, &a, true, &db)) != XF_EXIT_OK)
-    return status;
-  uint64_t v = 0;
-  xf_err rc = xf_policy_region_add(db, a.name, a.jurisdiction, &chg, &v, &cli->err);
-  xf_db_close(db);
-  return report_change(cli, rc, v, "region added");
+/* One PolicyRequest; on success the caller owns *answer (xf_envelope_free),
+ * whose body is a PolicyReply. XF_EDENIED is the coordinator refusing this
+ * certificate (exit 1, "not authorized") unless `denial_decides`: for a
+ * check it is the policy's answer (no policy, no region: exit 3). */
+static int policy_request(xf_cli *cli, xf_client *c, Xfed__PolicyRequest *req,
+                          bool denial_decides, Xfed__Envelope **answer) {
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_POLICY_REQUEST;
+  env.policy_request = req;
+  xf_err rc = xf_client_request(c, &env, XFED__ENVELOPE__BODY_POLICY_REPLY, answer, &cli->err);
+  if (rc == XF_OK) return XF_EXIT_OK;
+  if (rc == XF_EDENIED && !denial_decides) return xf_cli_fail_unauthorized(cli);
+  return xf_cli_fail(cli, rc);
 }
 
-int xf_cmd_policy_site(xf_cli *cli, int argc, char **argv) {
-  int status;
-  if (sub_verb(cli, argc, argv, "add", &status) < 0) return status;
-  policy_args a;
-  xf_policy_change chg;
-  xf_db *db;
-  if ((status = parse_args(cli, argc - 1, argv + 1, CHANGE_FLAGS "name,region", 0, 0, "", &a)) !=
-          XF_EXIT_OK ||
-      (status = require(cli, a.name, "--name S")) != XF_EXIT_OK ||
-      (status = require(cli, a.region, "--region R")) != XF_EXIT_OK ||
-      (status = change_of(cli, &a, &chg)) != XF_EXIT_OK ||
-      (status = open_db(cli, &a, true, &db)) != XF_EXIT_OK)
-    return status;
-  uint64_t v = 0;
-  xf_err rc = xf_policy_site_add(db, a.name, a.region, &chg, &v, &cli->err);
-  xf_db_close(db);
-  return report_change(cli, rc, v, "site added");
+/* The coordinator's document of `version` (0: the current one) and its
+ * number. The caller frees *doc with xf_free. */
+static int fetch_document(xf_cli *cli, xf_client *c, uint64_t version, char **doc,
+                          uint64_t *number) {
+  *doc = NULL;
+  Xfed__PolicyRequest req = XFED__POLICY_REQUEST__INIT;
+  req.verb = "export";
+  req.version = version;
+  Xfed__Envelope *answer = NULL;
+  int st = policy_request(cli, c, &req, false, &answer);
+  if (st != XF_EXIT_OK) return st;
+  const Xfed__PolicyReply *r = answer->policy_reply;
+  *number = r->version;
+  *doc = xf_strdup(r->text ? r->text : "");
+  xf_envelope_free(answer);
+  return *doc ? XF_EXIT_OK : xf_cli_fail(cli, XF_ENOMEM);
 }
 
-int xf_cmd_policy_dataset(xf_cli *cli, int argc, char **argv) {
-  int status;
-  int verb = sub_verb(cli, argc, argv, "add,tag", &status);
-  if (verb < 0) return status;
-  policy_args a;
-  xf_policy_change chg;
-  xf_db *db;
-  if ((status = parse_args(cli, argc - 1, argv + 1,
-                           verb == 0 ? CHANGE_FLAGS "site,name,class" : CHANGE_FLAGS "site,name,tag",
-                           0, 0, "", &a)) != XF_EXIT_OK ||
-      (status = require(cli, a.site, "--site S")) != XF_EXIT_OK ||
-      (status = require(cli, a.name, "--name D")) != XF_EXIT_OK ||
-      (status = require(cli, verb == 0 ? a.classification : a.tag,
-                        verb == 0 ? "--class C" : "--tag T")) != XF_EXIT_OK ||
-      (status = change_of(cli, &a, &chg)) != XF_EXIT_OK ||
-      (status = open_db(cli, &a, true, &db)) != XF_EXIT_OK)
-    return status;
-  uint64_t v = 0;
-  xf_err rc = verb == 0
-                  ? xf_policy_dataset_add(db, a.name, a.site, a.classification, &chg, &v, &cli->err)
-                  : xf_policy_dataset_tag(db, a.name, a.site, a.tag, &chg, &v, &cli->err);
-  xf_db_close(db);
-  return report_change(cli, rc, v, verb == 0 ? "dataset added" : "dataset tagged");
+/* Sends document_json as the coordinator's next version (with a base: only
+ * while base is still its current version) and gives the new number. */
+static int push_document(xf_cli *cli, xf_client *c, const char *document_json,
+                         const char *reason, bool has_base, uint64_t base, uint64_t *version) {
+  Xfed__PolicyRequest req = XFED__POLICY_REQUEST__INIT;
+  req.verb = "push";
+  req.document_json = (char *)document_json;
+  req.reason = (char *)reason;
+  req.has_base = has_base;
+  req.base_version = base;
+  Xfed__Envelope *answer = NULL;
+  int st = policy_request(cli, c, &req, false, &answer);
+  if (st != XF_EXIT_OK) return st;
+  *version = answer->policy_reply->version;
+  xf_envelope_free(answer);
+  return XF_EXIT_OK;
 }
 
 /* The current version, loaded; *p is NULL when the status is not OK. */
@@ -347,6 +354,232 @@ static int load_current(xf_cli *cli, xf_db *db, xf_policy **p) {
   if (rc == XF_OK) rc = xf_policy_load(db, v, p, &cli->err);
   if (rc != XF_OK) return xf_cli_fail(cli, rc);
   return XF_EXIT_OK;
+}
+
+/* The current version of the local database (--db) or of the coordinator. */
+static int load_policy(xf_cli *cli, const policy_args *a, xf_policy **p) {
+  *p = NULL;
+  int st;
+  if (a->db) {
+    xf_db *db;
+    if ((st = open_db(cli, a, false, &db)) != XF_EXIT_OK) return st;
+    st = load_current(cli, db, p);
+    xf_db_close(db);
+    return st;
+  }
+  xf_client *c = NULL;
+  if ((st = xf_client_connect(cli, &a->conn, &c)) != XF_EXIT_OK) return st;
+  char *doc = NULL;
+  uint64_t v = 0;
+  st = fetch_document(cli, c, 0, &doc, &v);
+  xf_client_close(c);
+  if (st != XF_EXIT_OK) return st;
+  xf_err rc = xf_policy_parse(doc, p, &cli->err);
+  xf_free(doc);
+  if (rc != XF_OK) {
+    snprintf(cli->err.file, sizeof(cli->err.file), "the coordinator's version %llu",
+             (unsigned long long)v);
+    return xf_cli_fail(cli, rc);
+  }
+  (*p)->version = v;
+  return XF_EXIT_OK;
+}
+
+/* ---- changes ---------------------------------------------------------------------- */
+
+/* One change as the library makes it on a database; text is the rule or
+ * document a command read from a file, or NULL. */
+typedef xf_err (*change_fn)(xf_db *db, const policy_args *a, const char *text,
+                            const xf_policy_change *chg, uint64_t *version, xf_errctx *err);
+
+/* A private scratch database: "$TMPDIR/xfed-policy-XXXXXX", mode 0600. */
+typedef struct scratch_db {
+  char path[4096];
+  xf_db *db;
+} scratch_db;
+
+static void scratch_remove(scratch_db *s) {
+  xf_db_close(s->db);
+  s->db = NULL;
+  if (!s->path[0]) return;
+  static const char *const suffixes[] = {"", "-wal", "-shm", "-journal"};
+  for (size_t i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
+    char p[4200];
+    snprintf(p, sizeof(p), "%s%s", s->path, suffixes[i]);
+    (void)unlink(p);
+  }
+  s->path[0] = '\0';
+}
+
+static xf_err scratch_open(scratch_db *s, xf_errctx *err) {
+  memset(s, 0, sizeof(*s));
+  const char *tmp = getenv("TMPDIR");
+  int n = snprintf(s->path, sizeof(s->path), "%s/xfed-policy-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (n < 0 || (size_t)n >= sizeof(s->path)) {
+    s->path[0] = '\0';
+    return xf_fail(err, XF_EINVAL, "$TMPDIR is too long a path");
+  }
+  int fd = mkstemp(s->path); /* 0600 */
+  if (fd < 0) {
+    xf_fail(err, XF_EIO, "cannot create a scratch database in %s: %s",
+            tmp && *tmp ? tmp : "/tmp", strerror(errno));
+    s->path[0] = '\0';
+    return XF_EIO;
+  }
+  close(fd);
+  xf_err rc = xf_policy_open(s->path, &s->db, err);
+  if (rc != XF_OK) scratch_remove(s);
+  return rc;
+}
+
+/* The coordinator's side of a change: fetch the current document and its
+ * version, make the change on a private copy with the same library call as
+ * --db, and push the result on the condition that the coordinator is still
+ * at the version it was drafted on. The author is the certificate's
+ * identity, recorded by the coordinator. */
+static int change_remote(xf_cli *cli, const policy_args *a, change_fn fn, const char *text,
+                         const char *origin, const char *what) {
+  if (a->author)
+    return xf_cli_usage(cli, "--author is for --db: the coordinator records your certificate's "
+                             "identity as the author");
+  if (!a->reason || !*a->reason)
+    return xf_cli_usage(cli, "--reason TEXT is required: every policy change records why it "
+                             "was made");
+  xf_client *c = NULL;
+  int st = xf_client_connect(cli, &a->conn, &c);
+  if (st != XF_EXIT_OK) return st;
+  char *doc = NULL, *next = NULL;
+  uint64_t base = 0, local = 0, version = 0;
+  scratch_db s;
+  memset(&s, 0, sizeof(s));
+  if ((st = fetch_document(cli, c, 0, &doc, &base)) != XF_EXIT_OK) goto out;
+  xf_policy_change chg = {.author = xf_client_identity_uri(c), .reason = a->reason,
+                          .now = (double)time(NULL)};
+  char base_reason[64];
+  snprintf(base_reason, sizeof(base_reason), "the coordinator's version %llu",
+           (unsigned long long)base);
+  xf_err rc = scratch_open(&s, &cli->err);
+  if (rc == XF_OK && base > 0)
+    rc = xf_policy_import(s.db, doc, "coordinator", base_reason, chg.now, NULL, &cli->err);
+  if (rc == XF_OK) {
+    rc = fn(s.db, a, text, &chg, &local, &cli->err);
+    if (rc != XF_OK && origin && !cli->err.file[0])
+      snprintf(cli->err.file, sizeof(cli->err.file), "%s", origin);
+  }
+  if (rc == XF_OK) rc = xf_policy_export(s.db, local, &next, &cli->err);
+  scratch_remove(&s);
+  if (rc != XF_OK) {
+    st = xf_cli_fail(cli, rc);
+    goto out;
+  }
+  if ((st = push_document(cli, c, next, a->reason, true, base, &version)) == XF_EXIT_OK)
+    st = report_change(cli, XF_OK, version, what);
+out:
+  scratch_remove(&s);
+  xf_free(doc);
+  xf_free(next);
+  xf_client_close(c);
+  return st;
+}
+
+/* Makes one change on the local database (--db) or the coordinator's
+ * policy. origin names the file a failure is about, or NULL. */
+static int change(xf_cli *cli, const policy_args *a, change_fn fn, const char *text,
+                  const char *origin, const char *what) {
+  if (!a->db) return change_remote(cli, a, fn, text, origin, what);
+  xf_policy_change chg;
+  xf_db *db;
+  int st;
+  if ((st = change_of(cli, a, &chg)) != XF_EXIT_OK ||
+      (st = open_db(cli, a, true, &db)) != XF_EXIT_OK)
+    return st;
+  uint64_t v = 0;
+  xf_err rc = fn(db, a, text, &chg, &v, &cli->err);
+  xf_db_close(db);
+  if (rc != XF_OK && origin && !cli->err.file[0])
+    snprintf(cli->err.file, sizeof(cli->err.file), "%s", origin);
+  return report_change(cli, rc, v, what);
+}
+
+static xf_err region_add(xf_db *db, const policy_args *a, const char *text,
+                         const xf_policy_change *chg, uint64_t *v, xf_errctx *err) {
+  (void)text;
+  return xf_policy_region_add(db, a->name, a->jurisdiction, chg, v, err);
+}
+
+static xf_err site_add(xf_db *db, const policy_args *a, const char *text,
+                       const xf_policy_change *chg, uint64_t *v, xf_errctx *err) {
+  (void)text;
+  return xf_policy_site_add(db, a->name, a->region, chg, v, err);
+}
+
+static xf_err dataset_add(xf_db *db, const policy_args *a, const char *text,
+                          const xf_policy_change *chg, uint64_t *v, xf_errctx *err) {
+  (void)text;
+  return xf_policy_dataset_add(db, a->name, a->site, a->classification, chg, v, err);
+}
+
+static xf_err dataset_tag(xf_db *db, const policy_args *a, const char *text,
+                          const xf_policy_change *chg, uint64_t *v, xf_errctx *err) {
+  (void)text;
+  return xf_policy_dataset_tag(db, a->name, a->site, a->tag, chg, v, err);
+}
+
+static xf_err rule_add(xf_db *db, const policy_args *a, const char *text,
+                       const xf_policy_change *chg, uint64_t *v, xf_errctx *err) {
+  return xf_policy_rule_add(db, text ? text : a->json_rule, chg, v, err);
+}
+
+static xf_err rule_rm(xf_db *db, const policy_args *a, const char *text,
+                     const xf_policy_change *chg, uint64_t *v, xf_errctx *err) {
+  (void)text;
+  return xf_policy_rule_rm(db, a->id, chg, v, err);
+}
+
+static xf_err import(xf_db *db, const policy_args *a, const char *text,
+                     const xf_policy_change *chg, uint64_t *v, xf_errctx *err) {
+  (void)a;
+  return xf_policy_import(db, text, chg->author, chg->reason, chg->now, v, err);
+}
+
+int xf_cmd_policy_region(xf_cli *cli, int argc, char **argv) {
+  int status;
+  if (sub_verb(cli, argc, argv, "add", &status) < 0) return status;
+  policy_args a;
+  if ((status = parse_args(cli, argc - 1, argv + 1, CHANGE_FLAGS "name,jurisdiction", 0, 0, "",
+                           &a)) != XF_EXIT_OK ||
+      (status = require(cli, a.name, "--name R")) != XF_EXIT_OK)
+    return status;
+  return change(cli, &a, region_add, NULL, NULL, "region added");
+}
+
+int xf_cmd_policy_site(xf_cli *cli, int argc, char **argv) {
+  int status;
+  if (sub_verb(cli, argc, argv, "add", &status) < 0) return status;
+  policy_args a;
+  if ((status = parse_args(cli, argc - 1, argv + 1, CHANGE_FLAGS "name,region", 0, 0, "", &a)) !=
+          XF_EXIT_OK ||
+      (status = require(cli, a.name, "--name S")) != XF_EXIT_OK ||
+      (status = require(cli, a.region, "--region R")) != XF_EXIT_OK)
+    return status;
+  return change(cli, &a, site_add, NULL, NULL, "site added");
+}
+
+int xf_cmd_policy_dataset(xf_cli *cli, int argc, char **argv) {
+  int status;
+  int verb = sub_verb(cli, argc, argv, "add,tag", &status);
+  if (verb < 0) return status;
+  policy_args a;
+  if ((status = parse_args(cli, argc - 1, argv + 1,
+                           verb == 0 ? CHANGE_FLAGS "site,name,class" : CHANGE_FLAGS "site,name,tag",
+                           0, 0, "", &a)) != XF_EXIT_OK ||
+      (status = require(cli, a.site, "--site S")) != XF_EXIT_OK ||
+      (status = require(cli, a.name, "--name D")) != XF_EXIT_OK ||
+      (status = require(cli, verb == 0 ? a.classification : a.tag,
+                        verb == 0 ? "--class C" : "--tag T")) != XF_EXIT_OK)
+    return status;
+  return verb == 0 ? change(cli, &a, dataset_add, NULL, NULL, "dataset added")
+                   : change(cli, &a, dataset_tag, NULL, NULL, "dataset tagged");
 }
 
 static void print_selector(const xf_policy_selector *s, FILE *out) {
@@ -372,12 +605,8 @@ static void print_conditions(const xf_policy_rule *r, FILE *out) {
 
 /* `policy rule list`: the current version's rules, in order. */
 static int rule_list(xf_cli *cli, const policy_args *a) {
-  xf_db *db;
-  int status = open_db(cli, a, false, &db);
-  if (status != XF_EXIT_OK) return status;
   xf_policy *p = NULL;
-  status = load_current(cli, db, &p);
-  xf_db_close(db);
+  int status = load_policy(cli, a, &p);
   if (status != XF_EXIT_OK) return status;
   if (cli->json) {
     char *doc = NULL;
@@ -422,68 +651,159 @@ int xf_cmd_policy_rule(xf_cli *cli, int argc, char **argv) {
   if (verb == 0 && !a.file == !a.json_rule)
     return xf_cli_usage(cli, "give the rule with exactly one of --file RULE.json and "
                              "--json-rule TEXT");
-  if (verb == 1 && (status = require(cli, a.id, "--id ID")) != XF_EXIT_OK) return status;
-  xf_policy_change chg;
-  if ((status = change_of(cli, &a, &chg)) != XF_EXIT_OK) return status;
+  if (verb == 1) {
+    if ((status = require(cli, a.id, "--id ID")) != XF_EXIT_OK) return status;
+    return change(cli, &a, rule_rm, NULL, NULL, "rule removed");
+  }
+  if (!a.reason || !*a.reason) /* before reading the file */
+    return xf_cli_usage(cli, "--reason TEXT is required: every policy change records why it "
+                             "was made");
   char *text = NULL;
-  if (verb == 0 && a.file) {
+  if (a.file) {
     xf_err rc = read_text(a.file, &text, &cli->err);
     if (rc != XF_OK) return xf_cli_fail(cli, rc);
   }
-  xf_db *db;
-  if ((status = open_db(cli, &a, true, &db)) != XF_EXIT_OK) {
-    xf_free(text);
-    return status;
-  }
-  uint64_t v = 0;
-  xf_err rc = verb == 0 ? xf_policy_rule_add(db, text ? text : a.json_rule, &chg, &v, &cli->err)
-                        : xf_policy_rule_rm(db, a.id, &chg, &v, &cli->err);
-  xf_db_close(db);
+  status = change(cli, &a, rule_add, text, a.file, "rule added");
   xf_free(text);
-  if (rc != XF_OK && a.file && !cli->err.file[0])
-    snprintf(cli->err.file, sizeof(cli->err.file), "%s", a.file);
-  return report_change(cli, rc, v, verb == 0 ? "rule added" : "rule removed");
+  return status;
 }
 
 int xf_cmd_policy_import(xf_cli *cli, int argc, char **argv) {
   policy_args a;
-  xf_policy_change chg;
   int status;
-  if ((status = parse_args(cli, argc, argv, CHANGE_FLAGS, 1, 1, "FILE", &a)) != XF_EXIT_OK ||
-      (status = change_of(cli, &a, &chg)) != XF_EXIT_OK)
+  if ((status = parse_args(cli, argc, argv, CHANGE_FLAGS, 1, 1, "FILE", &a)) != XF_EXIT_OK)
     return status;
+  if (!a.reason || !*a.reason)
+    return xf_cli_usage(cli, "--reason TEXT is required: every policy change records why it "
+                             "was made");
   char *text = NULL;
   xf_err rc = read_text(a.pos[0], &text, &cli->err);
   if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  status = change(cli, &a, import, text, a.pos[0], "policy imported");
+  xf_free(text);
+  return status;
+}
+
+/* ---- between a local database and the coordinator ------------------------------------- */
+
+int xf_cmd_policy_push(xf_cli *cli, int argc, char **argv) {
+  policy_args a;
+  int status;
+  if ((status = parse_args(cli, argc, argv, "db,reason,version,coordinator", 0, 0, "", &a)) !=
+      XF_EXIT_OK)
+    return status;
+  if (!a.db)
+    return xf_cli_usage(cli, "--db FILE is required: push sends a version of a local policy "
+                             "database to the coordinator");
+  if (!a.reason || !*a.reason)
+    return xf_cli_usage(cli, "--reason TEXT is required: every policy change records why it "
+                             "was made");
+  if (a.has_version && a.version == 0)
+    return xf_cli_usage(cli, "--version 0 is the empty policy; push a version from 1 on");
+  xf_db *db;
+  if ((status = open_db(cli, &a, false, &db)) != XF_EXIT_OK) return status;
+  uint64_t v = (uint64_t)a.version;
+  char *doc = NULL;
+  xf_err rc = a.has_version ? XF_OK : xf_policy_version_current(db, &v, &cli->err);
+  if (rc == XF_OK && v == 0) {
+    rc = xf_fail(&cli->err, XF_ENOENT, "no policy version to push yet; make one with a change");
+    snprintf(cli->err.file, sizeof(cli->err.file), "%s", a.db);
+  }
+  if (rc == XF_OK) rc = xf_policy_export(db, v, &doc, &cli->err);
+  xf_db_close(db);
+  if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  xf_client *c = NULL;
+  uint64_t pushed = 0;
+  if ((status = xf_client_connect(cli, &a.conn, &c)) == XF_EXIT_OK)
+    status = push_document(cli, c, doc, a.reason, false, 0, &pushed);
+  xf_client_close(c);
+  xf_free(doc);
+  if (status != XF_EXIT_OK) return status;
+  if (cli->json)
+    print_json(json_pack("{s:I,s:I,s:s}", "version", (json_int_t)pushed, "local_version",
+                         (json_int_t)v, "reason", a.reason));
+  else
+    printf("policy version %llu on the coordinator: %s\n", (unsigned long long)pushed, a.reason);
+  return XF_EXIT_OK;
+}
+
+int xf_cmd_policy_pull(xf_cli *cli, int argc, char **argv) {
+  policy_args a;
+  xf_policy_change chg;
+  int status;
+  if ((status = parse_args(cli, argc, argv, "db,reason,author,coordinator", 0, 0, "", &a)) !=
+      XF_EXIT_OK)
+    return status;
+  if (!a.db)
+    return xf_cli_usage(cli, "--db FILE is required: pull copies the coordinator's policy into "
+                             "a local policy database");
+  if ((status = change_of(cli, &a, &chg)) != XF_EXIT_OK) return status;
+  xf_client *c = NULL;
+  char *doc = NULL;
+  uint64_t remote = 0;
+  if ((status = xf_client_connect(cli, &a.conn, &c)) == XF_EXIT_OK)
+    status = fetch_document(cli, c, 0, &doc, &remote);
+  xf_client_close(c);
+  if (status != XF_EXIT_OK) return status;
+  if (remote == 0) {
+    xf_free(doc);
+    xf_fail(&cli->err, XF_ENOENT, "the coordinator has no policy yet: nothing to pull");
+    return xf_cli_fail(cli, XF_ENOENT);
+  }
   xf_db *db;
   if ((status = open_db(cli, &a, true, &db)) != XF_EXIT_OK) {
-    xf_free(text);
+    xf_free(doc);
     return status;
   }
   uint64_t v = 0;
-  rc = xf_policy_import(db, text, chg.author, chg.reason, chg.now, &v, &cli->err);
+  xf_err rc = xf_policy_import(db, doc, chg.author, chg.reason, chg.now, &v, &cli->err);
   xf_db_close(db);
-  xf_free(text);
-  if (rc != XF_OK && !cli->err.file[0])
-    snprintf(cli->err.file, sizeof(cli->err.file), "%s", a.pos[0]);
-  return report_change(cli, rc, v, "policy imported");
+  xf_free(doc);
+  char what[96];
+  snprintf(what, sizeof(what), "the coordinator's version %llu pulled",
+           (unsigned long long)remote);
+  return report_change(cli, rc, v, what);
 }
 
 /* ---- reading ---------------------------------------------------------------------- */
 
+/* The document of a version: --version V (0: the empty policy) or the
+ * current one, from the local database or the coordinator. */
+static int read_document(xf_cli *cli, const policy_args *a, char **doc, uint64_t *v) {
+  *doc = NULL;
+  *v = (uint64_t)a->version;
+  if (a->has_version && a->version == 0) {
+    /* The coordinator reads version 0 as its current one. */
+    xf_policy empty;
+    memset(&empty, 0, sizeof(empty));
+    xf_err rc = xf_policy_format(&empty, doc, &cli->err);
+    return rc == XF_OK ? XF_EXIT_OK : xf_cli_fail(cli, rc);
+  }
+  int st;
+  if (a->db) {
+    xf_db *db;
+    if ((st = open_db(cli, a, false, &db)) != XF_EXIT_OK) return st;
+    xf_err rc = a->has_version ? XF_OK : xf_policy_version_current(db, v, &cli->err);
+    if (rc == XF_OK) rc = xf_policy_export(db, *v, doc, &cli->err);
+    xf_db_close(db);
+    return rc == XF_OK ? XF_EXIT_OK : xf_cli_fail(cli, rc);
+  }
+  xf_client *c = NULL;
+  if ((st = xf_client_connect(cli, &a->conn, &c)) != XF_EXIT_OK) return st;
+  st = fetch_document(cli, c, *v, doc, v);
+  xf_client_close(c);
+  return st;
+}
+
 int xf_cmd_policy_export(xf_cli *cli, int argc, char **argv) {
   policy_args a;
-  xf_db *db;
   int status;
-  if ((status = parse_args(cli, argc, argv, "db,version,out", 0, 0, "", &a)) != XF_EXIT_OK ||
-      (status = open_db(cli, &a, false, &db)) != XF_EXIT_OK)
+  if ((status = parse_args(cli, argc, argv, "db,version,out", 0, 0, "", &a)) != XF_EXIT_OK)
     return status;
-  uint64_t v = (uint64_t)a.version;
-  xf_err rc = a.has_version ? XF_OK : xf_policy_version_current(db, &v, &cli->err);
   char *doc = NULL;
-  if (rc == XF_OK) rc = xf_policy_export(db, v, &doc, &cli->err);
-  xf_db_close(db);
-  if (rc == XF_OK && a.out) rc = write_text(a.out, doc, &cli->err);
+  uint64_t v = 0;
+  if ((status = read_document(cli, &a, &doc, &v)) != XF_EXIT_OK) return status;
+  xf_err rc = a.out ? write_text(a.out, doc, &cli->err) : XF_OK;
   if (rc != XF_OK) {
     xf_free(doc);
     return xf_cli_fail(cli, rc);
@@ -510,40 +830,102 @@ static const char *utc_text(double t, char buf[32]) {
   return buf;
 }
 
-int xf_cmd_policy_log(xf_cli *cli, int argc, char **argv) {
-  policy_args a;
-  xf_db *db;
-  int status;
-  if ((status = parse_args(cli, argc, argv, "db", 0, 0, "", &a)) != XF_EXIT_OK ||
-      (status = open_db(cli, &a, false, &db)) != XF_EXIT_OK)
-    return status;
-  xf_policy_version_info *log = NULL;
-  size_t n = 0;
-  xf_err rc = xf_policy_log(db, &log, &n, &cli->err);
-  xf_db_close(db);
-  if (rc != XF_OK) return xf_cli_fail(cli, rc);
+static const char *jstr(const json_t *o, const char *key) {
+  const char *s = json_string_value(json_object_get(o, key));
+  return s ? s : "";
+}
+
+static long long jint(const json_t *o, const char *key) {
+  return (long long)json_integer_value(json_object_get(o, key));
+}
+
+/* The log, from [{version, at, author, reason}] (the coordinator's answer,
+ * or the local log in that form). Takes the reference. */
+static void print_log(xf_cli *cli, json_t *versions) {
   char when[32];
+  size_t i;
+  json_t *e;
   if (cli->json) {
     json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++)
+    json_array_foreach(versions, i, e) {
+      double at = json_number_value(json_object_get(e, "at"));
       json_array_append_new(arr, json_pack("{s:I,s:f,s:s,s:s,s:s}", "version",
-                                           (json_int_t)log[i].version, "at", log[i].at, "time",
-                                           utc_text(log[i].at, when), "author", log[i].author,
-                                           "reason", log[i].reason));
+                                           (json_int_t)jint(e, "version"), "at", at, "time",
+                                           utc_text(at, when), "author", jstr(e, "author"),
+                                           "reason", jstr(e, "reason")));
+    }
     print_json(json_pack("{s:o}", "versions", arr));
   } else {
     printf("%-8s %-20s %-16s %s\n", "VERSION", "TIME (UTC)", "AUTHOR", "REASON");
-    for (size_t i = 0; i < n; i++)
-      printf("%-8llu %-20s %-16s %s\n", (unsigned long long)log[i].version,
-             utc_text(log[i].at, when), log[i].author, log[i].reason);
+    json_array_foreach(versions, i, e) {
+      printf("%-8lld %-20s %-16s %s\n", jint(e, "version"),
+             utc_text(json_number_value(json_object_get(e, "at")), when), jstr(e, "author"),
+             jstr(e, "reason"));
+    }
   }
-  xf_policy_log_free(log, n);
+  json_decref(versions);
+}
+
+/* PolicyRequest{verb} (with versions for a diff) to the coordinator; the
+ * answer's text into *text (xf_free). */
+static int ask_text(xf_cli *cli, const policy_args *a, const char *verb, uint64_t from,
+                    uint64_t to, char **text) {
+  *text = NULL;
+  xf_client *c = NULL;
+  int st = xf_client_connect(cli, &a->conn, &c);
+  if (st != XF_EXIT_OK) return st;
+  Xfed__PolicyRequest req = XFED__POLICY_REQUEST__INIT;
+  req.verb = (char *)verb;
+  req.version = from;
+  req.version_to = to;
+  Xfed__Envelope *answer = NULL;
+  st = policy_request(cli, c, &req, false, &answer);
+  xf_client_close(c);
+  if (st != XF_EXIT_OK) return st;
+  const char *t = answer->policy_reply->text;
+  *text = xf_strdup(t ? t : "");
+  xf_envelope_free(answer);
+  return *text ? XF_EXIT_OK : xf_cli_fail(cli, XF_ENOMEM);
+}
+
+int xf_cmd_policy_log(xf_cli *cli, int argc, char **argv) {
+  policy_args a;
+  int status;
+  if ((status = parse_args(cli, argc, argv, "db", 0, 0, "", &a)) != XF_EXIT_OK) return status;
+  json_t *versions = NULL;
+  if (a.db) {
+    xf_db *db;
+    if ((status = open_db(cli, &a, false, &db)) != XF_EXIT_OK) return status;
+    xf_policy_version_info *log = NULL;
+    size_t n = 0;
+    xf_err rc = xf_policy_log(db, &log, &n, &cli->err);
+    xf_db_close(db);
+    if (rc != XF_OK) return xf_cli_fail(cli, rc);
+    versions = json_array();
+    for (size_t i = 0; versions && i < n; i++)
+      json_array_append_new(versions, json_pack("{s:I,s:f,s:s,s:s}", "version",
+                                                (json_int_t)log[i].version, "at", log[i].at,
+                                                "author", log[i].author, "reason",
+                                                log[i].reason));
+    xf_policy_log_free(log, n);
+  } else {
+    char *text = NULL;
+    if ((status = ask_text(cli, &a, "log", 0, 0, &text)) != XF_EXIT_OK) return status;
+    versions = json_loads(text, 0, NULL);
+    xf_free(text);
+    if (!json_is_array(versions)) {
+      json_decref(versions);
+      xf_fail(&cli->err, XF_EFORMAT, "the coordinator's log is not a JSON array");
+      return xf_cli_fail(cli, XF_EFORMAT);
+    }
+  }
+  if (!versions) return xf_cli_fail(cli, XF_ENOMEM);
+  print_log(cli, versions);
   return XF_EXIT_OK;
 }
 
 int xf_cmd_policy_diff(xf_cli *cli, int argc, char **argv) {
   policy_args a;
-  xf_db *db;
   int status;
   if ((status = parse_args(cli, argc, argv, "db", 2, 2, "V1 V2", &a)) != XF_EXIT_OK)
     return status;
@@ -551,11 +933,17 @@ int xf_cmd_policy_diff(xf_cli *cli, int argc, char **argv) {
   if (xf_cli_parse_int(cli, "V1", a.pos[0], 0, LONG_MAX, &v1) != XF_OK ||
       xf_cli_parse_int(cli, "V2", a.pos[1], 0, LONG_MAX, &v2) != XF_OK)
     return xf_cli_usage(cli, "%s", cli->err.msg);
-  if ((status = open_db(cli, &a, false, &db)) != XF_EXIT_OK) return status;
   char *text = NULL;
-  xf_err rc = xf_policy_diff(db, (uint64_t)v1, (uint64_t)v2, &text, &cli->err);
-  xf_db_close(db);
-  if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  if (a.db) {
+    xf_db *db;
+    if ((status = open_db(cli, &a, false, &db)) != XF_EXIT_OK) return status;
+    xf_err rc = xf_policy_diff(db, (uint64_t)v1, (uint64_t)v2, &text, &cli->err);
+    xf_db_close(db);
+    if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  } else if ((status = ask_text(cli, &a, "diff", (uint64_t)v1, (uint64_t)v2, &text)) !=
+             XF_EXIT_OK) {
+    return status;
+  }
   if (cli->json) {
     json_t *lines = json_array();
     for (char *p = text; *p;) {
@@ -576,71 +964,62 @@ int xf_cmd_policy_diff(xf_cli *cli, int argc, char **argv) {
 
 /* ---- the decision ------------------------------------------------------------------- */
 
-static json_t *decision_json(const xf_policy_decision *d) {
-  json_t *sites = json_array(), *regions = json_array(), *sugg = json_array();
-  for (size_t i = 0; i < d->n_sites; i++) {
-    const xf_policy_site_decision *s = &d->sites[i];
-    json_array_append_new(sites, json_pack("{s:s,s:s,s:b,s:s,s:s,s:s}", "site", s->site,
-                                           "region", s->region, "eligible", s->eligible, "path",
-                                           xf_policy_path_name(s->path), "rule", s->rule,
-                                           "reason", s->why));
+/* Prints a decision from its JSON (xf_policy_decision_json, whether decided
+ * here or by the coordinator): as it is with --json, else as tables.
+ * Returns the exit status: 0 allowed, 3 not. */
+static int print_decision(xf_cli *cli, const char *decision_json, const char *coordinator_region) {
+  json_t *d = json_loads(decision_json, 0, NULL);
+  if (!json_is_object(d)) {
+    json_decref(d);
+    xf_fail(&cli->err, XF_EFORMAT, "the decision is not a JSON object");
+    return xf_cli_fail(cli, XF_EFORMAT);
   }
-  for (size_t i = 0; i < d->n_regions; i++) {
-    const xf_policy_region_plan *r = &d->regions[i];
-    json_t *o = json_pack("{s:s,s:s,s:s,s:i,s:i,s:i,s:b}", "region", r->region, "path",
-                          xf_policy_path_name(r->path), "rule", r->rule, "sites", (int)r->sites,
-                          "eligible", (int)r->eligible, "min_cohort", (int)r->min_cohort,
-                          "require_secagg", r->require_secagg);
-    json_object_set_new(o, "max_epsilon",
-                        r->has_max_epsilon ? json_real(r->max_epsilon) : json_null());
-    json_array_append_new(regions, o);
+  bool allowed = json_is_true(json_object_get(d, "allowed"));
+  if (cli->json) {
+    print_json(d);
+    return allowed ? XF_EXIT_OK : XF_EXIT_DENIED;
   }
-  for (size_t i = 0; i < d->n_suggestions; i++)
-    json_array_append_new(sugg, json_string(d->suggestions[i]));
-  return json_pack("{s:I,s:b,s:o,s:o,s:o}", "version", (json_int_t)d->version, "allowed",
-                   d->allowed, "sites", sites, "regions", regions, "suggestions", sugg);
-}
-
-static void print_decision(const xf_policy_decision *d, const char *coordinator_region) {
-  size_t eligible = 0;
-  for (size_t i = 0; i < d->n_sites; i++) eligible += d->sites[i].eligible;
-  printf("policy version %llu, coordinator in %s: %s (%zu of %zu sites eligible)\n\n",
-         (unsigned long long)d->version, coordinator_region,
-         d->allowed ? "allowed" : "NOT allowed as written", eligible, d->n_sites);
+  json_t *sites = json_object_get(d, "sites"), *regions = json_object_get(d, "regions"),
+         *sugg = json_object_get(d, "suggestions"), *e;
+  size_t i, eligible = 0;
+  json_array_foreach(sites, i, e) eligible += json_is_true(json_object_get(e, "eligible"));
+  printf("policy version %lld, coordinator in %s: %s (%zu of %zu sites eligible)\n\n",
+         jint(d, "version"), coordinator_region, allowed ? "allowed" : "NOT allowed as written",
+         eligible, json_array_size(sites));
   printf("%-16s %-10s %-8s %-9s %-16s %s\n", "SITE", "REGION", "ELIGIBLE", "PATH", "RULE",
          "REASON");
-  for (size_t i = 0; i < d->n_sites; i++) {
-    const xf_policy_site_decision *s = &d->sites[i];
-    printf("%-16s %-10s %-8s %-9s %-16s %s\n", s->site, s->region, s->eligible ? "yes" : "no",
-           xf_policy_path_name(s->path), s->rule, s->why);
+  json_array_foreach(sites, i, e) {
+    printf("%-16s %-10s %-8s %-9s %-16s %s\n", jstr(e, "site"), jstr(e, "region"),
+           json_is_true(json_object_get(e, "eligible")) ? "yes" : "no", jstr(e, "path"),
+           jstr(e, "rule"), jstr(e, "reason"));
   }
   printf("\n%-10s %-9s %-16s %-6s %-10s %-6s %s\n", "REGION", "PATH", "RULE", "SITES",
          "MIN_COHORT", "SECAGG", "MAX_EPSILON");
-  for (size_t i = 0; i < d->n_regions; i++) {
-    const xf_policy_region_plan *r = &d->regions[i];
+  json_array_foreach(regions, i, e) {
     char eps[32] = "-";
-    if (r->has_max_epsilon) snprintf(eps, sizeof(eps), "%g", r->max_epsilon);
-    char sites[24];
-    snprintf(sites, sizeof(sites), "%u/%u", r->eligible, r->sites);
-    printf("%-10s %-9s %-16s %-6s %-10u %-6s %s\n", r->region, xf_policy_path_name(r->path),
-           r->rule, sites, r->min_cohort, r->require_secagg ? "yes" : "no", eps);
+    json_t *max = json_object_get(e, "max_epsilon");
+    if (json_is_number(max)) snprintf(eps, sizeof(eps), "%g", json_number_value(max));
+    char count[48];
+    snprintf(count, sizeof(count), "%lld/%lld", jint(e, "eligible"), jint(e, "sites"));
+    printf("%-10s %-9s %-16s %-6s %-10lld %-6s %s\n", jstr(e, "region"), jstr(e, "path"),
+           jstr(e, "rule"), count, jint(e, "min_cohort"),
+           json_is_true(json_object_get(e, "require_secagg")) ? "yes" : "no", eps);
   }
-  if (d->n_suggestions) {
+  if (json_array_size(sugg)) {
     fputs("\nsuggestions:\n", stdout);
-    for (size_t i = 0; i < d->n_suggestions; i++) printf("  - %s\n", d->suggestions[i]);
+    json_array_foreach(sugg, i, e) printf("  - %s\n", json_string_value(e));
   }
+  json_decref(d);
+  return allowed ? XF_EXIT_OK : XF_EXIT_DENIED;
 }
 
-int xf_cmd_policy_check(xf_cli *cli, int argc, char **argv) {
-  policy_args a;
-  int status;
-  if ((status = parse_args(cli, argc, argv, "db,coordinator-region,epsilon", 1, 1, "JOB.json",
-                           &a)) != XF_EXIT_OK ||
-      (status = require(cli, a.coordinator_region, "--coordinator-region R")) != XF_EXIT_OK)
-    return status;
+/* `policy check` with --db: decided here against the local current version. */
+static int check_local(xf_cli *cli, const policy_args *a) {
+  int status = require(cli, a->coordinator_region, "--coordinator-region R");
+  if (status != XF_EXIT_OK) return status;
   xf_jobspec *spec = xf_malloc(sizeof(*spec));
   if (!spec) return xf_cli_fail(cli, XF_ENOMEM);
-  xf_err rc = xf_jobspec_parse_file(a.pos[0], spec, &cli->err);
+  xf_err rc = xf_jobspec_parse_file(a->pos[0], spec, &cli->err);
   if (rc != XF_OK) {
     xf_free(spec);
     return xf_cli_fail(cli, rc);
@@ -651,19 +1030,19 @@ int xf_cmd_policy_check(xf_cli *cli, int argc, char **argv) {
                        .tags = tags,
                        .n_tags = spec->data.n_tags,
                        .privacy = spec->privacy.mode != XF_JOB_PRIVACY_NONE,
-                       .epsilon = a.has_epsilon ? a.epsilon : spec->privacy.target_epsilon,
+                       .epsilon = a->has_epsilon ? a->epsilon : spec->privacy.target_epsilon,
                        .secagg = spec->secure_aggregation.enabled,
                        .min_sites = spec->min_sites,
-                       .coordinator_region = a.coordinator_region};
-  if (job.privacy && !a.has_epsilon && !spec->privacy.has_target_epsilon) {
+                       .coordinator_region = a->coordinator_region};
+  if (job.privacy && !a->has_epsilon && !spec->privacy.has_target_epsilon) {
     xf_free(spec);
     return xf_cli_usage(cli, "%s sets no privacy.target_epsilon: give the epsilon the job will "
                              "spend with --epsilon E",
-                        a.pos[0]);
+                        a->pos[0]);
   }
   xf_db *db;
   xf_policy *p = NULL;
-  if ((status = open_db(cli, &a, false, &db)) != XF_EXIT_OK) {
+  if ((status = open_db(cli, a, false, &db)) != XF_EXIT_OK) {
     xf_free(spec);
     return status;
   }
@@ -678,16 +1057,83 @@ int xf_cmd_policy_check(xf_cli *cli, int argc, char **argv) {
   rc = xf_policy_decide(p, &job, (double)time(NULL), &d, &cli->err);
   xf_policy_free(p);
   xf_free(spec);
+  char *json = NULL;
+  if (rc == XF_OK) rc = xf_policy_decision_json(&d, &json, &cli->err);
+  xf_policy_decision_free(&d);
   if (rc != XF_OK) {
     if (strcmp(cli->err.field, "coordinator_region") == 0)
       snprintf(cli->err.field, sizeof(cli->err.field), "--coordinator-region");
     return xf_cli_fail(cli, rc);
   }
-  if (cli->json) print_json(decision_json(&d));
-  else print_decision(&d, a.coordinator_region);
-  status = d.allowed ? XF_EXIT_OK : XF_EXIT_DENIED;
-  xf_policy_decision_free(&d);
+  status = print_decision(cli, json, a->coordinator_region);
+  xf_free(json);
   return status;
+}
+
+/* The job spec as sent for a remote check: as written, or with --epsilon as
+ * its privacy.target_epsilon. The caller frees *out with xf_free. */
+static int spec_text(xf_cli *cli, const policy_args *a, char **out) {
+  char *text = NULL;
+  xf_err rc = read_text(a->pos[0], &text, &cli->err);
+  if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  if (!a->has_epsilon) {
+    *out = text;
+    return XF_EXIT_OK;
+  }
+  json_t *spec = json_loads(text, JSON_REJECT_DUPLICATES, NULL);
+  xf_free(text);
+  json_t *privacy = json_object_get(spec, "privacy");
+  if (!json_is_object(privacy)) {
+    json_decref(spec);
+    return xf_cli_usage(cli, "--epsilon: %s has no privacy object to set target_epsilon in",
+                        a->pos[0]);
+  }
+  json_object_set_new(privacy, "target_epsilon", json_real(a->epsilon));
+  char *dumped = json_dumps(spec, JSON_COMPACT);
+  json_decref(spec);
+  *out = dumped ? xf_strdup(dumped) : NULL;
+  free(dumped); /* jansson's */
+  return *out ? XF_EXIT_OK : xf_cli_fail(cli, XF_ENOMEM);
+}
+
+/* `policy check` without --db: the coordinator decides as it would for a
+ * submission, in its own region (a dry run: nothing is journaled). */
+static int check_remote(xf_cli *cli, const policy_args *a) {
+  if (a->coordinator_region)
+    return xf_cli_usage(cli, "--coordinator-region is for --db: the coordinator decides in its "
+                             "own region");
+  char *text = NULL;
+  int st = spec_text(cli, a, &text);
+  if (st != XF_EXIT_OK) return st;
+  xf_client *c = NULL;
+  if ((st = xf_client_connect(cli, &a->conn, &c)) != XF_EXIT_OK) {
+    xf_free(text);
+    return st;
+  }
+  Xfed__PolicyRequest req = XFED__POLICY_REQUEST__INIT;
+  req.verb = "check";
+  req.job_json = text;
+  req.origin = a->pos[0];
+  Xfed__Envelope *answer = NULL;
+  st = policy_request(cli, c, &req, true, &answer);
+  xf_client_close(c);
+  xf_free(text);
+  if (st != XF_EXIT_OK) return st;
+  const Xfed__PolicyReply *r = answer->policy_reply;
+  st = print_decision(cli, r->text ? r->text : "",
+                      r->coordinator_region && *r->coordinator_region ? r->coordinator_region
+                                                                      : "?");
+  xf_envelope_free(answer);
+  return st;
+}
+
+int xf_cmd_policy_check(xf_cli *cli, int argc, char **argv) {
+  policy_args a;
+  int status;
+  if ((status = parse_args(cli, argc, argv, "db,coordinator-region,epsilon", 1, 1, "JOB.json",
+                           &a)) != XF_EXIT_OK)
+    return status;
+  return a.db ? check_local(cli, &a) : check_remote(cli, &a);
 }
 
 /* ---- test cases ---------------------------------------------------------------------- */
@@ -921,13 +1367,9 @@ int xf_cmd_policy_test(xf_cli *cli, int argc, char **argv) {
   xf_err rc = XF_OK;
   for (size_t i = 0; i < n && rc == XF_OK; i++)
     rc = parse_case(cli, path, i, json_array_get(cases, i), now, &pcs[i]);
-  xf_db *db = NULL;
   xf_policy *p = NULL;
   if (rc != XF_OK) status = xf_cli_fail(cli, rc);
-  else if ((status = open_db(cli, &a, false, &db)) == XF_EXIT_OK) {
-    status = load_current(cli, db, &p);
-    xf_db_close(db);
-  }
+  else status = load_policy(cli, &a, &p);
   if (status != XF_EXIT_OK) {
     xf_free(pcs);
     json_decref(cases);

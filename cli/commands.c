@@ -4,6 +4,26 @@
 #include "cli/cli.h"
 #include "cli/client.h"
 
+/* Where the policy and audit commands act: the coordinator's policy and
+ * trail over the CLI session unless --db FILE names a local database. */
+#define POLICY_WHERE_CHANGE                                                           \
+  "Without --db the change is made to the coordinator's policy: the current\n"        \
+  "version is fetched, changed and pushed back as the next version, refused if\n"     \
+  "the policy moved on meanwhile. Only compliance and admin certificates may, and\n"  \
+  "the author recorded is the certificate's identity. With --db FILE the change\n"    \
+  "is made to that local policy database.\n"
+#define POLICY_WHERE_READ                                                             \
+  "Without --db this reads the coordinator's policy (any user certificate); with\n"   \
+  "--db FILE, that local policy database.\n"
+#define POLICY_CHANGE_OPTIONS                                                         \
+  "  --reason TEXT    why (required, non-empty; recorded with the version)\n"         \
+  "  --db FILE        a local policy database (SQLite) instead of the coordinator\n"  \
+  "  --author NAME    --db: who makes the change (default: $USER)\n"                  \
+  "  --json           print {\"version\": N, \"change\": ...}\n"
+#define AUDIT_WHERE                                                                   \
+  "Without --db this reads the coordinator's trail (compliance and admin\n"           \
+  "certificates only), page by page; with --db FILE, that local audit database.\n"
+
 const xf_cmd xf_cli_commands[] = {
     {"train", NULL, "train a job spec's model on one machine (the centralized baseline)",
      "usage: xfed train --spec JOB.json --data DIR [--threads N] [--epochs N] [--save FILE]\n"
@@ -336,91 +356,85 @@ const xf_cmd xf_cli_commands[] = {
      "  --dir DIR  federation directory (default ./federation)\n"
      "  --json     print the CRL's path, number and next update as JSON\n",
      xf_cmd_pki_crl},
-    {"policy", "region", "add a region to a local policy database",
-     "usage: xfed policy region add --name R [--jurisdiction J] --db FILE --reason TEXT\n"
-     "                              [--author NAME] [--json]\n"
+    {"policy", "region", "add a region to the coordinator's (or a local) policy",
+     "usage: xfed policy region add --name R [--jurisdiction J] --reason TEXT\n"
+     "                              [--db FILE [--author NAME]] [--json]\n"
      "\n"
      "Adds region R with a jurisdiction label (free text, e.g. \"EU GDPR\") and prints\n"
-     "the new policy version. Every change is one transaction that makes a new\n"
-     "immutable version recording author, reason and time.\n"
+     "the new policy version. Every change makes a new immutable version recording\n"
+     "author, reason and time.\n"
+     POLICY_WHERE_CHANGE
      "\n"
      "options:\n"
      "  --name R         region name (lowercase letters, digits, '-', '_'; 1-63)\n"
      "  --jurisdiction J jurisdiction label\n"
-     "  --db FILE        the policy database (SQLite; required: the coordinator's\n"
-     "                   policy cannot be read or pushed from the CLI yet)\n"
-     "  --author NAME    who makes the change (default: $USER)\n"
-     "  --reason TEXT    why (required, non-empty; recorded with the version)\n"
-     "  --json           print {\"version\": N, \"change\": ...}\n"
+     POLICY_CHANGE_OPTIONS
      "\n"
-     "example: xfed policy region add --db policy.db --name eu --jurisdiction \"EU GDPR\" \\\n"
+     "example: xfed policy region add --name eu --jurisdiction \"EU GDPR\" \\\n"
      "           --reason \"EU sites join\"\n"
-     "See docs/compliance-guide.md and docs/policy.md.\n",
+     "See docs/compliance-guide.md and docs/policy.md.\n"
+     "\n" XF_CLIENT_OPTIONS_HELP,
      xf_cmd_policy_region},
-    {"policy", "site", "add a site to a region of a local policy database",
-     "usage: xfed policy site add --name S --region R --db FILE --reason TEXT\n"
-     "                            [--author NAME] [--json]\n"
+    {"policy", "site", "add a site to a region of the policy",
+     "usage: xfed policy site add --name S --region R --reason TEXT\n"
+     "                            [--db FILE [--author NAME]] [--json]\n"
      "\n"
      "Adds site S in the existing region R and prints the new policy version.\n"
+     POLICY_WHERE_CHANGE
      "\n"
      "options:\n"
      "  --name S         site name\n"
      "  --region R       its region\n"
-     "  --db FILE        the policy database (SQLite; required: the coordinator's\n"
-     "                   policy cannot be read or pushed from the CLI yet)\n"
-     "  --author NAME    who makes the change (default: $USER)\n"
-     "  --reason TEXT    why (required, non-empty; recorded with the version)\n"
-     "  --json           print {\"version\": N, \"change\": ...}\n",
+     POLICY_CHANGE_OPTIONS
+     "\n" XF_CLIENT_OPTIONS_HELP,
      xf_cmd_policy_site},
     {"policy", "dataset", "add a dataset at a site, or tag one (add|tag)",
-     "usage: xfed policy dataset add --site S --name D --class C --db FILE --reason TEXT\n"
-     "                               [--author NAME] [--json]\n"
-     "       xfed policy dataset tag --site S --name D --tag T --db FILE --reason TEXT\n"
-     "                               [--author NAME] [--json]\n"
+     "usage: xfed policy dataset add --site S --name D --class C --reason TEXT\n"
+     "                               [--db FILE [--author NAME]] [--json]\n"
+     "       xfed policy dataset tag --site S --name D --tag T --reason TEXT\n"
+     "                               [--db FILE [--author NAME]] [--json]\n"
      "\n"
      "add: declares dataset D at site S with classification C (public, internal,\n"
      "confidential or restricted). tag: adds tag T to it. Prints the new version.\n"
+     POLICY_WHERE_CHANGE
      "\n"
      "options:\n"
      "  --site S         the site holding the dataset\n"
      "  --name D         the dataset's name (the name jobs use in data.dataset)\n"
      "  --class C        add: the classification\n"
      "  --tag T          tag: the tag to add\n"
-     "  --db FILE        the policy database (SQLite; required: the coordinator's\n"
-     "                   policy cannot be read or pushed from the CLI yet)\n"
-     "  --author NAME    who makes the change (default: $USER)\n"
-     "  --reason TEXT    why (required, non-empty; recorded with the version)\n"
-     "  --json           print {\"version\": N, \"change\": ...}\n",
+     POLICY_CHANGE_OPTIONS
+     "\n" XF_CLIENT_OPTIONS_HELP,
      xf_cmd_policy_dataset},
-    {"policy", "rule", "add, remove or list the rules of a local policy (add|rm|list)",
-     "usage: xfed policy rule add (--file RULE.json | --json-rule TEXT) --db FILE\n"
-     "                            --reason TEXT [--author NAME] [--json]\n"
-     "       xfed policy rule rm --id ID --db FILE --reason TEXT [--author NAME] [--json]\n"
-     "       xfed policy rule list --db FILE [--json]\n"
+    {"policy", "rule", "add, remove or list the rules of the policy (add|rm|list)",
+     "usage: xfed policy rule add (--file RULE.json | --json-rule TEXT) --reason TEXT\n"
+     "                            [--db FILE [--author NAME]] [--json]\n"
+     "       xfed policy rule rm --id ID --reason TEXT [--db FILE [--author NAME]] [--json]\n"
+     "       xfed policy rule list [--db FILE] [--json]\n"
      "\n"
      "add: appends one rule, written as one member of the policy document's \"rules\"\n"
      "array (id, effect, kind, select, destinations, conditions; docs/policy.md).\n"
      "rm: removes the rule with this id. Both print the new version. list: the\n"
      "current version's rules in order (the first satisfied allow rule decides).\n"
+     POLICY_WHERE_CHANGE
      "\n"
      "options:\n"
      "  --file RULE.json  add: the rule from a file\n"
      "  --json-rule TEXT  add: the rule as JSON text\n"
      "  --id ID           rm: the rule's id\n"
-     "  --db FILE        the policy database (SQLite; required: the coordinator's\n"
-     "                   policy cannot be read or pushed from the CLI yet)\n"
-     "  --author NAME    who makes the change (default: $USER)\n"
-     "  --reason TEXT    why (required, non-empty; recorded with the version)\n"
+     POLICY_CHANGE_OPTIONS
      "  --json            add, rm: {\"version\", \"change\"}; list: {\"version\", \"rules\"}\n"
      "\n"
-     "example: xfed policy rule add --db policy.db --reason \"EU only as DP aggregate\" \\\n"
+     "example: xfed policy rule add --reason \"EU only as DP aggregate\" \\\n"
      "           --json-rule '{\"id\": \"eu-regional\", \"effect\": \"allow\",\n"
      "             \"kind\": \"regional_aggregate\", \"select\": {\"region\": \"eu\"},\n"
      "             \"destinations\": [\"us\"], \"conditions\": {\"max_epsilon\": 3,\n"
-     "             \"min_cohort\": 2, \"require_secagg\": true}}'\n",
+     "             \"min_cohort\": 2, \"require_secagg\": true}}'\n"
+     "\n" XF_CLIENT_OPTIONS_HELP,
      xf_cmd_policy_rule},
     {"policy", "check", "decide a job spec against the current policy: per site and region",
-     "usage: xfed policy check JOB.json --coordinator-region R --db FILE [--epsilon E]\n"
+     "usage: xfed policy check JOB.json [--epsilon E] [--json]\n"
+     "       xfed policy check JOB.json --db FILE --coordinator-region R [--epsilon E]\n"
      "                         [--json]\n"
      "\n"
      "Reads the job spec (the same strict parser as 'xfed job submit') and decides it\n"
@@ -430,22 +444,24 @@ const xf_cmd xf_cli_commands[] = {
      "decided and why), one line per region (path, eligible sites, min_cohort,\n"
      "secure aggregation, max_epsilon of a regional aggregate) and suggestions that\n"
      "would make more sites eligible.\n"
+     "Without --db the coordinator decides, in its own region, exactly as it would\n"
+     "for a submission (a dry run: nothing is recorded); with --db FILE the local\n"
+     "database's current version decides, for --coordinator-region R.\n"
      "\n"
      "options:\n"
-     "  --coordinator-region R  where the global coordinator runs\n"
+     "  --coordinator-region R  --db: where the global coordinator runs\n"
      "  --epsilon E             the epsilon the job will spend (default: the spec's\n"
      "                          privacy.target_epsilon); used only with privacy on\n"
-     "  --db FILE        the policy database (SQLite; required: the coordinator's\n"
-     "                   policy cannot be read or pushed from the CLI yet)\n"
+     "  --db FILE               a local policy database instead of the coordinator\n"
      "  --json                  {version, allowed, sites, regions, suggestions}\n"
      "\n"
-     "exit status: 0 when the job is allowed as written, 3 when it is not, 1 on\n"
-     "errors, 2 on usage errors.\n"
-     "example: xfed policy check deploy/jobs/quickstart-secagg.json --db policy.db \\\n"
-     "           --coordinator-region us\n",
+     "exit status: 0 when the job is allowed as written, 3 when it is not (or the\n"
+     "coordinator has no policy or no region), 1 on errors, 2 on usage errors.\n"
+     "example: xfed policy check deploy/jobs/quickstart-secagg.json\n"
+     "\n" XF_CLIENT_OPTIONS_HELP,
      xf_cmd_policy_check},
     {"policy", "test", "run expected decisions (test cases) against the current policy",
-     "usage: xfed policy test CASES.json --db FILE [--json]\n"
+     "usage: xfed policy test CASES.json [--db FILE] [--json]\n"
      "\n"
      "CASES.json is a JSON array of cases:\n"
      "  {\"name\": \"eu needs secagg\",\n"
@@ -458,102 +474,141 @@ const xf_cmd xf_cli_commands[] = {
      "              \"paths\": {\"region\": \"direct|regional|none\"}}}  (optional)\n"
      "Each case is decided against the current version; prints pass or FAIL per\n"
      "case with the first difference, then a count.\n"
+     POLICY_WHERE_READ
      "\n"
      "options:\n"
-     "  --db FILE        the policy database (SQLite; required: the coordinator's\n"
-     "                   policy cannot be read or pushed from the CLI yet)\n"
+     "  --db FILE        a local policy database instead of the coordinator\n"
      "  --json           {version, passed, failed, cases: [{name, pass, reason}]}\n"
      "\n"
-     "exit status: 0 when every case passes, 1 when any fails or on errors.\n",
+     "exit status: 0 when every case passes, 1 when any fails or on errors.\n"
+     "\n" XF_CLIENT_OPTIONS_HELP,
      xf_cmd_policy_test},
-    {"policy", "log", "the versions of a local policy: who changed it, when and why",
-     "usage: xfed policy log --db FILE [--json]\n"
+    {"policy", "log", "the versions of the policy: who changed it, when and why",
+     "usage: xfed policy log [--db FILE] [--json]\n"
      "\n"
-     "One line per version, oldest first: version, time (UTC), author, reason.\n"
+     "One line per version, oldest first: version, time (UTC), author, reason. On\n"
+     "the coordinator the author is the SPIFFE id of the certificate that pushed it.\n"
+     POLICY_WHERE_READ
      "\n"
      "options:\n"
-     "  --db FILE        the policy database (SQLite; required: the coordinator's\n"
-     "                   policy cannot be read or pushed from the CLI yet)\n"
-     "  --json           {\"versions\": [{version, at, time, author, reason}]}\n",
+     "  --db FILE        a local policy database instead of the coordinator\n"
+     "  --json           {\"versions\": [{version, at, time, author, reason}]}\n"
+     "\n" XF_CLIENT_OPTIONS_HELP,
      xf_cmd_policy_log},
-    {"policy", "diff", "what changed between two versions of a local policy",
-     "usage: xfed policy diff V1 V2 --db FILE [--json]\n"
+    {"policy", "diff", "what changed between two versions of the policy",
+     "usage: xfed policy diff V1 V2 [--db FILE] [--json]\n"
      "\n"
      "One line per region, site, dataset or rule that differs from version V1 to\n"
      "version V2: '+' added, '-' removed, '~' changed (old -> new). Version 0 is the\n"
      "empty policy.\n"
+     POLICY_WHERE_READ
      "\n"
      "options:\n"
-     "  --db FILE        the policy database (SQLite; required: the coordinator's\n"
-     "                   policy cannot be read or pushed from the CLI yet)\n"
-     "  --json           {\"from\", \"to\", \"changes\": [lines]}\n",
+     "  --db FILE        a local policy database instead of the coordinator\n"
+     "  --json           {\"from\", \"to\", \"changes\": [lines]}\n"
+     "\n" XF_CLIENT_OPTIONS_HELP,
      xf_cmd_policy_diff},
-    {"policy", "export", "write one version of a local policy as a JSON document",
-     "usage: xfed policy export --db FILE [--version V] [--out FILE]\n"
+    {"policy", "export", "write one version of the policy as a JSON document",
+     "usage: xfed policy export [--db FILE] [--version V] [--out FILE]\n"
      "\n"
      "Writes the policy document (docs/policy.md, \"The document\") of version V\n"
      "(default: the current one) to stdout or, atomically, to --out. Importing it\n"
      "and exporting again gives the same text.\n"
+     POLICY_WHERE_READ
      "\n"
      "options:\n"
      "  --version V      the version (0: the empty policy)\n"
      "  --out FILE       write here instead of stdout\n"
-     "  --db FILE        the policy database (SQLite; required: the coordinator's\n"
-     "                   policy cannot be read or pushed from the CLI yet)\n"
-     "  --json           with --out: print {\"version\", \"out\"}\n",
+     "  --db FILE        a local policy database instead of the coordinator\n"
+     "  --json           with --out: print {\"version\", \"out\"}\n"
+     "\n" XF_CLIENT_OPTIONS_HELP,
      xf_cmd_policy_export},
-    {"policy", "import", "replace a local policy with a JSON document (one new version)",
-     "usage: xfed policy import FILE --db FILE --reason TEXT [--author NAME] [--json]\n"
+    {"policy", "import", "replace the policy with a JSON document (one new version)",
+     "usage: xfed policy import FILE --reason TEXT [--db FILE [--author NAME]] [--json]\n"
      "\n"
      "Checks the policy document FILE as a whole (an error names the member, such as\n"
      "rules[1].select.site) and makes it the next version. Nothing changes when it\n"
      "is refused.\n"
+     POLICY_WHERE_CHANGE
      "\n"
      "options:\n"
-     "  --db FILE        the policy database (SQLite; required: the coordinator's\n"
-     "                   policy cannot be read or pushed from the CLI yet)\n"
-     "  --author NAME    who makes the change (default: $USER)\n"
-     "  --reason TEXT    why (required, non-empty; recorded with the version)\n"
-     "  --json           print {\"version\": N, \"change\": ...}\n",
+     POLICY_CHANGE_OPTIONS
+     "\n" XF_CLIENT_OPTIONS_HELP,
      xf_cmd_policy_import},
-    {"audit", "list", "rows of a local audit trail",
-     "usage: xfed audit list --db FILE [--since T] [--limit N] [--json]\n"
+    {"policy", "push", "make a version of a local policy database the coordinator's policy",
+     "usage: xfed policy push --db FILE --reason TEXT [--version V] [--json]\n"
+     "\n"
+     "Sends version V (default: the current one) of the local policy database to\n"
+     "the coordinator, where it becomes the next version, whatever the coordinator\n"
+     "had before (compare with 'xfed policy diff' first). Only compliance and admin\n"
+     "certificates may; the coordinator records the certificate as the author and\n"
+     "every running job is decided again under the new version. Prints\n"
+     "\"policy version N on the coordinator: REASON\".\n"
+     "\n"
+     "options:\n"
+     "  --db FILE        the local policy database (required)\n"
+     "  --version V      the local version to push (1 or more; default: current)\n"
+     "  --reason TEXT    why (required, non-empty; recorded with the version)\n"
+     "  --json           {\"version\": N, \"local_version\": V, \"reason\": ...}\n"
+     "\n" XF_CLIENT_OPTIONS_HELP,
+     xf_cmd_policy_push},
+    {"policy", "pull", "copy the coordinator's policy into a local policy database",
+     "usage: xfed policy pull --db FILE --reason TEXT [--author NAME] [--json]\n"
+     "\n"
+     "Imports the coordinator's current document into the local database (created\n"
+     "when missing) as its next version, so that a change can be drafted, checked\n"
+     "and tested there before 'xfed policy push'.\n"
+     "\n"
+     "options:\n"
+     "  --db FILE        the local policy database (required)\n"
+     "  --author NAME    who makes the local version (default: $USER)\n"
+     "  --reason TEXT    why (required, non-empty)\n"
+     "  --json           print {\"version\": N, \"change\": ...}\n"
+     "\n" XF_CLIENT_OPTIONS_HELP,
+     xf_cmd_policy_pull},
+    {"audit", "list", "rows of the coordinator's (or a local) audit trail",
+     "usage: xfed audit list [--db FILE] [--since T] [--limit N] [--json]\n"
      "\n"
      "Rows in append order: seq, time (UTC), kind, actor, subject, detail.\n"
+     AUDIT_WHERE
      "\n"
      "options:\n"
-     "  --db FILE    the audit database (required: the coordinator's trail is not\n"
-     "               reachable from the CLI yet)\n"
+     "  --db FILE    a local audit database instead of the coordinator\n"
      "  --since T    rows at or after T: Unix seconds or ISO 8601 UTC\n"
      "               (2024-05-01, 2024-05-01T12:00:00Z)\n"
      "  --limit N    at most N rows\n"
-     "  --json       {\"rows\": [{seq, at, actor, kind, subject, detail, prev, digest}]}\n",
+     "  --json       {\"rows\": [{seq, at, actor, kind, subject, detail, prev, digest}]}\n"
+     "\n" XF_CLIENT_OPTIONS_HELP,
      xf_cmd_audit_list},
-    {"audit", "verify", "check a local audit trail's hash chain for edited or deleted rows",
-     "usage: xfed audit verify --db FILE [--json]\n"
+    {"audit", "verify", "check an audit trail's hash chain for edited or deleted rows",
+     "usage: xfed audit verify [--db FILE] [--json]\n"
      "\n"
      "Recomputes every row's digest and checks each row's link to the one before,\n"
-     "and prints the verdict: the number of rows and the head when intact, else\n"
-     "the first bad row and what is wrong with it (edited, inserted or deleted).\n"
-     "Rows cut off the end leave a shorter intact chain; compare the head printed\n"
-     "here with one kept elsewhere to detect that (docs/audit.md, \"Anchoring\").\n"
+     "and prints the verdict: the number of rows (and, with --db, the head) when\n"
+     "intact, else the first bad row and what is wrong with it (edited, inserted or\n"
+     "deleted). Rows cut off the end leave a shorter intact chain; compare the head\n"
+     "with one kept elsewhere to detect that (docs/audit.md, \"Anchoring\").\n"
+     AUDIT_WHERE
      "\n"
      "options:\n"
-     "  --db FILE    the audit database (required)\n"
-     "  --json       {intact, fault, rows, seq, what, head: {seq, digest}}\n"
+     "  --db FILE    a local audit database instead of the coordinator\n"
+     "  --json       {intact, fault, rows, seq, what, head: {seq, digest} (--db only)}\n"
      "\n"
-     "exit status: 0 when intact, 3 when not, 1 on errors.\n",
+     "exit status: 0 when intact, 3 when not, 1 on errors.\n"
+     "\n" XF_CLIENT_OPTIONS_HELP,
      xf_cmd_audit_verify},
-    {"audit", "export", "write a local audit trail as JSON lines",
-     "usage: xfed audit export --db FILE [--since T] [--out FILE]\n"
+    {"audit", "export", "write an audit trail as JSON lines",
+     "usage: xfed audit export [--db FILE] [--since T] [--out FILE]\n"
      "\n"
      "One JSON object per row, in append order: seq, at, actor, kind, subject,\n"
      "detail, prev, digest (docs/audit.md). To stdout, or atomically to --out.\n"
+     AUDIT_WHERE
      "\n"
      "options:\n"
-     "  --db FILE    the audit database (required)\n"
+     "  --db FILE    a local audit database instead of the coordinator\n"
      "  --since T    rows at or after T: Unix seconds or ISO 8601 UTC\n"
-     "  --out FILE   write here instead of stdout\n",
+     "  --out FILE   write here instead of stdout\n"
+     "\n" XF_CLIENT_OPTIONS_HELP,
      xf_cmd_audit_export},
     {"version", NULL, "print the version and the compute backends this build has",
      "usage: xfed version [--json]\n", xf_cmd_version},

@@ -177,6 +177,12 @@ static xf__peer_kind kind_for(const xf__coord *co, const xf_spiffe_id *id) {
   }
 }
 
+/* A refused peer, in the audit trail. */
+static void audit_refused(xf__coord *co, const char *spiffe, const char *addr, const char *why) {
+  xf__audit(co, "refused_connection", spiffe,
+            json_pack("{s:s,s:s,s:s}", "peer", spiffe, "address", addr ? addr : "", "why", why));
+}
+
 static xf_err on_connect(xf_conn *c, const xf_spiffe_id *peer_id) {
   xf__peer *p = xf_conn_user(c);
   xf__coord *co = p->co;
@@ -198,6 +204,7 @@ static xf_err on_connect(xf_conn *c, const xf_spiffe_id *peer_id) {
                             : "only sites, regional aggregators and users connect to a "
                               "coordinator";
       XF_WARN("peer_refused", "peer=%s id=%s reason=\"%s\"", xf_conn_peer_addr(c), spiffe, why);
+      audit_refused(co, spiffe, xf_conn_peer_addr(c), why);
       xf_session_refuse(c, XFED__REFUSAL__REASON__NOT_AUTHORIZED, "%s is refused: %s", spiffe,
                         why);
       return XF_EDENIED;
@@ -206,6 +213,10 @@ static xf_err on_connect(xf_conn *c, const xf_spiffe_id *peer_id) {
         strcmp(peer_id->region, co->cfg.region) != 0) {
       XF_WARN("peer_refused", "peer=%s id=%s reason=\"site of region %s at the aggregator of %s\"",
               xf_conn_peer_addr(c), spiffe, peer_id->region, co->cfg.region);
+      char why[200];
+      snprintf(why, sizeof(why), "a site of region %s at the aggregator of region %s",
+               peer_id->region, co->cfg.region);
+      audit_refused(co, spiffe, xf_conn_peer_addr(c), why);
       xf_session_refuse(c, XFED__REFUSAL__REASON__NOT_AUTHORIZED,
                         "%s is in region %s; this aggregator serves region %s", spiffe,
                         peer_id->region, co->cfg.region);
@@ -249,6 +260,10 @@ static void on_announce(xf__coord *co, xf__peer *p, const Xfed__SiteAnnounce *a)
             "peer=%s reason=\"announces itself as %s in region %s but its certificate names %s "
             "in region %s\"",
             xf_conn_peer_addr(p->conn), name, region, p->id.name, p->id.region);
+    char spiffe[XF_SPIFFE_MAX], why[300];
+    if (xf_spiffe_format(&p->id, spiffe, NULL) != XF_OK) snprintf(spiffe, sizeof(spiffe), "?");
+    snprintf(why, sizeof(why), "announced itself as %.63s in region %.63s", name, region);
+    audit_refused(co, spiffe, xf_conn_peer_addr(p->conn), why);
     xf_session_refuse(p->conn, XFED__REFUSAL__REASON__NOT_AUTHORIZED,
                       "a site speaks only for itself: this certificate is %s in region %s, not "
                       "%s in region %s",
@@ -539,10 +554,15 @@ static xf_err open_state(xf__coord *co, xf_errctx *err) {
   if (mkdir(co->cfg.state_dir, 0700) != 0 && errno != EEXIST)
     return xf_fail(err, XF_EIO, "cannot create the state directory %s: %s", co->cfg.state_dir,
                    strerror(errno));
-  if (co->cfg.regional) return XF_OK; /* a regional aggregator keeps no journal */
   char path[XF_COORD_PATH_MAX + 32];
+  if (co->cfg.regional) {
+    /* A regional aggregator keeps no journal, only its audit trail. */
+    snprintf(path, sizeof(path), "%s/audit.db", co->cfg.state_dir);
+    return xf_audit_open(path, &co->audit, err);
+  }
   snprintf(path, sizeof(path), "%s/coord.db", co->cfg.state_dir);
   XF_GUARD(xf_journal_open(path, &co->db, err));
+  co->audit = co->db;
   snprintf(path, sizeof(path), "%s/blobs", co->cfg.state_dir);
   return xf_blob_store_open(path, &co->blobs, err);
 }
@@ -596,10 +616,15 @@ xf_err xf_coord_run(const xf_coord_config *cfg, xf_errctx *err) {
     sigs[i]->data = co;
     uv_signal_start(sigs[i], on_signal, nums[i]);
   }
-  XF_INFO("coordinator_started", "name=%s role=%s region=%s listen=%s port=%d federation=%s",
+  XF_INFO("coordinator_started",
+          "name=%s role=%s region=%s residency_policy=%s listen=%s port=%d federation=%s",
           co->name, co->cfg.regional ? "regional" : "global",
-          co->cfg.regional ? co->cfg.region : "-", co->cfg.listen_host,
-          xf_listener_port(co->listener), xf_tls_federation(co->tls));
+          co->cfg.region[0] ? co->cfg.region : "-",
+          co->cfg.regional ? "from-tasks" : co->cfg.residency_off ? "off" : "enforce",
+          co->cfg.listen_host, xf_listener_port(co->listener), xf_tls_federation(co->tls));
+  if (!co->cfg.regional && co->cfg.residency_off)
+    XF_WARN("residency_policy_off", "reason=\"started with --residency-policy off: every site of "
+            "a job's dataset is eligible, wherever it is\"");
   if (co->cfg.regional)
     xf__upstream_start(co);
   else
@@ -630,13 +655,16 @@ out:
     xf_free(p);
   }
   xf_free(co->up.params_json);
+  xf_free(co->up.residency.sites);
   xf_free(co->up.model_buf);
   xf_free(co->up.agg_bytes);
   xf_free(co->up.residual);
   xf_tensor_receiver_free(co->up.model_rx);
   xf_noise_free(co->noise);
   xf_blob_store_close(co->blobs);
+  if (co->audit != co->db) xf_db_close(co->audit);
   xf_db_close(co->db);
+  xf_policy_free(co->policy);
   xf_tls_free(co->tls);
   xf_free(co);
   g_co = NULL;

@@ -18,7 +18,9 @@
 
 typedef struct xf_coord_config {
   bool regional;                        /* --role regional */
-  char region[XF_COORD_NAME_MAX];       /* regional: its region (must match its certificate) */
+  char region[XF_COORD_NAME_MAX];       /* regional: its region (must match its certificate);
+                                           global: where it runs, for the residency
+                                           policy (required unless residency_off) */
   char listen_host[256];                /* numeric address to listen on */
   int listen_port;                      /* 0 picks a free one (see port_file) */
   char upstream_host[256];              /* regional: the global coordinator */
@@ -32,6 +34,10 @@ typedef struct xf_coord_config {
   double resume_grace_s;                /* after a restart, wait this long for the sites of
                                            an interrupted round; 0: 30 */
   double eval_timeout_s;                /* the final evaluation's deadline; 0: 120 */
+  bool residency_off;                   /* global: run without a residency policy
+                                           ("residency_policy": "off"); every site of a
+                                           job's dataset is eligible and decisions are
+                                           audited as unrestricted */
 } xf_coord_config;
 
 /* Runs the daemon until SIGTERM or SIGINT (clean shutdown: stops accepting,

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
 #include <uv.h>
 
 #include "coordinator/aggregate.h"
@@ -28,6 +29,8 @@
 #include "net/session.h"
 #include "net/tensor.h"
 #include "net/tls.h"
+#include "policy/audit.h"
+#include "policy/policy.h"
 #include "storage/blob.h"
 #include "storage/db.h"
 
@@ -201,6 +204,13 @@ typedef struct xf__job {
   /* Without secure aggregation: this attempt's X25519 key pair that updates
    * are sealed to (sodium_malloc'ed, wiped when freed), or NULL. */
   struct xf__seal_keys *seal;
+  /* Residency (coordinator/residency.c). Global role with a policy: the
+   * decision the open or next attempt runs under, decided again before
+   * every attempt; paused while the policy does not allow the job. */
+  bool has_plan;
+  xf_policy_decision plan;
+  bool paused;
+  double paused_checked; /* when a paused job was last decided again */
 } xf__job;
 
 typedef struct xf__seal_keys {
@@ -209,6 +219,21 @@ typedef struct xf__seal_keys {
 } xf__seal_keys;
 
 /* The regional role's link upstream and the task it is relaying. */
+/* What a regional aggregator was told of its task's residency
+ * (Xfed__Residency, copied). */
+typedef struct xf__residency {
+  bool present;
+  uint64_t version;
+  char coordinator_region[XF_COORD_NAME_MAX];
+  char path[16]; /* "direct" or "regional" */
+  char rule[XF_POLICY_NAME_MAX];
+  uint32_t min_cohort;
+  bool require_secagg, has_max_epsilon;
+  double max_epsilon, epsilon;
+  char (*sites)[XF_COORD_NAME_MAX]; /* the sites behind us that may take part */
+  size_t n_sites;
+} xf__residency;
+
 typedef struct xf__upstream {
   xf__peer *peer; /* open session, or NULL */
   bool dialing;
@@ -223,6 +248,7 @@ typedef struct xf__upstream {
   double deadline;
   xf_digest model_digest;
   char *params_json;
+  xf__residency residency; /* the offer's, or present false */
   xf_tensor_receiver *model_rx;
   uint8_t *model_buf;
   size_t model_len;
@@ -262,6 +288,12 @@ typedef struct xf__coord {
   bool stopping;
   xf__upstream up;
   xf_noise *noise; /* central privacy: the aggregator's noise (CSPRNG-keyed) */
+  /* The audit trail: the journal itself on the global role, STATE/audit.db
+   * on a regional aggregator. */
+  xf_db *audit;
+  /* Global role: the policy version decisions are taken against (cached;
+   * reloaded when the version table moves on), NULL before the first. */
+  xf_policy *policy;
 } xf__coord;
 
 /* ---- daemon.c ------------------------------------------------------------------------ */
@@ -309,7 +341,7 @@ xf_err xf__model_file_make(const xf_model *m, const float *params, xf__model_fil
 /* The dataset of s a job with this spec trains on (name and tags), or NULL. */
 const xf__dataset *xf__job_dataset(const xf_jobspec *spec, const xf__site *s);
 /* Whether s holds the job's data (dataset, tags, shape). */
-bool xf__site_eligible(const xf__job *job, const xf__site *s);
+bool xf__site_eligible(const xf__coord *co, const xf__job *job, const xf__site *s);
 /* Starts the relay job of an upstream task (regional role). */
 xf_err xf__job_start_relay(xf__coord *co, xf_errctx *err);
 
@@ -350,6 +382,55 @@ void xf__job_commit_failed(xf__coord *co, xf__job *job, const char *why);
 
 /* Whether the job compresses its uplink, and its codec. */
 bool xf__job_uplink(const xf_jobspec *spec, xf_codec_uplink *codec);
+
+/* ---- residency.c (docs/policy.md, "Enforcement") ----------------------------------- */
+
+/* Whether the global coordinator enforces a residency policy (not with
+ * "residency_policy": "off"). Regional aggregators enforce what their
+ * offers carry. */
+bool xf__residency_on(const xf__coord *co);
+/* Appends a row to this process's audit trail; actor is our certificate
+ * name. detail is taken over (may be NULL: {}). Failures are logged, never
+ * fatal to the caller (the row is then missing, and the log says so). */
+void xf__audit(xf__coord *co, const char *kind, const char *subject, json_t *detail);
+/* Decides spec against the current policy version (loaded or reloaded as
+ * needed) with this coordinator's region. XF_EDENIED with a message when
+ * no policy was ever pushed or the coordinator has no region; errors of
+ * xf_policy_decide otherwise. On success the caller frees *out with
+ * xf_policy_decision_free. */
+xf_err xf__residency_decide(xf__coord *co, const xf_jobspec *spec, xf_policy_decision *out,
+                            xf_errctx *err) XF_WARN_UNUSED;
+/* The decision as one paragraph for a person: what is not allowed, per
+ * site, and what would make it allowed. */
+void xf__residency_explain(const xf_policy_decision *d, char *buf, size_t len);
+/* The global coordinator's plan of job: its region's entry (NULL when the
+ * region holds none of the job's sites, or there is no plan). */
+const xf_policy_region_plan *xf__residency_region(const xf__job *job, const char *region);
+/* How many of the sites behind regional aggregator s the plan lets take part. */
+size_t xf__residency_behind(const xf__job *job, const xf__site *s);
+/* Whether s may be invited under the residency plan (always true without
+ * one): a site straight to us only where its region's updates may come
+ * directly; a regional aggregator where its region's aggregate may leave
+ * and enough sites behind it are eligible; a regional's own sites only when
+ * its task names them. */
+bool xf__residency_site_ok(const xf__coord *co, const xf__job *job, const xf__site *s);
+/* Fills the TaskOffer's residency for s from the job's plan; names (room for
+ * s->n_behind pointers) receives the eligible sites behind a regional. */
+void xf__residency_offer(const xf__coord *co, const xf__job *job, const xf__site *s,
+                         Xfed__Residency *out, char **names);
+/* Before an attempt opens: decides the job again (audited), pauses it when
+ * the policy no longer allows it and resumes it when it does again. True
+ * when the attempt may open. */
+bool xf__residency_admit(xf__coord *co, xf__job *job);
+/* Sets the job's state and message in the journal (logs failures). */
+void xf__journal_state(xf__coord *co, const xf__job *job, xf_job_state state, const char *msg);
+/* The policy changed (a push): the active job is decided again from its
+ * next attempt, and a paused one resumes if it is allowed now. */
+void xf__policy_changed(xf__coord *co);
+
+/* ---- policy_requests.c ------------------------------------------------------------- */
+/* PolicyRequest and AuditQuery from a user's session. */
+void xf__policy_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);
 
 /* ---- requests.c --------------------------------------------------------------------- */
 void xf__cli_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);

@@ -82,6 +82,7 @@ void xf__job_free(xf__job *job) {
   xf_free(job->params);
   xf_free(job->spec_json);
   xf__model_file_unref(job->mf);
+  xf_policy_decision_free(&job->plan);
   xf_free(job);
 }
 
@@ -103,9 +104,17 @@ const xf__dataset *xf__job_dataset(const xf_jobspec *spec, const xf__site *s) {
   return NULL;
 }
 
-bool xf__site_eligible(const xf__job *job, const xf__site *s) {
+bool xf__site_eligible(const xf__coord *co, const xf__job *job, const xf__site *s) {
   if (!s->peer) return false;
-  if (s->regional && job->spec.topology != XF_JOB_TOPOLOGY_REGIONAL) return false;
+  /* Under a residency policy the plan, not the spec, says who aggregates
+   * in a regional aggregator first. */
+  if (xf__residency_on(co) && !job->relay) {
+    if (!xf__residency_site_ok(co, job, s)) return false;
+  } else if (s->regional && job->spec.topology != XF_JOB_TOPOLOGY_REGIONAL) {
+    return false;
+  } else if (job->relay && !xf__residency_site_ok(co, job, s)) {
+    return false;
+  }
   const xf__dataset *d = xf__job_dataset(&job->spec, s);
   if (!d) return false;
   if (!job->model) return true;
@@ -157,7 +166,6 @@ static void send_cancel(xf__coord *co, xf__job *job, xf__site *s, const char *re
 
 /* TaskOffer and the model stream to s. */
 static xf_err send_task(xf__coord *co, xf__job *job, xf__site *s, double deadline, bool eval) {
-  (void)co;
   if (!s->peer) return XF_ENOENT;
   Xfed__TaskOffer o = XFED__TASK_OFFER__INIT;
   o.job_id = job->id_text;
@@ -179,13 +187,38 @@ static xf_err send_task(xf__coord *co, xf__job *job, xf__site *s, double deadlin
     o.seal_key.data = job->seal->pk;
     o.seal_key.len = sizeof(job->seal->pk);
   }
+  /* The residency plan goes with every task: the global coordinator's
+   * decision for the site's region, or a regional's task passed on. */
+  Xfed__Residency res;
+  char **names = NULL;
+  const xf__residency *up = &co->up.residency;
+  if (xf__residency_on(co) && job->has_plan && !job->relay) {
+    names = s->n_behind ? xf_calloc(s->n_behind, sizeof(char *)) : NULL;
+    xf__residency_offer(co, job, s, &res, names);
+    o.residency = &res;
+  } else if (job->relay && up->present) {
+    xfed__residency__init(&res);
+    res.policy_version = up->version;
+    res.coordinator_region = (char *)up->coordinator_region;
+    res.aggregator_region = co->cfg.region;
+    res.path = (char *)up->path;
+    res.rule = (char *)up->rule;
+    res.min_cohort = up->min_cohort;
+    res.require_secagg = up->require_secagg;
+    res.has_max_epsilon = up->has_max_epsilon;
+    res.max_epsilon = up->max_epsilon;
+    res.epsilon = up->epsilon;
+    o.residency = &res;
+  }
   uint64_t stream = (uint64_t)o.round << 16 | (uint64_t)o.attempt << 1;
   stream = stream ? stream : 2; /* even ids are models, odd ones updates */
   o.model_stream_id = stream;
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   env.body_case = XFED__ENVELOPE__BODY_TASK_OFFER;
   env.task_offer = &o;
-  XF_GUARD(xf__send(s->peer, &env));
+  xf_err sent = xf__send(s->peer, &env);
+  xf_free(names);
+  XF_GUARD(sent);
   xf_tensor_desc d = {.stream_id = stream,
                       .kind = XFED__TENSOR_BEGIN__KIND__MODEL,
                       .dtype = XFED__TENSOR_BEGIN__DTYPE__U8,
@@ -252,7 +285,7 @@ bool xf__job_epsilon(const xf_jobspec *spec, uint32_t rounds, double *eps) {
 static size_t eligible_ids(xf__coord *co, const xf__job *job, uint64_t *ids, size_t cap) {
   size_t n = 0;
   for (xf__site *s = co->sites; s; s = s->next)
-    if (xf__site_eligible(job, s) && n < cap) ids[n++] = s->id;
+    if (xf__site_eligible(co, job, s) && n < cap) ids[n++] = s->id;
   return n;
 }
 
@@ -283,6 +316,7 @@ static void try_open(xf__coord *co, xf__job *job) {
     eval_start(co, job);
     return;
   }
+  if (!xf__residency_admit(co, job)) return;
   size_t cap = count_sites(co);
   uint64_t *ids = xf_calloc(cap ? cap : 1, sizeof(uint64_t));
   if (!ids) return;
@@ -376,7 +410,7 @@ static void eval_start(xf__coord *co, xf__job *job) {
   size_t asked = 0;
   for (xf__site *s = co->sites; s; s = s->next) {
     s->eval_pending = false;
-    if (!xf__site_eligible(job, s)) continue;
+    if (!xf__site_eligible(co, job, s)) continue;
     if (send_task(co, job, s, job->eval_deadline, true) == XF_OK) {
       s->eval_pending = true;
       asked++;
@@ -792,6 +826,24 @@ static void on_tensor_begin(xf__coord *co, xf__job *job, xf__site *s,
                             m->job_id ? m->job_id : "", (unsigned)m->round, (unsigned)m->attempt);
     return;
   }
+  /* The plan's conditions on a regional aggregate hold at this end too: one
+   * that sums fewer sites than the policy asks is not taken in. */
+  const xf_policy_region_plan *rp =
+      s->regional && xf__residency_on(co) ? xf__residency_region(job, s->region) : NULL;
+  if (rp && rp->path == XF_POLICY_PATH_REGIONAL && m->contributors < rp->min_cohort) {
+    char why[300];
+    snprintf(why, sizeof(why),
+             "the aggregate of region %s holds %u sites; rule %s needs at least %u before it "
+             "leaves the region", s->region, (unsigned)m->contributors, rp->rule,
+             (unsigned)rp->min_cohort);
+    xf__audit(co, "refused_task", job->id_text,
+              json_pack("{s:s,s:I,s:I,s:s,s:s,s:s}", "job", job->id_text, "round",
+                        (json_int_t)m->round, "attempt", (json_int_t)m->attempt, "from",
+                        s->name, "kind", "regional_aggregate", "why", why));
+    if (s->peer) xf_session_send_error(s->peer->conn, XF_EDENIED, "%s", why);
+    drop_site(co, job, s, why);
+    return;
+  }
   xf_codec_uplink codec;
   bool encoded = xf__job_uplink(&job->spec, &codec);
   bool compressed = encoded;
@@ -941,6 +993,17 @@ static void on_tensor_end(xf__coord *co, xf__job *job, xf__site *s, const Xfed__
   xf_tensor_receiver_free(s->rx);
   s->rx = NULL;
   job->bytes_up += bytes;
+  /* An artifact that came across a region boundary. */
+  if (co->cfg.region[0] && strcmp(s->region, co->cfg.region) != 0) {
+    json_t *o = json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:s,s:I,s:I}", "job", job->id_text, "round",
+                          (json_int_t)offer_round(job), "attempt",
+                          (json_int_t)offer_attempt(job), "kind",
+                          s->regional ? "regional_aggregate" : "update", "sender", s->name,
+                          "from", s->region, "to", co->cfg.region, "bytes", (json_int_t)bytes,
+                          "weight", (json_int_t)s->rx_weight);
+    if (job->has_plan) json_object_set_new(o, "policy_version", json_integer((json_int_t)job->plan.version));
+    xf__audit(co, "crossing", job->id_text, o);
+  }
   if (!job->relay) {
     xf_journal_participant p = {.site = s->id, .state = XF_PARTICIPANT_REPORTED,
                                 .samples = s->rx_weight, .bytes_up = bytes,
@@ -1065,6 +1128,11 @@ void xf__job_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env) {
     if (job->phase != XF__PHASE_ROUND || !r->job_id || strcmp(r->job_id, job->id_text) != 0 ||
         r->round != offer_round(job))
       return;
+    if (r->reason == XFED__TASK_REFUSAL__REASON__POLICY_DENIED)
+      xf__audit(co, "refused_task", job->id_text,
+                json_pack("{s:s,s:I,s:s,s:s,s:s}", "job", job->id_text, "round",
+                          (json_int_t)r->round, "site", s->name, "by", "site",
+                          "why", r->details ? r->details : ""));
     note_privacy_refusal(job, s, r);
     if (xf_round_site_refused(job->round, s->id, r->details, &err) == XF_OK) run_actions(co, job);
     if (job->sa && job->phase == XF__PHASE_ROUND) xf__sa_site_changed(co, job);
@@ -1238,6 +1306,9 @@ static xf_err activate(xf__coord *co, int64_t id, xf_errctx *err) {
     job->wait_for = invited ? invited : UINT32_MAX;
   }
   co->active = job;
+  /* A job paused by the residency policy stays paused until a decision
+   * allows it again (at once, if the policy changed while we were down). */
+  job->paused = jj.state == XF_JOB_PAUSED;
   if (jj.state == XF_JOB_QUEUED)
     journal_check(xf_journal_job_set_state(co->db, id, XF_JOB_RUNNING, NULL, xf__now(), err),
                   "job_state", err);

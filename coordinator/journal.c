@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "policy/audit.h"
+#include "policy/policy.h"
 
 /* ---- schema ------------------------------------------------------------------
  * The one migration list of the coordinator database, append only: a
@@ -93,6 +95,10 @@ static const xf_migration xf__migrations[] = {
      "ALTER TABLE jobs ADD COLUMN bytes_down INTEGER NOT NULL DEFAULT 0;"
      "ALTER TABLE metrics ADD COLUMN bytes_up INTEGER;"
      "ALTER TABLE metrics ADD COLUMN bytes_down INTEGER;"},
+    /* 3: the federation's residency policy, as immutable versions. */
+    {3, xf_policy_schema_sql},
+    /* 4: the audit trail (decisions, crossings, policy changes, refusals). */
+    {4, xf_audit_schema_sql},
 };
 
 const xf_migration *xf_journal_migrations(size_t *n) {
@@ -665,7 +671,7 @@ static xf_err xf__job_ids(xf_db *db, const char *sql, int64_t **ids, size_t *n,
 }
 
 xf_err xf_journal_running_jobs(xf_db *db, int64_t **ids, size_t *n, xf_errctx *err) {
-  return xf__job_ids(db, "SELECT id FROM jobs WHERE state = 'running' ORDER BY id", ids, n, err);
+  return xf__job_ids(db, "SELECT id FROM jobs WHERE state IN ('running', 'paused') ORDER BY id", ids, n, err);
 }
 
 xf_err xf_journal_queued_jobs(xf_db *db, int64_t **ids, size_t *n, xf_errctx *err) {

@@ -162,8 +162,9 @@ typedef struct xf_journal_job {
 xf_err xf_journal_job_load(xf_db *db, int64_t job, xf_journal_job *out,
                            xf_errctx *err) XF_WARN_UNUSED;
 
-/* The ids of jobs in state running (ascending): the ones a restarted
- * coordinator resumes. The caller owns *ids (xf_free; NULL when *n is 0). */
+/* The ids of jobs in state running or paused (ascending): the ones a
+ * restarted coordinator resumes (a paused one stays the active job, waiting
+ * for the residency policy to allow it again). The caller owns *ids (xf_free; NULL when *n is 0). */
 xf_err xf_journal_running_jobs(xf_db *db, int64_t **ids, size_t *n,
                                xf_errctx *err) XF_WARN_UNUSED;
 

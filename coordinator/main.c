@@ -64,7 +64,8 @@ static xf_err load_config(xf_cli *cli, const char *path, xf_coord_config *c) {
   static const char *const keys[] = {"role",      "region",      "listen",     "upstream",
                                      "cert",      "key",         "ca",         "crl",
                                      "state_dir", "port_file",   "max_frame",  "max_staged",
-                                     "resume_grace_s", "eval_timeout_s", NULL};
+                                     "resume_grace_s", "eval_timeout_s", "residency_policy",
+                                     NULL};
   xf_err rc = XF_OK;
   const char *k;
   json_t *v;
@@ -80,7 +81,7 @@ static xf_err load_config(xf_cli *cli, const char *path, xf_coord_config *c) {
       rc = xf_fail(&cli->err, XF_EFORMAT,
                    "unknown field; the fields are role, region, listen, upstream, cert, key, ca, "
                    "crl, state_dir, port_file, max_frame, max_staged, resume_grace_s, "
-                   "eval_timeout_s");
+                   "eval_timeout_s, residency_policy");
       goto out;
     }
     bool numeric = strcmp(k, "max_frame") == 0 || strcmp(k, "max_staged") == 0 ||
@@ -101,6 +102,12 @@ static xf_err load_config(xf_cli *cli, const char *path, xf_coord_config *c) {
       c->regional = strcmp(s, "regional") == 0;
     } else if (strcmp(k, "region") == 0) {
       snprintf(c->region, sizeof(c->region), "%s", s);
+    } else if (strcmp(k, "residency_policy") == 0) {
+      if (strcmp(s, "enforce") != 0 && strcmp(s, "off") != 0) {
+        rc = xf_fail(&cli->err, XF_EFORMAT, "is '%s'; use \"enforce\" or \"off\"", s);
+        goto out;
+      }
+      c->residency_off = strcmp(s, "off") == 0;
     } else if (strcmp(k, "listen") == 0) {
       if ((rc = parse_addr(cli, "listen", s, c->listen_host, sizeof(c->listen_host),
                            &c->listen_port)) != XF_OK)
@@ -156,7 +163,8 @@ static int cmd_run(xf_cli *cli, int argc, char **argv) {
       {"upstream", required_argument, 0, 'u'}, {"cert", required_argument, 0, 'C'},
       {"key", required_argument, 0, 'K'},    {"ca", required_argument, 0, 'A'},
       {"crl", required_argument, 0, 'L'},    {"state", required_argument, 0, 's'},
-      {"port-file", required_argument, 0, 'p'}, {0, 0, 0, 0}};
+      {"port-file", required_argument, 0, 'p'}, {"residency-policy", required_argument, 0, 'P'},
+      {0, 0, 0, 0}};
   xf_coord_config c;
   memset(&c, 0, sizeof(c));
   snprintf(c.listen_host, sizeof(c.listen_host), "127.0.0.1");
@@ -196,6 +204,11 @@ static int cmd_run(xf_cli *cli, int argc, char **argv) {
     case 'L': snprintf(c.crl, sizeof(c.crl), "%s", optarg); break;
     case 's': snprintf(c.state_dir, sizeof(c.state_dir), "%s", optarg); break;
     case 'p': snprintf(c.port_file, sizeof(c.port_file), "%s", optarg); break;
+    case 'P':
+      if (strcmp(optarg, "enforce") != 0 && strcmp(optarg, "off") != 0)
+        return xf_cli_usage(cli, "--residency-policy is 'enforce' or 'off', not '%s'", optarg);
+      c.residency_off = strcmp(optarg, "off") == 0;
+      break;
     default: break;
     }
     if (rc != XF_OK) return xf_cli_usage(cli, "%s", cli->err.msg);
@@ -205,6 +218,13 @@ static int cmd_run(xf_cli *cli, int argc, char **argv) {
     return xf_cli_usage(cli, "--role regional needs --upstream HOST:PORT (the global coordinator)");
   if (!c.regional && c.upstream_host[0])
     return xf_cli_usage(cli, "--upstream is for --role regional; the global coordinator has none");
+  if (c.regional && c.residency_off)
+    return xf_cli_usage(cli, "--residency-policy is the global coordinator's; a regional "
+                             "aggregator enforces what its tasks carry");
+  if (!c.regional && !c.residency_off && !c.region[0])
+    return xf_cli_usage(cli, "the global coordinator needs --region R (the region it runs in) to "
+                             "place it in the residency policy; a federation without a policy "
+                             "runs with --residency-policy off");
   if (c.region[0] && !xf_site_label_valid(c.region))
     return xf_cli_usage(cli, "--region '%s' is not a region name: 1 to 63 of a-z, 0-9 and '-'",
                         c.region);
@@ -244,24 +264,35 @@ static const xf_cmd commands[] = {
      "usage: xfed-coord [run] [--config FILE] [--role global|regional] [--region R]\n"
      "                  [--upstream HOST:PORT] [--listen HOST:PORT] --cert FILE --key FILE\n"
      "                  --ca FILE --crl FILE --state DIR [--port-file FILE]\n"
+     "                  [--residency-policy enforce|off]\n"
      "\n"
      "Runs until SIGTERM or SIGINT (clean shutdown; an open round resumes at the next\n"
      "start). SIGHUP reloads the CRL. Logs are key=value lines on stderr\n"
      "(XF_LOG_LEVEL=debug|info|warn|error).\n"
      "\n"
      "The global coordinator keeps the journal (STATE/coord.db, SQLite) and the model\n"
-     "blobs (STATE/blobs), accepts sites, regional aggregators and users, and runs\n"
-     "jobs one at a time in submission order. A regional aggregator (--role regional)\n"
-     "accepts the sites of its region only, dials the global coordinator, and\n"
-     "forwards one aggregate of its region for jobs with \"topology\": \"regional\".\n"
+     "blobs (STATE/blobs), the residency policy and the audit trail, accepts sites,\n"
+     "regional aggregators and users, and runs jobs one at a time in submission\n"
+     "order under the residency policy's plan. A regional aggregator (--role\n"
+     "regional) accepts the sites of its region only, dials the global coordinator,\n"
+     "forwards one aggregate of its region only as the plan allows, and keeps its\n"
+     "own audit trail (STATE/audit.db).\n"
      "\n"
      "options:\n"
      "  --config FILE       a JSON object with any of: role, region, listen, upstream,\n"
      "                      cert, key, ca, crl, state_dir, port_file, max_frame,\n"
-     "                      max_staged, resume_grace_s, eval_timeout_s (paths relative to\n"
+     "                      max_staged, resume_grace_s, eval_timeout_s,\n"
+     "                      residency_policy (paths relative to\n"
      "                      the file); flags override it\n"
      "  --role R            global (default) or regional\n"
-     "  --region R          regional: the region served (must match the certificate)\n"
+     "  --region R          the region it runs in: regional, the region served (must\n"
+     "                      match the certificate); global, where the residency policy\n"
+     "                      places it (required unless --residency-policy off)\n"
+     "  --residency-policy enforce|off\n"
+     "                      global: decide every job and round against the federation's\n"
+     "                      residency policy (default), or run without one: every site\n"
+     "                      of a job's dataset is eligible, decisions are audited as\n"
+     "                      unrestricted\n"
      "  --upstream H:P      regional: the global coordinator\n"
      "  --listen H:P        numeric address to listen on (default 127.0.0.1:7443;\n"
      "                      port 0 picks a free one)\n"

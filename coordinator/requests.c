@@ -249,13 +249,50 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
               (unsigned)spec.rounds, sigma, eps, order);
     }
   }
+  /* The residency policy decides before anything else is made: a job it
+   * does not allow is refused with the same explanation `xfed policy check`
+   * prints, and the decision is audited either way. */
+  char *decision_text = NULL;
+  if (xf__residency_on(co)) {
+    xf_policy_decision d;
+    xf_err drc = xf__residency_decide(co, &spec, &d, &err);
+    char why[1800];
+    if (drc == XF_OK && !d.allowed) {
+      char explain[1600];
+      xf__residency_explain(&d, explain, sizeof(explain));
+      snprintf(why, sizeof(why), "the residency policy does not allow this job: %s", explain);
+    }
+    if (drc == XF_OK && xf_policy_decision_json(&d, &decision_text, &err) != XF_OK)
+      decision_text = NULL;
+    bool allowed = drc == XF_OK && d.allowed;
+    if (drc == XF_OK) xf_policy_decision_free(&d);
+    if (!allowed) {
+      json_t *o = json_pack("{s:s,s:s,s:s,s:s}", "when", "submission", "submitter", submitter,
+                            "job_name", spec.name, "coordinator_region", co->cfg.region);
+      if (decision_text)
+        json_object_set_new(o, "decision", json_loads(decision_text, 0, NULL));
+      else
+        json_object_set_new(o, "error", json_string(err.msg));
+      xf__audit(co, "refused_task", spec.name, o);
+      xf_free(decision_text);
+      XF_WARN("job_refused", "user=%s name=%s reason=policy", submitter, spec.name);
+      if (drc != XF_OK) {
+        if (!err.file[0]) snprintf(err.file, sizeof(err.file), "%s", origin);
+        reply_error(p, drc, &err);
+      } else {
+        xf_session_send_error(p->conn, XF_EDENIED, "%s: %s", origin, why);
+      }
+      return;
+    }
+  }
   /* The model's input comes from the data: take it from a connected site
    * that holds the dataset. */
   const xf__dataset *shape = NULL;
   uint32_t classes = 0;
   for (xf__site *s = co->sites; s; s = s->next) {
     if (!s->peer) continue;
-    if (s->regional && spec.topology != XF_JOB_TOPOLOGY_REGIONAL) continue;
+    if (s->regional && spec.topology != XF_JOB_TOPOLOGY_REGIONAL && !xf__residency_on(co))
+      continue;
     const xf__dataset *d = xf__job_dataset(&spec, s);
     if (!d) continue;
     if (!shape) shape = d;
@@ -275,6 +312,7 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
                  ? ", and use \"topology\": \"regional\" for sites behind regional aggregators"
                  : "");
     reply_error(p, XF_ENOENT, &err);
+    xf_free(decision_text);
     return;
   }
   xf_model_spec ms;
@@ -302,7 +340,23 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
     XF_ERROR("submit_failed", "user=%s reason=\"%s\"", submitter, err.msg);
     reply_error(p, rc, &err);
     xf_model_free(model);
+    xf_free(decision_text);
     return;
+  }
+  if (decision_text) {
+    char job_id[32];
+    snprintf(job_id, sizeof(job_id), "%" PRId64, id);
+    xf__audit(co, "decision", job_id,
+              json_pack("{s:s,s:s,s:s,s:s,s:o}", "job", job_id, "when", "submission", "submitter",
+                        submitter, "coordinator_region", co->cfg.region, "decision",
+                        json_loads(decision_text, 0, NULL)));
+    xf_free(decision_text);
+  } else if (!co->cfg.regional) {
+    char job_id[32];
+    snprintf(job_id, sizeof(job_id), "%" PRId64, id);
+    xf__audit(co, "decision", job_id,
+              json_pack("{s:s,s:s,s:s,s:s}", "job", job_id, "when", "submission", "submitter",
+                        submitter, "policy", "off"));
   }
   XF_INFO("job_submitted", "job=%" PRId64 " name=%s user=%s model=\"%s\" params=%zu", id,
           spec.name, submitter, xf_model_describe(model), xf_model_num_params(model));
@@ -503,6 +557,8 @@ void xf__cli_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env) {
     xf_free(ids);
     return;
   }
+  case XFED__ENVELOPE__BODY_POLICY_REQUEST:
+  case XFED__ENVELOPE__BODY_AUDIT_QUERY: xf__policy_on_frame(co, p, env); return;
   case XFED__ENVELOPE__BODY_TENSOR_ACK: return; /* the CLI acknowledging a model */
   default:
     xf_session_send_error(p->conn, XF_EUNSUPPORTED, "%s is not a request a user can make",

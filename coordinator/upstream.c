@@ -170,6 +170,41 @@ out:
 
 /* ---- replies upstream ------------------------------------------------------------------------ */
 
+/* Takes a copy of the offer's residency plan (NULL: none). */
+static xf_err set_residency(xf__upstream *up, const Xfed__Residency *res) {
+  xf__residency *r = &up->residency;
+  xf_free(r->sites);
+  memset(r, 0, sizeof(*r));
+  if (!res) return XF_OK;
+  if (res->n_sites) {
+    r->sites = xf_calloc(res->n_sites, sizeof(*r->sites));
+    if (!r->sites) return XF_ENOMEM;
+  }
+  for (size_t i = 0; i < res->n_sites; i++)
+    snprintf(r->sites[i], sizeof(r->sites[i]), "%s", res->sites[i] ? res->sites[i] : "");
+  r->n_sites = res->n_sites;
+  r->present = true;
+  r->version = res->policy_version;
+  snprintf(r->coordinator_region, sizeof(r->coordinator_region), "%s",
+           res->coordinator_region ? res->coordinator_region : "");
+  snprintf(r->path, sizeof(r->path), "%s", res->path ? res->path : "");
+  snprintf(r->rule, sizeof(r->rule), "%s", res->rule ? res->rule : "");
+  r->min_cohort = res->min_cohort;
+  r->require_secagg = res->require_secagg;
+  r->has_max_epsilon = res->has_max_epsilon;
+  r->max_epsilon = res->max_epsilon;
+  r->epsilon = res->epsilon;
+  return XF_OK;
+}
+
+/* Whether the task's plan lets site `name` take part (any site without a plan). */
+static bool named(const xf__upstream *up, const char *name) {
+  if (!up->residency.present) return true;
+  for (size_t i = 0; i < up->residency.n_sites; i++)
+    if (strcmp(up->residency.sites[i], name) == 0) return true;
+  return false;
+}
+
 static void refuse(xf__coord *co, const Xfed__TaskOffer *o, Xfed__TaskRefusal__Reason reason,
                    const char *details) {
   XF_WARN("task_refused", "job=%s round=%u reason=\"%s\"", o->job_id ? o->job_id : "",
@@ -277,10 +312,60 @@ static bool encode_aggregate(xf__coord *co, const xf__job *job, const float *mea
   return true;
 }
 
+/* Whether the region's aggregate may leave under the task's residency plan;
+ * why says what fails. */
+static bool may_leave(const xf__coord *co, const xf__job *job, uint32_t contributors, char *why,
+                      size_t len) {
+  const xf__residency *r = &co->up.residency;
+  if (!r->present || strcmp(r->path, "regional") != 0) return true;
+  const xf_job_privacy *pv = &job->spec.privacy;
+  if (contributors < (r->min_cohort ? r->min_cohort : 1)) {
+    snprintf(why, len, "the aggregate holds %u sites; rule %s needs at least %u before it leaves "
+             "region %s", (unsigned)contributors, r->rule, (unsigned)r->min_cohort, co->cfg.region);
+    return false;
+  }
+  if (r->require_secagg && !job->spec.secure_aggregation.enabled) {
+    snprintf(why, len, "rule %s lets the aggregate leave region %s only when it was securely "
+             "aggregated", r->rule, co->cfg.region);
+    return false;
+  }
+  if (r->has_max_epsilon && (pv->mode == XF_JOB_PRIVACY_NONE || !pv->has_target_epsilon ||
+                             pv->target_epsilon > r->max_epsilon)) {
+    snprintf(why, len, "rule %s lets the aggregate leave region %s only with differential "
+             "privacy at epsilon <= %g", r->rule, co->cfg.region, r->max_epsilon);
+    return false;
+  }
+  return true;
+}
+
 void xf__upstream_aggregate(xf__coord *co, const xf__job *job, float *mean, size_t n,
                             uint64_t weight, uint32_t contributors) {
   xf__upstream *up = &co->up;
   drop_aggregate(up);
+  /* The last hop inside the region: hold the aggregate to the plan. */
+  char why[400];
+  const xf__residency *r = &up->residency;
+  if (!may_leave(co, job, contributors, why, sizeof(why))) {
+    XF_WARN("aggregate_held", "job=%s round=%u reason=\"%s\"", up->job_id, (unsigned)up->round,
+            why);
+    xf__audit(co, "refused_task", up->job_id,
+              json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:I,s:s}", "job", up->job_id, "round",
+                        (json_int_t)up->round, "attempt", (json_int_t)up->attempt, "kind",
+                        "regional_aggregate", "from", co->cfg.region, "to",
+                        r->coordinator_region, "contributors", (json_int_t)contributors, "why",
+                        why));
+    xf_free(mean);
+    xf__upstream_failed(co, job, why);
+    return;
+  }
+  if (r->present && strcmp(r->coordinator_region, co->cfg.region) != 0)
+    xf__audit(co, "crossing", up->job_id,
+              json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:I,s:I,s:s,s:I}", "job", up->job_id, "round",
+                        (json_int_t)up->round, "attempt", (json_int_t)up->attempt, "kind",
+                        "regional_aggregate", "from", co->cfg.region, "to",
+                        r->coordinator_region, "contributors", (json_int_t)contributors,
+                        "weight", (json_int_t)weight, "rule", r->rule, "policy_version",
+                        (json_int_t)r->version));
   if (encode_aggregate(co, job, mean, n)) {
     xf_free(mean);
   } else {
@@ -400,14 +485,29 @@ static void on_offer(xf__coord *co, const Xfed__TaskOffer *o) {
     refuse(co, o, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, why);
     return;
   }
-  if (spec.topology != XF_JOB_TOPOLOGY_REGIONAL) {
+  /* Under a residency policy the global coordinator's plan routes the job
+   * through us; without one the spec asks for it. */
+  const Xfed__Residency *res = o->residency;
+  if (!res && spec.topology != XF_JOB_TOPOLOGY_REGIONAL) {
     refuse(co, o, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
            "sites behind a regional aggregator take part only in jobs with \"topology\": "
            "\"regional\"");
     return;
   }
+  if (res && (!res->path || (strcmp(res->path, "direct") != 0 &&
+                             strcmp(res->path, "regional") != 0) ||
+              !res->coordinator_region || !*res->coordinator_region)) {
+    refuse(co, o, XFED__TASK_REFUSAL__REASON__POLICY_DENIED,
+           "the task's residency plan names no path out of this region");
+    return;
+  }
+  if (set_residency(up, res) != XF_OK) {
+    refuse(co, o, XFED__TASK_REFUSAL__REASON__BUSY, "out of memory");
+    return;
+  }
   bool any = false;
-  for (xf__site *s = co->sites; s; s = s->next) any |= s->peer && xf__job_dataset(&spec, s);
+  for (xf__site *s = co->sites; s; s = s->next)
+    any |= s->peer && xf__job_dataset(&spec, s) && named(up, s->name);
   if (!any) {
     refuse(co, o, XFED__TASK_REFUSAL__REASON__NO_DATASET,
            "no connected site of this region holds the job's dataset");

@@ -2,36 +2,41 @@
 # SPDX-License-Identifier: Apache-2.0
 # The main job, end to end on this machine: installs what is missing, builds
 # xfed, makes a federation in a local folder (CA and identities, a global
-# coordinator, three regional aggregators, two sites per region), splits
-# Fashion-MNIST among the six sites with Dirichlet(0.5) label skew, starts
-# every daemon on loopback, submits the job, shows its progress, and stops
-# everything it started. Ends with one line:
+# coordinator in region us, three regional aggregators, two sites per region),
+# pushes the federation's residency policy (deploy/policy/quickstart.json: the
+# EU's updates may leave only as a securely aggregated, differentially private
+# aggregate of at least 2 EU sites), splits Fashion-MNIST among the six sites
+# with Dirichlet(0.5) label skew, starts every daemon on loopback, shows the
+# policy's plan for the job, submits it, shows its progress, verifies every
+# audit trail, and stops everything it started. Ends with one line:
 #   final accuracy=A rounds=R epsilon=E uplink_bytes=B
 #
-# usage: deploy/quickstart.sh [--dp | --spec FILE] [--data DIR] [--dir DIR] [--keep]
-#   --dp          the record-level private job: DP-SGD at every site, epsilon <= 3
-#                 per dataset at delta 1e-5 (deploy/jobs/quickstart-dp.json)
-#   --spec FILE   job spec (default deploy/jobs/quickstart-mlp.json; copy and edit it)
+# usage: deploy/quickstart.sh [--spec FILE] [--data DIR] [--dir DIR] [--keep]
+#   --spec FILE   job spec (default deploy/jobs/quickstart.json: DP-SGD at every
+#                 site, epsilon <= 3 per dataset at delta 1e-5, secure aggregation;
+#                 copy and edit it)
+#   --dp          the default job (kept for older instructions)
 #   --data DIR    dataset directory (default /usr/share/datasets/fashion-mnist)
 #   --dir DIR     where the federation lives (default ./quickstart; made afresh)
-#   --keep        leave the federation's folder (logs, journal) in place
+#   --keep        leave the federation's folder (logs, journal, audit trails)
 # Environment: XF_BACKEND=auto|cpu|cuda.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-spec=deploy/jobs/quickstart-mlp.json
+spec=deploy/jobs/quickstart.json
+policy=deploy/policy/quickstart.json
 data=/usr/share/datasets/fashion-mnist
 dir=quickstart
 keep=0
 while (($#)); do
   case "$1" in
     --spec) spec=${2:?--spec needs a file}; shift 2 ;;
-    --dp) spec=deploy/jobs/quickstart-dp.json; shift ;;
+    --dp) spec=deploy/jobs/quickstart.json; shift ;;
     --data) data=${2:?--data needs a directory}; shift 2 ;;
     --dir) dir=${2:?--dir needs a directory}; shift 2 ;;
     --keep) keep=1; shift ;;
-    -h|--help) sed -n '3,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '3,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "quickstart.sh: unknown option '$1'; see deploy/quickstart.sh --help" >&2; exit 2 ;;
   esac
 done
@@ -84,6 +89,7 @@ regions=(eu us ap)
 "$xfed" pki init --dir "$fed" --federation quickstart >/dev/null
 "$xfed" pki issue --dir "$fed" --kind coordinator --name coord >/dev/null
 "$xfed" pki issue --dir "$fed" --kind user --name researcher --role researcher >/dev/null
+"$xfed" pki issue --dir "$fed" --kind user --name compliance --role compliance >/dev/null
 for r in "${regions[@]}"; do
   "$xfed" pki issue --dir "$fed" --kind coordinator --name "agg-$r" --region "$r" >/dev/null
   for i in 1 2; do
@@ -99,8 +105,9 @@ echo "==> split $data among 6 sites, Dirichlet(0.5) label skew"
 echo "==> start the coordinator and the regional aggregators"
 # Daemons log at info into $dir/logs; the CLI in front of the user only warns.
 daemon_log=${XF_LOG_LEVEL:-info}
+export XF_LOG_LEVEL=warn
 # shellcheck disable=SC2046
-XF_LOG_LEVEL=$daemon_log "$coord_bin" $(tls coord) --state "$dir/coord" --listen 127.0.0.1:0 \
+XF_LOG_LEVEL=$daemon_log "$coord_bin" $(tls coord) --region us --state "$dir/coord" --listen 127.0.0.1:0 \
   --port-file "$dir/coord.port" 2>"$dir/logs/coord.log" &
 pids+=($!)
 coord_port=$(wait_port "$dir/coord.port" "${pids[-1]}" "$dir/logs/coord.log")
@@ -135,6 +142,16 @@ done
 # The CLI finds the coordinator and the researcher's identity here.
 export XFED_COORDINATOR=127.0.0.1:$coord_port XFED_CERT=$fed/issued/researcher.crt \
   XFED_KEY=$fed/issued/researcher.key XFED_CA=$fed/ca.crt XFED_CRL=$fed/crl.pem
+# The compliance team's identity, for the policy and the audit trail.
+as_compliance() {
+  XF_LOG_LEVEL=warn XFED_CERT=$fed/issued/compliance.crt XFED_KEY=$fed/issued/compliance.key \
+    "$xfed" "$@"
+}
+
+echo "==> the compliance team pushes the residency policy ($(basename "$policy"))"
+as_compliance policy import "$policy" --reason "quickstart federation: EU data leaves only as a \
+secure, private aggregate of >= 2 EU sites"
+
 echo "==> wait for the sites to announce themselves"
 for ((i = 0; i < 100; i++)); do
   k=$(cat "$dir"/logs/agg-*.log | grep -c 'event=site_announced' || true)
@@ -142,18 +159,47 @@ for ((i = 0; i < 100; i++)); do
   sleep 0.2
 done
 
+echo "==> the policy's plan for $(basename "$spec")"
+set +e
+XF_LOG_LEVEL=warn "$xfed" policy check "$spec"
+check=$?
+set -e
+if ((check != 0)); then
+  echo "quickstart.sh: the residency policy does not allow $(basename "$spec") as written" \
+    "(exit $check); see the suggestions above" >&2
+  exit "$check"
+fi
+
 echo "==> submit $(basename "$spec") and follow it"
 out=$dir/job.out
 set +e
 XF_LOG_LEVEL=warn "$xfed" job submit "$spec" --wait | tee "$out"
 status=${PIPESTATUS[0]}
 set -e
-stop_all
 if ((status != 0)); then
+  stop_all
   echo "quickstart.sh: the job did not finish; logs are in $dir/logs" >&2
   keep=1
   exit "$status"
 fi
-# The job's own last line is the final line; nothing is printed after it.
 tail -n 1 "$out" | grep '^final accuracy=' >/dev/null ||
-  { echo "quickstart.sh: no final line from the job" >&2; exit 1; }
+  { stop_all; echo "quickstart.sh: no final line from the job" >&2; exit 1; }
+
+echo "==> audit trails"
+crossings=$(as_compliance audit export | grep -c '"kind": *"crossing"' || true)
+printf '    %-14s ' coordinator
+as_compliance audit verify | head -n 1
+echo "    (of which $crossings artifacts crossed into us)"
+stop_all
+for r in "${regions[@]}"; do
+  printf '    %-14s ' "agg-$r"
+  "$xfed" audit verify --db "$dir/agg-$r/audit.db" | head -n 1
+done
+for r in "${regions[@]}"; do
+  for i in 1 2; do
+    printf '    %-14s ' "$r-$i"
+    "$site_bin" audit verify --dir "$dir/sites/$r-$i" | head -n 1
+  done
+done
+# The job's own last line is the final line of the run.
+tail -n 1 "$out"

@@ -19,7 +19,7 @@
  * rebuilding the table; xf_audit_append enforces it instead. The triggers
  * stop mistakes and ordinary writers, not someone who can rewrite the file:
  * that is what the chain is for. */
-static const char audit_schema[] =
+const char xf_audit_schema_sql[] =
     "CREATE TABLE audit (\n"
     "  seq INTEGER PRIMARY KEY,\n"
     "  at REAL NOT NULL,\n"
@@ -36,10 +36,9 @@ static const char audit_schema[] =
     "CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit\n"
     "BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;\n";
 
-const char *const xf_audit_schema_sql = audit_schema;
 
 /* The standalone audit database's migration list: append only. */
-static const xf_migration audit_migrations[] = {{1, audit_schema}};
+static const xf_migration audit_migrations[] = {{1, xf_audit_schema_sql}};
 
 xf_err xf_audit_open(const char *path, xf_db **out, xf_errctx *err) {
   return xf_db_open(path, audit_migrations, sizeof(audit_migrations) / sizeof(audit_migrations[0]),
@@ -567,4 +566,88 @@ xf_err xf_audit_export(xf_db *db, double since, FILE *out, xf_errctx *err) {
 out:
   sqlite3_finalize(st);
   return rc;
+}
+
+xf_err xf_audit_export_page(xf_db *db, double since, uint64_t after_seq, size_t limit,
+                            size_t max_bytes, char **text, size_t *n, uint64_t *last_seq,
+                            bool *more, xf_errctx *err) {
+  *text = NULL;
+  *n = 0;
+  *last_seq = after_seq;
+  *more = false;
+  if (limit == 0 || limit >= (size_t)INT64_MAX || after_seq > (uint64_t)INT64_MAX)
+    return xf_fail(err, XF_EINVAL, "a page holds 1 or more rows after a valid seq");
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf_db_prepare(db,
+                         "SELECT " ROW_COLUMNS " FROM audit WHERE at >= ? AND seq > ? "
+                         "ORDER BY seq LIMIT ?",
+                         &st, err));
+  /* One row beyond the page says whether more remain. */
+  if (sqlite3_bind_double(st, 1, since) != SQLITE_OK ||
+      sqlite3_bind_int64(st, 2, (sqlite3_int64)after_seq) != SQLITE_OK ||
+      sqlite3_bind_int64(st, 3, (sqlite3_int64)limit + 1) != SQLITE_OK) {
+    sqlite3_finalize(st);
+    return xf_db_fail(db, err, "reading the audit trail");
+  }
+  xf_err rc = XF_OK;
+  size_t len = 0, cap = 4096;
+  char *buf = xf_malloc(cap);
+  if (!buf) {
+    sqlite3_finalize(st);
+    return xf_fail(err, XF_ENOMEM, "cannot hold the audit rows");
+  }
+  buf[0] = '\0';
+  int s;
+  while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+    if (*n == limit) {
+      *more = true;
+      break;
+    }
+    json_t *o = row_json(st);
+    char *line = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+    json_decref(o);
+    if (!line) {
+      rc = xf_fail(err, XF_ENOMEM, "cannot encode audit row %lld",
+                   (long long)sqlite3_column_int64(st, 0));
+      goto out;
+    }
+    size_t l = strlen(line);
+    if (*n > 0 && len + l + 1 > max_bytes) {
+      free(line);
+      *more = true;
+      break;
+    }
+    if (len + l + 2 > cap) {
+      size_t grown = cap;
+      while (len + l + 2 > grown) grown *= 2;
+      char *bigger = xf_realloc(buf, grown);
+      if (!bigger) {
+        free(line);
+        rc = xf_fail(err, XF_ENOMEM, "cannot hold the audit rows");
+        goto out;
+      }
+      buf = bigger;
+      cap = grown;
+    }
+    memcpy(buf + len, line, l);
+    len += l;
+    buf[len++] = '\n';
+    buf[len] = '\0';
+    free(line);
+    *last_seq = (uint64_t)sqlite3_column_int64(st, 0);
+    (*n)++;
+  }
+  if (s != SQLITE_ROW && s != SQLITE_DONE) rc = xf_db_fail(db, err, "reading the audit trail");
+
+out:
+  sqlite3_finalize(st);
+  if (rc != XF_OK) {
+    xf_free(buf);
+    *n = 0;
+    *last_seq = after_seq;
+    *more = false;
+    return rc;
+  }
+  *text = buf;
+  return XF_OK;
 }

@@ -18,7 +18,7 @@
  * UPDATE and DELETE on it. A database that keeps the trail (the coordinator's
  * journal) appends this script to its own migration list, as one entry; it
  * contains no transaction statements (storage/db.h). */
-extern const char *const xf_audit_schema_sql;
+extern const char xf_audit_schema_sql[];
 
 /* Opens or creates a database at `path` that holds only the audit trail (its
  * migration list is xf_audit_schema_sql alone), for `--db` use and tests.
@@ -136,5 +136,18 @@ void xf_audit_rows_free(xf_audit_row *rows, size_t n);
  * something that does not parse), prev and digest. Reads one row at a time.
  * XF_EIO when writing fails, XF_EDB, XF_ENOMEM. */
 xf_err xf_audit_export(xf_db *db, double since, FILE *out, xf_errctx *err) XF_WARN_UNUSED;
+
+/* One page of xf_audit_export's lines, for a reader that pages through a
+ * trail it cannot stream (the coordinator answering `xfed audit`): the rows
+ * with at >= since and seq > after_seq, in seq order, at most `limit` of them
+ * (>= 1) and no more than max_bytes of text unless the first row alone is
+ * larger (a page always holds at least one row when one remains). *more is
+ * true when rows remain after the page's last one (ask again with its seq),
+ * *last_seq receives that seq (after_seq when the page is empty) and *n the
+ * page's row count. The caller frees *text (never NULL on success; "" when
+ * empty) with xf_free. Errors as xf_audit_export. */
+xf_err xf_audit_export_page(xf_db *db, double since, uint64_t after_seq, size_t limit,
+                            size_t max_bytes, char **text, size_t *n, uint64_t *last_seq,
+                            bool *more, xf_errctx *err) XF_WARN_UNUSED;
 
 #endif

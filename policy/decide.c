@@ -2,6 +2,7 @@
 /* xf_policy_decide: one job against one policy version, giving per-site
  * eligibility, the rule that decided, the aggregation plan per region and
  * what would make the job allowed (docs/policy.md, "The decision"). */
+#include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -360,4 +361,46 @@ out:
   xf_free(pend);
   if (rc != XF_OK) xf_policy_decision_free(out);
   return rc;
+}
+
+/* ---- the decision as JSON ------------------------------------------------------------ */
+
+xf_err xf_policy_decision_json(const xf_policy_decision *d, char **text, xf_errctx *err) {
+  *text = NULL;
+  json_t *sites = json_array(), *regions = json_array(), *sugg = json_array();
+  bool ok = sites && regions && sugg;
+  for (size_t i = 0; ok && i < d->n_sites; i++) {
+    const xf_policy_site_decision *s = &d->sites[i];
+    ok = json_array_append_new(sites, json_pack("{s:s,s:s,s:b,s:s,s:s,s:s}", "site", s->site,
+                                                "region", s->region, "eligible", s->eligible,
+                                                "path", xf_policy_path_name(s->path), "rule",
+                                                s->rule, "reason", s->why)) == 0;
+  }
+  for (size_t i = 0; ok && i < d->n_regions; i++) {
+    const xf_policy_region_plan *r = &d->regions[i];
+    json_t *o = json_pack("{s:s,s:s,s:s,s:i,s:i,s:i,s:b,s:o}", "region", r->region, "path",
+                          xf_policy_path_name(r->path), "rule", r->rule, "sites", (int)r->sites,
+                          "eligible", (int)r->eligible, "min_cohort", (int)r->min_cohort,
+                          "require_secagg", r->require_secagg, "max_epsilon",
+                          r->has_max_epsilon ? json_real(r->max_epsilon) : json_null());
+    ok = json_array_append_new(regions, o) == 0;
+  }
+  for (size_t i = 0; ok && i < d->n_suggestions; i++)
+    ok = json_array_append_new(sugg, json_string(d->suggestions[i])) == 0;
+  json_t *doc = ok ? json_pack("{s:I,s:b,s:O,s:O,s:O}", "version", (json_int_t)d->version,
+                               "allowed", d->allowed, "sites", sites, "regions", regions,
+                               "suggestions", sugg)
+                   : NULL;
+  json_decref(sites);
+  json_decref(regions);
+  json_decref(sugg);
+  char *dumped = doc ? json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+  json_decref(doc);
+  if (!dumped) return xf_fail(err, XF_ENOMEM, "cannot hold the decision");
+  /* jansson allocates with malloc; callers free with xf_free. */
+  size_t len = strlen(dumped);
+  *text = xf_malloc(len + 1);
+  if (*text) memcpy(*text, dumped, len + 1);
+  free(dumped);
+  return *text ? XF_OK : xf_fail(err, XF_ENOMEM, "cannot hold the decision");
 }

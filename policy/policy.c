@@ -617,7 +617,7 @@ xf_err xf_policy_format(const xf_policy *p, char **json, xf_errctx *err) {
  * Each version is stored whole, as its canonical document: versions are
  * small, read far more often than written, and a version read back is exactly
  * what was checked when it was written (docs/policy.md, "Storage"). */
-static const char policy_schema[] =
+const char xf_policy_schema_sql[] =
     "CREATE TABLE policy_version (\n"
     "  version INTEGER PRIMARY KEY,\n"
     "  at REAL NOT NULL,\n"
@@ -630,10 +630,9 @@ static const char policy_schema[] =
     "CREATE TRIGGER policy_version_no_delete BEFORE DELETE ON policy_version\n"
     "BEGIN SELECT RAISE(ABORT, 'policy versions are immutable'); END;\n";
 
-const char *const xf_policy_schema_sql = policy_schema;
 
 /* The standalone policy database's migration list: append only. */
-static const xf_migration policy_migrations[] = {{1, policy_schema}};
+static const xf_migration policy_migrations[] = {{1, xf_policy_schema_sql}};
 
 xf_err xf_policy_open(const char *path, xf_db **out, xf_errctx *err) {
   return xf_db_open(path, policy_migrations,

@@ -130,7 +130,7 @@ void xf_policy_free(xf_policy *p);
 /* The migration that creates the version table (and the triggers that refuse
  * UPDATE and DELETE on it), for a database that keeps the policy alongside
  * other modules' tables: append it to that database's list as one entry. */
-extern const char *const xf_policy_schema_sql;
+extern const char xf_policy_schema_sql[];
 
 /* Opens or creates a database at `path` holding only the policy (its own
  * migration list). Errors and ownership as xf_db_open: close with
@@ -304,5 +304,14 @@ xf_err xf_policy_decide(const xf_policy *policy, const xf_policy_job *job, doubl
                         xf_policy_decision *out, xf_errctx *err) XF_WARN_UNUSED;
 
 void xf_policy_decision_free(xf_policy_decision *d);
+
+/* The decision as compact JSON, members in this order: version, allowed,
+ * sites [{site, region, eligible, path, rule, reason}], regions [{region,
+ * path, rule, sites, eligible, min_cohort, require_secagg, max_epsilon (null
+ * when none)}], suggestions [text]. What `xfed policy check --json` prints
+ * and what the coordinator sends and audits. The caller frees *text with
+ * xf_free. XF_ENOMEM. */
+xf_err xf_policy_decision_json(const xf_policy_decision *d, char **text,
+                               xf_errctx *err) XF_WARN_UNUSED;
 
 #endif

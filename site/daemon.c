@@ -41,6 +41,7 @@
 #include "net/tls.h"
 #include "site/dataset.h"
 #include "site/registry.h"
+#include "site/residency.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "updates travel as float32 little-endian; add byte swapping for this host");
@@ -198,6 +199,11 @@ typedef struct task {
   double epsilon;            /* this job's spend on the dataset once the update is out */
   double ledger_epsilon;     /* the dataset's spend across jobs, at its budget's delta */
 
+  /* residency: the update leaves this site's region for crossing_to (an
+   * aggregator's region), recorded in the site's audit trail once delivered */
+  bool crossing;
+  char crossing_to[XF_POLICY_NAME_MAX];
+
   /* the report */
   bool metrics_sent;
   xf_tensor_sender *sender;
@@ -213,7 +219,7 @@ typedef struct reply {
   uint32_t round, attempt;
   int reason;   /* TaskRefusal */
   uint32_t code; /* Error */
-  char text[600];
+  char text[1024]; /* a refusal's details: a local policy's names the rule and the fix */
 } reply;
 
 typedef struct ignored_stream {
@@ -349,12 +355,12 @@ static void send_refusal(daemon_t *d, const char *job, uint32_t round, uint32_t 
                          Xfed__TaskRefusal__Reason reason, const char *fmt, ...) XF_PRINTF(6, 7);
 static void send_refusal(daemon_t *d, const char *job, uint32_t round, uint32_t attempt,
                          Xfed__TaskRefusal__Reason reason, const char *fmt, ...) {
-  char text[600];
+  char text[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(text, sizeof(text), fmt, ap);
   va_end(ap);
-  char q[600], qj[JOB_ID_MAX];
+  char q[1024], qj[JOB_ID_MAX];
   XF_WARN("task_refused", "job=%s round=%u attempt=%u reason=%s details=\"%s\"",
           logq(qj, sizeof(qj), job), (unsigned)round, (unsigned)attempt, refusal_name(reason),
           logq(q, sizeof(q), text));
@@ -1085,6 +1091,29 @@ static void pump(daemon_t *d) {
   }
 }
 
+/* Records in the site's audit trail that t's update left the region. The
+ * update is out by now: a trail that cannot take the row is logged loudly,
+ * and nothing else can be done about it. */
+static void audit_crossing(daemon_t *d, const task *t, uint64_t bytes) {
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_site_task_ref ref = {.site = d->cfg.site, .region = d->cfg.region, .job = t->job_id,
+                          .round = t->round, .attempt = t->attempt};
+  char q[600], qj[JOB_ID_MAX];
+  logq(qj, sizeof(qj), t->job_id);
+  if (xf_site_audit_crossing(xf_site_registry_db(d->reg), &ref, t->crossing_to, bytes,
+                             (double)wall_ms() / 1000.0, &err) != XF_OK) {
+    XF_ERROR("audit_failed", "job=%s round=%u kind=crossing reason=\"%s\"", qj,
+             (unsigned)t->round, logq(q, sizeof(q), err.msg));
+    return;
+  }
+  char qto[XF_POLICY_NAME_MAX];
+  XF_INFO("update_crossed", "job=%s round=%u attempt=%u from=%s to=%s bytes=%llu", qj,
+          (unsigned)t->round, (unsigned)t->attempt, d->cfg.region,
+          logq(qto, sizeof(qto), t->crossing_to),
+          (unsigned long long)bytes);
+}
+
 static void on_tensor_ack(daemon_t *d, const Xfed__TensorAck *a) {
   task *t = d->task;
   if (!t || !t->sender || a->stream_id != t->update_stream_id) {
@@ -1116,6 +1145,7 @@ static void on_tensor_ack(daemon_t *d, const Xfed__TensorAck *a) {
   if (t->end_sent && a->next_offset == total) {
     XF_INFO("update_delivered", "job=%s round=%u attempt=%u bytes=%llu", qj, (unsigned)t->round,
             (unsigned)t->attempt, (unsigned long long)total);
+    if (t->crossing) audit_crossing(d, t, total);
     d->task = NULL;
     task_free(t);
     maybe_start_worker(d);
@@ -1546,11 +1576,12 @@ static xf_err job_supported(const xf_jobspec *spec, const xf_site_dataset *ds, s
 
 /* The privacy check of an offer: the plan for this dataset, and whether
  * this round's release keeps the job within its target and the dataset
- * within its budget. Returns the refusal reason (UNSPECIFIED: go ahead) with
+ * within its budget and the residency rule's max_epsilon (res may be NULL). Returns the refusal reason (UNSPECIFIED: go ahead) with
  * the numbers in why. */
 static Xfed__TaskRefusal__Reason privacy_check(daemon_t *d, const char *job, uint32_t round,
                                                const xf_jobspec *spec,
-                                               const xf_site_dataset *ds, size_t n_params,
+                                               const xf_site_dataset *ds,
+                                               const xf_site_residency *res, size_t n_params,
                                                xf_privacy_plan *plan, xf_site_charge *charge,
                                                char *why, size_t why_len) {
   xf_errctx err;
@@ -1579,27 +1610,100 @@ static Xfed__TaskRefusal__Reason privacy_check(daemon_t *d, const char *job, uin
              ds->name, before, pv->delta, (unsigned)round, after, pv->target_epsilon);
     return XFED__TASK_REFUSAL__REASON__TARGET_REACHED;
   }
-  if (ds->has_budget) {
+  /* The operator's budget (at its delta) and a residency rule's max_epsilon
+   * (at the job's delta) both cap the dataset's spend across jobs; the lower
+   * is checked first, so that a refusal names the cap that binds. */
+  xf_site_cap caps[2];
+  int n_caps = 0;
+  caps[0] = xf_site_budget_cap(ds, res, pv->delta);
+  if (caps[0].source != XF_SITE_CAP_NONE) n_caps++;
+  if (caps[0].source == XF_SITE_CAP_POLICY && ds->has_budget)
+    caps[n_caps++] = xf_site_budget_cap(ds, NULL, pv->delta);
+  else if (caps[0].source == XF_SITE_CAP_BUDGET && res && res->has_max_epsilon)
+    caps[n_caps++] = (xf_site_cap){XF_SITE_CAP_POLICY, res->max_epsilon, pv->delta};
+  for (int i = 0; i < n_caps; i++) {
+    const xf_site_cap *cap = &caps[i];
     double spent = 0, total = 0;
-    if (xf_site_ledger_epsilon(d->reg, ds->name, NULL, NULL, ds->budget_delta, &spent, &err) !=
+    if (xf_site_ledger_epsilon(d->reg, ds->name, NULL, NULL, cap->delta, &spent, &err) !=
             XF_OK ||
-        xf_site_ledger_epsilon(d->reg, ds->name, NULL, charge, ds->budget_delta, &total, &err) !=
+        xf_site_ledger_epsilon(d->reg, ds->name, NULL, charge, cap->delta, &total, &err) !=
             XF_OK) {
       snprintf(why, why_len, "the privacy ledger cannot be read: %s", err.msg);
       return XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
     }
-    if (total > ds->budget_epsilon) {
-      snprintf(why, why_len,
-               "dataset '%s' at site %s has spent epsilon %.4g of its budget %.4g (delta %g) "
-               "across jobs; round %u of this job (sampling rate %.4g, noise multiplier %.4g, "
-               "%llu steps) would take it to %.4g",
-               ds->name, d->cfg.site, spent, ds->budget_epsilon, ds->budget_delta,
-               (unsigned)round, charge->sampling_rate, charge->noise_multiplier,
-               (unsigned long long)charge->steps, total);
-      return XFED__TASK_REFUSAL__REASON__BUDGET_EXHAUSTED;
-    }
+    if (total <= cap->epsilon) continue;
+    char whose[300];
+    if (cap->source == XF_SITE_CAP_POLICY && ds->has_budget)
+      snprintf(whose, sizeof(whose), "the cap %.4g that residency policy rule '%s' (coordinator "
+               "policy version %llu) sets, lower than this site's budget %.4g (delta %g)",
+               cap->epsilon, res->rule && *res->rule ? res->rule : "?",
+               (unsigned long long)res->policy_version, ds->budget_epsilon, ds->budget_delta);
+    else if (cap->source == XF_SITE_CAP_POLICY)
+      snprintf(whose, sizeof(whose), "the cap %.4g that residency policy rule '%s' (coordinator "
+               "policy version %llu) sets (the dataset has no budget of its own)",
+               cap->epsilon, res->rule && *res->rule ? res->rule : "?",
+               (unsigned long long)res->policy_version);
+    else
+      snprintf(whose, sizeof(whose), "its budget %.4g", cap->epsilon);
+    snprintf(why, why_len,
+             "dataset '%s' at site %s has spent epsilon %.4g (delta %g) across jobs; round %u of "
+             "this job (sampling rate %.4g, noise multiplier %.4g, %llu steps) would take it to "
+             "%.4g, above %s",
+             ds->name, d->cfg.site, spent, cap->delta, (unsigned)round, charge->sampling_rate,
+             charge->noise_multiplier, (unsigned long long)charge->steps, total, whose);
+    return XFED__TASK_REFUSAL__REASON__BUDGET_EXHAUSTED;
   }
   return XFED__TASK_REFUSAL__REASON__UNSPECIFIED;
+}
+
+/* The offer's residency plan as plain values (zeroes when r is NULL);
+ * strings are borrowed from r. */
+static void residency_of(const Xfed__Residency *r, xf_site_residency *out) {
+  memset(out, 0, sizeof(*out));
+  if (!r) return;
+  *out = (xf_site_residency){.policy_version = r->policy_version,
+                             .coordinator_region = r->coordinator_region,
+                             .aggregator_region = r->aggregator_region,
+                             .path = r->path,
+                             .rule = r->rule,
+                             .min_cohort = r->min_cohort,
+                             .require_secagg = r->require_secagg,
+                             .has_max_epsilon = r->has_max_epsilon,
+                             .max_epsilon = r->max_epsilon,
+                             .epsilon = r->epsilon};
+}
+
+/* The site's own residency rules on an offer that carries a plan: checks it
+ * against the local policy and writes the verdict to the site's audit trail.
+ * False when the task must not go ahead; the refusal is sent. A verdict the
+ * trail cannot record is not acted on: the task is refused. */
+static bool local_rules_allow(daemon_t *d, const Xfed__TaskOffer *o, const xf_jobspec *spec,
+                              const xf_site_dataset *ds, const xf_site_residency *res) {
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_site_task_ref ref = {.site = d->cfg.site, .region = d->cfg.region, .job = o->job_id,
+                          .round = o->round, .attempt = o->attempt};
+  double now = (double)wall_ms() / 1000.0;
+  xf_db *db = xf_site_registry_db(d->reg);
+  xf_site_residency_verdict v;
+  char q[600], qj[JOB_ID_MAX];
+  logq(qj, sizeof(qj), o->job_id);
+  if (xf_site_residency_check(db, &ref, res, spec, now, &v, &err) != XF_OK ||
+      xf_site_residency_audit(db, &ref, ds->name, res, &v, now, &err) != XF_OK) {
+    XF_ERROR("local_policy_failed", "job=%s round=%u reason=\"%s\"", qj,
+             (unsigned)o->round, logq(q, sizeof(q), err.msg));
+    send_refusal(d, o->job_id, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
+                 "the site cannot check or record its local residency rules: %s", err.msg);
+    return false;
+  }
+  XF_INFO("local_policy", "job=%s round=%u attempt=%u version=%llu allowed=%s rule=%s path=%s "
+          "why=\"%s\"", qj, (unsigned)o->round, (unsigned)o->attempt,
+          (unsigned long long)v.policy_version, v.allowed ? "true" : "false", v.rule, v.path,
+          logq(q, sizeof(q), v.why));
+  if (v.allowed) return true;
+  send_refusal(d, o->job_id, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__POLICY_DENIED,
+               "%s", v.details);
+  return false;
 }
 
 static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
@@ -1670,8 +1774,15 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
                  err.msg);
     return;
   }
+  xf_site_residency res;
+  residency_of(o->residency, &res);
+  if (o->residency && !local_rules_allow(d, o, &spec, &ds, &res)) {
+    xf_site_dataset_free(&ds);
+    ignore_stream(d, o->model_stream_id, job, o->round);
+    return;
+  }
   Xfed__TaskRefusal__Reason reason = XFED__TASK_REFUSAL__REASON__UNSPECIFIED;
-  char why[600];
+  char why[1024];
   size_t n_params = 0;
   xf_privacy_plan plan = {0};
   xf_site_charge charge = {0};
@@ -1679,8 +1790,9 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
     reason = XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
     snprintf(why, sizeof(why), "%s", err.msg);
   } else if (!o->evaluate_only &&
-             (reason = privacy_check(d, job, o->round, &spec, &ds, n_params, &plan, &charge, why,
-                                     sizeof(why))) != XFED__TASK_REFUSAL__REASON__UNSPECIFIED) {
+             (reason = privacy_check(d, job, o->round, &spec, &ds, o->residency ? &res : NULL,
+                                     n_params, &plan, &charge, why, sizeof(why))) !=
+                 XFED__TASK_REFUSAL__REASON__UNSPECIFIED) {
     /* why says it */
   } else if ((t = d->task) != NULL) {
     /* Another job's task is live: one task at a time. */
@@ -1731,6 +1843,11 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
   t->dataset = ds;
   t->plan = plan;
   t->charge = charge;
+  if (o->residency && res.aggregator_region && *res.aggregator_region &&
+      strcmp(res.aggregator_region, d->cfg.region) != 0) {
+    t->crossing = true;
+    snprintf(t->crossing_to, sizeof(t->crossing_to), "%s", res.aggregator_region);
+  }
   if (!o->evaluate_only && spec.compression.uplink.topk_fraction > 0) {
     bool found = false;
     t->residual = xf_mallocarray(n_params, sizeof(float));

@@ -14,6 +14,7 @@
 
 #include "base/alloc.h"
 #include "cli/cli.h"
+#include "site/cmd.h"
 #include "site/daemon.h"
 #include "site/registry.h"
 #include "storage/file.h"
@@ -98,6 +99,14 @@ static xf_err open_site(xf_cli *cli, const site_paths *p, xf_site_config *cfg,
   *reg = NULL;
   XF_GUARD(xf_site_config_load(p->config, cfg, &cli->err));
   return xf_site_registry_open(p->db, reg, &cli->err);
+}
+
+xf_err xf_site_cli_open(xf_cli *cli, const char *dir, xf_site_config *cfg,
+                        xf_site_registry **reg) {
+  *reg = NULL;
+  site_paths p;
+  XF_GUARD(site_paths_make(cli, dir, &p));
+  return open_site(cli, &p, cfg, reg);
 }
 
 /* ---- init ---------------------------------------------------------------------------- */
@@ -835,6 +844,78 @@ static const xf_cmd commands[] = {
      "example: xfed-site run --dir /var/lib/xfed-site\n"
      "See docs/operator-guide.md, \"Running the daemon\".\n",
      cmd_run},
+    {"policy", "import", "replace the site's own residency rules with a policy document",
+     "usage: xfed-site policy import FILE --reason TEXT [--author A] [--dir DIR] [--json]\n"
+     "\n"
+     "Checks FILE, a policy document (docs/policy.md, \"The document\"), and keeps it\n"
+     "as the next version of this site's local policy, with who and why; the change\n"
+     "is also a \"policy_change\" row of the site's audit trail. A document that does\n"
+     "not check is refused with the member named, and the version stays as it was.\n"
+     "The daemon checks every offer that carries a residency plan against the\n"
+     "current version: the local rules can only restrict what the coordinator's\n"
+     "policy allows (docs/policy.md, \"Site-local rules\").\n"
+     "\n"
+     "options:\n"
+     "  --reason TEXT   why (required)\n"
+     "  --author A      who (default: $USER, else the account's name)\n" DIR_HELP
+     "  --json          print {version, previous}\n",
+     xf_site_cmd_policy_import},
+    {"policy", "export", "print a version of the site's own residency rules",
+     "usage: xfed-site policy export [--version V] [--dir DIR]\n"
+     "\n"
+     "Prints the document of version V (default: the current one; 0 is the empty\n"
+     "policy), as import reads it.\n"
+     "\n"
+     "options:\n"
+     "  --version V   the version\n" DIR_HELP,
+     xf_site_cmd_policy_export},
+    {"policy", "log", "list the versions of the site's own residency rules",
+     "usage: xfed-site policy log [--dir DIR] [--json]\n"
+     "\n"
+     "Lists every version of the local policy, oldest first: number, time, author\n"
+     "and reason.\n"
+     "\n"
+     "options:\n" DIR_HELP "  --json      {versions: [{version, at, author, reason}]}\n",
+     xf_site_cmd_policy_log},
+    {"policy", "rules", "list the rules of the site's own residency policy",
+     "usage: xfed-site policy rules [--version V] [--dir DIR] [--json]\n"
+     "\n"
+     "Lists the rules of version V (default: the current one) in their order, one\n"
+     "a line: id, effect, kind, selector, destinations and conditions.\n"
+     "\n"
+     "options:\n"
+     "  --version V   the version\n" DIR_HELP
+     "  --json        {version, rules: [...]} as the document writes them\n",
+     xf_site_cmd_policy_rules},
+    {"audit", "list", "list the site's audit trail",
+     "usage: xfed-site audit list [--since T] [--dir DIR] [--json]\n"
+     "\n"
+     "Lists the rows of the site's audit trail in order: its local residency\n"
+     "decisions (decision, refused_task), the updates it sent to an aggregator in\n"
+     "another region (crossing), and changes of its local policy (policy_change).\n"
+     "\n"
+     "options:\n"
+     "  --since T   rows at or after T (Unix seconds or 2024-05-01T12:00:00Z)\n" DIR_HELP
+     "  --json      {rows: [{seq, at, actor, kind, subject, detail, prev, digest}]}\n",
+     xf_site_cmd_audit_list},
+    {"audit", "verify", "check the site's audit trail's hash chain",
+     "usage: xfed-site audit verify [--dir DIR] [--json]\n"
+     "\n"
+     "Recomputes every row's digest and checks the chain. Prints \"intact\" and the\n"
+     "head (keep it elsewhere to detect rows cut off the end later), or names the\n"
+     "first bad row and exits 1.\n"
+     "\n"
+     "options:\n" DIR_HELP "  --json      {intact, fault, rows, seq, what, head}\n",
+     xf_site_cmd_audit_verify},
+    {"audit", "export", "write the site's audit trail as JSON lines",
+     "usage: xfed-site audit export [--since T] [--dir DIR]\n"
+     "\n"
+     "Writes the rows (at or after T) to stdout, one JSON object a line, with their\n"
+     "digests, for an external verifier (docs/audit.md).\n"
+     "\n"
+     "options:\n"
+     "  --since T   rows at or after T\n" DIR_HELP,
+     xf_site_cmd_audit_export},
     {0},
 };
 

@@ -15,6 +15,8 @@
 
 #include "base/alloc.h"
 #include "crypto/accountant.h"
+#include "policy/audit.h"
+#include "policy/policy.h"
 #include "site/registry.h"
 #include "storage/db.h"
 
@@ -133,6 +135,13 @@ static const xf_migration site_migrations[] = {
      "  saved_at INTEGER NOT NULL,\n"
      "  PRIMARY KEY (job, dataset, round)\n"
      ");\n"},
+    /* The site operator's own residency rules, as numbered immutable versions
+     * (policy/policy.h), checked against every offer that carries a
+     * residency plan (docs/policy.md, "Site-local rules"). */
+    {4, xf_policy_schema_sql},
+    /* The site's own hash-chained audit trail (policy/audit.h): its local
+     * decisions, the updates it sent out of its region, and policy changes. */
+    {5, xf_audit_schema_sql},
 };
 
 struct xf_site_registry {
@@ -156,6 +165,8 @@ xf_err xf_site_registry_open(const char *db_path, xf_site_registry **out, xf_err
   *out = reg;
   return XF_OK;
 }
+
+xf_db *xf_site_registry_db(xf_site_registry *reg) { return reg->db; }
 
 void xf_site_registry_close(xf_site_registry *reg) {
   if (!reg) return;

@@ -92,6 +92,13 @@ xf_err xf_site_registry_open(const char *db_path, xf_site_registry **out,
 /* NULL-safe. */
 void xf_site_registry_close(xf_site_registry *reg);
 
+/* The registry's database connection, for the modules that keep tables in
+ * the site database beside the registry: the site's local residency policy
+ * (policy/policy.h) and its audit trail (policy/audit.h). Borrowed: valid
+ * until xf_site_registry_close; one thread at a time, as the registry. */
+struct xf_db;
+struct xf_db *xf_site_registry_db(xf_site_registry *reg);
+
 /* Registers a dataset. Checks the name, tags (XF_EINVAL naming them) and the
  * budget (XF_ERANGE), refuses a name already registered (XF_EEXISTS), then
  * loads the directory with xf_dataset_load_dir: data it refuses is refused

@@ -206,10 +206,17 @@ static void change_without_reason_is_refused_and_version_unchanged(void **state)
   expect_in(r->err, "--reason", r);
   r = xfed_run(s, "policy", "region", "add", "--name", "us", "--db", db, "--reason", "", NULL);
   expect_status(r, 2);
-  /* without --db: refused, saying the coordinator mode is not built */
-  r = xfed_run(s, "policy", "region", "add", "--name", "us", "--reason", "x", NULL);
+  /* without --db the change goes to the coordinator: with none configured,
+   * a usage error saying how to name one */
+  r = xfed_run(s, "policy", "region", "add", "--name", "us", "--reason", "x", "--coordinator",
+               "", NULL);
   expect_status(r, 2);
-  expect_in(r->err, "--db FILE is required", r);
+  expect_in(r->err, "coordinator", r);
+  /* connection flags and --db do not go together */
+  r = xfed_run(s, "policy", "region", "add", "--name", "us", "--db", db, "--reason", "x",
+               "--coordinator", "127.0.0.1:1", NULL);
+  expect_status(r, 2);
+  expect_in(r->err, "with --db FILE", r);
   /* a bad name is refused by the library, naming it */
   r = xfed_run(s, "policy", "site", "add", "--name", "Bad Name", "--region", "eu", "--db", db,
                "--reason", "x", "--author", "dave", NULL);

@@ -247,7 +247,7 @@ static int daemon_start(void) {
   char *const argv[] = {"xfed-coord", "run",       "--listen", "127.0.0.1:0", "--port-file",
                         fx.port_path, "--cert",    cert,       "--key",       key,
                         "--ca",       fx.ca,       "--crl",    fx.crl,        "--state",
-                        fx.state,     NULL};
+                        fx.state,     "--residency-policy", "off", NULL};
   fflush(NULL);
   pid_t pid = fork();
   if (pid < 0) {

@@ -25,6 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+
 #define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
 /* A run that takes longer is killed and reported. */
 #define RUN_DEADLINE_S 120
@@ -445,6 +447,92 @@ static void fashion_mnist_registers_with_its_real_shape(void **state) {
                 0);
 }
 
+/* ---- the site's own policy and audit trail ------------------------------------------ */
+
+#define GOOD_POLICY                                                                  \
+  "{\"regions\": [{\"name\": \"eu\"}, {\"name\": \"us\"}],"                          \
+  " \"sites\": [{\"name\": \"eu-berlin\", \"region\": \"eu\"}],"                     \
+  " \"datasets\": [{\"name\": \"tiny\", \"site\": \"eu-berlin\","                      \
+  " \"classification\": \"public\", \"tags\": []}],"                                   \
+  " \"rules\": [{\"id\": \"eu-agg\", \"effect\": \"allow\", \"kind\":"                 \
+  " \"regional_aggregate\", \"destinations\": [\"us\"], \"conditions\":"               \
+  " {\"min_cohort\": 2}}]}"
+
+static void policy_import_refuses_a_malformed_document_naming_the_member(void **state) {
+  scratch *s = *state;
+  init_site(s);
+  char good[700], bad[700];
+  snprintf(good, sizeof(good), "%s", path_in(s, "good.json"));
+  snprintf(bad, sizeof(bad), "%s", path_in(s, "bad.json"));
+  assert_int_equal(write_file(good, GOOD_POLICY), 0);
+  char *text = strdup(GOOD_POLICY);
+  memcpy(strstr(text, "\"regional_aggregate\""), "\"regional_aggregat!\"", 20);
+  assert_int_equal(write_file(bad, text), 0);
+  free(text);
+
+  run *r = site_run(s, "policy", "import", good, "--dir", s->site, NULL);
+  expect_status(r, 2); /* no --reason */
+  expect_in("stderr", r->err, "--reason", r);
+  r = site_run(s, "policy", "import", good, "--dir", s->site, "--reason", "DPO rules",
+               "--author", "ops", "--json", NULL);
+  expect_status(r, 0);
+  assert_int_equal(member_integer(stdout_json(s, r), "version"), 1);
+
+  r = site_run(s, "policy", "import", bad, "--dir", s->site, "--reason", "typo", "--author",
+               "ops", NULL);
+  expect_status(r, 1);
+  expect_in("stderr", r->err, "rules[0].kind", r);
+  r = site_run(s, "policy", "log", "--dir", s->site, "--json", NULL);
+  expect_status(r, 0);
+  json_t *versions = json_object_get(stdout_json(s, r), "versions");
+  assert_int_equal(json_array_size(versions), 1);
+  assert_string_equal(member_string(json_array_get(versions, 0), "author"), "ops");
+  r = site_run(s, "policy", "export", "--dir", s->site, NULL);
+  expect_status(r, 0);
+  expect_in("stdout", r->out, "\"regional_aggregate\"", r);
+  r = site_run(s, "policy", "rules", "--dir", s->site, NULL);
+  expect_status(r, 0);
+  expect_in("stdout", r->out, "eu-agg: allow regional_aggregate -> us min_cohort=2", r);
+
+  /* The change is on the trail, which checks out. */
+  r = site_run(s, "audit", "list", "--dir", s->site, "--json", NULL);
+  expect_status(r, 0);
+  json_t *rows = json_object_get(stdout_json(s, r), "rows");
+  assert_int_equal(json_array_size(rows), 1);
+  assert_string_equal(member_string(json_array_get(rows, 0), "kind"), "policy_change");
+  assert_string_equal(member_string(json_array_get(rows, 0), "actor"), "ops");
+  r = site_run(s, "audit", "verify", "--dir", s->site, NULL);
+  expect_status(r, 0);
+  expect_in("stdout", r->out, "intact", r);
+}
+
+static void audit_verify_names_the_first_tampered_row(void **state) {
+  scratch *s = *state;
+  init_site(s);
+  char good[700];
+  snprintf(good, sizeof(good), "%s", path_in(s, "good.json"));
+  assert_int_equal(write_file(good, GOOD_POLICY), 0);
+  for (int i = 0; i < 3; i++)
+    expect_status(site_run(s, "policy", "import", good, "--dir", s->site, "--reason", "again",
+                           "--author", "ops", NULL),
+                  0);
+  /* Someone who can write the file edits row 2 behind the triggers. */
+  char db[700];
+  snprintf(db, sizeof(db), "%s/site.db", s->site);
+  sqlite3 *h = NULL;
+  assert_int_equal(sqlite3_open(db, &h), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(h, "DROP TRIGGER audit_no_update; UPDATE audit SET actor = "
+                                   "'mallory' WHERE seq = 2;", NULL, NULL, NULL),
+                   SQLITE_OK);
+  sqlite3_close(h);
+  run *r = site_run(s, "audit", "verify", "--dir", s->site, NULL);
+  expect_status(r, 1);
+  expect_in("stdout", r->out, "row 2", r);
+  r = site_run(s, "audit", "export", "--dir", s->site, NULL);
+  expect_status(r, 0);
+  expect_in("stdout", r->out, "mallory", r);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, scratch_setup, scratch_teardown)
 
 int main(void) {
@@ -456,6 +544,8 @@ int main(void) {
       T(invalid_data_is_refused_with_the_loaders_message),
       T(verify_finds_a_modified_and_a_missing_file),
       T(fashion_mnist_registers_with_its_real_shape),
+      T(policy_import_refuses_a_malformed_document_naming_the_member),
+      T(audit_verify_names_the_first_tampered_row),
   };
   return cmocka_run_group_tests(tests, group_setup, NULL);
 }

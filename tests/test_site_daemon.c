@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
 #include <uv.h>
 
 #include "support.h"
@@ -674,6 +675,7 @@ typedef struct offer {
   int64_t deadline_in_ms; /* 0: none */
   bool send_model;
   const uint8_t *digest; /* NULL: the model's */
+  Xfed__Residency *residency; /* NULL: a coordinator without a policy */
 } offer;
 
 /* Sends TaskOffer and, when asked, the MODEL stream (id 500) after it. */
@@ -692,6 +694,7 @@ static void send_offer(fake *f, const offer *o) {
   t.params_json = (char *)o->spec;
   t.evaluate_only = o->evaluate_only;
   t.model_stream_id = 500;
+  t.residency = o->residency;
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   env.body_case = XFED__ENVELOPE__BODY_TASK_OFFER;
   env.task_offer = &t;
@@ -1124,6 +1127,131 @@ static void refused_session_is_logged_and_redialed_with_backoff(void **state) {
   f->passed = true;
 }
 
+/* The site's own residency rules. Version 1 lets tiny leave eu for us only
+ * as a regional aggregate of >= 2 sites with epsilon <= 1; version 2 also
+ * lets its updates go to us directly. */
+#define LOCAL_POLICY(extra)                                                                \
+  "{\"regions\": [{\"name\": \"eu\"}, {\"name\": \"us\"}],"                                \
+  " \"sites\": [{\"name\": \"eu-berlin\", \"region\": \"eu\"}],"                           \
+  " \"datasets\": [{\"name\": \"tiny\", \"site\": \"eu-berlin\", \"classification\":"      \
+  " \"public\", \"tags\": [\"t1\"]}],"                                                     \
+  " \"rules\": [{\"id\": \"eu-agg-only\", \"effect\": \"allow\", \"kind\":"                \
+  " \"regional_aggregate\", \"select\": {\"region\": \"eu\"}, \"destinations\": [\"us\"]," \
+  " \"conditions\": {\"max_epsilon\": 1, \"min_cohort\": 2}}" extra "]}"
+#define SPEC_DP_EPS3                                                                     \
+  "{\"name\": \"dp\", \"model\": {\"arch\": \"logreg\"}, \"data\": {\"dataset\": \"tiny\"," \
+  " \"tags\": [\"t1\"]}, \"rounds\": 3, \"min_sites\": 1, \"local\": {\"epochs\": 1,"       \
+  " \"batch_size\": 2, \"lr\": 0.1}, \"privacy\": {\"unit\": \"record\", \"mode\":"        \
+  " \"local\", \"clip\": 1.0, \"target_epsilon\": 3}, \"seed\": 3}"
+
+static void import_local_policy(fake *f, const char *doc) {
+  char path[700];
+  snprintf(path, sizeof(path), "%s/local-policy.json", f->dir);
+  assert_int_equal(write_file(path, doc), 0);
+  site_cmd(f, "policy", "import", path, "--dir", f->site_dir, "--reason", "the DPO's rules",
+           "--author", "ops", NULL);
+}
+
+/* Runs `xfed-site ARGS...` and returns its stdout (the caller frees it). */
+static char *site_output(fake *f, int want_status, const char *arg, ...) {
+  xf_test_run r = {0};
+  xf_test_exec_opts o = {.path = xfed_site, .unset = "XFED_SITE_DIR", .deadline_s = RUN_DEADLINE_S};
+  va_list ap;
+  va_start(ap, arg);
+  xf_test_vexec(&o, &r, "xfed-site", arg, ap);
+  va_end(ap);
+  if (r.status != want_status) {
+    xf_test_run_show(&r);
+    fail_msg("xfed-site %s exited %d, not %d (in %s)", arg, r.status, want_status, f->dir);
+  }
+  char *out = strdup(r.out ? r.out : "");
+  xf_test_run_free(&r);
+  return out;
+}
+
+static void local_policy_refuses_what_the_offer_allows_and_audits_it(void **state) {
+  fake *f = *state;
+  fake_start(f);
+  expect_body(f, XFED__ENVELOPE__BODY_SITE_ANNOUNCE);
+  make_model(f, SPEC_LOGREG, 13);
+  import_local_policy(f, LOCAL_POLICY(""));
+
+  /* The coordinator's plan: a regional aggregate of eu at epsilon 3. The
+   * local rule caps epsilon at 1: refused, naming the rule and the fix. */
+  Xfed__Residency res = XFED__RESIDENCY__INIT;
+  res.policy_version = 4;
+  res.coordinator_region = "us";
+  res.aggregator_region = "eu";
+  res.path = "regional";
+  res.rule = "coord-eu";
+  res.min_cohort = 2;
+  res.epsilon = 3;
+  offer o = {.job = "21", .round = 1, .attempt = 1, .spec = SPEC_DP_EPS3,
+             .deadline_in_ms = 60000, .send_model = true, .residency = &res};
+  send_offer(f, &o);
+  const Xfed__Envelope *e = expect_body(f, XFED__ENVELOPE__BODY_TASK_REFUSAL);
+  const Xfed__TaskRefusal *ref = e->task_refusal;
+  if (ref->reason != XFED__TASK_REFUSAL__REASON__POLICY_DENIED || strcmp(ref->job_id, "21") ||
+      !strstr(ref->details, "rule 'eu-agg-only'") || !strstr(ref->details, "epsilon to <= 1"))
+    fail_msg("refusal of job %s: reason %d details \"%s\"", ref->job_id, (int)ref->reason,
+             ref->details);
+
+  /* Updates straight to us are outside version 1 as well. */
+  res.aggregator_region = "us";
+  res.path = "direct";
+  res.epsilon = 0;
+  o = (offer){.job = "22", .round = 1, .attempt = 1, .spec = SPEC_LOGREG,
+              .deadline_in_ms = 60000, .send_model = true, .residency = &res};
+  send_offer(f, &o);
+  expect_refusal(f, XFED__TASK_REFUSAL__REASON__POLICY_DENIED, "22", "eu-agg-only");
+
+  /* Version 2 allows them: accepted, trained, delivered, and the update's
+   * crossing from eu to us recorded. */
+  import_local_policy(f, LOCAL_POLICY(", {\"id\": \"eu-public-direct\", \"effect\": "
+                                      "\"allow\", \"kind\": \"update\", \"select\": "
+                                      "{\"classification\": \"public\"}, \"destinations\": "
+                                      "[\"us\"]}"));
+  o.job = "23";
+  send_offer(f, &o);
+  expect_accept(f, "23", 1, 1);
+  expect_body(f, XFED__ENVELOPE__BODY_METRICS);
+  run_until(f, update_complete, NULL, WAIT_MS, "the whole update");
+  run_until(f, log_has, "event=update_crossed", WAIT_MS, "the crossing to be recorded");
+
+  char *out = site_output(f, 0, "audit", "list", "--dir", f->site_dir, "--json", NULL);
+  json_error_t je;
+  json_t *doc = json_loads(out, 0, &je);
+  if (!doc) fail_msg("audit list --json: %s\n%s", je.text, out);
+  json_t *rows = json_object_get(doc, "rows");
+  static const char *const kinds[] = {"policy_change", "refused_task", "refused_task",
+                                      "policy_change", "decision", "crossing"};
+  if (json_array_size(rows) != 6) fail_msg("audit rows:\n%s", out);
+  for (size_t i = 0; i < 6; i++)
+    assert_string_equal(json_string_value(json_object_get(json_array_get(rows, i), "kind")),
+                        kinds[i]);
+  json_t *refused = json_object_get(json_array_get(rows, 1), "detail");
+  assert_string_equal(json_string_value(json_object_get(refused, "rule")), "eu-agg-only");
+  assert_string_equal(json_string_value(json_object_get(refused, "job")), "21");
+  assert_string_equal(json_string_value(json_object_get(refused, "dataset")), "tiny");
+  assert_int_equal(json_integer_value(json_object_get(refused, "policy_version")), 1);
+  assert_int_equal(json_integer_value(json_object_get(refused, "coordinator_policy_version")), 4);
+  json_t *allowed = json_object_get(json_array_get(rows, 4), "detail");
+  assert_string_equal(json_string_value(json_object_get(allowed, "rule")), "eu-public-direct");
+  assert_string_equal(json_string_value(json_object_get(allowed, "path")), "direct");
+  json_t *crossing = json_object_get(json_array_get(rows, 5), "detail");
+  assert_string_equal(json_string_value(json_object_get(crossing, "from")), "eu");
+  assert_string_equal(json_string_value(json_object_get(crossing, "to")), "us");
+  assert_int_equal(json_integer_value(json_object_get(crossing, "bytes")), f->update_len);
+  json_decref(doc);
+  free(out);
+
+  out = site_output(f, 0, "audit", "verify", "--dir", f->site_dir, NULL);
+  assert_non_null(strstr(out, "intact"));
+  free(out);
+  site_stop(f, 10000);
+  f->passed = true;
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(announce_lists_the_registry_and_bad_frames_get_errors,
@@ -1138,6 +1266,8 @@ int main(void) {
                                       fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(sigterm_during_training_exits_zero_quickly, fixture_setup,
                                       fixture_teardown),
+      cmocka_unit_test_setup_teardown(local_policy_refuses_what_the_offer_allows_and_audits_it,
+                                      fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(refused_session_is_logged_and_redialed_with_backoff,
                                       fixture_setup, fixture_teardown),
   };

@@ -21,7 +21,12 @@
 #   compress: uplink q8 and topk:0.05+q8 (error feedback kept in each site's
 #            database) with fp16 and bf16 downlink: the bytes in the metrics
 #            shrink as promised and the model still learns.
-# usage: federation.sh BUILD_DIR resume|quorum|central|record|compress|secagg
+#   policy:  the residency policy with a coordinator in another region: no
+#            job before a policy; a change mid-job pauses it and another
+#            resumes it; a site's local rule refuses its task and the refusal
+#            is in both audit trails; a job the policy does not allow is
+#            refused at submission (exit 3) with what would allow it.
+# usage: federation.sh BUILD_DIR resume|quorum|central|record|compress|secagg|policy
 set -euo pipefail
 build=$(cd "${1:?build dir}" && pwd)
 scenario=${2:?scenario}
@@ -69,7 +74,9 @@ start_coord() {
   port=$(cat "$work/$run/coord.port")
 }
 # A short grace for the cohort to come back after a restart keeps the test fast.
-echo '{"resume_grace_s": 15, "eval_timeout_s": 60}' >"$work/coord.json"
+# These scenarios are about training, privacy and aggregation, not residency
+# (the policy scenario has its own coordinator): one region, no policy.
+echo '{"resume_grace_s": 15, "eval_timeout_s": 60, "residency_policy": "off"}' >"$work/coord.json"
 
 declare -A site_pid
 start_site() {
@@ -256,7 +263,7 @@ record)
   cli job status 2 >"$work/status2.txt"
   grep -q "dataset 'fmnist' at site s1 has spent epsilon" "$work/status2.txt" ||
     fail "job 2's message does not name the dataset: $(cat "$work/status2.txt")"
-  grep -q 'of its budget 1.55 ' "$work/status2.txt" || fail "job 2's message lacks the budget: $msg"
+  grep -q 'above its budget 1.55' "$work/status2.txt" || fail "job 2's message lacks the budget: $msg"
   grep -q 'would take it to' "$work/status2.txt" || fail "job 2's message lacks the new total: $msg"
   # Site-unit local noise: each site noises its clipped update itself.
   sed 's/"seed": 11}/"seed": 11, "privacy": {"unit": "site", "mode": "local", "clip": 1.0, "target_epsilon": 20, "delta": 1e-5}}/' \
@@ -375,6 +382,101 @@ secagg)
   (($(grep -c 'event=secagg_unmasked job=6 ' "$work/a/logs/coord.log") == 2)) ||
     fail "job 6 did not unmask its 2 rounds"
   echo "secagg: accuracy $a1 without, $a2 with secure aggregation; job 3 round 1 unmasked from 4 of 5 sites; distributed noise epsilon $eps; shared subset $up5 of $up2 bytes a site; q8 accuracy $(job_field 6 test_accuracy)"
+  ;;
+policy)
+  # The residency policy enforced end to end: a coordinator in region us,
+  # three sites in eu; the compliance team's changes reach a running job from
+  # its next round; a site's own rules refuse what the coordinator allows.
+  "$xfed" pki issue --dir "$fed" --kind user --name cleo --role compliance >/dev/null
+  comp() { "$xfed" "$@" --coordinator "127.0.0.1:$port" $(tls cleo); }
+  echo '{"resume_grace_s": 15, "eval_timeout_s": 60, "region": "us"}' >"$work/coord-us.json"
+  mkdir -p "$work/p/logs"
+  # shellcheck disable=SC2046
+  "$coord_bin" $(tls coord) --state "$work/p/coord" --listen 127.0.0.1:0 \
+    --port-file "$work/p/coord.port" --config "$work/coord-us.json" 2>>"$work/p/logs/coord.log" &
+  pids+=($!)
+  for ((i = 0; i < 100; i++)); do [[ -s "$work/p/coord.port" ]] && break; sleep 0.1; done
+  port=$(cat "$work/p/coord.port")
+  make_sites p
+  doc() { # doc RULES_JSON: the federation's policy with these rules
+    cat <<JSON
+{"regions": [{"name": "eu", "jurisdiction": "EU GDPR"}, {"name": "us", "jurisdiction": "US"}],
+ "sites": [{"name": "s1", "region": "eu"}, {"name": "s2", "region": "eu"},
+           {"name": "s3", "region": "eu"}],
+ "datasets": [{"name": "fmnist", "site": "s1", "classification": "internal"},
+              {"name": "fmnist", "site": "s2", "classification": "internal"},
+              {"name": "fmnist", "site": "s3", "classification": "internal"}],
+ "rules": [$1]}
+JSON
+  }
+  allow='{"id": "eu-to-us", "effect": "allow", "kind": "update", "select": {"region": "eu"}, "destinations": ["us"]}'
+  # Before any policy, nothing leaves eu: the job is refused (exit 3).
+  set +e
+  cli job submit "$work/job.json" >"$work/p/refused.out" 2>&1
+  rc=$?
+  set -e
+  ((rc == 3)) || fail "a job before any policy exited $rc, not 3: $(cat "$work/p/refused.out")"
+  grep -q 'no residency policy' "$work/p/refused.out" ||
+    fail "the refusal does not say why: $(cat "$work/p/refused.out")"
+  # A researcher may not push; compliance may.
+  doc "$allow" >"$work/p/v1.json"
+  if cli policy import "$work/p/v1.json" --reason "researchers may not" >/dev/null 2>&1; then
+    fail "a researcher pushed a policy"
+  fi
+  comp policy import "$work/p/v1.json" --reason "eu updates may go to us" >/dev/null ||
+    fail "compliance could not push version 1"
+  comp policy check "$work/job.json" >"$work/p/check.out" || fail "the job is not allowed under v1"
+  grep -q 'eu-to-us' "$work/p/check.out" || fail "policy check does not name the rule: $(cat "$work/p/check.out")"
+  # Long enough (60 rounds of 2 epochs) that the change lands mid-job.
+  sed 's/"rounds": 6/"rounds": 60/; s/"epochs": 1/"epochs": 2/' "$work/job.json" >"$work/p/job.json"
+  cli job submit "$work/p/job.json" >/dev/null
+  wait_round 1 2 120
+  # v2 takes the allow rule away: the job pauses before its next round and says why.
+  doc "" >"$work/p/v2.json"
+  comp policy import "$work/p/v2.json" --reason "eu updates stay in eu" >/dev/null
+  wait_state 1 paused 120
+  msg=$(cli job status 1 --json | json_field message)
+  [[ $msg == *"default deny"* || $msg == *"no rule allows"* ]] || fail "the paused job does not say why: $msg"
+  paused_round=$(job_field 1 round)
+  sleep 3
+  [[ $(job_field 1 state) == paused && $(job_field 1 round) == "$paused_round" ]] ||
+    fail "the paused job moved on"
+  # Meanwhile s1's operator forbids updates to us locally: once the job
+  # resumes, s1 refuses its tasks and the others go on.
+  cat >"$work/p/local.json" <<JSON
+{"regions": [{"name": "eu"}, {"name": "us"}], "sites": [{"name": "s1", "region": "eu"}],
+ "datasets": [{"name": "fmnist", "site": "s1", "classification": "internal"}],
+ "rules": [{"id": "s1-stays", "effect": "deny", "kind": "update", "destinations": ["us"]}]}
+JSON
+  "$site_bin" policy import --dir "$work/p/sites/s1" "$work/p/local.json" \
+    --reason "s1 data stays in eu" >/dev/null || fail "s1 could not import its local policy"
+  # v3 restores it: the job resumes from the same round.
+  comp policy import "$work/p/v1.json" --reason "approved again" >/dev/null
+  wait_state 1 done 300
+  comp audit export >"$work/p/audit.jsonl"
+  grep '"kind":"refused_task"' "$work/p/audit.jsonl" | grep 's1-stays' >/dev/null ||
+    fail "the coordinator's trail has no refusal by s1's local rule"
+  grep -q '"kind":"crossing"' "$work/p/audit.jsonl" || fail "no crossing in the coordinator's trail"
+  grep '"kind":"job"' "$work/p/audit.jsonl" | grep '"paused"' >/dev/null || fail "the pause is not audited"
+  grep '"kind":"job"' "$work/p/audit.jsonl" | grep '"resumed"' >/dev/null || fail "the resumption is not audited"
+  (($(grep -c '"kind":"policy_change"' "$work/p/audit.jsonl") == 3)) ||
+    fail "the trail does not hold the 3 policy changes"
+  "$site_bin" audit export --dir "$work/p/sites/s1" >"$work/p/s1-audit.jsonl"
+  grep '"kind":"refused_task"' "$work/p/s1-audit.jsonl" | grep 's1-stays' >/dev/null ||
+    fail "s1's own trail has no refusal"
+  comp audit verify >/dev/null || fail "the coordinator's trail does not verify"
+  "$site_bin" audit verify --dir "$work/p/sites/s1" >/dev/null || fail "s1's trail does not verify"
+  # A policy that asks for privacy refuses the plain job at submission, saying what would allow it.
+  doc '{"id": "eu-private", "effect": "allow", "kind": "update", "select": {"region": "eu"}, "destinations": ["us"], "conditions": {"max_epsilon": 1}}' >"$work/p/v4.json"
+  comp policy import "$work/p/v4.json" --reason "only private updates" >/dev/null
+  set +e
+  cli job submit "$work/job.json" >"$work/p/refused.out" 2>&1
+  rc=$?
+  set -e
+  ((rc == 3)) || fail "the plain job under v4 exited $rc, not 3"
+  grep -q 'add privacy with epsilon <= 1' "$work/p/refused.out" ||
+    fail "the refusal does not say what would allow it: $(cat "$work/p/refused.out")"
+  echo "policy: refused before a policy, paused at round $paused_round under v2, resumed under v3, s1's local rule refused and audited at both ends, v4 refuses the plain job"
   ;;
 *) echo "unknown scenario $scenario" >&2; exit 2 ;;
 esac
