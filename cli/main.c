@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* `xfed NOUN VERB`: the one CLI for researchers, compliance teams and admins. */
+#include <stdlib.h>
+
+#include "base/log.h"
 #include "cli/cli.h"
 
 int main(int argc, char **argv) {
@@ -14,5 +17,8 @@ int main(int argc, char **argv) {
       .commands = xf_cli_commands,
       .leading_flags = connection_flags,
   };
+  /* A person reads this program's stderr: only warnings and errors, unless
+   * XF_LOG_LEVEL asks for more. */
+  if (!getenv("XF_LOG_LEVEL")) xf_log_set_level(XF_LOG_WARN);
   return xf_cli_main(&xfed, argc, argv);
 }

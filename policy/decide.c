@@ -61,10 +61,14 @@ static xf_err suggest(xf_policy_decision *out, const char *s, xf_errctx *err) {
   return XF_OK;
 }
 
+static int site_by_name(const void *key, const void *elem) {
+  return strcmp((const char *)key, ((const xf_policy_site *)elem)->name);
+}
+
+/* Sites are sorted by name (xf_policy_parse). */
 static const xf_policy_site *site_of(const xf_policy *p, const char *name) {
-  for (size_t i = 0; i < p->n_sites; i++)
-    if (strcmp(p->sites[i].name, name) == 0) return &p->sites[i];
-  return NULL;
+  if (!p->n_sites) return NULL;
+  return bsearch(name, p->sites, p->n_sites, sizeof(*p->sites), site_by_name);
 }
 
 static bool has_tag(const xf_policy_dataset *d, const char *tag) {
@@ -127,11 +131,49 @@ typedef struct verdict {
   const xf_policy_rule *blocked; /* the first allow that applies but whose conditions fail */
 } verdict;
 
-static verdict judge(const xf_policy *p, xf_policy_kind kind, const xf_policy_dataset *d,
-                     const char *region, const xf_policy_job *job, double now, hints *h) {
-  verdict v = {0};
+/* The rules one decision can use, per artifact kind: those that cover the
+ * coordinator's region and are valid now, in the policy's order. Built once
+ * per decision, so that each site looks only at rules that could apply to
+ * it (with 10,000 rules, most are about other kinds and destinations). */
+typedef struct candidates {
+  const xf_policy_rule **rules[2]; /* [0] update, [1] regional_aggregate */
+  size_t n[2];
+} candidates;
+
+static xf_err candidates_make(const xf_policy *p, const xf_policy_job *job, double now,
+                              candidates *c, xf_errctx *err) {
+  memset(c, 0, sizeof(*c));
+  for (int k = 0; k < 2; k++) {
+    c->rules[k] = p->n_rules ? xf_calloc(p->n_rules, sizeof(*c->rules[k])) : NULL;
+    if (p->n_rules && !c->rules[k]) return xf_fail(err, XF_ENOMEM, "cannot hold the decision");
+  }
   for (size_t i = 0; i < p->n_rules; i++) {
     const xf_policy_rule *r = &p->rules[i];
+    int k = r->kind == XF_POLICY_KIND_UPDATE               ? 0
+            : r->kind == XF_POLICY_KIND_REGIONAL_AGGREGATE ? 1
+                                                           : -1;
+    if (k < 0) continue;
+    if (r->has_valid_from && now < r->valid_from) continue;
+    if (r->has_valid_until && now >= r->valid_until) continue;
+    bool to = false;
+    for (size_t j = 0; j < r->n_dests && !to; j++)
+      to = strcmp(r->dests[j], "*") == 0 || strcmp(r->dests[j], job->coordinator_region) == 0;
+    if (to) c->rules[k][c->n[k]++] = r;
+  }
+  return XF_OK;
+}
+
+static void candidates_free(candidates *c) {
+  xf_free(c->rules[0]);
+  xf_free(c->rules[1]);
+}
+
+static verdict judge(const candidates *c, xf_policy_kind kind, const xf_policy_dataset *d,
+                     const char *region, const xf_policy_job *job, double now, hints *h) {
+  verdict v = {0};
+  int k = kind == XF_POLICY_KIND_UPDATE ? 0 : 1;
+  for (size_t i = 0; i < c->n[k]; i++) {
+    const xf_policy_rule *r = c->rules[k][i];
     if (!rule_applies(r, kind, d, region, job->coordinator_region, now)) continue;
     if (r->effect == XF_POLICY_DENY) {
       if (!v.deny) v.deny = r;
@@ -160,8 +202,9 @@ typedef struct pending {
 } pending;
 
 /* Decides one site: direct, regional (pending its cohort) or not at all. */
-static void decide_site(const xf_policy *p, const xf_policy_dataset *d, const xf_policy_job *job,
-                        double now, xf_policy_site_decision *s, pending *pend) {
+static void decide_site(const candidates *p, const xf_policy_dataset *d,
+                        const xf_policy_job *job, double now, xf_policy_site_decision *s,
+                        pending *pend) {
   const char *to = job->coordinator_region;
   if (strcmp(s->region, to) == 0) {
     s->eligible = true;
@@ -184,14 +227,16 @@ static void decide_site(const xf_policy *p, const xf_policy_dataset *d, const xf
         agg.allow->id, s->region);
     return;
   }
+  /* The reason that points at a way out comes first: a regional aggregate
+   * that conditions block is what the suggestions are about. */
   if (agg.deny)
     say(s, agg.deny->id, "rule %s denies regional aggregates of %s going to %s", agg.deny->id,
         s->region, to);
-  else if (up.deny)
-    say(s, up.deny->id, "rule %s denies its updates going to %s", up.deny->id, to);
   else if (agg.blocked)
     say(s, agg.blocked->id, "rule %s allows a regional aggregate only under conditions the job "
         "does not meet", agg.blocked->id);
+  else if (up.deny)
+    say(s, up.deny->id, "rule %s denies its updates going to %s", up.deny->id, to);
   else if (up.blocked)
     say(s, up.blocked->id, "rule %s allows its updates only under conditions the job does not "
         "meet", up.blocked->id);
@@ -316,6 +361,11 @@ xf_err xf_policy_decide(const xf_policy *policy, const xf_policy_job *job, doubl
     rc = xf_fail(err, XF_ENOMEM, "cannot hold the decision");
     goto out;
   }
+  candidates cands;
+  if ((rc = candidates_make(policy, job, now, &cands, err)) != XF_OK) {
+    candidates_free(&cands);
+    goto out;
+  }
   for (size_t i = 0; i < policy->n_datasets; i++) {
     const xf_policy_dataset *d = &policy->datasets[i];
     if (strcmp(d->name, job->dataset) != 0) continue;
@@ -327,9 +377,10 @@ xf_err xf_policy_decide(const xf_policy *policy, const xf_policy_job *job, doubl
     xf_policy_site_decision *s = &out->sites[out->n_sites];
     snprintf(s->site, sizeof(s->site), "%s", site->name);
     snprintf(s->region, sizeof(s->region), "%s", site->region);
-    decide_site(policy, d, job, now, s, &pend[out->n_sites]);
+    decide_site(&cands, d, job, now, s, &pend[out->n_sites]);
     out->n_sites++;
   }
+  candidates_free(&cands);
   if ((rc = plan_regions(out, pend, err)) != XF_OK) goto out;
   if (out->n_regions) qsort(out->regions, out->n_regions, sizeof(*out->regions), by_region);
 
