@@ -309,7 +309,7 @@ static int verify_remote(xf_cli *cli, const audit_args *a) {
   else
     printf("%s%s\n", intact ? "" : "TAMPERED: ", what);
   xf_envelope_free(answer);
-  return intact ? XF_EXIT_OK : XF_EXIT_DENIED;
+  return intact ? XF_EXIT_OK : XF_EXIT_ERROR;
 }
 
 int xf_cmd_audit_verify(xf_cli *cli, int argc, char **argv) {
@@ -337,7 +337,7 @@ int xf_cmd_audit_verify(xf_cli *cli, int argc, char **argv) {
       printf("head: row %llu, digest %s (keep it elsewhere to detect a cut end later)\n",
              (unsigned long long)v.head.seq, v.head.digest);
   }
-  return intact ? XF_EXIT_OK : XF_EXIT_DENIED;
+  return intact ? XF_EXIT_OK : XF_EXIT_ERROR;
 }
 
 int xf_cmd_audit_export(xf_cli *cli, int argc, char **argv) {

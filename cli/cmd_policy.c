@@ -999,10 +999,12 @@ static int print_decision(xf_cli *cli, const char *decision_json, const char *co
     char eps[32] = "-";
     json_t *max = json_object_get(e, "max_epsilon");
     if (json_is_number(max)) snprintf(eps, sizeof(eps), "%g", json_number_value(max));
-    char count[48];
+    char count[48], cohort[24] = "-";
     snprintf(count, sizeof(count), "%lld/%lld", jint(e, "eligible"), jint(e, "sites"));
-    printf("%-10s %-9s %-16s %-6s %-10lld %-6s %s\n", jstr(e, "region"), jstr(e, "path"),
-           jstr(e, "rule"), count, jint(e, "min_cohort"),
+    /* A cohort condition means something only for a regional aggregate. */
+    if (jint(e, "min_cohort") > 0) snprintf(cohort, sizeof(cohort), "%lld", jint(e, "min_cohort"));
+    printf("%-10s %-9s %-16s %-6s %-10s %-6s %s\n", jstr(e, "region"), jstr(e, "path"),
+           jstr(e, "rule"), count, cohort,
            json_is_true(json_object_get(e, "require_secagg")) ? "yes" : "no", eps);
   }
   if (json_array_size(sugg)) {

@@ -460,6 +460,14 @@ static void on_accept_close(xf_conn *c, const xf_conn_reason *why) {
   /* Refused before on_connect: no certificate, another CA, revoked, ... */
   XF_WARN("peer_refused", "peer=%s end=\"%s\" verdict=%s reason=\"%s\"", xf_conn_peer_addr(c),
           xf_conn_end_message(why->end), xf_pki_verdict_name(why->verdict), why->msg);
+  /* A certificate that was presented and refused is audited; a connection
+   * that never got as far as a certificate (a port scan) is only logged. */
+  if (why->verdict != XF_PKI_OK && g_co) {
+    char detail[700];
+    snprintf(detail, sizeof(detail), "certificate refused in the handshake (%s): %s",
+             xf_pki_verdict_name(why->verdict), why->msg);
+    audit_refused(g_co, xf_conn_peer_addr(c), xf_conn_peer_addr(c), detail);
+  }
 }
 
 const xf_conn_opts *xf__conn_opts(xf__coord *co, bool accepted) {

@@ -129,7 +129,7 @@ int xf_site_cmd_audit_verify(xf_cli *cli, int argc, char **argv) {
                          (json_int_t)v.seq, "what", v.what, "head", "seq",
                          (json_int_t)v.head.seq, "digest", v.head.digest));
   } else if (intact) {
-    printf("intact: %s\n", v.what);
+    printf("%s\n", v.what);
     printf("head: row %llu, digest %s (keep it elsewhere to detect a cut end later)\n",
            (unsigned long long)v.head.seq, v.head.digest);
   } else {

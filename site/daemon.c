@@ -1776,7 +1776,7 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
   }
   xf_site_residency res;
   residency_of(o->residency, &res);
-  if (o->residency && !local_rules_allow(d, o, &spec, &ds, &res)) {
+  if (!local_rules_allow(d, o, &spec, &ds, &res)) {
     xf_site_dataset_free(&ds);
     ignore_stream(d, o->model_stream_id, job, o->round);
     return;

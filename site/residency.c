@@ -134,6 +134,17 @@ xf_err xf_site_residency_check(xf_db *db, const xf_site_task_ref *task,
     xf_policy_free(p);
     return XF_OK;
   }
+  /* Rules that cannot be checked do not hold: a coordinator that runs
+   * without a policy sends no plan, and then this dataset stays home. */
+  if (!res->coordinator_region || !*res->coordinator_region) {
+    verdict(out, false, "none", "none",
+            "a coordinator that runs under a residency policy (xfed-coord --residency-policy "
+            "enforce)",
+            "the task carries no residency plan (its coordinator runs without a policy), and "
+            "this site's local policy restricts dataset '%s': it takes tasks on it only with a "
+            "plan it can check", spec->data.dataset);
+    return XF_OK;
+  }
   const char *tags[XF_JOB_TAGS_MAX];
   xf_policy_job job;
   job_facts(spec, res, tags, &job);

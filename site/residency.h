@@ -57,7 +57,10 @@ typedef struct xf_site_residency_verdict {
  *
  * Version 0 (no local policy), and a local policy that does not list the
  * job's dataset at this site, restrict nothing: out->allowed, rule "none".
- * Otherwise the job is decided with xf_policy_decide from spec and res (the
+ * Otherwise a task without a plan (res->coordinator_region NULL or empty:
+ * the coordinator runs without a policy) is refused, since the rules cannot
+ * be checked; and a task with one is decided with xf_policy_decide from spec
+ * and res (the
  * epsilon is res->epsilon when above 0, else the spec's target_epsilon) and
  * refused when the decision fails, this site is not eligible, the local path
  * is "regional" but the update leaves the region unaggregated, the local

@@ -41,8 +41,10 @@
 
 #include "base/alloc.h"
 #include "coordinator/jobspec.h"
+#include "coordinator/journal.h"
 #include "crypto/digest.h"
 #include "crypto/pki.h"
+#include "policy/audit.h"
 #include "net/conn.h"
 #include "net/frame.h"
 #include "net/hello.h"
@@ -944,6 +946,24 @@ static void revoked_site_is_refused_once_sighup_reloads_the_crl(void **state) {
   wait_log(mark, "event=peer_refused", "verdict=revoked", NULL);
   xf_test_run_free(&r);
   assert_still_serving("a revoked site");
+
+  /* The refusals are in the coordinator's audit trail, which still verifies. */
+  char db_path[400];
+  snprintf(db_path, sizeof(db_path), "%s/coord.db", fx.state);
+  xf_db *db = NULL;
+  if (xf_journal_open(db_path, &db, &err) != XF_OK) fail_msg("open %s: %s", db_path, err.msg);
+  xf_audit_row *rows = NULL;
+  size_t n = 0, revoked_rows = 0;
+  if (xf_audit_list(db, 0, 0, &rows, &n, &err) != XF_OK) fail_msg("audit list: %s", err.msg);
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(rows[i].kind, "refused_connection") == 0 && strstr(rows[i].detail, "revoked"))
+      revoked_rows++;
+  xf_audit_rows_free(rows, n);
+  xf_audit_verdict v;
+  if (xf_audit_verify(db, &v, &err) != XF_OK) fail_msg("audit verify: %s", err.msg);
+  xf_db_close(db);
+  if (revoked_rows < 2) fail_msg("%zu refused_connection rows name the revoked certificate", revoked_rows);
+  assert_int_equal(v.fault, XF_AUDIT_INTACT);
 }
 
 static void site_announcing_another_site_is_refused_not_authorized(void **state) {

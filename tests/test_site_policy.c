@@ -187,6 +187,13 @@ static void unknown_coordinator_region_and_unlisted_dataset(void **state) {
   assert_non_null(strstr(v.details, "'ap'"));
   assert_non_null(strstr(v.details, "added to the local policy"));
 
+  /* A task without a plan (a coordinator without a policy) cannot be
+   * checked, so a dataset the local policy lists does not take it. */
+  xf_site_residency none = {0};
+  check(f, &none, SPEC_EPS(0.5), &v);
+  assert_false(v.allowed);
+  assert_non_null(strstr(v.details, "no residency plan"));
+
   /* A dataset the local policy does not list is not restricted by it. */
   res.coordinator_region = "us";
   const char *other = "{\"name\": \"j\", \"model\": {\"arch\": \"logreg\"}, \"data\": "
