@@ -277,17 +277,6 @@ int xf_cmd_audit_list(xf_cli *cli, int argc, char **argv) {
   return XF_EXIT_OK;
 }
 
-static const char *fault_name(xf_audit_fault f) {
-  switch (f) {
-  case XF_AUDIT_INTACT: return "intact";
-  case XF_AUDIT_EDITED: return "edited";
-  case XF_AUDIT_INSERTED: return "inserted";
-  case XF_AUDIT_DELETED: return "deleted";
-  case XF_AUDIT_TRUNCATED: return "truncated";
-  }
-  return "?";
-}
-
 /* `audit verify` without --db: the coordinator walks its own trail. It
  * sends no head digest: the head to keep is the last row of 'xfed audit
  * export'. */
@@ -328,7 +317,7 @@ int xf_cmd_audit_verify(xf_cli *cli, int argc, char **argv) {
   bool intact = v.fault == XF_AUDIT_INTACT;
   if (cli->json) {
     print_json(json_pack("{s:b,s:s,s:I,s:I,s:s,s:{s:I,s:s}}", "intact", intact, "fault",
-                         fault_name(v.fault), "rows", (json_int_t)v.rows, "seq",
+                         xf_audit_fault_name(v.fault), "rows", (json_int_t)v.rows, "seq",
                          (json_int_t)v.seq, "what", v.what, "head", "seq",
                          (json_int_t)v.head.seq, "digest", v.head.digest));
   } else {

@@ -68,17 +68,6 @@ int xf__job_parse(xf_cli *cli, int argc, char **argv, const struct option *opts,
   return XF_EXIT_OK;
 }
 
-int xf__job_connect(xf_cli *cli, const xf_client_flags *flags, xf_client **out) {
-  xf_client_config cfg;
-  xf_err rc = xf_client_config_resolve(flags, &cfg, &cli->err);
-  if (rc == XF_EUSAGE) return xf_cli_usage(cli, "%s", cli->err.msg);
-  if (rc != XF_OK) return xf_cli_fail(cli, rc);
-  rc = xf_client_open(&cfg, out, &cli->err);
-  if (rc == XF_EDENIED) return xf_cli_fail_unauthorized(cli); /* the session was refused */
-  if (rc != XF_OK) return xf_cli_fail(cli, rc);
-  return XF_EXIT_OK;
-}
-
 int xf__job_fail(xf_cli *cli, const xf_client *c, xf_err rc, xf__job_who who) {
   if (rc != XF_EDENIED) return xf_cli_fail(cli, rc);
   xf_pki_role role = xf_client_identity(c)->role;
@@ -407,7 +396,7 @@ int xf_cmd_job_submit(xf_cli *cli, int argc, char **argv) {
     return xf_cli_fail(cli, rc);
   }
   xf_client *c = NULL;
-  if ((st = xf__job_connect(cli, &a.conn, &c)) != XF_EXIT_OK) {
+  if ((st = xf_client_connect(cli, &a.conn, &c)) != XF_EXIT_OK) {
     xf_free(text);
     return st;
   }
@@ -460,7 +449,7 @@ int xf_cmd_job_status(xf_cli *cli, int argc, char **argv) {
   int st = xf__job_parse(cli, argc, argv, query_opts, 1, "ID", &a);
   if (st != XF_EXIT_OK) return st;
   xf_client *c = NULL;
-  if ((st = xf__job_connect(cli, &a.conn, &c)) != XF_EXIT_OK) return st;
+  if ((st = xf_client_connect(cli, &a.conn, &c)) != XF_EXIT_OK) return st;
   Xfed__Envelope *answer = NULL;
   st = query(cli, c, a.arg, &answer);
   if (st == XF_EXIT_OK) {
@@ -518,7 +507,7 @@ int xf_cmd_job_list(xf_cli *cli, int argc, char **argv) {
   int st = xf__job_parse(cli, argc, argv, query_opts, 0, NULL, &a);
   if (st != XF_EXIT_OK) return st;
   xf_client *c = NULL;
-  if ((st = xf__job_connect(cli, &a.conn, &c)) != XF_EXIT_OK) return st;
+  if ((st = xf_client_connect(cli, &a.conn, &c)) != XF_EXIT_OK) return st;
   Xfed__Envelope *answer = NULL;
   st = query(cli, c, NULL, &answer);
   if (st == XF_EXIT_OK) {
@@ -545,7 +534,7 @@ int xf_cmd_job_watch(xf_cli *cli, int argc, char **argv) {
   int st = xf__job_parse(cli, argc, argv, watch_opts, 1, "ID", &a);
   if (st != XF_EXIT_OK) return st;
   xf_client *c = NULL;
-  if ((st = xf__job_connect(cli, &a.conn, &c)) != XF_EXIT_OK) return st;
+  if ((st = xf_client_connect(cli, &a.conn, &c)) != XF_EXIT_OK) return st;
   st = xf__job_follow(cli, c, a.arg, a.interval_s);
   xf_client_close(c);
   return st;
@@ -556,7 +545,7 @@ int xf_cmd_job_cancel(xf_cli *cli, int argc, char **argv) {
   int st = xf__job_parse(cli, argc, argv, query_opts, 1, "ID", &a);
   if (st != XF_EXIT_OK) return st;
   xf_client *c = NULL;
-  if ((st = xf__job_connect(cli, &a.conn, &c)) != XF_EXIT_OK) return st;
+  if ((st = xf_client_connect(cli, &a.conn, &c)) != XF_EXIT_OK) return st;
   Xfed__JobCancel m = XFED__JOB_CANCEL__INIT;
   m.job_id = (char *)a.arg;
   Xfed__Envelope env = XFED__ENVELOPE__INIT;

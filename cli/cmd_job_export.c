@@ -173,7 +173,7 @@ int xf_cmd_job_export(xf_cli *cli, int argc, char **argv) {
   else if (a.format) return xf_cli_usage(cli, "--format '%s' is not xfed or npy", a.format);
 
   xf_client *c = NULL;
-  if ((st = xf__job_connect(cli, &a.conn, &c)) != XF_EXIT_OK) return st;
+  if ((st = xf_client_connect(cli, &a.conn, &c)) != XF_EXIT_OK) return st;
   uint8_t *data = NULL;
   size_t len = 0;
   uint32_t round = 0;

@@ -128,7 +128,7 @@ int xf_cmd_job_metrics(xf_cli *cli, int argc, char **argv) {
   if (st != XF_EXIT_OK) return st;
   if (a.csv && cli->json) return xf_cli_usage(cli, "--csv and --json exclude each other");
   xf_client *c = NULL;
-  if ((st = xf__job_connect(cli, &a.conn, &c)) != XF_EXIT_OK) return st;
+  if ((st = xf_client_connect(cli, &a.conn, &c)) != XF_EXIT_OK) return st;
   Xfed__MetricsQuery q = XFED__METRICS_QUERY__INIT;
   q.job_id = (char *)a.arg;
   Xfed__Envelope env = XFED__ENVELOPE__INIT;

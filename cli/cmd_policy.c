@@ -21,6 +21,7 @@
 #include "coordinator/jobspec.h"
 #include "net/frame.h"
 #include "policy/policy.h"
+#include "storage/file.h"
 
 /* Policy documents, rules and case files are small; the bound keeps a wrong
  * path (a dataset, a model) out of memory. */
@@ -197,76 +198,14 @@ static int report_change(xf_cli *cli, xf_err rc, uint64_t version, const char *w
   return XF_EXIT_OK;
 }
 
-/* Reads a whole small file into a NUL-terminated buffer the caller frees
- * with xf_free. */
+/* A policy document, rule or case file, whole (storage/file.h). */
 static xf_err read_text(const char *path, char **text, xf_errctx *err) {
-  *text = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    xf_fail(err, XF_EIO, "cannot open: %s", strerror(errno));
-    snprintf(err->file, sizeof(err->file), "%s", path);
-    return XF_EIO;
-  }
-  size_t cap = 4096, len = 0;
-  char *buf = xf_malloc(cap);
-  xf_err rc = buf ? XF_OK : XF_ENOMEM;
-  while (rc == XF_OK) {
-    if (cap - len < 2) {
-      if (cap >= POLICY_FILE_MAX) {
-        rc = xf_fail(err, XF_ERANGE, "larger than %u bytes", POLICY_FILE_MAX);
-        break;
-      }
-      char *bigger = xf_malloc(cap * 2);
-      if (!bigger) {
-        rc = XF_ENOMEM;
-        break;
-      }
-      memcpy(bigger, buf, len);
-      xf_free(buf);
-      buf = bigger;
-      cap *= 2;
-    }
-    size_t got = fread(buf + len, 1, cap - len - 1, f);
-    len += got;
-    if (got == 0) {
-      if (ferror(f)) rc = xf_fail(err, XF_EIO, "read failed");
-      break;
-    }
-  }
-  fclose(f);
-  if (rc != XF_OK) {
-    if (rc != XF_ENOMEM) snprintf(err->file, sizeof(err->file), "%s", path);
-    xf_free(buf);
-    return rc;
-  }
-  buf[len] = '\0';
-  *text = buf;
-  return XF_OK;
+  return xf_file_read_text(path, POLICY_FILE_MAX, text, NULL, err);
 }
 
-/* Writes text to path through a temporary file renamed into place. */
+/* Writes text to path atomically (storage/file.h). */
 static xf_err write_text(const char *path, const char *text, xf_errctx *err) {
-  char tmp[4096];
-  int n = snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", path);
-  if (n < 0 || (size_t)n >= sizeof(tmp)) return xf_fail(err, XF_EINVAL, "--out path too long");
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    xf_fail(err, XF_EIO, "cannot create a file next to it: %s", strerror(errno));
-    snprintf(err->file, sizeof(err->file), "%s", path);
-    return XF_EIO;
-  }
-  FILE *f = fdopen(fd, "w");
-  bool ok = f && fputs(text, f) >= 0;
-  if (f) ok = (fclose(f) == 0) && ok;
-  else close(fd);
-  if (!ok || rename(tmp, path) != 0) {
-    int e = errno;
-    unlink(tmp);
-    xf_fail(err, XF_EIO, "cannot write: %s", strerror(e));
-    snprintf(err->file, sizeof(err->file), "%s", path);
-    return XF_EIO;
-  }
-  return XF_OK;
+  return xf_file_write_atomic(path, text, strlen(text), 0644, err);
 }
 
 /* argv[1] is the verb of a three-word command ("policy rule add"): checks it

@@ -41,10 +41,6 @@ typedef struct xf__job_args {
 int xf__job_parse(xf_cli *cli, int argc, char **argv, const struct option *opts,
                   int positional, const char *what, xf__job_args *a);
 
-/* Resolves the settings and opens the session: XF_EXIT_OK with *out set, or
- * the exit status after printing the error. */
-int xf__job_connect(xf_cli *cli, const xf_client_flags *flags, xf_client **out);
-
 /* Who may make a request (docs/protocol.md, "CLI <-> coordinator"). */
 typedef enum xf__job_who {
   XF__JOB_ANY_USER = 0,  /* JobQuery, MetricsQuery, ModelQuery */

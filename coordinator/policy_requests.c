@@ -239,17 +239,6 @@ static void on_policy(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m) 
 
 /* ---- the audit trail ------------------------------------------------------------------- */
 
-static const char *fault_name(xf_audit_fault f) {
-  switch (f) {
-  case XF_AUDIT_INTACT: return "intact";
-  case XF_AUDIT_EDITED: return "edited";
-  case XF_AUDIT_INSERTED: return "inserted";
-  case XF_AUDIT_DELETED: return "deleted";
-  case XF_AUDIT_TRUNCATED: return "truncated";
-  }
-  return "?";
-}
-
 static void send_audit(xf__peer *p, Xfed__AuditReply *r) {
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   env.body_case = XFED__ENVELOPE__BODY_AUDIT_REPLY;
@@ -285,7 +274,7 @@ static void on_audit(xf__coord *co, xf__peer *p, const Xfed__AuditQuery *m) {
     r.intact = v.fault == XF_AUDIT_INTACT;
     r.rows = v.rows;
     r.bad_seq = v.seq;
-    r.fault = (char *)fault_name(v.fault);
+    r.fault = (char *)xf_audit_fault_name(v.fault);
     r.what = v.what;
     if (!r.intact)
       XF_WARN("audit_not_intact", "user=%s fault=%s seq=%" PRIu64, user, r.fault, v.seq);

@@ -651,3 +651,14 @@ out:
   *text = buf;
   return XF_OK;
 }
+
+const char *xf_audit_fault_name(xf_audit_fault f) {
+  switch (f) {
+  case XF_AUDIT_INTACT: return "intact";
+  case XF_AUDIT_EDITED: return "edited";
+  case XF_AUDIT_INSERTED: return "inserted";
+  case XF_AUDIT_DELETED: return "deleted";
+  case XF_AUDIT_TRUNCATED: return "truncated";
+  }
+  return "?";
+}

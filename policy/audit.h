@@ -94,6 +94,9 @@ typedef enum xf_audit_fault {
   XF_AUDIT_TRUNCATED,  /* rows are missing after the last one (anchor only) */
 } xf_audit_fault;
 
+/* "intact", "edited", "inserted", "deleted", "truncated"; "?" out of range. */
+const char *xf_audit_fault_name(xf_audit_fault f);
+
 typedef struct xf_audit_verdict {
   xf_audit_fault fault;
   uint64_t rows;       /* rows read (all of them when intact) */

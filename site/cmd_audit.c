@@ -97,17 +97,6 @@ int xf_site_cmd_audit_list(xf_cli *cli, int argc, char **argv) {
   return XF_EXIT_OK;
 }
 
-static const char *fault_name(xf_audit_fault f) {
-  switch (f) {
-  case XF_AUDIT_INTACT: return "intact";
-  case XF_AUDIT_EDITED: return "edited";
-  case XF_AUDIT_INSERTED: return "inserted";
-  case XF_AUDIT_DELETED: return "deleted";
-  case XF_AUDIT_TRUNCATED: return "truncated";
-  }
-  return "?";
-}
-
 /* Exits 1 when the trail is damaged, naming the first bad row. */
 int xf_site_cmd_audit_verify(xf_cli *cli, int argc, char **argv) {
   audit_args a;
@@ -125,7 +114,7 @@ int xf_site_cmd_audit_verify(xf_cli *cli, int argc, char **argv) {
   bool intact = v.fault == XF_AUDIT_INTACT;
   if (cli->json) {
     print_json(json_pack("{s:b,s:s,s:I,s:I,s:s,s:{s:I,s:s}}", "intact", intact, "fault",
-                         fault_name(v.fault), "rows", (json_int_t)v.rows, "seq",
+                         xf_audit_fault_name(v.fault), "rows", (json_int_t)v.rows, "seq",
                          (json_int_t)v.seq, "what", v.what, "head", "seq",
                          (json_int_t)v.head.seq, "digest", v.head.digest));
   } else if (intact) {
@@ -133,7 +122,7 @@ int xf_site_cmd_audit_verify(xf_cli *cli, int argc, char **argv) {
     printf("head: row %llu, digest %s (keep it elsewhere to detect a cut end later)\n",
            (unsigned long long)v.head.seq, v.head.digest);
   } else {
-    printf("TAMPERED at row %llu (%s): %s\n", (unsigned long long)v.seq, fault_name(v.fault),
+    printf("TAMPERED at row %llu (%s): %s\n", (unsigned long long)v.seq, xf_audit_fault_name(v.fault),
            v.what);
   }
   return intact ? XF_EXIT_OK : XF_EXIT_ERROR;

@@ -18,6 +18,7 @@
 #include "policy/audit.h"
 #include "policy/policy.h"
 #include "site/cmd.h"
+#include "storage/file.h"
 
 /* A policy document larger than this is refused before it is parsed. */
 #define POLICY_FILE_MAX (4u << 20)
@@ -100,48 +101,10 @@ static const char *utc_text(double t, char buf[32]) {
   return buf;
 }
 
-/* Reads a whole small file into a NUL-terminated buffer the caller frees
- * with xf_free; err names the file. */
+/* A policy document, whole (storage/file.h); err names the file. */
 static xf_err read_text(const char *path, char **text, xf_errctx *err) {
-  *text = NULL;
   xf_errctx_clear(err);
-  xf_errctx_file(err, path);
-  FILE *f = fopen(path, "rb");
-  if (!f) return xf_fail(err, XF_EIO, "cannot open: %s", strerror(errno));
-  size_t cap = 4096, len = 0;
-  char *buf = xf_malloc(cap);
-  xf_err rc = buf ? XF_OK : xf_fail(err, XF_ENOMEM, "cannot hold the document");
-  while (rc == XF_OK) {
-    if (cap - len < 2) {
-      if (cap >= POLICY_FILE_MAX) {
-        rc = xf_fail(err, XF_ERANGE, "larger than %u bytes", POLICY_FILE_MAX);
-        break;
-      }
-      char *bigger = xf_malloc(cap * 2);
-      if (!bigger) {
-        rc = xf_fail(err, XF_ENOMEM, "cannot hold the document");
-        break;
-      }
-      memcpy(bigger, buf, len);
-      xf_free(buf);
-      buf = bigger;
-      cap *= 2;
-    }
-    size_t got = fread(buf + len, 1, cap - len - 1, f);
-    len += got;
-    if (got == 0) {
-      if (ferror(f)) rc = xf_fail(err, XF_EIO, "read failed");
-      break;
-    }
-  }
-  fclose(f);
-  if (rc != XF_OK) {
-    xf_free(buf);
-    return rc;
-  }
-  buf[len] = '\0';
-  *text = buf;
-  return XF_OK;
+  return xf_file_read_text(path, POLICY_FILE_MAX, text, NULL, err);
 }
 
 int xf_site_cmd_policy_import(xf_cli *cli, int argc, char **argv) {

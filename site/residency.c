@@ -143,6 +143,7 @@ xf_err xf_site_residency_check(xf_db *db, const xf_site_task_ref *task,
             "the task carries no residency plan (its coordinator runs without a policy), and "
             "this site's local policy restricts dataset '%s': it takes tasks on it only with a "
             "plan it can check", spec->data.dataset);
+    xf_policy_free(p);
     return XF_OK;
   }
   const char *tags[XF_JOB_TAGS_MAX];

@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Durable whole-file writes by temporary file, fsync and rename. */
+/* Durable whole-file writes by temporary file, fsync and rename; whole reads
+ * of small text files. */
 #include "storage/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "storage/storage_internal.h"
 
 xf_err xf_file_write_atomic(const char *path, const void *data, size_t len, mode_t mode,
@@ -47,5 +50,50 @@ xf_err xf_file_write_atomic(const char *path, const void *data, size_t len, mode
   if ((e = xf__storage_fsync_parent(path)) != 0)
     return xf__storage_fail(err, path, XF_EIO, "the file is written but its directory could "
                             "not be flushed: %s", xf__storage_errno(e, why, sizeof(why)));
+  return XF_OK;
+}
+
+xf_err xf_file_read_text(const char *path, size_t max_bytes, char **text, size_t *len,
+                         xf_errctx *err) {
+  *text = NULL;
+  if (len) *len = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f) return xf__storage_fail(err, path, XF_EIO, "cannot open: %s", strerror(errno));
+  size_t cap = 4096, n = 0;
+  char *buf = xf_malloc(cap);
+  xf_err rc = buf ? XF_OK : xf__storage_fail(err, path, XF_ENOMEM, "out of memory");
+  while (rc == XF_OK) {
+    if (cap - n < 2) {
+      if (cap > max_bytes) {
+        rc = xf__storage_fail(err, path, XF_ERANGE, "larger than %zu bytes", max_bytes);
+        break;
+      }
+      char *bigger = xf_malloc(cap * 2);
+      if (!bigger) {
+        rc = xf__storage_fail(err, path, XF_ENOMEM, "out of memory");
+        break;
+      }
+      memcpy(bigger, buf, n);
+      xf_free(buf);
+      buf = bigger;
+      cap *= 2;
+    }
+    size_t got = fread(buf + n, 1, cap - n - 1, f);
+    n += got;
+    if (got == 0) {
+      if (ferror(f)) rc = xf__storage_fail(err, path, XF_EIO, "read failed");
+      break;
+    }
+  }
+  fclose(f);
+  if (rc == XF_OK && n > max_bytes)
+    rc = xf__storage_fail(err, path, XF_ERANGE, "larger than %zu bytes", max_bytes);
+  if (rc != XF_OK) {
+    xf_free(buf);
+    return rc;
+  }
+  buf[n] = '\0';
+  *text = buf;
+  if (len) *len = n;
   return XF_OK;
 }

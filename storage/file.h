@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Durable whole-file writes: a reader sees the old file or the new one, never
- * part of the new one, even across a crash or power loss. */
+ * part of the new one, even across a crash or power loss. And whole reads of
+ * small text files. */
 #ifndef XF_STORAGE_FILE_H
 #define XF_STORAGE_FILE_H
 
@@ -17,5 +18,13 @@
  * path is too long. err->file is path. */
 xf_err xf_file_write_atomic(const char *path, const void *data, size_t len, mode_t mode,
                             xf_errctx *err) XF_WARN_UNUSED;
+
+/* Reads the whole of a small file (a policy document, a rule, a case list)
+ * into a NUL-terminated buffer the caller frees with xf_free; *len (may be
+ * NULL) gets its length. A file above max_bytes is XF_ERANGE (the bound keeps
+ * a wrong path — a dataset, a model — out of memory); XF_EIO when it cannot
+ * be opened or read; XF_ENOMEM. err->file is path. */
+xf_err xf_file_read_text(const char *path, size_t max_bytes, char **text, size_t *len,
+                         xf_errctx *err) XF_WARN_UNUSED;
 
 #endif

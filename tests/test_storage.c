@@ -790,8 +790,38 @@ static void atomic_write_into_a_missing_directory_fails_naming_the_file(void **s
   assert_int_equal(count_entries(dir), 0);
 }
 
+static void read_text_reads_whole_files_up_to_the_bound(void **state) {
+  (void)state;
+  char dir[128], path[192];
+  test_dir("read-text", dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/policy.json", dir);
+  /* Larger than the first buffer, so that it grows. */
+  static char big[10000];
+  memset(big, 'a', sizeof(big) - 1);
+  assert_int_equal(xf_file_write_atomic(path, big, sizeof(big) - 1, 0644, NULL), XF_OK);
+  char *text = NULL;
+  size_t len = 0;
+  xf_errctx err = {0};
+  assert_int_equal(xf_file_read_text(path, 1u << 20, &text, &len, &err), XF_OK);
+  assert_int_equal(len, sizeof(big) - 1);
+  assert_string_equal(text, big);
+  xf_free(text);
+  /* Above the bound: refused, naming the file. */
+  assert_int_equal(xf_file_read_text(path, 4096, &text, &len, &err), XF_ERANGE);
+  assert_null(text);
+  assert_string_equal(err.file, path);
+  /* Exactly at the bound: read. */
+  assert_int_equal(xf_file_read_text(path, sizeof(big) - 1, &text, NULL, &err), XF_OK);
+  xf_free(text);
+  /* Missing. */
+  snprintf(path, sizeof(path), "%s/absent.json", dir);
+  assert_int_equal(xf_file_read_text(path, 4096, &text, &len, &err), XF_EIO);
+  assert_non_null(strstr(err.msg, "cannot open"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(read_text_reads_whole_files_up_to_the_bound),
       cmocka_unit_test(migrations_apply_in_order_and_reopen_is_idempotent),
       cmocka_unit_test(failed_migration_leaves_previous_version),
       cmocka_unit_test(newer_database_is_refused),
