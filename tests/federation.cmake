@@ -4,7 +4,7 @@
 # same final model as an uninterrupted run; a site killed mid-round lets the
 # round close at quorum and rejoins when restarted. Each takes under a
 # minute on 2 cores.
-foreach(_scenario resume quorum central record compress secagg policy)
+foreach(_scenario resume quorum central record compress secagg policy regional)
   add_test(NAME federation_${_scenario}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/federation.sh
                    ${PROJECT_BINARY_DIR} ${_scenario})

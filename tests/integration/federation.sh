@@ -26,7 +26,9 @@
 #            resumes it; a site's local rule refuses its task and the refusal
 #            is in both audit trails; a job the policy does not allow is
 #            refused at submission (exit 3) with what would allow it.
-# usage: federation.sh BUILD_DIR resume|quorum|central|record|compress|secagg|policy
+#   regional: the plan at the regional hop: an aggregate of fewer sites than
+#            the rule's min_cohort stays in its region, in the aggregator's trail.
+# usage: federation.sh BUILD_DIR resume|quorum|central|record|compress|secagg|policy|regional
 set -euo pipefail
 build=$(cd "${1:?build dir}" && pwd)
 scenario=${2:?scenario}
@@ -477,6 +479,93 @@ JSON
   grep -q 'add privacy with epsilon <= 1' "$work/p/refused.out" ||
     fail "the refusal does not say what would allow it: $(cat "$work/p/refused.out")"
   echo "policy: refused before a policy, paused at round $paused_round under v2, resumed under v3, s1's local rule refused and audited at both ends, v4 refuses the plain job"
+  ;;
+regional)
+  # The plan at the regional hop: a coordinator in us, a regional aggregator
+  # for eu with sites e1 and e2 behind it, u1 in us straight to the
+  # coordinator. eu's updates may leave only as a regional aggregate of at
+  # least 2 sites; when e2 refuses under its own rules, the aggregator holds
+  # the 1-site aggregate back and says so in its trail.
+  "$xfed" pki issue --dir "$fed" --kind user --name cleo --role compliance >/dev/null
+  "$xfed" pki issue --dir "$fed" --kind coordinator --name agg-eu --region eu >/dev/null
+  for s in e1 e2; do "$xfed" pki issue --dir "$fed" --kind site --name "$s" --region eu >/dev/null; done
+  "$xfed" pki issue --dir "$fed" --kind site --name u1 --region us >/dev/null
+  comp() { "$xfed" "$@" --coordinator "127.0.0.1:$port" $(tls cleo); }
+  r=$work/r
+  mkdir -p "$r/logs" "$r/sites"
+  echo '{"resume_grace_s": 15, "eval_timeout_s": 60, "region": "us"}' >"$r/coord.json"
+  # shellcheck disable=SC2046
+  "$coord_bin" $(tls coord) --state "$r/coord" --listen 127.0.0.1:0 --port-file "$r/coord.port" \
+    --config "$r/coord.json" 2>>"$r/logs/coord.log" &
+  pids+=($!)
+  for ((i = 0; i < 100; i++)); do [[ -s "$r/coord.port" ]] && break; sleep 0.1; done
+  port=$(cat "$r/coord.port")
+  # shellcheck disable=SC2046
+  "$coord_bin" --role regional --region eu --upstream "127.0.0.1:$port" $(tls agg-eu) \
+    --state "$r/agg-eu" --listen 127.0.0.1:0 --port-file "$r/agg.port" 2>>"$r/logs/agg-eu.log" &
+  pids+=($!)
+  for ((i = 0; i < 100; i++)); do [[ -s "$r/agg.port" ]] && break; sleep 0.1; done
+  agg_port=$(cat "$r/agg.port")
+  n=0
+  for s in e1 e2 u1; do
+    n=$((n + 1))
+    to=$agg_port
+    [[ $s == u1 ]] && to=$port
+    # shellcheck disable=SC2046
+    "$site_bin" init --dir "$r/sites/$s" --name "$s" --region "$([[ $s == u1 ]] && echo us || echo eu)" \
+      --coordinator "127.0.0.1:$to" $(tls "$s") --threads 1 --backend cpu >/dev/null
+    "$site_bin" dataset add --dir "$r/sites/$s" --name fmnist --path "$work/shards/site-$n" >/dev/null
+    "$site_bin" run --dir "$r/sites/$s" 2>>"$r/logs/$s.log" &
+    pids+=($!)
+  done
+  for ((i = 0; i < 100; i++)); do
+    (($(grep -c 'event=site_announced' "$r/logs/agg-eu.log" || true) >= 2)) &&
+      grep -q 'event=site_announced site=u1' "$r/logs/coord.log" && break
+    sleep 0.1
+  done
+  cat >"$r/policy.json" <<JSON
+{"regions": [{"name": "eu", "jurisdiction": "EU GDPR"}, {"name": "us", "jurisdiction": "US"}],
+ "sites": [{"name": "e1", "region": "eu"}, {"name": "e2", "region": "eu"}, {"name": "u1", "region": "us"}],
+ "datasets": [{"name": "fmnist", "site": "e1", "classification": "confidential"},
+              {"name": "fmnist", "site": "e2", "classification": "confidential"},
+              {"name": "fmnist", "site": "u1", "classification": "internal"}],
+ "rules": [{"id": "eu-no-updates", "effect": "deny", "kind": "update", "select": {"region": "eu"},
+            "destinations": ["*"]},
+           {"id": "eu-pairs", "effect": "allow", "kind": "regional_aggregate",
+            "select": {"region": "eu"}, "destinations": ["us"], "conditions": {"min_cohort": 2}}]}
+JSON
+  comp policy import "$r/policy.json" --reason "eu leaves only in pairs" >/dev/null
+  sed 's/"rounds": 6/"rounds": 2/; s/"min_sites": 2/"min_sites": 1/' "$work/job.json" >"$r/job.json"
+  comp policy check "$r/job.json" >"$r/check.out" || fail "the job is not allowed: $(cat "$r/check.out")"
+  grep -E '^eu +regional +eu-pairs' "$r/check.out" >/dev/null ||
+    fail "the plan does not route eu through its aggregator: $(cat "$r/check.out")"
+  cli job submit "$r/job.json" >/dev/null
+  wait_state 1 done 300
+  "$xfed" audit export --db "$r/agg-eu/audit.db" >"$r/agg1.jsonl"
+  (($(grep -c '"kind":"crossing"' "$r/agg1.jsonl") == 2)) ||
+    fail "agg-eu did not let 2 aggregates of 2 sites out: $(cat "$r/agg1.jsonl")"
+  grep '"kind":"crossing"' "$r/agg1.jsonl" | grep '"contributors":2' >/dev/null ||
+    fail "agg-eu's crossings do not say 2 contributors"
+  # e2's operator keeps its data home: the aggregate of e1 alone stays in eu.
+  cat >"$r/local.json" <<JSON
+{"regions": [{"name": "eu"}, {"name": "us"}], "sites": [{"name": "e2", "region": "eu"}],
+ "datasets": [{"name": "fmnist", "site": "e2", "classification": "confidential"}],
+ "rules": []}
+JSON
+  "$site_bin" policy import --dir "$r/sites/e2" "$r/local.json" --reason "nothing leaves" >/dev/null
+  cli job submit "$r/job.json" >/dev/null
+  wait_state 2 done 300
+  "$xfed" audit export --db "$r/agg-eu/audit.db" >"$r/agg2.jsonl"
+  grep '"kind":"refused_task"' "$r/agg2.jsonl" | grep '"job":"2"' | grep 'needs at least 2' >/dev/null ||
+    fail "agg-eu did not hold the 1-site aggregate back: $(tail -n 3 "$r/agg2.jsonl")"
+  grep '"kind":"crossing"' "$r/agg2.jsonl" | grep '"job":"2"' >/dev/null &&
+    fail "an aggregate of job 2 left eu"
+  comp audit export >"$r/coord.jsonl"
+  grep '"kind":"crossing"' "$r/coord.jsonl" | grep '"job":"2"' >/dev/null &&
+    fail "the coordinator took in an aggregate of job 2 from eu"
+  "$xfed" audit verify --db "$r/agg-eu/audit.db" >/dev/null || fail "agg-eu's trail does not verify"
+  comp audit verify >/dev/null || fail "the coordinator's trail does not verify"
+  echo "regional: job 1 let 2 aggregates of 2 eu sites out; job 2 kept e1's aggregate in eu when e2 refused; trails intact"
   ;;
 *) echo "unknown scenario $scenario" >&2; exit 2 ;;
 esac
