@@ -160,6 +160,12 @@ void xf__residency_offer(const xf__coord *co, const xf__job *job, const xf__site
   out->require_secagg = rp && rp->path == XF_POLICY_PATH_REGIONAL && rp->require_secagg;
   out->has_max_epsilon = rp && rp->path == XF_POLICY_PATH_REGIONAL && rp->has_max_epsilon;
   out->max_epsilon = out->has_max_epsilon ? rp->max_epsilon : 0;
+  /* A site straight to us carries the cap of the rule that let it come. */
+  const xf_policy_site_decision *sd = s->regional ? NULL : site_decision(job, s->name);
+  if (sd && sd->has_max_epsilon) {
+    out->has_max_epsilon = true;
+    out->max_epsilon = sd->max_epsilon;
+  }
   out->epsilon = job->spec.privacy.mode != XF_JOB_PRIVACY_NONE && job->spec.privacy.has_target_epsilon
                      ? job->spec.privacy.target_epsilon
                      : 0;

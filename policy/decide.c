@@ -216,6 +216,8 @@ static void decide_site(const candidates *p, const xf_policy_dataset *d,
   if (!up.deny && up.allow) {
     s->eligible = true;
     s->path = XF_POLICY_PATH_DIRECT;
+    s->has_max_epsilon = up.allow->has_max_epsilon;
+    s->max_epsilon = up.allow->max_epsilon;
     say(s, up.allow->id, "rule %s allows its updates to go to %s", up.allow->id, to);
     return;
   }
@@ -223,6 +225,8 @@ static void decide_site(const candidates *p, const xf_policy_dataset *d,
   if (!agg.deny && agg.allow) {
     pend->regional = agg.allow; /* eligible once the region's cohort is counted */
     s->path = XF_POLICY_PATH_REGIONAL;
+    s->has_max_epsilon = agg.allow->has_max_epsilon;
+    s->max_epsilon = agg.allow->max_epsilon;
     say(s, agg.allow->id, "rule %s allows its updates to leave %s only as a regional aggregate",
         agg.allow->id, s->region);
     return;
@@ -422,10 +426,12 @@ xf_err xf_policy_decision_json(const xf_policy_decision *d, char **text, xf_errc
   bool ok = sites && regions && sugg;
   for (size_t i = 0; ok && i < d->n_sites; i++) {
     const xf_policy_site_decision *s = &d->sites[i];
-    ok = json_array_append_new(sites, json_pack("{s:s,s:s,s:b,s:s,s:s,s:s}", "site", s->site,
-                                                "region", s->region, "eligible", s->eligible,
-                                                "path", xf_policy_path_name(s->path), "rule",
-                                                s->rule, "reason", s->why)) == 0;
+    ok = json_array_append_new(
+             sites, json_pack("{s:s,s:s,s:b,s:s,s:s,s:s,s:o}", "site", s->site, "region",
+                              s->region, "eligible", s->eligible, "path",
+                              xf_policy_path_name(s->path), "rule", s->rule, "reason", s->why,
+                              "max_epsilon",
+                              s->has_max_epsilon ? json_real(s->max_epsilon) : json_null())) == 0;
   }
   for (size_t i = 0; ok && i < d->n_regions; i++) {
     const xf_policy_region_plan *r = &d->regions[i];

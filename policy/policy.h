@@ -255,6 +255,11 @@ typedef struct xf_policy_site_decision {
   xf_policy_path path;
   char rule[XF_POLICY_NAME_MAX]; /* the rule that decided, or "default" */
   char why[256];                 /* one sentence for a person */
+  /* The max_epsilon of the allow rule that made it eligible, if it has one:
+   * besides bounding the job, it caps what the dataset may spend across
+   * jobs (the site's ledger enforces it). */
+  bool has_max_epsilon;
+  double max_epsilon;
 } xf_policy_site_decision;
 
 typedef struct xf_policy_region_plan {
@@ -306,7 +311,8 @@ xf_err xf_policy_decide(const xf_policy *policy, const xf_policy_job *job, doubl
 void xf_policy_decision_free(xf_policy_decision *d);
 
 /* The decision as compact JSON, members in this order: version, allowed,
- * sites [{site, region, eligible, path, rule, reason}], regions [{region,
+ * sites [{site, region, eligible, path, rule, reason, max_epsilon (null when
+ * none)}], regions [{region,
  * path, rule, sites, eligible, min_cohort, require_secagg, max_epsilon (null
  * when none)}], suggestions [text]. What `xfed policy check --json` prints
  * and what the coordinator sends and audits. The caller frees *text with

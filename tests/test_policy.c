@@ -194,6 +194,7 @@ static void quickstart_eu_leaves_only_as_secure_private_regional_aggregate(void 
   assert_true(eu->require_secagg);
   assert_true(eu->has_max_epsilon);
   assert_true(eu->max_epsilon == 3);
+  assert_true(site(&d, "eu-1")->has_max_epsilon && site(&d, "eu-1")->max_epsilon == 3);
   assert_int_equal(eu->sites, 2);
   assert_int_equal(eu->eligible, 2);
   xf_policy_decision_free(&d);
@@ -333,6 +334,15 @@ static void conditions_max_epsilon_min_cohort_secagg(void **state) {
   job.epsilon = 1;
   eu_eligibility(s->db, &job, 1000, got);
   assert_string_equal(got, "yy");
+  {
+    /* The allowing rule's cap travels with the site's decision (the site's
+     * ledger enforces it across jobs). */
+    xf_policy_decision cap;
+    decide(s->db, &job, 1000, &cap);
+    assert_true(site(&cap, "eu-1")->has_max_epsilon);
+    assert_true(site(&cap, "eu-1")->max_epsilon == 1);
+    xf_policy_decision_free(&cap);
+  }
   job.epsilon = 1.5;
   eu_eligibility(s->db, &job, 1000, got);
   assert_string_equal(got, "nn");

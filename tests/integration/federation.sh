@@ -478,7 +478,25 @@ JSON
   ((rc == 3)) || fail "the plain job under v4 exited $rc, not 3"
   grep -q 'add privacy with epsilon <= 1' "$work/p/refused.out" ||
     fail "the refusal does not say what would allow it: $(cat "$work/p/refused.out")"
-  echo "policy: refused before a policy, paused at round $paused_round under v2, resumed under v3, s1's local rule refused and audited at both ends, v4 refuses the plain job"
+  # The rule's max_epsilon also caps each dataset across jobs: a private job
+  # at epsilon 1 runs, the same job again is refused by the sites' ledgers,
+  # naming the rule.
+  sed 's/"seed": 11}/"seed": 11, "privacy": {"unit": "record", "mode": "local", "clip": 1.0, "target_epsilon": 1, "delta": 1e-5}}/; s/"rounds": 6/"rounds": 2/' \
+    "$work/job.json" >"$work/p/private.json"
+  # (Refused submissions make no job: these are jobs 2 and 3.)
+  cli job submit "$work/p/private.json" >/dev/null
+  wait_state 2 done 300
+  cli job submit "$work/p/private.json" >/dev/null
+  for ((i = 0; i < 300; i++)); do
+    st=$(job_field 3 state)
+    [[ $st == failed || $st == done ]] && break
+    sleep 0.2
+  done
+  [[ $st == failed ]] || fail "the second private job is $st: the policy's cap did not hold"
+  cli job status 3 >"$work/p/status3.txt"
+  grep -q "residency policy rule 'eu-private'" "$work/p/status3.txt" ||
+    fail "the refusal does not name the policy's cap: $(cat "$work/p/status3.txt")"
+  echo "policy: refused before a policy, paused at round $paused_round under v2, resumed under v3, s1's local rule refused and audited at both ends, v4 refuses the plain job and caps each dataset at epsilon 1 across jobs"
   ;;
 regional)
   # The plan at the regional hop: a coordinator in us, a regional aggregator
