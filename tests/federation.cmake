@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # The federation with its real daemons on loopback (tests/integration/
-# federation.sh): the coordinator killed and restarted mid-round gives the
-# same final model as an uninterrupted run; a site killed mid-round lets the
-# round close at quorum and rejoins when restarted. Each takes under a
-# minute on 2 cores.
+# federation.sh): crash and resume, quorum, the privacy modes, secure
+# aggregation, compression, and the residency policy enforced at the
+# coordinator, the regional aggregator and the site (the scenarios are listed
+# at the top of federation.sh). Each takes under a minute on 2 cores.
 foreach(_scenario resume quorum central record compress secagg policy regional)
   add_test(NAME federation_${_scenario}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/federation.sh

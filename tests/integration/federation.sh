@@ -25,7 +25,8 @@
 #            job before a policy; a change mid-job pauses it and another
 #            resumes it; a site's local rule refuses its task and the refusal
 #            is in both audit trails; a job the policy does not allow is
-#            refused at submission (exit 3) with what would allow it.
+#            refused at submission (exit 3) with what would allow it; a
+#            rule's max_epsilon caps each dataset across jobs.
 #   regional: the plan at the regional hop: an aggregate of fewer sites than
 #            the rule's min_cohort stays in its region, in the aggregator's trail.
 # usage: federation.sh BUILD_DIR resume|quorum|central|record|compress|secagg|policy|regional
