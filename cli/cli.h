@@ -102,6 +102,27 @@ xf_err xf_cli_parse_time(xf_cli *cli, const char *flag, const char *s,
 /* True when stderr is a terminal (progress lines are redrawn in place). */
 bool xf_cli_interactive(void);
 
+/* Prints a --json document on stdout, indented, with a newline, and
+ * releases it (takes the reference; NULL prints nothing). */
+struct json_t;
+void xf_cli_print_json(struct json_t *o);
+
+/* "2024-05-01T12:00:00Z" for Unix seconds t, in buf (returned); the number
+ * itself when t is not a time gmtime can write. */
+const char *xf_cli_utc_text(double t, char buf[32]);
+
+/* An audit trail's rows and a verification's verdict, printed the same way
+ * by `xfed audit` and `xfed-site audit` (cli/cmd_audit.c; --json honoured).
+ * The verdict printer returns the exit status: 0 intact, 1 damaged. */
+struct xf_audit_row;
+struct xf_audit_verdict;
+void xf_cli_audit_rows_print(xf_cli *cli, const struct xf_audit_row *rows, size_t n);
+int xf_cli_audit_verdict_print(xf_cli *cli, const struct xf_audit_verdict *v);
+
+/* A policy's versions as `xfed policy log` prints them. */
+struct xf_policy_version_info;
+void xf_cli_policy_log_print(xf_cli *cli, const struct xf_policy_version_info *log, size_t n);
+
 /* Command entry points, one file each. */
 int xf_cmd_data_split(xf_cli *cli, int argc, char **argv);
 int xf_cmd_dp_epsilon(xf_cli *cli, int argc, char **argv);

@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include "cli/client.h"
 #include "net/frame.h"
 #include "policy/audit.h"
+#include "storage/file.h"
 
 /* Rows asked for per page of the coordinator's trail (the coordinator's own
  * bound is higher; a page also stays under its reply size). */
@@ -84,20 +86,6 @@ static int open_trail(xf_cli *cli, const audit_args *a, xf_db **db) {
   xf_err rc = xf_audit_open(a->db, db, &cli->err);
   if (rc != XF_OK) return xf_cli_fail(cli, rc);
   return XF_EXIT_OK;
-}
-
-static void print_json(json_t *o) {
-  json_dumpf(o, stdout, JSON_INDENT(2));
-  fputc('\n', stdout);
-  json_decref(o);
-}
-
-static const char *utc_text(double t, char buf[32]) {
-  time_t s = (time_t)floor(t);
-  struct tm tm;
-  if (!isfinite(t) || !gmtime_r(&s, &tm) || !strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm))
-    snprintf(buf, 32, "%g", t);
-  return buf;
 }
 
 /* ---- the coordinator's trail ----------------------------------------------------------- */
@@ -219,7 +207,7 @@ static const char *jstr(const json_t *o, const char *key) {
  * the local trail or the coordinator's). Takes the reference. */
 static void print_rows(xf_cli *cli, json_t *rows) {
   if (cli->json) {
-    print_json(json_pack("{s:o}", "rows", rows));
+    xf_cli_print_json(json_pack("{s:o}", "rows", rows));
     return;
   }
   char when[32];
@@ -236,7 +224,7 @@ static void print_rows(xf_cli *cli, json_t *rows) {
     const char *d = json_string_value(detail);
     printf("%-6lld %-20s %-18s %-24s %-20s %s\n",
            (long long)json_integer_value(json_object_get(r, "seq")),
-           utc_text(json_number_value(json_object_get(r, "at")), when), jstr(r, "kind"),
+           xf_cli_utc_text(json_number_value(json_object_get(r, "at")), when), jstr(r, "kind"),
            jstr(r, "actor"), jstr(r, "subject"), text ? text : d ? d : "");
     free(text); /* jansson's */
   }
@@ -247,9 +235,9 @@ int xf_cmd_audit_list(xf_cli *cli, int argc, char **argv) {
   audit_args a;
   int status;
   if ((status = parse_args(cli, argc, argv, true, true, false, &a)) != XF_EXIT_OK) return status;
-  json_t *rows = json_array();
-  if (!rows) return xf_cli_fail(cli, XF_ENOMEM);
   if (!a.db) {
+    json_t *rows = json_array();
+    if (!rows) return xf_cli_fail(cli, XF_ENOMEM);
     status = page_trail(cli, &a, (size_t)a.limit, collect_rows, rows);
     if (status != XF_EXIT_OK) {
       json_decref(rows);
@@ -259,22 +247,21 @@ int xf_cmd_audit_list(xf_cli *cli, int argc, char **argv) {
     return XF_EXIT_OK;
   }
   xf_db *db;
-  if ((status = open_trail(cli, &a, &db)) != XF_EXIT_OK) {
-    json_decref(rows);
-    return status;
-  }
+  if ((status = open_trail(cli, &a, &db)) != XF_EXIT_OK) return status;
   xf_audit_row *list = NULL;
   size_t n = 0;
   xf_err rc = xf_audit_list(db, a.since, (size_t)a.limit, &list, &n, &cli->err);
   xf_db_close(db);
-  if (rc != XF_OK) {
-    json_decref(rows);
-    return xf_cli_fail(cli, rc);
-  }
-  for (size_t i = 0; i < n; i++) json_array_append_new(rows, row_json(&list[i]));
+  if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  xf_cli_audit_rows_print(cli, list, n);
   xf_audit_rows_free(list, n);
-  print_rows(cli, rows);
   return XF_EXIT_OK;
+}
+
+void xf_cli_audit_rows_print(xf_cli *cli, const xf_audit_row *list, size_t n) {
+  json_t *rows = json_array();
+  for (size_t i = 0; rows && i < n; i++) json_array_append_new(rows, row_json(&list[i]));
+  print_rows(cli, rows);
 }
 
 /* `audit verify` without --db: the coordinator walks its own trail. It
@@ -292,7 +279,7 @@ static int verify_remote(xf_cli *cli, const audit_args *a) {
   bool intact = r->intact;
   const char *what = r->what ? r->what : "";
   if (cli->json)
-    print_json(json_pack("{s:b,s:s,s:I,s:I,s:s}", "intact", intact, "fault",
+    xf_cli_print_json(json_pack("{s:b,s:s,s:I,s:I,s:s}", "intact", intact, "fault",
                          r->fault ? r->fault : "?", "rows", (json_int_t)r->rows, "seq",
                          (json_int_t)r->bad_seq, "what", what));
   else
@@ -314,17 +301,23 @@ int xf_cmd_audit_verify(xf_cli *cli, int argc, char **argv) {
   xf_err rc = xf_audit_verify(db, &v, &cli->err);
   xf_db_close(db);
   if (rc != XF_OK) return xf_cli_fail(cli, rc);
-  bool intact = v.fault == XF_AUDIT_INTACT;
+  return xf_cli_audit_verdict_print(cli, &v);
+}
+
+int xf_cli_audit_verdict_print(xf_cli *cli, const xf_audit_verdict *v) {
+  bool intact = v->fault == XF_AUDIT_INTACT;
   if (cli->json) {
-    print_json(json_pack("{s:b,s:s,s:I,s:I,s:s,s:{s:I,s:s}}", "intact", intact, "fault",
-                         xf_audit_fault_name(v.fault), "rows", (json_int_t)v.rows, "seq",
-                         (json_int_t)v.seq, "what", v.what, "head", "seq",
-                         (json_int_t)v.head.seq, "digest", v.head.digest));
+    xf_cli_print_json(json_pack("{s:b,s:s,s:I,s:I,s:s,s:{s:I,s:s}}", "intact", intact, "fault",
+                                xf_audit_fault_name(v->fault), "rows", (json_int_t)v->rows,
+                                "seq", (json_int_t)v->seq, "what", v->what, "head", "seq",
+                                (json_int_t)v->head.seq, "digest", v->head.digest));
+  } else if (intact) {
+    printf("%s\n", v->what);
+    printf("head: row %llu, digest %s (keep it elsewhere to detect a cut end later)\n",
+           (unsigned long long)v->head.seq, v->head.digest);
   } else {
-    printf("%s%s\n", intact ? "" : "TAMPERED: ", v.what);
-    if (intact)
-      printf("head: row %llu, digest %s (keep it elsewhere to detect a cut end later)\n",
-             (unsigned long long)v.head.seq, v.head.digest);
+    printf("TAMPERED at row %llu (%s): %s\n", (unsigned long long)v->seq,
+           xf_audit_fault_name(v->fault), v->what);
   }
   return intact ? XF_EXIT_OK : XF_EXIT_ERROR;
 }
@@ -335,23 +328,15 @@ int xf_cmd_audit_export(xf_cli *cli, int argc, char **argv) {
   int status;
   if ((status = parse_args(cli, argc, argv, true, false, true, &a)) != XF_EXIT_OK)
     return status;
-  char tmp[4096] = "";
-  FILE *out = stdout;
-  if (a.out) {
-    int n = snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", a.out);
-    if (n < 0 || (size_t)n >= sizeof(tmp)) return xf_cli_usage(cli, "--out path too long");
-  }
   if (a.db && (status = open_trail(cli, &a, &db)) != XF_EXIT_OK) return status;
-  if (a.out) {
-    int fd = mkstemp(tmp);
-    out = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (!out) {
-      if (fd >= 0) close(fd);
-      xf_db_close(db);
-      xf_fail(&cli->err, XF_EIO, "cannot create a file next to it: %s", strerror(errno));
-      snprintf(cli->err.file, sizeof(cli->err.file), "%s", a.out);
-      return xf_cli_fail(cli, XF_EIO);
-    }
+  /* With --out the lines gather in memory and the file appears whole
+   * (storage/file.h), or not at all. */
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *out = a.out ? open_memstream(&buf, &len) : stdout;
+  if (!out) {
+    xf_db_close(db);
+    return xf_cli_fail(cli, XF_ENOMEM);
   }
   xf_err rc = XF_OK;
   if (a.db) {
@@ -362,16 +347,15 @@ int xf_cmd_audit_export(xf_cli *cli, int argc, char **argv) {
   }
   if (a.out) {
     bool closed = fclose(out) == 0;
-    if (rc == XF_OK && status == XF_EXIT_OK && (!closed || rename(tmp, a.out) != 0)) {
-      rc = xf_fail(&cli->err, XF_EIO, "cannot write: %s", strerror(errno));
-      snprintf(cli->err.file, sizeof(cli->err.file), "%s", a.out);
-    }
-    if (rc != XF_OK || status != XF_EXIT_OK) unlink(tmp);
+    if (rc == XF_OK && status == XF_EXIT_OK)
+      rc = closed ? xf_file_write_atomic(a.out, buf, len, 0600, &cli->err)
+                  : xf_fail(&cli->err, XF_ENOMEM, "cannot hold the rows for %s", a.out);
+    free(buf); /* open_memstream's */
   }
   if (status != XF_EXIT_OK) return status;
   if (rc != XF_OK) return xf_cli_fail(cli, rc);
   if (a.out) {
-    if (cli->json) print_json(json_pack("{s:s}", "out", a.out));
+    if (cli->json) xf_cli_print_json(json_pack("{s:s}", "out", a.out));
     else fprintf(stderr, "audit rows written to %s\n", a.out);
   }
   return XF_EXIT_OK;

@@ -128,12 +128,6 @@ static json_t *order_json(double order) {
   return json_real(order);
 }
 
-static void print_json(json_t *o) {
-  json_dumpf(o, stdout, JSON_INDENT(2));
-  fputc('\n', stdout);
-  json_decref(o);
-}
-
 int xf_cmd_dp_epsilon(xf_cli *cli, int argc, char **argv) {
   dp_args a;
   int status = parse_args(cli, argc, argv, false, &a);
@@ -147,7 +141,7 @@ int xf_cmd_dp_epsilon(xf_cli *cli, int argc, char **argv) {
     json_t *o = json_object();
     json_object_set_new(o, "epsilon", json_real(eps));
     json_object_set_new(o, "order", order_json(order));
-    print_json(o);
+    xf_cli_print_json(o);
   } else {
     printf("epsilon %.6g at order %g (delta %g, %s conversion)\n", eps, order, a.delta,
            a.conversion == XF_DP_CONVERSION_CLASSIC ? "classic" : "improved");
@@ -168,7 +162,7 @@ int xf_cmd_dp_calibrate(xf_cli *cli, int argc, char **argv) {
     json_object_set_new(o, "noise_multiplier", json_real(sigma));
     json_object_set_new(o, "epsilon", json_real(eps));
     json_object_set_new(o, "order", order_json(order));
-    print_json(o);
+    xf_cli_print_json(o);
   } else {
     printf("noise multiplier %.7g gives epsilon %.6g at order %g (delta %g)\n", sigma, eps,
            order, a.delta);

@@ -103,11 +103,6 @@ static const char *entry_status(const xf_pki_entry *e, int64_t now) {
   return "valid";
 }
 
-static void print_json(json_t *o) {
-  json_dumpf(o, stdout, JSON_INDENT(2));
-  fputc('\n', stdout);
-}
-
 /* An entry as --json shows it; paths only for the name's current entry. */
 static json_t *entry_json(const xf_federation *fed, const xf_pki_entry *e, int64_t now) {
   json_t *o = json_pack("{s:s,s:s,s:s?,s:s?,s:s,s:s,s:o,s:o,s:o,s:s,s:b,s:b}", "name",
@@ -160,8 +155,7 @@ int xf_cmd_pki_init(xf_cli *cli, int argc, char **argv) {
                           "/ca.crt", "ca_key", a.dir, "/ca.key", "crl", a.dir, "/crl.pem",
                           "index", a.dir, "/index.json", "ca_not_after", ca_end,
                           "crl_next_update", crl_next);
-    if (o) print_json(o);
-    json_decref(o);
+    xf_cli_print_json(o);
   } else {
     printf("federation  %s (spiffe://%s)\n", a.federation, a.federation);
     printf("CA          %s/ca.crt, valid until %s\n", a.dir, ca_end);
@@ -228,8 +222,7 @@ int xf_cmd_pki_issue(xf_cli *cli, int argc, char **argv) {
       json_object_set_new(j, "replaced_serial", json_string(issued.old_serial));
       json_object_set_new(j, "revoked_replaced", json_boolean(issued.revoked_old));
     }
-    if (j) print_json(j);
-    json_decref(j);
+    xf_cli_print_json(j);
   } else {
     char cert[4096], key[4096], until[32];
     fmt_time(e->not_after, until);
@@ -273,9 +266,8 @@ int xf_cmd_pki_revoke(xf_cli *cli, int argc, char **argv) {
       json_object_set_new(j, "crl", json_sprintf("%s/crl.pem", a.dir));
       json_object_set_new(j, "crl_number", json_integer((json_int_t)xf_federation_crl_number(fed)));
       json_object_set_new(j, "crl_next_update", json_string(next));
-      print_json(j);
     }
-    json_decref(j);
+    xf_cli_print_json(j);
   } else {
     printf("revoked     %s (serial %s, reason %s)\n", e.spiffe, e.serial,
            xf_pki_reason_name(e.reason));
@@ -319,9 +311,8 @@ static int show_one(xf_cli *cli, const xf_federation *fed, const char *name, int
     if (j) {
       json_object_set_new(j, "federation", json_string(xf_federation_name(fed)));
       if (fp[0]) json_object_set_new(j, "sha256_fingerprint", json_string(fp));
-      print_json(j);
     }
-    json_decref(j);
+    xf_cli_print_json(j);
     return XF_EXIT_OK;
   }
   char nb[32], na[32], at[32], cert[4096], key[4096];
@@ -380,8 +371,7 @@ int xf_cmd_pki_show(xf_cli *cli, int argc, char **argv) {
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:o}", "federation", xf_federation_name(fed), "dir",
                           a.dir, "crl_number", (json_int_t)xf_federation_crl_number(fed),
                           "crl_next_update", next, "identities", list);
-    if (o) print_json(o);
-    json_decref(o);
+    xf_cli_print_json(o);
   } else {
     printf("federation %s (%s), CRL number %" PRIu64 ", next update %s\n",
            xf_federation_name(fed), a.dir, xf_federation_crl_number(fed), next);
@@ -424,8 +414,7 @@ int xf_cmd_pki_crl(xf_cli *cli, int argc, char **argv) {
     json_t *o = json_pack("{s:s+,s:I,s:I,s:s}", "crl", a.dir, "/crl.pem", "crl_number",
                           (json_int_t)xf_federation_crl_number(fed), "revoked",
                           (json_int_t)revoked, "next_update", next);
-    if (o) print_json(o);
-    json_decref(o);
+    xf_cli_print_json(o);
   } else {
     printf("CRL         %s/crl.pem, number %" PRIu64 ", %zu revoked, next update %s\n", a.dir,
            xf_federation_crl_number(fed), revoked, next);

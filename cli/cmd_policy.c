@@ -182,17 +182,11 @@ static int change_of(xf_cli *cli, const policy_args *a, xf_policy_change *chg) {
   return XF_EXIT_OK;
 }
 
-static void print_json(json_t *o) {
-  json_dumpf(o, stdout, JSON_INDENT(2));
-  fputc('\n', stdout);
-  json_decref(o);
-}
-
 /* Prints the new version of a change, or fails with what the library said. */
 static int report_change(xf_cli *cli, xf_err rc, uint64_t version, const char *what) {
   if (rc != XF_OK) return xf_cli_fail(cli, rc);
   if (cli->json)
-    print_json(json_pack("{s:I,s:s}", "version", (json_int_t)version, "change", what));
+    xf_cli_print_json(json_pack("{s:I,s:s}", "version", (json_int_t)version, "change", what));
   else
     printf("policy version %llu: %s\n", (unsigned long long)version, what);
   return XF_EXIT_OK;
@@ -326,57 +320,12 @@ static int load_policy(xf_cli *cli, const policy_args *a, xf_policy **p) {
 
 /* ---- changes ---------------------------------------------------------------------- */
 
-/* One change as the library makes it on a database; text is the rule or
- * document a command read from a file, or NULL. */
-typedef xf_err (*change_fn)(xf_db *db, const policy_args *a, const char *text,
-                            const xf_policy_change *chg, uint64_t *version, xf_errctx *err);
-
-/* A private scratch database: "$TMPDIR/xfed-policy-XXXXXX", mode 0600. */
-typedef struct scratch_db {
-  char path[4096];
-  xf_db *db;
-} scratch_db;
-
-static void scratch_remove(scratch_db *s) {
-  xf_db_close(s->db);
-  s->db = NULL;
-  if (!s->path[0]) return;
-  static const char *const suffixes[] = {"", "-wal", "-shm", "-journal"};
-  for (size_t i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
-    char p[4200];
-    snprintf(p, sizeof(p), "%s%s", s->path, suffixes[i]);
-    (void)unlink(p);
-  }
-  s->path[0] = '\0';
-}
-
-static xf_err scratch_open(scratch_db *s, xf_errctx *err) {
-  memset(s, 0, sizeof(*s));
-  const char *tmp = getenv("TMPDIR");
-  int n = snprintf(s->path, sizeof(s->path), "%s/xfed-policy-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (n < 0 || (size_t)n >= sizeof(s->path)) {
-    s->path[0] = '\0';
-    return xf_fail(err, XF_EINVAL, "$TMPDIR is too long a path");
-  }
-  int fd = mkstemp(s->path); /* 0600 */
-  if (fd < 0) {
-    xf_fail(err, XF_EIO, "cannot create a scratch database in %s: %s",
-            tmp && *tmp ? tmp : "/tmp", strerror(errno));
-    s->path[0] = '\0';
-    return XF_EIO;
-  }
-  close(fd);
-  xf_err rc = xf_policy_open(s->path, &s->db, err);
-  if (rc != XF_OK) scratch_remove(s);
-  return rc;
-}
-
 /* The coordinator's side of a change: fetch the current document and its
- * version, make the change on a private copy with the same library call as
- * --db, and push the result on the condition that the coordinator is still
- * at the version it was drafted on. The author is the certificate's
- * identity, recorded by the coordinator. */
-static int change_remote(xf_cli *cli, const policy_args *a, change_fn fn, const char *text,
+ * version, make the change on it with the library's own checks, and push
+ * the result on the condition that the coordinator is still at the version
+ * it was drafted on. The author is the certificate's identity, recorded by
+ * the coordinator. */
+static int change_remote(xf_cli *cli, const policy_args *a, const xf_policy_edit *e,
                          const char *origin, const char *what) {
   if (a->author)
     return xf_cli_usage(cli, "--author is for --db: the coordinator records your certificate's "
@@ -388,33 +337,18 @@ static int change_remote(xf_cli *cli, const policy_args *a, change_fn fn, const 
   int st = xf_client_connect(cli, &a->conn, &c);
   if (st != XF_EXIT_OK) return st;
   char *doc = NULL, *next = NULL;
-  uint64_t base = 0, local = 0, version = 0;
-  scratch_db s;
-  memset(&s, 0, sizeof(s));
+  uint64_t base = 0, version = 0;
   if ((st = fetch_document(cli, c, 0, &doc, &base)) != XF_EXIT_OK) goto out;
-  xf_policy_change chg = {.author = xf_client_identity_uri(c), .reason = a->reason,
-                          .now = (double)time(NULL)};
-  char base_reason[64];
-  snprintf(base_reason, sizeof(base_reason), "the coordinator's version %llu",
-           (unsigned long long)base);
-  xf_err rc = scratch_open(&s, &cli->err);
-  if (rc == XF_OK && base > 0)
-    rc = xf_policy_import(s.db, doc, "coordinator", base_reason, chg.now, NULL, &cli->err);
-  if (rc == XF_OK) {
-    rc = fn(s.db, a, text, &chg, &local, &cli->err);
-    if (rc != XF_OK && origin && !cli->err.file[0])
-      snprintf(cli->err.file, sizeof(cli->err.file), "%s", origin);
-  }
-  if (rc == XF_OK) rc = xf_policy_export(s.db, local, &next, &cli->err);
-  scratch_remove(&s);
+  xf_err rc = xf_policy_edit_document(doc, e, &next, &cli->err);
   if (rc != XF_OK) {
+    if (origin && !cli->err.file[0])
+      snprintf(cli->err.file, sizeof(cli->err.file), "%s", origin);
     st = xf_cli_fail(cli, rc);
     goto out;
   }
   if ((st = push_document(cli, c, next, a->reason, true, base, &version)) == XF_EXIT_OK)
     st = report_change(cli, XF_OK, version, what);
 out:
-  scratch_remove(&s);
   xf_free(doc);
   xf_free(next);
   xf_client_close(c);
@@ -423,9 +357,9 @@ out:
 
 /* Makes one change on the local database (--db) or the coordinator's
  * policy. origin names the file a failure is about, or NULL. */
-static int change(xf_cli *cli, const policy_args *a, change_fn fn, const char *text,
+static int change(xf_cli *cli, const policy_args *a, const xf_policy_edit *e,
                   const char *origin, const char *what) {
-  if (!a->db) return change_remote(cli, a, fn, text, origin, what);
+  if (!a->db) return change_remote(cli, a, e, origin, what);
   xf_policy_change chg;
   xf_db *db;
   int st;
@@ -433,52 +367,11 @@ static int change(xf_cli *cli, const policy_args *a, change_fn fn, const char *t
       (st = open_db(cli, a, true, &db)) != XF_EXIT_OK)
     return st;
   uint64_t v = 0;
-  xf_err rc = fn(db, a, text, &chg, &v, &cli->err);
+  xf_err rc = xf_policy_commit(db, e, &chg, &v, &cli->err);
   xf_db_close(db);
   if (rc != XF_OK && origin && !cli->err.file[0])
     snprintf(cli->err.file, sizeof(cli->err.file), "%s", origin);
   return report_change(cli, rc, v, what);
-}
-
-static xf_err region_add(xf_db *db, const policy_args *a, const char *text,
-                         const xf_policy_change *chg, uint64_t *v, xf_errctx *err) {
-  (void)text;
-  return xf_policy_region_add(db, a->name, a->jurisdiction, chg, v, err);
-}
-
-static xf_err site_add(xf_db *db, const policy_args *a, const char *text,
-                       const xf_policy_change *chg, uint64_t *v, xf_errctx *err) {
-  (void)text;
-  return xf_policy_site_add(db, a->name, a->region, chg, v, err);
-}
-
-static xf_err dataset_add(xf_db *db, const policy_args *a, const char *text,
-                          const xf_policy_change *chg, uint64_t *v, xf_errctx *err) {
-  (void)text;
-  return xf_policy_dataset_add(db, a->name, a->site, a->classification, chg, v, err);
-}
-
-static xf_err dataset_tag(xf_db *db, const policy_args *a, const char *text,
-                          const xf_policy_change *chg, uint64_t *v, xf_errctx *err) {
-  (void)text;
-  return xf_policy_dataset_tag(db, a->name, a->site, a->tag, chg, v, err);
-}
-
-static xf_err rule_add(xf_db *db, const policy_args *a, const char *text,
-                       const xf_policy_change *chg, uint64_t *v, xf_errctx *err) {
-  return xf_policy_rule_add(db, text ? text : a->json_rule, chg, v, err);
-}
-
-static xf_err rule_rm(xf_db *db, const policy_args *a, const char *text,
-                     const xf_policy_change *chg, uint64_t *v, xf_errctx *err) {
-  (void)text;
-  return xf_policy_rule_rm(db, a->id, chg, v, err);
-}
-
-static xf_err import(xf_db *db, const policy_args *a, const char *text,
-                     const xf_policy_change *chg, uint64_t *v, xf_errctx *err) {
-  (void)a;
-  return xf_policy_import(db, text, chg->author, chg->reason, chg->now, v, err);
 }
 
 int xf_cmd_policy_region(xf_cli *cli, int argc, char **argv) {
@@ -489,7 +382,8 @@ int xf_cmd_policy_region(xf_cli *cli, int argc, char **argv) {
                            &a)) != XF_EXIT_OK ||
       (status = require(cli, a.name, "--name R")) != XF_EXIT_OK)
     return status;
-  return change(cli, &a, region_add, NULL, NULL, "region added");
+  const xf_policy_edit e = {XF_POLICY_EDIT_REGION_ADD, a.name, a.jurisdiction, NULL};
+  return change(cli, &a, &e, NULL, "region added");
 }
 
 int xf_cmd_policy_site(xf_cli *cli, int argc, char **argv) {
@@ -501,7 +395,8 @@ int xf_cmd_policy_site(xf_cli *cli, int argc, char **argv) {
       (status = require(cli, a.name, "--name S")) != XF_EXIT_OK ||
       (status = require(cli, a.region, "--region R")) != XF_EXIT_OK)
     return status;
-  return change(cli, &a, site_add, NULL, NULL, "site added");
+  const xf_policy_edit e = {XF_POLICY_EDIT_SITE_ADD, a.name, a.region, NULL};
+  return change(cli, &a, &e, NULL, "site added");
 }
 
 int xf_cmd_policy_dataset(xf_cli *cli, int argc, char **argv) {
@@ -517,8 +412,9 @@ int xf_cmd_policy_dataset(xf_cli *cli, int argc, char **argv) {
       (status = require(cli, verb == 0 ? a.classification : a.tag,
                         verb == 0 ? "--class C" : "--tag T")) != XF_EXIT_OK)
     return status;
-  return verb == 0 ? change(cli, &a, dataset_add, NULL, NULL, "dataset added")
-                   : change(cli, &a, dataset_tag, NULL, NULL, "dataset tagged");
+  const xf_policy_edit e = {verb == 0 ? XF_POLICY_EDIT_DATASET_ADD : XF_POLICY_EDIT_DATASET_TAG,
+                            a.name, a.site, verb == 0 ? a.classification : a.tag};
+  return change(cli, &a, &e, NULL, verb == 0 ? "dataset added" : "dataset tagged");
 }
 
 static void print_selector(const xf_policy_selector *s, FILE *out) {
@@ -542,40 +438,44 @@ static void print_conditions(const xf_policy_rule *r, FILE *out) {
   if (!n) fputs("-", out);
 }
 
-/* `policy rule list`: the current version's rules, in order. */
-static int rule_list(xf_cli *cli, const policy_args *a) {
-  xf_policy *p = NULL;
-  int status = load_policy(cli, a, &p);
-  if (status != XF_EXIT_OK) return status;
+/* A version's rules, in order (--json: {version, rules}). Returns the exit
+ * status. */
+static int rules_print(xf_cli *cli, const xf_policy *p) {
   if (cli->json) {
     char *doc = NULL;
     xf_err rc = xf_policy_format(p, &doc, &cli->err);
     json_t *j = rc == XF_OK ? json_loads(doc, 0, NULL) : NULL;
     xf_free(doc);
-    if (!j) {
-      xf_policy_free(p);
-      return xf_cli_fail(cli, rc == XF_OK ? XF_ENOMEM : rc);
-    }
-    print_json(json_pack("{s:I,s:O}", "version", (json_int_t)p->version, "rules",
-                         json_object_get(j, "rules")));
+    if (!j) return xf_cli_fail(cli, rc == XF_OK ? XF_ENOMEM : rc);
+    xf_cli_print_json(json_pack("{s:I,s:O}", "version", (json_int_t)p->version, "rules",
+                                json_object_get(j, "rules")));
     json_decref(j);
-  } else {
-    printf("policy version %llu: %zu rule%s\n", (unsigned long long)p->version, p->n_rules,
-           p->n_rules == 1 ? "" : "s");
-    for (size_t i = 0; i < p->n_rules; i++) {
-      const xf_policy_rule *r = &p->rules[i];
-      printf("%-20s %-5s %-18s select ", r->id, xf_policy_effect_name(r->effect),
-             xf_policy_kind_name(r->kind));
-      print_selector(&r->select, stdout);
-      fputs(" to ", stdout);
-      for (size_t k = 0; k < r->n_dests; k++) printf("%s%s", k ? "," : "", r->dests[k]);
-      fputs(" if ", stdout);
-      print_conditions(r, stdout);
-      fputc('\n', stdout);
-    }
+    return XF_EXIT_OK;
   }
-  xf_policy_free(p);
+  printf("policy version %llu: %zu rule%s\n", (unsigned long long)p->version, p->n_rules,
+         p->n_rules == 1 ? "" : "s");
+  for (size_t i = 0; i < p->n_rules; i++) {
+    const xf_policy_rule *r = &p->rules[i];
+    printf("%-20s %-5s %-18s select ", r->id, xf_policy_effect_name(r->effect),
+           xf_policy_kind_name(r->kind));
+    print_selector(&r->select, stdout);
+    fputs(" to ", stdout);
+    for (size_t k = 0; k < r->n_dests; k++) printf("%s%s", k ? "," : "", r->dests[k]);
+    fputs(" if ", stdout);
+    print_conditions(r, stdout);
+    fputc('\n', stdout);
+  }
   return XF_EXIT_OK;
+}
+
+/* `policy rule list`: the current version's rules, in order. */
+static int rule_list(xf_cli *cli, const policy_args *a) {
+  xf_policy *p = NULL;
+  int status = load_policy(cli, a, &p);
+  if (status != XF_EXIT_OK) return status;
+  status = rules_print(cli, p);
+  xf_policy_free(p);
+  return status;
 }
 
 int xf_cmd_policy_rule(xf_cli *cli, int argc, char **argv) {
@@ -592,7 +492,8 @@ int xf_cmd_policy_rule(xf_cli *cli, int argc, char **argv) {
                              "--json-rule TEXT");
   if (verb == 1) {
     if ((status = require(cli, a.id, "--id ID")) != XF_EXIT_OK) return status;
-    return change(cli, &a, rule_rm, NULL, NULL, "rule removed");
+    const xf_policy_edit e = {XF_POLICY_EDIT_RULE_RM, a.id, NULL, NULL};
+    return change(cli, &a, &e, NULL, "rule removed");
   }
   if (!a.reason || !*a.reason) /* before reading the file */
     return xf_cli_usage(cli, "--reason TEXT is required: every policy change records why it "
@@ -602,7 +503,8 @@ int xf_cmd_policy_rule(xf_cli *cli, int argc, char **argv) {
     xf_err rc = read_text(a.file, &text, &cli->err);
     if (rc != XF_OK) return xf_cli_fail(cli, rc);
   }
-  status = change(cli, &a, rule_add, text, a.file, "rule added");
+  const xf_policy_edit e = {XF_POLICY_EDIT_RULE_ADD, text ? text : a.json_rule, NULL, NULL};
+  status = change(cli, &a, &e, a.file, "rule added");
   xf_free(text);
   return status;
 }
@@ -618,7 +520,8 @@ int xf_cmd_policy_import(xf_cli *cli, int argc, char **argv) {
   char *text = NULL;
   xf_err rc = read_text(a.pos[0], &text, &cli->err);
   if (rc != XF_OK) return xf_cli_fail(cli, rc);
-  status = change(cli, &a, import, text, a.pos[0], "policy imported");
+  const xf_policy_edit e = {XF_POLICY_EDIT_IMPORT, text, NULL, NULL};
+  status = change(cli, &a, &e, a.pos[0], "policy imported");
   xf_free(text);
   return status;
 }
@@ -659,7 +562,7 @@ int xf_cmd_policy_push(xf_cli *cli, int argc, char **argv) {
   xf_free(doc);
   if (status != XF_EXIT_OK) return status;
   if (cli->json)
-    print_json(json_pack("{s:I,s:I,s:s}", "version", (json_int_t)pushed, "local_version",
+    xf_cli_print_json(json_pack("{s:I,s:I,s:s}", "version", (json_int_t)pushed, "local_version",
                          (json_int_t)v, "reason", a.reason));
   else
     printf("policy version %llu on the coordinator: %s\n", (unsigned long long)pushed, a.reason);
@@ -752,21 +655,12 @@ int xf_cmd_policy_export(xf_cli *cli, int argc, char **argv) {
     fputs(doc, stdout);
     if (!*doc || doc[strlen(doc) - 1] != '\n') fputc('\n', stdout);
   } else if (cli->json) {
-    print_json(json_pack("{s:I,s:s}", "version", (json_int_t)v, "out", a.out));
+    xf_cli_print_json(json_pack("{s:I,s:s}", "version", (json_int_t)v, "out", a.out));
   } else {
     printf("policy version %llu written to %s\n", (unsigned long long)v, a.out);
   }
   xf_free(doc);
   return XF_EXIT_OK;
-}
-
-/* "2024-05-01T12:00:00Z" for Unix seconds. */
-static const char *utc_text(double t, char buf[32]) {
-  time_t s = (time_t)floor(t);
-  struct tm tm;
-  if (!gmtime_r(&s, &tm) || !strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm))
-    snprintf(buf, 32, "%.0f", t);
-  return buf;
 }
 
 static const char *jstr(const json_t *o, const char *key) {
@@ -790,19 +684,29 @@ static void print_log(xf_cli *cli, json_t *versions) {
       double at = json_number_value(json_object_get(e, "at"));
       json_array_append_new(arr, json_pack("{s:I,s:f,s:s,s:s,s:s}", "version",
                                            (json_int_t)jint(e, "version"), "at", at, "time",
-                                           utc_text(at, when), "author", jstr(e, "author"),
+                                           xf_cli_utc_text(at, when), "author", jstr(e, "author"),
                                            "reason", jstr(e, "reason")));
     }
-    print_json(json_pack("{s:o}", "versions", arr));
+    xf_cli_print_json(json_pack("{s:o}", "versions", arr));
   } else {
     printf("%-8s %-20s %-16s %s\n", "VERSION", "TIME (UTC)", "AUTHOR", "REASON");
     json_array_foreach(versions, i, e) {
       printf("%-8lld %-20s %-16s %s\n", jint(e, "version"),
-             utc_text(json_number_value(json_object_get(e, "at")), when), jstr(e, "author"),
+             xf_cli_utc_text(json_number_value(json_object_get(e, "at")), when), jstr(e, "author"),
              jstr(e, "reason"));
     }
   }
   json_decref(versions);
+}
+
+void xf_cli_policy_log_print(xf_cli *cli, const xf_policy_version_info *log, size_t n) {
+  json_t *versions = json_array();
+  for (size_t i = 0; versions && i < n; i++)
+    json_array_append_new(versions, json_pack("{s:I,s:f,s:s,s:s}", "version",
+                                              (json_int_t)log[i].version, "at", log[i].at,
+                                              "author", log[i].author, "reason",
+                                              log[i].reason));
+  print_log(cli, versions);
 }
 
 /* PolicyRequest{verb} (with versions for a diff) to the coordinator; the
@@ -840,13 +744,9 @@ int xf_cmd_policy_log(xf_cli *cli, int argc, char **argv) {
     xf_err rc = xf_policy_log(db, &log, &n, &cli->err);
     xf_db_close(db);
     if (rc != XF_OK) return xf_cli_fail(cli, rc);
-    versions = json_array();
-    for (size_t i = 0; versions && i < n; i++)
-      json_array_append_new(versions, json_pack("{s:I,s:f,s:s,s:s}", "version",
-                                                (json_int_t)log[i].version, "at", log[i].at,
-                                                "author", log[i].author, "reason",
-                                                log[i].reason));
+    xf_cli_policy_log_print(cli, log, n);
     xf_policy_log_free(log, n);
+    return XF_EXIT_OK;
   } else {
     char *text = NULL;
     if ((status = ask_text(cli, &a, "log", 0, 0, &text)) != XF_EXIT_OK) return status;
@@ -891,7 +791,7 @@ int xf_cmd_policy_diff(xf_cli *cli, int argc, char **argv) {
       p += len;
       if (*p) p++;
     }
-    print_json(json_pack("{s:i,s:i,s:o}", "from", (int)v1, "to", (int)v2, "changes", lines));
+    xf_cli_print_json(json_pack("{s:i,s:i,s:o}", "from", (int)v1, "to", (int)v2, "changes", lines));
   } else if (!*text) {
     printf("no changes from version %ld to version %ld\n", v1, v2);
   } else {
@@ -915,7 +815,7 @@ static int print_decision(xf_cli *cli, const char *decision_json, const char *co
   }
   bool allowed = json_is_true(json_object_get(d, "allowed"));
   if (cli->json) {
-    print_json(d);
+    xf_cli_print_json(d);
     return allowed ? XF_EXIT_OK : XF_EXIT_DENIED;
   }
   json_t *sites = json_object_get(d, "sites"), *regions = json_object_get(d, "regions"),
@@ -1344,7 +1244,7 @@ int xf_cmd_policy_test(xf_cli *cli, int argc, char **argv) {
     }
   }
   if (cli->json)
-    print_json(json_pack("{s:I,s:i,s:i,s:o}", "version", (json_int_t)p->version, "passed",
+    xf_cli_print_json(json_pack("{s:I,s:i,s:i,s:o}", "version", (json_int_t)p->version, "passed",
                          (int)(n - failed), "failed", (int)failed, "cases", results));
   else {
     json_decref(results);

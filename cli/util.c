@@ -138,3 +138,18 @@ xf_err xf_cli_parse_time(xf_cli *cli, const char *flag, const char *s, double *o
   *out = (double)timegm(&tm);
   return XF_OK;
 }
+
+void xf_cli_print_json(json_t *o) {
+  if (!o) return;
+  json_dumpf(o, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  fputc('\n', stdout);
+  json_decref(o);
+}
+
+const char *xf_cli_utc_text(double t, char buf[32]) {
+  time_t s = (time_t)floor(t);
+  struct tm tm;
+  if (!isfinite(t) || !gmtime_r(&s, &tm) || !strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm))
+    snprintf(buf, 32, "%.0f", t);
+  return buf;
+}

@@ -106,15 +106,11 @@ const xf__dataset *xf__job_dataset(const xf_jobspec *spec, const xf__site *s) {
 
 bool xf__site_eligible(const xf__coord *co, const xf__job *job, const xf__site *s) {
   if (!s->peer) return false;
+  if (!xf__residency_site_ok(co, job, s)) return false;
   /* Under a residency policy the plan, not the spec, says who aggregates
    * in a regional aggregator first. */
-  if (xf__residency_on(co) && !job->relay) {
-    if (!xf__residency_site_ok(co, job, s)) return false;
-  } else if (s->regional && job->spec.topology != XF_JOB_TOPOLOGY_REGIONAL) {
+  if (s->regional && !xf__residency_on(co) && job->spec.topology != XF_JOB_TOPOLOGY_REGIONAL)
     return false;
-  } else if (job->relay && !xf__residency_site_ok(co, job, s)) {
-    return false;
-  }
   const xf__dataset *d = xf__job_dataset(&job->spec, s);
   if (!d) return false;
   if (!job->model) return true;

@@ -275,7 +275,8 @@ static xf_err check_job(const xf_policy *p, const xf_policy_job *job, xf_errctx 
 /* Fills out->regions from the site decisions and settles the pending
  * regional aggregates: a region's cohort is its sites on the regional path,
  * and must reach the largest min_cohort among their rules. */
-static xf_err plan_regions(xf_policy_decision *out, pending *pend, xf_errctx *err) {
+static xf_err plan_regions(xf_policy_decision *out, pending *pend, const xf_policy_job *job,
+                           xf_errctx *err) {
   for (size_t i = 0; i < out->n_sites; i++) {
     xf_policy_site_decision *s = &out->sites[i];
     xf_policy_region_plan *r = NULL;
@@ -311,6 +312,7 @@ static xf_err plan_regions(xf_policy_decision *out, pending *pend, xf_errctx *er
     unsigned cohort = 0;
     for (size_t i = 0; i < out->n_sites; i++)
       if (pend[i].regional && strcmp(out->sites[i].region, r->region) == 0) cohort++;
+    if (job->cohort) cohort = job->cohort; /* the caller knows the aggregate's size */
     for (size_t i = 0; i < out->n_sites; i++) {
       xf_policy_site_decision *s = &out->sites[i];
       if (strcmp(s->region, r->region) != 0) continue;
@@ -320,8 +322,9 @@ static xf_err plan_regions(xf_policy_decision *out, pending *pend, xf_errctx *er
         else {
           s->path = XF_POLICY_PATH_NONE;
           snprintf(s->why, sizeof(s->why),
-                   "rule %s needs >= %u %s sites per regional aggregate; the job has %u",
-                   r->rule, r->min_cohort, r->region, cohort);
+                   "rule %s needs a regional aggregate of at least %u sites from %s; %s %u",
+                   r->rule, r->min_cohort, r->region,
+                   job->cohort ? "the plan guarantees" : "the job has", cohort);
           hint(&pend[i].h, "needs >= %u %s sites per regional aggregate", r->min_cohort,
                r->region);
         }
@@ -385,7 +388,7 @@ xf_err xf_policy_decide(const xf_policy *policy, const xf_policy_job *job, doubl
     out->n_sites++;
   }
   candidates_free(&cands);
-  if ((rc = plan_regions(out, pend, err)) != XF_OK) goto out;
+  if ((rc = plan_regions(out, pend, job, err)) != XF_OK) goto out;
   if (out->n_regions) qsort(out->regions, out->n_regions, sizeof(*out->regions), by_region);
 
   size_t eligible = 0;

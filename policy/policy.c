@@ -946,6 +946,57 @@ xf_err xf_policy_rule_rm(xf_db *db, const char *rule_id, const xf_policy_change 
   return commit_change(db, rule_rm_body, rule_id, chg, version, err);
 }
 
+/* ---- one edit, on a database or on a document ----------------------------------------- */
+
+/* The body of an edit and the argument it takes. */
+static xf_err edit_body(const xf_policy_edit *e, change_fn *fn, const void **arg,
+                        edit_args *args, xf_errctx *err) {
+  *args = (edit_args){e->a, e->b, e->c};
+  *arg = args;
+  switch (e->kind) {
+  case XF_POLICY_EDIT_IMPORT: *fn = import_body; *arg = e->a; break;
+  case XF_POLICY_EDIT_REGION_ADD: *fn = region_add_body; break;
+  case XF_POLICY_EDIT_SITE_ADD: *fn = site_add_body; break;
+  case XF_POLICY_EDIT_DATASET_ADD: *fn = dataset_add_body; break;
+  case XF_POLICY_EDIT_DATASET_TAG: *fn = dataset_tag_body; break;
+  case XF_POLICY_EDIT_DATASET_CLASSIFY: *fn = dataset_classify_body; break;
+  case XF_POLICY_EDIT_RULE_ADD: *fn = rule_add_body; *arg = e->a; break;
+  case XF_POLICY_EDIT_RULE_RM: *fn = rule_rm_body; *arg = e->a; break;
+  default: return refuse(err, XF_EINVAL, "edit", "unknown kind of policy edit %d", (int)e->kind);
+  }
+  if ((e->kind == XF_POLICY_EDIT_IMPORT || e->kind == XF_POLICY_EDIT_RULE_ADD) && !e->a)
+    return refuse(err, XF_EINVAL, "edit", "the edit carries no JSON text");
+  return XF_OK;
+}
+
+xf_err xf_policy_commit(xf_db *db, const xf_policy_edit *e, const xf_policy_change *chg,
+                        uint64_t *version, xf_errctx *err) {
+  change_fn fn;
+  const void *arg;
+  edit_args args;
+  XF_GUARD(edit_body(e, &fn, &arg, &args, err));
+  return commit_change(db, fn, arg, chg, version, err);
+}
+
+xf_err xf_policy_edit_document(const char *json_text, const xf_policy_edit *e, char **out,
+                               xf_errctx *err) {
+  *out = NULL;
+  change_fn fn;
+  const void *arg;
+  edit_args args;
+  XF_GUARD(edit_body(e, &fn, &arg, &args, err));
+  xf_policy *p = NULL;
+  XF_GUARD(xf_policy_parse(json_text, &p, err));
+  xf_err rc = fn(&p, arg, err);
+  if (rc == XF_OK) {
+    sort_model(p);
+    rc = check_model(p, err);
+  }
+  if (rc == XF_OK) rc = xf_policy_format(p, out, err);
+  xf_policy_free(p);
+  return rc;
+}
+
 /* ---- the log -------------------------------------------------------------------------------------- */
 
 void xf_policy_log_free(xf_policy_version_info *log, size_t n) {

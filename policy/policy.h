@@ -225,6 +225,37 @@ xf_err xf_policy_rule_add(xf_db *db, const char *rule_json, const xf_policy_chan
 xf_err xf_policy_rule_rm(xf_db *db, const char *rule_id, const xf_policy_change *chg,
                          uint64_t *version, xf_errctx *err) XF_WARN_UNUSED;
 
+/* One change as a value, for callers that make the same change on a local
+ * database or on a document (the CLI drafts against the coordinator's
+ * current document and pushes the result). Strings are borrowed. */
+typedef enum xf_policy_edit_kind {
+  XF_POLICY_EDIT_IMPORT = 0,       /* a: the whole document */
+  XF_POLICY_EDIT_REGION_ADD,       /* a: name, b: jurisdiction (may be NULL) */
+  XF_POLICY_EDIT_SITE_ADD,         /* a: name, b: region */
+  XF_POLICY_EDIT_DATASET_ADD,      /* a: name, b: site, c: classification */
+  XF_POLICY_EDIT_DATASET_TAG,      /* a: name, b: site, c: tag */
+  XF_POLICY_EDIT_DATASET_CLASSIFY, /* a: name, b: site, c: classification */
+  XF_POLICY_EDIT_RULE_ADD,         /* a: the rule as JSON */
+  XF_POLICY_EDIT_RULE_RM,          /* a: rule id */
+} xf_policy_edit_kind;
+
+typedef struct xf_policy_edit {
+  xf_policy_edit_kind kind;
+  const char *a, *b, *c;
+} xf_policy_edit;
+
+/* The edit as one change of the database, exactly as the function of its
+ * kind above (xf_policy_region_add, ...) makes it. */
+xf_err xf_policy_commit(xf_db *db, const xf_policy_edit *e, const xf_policy_change *chg,
+                        uint64_t *version, xf_errctx *err) XF_WARN_UNUSED;
+
+/* The same edit on a document instead: parses json_text, applies the edit
+ * with the checks of a database change, and writes the result as
+ * xf_policy_format does into *out (the caller frees it with xf_free).
+ * Refusals as the database change's; on failure *out is NULL. */
+xf_err xf_policy_edit_document(const char *json_text, const xf_policy_edit *e, char **out,
+                               xf_errctx *err) XF_WARN_UNUSED;
+
 /* ---- the decision ------------------------------------------------------------------ */
 
 /* The facts of a job the decision needs. Strings are borrowed. */
@@ -237,6 +268,10 @@ typedef struct xf_policy_job {
   bool secagg;                  /* secure aggregation on */
   unsigned min_sites;           /* the job's quorum; 0 counts as 1 */
   const char *coordinator_region; /* where the global coordinator runs */
+  unsigned cohort;              /* the sites each regional aggregate will hold, when the
+                                   caller knows it (a site checking its task: what the
+                                   coordinator's plan guarantees); 0: each region's
+                                   sites on the regional path, counted */
 } xf_policy_job;
 
 /* How one region's updates reach the global coordinator. */

@@ -44,20 +44,6 @@ static int parse_args(xf_cli *cli, int argc, char **argv, bool since, audit_args
   return XF_EXIT_OK;
 }
 
-static void print_json(json_t *o) {
-  json_dumpf(o, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-  fputc('\n', stdout);
-  json_decref(o);
-}
-
-static const char *utc_text(double t, char buf[32]) {
-  time_t s = (time_t)floor(t);
-  struct tm tm;
-  if (!isfinite(t) || !gmtime_r(&s, &tm) || !strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm))
-    snprintf(buf, 32, "%g", t);
-  return buf;
-}
-
 int xf_site_cmd_audit_list(xf_cli *cli, int argc, char **argv) {
   audit_args a;
   int status = parse_args(cli, argc, argv, true, &a);
@@ -71,28 +57,7 @@ int xf_site_cmd_audit_list(xf_cli *cli, int argc, char **argv) {
   rc = xf_audit_list(xf_site_registry_db(reg), a.since, 0, &rows, &n, &cli->err);
   xf_site_registry_close(reg);
   if (rc != XF_OK) return xf_cli_fail(cli, rc);
-  char when[32];
-  if (cli->json) {
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++) {
-      const xf_audit_row *r = &rows[i];
-      json_t *detail = json_loads(r->detail, JSON_DECODE_ANY, NULL);
-      json_array_append_new(
-          arr, json_pack("{s:I,s:f,s:s,s:s,s:s,s:o,s:s,s:s}", "seq", (json_int_t)r->seq, "at",
-                         r->at, "actor", r->actor, "kind", r->kind, "subject", r->subject,
-                         "detail", detail ? detail : json_string(r->detail), "prev", r->prev,
-                         "digest", r->digest));
-    }
-    print_json(json_pack("{s:o}", "rows", arr));
-  } else {
-    printf("%-6s %-20s %-14s %-16s %-14s %s\n", "SEQ", "TIME (UTC)", "KIND", "ACTOR", "SUBJECT",
-           "DETAIL");
-    for (size_t i = 0; i < n; i++) {
-      const xf_audit_row *r = &rows[i];
-      printf("%-6llu %-20s %-14s %-16s %-14s %s\n", (unsigned long long)r->seq,
-             utc_text(r->at, when), r->kind, r->actor, r->subject, r->detail);
-    }
-  }
+  xf_cli_audit_rows_print(cli, rows, n);
   xf_audit_rows_free(rows, n);
   return XF_EXIT_OK;
 }
@@ -111,21 +76,7 @@ int xf_site_cmd_audit_verify(xf_cli *cli, int argc, char **argv) {
   rc = xf_audit_verify(xf_site_registry_db(reg), &v, &cli->err);
   xf_site_registry_close(reg);
   if (rc != XF_OK) return xf_cli_fail(cli, rc);
-  bool intact = v.fault == XF_AUDIT_INTACT;
-  if (cli->json) {
-    print_json(json_pack("{s:b,s:s,s:I,s:I,s:s,s:{s:I,s:s}}", "intact", intact, "fault",
-                         xf_audit_fault_name(v.fault), "rows", (json_int_t)v.rows, "seq",
-                         (json_int_t)v.seq, "what", v.what, "head", "seq",
-                         (json_int_t)v.head.seq, "digest", v.head.digest));
-  } else if (intact) {
-    printf("%s\n", v.what);
-    printf("head: row %llu, digest %s (keep it elsewhere to detect a cut end later)\n",
-           (unsigned long long)v.head.seq, v.head.digest);
-  } else {
-    printf("TAMPERED at row %llu (%s): %s\n", (unsigned long long)v.seq, xf_audit_fault_name(v.fault),
-           v.what);
-  }
-  return intact ? XF_EXIT_OK : XF_EXIT_ERROR;
+  return xf_cli_audit_verdict_print(cli, &v);
 }
 
 int xf_site_cmd_audit_export(xf_cli *cli, int argc, char **argv) {

@@ -87,20 +87,6 @@ static int parse_args(xf_cli *cli, int argc, char **argv, bool change, bool vers
   return XF_EXIT_OK;
 }
 
-static void print_json(json_t *o) {
-  json_dumpf(o, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-  fputc('\n', stdout);
-  json_decref(o);
-}
-
-static const char *utc_text(double t, char buf[32]) {
-  time_t s = (time_t)floor(t);
-  struct tm tm;
-  if (!isfinite(t) || !gmtime_r(&s, &tm) || !strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm))
-    snprintf(buf, 32, "%.0f", t);
-  return buf;
-}
-
 /* A policy document, whole (storage/file.h); err names the file. */
 static xf_err read_text(const char *path, char **text, xf_errctx *err) {
   xf_errctx_clear(err);
@@ -148,7 +134,7 @@ int xf_site_cmd_policy_import(xf_cli *cli, int argc, char **argv) {
   xf_site_registry_close(reg);
   if (rc != XF_OK) return xf_cli_fail(cli, rc);
   if (cli->json)
-    print_json(json_pack("{s:I,s:I}", "version", (json_int_t)v, "previous", (json_int_t)before));
+    xf_cli_print_json(json_pack("{s:I,s:I}", "version", (json_int_t)v, "previous", (json_int_t)before));
   else
     printf("site policy version %llu (was %llu): imported from %s\n", (unsigned long long)v,
            (unsigned long long)before, a.file);
@@ -190,23 +176,11 @@ int xf_site_cmd_policy_log(xf_cli *cli, int argc, char **argv) {
   rc = xf_policy_log(xf_site_registry_db(reg), &log, &n, &cli->err);
   xf_site_registry_close(reg);
   if (rc != XF_OK) return xf_cli_fail(cli, rc);
-  char when[32];
-  if (cli->json) {
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++)
-      json_array_append_new(arr, json_pack("{s:I,s:s,s:s,s:s}", "version",
-                                           (json_int_t)log[i].version, "at",
-                                           utc_text(log[i].at, when), "author", log[i].author,
-                                           "reason", log[i].reason));
-    print_json(json_pack("{s:o}", "versions", arr));
-  } else if (n == 0) {
+  if (n == 0 && !cli->json)
     printf("no local policy (version 0): this site restricts nothing beyond the coordinator's "
            "plan\n");
-  } else {
-    for (size_t i = 0; i < n; i++)
-      printf("%-6llu %-20s %-16s %s\n", (unsigned long long)log[i].version,
-             utc_text(log[i].at, when), log[i].author, log[i].reason);
-  }
+  else
+    xf_cli_policy_log_print(cli, log, n);
   xf_policy_log_free(log, n);
   return XF_EXIT_OK;
 }
@@ -253,7 +227,7 @@ int xf_site_cmd_policy_rules(xf_cli *cli, int argc, char **argv) {
     json_t *rules = o ? json_incref(json_object_get(o, "rules")) : NULL;
     json_decref(o);
     if (rc == XF_OK)
-      print_json(json_pack("{s:I,s:o}", "version", (json_int_t)v,
+      xf_cli_print_json(json_pack("{s:I,s:o}", "version", (json_int_t)v,
                            "rules", rules ? rules : json_array()));
   } else {
     printf("site policy version %llu: %zu rule%s\n", (unsigned long long)v, p->n_rules,

@@ -42,17 +42,9 @@ static xf_err site_paths_make(xf_cli *cli, const char *dir, site_paths *p) {
   return XF_OK;
 }
 
-
 static void reset_getopt(void) {
   opterr = 0;
   optind = 1;
-}
-
-static void print_json(json_t *o) {
-  if (!o) return;
-  json_dumpf(o, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-  fputc('\n', stdout);
-  json_decref(o);
 }
 
 static void format_time(int64_t t, char *buf, size_t n) {
@@ -220,7 +212,7 @@ static int cmd_init(xf_cli *cli, int argc, char **argv) {
   }
   xf_free(text);
   if (cli->json)
-    print_json(json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "dir", p.dir, "config", p.config,
+    xf_cli_print_json(json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "dir", p.dir, "config", p.config,
                          "database", p.db, "site", cfg.site, "region", cfg.region, "coordinator",
                          cfg.coordinator));
   else
@@ -299,7 +291,7 @@ static int cmd_dataset_add(xf_cli *cli, int argc, char **argv) {
   xf_site_registry_close(reg);
   if (rc != XF_OK) return xf_cli_fail(cli, rc);
   if (cli->json) {
-    print_json(dataset_json(&d));
+    xf_cli_print_json(dataset_json(&d));
   } else {
     char tagbuf[1024], budget[64];
     tags_text(&d, tagbuf, sizeof(tagbuf));
@@ -374,7 +366,7 @@ static int cmd_dataset_list(xf_cli *cli, int argc, char **argv) {
   if (cli->json) {
     json_t *arr = json_array();
     for (size_t i = 0; arr && i < n; i++) json_array_append_new(arr, dataset_json(&list[i]));
-    print_json(json_pack("{s:s,s:o}", "site", cfg.site, "datasets", arr ? arr : json_array()));
+    xf_cli_print_json(json_pack("{s:s,s:o}", "site", cfg.site, "datasets", arr ? arr : json_array()));
   } else if (n == 0) {
     printf("no datasets registered at site %s; add one with 'xfed-site dataset add'\n", cfg.site);
   } else {
@@ -407,7 +399,7 @@ static int cmd_dataset_rm(xf_cli *cli, int argc, char **argv) {
   if (rc == XF_OK) rc = xf_site_registry_remove(reg, a.name, &cli->err);
   xf_site_registry_close(reg);
   if (rc != XF_OK) return xf_cli_fail(cli, rc);
-  if (cli->json) print_json(json_pack("{s:s}", "removed", a.name));
+  if (cli->json) xf_cli_print_json(json_pack("{s:s}", "removed", a.name));
   else printf("removed dataset %s from the registry (its files are left as they are)\n", a.name);
   return XF_EXIT_OK;
 }
@@ -445,7 +437,7 @@ static int cmd_dataset_verify(xf_cli *cli, int argc, char **argv) {
                  : r->detail);
     }
   }
-  if (arr) print_json(json_pack("{s:b,s:o}", "ok", bad == 0, "datasets", arr));
+  if (arr) xf_cli_print_json(json_pack("{s:b,s:o}", "ok", bad == 0, "datasets", arr));
   else if (n == 0) printf("no datasets registered\n");
   xf_free(res);
   if (bad) {
@@ -502,7 +494,7 @@ static int cmd_dataset_tag(xf_cli *cli, int argc, char **argv) {
   if (rc != XF_OK) return xf_cli_fail(cli, rc);
   char tagbuf[1024];
   tags_text(&d, tagbuf, sizeof(tagbuf));
-  if (cli->json) print_json(dataset_json(&d));
+  if (cli->json) xf_cli_print_json(dataset_json(&d));
   else printf("%s: tags %s\n", d.name, tagbuf);
   xf_site_dataset_free(&d);
   return XF_EXIT_OK;
@@ -555,7 +547,7 @@ static int cmd_dataset_budget(xf_cli *cli, int argc, char **argv) {
   if (rc != XF_OK) return xf_cli_fail(cli, rc);
   char budget[64];
   budget_text(&d, budget, sizeof(budget));
-  if (cli->json) print_json(dataset_json(&d));
+  if (cli->json) xf_cli_print_json(dataset_json(&d));
   else printf("%s: budget epsilon %s\n", d.name, budget);
   xf_site_dataset_free(&d);
   return XF_EXIT_OK;
@@ -615,7 +607,7 @@ static int cmd_ledger(xf_cli *cli, int argc, char **argv) {
     json_decref(out);
     return xf_cli_fail(cli, rc);
   }
-  if (out) print_json(out);
+  if (out) xf_cli_print_json(out);
   return XF_EXIT_OK;
 }
 
@@ -647,7 +639,7 @@ static int cmd_config_show(xf_cli *cli, int argc, char **argv) {
       json_object_set_new(o, "config", json_string(p.config));
       json_object_set_new(o, "database", json_string(p.db));
     }
-    print_json(o);
+    xf_cli_print_json(o);
     return XF_EXIT_OK;
   }
   printf("config       %s\n", p.config);

@@ -74,14 +74,18 @@ static void job_facts(const xf_jobspec *spec, const xf_site_residency *res, cons
        * that this site cannot act on. */
       .min_sites = 1,
       .coordinator_region = res->coordinator_region,
+      /* A regional aggregate's size is the coordinator's to gather, not the
+       * local policy's to count (it lists few sites, often only this one):
+       * the local rules are held to the cohort the plan guarantees. */
+      .cohort = res->min_cohort ? res->min_cohort : 1,
   };
 }
 
 /* The checks on a decision that found this site (sd) eligible: how its
  * update leaves the region (the site's region as the local policy places it)
- * against the plan the coordinator promises. */
-static void check_route(const xf_site_residency *res, const xf_policy_region_plan *plan,
-                        const xf_policy_site_decision *sd, xf_site_residency_verdict *out) {
+ * against where the task sends it. */
+static void check_route(const xf_site_residency *res, const xf_policy_site_decision *sd,
+                        xf_site_residency_verdict *out) {
   const char *to = str_or(res->aggregator_region, str_or(res->coordinator_region, "?"));
   const char *coord = str_or(res->coordinator_region, "?");
   const char *path = xf_policy_path_name(sd->path);
@@ -101,16 +105,6 @@ static void check_route(const xf_site_residency *res, const xf_policy_region_pla
             "updates of region '%s' may leave only as a regional aggregate, but this task sends "
             "the update straight to an aggregator in region '%s'",
             sd->region, to);
-    return;
-  }
-  if (sd->path == XF_POLICY_PATH_REGIONAL && plan && plan->min_cohort > res->min_cohort) {
-    char fix[160];
-    snprintf(fix, sizeof(fix), "a coordinator policy whose regional aggregates in '%s' hold at "
-             "least %u sites", sd->region, plan->min_cohort);
-    verdict(out, false, plan->rule, path, fix,
-            "a regional aggregate of region '%s' must hold at least %u sites before it leaves, "
-            "but the coordinator guarantees only %u",
-            sd->region, plan->min_cohort, (unsigned)res->min_cohort);
     return;
   }
   verdict(out, true, sd->rule, path, NULL, "%s", sd->why);
@@ -168,32 +162,8 @@ xf_err xf_site_residency_check(xf_db *db, const xf_site_task_ref *task,
     return XF_OK;
   }
   const xf_policy_site_decision *sd = NULL;
-  const xf_policy_region_plan *plan = NULL;
   for (size_t i = 0; i < dec.n_sites; i++)
     if (strcmp(dec.sites[i].site, task->site) == 0) sd = &dec.sites[i];
-  for (size_t i = 0; sd && i < dec.n_regions; i++)
-    if (strcmp(dec.regions[i].region, sd->region) == 0) plan = &dec.regions[i];
-  /* A regional aggregate's cohort is the coordinator's to gather, not the
-   * local policy's to count: the local policy lists few sites (often only
-   * this one), so a site that reached the regional path and failed only its
-   * region's count there is judged against the cohort the coordinator
-   * guarantees (res->min_cohort) instead. decide leaves that case as a
-   * region plan with a min_cohort, no path, and this site's rule. */
-  xf_policy_site_decision cohort_sd;
-  xf_policy_region_plan cohort_plan;
-  if (sd && !sd->eligible && plan && plan->path == XF_POLICY_PATH_NONE &&
-      plan->min_cohort > 0 && strcmp(plan->rule, sd->rule) == 0) {
-    cohort_sd = *sd;
-    cohort_sd.eligible = true;
-    cohort_sd.path = XF_POLICY_PATH_REGIONAL;
-    snprintf(cohort_sd.why, sizeof(cohort_sd.why),
-             "rule %s allows its updates to leave %s only as a regional aggregate of at least "
-             "%u sites", sd->rule, sd->region, plan->min_cohort);
-    cohort_plan = *plan;
-    cohort_plan.path = XF_POLICY_PATH_REGIONAL;
-    sd = &cohort_sd;
-    plan = &cohort_plan;
-  }
   char fix[512];
   suggestions_text(&dec, fix, sizeof(fix));
   if (!sd) {
@@ -208,7 +178,7 @@ xf_err xf_site_residency_check(xf_db *db, const xf_site_task_ref *task,
   } else if (!sd->eligible) {
     verdict(out, false, sd->rule, xf_policy_path_name(sd->path), fix, "%s", sd->why);
   } else {
-    check_route(res, plan, sd, out);
+    check_route(res, sd, out);
   }
   xf_policy_decision_free(&dec);
   return XF_OK;

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "policy/audit.h"
@@ -43,9 +44,7 @@ static int group_setup(void **state) {
   }
   snprintf(fx.xfed, sizeof(fx.xfed), "%s/cli/xfed", build);
   if (access(fx.xfed, X_OK) != 0) return -1;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(fx.root, sizeof(fx.root), "%s/xf-clipol-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  return mkdtemp(fx.root) ? 0 : -1;
+  return xf_test_mkdtemp(fx.root, sizeof(fx.root), "clipol");
 }
 
 static int group_teardown(void **state) {
@@ -57,8 +56,10 @@ static int group_teardown(void **state) {
 static int scratch_setup(void **state) {
   scratch *s = calloc(1, sizeof(*s));
   if (!s) return -1;
-  snprintf(s->dir, sizeof(s->dir), "%s/t-XXXXXX", fx.root);
-  if (!mkdtemp(s->dir)) {
+  /* One directory per test, inside the group's own. */
+  static int tests;
+  snprintf(s->dir, sizeof(s->dir), "%s/t%d", fx.root, ++tests);
+  if (mkdir(s->dir, 0700) != 0) {
     free(s);
     return -1;
   }

@@ -211,6 +211,21 @@ static void quickstart_eu_leaves_only_as_secure_private_regional_aggregate(void 
   assert_int_equal(plan(&d, "eu")->path, XF_POLICY_PATH_NONE);
   assert_false(d.allowed);
   xf_policy_decision_free(&d);
+
+  /* A caller that knows the aggregate's size (a site checking its task)
+   * gives it, and that size is what the rule is held to. */
+  job.cohort = 2;
+  decide(s->db, &job, 1000, &d);
+  assert_true(site(&d, "eu-1")->eligible);
+  assert_int_equal(plan(&d, "eu")->path, XF_POLICY_PATH_REGIONAL);
+  xf_policy_decision_free(&d);
+  job.tags = NULL;
+  job.n_tags = 0;
+  job.cohort = 1;
+  decide(s->db, &job, 1000, &d);
+  assert_false(site(&d, "eu-1")->eligible);
+  assert_non_null(strstr(site(&d, "eu-1")->why, "the plan guarantees 1"));
+  xf_policy_decision_free(&d);
 }
 
 static void each_selector_field_picks_its_datasets(void **state) {
@@ -736,6 +751,44 @@ static void failed_allocations_leave_nothing_behind(void **state) {
   }
 }
 
+/* An edit made on a document gives the document the same edit makes in a
+ * database, and is refused the same way. */
+static void edits_on_documents_match_edits_on_the_database(void **state) {
+  scratch *s = *state;
+  xf_errctx err;
+  const xf_policy_edit edits[] = {
+      {XF_POLICY_EDIT_REGION_ADD, "eu", "EU GDPR", NULL},
+      {XF_POLICY_EDIT_REGION_ADD, "us", NULL, NULL},
+      {XF_POLICY_EDIT_SITE_ADD, "eu-1", "eu", NULL},
+      {XF_POLICY_EDIT_DATASET_ADD, "mnist", "eu-1", "internal"},
+      {XF_POLICY_EDIT_DATASET_TAG, "mnist", "eu-1", "health"},
+      {XF_POLICY_EDIT_DATASET_CLASSIFY, "mnist", "eu-1", "restricted"},
+      {XF_POLICY_EDIT_RULE_ADD, ALLOW_UPDATE("{}", "[\"us\"]"), NULL, NULL},
+      {XF_POLICY_EDIT_RULE_RM, "r", NULL, NULL},
+  };
+  char *doc = NULL;
+  assert_int_equal(xf_policy_export(s->db, 0, &doc, &err), XF_OK);
+  for (size_t i = 0; i < sizeof(edits) / sizeof(edits[0]); i++) {
+    uint64_t v = 0;
+    assert_int_equal(xf_policy_commit(s->db, &edits[i], &chg, &v, &err), XF_OK);
+    assert_int_equal(v, i + 1);
+    char *next = NULL, *want = NULL;
+    assert_int_equal(xf_policy_edit_document(doc, &edits[i], &next, &err), XF_OK);
+    assert_int_equal(xf_policy_export(s->db, v, &want, &err), XF_OK);
+    assert_string_equal(next, want);
+    xf_free(want);
+    xf_free(doc);
+    doc = next;
+  }
+  /* A site in an unknown region: refused naming it, nothing written. */
+  const xf_policy_edit bad = {XF_POLICY_EDIT_SITE_ADD, "ap-1", "ap", NULL};
+  char *out = (char *)1;
+  assert_int_equal(xf_policy_edit_document(doc, &bad, &out, &err), XF_EINVAL);
+  assert_null(out);
+  assert_non_null(strstr(err.msg, "unknown region 'ap'"));
+  xf_free(doc);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, scratch_setup, scratch_teardown)
@@ -750,6 +803,7 @@ int main(void) {
       T(change_mid_job_applies_to_new_version_only),
       T(versions_are_immutable_in_the_database),
       T(single_edits_make_versions_with_log),
+      T(edits_on_documents_match_edits_on_the_database),
       T(import_export_round_trip_is_identity),
       T(bad_input_is_refused_naming_it_and_nothing_applied),
       T(decide_refuses_a_job_it_cannot_read),
