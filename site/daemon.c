@@ -190,6 +190,16 @@ typedef struct task {
   bool sealed;         /* the update goes out sealed to seal_pk */
   uint8_t seal_pk[XF_SEAL_PUBLICKEYBYTES];
   uint8_t *sealed_buf; /* the sealed stream, or the packed masked integers */
+  /* What was sealed (update's or encoded's bytes, as the stream describes
+   * them), kept to seal it again when the aggregator's key changes. */
+  const uint8_t *plain;
+  size_t plain_len;
+  Xfed__TensorBegin__Dtype plain_dtype;
+  uint64_t plain_count;
+  /* A new key offered while the worker holds the task (loop only): applied
+   * when the worker is done. */
+  bool seal_next_set;
+  uint8_t seal_next[XF_SEAL_PUBLICKEYBYTES];
   bool sa_waiting;     /* trained, waiting for the shares to be routed */
 
   /* privacy the site accounts for (unit record, or unit site mode local) */
@@ -499,6 +509,76 @@ static void task_link_lost(task *t) {
   if (t->sender) xf_tensor_sender_rewind(t->sender);
 }
 
+/* Seals the plaintext update (t->plain) to t->seal_pk and makes the
+ * stream's sender over the sealed bytes, replacing any earlier ones. Runs
+ * on the worker after training, and on the loop when a restarted
+ * aggregator offers the task again with a new key (the old key is gone
+ * with it, so bytes sealed to it could never be opened). */
+static xf_err seal_and_stream(const daemon_t *d, task *t, xf_errctx *err) {
+  char ctx[256];
+  size_t ctx_len = xf_seal_stream_context(ctx, sizeof(ctx), t->job_id, t->round, t->attempt,
+                                          d->cfg.site);
+  uint8_t epk[XF_SEAL_PUBLICKEYBYTES];
+  xf_seal_sender *ss = NULL;
+  uint8_t *sealed = NULL;
+  size_t sealed_len = 0;
+  xf_err rc = xf_seal_sender_new(t->seal_pk, (const uint8_t *)ctx, ctx_len, &ss, epk);
+  if (rc == XF_OK)
+    rc = xf_seal_stream(ss, t->plain, t->plain_len, XF_SEAL_STREAM_CHUNK, &sealed, &sealed_len);
+  xf_seal_sender_free(ss);
+  if (rc != XF_OK) return xf_fail(err, rc, "cannot seal the update to the aggregator's key");
+  xf_tensor_desc desc = {.stream_id = t->update_stream_id,
+                         .kind = XFED__TENSOR_BEGIN__KIND__UPDATE,
+                         .dtype = t->plain_dtype,
+                         .element_count = t->plain_count,
+                         .job_id = t->job_id,
+                         .round = t->round,
+                         .attempt = t->attempt,
+                         .weight = t->samples,
+                         .sealed_by = epk,
+                         .sealed_chunk = XF_SEAL_STREAM_CHUNK};
+  xf_tensor_sender *sender = NULL;
+  rc = xf_tensor_sender_new(&desc, sealed, sealed_len, XF_SEAL_STREAM_CHUNK + XF_SEAL_ABYTES,
+                            &sender, err);
+  if (rc != XF_OK) {
+    xf_free(sealed);
+    return rc;
+  }
+  xf_tensor_sender_free(t->sender);
+  xf_free(t->sealed_buf);
+  t->sender = sender;
+  t->sealed_buf = sealed;
+  t->wire = sealed;
+  t->wire_len = sealed_len;
+  return XF_OK;
+}
+
+/* The aggregator offers the task again with another sealing key (it
+ * restarted): from now on the update goes sealed to that one. */
+static void seal_key_changed(daemon_t *d, task *t, const uint8_t *pk) {
+  if (d->worker_task == t) { /* the worker may be sealing: after it */
+    memcpy(t->seal_next, pk, XF_SEAL_PUBLICKEYBYTES);
+    t->seal_next_set = true;
+    return;
+  }
+  memcpy(t->seal_pk, pk, XF_SEAL_PUBLICKEYBYTES);
+  if (!t->sender) return; /* not sealed yet: the worker will use the new key */
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  char qj[JOB_ID_MAX];
+  logq(qj, sizeof(qj), t->job_id);
+  if (seal_and_stream(d, t, &err) != XF_OK) {
+    /* What goes out is sealed to the old key: the aggregator cannot open
+     * it and leaves this site out of the round, saying so. */
+    XF_ERROR("update_not_resealed", "job=%s round=%u reason=\"%s\"", qj, (unsigned)t->round,
+             err.msg);
+    return;
+  }
+  task_link_lost(t);
+  XF_INFO("update_resealed", "job=%s round=%u attempt=%u why=\"the aggregator's key changed\"",
+          qj, (unsigned)t->round, (unsigned)t->attempt);
+}
+
 /* ---- the dataset, on the worker ----------------------------------------------------- */
 
 static void cache_free(data_cache *c) {
@@ -799,33 +879,16 @@ static void task_compute(daemon_t *d, task *t) {
       desc.element_count = t->wire_len;
     }
     /* Sealed to the aggregator that folds it: nothing in between reads it. */
-    size_t chunk = 0;
-    uint8_t epk[XF_SEAL_PUBLICKEYBYTES];
-    if (t->sealed) {
-      char ctx[256];
-      size_t ctx_len = xf_seal_stream_context(ctx, sizeof(ctx), t->job_id, t->round, t->attempt,
-                                              d->cfg.site);
-      xf_seal_sender *ss = NULL;
-      size_t sealed_len = 0;
-      xf_err src = xf_seal_sender_new(t->seal_pk, (const uint8_t *)ctx, ctx_len, &ss, epk);
-      if (src == XF_OK)
-        src = xf_seal_stream(ss, t->wire, t->wire_len, XF_SEAL_STREAM_CHUNK, &t->sealed_buf,
-                             &sealed_len);
-      xf_seal_sender_free(ss);
-      if (src != XF_OK) {
-        xf_fail(&err, src, "cannot seal the update to the aggregator's key");
-        task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "sealing failed", &err);
-        goto out;
-      }
-      desc.sealed_by = epk;
-      desc.sealed_chunk = XF_SEAL_STREAM_CHUNK;
-      t->wire = t->sealed_buf;
-      t->wire_len = sealed_len;
-      chunk = XF_SEAL_STREAM_CHUNK + XF_SEAL_ABYTES;
-    }
+    t->plain = t->wire;
+    t->plain_len = t->wire_len;
+    t->plain_dtype = desc.dtype;
+    t->plain_count = desc.element_count;
     /* The sender hashes the update once: here, off the loop. */
-    if (xf_tensor_sender_new(&desc, t->wire, t->wire_len, chunk, &t->sender, &err) != XF_OK) {
-      task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "cannot stream the update", &err);
+    xf_err src = t->sealed ? seal_and_stream(d, t, &err)
+                           : xf_tensor_sender_new(&desc, t->wire, t->wire_len, 0, &t->sender, &err);
+    if (src != XF_OK) {
+      task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
+                t->sealed ? "sealing failed" : "cannot stream the update", &err);
       goto out;
     }
   }
@@ -953,6 +1016,10 @@ static void work_done(uv_work_t *w, int status) {
     task_free(t);
     pump(d);
     return;
+  }
+  if (t->seal_next_set) {
+    t->seal_next_set = false;
+    seal_key_changed(d, t, t->seal_next);
   }
   t->phase = PHASE_REPORTING;
   if (t->has_train && t->secagg) {
@@ -1730,6 +1797,9 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
     if (memcmp(t->model_digest.bytes, o->model_digest.data, XF_DIGEST_BYTES) == 0 &&
         t->evaluate_only == o->evaluate_only) {
       /* Offered again after a reconnect: take it up where it was. */
+      if (t->sealed && o->seal_key.len == XF_SEAL_PUBLICKEYBYTES &&
+          memcmp(t->seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES) != 0)
+        seal_key_changed(d, t, o->seal_key.data);
       t->offered_now = true;
       t->deadline_ms = o->deadline_unix_ms;
       if (o->model_stream_id && t->phase == PHASE_MODEL) t->model_stream_id = o->model_stream_id;

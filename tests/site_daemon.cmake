@@ -3,5 +3,5 @@
 # test process (xf_listen and the session layer, real certificates, TLS on
 # loopback): announce, training, refusals, resumed uploads, cancel, SIGTERM.
 xf_add_test(test_site_daemon SOURCES test_site_daemon.c
-            LIBS xf_conn xf_pki xf_kernels xf_site xf_job PkgConfig::JANSSON LABELS integration TIMEOUT 300)
+            LIBS xf_conn xf_pki xf_kernels xf_site xf_job xf_secagg PkgConfig::JANSSON LABELS integration TIMEOUT 300)
 add_dependencies(test_site_daemon xfed-site)

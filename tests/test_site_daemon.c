@@ -35,6 +35,7 @@
 #include "coordinator/jobspec.h"
 #include "crypto/digest.h"
 #include "crypto/pki.h"
+#include "crypto/seal.h"
 #include "kernels/backend.h"
 #include "kernels/checkpoint.h"
 #include "kernels/model.h"
@@ -676,6 +677,7 @@ typedef struct offer {
   bool send_model;
   const uint8_t *digest; /* NULL: the model's */
   Xfed__Residency *residency; /* NULL: a coordinator without a policy */
+  const uint8_t *seal_key;    /* the aggregator's sealing key (32 bytes), or NULL */
 } offer;
 
 /* Sends TaskOffer and, when asked, the MODEL stream (id 500) after it. */
@@ -695,6 +697,10 @@ static void send_offer(fake *f, const offer *o) {
   t.evaluate_only = o->evaluate_only;
   t.model_stream_id = 500;
   t.residency = o->residency;
+  if (o->seal_key) {
+    t.seal_key.data = (uint8_t *)o->seal_key;
+    t.seal_key.len = XF_SEAL_PUBLICKEYBYTES;
+  }
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   env.body_case = XFED__ENVELOPE__BODY_TASK_OFFER;
   env.task_offer = &t;
@@ -1050,6 +1056,75 @@ static void dropped_link_mid_upload_resumes_from_the_acknowledged_offset(void **
   f->passed = true;
 }
 
+/* A restarted aggregator offers the task again with a new sealing key (the
+ * old one died with it): the site seals its update again, to the new key,
+ * and sends it from the start. */
+static void sealed_update_follows_a_new_key_after_the_aggregator_restarts(void **state) {
+  fake *f = *state;
+  fake_start(f);
+  expect_body(f, XFED__ENVELOPE__BODY_SITE_ANNOUNCE);
+  make_model(f, SPEC_MLP_BIG, 13);
+  expected want;
+  expect_training(f, SPEC_MLP_BIG, 1, &want);
+  size_t total = want.n * sizeof(float);
+  uint8_t pk_a[XF_SEAL_PUBLICKEYBYTES], sk_a[XF_SEAL_SECRETKEYBYTES];
+  uint8_t pk_b[XF_SEAL_PUBLICKEYBYTES], sk_b[XF_SEAL_SECRETKEYBYTES];
+  assert_int_equal(xf_seal_keypair(pk_a, sk_a), XF_OK);
+  assert_int_equal(xf_seal_keypair(pk_b, sk_b), XF_OK);
+  f->drop_after_chunks = 2;
+  offer o = {.job = "9", .round = 1, .attempt = 2, .spec = SPEC_MLP_BIG, .deadline_in_ms = 60000,
+             .send_model = true, .seal_key = pk_a};
+  send_offer(f, &o);
+  expect_accept(f, "9", 1, 2);
+  const Xfed__Envelope *e = expect_body(f, XFED__ENVELOPE__BODY_TENSOR_BEGIN);
+  assert_int_equal(e->tensor_begin->sealed_by.len, XF_SEAL_PUBLICKEYBYTES);
+  uint8_t epk_a[XF_SEAL_PUBLICKEYBYTES];
+  memcpy(epk_a, e->tensor_begin->sealed_by.data, sizeof(epk_a));
+  int two = 2;
+  run_until(f, session_count_at_least, &two, WAIT_MS, "the site's second session");
+  expect_body(f, XFED__ENVELOPE__BODY_SITE_ANNOUNCE);
+  /* "Restarted": nothing of the first stream is kept, and a new key. */
+  xf_tensor_receiver_free(f->update_rx);
+  f->update_rx = NULL;
+  free(f->update);
+  f->update = NULL;
+  o.seal_key = pk_b;
+  send_offer(f, &o);
+  expect_accept(f, "9", 1, 2);
+  run_until(f, update_complete, NULL, WAIT_MS, "the update sealed to the new key");
+  assert_string_equal(f->rx_error, "");
+  e = expect_body(f, XFED__ENVELOPE__BODY_TENSOR_BEGIN);
+  assert_int_equal(e->tensor_begin->sealed_by.len, XF_SEAL_PUBLICKEYBYTES);
+  assert_memory_not_equal(e->tensor_begin->sealed_by.data, epk_a, XF_SEAL_PUBLICKEYBYTES);
+  /* It opens with the new key, chunk by chunk, to the update trained once. */
+  char ctx[256];
+  size_t ctx_len = xf_seal_stream_context(ctx, sizeof(ctx), "9", 1, 2, "eu-berlin");
+  xf_seal_receiver *rx = NULL;
+  assert_int_equal(xf_seal_receiver_new(sk_b, e->tensor_begin->sealed_by.data,
+                                        (const uint8_t *)ctx, ctx_len, &rx),
+                   XF_OK);
+  uint8_t *plain = malloc(total);
+  assert_non_null(plain);
+  uint64_t at = 0, sealed_at = 0;
+  while (sealed_at < f->update_len) {
+    size_t chunk = (size_t)(f->update_len - sealed_at);
+    if (chunk > XF_SEAL_STREAM_CHUNK + XF_SEAL_ABYTES) chunk = XF_SEAL_STREAM_CHUNK + XF_SEAL_ABYTES;
+    assert_true(at + chunk - XF_SEAL_ABYTES <= total);
+    assert_int_equal(xf_seal_open_chunk(rx, at, f->update + sealed_at, chunk, plain + at), XF_OK);
+    at += chunk - XF_SEAL_ABYTES;
+    sealed_at += chunk;
+  }
+  xf_seal_receiver_free(rx);
+  assert_int_equal(at, total);
+  assert_memory_equal(plain, want.delta, total);
+  free(plain);
+  free(want.delta);
+  assert_int_equal(count_in_log(f, "event=task_training"), 1);
+  assert_int_equal(count_in_log(f, "event=update_resealed"), 1);
+  site_stop(f, 10000);
+  f->passed = true;
+}
+
 static void busy_while_training_and_cancel_frees_the_site(void **state) {
   fake *f = *state;
   fake_start(f);
@@ -1262,6 +1337,9 @@ int main(void) {
                                       fixture_teardown),
       cmocka_unit_test_setup_teardown(dropped_link_mid_upload_resumes_from_the_acknowledged_offset,
                                       fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(
+          sealed_update_follows_a_new_key_after_the_aggregator_restarts, fixture_setup,
+          fixture_teardown),
       cmocka_unit_test_setup_teardown(busy_while_training_and_cancel_frees_the_site,
                                       fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(sigterm_during_training_exits_zero_quickly, fixture_setup,
