@@ -41,7 +41,7 @@
 
 #include "base/rng.h"
 #include "coordinator/aggregate.h"
-#include "coordinator/jobspec.h"
+#include "job/jobspec.h"
 
 /* Bytes per parameter of the mean-based aggregator's running sum, and the
  * traffic per update parameter that follows from it (see the top comment). */

@@ -21,7 +21,7 @@
 #include "base/alloc.h"
 #include "base/rng.h"
 #include "bench/bench_util.h"
-#include "net/codec.h"
+#include "codec/codec.h"
 
 static void die(const char *what, xf_err rc) {
   fprintf(stderr, "xfed-bench-codec: %s: %s\n", what, xf_strerror(rc));

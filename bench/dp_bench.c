@@ -16,7 +16,7 @@
 
 #include "base/rng.h"
 #include "bench/bench_util.h"
-#include "crypto/noise.h"
+#include "privacy/noise.h"
 #include "kernels/backend.h"
 #include "kernels/net.h"
 

@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "bench/bench_util.h"
-#include "crypto/noise.h"
+#include "privacy/noise.h"
 
 #define STREAM_BYTES ((size_t)64 << 20)
 #define CALL_BYTES 4096

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* `xfed dp epsilon` and `xfed dp calibrate`: the Rényi-DP accountant of the
- * sampled Gaussian mechanism on the command line (crypto/accountant.h). */
+ * sampled Gaussian mechanism on the command line (privacy/accountant.h). */
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
 #include <string.h>
 
 #include "cli/cli.h"
-#include "crypto/accountant.h"
+#include "privacy/accountant.h"
 
 typedef struct dp_args {
   double q, sigma, delta, target;

@@ -12,7 +12,7 @@
 
 #include "base/alloc.h"
 #include "cli/job_internal.h"
-#include "coordinator/jobspec.h"
+#include "job/jobspec.h"
 #include "net/frame.h"
 
 /* ---- shared: flags, connecting, failing ------------------------------------------ */

@@ -18,7 +18,7 @@
 #include "base/alloc.h"
 #include "cli/cli.h"
 #include "cli/client.h"
-#include "coordinator/jobspec.h"
+#include "job/jobspec.h"
 #include "net/frame.h"
 #include "policy/policy.h"
 #include "storage/file.h"
@@ -870,7 +870,7 @@ static int check_local(xf_cli *cli, const policy_args *a) {
   xf_policy_job job = {.dataset = spec->data.dataset,
                        .tags = tags,
                        .n_tags = spec->data.n_tags,
-                       .privacy = spec->privacy.mode != XF_JOB_PRIVACY_NONE,
+                       .privacy = spec->privacy.mode != XF_PRIVACY_NONE,
                        .epsilon = a->has_epsilon ? a->epsilon : spec->privacy.target_epsilon,
                        .secagg = spec->secure_aggregation.enabled,
                        .min_sites = spec->min_sites,
@@ -1063,10 +1063,10 @@ static xf_err parse_case(xf_cli *cli, const char *path, size_t i, json_t *c, dou
   }
   if ((v = json_object_get(job, "privacy_mode"))) {
     snprintf(f, sizeof(f), "%s.job.privacy_mode", where);
-    xf_job_privacy_mode mode;
+    xf_privacy_mode mode;
     if (!json_is_string(v) || xf_job_privacy_mode_from_name(json_string_value(v), &mode) != XF_OK)
       return case_error(cli, path, f, "none, central, distributed or local");
-    pc->job.privacy = mode != XF_JOB_PRIVACY_NONE;
+    pc->job.privacy = mode != XF_PRIVACY_NONE;
   }
   if ((v = json_object_get(job, "epsilon"))) {
     snprintf(f, sizeof(f), "%s.job.epsilon", where);

@@ -10,11 +10,11 @@
 
 #include "base/alloc.h"
 #include "cli/cli.h"
-#include "coordinator/jobmodel.h"
-#include "coordinator/jobprivacy.h"
-#include "coordinator/jobspec.h"
-#include "crypto/accountant.h"
-#include "crypto/noise.h"
+#include "job/jobmodel.h"
+#include "job/jobprivacy.h"
+#include "job/jobspec.h"
+#include "privacy/accountant.h"
+#include "privacy/noise.h"
 #include "kernels/backend.h"
 #include "kernels/checkpoint.h"
 #include "kernels/net.h"
@@ -158,7 +158,7 @@ int xf_cmd_train(xf_cli *cli, int argc, char **argv) {
 
   if ((rc = xf_jobspec_parse_file(a.spec, &job, &cli->err)) != XF_OK) goto fail;
   if (a.epochs) job.local.epochs = (uint32_t)a.epochs;
-  if (job.privacy.mode != XF_JOB_PRIVACY_NONE)
+  if (job.privacy.mode != XF_PRIVACY_NONE)
     fprintf(stderr, "%s %s: note: privacy settings apply to federated jobs; this centralized "
                     "baseline trains without them (--dp-clip trains with DP-SGD)\n",
             cli->prog, cli->name);
@@ -194,13 +194,13 @@ int xf_cmd_train(xf_cli *cli, int argc, char **argv) {
   xf_samples te = {test.x, test.y, test.n, test.features};
   progress prog = {.cli = cli, .epochs = epochs};
   if (a.dp) {
-    /* The sites' own plan (coordinator/jobprivacy.h) for one round: expected
+    /* The sites' own plan (privacy/plan.h) for one round: expected
      * batch L = local.batch_size, q = L / n, epochs x steps per epoch, the
      * noise calibrated to the target and grown by the grid's slack. */
     int L = (int)job.local.batch_size;
     job.rounds = 1;
-    job.privacy = (xf_job_privacy){.unit = XF_JOB_PRIVACY_UNIT_RECORD,
-                                   .mode = XF_JOB_PRIVACY_LOCAL,
+    job.privacy = (xf_privacy_spec){.unit = XF_PRIVACY_UNIT_RECORD,
+                                   .mode = XF_PRIVACY_LOCAL,
                                    .clip = a.dp_clip,
                                    .has_target_epsilon = a.has_target,
                                    .target_epsilon = a.dp_target,
@@ -208,7 +208,7 @@ int xf_cmd_train(xf_cli *cli, int argc, char **argv) {
                                    .noise_multiplier = a.dp_noise,
                                    .delta = a.dp_delta};
     xf_privacy_plan plan;
-    if ((rc = xf_privacy_plan_for(&job, tr.n, n_params, &plan, &cli->err)) != XF_OK) goto fail;
+    if ((rc = xf_job_privacy_plan(&job, tr.n, n_params, &plan, &cli->err)) != XF_OK) goto fail;
     dp_q = plan.sampling_rate;
     dp_steps = plan.planned_steps;
     if ((rc = xf_noise_new_random(&noise)) != XF_OK) {

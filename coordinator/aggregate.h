@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "base/result.h"
-#include "coordinator/jobspec.h"
+#include "job/jobspec.h"
 
 /* Both objects work on host float arrays in plain C, not through
  * kernels/backend.h: the coordinator needs no compute device, the mean is
@@ -150,7 +150,7 @@ typedef struct xf_server_opt xf_server_opt;
  * the state the papers start from (docs/aggregation.md): no momentum (0) and,
  * for fedadam, fedyogi and fedadagrad, second moment v = tau^2. strategy is
  * copied. Returns XF_OK, XF_EINVAL (n_params 0, an unknown kind, or a
- * hyperparameter outside the range of coordinator/jobspec.h) or XF_ENOMEM.
+ * hyperparameter outside the range of job/jobspec.h) or XF_ENOMEM.
  * The caller owns *out and frees it with xf_server_opt_free. */
 xf_err xf_server_opt_create(const xf_job_strategy *strategy, size_t n_params,
                             xf_server_opt **out, xf_errctx *err) XF_WARN_UNUSED;

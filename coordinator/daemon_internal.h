@@ -15,16 +15,16 @@
 
 #include "coordinator/aggregate.h"
 #include "coordinator/daemon.h"
-#include "coordinator/jobspec.h"
+#include "job/jobspec.h"
 #include "coordinator/journal.h"
 #include "coordinator/round.h"
 #include "crypto/digest.h"
-#include "crypto/noise.h"
+#include "privacy/noise.h"
 #include "crypto/seal.h"
 #include "crypto/secagg.h"
 #include "kernels/checkpoint.h"
 #include "kernels/model.h"
-#include "net/codec.h"
+#include "codec/codec.h"
 #include "net/conn.h"
 #include "net/session.h"
 #include "net/tensor.h"
@@ -345,12 +345,6 @@ bool xf__site_eligible(const xf__coord *co, const xf__job *job, const xf__site *
 /* Starts the relay job of an upstream task (regional role). */
 xf_err xf__job_start_relay(xf__coord *co, xf_errctx *err);
 
-/* Central differential privacy (privacy.mode "central", unit "site"): the
- * sampling rate the accountant uses for a spec, and the epsilon after
- * `rounds` committed rounds. xf__job_epsilon returns false when the job
- * has no such privacy. */
-double xf__job_sampling_rate(const xf_jobspec *spec);
-bool xf__job_epsilon(const xf_jobspec *spec, uint32_t rounds, double *eps);
 
 /* ---- secure aggregation (secagg_run.c) ---- */
 

@@ -14,9 +14,9 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "coordinator/daemon_internal.h"
-#include "coordinator/jobmodel.h"
-#include "coordinator/jobprivacy.h"
-#include "crypto/accountant.h"
+#include "job/jobmodel.h"
+#include "job/jobprivacy.h"
+#include "privacy/accountant.h"
 #include "kernels/checkpoint.h"
 
 static void run_actions(xf__coord *co, xf__job *job);
@@ -236,43 +236,18 @@ static xf_err send_task(xf__coord *co, xf__job *job, xf__site *s, double deadlin
 /* ---- central differential privacy ------------------------------------------------------- */
 
 static bool is_central(const xf_jobspec *spec) {
-  return spec->privacy.unit == XF_JOB_PRIVACY_UNIT_SITE &&
-         spec->privacy.mode == XF_JOB_PRIVACY_CENTRAL && spec->privacy.has_noise_multiplier;
+  return spec->privacy.unit == XF_PRIVACY_UNIT_SITE &&
+         spec->privacy.mode == XF_PRIVACY_CENTRAL && spec->privacy.has_noise_multiplier;
 }
 
 /* Site-level privacy that the coordinator accounts: central noise, or the
  * distributed noise the sites add under secure aggregation (the sum the
  * aggregator unmasks carries at least the whole noise). */
 static bool is_aggregate_dp(const xf_jobspec *spec) {
-  return spec->privacy.unit == XF_JOB_PRIVACY_UNIT_SITE &&
-         (spec->privacy.mode == XF_JOB_PRIVACY_CENTRAL ||
-          spec->privacy.mode == XF_JOB_PRIVACY_DISTRIBUTED) &&
+  return spec->privacy.unit == XF_PRIVACY_UNIT_SITE &&
+         (spec->privacy.mode == XF_PRIVACY_CENTRAL ||
+          spec->privacy.mode == XF_PRIVACY_DISTRIBUTED) &&
          spec->privacy.has_noise_multiplier;
-}
-
-/* The chance that a site is asked in a round: the invited fraction
- * (sites_per_round times over_selection, at most 1). Submission refuses
- * central privacy with a count of sites per round, whose rate would depend
- * on how many sites are eligible. The cohort is a fixed-size draw, accounted
- * as Poisson sampling at the same rate (docs/coordinator.md). */
-double xf__job_sampling_rate(const xf_jobspec *spec) {
-  double q = spec->sites_per_round * spec->over_selection;
-  return q > 1 ? 1 : q;
-}
-
-bool xf__job_epsilon(const xf_jobspec *spec, uint32_t rounds, double *eps) {
-  if (!is_aggregate_dp(spec)) return false;
-  *eps = 0;
-  if (rounds == 0) return true;
-  double order;
-  xf_errctx err = {0};
-  if (xf_dp_epsilon_sgm(xf__job_sampling_rate(spec), spec->privacy.noise_multiplier, rounds,
-                        spec->privacy.delta, NULL, 0, XF_DP_CONVERSION_IMPROVED, eps, &order,
-                        &err) != XF_OK) {
-    XF_ERROR("accountant_failed", "reason=\"%s\"", err.msg);
-    *eps = INFINITY;
-  }
-  return true;
 }
 
 /* ---- opening rounds ------------------------------------------------------------------- */
@@ -296,9 +271,9 @@ static void eval_start(xf__coord *co, xf__job *job);
 static void try_open(xf__coord *co, xf__job *job) {
   if (job->phase != XF__PHASE_WAIT) return;
   double eps;
-  const xf_job_privacy *pv = &job->spec.privacy;
+  const xf_privacy_spec *pv = &job->spec.privacy;
   if (!job->relay && pv->has_target_epsilon &&
-      xf__job_epsilon(&job->spec, xf_round_number(job->round), &eps) &&
+      xf_job_epsilon(&job->spec, xf_round_number(job->round), &eps) &&
       eps > pv->target_epsilon) {
     char why[XF_ROUND_MSG_MAX * 2];
     snprintf(why, sizeof(why),
@@ -465,7 +440,7 @@ static xf_err commit_round(xf__coord *co, xf__job *job, xf_errctx *err) {
      * on their mean. */
     double n = (double)reports;
     /* The sampler rounds the mean to its grid: sigma grows by that slack
-     * so that the accountant's multiplier holds (coordinator/jobprivacy.h). */
+     * so that the accountant's multiplier holds (privacy/plan.h). */
     double sd;
     rc = xf_privacy_grid_sigma(job->spec.privacy.noise_multiplier,
                                job->spec.privacy.clip / n, job->n_params, &sd, err);

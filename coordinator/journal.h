@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "base/result.h"
-#include "coordinator/jobspec.h"
+#include "job/jobspec.h"
 #include "coordinator/round.h"
 #include "crypto/digest.h"
 #include "storage/db.h"

@@ -10,7 +10,7 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "coordinator/daemon_internal.h"
-#include "coordinator/jobspec.h"
+#include "job/jobspec.h"
 
 /* What one reply's text may hold: well below the 4 MiB frame
  * (XF_FRAME_MAX_DEFAULT), leaving room for the envelope around it. */

@@ -11,8 +11,9 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "coordinator/daemon_internal.h"
-#include "coordinator/jobmodel.h"
-#include "crypto/accountant.h"
+#include "job/jobmodel.h"
+#include "job/jobprivacy.h"
+#include "privacy/accountant.h"
 #include "kernels/checkpoint.h"
 
 static bool may_submit(const xf__peer *p) {
@@ -116,7 +117,7 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
   double eps;
   bool site_eps;
   xf_errctx eps_err = {0};
-  if (xf__job_epsilon(&jj.spec, jj.rounds_committed, &eps)) {
+  if (xf_job_epsilon(&jj.spec, jj.rounds_committed, &eps)) {
     ji->has_epsilon = true;
     ji->epsilon = eps;
   } else if (xf_journal_site_epsilon(co->db, id, UINT32_MAX, &site_eps, &eps, &eps_err) == XF_OK &&
@@ -204,9 +205,9 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
   }
   /* Refuse what the daemons cannot do yet rather than run without it. */
   const char *unavailable = NULL;
-  bool central = spec.privacy.unit == XF_JOB_PRIVACY_UNIT_SITE &&
-                 (spec.privacy.mode == XF_JOB_PRIVACY_CENTRAL ||
-                  spec.privacy.mode == XF_JOB_PRIVACY_DISTRIBUTED);
+  bool central = spec.privacy.unit == XF_PRIVACY_UNIT_SITE &&
+                 (spec.privacy.mode == XF_PRIVACY_CENTRAL ||
+                  spec.privacy.mode == XF_PRIVACY_DISTRIBUTED);
   if (spec.secure_aggregation.enabled && spec.privacy.clip <= 0)
     unavailable = "privacy.clip";
   if (unavailable) {
@@ -234,7 +235,7 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
     }
     if (!spec.privacy.has_noise_multiplier) {
       double sigma, eps, order;
-      if (xf_dp_calibrate(spec.privacy.target_epsilon, xf__job_sampling_rate(&spec), spec.rounds,
+      if (xf_dp_calibrate(spec.privacy.target_epsilon, xf_job_sampling_rate(&spec), spec.rounds,
                           spec.privacy.delta, &sigma, &eps, &order, &err) != XF_OK) {
         snprintf(err.file, sizeof(err.file), "%s", origin);
         snprintf(err.field, sizeof(err.field), "privacy.target_epsilon");
@@ -245,7 +246,7 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
       spec.privacy.noise_multiplier = sigma;
       XF_INFO("privacy_calibrated", "target_epsilon=%g delta=%g q=%g rounds=%u "
                                     "noise_multiplier=%.6g epsilon=%.6g order=%g",
-              spec.privacy.target_epsilon, spec.privacy.delta, xf__job_sampling_rate(&spec),
+              spec.privacy.target_epsilon, spec.privacy.delta, xf_job_sampling_rate(&spec),
               (unsigned)spec.rounds, sigma, eps, order);
     }
   }
@@ -452,7 +453,7 @@ static void on_metrics_query(xf__coord *co, xf__peer *p, const Xfed__MetricsQuer
     /* Rows come by round: one accountant call per round, not per row. */
     if (v[i].round != eps_round) {
       eps_round = v[i].round;
-      has_eps = xf__job_epsilon(&jj.spec, eps_round, &eps);
+      has_eps = xf_job_epsilon(&jj.spec, eps_round, &eps);
     }
     if (has_eps) {
       r->has_epsilon = true;

@@ -16,7 +16,7 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "coordinator/daemon_internal.h"
-#include "coordinator/residency.h"
+#include "job/residency.h"
 
 /* A paused job is decided again at least this often, so that a rule whose
  * validity window opens lets it go on without a policy change. */
@@ -166,7 +166,7 @@ void xf__residency_offer(const xf__coord *co, const xf__job *job, const xf__site
     out->has_max_epsilon = true;
     out->max_epsilon = sd->max_epsilon;
   }
-  out->epsilon = job->spec.privacy.mode != XF_JOB_PRIVACY_NONE && job->spec.privacy.has_target_epsilon
+  out->epsilon = job->spec.privacy.mode != XF_PRIVACY_NONE && job->spec.privacy.has_target_epsilon
                      ? job->spec.privacy.target_epsilon
                      : 0;
   out->n_sites = 0;

@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "base/result.h"
-#include "coordinator/jobspec.h"
+#include "job/jobspec.h"
 
 /* Attempts a round gets when the caller passes 0 for max_attempts: a round
  * that closes below min_sites is tried again with a fresh cohort, and after

@@ -121,9 +121,9 @@ xf_err xf__sa_start(xf__coord *co, xf__job *job, xf_errctx *err) {
     sa->weight[i] = d && d->train_records ? d->train_records : 1;
     total += sa->weight[i];
   }
-  bool equal = job->spec.privacy.unit == XF_JOB_PRIVACY_UNIT_SITE &&
-               (job->spec.privacy.mode == XF_JOB_PRIVACY_CENTRAL ||
-                job->spec.privacy.mode == XF_JOB_PRIVACY_DISTRIBUTED);
+  bool equal = job->spec.privacy.unit == XF_PRIVACY_UNIT_SITE &&
+               (job->spec.privacy.mode == XF_PRIVACY_CENTRAL ||
+                job->spec.privacy.mode == XF_PRIVACY_DISTRIBUTED);
   for (size_t i = 0; i < n; i++) {
     if (equal) sa->weight[i] = 1;
     sa->scale[i] = equal ? 1.0 / (double)n : (double)sa->weight[i] / (double)total;

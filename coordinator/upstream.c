@@ -318,7 +318,7 @@ static bool may_leave(const xf__coord *co, const xf__job *job, uint32_t contribu
                       size_t len) {
   const xf__residency *r = &co->up.residency;
   if (!r->present || strcmp(r->path, "regional") != 0) return true;
-  const xf_job_privacy *pv = &job->spec.privacy;
+  const xf_privacy_spec *pv = &job->spec.privacy;
   if (contributors < (r->min_cohort ? r->min_cohort : 1)) {
     snprintf(why, len, "the aggregate holds %u sites; rule %s needs at least %u before it leaves "
              "region %s", (unsigned)contributors, r->rule, (unsigned)r->min_cohort, co->cfg.region);
@@ -329,7 +329,7 @@ static bool may_leave(const xf__coord *co, const xf__job *job, uint32_t contribu
              "aggregated", r->rule, co->cfg.region);
     return false;
   }
-  if (r->has_max_epsilon && (pv->mode == XF_JOB_PRIVACY_NONE || !pv->has_target_epsilon ||
+  if (r->has_max_epsilon && (pv->mode == XF_PRIVACY_NONE || !pv->has_target_epsilon ||
                              pv->target_epsilon > r->max_epsilon)) {
     snprintf(why, len, "rule %s lets the aggregate leave region %s only with differential "
              "privacy at epsilon <= %g", r->rule, co->cfg.region, r->max_epsilon);

@@ -14,7 +14,7 @@
 
 #include "base/alloc.h"
 #include "base/cursor.h"
-#include "net/codec.h"
+#include "codec/codec.h"
 #include "storage/file.h"
 
 #define MAGIC "XFMODEL1"

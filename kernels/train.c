@@ -54,12 +54,6 @@ xf_err xf_evaluate(xf_net *net, const xf_samples *data, double *loss, double *ac
   return XF_OK;
 }
 
-uint64_t xf_dp_steps_per_epoch(size_t n, int expected_batch) {
-  if (n == 0 || expected_batch < 1) return 0;
-  const uint64_t L = (uint64_t)expected_batch, steps = ((uint64_t)n + L / 2) / L;
-  return steps ? steps : 1;
-}
-
 static xf_err check_dp(const xf_dp_sgd *dp, size_t n, xf_errctx *err) {
   if (!(dp->clip > 0.0) || !isfinite(dp->clip))
     return xf_fail(err, XF_EINVAL,

@@ -10,7 +10,8 @@
 #include <stdint.h>
 
 #include "base/result.h"
-#include "crypto/noise.h"
+#include "privacy/accountant.h"
+#include "privacy/noise.h"
 #include "kernels/net.h"
 
 /* Borrowed view of labelled samples: n rows of `features` floats, labels in
@@ -45,20 +46,17 @@ typedef bool (*xf_stop_fn)(void *user);
  * N(0, (zC)^2) to every coordinate of the clipped sum and divides it by L.
  * The privacy of E epochs is that of E * xf_dp_steps_per_epoch(n, L) steps
  * of the sampled Gaussian mechanism at rate q and noise multiplier z
- * (crypto/accountant.h). */
+ * (privacy/accountant.h). */
 typedef struct xf_dp_sgd {
   double clip;             /* C > 0: per-example gradient L2 bound */
   double noise_multiplier; /* z >= 0: each step's clipped sum gets N(0, (zC)^2) per coordinate */
   int expected_batch;      /* L: each step draws every record independently with probability
                               q = L/n (Poisson sampling); the noisy sum is divided by L */
   xf_noise *noise;         /* draws the Poisson sample and the noise: keyed from the CSPRNG in
-                              production (crypto/noise.h); borrowed */
+                              production (privacy/noise.h); borrowed */
 } xf_dp_sgd;
 
-/* Steps in one DP-SGD epoch over n records at expected batch L: n / L
- * rounded to the nearest integer (halves up), at least 1. The accountant
- * needs exactly this count. 0 when n or L is 0 or L is negative. */
-uint64_t xf_dp_steps_per_epoch(size_t n, int expected_batch);
+/* xf_dp_steps_per_epoch (privacy/accountant.h) counts the steps of one epoch. */
 
 typedef struct xf_train_options {
   int epochs;

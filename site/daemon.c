@@ -21,11 +21,11 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "base/rng.h"
-#include "coordinator/jobmodel.h"
-#include "coordinator/jobprivacy.h"
-#include "coordinator/jobspec.h"
+#include "job/jobmodel.h"
+#include "job/jobprivacy.h"
+#include "job/jobspec.h"
 #include "crypto/digest.h"
-#include "crypto/noise.h"
+#include "privacy/noise.h"
 #include "crypto/seal.h"
 #include "crypto/secagg.h"
 #include "crypto/pki.h"
@@ -34,7 +34,7 @@
 #include "kernels/model.h"
 #include "kernels/net.h"
 #include "kernels/train.h"
-#include "net/codec.h"
+#include "codec/codec.h"
 #include "net/conn.h"
 #include "net/session.h"
 #include "net/tensor.h"
@@ -204,7 +204,7 @@ typedef struct task {
 
   /* privacy the site accounts for (unit record, or unit site mode local) */
   xf_privacy_plan plan;
-  xf_site_charge charge;     /* what releasing this round's update costs the dataset */
+  xf_privacy_charge charge;     /* what releasing this round's update costs the dataset */
   bool has_epsilon;
   double epsilon;            /* this job's spend on the dataset once the update is out */
   double ledger_epsilon;     /* the dataset's spend across jobs, at its budget's delta */
@@ -737,8 +737,8 @@ static void task_compute(daemon_t *d, task *t) {
   t->samples = tr->n;
   if (!t->evaluate_only) {
     const xf_job_local *lc = &t->spec.local;
-    const xf_job_privacy *pv = &t->spec.privacy;
-    bool record = t->plan.site_noise && pv->unit == XF_JOB_PRIVACY_UNIT_RECORD;
+    const xf_privacy_spec *pv = &t->spec.privacy;
+    bool record = t->plan.site_noise && pv->unit == XF_PRIVACY_UNIT_RECORD;
     if (t->plan.site_noise && xf_noise_new_random(&noise) != XF_OK) {
       xf_fail(&err, XF_ENOMEM, "cannot start the noise generator (secure memory)");
       task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "privacy noise", &err);
@@ -773,7 +773,7 @@ static void task_compute(daemon_t *d, task *t) {
     for (size_t i = 0; i < n; i++) local[i] -= global[i];
     /* The site privacy unit bounds the update's L2 norm by clip (the
      * aggregator adds the noise in mode central); docs/protocol.md. */
-    if (pv->unit == XF_JOB_PRIVACY_UNIT_SITE && pv->clip > 0) {
+    if (pv->unit == XF_PRIVACY_UNIT_SITE && pv->clip > 0) {
       double sq = 0;
       for (size_t i = 0; i < n; i++) sq += (double)local[i] * (double)local[i];
       double norm = sqrt(sq);
@@ -836,8 +836,8 @@ static void task_compute(daemon_t *d, task *t) {
       /* Mode distributed: this site's share of the noise, before masking.
        * At least `threshold` sites are in any sum the aggregator unmasks,
        * so their shares add up to the whole N(0, (z C scale)^2) on it; the
-       * grid slack is paid per site (coordinator/jobprivacy.h). */
-      if (qrc == XF_OK && pv->mode == XF_JOB_PRIVACY_DISTRIBUTED &&
+       * grid slack is paid per site (privacy/plan.h). */
+      if (qrc == XF_OK && pv->mode == XF_PRIVACY_DISTRIBUTED &&
           pv->noise_multiplier > 0) {
         double sd;
         qrc = xf_privacy_grid_sigma(pv->noise_multiplier / sqrt((double)t->sa_threshold),
@@ -941,15 +941,15 @@ static bool save_residual(daemon_t *d, task *t) {
 static bool charge_ledger(daemon_t *d, task *t) {
   xf_errctx err;
   xf_errctx_clear(&err);
-  const xf_job_privacy *pv = &t->spec.privacy;
+  const xf_privacy_spec *pv = &t->spec.privacy;
   const char *ds = t->dataset.name;
   double budget_delta = t->dataset.budget_delta > 0 ? t->dataset.budget_delta
                                                     : XF_SITE_BUDGET_DELTA_DEFAULT;
-  if (xf_site_ledger_charge(d->reg, ds, t->job_id, t->round, t->attempt, &t->charge,
+  if (xf_ledger_charge(xf_site_registry_db(d->reg), ds, t->job_id, t->round, t->attempt, &t->charge,
                             (int64_t)time(NULL), &err) != XF_OK ||
-      xf_site_ledger_epsilon(d->reg, ds, t->job_id, NULL, pv->delta, &t->epsilon, &err) !=
+      xf_ledger_epsilon(xf_site_registry_db(d->reg), ds, t->job_id, NULL, pv->delta, &t->epsilon, &err) !=
           XF_OK ||
-      xf_site_ledger_epsilon(d->reg, ds, NULL, NULL, budget_delta, &t->ledger_epsilon, &err) !=
+      xf_ledger_epsilon(xf_site_registry_db(d->reg), ds, NULL, NULL, budget_delta, &t->ledger_epsilon, &err) !=
           XF_OK) {
     char q[600];
     XF_ERROR("ledger_failed", "job=%s round=%u dataset=%s reason=\"%s\"", t->job_id,
@@ -1623,8 +1623,8 @@ static void on_sa_unmask(daemon_t *d, const Xfed__SecAggUnmask *u) {
  * privacy plan). */
 static xf_err job_supported(const xf_jobspec *spec, const xf_site_dataset *ds, size_t *n_params,
                             xf_errctx *err) {
-  const xf_job_privacy *pv = &spec->privacy;
-  XF_ENSURE(pv->mode != XF_JOB_PRIVACY_DISTRIBUTED || spec->secure_aggregation.enabled, err,
+  const xf_privacy_spec *pv = &spec->privacy;
+  XF_ENSURE(pv->mode != XF_PRIVACY_DISTRIBUTED || spec->secure_aggregation.enabled, err,
             XF_EUNSUPPORTED,
             "privacy: mode distributed adds only a share of the noise here and needs secure "
             "aggregation to hide this site's update");
@@ -1649,23 +1649,23 @@ static Xfed__TaskRefusal__Reason privacy_check(daemon_t *d, const char *job, uin
                                                const xf_jobspec *spec,
                                                const xf_site_dataset *ds,
                                                const xf_site_residency *res, size_t n_params,
-                                               xf_privacy_plan *plan, xf_site_charge *charge,
+                                               xf_privacy_plan *plan, xf_privacy_charge *charge,
                                                char *why, size_t why_len) {
   xf_errctx err;
   xf_errctx_clear(&err);
-  if (xf_privacy_plan_for(spec, ds->train_records, n_params, plan, &err) != XF_OK) {
+  if (xf_job_privacy_plan(spec, ds->train_records, n_params, plan, &err) != XF_OK) {
     char msg[520];
     snprintf(why, why_len, "dataset '%s': %s", ds->name, xf_errctx_format(&err, msg, sizeof(msg)));
     return XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
   }
   if (!plan->site_noise) return XFED__TASK_REFUSAL__REASON__UNSPECIFIED;
-  *charge = (xf_site_charge){.sampling_rate = plan->sampling_rate,
+  *charge = (xf_privacy_charge){.sampling_rate = plan->sampling_rate,
                              .noise_multiplier = plan->accounted_multiplier,
                              .steps = plan->steps_per_round};
-  const xf_job_privacy *pv = &spec->privacy;
+  const xf_privacy_spec *pv = &spec->privacy;
   double before = 0, after = 0;
-  if (xf_site_ledger_epsilon(d->reg, ds->name, job, NULL, pv->delta, &before, &err) != XF_OK ||
-      xf_site_ledger_epsilon(d->reg, ds->name, job, charge, pv->delta, &after, &err) != XF_OK) {
+  if (xf_ledger_epsilon(xf_site_registry_db(d->reg), ds->name, job, NULL, pv->delta, &before, &err) != XF_OK ||
+      xf_ledger_epsilon(xf_site_registry_db(d->reg), ds->name, job, charge, pv->delta, &after, &err) != XF_OK) {
     snprintf(why, why_len, "the privacy ledger cannot be read: %s", err.msg);
     return XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
   }
@@ -1691,9 +1691,9 @@ static Xfed__TaskRefusal__Reason privacy_check(daemon_t *d, const char *job, uin
   for (int i = 0; i < n_caps; i++) {
     const xf_site_cap *cap = &caps[i];
     double spent = 0, total = 0;
-    if (xf_site_ledger_epsilon(d->reg, ds->name, NULL, NULL, cap->delta, &spent, &err) !=
+    if (xf_ledger_epsilon(xf_site_registry_db(d->reg), ds->name, NULL, NULL, cap->delta, &spent, &err) !=
             XF_OK ||
-        xf_site_ledger_epsilon(d->reg, ds->name, NULL, charge, cap->delta, &total, &err) !=
+        xf_ledger_epsilon(xf_site_registry_db(d->reg), ds->name, NULL, charge, cap->delta, &total, &err) !=
             XF_OK) {
       snprintf(why, why_len, "the privacy ledger cannot be read: %s", err.msg);
       return XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
@@ -1855,7 +1855,7 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
   char why[1024];
   size_t n_params = 0;
   xf_privacy_plan plan = {0};
-  xf_site_charge charge = {0};
+  xf_privacy_charge charge = {0};
   if (job_supported(&spec, &ds, &n_params, &err) != XF_OK) {
     reason = XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
     snprintf(why, sizeof(why), "%s", err.msg);

@@ -572,9 +572,9 @@ static int cmd_ledger(xf_cli *cli, int argc, char **argv) {
   for (size_t i = 0; rc == XF_OK && i < n; i++) {
     const xf_site_dataset *d = &list[i];
     double spent = 0;
-    xf_site_ledger_job *jobs = NULL;
+    xf_ledger_job *jobs = NULL;
     size_t nj = 0;
-    rc = xf_site_ledger_epsilon(reg, d->name, NULL, NULL, d->budget_delta, &spent, &cli->err);
+    rc = xf_ledger_epsilon(xf_site_registry_db(reg), d->name, NULL, NULL, d->budget_delta, &spent, &cli->err);
     if (rc == XF_OK) rc = xf_site_ledger_jobs(reg, d->name, &jobs, &nj, &cli->err);
     if (rc != XF_OK) break;
     if (out) {

@@ -12,6 +12,7 @@
 
 #include "base/result.h"
 #include "crypto/digest.h"
+#include "privacy/ledger.h"
 #include "site/dataset.h"
 
 /* ---- names ------------------------------------------------------------------ */
@@ -142,34 +143,6 @@ xf_err xf_site_registry_set_budget(xf_site_registry *reg, const char *name,
                                    const double *epsilon, const double *delta,
                                    xf_errctx *err) XF_WARN_UNUSED;
 
-/* ---- the privacy-budget ledger ------------------------------------------------------ */
-
-/* What one released update cost a dataset: `steps` applications of the
- * subsampled Gaussian at sampling rate q with the accounted noise
- * multiplier. */
-typedef struct xf_site_charge {
-  double sampling_rate;    /* (0, 1] */
-  double noise_multiplier; /* >= 0; 0 means no privacy (epsilon infinite) */
-  uint64_t steps;          /* >= 1 */
-} xf_site_charge;
-
-/* The epsilon at `delta` of everything the ledger holds for dataset (only
- * job's rows when job is not NULL), plus *extra when extra is not NULL,
- * composed in RDP over the accountant's default orders and converted with
- * the improved conversion. No rows and no extra: 0. INFINITY when a charge
- * had no noise. XF_EDB, XF_ERANGE (a bad delta). */
-xf_err xf_site_ledger_epsilon(xf_site_registry *reg, const char *dataset, const char *job,
-                              const xf_site_charge *extra, double delta, double *eps,
-                              xf_errctx *err) XF_WARN_UNUSED;
-
-/* Records that dataset released an update for (job, round, attempt) at
- * Unix time now. The same (dataset, job, round, attempt) again is a no-op:
- * an update sent again after a reconnect is the same release. XF_EINVAL for
- * a charge out of range, XF_EDB. */
-xf_err xf_site_ledger_charge(xf_site_registry *reg, const char *dataset, const char *job,
-                             uint32_t round, uint32_t attempt, const xf_site_charge *c,
-                             int64_t now, xf_errctx *err) XF_WARN_UNUSED;
-
 /* ---- top-k residuals ------------------------------------------------------------------ */
 
 /* The error-feedback residual (n floats) that job's compressed updates on
@@ -187,18 +160,11 @@ xf_err xf_site_residual_save(xf_site_registry *reg, const char *job, const char 
                              uint32_t round, const float *r, size_t n, int64_t now,
                              xf_errctx *err) XF_WARN_UNUSED;
 
-/* One job's spend on a dataset, for `xfed-site ledger`. */
-typedef struct xf_site_ledger_job {
-  char job[64];
-  uint32_t rounds;       /* releases charged */
-  uint64_t steps;        /* noised steps over them */
-  double epsilon;        /* this job alone, at the dataset's budget delta */
-  int64_t first, last;   /* Unix times of the first and last charge */
-} xf_site_ledger_job;
-
-/* The jobs that charged dataset, oldest first. *out (n entries, NULL when
- * none) is owned by the caller: xf_free. */
-xf_err xf_site_ledger_jobs(xf_site_registry *reg, const char *dataset, xf_site_ledger_job **out,
+/* The jobs that charged dataset (privacy/ledger.h's xf_ledger_jobs at the
+ * dataset's budget delta), oldest first. *out (n entries, NULL when none) is
+ * owned by the caller: xf_free. The ledger itself is privacy/ledger.h's, on
+ * this registry's database (xf_site_registry_db). */
+xf_err xf_site_ledger_jobs(xf_site_registry *reg, const char *dataset, xf_ledger_job **out,
                            size_t *n, xf_errctx *err) XF_WARN_UNUSED;
 
 /* ---- content digests and verification --------------------------------------------- */

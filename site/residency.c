@@ -60,12 +60,12 @@ static void job_facts(const xf_jobspec *spec, const xf_site_residency *res, cons
                       xf_policy_job *job) {
   for (uint32_t i = 0; i < spec->data.n_tags && i < XF_JOB_TAGS_MAX; i++)
     tags[i] = spec->data.tags[i];
-  const xf_job_privacy *pv = &spec->privacy;
+  const xf_privacy_spec *pv = &spec->privacy;
   *job = (xf_policy_job){
       .dataset = spec->data.dataset,
       .tags = tags,
       .n_tags = spec->data.n_tags,
-      .privacy = pv->mode != XF_JOB_PRIVACY_NONE,
+      .privacy = pv->mode != XF_PRIVACY_NONE,
       .epsilon = res->epsilon > 0 ? res->epsilon
                                   : (pv->has_target_epsilon ? pv->target_epsilon : 0),
       .secagg = spec->secure_aggregation.enabled,

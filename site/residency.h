@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "base/result.h"
-#include "coordinator/jobspec.h"
+#include "job/jobspec.h"
 #include "policy/policy.h"
 #include "site/registry.h"
 #include "storage/db.h"

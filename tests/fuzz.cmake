@@ -21,7 +21,7 @@ function(xf_add_fuzzer name)
   endif()
 endfunction()
 
-# The update codec's decoder (net/codec.h); registered here because its own
+# The update codec's decoder (codec/codec.h); registered here because its own
 # fragment, tests/codec.cmake, is read before this one.
 xf_add_fuzzer(fuzz_codec LIBS xf_codec)
 xf_add_fuzzer(fuzz_policy LIBS xf_policy)

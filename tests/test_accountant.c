@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Unit tests of the Rényi-DP accountant (crypto/accountant.h): the known
+/* Unit tests of the Rényi-DP accountant (privacy/accountant.h): the known
  * answers of tests/data/accountant.exp, properties derived independently of
  * them (the two formulas agree, monotonicity, composition, calibration
  * round trips, input checks), and `xfed dp` run as a user runs it. */
@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
-#include "crypto/accountant.h"
+#include "privacy/accountant.h"
 #include "support.h"
 
 /* |got - want| <= tol, with both numbers in the failure message. */

@@ -18,7 +18,7 @@
 #include "base/alloc.h"
 #include "base/rng.h"
 #include "coordinator/aggregate.h"
-#include "coordinator/jobspec.h"
+#include "job/jobspec.h"
 #include "crypto/digest.h"
 
 /* ---- helpers ---------------------------------------------------------------- */

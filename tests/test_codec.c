@@ -19,7 +19,7 @@
 
 #include "base/alloc.h"
 #include "base/rng.h"
-#include "net/codec.h"
+#include "codec/codec.h"
 
 #define QUICKSTART_N 199210 /* mlp 200x200 on 784 inputs, 10 classes */
 

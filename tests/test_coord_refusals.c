@@ -40,7 +40,7 @@
 #include "support.h"
 
 #include "base/alloc.h"
-#include "coordinator/jobspec.h"
+#include "job/jobspec.h"
 #include "coordinator/journal.h"
 #include "crypto/digest.h"
 #include "crypto/pki.h"

@@ -15,7 +15,7 @@
 
 #include "base/alloc.h"
 #include "base/result.h"
-#include "coordinator/jobspec.h"
+#include "job/jobspec.h"
 
 /* The example of PRODUCT.md "Jobs", verbatim. */
 static const char product_example[] =
@@ -157,8 +157,8 @@ static void product_example_parses_with_every_field_as_written(void **state) {
   assert_true(s.local.prox_mu == 0.0);
   assert_int_equal(s.strategy.kind, XF_JOB_STRATEGY_FEDAVG);
   assert_true(s.strategy.server_lr == 1.0);
-  assert_int_equal(s.privacy.unit, XF_JOB_PRIVACY_UNIT_SITE);
-  assert_int_equal(s.privacy.mode, XF_JOB_PRIVACY_DISTRIBUTED);
+  assert_int_equal(s.privacy.unit, XF_PRIVACY_UNIT_SITE);
+  assert_int_equal(s.privacy.mode, XF_PRIVACY_DISTRIBUTED);
   assert_true(s.privacy.clip == 1.0);
   assert_true(s.privacy.has_target_epsilon);
   assert_true(s.privacy.target_epsilon == 8.0);
@@ -199,8 +199,8 @@ static void minimal_spec_gets_documented_defaults(void **state) {
   assert_true(s.local.prox_mu == 0);
   assert_int_equal(s.strategy.kind, XF_JOB_STRATEGY_FEDAVG);
   assert_true(s.strategy.server_lr == 1.0);
-  assert_int_equal(s.privacy.unit, XF_JOB_PRIVACY_UNIT_SITE);
-  assert_int_equal(s.privacy.mode, XF_JOB_PRIVACY_NONE);
+  assert_int_equal(s.privacy.unit, XF_PRIVACY_UNIT_SITE);
+  assert_int_equal(s.privacy.mode, XF_PRIVACY_NONE);
   assert_true(s.privacy.clip == 0);
   assert_false(s.privacy.has_target_epsilon);
   assert_false(s.privacy.has_noise_multiplier);
@@ -762,8 +762,8 @@ static void names_and_lookups_agree(void **state) {
   CHECK_ENUM(xf_job_preset, xf_job_preset, 3)
   CHECK_ENUM(xf_job_optimizer, xf_job_optimizer, 1)
   CHECK_ENUM(xf_job_strategy_kind, xf_job_strategy_kind, 8)
-  CHECK_ENUM(xf_job_privacy_unit, xf_job_privacy_unit, 2)
-  CHECK_ENUM(xf_job_privacy_mode, xf_job_privacy_mode, 4)
+  CHECK_ENUM(xf_job_privacy_unit, xf_privacy_unit, 2)
+  CHECK_ENUM(xf_job_privacy_mode, xf_privacy_mode, 4)
   CHECK_ENUM(xf_job_downlink, xf_job_downlink, 3)
 #undef CHECK_ENUM
   assert_string_equal(xf_job_preset_name(XF_JOB_PRESET_FEDAVG_CNN), "fedavg-cnn");
@@ -841,7 +841,7 @@ static void deploy_job_specs_parse(void **state) {
     assert_true(s.local.weight_decay == 0);
     assert_int_equal(s.min_sites, 3);
     assert_true(s.seed == 42);
-    assert_int_equal(s.privacy.mode, XF_JOB_PRIVACY_NONE);
+    assert_int_equal(s.privacy.mode, XF_PRIVACY_NONE);
     assert_false(s.secure_aggregation.enabled);
     assert_int_equal(s.compression.uplink.quant_bits, 0);
     assert_true(s.compression.uplink.topk_fraction == 0);

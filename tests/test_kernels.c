@@ -17,10 +17,10 @@
 
 #include "base/alloc.h"
 #include "base/rng.h"
-#include "crypto/noise.h"
+#include "privacy/noise.h"
 #include "kernels/backend.h"
 #include "kernels/checkpoint.h"
-#include "net/codec.h"
+#include "codec/codec.h"
 #include "kernels/model.h"
 #include "kernels/net.h"
 #include "kernels/train.h"

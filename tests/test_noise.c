@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
-#include "crypto/noise.h"
+#include "privacy/noise.h"
 
 typedef unsigned __int128 xf__u128_t;
 

@@ -20,7 +20,7 @@
 
 #include "base/alloc.h"
 #include "coordinator/journal.h"
-#include "coordinator/jobspec.h"
+#include "job/jobspec.h"
 #include "coordinator/round.h"
 #include "crypto/digest.h"
 #include "storage/db.h"

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "crypto/secagg.h"
-#include "net/codec.h"
+#include "codec/codec.h"
 
 /* How a site takes part in a simulated round. */
 typedef enum fate {

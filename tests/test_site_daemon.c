@@ -32,7 +32,7 @@
 #include "support.h"
 
 #include "base/alloc.h"
-#include "coordinator/jobspec.h"
+#include "job/jobspec.h"
 #include "crypto/digest.h"
 #include "crypto/pki.h"
 #include "crypto/seal.h"

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
-#include "coordinator/jobspec.h"
+#include "job/jobspec.h"
 #include "policy/audit.h"
 #include "policy/policy.h"
 #include "site/registry.h"

@@ -21,7 +21,7 @@
 #include <sqlite3.h>
 
 #include "base/alloc.h"
-#include "crypto/accountant.h"
+#include "privacy/accountant.h"
 #include "site/registry.h"
 
 typedef struct scratch {
@@ -541,44 +541,44 @@ static void ledger_composes_charges_and_is_append_only(void **state) {
   xf_errctx err;
   xf_errctx_clear(&err);
   double e = 0;
-  assert_int_equal(xf_site_ledger_epsilon(s->reg, "alpha", NULL, NULL, 1e-5, &e, &err), XF_OK);
+  assert_int_equal(xf_ledger_epsilon(xf_site_registry_db(s->reg), "alpha", NULL, NULL, 1e-5, &e, &err), XF_OK);
   assert_true(e == 0);
 
-  xf_site_charge c = {.sampling_rate = 0.01, .noise_multiplier = 1.1, .steps = 100};
-  assert_int_equal(xf_site_ledger_charge(s->reg, "alpha", "7", 1, 1, &c, 1000, &err), XF_OK);
-  assert_int_equal(xf_site_ledger_charge(s->reg, "alpha", "7", 1, 1, &c, 1001, &err), XF_OK);
-  assert_int_equal(xf_site_ledger_charge(s->reg, "alpha", "7", 2, 1, &c, 1002, &err), XF_OK);
+  xf_privacy_charge c = {.sampling_rate = 0.01, .noise_multiplier = 1.1, .steps = 100};
+  assert_int_equal(xf_ledger_charge(xf_site_registry_db(s->reg), "alpha", "7", 1, 1, &c, 1000, &err), XF_OK);
+  assert_int_equal(xf_ledger_charge(xf_site_registry_db(s->reg), "alpha", "7", 1, 1, &c, 1001, &err), XF_OK);
+  assert_int_equal(xf_ledger_charge(xf_site_registry_db(s->reg), "alpha", "7", 2, 1, &c, 1002, &err), XF_OK);
   double want, order;
   assert_int_equal(xf_dp_epsilon_sgm(0.01, 1.1, 200, 1e-5, NULL, 0, XF_DP_CONVERSION_IMPROVED,
                                      &want, &order, &err),
                    XF_OK);
-  assert_int_equal(xf_site_ledger_epsilon(s->reg, "alpha", "7", NULL, 1e-5, &e, &err), XF_OK);
+  assert_int_equal(xf_ledger_epsilon(xf_site_registry_db(s->reg), "alpha", "7", NULL, 1e-5, &e, &err), XF_OK);
   assert_float_equal(e, want, 1e-9 * want);
   /* with a prospective third round */
   assert_int_equal(xf_dp_epsilon_sgm(0.01, 1.1, 300, 1e-5, NULL, 0, XF_DP_CONVERSION_IMPROVED,
                                      &want, &order, &err),
                    XF_OK);
-  assert_int_equal(xf_site_ledger_epsilon(s->reg, "alpha", "7", &c, 1e-5, &e, &err), XF_OK);
+  assert_int_equal(xf_ledger_epsilon(xf_site_registry_db(s->reg), "alpha", "7", &c, 1e-5, &e, &err), XF_OK);
   assert_float_equal(e, want, 1e-9 * want);
 
   /* another job on the same dataset: the dataset's total grows, job 7's not */
-  assert_int_equal(xf_site_ledger_charge(s->reg, "alpha", "8", 1, 1, &c, 1003, &err), XF_OK);
-  assert_int_equal(xf_site_ledger_epsilon(s->reg, "alpha", NULL, NULL, 1e-5, &e, &err), XF_OK);
+  assert_int_equal(xf_ledger_charge(xf_site_registry_db(s->reg), "alpha", "8", 1, 1, &c, 1003, &err), XF_OK);
+  assert_int_equal(xf_ledger_epsilon(xf_site_registry_db(s->reg), "alpha", NULL, NULL, 1e-5, &e, &err), XF_OK);
   assert_float_equal(e, want, 1e-9 * want);
   double job7;
-  assert_int_equal(xf_site_ledger_epsilon(s->reg, "alpha", "7", NULL, 1e-5, &job7, &err), XF_OK);
+  assert_int_equal(xf_ledger_epsilon(xf_site_registry_db(s->reg), "alpha", "7", NULL, 1e-5, &job7, &err), XF_OK);
   assert_true(job7 < e);
   /* another dataset is untouched */
-  assert_int_equal(xf_site_ledger_epsilon(s->reg, "beta", NULL, NULL, 1e-5, &e, &err), XF_OK);
+  assert_int_equal(xf_ledger_epsilon(xf_site_registry_db(s->reg), "beta", NULL, NULL, 1e-5, &e, &err), XF_OK);
   assert_true(e == 0);
   /* a release without noise has no bound */
-  xf_site_charge bare = {.sampling_rate = 1, .noise_multiplier = 0, .steps = 1};
-  assert_int_equal(xf_site_ledger_epsilon(s->reg, "alpha", NULL, &bare, 1e-5, &e, &err), XF_OK);
+  xf_privacy_charge bare = {.sampling_rate = 1, .noise_multiplier = 0, .steps = 1};
+  assert_int_equal(xf_ledger_epsilon(xf_site_registry_db(s->reg), "alpha", NULL, &bare, 1e-5, &e, &err), XF_OK);
   assert_true(isinf(e));
-  xf_site_charge bad = {.sampling_rate = 1.5, .noise_multiplier = 1, .steps = 1};
-  assert_int_equal(xf_site_ledger_charge(s->reg, "alpha", "7", 3, 1, &bad, 1, &err), XF_EINVAL);
+  xf_privacy_charge bad = {.sampling_rate = 1.5, .noise_multiplier = 1, .steps = 1};
+  assert_int_equal(xf_ledger_charge(xf_site_registry_db(s->reg), "alpha", "7", 3, 1, &bad, 1, &err), XF_EINVAL);
 
-  xf_site_ledger_job *jobs = NULL;
+  xf_ledger_job *jobs = NULL;
   size_t n = 0;
   assert_int_equal(xf_site_ledger_jobs(s->reg, "alpha", &jobs, &n, &err), XF_OK);
   assert_int_equal(n, 2);
@@ -597,7 +597,7 @@ static void ledger_composes_charges_and_is_append_only(void **state) {
   assert_int_not_equal(sqlite3_exec(db, "DELETE FROM privacy_ledger", NULL, NULL, NULL),
                        SQLITE_OK);
   sqlite3_close(db);
-  assert_int_equal(xf_site_ledger_epsilon(s->reg, "alpha", "7", NULL, 1e-5, &e, &err), XF_OK);
+  assert_int_equal(xf_ledger_epsilon(xf_site_registry_db(s->reg), "alpha", "7", NULL, 1e-5, &e, &err), XF_OK);
   assert_float_equal(e, job7, 1e-9 * job7);
 }
 
@@ -627,13 +627,13 @@ static void budget_delta_and_ledger_outlive_the_registration(void **state) {
   assert_true(d.budget_epsilon == 4 && d.budget_delta == 1e-6);
   xf_site_dataset_free(&d);
 
-  xf_site_charge c = {.sampling_rate = 0.02, .noise_multiplier = 1.0, .steps = 50};
-  assert_int_equal(xf_site_ledger_charge(s->reg, "d", "1", 1, 1, &c, 5, &err), XF_OK);
+  xf_privacy_charge c = {.sampling_rate = 0.02, .noise_multiplier = 1.0, .steps = 50};
+  assert_int_equal(xf_ledger_charge(xf_site_registry_db(s->reg), "d", "1", 1, 1, &c, 5, &err), XF_OK);
   double before, after;
-  assert_int_equal(xf_site_ledger_epsilon(s->reg, "d", NULL, NULL, 1e-6, &before, &err), XF_OK);
+  assert_int_equal(xf_ledger_epsilon(xf_site_registry_db(s->reg), "d", NULL, NULL, 1e-6, &before, &err), XF_OK);
   assert_int_equal(xf_site_registry_remove(s->reg, "d", &err), XF_OK);
   assert_int_equal(xf_site_registry_add(s->reg, &spec, NULL, &err), XF_OK);
-  assert_int_equal(xf_site_ledger_epsilon(s->reg, "d", NULL, NULL, 1e-6, &after, &err), XF_OK);
+  assert_int_equal(xf_ledger_epsilon(xf_site_registry_db(s->reg), "d", NULL, NULL, 1e-6, &after, &err), XF_OK);
   assert_true(before > 0 && after == before);
 }
 

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
-#include "net/codec.h"
+#include "codec/codec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
-#include "coordinator/jobspec.h"
+#include "job/jobspec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -3,8 +3,8 @@
  * Gaussian samplers (Canonne, Kamath, Steinke 2020; Karney 2016) and the Gaussian on a fine grid built from
  * it, over a ChaCha20 generator that is either seeded (reproducible tests) or
  * drawn from the system CSPRNG. See docs/privacy-noise.md. */
-#ifndef XF_CRYPTO_NOISE_H
-#define XF_CRYPTO_NOISE_H
+#ifndef XF_PRIVACY_NOISE_H
+#define XF_PRIVACY_NOISE_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -2,14 +2,15 @@
 /* The job spec: a researcher's job JSON parsed strictly into a plain struct
  * with every default filled in, checked field by field and across fields, and
  * written back canonically. docs/jobs.md is the researcher's reference. */
-#ifndef XF_COORDINATOR_JOBSPEC_H
-#define XF_COORDINATOR_JOBSPEC_H
+#ifndef XF_JOB_JOBSPEC_H
+#define XF_JOB_JOBSPEC_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "base/result.h"
+#include "privacy/privacy.h"
 
 /* Largest job spec accepted, file or string. Specs are a few hundred bytes;
  * the bound keeps a wrong path (a dataset, a checkpoint) out of memory. */
@@ -62,18 +63,6 @@ typedef enum xf_job_strategy_kind {
   XF_JOB_STRATEGY_TRIMMED_MEAN  /* "trimmed_mean": coordinate-wise (robust) */
 } xf_job_strategy_kind;
 
-typedef enum xf_job_privacy_unit {
-  XF_JOB_PRIVACY_UNIT_SITE = 0, /* "site": each site's whole update (DP-FedAvg) */
-  XF_JOB_PRIVACY_UNIT_RECORD    /* "record": each record (DP-SGD at the site) */
-} xf_job_privacy_unit;
-
-typedef enum xf_job_privacy_mode {
-  XF_JOB_PRIVACY_NONE = 0,     /* "none": no noise, no epsilon */
-  XF_JOB_PRIVACY_CENTRAL,      /* "central": the aggregator adds noise to the sum */
-  XF_JOB_PRIVACY_DISTRIBUTED,  /* "distributed": distributed discrete Gaussian + secagg */
-  XF_JOB_PRIVACY_LOCAL         /* "local": each site adds the full noise */
-} xf_job_privacy_mode;
-
 /* How updates reach the global coordinator. */
 typedef enum xf_job_topology {
   XF_JOB_TOPOLOGY_FLAT = 0,  /* "flat": every site sends to the global coordinator */
@@ -91,8 +80,8 @@ const char *xf_job_arch_name(xf_job_arch v);
 const char *xf_job_preset_name(xf_job_preset v);
 const char *xf_job_optimizer_name(xf_job_optimizer v);
 const char *xf_job_strategy_kind_name(xf_job_strategy_kind v);
-const char *xf_job_privacy_unit_name(xf_job_privacy_unit v);
-const char *xf_job_privacy_mode_name(xf_job_privacy_mode v);
+const char *xf_job_privacy_unit_name(xf_privacy_unit v);
+const char *xf_job_privacy_mode_name(xf_privacy_mode v);
 const char *xf_job_downlink_name(xf_job_downlink v);
 const char *xf_job_topology_name(xf_job_topology v);
 
@@ -100,8 +89,8 @@ xf_err xf_job_arch_from_name(const char *s, xf_job_arch *out) XF_WARN_UNUSED;
 xf_err xf_job_preset_from_name(const char *s, xf_job_preset *out) XF_WARN_UNUSED;
 xf_err xf_job_optimizer_from_name(const char *s, xf_job_optimizer *out) XF_WARN_UNUSED;
 xf_err xf_job_strategy_kind_from_name(const char *s, xf_job_strategy_kind *out) XF_WARN_UNUSED;
-xf_err xf_job_privacy_unit_from_name(const char *s, xf_job_privacy_unit *out) XF_WARN_UNUSED;
-xf_err xf_job_privacy_mode_from_name(const char *s, xf_job_privacy_mode *out) XF_WARN_UNUSED;
+xf_err xf_job_privacy_unit_from_name(const char *s, xf_privacy_unit *out) XF_WARN_UNUSED;
+xf_err xf_job_privacy_mode_from_name(const char *s, xf_privacy_mode *out) XF_WARN_UNUSED;
 xf_err xf_job_downlink_from_name(const char *s, xf_job_downlink *out) XF_WARN_UNUSED;
 xf_err xf_job_topology_from_name(const char *s, xf_job_topology *out) XF_WARN_UNUSED;
 
@@ -158,24 +147,6 @@ typedef struct xf_job_strategy {
   double trim_fraction;      /* trimmed_mean, cut from each end: [0, 0.5) */
 } xf_job_strategy;
 
-/* Differential privacy. No privacy section means unit site, mode none. With a
- * mode other than none, clip is required, and target_epsilon or
- * noise_multiplier (or both: the noise is then as given and target_epsilon
- * only stops the job) must be set. */
-typedef struct xf_job_privacy {
-  xf_job_privacy_unit unit;  /* default site */
-  xf_job_privacy_mode mode;  /* default none; required when the section is given */
-  double clip;               /* L2 bound C on an update (site) or a per-example
-                                gradient (record): > 0; 0 means no clipping,
-                                allowed only with mode none */
-  bool has_target_epsilon;
-  double target_epsilon;     /* > 0 when has_target_epsilon; never with mode none */
-  bool has_noise_multiplier;
-  double noise_multiplier;   /* sigma / C: >= 0 when has_noise_multiplier; never
-                                with mode none */
-  double delta;              /* (0, 1); default 1e-5 */
-} xf_job_privacy;
-
 /* Secure aggregation (SecAgg+). bits and threshold keep their values when
  * enabled is false, so switching it off and on loses nothing. */
 typedef struct xf_job_secagg {
@@ -218,7 +189,7 @@ typedef struct xf_jobspec {
                                   trimmed_mean, which need every update */
   xf_job_local local;
   xf_job_strategy strategy;
-  xf_job_privacy privacy;
+  xf_privacy_spec privacy;
   xf_job_secagg secure_aggregation;
   xf_job_compression compression;
   uint64_t seed;               /* JSON integer, or decimal string for values

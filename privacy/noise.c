@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Exact discrete Laplace (CKS 2020) and Gaussian (Karney 2016) samplers over a ChaCha20
  * generator with fast key erasure, and the Gaussian on a grid built on them. */
-#include "crypto/noise.h"
+#include "privacy/noise.h"
 
 #include <math.h>
 #include <pthread.h>

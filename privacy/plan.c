@@ -1,13 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Privacy plans: calibration of the site's noise for a job. */
-#include "coordinator/jobprivacy.h"
+#include "privacy/plan.h"
 
 #include <inttypes.h>
 #include <math.h>
 
-#include "crypto/accountant.h"
-#include "crypto/noise.h"
-#include "kernels/train.h"
+#include "privacy/accountant.h"
+#include "privacy/noise.h"
 
 xf_err xf_privacy_grid_sigma(double z, double sensitivity, size_t n, double *sigma,
                              xf_errctx *err) {
@@ -34,16 +33,16 @@ xf_err xf_privacy_grid_sigma(double z, double sensitivity, size_t n, double *sig
 }
 
 
-xf_err xf_privacy_plan_for(const xf_jobspec *spec, uint64_t records, size_t n_params,
-                           xf_privacy_plan *out, xf_errctx *err) {
-  const xf_job_privacy *pv = &spec->privacy;
+xf_err xf_privacy_plan_for(const xf_privacy_spec *pv, const xf_privacy_schedule *schedule,
+                           uint64_t records, size_t n_params, xf_privacy_plan *out,
+                           xf_errctx *err) {
   *out = (xf_privacy_plan){0};
-  bool record = pv->unit == XF_JOB_PRIVACY_UNIT_RECORD && pv->mode != XF_JOB_PRIVACY_NONE;
-  bool local = pv->unit == XF_JOB_PRIVACY_UNIT_SITE && pv->mode == XF_JOB_PRIVACY_LOCAL;
+  bool record = pv->unit == XF_PRIVACY_UNIT_RECORD && pv->mode != XF_PRIVACY_NONE;
+  bool local = pv->unit == XF_PRIVACY_UNIT_SITE && pv->mode == XF_PRIVACY_LOCAL;
   if (!record && !local) return XF_OK;
   out->site_noise = true;
   if (record) {
-    uint64_t batch = spec->local.batch_size;
+    uint64_t batch = schedule->batch_size;
     if (records == 0 || batch > records) {
       xf_errctx_field(err, "local.batch_size");
       return xf_fail(err, XF_EINVAL,
@@ -53,14 +52,14 @@ xf_err xf_privacy_plan_for(const xf_jobspec *spec, uint64_t records, size_t n_pa
     }
     out->sampling_rate = (double)batch / (double)records;
     out->steps_per_round =
-        (uint64_t)spec->local.epochs * xf_dp_steps_per_epoch((size_t)records, (int)batch);
+        (uint64_t)schedule->epochs * xf_dp_steps_per_epoch((size_t)records, (int)batch);
   } else {
     /* Each round's update is released whole to an aggregator that knows
      * who took part: no amplification by sampling. */
     out->sampling_rate = 1.0;
     out->steps_per_round = 1;
   }
-  out->planned_steps = out->steps_per_round * spec->rounds;
+  out->planned_steps = out->steps_per_round * schedule->rounds;
   if (pv->has_noise_multiplier) {
     out->accounted_multiplier = pv->noise_multiplier;
   } else {

@@ -2,11 +2,11 @@
 /* The facts of a job spec that the residency policy decides on
  * (policy/policy.h's xf_policy_job), shared by the coordinator and
  * `xfed policy check`. */
-#ifndef XF_COORDINATOR_RESIDENCY_H
-#define XF_COORDINATOR_RESIDENCY_H
+#ifndef XF_JOB_RESIDENCY_H
+#define XF_JOB_RESIDENCY_H
 
 #include "base/result.h"
-#include "coordinator/jobspec.h"
+#include "job/jobspec.h"
 #include "policy/policy.h"
 
 /* Fills *out from spec for a coordinator in coordinator_region: the dataset

@@ -2,13 +2,13 @@
 /* The kernels' model for a job spec's "model" section on data of a given
  * shape: the one mapping the coordinator (which builds the initial model),
  * the sites (which check it fits their data) and `xfed train` share. */
-#ifndef XF_COORDINATOR_JOBMODEL_H
-#define XF_COORDINATOR_JOBMODEL_H
+#ifndef XF_JOB_JOBMODEL_H
+#define XF_JOB_JOBMODEL_H
 
 #include <stdint.h>
 
 #include "base/result.h"
-#include "coordinator/jobspec.h"
+#include "job/jobspec.h"
 #include "kernels/model.h"
 
 /* Fills *out for job's model on records of h x w x c with `classes` labels

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Job spec model section → kernels model spec (coordinator/jobmodel.h). */
-#include "coordinator/jobmodel.h"
+/* Job spec model section → kernels model spec (job/jobmodel.h). */
+#include "job/jobmodel.h"
 
 #include <string.h>
 

@@ -2,7 +2,7 @@
 /* The Rényi-DP accountant of the Poisson-subsampled Gaussian mechanism:
  * per-step RDP (Mironov, Talwar, Zhang 2019), composition, conversion to
  * (epsilon, delta) and calibration of the noise multiplier. */
-#include "crypto/accountant.h"
+#include "privacy/accountant.h"
 
 #include <math.h>
 
@@ -385,4 +385,10 @@ done:
   if (eps) *eps = hi.eps;
   if (order) *order = hi.order;
   return XF_OK;
+}
+
+uint64_t xf_dp_steps_per_epoch(size_t n, int expected_batch) {
+  if (n == 0 || expected_batch < 1) return 0;
+  const uint64_t L = (uint64_t)expected_batch, steps = ((uint64_t)n + L / 2) / L;
+  return steps ? steps : 1;
 }

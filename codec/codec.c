@@ -2,7 +2,7 @@
 /* Update codecs: top-k selection, stochastic quantization, the wire format of
  * an encoded update and its checked decoder, the fixed-scale quantizer and
  * fp16/bf16 conversion. */
-#include "net/codec.h"
+#include "codec/codec.h"
 
 #include <float.h>
 #include <math.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Job spec parsing (jansson), validation and canonical JSON output. */
-#include "coordinator/jobspec.h"
+#include "job/jobspec.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -33,11 +33,11 @@ static const char *const xf__strategy_names[] = {
     [XF_JOB_STRATEGY_FEDADAGRAD] = "fedadagrad",
     [XF_JOB_STRATEGY_MEDIAN] = "median",
     [XF_JOB_STRATEGY_TRIMMED_MEAN] = "trimmed_mean"};
-static const char *const xf__unit_names[] = {[XF_JOB_PRIVACY_UNIT_SITE] = "site",
-                                             [XF_JOB_PRIVACY_UNIT_RECORD] = "record"};
+static const char *const xf__unit_names[] = {[XF_PRIVACY_UNIT_SITE] = "site",
+                                             [XF_PRIVACY_UNIT_RECORD] = "record"};
 static const char *const xf__mode_names[] = {
-    [XF_JOB_PRIVACY_NONE] = "none", [XF_JOB_PRIVACY_CENTRAL] = "central",
-    [XF_JOB_PRIVACY_DISTRIBUTED] = "distributed", [XF_JOB_PRIVACY_LOCAL] = "local"};
+    [XF_PRIVACY_NONE] = "none", [XF_PRIVACY_CENTRAL] = "central",
+    [XF_PRIVACY_DISTRIBUTED] = "distributed", [XF_PRIVACY_LOCAL] = "local"};
 static const char *const xf__downlink_names[] = {[XF_JOB_DOWNLINK_NONE] = "none",
                                                  [XF_JOB_DOWNLINK_FP16] = "fp16",
                                                  [XF_JOB_DOWNLINK_BF16] = "bf16"};
@@ -71,8 +71,8 @@ XF__NAME_FUNCS(xf_job_arch, xf_job_arch, xf__arch_names)
 XF__NAME_FUNCS(xf_job_preset, xf_job_preset, xf__preset_names)
 XF__NAME_FUNCS(xf_job_optimizer, xf_job_optimizer, xf__optimizer_names)
 XF__NAME_FUNCS(xf_job_strategy_kind, xf_job_strategy_kind, xf__strategy_names)
-XF__NAME_FUNCS(xf_job_privacy_unit, xf_job_privacy_unit, xf__unit_names)
-XF__NAME_FUNCS(xf_job_privacy_mode, xf_job_privacy_mode, xf__mode_names)
+XF__NAME_FUNCS(xf_privacy_unit, xf_job_privacy_unit, xf__unit_names)
+XF__NAME_FUNCS(xf_privacy_mode, xf_job_privacy_mode, xf__mode_names)
 XF__NAME_FUNCS(xf_job_downlink, xf_job_downlink, xf__downlink_names)
 XF__NAME_FUNCS(xf_job_topology, xf_job_topology, xf__topology_names)
 
@@ -110,8 +110,8 @@ void xf_jobspec_defaults(xf_jobspec *spec) {
   spec->local.optimizer = XF_JOB_OPTIMIZER_SGD;
   spec->local.lr = 0.01;
   xf_job_strategy_defaults(&spec->strategy, XF_JOB_STRATEGY_FEDAVG);
-  spec->privacy.unit = XF_JOB_PRIVACY_UNIT_SITE;
-  spec->privacy.mode = XF_JOB_PRIVACY_NONE;
+  spec->privacy.unit = XF_PRIVACY_UNIT_SITE;
+  spec->privacy.mode = XF_PRIVACY_NONE;
   spec->privacy.delta = 1e-5;
   spec->secure_aggregation.bits = 20;
   spec->secure_aggregation.threshold = 0.66;
@@ -681,7 +681,7 @@ static xf_err xf__parse_strategy(json_t *obj, xf_job_strategy *s, xf_errctx *err
   return XF_OK;
 }
 
-static xf_err xf__parse_privacy(json_t *obj, xf_job_privacy *p, xf_errctx *err) {
+static xf_err xf__parse_privacy(json_t *obj, xf_privacy_spec *p, xf_errctx *err) {
   int unit = (int)p->unit, mode = (int)p->mode;
   bool present;
   XF_GUARD(xf__get_choice(obj, "privacy", "unit", xf__unit_names, 0, XF__COUNT(xf__unit_names),
@@ -693,8 +693,8 @@ static xf_err xf__parse_privacy(json_t *obj, xf_job_privacy *p, xf_errctx *err) 
                        "one of: central, distributed, local, none (leave the whole privacy "
                        "section out for none)",
                        err);
-  p->unit = (xf_job_privacy_unit)unit;
-  p->mode = (xf_job_privacy_mode)mode;
+  p->unit = (xf_privacy_unit)unit;
+  p->mode = (xf_privacy_mode)mode;
   XF_GUARD(xf__get_real(obj, "privacy", "clip", &p->clip, &present, err));
   char num[32];
   if (present && p->clip <= 0)
@@ -1108,13 +1108,13 @@ static xf_err xf__validate_strategy(const xf_job_strategy *s, xf_errctx *err) {
   return XF_OK;
 }
 
-static xf_err xf__validate_privacy(const xf_job_privacy *p, xf_errctx *err) {
+static xf_err xf__validate_privacy(const xf_privacy_spec *p, xf_errctx *err) {
   if ((unsigned)p->unit >= XF__COUNT(xf__unit_names))
     return xf__fail_at(err, XF_EFORMAT, "privacy.unit", "unknown value %d", (int)p->unit);
   if ((unsigned)p->mode >= XF__COUNT(xf__mode_names))
     return xf__fail_at(err, XF_EFORMAT, "privacy.mode", "unknown value %d", (int)p->mode);
   const char *mode = xf__mode_names[p->mode];
-  if (p->mode == XF_JOB_PRIVACY_NONE) {
+  if (p->mode == XF_PRIVACY_NONE) {
     if (p->clip != 0) XF__POSITIVE("privacy.clip", p->clip);
     if (p->has_target_epsilon)
       return xf__fail_at(err, XF_EFORMAT, "privacy.target_epsilon",
@@ -1140,8 +1140,8 @@ static xf_err xf__validate_privacy(const xf_job_privacy *p, xf_errctx *err) {
   if (p->has_target_epsilon) XF__POSITIVE("privacy.target_epsilon", p->target_epsilon);
   if (p->has_noise_multiplier) XF__NONNEG("privacy.noise_multiplier", p->noise_multiplier);
   XF_GUARD(xf__check_range("privacy.delta", p->delta, 0, true, 1, true, err));
-  if (p->unit == XF_JOB_PRIVACY_UNIT_RECORD &&
-      (p->mode == XF_JOB_PRIVACY_CENTRAL || p->mode == XF_JOB_PRIVACY_DISTRIBUTED))
+  if (p->unit == XF_PRIVACY_UNIT_RECORD &&
+      (p->mode == XF_PRIVACY_CENTRAL || p->mode == XF_PRIVACY_DISTRIBUTED))
     return xf__fail_at(err, XF_EFORMAT, "privacy.mode",
                        "unit \"record\" is protected by DP-SGD noise added at each site during "
                        "training; use mode \"local\" (or unit \"site\" for mode \"%s\")",
@@ -1235,7 +1235,7 @@ xf_err xf_jobspec_validate(const xf_jobspec *s, xf_errctx *err) {
     return xf__fail_at(err, XF_ERANGE, "min_sites",
                        "is 1, but a securely aggregated sum over one site is that site's "
                        "update; set min_sites to 2 or more");
-  if (s->privacy.mode == XF_JOB_PRIVACY_DISTRIBUTED && !sa->enabled)
+  if (s->privacy.mode == XF_PRIVACY_DISTRIBUTED && !sa->enabled)
     return xf__fail_at(err, XF_EFORMAT, "privacy.mode",
                        "\"distributed\" adds only a share of the noise at each site and relies "
                        "on secure aggregation to hide single updates; set "

@@ -10,8 +10,8 @@
  * inputs are checked and a bad one is refused with XF_EINVAL and a message in
  * ctx (which may be NULL) naming the value; outputs are written only on
  * success. RDP values are in nats. */
-#ifndef XF_CRYPTO_ACCOUNTANT_H
-#define XF_CRYPTO_ACCOUNTANT_H
+#ifndef XF_PRIVACY_ACCOUNTANT_H
+#define XF_PRIVACY_ACCOUNTANT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -123,5 +123,10 @@ xf_err xf_dp_epsilon_sgm(double q, double sigma, uint64_t steps, double delta,
 xf_err xf_dp_calibrate(double target_eps, double q, uint64_t steps, double delta,
                        double *sigma, double *eps, double *order,
                        xf_errctx *ctx) XF_WARN_UNUSED;
+
+/* Steps in one DP-SGD epoch over n records at expected batch L: n / L
+ * rounded to the nearest integer (halves up), at least 1. The accountant
+ * needs exactly this count. 0 when n or L is 0 or L is negative. */
+uint64_t xf_dp_steps_per_epoch(size_t n, int expected_batch);
 
 #endif

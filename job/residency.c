@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* A job spec as the residency policy sees it (coordinator/residency.h). */
-#include "coordinator/residency.h"
+/* A job spec as the residency policy sees it (job/residency.h). */
+#include "job/residency.h"
 
 #include <string.h>
 
@@ -8,7 +8,7 @@ xf_err xf_residency_job_of(const xf_jobspec *spec, const char *coordinator_regio
                            const char **tags, xf_policy_job *out, xf_errctx *err) {
   memset(out, 0, sizeof(*out));
   for (uint32_t i = 0; i < spec->data.n_tags; i++) tags[i] = spec->data.tags[i];
-  bool privacy = spec->privacy.mode != XF_JOB_PRIVACY_NONE;
+  bool privacy = spec->privacy.mode != XF_PRIVACY_NONE;
   if (privacy && !spec->privacy.has_target_epsilon) {
     xf_errctx_clear(err);
     xf_errctx_field(err, "privacy.target_epsilon");

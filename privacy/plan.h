@@ -3,15 +3,15 @@
  * charges for it: the one computation that the site (which trains, noises
  * and keeps the budget ledger) and the coordinator (which reports) share.
  * docs/privacy.md explains the accounting. */
-#ifndef XF_COORDINATOR_JOBPRIVACY_H
-#define XF_COORDINATOR_JOBPRIVACY_H
+#ifndef XF_PRIVACY_PLAN_H
+#define XF_PRIVACY_PLAN_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "base/result.h"
-#include "coordinator/jobspec.h"
+#include "privacy/privacy.h"
 
 /* What a site does for one job on one dataset. */
 typedef struct xf_privacy_plan {
@@ -28,15 +28,23 @@ typedef struct xf_privacy_plan {
                                   (xf_noise_grid_multiplier) */
 } xf_privacy_plan;
 
-/* The plan for spec on a dataset of `records` training records and a model
- * of n_params parameters. With target_epsilon and no noise_multiplier, the
+/* How a job trains at a site, as far as privacy is concerned. */
+typedef struct xf_privacy_schedule {
+  uint32_t rounds;     /* the job's rounds: what target_epsilon covers */
+  uint32_t epochs;     /* local epochs per round */
+  uint32_t batch_size; /* records per step (DP-SGD's expected Poisson batch) */
+} xf_privacy_schedule;
+
+/* The plan for privacy pv under schedule on a dataset of `records` training
+ * records and a model of n_params parameters. With target_epsilon and no noise_multiplier, the
  * accounted multiplier is the smallest that keeps planned_steps at the
  * sampling rate within target_epsilon at the job's delta; with
  * noise_multiplier it is that value. XF_EINVAL naming the field when the
  * spec cannot be run on this dataset (a batch larger than the dataset, a
  * target no noise reaches). */
-xf_err xf_privacy_plan_for(const xf_jobspec *spec, uint64_t records, size_t n_params,
-                           xf_privacy_plan *out, xf_errctx *err) XF_WARN_UNUSED;
+xf_err xf_privacy_plan_for(const xf_privacy_spec *pv, const xf_privacy_schedule *schedule,
+                           uint64_t records, size_t n_params, xf_privacy_plan *out,
+                           xf_errctx *err) XF_WARN_UNUSED;
 
 /* The standard deviation to ask of xf_noise_gaussian_vec for an n-vector of
  * L2 sensitivity `sensitivity` so that the mechanism is at least as private
