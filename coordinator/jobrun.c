@@ -657,6 +657,7 @@ static void run_actions(xf__coord *co, xf__job *job) {
       else fail_job(co, job, act->note);
       break;
     case XF_ROUND_ACT_FINISH_JOB: eval_start(co, job); break;
+    case XF_ROUND_ACT_GO: break; /* no confirmation is asked for here */
     }
   }
   xf_free(acts);

@@ -334,7 +334,9 @@ xf_err xf_journal_participant_set(xf_db *db, int64_t job, uint32_t round, uint32
   XF_GUARD(xf__check_id(p->samples, "samples", err));
   XF_GUARD(xf__check_id(p->bytes_up, "bytes_up", err));
   XF_GUARD(xf__check_id(p->bytes_down, "bytes_down", err));
-  const char *state = xf_participant_state_name(p->state);
+  /* A site that accepted and waits for GO has taken the task: "reporting". */
+  const char *state = xf_participant_state_name(
+      p->state == XF_PARTICIPANT_ACCEPTED ? XF_PARTICIPANT_REPORTING : p->state);
   XF_ENSURE(strcmp(state, "unknown") != 0, err, XF_EINVAL,
             "participant state %d is not one of the journal's", (int)p->state);
   int changes = 0;

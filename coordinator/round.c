@@ -43,8 +43,12 @@ struct xf_round {
   uint32_t invited;
   uint32_t target;
   uint32_t reported;
-  uint32_t pending; /* cohort sites invited or reporting */
+  uint32_t pending; /* cohort sites invited, accepted or reporting */
+  uint32_t accepted; /* cohort sites that accepted (any state since) */
   double deadline;
+  double confirm_s;        /* 0: no confirmation */
+  bool confirming;         /* the open attempt waits for its answers */
+  double confirm_deadline;
 
   xf_round_action *actions;
   size_t n_actions;
@@ -61,6 +65,7 @@ const char *xf_participant_state_name(xf_participant_state s) {
   case XF_PARTICIPANT_REPORTING: return "reporting";
   case XF_PARTICIPANT_REPORTED: return "reported";
   case XF_PARTICIPANT_DROPPED: return "dropped";
+  case XF_PARTICIPANT_ACCEPTED: return "accepted";
   }
   return "unknown";
 }
@@ -165,7 +170,8 @@ static xf__member *xf__find(const xf_round *r, uint64_t site) {
 }
 
 static bool xf__pending(xf_participant_state s) {
-  return s == XF_PARTICIPANT_INVITED || s == XF_PARTICIPANT_REPORTING;
+  return s == XF_PARTICIPANT_INVITED || s == XF_PARTICIPANT_REPORTING ||
+         s == XF_PARTICIPANT_ACCEPTED;
 }
 
 /* Closes the open attempt: cancels the sites still pending, then decides.
@@ -173,6 +179,7 @@ static bool xf__pending(xf_participant_state s) {
  * last one, the job fails. */
 static void xf__close(xf_round *r, const char *why) {
   r->closed = true;
+  r->confirming = false;
   for (uint32_t i = 0; i < r->invited; i++) {
     const xf__member *m = xf__find(r, r->cohort_ids[i]);
     if (xf__pending(m->state)) xf__push(r, XF_ROUND_ACT_CANCEL, m->site);
@@ -206,6 +213,29 @@ static void xf__close(xf_round *r, const char *why) {
   r->state = XF_ROUND_FAILED;
 }
 
+/* With a confirmation, once no site of the cohort is left unanswered: GO
+ * to every accepted site when they are enough, else the attempt closes
+ * with nobody having trained. */
+static void xf__confirm_check(xf_round *r) {
+  for (uint32_t i = 0; i < r->invited; i++)
+    if (r->cohort[i].state == XF_PARTICIPANT_INVITED) return;
+  r->confirming = false;
+  uint32_t waiting = 0;
+  for (uint32_t i = 0; i < r->invited; i++)
+    waiting += r->cohort[i].state == XF_PARTICIPANT_ACCEPTED;
+  if (waiting < r->spec.min_sites) {
+    xf__close(r, waiting == 0 ? "no site accepted" : "too few sites accepted");
+    return;
+  }
+  for (uint32_t i = 0; i < r->invited; i++) {
+    xf__member *m = xf__find(r, r->cohort_ids[i]);
+    if (m->state != XF_PARTICIPANT_ACCEPTED) continue;
+    m->state = XF_PARTICIPANT_REPORTING;
+    xf_round_action *a = xf__push(r, XF_ROUND_ACT_GO, m->site);
+    a->deadline = r->deadline;
+  }
+}
+
 /* The close rules after any change to an open round: the early target is
  * met, no site is pending, or the pending ones can no longer bring the
  * reports up to min_sites. */
@@ -218,6 +248,8 @@ static void xf__check(xf_round *r) {
     xf__close(r, "no site pending");
   else if (r->reported + pending < r->spec.min_sites)
     xf__close(r, "min_sites out of reach");
+  else if (r->confirming)
+    xf__confirm_check(r);
 }
 
 xf_err xf_round_open(xf_round *r, const uint64_t *eligible, size_t n, double now,
@@ -245,7 +277,7 @@ xf_err xf_round_open(xf_round *r, const uint64_t *eligible, size_t n, double now
   xf_jobspec_cohort(&r->spec, (uint32_t)n, &target, &invite);
   xf__member *cohort = xf_calloc(invite ? invite : 1, sizeof(*cohort));
   uint64_t *ids = xf_mallocarray(invite ? invite : 1, sizeof(*ids));
-  if (!cohort || !ids || xf__reserve(r, (size_t)invite + 2) != XF_OK) {
+  if (!cohort || !ids || xf__reserve(r, 2 * (size_t)invite + 2) != XF_OK) {
     xf_free(cohort);
     xf_free(ids);
     xf_free(sorted);
@@ -278,7 +310,11 @@ xf_err xf_round_open(xf_round *r, const uint64_t *eligible, size_t n, double now
   if (r->target > invite) r->target = invite;
   r->reported = 0;
   r->pending = invite;
+  r->accepted = 0;
   r->deadline = now + r->spec.round_deadline_s;
+  r->confirming = r->confirm_s > 0;
+  r->confirm_deadline = now + (r->confirm_s < r->spec.round_deadline_s ? r->confirm_s
+                                                                        : r->spec.round_deadline_s);
   r->open_round = r->round;
   r->open_attempt = r->attempt;
   r->closed = false;
@@ -324,6 +360,12 @@ xf_err xf_round_site_accepted(xf_round *r, uint64_t site, xf_errctx *err) {
     return XF_OK;
   }
   if (m->state != XF_PARTICIPANT_INVITED) return xf__bad_transition(r, m, "accepted", err);
+  r->accepted++;
+  if (r->confirming) {
+    m->state = XF_PARTICIPANT_ACCEPTED;
+    xf__confirm_check(r);
+    return XF_OK;
+  }
   m->state = XF_PARTICIPANT_REPORTING;
   return XF_OK;
 }
@@ -356,7 +398,10 @@ xf_err xf_round_update_reported(xf_round *r, uint64_t site, uint64_t samples,
              (unsigned long long)site, r->open_round, r->open_attempt, r->reported, r->target);
     return XF_OK;
   }
-  if (!xf__pending(m->state)) return xf__bad_transition(r, m, "reported", err);
+  if (!xf__pending(m->state) ||
+      ((r->confirming || r->confirm_s > 0) && m->state != XF_PARTICIPANT_REPORTING))
+    return xf__bad_transition(r, m, "reported", err);
+  if (m->state == XF_PARTICIPANT_INVITED) r->accepted++;
   m->state = XF_PARTICIPANT_REPORTED;
   m->samples = samples;
   r->reported++;
@@ -381,9 +426,35 @@ xf_err xf_round_site_dropped(xf_round *r, uint64_t site, xf_errctx *err) {
 xf_err xf_round_tick(xf_round *r, double now, xf_errctx *err) {
   (void)err;
   r->n_actions = 0;
-  if (r->state == XF_ROUND_OPEN && now >= r->deadline) xf__close(r, "deadline");
+  if (r->state == XF_ROUND_OPEN && now >= r->deadline) {
+    xf__close(r, "deadline");
+    return XF_OK;
+  }
+  if (r->state == XF_ROUND_OPEN && r->confirming && now >= r->confirm_deadline) {
+    /* Whoever has not answered by now is left out of the attempt. */
+    for (uint32_t i = 0; i < r->invited; i++) {
+      xf__member *m = &r->cohort[i];
+      if (m->state != XF_PARTICIPANT_INVITED) continue;
+      m->state = XF_PARTICIPANT_DROPPED;
+      r->pending--;
+      xf__push(r, XF_ROUND_ACT_CANCEL, m->site);
+    }
+    xf__check(r);
+    if (r->state == XF_ROUND_OPEN && r->confirming) xf__confirm_check(r);
+  }
   return XF_OK;
 }
+
+xf_err xf_round_set_confirm(xf_round *r, double window_s, xf_errctx *err) {
+  XF_ENSURE(window_s >= 0 && window_s < 1e300, err, XF_EINVAL,
+            "the confirmation window %g s must be 0 or more and finite", window_s);
+  r->confirm_s = window_s;
+  return XF_OK;
+}
+
+bool xf_round_confirming(const xf_round *r) { return r->state == XF_ROUND_OPEN && r->confirming; }
+double xf_round_confirm_deadline(const xf_round *r) { return r->confirm_deadline; }
+uint32_t xf_round_accepted(const xf_round *r) { return r->accepted; }
 
 xf_err xf_round_committed(xf_round *r, xf_errctx *err) {
   r->n_actions = 0;

@@ -43,11 +43,13 @@ typedef enum xf_participant_state {
   XF_PARTICIPANT_REFUSED,     /* said no (policy, budget, busy) */
   XF_PARTICIPANT_REPORTING,   /* accepted, training */
   XF_PARTICIPANT_REPORTED,    /* its update counts in this round */
-  XF_PARTICIPANT_DROPPED      /* went away, or was still pending at closure */
+  XF_PARTICIPANT_DROPPED,     /* went away, or was still pending at closure */
+  XF_PARTICIPANT_ACCEPTED     /* with a confirmation: accepted, waiting for GO */
 } xf_participant_state;
 
-/* Spellings used in the journal: "invited", "refused", "reporting",
- * "reported", "dropped"; "unknown" outside the enum; never NULL. */
+/* Spellings: "invited", "refused", "reporting", "reported", "dropped",
+ * "accepted"; "unknown" outside the enum; never NULL. The journal stores
+ * an accepted site as "reporting" (it has taken the task). */
 const char *xf_participant_state_name(xf_participant_state s);
 /* "ready", "open", "committing", "done", "failed"; never NULL. */
 const char *xf_round_state_name(xf_round_state s);
@@ -67,7 +69,10 @@ typedef enum xf_round_action_kind {
                                  xf_round_open again (the attempt is already
                                  counted up) */
   XF_ROUND_ACT_FAIL_JOB,      /* journal the job as failed with `note` */
-  XF_ROUND_ACT_FINISH_JOB     /* every round committed: the job is done */
+  XF_ROUND_ACT_FINISH_JOB,    /* every round committed: the job is done */
+  XF_ROUND_ACT_GO             /* with a confirmation: every invited site has
+                                 answered and enough accepted; tell `site` to
+                                 train now */
 } xf_round_action_kind;
 
 typedef struct xf_round_action {
@@ -96,6 +101,16 @@ xf_err xf_round_create(const xf_jobspec *spec, uint32_t round, uint32_t attempt,
 /* Frees r; NULL is allowed. */
 void xf_round_free(xf_round *r);
 
+/* Makes every attempt opened from now on confirm its cohort before anyone
+ * trains: sites answer (accept or refuse) and wait; once no invited site is
+ * left unanswered — or `window_s` after the attempt opened, when the ones
+ * still silent are dropped — the attempt goes on (a GO per accepted site)
+ * if at least min_sites accepted, and otherwise closes at once, without a
+ * site having trained, as a close below quorum does (RETRY or FAIL_JOB).
+ * window_s 0 turns the confirmation off (the default: sites train as soon
+ * as they accept). XF_EINVAL for a negative or non-finite window. */
+xf_err xf_round_set_confirm(xf_round *r, double window_s, xf_errctx *err) XF_WARN_UNUSED;
+
 /* Opens the current attempt of the current round (state READY) over the
  * sites eligible now (`eligible`, n ids, borrowed; no repeats). The cohort
  * (xf_jobspec_cohort's `invite` sites) is drawn from the job seed on an RNG
@@ -118,19 +133,23 @@ xf_err xf_round_open(xf_round *r, const uint64_t *eligible, size_t n, double now
  * errors: a report is answered with DISCARD and an acceptance with CANCEL;
  * a refusal or drop needs nothing. */
 
-/* The site accepted the task. */
+/* The site accepted the task. With a confirmation it waits (ACCEPTED) for
+ * the GO that the last answer of the cohort brings. */
 xf_err xf_round_site_accepted(xf_round *r, uint64_t site, xf_errctx *err) XF_WARN_UNUSED;
 /* The site refused; `reason` (may be NULL) is kept for xf_round_site_reason.
  * The round no longer waits for it. */
 xf_err xf_round_site_refused(xf_round *r, uint64_t site, const char *reason,
                              xf_errctx *err) XF_WARN_UNUSED;
-/* The site's whole update arrived (weight `samples`). An invited site that
- * reports without an acceptance counts as having accepted. */
+/* The site's whole update arrived (weight `samples`). Without a
+ * confirmation an invited site that reports without an acceptance counts
+ * as having accepted; with one, only a site told GO may report (XF_EINVAL
+ * otherwise). */
 xf_err xf_round_update_reported(xf_round *r, uint64_t site, uint64_t samples,
                                 xf_errctx *err) XF_WARN_UNUSED;
 /* The site went away (connection lost, error); the round no longer waits. */
 xf_err xf_round_site_dropped(xf_round *r, uint64_t site, xf_errctx *err) XF_WARN_UNUSED;
-/* The clock reads `now`: closes an open round whose deadline has come. */
+/* The clock reads `now`: closes an open round whose deadline has come, and
+ * ends a confirmation whose window has passed. */
 xf_err xf_round_tick(xf_round *r, double now, xf_errctx *err) XF_WARN_UNUSED;
 
 /* The caller journaled the result of a COMMITTING round: moves on to the next
@@ -155,6 +174,13 @@ xf_round_state xf_round_get_state(const xf_round *r);
 uint32_t xf_round_number(const xf_round *r);   /* 1-based */
 uint32_t xf_round_attempt(const xf_round *r);  /* 1-based */
 double xf_round_deadline(const xf_round *r);   /* of the last opened attempt */
+/* Whether the open attempt is still confirming its cohort (no GO yet), and
+ * when that ends at the latest. */
+bool xf_round_confirming(const xf_round *r);
+double xf_round_confirm_deadline(const xf_round *r);
+/* Sites that accepted the last opened attempt (waiting, training or
+ * reported). */
+uint32_t xf_round_accepted(const xf_round *r);
 /* Of the last opened attempt: reports that close it early (the larger of
  * xf_jobspec_cohort's target and min_sites, at most the cohort), sites
  * invited, and reports counted so far. */

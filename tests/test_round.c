@@ -802,6 +802,103 @@ static void journal_metrics_per_round_and_site_in_order(void **state) {
   xf_db_close(db);
 }
 
+/* ---- the confirmation (hold, then go) -------------------------------------------- */
+
+static xf_round *confirming_round(const xf_jobspec *spec, size_t n_sites, double window) {
+  xf_round *r = round_new(spec, 1, 1, 0);
+  assert_int_equal(xf_round_set_confirm(r, window, NULL), XF_OK);
+  uint64_t sites[8];
+  sites_1_to(sites, n_sites);
+  assert_int_equal(xf_round_open(r, sites, n_sites, 0.0, NULL), XF_OK);
+  assert_true(xf_round_confirming(r));
+  return r;
+}
+
+static void confirmed_cohort_gets_go_once_every_site_answered(void **state) {
+  (void)state;
+  xf_jobspec spec = spec_of(2);
+  xf_round *r = confirming_round(&spec, 3, 10.0);
+  size_t n;
+  uint64_t c[3];
+  memcpy(c, xf_round_cohort(r, &n), sizeof(c));
+  assert_int_equal(xf_round_site_accepted(r, c[0], NULL), XF_OK);
+  assert_int_equal(n_actions(r), 0); /* others still to answer: nobody trains yet */
+  xf_participant_state ps;
+  assert_int_equal(xf_round_site(r, c[0], &ps, NULL, NULL), XF_OK);
+  assert_int_equal(ps, XF_PARTICIPANT_ACCEPTED);
+  /* A report before GO is a protocol violation. */
+  assert_int_equal(xf_round_update_reported(r, c[0], 5, NULL), XF_EINVAL);
+  assert_int_equal(xf_round_site_refused(r, c[1], "budget", NULL), XF_OK);
+  assert_int_equal(n_actions(r), 0);
+  assert_int_equal(xf_round_site_accepted(r, c[2], NULL), XF_OK);
+  /* The last answer: GO to the two that accepted, not to the one that refused. */
+  assert_int_equal(count_actions(r, XF_ROUND_ACT_GO), 2);
+  size_t na;
+  const xf_round_action *a = xf_round_actions(r, &na);
+  for (size_t i = 0; i < na; i++) assert_true(a[i].site != c[1]);
+  assert_false(xf_round_confirming(r));
+  assert_int_equal(xf_round_accepted(r), 2);
+  assert_int_equal(xf_round_update_reported(r, c[0], 5, NULL), XF_OK);
+  assert_int_equal(xf_round_update_reported(r, c[2], 5, NULL), XF_OK);
+  assert_int_equal(xf_round_get_state(r), XF_ROUND_COMMITTING);
+  xf_round_free(r);
+}
+
+static void too_few_acceptances_close_the_attempt_before_anyone_trains(void **state) {
+  (void)state;
+  xf_jobspec spec = spec_of(2);
+  xf_round *r = confirming_round(&spec, 3, 10.0);
+  size_t n;
+  uint64_t c[3];
+  memcpy(c, xf_round_cohort(r, &n), sizeof(c));
+  assert_int_equal(xf_round_site_accepted(r, c[0], NULL), XF_OK);
+  assert_int_equal(xf_round_site_refused(r, c[1], "policy", NULL), XF_OK);
+  assert_int_equal(n_actions(r), 0);
+  /* One accepted of three, min_sites 2: the last refusal closes it, no GO. */
+  assert_int_equal(xf_round_site_refused(r, c[2], "policy", NULL), XF_OK);
+  assert_int_equal(count_actions(r, XF_ROUND_ACT_GO), 0);
+  assert_int_equal(count_actions(r, XF_ROUND_ACT_CANCEL), 1); /* the one that accepted */
+  assert_int_equal(last_action(r)->kind, XF_ROUND_ACT_RETRY);
+  assert_int_equal(xf_round_get_state(r), XF_ROUND_READY);
+  xf_round_free(r);
+}
+
+static void silent_sites_are_dropped_when_the_confirmation_window_ends(void **state) {
+  (void)state;
+  xf_jobspec spec = spec_of(2);
+  xf_round *r = confirming_round(&spec, 3, 5.0);
+  assert_true(xf_round_confirm_deadline(r) == 5.0);
+  size_t n;
+  uint64_t c[3];
+  memcpy(c, xf_round_cohort(r, &n), sizeof(c));
+  assert_int_equal(xf_round_site_accepted(r, c[0], NULL), XF_OK);
+  assert_int_equal(xf_round_site_accepted(r, c[1], NULL), XF_OK);
+  assert_int_equal(xf_round_tick(r, 4.9, NULL), XF_OK);
+  assert_int_equal(n_actions(r), 0);
+  assert_int_equal(xf_round_tick(r, 5.0, NULL), XF_OK);
+  /* The silent one is cancelled and dropped, the two others go. */
+  assert_int_equal(count_actions(r, XF_ROUND_ACT_CANCEL), 1);
+  assert_int_equal(count_actions(r, XF_ROUND_ACT_GO), 2);
+  xf_participant_state ps;
+  assert_int_equal(xf_round_site(r, c[2], &ps, NULL, NULL), XF_OK);
+  assert_int_equal(ps, XF_PARTICIPANT_DROPPED);
+  /* The round's own deadline still closes it. */
+  assert_int_equal(xf_round_update_reported(r, c[0], 5, NULL), XF_OK);
+  assert_int_equal(xf_round_tick(r, 100.0, NULL), XF_OK);
+  assert_int_equal(last_action(r)->kind, XF_ROUND_ACT_RETRY);
+  xf_round_free(r);
+}
+
+static void confirmation_window_is_checked(void **state) {
+  (void)state;
+  xf_jobspec spec = spec_of(2);
+  xf_round *r = round_new(&spec, 1, 1, 0);
+  assert_int_equal(xf_round_set_confirm(r, -1, NULL), XF_EINVAL);
+  assert_int_equal(xf_round_set_confirm(r, INFINITY, NULL), XF_EINVAL);
+  assert_int_equal(xf_round_set_confirm(r, 0, NULL), XF_OK);
+  xf_round_free(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(round_closes_at_deadline_with_quorum),
@@ -810,6 +907,10 @@ int main(void) {
       cmocka_unit_test(over_selection_ignores_late_reports),
       cmocka_unit_test(cohort_is_deterministic_for_seed_and_round),
       cmocka_unit_test(refused_site_is_not_waited_for),
+      cmocka_unit_test(confirmed_cohort_gets_go_once_every_site_answered),
+      cmocka_unit_test(too_few_acceptances_close_the_attempt_before_anyone_trains),
+      cmocka_unit_test(silent_sites_are_dropped_when_the_confirmation_window_ends),
+      cmocka_unit_test(confirmation_window_is_checked),
       cmocka_unit_test(job_fails_after_bounded_retries),
       cmocka_unit_test(journal_schema_migrates_fresh_and_reopens),
       cmocka_unit_test(journal_resumes_round_after_kill_mid_commit),
