@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The streaming aggregator of a round: staging of updates in flight, exact
  * once-only arrival checks, the exact fixed-point weighted sum, and the robust
- * coordinate-wise median and trimmed mean. */
+ * coordinate-wise median and trimmed mean, weighted by the votes (sites) each
+ * input stands for. */
 #include "coordinator/aggregate.h"
 
 #include <float.h>
@@ -48,13 +49,24 @@ struct xf_agg_update {
   bool spoiled;
 };
 
+/* A committed update of a robust kind, kept until finish. */
+typedef struct xf__row {
+  float *values;
+  uint64_t site_id;
+  uint64_t weight; /* votes: the sites the update stands for */
+} xf__row;
+
+/* Robust kinds sort (value, rank) pairs packed in 64 bits, the rank in the
+ * low 32, so a round holds fewer than 2^32 updates; no round comes near. */
+#define XF__ROBUST_CAPACITY_MAX UINT32_MAX
+
 struct xf_aggregator {
   xf_job_strategy strategy;
   bool robust;
   size_t n_params;
   size_t capacity;        /* robust: rows held at most, committed + in flight */
   xf__fixed_sum *sum;     /* mean-based: exact sum of weight * fixed(value) */
-  float **rows;           /* robust: committed rows, capacity slots */
+  xf__row *rows;          /* robust: committed rows sorted by site id, capacity slots */
   size_t n_committed;
   uint64_t total_weight;  /* committed */
   uint64_t pending_weight; /* in flight */
@@ -226,10 +238,10 @@ xf_err xf_aggregator_create(const xf_job_strategy *strategy, size_t n_params,
             err, XF_EINVAL, "aggregator: unknown strategy kind %d", (int)strategy->kind);
   bool robust = xf_job_strategy_is_robust(strategy->kind);
   if (robust) {
-    XF_ENSURE(robust_capacity > 0, err, XF_EINVAL,
-              "aggregator: %s holds every update in memory and needs a capacity of at least "
-              "one update",
-              xf_job_strategy_kind_name(strategy->kind));
+    XF_ENSURE(robust_capacity > 0 && robust_capacity <= XF__ROBUST_CAPACITY_MAX, err, XF_EINVAL,
+              "aggregator: %s holds every update in memory and needs a capacity of 1..2^32-1 "
+              "updates, got %zu",
+              xf_job_strategy_kind_name(strategy->kind), robust_capacity);
     XF_ENSURE(!(strategy->kind == XF_JOB_STRATEGY_TRIMMED_MEAN) ||
                   (strategy->trim_fraction >= 0 && strategy->trim_fraction < 0.5),
               err, XF_EINVAL, "aggregator: trim_fraction must be in [0, 0.5), got %g",
@@ -242,7 +254,7 @@ xf_err xf_aggregator_create(const xf_job_strategy *strategy, size_t n_params,
   agg->n_params = n_params;
   if (robust) {
     agg->capacity = robust_capacity;
-    agg->rows = xf_calloc(robust_capacity, sizeof(float *));
+    agg->rows = xf_calloc(robust_capacity, sizeof(xf__row));
     if (!agg->rows) goto nomem;
   } else {
     agg->sum = xf_mallocarray(n_params, sizeof(xf__fixed_sum));
@@ -292,7 +304,7 @@ void xf_aggregator_free(xf_aggregator *agg) {
   if (!agg) return;
   while (agg->in_flight) xf__update_discard(agg->in_flight);
   if (agg->rows)
-    for (size_t i = 0; i < agg->n_committed; i++) xf_free(agg->rows[i]);
+    for (size_t i = 0; i < agg->n_committed; i++) xf_free(agg->rows[i].values);
   xf_free(agg->rows);
   xf_free(agg->sum);
   xf_free(agg->spare);
@@ -405,7 +417,14 @@ xf_err xf_aggregator_end_update(xf_agg_update *upd, xf_errctx *err) {
                    site, got, agg->n_params, missing);
   }
   if (agg->robust) {
-    agg->rows[agg->n_committed] = upd->values;
+    /* Rows are kept in order of site id, so that a row's index is its rank
+     * in finish's tie order whatever the order of commits. */
+    size_t at = agg->n_committed;
+    while (at > 0 && agg->rows[at - 1].site_id > site) {
+      agg->rows[at] = agg->rows[at - 1];
+      at--;
+    }
+    agg->rows[at] = (xf__row){.values = upd->values, .site_id = site, .weight = upd->weight};
   } else {
     /* The one place the sum changes. Integer addition is exact, so the sum
      * is the same whatever order the updates are committed in. */
@@ -428,32 +447,88 @@ size_t xf_aggregator_in_flight(const xf_aggregator *agg) { return agg->n_in_flig
 
 /* ---- finish ----------------------------------------------------------------- */
 
-/* Total order on finite floats by value, with -0 before +0, so that sorting
- * gives the same bits whatever order the rows were committed in. */
+/* Total order on finite floats by value, with -0 before +0, as unsigned
+ * integers; xf__order_value inverts it. */
 static uint32_t xf__order_key(float f) {
   uint32_t u;
   memcpy(&u, &f, sizeof(u));
   return (u & UINT32_C(0x80000000)) ? ~u : u | UINT32_C(0x80000000);
 }
 
-static int xf__cmp_float(const void *a, const void *b) {
-  uint32_t ka = xf__order_key(*(const float *)a), kb = xf__order_key(*(const float *)b);
-  return (ka > kb) - (ka < kb);
+static float xf__order_value(uint32_t key) {
+  uint32_t u = (key & UINT32_C(0x80000000)) ? key & UINT32_C(0x7fffffff) : ~key;
+  float f;
+  memcpy(&f, &u, sizeof(f));
+  return f;
 }
 
-/* Sorted-column reducers for the robust kinds; col holds k finite floats. */
-static float xf__median(float *col, size_t k) {
-  qsort(col, k, sizeof(float), xf__cmp_float);
-  if (k % 2) return col[k / 2];
+/* Sorts n distinct keys ascending: Shell sort with gaps growing about 2.25
+ * times (1, 3, 7, 16, 37, 84, ...), the last pass an insertion sort. No
+ * allocation and no recursion, as finish runs it once per coordinate, and
+ * faster than qsort's comparator calls for the tens to hundreds of updates
+ * a round holds. The keys are distinct, so every correct sort gives the
+ * same order. */
+static void xf__sort_keys(uint64_t *a, size_t n) {
+  size_t gaps[64];
+  size_t g = 0;
+  for (size_t h = 1; h < n && g < sizeof(gaps) / sizeof(gaps[0]); h = h * 9 / 4 + 1) gaps[g++] = h;
+  while (g-- > 0) {
+    size_t h = gaps[g];
+    for (size_t i = h; i < n; i++) {
+      uint64_t x = a[i];
+      size_t j = i;
+      for (; j >= h && a[j - h] > x; j -= h) a[j] = a[j - h];
+      a[j] = x;
+    }
+  }
+}
+
+/* The reducers take one coordinate's values as sorted keys: the value's
+ * order key in the high 32 bits, the rank of its row (rows are in order of
+ * site id) in the low 32, so that the sort orders by value and then by site
+ * id. rows gives each rank's weight; w is the total weight. */
+static float xf__key_value(uint64_t key) { return xf__order_value((uint32_t)(key >> 32)); }
+
+static uint64_t xf__key_weight(const xf__row *rows, uint64_t key) {
+  return rows[(uint32_t)key].weight;
+}
+
+/* The weighted median: the value at which the cumulative weight first
+ * passes w / 2, or, where it is exactly w / 2 after some value, the mean of
+ * that value and the next. Cumulative weights are at most 2^53, so twice
+ * them is exact in 64 bits. With unit weights this is the middle value, or
+ * the mean of the two middle ones for an even count. */
+static float xf__weighted_median(const uint64_t *keys, size_t k, const xf__row *rows,
+                                 uint64_t w) {
+  uint64_t cum = 0;
+  size_t i = 0;
+  for (;; i++) {
+    cum += xf__key_weight(rows, keys[i]);
+    if (2 * cum >= w) break;
+  }
+  /* i < k - 1 whenever 2 cum == w: the weight after it is w / 2 > 0. */
+  if (2 * cum > w || i + 1 == k) return xf__key_value(keys[i]);
   /* The midpoint of two floats is exact in double; one rounding to float. */
-  return (float)(((double)col[k / 2 - 1] + (double)col[k / 2]) / 2.0);
+  return (float)(((double)xf__key_value(keys[i]) + (double)xf__key_value(keys[i + 1])) / 2.0);
 }
 
-static float xf__trimmed_mean(float *col, size_t k, size_t cut) {
-  qsort(col, k, sizeof(float), xf__cmp_float);
+/* The weighted trimmed mean: the units of weight in [cut, w - cut) of the
+ * sorted values are kept, an update straddling a bound keeping only its
+ * units inside, and their weighted mean is taken in double, summed in
+ * ascending order. Each term kept * value rounds once (kept <= 2^53 is
+ * exact); updates with no unit kept add nothing, so that with unit weights
+ * the sum is exactly the plain sum of the middle values. */
+static float xf__weighted_trimmed_mean(const uint64_t *keys, size_t k, const xf__row *rows,
+                                       uint64_t w, uint64_t cut) {
+  uint64_t lo = cut, hi = w - cut, cum = 0;
   double s = 0;
-  for (size_t i = cut; i < k - cut; i++) s += (double)col[i];
-  return (float)(s / (double)(k - 2 * cut));
+  for (size_t i = 0; i < k && cum < hi; i++) {
+    uint64_t start = cum;
+    cum += xf__key_weight(rows, keys[i]);
+    uint64_t from = start > lo ? start : lo, to = cum < hi ? cum : hi;
+    if (to > from) s += (double)(to - from) * (double)xf__key_value(keys[i]);
+  }
+  return (float)(s / (double)(hi - lo));
 }
 
 xf_err xf_aggregator_finish(const xf_aggregator *agg, float *out, xf_errctx *err) {
@@ -475,21 +550,26 @@ xf_err xf_aggregator_finish(const xf_aggregator *agg, float *out, xf_errctx *err
     return XF_OK;
   }
   size_t k = agg->n_committed;
-  float *col = xf_mallocarray(k, sizeof(float));
-  if (!col) return xf_fail(err, XF_ENOMEM, "aggregator: out of memory for %zu values", k);
-  /* trim_fraction * k may land a hair below an integer (0.29 * 100 gives
+  uint64_t w = agg->total_weight;
+  uint64_t *keys = xf_mallocarray(k, sizeof(uint64_t));
+  if (!keys) return xf_fail(err, XF_ENOMEM, "aggregator: out of memory for %zu values", k);
+  /* trim_fraction * w may land a hair below an integer (0.29 * 100 gives
    * 28.999...); the tolerance keeps such products at the integer meant. The
-   * cut stays below k / 2 because trim_fraction < 0.5. */
-  size_t cut = 0;
+   * cut stays below w / 2 because trim_fraction < 0.5. */
+  uint64_t cut = 0;
   if (agg->strategy.kind == XF_JOB_STRATEGY_TRIMMED_MEAN) {
-    cut = (size_t)floor(agg->strategy.trim_fraction * (double)k + 1e-9);
-    if (2 * cut >= k) cut = (k - 1) / 2;
+    cut = (uint64_t)floor(agg->strategy.trim_fraction * (double)w + 1e-9);
+    if (2 * cut >= w) cut = (w - 1) / 2;
   }
+  const xf__row *rows = agg->rows;
   for (size_t i = 0; i < agg->n_params; i++) {
-    for (size_t r = 0; r < k; r++) col[r] = agg->rows[r][i];
-    out[i] = agg->strategy.kind == XF_JOB_STRATEGY_MEDIAN ? xf__median(col, k)
-                                                          : xf__trimmed_mean(col, k, cut);
+    for (size_t r = 0; r < k; r++)
+      keys[r] = (uint64_t)xf__order_key(rows[r].values[i]) << 32 | (uint64_t)r;
+    xf__sort_keys(keys, k);
+    out[i] = agg->strategy.kind == XF_JOB_STRATEGY_MEDIAN
+                 ? xf__weighted_median(keys, k, rows, w)
+                 : xf__weighted_trimmed_mean(keys, k, rows, w, cut);
   }
-  xf_free(col);
+  xf_free(keys);
   return XF_OK;
 }

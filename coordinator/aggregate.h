@@ -57,15 +57,15 @@ typedef struct xf_agg_update xf_agg_update;
  *    its page faults off the path of the first update. robust_capacity is
  *    ignored.
  *  - robust kinds (median, trimmed_mean) hold every update until finish: at
- *    most robust_capacity (>= 1) updates, committed and in flight together,
- *    4.125 bytes per parameter each. A site past that is refused at
- *    begin_update. This is also why they cannot run under secure
+ *    most robust_capacity (1..2^32-1) updates, committed and in flight
+ *    together, 4.125 bytes per parameter each. A site past that is refused
+ *    at begin_update. This is also why they cannot run under secure
  *    aggregation, which reveals only the sum.
  *
  * Returns XF_OK, XF_EINVAL (n_params 0, an unknown kind, robust_capacity 0 or
- * trim_fraction outside [0, 0.5) for a robust kind) or XF_ENOMEM. The caller
- * owns *out and frees it with xf_aggregator_free; *out is written only on
- * success. */
+ * 2^32 or more, or trim_fraction outside [0, 0.5) for a robust kind) or
+ * XF_ENOMEM. The caller owns *out and frees it with xf_aggregator_free; *out
+ * is written only on success. */
 xf_err xf_aggregator_create(const xf_job_strategy *strategy, size_t n_params,
                             size_t robust_capacity, xf_aggregator **out,
                             xf_errctx *err) XF_WARN_UNUSED;
@@ -74,9 +74,16 @@ xf_err xf_aggregator_create(const xf_job_strategy *strategy, size_t n_params,
  * invalid). NULL is allowed. */
 void xf_aggregator_free(xf_aggregator *agg);
 
-/* Starts the update of site_id, weighted by weight (its training records:
- * 1..XF_AGG_WEIGHT_MAX; robust kinds check it and then ignore it). Any number
- * of updates may be in flight at once; their chunks may interleave. Returns
+/* Starts the update of site_id, weighted by weight, 1..XF_AGG_WEIGHT_MAX:
+ *  - mean-based kinds: the update's training records;
+ *  - robust kinds: the votes the update stands for, which the caller decides
+ *    and must not take from the site: 1 for one site's update, and for a
+ *    regional aggregate the number of sites it was computed from, so that a
+ *    region counts as its sites do (docs/aggregation.md, "Robust aggregation
+ *    across regions"). Passing training records here would let a site buy
+ *    influence over the median by claiming records.
+ * Any number of updates may be in flight at once; their chunks may
+ * interleave. Returns
  *   XF_EEXISTS  site_id already has an update in flight or committed this round;
  *   XF_EINVAL   weight 0 or above XF_AGG_WEIGHT_MAX, or the total would pass it;
  *   XF_ERANGE   a robust kind already holds robust_capacity updates;
@@ -129,16 +136,25 @@ size_t xf_aggregator_in_flight(const xf_aggregator *agg);
  *    weight: the sum rounded to double, divided in double, scaled exactly,
  *    and rounded to float, within about half a float ulp of the exact mean
  *    of the fixed-point values (docs/aggregation.md);
- *  - median: per coordinate, the middle of the sorted values; for an even
- *    count the mean of the two middle ones, computed in double;
- *  - trimmed_mean: per coordinate, k = floor(trim_fraction * K) values cut
- *    from each end of the K sorted values and the rest averaged in double,
- *    summed in ascending order.
- * Every kind's result depends only on the set of committed updates (with
- * their weights), not on their order.
+ *  - median: per coordinate, the weighted median. The values are sorted by
+ *    value (-0 before +0), ties by site id; with W the total weight, the
+ *    result is the value at which the cumulative weight first exceeds W/2,
+ *    or, where the cumulative weight is exactly W/2 after some value, the
+ *    mean of that value and the next, computed in double. With unit weights
+ *    this is the middle value, or the mean of the two middle ones for an
+ *    even count;
+ *  - trimmed_mean: per coordinate, k = floor(trim_fraction * W) units of
+ *    weight cut from each end of the values sorted as for the median (an
+ *    update straddling a cut keeps only its units inside it), and the
+ *    weighted mean of the rest: sum of (kept units * value) over the kept
+ *    updates in ascending order in double, divided by W - 2k. With unit
+ *    weights: k values cut from each end and the rest averaged.
+ * Every kind's result depends only on the set of committed (site id, weight,
+ * update) triples, not on their order.
  * Needs at least one committed update and none in flight (XF_EINVAL
- * otherwise); XF_ENOMEM for robust kinds (a K-float scratch). out is owned
- * by the caller; the aggregator is unchanged, so finish may be repeated. */
+ * otherwise); XF_ENOMEM for robust kinds (a scratch of 8 bytes per committed
+ * update). out is owned by the caller; the aggregator is unchanged, so
+ * finish may be repeated. */
 xf_err xf_aggregator_finish(const xf_aggregator *agg, float *out,
                             xf_errctx *err) XF_WARN_UNUSED;
 

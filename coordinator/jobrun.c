@@ -917,7 +917,12 @@ static void on_tensor_begin(xf__coord *co, xf__job *job, xf__site *s,
   }
   /* Central privacy averages clipped updates with equal weights, so that
    * one site moves the mean by at most clip / n (DP-FedAvg). */
-  s->rx_weight = is_aggregate_dp(&job->spec) ? 1 : m->weight;
+  /* Robust kinds count votes: one per site, a region's sites for its
+   * aggregate (coordinator/aggregate.h). */
+  uint64_t sites = s->regional ? (m->contributors ? m->contributors : 1) : 1;
+  s->rx_weight = is_aggregate_dp(&job->spec) ? 1
+                 : xf_job_strategy_is_robust(job->spec.strategy.kind) ? sites
+                                                                      : m->weight;
   s->waiting_admission = true;
   admit(co, job);
 }

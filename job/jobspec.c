@@ -1213,11 +1213,12 @@ xf_err xf_jobspec_validate(const xf_jobspec *s, xf_errctx *err) {
                        XF__FEDPROX_DEFAULT_MU);
   if ((unsigned)s->topology >= XF__COUNT(xf__topology_names))
     return xf__fail_at(err, XF_EFORMAT, "topology", "unknown value %d", (int)s->topology);
-  if (s->topology == XF_JOB_TOPOLOGY_REGIONAL && xf_job_strategy_is_robust(s->strategy.kind))
-    return xf__fail_at(err, XF_EFORMAT, "topology",
-                       "\"regional\" forwards one aggregate per region, but \"%s\" needs "
-                       "every site's update; use \"flat\" or a mean-based strategy such as "
-                       "fedavg",
+  if (xf_job_strategy_is_robust(s->strategy.kind) && s->privacy.unit == XF_PRIVACY_UNIT_SITE &&
+      s->privacy.mode == XF_PRIVACY_CENTRAL)
+    return xf__fail_at(err, XF_EFORMAT, "privacy.mode",
+                       "central noise is calibrated to the sensitivity of a mean (clip / n), but "
+                       "a coordinate-wise \"%s\" can move further when one site changes; use "
+                       "mode \"local\", unit \"record\", or a mean-based strategy",
                        strategy);
   if (sa->enabled && xf_job_strategy_is_robust(s->strategy.kind))
     return xf__fail_at(err, XF_EFORMAT, "strategy.name",

@@ -185,8 +185,8 @@ typedef struct xf_jobspec {
   uint32_t min_sites;          /* reports needed for a round to count:
                                   1..100000; default 2 */
   double round_deadline_s;     /* seconds from task to close: (0, 604800]; default 600 */
-  xf_job_topology topology;    /* default flat; regional refuses median and
-                                  trimmed_mean, which need every update */
+  xf_job_topology topology;    /* default flat; regional: sites behind regional
+                                  aggregators take part through them */
   xf_job_local local;
   xf_job_strategy strategy;
   xf_privacy_spec privacy;

@@ -535,7 +535,7 @@ static void median_known_answers_odd_even_and_signed_zero(void **state) {
   const float r4[4] = {10, 5, -0.0f, 3};
   xf_aggregator *agg = new_agg(XF_JOB_STRATEGY_MEDIAN, 4, 8);
   float out[4];
-  submit(agg, 1, 100, r1, 4);
+  submit(agg, 1, 1, r1, 4); /* one site, one vote */
   submit(agg, 2, 1, r2, 4);
   submit(agg, 3, 1, r3, 4);
   finish_into(agg, out);
@@ -559,8 +559,10 @@ static void byzantine_update_does_not_move_the_median(void **state) {
   }
   for (int i = 0; i < N; i++) byz[i] = (i % 2) ? 1e6f : -1e6f;
   xf_aggregator *agg = new_agg(XF_JOB_STRATEGY_MEDIAN, N, 5);
+  /* A site's weight under a robust kind is its vote, which the caller sets
+   * to 1 whatever the site claims. */
   for (int s = 0; s < 4; s++) submit(agg, (uint64_t)s, 1, honest[s], N);
-  submit(agg, 99, 1000000, byz, N);
+  submit(agg, 99, 1, byz, N);
   finish_into(agg, out);
   for (int i = 0; i < N; i++) {
     float lo = honest[0][i], hi = honest[0][i];
@@ -646,6 +648,408 @@ static void robust_capacity_is_enforced_with_a_clear_error(void **state) {
   assert_int_equal(xf_aggregator_begin_update(agg, 4, 1, &u, NULL), XF_ERANGE);
   assert_int_equal(xf_aggregator_committed(agg), 2);
   xf_aggregator_free(agg);
+}
+
+/* ---- robust aggregation with weights (votes) --------------------------------------- */
+
+static xf_aggregator *new_robust(xf_job_strategy_kind kind, double trim, size_t n, size_t cap) {
+  xf_job_strategy s = strategy_of(kind);
+  s.trim_fraction = trim;
+  xf_aggregator *agg = NULL;
+  assert_int_equal(xf_aggregator_create(&s, n, cap, &agg, NULL), XF_OK);
+  return agg;
+}
+
+/* The robust aggregate of one coordinate: vals[i] from site i with weight
+ * w[i]. */
+static float robust_of(xf_job_strategy_kind kind, double trim, const float *vals,
+                       const uint64_t *w, size_t k) {
+  xf_aggregator *agg = new_robust(kind, trim, 1, k);
+  for (size_t i = 0; i < k; i++) submit(agg, i, w[i], &vals[i], 1);
+  float out;
+  finish_into(agg, &out);
+  xf_aggregator_free(agg);
+  return out;
+}
+
+static void weighted_median_counts_a_regional_input_by_its_sites(void **state) {
+  (void)state;
+  /* Four direct sites and one regional aggregate (the last value). */
+  const float v[5] = {4, 1, 10, 3, 2};
+  /* As one vote the region is one value among five: the median is 3. */
+  const uint64_t one_vote[5] = {1, 1, 1, 1, 1};
+  assert_true(robust_of(XF_JOB_STRATEGY_MEDIAN, 0, v, one_vote, 5) == 3.0f);
+  /* A region of three sites: 1, 2, 3, 4 and 10 three times: the median is 4. */
+  const uint64_t three[5] = {1, 1, 3, 1, 1};
+  assert_true(robust_of(XF_JOB_STRATEGY_MEDIAN, 0, v, three, 5) == 4.0f);
+  /* A region of five sites holds a majority of the nine sites: its value. */
+  const uint64_t five[5] = {1, 1, 5, 1, 1};
+  assert_true(robust_of(XF_JOB_STRATEGY_MEDIAN, 0, v, five, 5) == 10.0f);
+
+  /* A weight of m counts exactly as m sites with that value, bit for bit. */
+  enum { N = 400 };
+  xf_rng r;
+  xf_rng_seed(&r, 61, 0);
+  float *direct[3], *region = rand_floats(&r, N, 1), weighted[N], expanded[N];
+  for (int s = 0; s < 3; s++) direct[s] = rand_floats(&r, N, 1);
+  for (uint64_t m = 1; m <= 6; m++) {
+    xf_aggregator *a = new_agg(XF_JOB_STRATEGY_MEDIAN, N, 4);
+    xf_aggregator *b = new_agg(XF_JOB_STRATEGY_MEDIAN, N, 3 + m);
+    for (int s = 0; s < 3; s++) {
+      submit(a, (uint64_t)s, 1, direct[s], N);
+      submit(b, (uint64_t)s, 1, direct[s], N);
+    }
+    submit(a, 100, m, region, N);
+    for (uint64_t j = 0; j < m; j++) submit(b, 100 + j, 1, region, N);
+    assert_int_equal(xf_aggregator_total_weight(a), 3 + m);
+    finish_into(a, weighted);
+    finish_into(b, expanded);
+    assert_memory_equal(weighted, expanded, sizeof(weighted));
+    xf_aggregator_free(a), xf_aggregator_free(b);
+  }
+  for (int s = 0; s < 3; s++) free(direct[s]);
+  free(region);
+}
+
+static void weighted_median_at_exactly_half_takes_the_mean_of_the_straddling_values(void **state) {
+  (void)state;
+  /* W = 8: the cumulative weight is 3 after 1 and exactly 4 after 2, so the
+   * median is the mean of 2 and the next value, 5. */
+  const float v[4] = {9, 2, 5, 1};
+  const uint64_t w[4] = {2, 1, 2, 3};
+  assert_true(robust_of(XF_JOB_STRATEGY_MEDIAN, 0, v, w, 4) == 3.5f);
+  /* One more unit on 1 (W = 9, half 4.5): the cumulative 5 after 2 passes it. */
+  const uint64_t w1[4] = {2, 1, 2, 4};
+  assert_true(robust_of(XF_JOB_STRATEGY_MEDIAN, 0, v, w1, 4) == 2.0f);
+  /* One more unit on 9 instead: the cumulative 6 after 5 passes it. */
+  const uint64_t w9[4] = {3, 1, 2, 3};
+  assert_true(robust_of(XF_JOB_STRATEGY_MEDIAN, 0, v, w9, 4) == 5.0f);
+  /* Two more units on 1 (W = 10): exactly half after 1, the mean of 1 and 2. */
+  const uint64_t w11[4] = {2, 1, 2, 5};
+  assert_true(robust_of(XF_JOB_STRATEGY_MEDIAN, 0, v, w11, 4) == 1.5f);
+  /* The mean is taken in double and rounded once: two neighbouring floats
+   * whose midpoint is a tie rounds to the even one. */
+  const float near[2] = {1.0f, 0x1.000002p0f};
+  const uint64_t heavy[2] = {7, 7};
+  assert_true(robust_of(XF_JOB_STRATEGY_MEDIAN, 0, near, heavy, 2) == 1.0f);
+  /* The next value is the next in the sorted order, whoever's it is. */
+  const float same[3] = {-2, 4, 4};
+  const uint64_t ws[3] = {5, 3, 2};
+  assert_true(robust_of(XF_JOB_STRATEGY_MEDIAN, 0, same, ws, 3) == 1.0f); /* mean(-2, 4) */
+  /* Half reached inside a run of equal values: their mean is that value. */
+  const uint64_t ws3[3] = {1, 1, 2};
+  assert_true(robust_of(XF_JOB_STRATEGY_MEDIAN, 0, same, ws3, 3) == 4.0f); /* mean(4, 4) */
+}
+
+/* The total order of the aggregator: by value, -0 before +0. */
+static int cmp_float_total(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  if (x < y) return -1;
+  if (x > y) return 1;
+  return (int)(signbit(y) != 0) - (int)(signbit(x) != 0);
+}
+
+/* The unweighted rules as they were before weights counted, as a reference. */
+static float classic_median(float *col, size_t k) {
+  qsort(col, k, sizeof(float), cmp_float_total);
+  if (k % 2) return col[k / 2];
+  return (float)(((double)col[k / 2 - 1] + (double)col[k / 2]) / 2.0);
+}
+
+static float classic_trimmed_mean(float *col, size_t k, size_t cut) {
+  qsort(col, k, sizeof(float), cmp_float_total);
+  double s = 0;
+  for (size_t i = cut; i < k - cut; i++) s += (double)col[i];
+  return (float)(s / (double)(k - 2 * cut));
+}
+
+static void unit_weights_give_the_classic_median(void **state) {
+  (void)state;
+  enum { N = 200, KMAX = 12 };
+  xf_rng r;
+  xf_rng_seed(&r, 62, 0);
+  float out[N], col[KMAX];
+  for (size_t k = 1; k <= KMAX; k++) {
+    float *v[KMAX];
+    for (size_t s = 0; s < k; s++) {
+      v[s] = wide_floats(&r, N);
+      /* Ties and signed zeros in some coordinates. */
+      v[s][0] = s % 2 ? 0.0f : -0.0f;
+      v[s][1] = (float)(s % 3);
+    }
+    for (int kind = 0; kind < 2; kind++) {
+      double trim = 0.1 + 0.13 * (double)(k % 3);
+      xf_aggregator *agg = new_robust(kind ? XF_JOB_STRATEGY_TRIMMED_MEAN : XF_JOB_STRATEGY_MEDIAN,
+                                      trim, N, k);
+      /* Committed in a rotated order, with site ids that fall as s rises. */
+      for (size_t j = 0; j < k; j++) {
+        size_t s = (j + k / 2) % k;
+        submit(agg, 1000 - 3 * s, 1, v[s], N);
+      }
+      finish_into(agg, out);
+      size_t cut = (size_t)floor(trim * (double)k + 1e-9);
+      if (2 * cut >= k) cut = (k - 1) / 2;
+      for (size_t i = 0; i < N; i++) {
+        for (size_t s = 0; s < k; s++) col[s] = v[s][i];
+        float want = kind ? classic_trimmed_mean(col, k, cut) : classic_median(col, k);
+        if (memcmp(&out[i], &want, sizeof(float)) != 0)
+          fail_msg("%s of %zu, coordinate %zu: %a, classic %a", kind ? "trimmed" : "median", k,
+                   i, (double)out[i], (double)want);
+      }
+      xf_aggregator_free(agg);
+    }
+    for (size_t s = 0; s < k; s++) free(v[s]);
+  }
+}
+
+static void weighted_trimmed_mean_cuts_units_of_weight_from_each_end(void **state) {
+  (void)state;
+  /* W = 10, trim 0.2: two units cut from each end, here exactly the -100 and
+   * the 100: (3 * 1 + 3 * 2) / 6. */
+  const float v[4] = {100, 2, -100, 1};
+  const uint64_t w[4] = {2, 3, 2, 3};
+  assert_true(robust_of(XF_JOB_STRATEGY_TRIMMED_MEAN, 0.2, v, w, 4) == 1.5f);
+  /* trim 0: the weighted mean of all, (200 + 6 - 200 + 3) / 10. */
+  assert_true(robust_of(XF_JOB_STRATEGY_TRIMMED_MEAN, 0.0, v, w, 4) == 0.9f);
+  /* The cut counts units of weight, not updates: with unit weights 0.2 of
+   * four updates cuts nothing. */
+  const uint64_t unit[4] = {1, 1, 1, 1};
+  assert_true(robust_of(XF_JOB_STRATEGY_TRIMMED_MEAN, 0.2, v, unit, 4) == 0.75f);
+  /* The tolerance of floor(trim * W) holds for weights: 0.29 * 100 cuts 29
+   * units, here all of the 29 at each end. */
+  const float three[3] = {-7, 5, 7};
+  const uint64_t w3[3] = {29, 42, 29};
+  assert_true(robust_of(XF_JOB_STRATEGY_TRIMMED_MEAN, 0.29, three, w3, 3) == 5.0f);
+
+  /* A weight of m counts as m sites of that value: with values of few
+   * significant bits every sum is exact, so the two agree bit for bit. */
+  enum { N = 300 };
+  xf_rng r;
+  xf_rng_seed(&r, 63, 0);
+  float *rows[4];
+  const uint64_t ws[4] = {1, 4, 2, 3};
+  for (int s = 0; s < 4; s++) {
+    rows[s] = malloc(N * sizeof(float));
+    for (size_t i = 0; i < N; i++) rows[s][i] = (float)((int)xf_rng_below(&r, 64) - 32) / 8.0f;
+  }
+  const double trims[] = {0.0, 0.1, 0.15, 0.2, 0.3, 0.49};
+  for (size_t t = 0; t < sizeof(trims) / sizeof(trims[0]); t++) {
+    xf_aggregator *a = new_robust(XF_JOB_STRATEGY_TRIMMED_MEAN, trims[t], N, 4);
+    xf_aggregator *b = new_robust(XF_JOB_STRATEGY_TRIMMED_MEAN, trims[t], N, 10);
+    uint64_t site = 0;
+    for (int s = 0; s < 4; s++) {
+      submit(a, (uint64_t)s * 10, ws[s], rows[s], N);
+      for (uint64_t j = 0; j < ws[s]; j++) submit(b, site++, 1, rows[s], N);
+    }
+    float got[N], want[N];
+    finish_into(a, got);
+    finish_into(b, want);
+    assert_memory_equal(got, want, sizeof(got));
+    xf_aggregator_free(a), xf_aggregator_free(b);
+  }
+  for (int s = 0; s < 4; s++) free(rows[s]);
+}
+
+static void trimmed_cut_inside_a_heavy_update_keeps_its_remaining_units(void **state) {
+  (void)state;
+  /* W = 8, trim 0.25: two units cut from each end. At the bottom 0 and 2
+   * go whole; at the top two of the five units of 10 go and three stay:
+   * (4 + 3 * 10) / 4. */
+  const float v[4] = {10, 0, 4, 2};
+  const uint64_t w[4] = {5, 1, 1, 1};
+  assert_true(robust_of(XF_JOB_STRATEGY_TRIMMED_MEAN, 0.25, v, w, 4) == 8.5f);
+  /* Mirrored at the bottom: (-4 - 30) / 4. */
+  const float m[4] = {-10, 0, -4, -2};
+  assert_true(robust_of(XF_JOB_STRATEGY_TRIMMED_MEAN, 0.25, m, w, 4) == -8.5f);
+  /* Both cuts inside one update: W = 13, trim 0.3 cuts 3 units from each
+   * end: the 1, the 2 and one unit of 5 at the bottom, both units of 100 and
+   * one of 5 at the top. 7 units of 5 remain. */
+  const float c[4] = {1, 2, 5, 100};
+  const uint64_t wc[4] = {1, 1, 9, 2};
+  assert_true(robust_of(XF_JOB_STRATEGY_TRIMMED_MEAN, 0.3, c, wc, 4) == 5.0f);
+  /* Each cut inside an outlier: W = 10, cut 2, and each outlier keeps one of
+   * its three units: (-6 + 2 * 3 + 2 * 7 + 1000) / 6. */
+  const float d[4] = {1000, 3, -6, 7};
+  const uint64_t wd[4] = {3, 2, 3, 2};
+  assert_true(robust_of(XF_JOB_STRATEGY_TRIMMED_MEAN, 0.2, d, wd, 4) == 169.0f);
+}
+
+static void robust_result_does_not_depend_on_commit_order_with_weights(void **state) {
+  (void)state;
+  enum { N = 256, K = 6 };
+  xf_rng r;
+  xf_rng_seed(&r, 64, 0);
+  float *v[K], want[N], got[N];
+  const uint64_t w[K] = {3, 1, 5, 2, 1, 4}; /* W = 16 */
+  /* Values over many binades, so that the double sum of the trimmed mean
+   * rounds and would tell orders of its terms apart. */
+  for (int s = 0; s < K; s++) v[s] = wide_floats(&r, N);
+  /* Ties across sites of different weights, so that the tie order (by site
+   * id) decides which update a cut straddles and the order of the sum. */
+  for (size_t i = 0; i < N; i += 2) {
+    v[1][i] = v[0][i];
+    v[4][i] = v[2][i];
+    v[5][i] = v[0][i];
+  }
+  v[2][1] = 0.0f, v[3][1] = -0.0f, v[5][1] = 0.0f;
+  /* Coordinate 3: the cumulative weight is exactly W / 2 = 8 after site 0's
+   * value (sites 1 and 5 below it). */
+  v[1][3] = -3, v[5][3] = -2, v[0][3] = -1, v[2][3] = 1, v[3][3] = 2, v[4][3] = 3;
+  /* Coordinate 5, for trim 0.3 (cut 4 units): sites 0 and 4 tie at a = -2^-50
+   * and the top cut falls inside the pair, keeping two of its four units.
+   * Site 0 first keeps both: s = -(3 + 2^-21) - 5 + 2a exactly, and s / 8
+   * is just below the float midpoint -(1 + 2^-24), giving -(1 + 2^-23).
+   * Site 4 first keeps one each: s + a rounds back to s, a tie to even,
+   * twice, and s / 8 on the midpoint rounds to -1. */
+  v[5][5] = -1e6f, v[1][5] = -0x1.800004p1f, v[2][5] = -1, v[0][5] = -0x1p-50f,
+  v[4][5] = -0x1p-50f, v[3][5] = 1e6f;
+  const double trims[] = {0.1, 0.2, 0.3};
+  for (int kind = 0; kind < 4; kind++) {
+    bool median = kind == 0;
+    double trim = median ? 0 : trims[kind - 1];
+    int order[K] = {0, 1, 2, 3, 4, 5};
+    int perms = 0;
+    do {
+      xf_aggregator *agg = new_robust(median ? XF_JOB_STRATEGY_MEDIAN
+                                             : XF_JOB_STRATEGY_TRIMMED_MEAN,
+                                      trim, N, K);
+      for (int j = 0; j < K; j++) submit(agg, (uint64_t)order[j] + 40, w[order[j]], v[order[j]], N);
+      finish_into(agg, perms == 0 ? want : got);
+      if (perms > 0) assert_memory_equal(got, want, sizeof(want));
+      xf_aggregator_free(agg);
+      perms++;
+    } while (next_permutation(order, K));
+    assert_int_equal(perms, 720);
+    if (median) assert_true(want[3] == 0.0f); /* mean(-1, 1) */
+    if (trim == 0.3) assert_true(want[5] == -0x1.000002p0f);
+  }
+  for (int s = 0; s < K; s++) free(v[s]);
+}
+
+static void robust_weights_are_bounded_and_exact_at_the_limit(void **state) {
+  (void)state;
+  /* A robust round's rank of an update fits 32 bits: so does its capacity. */
+  xf_job_strategy st = strategy_of(XF_JOB_STRATEGY_MEDIAN);
+  xf_aggregator *none = NULL;
+  if (SIZE_MAX > UINT32_MAX)
+    assert_int_equal(xf_aggregator_create(&st, 2, (size_t)UINT32_MAX + 1, &none, NULL), XF_EINVAL);
+  assert_null(none);
+  const uint64_t half = XF_AGG_WEIGHT_MAX / 2;
+  const float a[2] = {1, -4}, b[2] = {3, 8}, c[2] = {100, 100};
+  float out[2];
+  xf_aggregator *agg = new_agg(XF_JOB_STRATEGY_MEDIAN, 2, 3);
+  submit(agg, 1, half, a, 2);
+  submit(agg, 2, half, b, 2);
+  /* The total is 2^53: nothing more can begin, as for the mean. */
+  xf_agg_update *u = NULL;
+  assert_int_equal(xf_aggregator_begin_update(agg, 3, 1, &u, NULL), XF_EINVAL);
+  assert_int_equal(xf_aggregator_begin_update(agg, 3, 0, &u, NULL), XF_EINVAL);
+  /* Exactly half each: the mean of the two. */
+  finish_into(agg, out);
+  assert_true(out[0] == 2.0f && out[1] == 2.0f);
+  xf_aggregator_free(agg);
+
+  /* One unit short of 2^53 in all: a's 2^52 is more than half, so its values
+   * are the median, on either side of the others. */
+  agg = new_agg(XF_JOB_STRATEGY_MEDIAN, 2, 3);
+  submit(agg, 1, half, a, 2);
+  submit(agg, 2, half - 2, b, 2);
+  submit(agg, 3, 1, c, 2);
+  finish_into(agg, out);
+  assert_true(out[0] == 1.0f && out[1] == -4.0f);
+  xf_aggregator_free(agg);
+
+  /* A trimmed mean of W = 2^53 - 1 cuts k = floor(0.49 W) units from each
+   * end: both cuts fall inside the two updates, which keep 2^52 - k and
+   * 2^52 - k - 1 units. */
+  const uint64_t w = XF_AGG_WEIGHT_MAX - 1;
+  const uint64_t k = (uint64_t)floor(0.49 * (double)w + 1e-9);
+  const double ka = (double)(half - k), kb = (double)(half - k - 1), kept = (double)(w - 2 * k);
+  agg = new_robust(XF_JOB_STRATEGY_TRIMMED_MEAN, 0.49, 2, 3);
+  submit(agg, 1, half, a, 2);
+  submit(agg, 2, half - 1, b, 2);
+  finish_into(agg, out);
+  assert_true(kept == ka + kb);
+  assert_true(out[0] == (float)((ka * 1 + kb * 3) / kept));
+  assert_true(out[1] == (float)((ka * -4 + kb * 8) / kept));
+  /* Both a hair below 2 in double (2^-47 and 2^-45), which round to 2. */
+  assert_true(out[0] == 2.0f && out[1] == 2.0f);
+  xf_aggregator_free(agg);
+}
+
+/* Two levels as a regional topology runs them: each region takes the median
+ * of its sites with one vote each, and the global aggregator takes the
+ * regional medians weighted by their sites (the regional total weight) beside
+ * the direct sites' updates. Returns the global median of one coordinate.
+ * vals holds the sites' values region by region; region_size[g] sites each,
+ * size 1 for a direct site. */
+static float two_level_median(const float *vals, const size_t *region_size, size_t regions) {
+  xf_aggregator *global = new_agg(XF_JOB_STRATEGY_MEDIAN, 1, regions);
+  size_t at = 0;
+  for (size_t g = 0; g < regions; g++) {
+    xf_aggregator *regional = new_agg(XF_JOB_STRATEGY_MEDIAN, 1, region_size[g]);
+    for (size_t s = 0; s < region_size[g]; s++) submit(regional, s, 1, &vals[at + s], 1);
+    at += region_size[g];
+    float m;
+    finish_into(regional, &m);
+    submit(global, g, xf_aggregator_total_weight(regional), &m, 1);
+    xf_aggregator_free(regional);
+  }
+  float out;
+  finish_into(global, &out);
+  xf_aggregator_free(global);
+  return out;
+}
+
+/* The guarantee of docs/aggregation.md: the result stays within the honest
+ * sites' values while the regions in which at least half the sites are
+ * Byzantine hold fewer than half of all the sites; and it is tight: a
+ * quarter of the sites, half of each of the regions holding half the sites,
+ * moves it anywhere. */
+static void two_level_median_holds_while_captured_regions_hold_under_half_the_sites(void **state) {
+  (void)state;
+  enum { MAXS = 40 };
+  xf_rng r;
+  xf_rng_seed(&r, 65, 0);
+  for (int trial = 0; trial < 300; trial++) {
+    size_t regions = 1 + (size_t)xf_rng_below(&r, 7), size[8], total = 0;
+    for (size_t g = 0; g < regions; g++) {
+      size[g] = 1 + (size_t)xf_rng_below(&r, 6);
+      total += size[g];
+    }
+    float vals[MAXS];
+    bool byz[MAXS];
+    size_t captured = 0, at = 0;
+    float lo = INFINITY, hi = -INFINITY;
+    for (size_t g = 0; g < regions; g++) {
+      size_t bad = (size_t)xf_rng_below(&r, size[g] + 1);
+      if (2 * bad >= size[g]) captured += size[g];
+      for (size_t s = 0; s < size[g]; s++) {
+        byz[at + s] = s < bad;
+        vals[at + s] = byz[at + s] ? (xf_rng_below(&r, 2) ? 1e30f : -1e30f)
+                                   : (float)xf_rng_uniform(&r);
+        if (!byz[at + s]) lo = fminf(lo, vals[at + s]), hi = fmaxf(hi, vals[at + s]);
+      }
+      at += size[g];
+    }
+    if (2 * captured >= total) continue;
+    float m = two_level_median(vals, size, regions);
+    if (!(m >= lo && m <= hi))
+      fail_msg("trial %d: %g outside the honest [%g, %g]", trial, (double)m, (double)lo,
+               (double)hi);
+  }
+  /* Four regions of two sites: one Byzantine site in each of two regions,
+   * a quarter of the sites, captures half the weight. */
+  const float vals[8] = {0.1f, 1e30f, 0.2f, 1e30f, 0.3f, 0.4f, 0.5f, 0.6f};
+  const size_t size[4] = {2, 2, 2, 2};
+  assert_true(two_level_median(vals, size, 4) > 1e29f);
+  /* The same eight sites under one flat median stay in range. */
+  xf_aggregator *flat = new_agg(XF_JOB_STRATEGY_MEDIAN, 1, 8);
+  for (size_t s = 0; s < 8; s++) submit(flat, s, 1, &vals[s], 1);
+  float m;
+  finish_into(flat, &m);
+  assert_true(m >= 0.1f && m <= 0.6f);
+  xf_aggregator_free(flat);
 }
 
 /* ---- server optimizers against a double-precision reference -------------------------- */
@@ -1000,6 +1404,14 @@ int main(void) {
       cmocka_unit_test(trimmed_mean_known_answers),
       cmocka_unit_test(robust_results_do_not_depend_on_commit_order),
       cmocka_unit_test(robust_capacity_is_enforced_with_a_clear_error),
+      cmocka_unit_test(weighted_median_counts_a_regional_input_by_its_sites),
+      cmocka_unit_test(weighted_median_at_exactly_half_takes_the_mean_of_the_straddling_values),
+      cmocka_unit_test(unit_weights_give_the_classic_median),
+      cmocka_unit_test(weighted_trimmed_mean_cuts_units_of_weight_from_each_end),
+      cmocka_unit_test(trimmed_cut_inside_a_heavy_update_keeps_its_remaining_units),
+      cmocka_unit_test(robust_result_does_not_depend_on_commit_order_with_weights),
+      cmocka_unit_test(robust_weights_are_bounded_and_exact_at_the_limit),
+      cmocka_unit_test(two_level_median_holds_while_captured_regions_hold_under_half_the_sites),
       cmocka_unit_test(server_optimizers_match_a_double_reference),
       cmocka_unit_test(fedavgm_without_momentum_is_fedavg_bit_for_bit),
       cmocka_unit_test(save_and_load_mid_run_continues_bit_for_bit),

@@ -495,6 +495,9 @@ static void settings_that_contradict_each_other_are_refused(void **state) {
             "\"noise_multiplier\": 1}"),
        XF_EFORMAT, "privacy.mode", "use mode \"local\""},
       {SPEC(", \"privacy\": {\"clip\": 1}"), XF_EFORMAT, "privacy.mode", "required"},
+      {SPEC(", \"strategy\": {\"name\": \"median\"}, \"privacy\": {\"mode\": \"central\", "
+            "\"clip\": 1, \"noise_multiplier\": 1}"),
+       XF_EFORMAT, "privacy.mode", "sensitivity of a mean"},
       {SPEC(", \"privacy\": {\"mode\": \"central\", \"target_epsilon\": 8}"), XF_EFORMAT,
        "privacy.clip", "required"},
       {SPEC(", \"privacy\": {\"mode\": \"local\", \"clip\": 1}"), XF_EFORMAT,
