@@ -137,6 +137,15 @@ json_t *xf__job_json(const Xfed__JobInfo *j) {
       xf__job_number(j->updated), "submitter", str_or_empty(j->submitter), "model_digest",
       str_or_empty(j->model_digest));
   if (!o) return NULL;
+  /* Counted in sites; the newest evaluation still coming in, labelled. */
+  json_object_set_new(o, "accepted", json_integer((json_int_t)j->accepted));
+  json_object_set_new(o, "eval_sites", json_integer((json_int_t)j->eval_sites));
+  json_object_set_new(o, "phase", json_string(str_or_empty(j->phase)));
+  if (j->partial_round)
+    json_object_set_new(o, "partial",
+                        json_pack("{s:I,s:I,s:o}", "round", (json_int_t)j->partial_round,
+                                  "sites", (json_int_t)j->partial_sites, "test_accuracy",
+                                  xf__job_number(j->partial_accuracy)));
   /* The canonical spec as JSON, not as a string inside JSON. */
   json_t *spec = j->spec_json && *j->spec_json ? json_loads(j->spec_json, 0, NULL) : NULL;
   if (spec) json_object_set_new(o, "spec", spec);
@@ -198,13 +207,20 @@ static void print_status(const Xfed__JobInfo *j) {
   if (j->message && *j->message) printf("message     %s\n", j->message);
   printf("round       %u/%u, %u committed\n", (unsigned)shown_round(j), (unsigned)j->rounds,
          (unsigned)j->rounds_committed);
+  if (j->phase && *j->phase) printf("phase       %s\n", j->phase);
   if (!xf__job_terminal(j->state) && j->invited > 0)
-    printf("sites       %u of %u invited reported (attempt %u; %u close the round early)\n",
-           (unsigned)j->reported, (unsigned)j->invited, (unsigned)j->attempt,
-           (unsigned)j->target);
+    printf("sites       %u invited, %u accepted, %u reported (attempt %u; %u close the round "
+           "early; counted in sites)\n",
+           (unsigned)j->invited, (unsigned)j->accepted, (unsigned)j->reported,
+           (unsigned)j->attempt, (unsigned)j->target);
   if (isfinite(j->test_accuracy))
-    printf("accuracy    %s after round %u (test loss %s)\n", acc, (unsigned)j->eval_round, tl);
-  else printf("accuracy    - (no evaluation yet)\n");
+    printf("accuracy    %s of the model of round %u, over its %u evaluating sites (test loss "
+           "%s)\n",
+           acc, (unsigned)j->eval_round, (unsigned)j->eval_sites, tl);
+  else printf("accuracy    - (no complete evaluation yet)\n");
+  if (j->partial_round && isfinite(j->partial_accuracy))
+    printf("partial     %.4f of the model of round %u, %u sites in so far (not complete)\n",
+           j->partial_accuracy, (unsigned)j->partial_round, (unsigned)j->partial_sites);
   printf("train loss  %s\n", trl);
   printf("epsilon     %s\n", eps);
   printf("traffic     %s up, %s down\n", up, down);
@@ -230,11 +246,15 @@ static void progress_line(const Xfed__JobInfo *j, char *out, size_t n) {
   fmt_epsilon(j, eps);
   fmt_bytes(j->bytes_up, up);
   fmt_bytes(j->bytes_down, down);
+  char state[48];
+  snprintf(state, sizeof(state), "%s%s%s%s", str_or_empty(j->state),
+           j->phase && *j->phase ? " (" : "", str_or_empty(j->phase),
+           j->phase && *j->phase ? ")" : "");
   snprintf(out, n,
            "round %u/%u  sites %u/%u  train loss %s  accuracy %s  up %s  down %s  epsilon %s  "
            "%s%s%.200s",
            (unsigned)shown_round(j), (unsigned)j->rounds, (unsigned)j->reported,
-           (unsigned)j->invited, trl, acc, up, down, eps, str_or_empty(j->state),
+           (unsigned)j->invited, trl, acc, up, down, eps, state,
            j->message && *j->message ? ": " : "", str_or_empty(j->message));
 }
 

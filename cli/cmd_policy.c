@@ -18,6 +18,7 @@
 #include "base/alloc.h"
 #include "cli/cli.h"
 #include "cli/client.h"
+#include "job/admission.h"
 #include "job/jobspec.h"
 #include "net/frame.h"
 #include "policy/policy.h"
@@ -803,21 +804,9 @@ int xf_cmd_policy_diff(xf_cli *cli, int argc, char **argv) {
 
 /* ---- the decision ------------------------------------------------------------------- */
 
-/* Prints a decision from its JSON (xf_policy_decision_json, whether decided
- * here or by the coordinator): as it is with --json, else as tables.
- * Returns the exit status: 0 allowed, 3 not. */
-static int print_decision(xf_cli *cli, const char *decision_json, const char *coordinator_region) {
-  json_t *d = json_loads(decision_json, 0, NULL);
-  if (!json_is_object(d)) {
-    json_decref(d);
-    xf_fail(&cli->err, XF_EFORMAT, "the decision is not a JSON object");
-    return xf_cli_fail(cli, XF_EFORMAT);
-  }
+/* Prints a policy decision's tables (xf_policy_decision_json). */
+static void print_decision_tables(const json_t *d, const char *coordinator_region) {
   bool allowed = json_is_true(json_object_get(d, "allowed"));
-  if (cli->json) {
-    xf_cli_print_json(d);
-    return allowed ? XF_EXIT_OK : XF_EXIT_DENIED;
-  }
   json_t *sites = json_object_get(d, "sites"), *regions = json_object_get(d, "regions"),
          *sugg = json_object_get(d, "suggestions"), *e;
   size_t i, eligible = 0;
@@ -850,8 +839,73 @@ static int print_decision(xf_cli *cli, const char *decision_json, const char *co
     fputs("\nsuggestions:\n", stdout);
     json_array_foreach(sugg, i, e) printf("  - %s\n", json_string_value(e));
   }
-  json_decref(d);
-  return allowed ? XF_EXIT_OK : XF_EXIT_DENIED;
+}
+
+/* Prints admission's plan and verdict (xf_admission_json). */
+static void print_admission(const json_t *a, bool federation) {
+  json_t *sites = json_object_get(a, "sites"), *groups = json_object_get(a, "groups"), *e;
+  size_t i;
+  printf("\n%s\n", federation ? "the federation now (sites holding the job's data):"
+                                : "the plan, with every site of the policy assumed connected:");
+  printf("%-16s %-10s %-16s %-9s %-8s %s\n", "SITE", "REGION", "VIA", "CONNECTED", "ELIGIBLE",
+         "REASON");
+  json_array_foreach(sites, i, e) {
+    const char *via = jstr(e, "via");
+    printf("%-16s %-10s %-16s %-9s %-8s %s\n", jstr(e, "site"), jstr(e, "region"),
+           *via ? via : "(direct)", json_is_true(json_object_get(e, "connected")) ? "yes" : "no",
+           json_is_true(json_object_get(e, "eligible")) ? "yes" : "no", jstr(e, "reason"));
+  }
+  printf("\n%-16s %-10s %-8s %-9s %-6s %-16s %s\n", "GROUP", "REGION", "SITES", "MIN_SITES",
+         "SECAGG", "RELEASE_RULE", "USABLE");
+  json_array_foreach(groups, i, e) {
+    const char *via = jstr(e, "via");
+    char cond[96] = "-";
+    if (jint(e, "min_cohort") > 1 || json_is_true(json_object_get(e, "require_secagg")) ||
+        json_is_number(json_object_get(e, "max_epsilon"))) {
+      int n = snprintf(cond, sizeof(cond), "%s", jstr(e, "rule"));
+      (void)n;
+    }
+    printf("%-16s %-10s %-8lld %-9lld %-6s %-16s %s\n", *via ? via : "(direct)",
+           *jstr(e, "region") ? jstr(e, "region") : "-", jint(e, "eligible"), jint(e, "min_sites"),
+           json_is_true(json_object_get(e, "secagg")) ? "yes" : "no", cond,
+           json_is_true(json_object_get(e, "usable")) ? "yes" : jstr(e, "reason"));
+  }
+  printf("\ncomposition: %s\n", jstr(a, "composition"));
+}
+
+/* Prints the answer of a check ({decision, admission}, whether decided here
+ * or by the coordinator): as it is with --json, else as tables, then the
+ * verdict. Returns the exit status: 0 the job runs, 3 it does not as written
+ * (the same words submission refuses it with). */
+static int print_check(xf_cli *cli, const char *check_json, const char *coordinator_region,
+                       bool federation) {
+  json_t *o = json_loads(check_json, 0, NULL);
+  json_t *d = json_object_get(o, "decision"), *a = json_object_get(o, "admission");
+  if (!json_is_object(a)) {
+    json_decref(o);
+    xf_fail(&cli->err, XF_EFORMAT, "the check's answer has no admission object");
+    return xf_cli_fail(cli, XF_EFORMAT);
+  }
+  bool runs = strcmp(jstr(a, "verdict"), "runs") == 0;
+  if (cli->json) {
+    xf_cli_print_json(o);
+    return runs ? XF_EXIT_OK : XF_EXIT_DENIED;
+  }
+  if (json_is_object(d)) print_decision_tables(d, coordinator_region);
+  else printf("no residency policy decision (coordinator in %s)\n", coordinator_region);
+  print_admission(a, federation);
+  const char *verdict = jstr(a, "verdict");
+  if (runs) {
+    printf("\nverdict: runs: %lld sites eligible, %lld invited each round, min_sites %lld\n",
+           jint(a, "eligible"), jint(a, "invite"), jint(a, "min_sites"));
+  } else {
+    const char *kind = strcmp(verdict, "denied") == 0       ? "the residency policy does not allow this job"
+                       : strcmp(verdict, "unrunnable") == 0 ? "this job cannot run as composed"
+                                                            : "this job cannot run on the federation as it is now";
+    printf("\nverdict: NOT runnable as written: %s: %s\n", kind, jstr(a, "reason"));
+  }
+  json_decref(o);
+  return runs ? XF_EXIT_OK : XF_EXIT_DENIED;
 }
 
 /* `policy check` with --db: decided here against the local current version. */
@@ -897,17 +951,59 @@ static int check_local(xf_cli *cli, const policy_args *a) {
   memset(&d, 0, sizeof(d));
   rc = xf_policy_decide(p, &job, (double)time(NULL), &d, &cli->err);
   xf_policy_free(p);
-  xf_free(spec);
-  char *json = NULL;
+  char *json = NULL, *admission = NULL;
   if (rc == XF_OK) rc = xf_policy_decision_json(&d, &json, &cli->err);
+  /* Admission over the policy's own sites, each assumed connected: straight
+   * to the coordinator where its region's path is direct, behind its
+   * region's aggregator where it is regional. */
+  if (rc == XF_OK) {
+    size_t n = d.n_sites;
+    xf_fed_site *fs = xf_calloc(n ? n : 1, sizeof(*fs));
+    xf_fed_dataset *ds = xf_calloc(n ? n : 1, sizeof(*ds));
+    char (*vias)[80] = xf_calloc(n ? n : 1, sizeof(*vias));
+    if (!fs || !ds || !vias) rc = xf_fail(&cli->err, XF_ENOMEM, "out of memory");
+    for (size_t i = 0; rc == XF_OK && i < n; i++) {
+      const xf_policy_site_decision *sd = &d.sites[i];
+      bool regional = false;
+      for (size_t r = 0; r < d.n_regions; r++)
+        if (strcmp(d.regions[r].region, sd->region) == 0)
+          regional = d.regions[r].path == XF_POLICY_PATH_REGIONAL;
+      snprintf(vias[i], sizeof(vias[i]), "%s-aggregator", sd->region);
+      ds[i] = (xf_fed_dataset){.name = job.dataset, .tags = job.tags, .n_tags = job.n_tags};
+      fs[i] = (xf_fed_site){.name = sd->site, .region = sd->region,
+                            .via = regional ? vias[i] : NULL, .via_region = sd->region,
+                            .connected = true, .datasets = &ds[i], .n_datasets = 1};
+    }
+    xf_federation fed = {.sites = fs, .n_sites = n, .coordinator_region = a->coordinator_region,
+                         .residency_on = true, .assumed = true};
+    xf_admission adm;
+    if (rc == XF_OK) rc = xf_admission_decide(spec, &d, &fed, &adm, &cli->err);
+    if (rc == XF_OK) {
+      rc = xf_admission_json(&adm, spec, &admission, &cli->err);
+      xf_admission_free(&adm);
+    }
+    xf_free(fs);
+    xf_free(ds);
+    xf_free(vias);
+  }
   xf_policy_decision_free(&d);
+  xf_free(spec);
   if (rc != XF_OK) {
+    xf_free(json);
+    xf_free(admission);
     if (strcmp(cli->err.field, "coordinator_region") == 0)
       snprintf(cli->err.field, sizeof(cli->err.field), "--coordinator-region");
     return xf_cli_fail(cli, rc);
   }
-  status = print_decision(cli, json, a->coordinator_region);
+  json_t *o = json_pack("{s:o,s:o}", "decision", json_loads(json, 0, NULL), "admission",
+                        json_loads(admission, 0, NULL));
+  char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+  json_decref(o);
   xf_free(json);
+  xf_free(admission);
+  if (!text) return xf_cli_fail(cli, XF_ENOMEM);
+  status = print_check(cli, text, a->coordinator_region, false);
+  free(text); /* jansson's */
   return status;
 }
 
@@ -961,9 +1057,9 @@ static int check_remote(xf_cli *cli, const policy_args *a) {
   xf_free(text);
   if (st != XF_EXIT_OK) return st;
   const Xfed__PolicyReply *r = answer->policy_reply;
-  st = print_decision(cli, r->text ? r->text : "",
-                      r->coordinator_region && *r->coordinator_region ? r->coordinator_region
-                                                                      : "?");
+  st = print_check(cli, r->text ? r->text : "",
+                   r->coordinator_region && *r->coordinator_region ? r->coordinator_region : "?",
+                   true);
   xf_envelope_free(answer);
   return st;
 }

@@ -3,6 +3,7 @@
  * the sites it knows, outgoing tensor streams, signals and the tick that
  * drives rounds (coordinator/daemon.h, docs/coordinator.md). */
 #include <errno.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,16 +24,12 @@ double xf__now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-uint64_t xf_coord_site_id(const char *name) {
-  xf_digest_ctx ctx;
-  xf_digest d;
-  xf_digest_init(&ctx);
-  xf_digest_update(&ctx, "site:", 5);
-  xf_digest_update(&ctx, name, strlen(name));
-  xf_digest_final(&ctx, &d);
-  uint64_t id = 0;
-  for (int i = 7; i >= 0; i--) id = id << 8 | d.bytes[i];
-  return id & ~(UINT64_C(1) << 63);
+uint64_t xf_coord_site_id(const char *name) { return xf_admit_site_id(name); }
+
+uint64_t xf__stream_id(xf__coord *co, bool update) {
+  /* Even ids are models, odd ones updates; 0 is never used. */
+  co->next_stream += 2;
+  return co->next_stream | (update ? 1u : 0u);
 }
 
 xf__site *xf__site_find(xf__coord *co, uint64_t id) {
@@ -45,6 +42,30 @@ xf__site *xf__site_by_name(xf__coord *co, const char *name) {
   for (xf__site *s = co->sites; s; s = s->next)
     if (strcmp(s->name, name) == 0) return s;
   return NULL;
+}
+
+const char *xf__site_name(xf__coord *co, uint64_t id) {
+  for (xf__site *s = co->sites; s; s = s->next) {
+    if (s->id == id) return s->name;
+    for (size_t i = 0; i < s->n_behind; i++)
+      if (s->behind[i].id == id) return s->behind[i].name;
+  }
+  return NULL;
+}
+
+xf_err xf__model_file_make_as(const xf_model *m, const float *params, xf_checkpoint_dtype dtype,
+                              xf__model_file **out, xf_digest *params_digest, xf_errctx *err) {
+  xf__model_file *mf = xf_calloc(1, sizeof(*mf));
+  if (!mf) return xf_fail(err, XF_ENOMEM, "out of memory");
+  xf_err rc = xf_checkpoint_encode_as(m, params, dtype, &mf->bytes, &mf->len, params_digest, err);
+  if (rc != XF_OK) {
+    xf_free(mf);
+    return rc;
+  }
+  xf_digest_buf(mf->bytes, mf->len, &mf->digest);
+  mf->refs = 1;
+  *out = mf;
+  return XF_OK;
 }
 
 /* ---- sending ----------------------------------------------------------------------- */
@@ -67,37 +88,85 @@ void xf__model_file_unref(xf__model_file *mf) {
   xf_free(mf);
 }
 
-void xf__stream_stop(xf__peer *p) {
-  set_stalled(p, false);
-  xf_tensor_sender_free(p->tx);
-  p->tx = NULL;
-  xf__model_file_unref(p->tx_model);
-  p->tx_model = NULL;
-  xf_free(p->tx_own);
-  p->tx_own = NULL;
+static void stream_free(xf__stream *st) {
+  xf_tensor_sender_free(st->tx);
+  xf__model_file_unref(st->mf);
+  xf_free(st->own);
+  for (size_t i = 0; i < st->n_sites; i++) xf_free(st->sites[i]);
+  xf_free(st->sites);
+  xf_free(st);
+}
+
+/* Takes the head stream off p's queue. */
+static void stream_pop(xf__peer *p) {
+  xf__stream *st = p->txq;
+  if (!st) return;
+  p->txq = st->next;
+  stream_free(st);
   p->tx_pending = false;
   p->tx_await_ack = false;
   p->tx_bytes = 0;
 }
 
-xf_err xf__stream_start(xf__peer *p, const xf_tensor_desc *desc, xf__model_file *mf,
-                        uint8_t *own, size_t len, bool await_ack, size_t chunk_bytes) {
-  xf__stream_stop(p);
+void xf__stream_drop(xf__peer *p, const char *job) {
+  xf__stream **pp = &p->txq;
+  while (*pp) {
+    xf__stream *st = *pp;
+    if (job && strcmp(st->job, job) != 0) {
+      pp = &st->next;
+      continue;
+    }
+    if (st == p->txq) {
+      /* The head may be half sent: a receiver drops what it was getting
+       * once its task is cancelled, and a new stream starts with its own
+       * TensorBegin. */
+      stream_pop(p);
+      pp = &p->txq;
+      continue;
+    }
+    *pp = st->next;
+    stream_free(st);
+  }
+  if (!p->txq) set_stalled(p, false);
+}
+
+xf_err xf__stream_queue(xf__peer *p, const xf_tensor_desc *desc, xf__model_file *mf, uint8_t *own,
+                        size_t len, size_t chunk_bytes, const xf__stream_opts *opt) {
   xf_errctx err = {0};
+  xf__stream *st = xf_calloc(1, sizeof(*st));
   const void *data = mf ? (const void *)mf->bytes : (const void *)own;
-  xf_err rc = xf_tensor_sender_new_hashed(desc, data, len, chunk_bytes, mf ? &mf->digest : NULL,
-                                          &p->tx, &err);
+  xf_err rc = st ? xf_tensor_sender_new_hashed(desc, data, len, chunk_bytes,
+                                               mf ? &mf->digest : NULL, &st->tx, &err)
+                 : xf_fail(&err, XF_ENOMEM, "out of memory");
   if (rc != XF_OK) {
+    xf_free(st);
     xf_free(own);
+    if (opt) {
+      for (size_t i = 0; i < opt->n_sites; i++) xf_free(opt->sites[i]);
+      xf_free(opt->sites);
+    }
     XF_ERROR("stream_failed", "reason=\"%s\"", err.msg);
     return rc;
   }
   if (mf) {
     mf->refs++;
-    p->tx_model = mf;
+    st->mf = mf;
   }
-  p->tx_own = own;
-  p->tx_await_ack = await_ack;
+  st->own = own;
+  st->len = len;
+  st->stream_id = desc->stream_id;
+  if (opt) {
+    st->weight = opt->weight;
+    st->attempt = opt->attempt;
+    st->contributors = opt->contributors;
+    st->sites = opt->sites;
+    st->n_sites = opt->n_sites;
+    st->await_ack = opt->await_ack;
+    snprintf(st->job, sizeof(st->job), "%s", opt->job ? opt->job : "");
+  }
+  xf__stream **pp = &p->txq;
+  while (*pp) pp = &(*pp)->next;
+  *pp = st;
   xf__stream_pump(p);
   return XF_OK;
 }
@@ -119,22 +188,33 @@ static void set_stalled(xf__peer *p, bool stalled) {
     p->co->stalled--;
 }
 
-/* Sends the stream's messages until the connection is busy, the process's
- * send budget is spent, the stream waits for a TensorAck, or it has ended. */
+/* Sends the queue's messages until the connection is busy, the process's
+ * send budget is spent, an upload waits for a TensorAck, or the queue is
+ * empty. A stream that waits for no acknowledgement leaves the queue once
+ * its TensorEnd is out; an upload once the final TensorAck comes. */
 void xf__stream_pump(xf__peer *p) {
   set_stalled(p, false);
-  while (p->tx && p->conn && xf_conn_is_open(p->conn)) {
+  while (p->txq && p->conn && xf_conn_is_open(p->conn)) {
+    xf__stream *st = p->txq;
+    if (p->tx_await_ack) return;
     if (!p->tx_pending) {
       if (queued_total(p->co) >= XF_COORD_SEND_BUDGET) {
         set_stalled(p, true); /* the check handle pumps again when writes complete */
         return;
       }
-      if (xf_tensor_sender_next(p->tx, &p->tx_msg) != XF_OK) return; /* all sent */
+      if (xf_tensor_sender_next(st->tx, &p->tx_msg) != XF_OK) {
+        if (st->await_ack) return; /* all sent: the final TensorAck pops it */
+        stream_pop(p);
+        continue;
+      }
       p->tx_pending = true;
       if (p->tx_msg.env.body_case == XFED__ENVELOPE__BODY_TENSOR_BEGIN) {
-        p->tx_msg.body.begin.weight = p->tx_weight;
-        p->tx_msg.body.begin.attempt = p->tx_attempt;
-        p->tx_msg.body.begin.contributors = p->tx_contributors;
+        Xfed__TensorBegin *b = &p->tx_msg.body.begin;
+        b->weight = st->weight;
+        b->attempt = st->attempt;
+        b->contributors = st->contributors;
+        b->n_sites = st->n_sites;
+        b->sites = st->sites;
       }
     }
     xf_errctx err = {0};
@@ -148,9 +228,31 @@ void xf__stream_pump(xf__peer *p) {
     p->tx_pending = false;
     if (p->tx_msg.env.body_case == XFED__ENVELOPE__BODY_TENSOR_CHUNK)
       p->tx_bytes += p->tx_msg.body.chunk.data.len;
-    if (p->tx_msg.env.body_case == XFED__ENVELOPE__BODY_TENSOR_BEGIN && p->tx_await_ack)
-      return; /* the peer's TensorAck says where to go on */
+    if (p->tx_msg.env.body_case == XFED__ENVELOPE__BODY_TENSOR_END) st->end_sent = true;
+    if (p->tx_msg.env.body_case == XFED__ENVELOPE__BODY_TENSOR_BEGIN && st->await_ack) {
+      p->tx_await_ack = true; /* the peer's TensorAck says where to go on */
+      return;
+    }
   }
+}
+
+void xf__stream_acked(xf__peer *p, const Xfed__TensorAck *a) {
+  xf__stream *st = p->txq;
+  if (!st || !st->await_ack || a->stream_id != st->stream_id) return;
+  xf_errctx err = {0};
+  if (xf_tensor_sender_resume(st->tx, a->next_offset, &err) != XF_OK) {
+    XF_WARN("stream_ack_bad", "stream=%" PRIu64 " reason=\"%s\"", st->stream_id, err.msg);
+    return;
+  }
+  if (a->next_offset == st->len && st->end_sent && !p->tx_pending) {
+    /* Everything arrived and was verified. */
+    XF_INFO("stream_delivered", "stream=%" PRIu64 " job=%s bytes=%" PRIu64, st->stream_id,
+            st->job, a->next_offset);
+    stream_pop(p);
+  } else {
+    p->tx_await_ack = false;
+  }
+  xf__stream_pump(p);
 }
 
 /* Runs after each turn of the loop (completed writes are such turns):
@@ -250,6 +352,36 @@ static void copy_label(char *dst, size_t n, const char *src) {
   snprintf(dst, n, "%s", src ? src : "");
 }
 
+/* The datasets of an announcement into *out (xf_calloc'ed; NULL when none). */
+static size_t read_datasets(const Xfed__SiteAnnounce *a, xf__dataset **out) {
+  *out = NULL;
+  if (!a->n_datasets) return 0;
+  xf__dataset *v = xf_calloc(a->n_datasets, sizeof(*v));
+  if (!v) return 0;
+  for (size_t i = 0; i < a->n_datasets; i++) {
+    const Xfed__SiteAnnounce__Dataset *d = a->datasets[i];
+    xf__dataset *o = &v[i];
+    copy_label(o->name, sizeof(o->name), d->name);
+    for (size_t t = 0; t < d->n_tags && t < XF_JOB_TAGS_MAX; t++)
+      copy_label(o->tags[o->n_tags++], XF_JOB_IDENT_MAX, d->tags[t]);
+    o->train_records = d->train_records;
+    o->test_records = d->test_records;
+    o->classes = d->classes;
+    o->h = d->height;
+    o->w = d->width;
+    o->c = d->channels;
+  }
+  *out = v;
+  return a->n_datasets;
+}
+
+static void free_behind(xf__site *s) {
+  for (size_t i = 0; i < s->n_behind; i++) xf_free(s->behind[i].datasets);
+  xf_free(s->behind);
+  s->behind = NULL;
+  s->n_behind = 0;
+}
+
 /* A site's or regional's SiteAnnounce: who it is must match its
  * certificate; what it holds replaces what it said before. */
 static void on_announce(xf__coord *co, xf__peer *p, const Xfed__SiteAnnounce *a) {
@@ -290,50 +422,42 @@ static void on_announce(xf__coord *co, xf__peer *p, const Xfed__SiteAnnounce *a)
             xf_conn_peer_addr(p->conn));
     xf__peer *old = s->peer;
     old->site = NULL;
-    xf__stream_stop(old);
+    xf__stream_drop(old, NULL);
     xf_conn_close(old->conn);
   }
   s->peer = p;
   p->site = s;
-  s->away_since = 0;
   xf_free(s->datasets);
-  s->datasets = NULL;
-  s->n_datasets = 0;
-  if (a->n_datasets) {
-    s->datasets = xf_calloc(a->n_datasets, sizeof(*s->datasets));
-    if (s->datasets) s->n_datasets = a->n_datasets;
-  }
-  for (size_t i = 0; i < s->n_datasets; i++) {
-    const Xfed__SiteAnnounce__Dataset *d = a->datasets[i];
-    xf__dataset *o = &s->datasets[i];
-    copy_label(o->name, sizeof(o->name), d->name);
-    for (size_t t = 0; t < d->n_tags && t < XF_JOB_TAGS_MAX; t++)
-      copy_label(o->tags[o->n_tags++], XF_JOB_IDENT_MAX, d->tags[t]);
-    o->train_records = d->train_records;
-    o->test_records = d->test_records;
-    o->classes = d->classes;
-    o->h = d->height;
-    o->w = d->width;
-    o->c = d->channels;
-  }
-  xf_free(s->behind);
-  s->behind = NULL;
-  s->n_behind = 0;
-  if (a->n_sites && (s->behind = xf_calloc(a->n_sites, sizeof(*s->behind)))) {
-    s->n_behind = a->n_sites;
-    for (size_t i = 0; i < a->n_sites; i++)
-      copy_label(s->behind[i], sizeof(s->behind[i]), a->sites[i]);
+  s->n_datasets = read_datasets(a, &s->datasets);
+  free_behind(s);
+  /* A regional aggregator names the sites behind it with their own
+   * announcements; only sites of its region count (its certificate's). */
+  if (s->regional && a->n_behind && (s->behind = xf_calloc(a->n_behind, sizeof(*s->behind)))) {
+    for (size_t i = 0; i < a->n_behind; i++) {
+      const Xfed__SiteAnnounce *b = a->behind[i];
+      if (!b || !b->site || !*b->site || strcmp(b->region ? b->region : "", s->region) != 0)
+        continue;
+      xf__behind *o = &s->behind[s->n_behind++];
+      copy_label(o->name, sizeof(o->name), b->site);
+      copy_label(o->region, sizeof(o->region), b->region);
+      o->id = xf_coord_site_id(o->name);
+      o->n_datasets = read_datasets(b, &o->datasets);
+    }
   }
   if (co->db) {
     xf_errctx err = {0};
     if (xf_journal_site_seen(co->db, s->id, s->name, s->region, s->regional, xf__now(), &err) !=
         XF_OK)
       XF_ERROR("journal_failed", "doing=site_seen reason=\"%s\"", err.msg);
+    for (size_t i = 0; i < s->n_behind; i++)
+      if (xf_journal_site_seen(co->db, s->behind[i].id, s->behind[i].name, s->behind[i].region,
+                               false, xf__now(), &err) != XF_OK)
+        XF_ERROR("journal_failed", "doing=site_seen reason=\"%s\"", err.msg);
   }
   XF_INFO("site_announced", "site=%s region=%s kind=%s datasets=%zu sites_behind=%zu", s->name,
           s->region, s->regional ? "regional" : "site", s->n_datasets, s->n_behind);
   if (co->cfg.regional) xf__upstream_announce(co);
-  xf__job_site_back(co, s);
+  xf__runs_link(co, s, true);
 }
 
 static void on_frame(xf_conn *c, const Xfed__Envelope *env) {
@@ -380,7 +504,7 @@ static void on_frame(xf_conn *c, const Xfed__Envelope *env) {
       XF_WARN("peer_error", "site=%s code=%u message=\"%s\"", p->site->name,
               (unsigned)env->error->code, env->error->message ? env->error->message : "");
     }
-    xf__job_on_frame(co, p->site, env);
+    xf__run_on_frame(co, p->site, env);
     return;
   default: xf_conn_close(c); return;
   }
@@ -405,13 +529,13 @@ static void on_close(xf_conn *c, const xf_conn_reason *why) {
             xf_conn_peer_addr(c), spiffe, xf_conn_end_message(why->end),
             xf_pki_verdict_name(why->verdict), why->msg);
   p->conn = NULL;
-  xf__stream_stop(p);
+  xf__stream_drop(p, NULL);
   if (p->kind == XF__PEER_UPSTREAM) xf__upstream_closed(co);
   if (p->site && p->site->peer == p) {
     xf__site *s = p->site;
     s->peer = NULL;
     if (co->cfg.regional) xf__upstream_announce(co);
-    xf__job_site_away(co, s);
+    xf__runs_link(co, s, false);
   }
   for (xf__peer **pp = &co->peers; *pp; pp = &(*pp)->next) {
     if (*pp == p) {
@@ -521,7 +645,7 @@ static void on_signal(uv_signal_t *h, int signum) {
 
 static void on_tick(uv_timer_t *t) {
   xf__coord *co = t->data;
-  if (!co->stopping) xf__job_tick(co);
+  if (!co->stopping) xf__runs_tick(co);
 }
 
 /* ---- start and stop ----------------------------------------------------------------------- */
@@ -576,10 +700,8 @@ static xf_err open_state(xf__coord *co, xf_errctx *err) {
 }
 
 static void free_site(xf__site *s) {
-  xf_aggregator_abort_update(s->upd);
-  xf_tensor_receiver_free(s->rx);
   xf_free(s->datasets);
-  xf_free(s->behind);
+  free_behind(s);
   xf_free(s);
 }
 
@@ -636,7 +758,7 @@ xf_err xf_coord_run(const xf_coord_config *cfg, xf_errctx *err) {
   if (co->cfg.regional)
     xf__upstream_start(co);
   else
-    xf__job_schedule(co);
+    xf__runs_schedule(co);
   uv_run(&co->loop, UV_RUN_DEFAULT);
   XF_INFO("coordinator_stopped", "name=%s", co->name);
 
@@ -650,7 +772,11 @@ out:
     uv_run(&co->loop, UV_RUN_DEFAULT);
     uv_loop_close(&co->loop);
   }
-  if (co->active) xf__job_free(co->active);
+  while (co->runs) {
+    xf__run *run = co->runs;
+    co->runs = run->next;
+    xf__run_free(run);
+  }
   while (co->sites) {
     xf__site *s = co->sites;
     co->sites = s->next;
@@ -659,15 +785,15 @@ out:
   while (co->peers) {
     xf__peer *p = co->peers;
     co->peers = p->next;
-    xf__stream_stop(p);
+    xf__stream_drop(p, NULL);
     xf_free(p);
   }
-  xf_free(co->up.params_json);
-  xf_free(co->up.residency.sites);
-  xf_free(co->up.model_buf);
-  xf_free(co->up.agg_bytes);
-  xf_free(co->up.residual);
-  xf_tensor_receiver_free(co->up.model_rx);
+  while (co->residuals) {
+    struct xf__residual *r = co->residuals;
+    co->residuals = r->next;
+    xf_free(r->values);
+    xf_free(r);
+  }
   xf_noise_free(co->noise);
   xf_blob_store_close(co->blobs);
   if (co->audit != co->db) xf_db_close(co->audit);

@@ -107,6 +107,7 @@ struct xf_jobm {
   size_t n_go_sites;
   float *sa_mean;
   uint64_t sa_weight;
+  uint32_t sa_sites;
   uint32_t lost_sites; /* reported sites whose secure sum could not be unmasked */
   double eval_deadline;
   bool eval_started;
@@ -349,7 +350,6 @@ static void end_attempt(xf_jobm *m) {
 }
 
 static void participant(xf_jobm *m, uint64_t site, xf_participant_state st, uint64_t samples) {
-  if (m->role != XF_JOBM_GLOBAL) return;
   xf_jobm_action *a = push(m, XF_JOBM_PARTICIPANT, 0);
   a->site = site;
   a->state = st;
@@ -459,6 +459,8 @@ static void cancel_carriers(xf_jobm *m, const char *why) {
   for (size_t i = 0; i < m->n_carriers; i++) {
     jm_carrier *c = &m->carriers[i];
     if (c->state == C_GONE || (c->state == C_REPORTED && !c->eval_pending)) continue;
+    /* A carrier whose every site refused has nothing to be told. */
+    if (!c->eval_pending && !carrier_pending(m, c)) continue;
     xf_jobm_action *a = push(m, XF_JOBM_CANCEL, c->id);
     note(a, "%s", why);
     c->state = C_GONE;
@@ -473,7 +475,7 @@ static void fail(xf_jobm *m, const char *why) {
   m->phase = XF_JOBM_FAILED;
   if (m->role == XF_JOBM_RELAY) {
     xf_jobm_action *a = push(m, XF_JOBM_REFUSE_UP, 0);
-    a->refusal = XF_JOBM_REFUSED_OTHER;
+    a->refusal = strncmp(why, "held back", 9) == 0 ? XF_JOBM_REFUSED_POLICY : XF_JOBM_REFUSED_OTHER;
     note(a, "%s", why);
     return;
   }
@@ -989,6 +991,7 @@ static void run_sa(xf_jobm *m, double now) {
       for (size_t k = 0; k < m->n_carriers; k++)
         if (!m->carriers[k].regional && m->carriers[k].state == C_REPORTED) reported_direct++;
       m->lost_sites = reported_direct > ns ? reported_direct - (uint32_t)ns : 0;
+      m->sa_sites = (uint32_t)ns;
       xf_saphase_free(m->sa);
       m->sa = NULL;
       if (xf_round_reported(m->r) - m->lost_sites < m->round_spec.min_sites)
@@ -1110,6 +1113,12 @@ static void process_round(xf_jobm *m, double now) {
         m->phase = XF_JOBM_UNMASKING;
         xf_saphase_close(m->sa, now);
         run_sa(m, now);
+        /* Sites whose link is down are not waited for. */
+        for (size_t k = 0; k < m->n_carriers && m->sa && m->phase == XF_JOBM_UNMASKING; k++)
+          if (m->carriers[k].down && !m->carriers[k].regional) {
+            xf_saphase_gone(m->sa, m->carriers[k].id, now);
+            run_sa(m, now);
+          }
       } else {
         xf_saphase_free(m->sa);
         m->sa = NULL;
@@ -1128,6 +1137,31 @@ static void process_round(xf_jobm *m, double now) {
         /* A spent budget stays spent: the round is not tried again. */
         privacy_end(m, last, a->attempt, why, now);
         break;
+      }
+      if (m->role == XF_JOBM_RELAY && m->has_release) {
+        /* Say it in the terms of the rule that holds the region back. */
+        /* The sites that had not refused or left: what the aggregate could hold. */
+        size_t nc;
+        const uint64_t *cohort = xf_round_cohort(m->r, &nc);
+        unsigned possible = 0;
+        for (size_t k = 0; k < nc; k++) {
+          xf_participant_state st;
+          possible += site_state(m, cohort[k], &st) &&
+                      (pending_state(st) || st == XF_PARTICIPANT_REPORTED);
+        }
+        xf_release_artifact art = {.contributors = possible,
+                                   .secagg = m->spec.secure_aggregation.enabled,
+                                   .privacy = m->spec.privacy.mode != XF_PRIVACY_NONE,
+                                   .has_epsilon = m->spec.privacy.has_target_epsilon,
+                                   .epsilon = m->spec.privacy.target_epsilon};
+        char held[XF_JOBM_MSG_MAX];
+        if (!xf_release_allows(&m->release, &art, held, sizeof(held))) {
+          char msg[XF_JOBM_MSG_MAX];
+          snprintf(msg, sizeof(msg), "held back before any site trained: %.400s", held);
+          if (m->refusals[0]) append(msg, sizeof(msg), "%.500s", m->refusals);
+          fail(m, msg);
+          break;
+        }
       }
       if (m->role == XF_JOBM_RELAY || last) {
         fail(m, why);
@@ -1179,6 +1213,10 @@ static bool in_list(const uint64_t *v, size_t n, uint64_t x) {
 xf_err xf_jobm_accepted(xf_jobm *m, uint64_t carrier, const uint64_t *sites, size_t n, double now,
                         xf_errctx *err) {
   begin_call(m);
+  if (m->phase == XF_JOBM_EVALUATING) {
+    jm_carrier *e = carrier_of(m, carrier);
+    if (e && e->eval_pending) return end_call(m, err); /* it takes the evaluation */
+  }
   jm_carrier *c = attempt_open(m) ? carrier_of(m, carrier) : NULL;
   if (!c || c->state == C_GONE) {
     /* Nothing of it is open here: it must let the task go. */
@@ -1391,6 +1429,12 @@ xf_err xf_jobm_link(xf_jobm *m, uint64_t carrier, bool up, double now, xf_errctx
   if (!up) {
     if (!c->down) c->down_since = now;
     c->down = true;
+    /* Its masked input is in the sum; the unmasking does not wait for its
+     * reveal (the others' shares recover its self mask). */
+    if (m->sa && m->phase == XF_JOBM_UNMASKING && !c->regional) {
+      xf_saphase_gone(m->sa, c->id, now);
+      run_sa(m, now);
+    }
     return end_call(m, err);
   }
   c->down = false;
@@ -1667,10 +1711,11 @@ bool xf_jobm_expects_update(const xf_jobm *m, uint64_t carrier, bool *masked,
   return true;
 }
 
-bool xf_jobm_take_secure_mean(xf_jobm *m, float **mean, uint64_t *weight) {
+bool xf_jobm_take_secure_mean(xf_jobm *m, float **mean, uint64_t *weight, uint32_t *sites) {
   if (!m->sa_mean) return false;
   *mean = m->sa_mean;
   *weight = m->sa_weight;
+  if (sites) *sites = m->sa_sites;
   m->sa_mean = NULL;
   return true;
 }

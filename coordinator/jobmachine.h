@@ -264,9 +264,10 @@ bool xf_jobm_expects_update(const xf_jobm *m, uint64_t carrier, bool *masked,
                             uint64_t *sa_length, uint32_t *sa_bits);
 
 /* COMMIT under secure aggregation: the unmasked mean of the direct sites
- * (n_params values, handed over: xf_free), its weight; false when there is
- * none (no direct site reported, or secure aggregation is off). */
-bool xf_jobm_take_secure_mean(xf_jobm *m, float **mean, uint64_t *weight);
+ * (n_params values, handed over: xf_free), its weight and the sites in it;
+ * false when there is none (no direct site reported, or secure aggregation
+ * is off). */
+bool xf_jobm_take_secure_mean(xf_jobm *m, float **mean, uint64_t *weight, uint32_t *sites);
 
 /* Whether the machine needs a fresh plan now (WAITING or PAUSED, or before
  * its evaluation). */

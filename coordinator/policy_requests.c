@@ -129,7 +129,7 @@ static void on_push(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m,
                       m->has_base ? json_integer((json_int_t)m->base_version) : json_null(),
                       "previous", (json_int_t)prev, "author", user, "reason", reason, "diff",
                       change_diff(co, prev, v)));
-  xf__policy_changed(co);
+  xf__runs_dirty(co); /* decided again: a paused job may resume, a running one pause */
   reply_policy(p, v, NULL, false, co->cfg.region);
 }
 
@@ -186,8 +186,8 @@ static void on_diff(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m) {
   xf_free(text);
 }
 
-/* A dry run: decided as a submission would be, and neither journaled nor
- * audited. */
+/* A dry run: admitted as a submission would be (the same admission, the
+ * same words), and neither journaled nor audited. */
 static void on_check(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m) {
   const char *text = str(m->job_json);
   const char *origin = m->origin && *m->origin ? m->origin : "job spec";
@@ -197,20 +197,32 @@ static void on_check(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m) {
     return;
   }
   xf_errctx err = {0};
-  xf_policy_decision d;
-  memset(&d, 0, sizeof(d));
-  char *json = NULL;
+  xf_admission a;
+  memset(&a, 0, sizeof(a));
+  char *decision = NULL, *admission = NULL;
   xf_err rc = xf_jobspec_parse_string(text, strlen(text), origin, spec, &err);
-  if (rc == XF_OK) rc = xf__residency_decide(co, spec, &d, &err);
-  if (rc == XF_OK) rc = xf_policy_decision_json(&d, &json, &err);
-  xf_free(spec);
-  if (rc != XF_OK) {
-    reply_error(p, rc, &err);
-  } else {
-    reply_policy(p, d.version, json, d.allowed, co->cfg.region);
+  if (rc == XF_OK) rc = xf__admit(co, spec, &a, &decision, &err);
+  if (rc == XF_OK) rc = xf_admission_json(&a, spec, &admission, &err);
+  char *reply = NULL;
+  if (rc == XF_OK) {
+    json_t *o = json_pack("{s:o,s:o}", "decision",
+                          decision ? json_loads(decision, 0, NULL) : json_null(), "admission",
+                          json_loads(admission, 0, NULL));
+    char *dumped = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    reply = dumped ? xf_strdup(dumped) : NULL;
+    free(dumped);
+    if (!reply) rc = xf_fail(&err, XF_ENOMEM, "out of memory");
   }
-  xf_free(json);
-  xf_policy_decision_free(&d);
+  if (rc != XF_OK)
+    reply_error(p, rc, &err);
+  else
+    reply_policy(p, a.policy_version, reply, a.verdict == XF_ADMIT_RUNS, co->cfg.region);
+  xf_free(reply);
+  xf_free(decision);
+  xf_free(admission);
+  xf_admission_free(&a);
+  xf_free(spec);
 }
 
 static void on_policy(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m) {

@@ -44,42 +44,65 @@ static bool parse_job_id(const char *s, int64_t *out) {
 
 /* Room for what a JobInfo points to. */
 typedef struct info_store {
-  char id[32], name[XF_JOB_IDENT_MAX], state[16], message[400], digest[XF_DIGEST_HEX];
+  char id[32], name[XF_JOB_IDENT_MAX], state[16], message[1200], digest[XF_DIGEST_HEX];
   char submitter[XF_SPIFFE_MAX];
   char *spec_json;
 } info_store;
 
-static void summarize_metrics(xf__coord *co, int64_t job, Xfed__JobInfo *ji) {
+/* The figures of complete evaluations, and of the newest one still coming
+ * in, labelled so. Model round r is evaluated by every site of round r + 1
+ * with its report (a round commits only once its reports are in, so round
+ * r's evaluation is complete once round r + 1 committed), and the final
+ * model by the final evaluation, complete once the job is over. */
+static void summarize_metrics(xf__coord *co, int64_t job, uint32_t committed, bool over,
+                              Xfed__JobInfo *ji) {
   xf_journal_metrics *m = NULL;
   size_t n = 0;
   xf_errctx err = {0};
   ji->test_accuracy = NAN;
   ji->test_loss = NAN;
   ji->train_loss = NAN;
+  ji->partial_accuracy = NAN;
   if (xf_journal_metrics_job(co->db, job, &m, &n, &err) != XF_OK) return;
-  uint32_t eval_round = 0, train_round = 0;
+  uint32_t complete = 0, newest = 0;
   for (size_t i = 0; i < n; i++) {
-    if (!isnan(m[i].test_accuracy) && m[i].round > eval_round) eval_round = m[i].round;
-    if (!isnan(m[i].train_loss) && m[i].round > train_round) train_round = m[i].round;
+    if (isnan(m[i].test_accuracy)) continue;
+    uint32_t r = m[i].round;
+    bool done = r < committed || (r == committed && over);
+    if (done && r > complete) complete = r;
+    if (r > newest) newest = r;
   }
-  double wa = 0, wl = 0, w = 0, tl = 0, tw = 0;
+  double wa = 0, wl = 0, w = 0, pa = 0, pw = 0, tl = 0, tw = 0;
+  uint32_t sites = 0, psites = 0;
   for (size_t i = 0; i < n; i++) {
     double weight = m[i].samples ? (double)m[i].samples : 1.0;
-    if (m[i].round == eval_round && !isnan(m[i].test_accuracy)) {
+    if (!isnan(m[i].test_accuracy) && m[i].round == complete && complete) {
       wa += weight * m[i].test_accuracy;
       wl += weight * m[i].test_loss;
       w += weight;
+      sites++;
     }
-    if (m[i].round == train_round && !isnan(m[i].train_loss)) {
+    if (!isnan(m[i].test_accuracy) && m[i].round == newest && newest > complete) {
+      pa += weight * m[i].test_accuracy;
+      pw += weight;
+      psites++;
+    }
+    if (!isnan(m[i].train_loss) && m[i].round == committed && committed) {
       tl += weight * m[i].train_loss;
       tw += weight;
     }
   }
   xf_free(m);
-  ji->eval_round = eval_round;
+  ji->eval_round = complete;
+  ji->eval_sites = sites;
   if (w > 0) {
     ji->test_accuracy = wa / w;
     ji->test_loss = wl / w;
+  }
+  if (pw > 0) {
+    ji->partial_round = newest;
+    ji->partial_sites = psites;
+    ji->partial_accuracy = pa / pw;
   }
   if (tw > 0) ji->train_loss = tl / tw;
 }
@@ -113,7 +136,12 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
   ji->updated = jj.updated;
   ji->bytes_up = up;
   ji->bytes_down = down;
-  summarize_metrics(co, id, ji);
+  const xf__run *run = NULL;
+  for (const xf__run *r = co->runs; r && !run; r = r->next)
+    if (!r->relay && !r->over && r->id == id) run = r;
+  bool over = jj.state == XF_JOB_FAILED || jj.state == XF_JOB_CANCELLED ||
+              (jj.state == XF_JOB_DONE && !run);
+  summarize_metrics(co, id, jj.rounds_committed, over, ji);
   double eps;
   bool site_eps;
   xf_errctx eps_err = {0};
@@ -127,24 +155,37 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
     ji->epsilon = eps;
   }
   xf_digest_hex(&jj.model, st->digest);
-  const xf__job *job = co->active;
-  if (job && !job->relay && job->id == id) {
-    ji->bytes_up += job->bytes_up;
-    ji->bytes_down += job->bytes_down;
-    if (job->phase == XF__PHASE_ROUND) {
-      ji->invited = xf_round_invited(job->round);
-      ji->reported = xf_round_reported(job->round);
-      ji->target = xf_round_target(job->round);
-    }
-    if (job->phase == XF__PHASE_EVAL) {
-      /* The journal says done once the last round committed; the final
-       * evaluation is still out. */
+  if (run) {
+    ji->bytes_up += run->bytes_up;
+    ji->bytes_down += run->bytes_down;
+    uint32_t invited, accepted, reported, target;
+    xf_jobm_counts(run->m, &invited, &accepted, &reported, &target);
+    ji->invited = invited;
+    ji->accepted = accepted;
+    ji->reported = reported;
+    ji->target = target;
+    xf_jobm_phase ph = xf_jobm_get_phase(run->m);
+    static const char *const shown[] = {
+        [XF_JOBM_WAITING] = "waiting",       [XF_JOBM_PAUSED] = "paused",
+        [XF_JOBM_CONFIRMING] = "confirming", [XF_JOBM_AWAIT_GO] = "confirming",
+        [XF_JOBM_TRAINING] = "training",     [XF_JOBM_UNMASKING] = "unmasking",
+        [XF_JOBM_COMMITTING] = "training",   [XF_JOBM_EVALUATING] = "evaluating",
+        [XF_JOBM_DONE] = "",                 [XF_JOBM_FAILED] = "",
+        [XF_JOBM_CANCELLED] = ""};
+    ji->phase = (char *)((unsigned)ph < sizeof(shown) / sizeof(shown[0]) ? shown[ph] : "");
+    if (ph == XF_JOBM_EVALUATING) {
+      /* The journal says done once the last round committed (or the job
+       * stopped on its target); the final evaluation is still out. */
       snprintf(st->state, sizeof(st->state), "running");
-      snprintf(st->message, sizeof(st->message), "evaluating the final model");
-    } else if (job->phase == XF__PHASE_WAIT && jj.state == XF_JOB_RUNNING) {
-      snprintf(st->message, sizeof(st->message),
-               "waiting for sites: %u needed with dataset '%s'", (unsigned)job->spec.min_sites,
-               job->spec.data.dataset);
+      snprintf(st->message, sizeof(st->message), "evaluating the final model%s%s",
+               jj.message[0] ? ": " : "", jj.message);
+    } else if (ph == XF_JOBM_WAITING && jj.state == XF_JOB_RUNNING) {
+      const char *why = xf_jobm_message(run->m);
+      snprintf(st->message, sizeof(st->message), "%s",
+               why[0] ? why : "waiting for the next attempt");
+    } else if ((ph == XF_JOBM_CONFIRMING || ph == XF_JOBM_TRAINING) && jj.state == XF_JOB_RUNNING) {
+      const char *why = xf_jobm_message(run->m);
+      if (why[0]) snprintf(st->message, sizeof(st->message), "%s", why);
     }
   }
   ji->model_digest = st->digest;
@@ -203,117 +244,52 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
     reply_error(p, err.code, &err);
     return;
   }
-  /* Refuse what the daemons cannot do yet rather than run without it. */
-  const char *unavailable = NULL;
-  bool central = spec.privacy.unit == XF_PRIVACY_UNIT_SITE &&
-                 (spec.privacy.mode == XF_PRIVACY_CENTRAL ||
-                  spec.privacy.mode == XF_PRIVACY_DISTRIBUTED);
-  if (spec.secure_aggregation.enabled && spec.privacy.clip <= 0)
-    unavailable = "privacy.clip";
-  if (unavailable) {
-    err.code = XF_EUNSUPPORTED;
-    snprintf(err.file, sizeof(err.file), "%s", origin);
-    snprintf(err.field, sizeof(err.field), "%s", unavailable);
-    snprintf(err.msg, sizeof(err.msg),
-             "secure aggregation sums integers on a scale shared by the round's sites, "
-             "which privacy.clip fixes: give privacy.clip (it may come without noise, "
-             "with mode \"none\")");
-    reply_error(p, XF_EUNSUPPORTED, &err);
+  /* Noise in the sum: its multiplier comes from the target and the
+   * sampling rate the spec fixes (admission refuses a count of sites). */
+  if (xf_job_noise_in_sum(&spec) && !spec.privacy.has_noise_multiplier &&
+      spec.sites_per_round <= 1) {
+    double sigma, eps, order;
+    if (xf_dp_calibrate(spec.privacy.target_epsilon, xf_job_sampling_rate(&spec), spec.rounds,
+                        spec.privacy.delta, &sigma, &eps, &order, &err) != XF_OK) {
+      snprintf(err.file, sizeof(err.file), "%s", origin);
+      snprintf(err.field, sizeof(err.field), "privacy.target_epsilon");
+      reply_error(p, err.code, &err);
+      return;
+    }
+    spec.privacy.has_noise_multiplier = true;
+    spec.privacy.noise_multiplier = sigma;
+    XF_INFO("privacy_calibrated", "target_epsilon=%g delta=%g q=%g rounds=%u "
+                                  "noise_multiplier=%.6g epsilon=%.6g order=%g",
+            spec.privacy.target_epsilon, spec.privacy.delta, xf_job_sampling_rate(&spec),
+            (unsigned)spec.rounds, sigma, eps, order);
+  }
+  /* Admission decides before anything is made: the same one `xfed policy
+   * check` runs, refusing with the same words, audited either way. */
+  xf_admission a;
+  char *decision_text = NULL;
+  if (xf__admit(co, &spec, &a, &decision_text, &err) != XF_OK) {
+    if (!err.file[0]) snprintf(err.file, sizeof(err.file), "%s", origin);
+    reply_error(p, err.code, &err);
     return;
   }
-  if (central) {
-    /* The accountant needs a sampling rate that the spec fixes. */
-    if (spec.sites_per_round > 1) {
-      err.code = XF_EUNSUPPORTED;
-      snprintf(err.file, sizeof(err.file), "%s", origin);
-      snprintf(err.field, sizeof(err.field), "sites_per_round");
-      snprintf(err.msg, sizeof(err.msg),
-               "is a count of sites; with central privacy give it as a fraction in (0, 1], "
-               "the sampling rate the accountant uses");
-      reply_error(p, XF_EUNSUPPORTED, &err);
-      return;
-    }
-    if (!spec.privacy.has_noise_multiplier) {
-      double sigma, eps, order;
-      if (xf_dp_calibrate(spec.privacy.target_epsilon, xf_job_sampling_rate(&spec), spec.rounds,
-                          spec.privacy.delta, &sigma, &eps, &order, &err) != XF_OK) {
-        snprintf(err.file, sizeof(err.file), "%s", origin);
-        snprintf(err.field, sizeof(err.field), "privacy.target_epsilon");
-        reply_error(p, err.code, &err);
-        return;
-      }
-      spec.privacy.has_noise_multiplier = true;
-      spec.privacy.noise_multiplier = sigma;
-      XF_INFO("privacy_calibrated", "target_epsilon=%g delta=%g q=%g rounds=%u "
-                                    "noise_multiplier=%.6g epsilon=%.6g order=%g",
-              spec.privacy.target_epsilon, spec.privacy.delta, xf_job_sampling_rate(&spec),
-              (unsigned)spec.rounds, sigma, eps, order);
-    }
-  }
-  /* The residency policy decides before anything else is made: a job it
-   * does not allow is refused with the same explanation `xfed policy check`
-   * prints, and the decision is audited either way. */
-  char *decision_text = NULL;
-  if (xf__residency_on(co)) {
-    xf_policy_decision d;
-    xf_err drc = xf__residency_decide(co, &spec, &d, &err);
-    char why[1800];
-    if (drc == XF_OK && !d.allowed) {
-      char explain[1600];
-      xf__residency_explain(&d, explain, sizeof(explain));
-      snprintf(why, sizeof(why), "the residency policy does not allow this job: %s", explain);
-    }
-    if (drc == XF_OK && xf_policy_decision_json(&d, &decision_text, &err) != XF_OK)
-      decision_text = NULL;
-    bool allowed = drc == XF_OK && d.allowed;
-    if (drc == XF_OK) xf_policy_decision_free(&d);
-    if (!allowed) {
-      json_t *o = json_pack("{s:s,s:s,s:s,s:s}", "when", "submission", "submitter", submitter,
-                            "job_name", spec.name, "coordinator_region", co->cfg.region);
-      if (decision_text)
-        json_object_set_new(o, "decision", json_loads(decision_text, 0, NULL));
-      else
-        json_object_set_new(o, "error", json_string(err.msg));
-      xf__audit(co, "refused_task", spec.name, o);
-      xf_free(decision_text);
-      XF_WARN("job_refused", "user=%s name=%s reason=policy", submitter, spec.name);
-      if (drc != XF_OK) {
-        if (!err.file[0]) snprintf(err.file, sizeof(err.file), "%s", origin);
-        reply_error(p, drc, &err);
-      } else {
-        xf_session_send_error(p->conn, XF_EDENIED, "%s: %s", origin, why);
-      }
-      return;
-    }
-  }
-  /* The model's input comes from the data: take it from a connected site
-   * that holds the dataset. */
-  const xf__dataset *shape = NULL;
-  uint32_t classes = 0;
-  for (xf__site *s = co->sites; s; s = s->next) {
-    if (!s->peer) continue;
-    if (s->regional && spec.topology != XF_JOB_TOPOLOGY_REGIONAL && !xf__residency_on(co))
-      continue;
-    const xf__dataset *d = xf__job_dataset(&spec, s);
-    if (!d) continue;
-    if (!shape) shape = d;
-    if (d->h == shape->h && d->w == shape->w && d->c == shape->c && d->classes > classes)
-      classes = d->classes;
-  }
-  if (!shape) {
-    err.code = XF_ENOENT;
-    snprintf(err.field, sizeof(err.field), "data.dataset");
-    snprintf(err.file, sizeof(err.file), "%s", origin);
-    snprintf(err.msg, sizeof(err.msg),
-             "no connected site holds dataset '%s'%s%s: start the sites (xfed-site run), check "
-             "'xfed-site dataset list' at each%s",
-             spec.data.dataset, spec.data.n_tags ? " with the job's tags" : "",
-             spec.topology == XF_JOB_TOPOLOGY_FLAT ? "" : "",
-             spec.topology == XF_JOB_TOPOLOGY_FLAT
-                 ? ", and use \"topology\": \"regional\" for sites behind regional aggregators"
-                 : "");
-    reply_error(p, XF_ENOENT, &err);
+  char *admission_text = NULL;
+  xf_errctx jerr = {0};
+  if (xf_admission_json(&a, &spec, &admission_text, &jerr) != XF_OK) admission_text = NULL;
+  if (a.verdict != XF_ADMIT_RUNS) {
+    char why[2048];
+    xf_admission_refusal(&a, why, sizeof(why));
+    json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s}", "when", "submission", "submitter", submitter,
+                          "job_name", spec.name, "coordinator_region", co->cfg.region, "verdict",
+                          xf_admit_verdict_name(a.verdict));
+    if (admission_text) json_object_set_new(o, "admission", json_loads(admission_text, 0, NULL));
+    if (decision_text) json_object_set_new(o, "decision", json_loads(decision_text, 0, NULL));
+    xf__audit(co, "refused_task", spec.name, o);
+    XF_WARN("job_refused", "user=%s name=%s verdict=%s", submitter, spec.name,
+            xf_admit_verdict_name(a.verdict));
+    xf_session_send_error(p->conn, XF_EDENIED, "%s: %s", origin, why);
     xf_free(decision_text);
+    xf_free(admission_text);
+    xf_admission_free(&a);
     return;
   }
   xf_model_spec ms;
@@ -322,7 +298,8 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
   xf__model_file *mf = NULL;
   xf_digest blob;
   int64_t id = 0;
-  xf_err rc = xf_jobspec_model_spec(&spec, shape->h, shape->w, shape->c, classes, &ms, &err);
+  xf_err rc = xf_jobspec_model_spec(&spec, a.h, a.w, a.c, a.classes, &ms, &err);
+  xf_admission_free(&a);
   if (rc == XF_OK) rc = xf_model_create(&ms, &model, &err);
   if (rc == XF_OK) {
     params = xf_mallocarray(xf_model_num_params(model), sizeof(float));
@@ -330,7 +307,7 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
   }
   if (rc == XF_OK) {
     xf_model_init_params(model, spec.seed, params);
-    rc = xf__model_file_make(model, params, &mf, &err);
+    rc = xf__model_file_make_as(model, params, XF_CHECKPOINT_F32, &mf, NULL, &err);
   }
   if (rc == XF_OK) rc = xf_blob_put(co->blobs, mf->bytes, mf->len, &blob, &err);
   if (rc == XF_OK) rc = xf_journal_job_create(co->db, &spec, &blob, xf__now(), &id, &err);
@@ -342,28 +319,24 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
     reply_error(p, rc, &err);
     xf_model_free(model);
     xf_free(decision_text);
+    xf_free(admission_text);
     return;
   }
-  if (decision_text) {
-    char job_id[32];
-    snprintf(job_id, sizeof(job_id), "%" PRId64, id);
-    xf__audit(co, "decision", job_id,
-              json_pack("{s:s,s:s,s:s,s:s,s:o}", "job", job_id, "when", "submission", "submitter",
-                        submitter, "coordinator_region", co->cfg.region, "decision",
-                        json_loads(decision_text, 0, NULL)));
-    xf_free(decision_text);
-  } else if (!co->cfg.regional) {
-    char job_id[32];
-    snprintf(job_id, sizeof(job_id), "%" PRId64, id);
-    xf__audit(co, "decision", job_id,
-              json_pack("{s:s,s:s,s:s,s:s}", "job", job_id, "when", "submission", "submitter",
-                        submitter, "policy", "off"));
-  }
+  char job_id[32];
+  snprintf(job_id, sizeof(job_id), "%" PRId64, id);
+  json_t *o = json_pack("{s:s,s:s,s:s,s:s}", "job", job_id, "when", "submission", "submitter",
+                        submitter, "coordinator_region", co->cfg.region);
+  if (admission_text) json_object_set_new(o, "admission", json_loads(admission_text, 0, NULL));
+  if (decision_text) json_object_set_new(o, "decision", json_loads(decision_text, 0, NULL));
+  if (!xf__residency_on(co)) json_object_set_new(o, "policy", json_string("off"));
+  xf__audit(co, "decision", job_id, o);
+  xf_free(decision_text);
+  xf_free(admission_text);
   XF_INFO("job_submitted", "job=%" PRId64 " name=%s user=%s model=\"%s\" params=%zu", id,
           spec.name, submitter, xf_model_describe(model), xf_model_num_params(model));
   xf_model_free(model);
   reply_jobs(co, p, &id, 1);
-  xf__job_schedule(co);
+  xf__runs_schedule(co);
 }
 
 /* ---- cancel ------------------------------------------------------------------------------- */
@@ -397,7 +370,7 @@ static void on_cancel(xf__coord *co, xf__peer *p, const Xfed__JobCancel *m) {
   char who[XF_SPIFFE_MAX], why[XF_SPIFFE_MAX + 32];
   if (xf_spiffe_format(&p->id, who, NULL) != XF_OK) snprintf(who, 2, "?");
   snprintf(why, sizeof(why), "cancelled by %s", who);
-  if (co->active && !co->active->relay && co->active->id == id) xf__job_cancel(co, why);
+  xf__run_cancel(co, id, why);
   if (xf_journal_job_set_state(co->db, id, XF_JOB_CANCELLED, why, xf__now(), &err) != XF_OK) {
     reply_error(p, err.code, &err);
     return;
@@ -515,17 +488,14 @@ static void on_model_query(xf__coord *co, xf__peer *p, const Xfed__ModelQuery *m
   }
   char idt[32];
   snprintf(idt, sizeof(idt), "%" PRId64, id);
-  xf_tensor_desc d = {.stream_id = (uint64_t)round << 16 | 2,
+  xf_tensor_desc d = {.stream_id = xf__stream_id(co, false),
                       .kind = XFED__TENSOR_BEGIN__KIND__MODEL,
                       .dtype = XFED__TENSOR_BEGIN__DTYPE__U8,
                       .element_count = len,
                       .job_id = idt,
                       .round = round};
   XF_INFO("model_export", "job=%" PRId64 " round=%u bytes=%zu", id, (unsigned)round, len);
-  p->tx_weight = 0;
-  p->tx_attempt = 0;
-  p->tx_contributors = 0;
-  (void)xf__stream_start(p, &d, NULL, bytes, len, false, 0);
+  (void)xf__stream_queue(p, &d, NULL, bytes, len, 0, NULL);
 }
 
 /* ---- dispatch ------------------------------------------------------------------------------- */

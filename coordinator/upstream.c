@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The regional aggregator's link to the global coordinator: it dials out
- * with backoff, announces the region's sites, takes task offers and their
- * models, runs each as one relayed round among its sites, and sends one
- * weighted aggregate back (docs/protocol.md, "Regional aggregator"). */
+ * with backoff, announces the sites behind it (each with its own datasets),
+ * takes task offers and their models, runs each task as a relay run of the
+ * job machine among its sites (coordinator/host.c), and sends upstream what
+ * the machine says: who accepted, who refused and why, the region's
+ * aggregate once it may leave (docs/protocol.md, "Regional aggregator"). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,35 +12,76 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
-#include "base/rng.h"
 #include "coordinator/daemon_internal.h"
 
 #define BACKOFF_MIN_S 0.5
 #define BACKOFF_MAX_S 30.0
 
-static void dial(xf__coord *co);
+/* An offer whose model is still coming in. */
+typedef struct pending_offer {
+  char job_id[32];
+  char *params_json;
+  xf__upstream_task task;
+  xf_digest model_digest;
+  uint64_t model_stream;
+  uint64_t *cohort;
+  size_t n_cohort;
+  xf_tensor_receiver *rx;
+  uint8_t *model;
+  size_t model_len;
+  struct pending_offer *next;
+} pending_offer;
 
-static void on_redial(uv_timer_t *t) {
-  xf__coord *co = t->data;
-  dial(co);
+static pending_offer *g_pending; /* the process runs one coordinator */
+
+static void pending_free(pending_offer *o) {
+  xf_free(o->params_json);
+  xf_free(o->cohort);
+  xf_tensor_receiver_free(o->rx);
+  xf_free(o->model);
+  xf_free(o);
 }
 
+static void pending_drop_all(void) {
+  while (g_pending) {
+    pending_offer *o = g_pending;
+    g_pending = o->next;
+    pending_free(o);
+  }
+}
+
+static void pending_drop_job(const char *job) {
+  for (pending_offer **pp = &g_pending; *pp;) {
+    pending_offer *o = *pp;
+    if (strcmp(o->job_id, job) == 0) {
+      *pp = o->next;
+      pending_free(o);
+    } else {
+      pp = &o->next;
+    }
+  }
+}
+
+/* ---- dialing ----------------------------------------------------------------------------------------- */
+
+static void dial(xf__coord *co);
+
+static void on_redial(uv_timer_t *t) { dial(t->data); }
+
 static void schedule_redial(xf__coord *co) {
-  xf__upstream *up = &co->up;
   if (co->stopping) return;
-  double b = up->backoff_s < BACKOFF_MIN_S ? BACKOFF_MIN_S : up->backoff_s;
+  double b = co->backoff_s < BACKOFF_MIN_S ? BACKOFF_MIN_S : co->backoff_s;
   /* +-25 % jitter, so aggregators that lost the same coordinator do not
    * all come back in the same instant. */
   double jitter = 0.75 + 0.5 * ((double)(rand() % 1000) / 1000.0);
   uint64_t ms = (uint64_t)(b * jitter * 1000.0);
-  up->backoff_s = b * 2 > BACKOFF_MAX_S ? BACKOFF_MAX_S : b * 2;
-  uv_timer_start(&up->redial, on_redial, ms, 0);
+  co->backoff_s = b * 2 > BACKOFF_MAX_S ? BACKOFF_MAX_S : b * 2;
+  uv_timer_start(&co->redial, on_redial, ms, 0);
   XF_INFO("upstream_redial", "in_ms=%" PRIu64, ms);
 }
 
 static void dial(xf__coord *co) {
-  xf__upstream *up = &co->up;
-  if (co->stopping || up->peer || up->dialing) return;
+  if (co->stopping || co->up_peer || co->up_dialing) return;
   xf__peer *p;
   if (xf__peer_new(co, &p) != XF_OK) {
     schedule_redial(co);
@@ -61,553 +104,493 @@ static void dial(xf__coord *co) {
     schedule_redial(co);
     return;
   }
-  up->dialing = true;
+  co->up_dialing = true;
   XF_INFO("upstream_dialing", "upstream=%s:%d", co->cfg.upstream_host, co->cfg.upstream_port);
 }
 
 void xf__upstream_start(xf__coord *co) {
-  uv_timer_init(&co->loop, &co->up.redial);
-  co->up.redial.data = co;
-  co->up.backoff_s = BACKOFF_MIN_S;
+  uv_timer_init(&co->loop, &co->redial);
+  co->redial.data = co;
+  co->backoff_s = BACKOFF_MIN_S;
   dial(co);
 }
 
 void xf__upstream_stop(xf__coord *co) {
-  uv_timer_stop(&co->up.redial);
-  if (!uv_is_closing((uv_handle_t *)&co->up.redial)) uv_close((uv_handle_t *)&co->up.redial, NULL);
+  uv_timer_stop(&co->redial);
+  if (!uv_is_closing((uv_handle_t *)&co->redial)) uv_close((uv_handle_t *)&co->redial, NULL);
+  pending_drop_all();
 }
 
 void xf__upstream_closed(xf__coord *co) {
-  xf__upstream *up = &co->up;
-  up->peer = NULL;
-  up->dialing = false;
-  up->offer_active = false;
-  xf_tensor_receiver_free(up->model_rx);
-  up->model_rx = NULL;
+  co->up_peer = NULL;
+  co->up_dialing = false;
+  pending_drop_all(); /* offered again when the link is back */
   schedule_redial(co);
 }
 
-/* ---- announce ------------------------------------------------------------------------------- */
+/* ---- the announcement -------------------------------------------------------------------------------- */
+
+/* One site's datasets as announce entries (pointing into d). */
+static Xfed__SiteAnnounce__Dataset **announce_sets(const xf__dataset *d, size_t n,
+                                                  Xfed__SiteAnnounce__Dataset *store,
+                                                  char ***tags_store) {
+  Xfed__SiteAnnounce__Dataset **ptrs = xf_calloc(n + 1, sizeof(*ptrs));
+  if (!ptrs) return NULL;
+  for (size_t i = 0; i < n; i++) {
+    Xfed__SiteAnnounce__Dataset *o = &store[i];
+    xfed__site_announce__dataset__init(o);
+    o->name = (char *)d[i].name;
+    tags_store[i] = xf_calloc(d[i].n_tags + 1, sizeof(char *));
+    if (tags_store[i]) {
+      for (uint32_t t = 0; t < d[i].n_tags; t++) tags_store[i][t] = (char *)d[i].tags[t];
+      o->tags = tags_store[i];
+      o->n_tags = d[i].n_tags;
+    }
+    o->train_records = d[i].train_records;
+    o->test_records = d[i].test_records;
+    o->classes = d[i].classes;
+    o->height = d[i].h;
+    o->width = d[i].w;
+    o->channels = d[i].c;
+    ptrs[i] = o;
+  }
+  return ptrs;
+}
 
 void xf__upstream_announce(xf__coord *co) {
-  xf__upstream *up = &co->up;
-  if (!up->peer) return;
-  size_t n_sites = 0, n_sets = 0;
-  for (xf__site *s = co->sites; s; s = s->next)
-    if (s->peer) {
-      n_sites++;
-      n_sets += s->n_datasets;
-    }
-  char **names = xf_calloc(n_sites + 1, sizeof(char *));
-  Xfed__SiteAnnounce__Dataset *sets = xf_calloc(n_sets + 1, sizeof(*sets));
-  Xfed__SiteAnnounce__Dataset **ptrs = xf_calloc(n_sets + 1, sizeof(*ptrs));
-  char ***tags = xf_calloc(n_sets + 1, sizeof(char **));
-  if (!names || !sets || !ptrs || !tags) goto out;
-  size_t k = 0, m = 0;
+  if (!co->up_peer) return;
+  size_t n = 0;
+  for (xf__site *s = co->sites; s; s = s->next) n += s->peer != NULL;
+  Xfed__SiteAnnounce *behind = xf_calloc(n + 1, sizeof(*behind));
+  Xfed__SiteAnnounce **bptrs = xf_calloc(n + 1, sizeof(*bptrs));
+  char **names = xf_calloc(n + 1, sizeof(char *));
+  Xfed__SiteAnnounce__Dataset **store = xf_calloc(n + 1, sizeof(*store));
+  char ****tags = xf_calloc(n + 1, sizeof(char ***));
+  size_t k = 0;
+  if (!behind || !bptrs || !names || !store || !tags) goto out;
   for (xf__site *s = co->sites; s; s = s->next) {
     if (!s->peer) continue;
-    names[k++] = s->name;
-    for (size_t i = 0; i < s->n_datasets; i++) {
-      const xf__dataset *d = &s->datasets[i];
-      /* The union: datasets with one name and shape are one entry whose
-       * records add up; tags are those every site's copy carries. */
-      size_t j = 0;
-      for (; j < m; j++)
-        if (strcmp(sets[j].name, d->name) == 0 && sets[j].height == d->h &&
-            sets[j].width == d->w && sets[j].channels == d->c)
-          break;
-      if (j < m) {
-        sets[j].train_records += d->train_records;
-        sets[j].test_records += d->test_records;
-        if (d->classes > sets[j].classes) sets[j].classes = d->classes;
-        size_t keep = 0;
-        for (size_t t = 0; t < sets[j].n_tags; t++) {
-          bool found = false;
-          for (uint32_t u = 0; u < d->n_tags && !found; u++)
-            found = strcmp(sets[j].tags[t], d->tags[u]) == 0;
-          if (found) sets[j].tags[keep++] = sets[j].tags[t];
-        }
-        sets[j].n_tags = keep;
-        continue;
-      }
-      Xfed__SiteAnnounce__Dataset *o = &sets[m];
-      xfed__site_announce__dataset__init(o);
-      o->name = (char *)d->name;
-      tags[m] = xf_calloc(d->n_tags + 1, sizeof(char *));
-      if (tags[m]) {
-        for (uint32_t t = 0; t < d->n_tags; t++) tags[m][t] = (char *)d->tags[t];
-        o->tags = tags[m];
-        o->n_tags = d->n_tags;
-      }
-      o->train_records = d->train_records;
-      o->test_records = d->test_records;
-      o->classes = d->classes;
-      o->height = d->h;
-      o->width = d->w;
-      o->channels = d->c;
-      ptrs[m] = o;
-      m++;
+    Xfed__SiteAnnounce *b = &behind[k];
+    xfed__site_announce__init(b);
+    b->site = s->name;
+    b->region = s->region;
+    store[k] = xf_calloc(s->n_datasets + 1, sizeof(Xfed__SiteAnnounce__Dataset));
+    tags[k] = xf_calloc(s->n_datasets + 1, sizeof(char **));
+    if (store[k] && tags[k]) {
+      b->datasets = announce_sets(s->datasets, s->n_datasets, store[k], tags[k]);
+      b->n_datasets = b->datasets ? s->n_datasets : 0;
     }
+    names[k] = s->name;
+    bptrs[k] = b;
+    k++;
   }
   Xfed__SiteAnnounce a = XFED__SITE_ANNOUNCE__INIT;
   a.site = co->name;
   a.region = co->cfg.region;
   a.n_sites = k;
   a.sites = names;
-  a.n_datasets = m;
-  a.datasets = ptrs;
+  a.n_behind = k;
+  a.behind = bptrs;
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   env.body_case = XFED__ENVELOPE__BODY_SITE_ANNOUNCE;
   env.site_announce = &a;
-  (void)xf__send(up->peer, &env);
+  (void)xf__send(co->up_peer, &env);
 out:
-  for (size_t i = 0; tags && i < n_sets; i++) xf_free(tags[i]);
-  xf_free(tags);
-  xf_free(names);
-  xf_free(sets);
-  xf_free(ptrs);
-}
-
-/* ---- replies upstream ------------------------------------------------------------------------ */
-
-/* Takes a copy of the offer's residency plan (NULL: none). */
-static xf_err set_residency(xf__upstream *up, const Xfed__Residency *res) {
-  xf__residency *r = &up->residency;
-  xf_free(r->sites);
-  memset(r, 0, sizeof(*r));
-  if (!res) return XF_OK;
-  if (res->n_sites) {
-    r->sites = xf_calloc(res->n_sites, sizeof(*r->sites));
-    if (!r->sites) return XF_ENOMEM;
+  for (size_t i = 0; i < k; i++) {
+    if (tags && tags[i]) {
+      for (size_t d = 0; d < behind[i].n_datasets; d++) xf_free(tags[i][d]);
+      xf_free(tags[i]);
+    }
+    if (behind) xf_free(behind[i].datasets);
+    if (store) xf_free(store[i]);
   }
-  for (size_t i = 0; i < res->n_sites; i++)
-    snprintf(r->sites[i], sizeof(r->sites[i]), "%s", res->sites[i] ? res->sites[i] : "");
-  r->n_sites = res->n_sites;
-  r->present = true;
-  r->version = res->policy_version;
-  snprintf(r->coordinator_region, sizeof(r->coordinator_region), "%s",
-           res->coordinator_region ? res->coordinator_region : "");
-  snprintf(r->path, sizeof(r->path), "%s", res->path ? res->path : "");
-  snprintf(r->rule, sizeof(r->rule), "%s", res->rule ? res->rule : "");
-  r->min_cohort = res->min_cohort;
-  r->require_secagg = res->require_secagg;
-  r->has_max_epsilon = res->has_max_epsilon;
-  r->max_epsilon = res->max_epsilon;
-  r->epsilon = res->epsilon;
-  return XF_OK;
+  xf_free(tags);
+  xf_free(store);
+  xf_free(names);
+  xf_free(bptrs);
+  xf_free(behind);
 }
 
-/* Whether the task's plan lets site `name` take part (any site without a plan). */
-static bool named(const xf__upstream *up, const char *name) {
-  if (!up->residency.present) return true;
-  for (size_t i = 0; i < up->residency.n_sites; i++)
-    if (strcmp(up->residency.sites[i], name) == 0) return true;
-  return false;
+/* ---- replies upstream ---------------------------------------------------------------------------------- */
+
+static char **names_of(xf__coord *co, const uint64_t *sites, size_t n) {
+  char **v = xf_calloc(n ? n : 1, sizeof(char *));
+  if (!v) return NULL;
+  for (size_t i = 0; i < n; i++) {
+    const char *name = xf__site_name(co, sites[i]);
+    v[i] = (char *)(name ? name : "?");
+  }
+  return v;
 }
 
-static void refuse(xf__coord *co, const Xfed__TaskOffer *o, Xfed__TaskRefusal__Reason reason,
-                   const char *details) {
-  XF_WARN("task_refused", "job=%s round=%u reason=\"%s\"", o->job_id ? o->job_id : "",
-          (unsigned)o->round, details);
-  Xfed__TaskRefusal r = XFED__TASK_REFUSAL__INIT;
-  r.job_id = o->job_id;
-  r.round = o->round;
-  r.reason = reason;
-  r.details = (char *)details;
-  Xfed__Envelope env = XFED__ENVELOPE__INIT;
-  env.body_case = XFED__ENVELOPE__BODY_TASK_REFUSAL;
-  env.task_refusal = &r;
-  (void)xf__send(co->up.peer, &env);
-}
-
-static void accept_offer(xf__coord *co, const Xfed__TaskOffer *o) {
+void xf__upstream_accept(xf__coord *co, const xf__run *run, const uint64_t *sites, size_t n) {
+  if (!co->up_peer) return;
+  char **names = names_of(co, sites, n);
   Xfed__TaskAccept a = XFED__TASK_ACCEPT__INIT;
-  a.job_id = o->job_id;
-  a.round = o->round;
-  a.attempt = o->attempt;
+  a.job_id = (char *)run->id_text;
+  a.round = run->up.round;
+  a.attempt = run->up.attempt;
+  a.n_sites = names ? n : 0;
+  a.sites = names;
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   env.body_case = XFED__ENVELOPE__BODY_TASK_ACCEPT;
   env.task_accept = &a;
-  (void)xf__send(co->up.peer, &env);
+  (void)xf__send(co->up_peer, &env);
+  xf_free(names);
+  XF_INFO("task_accepted_up", "job=%s round=%u attempt=%u sites=%zu", run->id_text,
+          (unsigned)run->up.round, (unsigned)run->up.attempt, n);
 }
 
-static bool same_task(const xf__upstream *up, const Xfed__TaskOffer *o) {
-  return o->job_id && strcmp(up->job_id, o->job_id) == 0 && up->round == o->round &&
-         up->attempt == o->attempt && up->evaluate_only == o->evaluate_only;
-}
-
-static void send_aggregate(xf__coord *co) {
-  xf__upstream *up = &co->up;
-  if (!up->peer || !up->agg_bytes) return;
-  uint8_t *copy = xf_malloc(up->agg_len);
-  if (!copy) return;
-  memcpy(copy, up->agg_bytes, up->agg_len);
-  xf_tensor_desc d = {.stream_id = (uint64_t)up->round << 16 | (uint64_t)up->attempt << 1 | 1,
-                      .kind = XFED__TENSOR_BEGIN__KIND__AGGREGATE,
-                      .dtype = up->agg_encoded ? XFED__TENSOR_BEGIN__DTYPE__U8
-                                               : XFED__TENSOR_BEGIN__DTYPE__F32,
-                      .element_count = up->agg_plain_len / (up->agg_encoded ? 1 : 4),
-                      .job_id = up->job_id,
-                      .round = up->round};
-  if (up->agg_sealed) {
-    d.sealed_by = up->agg_epk;
-    d.sealed_chunk = XF_SEAL_STREAM_CHUNK;
-  }
-  up->peer->tx_weight = up->agg_weight;
-  up->peer->tx_attempt = up->attempt;
-  up->peer->tx_contributors = up->agg_contributors;
-  XF_INFO("aggregate_sending", "job=%s round=%u weight=%" PRIu64 " contributors=%u bytes=%zu",
-          up->job_id, (unsigned)up->round, up->agg_weight, (unsigned)up->agg_contributors,
-          up->agg_len);
-  (void)xf__stream_start(up->peer, &d, NULL, copy, up->agg_len, true,
-                         up->agg_sealed ? XF_SEAL_STREAM_CHUNK + XF_SEAL_ABYTES : 0);
-}
-
-static void drop_aggregate(xf__upstream *up) {
-  xf_free(up->agg_bytes);
-  up->agg_bytes = NULL;
-  up->agg_len = 0;
-}
-
-/* The region's aggregate in the job's uplink encoding, with its own top-k
- * residual; false (and the float32 aggregate goes instead) when it cannot be
- * encoded. */
-static bool encode_aggregate(xf__coord *co, const xf__job *job, const float *mean, size_t n) {
-  xf__upstream *up = &co->up;
-  xf_codec_uplink codec;
-  if (!xf__job_uplink(&job->spec, &codec)) return false;
-  if (codec.topk_fraction > 0 &&
-      (strcmp(up->residual_job, job->id_text) != 0 || up->residual_n != n)) {
-    xf_free(up->residual);
-    up->residual = xf_calloc(n, sizeof(float));
-    up->residual_n = up->residual ? n : 0;
-    snprintf(up->residual_job, sizeof(up->residual_job), "%s", up->residual ? job->id_text : "");
-    if (!up->residual) return false;
-  }
-  /* The sum of the sites' sparse updates has up to their k's worth of
-   * nonzeros: a second top-k at the job's fraction would drop half of a
-   * two-site region's values again. Keep as many as the sum has (the
-   * residual still catches the quantization error). */
-  if (codec.topk_fraction > 0) {
-    size_t nnz = 0;
-    for (size_t i = 0; i < n; i++) nnz += mean[i] != 0.0f;
-    double f = (double)nnz / (double)n;
-    if (f > codec.topk_fraction) codec.topk_fraction = f > 1 ? 1 : f;
-  }
-  /* Stochastic rounding repeats with the job's seed, round and region. */
-  uint64_t seed = job->spec.seed ^ ((uint64_t)job->offer_round * 0x9e3779b97f4a7c15ull) ^
-                  xf_coord_site_id(co->cfg.region);
-  xf_errctx err = {0};
-  uint8_t *bytes = NULL;
-  size_t len = 0;
-  if (xf_codec_encode(&codec, mean, n, codec.topk_fraction > 0 ? up->residual : NULL, seed,
-                      &bytes, &len, &err) != XF_OK) {
-    XF_ERROR("aggregate_not_encoded", "job=%s round=%u reason=\"%s\"", job->id_text,
-             (unsigned)job->offer_round, err.msg);
-    return false;
-  }
-  up->agg_bytes = bytes;
-  up->agg_len = len;
-  up->agg_encoded = true;
-  return true;
-}
-
-/* Whether the region's aggregate may leave under the task's residency plan;
- * why says what fails. */
-static bool may_leave(const xf__coord *co, const xf__job *job, uint32_t contributors, char *why,
-                      size_t len) {
-  const xf__residency *r = &co->up.residency;
-  if (!r->present || strcmp(r->path, "regional") != 0) return true;
-  const xf_privacy_spec *pv = &job->spec.privacy;
-  if (contributors < (r->min_cohort ? r->min_cohort : 1)) {
-    snprintf(why, len, "the aggregate holds %u sites; rule %s needs at least %u before it leaves "
-             "region %s", (unsigned)contributors, r->rule, (unsigned)r->min_cohort, co->cfg.region);
-    return false;
-  }
-  if (r->require_secagg && !job->spec.secure_aggregation.enabled) {
-    snprintf(why, len, "rule %s lets the aggregate leave region %s only when it was securely "
-             "aggregated", r->rule, co->cfg.region);
-    return false;
-  }
-  if (r->has_max_epsilon && (pv->mode == XF_PRIVACY_NONE || !pv->has_target_epsilon ||
-                             pv->target_epsilon > r->max_epsilon)) {
-    snprintf(why, len, "rule %s lets the aggregate leave region %s only with differential "
-             "privacy at epsilon <= %g", r->rule, co->cfg.region, r->max_epsilon);
-    return false;
-  }
-  return true;
-}
-
-void xf__upstream_aggregate(xf__coord *co, const xf__job *job, float *mean, size_t n,
-                            uint64_t weight, uint32_t contributors) {
-  xf__upstream *up = &co->up;
-  drop_aggregate(up);
-  /* The last hop inside the region: hold the aggregate to the plan. */
-  char why[400];
-  const xf__residency *r = &up->residency;
-  if (!may_leave(co, job, contributors, why, sizeof(why))) {
-    XF_WARN("aggregate_held", "job=%s round=%u reason=\"%s\"", up->job_id, (unsigned)up->round,
-            why);
-    xf__audit(co, "refused_task", up->job_id,
-              json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:I,s:s}", "job", up->job_id, "round",
-                        (json_int_t)up->round, "attempt", (json_int_t)up->attempt, "kind",
-                        "regional_aggregate", "from", co->cfg.region, "to",
-                        r->coordinator_region, "contributors", (json_int_t)contributors, "why",
-                        why));
-    xf_free(mean);
-    xf__upstream_failed(co, job, why);
-    return;
-  }
-  if (r->present && strcmp(r->coordinator_region, co->cfg.region) != 0)
-    xf__audit(co, "crossing", up->job_id,
-              json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:I,s:I,s:s,s:I}", "job", up->job_id, "round",
-                        (json_int_t)up->round, "attempt", (json_int_t)up->attempt, "kind",
-                        "regional_aggregate", "from", co->cfg.region, "to",
-                        r->coordinator_region, "contributors", (json_int_t)contributors,
-                        "weight", (json_int_t)weight, "rule", r->rule, "policy_version",
-                        (json_int_t)r->version));
-  if (encode_aggregate(co, job, mean, n)) {
-    xf_free(mean);
-  } else {
-    up->agg_bytes = (uint8_t *)mean;
-    up->agg_len = n * sizeof(float);
-    up->agg_encoded = false;
-  }
-  up->agg_plain_len = up->agg_len;
-  up->agg_sealed = false;
-  if (up->seal) {
-    /* Sealed to the global coordinator's key for this attempt, once: a
-     * resend after a reconnect carries the same bytes. */
-    char ctx[256];
-    size_t ctx_len = xf_seal_stream_context(ctx, sizeof(ctx), up->job_id, up->round,
-                                            up->attempt, co->name);
-    xf_seal_sender *ss = NULL;
-    uint8_t *sealed = NULL;
-    size_t sealed_len = 0;
-    xf_err rc = xf_seal_sender_new(up->seal_pk, (const uint8_t *)ctx, ctx_len, &ss, up->agg_epk);
-    if (rc == XF_OK)
-      rc = xf_seal_stream(ss, up->agg_bytes, up->agg_len, XF_SEAL_STREAM_CHUNK, &sealed,
-                          &sealed_len);
-    xf_seal_sender_free(ss);
-    if (rc != XF_OK) {
-      XF_ERROR("aggregate_not_sealed", "job=%s round=%u reason=\"%s\"", up->job_id,
-               (unsigned)up->round, xf_err_name(rc));
-      drop_aggregate(up);
-      xf__upstream_failed(co, job, "the region's aggregate could not be sealed");
-      return;
-    }
-    xf_free(up->agg_bytes);
-    up->agg_bytes = sealed;
-    up->agg_len = sealed_len;
-    up->agg_sealed = true;
-  }
-  up->agg_weight = weight;
-  up->agg_contributors = contributors;
-  send_aggregate(co);
-}
-
-void xf__upstream_failed(xf__coord *co, const xf__job *job, const char *why) {
-  if (!co->up.peer) return;
-  xf_session_send_error(co->up.peer->conn, XF_ENOENT, "job %s round %u at region %s: %s",
-                        job->id_text, (unsigned)job->offer_round, co->cfg.region, why);
-}
-
-void xf__upstream_refuse(xf__coord *co, const xf__job *job, int reason, const char *details) {
-  if (!co->up.peer) return;
+static void send_refusal(xf__coord *co, const char *job, uint32_t round, uint32_t attempt,
+                         const char *site, int reason, const char *details) {
+  if (!co->up_peer) return;
   Xfed__TaskRefusal r = XFED__TASK_REFUSAL__INIT;
-  r.job_id = (char *)job->id_text;
-  r.round = job->offer_round;
+  r.job_id = (char *)job;
+  r.round = round;
+  r.attempt = attempt;
   r.reason = (Xfed__TaskRefusal__Reason)reason;
   r.details = (char *)details;
+  r.site = (char *)(site ? site : "");
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   env.body_case = XFED__ENVELOPE__BODY_TASK_REFUSAL;
   env.task_refusal = &r;
-  (void)xf__send(co->up.peer, &env);
+  (void)xf__send(co->up_peer, &env);
 }
 
-void xf__upstream_eval_done(xf__coord *co, const xf__job *job) {
-  if (!co->up.peer) return;
+void xf__upstream_refuse(xf__coord *co, const xf__run *run, uint64_t site, int reason,
+                         const char *details) {
+  const char *name = site ? xf__site_name(co, site) : NULL;
+  XF_WARN("task_refused_up", "job=%s round=%u site=%s reason=%d details=\"%s\"", run->id_text,
+          (unsigned)run->up.round, name ? name : "-", reason, details);
+  send_refusal(co, run->id_text, run->up.round, run->up.attempt, site ? (name ? name : "?") : "",
+               reason, details);
+}
+
+void xf__upstream_eval_done(xf__coord *co, const xf__run *run) {
+  if (!co->up_peer) return;
   Xfed__Metrics m = XFED__METRICS__INIT;
-  m.job_id = (char *)job->id_text;
-  m.round = job->offer_round;
-  m.attempt = job->offer_attempt;
+  m.job_id = (char *)run->id_text;
+  m.round = run->up.round;
+  m.attempt = run->up.attempt;
   m.site = co->name;
   m.region = co->cfg.region;
-  m.model_round = job->model_round;
+  m.model_round = run->up.model_round;
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   env.body_case = XFED__ENVELOPE__BODY_METRICS;
   env.metrics = &m;
-  (void)xf__send(co->up.peer, &env);
+  (void)xf__send(co->up_peer, &env);
 }
 
-void xf__upstream_forward(xf__coord *co, const Xfed__Envelope *env) {
-  if (co->up.peer) (void)xf__send(co->up.peer, env);
+void xf__upstream_metrics(xf__coord *co, const Xfed__Envelope *env) {
+  if (co->up_peer) (void)xf__send(co->up_peer, env);
 }
 
-/* ---- offers and their models ------------------------------------------------------------------ */
+/* ---- the region's aggregate ------------------------------------------------------------------------------ */
+
+static float *residual_of(xf__coord *co, const char *job, size_t n) {
+  for (struct xf__residual *r = co->residuals; r; r = r->next)
+    if (strcmp(r->job, job) == 0) {
+      if (r->n == n) return r->values;
+      xf_free(r->values);
+      r->values = xf_calloc(n, sizeof(float));
+      r->n = r->values ? n : 0;
+      return r->values;
+    }
+  struct xf__residual *r = xf_calloc(1, sizeof(*r));
+  if (!r) return NULL;
+  r->values = xf_calloc(n, sizeof(float));
+  if (!r->values) {
+    xf_free(r);
+    return NULL;
+  }
+  snprintf(r->job, sizeof(r->job), "%s", job);
+  r->n = n;
+  r->next = co->residuals;
+  co->residuals = r;
+  return r->values;
+}
+
+/* Queues run's kept aggregate bytes upstream (again after a reconnect). */
+static void queue_aggregate(xf__coord *co, xf__run *run, const xf_update_payload *pl,
+                            const uint64_t *sites, size_t n, uint64_t weight) {
+  if (!co->up_peer || !run->agg_bytes) return;
+  uint8_t *copy = xf_malloc(run->agg_len ? run->agg_len : 1);
+  if (!copy) return;
+  memcpy(copy, run->agg_bytes, run->agg_len);
+  uint64_t stream = run->up.update_stream_id
+                        ? run->up.update_stream_id
+                        : ((uint64_t)run->up.round << 16 | (uint64_t)run->up.attempt << 1 | 1);
+  xf_tensor_desc d = {.stream_id = stream,
+                      .kind = XFED__TENSOR_BEGIN__KIND__AGGREGATE,
+                      .dtype = pl->form == XF_UPDATE_FLOAT32 ? XFED__TENSOR_BEGIN__DTYPE__F32
+                                                             : XFED__TENSOR_BEGIN__DTYPE__U8,
+                      .element_count = pl->element_count,
+                      .job_id = run->id_text,
+                      .round = run->up.round,
+                      .attempt = run->up.attempt};
+  if (pl->sealed) {
+    d.sealed_by = pl->sealed_by;
+    d.sealed_chunk = XF_SEAL_STREAM_CHUNK;
+  }
+  char **names = xf_calloc(n ? n : 1, sizeof(char *));
+  for (size_t i = 0; names && i < n; i++) {
+    const char *nm = xf__site_name(co, sites[i]);
+    names[i] = xf_strdup(nm ? nm : "?");
+  }
+  xf__stream_opts so = {.weight = weight,
+                        .attempt = run->up.attempt,
+                        .contributors = (uint32_t)n,
+                        .sites = names,
+                        .n_sites = names ? n : 0,
+                        .await_ack = true,
+                        .job = run->id_text};
+  XF_INFO("aggregate_sending", "job=%s round=%u weight=%" PRIu64 " sites=%zu bytes=%zu",
+          run->id_text, (unsigned)run->up.round, weight, n, run->agg_len);
+  (void)xf__stream_queue(co->up_peer, &d, NULL, copy, run->agg_len,
+                         pl->sealed ? XF_SEAL_STREAM_CHUNK + XF_SEAL_ABYTES : 0, &so);
+}
+
+void xf__upstream_forward(xf__coord *co, xf__run *run, const uint64_t *sites, size_t n,
+                          uint64_t weight) {
+  if (!run->relay_mean) return;
+  xf_errctx err = {0};
+  xf_update_offer offer = {.sealed = run->up.seal,
+                           .rounding_seed = run->spec.seed ^
+                                            ((uint64_t)run->up.round * 0x9e3779b97f4a7c15ull) ^
+                                            xf_coord_site_id(co->cfg.region)};
+  memcpy(offer.seal_pk, run->up.seal_pk, sizeof(offer.seal_pk));
+  xf_update_plan plan;
+  xf_update_payload pl;
+  memset(&pl, 0, sizeof(pl));
+  xf_err rc = xf_update_plan_aggregate(&run->spec, run->n_params, &offer, &plan, &err);
+  float *residual = NULL;
+  if (rc == XF_OK && plan.residual) {
+    residual = residual_of(co, run->id_text, run->n_params);
+    if (!residual) rc = xf_fail(&err, XF_ENOMEM, "out of memory for the region's residual");
+  }
+  char ctx[256];
+  size_t ctx_len = xf_seal_stream_context(ctx, sizeof(ctx), run->id_text, run->up.round,
+                                          run->up.attempt, co->name);
+  if (rc == XF_OK)
+    rc = xf_update_prepare(&plan, run->relay_mean, residual, NULL, ctx, ctx_len, &pl, &err);
+  xf_free(run->relay_mean);
+  run->relay_mean = NULL;
+  if (rc != XF_OK) {
+    XF_ERROR("aggregate_not_encoded", "job=%s round=%u reason=\"%s\"", run->id_text,
+             (unsigned)run->up.round, err.msg);
+    xf__upstream_refuse(co, run, 0, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
+                        "the region's aggregate could not be encoded or sealed");
+    return;
+  }
+  xf_free(run->agg_bytes);
+  run->agg_bytes = xf_malloc(pl.wire_len ? pl.wire_len : 1);
+  run->agg_len = run->agg_bytes ? pl.wire_len : 0;
+  if (run->agg_bytes) memcpy(run->agg_bytes, pl.wire, pl.wire_len);
+  /* Kept to send it again after a reconnect. */
+  xf_free(run->up.accepted);
+  run->up.accepted = xf_mallocarray(n ? n : 1, sizeof(uint64_t));
+  run->up.n_accepted = run->up.accepted ? n : 0;
+  if (run->up.accepted) memcpy(run->up.accepted, sites, n * sizeof(uint64_t));
+  run->relay_weight = weight;
+  if (run->up.has_residency && strcmp(run->up.coordinator_region, co->cfg.region) != 0)
+    xf__audit(co, "crossing", run->id_text,
+              json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:I,s:I,s:s,s:I}", "job", run->id_text, "round",
+                        (json_int_t)run->up.round, "attempt", (json_int_t)run->up.attempt, "kind",
+                        "regional_aggregate", "from", co->cfg.region, "to",
+                        run->up.coordinator_region, "contributors", (json_int_t)n, "weight",
+                        (json_int_t)weight, "rule", run->up.rule, "policy_version",
+                        (json_int_t)run->up.policy_version));
+  run->up.answered = true;
+  /* Remember the stream's shape in the run (its payload buffers go now). */
+  run->agg_form = pl.form;
+  run->agg_count = pl.element_count;
+  run->agg_sealed = pl.sealed;
+  memcpy(run->agg_epk, pl.sealed_by, sizeof(run->agg_epk));
+  queue_aggregate(co, run, &pl, sites, n, weight);
+  xf_update_payload_free(&pl);
+}
+
+/* The aggregate once more (the global coordinator offered the task again). */
+static void resend_aggregate(xf__coord *co, xf__run *run) {
+  xf_update_payload shape;
+  memset(&shape, 0, sizeof(shape));
+  shape.form = run->agg_form;
+  shape.element_count = run->agg_count;
+  shape.sealed = run->agg_sealed;
+  memcpy(shape.sealed_by, run->agg_epk, sizeof(shape.sealed_by));
+  queue_aggregate(co, run, &shape, run->up.accepted, run->up.n_accepted, run->relay_weight);
+}
+
+/* ---- offers and their models ------------------------------------------------------------------------------ */
+
+static void take_residency(xf__upstream_task *t, const Xfed__Residency *res) {
+  t->has_residency = res != NULL;
+  if (!res) return;
+  t->policy_version = res->policy_version;
+  snprintf(t->coordinator_region, sizeof(t->coordinator_region), "%s",
+           res->coordinator_region ? res->coordinator_region : "");
+  snprintf(t->path, sizeof(t->path), "%s", res->path ? res->path : "");
+  snprintf(t->rule, sizeof(t->rule), "%s", res->rule ? res->rule : "");
+  t->min_cohort = res->min_cohort;
+  t->require_secagg = res->require_secagg;
+  t->has_max_epsilon = res->has_max_epsilon;
+  t->max_epsilon = res->max_epsilon;
+  t->epsilon = res->epsilon;
+}
+
+static void refuse_offer(xf__coord *co, const Xfed__TaskOffer *o, int reason, const char *why) {
+  XF_WARN("task_refused", "job=%s round=%u reason=\"%s\"", o->job_id ? o->job_id : "",
+          (unsigned)o->round, why);
+  send_refusal(co, o->job_id ? o->job_id : "", o->round, o->attempt, "", reason, why);
+}
 
 static xf_err model_sink(void *user, uint64_t offset, const uint8_t *data, size_t len,
                          xf_errctx *err) {
-  xf__upstream *up = user;
-  XF_ENSURE(offset + len <= up->model_len, err, XF_ERANGE, "model bytes past the announced size");
-  memcpy(up->model_buf + offset, data, len);
+  pending_offer *o = user;
+  XF_ENSURE(offset + len <= o->model_len, err, XF_ERANGE, "model bytes past the announced size");
+  memcpy(o->model + offset, data, len);
   return XF_OK;
 }
 
 static void on_offer(xf__coord *co, const Xfed__TaskOffer *o) {
-  xf__upstream *up = &co->up;
-  xf__job *job = co->active;
-  if (job && job->phase != XF__PHASE_OVER) {
-    bool same = o->job_id && strcmp(job->id_text, o->job_id) == 0 &&
-                job->offer_round == o->round && job->offer_attempt == o->attempt &&
-                job->evaluate_only == o->evaluate_only;
-    if (same) { /* the global coordinator came back: carry on */
-      accept_offer(co, o);
-      up->offer_active = false;
-      return;
-    }
-    refuse(co, o, XFED__TASK_REFUSAL__REASON__BUSY, "this region is busy with another task");
+  const char *job = o->job_id ? o->job_id : "";
+  if (!*job || strlen(job) >= 32) {
+    refuse_offer(co, o, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "the offer names no job");
     return;
   }
-  if (up->agg_bytes && same_task(up, o)) { /* the aggregate is still to be delivered */
-    accept_offer(co, o);
-    up->offer_active = false;
-    send_aggregate(co);
+  xf__run *run = xf__run_by_id(co, job);
+  if (!run)
+    for (xf__run *r = co->runs; r && !run; r = r->next)
+      if (r->relay && strcmp(r->id_text, job) == 0) run = r; /* a finished one, kept */
+  if (run && run->up.round == o->round && run->up.attempt == o->attempt &&
+      run->up.evaluate_only == o->evaluate_only) {
+    /* Offered again (the link came back): say again what was said. */
+    if (run->agg_bytes) resend_aggregate(co, run);
+    else if (run->up.answered && run->up.n_accepted) xf__upstream_accept(co, run, run->up.accepted,
+                                                                         run->up.n_accepted);
     return;
   }
-  drop_aggregate(up);
-  xf_jobspec spec;
-  xf_errctx err = {0};
-  const char *pj = o->params_json ? o->params_json : "";
-  if (xf_jobspec_parse_string(pj, strlen(pj), "task offer", &spec, &err) != XF_OK) {
-    char why[700];
-    snprintf(why, sizeof(why), "the job spec does not parse here: %s: %s", err.field, err.msg);
-    refuse(co, o, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, why);
-    return;
+  if (run && !run->over) {
+    xf_errctx err = {0};
+    if (xf_jobm_cancel(run->m, "superseded by another task of its job", xf__now(), &err) != XF_OK)
+      XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+    xf__run_actions(run);
+    run->over = true;
   }
+  pending_drop_job(job);
   /* Under a residency policy the global coordinator's plan routes the job
    * through us; without one the spec asks for it. */
   const Xfed__Residency *res = o->residency;
-  if (!res && spec.topology != XF_JOB_TOPOLOGY_REGIONAL) {
-    refuse(co, o, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
-           "sites behind a regional aggregator take part only in jobs with \"topology\": "
-           "\"regional\"");
-    return;
-  }
   if (res && (!res->path || (strcmp(res->path, "direct") != 0 &&
                              strcmp(res->path, "regional") != 0) ||
               !res->coordinator_region || !*res->coordinator_region)) {
-    refuse(co, o, XFED__TASK_REFUSAL__REASON__POLICY_DENIED,
-           "the task's residency plan names no path out of this region");
-    return;
-  }
-  if (set_residency(up, res) != XF_OK) {
-    refuse(co, o, XFED__TASK_REFUSAL__REASON__BUSY, "out of memory");
-    return;
-  }
-  bool any = false;
-  for (xf__site *s = co->sites; s; s = s->next)
-    any |= s->peer && xf__job_dataset(&spec, s) && named(up, s->name);
-  if (!any) {
-    refuse(co, o, XFED__TASK_REFUSAL__REASON__NO_DATASET,
-           "no connected site of this region holds the job's dataset");
+    refuse_offer(co, o, XFED__TASK_REFUSAL__REASON__POLICY_DENIED,
+                 "the task's residency plan names no path out of this region");
     return;
   }
   if (o->model_digest.len != XF_DIGEST_BYTES) {
-    refuse(co, o, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "the offer's model digest is not 32 bytes");
+    refuse_offer(co, o, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
+                 "the offer's model digest is not 32 bytes");
     return;
   }
-  snprintf(up->job_id, sizeof(up->job_id), "%s", o->job_id ? o->job_id : "");
-  up->round = o->round;
-  up->attempt = o->attempt;
-  up->model_round = o->model_round;
-  up->evaluate_only = o->evaluate_only;
-  up->deadline = (double)o->deadline_unix_ms / 1000.0;
-  memcpy(up->model_digest.bytes, o->model_digest.data, XF_DIGEST_BYTES);
-  up->seal = o->seal_key.len == XF_SEAL_PUBLICKEYBYTES;
-  if (up->seal) memcpy(up->seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES);
-  xf_free(up->params_json);
-  up->params_json = xf_strdup(pj);
-  xf_tensor_receiver_free(up->model_rx);
-  up->model_rx = NULL;
-  xf_free(up->model_buf);
-  up->model_buf = NULL;
-  up->offer_active = up->params_json != NULL;
-  accept_offer(co, o);
-  XF_INFO("task_accepted", "job=%s round=%u attempt=%u eval=%d", up->job_id, (unsigned)up->round,
-          (unsigned)up->attempt, up->evaluate_only ? 1 : 0);
+  pending_offer *p = xf_calloc(1, sizeof(*p));
+  if (!p) return;
+  snprintf(p->job_id, sizeof(p->job_id), "%s", job);
+  p->params_json = xf_strdup(o->params_json ? o->params_json : "");
+  xf__upstream_task *t = &p->task;
+  t->round = o->round;
+  t->attempt = o->attempt;
+  t->model_round = o->model_round;
+  t->evaluate_only = o->evaluate_only;
+  t->deadline = (double)o->deadline_unix_ms / 1000.0;
+  t->answer_by = (double)o->answer_by_unix_ms / 1000.0;
+  t->update_stream_id = o->update_stream_id;
+  t->seal = o->seal_key.len == XF_SEAL_PUBLICKEYBYTES;
+  if (t->seal) memcpy(t->seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES);
+  take_residency(t, res);
+  memcpy(p->model_digest.bytes, o->model_digest.data, XF_DIGEST_BYTES);
+  p->model_stream = o->model_stream_id;
+  /* The sites upstream drew: named by the offer, else by the plan. */
+  size_t n = o->n_cohort ? o->n_cohort : (res ? res->n_sites : 0);
+  char **names = o->n_cohort ? o->cohort : (res ? res->sites : NULL);
+  if (n && (p->cohort = xf_mallocarray(n, sizeof(uint64_t))))
+    for (size_t i = 0; i < n; i++) p->cohort[p->n_cohort++] = xf_coord_site_id(names[i] ? names[i] : "");
+  if (!p->params_json || (n && !p->cohort)) {
+    pending_free(p);
+    refuse_offer(co, o, XFED__TASK_REFUSAL__REASON__BUSY, "out of memory");
+    return;
+  }
+  p->next = g_pending;
+  g_pending = p;
+  XF_INFO("task_offered", "job=%s round=%u attempt=%u eval=%d cohort=%zu", job,
+          (unsigned)o->round, (unsigned)o->attempt, o->evaluate_only ? 1 : 0, p->n_cohort);
+}
+
+static pending_offer *pending_by_stream(uint64_t stream) {
+  for (pending_offer *o = g_pending; o; o = o->next)
+    if (o->model_stream == stream) return o;
+  return NULL;
+}
+
+static void pending_remove(pending_offer *p) {
+  for (pending_offer **pp = &g_pending; *pp; pp = &(*pp)->next)
+    if (*pp == p) {
+      *pp = p->next;
+      return;
+    }
 }
 
 static void on_model_frame(xf__coord *co, const Xfed__Envelope *env) {
-  xf__upstream *up = &co->up;
   xf_errctx err = {0};
-  if (!up->offer_active) return; /* a model we already have, or no offer */
-  if (env->body_case == XFED__ENVELOPE__BODY_TENSOR_BEGIN) {
+  uint64_t stream = env->body_case == XFED__ENVELOPE__BODY_TENSOR_BEGIN ? env->tensor_begin->stream_id
+                    : env->body_case == XFED__ENVELOPE__BODY_TENSOR_CHUNK
+                        ? env->tensor_chunk->stream_id
+                        : env->tensor_end->stream_id;
+  pending_offer *p = pending_by_stream(stream);
+  if (!p) return; /* a model we already have, or no offer */
+  if (env->body_case == XFED__ENVELOPE__BODY_TENSOR_BEGIN && !p->rx) {
     const Xfed__TensorBegin *b = env->tensor_begin;
     if (b->kind != XFED__TENSOR_BEGIN__KIND__MODEL || b->total_bytes == 0 ||
         b->total_bytes > XF_COORD_MODEL_MAX) {
-      xf_session_send_error(up->peer->conn, XF_EFORMAT, "expected a model stream of at most 1 GiB");
-      up->offer_active = false;
+      xf_session_send_error(co->up_peer->conn, XF_EFORMAT,
+                            "expected a model stream of at most 1 GiB");
+      pending_remove(p);
+      pending_free(p);
       return;
     }
-    if (!up->model_rx) {
-      up->model_len = b->total_bytes;
-      up->model_buf = xf_malloc(up->model_len);
-      if (!up->model_buf ||
-          xf_tensor_receiver_new(up->model_len, model_sink, up, &up->model_rx, &err) != XF_OK) {
-        up->offer_active = false;
-        return;
-      }
+    p->model_len = b->total_bytes;
+    p->model = xf_malloc(p->model_len);
+    if (!p->model ||
+        xf_tensor_receiver_new(p->model_len, model_sink, p, &p->rx, &err) != XF_OK) {
+      pending_remove(p);
+      pending_free(p);
+      return;
     }
   }
-  if (!up->model_rx) return;
-  xf_err rc = xf_tensor_receiver_handle(up->model_rx, env, &err);
-  if (rc != XF_OK) {
-    XF_WARN("model_stream_failed", "job=%s reason=\"%s\"", up->job_id, err.msg);
-    xf_session_send_error(up->peer->conn, err.code, "%s", err.msg);
-    up->offer_active = false;
+  if (!p->rx) return;
+  if (xf_tensor_receiver_handle(p->rx, env, &err) != XF_OK) {
+    XF_WARN("model_stream_failed", "job=%s reason=\"%s\"", p->job_id, err.msg);
+    xf_session_send_error(co->up_peer->conn, err.code, "%s", err.msg);
+    pending_remove(p);
+    pending_free(p);
     return;
   }
-  if (!xf_tensor_receiver_complete(up->model_rx)) return;
-  xf_tensor_receiver_free(up->model_rx);
-  up->model_rx = NULL;
-  up->offer_active = false;
-  if (xf__job_start_relay(co, &err) != XF_OK) {
-    XF_ERROR("relay_failed", "job=%s reason=\"%s\"", up->job_id, err.msg);
-    xf_session_send_error(up->peer->conn, err.code, "job %s at region %s: %s", up->job_id,
-                          co->cfg.region, err.msg);
+  if (!xf_tensor_receiver_complete(p->rx)) return;
+  pending_remove(p);
+  if (xf__run_start_relay(co, p->job_id, p->params_json, &p->task, p->model, p->model_len,
+                          &p->model_digest, p->cohort, p->n_cohort, &err) != XF_OK) {
+    XF_ERROR("relay_failed", "job=%s reason=\"%s\"", p->job_id, err.msg);
+    send_refusal(co, p->job_id, p->task.round, p->task.attempt, "",
+                 XFED__TASK_REFUSAL__REASON__UNSUPPORTED, err.msg);
   }
-  xf_free(up->model_buf);
-  up->model_buf = NULL;
-}
-
-static void on_ack(xf__coord *co, const Xfed__TensorAck *a) {
-  xf__upstream *up = &co->up;
-  xf__peer *p = up->peer;
-  if (!p || !p->tx) return;
-  xf_errctx err = {0};
-  if (xf_tensor_sender_resume(p->tx, a->next_offset, &err) != XF_OK) {
-    XF_WARN("aggregate_ack_bad", "reason=\"%s\"", err.msg);
-    return;
-  }
-  if (a->next_offset == up->agg_len && xf_tensor_sender_offset(p->tx) == up->agg_len &&
-      !p->tx_await_ack && !p->tx_pending) {
-    /* Everything arrived and was verified. */
-    XF_INFO("aggregate_delivered", "job=%s round=%u", up->job_id, (unsigned)up->round);
-    xf__stream_stop(p);
-    drop_aggregate(up);
-    return;
-  }
-  p->tx_await_ack = false;
-  xf__stream_pump(p);
+  pending_free(p);
 }
 
 void xf__upstream_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env) {
-  xf__upstream *up = &co->up;
   if (!env) { /* the session opened */
-    up->peer = p;
-    up->dialing = false;
-    up->backoff_s = BACKOFF_MIN_S;
+    co->up_peer = p;
+    co->up_dialing = false;
+    co->backoff_s = BACKOFF_MIN_S;
     XF_INFO("upstream_connected", "upstream=%s:%d", co->cfg.upstream_host, co->cfg.upstream_port);
     xf__upstream_announce(co);
     return;
@@ -617,18 +600,33 @@ void xf__upstream_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env
   case XFED__ENVELOPE__BODY_TENSOR_BEGIN:
   case XFED__ENVELOPE__BODY_TENSOR_CHUNK:
   case XFED__ENVELOPE__BODY_TENSOR_END: on_model_frame(co, env); return;
-  case XFED__ENVELOPE__BODY_TENSOR_ACK: on_ack(co, env->tensor_ack); return;
+  case XFED__ENVELOPE__BODY_TENSOR_ACK: xf__stream_acked(p, env->tensor_ack); return;
+  case XFED__ENVELOPE__BODY_TASK_GO: {
+    const Xfed__TaskGo *g = env->task_go;
+    xf__run *run = xf__run_by_id(co, g->job_id);
+    if (!run || run->up.round != g->round || run->up.attempt != g->attempt) return;
+    xf_errctx err = {0};
+    if (xf_jobm_go(run->m, xf__now(), &err) != XF_OK)
+      XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+    xf__run_actions(run);
+    return;
+  }
   case XFED__ENVELOPE__BODY_TASK_CANCEL: {
     const Xfed__TaskCancel *c = env->task_cancel;
-    XF_INFO("task_cancelled", "job=%s round=%u reason=\"%s\"", c->job_id ? c->job_id : "",
-            (unsigned)c->round, c->reason ? c->reason : "");
-    if (co->active && c->job_id && strcmp(co->active->id_text, c->job_id) == 0)
-      xf__job_cancel(co, c->reason ? c->reason : "cancelled upstream");
-    if (up->agg_bytes && c->job_id && strcmp(up->job_id, c->job_id) == 0) {
-      xf__stream_stop(p);
-      drop_aggregate(up);
+    const char *job = c->job_id ? c->job_id : "";
+    XF_INFO("task_cancelled", "job=%s round=%u reason=\"%s\"", job, (unsigned)c->round,
+            c->reason ? c->reason : "");
+    pending_drop_job(job);
+    xf__stream_drop(p, job);
+    for (xf__run *run = co->runs; run; run = run->next) {
+      if (!run->relay || strcmp(run->id_text, job) != 0) continue;
+      xf_errctx err = {0};
+      if (xf_jobm_cancel(run->m, c->reason ? c->reason : "cancelled upstream", xf__now(), &err) !=
+          XF_OK)
+        XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+      xf__run_actions(run);
+      run->over = true;
     }
-    up->offer_active = false;
     return;
   }
   case XFED__ENVELOPE__BODY_ERROR:

@@ -5,11 +5,9 @@
  * dataset's spend is the Renyi-DP composition of its rows, converted to
  * epsilon at the delta asked for. docs/privacy.md ("The ledger").
  *
- * The table is `privacy_ledger` of the database that holds it (the site's
- * registry creates it in its migration 2, with triggers that refuse UPDATE
- * and DELETE): id, dataset, job, round, attempt, sampling_rate,
- * noise_multiplier, steps, charged_at, UNIQUE (dataset, job, round,
- * attempt). */
+ * The table is `privacy_ledger` of the database that holds it: a migration
+ * of that database runs XF_LEDGER_SCHEMA_SQL (the site's registry does in
+ * its migration 2). */
 #ifndef XF_PRIVACY_LEDGER_H
 #define XF_PRIVACY_LEDGER_H
 
@@ -17,6 +15,27 @@
 
 #include "base/result.h"
 #include "storage/db.h"
+
+/* The ledger's table and the triggers that keep it append-only, as one
+ * migration's SQL (a string literal, so that a database's own migration can
+ * prepend statements of its own). */
+#define XF_LEDGER_SCHEMA_SQL                                                              \
+  "CREATE TABLE privacy_ledger (\n"                                                       \
+  "  id INTEGER PRIMARY KEY,\n"                                                           \
+  "  dataset TEXT NOT NULL,\n"                                                            \
+  "  job TEXT NOT NULL,\n"                                                                \
+  "  round INTEGER NOT NULL CHECK (round >= 0),\n"                                        \
+  "  attempt INTEGER NOT NULL CHECK (attempt >= 0),\n"                                    \
+  "  sampling_rate REAL NOT NULL CHECK (sampling_rate > 0 AND sampling_rate <= 1),\n"     \
+  "  noise_multiplier REAL NOT NULL CHECK (noise_multiplier >= 0),\n"                     \
+  "  steps INTEGER NOT NULL CHECK (steps >= 1),\n"                                        \
+  "  charged_at INTEGER NOT NULL,\n"                                                      \
+  "  UNIQUE (dataset, job, round, attempt)\n"                                             \
+  ");\n"                                                                                  \
+  "CREATE TRIGGER privacy_ledger_no_update BEFORE UPDATE ON privacy_ledger\n"             \
+  "BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;\n"                \
+  "CREATE TRIGGER privacy_ledger_no_delete BEFORE DELETE ON privacy_ledger\n"             \
+  "BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;\n"
 
 /* What one released update cost a dataset: `steps` applications of the
  * subsampled Gaussian at sampling rate q with the accounted noise

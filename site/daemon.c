@@ -35,6 +35,8 @@
 #include "kernels/net.h"
 #include "kernels/train.h"
 #include "codec/codec.h"
+#include "policy/release.h"
+#include "update/update.h"
 #include "net/conn.h"
 #include "net/session.h"
 #include "net/tensor.h"
@@ -57,8 +59,13 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 /* Addresses of the coordinator's name tried in turn before backing off. */
 #define ADDRS_MAX 8
 /* Model streams of refused or dropped tasks, whose frames are let go
- * quietly: the coordinator may have sent them before it read our answer. */
-#define IGNORED_MAX 8
+ * quietly: the coordinator may have sent them before it read our answer.
+ * Twice the tasks a site holds: each may have had a predecessor. */
+#define IGNORED_MAX (2 * XF_SITE_TASKS_MAX)
+/* Secure-aggregation rounds kept: one per job, and it outlives its task
+ * (the unmasking comes after the update is delivered), so room for a
+ * finished round of every job the site holds besides their live ones. */
+#define SA_SLOTS (2 * XF_SITE_TASKS_MAX)
 
 /* ---- small helpers ------------------------------------------------------------ */
 
@@ -133,15 +140,27 @@ typedef struct xf_site_daemon daemon_t;
 
 typedef enum task_phase {
   PHASE_MODEL = 0, /* receiving the model stream */
-  PHASE_QUEUED,    /* the model is complete: waiting for the worker */
+  PHASE_HELD,      /* the model is in; held until the aggregator's TaskGo */
+  PHASE_QUEUED,    /* ready (model in, and Go received when held): waiting for the worker */
   PHASE_WORKING,   /* on the worker */
   PHASE_REPORTING  /* the result is held: Metrics and the update to send */
 } task_phase;
 
 static const char *phase_name(task_phase p) {
-  static const char *const names[] = {"model", "queued", "training", "reporting"};
+  static const char *const names[] = {"model", "held", "queued", "training", "reporting"};
   return names[p];
 }
+
+/* The offer's residency plan, kept with the task: the release check at
+ * TaskGo and the budget check before the update goes out read it again. */
+typedef struct task_residency {
+  bool present;
+  xf_site_residency res; /* its strings point into the buffers below */
+  char coordinator_region[XF_POLICY_NAME_MAX];
+  char aggregator_region[XF_POLICY_NAME_MAX];
+  char path[16];
+  char rule[XF_POLICY_NAME_MAX];
+} task_residency;
 
 /* One task: an accepted offer, from its model to the final TensorAck of its
  * update. The worker owns the fields marked (worker) while the task is in
@@ -152,19 +171,32 @@ typedef struct task {
   uint32_t round, attempt, model_round;
   uint64_t deadline_ms;
   bool evaluate_only;
+  bool hold;               /* the offer asked to wait for TaskGo before training */
+  bool go;                 /* TaskGo received */
+  uint64_t ready_seq;      /* when it became ready: the worker takes the lowest first */
+  uint64_t report_seq;     /* when its result was ready: reports go out in this order */
   xf_digest model_digest;
   uint64_t model_stream_id; /* from the offer; 0 until a matching TensorBegin names it */
   xf_jobspec spec;
   xf_site_dataset dataset; /* the registry's record, read at the offer */
+  size_t n_params;         /* the model's size for this dataset, from the offer's checks */
   uint64_t shuffle_seed;
   task_phase phase;
   bool offered_now;        /* offered on the current session: its results may go out */
   atomic_bool abandoned;   /* cancelled, replaced or shutting down: stop and drop */
+  task_residency residency;
 
   /* the model stream */
   xf_tensor_receiver *model_rx;
   uint8_t *model_bytes;
   uint64_t model_len;
+
+  /* What the task said about the update (update/update.h): the sealing key,
+   * the rounding seed and, under secure aggregation, this site's setup for
+   * the round (from the offer, or from TaskGo). Set on the loop before the
+   * task is ready; read by the worker. */
+  bool secagg;             /* the job's update goes out masked */
+  xf_update_offer uo;
 
   /* (worker) the outcome */
   bool failed;
@@ -174,37 +206,19 @@ typedef struct task {
   bool has_train;
   double train_loss, test_loss, test_accuracy, seconds;
   uint64_t samples;
-  float *update;       /* delta = local - global, float32 LE */
-  size_t n_params;
-  uint8_t *encoded;    /* the update as the job's uplink codec encodes it, or NULL */
-  const uint8_t *wire; /* what the UPDATE stream carries: update's or encoded's bytes */
-  size_t wire_len;
-  float *residual;     /* top-k error feedback: n_params floats, or NULL */
-  bool secagg;         /* the update goes out masked (site_sa) */
-  xf_codec_fixed sa_fixed;
-  double sa_scale;
-  uint32_t sa_threshold; /* the fewest sites whose noise the unmasked sum holds */
-  uint64_t sa_subset, sa_subset_seed; /* the shared random subset, 0: all values */
-  size_t sa_len;         /* values masked and sent */
-  uint32_t *sa_input;  /* the update quantized on the shared scale, then masked */
-  bool sealed;         /* the update goes out sealed to seal_pk */
-  uint8_t seal_pk[XF_SEAL_PUBLICKEYBYTES];
-  uint8_t *sealed_buf; /* the sealed stream, or the packed masked integers */
-  /* What was sealed (update's or encoded's bytes, as the stream describes
-   * them), kept to seal it again when the aggregator's key changes. */
-  const uint8_t *plain;
-  size_t plain_len;
-  Xfed__TensorBegin__Dtype plain_dtype;
-  uint64_t plain_count;
+  xf_update_payload payload; /* the update as it travels (or, masked, waits for its masks) */
+  float *residual;     /* top-k or shared-subset error feedback: n_params floats, or NULL */
   /* A new key offered while the worker holds the task (loop only): applied
    * when the worker is done. */
   bool seal_next_set;
   uint8_t seal_next[XF_SEAL_PUBLICKEYBYTES];
+  uint64_t update_stream_next; /* likewise a new update stream id (0: none) */
   bool sa_waiting;     /* trained, waiting for the shares to be routed */
 
   /* privacy the site accounts for (unit record, or unit site mode local) */
   xf_privacy_plan plan;
   xf_privacy_charge charge;     /* what releasing this round's update costs the dataset */
+  bool charged;                 /* the ledger holds the release (once, before it goes out) */
   bool has_epsilon;
   double epsilon;            /* this job's spend on the dataset once the update is out */
   double ledger_epsilon;     /* the dataset's spend across jobs, at its budget's delta */
@@ -217,9 +231,10 @@ typedef struct task {
   /* the report */
   bool metrics_sent;
   xf_tensor_sender *sender;
-  uint64_t update_stream_id;
+  uint64_t update_stream_id; /* the offer's, or xf_site_update_stream_id */
   xf_tensor_msg msg; /* the next message, when has_msg */
   bool has_msg, awaiting_ack, end_sent;
+  bool streaming;    /* its TensorBegin went out on this link: the one stream in flight */
 } task;
 
 /* A reply to queue when the write queue is full. */
@@ -248,18 +263,16 @@ typedef struct data_cache {
   xf_dataset train, test;
 } data_cache;
 
-/* This site's part in one round of secure aggregation. It outlives the
- * task: the unmasking comes after the update is delivered. Loop-owned. */
+/* This site's part in one round of secure aggregation of one task. It
+ * outlives the task: the unmasking comes after the update is delivered. It
+ * goes when the job's next round begins secure aggregation, when its task is
+ * cancelled, or when its slot is needed for another job. Loop-owned. */
 typedef struct site_sa {
   bool active;
+  uint64_t seq;         /* when it began: the oldest is reused first */
   char job_id[JOB_ID_MAX];
   uint32_t round, attempt;
   xf_secagg_params p;
-  uint32_t index;
-  xf_codec_fixed fixed; /* the shared integer scale */
-  double scale;         /* this site's share of the cohort's weight */
-  uint64_t subset;      /* coordinates sent (a shared random subset), 0: all */
-  uint64_t subset_seed;
   xf_secagg_client *client;
   bool routed;          /* U2 known: inputs can be masked */
 } site_sa;
@@ -297,10 +310,13 @@ struct xf_site_daemon {
   uv_signal_t sigterm, sigint, sighup;
   bool stopping;
 
-  /* tasks */
-  task *task;        /* the live task, or NULL */
-  site_sa sa;        /* secure aggregation of the latest offer that asked for it */
-  task *worker_task; /* the task on the worker (the live one or an abandoned one) */
+  /* tasks: the accepted ones in the order they came, at most one per job */
+  task *tasks[XF_SITE_TASKS_MAX];
+  int n_tasks;
+  uint64_t ready_count, report_count; /* the last ready_seq and report_seq handed out */
+  site_sa sa[SA_SLOTS];
+  uint64_t sa_count;
+  task *worker_task; /* the task on the worker (a live one or an abandoned one) */
   uv_work_t work;
   data_cache cache;
   ignored_stream ignored[IGNORED_MAX];
@@ -308,12 +324,18 @@ struct xf_site_daemon {
 };
 
 static void pump(daemon_t *d);
-static bool sa_is(const daemon_t *d, const char *job, uint32_t round, uint32_t attempt);
-static void sa_mask_and_stream(daemon_t *d, task *t);
+static site_sa *sa_find(daemon_t *d, const char *job, uint32_t round, uint32_t attempt);
+static bool sa_mask_and_stream(daemon_t *d, task *t, site_sa *sa);
 static void schedule_redial(daemon_t *d);
 static void maybe_start_worker(daemon_t *d);
 static void on_redial_timer(uv_timer_t *timer);
 static void dial_next(daemon_t *d);
+static Xfed__TaskRefusal__Reason privacy_check(daemon_t *d, const char *job, uint32_t round,
+                                               const xf_jobspec *spec,
+                                               const xf_site_dataset *ds,
+                                               const xf_site_residency *res, size_t n_params,
+                                               xf_privacy_plan *plan, xf_privacy_charge *charge,
+                                               char *why, size_t why_len);
 
 static bool session_open(const daemon_t *d) {
   return d->conn && xf_conn_is_open(d->conn) && d->session.open;
@@ -407,6 +429,7 @@ static bool flush_replies(daemon_t *d) {
     case XFED__ENVELOPE__BODY_TASK_REFUSAL:
       ref.job_id = r->job_id;
       ref.round = r->round;
+      ref.attempt = r->attempt;
       ref.reason = (Xfed__TaskRefusal__Reason)r->reason;
       ref.details = r->text;
       env.task_refusal = &ref;
@@ -450,14 +473,49 @@ static void task_free(task *t) {
   if (!t) return;
   xf_tensor_receiver_free(t->model_rx);
   xf_free(t->model_bytes);
-  xf_free(t->update);
-  xf_free(t->encoded);
+  xf_update_payload_free(&t->payload);
   xf_free(t->residual);
-  xf_free(t->sa_input);
-  xf_free(t->sealed_buf);
   xf_tensor_sender_free(t->sender);
   xf_site_dataset_free(&t->dataset);
   xf_free(t);
+}
+
+/* The task of (job, round, attempt), or NULL. */
+static task *task_find(daemon_t *d, const char *job, uint32_t round, uint32_t attempt) {
+  for (int i = 0; i < d->n_tasks; i++)
+    if (task_is(d->tasks[i], job, round, attempt)) return d->tasks[i];
+  return NULL;
+}
+
+/* The task of a job, whatever its round (a site holds one per job), or NULL. */
+static task *task_of_job(daemon_t *d, const char *job) {
+  for (int i = 0; i < d->n_tasks; i++)
+    if (strcmp(d->tasks[i]->job_id, job) == 0) return d->tasks[i];
+  return NULL;
+}
+
+/* Whether t is still among the site's tasks (not dropped or done). */
+static bool task_live(const daemon_t *d, const task *t) {
+  for (int i = 0; i < d->n_tasks; i++)
+    if (d->tasks[i] == t) return true;
+  return false;
+}
+
+/* Takes t out of the list, keeping the order of the others. */
+static void task_remove(daemon_t *d, const task *t) {
+  for (int i = 0; i < d->n_tasks; i++) {
+    if (d->tasks[i] != t) continue;
+    memmove(d->tasks + i, d->tasks + i + 1, (size_t)(d->n_tasks - i - 1) * sizeof(task *));
+    d->n_tasks--;
+    return;
+  }
+}
+
+/* Ends a task that is done or failed: out of the list and freed (the
+ * worker never holds a task that is done). */
+static void task_done(daemon_t *d, task *t) {
+  task_remove(d, t);
+  task_free(t);
 }
 
 static void ignore_stream(daemon_t *d, uint64_t stream_id, const char *job, uint32_t round) {
@@ -483,100 +541,135 @@ static bool stream_ignored(daemon_t *d, uint64_t stream_id, const char *job, uin
   return false;
 }
 
-/* Lets go of the live task: freed now, or, while the worker holds it, told
+/* Lets go of a live task: freed now, or, while the worker holds it, told
  * to stop and freed when the worker hands it back. Its model stream is
  * ignored from now on. */
-static void task_drop(daemon_t *d, const char *why) {
-  task *t = d->task;
+static void task_drop(daemon_t *d, task *t, const char *why) {
   if (!t) return;
   char qj[JOB_ID_MAX];
   XF_INFO("task_dropped", "job=%s round=%u attempt=%u phase=%s why=\"%s\"",
           logq(qj, sizeof(qj), t->job_id), (unsigned)t->round, (unsigned)t->attempt,
           phase_name(t->phase), why);
   ignore_stream(d, t->model_stream_id, t->job_id, t->round);
-  d->task = NULL;
+  task_remove(d, t);
   if (t == d->worker_task) atomic_store(&t->abandoned, true);
   else task_free(t);
+}
+
+/* The update stream starts again with TensorBegin (its bytes or its id
+ * changed, or the link dropped). */
+static void task_stream_restart(task *t) {
+  t->has_msg = false;
+  t->awaiting_ack = false;
+  t->end_sent = false;
+  t->streaming = false;
+  if (t->sender) xf_tensor_sender_rewind(t->sender);
 }
 
 /* The stream state that a dropped link loses: the sender starts again with
  * TensorBegin once the task is offered again. */
 static void task_link_lost(task *t) {
   t->offered_now = false;
-  t->has_msg = false;
-  t->awaiting_ack = false;
-  t->end_sent = false;
-  if (t->sender) xf_tensor_sender_rewind(t->sender);
+  task_stream_restart(t);
 }
 
-/* Seals the plaintext update (t->plain) to t->seal_pk and makes the
- * stream's sender over the sealed bytes, replacing any earlier ones. Runs
- * on the worker after training, and on the loop when a restarted
- * aggregator offers the task again with a new key (the old key is gone
- * with it, so bytes sealed to it could never be opened). */
-static xf_err seal_and_stream(const daemon_t *d, task *t, xf_errctx *err) {
-  char ctx[256];
-  size_t ctx_len = xf_seal_stream_context(ctx, sizeof(ctx), t->job_id, t->round, t->attempt,
-                                          d->cfg.site);
-  uint8_t epk[XF_SEAL_PUBLICKEYBYTES];
-  xf_seal_sender *ss = NULL;
-  uint8_t *sealed = NULL;
-  size_t sealed_len = 0;
-  xf_err rc = xf_seal_sender_new(t->seal_pk, (const uint8_t *)ctx, ctx_len, &ss, epk);
-  if (rc == XF_OK)
-    rc = xf_seal_stream(ss, t->plain, t->plain_len, XF_SEAL_STREAM_CHUNK, &sealed, &sealed_len);
-  xf_seal_sender_free(ss);
-  if (rc != XF_OK) return xf_fail(err, rc, "cannot seal the update to the aggregator's key");
+/* Makes the UPDATE stream's sender over the payload's wire bytes,
+ * replacing any earlier one (which must not outlive the bytes it read). The
+ * sender hashes the bytes once: on the worker for float32 and encoded
+ * updates, on the loop for masked ones and after a new key or stream id. */
+static xf_err stream_update(task *t, xf_errctx *err) {
+  const xf_update_payload *pl = &t->payload;
   xf_tensor_desc desc = {.stream_id = t->update_stream_id,
                          .kind = XFED__TENSOR_BEGIN__KIND__UPDATE,
-                         .dtype = t->plain_dtype,
-                         .element_count = t->plain_count,
+                         .dtype = pl->form == XF_UPDATE_FLOAT32 ? XFED__TENSOR_BEGIN__DTYPE__F32
+                                                                 : XFED__TENSOR_BEGIN__DTYPE__U8,
+                         .element_count = pl->element_count,
                          .job_id = t->job_id,
                          .round = t->round,
                          .attempt = t->attempt,
-                         .weight = t->samples,
-                         .sealed_by = epk,
-                         .sealed_chunk = XF_SEAL_STREAM_CHUNK};
-  xf_tensor_sender *sender = NULL;
-  rc = xf_tensor_sender_new(&desc, sealed, sealed_len, XF_SEAL_STREAM_CHUNK + XF_SEAL_ABYTES,
-                            &sender, err);
-  if (rc != XF_OK) {
-    xf_free(sealed);
-    return rc;
+                         .weight = t->samples};
+  size_t chunk = 0;
+  if (pl->sealed) {
+    desc.sealed_by = pl->sealed_by;
+    desc.sealed_chunk = XF_SEAL_STREAM_CHUNK;
+    chunk = XF_SEAL_STREAM_CHUNK + XF_SEAL_ABYTES;
   }
+  xf_tensor_sender *sender = NULL;
+  XF_GUARD(xf_tensor_sender_new(&desc, pl->wire, pl->wire_len, chunk, &sender, err));
   xf_tensor_sender_free(t->sender);
-  xf_free(t->sealed_buf);
   t->sender = sender;
-  t->sealed_buf = sealed;
-  t->wire = sealed;
-  t->wire_len = sealed_len;
   return XF_OK;
 }
 
+/* The bytes the update costs on the wire (masked: once masked, the same). */
+static uint64_t update_bytes(const task *t) {
+  return t->payload.wire ? t->payload.wire_len : t->payload.element_count;
+}
+
+static size_t seal_context(const daemon_t *d, const task *t, char *buf, size_t cap) {
+  return xf_seal_stream_context(buf, cap, t->job_id, t->round, t->attempt, d->cfg.site);
+}
+
 /* The aggregator offers the task again with another sealing key (it
- * restarted): from now on the update goes sealed to that one. */
+ * restarted): from now on the update goes sealed to that one (the old key
+ * is gone with it, so bytes sealed to it could never be opened). */
 static void seal_key_changed(daemon_t *d, task *t, const uint8_t *pk) {
   if (d->worker_task == t) { /* the worker may be sealing: after it */
     memcpy(t->seal_next, pk, XF_SEAL_PUBLICKEYBYTES);
     t->seal_next_set = true;
     return;
   }
-  memcpy(t->seal_pk, pk, XF_SEAL_PUBLICKEYBYTES);
+  memcpy(t->uo.seal_pk, pk, XF_SEAL_PUBLICKEYBYTES);
   if (!t->sender) return; /* not sealed yet: the worker will use the new key */
   xf_errctx err;
   xf_errctx_clear(&err);
-  char qj[JOB_ID_MAX];
+  char qj[JOB_ID_MAX], ctx[256];
   logq(qj, sizeof(qj), t->job_id);
-  if (seal_and_stream(d, t, &err) != XF_OK) {
+  size_t ctx_len = seal_context(d, t, ctx, sizeof(ctx));
+  if (xf_update_seal(&t->payload, pk, ctx, ctx_len, &err) != XF_OK) {
     /* What goes out is sealed to the old key: the aggregator cannot open
      * it and leaves this site out of the round, saying so. */
     XF_ERROR("update_not_resealed", "job=%s round=%u reason=\"%s\"", qj, (unsigned)t->round,
              err.msg);
     return;
   }
-  task_link_lost(t);
+  /* The old sender read the bytes just replaced. */
+  xf_tensor_sender_free(t->sender);
+  t->sender = NULL;
+  if (stream_update(t, &err) != XF_OK) {
+    XF_ERROR("update_not_resealed", "job=%s round=%u reason=\"%s\"", qj, (unsigned)t->round,
+             err.msg);
+    send_refusal(d, t->job_id, t->round, t->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
+                 "cannot stream the update sealed to the new key: %s", err.msg);
+    task_drop(d, t, "the update cannot be sealed again");
+    return;
+  }
+  task_stream_restart(t);
   XF_INFO("update_resealed", "job=%s round=%u attempt=%u why=\"the aggregator's key changed\"",
           qj, (unsigned)t->round, (unsigned)t->attempt);
+}
+
+/* The aggregator names another stream id for the update (it restarted):
+ * the stream starts again under it. While the worker holds the task (it
+ * may be making the sender), after it. A sender that cannot be made again
+ * keeps the old id; the aggregator then refuses the stream, saying so. */
+static void update_stream_changed(daemon_t *d, task *t, uint64_t id) {
+  if (d->worker_task == t) {
+    t->update_stream_next = id;
+    return;
+  }
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  uint64_t before = t->update_stream_id;
+  t->update_stream_id = id;
+  if (t->sender && stream_update(t, &err) != XF_OK) {
+    t->update_stream_id = before;
+    char qj[JOB_ID_MAX];
+    XF_ERROR("update_stream_kept", "job=%s round=%u stream=%llu reason=\"%s\"",
+             logq(qj, sizeof(qj), t->job_id), (unsigned)t->round, (unsigned long long)before,
+             err.msg);
+  }
+  task_stream_restart(t);
 }
 
 /* ---- the dataset, on the worker ----------------------------------------------------- */
@@ -770,125 +863,39 @@ static void task_compute(daemon_t *d, task *t) {
       task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "training failed", &err);
       goto out;
     }
-    for (size_t i = 0; i < n; i++) local[i] -= global[i];
-    /* The site privacy unit bounds the update's L2 norm by clip (the
-     * aggregator adds the noise in mode central); docs/protocol.md. */
-    if (pv->unit == XF_PRIVACY_UNIT_SITE && pv->clip > 0) {
-      double sq = 0;
-      for (size_t i = 0; i < n; i++) sq += (double)local[i] * (double)local[i];
-      double norm = sqrt(sq);
-      if (norm > pv->clip) {
-        float scale = (float)(pv->clip / norm);
-        for (size_t i = 0; i < n; i++) local[i] *= scale;
-      }
-      /* Mode local: the site adds the whole noise to its clipped update. */
-      if (t->plan.site_noise && t->plan.noise_multiplier > 0 &&
-          xf_noise_gaussian_vec_par(noise, t->plan.noise_multiplier * pv->clip, local, n,
-                                    xf_backend_threads(d->backend)) != XF_OK) {
-        xf_fail(&err, XF_ERANGE, "the update is outside the noise sampler's range");
-        task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "privacy noise", &err);
-        goto out;
-      }
-    }
+    xf_update_delta(local, global, n);
     /* Under record-level privacy the loss measured on the sampled training
      * batches is not noised, so it does not leave the site. */
     t->train_loss = record ? NAN : watch.last_loss;
     t->has_train = true;
-    t->update = local;
-    t->n_params = n;
-    local = NULL;
-    t->wire = (const uint8_t *)t->update;
-    t->wire_len = n * sizeof(float);
-    xf_tensor_desc desc = {.stream_id = t->update_stream_id,
-                           .kind = XFED__TENSOR_BEGIN__KIND__UPDATE,
-                           .dtype = XFED__TENSOR_BEGIN__DTYPE__F32,
-                           .element_count = n,
-                           .job_id = t->job_id,
-                           .round = t->round,
-                           .attempt = t->attempt,
-                           .weight = t->samples};
-    /* Secure aggregation: the update, scaled by the site's share of the
-     * weight, on the round's shared integer scale; it is masked and sent
-     * once the shares are routed (on the loop: sa_mask_and_stream). */
-    if (t->secagg) {
-      /* Uplink top-k becomes the round's shared random subset: what is not
-       * sent waits in the residual, as top-k's would. */
-      size_t m = t->sa_subset ? (size_t)t->sa_subset : n;
-      uint32_t *idx = t->sa_subset ? xf_mallocarray(m, sizeof(uint32_t)) : NULL;
-      t->sa_input = xf_mallocarray(m, sizeof(uint32_t));
-      float *scaled = xf_mallocarray(m, sizeof(float));
-      size_t clipped = 0;
-      xf_err qrc = t->sa_input && scaled && (idx || !t->sa_subset) ? XF_OK : XF_ENOMEM;
-      if (qrc == XF_OK && idx)
-        qrc = xf_codec_random_subset(t->sa_subset_seed, n, m, idx);
-      if (qrc == XF_OK && idx && t->residual) {
-        for (size_t i = 0; i < n; i++) t->residual[i] += t->update[i];
-        for (size_t k = 0; k < m; k++) {
-          scaled[k] = (float)((double)t->residual[idx[k]] * t->sa_scale);
-          t->residual[idx[k]] = 0;
-        }
-      } else {
-        for (size_t i = 0; qrc == XF_OK && i < m; i++)
-          scaled[i] = (float)((double)t->update[idx ? idx[i] : i] * t->sa_scale);
-      }
-      xf_free(idx);
-      t->sa_len = m;
-      /* Mode distributed: this site's share of the noise, before masking.
-       * At least `threshold` sites are in any sum the aggregator unmasks,
-       * so their shares add up to the whole N(0, (z C scale)^2) on it; the
-       * grid slack is paid per site (privacy/plan.h). */
-      if (qrc == XF_OK && pv->mode == XF_PRIVACY_DISTRIBUTED &&
-          pv->noise_multiplier > 0) {
-        double sd;
-        qrc = xf_privacy_grid_sigma(pv->noise_multiplier / sqrt((double)t->sa_threshold),
-                                    pv->clip * t->sa_scale, m, &sd, &err);
-        if (qrc == XF_OK && !noise) qrc = xf_noise_new_random(&noise);
-        if (qrc == XF_OK)
-          qrc = xf_noise_gaussian_vec_par(noise, sd, scaled, m, xf_backend_threads(d->backend));
-        if (qrc != XF_OK && !err.msg[0])
-          xf_fail(&err, qrc, "cannot add this site's share of the noise");
-      }
-      if (qrc == XF_OK)
-        qrc = xf_codec_quantize_fixed(&t->sa_fixed, scaled, m, t->shuffle_seed ^ XF__CODEC_SEED,
-                                      t->sa_input, &clipped, &err);
-      xf_free(scaled);
-      if (qrc != XF_OK) {
-        if (qrc == XF_ENOMEM) xf_fail(&err, XF_ENOMEM, "out of memory quantizing the update");
-        task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "cannot quantize the update", &err);
-        goto out;
-      }
-      if (clipped)
-        XF_WARN("secagg_clipped", "job=%s round=%u values=%zu why=\"beyond the shared scale\"",
-                t->job_id, (unsigned)t->round, clipped);
-      t->wire_len = xf_codec_packed_bytes(m, t->sa_fixed.bits);
-      t->seconds = mono_s() - t0;
+    /* The rest is the update pipeline (update/update.h): clip and noise for
+     * the site unit, then masked under secure aggregation (once the shares
+     * are routed, on the loop: sa_mask_and_stream), else encoded for the
+     * uplink, else float32; sealed to the aggregator that folds it. */
+    xf_update_plan up;
+    if (xf_update_plan_site(&t->spec, &t->plan, n, &t->uo,
+                            (unsigned)xf_backend_threads(d->backend), &up, &err) != XF_OK) {
+      task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "the update does not fit the task",
+                &err);
       goto out;
     }
-    /* Uplink compression comes last (after clipping and noise): the
-     * encoding is post-processing and costs no privacy. */
-    const xf_job_uplink *up = &t->spec.compression.uplink;
-    if (up->quant_bits || up->topk_fraction > 0) {
-      xf_codec_uplink codec = {.topk_fraction = up->topk_fraction, .quant_bits = up->quant_bits};
-      if (xf_codec_encode(&codec, t->update, n, t->residual, t->shuffle_seed ^ XF__CODEC_SEED,
-                          &t->encoded, &t->wire_len, &err) != XF_OK) {
-        task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "cannot compress the update", &err);
-        goto out;
-      }
-      t->wire = t->encoded;
-      desc.dtype = XFED__TENSOR_BEGIN__DTYPE__U8;
-      desc.element_count = t->wire_len;
+    if ((up.noise_sd > 0 || up.share_sd > 0) && !noise && xf_noise_new_random(&noise) != XF_OK) {
+      xf_fail(&err, XF_ENOMEM, "cannot start the noise generator (secure memory)");
+      task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "privacy noise", &err);
+      goto out;
     }
-    /* Sealed to the aggregator that folds it: nothing in between reads it. */
-    t->plain = t->wire;
-    t->plain_len = t->wire_len;
-    t->plain_dtype = desc.dtype;
-    t->plain_count = desc.element_count;
-    /* The sender hashes the update once: here, off the loop. */
-    xf_err src = t->sealed ? seal_and_stream(d, t, &err)
-                           : xf_tensor_sender_new(&desc, t->wire, t->wire_len, 0, &t->sender, &err);
-    if (src != XF_OK) {
-      task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
-                t->sealed ? "sealing failed" : "cannot stream the update", &err);
+    char ctx[256];
+    size_t ctx_len = seal_context(d, t, ctx, sizeof(ctx));
+    if (xf_update_prepare(&up, local, t->residual, noise, ctx, ctx_len, &t->payload, &err) !=
+        XF_OK) {
+      task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "cannot prepare the update", &err);
+      goto out;
+    }
+    if (t->payload.clipped)
+      XF_WARN("secagg_clipped", "job=%s round=%u values=%zu why=\"beyond the shared scale\"",
+              t->job_id, (unsigned)t->round, t->payload.clipped);
+    if (up.form != XF_UPDATE_MASKED && stream_update(t, &err) != XF_OK) {
+      task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "cannot stream the update", &err);
       goto out;
     }
   }
@@ -933,16 +940,32 @@ static bool save_residual(daemon_t *d, task *t) {
   return false;
 }
 
-/* Records the release of t's update in the privacy ledger (before anything
- * leaves) and reads back what the job and the dataset have spent. False
- * when it cannot be recorded: the update is then withheld and the task
- * refused, since a release the ledger does not know of would escape the
- * budget. */
+/* Records the release of t's update in the privacy ledger, right before it
+ * first goes out (its Metrics carry the spend), and reads back what the job
+ * and the dataset have spent. The budget is checked again first: another
+ * job's task on the same dataset may have spent since this one was
+ * accepted. False when the release must not happen: the update is then
+ * withheld and the task refused, since a release the ledger does not know
+ * of would escape the budget. */
 static bool charge_ledger(daemon_t *d, task *t) {
   xf_errctx err;
   xf_errctx_clear(&err);
   const xf_privacy_spec *pv = &t->spec.privacy;
   const char *ds = t->dataset.name;
+  char why[1024];
+  xf_privacy_plan plan;
+  xf_privacy_charge charge;
+  Xfed__TaskRefusal__Reason reason =
+      privacy_check(d, t->job_id, t->round, &t->spec, &t->dataset,
+                    t->residency.present ? &t->residency.res : NULL, t->n_params, &plan, &charge,
+                    why, sizeof(why));
+  if (reason != XFED__TASK_REFUSAL__REASON__UNSPECIFIED) {
+    char q[1024];
+    XF_WARN("privacy_release_refused", "job=%s round=%u dataset=%s reason=\"%s\"", t->job_id,
+            (unsigned)t->round, ds, logq(q, sizeof(q), why));
+    send_refusal(d, t->job_id, t->round, t->attempt, reason, "%s", why);
+    return false;
+  }
   double budget_delta = t->dataset.budget_delta > 0 ? t->dataset.budget_delta
                                                     : XF_SITE_BUDGET_DELTA_DEFAULT;
   if (xf_ledger_charge(xf_site_registry_db(d->reg), ds, t->job_id, t->round, t->attempt, &t->charge,
@@ -954,11 +977,11 @@ static bool charge_ledger(daemon_t *d, task *t) {
     char q[600];
     XF_ERROR("ledger_failed", "job=%s round=%u dataset=%s reason=\"%s\"", t->job_id,
              (unsigned)t->round, ds, logq(q, sizeof(q), err.msg));
-    if (t->offered_now)
-      send_refusal(d, t->job_id, t->round, t->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
-                   "the site's privacy ledger cannot record the release: %s", err.msg);
+    send_refusal(d, t->job_id, t->round, t->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
+                 "the site's privacy ledger cannot record the release: %s", err.msg);
     return false;
   }
+  t->charged = true;
   t->has_epsilon = true;
   XF_INFO("privacy_charged", "job=%s round=%u attempt=%u dataset=%s sampling_rate=%.6g "
           "noise_multiplier=%.6g steps=%llu job_epsilon=%.6g dataset_epsilon=%.6g budget=%g",
@@ -966,6 +989,13 @@ static bool charge_ledger(daemon_t *d, task *t) {
           t->charge.noise_multiplier, (unsigned long long)t->charge.steps, t->epsilon,
           t->ledger_epsilon, t->dataset.has_budget ? t->dataset.budget_epsilon : 0.0);
   return true;
+}
+
+/* A task the worker could not finish, or whose result cannot go out:
+ * its model stream is let go and the task ended. */
+static void task_failed(daemon_t *d, task *t) {
+  ignore_stream(d, t->model_stream_id, t->job_id, t->round);
+  task_done(d, t);
 }
 
 static void work_done(uv_work_t *w, int status) {
@@ -976,10 +1006,10 @@ static void work_done(uv_work_t *w, int status) {
   logq(qj, sizeof(qj), t->job_id);
   xf_free(t->model_bytes); /* decoded by now; a repeat of the stream never reaches the sink */
   t->model_bytes = NULL;
-  if (status != 0 || atomic_load(&t->abandoned) || t != d->task) {
+  if (status != 0 || atomic_load(&t->abandoned) || !task_live(d, t)) {
     XF_INFO("task_result_dropped", "job=%s round=%u attempt=%u why=%s", qj, (unsigned)t->round,
             (unsigned)t->attempt, d->stopping ? "stopping" : "withdrawn");
-    if (t == d->task) d->task = NULL;
+    task_remove(d, t);
     task_free(t);
     maybe_start_worker(d);
     return;
@@ -997,44 +1027,39 @@ static void work_done(uv_work_t *w, int status) {
                  (unsigned)t->round, (unsigned)t->attempt, t->fail_detail);
       send_refusal(d, t->job_id, t->round, t->attempt, t->fail_reason, "%s", t->fail_detail);
     }
-    ignore_stream(d, t->model_stream_id, t->job_id, t->round);
-    d->task = NULL;
-    task_free(t);
+    task_failed(d, t);
     pump(d);
+    maybe_start_worker(d);
     return;
   }
   if (t->has_train && t->residual && !save_residual(d, t)) {
-    ignore_stream(d, t->model_stream_id, t->job_id, t->round);
-    d->task = NULL;
-    task_free(t);
+    task_failed(d, t);
     pump(d);
-    return;
-  }
-  if (t->has_train && t->plan.site_noise && !charge_ledger(d, t)) {
-    ignore_stream(d, t->model_stream_id, t->job_id, t->round);
-    d->task = NULL;
-    task_free(t);
-    pump(d);
+    maybe_start_worker(d);
     return;
   }
   if (t->seal_next_set) {
     t->seal_next_set = false;
     seal_key_changed(d, t, t->seal_next);
-  }
-  t->phase = PHASE_REPORTING;
-  if (t->has_train && t->secagg) {
-    if (d->sa.routed && sa_is(d, t->job_id, t->round, t->attempt)) {
-      sa_mask_and_stream(d, t);
-      if (d->task != t) return;
-    } else {
-      t->sa_waiting = true;
+    if (!task_live(d, t)) {
+      pump(d);
+      maybe_start_worker(d);
+      return;
     }
   }
+  if (t->update_stream_next) {
+    uint64_t id = t->update_stream_next;
+    t->update_stream_next = 0;
+    update_stream_changed(d, t, id);
+  }
+  t->phase = PHASE_REPORTING;
+  t->report_seq = ++d->report_count;
   if (t->has_train)
     XF_INFO("task_trained", "job=%s round=%u attempt=%u samples=%llu train_loss=%.6g "
-            "test_loss=%.6g test_accuracy=%.4f seconds=%.3f update_bytes=%zu", qj,
+            "test_loss=%.6g test_accuracy=%.4f seconds=%.3f update_bytes=%llu", qj,
             (unsigned)t->round, (unsigned)t->attempt, (unsigned long long)t->samples,
-            t->train_loss, t->test_loss, t->test_accuracy, t->seconds, t->wire_len);
+            t->train_loss, t->test_loss, t->test_accuracy, t->seconds,
+            (unsigned long long)update_bytes(t));
   else
     XF_INFO("task_evaluated", "job=%s round=%u attempt=%u test_loss=%.6g test_accuracy=%.4f "
             "seconds=%.3f", qj, (unsigned)t->round, (unsigned)t->attempt, t->test_loss,
@@ -1042,12 +1067,24 @@ static void work_done(uv_work_t *w, int status) {
   if (!t->offered_now)
     XF_INFO("task_result_held", "job=%s round=%u attempt=%u why=\"not connected; sent when the "
             "coordinator offers the task again\"", qj, (unsigned)t->round, (unsigned)t->attempt);
+  if (t->has_train && t->payload.form == XF_UPDATE_MASKED) {
+    site_sa *sa = sa_find(d, t->job_id, t->round, t->attempt);
+    t->sa_waiting = true;
+    if (sa && sa->routed) sa_mask_and_stream(d, t, sa); /* pumps, or drops t */
+  }
   pump(d);
+  maybe_start_worker(d);
 }
 
+/* Starts the worker on the ready task that became ready first. */
 static void maybe_start_worker(daemon_t *d) {
-  task *t = d->task;
-  if (d->stopping || d->worker_task || !t || t->phase != PHASE_QUEUED) return;
+  if (d->stopping || d->worker_task) return;
+  task *t = NULL;
+  for (int i = 0; i < d->n_tasks; i++) {
+    task *c = d->tasks[i];
+    if (c->phase == PHASE_QUEUED && (!t || c->ready_seq < t->ready_seq)) t = c;
+  }
+  if (!t) return;
   t->phase = PHASE_WORKING;
   d->worker_task = t;
   d->work.data = d;
@@ -1058,8 +1095,16 @@ static void maybe_start_worker(daemon_t *d) {
              (unsigned)t->round, uv_strerror(rc));
     send_refusal(d, t->job_id, t->round, t->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
                  "cannot start training: %s", uv_strerror(rc));
-    task_drop(d, "worker pool refused");
+    task_drop(d, t, "worker pool refused");
   }
+}
+
+/* A task is ready once its model is in and, when held, its Go came: it
+ * joins the worker's queue behind the tasks ready before it. */
+static void task_ready(daemon_t *d, task *t) {
+  t->phase = PHASE_QUEUED;
+  t->ready_seq = ++d->ready_count;
+  maybe_start_worker(d);
 }
 
 /* ---- the report: Metrics, then the update stream ------------------------------------------ */
@@ -1078,7 +1123,7 @@ static xf_err send_metrics(daemon_t *d, task *t, xf_errctx *err) {
   m.test_accuracy = t->test_accuracy;
   m.samples = t->samples;
   m.bytes_down = t->model_len;
-  m.bytes_up = t->has_train ? t->wire_len : 0;
+  m.bytes_up = t->has_train ? update_bytes(t) : 0;
   m.model_round = t->model_round;
   m.seconds = t->seconds;
   if (t->has_train && t->has_epsilon) {
@@ -1095,39 +1140,43 @@ static xf_err send_metrics(daemon_t *d, task *t, xf_errctx *err) {
   return xf_conn_send(d->conn, &env, err);
 }
 
-/* Sends what can go now: queued replies, then the live task's Metrics and
- * update, until the write queue is full (on_drain resumes), the update
- * waits for a TensorAck, or nothing is left. */
-static void pump(daemon_t *d) {
-  if (!session_open(d) || !flush_replies(d)) return;
-  task *t = d->task;
-  if (!t || t->phase != PHASE_REPORTING || !t->offered_now) return;
+/* Sends t's Metrics once (charging the privacy ledger first when the site
+ * accounts for the release). False while the write queue is full, or when
+ * t is gone (done: an evaluation; or refused). */
+static bool report_metrics(daemon_t *d, task *t) {
+  char qj[JOB_ID_MAX];
+  logq(qj, sizeof(qj), t->job_id);
+  if (t->has_train && t->plan.site_noise && !t->charged && !charge_ledger(d, t)) {
+    task_failed(d, t);
+    return false;
+  }
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_err rc = send_metrics(d, t, &err);
+  if (rc == XF_ERANGE) return false;
+  if (rc != XF_OK) {
+    char q[600];
+    XF_ERROR("metrics_not_sent", "job=%s round=%u reason=\"%s\"", qj, (unsigned)t->round,
+             logq(q, sizeof(q), err.msg));
+    return false;
+  }
+  t->metrics_sent = true;
+  XF_INFO("metrics_sent", "job=%s round=%u attempt=%u", qj, (unsigned)t->round,
+          (unsigned)t->attempt);
+  if (t->sender || t->sa_waiting) return true; /* the update follows (masked: its routing) */
+  XF_INFO("task_done", "job=%s round=%u attempt=%u", qj, (unsigned)t->round, (unsigned)t->attempt);
+  task_done(d, t);
+  return false;
+}
+
+/* Sends t's update stream from where it stands until the write queue is
+ * full, it waits for a TensorAck, or TensorEnd is out. */
+static void report_stream(daemon_t *d, task *t) {
   char qj[JOB_ID_MAX];
   logq(qj, sizeof(qj), t->job_id);
   xf_errctx err;
   xf_errctx_clear(&err);
-  if (!t->metrics_sent) {
-    xf_err rc = send_metrics(d, t, &err);
-    if (rc == XF_ERANGE) return;
-    if (rc != XF_OK) {
-      char q[600];
-      XF_ERROR("metrics_not_sent", "job=%s round=%u reason=\"%s\"", qj, (unsigned)t->round,
-               logq(q, sizeof(q), err.msg));
-      return;
-    }
-    t->metrics_sent = true;
-    XF_INFO("metrics_sent", "job=%s round=%u attempt=%u", qj, (unsigned)t->round,
-            (unsigned)t->attempt);
-    if (!t->sender && t->sa_waiting) return; /* the masked update follows its routing */
-    if (!t->sender) {
-      XF_INFO("task_done", "job=%s round=%u attempt=%u", qj, (unsigned)t->round,
-              (unsigned)t->attempt);
-      d->task = NULL;
-      task_free(t);
-      return;
-    }
-  }
-  if (!t->sender || t->awaiting_ack || t->end_sent) return;
+  if (t->awaiting_ack || t->end_sent) return;
   for (;;) {
     if (!t->has_msg) {
       if (xf_tensor_sender_next(t->sender, &t->msg) != XF_OK) return;
@@ -1146,9 +1195,11 @@ static void pump(daemon_t *d) {
     t->has_msg = false;
     if (t->msg.env.body_case == XFED__ENVELOPE__BODY_TENSOR_BEGIN) {
       t->awaiting_ack = true;
-      XF_INFO("update_begin", "job=%s round=%u attempt=%u stream=%llu bytes=%zu weight=%llu", qj,
-              (unsigned)t->round, (unsigned)t->attempt, (unsigned long long)t->update_stream_id,
-              t->wire_len, (unsigned long long)t->samples);
+      t->streaming = true;
+      XF_INFO("update_begin", "job=%s round=%u attempt=%u stream=%llu bytes=%llu weight=%llu",
+              qj, (unsigned)t->round, (unsigned)t->attempt,
+              (unsigned long long)t->update_stream_id, (unsigned long long)update_bytes(t),
+              (unsigned long long)t->samples);
       return;
     }
     if (t->msg.env.body_case == XFED__ENVELOPE__BODY_TENSOR_END) {
@@ -1156,6 +1207,43 @@ static void pump(daemon_t *d) {
       return;
     }
   }
+}
+
+/* The tasks whose results are held, in the order they were ready, into
+ * out (XF_SITE_TASKS_MAX entries); returns their number. */
+static int reporting_tasks(const daemon_t *d, task **out) {
+  int n = 0;
+  for (int i = 0; i < d->n_tasks; i++) {
+    task *t = d->tasks[i];
+    if (t->phase != PHASE_REPORTING || !t->offered_now) continue;
+    int j = n++;
+    for (; j > 0 && out[j - 1]->report_seq > t->report_seq; j--) out[j] = out[j - 1];
+    out[j] = t;
+  }
+  return n;
+}
+
+/* Sends what can go now: queued replies, then each held result's Metrics
+ * and the updates one stream at a time (the stream in flight, else the
+ * oldest result's), until the write queue is full (on_drain resumes), the
+ * stream waits for a TensorAck, or nothing is left. */
+static void pump(daemon_t *d) {
+  if (!session_open(d) || !flush_replies(d)) return;
+  task *ready[XF_SITE_TASKS_MAX];
+  int n = reporting_tasks(d, ready);
+  for (int i = 0; i < n; i++) {
+    task *t = ready[i];
+    if (t->metrics_sent) continue;
+    if (!report_metrics(d, t) && task_live(d, t)) return; /* the queue is full */
+    if (!session_open(d)) return;
+  }
+  n = reporting_tasks(d, ready);
+  task *next = NULL;
+  for (int i = 0; i < n && !next; i++)
+    if (ready[i]->streaming) next = ready[i];
+  for (int i = 0; i < n && !next; i++)
+    if (ready[i]->sender && ready[i]->metrics_sent) next = ready[i];
+  if (next) report_stream(d, next);
 }
 
 /* Records in the site's audit trail that t's update left the region. The
@@ -1181,16 +1269,27 @@ static void audit_crossing(daemon_t *d, const task *t, uint64_t bytes) {
           (unsigned long long)bytes);
 }
 
+/* The task whose update stream is in flight under that id, or NULL. Two
+ * jobs' updates may share an id (the default one is the round's and
+ * attempt's); one stream at a time keeps them apart. */
+static task *update_task(daemon_t *d, uint64_t stream_id) {
+  for (int i = 0; i < d->n_tasks; i++) {
+    task *t = d->tasks[i];
+    if (t->sender && t->streaming && t->update_stream_id == stream_id) return t;
+  }
+  return NULL;
+}
+
 static void on_tensor_ack(daemon_t *d, const Xfed__TensorAck *a) {
-  task *t = d->task;
-  if (!t || !t->sender || a->stream_id != t->update_stream_id) {
+  task *t = update_task(d, a->stream_id);
+  if (!t) {
     XF_DEBUG("ack_ignored", "stream=%llu why=\"no update of this site has that stream\"",
              (unsigned long long)a->stream_id);
     return;
   }
   char qj[JOB_ID_MAX];
   logq(qj, sizeof(qj), t->job_id);
-  uint64_t total = t->wire_len;
+  uint64_t total = t->payload.wire_len;
   if (t->awaiting_ack) {
     xf_errctx err;
     xf_errctx_clear(&err);
@@ -1213,8 +1312,8 @@ static void on_tensor_ack(daemon_t *d, const Xfed__TensorAck *a) {
     XF_INFO("update_delivered", "job=%s round=%u attempt=%u bytes=%llu", qj, (unsigned)t->round,
             (unsigned)t->attempt, (unsigned long long)total);
     if (t->crossing) audit_crossing(d, t, total);
-    d->task = NULL;
-    task_free(t);
+    task_done(d, t);
+    pump(d); /* the next update's turn */
     maybe_start_worker(d);
     return;
   }
@@ -1253,20 +1352,28 @@ static void send_ack(daemon_t *d, uint64_t stream_id, uint64_t next_offset) {
   }
 }
 
-/* The task whose model a stream carries, by stream id. */
+/* The task whose model a stream carries, by stream id. Should two tasks
+ * name the same id, the one whose receiver took that stream's TensorBegin
+ * and is still receiving comes first. */
 static task *model_task(daemon_t *d, uint64_t stream_id) {
-  task *t = d->task;
-  return t && t->model_stream_id && t->model_stream_id == stream_id ? t : NULL;
+  task *found = NULL;
+  for (int i = 0; i < d->n_tasks; i++) {
+    task *t = d->tasks[i];
+    if (!t->model_stream_id || t->model_stream_id != stream_id) continue;
+    const xf_tensor_info *info = xf_tensor_receiver_info(t->model_rx);
+    if (t->phase == PHASE_MODEL && info && info->stream_id == stream_id) return t;
+    if (!found) found = t;
+  }
+  return found;
 }
 
-/* Fails the live task after its acceptance: Error for the stream, a
- * refusal so the round stops waiting, and the task dropped. */
-static void model_failed(daemon_t *d, xf_err code, const char *msg) {
-  task *t = d->task;
+/* Fails a task after its acceptance: Error for the stream, a refusal so
+ * the round stops waiting, and the task dropped. */
+static void model_failed(daemon_t *d, task *t, xf_err code, const char *msg) {
   send_error(d, code, "model stream of job %s round %u: %s", t->job_id, (unsigned)t->round, msg);
   send_refusal(d, t->job_id, t->round, t->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
                "the model stream failed: %s", msg);
-  task_drop(d, "model stream failed");
+  task_drop(d, t, "model stream failed");
 }
 
 static void on_tensor_begin(daemon_t *d, const Xfed__TensorBegin *b) {
@@ -1276,8 +1383,8 @@ static void on_tensor_begin(daemon_t *d, const Xfed__TensorBegin *b) {
                (unsigned long long)b->stream_id, (int)b->kind);
     return;
   }
-  task *t = d->task;
-  bool mine = t && strcmp(job, t->job_id) == 0 && b->round == t->round &&
+  task *t = task_of_job(d, job);
+  bool mine = t && b->round == t->round &&
               (b->attempt == 0 || b->attempt == t->attempt) &&
               (t->model_stream_id == 0 || t->model_stream_id == b->stream_id);
   if (!mine) {
@@ -1293,7 +1400,7 @@ static void on_tensor_begin(daemon_t *d, const Xfed__TensorBegin *b) {
     return;
   }
   if (b->dtype != XFED__TENSOR_BEGIN__DTYPE__U8) {
-    model_failed(d, XF_EFORMAT, "a model travels as U8 bytes of a model file");
+    model_failed(d, t, XF_EFORMAT, "a model travels as U8 bytes of a model file");
     return;
   }
   xf_errctx err;
@@ -1303,7 +1410,7 @@ static void on_tensor_begin(daemon_t *d, const Xfed__TensorBegin *b) {
     /* Offered again with another model stream: start that one afresh. */
     xf_tensor_receiver *rx = NULL;
     if (xf_tensor_receiver_new(XF_SITE_MODEL_MAX, model_sink, t, &rx, &err) != XF_OK) {
-      model_failed(d, XF_ENOMEM, "the site cannot allocate a model receiver");
+      model_failed(d, t, XF_ENOMEM, "the site cannot allocate a model receiver");
       return;
     }
     xf_tensor_receiver_free(t->model_rx);
@@ -1313,7 +1420,7 @@ static void on_tensor_begin(daemon_t *d, const Xfed__TensorBegin *b) {
   }
   xf_err rc = xf_tensor_receiver_begin(t->model_rx, b, &err);
   if (rc == XF_ERANGE) {
-    model_failed(d, rc, err.msg);
+    model_failed(d, t, rc, err.msg);
     return;
   }
   if (rc != XF_OK) {
@@ -1324,7 +1431,7 @@ static void on_tensor_begin(daemon_t *d, const Xfed__TensorBegin *b) {
     t->model_len = b->total_bytes;
     t->model_bytes = xf_malloc(t->model_len ? (size_t)t->model_len : 1);
     if (!t->model_bytes) {
-      model_failed(d, XF_ENOMEM, "the site cannot allocate the model");
+      model_failed(d, t, XF_ENOMEM, "the site cannot allocate the model");
       return;
     }
   }
@@ -1376,7 +1483,7 @@ static void on_tensor_end(daemon_t *d, const Xfed__TensorEnd *e) {
     return;
   }
   if (rc != XF_OK) {
-    model_failed(d, rc, err.msg);
+    model_failed(d, t, rc, err.msg);
     return;
   }
   send_ack(d, e->stream_id, t->model_len);
@@ -1384,8 +1491,13 @@ static void on_tensor_end(daemon_t *d, const Xfed__TensorEnd *e) {
   XF_INFO("model_received", "job=%s round=%u attempt=%u bytes=%llu",
           logq(qj, sizeof(qj), t->job_id), (unsigned)t->round, (unsigned)t->attempt,
           (unsigned long long)t->model_len);
-  t->phase = PHASE_QUEUED;
-  maybe_start_worker(d);
+  if (t->hold && !t->go) {
+    t->phase = PHASE_HELD;
+    XF_INFO("task_held", "job=%s round=%u attempt=%u why=\"waiting for the aggregator's go\"",
+            qj, (unsigned)t->round, (unsigned)t->attempt);
+    return;
+  }
+  task_ready(d, t);
 }
 
 /* ---- offers and cancellations --------------------------------------------------------------- */
@@ -1421,14 +1533,25 @@ static xf_err find_dataset(daemon_t *d, const xf_jobspec *spec, xf_site_dataset 
 
 /* ---- secure aggregation ---------------------------------------------------------------- */
 
-static void sa_reset(daemon_t *d) {
-  xf_secagg_client_free(d->sa.client);
-  memset(&d->sa, 0, sizeof(d->sa));
+static void sa_free(site_sa *sa) {
+  xf_secagg_client_free(sa->client);
+  memset(sa, 0, sizeof(*sa));
 }
 
-static bool sa_is(const daemon_t *d, const char *job, uint32_t round, uint32_t attempt) {
-  return d->sa.active && job && strcmp(d->sa.job_id, job) == 0 && d->sa.round == round &&
-         d->sa.attempt == attempt;
+static site_sa *sa_find(daemon_t *d, const char *job, uint32_t round, uint32_t attempt) {
+  for (int i = 0; job && i < SA_SLOTS; i++) {
+    site_sa *sa = &d->sa[i];
+    if (sa->active && strcmp(sa->job_id, job) == 0 && sa->round == round &&
+        sa->attempt == attempt)
+      return sa;
+  }
+  return NULL;
+}
+
+/* Lets go of (job, round, attempt)'s round, if the site has one. */
+static void sa_forget(daemon_t *d, const char *job, uint32_t round, uint32_t attempt) {
+  site_sa *sa = sa_find(d, job, round, attempt);
+  if (sa) sa_free(sa);
 }
 
 static void sa_send(daemon_t *d, Xfed__Envelope *env) {
@@ -1441,44 +1564,67 @@ static void sa_send(daemon_t *d, Xfed__Envelope *env) {
   }
 }
 
-/* Takes the offer's secure-aggregation setup: a client for this round, its
- * keys drawn. XF_EINVAL naming what is wrong with the setup. */
-static xf_err sa_begin(daemon_t *d, const Xfed__TaskOffer *o, const xf_jobspec *spec,
-                       size_t n_params, xf_errctx *err) {
-  const Xfed__SecAggSetup *su = o->secagg;
-  XF_ENSURE(su, err, XF_EINVAL, "the job asks for secure aggregation but the offer has no setup");
-  XF_ENSURE(su->graph_seed.len == 32 && su->bits == spec->secure_aggregation.bits &&
-                isfinite(su->step) && su->step > 0 && su->bound >= 1 && isfinite(su->scale) &&
-                su->scale > 0 && su->scale <= 1,
-            err, XF_EINVAL, "the offer's secure-aggregation setup is malformed");
-  XF_ENSURE(su->subset <= n_params && (su->subset > 0) == (spec->compression.uplink.topk_fraction > 0),
-            err, XF_EINVAL, "the offer's shared subset does not match the job's uplink");
-  sa_reset(d);
-  xf_secagg_params p = {.n = su->n, .threshold = su->threshold, .bits = su->bits,
-                        .length = su->subset ? su->subset : n_params, .degree = su->degree};
-  memcpy(p.graph_seed, su->graph_seed.data, 32);
-  XF_GUARD(xf_secagg_params_check(&p, err));
-  XF_GUARD(xf_secagg_client_new(&p, su->index, &d->sa.client, err));
-  d->sa.active = true;
-  snprintf(d->sa.job_id, sizeof(d->sa.job_id), "%s", o->job_id);
-  d->sa.round = o->round;
-  d->sa.attempt = o->attempt;
-  d->sa.p = p;
-  d->sa.index = su->index;
-  d->sa.fixed = (xf_codec_fixed){.step = su->step, .bits = su->bits, .bound = su->bound};
-  d->sa.scale = su->scale;
-  d->sa.subset = su->subset;
-  d->sa.subset_seed = su->subset_seed;
+/* The protocol's SecAggSetup as update/update.h's setup. XF_EINVAL when it
+ * is malformed on the wire; the plan builder checks the rest against the
+ * job (xf_update_plan_site). */
+static xf_err sa_setup_of(const Xfed__SecAggSetup *su, size_t n_params, xf_update_secagg *out,
+                          xf_errctx *err) {
+  XF_ENSURE(su->graph_seed.len == 32, err, XF_EINVAL,
+            "the secure-aggregation setup is malformed: its graph_seed has %zu bytes, not 32",
+            su->graph_seed.len);
+  memset(out, 0, sizeof(*out));
+  out->params = (xf_secagg_params){.n = su->n, .threshold = su->threshold, .bits = su->bits,
+                                   .length = su->subset ? su->subset : n_params,
+                                   .degree = su->degree};
+  memcpy(out->params.graph_seed, su->graph_seed.data, 32);
+  out->index = su->index;
+  out->fixed = (xf_codec_fixed){.step = su->step, .bits = su->bits, .bound = su->bound};
+  out->scale = su->scale;
+  out->subset = su->subset;
+  out->subset_seed = su->subset_seed;
   return XF_OK;
 }
 
-static void sa_advertise(daemon_t *d) {
+/* Begins t's round of secure aggregation with the setup in t->uo.sa: a
+ * client, its keys drawn. A newer round of the job replaces an older one;
+ * a full table gives up the oldest round of a job the site holds no task
+ * of (live tasks are at most XF_SITE_TASKS_MAX, one per job). */
+static xf_err sa_begin(daemon_t *d, const task *t, xf_errctx *err) {
+  site_sa *slot = NULL;
+  for (int i = 0; i < SA_SLOTS; i++) {
+    site_sa *sa = &d->sa[i];
+    if (sa->active && strcmp(sa->job_id, t->job_id) == 0) sa_free(sa);
+  }
+  for (int i = 0; i < SA_SLOTS && !slot; i++)
+    if (!d->sa[i].active) slot = &d->sa[i];
+  if (!slot) {
+    for (int i = 0; i < SA_SLOTS; i++) {
+      site_sa *sa = &d->sa[i];
+      if (task_of_job(d, sa->job_id)) continue;
+      if (!slot || sa->seq < slot->seq) slot = sa;
+    }
+  }
+  XF_ENSURE(slot, err, XF_EINTERNAL, "no room for another round of secure aggregation");
+  sa_free(slot);
+  xf_secagg_client *client = NULL;
+  XF_GUARD(xf_secagg_client_new(&t->uo.sa.params, t->uo.sa.index, &client, err));
+  slot->active = true;
+  slot->seq = ++d->sa_count;
+  snprintf(slot->job_id, sizeof(slot->job_id), "%s", t->job_id);
+  slot->round = t->round;
+  slot->attempt = t->attempt;
+  slot->p = t->uo.sa.params;
+  slot->client = client;
+  return XF_OK;
+}
+
+static void sa_advertise(daemon_t *d, site_sa *sa) {
   uint8_t advert[XF_SECAGG_ADVERT_BYTES];
-  xf_secagg_client_advertise(d->sa.client, advert);
+  xf_secagg_client_advertise(sa->client, advert);
   Xfed__SecAggAdvert a = XFED__SEC_AGG_ADVERT__INIT;
-  a.job_id = d->sa.job_id;
-  a.round = d->sa.round;
-  a.attempt = d->sa.attempt;
+  a.job_id = sa->job_id;
+  a.round = sa->round;
+  a.attempt = sa->attempt;
   a.advert.data = advert;
   a.advert.len = sizeof(advert);
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
@@ -1487,53 +1633,35 @@ static void sa_advertise(daemon_t *d) {
   sa_send(d, &env);
 }
 
-/* Masks t's quantized update and starts its stream (the shares are routed). */
-static void sa_mask_and_stream(daemon_t *d, task *t) {
+/* Masks t's quantized update and starts its stream (the shares are
+ * routed). False when that fails: the task is refused and dropped. */
+static bool sa_mask_and_stream(daemon_t *d, task *t, site_sa *sa) {
   xf_errctx err;
   xf_errctx_clear(&err);
   t->sa_waiting = false;
-  /* Masked values are uniform mod 2^bits: packed, that is all they cost. */
-  size_t packed = xf_codec_packed_bytes(t->sa_len, d->sa.p.bits);
-  xf_tensor_desc desc = {.stream_id = t->update_stream_id,
-                         .kind = XFED__TENSOR_BEGIN__KIND__UPDATE,
-                         .dtype = XFED__TENSOR_BEGIN__DTYPE__U8,
-                         .element_count = packed,
-                         .job_id = t->job_id,
-                         .round = t->round,
-                         .attempt = t->attempt,
-                         .weight = t->samples};
-  xf_err rc = xf_secagg_client_mask(d->sa.client, t->sa_input, 0, t->sa_len, t->sa_input, &err);
-  if (rc == XF_OK) {
-    xf_free(t->sealed_buf);
-    t->sealed_buf = xf_malloc(packed ? packed : 1);
-    if (!t->sealed_buf) rc = xf_fail(&err, XF_ENOMEM, "out of memory packing the update");
-  }
-  if (rc == XF_OK) {
-    xf_codec_pack_bits(t->sa_input, t->sa_len, d->sa.p.bits, t->sealed_buf);
-    rc = xf_tensor_sender_new(&desc, t->sealed_buf, packed, 0, &t->sender, &err);
-  }
-  if (rc != XF_OK) {
+  if (xf_update_mask(&t->payload, sa->client, sa->p.bits, &err) != XF_OK ||
+      stream_update(t, &err) != XF_OK) {
     char q[600];
     XF_ERROR("secagg_mask_failed", "job=%s round=%u reason=\"%s\"", t->job_id,
              (unsigned)t->round, logq(q, sizeof(q), err.msg));
     send_refusal(d, t->job_id, t->round, t->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
                  "cannot mask the update: %s", err.msg);
-    task_drop(d, "secure aggregation failed");
-    return;
+    task_drop(d, t, "secure aggregation failed");
+    return false;
   }
-  t->wire = t->sealed_buf;
-  t->wire_len = packed;
   pump(d);
+  return true;
 }
 
 static void on_sa_keys(daemon_t *d, const Xfed__SecAggKeys *k) {
-  if (!sa_is(d, k->job_id, k->round, k->attempt)) return;
+  site_sa *sa = sa_find(d, k->job_id, k->round, k->attempt);
+  if (!sa) return;
   xf_errctx err;
   xf_errctx_clear(&err);
-  size_t cap = d->sa.p.degree, count = 0;
+  size_t cap = sa->p.degree, count = 0;
   xf_secagg_share_msg *msgs = xf_mallocarray(cap ? cap : 1, sizeof(*msgs));
-  if (k->adverts.len != (size_t)d->sa.p.n * XF_SECAGG_ADVERT_BYTES || !msgs ||
-      xf_secagg_client_share(d->sa.client, k->adverts.data, msgs, cap, &count, &err) != XF_OK) {
+  if (k->adverts.len != (size_t)sa->p.n * XF_SECAGG_ADVERT_BYTES || !msgs ||
+      xf_secagg_client_share(sa->client, k->adverts.data, msgs, cap, &count, &err) != XF_OK) {
     char q[600];
     XF_WARN("secagg_share_failed", "job=%s round=%u reason=\"%s\"", k->job_id,
             (unsigned)k->round, logq(q, sizeof(q), msgs ? err.msg : "out of memory"));
@@ -1549,9 +1677,9 @@ static void on_sa_keys(daemon_t *d, const Xfed__SecAggKeys *k) {
       cts[i].len = sizeof(msgs[i].ciphertext);
     }
     Xfed__SecAggShares m = XFED__SEC_AGG_SHARES__INIT;
-    m.job_id = d->sa.job_id;
-    m.round = d->sa.round;
-    m.attempt = d->sa.attempt;
+    m.job_id = sa->job_id;
+    m.round = sa->round;
+    m.attempt = sa->attempt;
     m.n_to = count;
     m.to = to;
     m.n_ciphertexts = count;
@@ -1568,35 +1696,36 @@ static void on_sa_keys(daemon_t *d, const Xfed__SecAggKeys *k) {
 }
 
 static void on_sa_routed(daemon_t *d, const Xfed__SecAggRouted *r) {
-  if (!sa_is(d, r->job_id, r->round, r->attempt)) return;
+  site_sa *sa = sa_find(d, r->job_id, r->round, r->attempt);
+  if (!sa) return;
   xf_errctx err;
   xf_errctx_clear(&err);
   xf_err rc = r->n_from == r->n_ciphertexts ? XF_OK : XF_EFORMAT;
   for (size_t i = 0; rc == XF_OK && i < r->n_from; i++)
     rc = r->ciphertexts[i].len == XF_SECAGG_SHARE_BYTES
-             ? xf_secagg_client_receive(d->sa.client, r->from[i], r->ciphertexts[i].data, &err)
+             ? xf_secagg_client_receive(sa->client, r->from[i], r->ciphertexts[i].data, &err)
              : XF_EFORMAT;
-  if (rc == XF_OK) rc = xf_secagg_client_routed(d->sa.client, r->u2, r->n_u2, &err);
+  if (rc == XF_OK) rc = xf_secagg_client_routed(sa->client, r->u2, r->n_u2, &err);
   if (rc != XF_OK) {
     char q[600];
     XF_WARN("secagg_routing_refused", "job=%s round=%u reason=\"%s\"", r->job_id,
             (unsigned)r->round, logq(q, sizeof(q), err.msg[0] ? err.msg : "malformed"));
     return;
   }
-  d->sa.routed = true;
-  task *t = d->task;
-  if (t && t->secagg && t->sa_waiting && sa_is(d, t->job_id, t->round, t->attempt))
-    sa_mask_and_stream(d, t);
+  sa->routed = true;
+  task *t = task_find(d, sa->job_id, sa->round, sa->attempt);
+  if (t && t->sa_waiting && t->phase == PHASE_REPORTING) sa_mask_and_stream(d, t, sa);
 }
 
 static void on_sa_unmask(daemon_t *d, const Xfed__SecAggUnmask *u) {
-  if (!sa_is(d, u->job_id, u->round, u->attempt)) return;
+  site_sa *sa = sa_find(d, u->job_id, u->round, u->attempt);
+  if (!sa) return;
   xf_errctx err;
   xf_errctx_clear(&err);
-  size_t cap = xf_secagg_reveal_max_bytes(&d->sa.p), len = 0;
+  size_t cap = xf_secagg_reveal_max_bytes(&sa->p), len = 0;
   uint8_t *out = xf_malloc(cap);
   if (!out ||
-      xf_secagg_client_unmask(d->sa.client, u->u3, u->n_u3, out, cap, &len, &err) != XF_OK) {
+      xf_secagg_client_unmask(sa->client, u->u3, u->n_u3, out, cap, &len, &err) != XF_OK) {
     char q[600];
     XF_WARN("secagg_unmask_refused", "job=%s round=%u reason=\"%s\"", u->job_id,
             (unsigned)u->round, logq(q, sizeof(q), out ? err.msg : "out of memory"));
@@ -1604,9 +1733,9 @@ static void on_sa_unmask(daemon_t *d, const Xfed__SecAggUnmask *u) {
     return;
   }
   Xfed__SecAggReveal r = XFED__SEC_AGG_REVEAL__INIT;
-  r.job_id = d->sa.job_id;
-  r.round = d->sa.round;
-  r.attempt = d->sa.attempt;
+  r.job_id = sa->job_id;
+  r.round = sa->round;
+  r.attempt = sa->attempt;
   r.reveal.data = out;
   r.reveal.len = len;
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
@@ -1773,6 +1902,87 @@ static bool local_rules_allow(daemon_t *d, const Xfed__TaskOffer *o, const xf_jo
   return false;
 }
 
+/* The offer's plan kept with its task (strings copied). */
+static void residency_keep(task_residency *k, const Xfed__Residency *r) {
+  memset(k, 0, sizeof(*k));
+  if (!r) return;
+  k->present = true;
+  snprintf(k->coordinator_region, sizeof(k->coordinator_region), "%s",
+           r->coordinator_region ? r->coordinator_region : "");
+  snprintf(k->aggregator_region, sizeof(k->aggregator_region), "%s",
+           r->aggregator_region ? r->aggregator_region : "");
+  snprintf(k->path, sizeof(k->path), "%s", r->path ? r->path : "");
+  snprintf(k->rule, sizeof(k->rule), "%s", r->rule ? r->rule : "");
+  residency_of(r, &k->res);
+  k->res.coordinator_region = k->coordinator_region;
+  k->res.aggregator_region = k->aggregator_region;
+  k->res.path = k->path;
+  k->res.rule = k->rule;
+}
+
+/* Whether the plan puts conditions on what leaves this region: the regional
+ * path, or a rule's min_cohort, require_secagg or max_epsilon. */
+static bool plan_has_conditions(const xf_site_residency *res) {
+  return (res->path && strcmp(res->path, "regional") == 0) || res->min_cohort > 1 ||
+         res->require_secagg || res->has_max_epsilon;
+}
+
+/* The release check (policy/release.h) of the plan's conditions on what
+ * this site's update becomes part of when it leaves the region: the job's
+ * secure aggregation and privacy, summed from `contributors` sites. why
+ * gets the check's sentence. */
+static bool release_allows(const daemon_t *d, const xf_site_residency *res,
+                           const xf_jobspec *spec, unsigned contributors, char *why,
+                           size_t why_len) {
+  const xf_privacy_spec *pv = &spec->privacy;
+  xf_release_rule rule = {.rule = res->rule,
+                          .from = d->cfg.region,
+                          .to = res->coordinator_region,
+                          .min_cohort = res->min_cohort,
+                          .require_secagg = res->require_secagg,
+                          .has_max_epsilon = res->has_max_epsilon,
+                          .max_epsilon = res->max_epsilon};
+  xf_release_artifact a = {.contributors = contributors,
+                           .secagg = spec->secure_aggregation.enabled,
+                           .privacy = pv->mode != XF_PRIVACY_NONE,
+                           .has_epsilon = pv->has_target_epsilon,
+                           .epsilon = pv->target_epsilon};
+  return xf_release_allows(&rule, &a, why, why_len);
+}
+
+/* The refusal's details when every place is taken: the tasks held. */
+static void busy_details(const daemon_t *d, char *why, size_t why_len) {
+  size_t used = (size_t)snprintf(why, why_len, "this site holds %d tasks:", d->n_tasks);
+  for (int i = 0; i < d->n_tasks && used < why_len; i++) {
+    const task *t = d->tasks[i];
+    used += (size_t)snprintf(why + used, why_len - used, "%s job %s round %u attempt %u (%s)",
+                             i ? "," : "", t->job_id, (unsigned)t->round, (unsigned)t->attempt,
+                             phase_name(t->phase));
+  }
+  if (used < why_len)
+    snprintf(why + used, why_len - used, "; offer it again once one of them is done");
+}
+
+/* Checks the update's plan for what the task knows so far (the secure-
+ * aggregation setup may come with TaskGo). */
+static xf_err task_plan_check(const daemon_t *d, const task *t, xf_errctx *err) {
+  if (t->evaluate_only || (t->secagg && !t->uo.secagg)) return XF_OK;
+  xf_update_plan up;
+  return xf_update_plan_site(&t->spec, &t->plan, t->n_params, &t->uo,
+                             (unsigned)xf_backend_threads(d->backend), &up, err);
+}
+
+/* Takes a secure-aggregation setup for t (from its offer or its Go): checked
+ * against the job, then t's round begun and our keys advertised once the
+ * replies before them are out. */
+static xf_err task_secagg_begin(daemon_t *d, task *t, const Xfed__SecAggSetup *su,
+                                xf_errctx *err) {
+  XF_GUARD(sa_setup_of(su, t->n_params, &t->uo.sa, err));
+  t->uo.secagg = true;
+  XF_GUARD(task_plan_check(d, t, err));
+  return sa_begin(d, t, err);
+}
+
 static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
   const char *job = o->job_id ? o->job_id : "";
   if (!*job || strlen(job) >= JOB_ID_MAX) {
@@ -1787,22 +1997,36 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
   char qj[JOB_ID_MAX];
   logq(qj, sizeof(qj), job);
   uint64_t now = wall_ms();
-  XF_INFO("task_offer", "job=%s round=%u attempt=%u model_round=%u evaluate_only=%s "
-          "deadline_in_s=%.1f", qj, (unsigned)o->round, (unsigned)o->attempt,
+  /* answer_by_unix_ms is the aggregator's own deadline for the answer; a
+   * site answers at once, so it is only logged. */
+  XF_INFO("task_offer", "job=%s round=%u attempt=%u model_round=%u evaluate_only=%s hold=%s "
+          "deadline_in_s=%.1f answer_by_in_s=%.1f", qj, (unsigned)o->round, (unsigned)o->attempt,
           (unsigned)o->model_round, o->evaluate_only ? "true" : "false",
-          o->deadline_unix_ms ? ((double)o->deadline_unix_ms - (double)now) / 1000.0 : -1.0);
+          o->hold ? "true" : "false",
+          o->deadline_unix_ms ? ((double)o->deadline_unix_ms - (double)now) / 1000.0 : -1.0,
+          o->answer_by_unix_ms ? ((double)o->answer_by_unix_ms - (double)now) / 1000.0 : -1.0);
 
-  task *t = d->task;
-  if (task_is(t, job, o->round, o->attempt)) {
+  task *t = task_find(d, job, o->round, o->attempt);
+  if (t) {
     if (memcmp(t->model_digest.bytes, o->model_digest.data, XF_DIGEST_BYTES) == 0 &&
         t->evaluate_only == o->evaluate_only) {
       /* Offered again after a reconnect: take it up where it was. */
-      if (t->sealed && o->seal_key.len == XF_SEAL_PUBLICKEYBYTES &&
-          memcmp(t->seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES) != 0)
+      if (t->uo.sealed && o->seal_key.len == XF_SEAL_PUBLICKEYBYTES &&
+          memcmp(t->uo.seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES) != 0) {
         seal_key_changed(d, t, o->seal_key.data);
+        if (!task_live(d, t)) return;
+      }
       t->offered_now = true;
       t->deadline_ms = o->deadline_unix_ms;
       if (o->model_stream_id && t->phase == PHASE_MODEL) t->model_stream_id = o->model_stream_id;
+      /* A restarted aggregator may name another stream for the update. */
+      if (o->update_stream_id && o->update_stream_id != t->update_stream_id)
+        update_stream_changed(d, t, o->update_stream_id);
+      /* A coordinator that no longer holds the task lets it train. */
+      if (!o->hold && t->hold && !t->go) {
+        t->hold = false;
+        if (t->phase == PHASE_HELD) task_ready(d, t);
+      }
       XF_INFO("task_resumed", "job=%s round=%u attempt=%u phase=%s", qj, (unsigned)o->round,
               (unsigned)o->attempt, phase_name(t->phase));
       send_accept(d, t);
@@ -1814,14 +2038,16 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
                    t->job_id, (unsigned)t->round, (unsigned)t->attempt);
       return;
     }
-    task_drop(d, "offered again with another model");
-  } else if (t && strcmp(t->job_id, job) == 0) {
-    task_drop(d, "superseded by another round or attempt of its job");
-  } else if (t && t != d->worker_task && !t->offered_now &&
-             (t->deadline_ms == 0 || t->deadline_ms <= now)) {
-    /* Another job's task held from an earlier session, past its deadline:
-     * its round has closed, and it must not keep the site busy for good. */
-    task_drop(d, "its deadline passed without the coordinator offering it again");
+    task_drop(d, t, "offered again with another model");
+  } else if ((t = task_of_job(d, job)) != NULL) {
+    task_drop(d, t, "superseded by another round or attempt of its job");
+  }
+  /* Other jobs' tasks held from an earlier session, past their deadline:
+   * their rounds have closed, and they must not keep a place for good. */
+  for (int i = d->n_tasks - 1; i >= 0; i--) {
+    task *u = d->tasks[i];
+    if (u != d->worker_task && !u->offered_now && (u->deadline_ms == 0 || u->deadline_ms <= now))
+      task_drop(d, u, "its deadline passed without the coordinator offering it again");
   }
 
   xf_errctx err;
@@ -1846,13 +2072,24 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
   }
   xf_site_residency res;
   residency_of(o->residency, &res);
+  char why[1024];
+  /* The plan's conditions on what leaves the region, against the job: the
+   * cohort is the plan's own min_cohort here (TaskGo checks the real one). */
+  if (o->residency && !o->evaluate_only && plan_has_conditions(&res) &&
+      !release_allows(d, &res, &spec, res.min_cohort > 1 ? res.min_cohort : 1, why,
+                      sizeof(why))) {
+    xf_site_dataset_free(&ds);
+    ignore_stream(d, o->model_stream_id, job, o->round);
+    send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__POLICY_DENIED, "%s",
+                 why);
+    return;
+  }
   if (!local_rules_allow(d, o, &spec, &ds, &res)) {
     xf_site_dataset_free(&ds);
     ignore_stream(d, o->model_stream_id, job, o->round);
     return;
   }
   Xfed__TaskRefusal__Reason reason = XFED__TASK_REFUSAL__REASON__UNSPECIFIED;
-  char why[1024];
   size_t n_params = 0;
   xf_privacy_plan plan = {0};
   xf_privacy_charge charge = {0};
@@ -1864,12 +2101,9 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
                                      n_params, &plan, &charge, why, sizeof(why))) !=
                  XFED__TASK_REFUSAL__REASON__UNSPECIFIED) {
     /* why says it */
-  } else if ((t = d->task) != NULL) {
-    /* Another job's task is live: one task at a time. */
+  } else if (d->n_tasks >= XF_SITE_TASKS_MAX) {
     reason = XFED__TASK_REFUSAL__REASON__BUSY;
-    snprintf(why, sizeof(why), "this site is %s job %s round %u attempt %u",
-             t->phase == PHASE_WORKING ? "training" : "working on", t->job_id,
-             (unsigned)t->round, (unsigned)t->attempt);
+    busy_details(d, why, sizeof(why));
   } else if (o->deadline_unix_ms && o->deadline_unix_ms <= now) {
     reason = XFED__TASK_REFUSAL__REASON__DEADLINE_TOO_SHORT;
     snprintf(why, sizeof(why), "the deadline passed %.1f s ago by this site's clock",
@@ -1882,14 +2116,6 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
     return;
   }
 
-  bool secagg = !o->evaluate_only && spec.secure_aggregation.enabled;
-  if (secagg && sa_begin(d, o, &spec, n_params, &err) != XF_OK) {
-    xf_site_dataset_free(&ds);
-    ignore_stream(d, o->model_stream_id, job, o->round);
-    send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
-                 "secure aggregation: %s", err.msg);
-    return;
-  }
   t = xf_calloc(1, sizeof(*t));
   if (t && xf_tensor_receiver_new(XF_SITE_MODEL_MAX, model_sink, t, &t->model_rx, &err) != XF_OK) {
     xf_free(t);
@@ -1907,75 +2133,159 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
   t->model_round = o->model_round;
   t->deadline_ms = o->deadline_unix_ms;
   t->evaluate_only = o->evaluate_only;
+  t->hold = o->hold;
   memcpy(t->model_digest.bytes, o->model_digest.data, XF_DIGEST_BYTES);
   t->model_stream_id = o->model_stream_id;
   t->spec = spec;
   t->dataset = ds;
+  t->n_params = n_params;
   t->plan = plan;
   t->charge = charge;
+  residency_keep(&t->residency, o->residency);
   if (o->residency && res.aggregator_region && *res.aggregator_region &&
       strcmp(res.aggregator_region, d->cfg.region) != 0) {
     t->crossing = true;
     snprintf(t->crossing_to, sizeof(t->crossing_to), "%s", res.aggregator_region);
   }
-  if (!o->evaluate_only && spec.compression.uplink.topk_fraction > 0) {
-    bool found = false;
-    t->residual = xf_mallocarray(n_params, sizeof(float));
-    if (!t->residual || xf_site_residual_load(d->reg, job, ds.name, o->round, t->residual,
-                                              n_params, &found, &err) != XF_OK) {
-      char msg[600];
-      snprintf(msg, sizeof(msg), "%s", t->residual ? err.msg : "out of memory");
-      t->dataset = (xf_site_dataset){0};
-      task_free(t);
-      ignore_stream(d, o->model_stream_id, job, o->round);
-      send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
-                   "cannot read the compression residual: %s", msg);
-      xf_site_dataset_free(&ds);
-      return;
-    }
-    /* Error feedback, discounted: the next local training starts from a
-     * global model that lacks what this site left out, so it re-derives part
-     * of it; carrying the whole residual over would count that part twice
-     * (docs/compression.md). */
-    for (size_t i = 0; i < n_params; i++) t->residual[i] *= XF_SITE_RESIDUAL_DISCOUNT;
-  }
   t->shuffle_seed = xf_site_shuffle_seed(spec.seed, o->round, d->cfg.site);
-  t->update_stream_id = xf_site_update_stream_id(o->round, o->attempt);
+  t->update_stream_id = o->update_stream_id ? o->update_stream_id
+                                            : xf_site_update_stream_id(o->round, o->attempt);
   t->phase = PHASE_MODEL;
   t->offered_now = true;
   atomic_init(&t->abandoned, false);
-  d->task = t;
-  t->secagg = secagg;
-  t->sealed = !secagg && o->seal_key.len == XF_SEAL_PUBLICKEYBYTES;
-  if (t->sealed) memcpy(t->seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES);
-  if (secagg) {
-    t->sa_fixed = d->sa.fixed;
-    t->sa_scale = d->sa.scale;
-    t->sa_threshold = d->sa.p.threshold;
-    t->sa_subset = d->sa.subset;
-    t->sa_subset_seed = d->sa.subset_seed;
+  /* The update's setup: the uplink codec's rounding repeats with the job's
+   * seed; sealed to the aggregator's key unless it goes masked. */
+  t->secagg = !o->evaluate_only && spec.secure_aggregation.enabled;
+  t->uo.rounding_seed = t->shuffle_seed ^ XF__CODEC_SEED;
+  t->uo.sealed = !t->secagg && o->seal_key.len == XF_SEAL_PUBLICKEYBYTES;
+  if (t->uo.sealed) memcpy(t->uo.seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES);
+
+  const char *fail = NULL;
+  if (t->secagg && o->secagg) {
+    if (task_secagg_begin(d, t, o->secagg, &err) != XF_OK) fail = "secure aggregation";
+  } else if (t->secagg && !o->hold) {
+    xf_fail(&err, XF_EINVAL, "the job asks for secure aggregation but the offer has no setup");
+    fail = "secure aggregation";
+  } else if (task_plan_check(d, t, &err) != XF_OK) {
+    fail = "the update";
   }
-  XF_INFO("task_accepted", "job=%s round=%u attempt=%u dataset=%s", qj, (unsigned)t->round,
-          (unsigned)t->attempt, ds.name);
+  if (!fail && !o->evaluate_only && spec.compression.uplink.topk_fraction > 0) {
+    bool found = false;
+    t->residual = xf_mallocarray(n_params, sizeof(float));
+    if (!t->residual) {
+      xf_fail(&err, XF_ENOMEM, "out of memory");
+      fail = "cannot read the compression residual";
+    } else if (xf_site_residual_load(d->reg, job, ds.name, o->round, t->residual, n_params,
+                                     &found, &err) != XF_OK) {
+      fail = "cannot read the compression residual";
+    } else {
+      /* Error feedback, discounted: the next local training starts from a
+       * global model that lacks what this site left out, so it re-derives
+       * part of it; carrying the whole residual over would count that part
+       * twice (docs/compression.md). */
+      for (size_t i = 0; i < n_params; i++) t->residual[i] *= XF_SITE_RESIDUAL_DISCOUNT;
+    }
+  }
+  if (fail) {
+    char msg[600];
+    snprintf(msg, sizeof(msg), "%s", err.msg);
+    ignore_stream(d, o->model_stream_id, job, o->round);
+    send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "%s: %s",
+                 fail, msg);
+    if (t->uo.secagg) sa_forget(d, job, o->round, o->attempt);
+    task_free(t);
+    return;
+  }
+  d->tasks[d->n_tasks++] = t;
+  XF_INFO("task_accepted", "job=%s round=%u attempt=%u dataset=%s hold=%s queued=%d", qj,
+          (unsigned)t->round, (unsigned)t->attempt, t->dataset.name, t->hold ? "true" : "false",
+          d->n_tasks);
   send_accept(d, t);
-  if (secagg) {
+  if (t->uo.secagg) {
     (void)flush_replies(d); /* the acceptance first, then our keys */
-    sa_advertise(d);
+    sa_advertise(d, sa_find(d, job, t->round, t->attempt));
   }
+}
+
+/* The aggregator confirms a held task: enough sites accepted. With secure
+ * aggregation it carries this site's setup for the round's cohort. */
+static void on_go(daemon_t *d, const Xfed__TaskGo *g) {
+  const char *job = g->job_id ? g->job_id : "";
+  char qj[JOB_ID_MAX];
+  logq(qj, sizeof(qj), job);
+  task *t = task_find(d, job, g->round, g->attempt);
+  if (!t) {
+    XF_WARN("task_go_unknown", "job=%s round=%u attempt=%u why=\"no such task here\"", qj,
+            (unsigned)g->round, (unsigned)g->attempt);
+    send_error(d, XF_ENOENT, "TaskGo for job %s round %u attempt %u names no task of this site; "
+               "offer it first", job, (unsigned)g->round, (unsigned)g->attempt);
+    return;
+  }
+  if (t->go || !t->hold) {
+    XF_INFO("task_go_repeated", "job=%s round=%u attempt=%u phase=%s", qj, (unsigned)g->round,
+            (unsigned)g->attempt, phase_name(t->phase));
+    return;
+  }
+  char why[1024];
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  /* The cohort is known now: a smaller one than the plan allows would let
+   * too few sites' updates leave the region together. */
+  if (g->secagg && !t->evaluate_only && t->residency.present &&
+      plan_has_conditions(&t->residency.res) &&
+      !release_allows(d, &t->residency.res, &t->spec, g->secagg->n, why, sizeof(why))) {
+    send_refusal(d, t->job_id, t->round, t->attempt, XFED__TASK_REFUSAL__REASON__POLICY_DENIED,
+                 "%s", why);
+    task_drop(d, t, "the aggregator's cohort is smaller than the plan allows");
+    return;
+  }
+  const char *fail = NULL;
+  if (!t->evaluate_only && g->secagg && !t->secagg) {
+    xf_fail(&err, XF_EINVAL, "the go sets up secure aggregation, but the job's "
+            "secure_aggregation is not enabled");
+    fail = "secure aggregation";
+  } else if (t->secagg && g->secagg) {
+    if (task_secagg_begin(d, t, g->secagg, &err) != XF_OK) fail = "secure aggregation";
+  } else if (t->secagg && !t->uo.secagg) {
+    xf_fail(&err, XF_EINVAL, "the job asks for secure aggregation but neither the offer nor the "
+            "go has a setup");
+    fail = "secure aggregation";
+  }
+  if (fail) {
+    char msg[600];
+    snprintf(msg, sizeof(msg), "%s", err.msg);
+    send_refusal(d, t->job_id, t->round, t->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
+                 "%s: %s", fail, msg);
+    sa_forget(d, t->job_id, t->round, t->attempt);
+    task_drop(d, t, "its go cannot be followed");
+    return;
+  }
+  t->go = true;
+  XF_INFO("task_go", "job=%s round=%u attempt=%u phase=%s secagg=%s", qj, (unsigned)t->round,
+          (unsigned)t->attempt, phase_name(t->phase), g->secagg ? "true" : "false");
+  if (g->secagg && t->secagg) {
+    (void)flush_replies(d);
+    sa_advertise(d, sa_find(d, t->job_id, t->round, t->attempt));
+  }
+  if (t->phase == PHASE_HELD) task_ready(d, t);
 }
 
 static void on_cancel(daemon_t *d, const Xfed__TaskCancel *c) {
   const char *job = c->job_id ? c->job_id : "";
   char qj[JOB_ID_MAX], q[600];
   logq(qj, sizeof(qj), job);
-  if (!task_is(d->task, job, c->round, c->attempt)) {
+  task *t = task_find(d, job, c->round, c->attempt);
+  if (!t) {
     XF_INFO("task_cancel_ignored", "job=%s round=%u attempt=%u why=\"no such task here\"", qj,
             (unsigned)c->round, (unsigned)c->attempt);
     return;
   }
-  XF_INFO("task_cancelled", "job=%s round=%u attempt=%u reason=\"%s\"", qj, (unsigned)c->round,
-          (unsigned)c->attempt, logq(q, sizeof(q), c->reason));
-  task_drop(d, "cancelled by the coordinator");
+  XF_INFO("task_cancelled", "job=%s round=%u attempt=%u phase=%s reason=\"%s\"", qj,
+          (unsigned)c->round, (unsigned)c->attempt, phase_name(t->phase),
+          logq(q, sizeof(q), c->reason));
+  sa_forget(d, job, c->round, c->attempt);
+  task_drop(d, t, "cancelled by the coordinator");
+  maybe_start_worker(d);
 }
 
 /* ---- the session ------------------------------------------------------------------------------ */
@@ -2085,6 +2395,7 @@ static void on_frame(xf_conn *c, const Xfed__Envelope *env) {
   switch (env->body_case) {
   case XFED__ENVELOPE__BODY_TASK_OFFER: on_offer(d, env->task_offer); break;
   case XFED__ENVELOPE__BODY_TASK_CANCEL: on_cancel(d, env->task_cancel); break;
+  case XFED__ENVELOPE__BODY_TASK_GO: on_go(d, env->task_go); break;
   case XFED__ENVELOPE__BODY_TENSOR_BEGIN: on_tensor_begin(d, env->tensor_begin); break;
   case XFED__ENVELOPE__BODY_TENSOR_CHUNK: on_tensor_chunk(d, env->tensor_chunk); break;
   case XFED__ENVELOPE__BODY_TENSOR_END: on_tensor_end(d, env->tensor_end); break;
@@ -2115,7 +2426,7 @@ static void on_close(xf_conn *c, const xf_conn_reason *why) {
   d->connected = false;
   d->n_replies = 0;
   memset(&d->session, 0, sizeof(d->session));
-  if (d->task) task_link_lost(d->task);
+  for (int i = 0; i < d->n_tasks; i++) task_link_lost(d->tasks[i]);
   if (!was_connected && why->end == XF_CONN_END_CONNECT && !d->stopping &&
       d->next_addr + 1 < d->n_addrs) {
     d->next_addr++; /* the name has more addresses: try the next one now */
@@ -2373,10 +2684,11 @@ out:
     int lrc = uv_loop_close(&d->loop);
     if (lrc != 0) XF_WARN("loop_not_empty", "reason=\"%s\"", uv_strerror(lrc));
   }
-  task_free(d->task);
+  for (int i = 0; i < d->n_tasks; i++) task_free(d->tasks[i]);
+  d->n_tasks = 0;
   cache_free(&d->cache);
   xf_backend_close(d->backend);
-  sa_reset(d);
+  for (int i = 0; i < SA_SLOTS; i++) sa_free(&d->sa[i]);
   xf_site_registry_close(d->reg);
   xf_tls_free(d->tls);
   xf_free(d);

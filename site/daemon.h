@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The site daemon (`xfed-site run`): the site side of "Site ↔ coordinator"
  * in docs/protocol.md. It dials the site's coordinator over mutual TLS,
- * announces the registered datasets, answers task offers, trains on a worker
- * thread and streams the update back, keeping it across a dropped link until
- * the coordinator has acknowledged all of it. docs/operator-guide.md
+ * announces the registered datasets, answers task offers (holding a task
+ * the offer says to hold until TaskGo confirms it), trains its tasks one at
+ * a time on a worker thread and streams each update back through the update
+ * pipeline (update/update.h), keeping it across a dropped link until the
+ * coordinator has acknowledged all of it. docs/operator-guide.md
  * ("Running the daemon") is the operator's page. */
 #ifndef XF_SITE_DAEMON_H
 #define XF_SITE_DAEMON_H
@@ -15,6 +17,15 @@
 /* The largest model stream a site accepts: a model file above it is refused
  * before a byte of it is buffered. The largest preset (fedavg-cnn) is 6.6 MB. */
 #define XF_SITE_MODEL_MAX (UINT64_C(1) << 30)
+
+/* The tasks a site holds at once: accepted offers of different jobs (one
+ * per job: a newer round or attempt replaces the older), each with its own
+ * model stream, update stream and secure-aggregation state, trained one at
+ * a time in the order they become ready. An offer beyond them is refused
+ * BUSY, naming them. Eight covers the jobs a site's coordinator runs at
+ * once in practice while bounding what a held model costs in memory (a
+ * model is at most XF_SITE_MODEL_MAX). */
+#define XF_SITE_TASKS_MAX 8
 
 /* Redial delays: exponential from the first to the last, each drawn within
  * ±25 % (docs/protocol.md, "Site ↔ coordinator", step 1). */
@@ -41,7 +52,8 @@ xf_err xf_site_daemon_run(const xf_site_daemon_opts *opts, xf_errctx *err) XF_WA
  * bytes LE || site name). */
 uint64_t xf_site_shuffle_seed(uint64_t job_seed, uint32_t round, const char *site);
 
-/* The stream id of a site's update: round << 16 | attempt << 1 | 1. */
+/* The stream id of a site's update when the offer names none
+ * (TaskOffer.update_stream_id 0): round << 16 | attempt << 1 | 1. */
 uint64_t xf_site_update_stream_id(uint32_t round, uint32_t attempt);
 
 #endif

@@ -106,23 +106,7 @@ static const xf_migration site_migrations[] = {
      * spent; triggers keep the table append-only. */
     {2,
      "ALTER TABLE datasets ADD COLUMN budget_delta REAL NOT NULL DEFAULT 1e-5\n"
-     "  CHECK (budget_delta > 0 AND budget_delta < 1);\n"
-     "CREATE TABLE privacy_ledger (\n"
-     "  id INTEGER PRIMARY KEY,\n"
-     "  dataset TEXT NOT NULL,\n"
-     "  job TEXT NOT NULL,\n"
-     "  round INTEGER NOT NULL CHECK (round >= 0),\n"
-     "  attempt INTEGER NOT NULL CHECK (attempt >= 0),\n"
-     "  sampling_rate REAL NOT NULL CHECK (sampling_rate > 0 AND sampling_rate <= 1),\n"
-     "  noise_multiplier REAL NOT NULL CHECK (noise_multiplier >= 0),\n"
-     "  steps INTEGER NOT NULL CHECK (steps >= 1),\n"
-     "  charged_at INTEGER NOT NULL,\n"
-     "  UNIQUE (dataset, job, round, attempt)\n"
-     ");\n"
-     "CREATE TRIGGER privacy_ledger_no_update BEFORE UPDATE ON privacy_ledger\n"
-     "BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;\n"
-     "CREATE TRIGGER privacy_ledger_no_delete BEFORE DELETE ON privacy_ledger\n"
-     "BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;\n"},
+     "  CHECK (budget_delta > 0 AND budget_delta < 1);\n" XF_LEDGER_SCHEMA_SQL},
     /* Top-k error feedback: what a site's compressed updates left out, kept
      * between rounds (and across restarts) per job and dataset. */
     {3,

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # The site daemon: the real `xfed-site run` against a fake coordinator in the
 # test process (xf_listen and the session layer, real certificates, TLS on
-# loopback): announce, training, refusals, resumed uploads, cancel, SIGTERM.
+# loopback): announce, training, refusals, resumed uploads, queued and held
+# tasks with TaskGo, cancel, SIGTERM.
 xf_add_test(test_site_daemon SOURCES test_site_daemon.c
             LIBS xf_conn xf_pki xf_kernels xf_site xf_job xf_secagg PkgConfig::JANSSON LABELS integration TIMEOUT 300)
 add_dependencies(test_site_daemon xfed-site)

@@ -175,15 +175,31 @@ static void policy_check_refuses_then_allows_with_secagg_and_dp(void **state) {
   expect_in(r->out, "secure aggregation", r);
   expect_in(r->out, "epsilon <= 3", r);
 
+  /* Central noise is added at the coordinator, after the EU's aggregate has
+   * left its region: the policy's max_epsilon on that aggregate is not met
+   * on the way, and check says so (the job could not run as composed). */
+  const char *central = path_in(s, "central.json");
+  write_file(central, JOB_HEAD
+             " \"privacy\": {\"unit\": \"site\", \"mode\": \"central\", \"clip\": 1,"
+             " \"target_epsilon\": 2.5},\n"
+             " \"secure_aggregation\": {\"enabled\": true}, \"seed\": 1}\n");
+  r = xfed_run(s, "policy", "check", central, "--db", db, "--coordinator-region", "us", NULL);
+  expect_status(r, 3);
+  expect_in(r->out, "allowed (6 of 6 sites eligible)", r);
+  expect_in(r->out, "this job cannot run as composed", r);
+  expect_in(r->out, "after it has left", r);
+  expect_in(r->out, "\"distributed\"", r);
+
   const char *safe = path_in(s, "safe.json");
   write_file(safe, JOB_HEAD
-             " \"privacy\": {\"unit\": \"site\", \"mode\": \"central\", \"clip\": 1,"
+             " \"privacy\": {\"unit\": \"site\", \"mode\": \"distributed\", \"clip\": 1,"
              " \"target_epsilon\": 2.5},\n"
              " \"secure_aggregation\": {\"enabled\": true}, \"seed\": 1}\n");
   r = xfed_run(s, "policy", "check", safe, "--db", db, "--coordinator-region", "us", NULL);
   expect_status(r, 0);
   expect_in(r->out, "allowed (6 of 6 sites eligible)", r);
   expect_in(r->out, "regional", r);
+  expect_in(r->out, "verdict: runs", r);
 
   /* --epsilon overrides the spec's target: above max_epsilon, EU drops out. */
   r = xfed_run(s, "policy", "check", safe, "--db", db, "--coordinator-region", "us",

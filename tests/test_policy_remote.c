@@ -275,7 +275,8 @@ static void check_without_a_policy_is_a_denial(void **state) {
   write_file(job, JOB_HEAD " \"seed\": 1}\n");
   xf_test_run *r = xfed("policy", "check", job, AS_ALICE, NULL);
   expect_status(r, 3);
-  expect_in(r->err, "no residency policy", r);
+  expect_in(r->out, "NOT runnable as written: the residency policy does not allow this job", r);
+  expect_in(r->out, "no residency policy", r);
 }
 
 static void compliance_pushes_and_a_researcher_is_refused(void **state) {
@@ -338,18 +339,24 @@ static void check_asks_the_coordinator_in_its_region(void **state) {
   (void)state;
   const char *plain = path_in("plain.json"), *safe = path_in("safe.json");
   write_file(plain, JOB_HEAD " \"seed\": 1}\n");
-  write_file(safe, JOB_HEAD " \"secure_aggregation\": {\"enabled\": true}, \"seed\": 1}\n");
+  write_file(safe, JOB_HEAD " \"secure_aggregation\": {\"enabled\": true},"
+                          " \"privacy\": {\"mode\": \"none\", \"clip\": 1}, \"seed\": 1}\n");
   xf_test_run *r = xfed("policy", "check", plain, AS_ALICE, NULL);
   expect_status(r, 3);
   expect_in(r->out, "coordinator in us: NOT allowed as written (1 of 3 sites eligible)", r);
   expect_in(r->out, "eu-regional", r);
+  /* The policy allows it, but check predicts the run: no site is connected
+   * to this coordinator, so it would not run, and check says so. */
   r = xfed("policy", "check", safe, AS_ALICE, NULL);
-  expect_status(r, 0);
+  expect_status(r, 3);
   expect_in(r->out, "allowed (3 of 3 sites eligible)", r);
   expect_in(r->out, "regional", r);
+  expect_in(r->out, "this job cannot run on the federation as it is now", r);
+  expect_in(r->out, "min_sites is 3", r);
   r = xfed("policy", "check", safe, "--json", AS_ALICE, NULL);
-  expect_status(r, 0);
+  expect_status(r, 3);
   expect_in(r->out, "\"allowed\": true", r);
+  expect_in(r->out, "\"verdict\": \"short\"", r);
   r = xfed("policy", "check", safe, "--coordinator-region", "eu", AS_ALICE, NULL);
   expect_status(r, 2);
   /* Test cases run here against the coordinator's current document. */

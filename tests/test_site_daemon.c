@@ -5,9 +5,13 @@
  * with xf_listen and the session layer, real certificates from the PKI
  * library, real TLS on loopback). Covers the announce, a trained task whose
  * update matches local training bit for bit, evaluate-only offers, the
- * refusals, an upload resumed after a dropped link, BUSY and TaskCancel
- * while training, bad frames, a refused session and the redial backoff,
- * and SIGTERM and SIGINT. */
+ * refusals, an upload resumed after a dropped link, tasks queued while
+ * one trains and BUSY once the queue is full, TaskCancel while training,
+ * held tasks and TaskGo (with and without a secure-aggregation setup, and
+ * cancelled before it without a privacy charge), two jobs reporting in
+ * turn, the offered update stream id, the plan's release conditions, bad
+ * frames, a refused session and the redial backoff, and SIGTERM and
+ * SIGINT. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -135,7 +139,8 @@ typedef struct fake {
   Xfed__Envelope *inbox[INBOX_MAX];
   bool taken[INBOX_MAX];
   int n_inbox;
-  /* the MODEL stream we send */
+  /* the MODEL stream we send (its id: the last offer's) */
+  uint64_t model_stream;
   uint8_t *model;
   size_t model_len;
   xf_digest model_digest;
@@ -143,8 +148,12 @@ typedef struct fake {
   xf_tensor_msg model_msg;
   bool model_has_msg, model_await_ack;
   int model_final_acks;
-  /* the UPDATE stream we receive */
+  /* the UPDATE stream we receive: the latest one (of update_job round
+   * update_round); a completed one is replaced by another task's */
   xf_tensor_receiver *update_rx;
+  char update_job[64];
+  uint32_t update_round;
+  int updates_complete;
   uint8_t *update;
   uint64_t update_len;
   int update_begins, chunks_this_conn;
@@ -225,11 +234,23 @@ static void on_update_frame(fake *f, xf_conn *c, const Xfed__Envelope *env) {
     f->update_begins++;
     f->chunks_this_conn = 0;
     f->first_offset_this_conn = UINT64_MAX;
+    if (f->update_rx && f->update_complete &&
+        (strcmp(f->update_job, env->tensor_begin->job_id) != 0 ||
+         f->update_round != env->tensor_begin->round)) {
+      /* Another task's update, after the last one was delivered. */
+      xf_tensor_receiver_free(f->update_rx);
+      f->update_rx = NULL;
+      free(f->update);
+      f->update = NULL;
+      f->update_complete = false;
+    }
     if (!f->update_rx) {
       assert_int_equal(xf_tensor_receiver_new(64u * MIB, update_sink, f, &f->update_rx, NULL),
                        XF_OK);
       f->update_len = env->tensor_begin->total_bytes;
       f->update = calloc(1, f->update_len ? f->update_len : 1);
+      snprintf(f->update_job, sizeof(f->update_job), "%s", env->tensor_begin->job_id);
+      f->update_round = env->tensor_begin->round;
     }
     rc = xf_tensor_receiver_begin(f->update_rx, env->tensor_begin, &err);
     if (rc == XF_OK) send_ack(f, f->update_rx);
@@ -250,6 +271,7 @@ static void on_update_frame(fake *f, xf_conn *c, const Xfed__Envelope *env) {
     rc = xf_tensor_receiver_end(f->update_rx, env->tensor_end, &err);
     if (rc == XF_OK) {
       f->update_complete = true;
+      f->updates_complete++;
       send_ack(f, f->update_rx);
     }
     break;
@@ -279,7 +301,7 @@ static void fk_frame(xf_conn *c, const Xfed__Envelope *env) {
   if (ev != XF_SESSION_FRAME) return;
   switch (env->body_case) {
   case XFED__ENVELOPE__BODY_TENSOR_ACK:
-    if (f->model_tx && env->tensor_ack->stream_id == 500) {
+    if (f->model_tx && env->tensor_ack->stream_id == f->model_stream) {
       assert_int_equal(xf_tensor_sender_resume(f->model_tx, env->tensor_ack->next_offset, NULL),
                        XF_OK);
       if (f->model_await_ack) {
@@ -678,9 +700,14 @@ typedef struct offer {
   const uint8_t *digest; /* NULL: the model's */
   Xfed__Residency *residency; /* NULL: a coordinator without a policy */
   const uint8_t *seal_key;    /* the aggregator's sealing key (32 bytes), or NULL */
+  bool hold;                  /* wait for TaskGo before training */
+  uint64_t model_stream_id;   /* 0: 500 */
+  uint64_t update_stream_id;  /* 0: the site's default */
+  Xfed__SecAggSetup *secagg;  /* NULL: none in the offer */
 } offer;
 
-/* Sends TaskOffer and, when asked, the MODEL stream (id 500) after it. */
+/* Sends TaskOffer and, when asked, the MODEL stream (id 500 unless the
+ * offer names another) after it. */
 static void send_offer(fake *f, const offer *o) {
   Xfed__TaskOffer t = XFED__TASK_OFFER__INIT;
   t.job_id = (char *)o->job;
@@ -695,8 +722,11 @@ static void send_offer(fake *f, const offer *o) {
   t.model_digest.data = (uint8_t *)(o->digest ? o->digest : f->model_digest.bytes);
   t.params_json = (char *)o->spec;
   t.evaluate_only = o->evaluate_only;
-  t.model_stream_id = 500;
+  t.model_stream_id = o->model_stream_id ? o->model_stream_id : 500;
   t.residency = o->residency;
+  t.hold = o->hold;
+  t.update_stream_id = o->update_stream_id;
+  t.secagg = o->secagg;
   if (o->seal_key) {
     t.seal_key.data = (uint8_t *)o->seal_key;
     t.seal_key.len = XF_SEAL_PUBLICKEYBYTES;
@@ -708,13 +738,27 @@ static void send_offer(fake *f, const offer *o) {
   if (!o->send_model) return;
   xf_tensor_sender_free(f->model_tx);
   f->model_tx = NULL;
-  xf_tensor_desc desc = {.stream_id = 500, .kind = XFED__TENSOR_BEGIN__KIND__MODEL,
+  f->model_stream = t.model_stream_id;
+  xf_tensor_desc desc = {.stream_id = t.model_stream_id, .kind = XFED__TENSOR_BEGIN__KIND__MODEL,
                          .dtype = XFED__TENSOR_BEGIN__DTYPE__U8, .element_count = f->model_len,
                          .job_id = o->job, .round = o->round, .attempt = o->attempt};
   assert_int_equal(xf_tensor_sender_new(&desc, f->model, f->model_len, 0, &f->model_tx, NULL),
                    XF_OK);
   f->model_has_msg = f->model_await_ack = false;
   model_pump(f);
+}
+
+static void send_go(fake *f, const char *job, uint32_t round, uint32_t attempt,
+                    Xfed__SecAggSetup *secagg) {
+  Xfed__TaskGo g = XFED__TASK_GO__INIT;
+  g.job_id = (char *)job;
+  g.round = round;
+  g.attempt = attempt;
+  g.secagg = secagg;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_TASK_GO;
+  env.task_go = &g;
+  fake_send(f, &env);
 }
 
 static void send_cancel(fake *f, const char *job, uint32_t round, uint32_t attempt) {
@@ -1125,6 +1169,10 @@ static void sealed_update_follows_a_new_key_after_the_aggregator_restarts(void *
   f->passed = true;
 }
 
+/* A task of another job while one trains is queued behind it (its model
+ * in, waiting for the worker); once the site holds XF_SITE_TASKS_MAX tasks
+ * the next offer is refused BUSY, naming them. Withdrawn, the training
+ * stops and the queued task trains and reports. */
 static void busy_while_training_and_cancel_frees_the_site(void **state) {
   fake *f = *state;
   fake_start(f);
@@ -1134,21 +1182,335 @@ static void busy_while_training_and_cancel_frees_the_site(void **state) {
   send_offer(f, &o);
   expect_accept(f, "20", 1, 1);
   run_until(f, log_has, "event=task_training", WAIT_MS, "training to start");
-  /* Another job while training: BUSY. */
-  o = (offer){.job = "21", .round = 1, .attempt = 1, .spec = SPEC_LOGREG};
+  /* Another job while training: accepted and queued with its model. */
+  make_model(f, SPEC_LOGREG, 15);
+  o = (offer){.job = "21", .round = 1, .attempt = 1, .spec = SPEC_LOGREG, .send_model = true,
+              .model_stream_id = 501};
   send_offer(f, &o);
-  expect_refusal(f, XFED__TASK_REFUSAL__REASON__BUSY, "21", "20");
-  /* Withdrawn: the site stops training and is free for the next task. */
+  expect_accept(f, "21", 1, 1);
+  run_until(f, log_has, "event=model_received job=21", WAIT_MS, "job 21's model");
+  /* Six more without their models: eight tasks held. */
+  for (int i = 0; i < 6; i++) {
+    char job[8];
+    snprintf(job, sizeof(job), "%d", 22 + i);
+    o = (offer){.job = job, .round = 1, .attempt = 1, .spec = SPEC_LOGREG,
+                .model_stream_id = 502 + (uint64_t)i};
+    send_offer(f, &o);
+    expect_accept(f, job, 1, 1);
+  }
+  o = (offer){.job = "28", .round = 1, .attempt = 1, .spec = SPEC_LOGREG,
+              .model_stream_id = 510};
+  send_offer(f, &o);
+  expect_refusal(f, XFED__TASK_REFUSAL__REASON__BUSY, "28", "this site holds 8 tasks");
+  assert_int_equal(count_in_log(f, "job 20 round 1 attempt 1 (training)"), 1);
+  assert_int_equal(count_in_log(f, "job 21 round 1 attempt 1 (queued)"), 1);
+  assert_int_equal(count_body(f, XFED__ENVELOPE__BODY_METRICS), 0);
+  /* Withdrawn: the site stops training, and the queued task goes next. */
   send_cancel(f, "20", 1, 1);
   run_until(f, log_has, "event=task_result_dropped", WAIT_MS, "the cancelled training to stop");
-  make_model(f, SPEC_LOGREG, 15);
-  o = (offer){.job = "22", .round = 1, .attempt = 1, .spec = SPEC_LOGREG, .send_model = true};
-  send_offer(f, &o);
-  expect_accept(f, "22", 1, 1);
   const Xfed__Envelope *e = expect_body(f, XFED__ENVELOPE__BODY_METRICS);
-  assert_string_equal(e->metrics->job_id, "22");
-  run_until(f, update_complete, NULL, WAIT_MS, "the next task's update");
+  assert_string_equal(e->metrics->job_id, "21");
+  run_until(f, update_complete, NULL, WAIT_MS, "the queued task's update");
+  assert_string_equal(f->update_job, "21");
   assert_int_equal(count_body(f, XFED__ENVELOPE__BODY_METRICS), 1);
+  site_stop(f, 10000);
+  f->passed = true;
+}
+
+/* hold: the site answers at once and takes the model, but trains only
+ * once TaskGo names the task; a Go for a task it does not hold is an Error
+ * naming that task. */
+static void held_task_waits_for_go_then_trains(void **state) {
+  fake *f = *state;
+  fake_start(f);
+  expect_body(f, XFED__ENVELOPE__BODY_SITE_ANNOUNCE);
+  make_model(f, SPEC_LOGREG, 11);
+  expected want;
+  expect_training(f, SPEC_LOGREG, 2, &want);
+  offer o = {.job = "40", .round = 2, .attempt = 3, .spec = SPEC_LOGREG, .deadline_in_ms = 60000,
+             .send_model = true, .hold = true};
+  send_offer(f, &o);
+  expect_accept(f, "40", 2, 3);
+  run_until(f, log_has, "event=task_held job=40", WAIT_MS, "the model of the held task");
+  run_for(f, 500);
+  assert_int_equal(f->model_final_acks, 1); /* the model is in */
+  assert_int_equal(count_in_log(f, "event=task_training"), 0);
+  assert_int_equal(count_body(f, XFED__ENVELOPE__BODY_METRICS), 0);
+
+  send_go(f, "40", 2, 2, NULL); /* another attempt: no such task */
+  const Xfed__Envelope *e = expect_body(f, XFED__ENVELOPE__BODY_ERROR);
+  assert_int_equal(e->error->code, XF_ENOENT);
+  assert_non_null(strstr(e->error->message, "job 40 round 2 attempt 2"));
+  assert_int_equal(count_in_log(f, "event=task_training"), 0);
+
+  send_go(f, "40", 2, 3, NULL);
+  e = expect_body(f, XFED__ENVELOPE__BODY_METRICS);
+  assert_string_equal(e->metrics->job_id, "40");
+  assert_true(e->metrics->train_loss == want.train_loss);
+  run_until(f, update_complete, NULL, WAIT_MS, "the held task's update");
+  assert_string_equal(f->rx_error, "");
+  assert_int_equal(f->update_len, want.n * sizeof(float));
+  assert_memory_equal(f->update, want.delta, want.n * sizeof(float));
+  free(want.delta);
+  assert_int_equal(count_in_log(f, "event=task_training"), 1);
+  site_stop(f, 10000);
+  f->passed = true;
+}
+
+/* Site-unit privacy with local noise: the site charges its ledger for each
+ * update it releases. A held task cancelled before its Go trains nothing and
+ * charges nothing; the next round, confirmed, is charged once. */
+#define SPEC_LOCAL_DP                                                                    \
+  "{\"name\": \"ldp\", \"model\": {\"arch\": \"logreg\"}, \"data\": {\"dataset\": \"tiny\"," \
+  " \"tags\": [\"t1\"]}, \"rounds\": 3, \"min_sites\": 1, \"local\": {\"epochs\": 1,"        \
+  " \"batch_size\": 2, \"lr\": 0.1}, \"privacy\": {\"unit\": \"site\", \"mode\": \"local\"," \
+  " \"clip\": 1.0, \"noise_multiplier\": 1.0}, \"seed\": 4}"
+
+static char *site_output(fake *f, int want_status, const char *arg, ...);
+
+/* The rounds the site's ledger holds for job on dataset tiny. */
+static int ledger_rounds(fake *f, const char *job) {
+  char *out = site_output(f, 0, "ledger", "--dir", f->site_dir, "--json", NULL);
+  json_error_t je;
+  json_t *doc = json_loads(out, 0, &je);
+  if (!doc) fail_msg("ledger --json: %s\n%s", je.text, out);
+  int rounds = 0;
+  for (size_t i = 0; i < json_array_size(doc); i++) {
+    json_t *ds = json_array_get(doc, i);
+    if (strcmp(json_string_value(json_object_get(ds, "dataset")), "tiny") != 0) continue;
+    json_t *jobs = json_object_get(ds, "jobs");
+    for (size_t j = 0; j < json_array_size(jobs); j++) {
+      json_t *r = json_array_get(jobs, j);
+      if (strcmp(json_string_value(json_object_get(r, "job")), job) == 0)
+        rounds += (int)json_integer_value(json_object_get(r, "rounds"));
+    }
+  }
+  json_decref(doc);
+  free(out);
+  return rounds;
+}
+
+static void held_task_cancelled_before_go_charges_nothing(void **state) {
+  fake *f = *state;
+  fake_start(f);
+  expect_body(f, XFED__ENVELOPE__BODY_SITE_ANNOUNCE);
+  make_model(f, SPEC_LOCAL_DP, 21);
+  offer o = {.job = "41", .round = 1, .attempt = 1, .spec = SPEC_LOCAL_DP,
+             .deadline_in_ms = 60000, .send_model = true, .hold = true};
+  send_offer(f, &o);
+  expect_accept(f, "41", 1, 1);
+  run_until(f, log_has, "event=task_held job=41", WAIT_MS, "the model of the held task");
+  send_cancel(f, "41", 1, 1);
+  run_until(f, log_has, "event=task_dropped job=41", WAIT_MS, "the held task to go");
+  send_go(f, "41", 1, 1, NULL); /* too late: nothing of it is left */
+  expect_body(f, XFED__ENVELOPE__BODY_ERROR);
+  assert_int_equal(count_in_log(f, "event=task_training"), 0);
+  assert_int_equal(count_in_log(f, "event=privacy_charged"), 0);
+  assert_int_equal(ledger_rounds(f, "41"), 0);
+
+  /* The next round, confirmed: trained, charged once, delivered. */
+  o.round = 2;
+  send_offer(f, &o);
+  expect_accept(f, "41", 2, 1);
+  run_until(f, log_has, "event=task_held job=41 round=2", WAIT_MS, "round 2's model");
+  send_go(f, "41", 2, 1, NULL);
+  const Xfed__Envelope *e = expect_body(f, XFED__ENVELOPE__BODY_METRICS);
+  assert_true(e->metrics->has_epsilon);
+  run_until(f, update_complete, NULL, WAIT_MS, "round 2's update");
+  assert_int_equal(count_in_log(f, "event=privacy_charged"), 1);
+  assert_int_equal(ledger_rounds(f, "41"), 1);
+  site_stop(f, 10000);
+  f->passed = true;
+}
+
+/* Two jobs' tasks at once: each has its own model stream, the worker takes
+ * them in the order they became ready, and both updates arrive whole, one
+ * stream after the other (here under the same default stream id). */
+static void two_jobs_queue_and_both_report(void **state) {
+  fake *f = *state;
+  fake_start(f);
+  expect_body(f, XFED__ENVELOPE__BODY_SITE_ANNOUNCE);
+  make_model(f, SPEC_MLP_BIG, 31);
+  expected want_a, want_b;
+  expect_training(f, SPEC_MLP_BIG, 1, &want_a);
+  offer o = {.job = "50", .round = 1, .attempt = 1, .spec = SPEC_MLP_BIG, .deadline_in_ms = 60000,
+             .send_model = true, .model_stream_id = 600};
+  send_offer(f, &o);
+  expect_accept(f, "50", 1, 1);
+  run_until(f, log_has, "event=model_received job=50", WAIT_MS, "job 50's model");
+  make_model(f, SPEC_LOGREG, 32);
+  expect_training(f, SPEC_LOGREG, 1, &want_b);
+  o = (offer){.job = "51", .round = 1, .attempt = 1, .spec = SPEC_LOGREG,
+              .deadline_in_ms = 60000, .send_model = true, .model_stream_id = 601};
+  send_offer(f, &o);
+  expect_accept(f, "51", 1, 1);
+  const Xfed__Envelope *e = expect_body(f, XFED__ENVELOPE__BODY_METRICS);
+  assert_string_equal(e->metrics->job_id, "50");
+  e = expect_body(f, XFED__ENVELOPE__BODY_METRICS);
+  assert_string_equal(e->metrics->job_id, "51");
+  e = expect_body(f, XFED__ENVELOPE__BODY_TENSOR_BEGIN);
+  assert_string_equal(e->tensor_begin->job_id, "50");
+  uint64_t stream = e->tensor_begin->stream_id;
+  assert_int_equal(stream, (1u << 16) | (1u << 1) | 1u);
+  bool two = false;
+  for (uint64_t end = uv_hrtime() / 1000000u + WAIT_MS; !two;) {
+    if (f->updates_complete == 1 && f->update_complete && strcmp(f->update_job, "50") == 0) {
+      assert_string_equal(f->rx_error, "");
+      assert_int_equal(f->update_len, want_a.n * sizeof(float));
+      assert_memory_equal(f->update, want_a.delta, want_a.n * sizeof(float));
+      /* Checked: the next update may take its place now. */
+      f->updates_complete = 10;
+    }
+    two = f->updates_complete == 11;
+    if (uv_hrtime() / 1000000u > end) {
+      show_log(f);
+      fail_msg("both updates: %d complete", f->updates_complete);
+    }
+    uv_run(&f->loop, UV_RUN_ONCE);
+  }
+  e = expect_body(f, XFED__ENVELOPE__BODY_TENSOR_BEGIN);
+  assert_string_equal(e->tensor_begin->job_id, "51");
+  assert_int_equal(e->tensor_begin->stream_id, stream);
+  assert_string_equal(f->update_job, "51");
+  assert_string_equal(f->rx_error, "");
+  assert_int_equal(f->update_len, want_b.n * sizeof(float));
+  assert_memory_equal(f->update, want_b.delta, want_b.n * sizeof(float));
+  free(want_a.delta);
+  free(want_b.delta);
+  char *log = read_log(f);
+  const char *a = strstr(log, "event=task_training job=50");
+  const char *b = strstr(log, "event=task_training job=51");
+  assert_true(a && b && a < b);
+  free(log);
+  site_stop(f, 10000);
+  f->passed = true;
+}
+
+static void update_uses_the_offered_stream_id(void **state) {
+  fake *f = *state;
+  fake_start(f);
+  expect_body(f, XFED__ENVELOPE__BODY_SITE_ANNOUNCE);
+  make_model(f, SPEC_LOGREG, 33);
+  offer o = {.job = "52", .round = 1, .attempt = 1, .spec = SPEC_LOGREG, .deadline_in_ms = 60000,
+             .send_model = true, .update_stream_id = 777777};
+  send_offer(f, &o);
+  expect_accept(f, "52", 1, 1);
+  const Xfed__Envelope *e = expect_body(f, XFED__ENVELOPE__BODY_TENSOR_BEGIN);
+  assert_int_equal(e->tensor_begin->stream_id, 777777);
+  run_until(f, update_complete, NULL, WAIT_MS, "the update under the offered id");
+  assert_string_equal(f->rx_error, "");
+  e = expect_body(f, XFED__ENVELOPE__BODY_TENSOR_END);
+  assert_int_equal(e->tensor_end->stream_id, 777777);
+  run_until(f, log_has, "event=update_delivered job=52", WAIT_MS, "the final acknowledgement");
+  site_stop(f, 10000);
+  f->passed = true;
+}
+
+#define SPEC_SECAGG                                                                      \
+  "{\"name\": \"sa\", \"model\": {\"arch\": \"logreg\"}, \"data\": {\"dataset\": \"tiny\"," \
+  " \"tags\": [\"t1\"]}, \"rounds\": 3, \"min_sites\": 2, \"local\": {\"epochs\": 1,"        \
+  " \"batch_size\": 4, \"lr\": 0.1}, \"secure_aggregation\": {\"enabled\": true}, \"seed\": 5}"
+
+/* This site's setup in a cohort of n (index 1). */
+static void secagg_setup(Xfed__SecAggSetup *su, uint8_t seed[32], uint32_t n) {
+  Xfed__SecAggSetup init = XFED__SEC_AGG_SETUP__INIT;
+  *su = init;
+  for (int i = 0; i < 32; i++) seed[i] = (uint8_t)(3 * i + 1);
+  su->n = n;
+  su->index = 1;
+  su->threshold = n;
+  su->bits = 20;
+  su->degree = n - 1;
+  su->graph_seed.data = seed;
+  su->graph_seed.len = 32;
+  su->step = 1e-4;
+  su->bound = 1000;
+  su->scale = 0.5;
+}
+
+/* A held task of a securely aggregated job has no setup at its offer: the
+ * Go brings it, and the site advertises its keys then, training meanwhile. */
+static void go_with_secagg_setup_starts_key_exchange(void **state) {
+  fake *f = *state;
+  fake_start(f);
+  expect_body(f, XFED__ENVELOPE__BODY_SITE_ANNOUNCE);
+  make_model(f, SPEC_SECAGG, 34);
+  offer o = {.job = "53", .round = 1, .attempt = 2, .spec = SPEC_SECAGG, .deadline_in_ms = 60000,
+             .send_model = true, .hold = true};
+  send_offer(f, &o);
+  expect_accept(f, "53", 1, 2);
+  run_until(f, log_has, "event=task_held job=53", WAIT_MS, "the model of the held task");
+  assert_int_equal(count_body(f, XFED__ENVELOPE__BODY_SECAGG_ADVERT), 0);
+  Xfed__SecAggSetup su;
+  uint8_t seed[32];
+  secagg_setup(&su, seed, 2);
+  send_go(f, "53", 1, 2, &su);
+  const Xfed__Envelope *e = expect_body(f, XFED__ENVELOPE__BODY_SECAGG_ADVERT);
+  assert_string_equal(e->secagg_advert->job_id, "53");
+  assert_int_equal(e->secagg_advert->round, 1);
+  assert_int_equal(e->secagg_advert->attempt, 2);
+  assert_int_equal(e->secagg_advert->advert.len, 64);
+  /* Training goes on while the keys are exchanged: its Metrics come, the
+   * masked update waits for the routing. */
+  e = expect_body(f, XFED__ENVELOPE__BODY_METRICS);
+  assert_string_equal(e->metrics->job_id, "53");
+  assert_int_equal(e->metrics->bytes_up, (2 * 3 + 3) * 20 / 8 + 1); /* 9 values of 20 bits */
+  run_for(f, 300);
+  assert_int_equal(f->update_begins, 0);
+  site_stop(f, 10000);
+  f->passed = true;
+}
+
+/* The plan's conditions on what leaves the region are checked before the
+ * site accepts (a regional path that needs secure aggregation refuses a job
+ * without it) and again at Go, once the cohort is known. */
+static void regional_plan_requiring_secagg_is_refused_without_it(void **state) {
+  fake *f = *state;
+  fake_start(f);
+  expect_body(f, XFED__ENVELOPE__BODY_SITE_ANNOUNCE);
+  make_model(f, SPEC_LOGREG, 35);
+  Xfed__Residency res = XFED__RESIDENCY__INIT;
+  res.policy_version = 2;
+  res.coordinator_region = "us";
+  res.aggregator_region = "eu";
+  res.path = "regional";
+  res.rule = "eu-agg";
+  res.min_cohort = 3;
+  res.require_secagg = true;
+  offer o = {.job = "54", .round = 1, .attempt = 4, .spec = SPEC_LOGREG,
+             .deadline_in_ms = 60000, .send_model = true, .residency = &res, .hold = true};
+  send_offer(f, &o);
+  const Xfed__Envelope *e = expect_body(f, XFED__ENVELOPE__BODY_TASK_REFUSAL);
+  const Xfed__TaskRefusal *r = e->task_refusal;
+  if (r->reason != XFED__TASK_REFUSAL__REASON__POLICY_DENIED || strcmp(r->job_id, "54") != 0 ||
+      !strstr(r->details, "rule eu-agg") || !strstr(r->details, "enable secure_aggregation"))
+    fail_msg("refusal of job %s: reason %d details \"%s\"", r->job_id, (int)r->reason,
+             r->details);
+  assert_int_equal(r->attempt, 4);
+  assert_string_equal(r->site, "");
+
+  /* With secure aggregation it is accepted; a Go for a cohort of 2, below
+   * the plan's 3, is refused. */
+  make_model(f, SPEC_SECAGG, 36);
+  o = (offer){.job = "55", .round = 1, .attempt = 1, .spec = SPEC_SECAGG,
+              .deadline_in_ms = 60000, .send_model = true, .residency = &res, .hold = true};
+  send_offer(f, &o);
+  expect_accept(f, "55", 1, 1);
+  run_until(f, log_has, "event=task_held job=55", WAIT_MS, "the model of the held task");
+  Xfed__SecAggSetup su;
+  uint8_t seed[32];
+  secagg_setup(&su, seed, 2);
+  send_go(f, "55", 1, 1, &su);
+  e = expect_body(f, XFED__ENVELOPE__BODY_TASK_REFUSAL);
+  r = e->task_refusal;
+  if (r->reason != XFED__TASK_REFUSAL__REASON__POLICY_DENIED || strcmp(r->job_id, "55") != 0 ||
+      !strstr(r->details, "it sums 2 sites") || !strstr(r->details, "at least 3 sites"))
+    fail_msg("refusal of job %s: reason %d details \"%s\"", r->job_id, (int)r->reason,
+             r->details);
+  assert_int_equal(r->attempt, 1);
+  run_for(f, 300);
+  assert_int_equal(count_in_log(f, "event=task_training"), 0);
+  assert_int_equal(count_body(f, XFED__ENVELOPE__BODY_SECAGG_ADVERT), 0);
   site_stop(f, 10000);
   f->passed = true;
 }
@@ -1347,6 +1709,18 @@ int main(void) {
       cmocka_unit_test_setup_teardown(local_policy_refuses_what_the_offer_allows_and_audits_it,
                                       fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(refused_session_is_logged_and_redialed_with_backoff,
+                                      fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(held_task_waits_for_go_then_trains, fixture_setup,
+                                      fixture_teardown),
+      cmocka_unit_test_setup_teardown(held_task_cancelled_before_go_charges_nothing,
+                                      fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(two_jobs_queue_and_both_report, fixture_setup,
+                                      fixture_teardown),
+      cmocka_unit_test_setup_teardown(update_uses_the_offered_stream_id, fixture_setup,
+                                      fixture_teardown),
+      cmocka_unit_test_setup_teardown(go_with_secagg_setup_starts_key_exchange, fixture_setup,
+                                      fixture_teardown),
+      cmocka_unit_test_setup_teardown(regional_plan_requiring_secagg_is_refused_without_it,
                                       fixture_setup, fixture_teardown),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -43,7 +43,8 @@ cleanup() {
   local pid
   for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  rm -rf "$work"
+  # XF_KEEP_WORK=1 keeps the federation's directory (logs, trails) to look at.
+  if [[ -n ${XF_KEEP_WORK:-} ]]; then echo "kept $work" >&2; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 [[ -f $data/train-images-idx3-ubyte.gz || -f $data/train-images-idx3-ubyte ]] ||
@@ -333,7 +334,9 @@ secagg)
     fail "job 2 did not unmask 4 rounds of 5 sites"
   # A third job: s5 is killed once its masked input is out, while the round
   # still waits for s4 (which now holds all 60,000 records, so it trains
-  # longest); the round completes with the sum of the 4 others.
+  # longest); the round completes without waiting for s5's reveal, its
+  # delivered input recovered from the others' shares (the budget it spent
+  # on that input is not wasted).
   "$site_bin" dataset rm --dir "$work/a/sites/s4" --name fmnist >/dev/null
   "$site_bin" dataset add --dir "$work/a/sites/s4" --name fmnist --path "$data" >/dev/null
   kill -HUP "${site_pid[s4]}"
@@ -349,10 +352,10 @@ secagg)
     fail "s5 sent no masked input in job 3"
   kill -KILL "${site_pid[s5]}"
   wait_state 3 done 300
-  grep -q 'event=secagg_unmasked job=3 round=1 .*sites=4' "$work/a/logs/coord.log" ||
-    fail "round 1 of job 3 was not unmasked from the 4 remaining sites"
-  grep -q 'event=round_committed job=3 round=1 reports=4 ' "$work/a/logs/coord.log" ||
-    fail "round 1 of job 3 did not commit the 4 others"
+  grep -q 'event=secagg_unmasked job=3 round=1 .*sites=5' "$work/a/logs/coord.log" ||
+    fail "round 1 of job 3 was not unmasked with s5's delivered input"
+  grep -q 'event=round_committed job=3 round=1 reports=5 ' "$work/a/logs/coord.log" ||
+    fail "round 1 of job 3 did not commit the 5 inputs"
   # Distributed noise: each site adds its share of the Gaussian before
   # masking; the coordinator calibrates and accounts it like central noise.
   sed 's/"mode": "none", "clip": 1.0}/"mode": "distributed", "clip": 1.0, "target_epsilon": 10, "delta": 1e-5}/' \
@@ -575,8 +578,15 @@ JSON
   cli job submit "$r/job.json" >/dev/null
   wait_state 2 done 300
   "$xfed" audit export --db "$r/agg-eu/audit.db" >"$r/agg2.jsonl"
-  grep '"kind":"refused_task"' "$r/agg2.jsonl" | grep '"job":"2"' | grep 'needs at least 2' >/dev/null ||
+  grep '"kind":"refused_task"' "$r/agg2.jsonl" | grep '"job":"2"' |
+    grep 'held back before any site trained.*at least 2 sites' >/dev/null ||
     fail "agg-eu did not hold the 1-site aggregate back: $(tail -n 3 "$r/agg2.jsonl")"
+  # ... before e1 trained or spent anything on it.
+  grep -q 'event=task_training job=2 .*evaluate_only=false' "$r/logs/e1.log" &&
+    fail "e1 trained for job 2, whose aggregate could not leave eu"
+  # e2's refusal, in its own words, is in the coordinator's trail too.
+  comp audit export | grep '"kind":"refused_task"' | grep '"job":"2"' | grep '"site":"e2"' |
+    grep -q "local policy" || fail "e2's refusal did not reach the coordinator's trail"
   grep '"kind":"crossing"' "$r/agg2.jsonl" | grep '"job":"2"' >/dev/null &&
     fail "an aggregate of job 2 left eu"
   comp audit export >"$r/coord.jsonl"

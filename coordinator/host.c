@@ -1,0 +1,1248 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Job runs: the daemon's side of the job machine, for the global
+ * coordinator and a regional aggregator alike. Frames from sites and
+ * regional aggregators become the machine's events; its actions become
+ * frames, journal writes and audit rows; the model, the aggregator and the
+ * commit live here. Nothing here decides a job's phase: the machine does
+ * (coordinator/jobmachine.h, docs/coordinator.md). */
+#include <inttypes.h>
+#include <math.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "coordinator/daemon_internal.h"
+#include "job/jobmodel.h"
+#include "job/jobprivacy.h"
+#include "privacy/plan.h"
+
+static void journal_check(xf_err rc, const char *doing, const xf_errctx *err) {
+  if (rc != XF_OK) XF_ERROR("journal_failed", "doing=%s reason=\"%s\"", doing, err->msg);
+}
+
+/* ---- model files -------------------------------------------------------------------------------- */
+
+/* The model file sites are offered and its parameter digest: the job's
+ * model as the downlink compression stores it (the float32 file itself
+ * when there is none). Called whenever run->mf changes. */
+static xf_err refresh_offer(xf__run *run, xf_errctx *err) {
+  xf__model_file_unref(run->offer_mf);
+  run->offer_mf = NULL;
+  xf_job_downlink dl = run->spec.compression.downlink;
+  if (dl == XF_JOB_DOWNLINK_NONE) {
+    run->offer_mf = run->mf;
+    run->mf->refs++;
+    run->offer_digest = run->params_digest;
+    return XF_OK;
+  }
+  return xf__model_file_make_as(run->model, run->params,
+                                dl == XF_JOB_DOWNLINK_BF16 ? XF_CHECKPOINT_BF16
+                                                           : XF_CHECKPOINT_F16,
+                                &run->offer_mf, &run->offer_digest, err);
+}
+
+static xf_err set_model(xf__run *run, xf_errctx *err) {
+  xf__model_file *mf = NULL;
+  XF_GUARD(xf__model_file_make_as(run->model, run->params, XF_CHECKPOINT_F32, &mf, NULL, err));
+  xf__model_file_unref(run->mf);
+  run->mf = mf;
+  xf_params_digest(run->params, run->n_params, &run->params_digest);
+  return refresh_offer(run, err);
+}
+
+/* ---- runs ---------------------------------------------------------------------------------------- */
+
+static void free_seal(xf__run *run) {
+  if (run->seal_sk) sodium_free(run->seal_sk);
+  run->seal_sk = NULL;
+}
+
+void xf__run_free(xf__run *run) {
+  if (!run) return;
+  xf__takes_clear(run);
+  xf_free(run->takes);
+  free_seal(run);
+  xf_jobm_free(run->m);
+  xf_aggregator_free(run->agg);
+  xf_server_opt_free(run->opt);
+  xf_model_free(run->model);
+  xf_free(run->params);
+  xf_free(run->spec_json);
+  xf__model_file_unref(run->mf);
+  xf__model_file_unref(run->offer_mf);
+  xf_admission_free(&run->plan);
+  xf_free(run->up.accepted);
+  xf_free(run->relay_mean);
+  xf_free(run->agg_bytes);
+  xf_free(run);
+}
+
+xf__run *xf__run_by_id(xf__coord *co, const char *job_id) {
+  if (!job_id) return NULL;
+  for (xf__run *r = co->runs; r; r = r->next)
+    if (!r->over && strcmp(r->id_text, job_id) == 0) return r;
+  return NULL;
+}
+
+/* The peer that carries `carrier`'s traffic, or NULL when it is away. */
+static xf__peer *peer_of(xf__coord *co, uint64_t carrier) {
+  xf__site *s = xf__site_find(co, carrier);
+  return s && s->peer && s->peer->conn ? s->peer : NULL;
+}
+
+static const char *name_of(xf__coord *co, uint64_t id) {
+  const char *n = xf__site_name(co, id);
+  return n ? n : "?";
+}
+
+/* Names of sites[] (pointers into the site table; owned array). */
+static char **names_of(xf__coord *co, const uint64_t *sites, size_t n) {
+  char **v = xf_calloc(n ? n : 1, sizeof(char *));
+  if (!v) return NULL;
+  for (size_t i = 0; i < n; i++) v[i] = (char *)name_of(co, sites[i]);
+  return v;
+}
+
+/* ---- plans ----------------------------------------------------------------------------------------- */
+
+/* Admits the run's job now and gives the machine the plan. */
+static void run_plan(xf__run *run) {
+  xf__coord *co = run->co;
+  xf_errctx err = {0};
+  xf_admission plan;
+  xf_err rc;
+  if (run->relay) {
+    /* A regional aggregator plans over its own sites: the residency plan
+     * came with the task and the sites check it again. */
+    xf__federation f;
+    rc = xf__federation_make(co, &f);
+    if (rc == XF_OK) {
+      f.fed.residency_on = false;
+      rc = xf_admission_decide(&run->spec, NULL, &f.fed, &plan, &err);
+      xf__federation_free(&f);
+    }
+  } else {
+    rc = xf__admit(co, &run->spec, &plan, NULL, &err);
+  }
+  if (rc != XF_OK) {
+    XF_ERROR("admission_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+    return;
+  }
+  xf_admission_free(&run->plan);
+  run->plan = plan;
+  run->has_plan = true;
+  run->dirty = false;
+  run->planned_at = xf__now();
+  run->planned_round = xf_jobm_round(run->m);
+  run->planned_attempt = xf_jobm_attempt(run->m);
+  run->planned_phase = xf_jobm_get_phase(run->m);
+  if (xf_jobm_plan(run->m, &run->plan, xf__now(), &err) != XF_OK)
+    XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+}
+
+/* Whether the machine's wish for a plan is new enough to make one: it moved
+ * on since the last, the federation or policy changed, or time passed. */
+static bool plan_due(const xf__run *run) {
+  if (!xf_jobm_wants_plan(run->m)) return false;
+  if (!run->has_plan || run->dirty) return true;
+  if (xf_jobm_round(run->m) != run->planned_round ||
+      xf_jobm_attempt(run->m) != run->planned_attempt ||
+      xf_jobm_get_phase(run->m) != run->planned_phase)
+    return true;
+  return xf__now() - run->planned_at >= XF_COORD_REPLAN_S;
+}
+
+/* ---- sending --------------------------------------------------------------------------------------- */
+
+static void send_env(xf__coord *co, uint64_t carrier, Xfed__Envelope *env) {
+  xf__peer *p = peer_of(co, carrier);
+  if (p) (void)xf__send(p, env);
+}
+
+/* The attempt's sealing key: without secure aggregation updates come sealed
+ * to it, so that nothing between the sender and this aggregator reads them. */
+static xf_err ensure_seal(xf__run *run, uint32_t round, uint32_t attempt) {
+  if (run->seal_sk && run->seal_round == round && run->seal_attempt == attempt) return XF_OK;
+  free_seal(run);
+  run->seal_sk = sodium_malloc(XF_SEAL_SECRETKEYBYTES);
+  if (!run->seal_sk) return XF_ENOMEM;
+  xf_err rc = xf_seal_keypair(run->seal_pk, run->seal_sk);
+  if (rc != XF_OK) {
+    free_seal(run);
+    return rc;
+  }
+  run->seal_round = round;
+  run->seal_attempt = attempt;
+  return XF_OK;
+}
+
+/* The residency plan a task carries: the global coordinator's decision for
+ * the carrier's group, or a regional's task passed on. */
+static bool fill_residency(xf__run *run, uint64_t carrier, Xfed__Residency *res, char ***names) {
+  xf__coord *co = run->co;
+  *names = NULL;
+  xfed__residency__init(res);
+  if (run->relay) {
+    const xf__upstream_task *up = &run->up;
+    if (!up->has_residency) return false;
+    res->policy_version = up->policy_version;
+    res->coordinator_region = (char *)up->coordinator_region;
+    res->aggregator_region = co->cfg.region;
+    res->path = (char *)up->path;
+    res->rule = (char *)up->rule;
+    res->min_cohort = up->min_cohort;
+    res->require_secagg = up->require_secagg;
+    res->has_max_epsilon = up->has_max_epsilon;
+    res->max_epsilon = up->max_epsilon;
+    res->epsilon = up->epsilon;
+    return true;
+  }
+  if (!xf__residency_on(co) || !run->has_plan) return false;
+  const xf_admission *a = &run->plan;
+  const xf_admit_group *g = NULL;
+  const xf_admit_site *self = xf_admission_site(a, carrier);
+  for (size_t i = 0; i < a->n_groups && !g; i++)
+    if (self ? a->groups[i].via_id == 0 : a->groups[i].via_id == carrier) g = &a->groups[i];
+  res->policy_version = a->policy_version;
+  res->coordinator_region = co->cfg.region;
+  res->aggregator_region = co->cfg.region;
+  bool regional = g && strcmp(g->path, "regional") == 0 && g->via_id == carrier;
+  res->path = regional ? "regional" : "direct";
+  res->rule = g ? (char *)g->rule : "default";
+  if (self && !g) res->rule = (char *)self->rule;
+  res->min_cohort = regional && g->min_cohort ? g->min_cohort : 1;
+  res->require_secagg = regional && g->require_secagg;
+  res->has_max_epsilon = regional && g->has_max_epsilon;
+  res->max_epsilon = res->has_max_epsilon ? g->max_epsilon : 0;
+  if (self && self->has_max_epsilon) { /* a site straight to us: its rule's cap */
+    res->has_max_epsilon = true;
+    res->max_epsilon = self->max_epsilon;
+    res->rule = (char *)self->rule;
+  }
+  const xf_privacy_spec *pv = &run->spec.privacy;
+  res->epsilon = pv->mode != XF_PRIVACY_NONE && pv->has_target_epsilon ? pv->target_epsilon : 0;
+  if (!self) { /* a regional: the sites behind it that may take part */
+    size_t n = 0;
+    for (size_t i = 0; i < a->n_sites; i++) n += a->sites[i].eligible && a->sites[i].via_id == carrier;
+    char **v = xf_calloc(n ? n : 1, sizeof(char *));
+    if (v) {
+      for (size_t i = 0; i < a->n_sites; i++)
+        if (a->sites[i].eligible && a->sites[i].via_id == carrier)
+          v[res->n_sites++] = (char *)a->sites[i].name;
+      res->sites = v;
+      *names = v;
+    }
+  }
+  return true;
+}
+
+/* TaskOffer and the model stream to carrier. */
+static void send_offer(xf__run *run, const xf_jobm_action *a, bool evaluate) {
+  xf__coord *co = run->co;
+  xf__peer *p = peer_of(co, a->carrier);
+  if (!p) return; /* away: it is offered again when it comes back */
+  Xfed__TaskOffer o = XFED__TASK_OFFER__INIT;
+  o.job_id = run->id_text;
+  o.round = evaluate ? run->model_round : (run->relay ? run->up.round : a->round);
+  o.attempt = evaluate ? 0 : (run->relay ? run->up.attempt : a->attempt);
+  o.deadline_unix_ms = (uint64_t)(a->deadline * 1000.0);
+  o.answer_by_unix_ms = (uint64_t)(a->answer_by * 1000.0);
+  o.model_digest.data = run->offer_digest.bytes;
+  o.model_digest.len = XF_DIGEST_BYTES;
+  o.params_json = run->spec_json;
+  o.evaluate_only = evaluate;
+  o.model_round = run->model_round;
+  o.hold = !evaluate;
+  if (!a->resend || !run->model_stream) run->model_stream = xf__stream_id(co, false);
+  o.model_stream_id = run->model_stream;
+  o.update_stream_id = evaluate ? 0 : run->model_stream | 1u;
+  if (!evaluate && ensure_seal(run, a->round, a->attempt) == XF_OK) {
+    o.seal_key.data = run->seal_pk;
+    o.seal_key.len = XF_SEAL_PUBLICKEYBYTES;
+  }
+  char **cohort = a->n_sites ? names_of(co, a->sites, a->n_sites) : NULL;
+  if (cohort) {
+    o.cohort = cohort;
+    o.n_cohort = a->n_sites;
+  }
+  Xfed__Residency res;
+  char **names = NULL;
+  if (fill_residency(run, a->carrier, &res, &names)) o.residency = &res;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_TASK_OFFER;
+  env.task_offer = &o;
+  xf_err sent = xf__send(p, &env);
+  xf_free(cohort);
+  xf_free(names);
+  if (sent != XF_OK) return;
+  xf_tensor_desc d = {.stream_id = o.model_stream_id,
+                      .kind = XFED__TENSOR_BEGIN__KIND__MODEL,
+                      .dtype = XFED__TENSOR_BEGIN__DTYPE__U8,
+                      .element_count = run->offer_mf->len,
+                      .job_id = run->id_text,
+                      .round = o.round};
+  xf__stream_opts so = {.attempt = o.attempt, .job = run->id_text};
+  if (xf__stream_queue(p, &d, run->offer_mf, NULL, run->offer_mf->len, 0, &so) == XF_OK)
+    run->bytes_down += run->offer_mf->len;
+  XF_INFO("task_sent", "job=%s round=%u attempt=%u to=%s sites=%zu eval=%d resend=%d "
+          "model_bytes=%zu",
+          run->id_text, (unsigned)o.round, (unsigned)o.attempt, name_of(co, a->carrier),
+          a->n_sites ? a->n_sites : 1, evaluate ? 1 : 0, a->resend ? 1 : 0, run->offer_mf->len);
+}
+
+static void send_go(xf__run *run, const xf_jobm_action *a) {
+  Xfed__TaskGo g = XFED__TASK_GO__INIT;
+  g.job_id = run->id_text;
+  g.round = run->relay ? run->up.round : a->round;
+  g.attempt = run->relay ? run->up.attempt : a->attempt;
+  Xfed__SecAggSetup su = XFED__SEC_AGG_SETUP__INIT;
+  if (a->has_secagg) {
+    const xf_update_secagg *s = &a->secagg;
+    su.n = s->params.n;
+    su.index = s->index;
+    su.threshold = s->params.threshold;
+    su.bits = s->params.bits;
+    su.degree = s->params.degree;
+    su.graph_seed.data = (uint8_t *)s->params.graph_seed;
+    su.graph_seed.len = sizeof(s->params.graph_seed);
+    su.step = s->fixed.step;
+    su.bound = s->fixed.bound;
+    su.scale = s->scale;
+    su.subset = s->subset;
+    su.subset_seed = s->subset_seed;
+    g.secagg = &su;
+  }
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_TASK_GO;
+  env.task_go = &g;
+  send_env(run->co, a->carrier, &env);
+}
+
+static void send_cancel(xf__run *run, uint64_t carrier, uint32_t round, uint32_t attempt,
+                        const char *why) {
+  xf__take *t = xf__take_of(run, carrier);
+  if (t) xf__take_abort(run, t);
+  xf__peer *p = peer_of(run->co, carrier);
+  if (!p) return;
+  xf__stream_drop(p, run->id_text);
+  Xfed__TaskCancel tc = XFED__TASK_CANCEL__INIT;
+  tc.job_id = run->id_text;
+  tc.round = round;
+  tc.attempt = attempt;
+  tc.reason = (char *)why;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_TASK_CANCEL;
+  env.task_cancel = &tc;
+  (void)xf__send(p, &env);
+}
+
+static void send_sa(xf__run *run, const xf_jobm_action *a) {
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  Xfed__SecAggKeys k = XFED__SEC_AGG_KEYS__INIT;
+  Xfed__SecAggRouted r = XFED__SEC_AGG_ROUTED__INIT;
+  Xfed__SecAggUnmask u = XFED__SEC_AGG_UNMASK__INIT;
+  ProtobufCBinaryData *cts = NULL;
+  uint32_t round = run->relay ? run->up.round : a->round;
+  if (a->kind == XF_JOBM_SA_KEYS) {
+    k.job_id = run->id_text;
+    k.round = round;
+    k.attempt = a->attempt;
+    k.adverts.data = (uint8_t *)a->blob;
+    k.adverts.len = a->blob_len;
+    env.body_case = XFED__ENVELOPE__BODY_SECAGG_KEYS;
+    env.secagg_keys = &k;
+  } else if (a->kind == XF_JOBM_SA_ROUTED) {
+    cts = xf_calloc(a->n_from ? a->n_from : 1, sizeof(*cts));
+    if (!cts) return;
+    for (size_t i = 0; i < a->n_from; i++) {
+      cts[i].data = (uint8_t *)a->blob + i * XF_SECAGG_SHARE_BYTES;
+      cts[i].len = XF_SECAGG_SHARE_BYTES;
+    }
+    r.job_id = run->id_text;
+    r.round = round;
+    r.attempt = a->attempt;
+    r.n_u2 = a->n_u;
+    r.u2 = (uint32_t *)a->u;
+    r.n_from = a->n_from;
+    r.from = (uint32_t *)a->from;
+    r.n_ciphertexts = a->n_from;
+    r.ciphertexts = cts;
+    env.body_case = XFED__ENVELOPE__BODY_SECAGG_ROUTED;
+    env.secagg_routed = &r;
+  } else {
+    u.job_id = run->id_text;
+    u.round = round;
+    u.attempt = a->attempt;
+    u.n_u3 = a->n_u;
+    u.u3 = (uint32_t *)a->u;
+    env.body_case = XFED__ENVELOPE__BODY_SECAGG_UNMASK;
+    env.secagg_unmask = &u;
+  }
+  send_env(run->co, a->carrier, &env);
+  xf_free(cts);
+}
+
+/* ---- the commit ------------------------------------------------------------------------------------ */
+
+/* The attempt's aggregate delta: the updates folded (and the secure sum
+ * of the direct sites, as one more input carrying its weight). *out is
+ * n_params floats (xf_free). */
+static xf_err form_mean(xf__run *run, float **out, uint64_t *weight, xf_errctx *err) {
+  *out = NULL;
+  float *sa_mean = NULL;
+  uint64_t sa_weight = 0;
+  uint32_t sa_sites = 0;
+  bool has_sa = xf_jobm_take_secure_mean(run->m, &sa_mean, &sa_weight, &sa_sites);
+  if (has_sa)
+    XF_INFO("secagg_unmasked", "job=%s round=%u attempt=%u sites=%u weight=%" PRIu64,
+            run->id_text, (unsigned)(run->relay ? run->up.round : xf_jobm_round(run->m)),
+            (unsigned)xf_jobm_attempt(run->m), (unsigned)sa_sites, sa_weight);
+  size_t folded = run->agg ? xf_aggregator_committed(run->agg) : 0;
+  if (has_sa && folded == 0) {
+    *out = sa_mean;
+    *weight = sa_weight;
+    return XF_OK;
+  }
+  xf_err rc = XF_OK;
+  if (has_sa) {
+    /* The secure sum joins the regional aggregates as one input. */
+    xf_agg_update *u = NULL;
+    rc = xf_aggregator_begin_update(run->agg, UINT64_MAX >> 1, sa_weight ? sa_weight : 1, &u,
+                                    err);
+    if (rc == XF_OK) rc = xf_aggregator_fold(u, 0, sa_mean, run->n_params, err);
+    if (rc == XF_OK) rc = xf_aggregator_end_update(u, err);
+    else xf_aggregator_abort_update(u);
+    xf_free(sa_mean);
+    if (rc != XF_OK) return rc;
+  }
+  XF_ENSURE(run->agg && xf_aggregator_committed(run->agg) > 0, err, XF_EINVAL,
+            "no update was taken in this attempt");
+  float *mean = xf_mallocarray(run->n_params, sizeof(float));
+  if (!mean) return xf_fail(err, XF_ENOMEM, "out of memory for the aggregate");
+  rc = xf_aggregator_finish(run->agg, mean, err);
+  if (rc != XF_OK) {
+    xf_free(mean);
+    return rc;
+  }
+  *out = mean;
+  *weight = xf_aggregator_total_weight(run->agg);
+  return XF_OK;
+}
+
+static xf_err commit_global(xf__run *run, uint32_t sites, xf_errctx *err) {
+  xf__coord *co = run->co;
+  float *mean = NULL;
+  uint64_t weight = 0;
+  XF_GUARD(form_mean(run, &mean, &weight, err));
+  xf_err rc = XF_OK;
+  if (run->spec.privacy.unit == XF_PRIVACY_UNIT_SITE &&
+      run->spec.privacy.mode == XF_PRIVACY_CENTRAL && run->spec.privacy.has_noise_multiplier) {
+    /* N(0, (sigma C)^2) on the sum of n clipped updates is N(0, (sigma C / n)^2)
+     * on their mean; the sampler's grid slack is paid on top. */
+    double n = sites ? (double)sites : 1.0, sd;
+    rc = xf_privacy_grid_sigma(run->spec.privacy.noise_multiplier, run->spec.privacy.clip / n,
+                               run->n_params, &sd, err);
+    if (rc == XF_OK)
+      rc = co->noise ? xf_noise_gaussian_vec(co->noise, sd, mean, run->n_params)
+                     : xf_fail(err, XF_EINTERNAL, "no noise generator");
+    if (rc != XF_OK) {
+      xf_free(mean);
+      return rc;
+    }
+  }
+  xf_server_opt_step(run->opt, run->params, mean);
+  xf_free(mean);
+  xf__model_file *mf = NULL;
+  XF_GUARD(xf__model_file_make_as(run->model, run->params, XF_CHECKPOINT_F32, &mf, NULL, err));
+  xf_digest model_blob, opt_blob;
+  uint8_t *opt_bytes = NULL;
+  size_t opt_len = 0;
+  rc = xf_blob_put(co->blobs, mf->bytes, mf->len, &model_blob, err);
+  if (rc == XF_OK && xf_server_opt_save(run->opt, &opt_bytes, &opt_len) != XF_OK)
+    rc = xf_fail(err, XF_ENOMEM, "out of memory saving the optimizer state");
+  if (rc == XF_OK) rc = xf_blob_put(co->blobs, opt_bytes, opt_len, &opt_blob, err);
+  xf_free(opt_bytes);
+  uint32_t round = xf_jobm_round(run->m);
+  if (rc == XF_OK)
+    rc = xf_journal_round_commit(co->db, run->id, round, xf_jobm_attempt(run->m), &model_blob,
+                                 &opt_blob, xf__now(), err);
+  if (rc != XF_OK) {
+    xf__model_file_unref(mf);
+    return rc;
+  }
+  xf__model_file_unref(run->mf);
+  run->mf = mf;
+  run->model_round = round;
+  xf_params_digest(run->params, run->n_params, &run->params_digest);
+  XF_GUARD(refresh_offer(run, err));
+  char hex[XF_DIGEST_HEX];
+  xf_digest_hex(&run->params_digest, hex);
+  XF_INFO("round_committed", "job=%s round=%u reports=%u weight=%" PRIu64 " model=%s",
+          run->id_text, (unsigned)round, (unsigned)sites, weight, hex);
+  return XF_OK;
+}
+
+static void do_commit(xf__run *run, const xf_jobm_action *a) {
+  xf_errctx err = {0};
+  xf_err rc;
+  if (run->relay) {
+    xf_free(run->relay_mean);
+    run->relay_mean = NULL;
+    rc = form_mean(run, &run->relay_mean, &run->relay_weight, &err);
+  } else {
+    rc = commit_global(run, (uint32_t)a->samples, &err);
+  }
+  xf_aggregator_free(run->agg);
+  run->agg = NULL;
+  xf__takes_clear(run);
+  double now = xf__now();
+  if (rc != XF_OK) {
+    XF_WARN("round_not_committed", "job=%s round=%u reason=\"%s\"", run->id_text,
+            (unsigned)a->round, err.msg);
+    char why[600];
+    snprintf(why, sizeof(why), "%s", err.msg);
+    if (xf_jobm_commit_failed(run->m, why, now, &err) != XF_OK)
+      XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+    return;
+  }
+  if (xf_jobm_committed(run->m, now, &err) != XF_OK)
+    XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+}
+
+/* ---- audit and journal ------------------------------------------------------------------------------ */
+
+static void audit_opened(xf__run *run, const xf_jobm_action *a) {
+  xf__coord *co = run->co;
+  json_t *o = json_pack("{s:s,s:s,s:I,s:I,s:s,s:I}", "job", run->id_text, "when", "round",
+                        "round", (json_int_t)a->round, "attempt", (json_int_t)a->attempt,
+                        "coordinator_region", co->cfg.region, "cohort", (json_int_t)a->n_sites);
+  if (run->has_plan) {
+    char *text = NULL;
+    xf_errctx err = {0};
+    if (xf_admission_json(&run->plan, &run->spec, &text, &err) == XF_OK) {
+      json_object_set_new(o, "admission", json_loads(text, 0, NULL));
+      xf_free(text);
+    }
+  }
+  if (!xf__residency_on(co)) json_object_set_new(o, "policy", json_string("off"));
+  xf__audit(co, "decision", run->id_text, o);
+}
+
+static void journal_fail(xf__run *run, const xf_jobm_action *a) {
+  xf_errctx err = {0};
+  if (xf_journal_job_fail(run->co->db, run->id, a->round, a->attempt, a->note, xf__now(), &err) !=
+      XF_OK)
+    xf__journal_state(run->co, run->id, XF_JOB_FAILED, a->note);
+}
+
+static void traffic(xf__run *run) {
+  if (run->relay || !(run->bytes_up || run->bytes_down)) return;
+  xf_errctx err = {0};
+  journal_check(xf_journal_job_extra(run->co->db, run->id, NULL, run->bytes_up, run->bytes_down,
+                                     &err),
+                "job_traffic", &err);
+  run->bytes_up = run->bytes_down = 0;
+}
+
+/* ---- the machine's actions --------------------------------------------------------------------------- */
+
+static void take_action(xf__run *run, const xf_jobm_action *a) {
+  xf__coord *co = run->co;
+  xf_errctx err = {0};
+  switch (a->kind) {
+  case XF_JOBM_OPENED:
+    xf_aggregator_free(run->agg);
+    run->agg = NULL;
+    xf__takes_clear(run);
+    if (xf_aggregator_create(&run->spec.strategy, run->n_params, a->n_sites ? a->n_sites : 1,
+                             &run->agg, &err) != XF_OK)
+      XF_ERROR("aggregator_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+    run->agg_round = a->round;
+    run->agg_attempt = a->attempt;
+    XF_INFO("round_opened", "job=%s round=%u attempt=%u sites=%zu", run->id_text,
+            (unsigned)(run->relay ? run->up.round : a->round), (unsigned)a->attempt, a->n_sites);
+    if (!run->relay) {
+      journal_check(xf_journal_round_open(co->db, run->id, a->round, a->attempt, a->sites,
+                                          a->n_sites, a->deadline, xf__now(), &err),
+                    "round_open", &err);
+      audit_opened(run, a);
+    }
+    return;
+  case XF_JOBM_OFFER: send_offer(run, a, false); return;
+  case XF_JOBM_EVALUATE: send_offer(run, a, true); return;
+  case XF_JOBM_GO: send_go(run, a); return;
+  case XF_JOBM_CANCEL:
+    send_cancel(run, a->carrier, run->relay ? run->up.round : a->round,
+                run->relay ? run->up.attempt : a->attempt, a->note);
+    return;
+  case XF_JOBM_DISCARD: {
+    xf__take *t = xf__take_of(run, a->carrier);
+    if (t) xf__take_abort(run, t);
+    xf__peer *p = peer_of(co, a->carrier);
+    if (a->refusal == XF_JOBM_REFUSED_POLICY)
+      xf__audit(co, "refused_task", run->id_text,
+                json_pack("{s:s,s:I,s:I,s:s,s:s,s:s}", "job", run->id_text, "round",
+                          (json_int_t)a->round, "attempt", (json_int_t)a->attempt, "from",
+                          name_of(co, a->carrier), "kind", "regional_aggregate", "why", a->note));
+    XF_WARN("update_refused", "job=%s from=%s reason=\"%s\"", run->id_text,
+            name_of(co, a->carrier), a->note);
+    if (p)
+      xf_session_send_error(p->conn, a->refusal == XF_JOBM_REFUSED_POLICY ? XF_EDENIED : XF_EINVAL,
+                            "job %s: %s", run->id_text, a->note);
+    send_cancel(run, a->carrier, run->relay ? run->up.round : a->round,
+                run->relay ? run->up.attempt : a->attempt, a->note);
+    return;
+  }
+  case XF_JOBM_SA_KEYS:
+  case XF_JOBM_SA_ROUTED:
+  case XF_JOBM_SA_UNMASK: send_sa(run, a); return;
+  case XF_JOBM_PARTICIPANT:
+    if (a->state == XF_PARTICIPANT_DROPPED)
+      XF_WARN("site_dropped", "job=%s round=%u attempt=%u site=%s", run->id_text,
+              (unsigned)a->round, (unsigned)a->attempt, name_of(co, a->site));
+    if (!run->relay) {
+      xf_journal_participant jp = {.site = a->site, .state = a->state, .samples = a->samples};
+      journal_check(xf_journal_participant_set(co->db, run->id, a->round, a->attempt, &jp,
+                                               xf__now(), &err),
+                    "participant", &err);
+    }
+    return;
+  case XF_JOBM_COMMIT: do_commit(run, a); return;
+  case XF_JOBM_RETRY:
+    XF_WARN("round_retried", "job=%s round=%u attempt=%u reason=\"%s\"", run->id_text,
+            (unsigned)a->round, (unsigned)a->attempt, a->note);
+    xf_aggregator_free(run->agg);
+    run->agg = NULL;
+    xf__takes_clear(run);
+    if (!run->relay)
+      journal_check(xf_journal_round_retry(co->db, run->id, a->round, a->attempt, a->note,
+                                           xf__now(), &err),
+                    "round_retry", &err);
+    return;
+  case XF_JOBM_PAUSE:
+    XF_WARN("job_paused", "job=%s reason=\"%s\"", run->id_text, a->note);
+    xf__audit(co, "job", run->id_text,
+              json_pack("{s:s,s:I,s:s}", "event", "paused", "round", (json_int_t)a->round, "why",
+                        a->note));
+    xf__journal_state(co, run->id, XF_JOB_PAUSED, a->note);
+    return;
+  case XF_JOBM_RESUME:
+    XF_INFO("job_resumed", "job=%s policy_version=%" PRIu64, run->id_text,
+            run->plan.policy_version);
+    xf__audit(co, "job", run->id_text,
+              json_pack("{s:s,s:I}", "event", "resumed", "policy_version",
+                        (json_int_t)run->plan.policy_version));
+    xf__journal_state(co, run->id, XF_JOB_RUNNING, NULL);
+    return;
+  case XF_JOBM_STOP:
+    XF_WARN("job_stopped", "job=%s reason=\"%s\"", run->id_text, a->note);
+    if (!run->relay) xf__journal_state(co, run->id, XF_JOB_DONE, a->note);
+    return;
+  case XF_JOBM_FAIL:
+    XF_ERROR("job_failed", "job=%s reason=\"%s\"", run->id_text, a->note);
+    if (!run->relay) journal_fail(run, a);
+    traffic(run);
+    run->over = true;
+    return;
+  case XF_JOBM_FINISH:
+    XF_INFO("job_finished", "job=%s rounds=%u", run->id_text, (unsigned)run->model_round);
+    if (run->relay && run->up.evaluate_only) xf__upstream_eval_done(co, run);
+    traffic(run);
+    if (!run->relay) run->over = true;
+    return;
+  case XF_JOBM_ACCEPT_UP: {
+    xf_free(run->up.accepted);
+    run->up.accepted = xf_mallocarray(a->n_sites ? a->n_sites : 1, sizeof(uint64_t));
+    run->up.n_accepted = run->up.accepted ? a->n_sites : 0;
+    if (run->up.accepted) memcpy(run->up.accepted, a->sites, a->n_sites * sizeof(uint64_t));
+    run->up.answered = true;
+    xf__upstream_accept(co, run, a->sites, a->n_sites);
+    return;
+  }
+  case XF_JOBM_REFUSE_UP: {
+    int reason = a->refusal == XF_JOBM_REFUSED_POLICY   ? XFED__TASK_REFUSAL__REASON__POLICY_DENIED
+                 : a->refusal == XF_JOBM_REFUSED_BUDGET ? XFED__TASK_REFUSAL__REASON__BUDGET_EXHAUSTED
+                 : a->refusal == XF_JOBM_REFUSED_TARGET ? XFED__TASK_REFUSAL__REASON__TARGET_REACHED
+                 : a->refusal == XF_JOBM_REFUSED_BUSY   ? XFED__TASK_REFUSAL__REASON__BUSY
+                                                        : XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
+    if (!a->site) {
+      /* The whole task: the aggregate held back, or no cohort. */
+      xf__audit(co, "refused_task", run->id_text,
+                json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:s}", "job", run->id_text, "round",
+                          (json_int_t)run->up.round, "attempt", (json_int_t)run->up.attempt,
+                          "kind", "regional_aggregate", "from", co->cfg.region, "to",
+                          run->up.coordinator_region, "why", a->note));
+      XF_WARN("aggregate_held", "job=%s round=%u reason=\"%s\"", run->id_text,
+              (unsigned)run->up.round, a->note);
+      run->up.answered = true;
+    }
+    xf__upstream_refuse(co, run, a->site, reason, a->note);
+    return;
+  }
+  case XF_JOBM_FORWARD:
+    xf__upstream_forward(co, run, a->sites, a->n_sites, a->weight);
+    return;
+  }
+}
+
+void xf__run_actions(xf__run *run) {
+  for (int guard = 0; guard < 64 && !run->over; guard++) {
+    size_t n;
+    const xf_jobm_action *acts = xf_jobm_actions(run->m, &n);
+    /* The list stays valid while no event reaches the machine; the commit
+     * is an event (committed, commit_failed), so it goes last. */
+    size_t commit = n;
+    for (size_t i = 0; i < n && !run->over; i++) {
+      if (acts[i].kind == XF_JOBM_COMMIT) {
+        commit = i;
+        continue;
+      }
+      take_action(run, &acts[i]);
+    }
+    bool again = false;
+    if (commit < n && !run->over) {
+      xf_jobm_action a = acts[commit];
+      a.sites = NULL;
+      a.n_sites = 0;
+      take_action(run, &a); /* feeds committed / commit_failed: a new list */
+      again = true;
+    } else if (plan_due(run)) {
+      run_plan(run);
+      again = true;
+    }
+    if (!again) break;
+  }
+  xf__intake_admit(run);
+}
+
+/* ---- frames from participants ------------------------------------------------------------------------ */
+
+static xf_jobm_refusal refusal_of(int reason) {
+  switch (reason) {
+  case XFED__TASK_REFUSAL__REASON__POLICY_DENIED: return XF_JOBM_REFUSED_POLICY;
+  case XFED__TASK_REFUSAL__REASON__BUDGET_EXHAUSTED: return XF_JOBM_REFUSED_BUDGET;
+  case XFED__TASK_REFUSAL__REASON__TARGET_REACHED: return XF_JOBM_REFUSED_TARGET;
+  case XFED__TASK_REFUSAL__REASON__BUSY: return XF_JOBM_REFUSED_BUSY;
+  default: return XF_JOBM_REFUSED_OTHER;
+  }
+}
+
+/* The round and attempt a frame must name to be about the run's open attempt. */
+static bool current(const xf__run *run, uint32_t round, uint32_t attempt) {
+  uint32_t r = run->relay ? run->up.round : xf_jobm_round(run->m);
+  uint32_t at = run->relay ? run->up.attempt : xf_jobm_attempt(run->m);
+  return round == r && (attempt == 0 || attempt == at);
+}
+
+/* Site ids of names a regional sent (only sites it carries count). */
+static size_t ids_of(const xf__site *s, char **names, size_t n, uint64_t *out) {
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t id = xf_admit_site_id(names[i] ? names[i] : "");
+    bool behind = false;
+    for (size_t j = 0; j < s->n_behind && !behind; j++) behind = s->behind[j].id == id;
+    if (behind) out[k++] = id;
+  }
+  return k;
+}
+
+static void on_accept(xf__run *run, xf__site *s, const Xfed__TaskAccept *a) {
+  if (!current(run, a->round, a->attempt)) return;
+  xf_errctx err = {0};
+  uint64_t *ids = NULL;
+  size_t n = 0;
+  if (s->regional) {
+    ids = xf_mallocarray(a->n_sites ? a->n_sites : 1, sizeof(uint64_t));
+    if (!ids) return;
+    n = ids_of(s, a->sites, a->n_sites, ids);
+  }
+  if (xf_jobm_accepted(run->m, s->id, ids, n, xf__now(), &err) != XF_OK)
+    XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+  xf_free(ids);
+  xf__run_actions(run);
+}
+
+static void on_refusal(xf__run *run, xf__site *s, const Xfed__TaskRefusal *r) {
+  xf__coord *co = run->co;
+  const char *details = r->details ? r->details : "";
+  const char *who = r->site && *r->site ? r->site : s->name;
+  XF_WARN("task_refused", "job=%s round=%u attempt=%u site=%s via=%s reason=%d details=\"%s\"",
+          run->id_text, (unsigned)r->round, (unsigned)r->attempt, who,
+          s->regional ? s->name : "-", (int)r->reason, details);
+  if (xf_jobm_get_phase(run->m) != XF_JOBM_EVALUATING && !current(run, r->round, r->attempt))
+    return;
+  uint64_t site = 0;
+  if (s->regional && r->site && *r->site) {
+    char *name = r->site;
+    if (!ids_of(s, &name, 1, &site)) return; /* not one of its sites */
+  }
+  /* A refusal on residency grounds is in this trail too, with the site's
+   * words, wherever it came from. */
+  if (r->reason == XFED__TASK_REFUSAL__REASON__POLICY_DENIED)
+    xf__audit(co, "refused_task", run->id_text,
+              json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:s}", "job", run->id_text, "round",
+                        (json_int_t)r->round, "attempt", (json_int_t)r->attempt, "site", who,
+                        "via", s->regional ? s->name : "", "by", site || !s->regional ? "site"
+                                                                                     : "regional",
+                        "why", details));
+  xf_errctx err = {0};
+  if (xf_jobm_refused(run->m, s->id, site, refusal_of((int)r->reason), details, xf__now(),
+                      &err) != XF_OK)
+    XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+  xf__run_actions(run);
+}
+
+/* Metrics: journaled (global) or passed on (regional); a final evaluation
+ * that is in counts. */
+static void on_metrics(xf__run *run, xf__site *s, const Xfed__Envelope *env) {
+  xf__coord *co = run->co;
+  const Xfed__Metrics *m = env->metrics;
+  const char *site = m->site ? m->site : "";
+  uint64_t id = xf_admit_site_id(site);
+  bool own = strcmp(site, s->name) == 0;
+  bool behind = false;
+  for (size_t i = 0; i < s->n_behind && !behind; i++) behind = s->behind[i].id == id;
+  if (s->regional ? !(own || behind) : !own) {
+    XF_WARN("metrics_refused", "from=%s about=%s reason=\"a site reports only for itself, a "
+                               "regional aggregator only for the sites behind it\"",
+            s->name, site);
+    return;
+  }
+  /* Reported values are range-checked before they count anywhere. */
+  bool train_ok = m->has_train && (isnan(m->train_loss) || (isfinite(m->train_loss) && m->train_loss >= 0));
+  bool test_ok = m->has_test && isfinite(m->test_loss) && m->test_loss >= 0 &&
+                 isfinite(m->test_accuracy) && m->test_accuracy >= 0 && m->test_accuracy <= 1;
+  if ((m->has_train && !train_ok) || (m->has_test && !test_ok)) {
+    XF_WARN("metrics_refused", "from=%s about=%s reason=\"values out of range\"", s->name, site);
+    return;
+  }
+  if (s->regional && own && !m->has_train && !m->has_test) {
+    /* A regional's word that its sites' evaluation is complete. */
+    xf_errctx err = {0};
+    if (xf_jobm_evaluated(run->m, s->id, xf__now(), &err) == XF_OK) xf__run_actions(run);
+    return;
+  }
+  if (run->relay) {
+    xf__upstream_metrics(co, env);
+  } else {
+    xf_errctx err = {0};
+    if (m->has_train && m->round >= 1) {
+      xf_journal_metrics r = {.round = m->round, .site = id, .train_loss = m->train_loss,
+                              .test_loss = NAN, .test_accuracy = NAN, .samples = m->samples,
+                              .has_epsilon = m->has_epsilon && isfinite(m->epsilon),
+                              .epsilon = m->epsilon, .has_bytes = true,
+                              .bytes_up = m->bytes_up, .bytes_down = m->bytes_down};
+      journal_check(xf_journal_metrics_add(co->db, run->id, &r, &err), "metrics", &err);
+    }
+    if (m->has_test && m->model_round >= 1) {
+      xf_journal_metrics r = {.round = m->model_round, .site = id, .train_loss = NAN,
+                              .test_loss = m->test_loss, .test_accuracy = m->test_accuracy,
+                              .samples = m->samples};
+      journal_check(xf_journal_metrics_add(co->db, run->id, &r, &err), "metrics", &err);
+    }
+  }
+  XF_INFO("metrics", "job=%s round=%u site=%s train_loss=%.4f test_accuracy=%.4f model_round=%u",
+          run->id_text, (unsigned)m->round, site, m->has_train ? m->train_loss : NAN,
+          m->has_test ? m->test_accuracy : NAN, (unsigned)m->model_round);
+  if (m->has_epsilon)
+    XF_INFO("privacy_spent", "job=%s round=%u site=%s dataset=%s epsilon=%.6g "
+            "noise_multiplier=%.6g dataset_epsilon=%.6g budget=%g",
+            run->id_text, (unsigned)m->round, site, m->dataset ? m->dataset : "", m->epsilon,
+            m->noise_multiplier, m->ledger_epsilon, m->budget_epsilon);
+  if (!s->regional && m->has_test && !m->has_train && m->model_round == run->model_round) {
+    xf_errctx err = {0};
+    if (xf_jobm_evaluated(run->m, s->id, xf__now(), &err) == XF_OK) xf__run_actions(run);
+  }
+}
+
+static void on_sa(xf__run *run, xf__site *s, const Xfed__Envelope *env) {
+  xf_errctx err = {0};
+  double now = xf__now();
+  xf_err rc = XF_OK;
+  switch (env->body_case) {
+  case XFED__ENVELOPE__BODY_SECAGG_ADVERT: {
+    const Xfed__SecAggAdvert *a = env->secagg_advert;
+    if (!current(run, a->round, a->attempt)) return;
+    rc = xf_jobm_sa_advert(run->m, s->id, a->advert.data, a->advert.len, now, &err);
+    break;
+  }
+  case XFED__ENVELOPE__BODY_SECAGG_SHARES: {
+    const Xfed__SecAggShares *m = env->secagg_shares;
+    if (!current(run, m->round, m->attempt)) return;
+    size_t n = m->n_to < m->n_ciphertexts ? m->n_to : m->n_ciphertexts;
+    const uint8_t **cts = xf_calloc(n ? n : 1, sizeof(*cts));
+    size_t *lens = xf_calloc(n ? n : 1, sizeof(*lens));
+    if (cts && lens) {
+      for (size_t i = 0; i < n; i++) {
+        cts[i] = m->ciphertexts[i].data;
+        lens[i] = m->ciphertexts[i].len;
+      }
+      rc = xf_jobm_sa_shares(run->m, s->id, m->to, cts, lens,
+                             m->n_to == m->n_ciphertexts ? n : n + 1 /* malformed */, now, &err);
+    }
+    xf_free(cts);
+    xf_free(lens);
+    break;
+  }
+  case XFED__ENVELOPE__BODY_SECAGG_REVEAL: {
+    const Xfed__SecAggReveal *r = env->secagg_reveal;
+    if (!current(run, r->round, r->attempt)) return;
+    rc = xf_jobm_sa_reveal(run->m, s->id, r->reveal.data, r->reveal.len, now, &err);
+    break;
+  }
+  default: return;
+  }
+  if (rc != XF_OK) XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+  xf__run_actions(run);
+}
+
+/* The run and take a stream chunk belongs to, by the carrier's stream id. */
+static xf__take *take_by_stream(xf__coord *co, uint64_t carrier, uint64_t stream, xf__run **out) {
+  for (xf__run *r = co->runs; r; r = r->next) {
+    if (r->over) continue;
+    for (size_t i = 0; i < r->n_takes; i++)
+      if (r->takes[i].carrier == carrier && r->takes[i].stream_id == stream) {
+        *out = r;
+        return &r->takes[i];
+      }
+  }
+  return NULL;
+}
+
+static const char *job_of(const Xfed__Envelope *env) {
+  switch (env->body_case) {
+  case XFED__ENVELOPE__BODY_TASK_ACCEPT: return env->task_accept->job_id;
+  case XFED__ENVELOPE__BODY_TASK_REFUSAL: return env->task_refusal->job_id;
+  case XFED__ENVELOPE__BODY_METRICS: return env->metrics->job_id;
+  case XFED__ENVELOPE__BODY_SECAGG_ADVERT: return env->secagg_advert->job_id;
+  case XFED__ENVELOPE__BODY_SECAGG_SHARES: return env->secagg_shares->job_id;
+  case XFED__ENVELOPE__BODY_SECAGG_REVEAL: return env->secagg_reveal->job_id;
+  case XFED__ENVELOPE__BODY_TENSOR_BEGIN: return env->tensor_begin->job_id;
+  default: return NULL;
+  }
+}
+
+void xf__run_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env) {
+  switch (env->body_case) {
+  case XFED__ENVELOPE__BODY_TENSOR_CHUNK: {
+    xf__run *run = NULL;
+    xf__take *t = take_by_stream(co, s->id, env->tensor_chunk->stream_id, &run);
+    if (!t || t->waiting_admission) {
+      if (s->peer)
+        xf_session_send_error(s->peer->conn, XF_EINVAL,
+                              "a tensor chunk without an acknowledged TensorBegin");
+      return;
+    }
+    xf__intake_chunk(run, s, t, env->tensor_chunk);
+    return;
+  }
+  case XFED__ENVELOPE__BODY_TENSOR_END: {
+    xf__run *run = NULL;
+    xf__take *t = take_by_stream(co, s->id, env->tensor_end->stream_id, &run);
+    if (t && !t->waiting_admission) xf__intake_end(run, s, t, env->tensor_end);
+    return;
+  }
+  case XFED__ENVELOPE__BODY_TENSOR_ACK: return; /* a site acknowledging a model */
+  case XFED__ENVELOPE__BODY_ERROR: return;     /* logged by the daemon */
+  default: break;
+  }
+  const char *job = job_of(env);
+  xf__run *run = xf__run_by_id(co, job);
+  if (!run) {
+    if (env->body_case == XFED__ENVELOPE__BODY_TENSOR_BEGIN && s->peer)
+      xf_session_send_error(s->peer->conn, XF_EINVAL, "job %s is not running here; drop it",
+                            job ? job : "");
+    else if (env->body_case == XFED__ENVELOPE__BODY_TASK_ACCEPT && s->peer) {
+      /* It holds a task we no longer run (a restart, a cancel): let it go. */
+      Xfed__TaskCancel tc = XFED__TASK_CANCEL__INIT;
+      tc.job_id = env->task_accept->job_id;
+      tc.round = env->task_accept->round;
+      tc.attempt = env->task_accept->attempt;
+      tc.reason = "no such job is running here";
+      Xfed__Envelope out = XFED__ENVELOPE__INIT;
+      out.body_case = XFED__ENVELOPE__BODY_TASK_CANCEL;
+      out.task_cancel = &tc;
+      (void)xf__send(s->peer, &out);
+    }
+    return;
+  }
+  switch (env->body_case) {
+  case XFED__ENVELOPE__BODY_TASK_ACCEPT: on_accept(run, s, env->task_accept); return;
+  case XFED__ENVELOPE__BODY_TASK_REFUSAL: on_refusal(run, s, env->task_refusal); return;
+  case XFED__ENVELOPE__BODY_METRICS: on_metrics(run, s, env); return;
+  case XFED__ENVELOPE__BODY_SECAGG_ADVERT:
+  case XFED__ENVELOPE__BODY_SECAGG_SHARES:
+  case XFED__ENVELOPE__BODY_SECAGG_REVEAL: on_sa(run, s, env); return;
+  case XFED__ENVELOPE__BODY_TENSOR_BEGIN: {
+    const Xfed__TensorBegin *b = env->tensor_begin;
+    if (!current(run, b->round, b->attempt)) {
+      if (s->peer)
+        xf_session_send_error(s->peer->conn, XF_EINVAL,
+                              "job %s round %u attempt %u is not a task you hold; drop it",
+                              run->id_text, (unsigned)b->round, (unsigned)b->attempt);
+      return;
+    }
+    xf__intake_begin(run, s, b);
+    return;
+  }
+  default:
+    if (s->peer)
+      xf_session_send_error(s->peer->conn, XF_EUNSUPPORTED, "%s is not a site's message",
+                            xf_envelope_body_name(env));
+    return;
+  }
+}
+
+/* ---- sites coming and going, the tick ----------------------------------------------------------------- */
+
+void xf__runs_link(xf__coord *co, xf__site *s, bool up) {
+  double now = xf__now();
+  for (xf__run *run = co->runs; run; run = run->next) {
+    if (run->over) continue;
+    run->dirty = true;
+    xf_errctx err = {0};
+    if (!up) {
+      xf__take *t = xf__take_of(run, s->id);
+      /* A dropped link loses what the receiver held of the stream only
+       * until the carrier resumes it: keep the take. */
+      (void)t;
+    }
+    if (xf_jobm_link(run->m, s->id, up, now, &err) != XF_OK)
+      XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+    xf__run_actions(run);
+  }
+}
+
+void xf__runs_dirty(xf__coord *co) {
+  for (xf__run *run = co->runs; run; run = run->next) {
+    run->dirty = true;
+    if (!run->over) xf__run_actions(run);
+  }
+}
+
+static void activate_queued(xf__coord *co);
+
+void xf__runs_tick(xf__coord *co) {
+  double now = xf__now();
+  for (xf__run *run = co->runs; run; run = run->next) {
+    if (run->over) continue;
+    xf_errctx err = {0};
+    if (xf_jobm_tick(run->m, now, &err) != XF_OK)
+      XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+    xf__run_actions(run);
+    xf_jobm_phase ph = xf_jobm_get_phase(run->m);
+    if (run->relay && (ph == XF_JOBM_DONE || ph == XF_JOBM_FAILED || ph == XF_JOBM_CANCELLED) &&
+        now > run->up.deadline + 60)
+      run->over = true; /* nothing more will be asked of it */
+  }
+  bool freed = false;
+  for (xf__run **pp = &co->runs; *pp;) {
+    xf__run *run = *pp;
+    if (!run->over) {
+      pp = &run->next;
+      continue;
+    }
+    *pp = run->next;
+    for (xf__peer *p = co->peers; p; p = p->next)
+      if (p->kind != XF__PEER_UPSTREAM) xf__stream_drop(p, run->id_text);
+    xf__run_free(run);
+    freed = true;
+  }
+  if (freed && !co->cfg.regional) activate_queued(co);
+}
+
+/* ---- the global role: jobs from the journal ------------------------------------------------------------ */
+
+static size_t active_runs(const xf__coord *co) {
+  size_t n = 0;
+  for (const xf__run *r = co->runs; r; r = r->next) n += !r->over;
+  return n;
+}
+
+static bool is_active(const xf__coord *co, int64_t id) {
+  for (const xf__run *r = co->runs; r; r = r->next)
+    if (!r->relay && r->id == id) return true;
+  return false;
+}
+
+/* Makes the journal's job `id` a run: its spec, its last committed model
+ * and optimizer state, at its current round. */
+static xf_err activate(xf__coord *co, int64_t id, xf_errctx *err) {
+  xf_journal_job jj;
+  XF_GUARD(xf_journal_job_load(co->db, id, &jj, err));
+  xf__run *run = xf_calloc(1, sizeof(*run));
+  if (!run) return xf_fail(err, XF_ENOMEM, "out of memory");
+  run->co = co;
+  run->id = id;
+  snprintf(run->id_text, sizeof(run->id_text), "%" PRId64, id);
+  run->spec = jj.spec;
+  xf_err rc = xf_jobspec_to_json(&run->spec, &run->spec_json);
+  void *bytes = NULL;
+  size_t len = 0;
+  if (rc == XF_OK) rc = xf_blob_get(co->blobs, &jj.model, &bytes, &len, err);
+  if (rc == XF_OK) rc = xf_checkpoint_decode(bytes, len, &run->model, &run->params, err);
+  xf_free(bytes);
+  bytes = NULL;
+  if (rc == XF_OK) {
+    run->n_params = xf_model_num_params(run->model);
+    rc = xf_server_opt_create(&run->spec.strategy, run->n_params, &run->opt, err);
+  }
+  if (rc == XF_OK && jj.has_opt_state) {
+    rc = xf_blob_get(co->blobs, &jj.opt_state, &bytes, &len, err);
+    if (rc == XF_OK) rc = xf_server_opt_load(run->opt, bytes, len, err);
+    xf_free(bytes);
+  }
+  if (rc == XF_OK) rc = set_model(run, err);
+  run->model_round = jj.rounds_committed;
+  uint32_t round = jj.round > run->spec.rounds ? run->spec.rounds : jj.round;
+  xf_jobm_config cfg = {.role = XF_JOBM_GLOBAL,
+                        .spec = &run->spec,
+                        .round = round,
+                        .attempt = jj.attempt,
+                        .rounds_committed = jj.rounds_committed,
+                        .n_params = run->n_params,
+                        .paused = jj.state == XF_JOB_PAUSED,
+                        .eval_timeout_s = co->cfg.eval_timeout_s};
+  if (jj.round_open || jj.rounds_committed > 0) {
+    /* Resuming: give the sites that were there time to come back, so the
+     * cohort is drawn over the same set as before the stop. */
+    uint32_t invited = 0;
+    journal_check(xf_journal_last_invited(co->db, id, &invited, err), "last_invited", err);
+    cfg.resume_until = xf__now() + co->cfg.resume_grace_s;
+    cfg.resume_wait_for = invited ? invited : UINT32_MAX;
+  }
+  if (rc == XF_OK) rc = xf_jobm_create(&cfg, &run->m, err);
+  if (rc != XF_OK) {
+    xf__run_free(run);
+    return rc;
+  }
+  xf__run **pp = &co->runs;
+  while (*pp) pp = &(*pp)->next;
+  *pp = run;
+  if (jj.state == XF_JOB_QUEUED)
+    journal_check(xf_journal_job_set_state(co->db, id, XF_JOB_RUNNING, NULL, xf__now(), err),
+                  "job_state", err);
+  XF_INFO("job_active", "job=%s name=%s round=%u attempt=%u resumed=%d", run->id_text,
+          run->spec.name, (unsigned)round, (unsigned)jj.attempt, jj.round_open ? 1 : 0);
+  run->dirty = true;
+  xf__run_actions(run);
+  return XF_OK;
+}
+
+static void activate_ids(xf__coord *co, const int64_t *ids, size_t n) {
+  for (size_t i = 0; i < n && active_runs(co) < XF_COORD_JOBS_MAX; i++) {
+    if (is_active(co, ids[i])) continue;
+    xf_errctx err = {0};
+    if (activate(co, ids[i], &err) != XF_OK) {
+      char why[600];
+      snprintf(why, sizeof(why), "cannot resume: %s", err.msg);
+      XF_ERROR("job_failed", "job=%" PRId64 " reason=\"%s\"", ids[i], why);
+      xf_errctx e2 = {0};
+      journal_check(xf_journal_job_set_state(co->db, ids[i], XF_JOB_FAILED, why, xf__now(), &e2),
+                    "job_state", &e2);
+    }
+  }
+}
+
+static void activate_queued(xf__coord *co) {
+  if (co->stopping || co->cfg.regional) return;
+  xf_errctx err = {0};
+  int64_t *ids = NULL;
+  size_t n = 0;
+  if (xf_journal_queued_jobs(co->db, &ids, &n, &err) != XF_OK) {
+    XF_ERROR("journal_failed", "doing=queued_jobs reason=\"%s\"", err.msg);
+    return;
+  }
+  activate_ids(co, ids, n);
+  xf_free(ids);
+}
+
+void xf__runs_schedule(xf__coord *co) {
+  if (co->cfg.regional || co->stopping) return;
+  xf_errctx err = {0};
+  int64_t *ids = NULL;
+  size_t n = 0;
+  if (xf_journal_running_jobs(co->db, &ids, &n, &err) != XF_OK) {
+    XF_ERROR("journal_failed", "doing=running_jobs reason=\"%s\"", err.msg);
+    return;
+  }
+  activate_ids(co, ids, n);
+  xf_free(ids);
+  activate_queued(co);
+}
+
+void xf__run_cancel(xf__coord *co, int64_t id, const char *why) {
+  for (xf__run *run = co->runs; run; run = run->next) {
+    if (run->relay || run->id != id || run->over) continue;
+    xf_errctx err = {0};
+    if (xf_jobm_cancel(run->m, why, xf__now(), &err) != XF_OK)
+      XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+    xf__run_actions(run);
+    traffic(run);
+    run->over = true;
+  }
+}
+
+/* ---- the regional role: a relayed task ------------------------------------------------------------------- */
+
+xf_err xf__run_start_relay(xf__coord *co, const char *job_id, const char *params_json,
+                           const xf__upstream_task *up, const uint8_t *model, size_t model_len,
+                           const xf_digest *model_digest, const uint64_t *cohort,
+                           size_t n_cohort, xf_errctx *err) {
+  xf__run *run = xf_calloc(1, sizeof(*run));
+  if (!run) return xf_fail(err, XF_ENOMEM, "out of memory");
+  run->co = co;
+  run->relay = true;
+  snprintf(run->id_text, sizeof(run->id_text), "%s", job_id);
+  run->up = *up;
+  run->up.accepted = NULL;
+  run->up.n_accepted = 0;
+  run->model_round = up->model_round;
+  xf_err rc = xf_jobspec_parse_string(params_json, strlen(params_json), "task offer", &run->spec,
+                                      err);
+  if (rc == XF_OK) rc = xf_checkpoint_decode(model, model_len, &run->model, &run->params, err);
+  if (rc == XF_OK) {
+    run->n_params = xf_model_num_params(run->model);
+    xf_params_digest(run->params, run->n_params, &run->params_digest);
+    if (memcmp(&run->params_digest, model_digest, sizeof(xf_digest)) != 0)
+      rc = xf_fail(err, XF_EINTEGRITY, "the model's parameters do not match the offer's digest");
+  }
+  if (rc == XF_OK) rc = xf_jobspec_to_json(&run->spec, &run->spec_json);
+  if (rc == XF_OK) rc = set_model(run, err);
+  xf_release_rule release = {.rule = up->rule,
+                             .from = co->cfg.region,
+                             .to = up->coordinator_region,
+                             .min_cohort = up->min_cohort,
+                             .require_secagg = up->require_secagg,
+                             .has_max_epsilon = up->has_max_epsilon,
+                             .max_epsilon = up->max_epsilon};
+  bool conditions = up->has_residency && strcmp(up->path, "regional") == 0;
+  xf_jobm_config cfg = {.role = XF_JOBM_RELAY,
+                        .spec = &run->spec,
+                        .round = up->evaluate_only ? (up->round ? up->round : 1) : up->round,
+                        .attempt = 1,
+                        .n_params = run->n_params,
+                        .evaluate_only = up->evaluate_only,
+                        .deadline = up->deadline,
+                        .answer_by = up->answer_by,
+                        .release = conditions ? &release : NULL,
+                        .cohort = cohort,
+                        .n_cohort = n_cohort,
+                        .eval_timeout_s = co->cfg.eval_timeout_s};
+  if (rc == XF_OK && cfg.round > run->spec.rounds) run->spec.rounds = cfg.round;
+  if (rc == XF_OK) rc = xf_jobm_create(&cfg, &run->m, err);
+  if (rc != XF_OK) {
+    xf__run_free(run);
+    return rc;
+  }
+  xf__run **pp = &co->runs;
+  while (*pp) pp = &(*pp)->next;
+  *pp = run;
+  XF_INFO("relay_started", "job=%s round=%u attempt=%u eval=%d sites_named=%zu", run->id_text,
+          (unsigned)up->round, (unsigned)up->attempt, up->evaluate_only ? 1 : 0, n_cohort);
+  run->dirty = true;
+  xf__run_actions(run);
+  return XF_OK;
+}
