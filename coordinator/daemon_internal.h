@@ -217,9 +217,12 @@ typedef struct xf__run {
   uint64_t relay_weight;
   uint8_t *agg_bytes;       /* what went upstream, kept to send again after a reconnect */
   size_t agg_len;
+  uint8_t *agg_plain;       /* ... and before sealing, to seal again for a restarted upstream */
+  size_t agg_plain_len;
   xf_update_form agg_form;
   uint64_t agg_count;
   bool agg_sealed;
+  bool resend_on_go;        /* offered again held: the aggregate goes on TaskGo */
   uint8_t agg_epk[XF_SEAL_PUBLICKEYBYTES];
   bool over;                /* finished: freed once nothing of it is in flight */
   struct xf__run *next;

@@ -76,6 +76,7 @@ void xf__run_free(xf__run *run) {
   xf_free(run->up.accepted);
   xf_free(run->relay_mean);
   xf_free(run->agg_bytes);
+  xf_free(run->agg_plain);
   xf_free(run);
 }
 

@@ -386,6 +386,13 @@ void xf__upstream_forward(xf__coord *co, xf__run *run, const uint64_t *sites, si
   run->agg_bytes = xf_malloc(pl.wire_len ? pl.wire_len : 1);
   run->agg_len = run->agg_bytes ? pl.wire_len : 0;
   if (run->agg_bytes) memcpy(run->agg_bytes, pl.wire, pl.wire_len);
+  xf_free(run->agg_plain);
+  run->agg_plain = NULL;
+  run->agg_plain_len = 0;
+  if (pl.sealed && (run->agg_plain = xf_malloc(pl.plain_len ? pl.plain_len : 1))) {
+    memcpy(run->agg_plain, pl.plain, pl.plain_len);
+    run->agg_plain_len = pl.plain_len;
+  }
   /* Kept to send it again after a reconnect. */
   xf_free(run->up.accepted);
   run->up.accepted = xf_mallocarray(n ? n : 1, sizeof(uint64_t));
@@ -408,6 +415,35 @@ void xf__upstream_forward(xf__coord *co, xf__run *run, const uint64_t *sites, si
   memcpy(run->agg_epk, pl.sealed_by, sizeof(run->agg_epk));
   queue_aggregate(co, run, &pl, sites, n, weight);
   xf_update_payload_free(&pl);
+}
+
+/* A restarted coordinator holds a new sealing key and cannot open what was
+ * sealed to the old one: the same plaintext is sealed again to the new key. */
+static void reseal_aggregate(xf__coord *co, xf__run *run, const Xfed__TaskOffer *o) {
+  if (!run->agg_sealed || o->seal_key.len != XF_SEAL_PUBLICKEYBYTES || !run->agg_plain ||
+      memcmp(o->seal_key.data, run->up.seal_pk, XF_SEAL_PUBLICKEYBYTES) == 0)
+    return;
+  xf_update_payload pl;
+  memset(&pl, 0, sizeof(pl));
+  pl.form = run->agg_form;
+  pl.plain = run->agg_plain;
+  pl.plain_len = run->agg_plain_len;
+  char ctx[256];
+  size_t ctx_len = xf_seal_stream_context(ctx, sizeof(ctx), run->id_text, run->up.round,
+                                          run->up.attempt, co->name);
+  xf_errctx err = {0};
+  if (xf_update_seal(&pl, o->seal_key.data, ctx, ctx_len, &err) != XF_OK) {
+    XF_ERROR("aggregate_not_resealed", "job=%s round=%u reason=\"%s\"", run->id_text,
+             (unsigned)run->up.round, err.msg);
+    return;
+  }
+  xf_free(run->agg_bytes);
+  run->agg_bytes = pl.wire; /* taken over: plain stays the run's */
+  run->agg_len = pl.wire_len;
+  memcpy(run->agg_epk, pl.sealed_by, sizeof(run->agg_epk));
+  memcpy(run->up.seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES);
+  XF_INFO("aggregate_resealed", "job=%s round=%u attempt=%u why=\"the coordinator's key changed\"",
+          run->id_text, (unsigned)run->up.round, (unsigned)run->up.attempt);
 }
 
 /* The aggregate once more (the global coordinator offered the task again). */
@@ -464,9 +500,19 @@ static void on_offer(xf__coord *co, const Xfed__TaskOffer *o) {
       if (r->relay && strcmp(r->id_text, job) == 0) run = r; /* a finished one, kept */
   if (run && run->up.round == o->round && run->up.attempt == o->attempt &&
       run->up.evaluate_only == o->evaluate_only) {
-    /* Offered again (the link came back): say again what was said. */
-    if (run->agg_bytes) resend_aggregate(co, run);
-    else if (run->up.answered && run->up.n_accepted) xf__upstream_accept(co, run, run->up.accepted,
+    /* Offered again (the link came back, or the coordinator restarted):
+     * say again what was said. A held offer comes from a coordinator that
+     * confirms its cohort first: the aggregate waits for its TaskGo. */
+    run->up.deadline = (double)o->deadline_unix_ms / 1000.0;
+    if (run->agg_bytes) {
+      reseal_aggregate(co, run, o);
+      if (o->hold) {
+        run->resend_on_go = true;
+        xf__upstream_accept(co, run, run->up.accepted, run->up.n_accepted);
+      } else {
+        resend_aggregate(co, run);
+      }
+    } else if (run->up.answered && run->up.n_accepted) xf__upstream_accept(co, run, run->up.accepted,
                                                                          run->up.n_accepted);
     return;
   }
@@ -605,6 +651,11 @@ void xf__upstream_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env
     const Xfed__TaskGo *g = env->task_go;
     xf__run *run = xf__run_by_id(co, g->job_id);
     if (!run || run->up.round != g->round || run->up.attempt != g->attempt) return;
+    if (run->resend_on_go) { /* the aggregate was made before: it goes now */
+      run->resend_on_go = false;
+      resend_aggregate(co, run);
+      return;
+    }
     xf_errctx err = {0};
     if (xf_jobm_go(run->m, xf__now(), &err) != XF_OK)
       XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);

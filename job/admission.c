@@ -501,7 +501,11 @@ xf_err xf_admission_decide(const xf_jobspec *spec, const xf_policy_decision *dec
         xf_job_privacy_mode_name(pv->mode));
     return XF_OK;
   }
-  if (decision && !decision->allowed) {
+  /* The policy is what refuses only when the federation could run the job
+   * at all: fewer sites holding the data than min_sites is no rule's doing. */
+  size_t holders_all = out->n_sites;
+  if (decision && decision->n_sites > holders_all) holders_all = decision->n_sites;
+  if (decision && !decision->allowed && holders_all >= spec->min_sites) {
     xf_free(by_group);
     out->verdict = XF_ADMIT_DENIED;
     explain_decision(decision, why, why_len);

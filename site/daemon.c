@@ -1215,7 +1215,7 @@ static int reporting_tasks(const daemon_t *d, task **out) {
   int n = 0;
   for (int i = 0; i < d->n_tasks; i++) {
     task *t = d->tasks[i];
-    if (t->phase != PHASE_REPORTING || !t->offered_now) continue;
+    if (t->phase != PHASE_REPORTING || !t->offered_now || (t->hold && !t->go)) continue;
     int j = n++;
     for (; j > 0 && out[j - 1]->report_seq > t->report_seq; j--) out[j] = out[j - 1];
     out[j] = t;
@@ -2027,6 +2027,21 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
         t->hold = false;
         if (t->phase == PHASE_HELD) task_ready(d, t);
       }
+      /* One that holds it again (it restarted and confirms its cohort
+       * anew) gets what was made before once it says go. A masked update
+       * cannot wait: its masks belong to the session the restart lost. */
+      if (o->hold && t->go && !t->evaluate_only) {
+        if (t->secagg) {
+          send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
+                       "the task's update is bound to a secure-aggregation session the "
+                       "coordinator no longer holds; the round goes on without this site");
+          sa_forget(d, t->job_id, t->round, t->attempt);
+          task_drop(d, t, "its secure-aggregation session was lost with the coordinator");
+          return;
+        }
+        t->hold = true;
+        t->go = false;
+      }
       XF_INFO("task_resumed", "job=%s round=%u attempt=%u phase=%s", qj, (unsigned)o->round,
               (unsigned)o->attempt, phase_name(t->phase));
       send_accept(d, t);
@@ -2268,6 +2283,7 @@ static void on_go(daemon_t *d, const Xfed__TaskGo *g) {
     sa_advertise(d, sa_find(d, t->job_id, t->round, t->attempt));
   }
   if (t->phase == PHASE_HELD) task_ready(d, t);
+  else if (t->phase == PHASE_REPORTING) pump(d); /* made before the hold: it goes now */
 }
 
 static void on_cancel(daemon_t *d, const Xfed__TaskCancel *c) {
