@@ -811,9 +811,14 @@ static void print_decision_tables(const json_t *d, const char *coordinator_regio
          *sugg = json_object_get(d, "suggestions"), *e;
   size_t i, eligible = 0;
   json_array_foreach(sites, i, e) eligible += json_is_true(json_object_get(e, "eligible"));
-  printf("policy version %lld, coordinator in %s: %s (%zu of %zu sites eligible)\n\n",
-         jint(d, "version"), coordinator_region, allowed ? "allowed" : "NOT allowed as written",
-         eligible, json_array_size(sites));
+  /* The rules alone; who takes part is the plan's (print_admission). */
+  if (allowed)
+    printf("policy version %lld, coordinator in %s: the rules allow %zu of %zu sites\n\n",
+           jint(d, "version"), coordinator_region, eligible, json_array_size(sites));
+  else
+    printf("policy version %lld, coordinator in %s: NOT allowed as written (the rules allow %zu "
+           "of %zu sites)\n\n",
+           jint(d, "version"), coordinator_region, eligible, json_array_size(sites));
   printf("%-16s %-10s %-8s %-9s %-16s %s\n", "SITE", "REGION", "ELIGIBLE", "PATH", "RULE",
          "REASON");
   json_array_foreach(sites, i, e) {

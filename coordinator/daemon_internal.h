@@ -223,6 +223,7 @@ typedef struct xf__run {
   uint64_t agg_count;
   bool agg_sealed;
   bool resend_on_go;        /* offered again held: the aggregate goes on TaskGo */
+  bool await_go;            /* offered again held before the aggregate was made */
   uint8_t agg_epk[XF_SEAL_PUBLICKEYBYTES];
   bool over;                /* finished: freed once nothing of it is in flight */
   struct xf__run *next;

@@ -786,6 +786,9 @@ static bool sa_start(xf_jobm *m, const uint64_t *sites, size_t n, double now) {
       .bits = m->spec.secure_aggregation.bits,
       .n_params = m->n_params,
       .clip = m->spec.privacy.clip,
+      .noise_multiplier = m->spec.privacy.mode == XF_PRIVACY_DISTRIBUTED
+                              ? m->spec.privacy.noise_multiplier
+                              : 0,
       .quant_bits = m->spec.compression.uplink.quant_bits,
       .topk_fraction = m->spec.compression.uplink.topk_fraction,
       .phase_s = phase < XF_SAPHASE_PHASE_MAX_S ? phase : XF_SAPHASE_PHASE_MAX_S,

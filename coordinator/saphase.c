@@ -245,6 +245,9 @@ static xf_err xf__check_config(const xf_saphase_config *cfg, xf_errctx *err) {
             "secure aggregation needs privacy.clip (> 0, finite; it is %g): it fixes the shared "
             "integer scale",
             cfg->clip);
+  XF_ENSURE(cfg->noise_multiplier >= 0 && isfinite(cfg->noise_multiplier), err, XF_EINVAL,
+            "the noise multiplier is %g; it must be 0 (no distributed noise) or positive",
+            cfg->noise_multiplier);
   XF_ENSURE(cfg->quant_bits == 0 || (cfg->quant_bits >= 2 && cfg->quant_bits <= 32), err,
             XF_EINVAL, "compression.uplink quant_bits %u is neither 0 nor in 2..32",
             cfg->quant_bits);
@@ -373,7 +376,20 @@ xf_err xf_saphase_create(const xf_saphase_config *cfg, double now, xf_saphase **
   sa->fixed.bits = cfg->bits;
   sa->fixed.bound = (uint32_t)((1ull << (cfg->bits - 1)) - 1 - n);
   if (cfg->quant_bits) sa->fixed.bound = (uint32_t)((1ull << (cfg->quant_bits - 1)) - 1);
-  sa->fixed.step = cfg->clip / (double)sa->fixed.bound;
+  /* Distributed noise rides on the same integers: the sites' shares add
+   * up to about z C max(scale) sqrt(n / t) on each coordinate of the sum
+   * (update/update.c), so the scale holds clip plus eight of those (a value
+   * beyond it, about once in 10^15, is clipped by its site). Without this
+   * the noise would be cut off wherever it exceeds the clip. */
+  double range = cfg->clip;
+  if (cfg->noise_multiplier > 0) {
+    double top = 0;
+    for (uint32_t i = 0; i < n; i++) top = sa->scale[i] > top ? sa->scale[i] : top;
+    double sum_sd = cfg->noise_multiplier * cfg->clip * top *
+                    sqrt((double)n / (double)sa->p.threshold);
+    range += 8.0 * 1.05 * sum_sd; /* 1.05: the grid's slack on each share */
+  }
+  sa->fixed.step = range / (double)sa->fixed.bound;
   sa->waiting[0] = n;
   sa->state = XF_SAPHASE_ADVERT;
   sa->deadline = now + sa->phase_s;

@@ -39,6 +39,8 @@ typedef struct xf_saphase_config {
   uint32_t bits;            /* secure_aggregation.bits, 8..32: arithmetic mod 2^bits */
   size_t n_params;          /* the model's parameters, 1..XF_SECAGG_MAX_LENGTH */
   double clip;              /* privacy.clip (> 0): fixes the shared integer scale */
+  double noise_multiplier;  /* mode distributed: the job's z (the sites' shares of the
+                               noise widen the scale to hold it); else 0 */
   uint32_t quant_bits;      /* uplink qN (2..32), or 0 */
   double topk_fraction;     /* uplink top-k, [0, 1]: every site sends the same shared
                                random subset of this fraction; 0: all values */

@@ -413,7 +413,8 @@ void xf__upstream_forward(xf__coord *co, xf__run *run, const uint64_t *sites, si
   run->agg_count = pl.element_count;
   run->agg_sealed = pl.sealed;
   memcpy(run->agg_epk, pl.sealed_by, sizeof(run->agg_epk));
-  queue_aggregate(co, run, &pl, sites, n, weight);
+  if (run->await_go) run->resend_on_go = true; /* a restarted upstream has not said go yet */
+  else queue_aggregate(co, run, &pl, sites, n, weight);
   xf_update_payload_free(&pl);
 }
 
@@ -504,6 +505,9 @@ static void on_offer(xf__coord *co, const Xfed__TaskOffer *o) {
      * say again what was said. A held offer comes from a coordinator that
      * confirms its cohort first: the aggregate waits for its TaskGo. */
     run->up.deadline = (double)o->deadline_unix_ms / 1000.0;
+    /* A restarted coordinator names its own stream for the aggregate (its
+     * ids start again and another stream may hold the old one). */
+    if (o->update_stream_id) run->up.update_stream_id = o->update_stream_id;
     if (run->agg_bytes) {
       reseal_aggregate(co, run, o);
       if (o->hold) {
@@ -512,8 +516,17 @@ static void on_offer(xf__coord *co, const Xfed__TaskOffer *o) {
       } else {
         resend_aggregate(co, run);
       }
-    } else if (run->up.answered && run->up.n_accepted) xf__upstream_accept(co, run, run->up.accepted,
-                                                                         run->up.n_accepted);
+      return;
+    }
+    /* Not made yet: sealed to the key offered now when it is, and sent on
+     * the new TaskGo if the offer holds it. */
+    if (o->seal_key.len == XF_SEAL_PUBLICKEYBYTES) {
+      memcpy(run->up.seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES);
+      run->up.seal = true;
+    }
+    if (o->hold) run->await_go = true;
+    if (run->up.answered && run->up.n_accepted)
+      xf__upstream_accept(co, run, run->up.accepted, run->up.n_accepted);
     return;
   }
   if (run && !run->over) {
@@ -651,10 +664,13 @@ void xf__upstream_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env
     const Xfed__TaskGo *g = env->task_go;
     xf__run *run = xf__run_by_id(co, g->job_id);
     if (!run || run->up.round != g->round || run->up.attempt != g->attempt) return;
-    if (run->resend_on_go) { /* the aggregate was made before: it goes now */
-      run->resend_on_go = false;
-      resend_aggregate(co, run);
-      return;
+    if (run->await_go || run->resend_on_go) { /* a re-offer's go */
+      run->await_go = false;
+      if (run->resend_on_go) { /* the aggregate was made before: it goes now */
+        run->resend_on_go = false;
+        resend_aggregate(co, run);
+        return;
+      }
     }
     xf_errctx err = {0};
     if (xf_jobm_go(run->m, xf__now(), &err) != XF_OK)

@@ -19,6 +19,34 @@ add_test(NAME federation_concurrent_jobs
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/concurrency.sh ${PROJECT_BINARY_DIR})
 set_tests_properties(federation_concurrent_jobs PROPERTIES LABELS integration TIMEOUT 900)
 
+# The composition matrix with the real daemons (tests/integration/matrix.sh):
+# representative cells of topology x privacy x secure aggregation x uplink
+# compression x strategy, each on its own federation over TLS (test_composition
+# runs every cell against the job machine). About 20-40 s each on 2 cores.
+set(_xf_matrix_cells
+    "flat:none:off:none:fedavg:runs"
+    "flat:central:off:q8:fedadam:runs"
+    "flat:distributed:on:q8:fedavg:runs"
+    "flat:record:off:topk:fedavg:runs"
+    "flat:local:off:none:fedavgm:runs"
+    "flat:none:off:q8:median:runs"
+    "flat:none:on:topk:fedadam:runs"
+    "flat:none:on:none:median:refused"
+    "regional:none:off:none:fedavg:runs-eu"
+    "regional:central:on:q8:fedavg:runs-eu"
+    "regional:distributed:on:q8:fedadam:runs+eu"
+    "regional:record:off:none:median:runs-eu"
+    "regional:central:off:none:trimmed_mean:refused"
+    "regional:local:off:topk:fedavg:runs-eu"
+    "regional:none:on:q8:trimmed_mean:refused")
+foreach(_cell ${_xf_matrix_cells})
+  string(REPLACE ":" ";" _args "${_cell}")
+  string(REPLACE ":" "_" _name "${_cell}")
+  add_test(NAME matrix_${_name}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/matrix.sh ${PROJECT_BINARY_DIR} ${_args})
+  set_tests_properties(matrix_${_name} PROPERTIES LABELS "integration;slow" TIMEOUT 900)
+endforeach()
+
 # The NIID-Bench setting through the daemons (bench/niid.sh): 10 sites,
 # lenet5, 50 rounds of 10 local epochs; about 18 minutes on 2 cores. The
 # published FedAvg figure (0.884) is not reached yet (docs/BENCHMARKS.md:

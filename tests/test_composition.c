@@ -30,7 +30,7 @@ static char dir[64];
 
 static int group_setup(void **state) {
   (void)state;
-  snprintf(dir, sizeof(dir), "/tmp/xf-matrix-XXXXXX");
+  snprintf(dir, sizeof(dir), "/tmp/xf-composition-XXXXXX");
   if (!mkdtemp(dir)) return -1;
   return xf_crypto_init() == XF_OK ? 0 : -1;
 }

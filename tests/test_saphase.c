@@ -642,6 +642,34 @@ static void qN_that_the_bits_cannot_hold_is_refused_naming_the_bits_needed(void 
   world_free(&w);
 }
 
+static void distributed_noise_widens_the_scale_to_hold_it(void **state) {
+  (void)state;
+  uint64_t ids[2] = {5, 9};
+  uint8_t seed[32] = {0};
+  xf_saphase_config cfg = {.n = 2, .sites = ids, .threshold = 1.0, .bits = 24, .n_params = 8,
+                           .clip = 1.0, .phase_s = 10.0, .graph_seed = seed};
+  xf_saphase *sa = NULL;
+  xf_update_secagg su;
+  uint32_t bound = (1u << 23) - 1 - 2;
+  assert_int_equal(xf_saphase_create(&cfg, 0.0, &sa, NULL), XF_OK);
+  assert_int_equal(xf_saphase_setup(sa, 5, &su), XF_OK);
+  assert_true(su.fixed.step == 1.0 / (double)bound);
+  xf_saphase_free(sa);
+  /* z = 2.6 over two equal sites: the sum's noise is about 2.6 * 1 * 0.5,
+   * above the clip itself; the scale holds clip + 8 of it (with the grid's
+   * slack), so the noise is not cut off at the clip. */
+  cfg.noise_multiplier = 2.6;
+  assert_int_equal(xf_saphase_create(&cfg, 0.0, &sa, NULL), XF_OK);
+  assert_int_equal(xf_saphase_setup(sa, 9, &su), XF_OK);
+  double range = 1.0 + 8.0 * 1.05 * 2.6 * 0.5;
+  assert_true(fabs(su.fixed.step * bound - range) < 1e-9);
+  xf_saphase_free(sa);
+  cfg.noise_multiplier = -1;
+  xf_errctx err = {0};
+  assert_int_equal(xf_saphase_create(&cfg, 0.0, &sa, &err), XF_EINVAL);
+  assert_non_null(strstr(err.msg, "noise multiplier"));
+}
+
 static void setup_tells_each_site_its_index_scale_and_subset(void **state) {
   (void)state;
   uint64_t ids[5] = {901, 17, 4242, 3, 77};
@@ -1031,6 +1059,7 @@ int main(void) {
       cmocka_unit_test(shared_subset_places_values_and_zeroes_the_rest),
       cmocka_unit_test(qN_that_the_bits_cannot_hold_is_refused_naming_the_bits_needed),
       cmocka_unit_test(setup_tells_each_site_its_index_scale_and_subset),
+      cmocka_unit_test(distributed_noise_widens_the_scale_to_hold_it),
       cmocka_unit_test(create_fails_cleanly_at_every_allocation),
       cmocka_unit_test(malformed_or_out_of_turn_messages_drop_the_sender),
       cmocka_unit_test(messages_from_outside_the_cohort_are_enoent),

@@ -84,9 +84,9 @@ for r in "${regions[@]}"; do
     n=$((n + 1))
     s=$r-$i
     # shellcheck disable=SC2046
-    "$site_bin" init --dir "$work/sites/$s" --name "$s" --region "$r" \
+    XF_LOG_LEVEL=warn "$site_bin" init --dir "$work/sites/$s" --name "$s" --region "$r" \
       --coordinator "127.0.0.1:${agg_port[$r]}" $(tls "$s") --threads 1 --backend cpu >/dev/null
-    "$site_bin" dataset add --dir "$work/sites/$s" --name fmnist --path "$work/shards/site-$n" \
+    XF_LOG_LEVEL=warn "$site_bin" dataset add --dir "$work/sites/$s" --name fmnist --path "$work/shards/site-$n" \
       --tag fmnist >/dev/null
     "$site_bin" run --dir "$work/sites/$s" 2>>"$work/logs/$s.log" &
     pids+=($!)
@@ -208,6 +208,12 @@ for j in a b c; do
   [[ $got == "${digest[$j]}" ]] || fail "job $j after kill -9 ($id): model $got, alone ${digest[$j]}"
 done
 grep -q 'event=job_active job=.* resumed=1' "$work/logs/coord.log" || fail "no job resumed after the restart"
+# Nothing made before the kill was lost: no attempt retried, no aggregate
+# the restarted coordinator could not open.
+if grep -h 'event=round_retried\|event=update_refused\|event=upstream_error' "$work"/logs/coord.log \
+  "$work"/logs/agg-*.log >"$work/lost.txt"; then
+  fail "work was lost to the restart: $(head -n 3 "$work/lost.txt")"
+fi
 echo "kill -9: the three jobs resumed and ended bit-identical to their runs alone"
 
 for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
