@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The job machine: one job's life at an aggregator, with no sockets, no
- * timers and no clock of its own (docs/jobs-machine.md). The global
+ * timers and no clock of its own (docs/job-machine.md). The global
  * coordinator runs one per job; a regional aggregator runs one per task
  * it relays, the same machine in its relay role. Events in — a plan from
  * admission, sites (or aggregators) answering, reporting, leaving, the
