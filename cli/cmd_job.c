@@ -157,7 +157,9 @@ json_t *xf__job_json(const Xfed__JobInfo *j) {
  * cancelled job stopped), and the rounds committed once the job is done
  * (JobInfo.round is then rounds + 1). */
 static uint32_t shown_round(const Xfed__JobInfo *j) {
-  return j->state && strcmp(j->state, "done") == 0 ? j->rounds_committed : j->round;
+  if (j->state && strcmp(j->state, "done") == 0) return j->rounds_committed;
+  /* Past the last round (the final evaluation): the last round. */
+  return j->rounds && j->round > j->rounds ? j->rounds : j->round;
 }
 
 static void fmt_time(double t, char out[32]) {
@@ -250,11 +252,14 @@ static void progress_line(const Xfed__JobInfo *j, char *out, size_t n) {
   snprintf(state, sizeof(state), "%s%s%s%s", str_or_empty(j->state),
            j->phase && *j->phase ? " (" : "", str_or_empty(j->phase),
            j->phase && *j->phase ? ")" : "");
+  /* Sites only while an attempt has invited some (counted in sites). */
+  char sites[48] = "";
+  if (j->invited > 0)
+    snprintf(sites, sizeof(sites), "  sites %u/%u", (unsigned)j->reported, (unsigned)j->invited);
   snprintf(out, n,
-           "round %u/%u  sites %u/%u  train loss %s  accuracy %s  up %s  down %s  epsilon %s  "
+           "round %u/%u%s  train loss %s  accuracy %s  up %s  down %s  epsilon %s  "
            "%s%s%.200s",
-           (unsigned)shown_round(j), (unsigned)j->rounds, (unsigned)j->reported,
-           (unsigned)j->invited, trl, acc, up, down, eps, state,
+           (unsigned)shown_round(j), (unsigned)j->rounds, sites, trl, acc, up, down, eps, state,
            j->message && *j->message ? ": " : "", str_or_empty(j->message));
 }
 

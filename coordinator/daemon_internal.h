@@ -211,6 +211,12 @@ typedef struct xf__run {
   double planned_at;
   uint32_t planned_round, planned_attempt;
   xf_jobm_phase planned_phase;
+  /* global: the sites that refused the newest training attempt with
+   * refusals, each by name in its own words ("e3: ..."), and that attempt.
+   * A job that goes on without them says so (requests.c, and its message
+   * once it is done). */
+  char refused[XF_JOBM_MSG_MAX];
+  uint32_t refused_round, refused_attempt;
   /* relay */
   xf__upstream_task up;
   float *relay_mean;        /* the region's aggregate, between COMMIT and FORWARD */

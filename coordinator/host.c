@@ -617,6 +617,7 @@ static void take_action(xf__run *run, const xf_jobm_action *a) {
     xf_aggregator_free(run->agg);
     run->agg = NULL;
     xf__takes_clear(run);
+    run->refused[0] = '\0'; /* the retry's note holds them; the next attempt is another */
     if (!run->relay)
       journal_check(xf_journal_round_retry(co->db, run->id, a->round, a->attempt, a->note,
                                            xf__now(), &err),
@@ -640,6 +641,7 @@ static void take_action(xf__run *run, const xf_jobm_action *a) {
   case XF_JOBM_STOP:
     XF_WARN("job_stopped", "job=%s reason=\"%s\"", run->id_text, a->note);
     if (!run->relay) xf__journal_state(co, run->id, XF_JOB_DONE, a->note);
+    run->refused[0] = '\0'; /* why it stopped is what its message says */
     return;
   case XF_JOBM_FAIL:
     XF_ERROR("job_failed", "job=%s reason=\"%s\"", run->id_text, a->note);
@@ -649,6 +651,13 @@ static void take_action(xf__run *run, const xf_jobm_action *a) {
     return;
   case XF_JOBM_FINISH:
     XF_INFO("job_finished", "job=%s rounds=%u", run->id_text, (unsigned)run->model_round);
+    if (!run->relay && run->refused[0]) {
+      /* Done without the sites that refused: its message says who and why. */
+      char msg[XF_JOBM_MSG_MAX + 64];
+      snprintf(msg, sizeof(msg), "round %u went on without %s", (unsigned)run->refused_round,
+               run->refused);
+      xf__journal_state(co, run->id, XF_JOB_DONE, msg);
+    }
     if (run->relay && run->up.evaluate_only) xf__upstream_eval_done(co, run);
     traffic(run);
     if (!run->relay) run->over = true;
@@ -765,6 +774,19 @@ static void on_accept(xf__run *run, xf__site *s, const Xfed__TaskAccept *a) {
   xf__run_actions(run);
 }
 
+/* Keeps a refusal of a training attempt on the global run, by the site's
+ * name: the newest attempt with refusals, all of them. */
+static void note_refused(xf__run *run, const Xfed__TaskRefusal *r, const char *named) {
+  if (run->refused_round != r->round || run->refused_attempt != r->attempt) {
+    run->refused[0] = '\0';
+    run->refused_round = r->round;
+    run->refused_attempt = r->attempt;
+  }
+  size_t used = strlen(run->refused), room = sizeof(run->refused) - used;
+  if (room > 3) /* what does not fit is cut */
+    snprintf(run->refused + used, room, "%s%.*s", used ? "; " : "", (int)(room - 3), named);
+}
+
 static void on_refusal(xf__run *run, xf__site *s, const Xfed__TaskRefusal *r) {
   xf__coord *co = run->co;
   const char *details = r->details ? r->details : "";
@@ -788,9 +810,16 @@ static void on_refusal(xf__run *run, xf__site *s, const Xfed__TaskRefusal *r) {
                         "via", s->regional ? s->name : "", "by", site || !s->regional ? "site"
                                                                                      : "regional",
                         "why", details));
+  /* The machine knows sites by id: at the global coordinator it keeps the
+   * words under the site's name, so that a round retried or failed for
+   * want of sites names who refused. A relay passes the words up as they
+   * are (the global coordinator names the site). */
+  char named[XF_JOBM_MSG_MAX];
+  snprintf(named, sizeof(named), "%s: %s", who, details);
+  if (!run->relay && xf_jobm_get_phase(run->m) != XF_JOBM_EVALUATING) note_refused(run, r, named);
   xf_errctx err = {0};
-  if (xf_jobm_refused(run->m, s->id, site, refusal_of((int)r->reason), details, xf__now(),
-                      &err) != XF_OK)
+  if (xf_jobm_refused(run->m, s->id, site, refusal_of((int)r->reason),
+                      run->relay ? details : named, xf__now(), &err) != XF_OK)
     XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
   xf__run_actions(run);
 }

@@ -187,6 +187,10 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
       const char *why = xf_jobm_message(run->m);
       if (why[0]) snprintf(st->message, sizeof(st->message), "%s", why);
     }
+    /* Nothing else to say: the sites it goes on without, and why. */
+    if (!st->message[0] && run->refused[0] && jj.state == XF_JOB_RUNNING)
+      snprintf(st->message, sizeof(st->message), "round %u went on without %s",
+               (unsigned)run->refused_round, run->refused);
   }
   ji->model_digest = st->digest;
   return XF_OK;

@@ -408,7 +408,9 @@ xf_err xf_policy_decide(const xf_policy *policy, const xf_policy_job *job, doubl
     snprintf(s, sizeof(s), "no site holds dataset '%.64s'%s", job->dataset,
              job->n_tags ? " with the job's tags" : "");
     rc = suggest(out, s, err);
-  } else if (!out->allowed && out->n_suggestions == 0) {
+  } else if (!out->allowed && out->n_suggestions == 0 && eligible > 0) {
+    /* With none eligible, lowering min_sites helps nothing: each site's
+     * reason says what would. */
     char s[XF_POLICY_SUGGESTION_MAX];
     snprintf(s, sizeof(s), "only %zu sites are eligible: lower min_sites to <= %zu", eligible,
              eligible);

@@ -55,3 +55,20 @@ endforeach()
 add_test(NAME niid_bench_fmnist COMMAND bash ${PROJECT_SOURCE_DIR}/bench/niid.sh
          --build ${PROJECT_BINARY_DIR} --min 0.865)
 set_tests_properties(niid_bench_fmnist PROPERTIES LABELS "integration;slow" TIMEOUT 5400)
+
+# Regressions of the mixed federation (tests/integration/regressions.sh),
+# each on its own federation of sites behind regional aggregators and sites
+# dialling the coordinator, under a residency policy: min_sites counted in
+# sites, a refusal behind an aggregator reaching the coordinator's trail and
+# the job's status, secure aggregation over direct sites beside a regional
+# aggregate, the median weighing a region by its sites, a held-back aggregate
+# spending no privacy, and one accuracy of complete evaluations in every view.
+# About 10-20 s each on 2 cores.
+foreach(_regression min_sites_counts_sites refusal_behind_aggregator_reaches_coordinator
+                    secagg_over_mixed_cohort median_weighs_regions_by_sites
+                    held_back_aggregate_spends_no_privacy accuracy_is_of_complete_rounds)
+  add_test(NAME regression_${_regression}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/regressions.sh
+                   ${PROJECT_BINARY_DIR} ${_regression})
+  set_tests_properties(regression_${_regression} PROPERTIES LABELS integration TIMEOUT 900)
+endforeach()
