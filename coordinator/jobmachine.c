@@ -14,6 +14,7 @@
 #include <sodium.h>
 
 #include "base/alloc.h"
+#include "base/text.h"
 #include "job/jobprivacy.h"
 
 /* ---- state -------------------------------------------------------------------------------------- */
@@ -252,20 +253,6 @@ static void set_msg(xf_jobm *m, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(m->msg, sizeof(m->msg), fmt, ap);
-  va_end(ap);
-}
-
-static void append(char *buf, size_t len, const char *fmt, ...) XF_PRINTF(3, 4);
-static void append(char *buf, size_t len, const char *fmt, ...) {
-  size_t used = strlen(buf);
-  if (used + 3 >= len) return;
-  if (used) {
-    memcpy(buf + used, "; ", 3);
-    used += 2;
-  }
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf + used, len - used, fmt, ap);
   va_end(ap);
 }
 
@@ -811,7 +798,7 @@ static bool sa_start(xf_jobm *m, const uint64_t *sites, size_t n, double now) {
 
 static void drop_site(xf_jobm *m, uint64_t site, const char *why, double now) {
   if (!site_pending(m, site)) return;
-  append(m->refusals, sizeof(m->refusals), "%s", why);
+  xf_text_append(m->refusals, sizeof(m->refusals), "%s", why);
   participant(m, site, XF_PARTICIPANT_DROPPED, 0);
   if (m->sa) xf_saphase_gone(m->sa, site, now);
   xf_errctx e = {0};
@@ -1020,7 +1007,7 @@ static void run_sa(xf_jobm *m, double now) {
     } else if (a->kind == XF_SAPHASE_ACT_FAILED) {
       char why[400];
       snprintf(why, sizeof(why), "secure aggregation failed: %s", a->why);
-      append(m->refusals, sizeof(m->refusals), "%s", why);
+      xf_text_append(m->refusals, sizeof(m->refusals), "%s", why);
     }
   }
   xf_free(list);
@@ -1134,7 +1121,7 @@ static void process_round(xf_jobm *m, double now) {
       bool last = a->kind == XF_ROUND_ACT_FAIL_JOB;
       char why[XF_JOBM_MSG_MAX];
       snprintf(why, sizeof(why), "%s", a->note);
-      if (m->refusals[0]) append(why, sizeof(why), "%s", m->refusals);
+      if (m->refusals[0]) xf_text_append(why, sizeof(why), "%s", m->refusals);
       if (m->privacy_refusal == XF_JOBM_REFUSED_BUDGET ||
           m->privacy_refusal == XF_JOBM_REFUSED_TARGET) {
         /* A spent budget stays spent: the round is not tried again. */
@@ -1161,7 +1148,7 @@ static void process_round(xf_jobm *m, double now) {
         if (!xf_release_allows(&m->release, &art, held, sizeof(held))) {
           char msg[XF_JOBM_MSG_MAX];
           snprintf(msg, sizeof(msg), "held back before any site trained: %.400s", held);
-          if (m->refusals[0]) append(msg, sizeof(msg), "%.500s", m->refusals);
+          if (m->refusals[0]) xf_text_append(msg, sizeof(msg), "%.500s", m->refusals);
           fail(m, msg);
           break;
         }
@@ -1268,10 +1255,10 @@ static void note_refusal(xf_jobm *m, uint64_t site, xf_jobm_refusal why, const c
   char who[32];
   snprintf(who, sizeof(who), "site %llu", (unsigned long long)site);
   (void)who;
-  append(m->refusals, sizeof(m->refusals), "%s", d);
+  xf_text_append(m->refusals, sizeof(m->refusals), "%s", d);
   if (why == XF_JOBM_REFUSED_BUDGET || why == XF_JOBM_REFUSED_TARGET) {
     if (m->privacy_refusal != XF_JOBM_REFUSED_BUDGET) m->privacy_refusal = why;
-    append(m->privacy_note, sizeof(m->privacy_note), "%s", d);
+    xf_text_append(m->privacy_note, sizeof(m->privacy_note), "%s", d);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/text.h"
 #include "crypto/digest.h"
 #include "crypto/secagg.h"
 #include "job/jobprivacy.h"
@@ -88,21 +89,6 @@ static void say(char *buf, size_t len, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* Appends "; text" (or text when buf is empty) while there is room. */
-static void append(char *buf, size_t len, const char *fmt, ...) XF_PRINTF(3, 4);
-static void append(char *buf, size_t len, const char *fmt, ...) {
-  size_t used = strlen(buf);
-  if (used + 3 >= len) return;
-  if (used) {
-    memcpy(buf + used, "; ", 3);
-    used += 2;
-  }
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf + used, len - used, fmt, ap);
-  va_end(ap);
-}
-
 static const xf_fed_dataset *job_dataset(const xf_jobspec *spec, const xf_fed_site *s) {
   for (size_t i = 0; i < s->n_datasets; i++) {
     const xf_fed_dataset *d = &s->datasets[i];
@@ -143,9 +129,9 @@ static void explain_decision(const xf_policy_decision *d, char *buf, size_t len)
   say(buf, len, "policy version %llu makes %zu of %zu sites eligible",
       (unsigned long long)d->version, eligible, d->n_sites);
   for (size_t i = 0; i < d->n_sites; i++)
-    if (!d->sites[i].eligible) append(buf, len, "%s: %s", d->sites[i].site, d->sites[i].why);
+    if (!d->sites[i].eligible) xf_text_append(buf, len, "%s: %s", d->sites[i].site, d->sites[i].why);
   for (size_t i = 0; i < d->n_suggestions; i++)
-    append(buf, len, "%s%s", i ? "" : "to allow it: ", d->suggestions[i]);
+    xf_text_append(buf, len, "%s%s", i ? "" : "to allow it: ", d->suggestions[i]);
 }
 
 /* ---- sites ----------------------------------------------------------------------------------- */
@@ -364,10 +350,10 @@ static void describe(const xf_jobspec *spec, xf_admission *a) {
         "direct site%s",
         regionals, regionals == 1 ? "" : "s", direct, direct == 1 ? "" : "s");
   if (spec->secure_aggregation.enabled && (direct || regionals))
-    append(buf, len, "secure aggregation %s%s%s", direct ? "among the direct sites" : "",
+    xf_text_append(buf, len, "secure aggregation %s%s%s", direct ? "among the direct sites" : "",
            direct && regionals ? " and " : "", regionals ? "within each regional aggregator" : "");
   if (xf_job_noise_in_sum(spec))
-    append(buf, len, "%s noise on the mean of every reporting site",
+    xf_text_append(buf, len, "%s noise on the mean of every reporting site",
            spec->privacy.mode == XF_PRIVACY_CENTRAL ? "central" : "distributed");
 }
 
@@ -530,8 +516,8 @@ xf_err xf_admission_decide(const xf_jobspec *spec, const xf_policy_decision *dec
     /* The setting at fault first, then the count. */
     for (size_t gi = 0; gi < out->n_groups; gi++)
       if (!out->groups[gi].usable && out->groups[gi].eligible >= out->groups[gi].min_sites)
-        append(why, why_len, "%s", out->groups[gi].why);
-    append(why, why_len, "that leaves %u site%s for min_sites %u", out->eligible,
+        xf_text_append(why, why_len, "%s", out->groups[gi].why);
+    xf_text_append(why, why_len, "that leaves %u site%s for min_sites %u", out->eligible,
            out->eligible == 1 ? "" : "s", (unsigned)spec->min_sites);
     xf_free(by_group);
     return XF_OK;
@@ -554,10 +540,10 @@ xf_err xf_admission_decide(const xf_jobspec *spec, const xf_policy_decision *dec
         (unsigned)spec->min_sites, out->eligible, holders, spec->data.dataset, connected,
         out->eligible);
   for (size_t gi = 0; gi < out->n_groups; gi++)
-    if (!out->groups[gi].usable) append(why, why_len, "%s", out->groups[gi].why);
+    if (!out->groups[gi].usable) xf_text_append(why, why_len, "%s", out->groups[gi].why);
   for (size_t i = 0; i < out->n_sites; i++)
     if (!out->sites[i].eligible && !by_group[i])
-      append(why, why_len, "%s: %s", out->sites[i].name, out->sites[i].why);
+      xf_text_append(why, why_len, "%s: %s", out->sites[i].name, out->sites[i].why);
   xf_free(by_group);
   return XF_OK;
 }

@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/result.h"
 #include "base/rng.h"
+#include "base/text.h"
 #include "crypto/digest.h"
 
 static void every_error_has_a_name_and_message(void **state) {
@@ -152,6 +153,19 @@ static void digest_matches_blake2b_known_answer(void **state) {
   assert_memory_equal(s.bytes, o.bytes, XF_DIGEST_BYTES);
 }
 
+static void text_append_joins_clauses_and_cuts_at_the_end(void **state) {
+  (void)state;
+  char buf[16] = "";
+  xf_text_append(buf, sizeof(buf), "a %d", 1);
+  assert_string_equal(buf, "a 1");
+  xf_text_append(buf, sizeof(buf), "%s", "b");
+  assert_string_equal(buf, "a 1; b");
+  xf_text_append(buf, sizeof(buf), "%s", "a long clause");
+  assert_string_equal(buf, "a 1; b; a long ");
+  xf_text_append(buf, sizeof(buf), "%s", "more");
+  assert_string_equal(buf, "a 1; b; a long ");
+}
+
 static void log_level_parses_names(void **state) {
   (void)state;
   xf_log_level l;
@@ -171,6 +185,7 @@ int main(void) {
       cmocka_unit_test(rng_distributions_have_the_right_moments),
       cmocka_unit_test(digest_matches_blake2b_known_answer),
       cmocka_unit_test(log_level_parses_names),
+      cmocka_unit_test(text_append_joins_clauses_and_cuts_at_the_end),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,104 +15,21 @@
 # usage: concurrency.sh BUILD_DIR
 set -euo pipefail
 build=$(cd "${1:?build dir}" && pwd)
-src=$(cd "$(dirname "$0")/../.." && pwd)
-data=${XF_FMNIST:-/usr/share/datasets/fashion-mnist}
-xfed=$build/cli/xfed site_bin=$build/site/xfed-site coord_bin=$build/coordinator/xfed-coord
-work=$(mktemp -d "${TMPDIR:-/tmp}/xf-conc-XXXXXX")
-pids=()
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$work"/logs/*.log; do echo "--- $f" >&2; grep -v 'level=info' "$f" | tail -n 8 >&2; done
-  exit 1
-}
-cleanup() {
-  local pid
-  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  if [[ -n ${XF_KEEP_WORK:-} ]]; then echo "kept $work" >&2; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-[[ -f $data/train-images-idx3-ubyte.gz || -f $data/train-images-idx3-ubyte ]] ||
-  fail "Fashion-MNIST is not at $data (deploy/install-deps.sh installs dataset-fashion-mnist)"
-export XF_LOG_LEVEL=info
-mkdir -p "$work/logs"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "$0")/lib.sh"
+fed_name=conc
+coord_config='{"resume_grace_s": 30, "eval_timeout_s": 60}'
+setup_work xf-conc
+# The quickstart federation: two sites of each region behind its aggregator
+# (shards site-1 to site-6 in this order), the coordinator in us.
+federation eu-1:eu:eu eu-2:eu:eu us-1:us:us us-2:us:us ap-1:ap:ap ap-2:ap:ap
+comp policy import "$src/deploy/policy/quickstart.json" --reason "the quickstart's policy" >/dev/null
 
-fed=$work/federation
-regions=(eu us ap)
-"$xfed" pki init --dir "$fed" --federation conc >/dev/null
-"$xfed" pki issue --dir "$fed" --kind coordinator --name coord >/dev/null
-"$xfed" pki issue --dir "$fed" --kind user --name rita --role researcher >/dev/null
-"$xfed" pki issue --dir "$fed" --kind user --name cora --role compliance >/dev/null
-for r in "${regions[@]}"; do
-  "$xfed" pki issue --dir "$fed" --kind coordinator --name "agg-$r" --region "$r" >/dev/null
-  for i in 1 2; do "$xfed" pki issue --dir "$fed" --kind site --name "$r-$i" --region "$r" >/dev/null; done
-done
-tls() { echo --cert "$fed/issued/$1.crt" --key "$fed/issued/$1.key" --ca "$fed/ca.crt" --crl "$fed/crl.pem"; }
-"$xfed" data split --data "$data" --sites 6 --scheme dirichlet:0.5 --seed 7 --out "$work/shards" \
-  --min-records 1000 >/dev/null
-
-wait_file() { # wait_file FILE
-  local i
-  for ((i = 0; i < 200; i++)); do [[ -s $1 ]] && return 0; sleep 0.1; done
-  fail "no $1"
-}
-start_coord() { # start_coord [PORT]
-  rm -f "$work/coord.port"
-  # shellcheck disable=SC2046
-  "$coord_bin" $(tls coord) --region us --state "$work/coord" --listen "127.0.0.1:${1:-0}" \
-    --port-file "$work/coord.port" --config "$work/coord.json" 2>>"$work/logs/coord.log" &
-  coord_pid=$!
-  pids+=("$coord_pid")
-  wait_file "$work/coord.port"
-  port=$(cat "$work/coord.port")
-}
-echo '{"resume_grace_s": 30, "eval_timeout_s": 60}' >"$work/coord.json"
-start_coord
-declare -A agg_port
-for r in "${regions[@]}"; do
-  # shellcheck disable=SC2046
-  "$coord_bin" --role regional --region "$r" --upstream "127.0.0.1:$port" $(tls "agg-$r") \
-    --state "$work/agg-$r" --listen 127.0.0.1:0 --port-file "$work/agg-$r.port" \
-    2>>"$work/logs/agg-$r.log" &
-  pids+=($!)
-  wait_file "$work/agg-$r.port"
-  agg_port[$r]=$(cat "$work/agg-$r.port")
-done
-n=0
-for r in "${regions[@]}"; do
-  for i in 1 2; do
-    n=$((n + 1))
-    s=$r-$i
-    # shellcheck disable=SC2046
-    XF_LOG_LEVEL=warn "$site_bin" init --dir "$work/sites/$s" --name "$s" --region "$r" \
-      --coordinator "127.0.0.1:${agg_port[$r]}" $(tls "$s") --threads 1 --backend cpu >/dev/null
-    XF_LOG_LEVEL=warn "$site_bin" dataset add --dir "$work/sites/$s" --name fmnist --path "$work/shards/site-$n" \
-      --tag fmnist >/dev/null
-    "$site_bin" run --dir "$work/sites/$s" 2>>"$work/logs/$s.log" &
-    pids+=($!)
-  done
-done
-# shellcheck disable=SC2046
-cli() { XF_LOG_LEVEL=warn "$xfed" "$@" --coordinator "127.0.0.1:$port" $(tls rita); }
-# shellcheck disable=SC2046
-XF_LOG_LEVEL=warn "$xfed" policy import "$src/deploy/policy/quickstart.json" \
-  --coordinator "127.0.0.1:$port" $(tls cora) --reason "the quickstart's policy" >/dev/null
-for ((i = 0; i < 150; i++)); do
-  (($(cat "$work"/logs/agg-*.log | grep -c 'event=site_announced') >= 6)) && break
-  sleep 0.2
-done
-
-json_field() { sed -n "s/.*\"$1\": *\"\\{0,1\\}\\([^\",}]*\\).*/\\1/p" | head -n 1; }
-job_field() { cli job status "$1" --json | json_field "$2"; }
-wait_done() { # wait_done JOB SECONDS
-  local i st
-  for ((i = 0; i < $2 * 5; i++)); do
-    st=$(job_field "$1" state 2>/dev/null || true)
-    [[ $st == done ]] && return 0
-    [[ $st == failed || $st == cancelled ]] && fail "job $1 is $st: $(job_field "$1" message)"
-    sleep 0.2
-  done
-  fail "job $1 is not done after $2 s (it is $st)"
+wait_job() { # wait_job JOB SECONDS: the job ends done within about SECONDS
+  local st
+  st=$(wait_end "$1" "$2")
+  [[ $st == failed || $st == cancelled ]] && fail "job $1 is $st: $(job_field "$1" message)"
+  [[ $st == "done" ]] || fail "job $1 is not done after $2 s (it is $st)"
 }
 
 # Three jobs, deterministic (no noise drawn from the CSPRNG), on the sites
@@ -146,7 +63,7 @@ submit() { cli job submit "$work/$1.json" --json | json_field job_id; }
 # 1. Alone, one after the other.
 for j in a b c; do
   id=$(submit "$j")
-  wait_done "$id" 300
+  wait_job "$id" 300
   digest[$j]=$(job_field "$id" model_digest)
   acc[$j]=$(job_field "$id" test_accuracy)
   echo "alone: job $j ($id) accuracy ${acc[$j]} model ${digest[$j]}"
@@ -168,7 +85,7 @@ k=0
 for j in a b c; do
   id=${ids[$k]}
   k=$((k + 1))
-  wait_done "$id" 300
+  wait_job "$id" 300
   got=$(job_field "$id" model_digest)
   [[ $got == "${digest[$j]}" ]] || fail "job $j together ($id): model $got, alone ${digest[$j]}"
 done
@@ -191,7 +108,7 @@ for ((i = 0; i < 1500 && !ok; i++)); do
     line=$(tr -d '\n' <"$work/list.json" | sed 's/},{/}\n{/g' | grep "\"job_id\": *\"$id\"" || true)
     r=$(echo "$line" | json_field rounds_committed)
     st=$(echo "$line" | json_field state)
-    ((${r:-0} >= 1)) && [[ $st != done ]] || ok=0
+    ((${r:-0} >= 1)) && [[ $st != "done" ]] || ok=0
   done
   ((ok)) || sleep 0.05
 done
@@ -203,7 +120,7 @@ k=0
 for j in a b c; do
   id=${ids[$k]}
   k=$((k + 1))
-  wait_done "$id" 300
+  wait_job "$id" 300
   got=$(job_field "$id" model_digest)
   [[ $got == "${digest[$j]}" ]] || fail "job $j after kill -9 ($id): model $got, alone ${digest[$j]}"
 done
@@ -216,9 +133,5 @@ if grep -h 'event=round_retried\|event=update_refused\|event=upstream_error' "$w
 fi
 echo "kill -9: the three jobs resumed and ended bit-identical to their runs alone"
 
-for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-pids=()
-if grep -l -E 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$work"/logs/*.log; then
-  fail "a daemon printed a sanitizer report"
-fi
+stop_daemons
+check_sanitizers

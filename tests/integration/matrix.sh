@@ -28,28 +28,12 @@ set -euo pipefail
 build=$(cd "${1:?build dir}" && pwd)
 topology=${2:?topology} privacy=${3:?privacy} secagg=${4:?secagg} compression=${5:?compression}
 strategy=${6:?strategy} expect=${7:?expect}
-src=$(cd "$(dirname "$0")/../.." && pwd)
-data=${XF_FMNIST:-/usr/share/datasets/fashion-mnist}
-xfed=$build/cli/xfed site_bin=$build/site/xfed-site coord_bin=$build/coordinator/xfed-coord
-work=$(mktemp -d "${TMPDIR:-/tmp}/xf-matrix-XXXXXX")
-pids=()
 cell="$topology/$privacy/secagg-$secagg/$compression/$strategy"
-fail() {
-  echo "FAIL [$cell]: $*" >&2
-  for f in "$work"/logs/*.log; do
-    [[ -f $f ]] || continue
-    echo "--- $f" >&2
-    grep -v 'level=info' "$f" | tail -n 8 >&2 || true
-  done
-  exit 1
-}
-cleanup() {
-  local pid
-  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  if [[ -n ${XF_KEEP_WORK:-} ]]; then echo "kept $work" >&2; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
+label=$cell
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "$0")/lib.sh"
+fed_name=matrix
+setup_work xf-matrix
 case $topology in flat | regional) ;; *) fail "topology is flat or regional, not '$topology'" ;; esac
 case $privacy in none | central | local | distributed | record) ;;
   *) fail "privacy is none, central, local, distributed or record, not '$privacy'" ;; esac
@@ -57,89 +41,17 @@ case $secagg in on | off) ;; *) fail "secagg is on or off, not '$secagg'" ;; esa
 case $compression in none | q8 | topk) ;; *) fail "compression is none, q8 or topk, not '$compression'" ;; esac
 case $expect in runs | runs+eu | runs-eu | refused) ;;
   *) fail "expect is runs, runs+eu, runs-eu or refused, not '$expect'" ;; esac
-[[ -f $data/train-images-idx3-ubyte.gz || -f $data/train-images-idx3-ubyte ]] ||
-  fail "Fashion-MNIST is not at $data (deploy/install-deps.sh installs dataset-fashion-mnist)"
-export XF_LOG_LEVEL=info
-mkdir -p "$work/logs"
 
 # ---- the federation ---------------------------------------------------------------------------------
-fed=$work/federation
-tls() { echo --cert "$fed/issued/$1.crt" --key "$fed/issued/$1.key" --ca "$fed/ca.crt" --crl "$fed/crl.pem"; }
-wait_file() {
-  local i
-  for ((i = 0; i < 300; i++)); do [[ -s $1 ]] && return 0; sleep 0.1; done
-  fail "no $1"
-}
-XF_LOG_LEVEL=warn "$xfed" pki init --dir "$fed" --federation matrix >/dev/null
-XF_LOG_LEVEL=warn "$xfed" pki issue --dir "$fed" --kind coordinator --name coord >/dev/null
-XF_LOG_LEVEL=warn "$xfed" pki issue --dir "$fed" --kind user --name rita --role researcher >/dev/null
-XF_LOG_LEVEL=warn "$xfed" pki issue --dir "$fed" --kind user --name cora --role compliance >/dev/null
-sites=() aggs=()
-declare -A site_region dial
+# flat: four eu sites dialling the coordinator directly; regional: two sites
+# of each region behind its aggregator, the coordinator in us.
 if [[ $topology == flat ]]; then
-  for i in 1 2 3 4; do sites+=("s$i"); site_region[s$i]=eu; done
+  coord_flags=(--residency-policy off)
+  federation s1:eu:direct s2:eu:direct s3:eu:direct s4:eu:direct
 else
-  for r in eu us ap; do
-    aggs+=("$r")
-    for i in 1 2; do sites+=("$r-$i"); site_region[$r-$i]=$r; done
-  done
+  federation eu-1:eu:eu eu-2:eu:eu us-1:us:us us-2:us:us ap-1:ap:ap ap-2:ap:ap
+  comp policy import "$src/deploy/policy/quickstart.json" --reason "the quickstart's policy" >/dev/null
 fi
-for s in "${sites[@]}"; do
-  XF_LOG_LEVEL=warn "$xfed" pki issue --dir "$fed" --kind site --name "$s" --region "${site_region[$s]}" >/dev/null
-done
-for r in "${aggs[@]}"; do
-  XF_LOG_LEVEL=warn "$xfed" pki issue --dir "$fed" --kind coordinator --name "agg-$r" --region "$r" >/dev/null
-done
-XF_LOG_LEVEL=warn "$xfed" data split --data "$data" --sites "${#sites[@]}" --scheme dirichlet:0.5 --seed 7 \
-  --out "$work/shards" --min-records 1000 >/dev/null
-
-region_flag=(--residency-policy off)
-[[ $topology == regional ]] && region_flag=(--region us)
-# shellcheck disable=SC2046
-"$coord_bin" $(tls coord) "${region_flag[@]}" --state "$work/coord" --listen 127.0.0.1:0 \
-  --port-file "$work/coord.port" 2>>"$work/logs/coord.log" &
-pids+=($!)
-wait_file "$work/coord.port"
-port=$(cat "$work/coord.port")
-for s in "${sites[@]}"; do dial[$s]=$port; done
-for r in "${aggs[@]}"; do
-  # shellcheck disable=SC2046
-  "$coord_bin" --role regional --region "$r" --upstream "127.0.0.1:$port" $(tls "agg-$r") \
-    --state "$work/agg-$r" --listen 127.0.0.1:0 --port-file "$work/agg-$r.port" \
-    2>>"$work/logs/agg-$r.log" &
-  pids+=($!)
-  wait_file "$work/agg-$r.port"
-  for i in 1 2; do dial[$r-$i]=$(cat "$work/agg-$r.port"); done
-done
-n=0
-for s in "${sites[@]}"; do
-  n=$((n + 1))
-  # shellcheck disable=SC2046
-  XF_LOG_LEVEL=warn "$site_bin" init --dir "$work/sites/$s" --name "$s" --region "${site_region[$s]}" \
-    --coordinator "127.0.0.1:${dial[$s]}" $(tls "$s") --threads 1 --backend cpu >/dev/null
-  XF_LOG_LEVEL=warn "$site_bin" dataset add --dir "$work/sites/$s" --name fmnist \
-    --path "$work/shards/site-$n" --tag fmnist >/dev/null
-  "$site_bin" run --dir "$work/sites/$s" 2>>"$work/logs/$s.log" &
-  pids+=($!)
-done
-# shellcheck disable=SC2046
-cli() { XF_LOG_LEVEL=warn "$xfed" "$@" --coordinator "127.0.0.1:$port" $(tls rita); }
-if [[ $topology == regional ]]; then
-  # shellcheck disable=SC2046
-  XF_LOG_LEVEL=warn "$xfed" policy import "$src/deploy/policy/quickstart.json" \
-    --coordinator "127.0.0.1:$port" $(tls cora) --reason "the quickstart's policy" >/dev/null
-fi
-want=${#sites[@]}
-for ((i = 0; i < 300; i++)); do
-  if [[ $topology == flat ]]; then
-    k=$(grep -c 'event=site_connected\|event=site_announced' "$work/logs/coord.log" || true)
-  else
-    k=$(cat "$work"/logs/agg-*.log | grep -c 'event=site_announced' || true)
-  fi
-  ((k >= want)) && break
-  sleep 0.2
-done
-((k >= want)) || fail "only $k of $want sites came up"
 
 # ---- the job ----------------------------------------------------------------------------------------
 # The regional cells meet the eu rule's max_epsilon 3; flat ones, with four
@@ -169,9 +81,6 @@ cat >"$work/job.json" <<JSON
  "compression": $comp, "seed": 31}
 JSON
 
-json_field() { sed -n "s/.*\"$1\": *\"\\{0,1\\}\\([^\",}]*\\).*/\\1/p" | head -n 1; }
-job_field() { cli job status "$1" --json | json_field "$2"; }
-
 set +e
 cli policy check "$work/job.json" >"$work/check.out" 2>&1
 check=$?
@@ -192,13 +101,8 @@ fi
 ((submit == 0)) || fail "submission refused what check allowed (exit $submit): $(cat "$work/submit.out")"
 id=$(json_field job_id <"$work/submit.out")
 [[ -n $id ]] || fail "no job id in $(cat "$work/submit.out")"
-st=
-for ((i = 0; i < 3000; i++)); do
-  st=$(job_field "$id" state 2>/dev/null || true)
-  [[ $st == done || $st == failed || $st == cancelled ]] && break
-  sleep 0.2
-done
-[[ $st == done ]] || fail "job $id is '$st', not done: $(job_field "$id" message)"
+st=$(wait_end "$id")
+[[ $st == "done" ]] || fail "job $id is '$st', not done: $(job_field "$id" message)"
 acc=$(job_field "$id" test_accuracy)
 eps=$(job_field "$id" epsilon)
 # Without noise the model must learn; with record-level DP-SGD too. Noise for
@@ -248,22 +152,6 @@ if [[ $expect == runs+eu || $expect == runs-eu ]]; then
   [[ $expect == runs-eu ]] && ((eu == 1)) && fail "the eu sites took part against the policy"
 fi
 
-# Every audit trail verifies.
-# shellcheck disable=SC2046
-XF_LOG_LEVEL=warn "$xfed" audit verify --coordinator "127.0.0.1:$port" $(tls cora) >"$work/audit.out" ||
-  fail "the coordinator's audit trail: $(cat "$work/audit.out")"
-for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-pids=()
-for r in "${aggs[@]}"; do
-  XF_LOG_LEVEL=warn "$xfed" audit verify --db "$work/agg-$r/audit.db" >"$work/audit.out" ||
-    fail "agg-$r's audit trail: $(cat "$work/audit.out")"
-done
-for s in "${sites[@]}"; do
-  XF_LOG_LEVEL=warn "$site_bin" audit verify --dir "$work/sites/$s" >"$work/audit.out" ||
-    fail "site $s's audit trail: $(cat "$work/audit.out")"
-done
-if grep -l -E 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$work"/logs/*.log; then
-  fail "a daemon reported a sanitizer error (the files above)"
-fi
+# Every audit trail verifies; every daemon stops on SIGTERM; no sanitizer report.
+finish "a daemon reported a sanitizer error (the files above)"
 echo "[$cell] job $id done: accuracy $acc epsilon ${eps:-none}, $took sites took part"

@@ -28,130 +28,22 @@
 set -euo pipefail
 build=$(cd "${1:?build dir}" && pwd)
 name=${2:?scenario}
-data=${XF_FMNIST:-/usr/share/datasets/fashion-mnist}
-xfed=$build/cli/xfed site_bin=$build/site/xfed-site coord_bin=$build/coordinator/xfed-coord
-work=$(mktemp -d "${TMPDIR:-/tmp}/xf-reg-XXXXXX")
-pids=()
-fail() {
-  echo "FAIL [$name]: $*" >&2
-  for f in "$work"/logs/*.log; do
-    [[ -f $f ]] || continue
-    echo "--- $f" >&2
-    grep -v 'level=info' "$f" | tail -n 8 >&2 || true
-  done
-  exit 1
-}
-cleanup() {
-  local pid
-  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  # XF_KEEP_WORK=1 keeps the federation's directory (logs, trails) to look at.
-  if [[ -n ${XF_KEEP_WORK:-} ]]; then echo "kept $work" >&2; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
+label=$name
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "$0")/lib.sh"
+fed_name=regress
+coord_config='{"resume_grace_s": 30, "eval_timeout_s": 300}'
+setup_work xf-reg
 case $name in
   min_sites_counts_sites | refusal_behind_aggregator_reaches_coordinator | secagg_over_mixed_cohort | \
     median_weighs_regions_by_sites | held_back_aggregate_spends_no_privacy | \
     accuracy_is_of_complete_rounds) ;;
   *) echo "unknown scenario '$name'" >&2; exit 2 ;;
 esac
-[[ -f $data/train-images-idx3-ubyte.gz || -f $data/train-images-idx3-ubyte ]] ||
-  fail "Fashion-MNIST is not at $data (deploy/install-deps.sh installs dataset-fashion-mnist)"
-export XF_LOG_LEVEL=info
-mkdir -p "$work/logs"
 
 # ---- the federation ---------------------------------------------------------------------------------
-# federation "SITE:REGION:VIA ...": VIA is "direct" (the site dials the
-# coordinator) or a region whose aggregator it dials. The coordinator is in
-# us; each region named as a VIA gets an aggregator agg-REGION.
-fed=$work/federation
-tls() { echo --cert "$fed/issued/$1.crt" --key "$fed/issued/$1.key" --ca "$fed/ca.crt" --crl "$fed/crl.pem"; }
-wait_file() {
-  local i
-  for ((i = 0; i < 300; i++)); do [[ -s $1 ]] && return 0; sleep 0.1; done
-  fail "no $1"
-}
-sites=() aggs=()
-declare -A site_region site_via behind
-federation() {
-  local entry s r v n i
-  for entry in "$@"; do
-    IFS=: read -r s r v <<<"$entry"
-    sites+=("$s")
-    site_region[$s]=$r
-    site_via[$s]=$v
-    if [[ $v != direct ]]; then
-      [[ -n ${behind[$v]:-} ]] || aggs+=("$v")
-      behind[$v]=$((${behind[$v]:-0} + 1))
-    fi
-  done
-  XF_LOG_LEVEL=warn "$xfed" pki init --dir "$fed" --federation regress >/dev/null
-  XF_LOG_LEVEL=warn "$xfed" pki issue --dir "$fed" --kind coordinator --name coord >/dev/null
-  XF_LOG_LEVEL=warn "$xfed" pki issue --dir "$fed" --kind user --name rita --role researcher >/dev/null
-  XF_LOG_LEVEL=warn "$xfed" pki issue --dir "$fed" --kind user --name cora --role compliance >/dev/null
-  for s in "${sites[@]}"; do
-    XF_LOG_LEVEL=warn "$xfed" pki issue --dir "$fed" --kind site --name "$s" --region "${site_region[$s]}" >/dev/null
-  done
-  for r in "${aggs[@]}"; do
-    XF_LOG_LEVEL=warn "$xfed" pki issue --dir "$fed" --kind coordinator --name "agg-$r" --region "$r" >/dev/null
-  done
-  XF_LOG_LEVEL=warn "$xfed" data split --data "$data" --sites "${#sites[@]}" --scheme dirichlet:0.5 --seed 7 \
-    --out "$work/shards" --min-records 1000 >/dev/null
-  echo '{"resume_grace_s": 30, "eval_timeout_s": 300}' >"$work/coord.json"
-  # shellcheck disable=SC2046
-  "$coord_bin" $(tls coord) --region us --state "$work/coord" --listen 127.0.0.1:0 \
-    --port-file "$work/coord.port" --config "$work/coord.json" 2>>"$work/logs/coord.log" &
-  pids+=($!)
-  wait_file "$work/coord.port"
-  port=$(cat "$work/coord.port")
-  declare -A dial
-  for r in "${aggs[@]}"; do
-    # shellcheck disable=SC2046
-    "$coord_bin" --role regional --region "$r" --upstream "127.0.0.1:$port" $(tls "agg-$r") \
-      --state "$work/agg-$r" --listen 127.0.0.1:0 --port-file "$work/agg-$r.port" \
-      2>>"$work/logs/agg-$r.log" &
-    pids+=($!)
-    wait_file "$work/agg-$r.port"
-    dial[$r]=$(cat "$work/agg-$r.port")
-  done
-  n=0
-  for s in "${sites[@]}"; do
-    n=$((n + 1))
-    v=${site_via[$s]}
-    local to=$port
-    [[ $v != direct ]] && to=${dial[$v]}
-    # shellcheck disable=SC2046
-    XF_LOG_LEVEL=warn "$site_bin" init --dir "$work/sites/$s" --name "$s" --region "${site_region[$s]}" \
-      --coordinator "127.0.0.1:$to" $(tls "$s") --threads 1 --backend cpu >/dev/null
-    XF_LOG_LEVEL=warn "$site_bin" dataset add --dir "$work/sites/$s" --name fmnist \
-      --path "$work/shards/site-$n" --tag fmnist >/dev/null
-    "$site_bin" run --dir "$work/sites/$s" 2>>"$work/logs/$s.log" &
-    pids+=($!)
-  done
-  # Up: every direct site announced to the coordinator, every aggregator
-  # announced with all of its sites behind it.
-  local up
-  for ((i = 0; i < 600; i++)); do
-    up=1
-    for s in "${sites[@]}"; do
-      [[ ${site_via[$s]} == direct ]] || continue
-      grep -q "event=site_announced site=$s " "$work/logs/coord.log" || up=0
-    done
-    for r in "${aggs[@]}"; do
-      grep -q "event=site_announced site=agg-$r .*sites_behind=${behind[$r]}" "$work/logs/coord.log" || up=0
-    done
-    ((up)) && return 0
-    sleep 0.2
-  done
-  fail "the federation did not come up"
-}
-# shellcheck disable=SC2046
-cli() { XF_LOG_LEVEL=warn "$xfed" "$@" --coordinator "127.0.0.1:$port" $(tls rita); }
-# shellcheck disable=SC2046
-comp() { XF_LOG_LEVEL=warn "$xfed" "$@" --coordinator "127.0.0.1:$port" $(tls cora); }
-json_field() { sed -n "s/.*\"$1\": *\"\\{0,1\\}\\([^\",}]*\\).*/\\1/p" | head -n 1; }
-job_field() { cli job status "$1" --json | json_field "$2"; }
-
+# Each scenario starts its own with `federation` (lib.sh): the coordinator in
+# us, an aggregator for each region that sites dial. Here its policy and jobs.
 # policy RULES_JSON: the federation's policy (every site, its fmnist dataset)
 # with these rules, imported by the compliance user.
 policy() {
@@ -200,16 +92,6 @@ submit() {
   id=$(json_field job_id <"$1.submit")
   [[ -n $id ]] || fail "no job id in $(cat "$1.submit")"
   echo "$id"
-}
-wait_done() { # wait_done JOB: within 600 s (a job that waits forever fails here)
-  local st='' until=$((SECONDS + 600))
-  while ((SECONDS < until)); do
-    st=$(job_field "$1" state 2>/dev/null || true)
-    [[ $st == "done" ]] && return 0
-    [[ $st == failed || $st == cancelled ]] && break
-    sleep 0.2
-  done
-  fail "job $1 is '$st', not done: $(cli job status "$1" 2>&1)"
 }
 # committed_reports JOB: the reports= of each of the job's round_committed lines.
 committed_reports() {
@@ -442,18 +324,4 @@ accuracy_is_of_complete_rounds)
 esac
 
 # Every trail verifies; every daemon stops on SIGTERM; no sanitizer report.
-comp audit verify >"$work/audit.out" || fail "the coordinator's audit trail: $(cat "$work/audit.out")"
-for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-pids=()
-for r in "${aggs[@]}"; do
-  XF_LOG_LEVEL=warn "$xfed" audit verify --db "$work/agg-$r/audit.db" >"$work/audit.out" ||
-    fail "agg-$r's audit trail: $(cat "$work/audit.out")"
-done
-for s in "${sites[@]}"; do
-  XF_LOG_LEVEL=warn "$site_bin" audit verify --dir "$work/sites/$s" >"$work/audit.out" ||
-    fail "site $s's audit trail: $(cat "$work/audit.out")"
-done
-if grep -l -E 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$work"/logs/*.log; then
-  fail "a daemon printed a sanitizer report"
-fi
+finish
