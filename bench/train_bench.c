@@ -4,8 +4,16 @@
  * share of step time spent in GEMM, and the backend's raw SGEMM rate as the
  * physical reference. Prints one JSON object per line for bench/train.sh.
  *
+ * With --dp-clip C, each step is DP-SGD's instead (as in xf_train with
+ * DP-SGD, on a fixed batch): the per-example clipped backward pass
+ * (xf_net_run_clipped), then, with --dp-noise Z > 0, the Gaussian noise of
+ * standard deviation Z*C drawn on the host by the secure sampler and added to
+ * the gradient, the division by the batch and the SGD step. Poisson sampling
+ * of the batch is left out (it is the same host work for every backend).
+ *
  * usage: xfed-bench-train --model mlp|lenet5|fedavg-cnn --batch N
- *                         [--steps N] [--threads N] [--sgemm N] */
+ *                         [--steps N] [--threads N] [--sgemm N]
+ *                         [--dp-clip C [--dp-noise Z]] */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +23,7 @@
 #include "base/rng.h"
 #include "kernels/backend.h"
 #include "kernels/net.h"
+#include "privacy/noise.h"
 
 static double now(void) {
   struct timespec ts;
@@ -52,14 +61,57 @@ static double sgemm_rate(xf_backend *b, int n) {
   return best;
 }
 
+/* One training step: plain, or DP-SGD's when dp_clip > 0 (noise is NULL
+ * without noise). */
+typedef struct bench_step {
+  xf_net *net;
+  const float *x;
+  const int32_t *y;
+  int batch;
+  double dp_clip, dp_noise;
+  xf_noise *noise;
+  float *host_grads;
+  const xf_sgd_params *sgd;
+  double loss;
+} bench_step;
+
+static xf_err run_step(bench_step *s) {
+  int correct;
+  xf_err rc;
+  if (s->dp_clip <= 0) {
+    if ((rc = xf_net_run(s->net, s->x, s->y, s->batch, true, &s->loss, &correct))) return rc;
+    xf_net_sgd_step(s->net, s->sgd);
+    return XF_OK;
+  }
+  if ((rc = xf_net_run_clipped(s->net, s->x, s->y, s->batch, s->dp_clip, false, &s->loss,
+                               &correct)))
+    return rc;
+  xf_backend *b = xf_net_backend(s->net);
+  float *grads = xf_net_grads_device(s->net);
+  size_t P = xf_model_num_params(xf_net_model(s->net));
+  if (s->noise) {
+    if ((rc = xf_net_get_grads(s->net, s->host_grads)) ||
+        (rc = xf_noise_gaussian_vec_par(s->noise, s->dp_noise * s->dp_clip, s->host_grads, P,
+                                        xf_backend_threads(b))) ||
+        (rc = xf_backend_upload(b, grads, s->host_grads, P * sizeof(float))))
+      return rc;
+  }
+  xf_k_scale(b, grads, (float)(1.0 / s->batch), P);
+  xf_net_sgd_step(s->net, s->sgd);
+  return XF_OK;
+}
+
 int main(int argc, char **argv) {
   const char *model_name = "mlp";
   long batch = 64, steps = 300, threads = 0, sgemm_n = 0;
+  double dp_clip = 0, dp_noise = 0;
   static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                        {"batch", required_argument, 0, 'b'},
                                        {"steps", required_argument, 0, 's'},
                                        {"threads", required_argument, 0, 't'},
                                        {"sgemm", required_argument, 0, 'g'},
+                                       {"dp-clip", required_argument, 0, 'c'},
+                                       {"dp-noise", required_argument, 0, 'z'},
                                        {0, 0, 0, 0}};
   int ch;
   while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -69,14 +121,21 @@ int main(int argc, char **argv) {
     case 's': steps = atol(optarg); break;
     case 't': threads = atol(optarg); break;
     case 'g': sgemm_n = atol(optarg); break;
+    case 'c': dp_clip = atof(optarg); break;
+    case 'z': dp_noise = atof(optarg); break;
     default:
       fprintf(stderr, "usage: xfed-bench-train --model mlp|lenet5|fedavg-cnn --batch N "
-                      "[--steps N] [--threads N] [--sgemm N]\n");
+                      "[--steps N] [--threads N] [--sgemm N] [--dp-clip C [--dp-noise Z]]\n");
       return 2;
     }
   }
   if (batch < 1 || batch > 65536 || steps < 1) {
     fprintf(stderr, "xfed-bench-train: --batch must be 1..65536 and --steps positive\n");
+    return 2;
+  }
+  if (!(dp_clip >= 0) || !(dp_noise >= 0) || (dp_noise > 0 && dp_clip <= 0)) {
+    fprintf(stderr, "xfed-bench-train: --dp-clip must be positive and --dp-noise 0 or more "
+                    "(and needs --dp-clip)\n");
     return 2;
   }
   xf_model_spec spec = {.in_h = 28, .in_w = 28, .in_c = 1, .classes = 10};
@@ -111,38 +170,44 @@ int main(int argc, char **argv) {
   xf_model_init_params(m, 1, p);
   if (xf_net_set_params(net, p)) return die("upload", &err);
   xf_sgd_params sgd = {.lr = 0.01f, .momentum = 0.9f};
-  double loss;
-  int correct;
-  long warm = steps / 10 + 1;
-  for (long i = 0; i < warm; i++) {
-    if (xf_net_run(net, x, y, (int)batch, true, &loss, &correct)) return die("step", &err);
-    xf_net_sgd_step(net, &sgd);
+  bench_step st = {.net = net, .x = x, .y = y, .batch = (int)batch, .dp_clip = dp_clip,
+                   .dp_noise = dp_noise, .sgd = &sgd};
+  if (dp_noise > 0) {
+    static const uint8_t seed[XF_NOISE_SEED_BYTES] = {1};
+    st.host_grads = malloc(P * sizeof(float));
+    if (!st.host_grads || xf_noise_new_seeded(seed, &st.noise)) {
+      fprintf(stderr, "xfed-bench-train: cannot make the noise generator\n");
+      return 1;
+    }
   }
+  long warm = steps / 10 + 1;
+  for (long i = 0; i < warm; i++)
+    if (run_step(&st)) return die("step", &err);
   if (xf_backend_sync(b)) return die("sync", &err);
   double t0 = now();
-  for (long i = 0; i < steps; i++) {
-    if (xf_net_run(net, x, y, (int)batch, true, &loss, &correct)) return die("step", &err);
-    xf_net_sgd_step(net, &sgd);
-  }
+  for (long i = 0; i < steps; i++)
+    if (run_step(&st)) return die("step", &err);
   if (xf_backend_sync(b)) return die("sync", &err);
   double secs = now() - t0;
   /* A second, profiled pass gives the GEMM share without slowing the first. */
   long prof_steps = steps / 2 + 1;
   xf_backend_profile(b, true);
   double t1 = now();
-  for (long i = 0; i < prof_steps; i++) {
-    if (xf_net_run(net, x, y, (int)batch, true, &loss, &correct)) return die("step", &err);
-    xf_net_sgd_step(net, &sgd);
-  }
+  for (long i = 0; i < prof_steps; i++)
+    if (run_step(&st)) return die("step", &err);
   if (xf_backend_sync(b)) return die("sync", &err);
   double prof_secs = now() - t1, gemm = xf_backend_gemm_seconds(b);
   xf_backend_profile(b, false);
   double rate = sgemm_n > 0 ? sgemm_rate(b, (int)sgemm_n) : 0;
   printf("{\"impl\": \"xfed\", \"backend\": \"%s\", \"device\": \"%s\", \"threads\": %d, "
          "\"model\": \"%s\", \"batch\": %ld, \"steps\": %ld, \"samples_per_s\": %.1f, "
-         "\"gemm_share\": %.3f, \"sgemm_n\": %ld, \"sgemm_gflops\": %.1f, \"final_loss\": %.4f}\n",
+         "\"gemm_share\": %.3f, \"sgemm_n\": %ld, \"sgemm_gflops\": %.1f, \"final_loss\": %.4f, "
+         "\"dp_clip\": %g, \"dp_noise\": %g, \"step_ms\": %.4f}\n",
          xf_backend_name(b), xf_backend_describe(b), xf_backend_threads(b), model_name, batch,
-         steps, (double)steps * batch / secs, gemm / prof_secs, sgemm_n, rate, loss / batch);
+         steps, (double)steps * batch / secs, gemm / prof_secs, sgemm_n, rate, st.loss / batch,
+         dp_clip, dp_noise, secs / (double)steps * 1e3);
+  xf_noise_free(st.noise);
+  free(st.host_grads);
   xf_net_free(net);
   xf_backend_close(b);
   xf_model_free(m);

@@ -6,6 +6,13 @@
 # peers the benchmarks compare against).
 set -euo pipefail
 
+# bench/gpu/run.sh unpacks the same packages into a private prefix on a GPU
+# machine that has no package registry, and says so with XF_DEPS_PREFIX.
+if [[ -n "${XF_DEPS_PREFIX:-}" ]]; then
+  echo "install-deps: using the packages unpacked in $XF_DEPS_PREFIX"
+  exit 0
+fi
+
 packages=(
   build-essential cmake pkg-config git
   libssl-dev openssl libuv1-dev libsodium-dev libsqlite3-dev

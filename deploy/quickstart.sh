@@ -19,6 +19,7 @@
 #   --data DIR    dataset directory (default /usr/share/datasets/fashion-mnist)
 #   --dir DIR     where the federation lives (default ./quickstart; made afresh)
 #   --keep        leave the federation's folder (logs, journal, audit trails)
+#   --build DIR   CMake build directory (default ./build)
 # Environment: XF_BACKEND=auto|cpu|cuda.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +30,7 @@ policy=deploy/policy/quickstart.json
 data=/usr/share/datasets/fashion-mnist
 dir=quickstart
 keep=0
+build=build
 while (($#)); do
   case "$1" in
     --spec) spec=${2:?--spec needs a file}; shift 2 ;;
@@ -36,6 +38,7 @@ while (($#)); do
     --data) data=${2:?--data needs a directory}; shift 2 ;;
     --dir) dir=${2:?--dir needs a directory}; shift 2 ;;
     --keep) keep=1; shift ;;
+    --build) build=${2:?--build needs a directory}; shift 2 ;;
     -h|--help) sed -n '3,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "quickstart.sh: unknown option '$1'; see deploy/quickstart.sh --help" >&2; exit 2 ;;
   esac
@@ -46,12 +49,13 @@ spec=$(cd "$(dirname "$spec")" && pwd)/$(basename "$spec")
 echo "==> dependencies"
 bash deploy/install-deps.sh
 echo "==> build"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >build-configure.log 2>&1 ||
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >build-configure.log 2>&1 ||
   { cat build-configure.log; exit 1; }
-cmake --build build -j "$(nproc)" --target xfed xfed-site xfed-coord
-xfed=$root/build/cli/xfed
-site_bin=$root/build/site/xfed-site
-coord_bin=$root/build/coordinator/xfed-coord
+cmake --build "$build" -j "$(nproc)" --target xfed xfed-site xfed-coord
+build=$(cd "$build" && pwd)
+xfed=$build/cli/xfed
+site_bin=$build/site/xfed-site
+coord_bin=$build/coordinator/xfed-coord
 
 rm -rf "$dir"
 mkdir -p "$dir/logs"

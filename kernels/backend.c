@@ -2,9 +2,11 @@
 /* Backend selection and dispatch of the public ops to the chosen backend. */
 #include "kernels/backend_internal.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/log.h"
@@ -23,6 +25,26 @@ bool xf_backend_cuda_built(void) {
 #else
   return false;
 #endif
+}
+
+xf_err xf__backend_threads(const xf_backend_options *opt, int *threads_out, xf_errctx *err) {
+  int threads = opt->threads;
+  const char *env = getenv("XF_THREADS");
+  if (threads <= 0 && env && *env) {
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(env, &end, 10);
+    if (errno || *end != '\0' || v < 1 || v > 1024)
+      return xf_fail(err, XF_EINVAL, "XF_THREADS=%s is not a thread count: use 1 to 1024, "
+                     "or unset it to use every core", env);
+    threads = (int)v;
+  }
+  if (threads <= 0) threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  if (threads <= 0) threads = 1;
+  if (threads > 1024)
+    return xf_fail(err, XF_EINVAL, "%d threads requested: at most 1024", threads);
+  *threads_out = threads;
+  return XF_OK;
 }
 
 xf_err xf_backend_open(const xf_backend_options *opt, xf_backend **out, xf_errctx *err) {

@@ -30,7 +30,9 @@ typedef enum xf_backend_kind {
 
 typedef struct xf_backend_options {
   xf_backend_kind kind;
-  int threads; /* CPU threads for GEMM; 0 = XF_THREADS or all cores */
+  int threads; /* CPU threads: cpu's GEMM, and on either backend the host-side
+                  work (DP-SGD noise, the update pipeline); 0 = XF_THREADS or
+                  all cores */
   int device;  /* CUDA device ordinal */
 } xf_backend_options;
 

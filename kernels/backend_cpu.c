@@ -407,21 +407,9 @@ static void cpu_model_name(char *buf, size_t n) {
 }
 
 xf_err xf__cpu_open(xf_backend *b, const xf_backend_options *opt, xf_errctx *err) {
-  int threads = opt->threads;
-  const char *env = getenv("XF_THREADS");
-  if (threads <= 0 && env && *env) {
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(env, &end, 10);
-    if (errno || *end != '\0' || v < 1 || v > 1024)
-      return xf_fail(err, XF_EINVAL, "XF_THREADS=%s is not a thread count: use 1 to 1024, "
-                     "or unset it to use every core", env);
-    threads = (int)v;
-  }
-  if (threads <= 0) threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
-  if (threads <= 0) threads = 1;
-  if (threads > 1024)
-    return xf_fail(err, XF_EINVAL, "%d threads requested: at most 1024", threads);
+  int threads;
+  xf_err rc = xf__backend_threads(opt, &threads, err);
+  if (rc != XF_OK) return rc;
   openblas_set_num_threads(threads);
   b->ops = &cpu_ops;
   b->threads = threads;

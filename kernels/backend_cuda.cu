@@ -984,9 +984,15 @@ extern "C" xf_err xf__cuda_open(xf_backend *b, const xf_backend_options *opt, xf
     (void)cudaGetLastError();
     runtime = 0;
   }
+  int threads;
+  rc = xf__backend_threads(opt, &threads, err);
+  if (rc != XF_OK) {
+    cuda_state_destroy(st);
+    return rc;
+  }
   b->ops = &cuda_ops;
   b->impl = st;
-  b->threads = 0;
+  b->threads = threads; /* for the host-side work: DP noise, the update pipeline */
   snprintf(b->description, sizeof(b->description),
            "%.80s (sm_%d%d), %d SMs, %.1f GiB, CUDA runtime %d.%d", prop.name, prop.major,
            prop.minor, prop.multiProcessorCount,

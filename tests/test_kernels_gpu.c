@@ -813,6 +813,70 @@ static void clipped_gradient_matches_cpu(void **state) {
   }
 }
 
+/* Three plain training steps (forward, backward of the mean loss, SGD with
+ * momentum) of every model from the same parameters and batch: the cuda and
+ * cpu nets stay within float rounding of each other, grown through the
+ * layers and three updates, and classify the batch alike. */
+static void training_steps_match_cpu_for_every_model(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  const xf_model_spec specs[] = {
+      {.arch = XF_ARCH_MLP, .hidden = {200, 200}, .n_hidden = 2, .in_h = 28, .in_w = 28,
+       .in_c = 1, .classes = 10},
+      {.arch = XF_ARCH_CNN, .preset = XF_CNN_LENET5, .in_h = 28, .in_w = 28, .in_c = 1,
+       .classes = 10},
+      {.arch = XF_ARCH_CNN, .preset = XF_CNN_FEDAVG, .in_h = 28, .in_w = 28, .in_c = 1,
+       .classes = 10},
+  };
+  xf_rng rng;
+  xf_rng_seed(&rng, 29, 0);
+  for (size_t s = 0; s < sizeof(specs) / sizeof(specs[0]); s++) {
+    xf_model *m;
+    assert_int_equal(xf_model_create(&specs[s], &m, NULL), XF_OK);
+    const int n = 32;
+    xf_net *on_cpu, *on_gpu;
+    assert_int_equal(xf_net_create(cpu_b, m, n, &on_cpu, NULL), XF_OK);
+    assert_int_equal(xf_net_create(gpu_b, m, n, &on_gpu, NULL), XF_OK);
+    const size_t P = xf_model_num_params(m), in = xf_model_input_size(m);
+    float *p = host_alloc(P * sizeof(float));
+    xf_model_init_params(m, 11, p);
+    assert_int_equal(xf_net_set_params(on_cpu, p), XF_OK);
+    assert_int_equal(xf_net_set_params(on_gpu, p), XF_OK);
+    float *x = random_floats(&rng, (size_t)n * in, 1.0, 0);
+    int32_t y[32];
+    for (int i = 0; i < n; i++) y[i] = (int32_t)xf_rng_below(&rng, 10);
+    const xf_sgd_params sgd = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f};
+    for (int step = 0; step < 3; step++) {
+      double lw, lg;
+      int cw, cg;
+      assert_int_equal(xf_net_run(on_cpu, x, y, n, true, &lw, &cw), XF_OK);
+      assert_int_equal(xf_net_run(on_gpu, x, y, n, true, &lg, &cg), XF_OK);
+      assert_int_equal(cw, cg);
+      assert_true(fabs(lw - lg) <= 1e-5 * fabs(lw));
+      xf_net_sgd_step(on_cpu, &sgd);
+      xf_net_sgd_step(on_gpu, &sgd);
+    }
+    float *want = host_alloc(P * sizeof(float)), *got = host_alloc(P * sizeof(float));
+    double *tol = host_alloc(P * sizeof(double));
+    assert_int_equal(xf_net_get_params(on_cpu, want), XF_OK);
+    assert_int_equal(xf_net_get_params(on_gpu, got), XF_OK);
+    double biggest = 0;
+    for (size_t j = 0; j < P; j++) biggest = fmax(biggest, fabs((double)want[j]));
+    for (size_t j = 0; j < P; j++) tol[j] = 1e-4 * fabs((double)want[j]) + 1e-5 * biggest;
+    char what[80];
+    snprintf(what, sizeof(what), "parameters after 3 steps of %s", xf_model_describe(m));
+    expect_within(what, want, got, tol, P);
+    xf_free(tol);
+    xf_free(want);
+    xf_free(got);
+    xf_free(x);
+    xf_free(p);
+    xf_net_free(on_gpu);
+    xf_net_free(on_cpu);
+    xf_model_free(m);
+  }
+}
+
 /* ---- memory, errors and selection ----------------------------------------- */
 
 static void alloc_is_zero_filled_and_absurd_sizes_fail_cleanly(void **state) {
@@ -880,7 +944,7 @@ static void auto_picks_cuda_when_a_gpu_is_present(void **state) {
   }
   assert_int_equal(xf_backend_kind_of(b), XF_BACKEND_CUDA);
   assert_string_equal(xf_backend_name(b), "cuda");
-  assert_int_equal(xf_backend_threads(b), 0);
+  assert_int_equal(xf_backend_threads(b), 1); /* the host threads asked for */
   assert_non_null(strstr(xf_backend_describe(b), "SMs"));
   xf_backend_close(b);
 }
@@ -900,6 +964,7 @@ int main(void) {
       cmocka_unit_test(gemm_strided_batched_matches_cpu),
       cmocka_unit_test(per_row_ops_match_cpu),
       cmocka_unit_test(clipped_gradient_matches_cpu),
+      cmocka_unit_test(training_steps_match_cpu_for_every_model),
       cmocka_unit_test(alloc_is_zero_filled_and_absurd_sizes_fail_cleanly),
       cmocka_unit_test(failed_op_is_latched_until_close),
       cmocka_unit_test(auto_picks_cuda_when_a_gpu_is_present),

@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The GPU checks of the cuda backend, in one run on a bare GPU machine that has
+# the CUDA toolkit, CMake and PyTorch but none of xfed's libraries and no
+# package registry. bench/gpu/fetch.sh, run beforehand where Debian's registry
+# is reachable, leaves the packages in .gpu/debs; this script
+#   1. unpacks them into a private prefix (dpkg -x, never over /),
+#   2. configures against that prefix and builds what the checks need, with
+#      nvcc for the card's architecture,
+#   3. runs `ctest -L gpu` (every cuda op against the cpu reference),
+#   4. trains Fashion-MNIST with `xfed train` on the cuda backend (mlp, lenet5,
+#      DP-SGD), for comparison with the cpu backend's figures,
+#   5. measures training throughput against PyTorch on the same card (same
+#      models, batches and optimizer), DP-SGD's step against the plain one,
+#      and cuBLAS's SGEMM rate as the limit,
+#   6. runs the quickstart federation with every site on the GPU.
+# Every result goes to $OUT (default ./out-gpu): summary.txt (the machine and
+# the tables, read first), build.log, gputest.log, train.jsonl, bench.jsonl,
+# stderr.log (the programs' own messages), fed.log and logs.tgz (the
+# federation's daemon logs).
+#
+# usage: bench/gpu/run.sh [PHASE ...]   phases: build test train bench fed
+#                                       (default: all, in that order)
+# Environment: XF_GPU_PREFIX (default /tmp/xfed-deps), XF_GPU_BUILD (default
+# build-gpu), XF_GPU_ARCH (default native: the card's), XF_GPU_REPEATS
+# (throughput repeats, default 3), XF_GPU_BACKEND (default cuda), OUT.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+OUT=${OUT:-$root/out-gpu}
+mkdir -p "$OUT"
+P=${XF_GPU_PREFIX:-/tmp/xfed-deps}
+B=${XF_GPU_BUILD:-build-gpu}
+repeats=${XF_GPU_REPEATS:-3}
+arch=${XF_GPU_ARCH:-native}
+backend=${XF_GPU_BACKEND:-cuda} # cpu rehearses the script on a machine without a GPU
+div=${XF_GPU_STEP_DIVISOR:-1}     # a rehearsal on the cpu divides every step count
+phases=("$@")
+((${#phases[@]})) || phases=(build test train bench fed)
+summary=$OUT/summary.txt
+say() { echo "$*" | tee -a "$summary"; }
+want() { local p; for p in "${phases[@]}"; do [[ $p == "$1" ]] && return 0; done; return 1; }
+t_start=$(date +%s)
+stamp() { echo "[$(($(date +%s) - t_start)) s]"; }
+
+# ---- the machine ------------------------------------------------------------
+{
+  date -u +%FT%TZ
+  grep PRETTY_NAME /etc/os-release
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+  nvcc --version | tail -1
+  gcc --version | head -1
+  cmake --version | head -1
+  nproc
+  env -u LD_LIBRARY_PATH python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
+} 2>&1 | tee -a "$summary"
+errlog=$OUT/stderr.log
+
+# ---- the private prefix ------------------------------------------------------
+L=$P/usr/lib/x86_64-linux-gnu
+if [[ ! -x $P/usr/bin/pkgconf ]]; then
+  ls .gpu/debs/*.deb >/dev/null 2>&1 || { say "FAIL: no packages in .gpu/debs: run bench/gpu/fetch.sh first"; exit 1; }
+  mkdir -p "$P"
+  unpack() { # dpkg -x, or ar and tar where the machine has no dpkg
+    if command -v dpkg >/dev/null; then
+      dpkg -x "$1" "$P"
+    else
+      local t
+      t=$(mktemp -d) && (cd "$t" && ar x "$root/$1") && tar -xf "$t"/data.tar.* -C "$P" && rm -rf "$t"
+    fi
+  }
+  for f in .gpu/debs/*.deb; do unpack "$f" || { say "FAIL: unpacking $f"; exit 1; }; done
+  # What Debian's alternatives would link: OpenBLAS's pthread flavour.
+  mkdir -p "$L/pkgconfig"
+  ln -sf ../openblas-pthread/pkgconfig/openblas.pc "$L/pkgconfig/openblas.pc"
+fi
+export PATH=$P/usr/bin:$PATH
+export PKG_CONFIG=$P/usr/bin/pkgconf
+export PKG_CONFIG_LIBDIR=$L/pkgconfig:$P/usr/share/pkgconfig
+export PKG_CONFIG_SYSROOT_DIR=$P
+export CPATH=$P/usr/include/x86_64-linux-gnu:$P/usr/include
+export LIBRARY_PATH=$L:$L/openblas-pthread
+export XF_DEPS_PREFIX=$P
+# protoc-c finds its libraries in the prefix; the compilers keep the system's.
+mkdir -p "$P/wrap"
+printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$L" "$P/usr/bin/protoc-c" >"$P/wrap/protoc-c"
+chmod +x "$P/wrap/protoc-c"
+export PATH=$P/wrap:$PATH
+# The prefix's libraries only for xfed's own programs (PyTorch keeps its own).
+xlibs=$L:$L/openblas-pthread
+x() { LD_LIBRARY_PATH=$xlibs "$@"; }
+data=$P/usr/share/datasets/fashion-mnist
+
+# ---- build -------------------------------------------------------------------
+if want build; then
+  echo "$(stamp) build" >&2
+  gen=()
+  command -v ninja >/dev/null && gen=(-G Ninja)
+  if ! {
+    cmake -S . -B "$B" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXF_WERROR=OFF \
+      -DXF_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" -DPKG_CONFIG_EXECUTABLE="$PKG_CONFIG" \
+      -DXF_PROTOC_C="$P/wrap/protoc-c" \
+      -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$L:$L/openblas-pthread" &&
+      cmake --build "$B" -j "$(nproc)" --target test_kernels_gpu xfed-bench-train xfed \
+        xfed-site xfed-coord
+  } >"$OUT/build.log" 2>&1; then
+    say "FAIL: build (tail of build.log:)"
+    tail -n 30 "$OUT/build.log" | tee -a "$summary"
+    exit 1
+  fi
+  say "$(stamp) build: ok, $(grep '^CMAKE_CUDA_ARCHITECTURES' "$B/CMakeCache.txt")"
+fi
+
+# ---- ctest -L gpu ------------------------------------------------------------
+if want test; then
+  echo "$(stamp) test" >&2
+  x ctest --test-dir "$B" -L gpu --output-on-failure -V >"$OUT/gputest.log" 2>&1
+  rc=$?
+  ran=$(grep -c '\[ RUN      \]' "$OUT/gputest.log")
+  ok=$(grep -c '\[       OK \]' "$OUT/gputest.log")
+  say "$(stamp) ctest -L gpu: rc=$rc, $ran tests ran, $ok passed"
+  grep -E '\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test|\[  FAILED  \] [a-z]|differ|mismatch|worst' \
+    "$OUT/gputest.log" | sort -u | head -20 | tee -a "$summary"
+  grep -m1 'no GPU' "$OUT/gputest.log" | tee -a "$summary"
+fi
+
+# ---- xfed train on Fashion-MNIST, cuda backend --------------------------------
+if want train; then
+  echo "$(stamp) train" >&2
+  : >"$OUT/train.jsonl"
+  trainrun() { # name, extra args...
+    local name=$1 line
+    shift
+    local ep=()
+    ((div > 1)) && ep=(--epochs 1)
+    if line=$(XF_BACKEND=$backend x timeout 240 "$B/cli/xfed" train --data "$data" --json "$@" "${ep[@]}" \
+      2>>"$errlog" | tr -d '\n'); then
+      echo "{\"run\": \"$name\", \"result\": $line}" >>"$OUT/train.jsonl"
+      say "$(stamp) train $name: $(echo "$line" | env -u LD_LIBRARY_PATH python3 -c 'import json,sys; r=json.load(sys.stdin); print("accuracy %.4f  %.1f s  %s  epsilon %s" % (r["test_accuracy"], r["train_seconds"], r["backend"], r.get("dp",{}).get("epsilon","-")))')"
+    else
+      say "FAIL: train $name (see stderr.log)"
+    fi
+  }
+  trainrun mlp --spec deploy/jobs/fmnist-mlp.json
+  trainrun lenet5 --spec deploy/jobs/fmnist-lenet5.json
+  trainrun mlp-dp --spec deploy/jobs/fmnist-mlp.json --epochs 2 --dp-clip 1 \
+    --dp-noise-multiplier 1.1
+fi
+
+# ---- throughput against PyTorch on the same card -------------------------------
+if want bench; then
+  echo "$(stamp) bench" >&2
+  bj=$OUT/bench.jsonl
+  : >"$bj"
+  runs=(mlp:64:3000 mlp:1024:600 lenet5:64:2000 lenet5:1024:300 fedavg-cnn:64:1000)
+  for ((r = 1; r <= repeats; r++)); do
+    for spec in "${runs[@]}"; do
+      IFS=: read -r m bsz steps <<<"$spec"
+      steps=$((steps / div + 1))
+      XF_BACKEND=$backend x "$B/bench/xfed-bench-train" --model "$m" --batch "$bsz" --steps "$steps" \
+        >>"$bj" 2>>"$errlog"
+    done
+    for m in mlp lenet5; do
+      XF_BACKEND=$backend x "$B/bench/xfed-bench-train" --model "$m" --batch 64 --steps $((500 / div + 1)) \
+        --dp-clip 1 >>"$bj" 2>>"$errlog"
+      XF_BACKEND=$backend x "$B/bench/xfed-bench-train" --model "$m" --batch 64 --steps $((300 / div + 1)) \
+        --dp-clip 1 --dp-noise 1.1 >>"$bj" 2>>"$errlog"
+    done
+    env -u LD_LIBRARY_PATH python3 bench/torch_train.py --device cuda --threads 1 \
+      --runs "$(
+        IFS=,
+        echo "${runs[*]}" | awk -v d="$div" -F: -v RS=, -v ORS=, '{printf "%s:%s:%d,", $1, $2, $3 / d + 1}' |
+          sed 's/,*$//' 
+      )" >>"$bj" 2>>"$errlog"
+  done
+  XF_BACKEND=$backend x "$B/bench/xfed-bench-train" --model mlp --batch 64 --steps 10 --sgemm 8192 |
+    sed 's/"impl": "xfed"/"impl": "sgemm"/' >>"$bj" 2>>"$errlog"
+  env -u LD_LIBRARY_PATH python3 bench/torch_train.py --device cuda --runs mlp:64:10 --sgemm 8192 \
+    2>>"$errlog" | grep sgemm >>"$bj"
+  env -u LD_LIBRARY_PATH python3 bench/gpu/table.py "$bj" | tee -a "$summary"
+fi
+
+# ---- the quickstart federation with its sites on the GPU -----------------------
+if want fed; then
+  echo "$(stamp) fed" >&2
+  XF_BACKEND=$backend LD_LIBRARY_PATH=$xlibs timeout "${XF_GPU_FED_TIMEOUT:-420}" \
+    bash deploy/quickstart.sh --data "$data" --build "$B" --dir /tmp/xfed-qs --keep \
+    >"$OUT/fed.log" 2>&1
+  rc=$?
+  say "$(stamp) quickstart on cuda: rc=$rc; $(grep '^final accuracy' "$OUT/fed.log" || echo 'no final line')"
+  grep -ho 'event=site_starting.*backend=[a-z]*' /tmp/xfed-qs/logs/*-1.log 2>/dev/null |
+    sed 's/ coordinator=[^ ]*//' | tee -a "$summary"
+  tar -czf "$OUT/logs.tgz" -C /tmp/xfed-qs logs 2>/dev/null
+fi
+say "$(stamp) done"
