@@ -862,7 +862,10 @@ static void training_steps_match_cpu_for_every_model(void **state) {
     assert_int_equal(xf_net_get_params(on_gpu, got), XF_OK);
     double biggest = 0;
     for (size_t j = 0; j < P; j++) biggest = fmax(biggest, fabs((double)want[j]));
-    for (size_t j = 0; j < P; j++) tol[j] = 1e-4 * fabs((double)want[j]) + 1e-5 * biggest;
+    /* fedavg-cnn's sums run over 800 (conv2) and 3,136 (fc) products: seen on
+     * an H100, 5.2e-6 apart on a parameter of 0.0216 with the largest near
+     * 0.2; a wrong op moves parameters by whole percent. */
+    for (size_t j = 0; j < P; j++) tol[j] = 1e-4 * fabs((double)want[j]) + 1e-4 * biggest;
     char what[80];
     snprintf(what, sizeof(what), "parameters after 3 steps of %s", xf_model_describe(m));
     expect_within(what, want, got, tol, P);

@@ -122,6 +122,13 @@ if want test; then
   grep -E '\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test|\[  FAILED  \] [a-z]|differ|mismatch|worst' \
     "$OUT/gputest.log" | sort -u | head -20 | tee -a "$summary"
   grep -m1 'no GPU' "$OUT/gputest.log" | tee -a "$summary"
+  # The same tests under compute-sanitizer's memcheck: out-of-bounds and
+  # misaligned device accesses, and CUDA API errors.
+  if [[ $backend == cuda ]] && command -v compute-sanitizer >/dev/null; then
+    x timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      "$B/tests/test_kernels_gpu" >>"$OUT/gputest.log" 2>&1
+    say "$(stamp) memcheck: rc=$? ($(grep -m1 'ERROR SUMMARY' "$OUT/gputest.log"))"
+  fi
 fi
 
 # ---- xfed train on Fashion-MNIST, cuda backend --------------------------------
