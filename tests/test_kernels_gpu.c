@@ -815,8 +815,12 @@ static void clipped_gradient_matches_cpu(void **state) {
 
 /* Three plain training steps (forward, backward of the mean loss, SGD with
  * momentum) of every model from the same parameters and batch: the cuda and
- * cpu nets stay within float rounding of each other, grown through the
- * layers and three updates, and classify the batch alike. */
+ * cpu nets classify the batch alike, their losses agree to float rounding,
+ * and the update each made (parameters after minus before) agrees to 1e-3 in
+ * relative L2 norm, as float32 arithmetic in two summation orders does. Not
+ * element by element: a ReLU or max-pool tie that rounding tips the other way
+ * moves a few parameters of fedavg-cnn by 1e-3 of their size (seen on an
+ * H100); a wrong op moves the whole update by far more. */
 static void training_steps_match_cpu_for_every_model(void **state) {
   (void)state;
   REQUIRE_GPU();
@@ -857,19 +861,18 @@ static void training_steps_match_cpu_for_every_model(void **state) {
       xf_net_sgd_step(on_gpu, &sgd);
     }
     float *want = host_alloc(P * sizeof(float)), *got = host_alloc(P * sizeof(float));
-    double *tol = host_alloc(P * sizeof(double));
     assert_int_equal(xf_net_get_params(on_cpu, want), XF_OK);
     assert_int_equal(xf_net_get_params(on_gpu, got), XF_OK);
-    double biggest = 0;
-    for (size_t j = 0; j < P; j++) biggest = fmax(biggest, fabs((double)want[j]));
-    /* fedavg-cnn's sums run over 800 (conv2) and 3,136 (fc) products: seen on
-     * an H100, 5.2e-6 apart on a parameter of 0.0216 with the largest near
-     * 0.2; a wrong op moves parameters by whole percent. */
-    for (size_t j = 0; j < P; j++) tol[j] = 1e-4 * fabs((double)want[j]) + 1e-4 * biggest;
-    char what[80];
-    snprintf(what, sizeof(what), "parameters after 3 steps of %s", xf_model_describe(m));
-    expect_within(what, want, got, tol, P);
-    xf_free(tol);
+    double moved = 0, apart = 0;
+    for (size_t j = 0; j < P; j++) {
+      double d = (double)want[j] - (double)p[j], e = (double)got[j] - (double)want[j];
+      moved += d * d;
+      apart += e * e;
+    }
+    const double rel = sqrt(apart) / sqrt(moved);
+    print_message("%s: update apart by %.2e of its norm\n", xf_model_describe(m), rel);
+    assert_true(moved > 0);
+    assert_true(rel <= 1e-3);
     xf_free(want);
     xf_free(got);
     xf_free(x);

@@ -119,15 +119,18 @@ if want test; then
   ran=$(grep -c '\[ RUN      \]' "$OUT/gputest.log")
   ok=$(grep -c '\[       OK \]' "$OUT/gputest.log")
   say "$(stamp) ctest -L gpu: rc=$rc, $ran tests ran, $ok passed"
-  grep -E '\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test|\[  FAILED  \] [a-z]|differ|mismatch|worst' \
+  grep -E '\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test|\[  FAILED  \] [a-z]|differ|mismatch|worst|apart' \
     "$OUT/gputest.log" | sort -u | head -20 | tee -a "$summary"
   grep -m1 'no GPU' "$OUT/gputest.log" | tee -a "$summary"
   # The same tests under compute-sanitizer's memcheck: out-of-bounds and
-  # misaligned device accesses, and CUDA API errors.
+  # misaligned device accesses (not API errors: a test asks for absurd sizes).
   if [[ $backend == cuda ]] && command -v compute-sanitizer >/dev/null; then
-    x timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
-      "$B/tests/test_kernels_gpu" >>"$OUT/gputest.log" 2>&1
-    say "$(stamp) memcheck: rc=$? ($(grep -m1 'ERROR SUMMARY' "$OUT/gputest.log"))"
+    x timeout 240 compute-sanitizer --tool memcheck --report-api-errors no \
+      "$B/tests/test_kernels_gpu" >"$OUT/memcheck.txt" 2>&1
+    rc=$?
+    cat "$OUT/memcheck.txt" >>"$OUT/gputest.log"
+    rm -f "$OUT/memcheck.txt"
+    say "$(stamp) memcheck: rc=$rc ($(grep -m1 'ERROR SUMMARY' "$OUT/gputest.log"))"
   fi
 fi
 
