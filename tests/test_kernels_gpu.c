@@ -850,6 +850,7 @@ static void training_steps_match_cpu_for_every_model(void **state) {
     int32_t y[32];
     for (int i = 0; i < n; i++) y[i] = (int32_t)xf_rng_below(&rng, 10);
     const xf_sgd_params sgd = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f};
+    float *want = host_alloc(P * sizeof(float)), *got = host_alloc(P * sizeof(float));
     for (int step = 0; step < 3; step++) {
       double lw, lg;
       int cw, cg;
@@ -857,10 +858,32 @@ static void training_steps_match_cpu_for_every_model(void **state) {
       assert_int_equal(xf_net_run(on_gpu, x, y, n, true, &lg, &cg), XF_OK);
       assert_int_equal(cw, cg);
       assert_true(fabs(lw - lg) <= 1e-5 * fabs(lw));
+      if (step == 0) { /* the first gradient, layer by layer, from equal parameters */
+        assert_int_equal(xf_net_get_grads(on_cpu, want), XF_OK);
+        assert_int_equal(xf_net_get_grads(on_gpu, got), XF_OK);
+        for (int l = 0; l < xf_model_num_layers(m); l++) {
+          const xf_layer *ly = xf_model_layer(m, l);
+          const size_t off[2] = {ly->weight_offset, ly->bias_offset};
+          const size_t cnt[2] = {ly->weight_count, ly->bias_count};
+          for (int part = 0; part < 2; part++) {
+            double norm = 0, diff = 0;
+            for (size_t j = off[part]; j < off[part] + cnt[part]; j++) {
+              double d = (double)got[j] - (double)want[j];
+              norm += (double)want[j] * want[j];
+              diff += d * d;
+            }
+            if (cnt[part] == 0) continue;
+            const double rel = norm > 0 ? sqrt(diff / norm) : sqrt(diff);
+            if (rel > 1e-5)
+              print_message("%s layer %d %s gradient: apart by %.2e of its norm\n",
+                            xf_model_describe(m), l, part ? "bias" : "weight", rel);
+            assert_true(rel <= 1e-4);
+          }
+        }
+      }
       xf_net_sgd_step(on_cpu, &sgd);
       xf_net_sgd_step(on_gpu, &sgd);
     }
-    float *want = host_alloc(P * sizeof(float)), *got = host_alloc(P * sizeof(float));
     assert_int_equal(xf_net_get_params(on_cpu, want), XF_OK);
     assert_int_equal(xf_net_get_params(on_gpu, got), XF_OK);
     double moved = 0, apart = 0;
