@@ -219,6 +219,20 @@ static void gemm_matches_cpu_for_all_transposes_and_shapes(void **state) {
   }
 }
 
+/* The three products of a conv layer's step at fedavg-cnn's second conv
+ * (batch 32: 6,272 output positions, 800 = 5*5*32 inputs, 64 channels):
+ * forward col W^T, the weight gradient dY^T col (k = 6,272) and the column
+ * gradient dY W. */
+static void gemm_matches_cpu_at_the_conv_layer_shapes(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xf_rng rng;
+  xf_rng_seed(&rng, 13, 0);
+  gemm_case(&rng, false, true, 6272, 64, 800, 0, 1.0f, 0.0f, false);
+  gemm_case(&rng, true, false, 64, 800, 6272, 0, 1.0f, 0.0f, false);
+  gemm_case(&rng, false, false, 6272, 800, 64, 0, 1.0f, 0.0f, false);
+}
+
 static void gemm_edge_cases_follow_blas(void **state) {
   (void)state;
   REQUIRE_GPU();
@@ -400,6 +414,7 @@ static const xf_conv_shape conv_shapes[] = {
     {2, 6, 5, 3, 5, 5, 2, 3, 0, 0},  {1, 4, 4, 33, 2, 2, 0, 2, 0, 0},
     {1, 2, 2, 1, 2, 2, 3, 1, 0, 0},  /* pad > kernel: whole windows outside */
     {1, 10, 10, 2, 2, 2, 0, 3, 0, 0}, /* stride > kernel: pixels never read */
+    {32, 14, 14, 32, 5, 5, 2, 1, 0, 0}, /* fedavg-cnn's second conv, batch 32 */
 };
 
 /* im2col copies and col2im adds in the cpu's order (a gather that visits the
@@ -983,6 +998,7 @@ static void auto_picks_cuda_when_a_gpu_is_present(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(gemm_matches_cpu_for_all_transposes_and_shapes),
+      cmocka_unit_test(gemm_matches_cpu_at_the_conv_layer_shapes),
       cmocka_unit_test(gemm_edge_cases_follow_blas),
       cmocka_unit_test(bias_add_is_identical_to_cpu),
       cmocka_unit_test(bias_grad_matches_cpu),
