@@ -3,13 +3,19 @@
  * federation of --sites sites in --regions regions, each holding the job's
  * dataset, and --rules rules (a mix of allow and deny, every selector field
  * and condition, validity windows), parsed once; then xf_policy_decide for
- * the same job repeatedly. Prints one JSON object for bench/policy.sh.
+ * the same job repeatedly. With --store DIR it also times what a change
+ * costs in a policy database made in DIR: the import of the document, one
+ * small edit, the export of a version and the diff of the two. Prints one
+ * JSON object for bench/policy.sh.
  *
- * usage: xfed-bench-policy [--sites N] [--regions N] [--rules N] [--seconds S] */
+ * usage: xfed-bench-policy [--sites N] [--regions N] [--rules N] [--seconds S]
+ *                          [--store DIR] */
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "bench/bench_util.h"
@@ -72,13 +78,61 @@ static char *make_policy(long sites, long regions, long rules) {
   return text;
 }
 
+/* Seconds of the database side of a change, each step once, in a fresh
+ * database under dir: import, one region added, export, diff. */
+typedef struct store_times {
+  double format_s, import_s, edit_s, export_s, diff_s;
+  size_t document_bytes;
+} store_times;
+
+static int time_store(const char *dir, const char *text, const xf_policy *p, store_times *t) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/bench-policy.db", dir);
+  unlink(path);
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_db *db = NULL;
+  char *doc = NULL, *diff = NULL;
+  double t0 = xf_bench_now();
+  xf_err rc = xf_policy_format(p, &doc, &err);
+  t->format_s = xf_bench_now() - t0;
+  t->document_bytes = doc ? strlen(doc) : 0;
+  xf_free(doc);
+  doc = NULL;
+  const xf_policy_change chg = {"bench", "bench", 1.7e9};
+  if (rc == XF_OK) rc = xf_policy_open(path, &db, &err);
+  t0 = xf_bench_now();
+  if (rc == XF_OK) rc = xf_policy_import(db, text, "bench", "bench", 1.7e9, NULL, &err);
+  t->import_s = xf_bench_now() - t0;
+  t0 = xf_bench_now();
+  if (rc == XF_OK) rc = xf_policy_region_add(db, "zz-new", "J", &chg, NULL, &err);
+  t->edit_s = xf_bench_now() - t0;
+  t0 = xf_bench_now();
+  if (rc == XF_OK) rc = xf_policy_export(db, 2, &doc, &err);
+  t->export_s = xf_bench_now() - t0;
+  t0 = xf_bench_now();
+  if (rc == XF_OK) rc = xf_policy_diff(db, 1, 2, &diff, &err);
+  t->diff_s = xf_bench_now() - t0;
+  xf_free(doc);
+  xf_free(diff);
+  xf_db_close(db);
+  unlink(path);
+  if (rc != XF_OK) {
+    fprintf(stderr, "xfed-bench-policy: --store: %s\n", err.msg);
+    return 1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   long sites = 1000, regions = 10, rules = 10000;
   double seconds = 3;
+  const char *store = NULL;
   static const struct option opts[] = {{"sites", required_argument, 0, 's'},
                                        {"regions", required_argument, 0, 'r'},
                                        {"rules", required_argument, 0, 'u'},
                                        {"seconds", required_argument, 0, 't'},
+                                       {"store", required_argument, 0, 'd'},
                                        {0, 0, 0, 0}};
   int ch;
   while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -87,9 +141,10 @@ int main(int argc, char **argv) {
     case 'r': regions = atol(optarg); break;
     case 'u': rules = atol(optarg); break;
     case 't': seconds = atof(optarg); break;
+    case 'd': store = optarg; break;
     default:
       fprintf(stderr, "usage: xfed-bench-policy [--sites N] [--regions N] [--rules N] "
-                      "[--seconds S]\n");
+                      "[--seconds S] [--store DIR]\n");
       return 2;
     }
   }
@@ -127,10 +182,18 @@ int main(int argc, char **argv) {
     n++;
     t = xf_bench_now() - t0;
   } while (t < seconds);
+  store_times st;
+  memset(&st, 0, sizeof(st));
+  if (store && time_store(store, text, p, &st) != 0) return 1;
   printf("{\"sites\": %ld, \"regions\": %ld, \"rules\": %ld, \"parse_s\": %.4f, "
          "\"decisions\": %ld, \"seconds\": %.3f, \"decisions_per_s\": %.2f, "
-         "\"ms_per_decision\": %.3f, \"eligible_sites\": %zu}\n",
+         "\"ms_per_decision\": %.3f, \"eligible_sites\": %zu",
          sites, regions, rules, parse_s, n, t, (double)n / t, 1000.0 * t / (double)n, eligible);
+  if (store)
+    printf(", \"document_bytes\": %zu, \"format_s\": %.4f, \"import_s\": %.4f, "
+           "\"edit_s\": %.4f, \"export_s\": %.4f, \"diff_s\": %.4f",
+           st.document_bytes, st.format_s, st.import_s, st.edit_s, st.export_s, st.diff_s);
+  printf("}\n");
   xf_policy_free(p);
   free(text);
   return 0;

@@ -1235,6 +1235,8 @@ static void tls_start_rep(tls_run *r) {
 static xf_err tls_on_connect(xf_conn *c, const xf_spiffe_id *peer) {
   tls_run *r = g_tls;
   (void)peer;
+  /* No hello in the baseline: the peer is trusted as soon as TLS is up. */
+  XF_GUARD(xf_conn_authenticated(c, 0, NULL));
   if (!r->server) return XF_OK;
   if (r->connected >= r->n) return XF_EDENIED;
   tls_peer *p = &r->peers[r->connected++];

@@ -20,7 +20,11 @@
  * the keystream's bytes/s: the share of raw ChaCha20 speed the pipeline
  * keeps, counting only the keystream bytes it cannot avoid.
  *
- * usage: xfed-bench-secagg [--n N] [--passes P] [--bits B] */
+ * With -s SITES it measures instead what one round of SITES sites costs
+ * against a malicious aggregator over the semi-honest protocol, on vectors
+ * of -n values (bench/secagg_protocol.c).
+ *
+ * usage: xfed-bench-secagg [-n N] [-p PASSES] [-b BITS] [-s SITES] */
 #include <getopt.h>
 #include <math.h>
 #include <sodium.h>
@@ -30,6 +34,7 @@
 #include <unistd.h>
 
 #include "bench/bench_util.h"
+#include "bench/secagg_protocol.h"
 #include "crypto/secagg.h"
 
 static void die(const char *what, xf_err rc, const xf_errctx *ctx) {
@@ -143,21 +148,24 @@ static void clip_quantize(const float *v, size_t n, uint32_t bits, double scale,
 int main(int argc, char **argv) {
   size_t n = 1000000;
   int passes = 3;
-  uint32_t bits = 20;
+  uint32_t bits = 20, protocol_sites = 0;
   int opt;
-  while ((opt = getopt(argc, argv, "n:p:b:")) != -1) {
+  while ((opt = getopt(argc, argv, "n:p:b:s:")) != -1) {
     if (opt == 'n')
       n = strtoull(optarg, NULL, 10);
     else if (opt == 'p')
       passes = atoi(optarg);
     else if (opt == 'b')
       bits = (uint32_t)atoi(optarg);
+    else if (opt == 's')
+      protocol_sites = (uint32_t)atoi(optarg);
     else {
-      fprintf(stderr, "usage: xfed-bench-secagg [-n N] [-p PASSES] [-b BITS]\n");
+      fprintf(stderr, "usage: xfed-bench-secagg [-n N] [-p PASSES] [-b BITS] [-s SITES]\n");
       return 2;
     }
   }
   if (sodium_init() < 0) return 1;
+  if (protocol_sites) return xf_bench_secagg_protocol(protocol_sites, bits, n);
   char cpu[256];
   xf_bench_cpu_model(cpu, sizeof(cpu));
   double ks = keystream_rate(n, passes);

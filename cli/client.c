@@ -16,6 +16,7 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "net/conn.h"
+#include "net/document.h"
 #include "net/frame.h"
 #include "net/session.h"
 #include "net/tensor.h"
@@ -231,6 +232,18 @@ typedef enum waiting {
   WAIT_SLEEP    /* the timer */
 } waiting;
 
+/* A request too large for one frame, going out as a DOCUMENT stream
+ * (docs/protocol.md, "Messages larger than a frame"). */
+typedef struct upload {
+  xf_tensor_sender *tx;
+  uint8_t *bytes; /* the packed request, which tx borrows */
+  size_t len;
+  xf_tensor_msg msg;
+  bool pending;   /* msg was refused as busy: send it again on drain */
+  bool await_ack; /* TensorBegin went out: wait for where to start */
+  bool end_sent;
+} upload;
+
 /* A model stream coming in. */
 typedef struct model_rx {
   xf_tensor_receiver *rx;
@@ -275,6 +288,9 @@ struct xf_client {
   Xfed__Envelope__BodyCase want;
   Xfed__Envelope *answer;
   model_rx *model;
+  upload *up;              /* the request's DOCUMENT stream, while one goes out */
+  xf_document_rx *doc_in;  /* an answer coming as a DOCUMENT stream */
+  uint64_t next_stream;    /* ids of our DOCUMENT streams */
 };
 
 static void on_timer(uv_timer_t *t) {
@@ -368,6 +384,116 @@ static void take_error_answer(xf_client *c, const Xfed__Error *e) {
 
 static bool model_frame(xf_client *c, const Xfed__Envelope *env);
 
+/* ---- messages larger than a frame ----------------------------------------------------- */
+
+/* Sends the upload's messages until the connection is busy (on_drain goes
+ * on), TensorBegin waits for its TensorAck, or TensorEnd is out. Each
+ * message sent restarts the answer's timer: a long upload is progress. */
+static void upload_pump(xf_client *c) {
+  upload *u = c->up;
+  while (u && !u->await_ack && c->conn) {
+    if (!u->pending) {
+      if (xf_tensor_sender_next(u->tx, &u->msg) != XF_OK) return; /* all out: await the ack */
+      u->pending = true;
+    }
+    xf_errctx e;
+    xf_errctx_clear(&e);
+    xf_err rc = xf_conn_send(c->conn, &u->msg.env, &e);
+    if (rc == XF_ERANGE) return;
+    if (rc != XF_OK) {
+      wait_fail(c, rc, "cannot send the request: %s", e.msg);
+      return;
+    }
+    u->pending = false;
+    if (c->wait == WAIT_ANSWER) uv_timer_start(&c->timer, on_timer, c->wait_ms, 0);
+    if (u->msg.env.body_case == XFED__ENVELOPE__BODY_TENSOR_BEGIN) u->await_ack = true;
+    if (u->msg.env.body_case == XFED__ENVELOPE__BODY_TENSOR_END) u->end_sent = true;
+  }
+}
+
+static void upload_acked(xf_client *c, const Xfed__TensorAck *a) {
+  upload *u = c->up;
+  xf_errctx e;
+  xf_errctx_clear(&e);
+  if (xf_tensor_sender_resume(u->tx, a->next_offset, &e) != XF_OK) {
+    wait_fail(c, XF_EFORMAT, "the coordinator acknowledged the request badly: %s", e.msg);
+    return;
+  }
+  u->await_ack = false;
+  if (a->next_offset == u->len && u->end_sent) return; /* delivered: the answer follows */
+  u->end_sent = false; /* bytes went missing: resume where the ack says */
+  upload_pump(c);
+}
+
+static void upload_free(upload *u) {
+  if (!u) return;
+  xf_tensor_sender_free(u->tx);
+  xf_free(u->bytes);
+  xf_free(u);
+}
+
+/* Sends TensorBegin of req's DOCUMENT stream; its TensorAck, while the
+ * answer is awaited, lets the chunks go. */
+static xf_err upload_start(xf_client *c, const Xfed__Envelope *req, xf_errctx *err) {
+  upload *u = xf_calloc(1, sizeof(*u));
+  if (!u) return xf_fail(err, XF_ENOMEM, "cannot hold the request");
+  xf_err rc = xf_document_pack(req, &u->bytes, &u->len, err);
+  if (rc == XF_OK) {
+    const xf_tensor_desc d = xf_document_desc(++c->next_stream, u->len);
+    rc = xf_tensor_sender_new(&d, u->bytes, u->len,
+                              xf_document_chunk(xf_conn_peer_max_frame(c->conn)), &u->tx, err);
+  }
+  if (rc == XF_OK && xf_tensor_sender_next(u->tx, &u->msg) != XF_OK)
+    rc = xf_fail(err, XF_EINTERNAL, "the request's stream has no TensorBegin");
+  if (rc == XF_OK) rc = xf_conn_send(c->conn, &u->msg.env, err);
+  if (rc != XF_OK) {
+    upload_free(u);
+    return rc;
+  }
+  u->await_ack = true;
+  c->up = u;
+  return XF_OK;
+}
+
+/* A frame of an answer that comes as a DOCUMENT stream. */
+static void document_frame(xf_client *c, const Xfed__Envelope *env) {
+  xf_errctx e;
+  xf_errctx_clear(&e);
+  xf_err rc = c->doc_in ? XF_OK : xf_document_rx_new(XF_DOCUMENT_MAX, &c->doc_in, &e);
+  xf_document_step step;
+  memset(&step, 0, sizeof(step));
+  if (rc == XF_OK) rc = xf_document_rx_take(c->doc_in, env, &step, &e);
+  if (rc != XF_OK) {
+    if (rc == XF_EINTEGRITY) xf_session_send_error(c->conn, rc, "%s", e.msg);
+    wait_fail(c, rc, "the answer: %s", e.msg);
+    xf_conn_close(c->conn); /* what else the coordinator sends answers nothing */
+    return;
+  }
+  if (step.ack) {
+    Xfed__Envelope ack = XFED__ENVELOPE__INIT;
+    ack.body_case = XFED__ENVELOPE__BODY_TENSOR_ACK;
+    ack.tensor_ack = &step.tensor_ack;
+    send_env(c, &ack);
+  }
+  Xfed__Envelope *m = step.message;
+  if (!m) return;
+  if (m->body_case == c->want) {
+    c->answer = m;
+    wait_done(c);
+    return;
+  }
+  if (m->body_case == XFED__ENVELOPE__BODY_ERROR) take_error_answer(c, m->error);
+  else
+    wait_fail(c, XF_EFORMAT, "the coordinator sent %s where the answer was expected",
+              xf_envelope_body_name(m));
+  xf_envelope_free(m);
+}
+
+static void on_drain(xf_conn *conn) {
+  xf_client *c = xf_conn_user(conn);
+  upload_pump(c);
+}
+
 static void on_frame(xf_conn *conn, const Xfed__Envelope *env) {
   xf_client *c = xf_conn_user(conn);
   if (env->body_case == XFED__ENVELOPE__BODY_REFUSAL) c->refusal = env->refusal->reason;
@@ -395,6 +521,14 @@ static void on_frame(xf_conn *conn, const Xfed__Envelope *env) {
   } else if (c->wait == WAIT_ANSWER) {
     if (env->body_case == XFED__ENVELOPE__BODY_ERROR) {
       take_error_answer(c, env->error);
+      return;
+    }
+    if (xf_document_frame(env)) {
+      document_frame(c, env);
+      return;
+    }
+    if (env->body_case == XFED__ENVELOPE__BODY_TENSOR_ACK && c->up) {
+      upload_acked(c, env->tensor_ack);
       return;
     }
     if (env->body_case == c->want) {
@@ -499,8 +633,8 @@ static xf_err resolve(xf_client *c, uint32_t ms, xf_errctx *err) {
 
 /* Dials one numeric address and runs the hello. */
 static xf_err dial_one(xf_client *c, const char *ip, uint32_t ms, xf_errctx *err) {
-  xf_conn_opts o = {.on_connect = on_connect, .on_frame = on_frame, .on_close = on_close,
-                    .user = c};
+  xf_conn_opts o = {.on_connect = on_connect, .on_frame = on_frame, .on_drain = on_drain,
+                    .on_close = on_close, .user = c};
   memset(&c->session, 0, sizeof(c->session));
   memset(&c->why, 0, sizeof(c->why));
   c->refusal = XFED__REFUSAL__REASON__UNSPECIFIED;
@@ -649,6 +783,8 @@ void xf_client_close(xf_client *c) {
     if (uv_loop_close(&c->loop) != 0) XF_WARN("client_loop_busy", "handles=left");
   }
   xf_tls_free(c->tls);
+  upload_free(c->up);
+  xf_document_rx_free(c->doc_in);
   xf_free(c);
 }
 
@@ -681,15 +817,23 @@ static xf_err exchange(xf_client *c, const Xfed__Envelope *req, waiting w, xf_er
   }
   xf_errctx e;
   xf_errctx_clear(&e);
-  xf_err rc = xf_conn_send(c->conn, req, &e);
+  /* A request too large for the coordinator's frames goes as a DOCUMENT
+   * stream, paced by its acknowledgements while the answer is awaited. */
+  bool large = !xf_document_fits(req, xf_conn_peer_max_frame(c->conn));
+  xf_err rc = large ? upload_start(c, req, &e) : xf_conn_send(c->conn, req, &e);
   if (rc != XF_OK) {
-    xf_fail(err, rc == XF_ERANGE ? XF_EIO : rc, "cannot send %s: %s",
+    xf_fail(err, rc == XF_ERANGE && !large ? XF_EIO : rc, "cannot send %s: %s",
             xf_envelope_body_name(req), e.msg);
     xf_errctx_peer(err, c->cfg.coordinator);
-    return rc == XF_ERANGE ? XF_EIO : rc;
+    return rc == XF_ERANGE && !large ? XF_EIO : rc;
   }
   c->timed_out = false;
-  if (run_wait(c, w, c->cfg.timeout_ms)) return take_failure(c, err);
+  bool answered = run_wait(c, w, c->cfg.timeout_ms);
+  upload_free(c->up);
+  c->up = NULL;
+  xf_document_rx_free(c->doc_in); /* what is left of an answer that failed */
+  c->doc_in = NULL;
+  if (answered) return take_failure(c, err);
   c->timed_out = true;
   xf_fail(err, XF_EIO, "no answer to %s within %.3g s (--timeout)", xf_envelope_body_name(req),
           c->cfg.timeout_ms / 1000.0);
@@ -716,6 +860,17 @@ xf_err xf_client_request(xf_client *c, const Xfed__Envelope *req,
   *answer = c->answer;
   c->answer = NULL;
   return XF_OK;
+}
+
+xf_err xf_client_query(xf_client *c, const Xfed__Envelope *req, Xfed__Envelope__BodyCase want,
+                       Xfed__Envelope **answer, xf_errctx *err) {
+  xf_err rc = xf_client_request(c, req, want, answer, err);
+  if (rc != XF_EIO || c->timed_out || c->conn) return rc;
+  XF_WARN("request_again", "request=%s reason=\"%s\"", xf_envelope_body_name(req),
+          err ? err->msg : "");
+  if (xf_client_reconnect(c, NULL) != XF_OK) return rc;
+  if (err) xf_errctx_clear(err);
+  return xf_client_request(c, req, want, answer, err);
 }
 
 /* ---- the model stream ------------------------------------------------------------ */

@@ -139,7 +139,9 @@ const char *xf_client_coordinator(const xf_client *c);
 /* Sends req and runs the loop until the answer arrives. Its body must be
  * `want`; an Error answer becomes the error it carries, with the
  * coordinator's message and err->peer set (XF_EDENIED for a request this
- * certificate may not make, XF_EFORMAT for a bad spec, ...). Requests go
+ * certificate may not make, XF_EFORMAT for a bad spec, ...). A request or
+ * an answer too large for one frame travels as a DOCUMENT stream
+ * (net/document.h), up to XF_DOCUMENT_MAX. Requests go
  * one at a time, as the protocol says. XF_EIO when no answer came within the
  * timeout or the connection closed (the session is then gone: reconnect
  * with xf_client_reconnect); XF_EFORMAT for an answer of another kind. On
@@ -147,6 +149,14 @@ const char *xf_client_coordinator(const xf_client *c);
 xf_err xf_client_request(xf_client *c, const Xfed__Envelope *req,
                          Xfed__Envelope__BodyCase want, Xfed__Envelope **answer,
                          xf_errctx *err) XF_WARN_UNUSED;
+
+/* The same for a request that only reads (an export, a page of rows): if
+ * the connection drops before the whole answer came, the client dials
+ * again and asks once more, so that a large answer is restarted rather
+ * than lost. Not for changes: one that reached the coordinator before the
+ * drop would be made twice. */
+xf_err xf_client_query(xf_client *c, const Xfed__Envelope *req, Xfed__Envelope__BodyCase want,
+                       Xfed__Envelope **answer, xf_errctx *err) XF_WARN_UNUSED;
 
 /* A model from ModelQuery{job_id, round}: the xfed model file's bytes as
  * the MODEL tensor stream carried them (length and BLAKE2b digest checked

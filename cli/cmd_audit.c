@@ -103,7 +103,7 @@ static int audit_query(xf_cli *cli, xf_client *c, const char *verb, double since
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   env.body_case = XFED__ENVELOPE__BODY_AUDIT_QUERY;
   env.audit_query = &q;
-  xf_err rc = xf_client_request(c, &env, XFED__ENVELOPE__BODY_AUDIT_REPLY, answer, &cli->err);
+  xf_err rc = xf_client_query(c, &env, XFED__ENVELOPE__BODY_AUDIT_REPLY, answer, &cli->err);
   if (rc == XF_OK) return XF_EXIT_OK;
   if (rc == XF_EDENIED) return xf_cli_fail_unauthorized(cli);
   return xf_cli_fail(cli, rc);
@@ -328,6 +328,8 @@ int xf_cmd_audit_export(xf_cli *cli, int argc, char **argv) {
   int status;
   if ((status = parse_args(cli, argc, argv, true, false, true, &a)) != XF_EXIT_OK)
     return status;
+  if (a.out && xf_file_check_target(a.out, &cli->err) != XF_OK)
+    return xf_cli_fail(cli, cli->err.code);
   if (a.db && (status = open_trail(cli, &a, &db)) != XF_EXIT_OK) return status;
   /* With --out the lines gather in memory and the file appears whole
    * (storage/file.h), or not at all. */

@@ -17,15 +17,6 @@
 
 /* ---- shared: flags, connecting, failing ------------------------------------------ */
 
-/* A job id is the coordinator's job number in decimal (docs/protocol.md). */
-static bool job_id_ok(const char *s) {
-  size_t n = strlen(s);
-  if (n == 0 || n > 20 || s[0] == '0') return false;
-  for (size_t i = 0; i < n; i++)
-    if (s[i] < '0' || s[i] > '9') return false;
-  return true;
-}
-
 int xf__job_parse(xf_cli *cli, int argc, char **argv, const struct option *opts,
                   int positional, const char *what, xf__job_args *a) {
   memset(a, 0, sizeof(*a));
@@ -61,9 +52,11 @@ int xf__job_parse(xf_cli *cli, int argc, char **argv, const struct option *opts,
   if (left > positional) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind + positional]);
   if (positional) {
     a->arg = argv[optind];
-    if (strcmp(what, "ID") == 0 && !job_id_ok(a->arg))
-      return xf_cli_usage(cli, "'%s' is not a job id: job ids are numbers such as 7 ('xfed job "
-                               "list' shows them)", a->arg);
+    /* A job id is the coordinator's job number in decimal (docs/protocol.md). */
+    int64_t id;
+    xf_errctx idc = {0};
+    if (strcmp(what, "ID") == 0 && xf_job_id_parse(a->arg, &id, &idc) != XF_OK)
+      return xf_cli_usage(cli, "%s", idc.msg);
   }
   return XF_EXIT_OK;
 }
@@ -459,7 +452,7 @@ int xf_cmd_job_submit(xf_cli *cli, int argc, char **argv) {
 
 static const struct option query_opts[] = {XF_CLIENT_OPTIONS, {0, 0, 0, 0}};
 
-/* JobQuery{id} (NULL: every job) into *answer. */
+/* JobQuery{id} into *answer (a list of every job pages: list_pages). */
 static int query(xf_cli *cli, xf_client *c, const char *id, Xfed__Envelope **answer) {
   Xfed__JobQuery q = XFED__JOB_QUERY__INIT;
   q.job_id = (char *)(id ? id : "");
@@ -527,16 +520,67 @@ static void print_list(const Xfed__JobList *list) {
   xf_free(jobs);
 }
 
+/* Jobs asked for per page of the list (the coordinator also stops a page
+ * before it outgrows one frame). */
+#define JOBS_PAGE 200
+
+/* Every job, page after page by id; *answers keep what the list points
+ * into (xf_envelope_free each, then xf_free both arrays). */
+static int list_pages(xf_cli *cli, xf_client *c, Xfed__JobList *list,
+                      Xfed__Envelope ***answers, size_t *n_answers) {
+  Xfed__JobList init = XFED__JOB_LIST__INIT;
+  *list = init;
+  *answers = NULL;
+  *n_answers = 0;
+  Xfed__JobQuery q = XFED__JOB_QUERY__INIT;
+  q.job_id = "";
+  q.limit = JOBS_PAGE;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_JOB_QUERY;
+  env.job_query = &q;
+  for (;;) {
+    Xfed__Envelope *answer = NULL;
+    int st = xf__job_request(cli, c, &env, XFED__ENVELOPE__BODY_JOB_LIST, XF__JOB_ANY_USER,
+                             &answer);
+    if (st != XF_EXIT_OK) return st;
+    const Xfed__JobList *page = answer->job_list;
+    Xfed__Envelope **kept = xf_realloc(*answers, (*n_answers + 1) * sizeof(*kept));
+    Xfed__JobInfo **jobs =
+        kept ? xf_realloc(list->jobs, (list->n_jobs + page->n_jobs + 1) * sizeof(*jobs)) : NULL;
+    if (kept) *answers = kept;
+    if (jobs) list->jobs = jobs;
+    if (!kept || !jobs) {
+      xf_envelope_free(answer);
+      return xf_cli_fail(cli, XF_ENOMEM);
+    }
+    (*answers)[(*n_answers)++] = answer;
+    if (page->n_jobs) memcpy(list->jobs + list->n_jobs, page->jobs, page->n_jobs * sizeof(*jobs));
+    list->n_jobs += page->n_jobs;
+    if (!page->more) return XF_EXIT_OK;
+    uint64_t last = page->n_jobs ? strtoull(str_or_empty(page->jobs[page->n_jobs - 1]->job_id),
+                                            NULL, 10)
+                                 : 0;
+    if (last <= q.after_id) {
+      xf_fail(&cli->err, XF_EFORMAT, "the coordinator's page of jobs did not move past job %llu",
+              (unsigned long long)q.after_id);
+      return xf_cli_fail(cli, XF_EFORMAT);
+    }
+    q.after_id = last;
+  }
+}
+
 int xf_cmd_job_list(xf_cli *cli, int argc, char **argv) {
   xf__job_args a;
   int st = xf__job_parse(cli, argc, argv, query_opts, 0, NULL, &a);
   if (st != XF_EXIT_OK) return st;
   xf_client *c = NULL;
   if ((st = xf_client_connect(cli, &a.conn, &c)) != XF_EXIT_OK) return st;
-  Xfed__Envelope *answer = NULL;
-  st = query(cli, c, NULL, &answer);
+  Xfed__JobList all;
+  Xfed__Envelope **answers = NULL;
+  size_t n_answers = 0;
+  st = list_pages(cli, c, &all, &answers, &n_answers);
   if (st == XF_EXIT_OK) {
-    const Xfed__JobList *list = answer->job_list;
+    const Xfed__JobList *list = &all;
     if (cli->json) {
       json_t *arr = json_array();
       for (size_t i = 0; arr && i < list->n_jobs; i++)
@@ -546,7 +590,9 @@ int xf_cmd_job_list(xf_cli *cli, int argc, char **argv) {
       print_list(list);
     }
   }
-  xf_envelope_free(answer);
+  for (size_t i = 0; i < n_answers; i++) xf_envelope_free(answers[i]);
+  xf_free(answers);
+  xf_free(all.jobs);
   xf_client_close(c);
   return st;
 }

@@ -171,6 +171,12 @@ int xf_cmd_job_export(xf_cli *cli, int argc, char **argv) {
   if (a.format && strcmp(a.format, "xfed") == 0) fmt = FORMAT_XFED;
   else if (a.format && strcmp(a.format, "npy") == 0) fmt = FORMAT_NPY;
   else if (a.format) return xf_cli_usage(cli, "--format '%s' is not xfed or npy", a.format);
+  /* A target that may not be replaced is refused before the download. */
+  char layers[XF_CLIENT_PATH_MAX + 8];
+  snprintf(layers, sizeof(layers), "%s.json", a.out);
+  if (xf_file_check_target(a.out, &cli->err) != XF_OK ||
+      (fmt == FORMAT_NPY && xf_file_check_target(layers, &cli->err) != XF_OK))
+    return xf_cli_fail(cli, cli->err.code);
 
   xf_client *c = NULL;
   if ((st = xf_client_connect(cli, &a.conn, &c)) != XF_EXIT_OK) return st;

@@ -119,6 +119,67 @@ static json_t *row_json(const row *r) {
                    r->has_epsilon ? xf__job_number(r->epsilon) : json_null());
 }
 
+/* Rows asked for per page (the coordinator also stops a page before it
+ * outgrows one frame). */
+#define METRICS_PAGE 5000
+
+/* The pages of a job's metrics: the answers (their rows point into them)
+ * and every row, in the order they came. */
+typedef struct pages {
+  Xfed__Envelope **answers;
+  size_t n_answers;
+  row **rows;
+  size_t n_rows;
+} pages;
+
+static void pages_free(pages *p) {
+  for (size_t i = 0; i < p->n_answers; i++) xf_envelope_free(p->answers[i]);
+  xf_free(p->answers);
+  xf_free(p->rows);
+}
+
+/* Asks page after page, each after the last row of the one before, until
+ * the coordinator says none remain. */
+static int fetch_pages(xf_cli *cli, xf_client *c, const char *job, pages *out) {
+  memset(out, 0, sizeof(*out));
+  Xfed__MetricsQuery q = XFED__METRICS_QUERY__INIT;
+  q.job_id = (char *)job;
+  q.limit = METRICS_PAGE;
+  char after_site[256] = "";
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_METRICS_QUERY;
+  env.metrics_query = &q;
+  for (;;) {
+    Xfed__Envelope *answer = NULL;
+    q.after_site = after_site;
+    int st = xf__job_request(cli, c, &env, XFED__ENVELOPE__BODY_METRICS_REPORT,
+                             XF__JOB_ANY_USER, &answer);
+    if (st != XF_EXIT_OK) return st;
+    const Xfed__MetricsReport *m = answer->metrics_report;
+    Xfed__Envelope **answers = xf_realloc(out->answers, (out->n_answers + 1) * sizeof(*answers));
+    row **rows = answers ? xf_realloc(out->rows, (out->n_rows + m->n_rows + 1) * sizeof(*rows))
+                         : NULL;
+    if (answers) out->answers = answers;
+    if (rows) out->rows = rows;
+    if (!answers || !rows) {
+      xf_envelope_free(answer);
+      return xf_cli_fail(cli, XF_ENOMEM);
+    }
+    out->answers[out->n_answers++] = answer;
+    if (m->n_rows) memcpy(out->rows + out->n_rows, m->rows, m->n_rows * sizeof(*rows));
+    out->n_rows += m->n_rows;
+    if (!m->more) return XF_EXIT_OK;
+    if (m->n_rows == 0) {
+      xf_fail(&cli->err, XF_EFORMAT, "the coordinator's page of metrics was empty but said "
+                                     "more rows remain");
+      return xf_cli_fail(cli, XF_EFORMAT);
+    }
+    const row *last = m->rows[m->n_rows - 1];
+    q.after_round = last->round;
+    snprintf(after_site, sizeof(after_site), "%s", str_or_empty(last->site));
+  }
+}
+
 static const struct option metrics_opts[] = {
     XF_CLIENT_OPTIONS, {"csv", no_argument, 0, XF__JOB_OPT_CSV}, {0, 0, 0, 0}};
 
@@ -129,34 +190,25 @@ int xf_cmd_job_metrics(xf_cli *cli, int argc, char **argv) {
   if (a.csv && cli->json) return xf_cli_usage(cli, "--csv and --json exclude each other");
   xf_client *c = NULL;
   if ((st = xf_client_connect(cli, &a.conn, &c)) != XF_EXIT_OK) return st;
-  Xfed__MetricsQuery q = XFED__METRICS_QUERY__INIT;
-  q.job_id = (char *)a.arg;
-  Xfed__Envelope env = XFED__ENVELOPE__INIT;
-  env.body_case = XFED__ENVELOPE__BODY_METRICS_QUERY;
-  env.metrics_query = &q;
-  Xfed__Envelope *answer = NULL;
-  st = xf__job_request(cli, c, &env, XFED__ENVELOPE__BODY_METRICS_REPORT, XF__JOB_ANY_USER,
-                       &answer);
+  pages pg;
+  st = fetch_pages(cli, c, a.arg, &pg);
   xf_client_close(c);
-  if (st != XF_EXIT_OK) return st;
-  const Xfed__MetricsReport *m = answer->metrics_report;
-  row **rows = xf_mallocarray(m->n_rows ? m->n_rows : 1, sizeof(*rows));
-  if (!rows) {
-    xf_envelope_free(answer);
-    return xf_cli_fail(cli, XF_ENOMEM);
+  if (st != XF_EXIT_OK) {
+    pages_free(&pg);
+    return st;
   }
-  if (m->n_rows) memcpy(rows, m->rows, m->n_rows * sizeof(*rows));
-  qsort(rows, m->n_rows, sizeof(*rows), cmp_row);
+  row **rows = pg.rows;
+  size_t n = pg.n_rows;
+  if (n) qsort(rows, n, sizeof(*rows), cmp_row);
   if (cli->json) {
     json_t *arr = json_array();
-    for (size_t i = 0; arr && i < m->n_rows; i++) json_array_append_new(arr, row_json(rows[i]));
+    for (size_t i = 0; arr && i < n; i++) json_array_append_new(arr, row_json(rows[i]));
     xf__job_print_json(json_pack("{s:s,s:o}", "job_id", a.arg, "rows", arr ? arr : json_array()));
   } else if (a.csv) {
-    print_csv(rows, m->n_rows);
+    print_csv(rows, n);
   } else {
-    print_table(a.arg, rows, m->n_rows);
+    print_table(a.arg, rows, n);
   }
-  xf_free(rows);
-  xf_envelope_free(answer);
+  pages_free(&pg);
   return XF_EXIT_OK;
 }

@@ -20,13 +20,15 @@
 #include "cli/client.h"
 #include "job/admission.h"
 #include "job/jobspec.h"
+#include "net/document.h"
 #include "net/frame.h"
 #include "policy/policy.h"
 #include "storage/file.h"
 
-/* Policy documents, rules and case files are small; the bound keeps a wrong
- * path (a dataset, a model) out of memory. */
-#define POLICY_FILE_MAX (16u << 20)
+/* Policy documents, rules and case files: the bound keeps a wrong path (a
+ * dataset, a model) out of memory, and is what one message to the
+ * coordinator may carry (a 60,000-site document is about 11 MiB). */
+#define POLICY_FILE_MAX XF_DOCUMENT_MAX
 
 /* Every flag any policy command takes; each command names the ones it
  * accepts. The connection flags (cli/client.h) are taken by every command:
@@ -239,7 +241,12 @@ static int policy_request(xf_cli *cli, xf_client *c, Xfed__PolicyRequest *req,
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   env.body_case = XFED__ENVELOPE__BODY_POLICY_REQUEST;
   env.policy_request = req;
-  xf_err rc = xf_client_request(c, &env, XFED__ENVELOPE__BODY_POLICY_REPLY, answer, &cli->err);
+  /* Reads are asked again after a dropped link; changes are not. */
+  bool change = strcmp(req->verb, "push") == 0 || strcmp(req->verb, "edit") == 0;
+  xf_err rc = change ? xf_client_request(c, &env, XFED__ENVELOPE__BODY_POLICY_REPLY, answer,
+                                         &cli->err)
+                     : xf_client_query(c, &env, XFED__ENVELOPE__BODY_POLICY_REPLY, answer,
+                                       &cli->err);
   if (rc == XF_OK) return XF_EXIT_OK;
   if (rc == XF_EDENIED && !denial_decides) return xf_cli_fail_unauthorized(cli);
   return xf_cli_fail(cli, rc);
@@ -321,11 +328,51 @@ static int load_policy(xf_cli *cli, const policy_args *a, xf_policy **p) {
 
 /* ---- changes ---------------------------------------------------------------------- */
 
-/* The coordinator's side of a change: fetch the current document and its
- * version, make the change on it with the library's own checks, and push
- * the result on the condition that the coordinator is still at the version
- * it was drafted on. The author is the certificate's identity, recorded by
- * the coordinator. */
+/* Prints what a change on the coordinator did: its version and, for a few
+ * changes, the diff's lines; for many, how many of each (the diff itself is
+ * 'xfed policy diff'). */
+static void report_remote(xf_cli *cli, const Xfed__PolicyReply *r, const char *what) {
+  const char *diff = r->text ? r->text : "";
+  uint64_t n = r->added + r->removed + r->changed;
+  if (cli->json) {
+    json_t *lines = json_array();
+    for (const char *l = diff; lines && *l;) {
+      size_t len = strcspn(l, "\n");
+      json_array_append_new(lines, json_stringn(l, len));
+      l += len;
+      if (*l) l++;
+    }
+    xf_cli_print_json(json_pack("{s:I,s:s,s:I,s:I,s:I,s:I,s:o,s:b}", "version",
+                                (json_int_t)r->version, "change", what, "previous",
+                                (json_int_t)r->previous_version, "added", (json_int_t)r->added,
+                                "removed", (json_int_t)r->removed, "changed",
+                                (json_int_t)r->changed, "diff", lines ? lines : json_array(),
+                                "diff_cut", json_array_size(lines) < n));
+    return;
+  }
+  printf("policy version %llu: %s\n", (unsigned long long)r->version, what);
+  if (n <= 20) {
+    for (const char *l = diff; *l;) {
+      size_t len = strcspn(l, "\n");
+      printf("  %.*s\n", (int)len, l);
+      l += len;
+      if (*l) l++;
+    }
+  } else {
+    printf("  %llu added, %llu removed, %llu changed ('xfed policy diff %llu %llu' lists "
+           "them)\n",
+           (unsigned long long)r->added, (unsigned long long)r->removed,
+           (unsigned long long)r->changed, (unsigned long long)r->previous_version,
+           (unsigned long long)r->version);
+  }
+}
+
+/* The coordinator's side of a change: the edit itself goes to the
+ * coordinator, which makes it on its current version with the library's
+ * own checks, in one transaction, and answers with the new version and
+ * what changed; neither way does the whole document travel, except the
+ * one an import brings. The author is the certificate's identity, recorded
+ * by the coordinator. */
 static int change_remote(xf_cli *cli, const policy_args *a, const xf_policy_edit *e,
                          const char *origin, const char *what) {
   if (a->author)
@@ -337,23 +384,30 @@ static int change_remote(xf_cli *cli, const policy_args *a, const xf_policy_edit
   xf_client *c = NULL;
   int st = xf_client_connect(cli, &a->conn, &c);
   if (st != XF_EXIT_OK) return st;
-  char *doc = NULL, *next = NULL;
-  uint64_t base = 0, version = 0;
-  if ((st = fetch_document(cli, c, 0, &doc, &base)) != XF_EXIT_OK) goto out;
-  xf_err rc = xf_policy_edit_document(doc, e, &next, &cli->err);
+  Xfed__PolicyRequest req = XFED__POLICY_REQUEST__INIT;
+  req.verb = "edit";
+  req.edit = (char *)xf_policy_edit_name(e->kind);
+  req.edit_a = (char *)(e->a ? e->a : "");
+  req.edit_b = (char *)(e->b ? e->b : "");
+  req.edit_c = (char *)(e->c ? e->c : "");
+  req.reason = (char *)a->reason;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_POLICY_REQUEST;
+  env.policy_request = &req;
+  Xfed__Envelope *answer = NULL;
+  xf_err rc = xf_client_request(c, &env, XFED__ENVELOPE__BODY_POLICY_REPLY, &answer, &cli->err);
+  xf_client_close(c);
+  if (rc == XF_EDENIED) return xf_cli_fail_unauthorized(cli);
   if (rc != XF_OK) {
+    /* The coordinator's refusal names the field; for a rule or a document
+     * it is about the file given. */
     if (origin && !cli->err.file[0])
       snprintf(cli->err.file, sizeof(cli->err.file), "%s", origin);
-    st = xf_cli_fail(cli, rc);
-    goto out;
+    return xf_cli_fail(cli, rc);
   }
-  if ((st = push_document(cli, c, next, a->reason, true, base, &version)) == XF_EXIT_OK)
-    st = report_change(cli, XF_OK, version, what);
-out:
-  xf_free(doc);
-  xf_free(next);
-  xf_client_close(c);
-  return st;
+  report_remote(cli, answer->policy_reply, what);
+  xf_envelope_free(answer);
+  return XF_EXIT_OK;
 }
 
 /* Makes one change on the local database (--db) or the coordinator's
@@ -643,6 +697,8 @@ int xf_cmd_policy_export(xf_cli *cli, int argc, char **argv) {
   int status;
   if ((status = parse_args(cli, argc, argv, "db,version,out", 0, 0, "", &a)) != XF_EXIT_OK)
     return status;
+  if (a.out && xf_file_check_target(a.out, &cli->err) != XF_OK)
+    return xf_cli_fail(cli, cli->err.code);
   char *doc = NULL;
   uint64_t v = 0;
   if ((status = read_document(cli, &a, &doc, &v)) != XF_EXIT_OK) return status;

@@ -21,6 +21,7 @@
 #include "kernels/train.h"
 #include "site/dataset.h"
 #include "storage/blob.h"
+#include "storage/file.h"
 
 typedef struct train_args {
   const char *spec, *data, *save, *blobs;
@@ -157,6 +158,8 @@ int xf_cmd_train(xf_cli *cli, int argc, char **argv) {
   uint64_t dp_steps = 0;
 
   if ((rc = xf_jobspec_parse_file(a.spec, &job, &cli->err)) != XF_OK) goto fail;
+  /* A --save that may not be replaced is refused before the training. */
+  if (a.save && (rc = xf_file_check_target(a.save, &cli->err)) != XF_OK) goto fail;
   if (a.epochs) job.local.epochs = (uint32_t)a.epochs;
   if (job.privacy.mode != XF_PRIVACY_NONE)
     fprintf(stderr, "%s %s: note: privacy settings apply to federated jobs; this centralized "

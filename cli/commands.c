@@ -7,11 +7,12 @@
 /* Where the policy and audit commands act: the coordinator's policy and
  * trail over the CLI session unless --db FILE names a local database. */
 #define POLICY_WHERE_CHANGE                                                           \
-  "Without --db the change is made to the coordinator's policy: the current\n"        \
-  "version is fetched, changed and pushed back as the next version, refused if\n"     \
-  "the policy moved on meanwhile. Only compliance and admin certificates may, and\n"  \
-  "the author recorded is the certificate's identity. With --db FILE the change\n"    \
-  "is made to that local policy database.\n"
+  "Without --db the change itself (for an import, the document) goes to the\n"       \
+  "coordinator, which makes it on its current version as the next one and\n"         \
+  "answers with the new version and what changed (past 20 changes, how many;\n"      \
+  "'xfed policy diff' lists them all). Only compliance and admin certificates\n"     \
+  "may, and the author recorded is the certificate's identity. With --db FILE\n"     \
+  "the change is made to that local policy database.\n"
 #define POLICY_WHERE_READ                                                             \
   "Without --db this reads the coordinator's policy (any user certificate); with\n"   \
   "--db FILE, that local policy database.\n"

@@ -72,6 +72,8 @@ xf_err xf__model_file_make_as(const xf_model *m, const float *params, xf_checkpo
 
 xf_err xf__send(xf__peer *p, const Xfed__Envelope *env) {
   if (!p->conn) return XF_EINVAL;
+  if (p->kind == XF__PEER_CLI && !xf_document_fits(env, xf__frame_limit(p)))
+    return xf__send_document(p, env);
   xf_errctx err = {0};
   xf_err rc = xf_conn_send(p->conn, env, &err);
   if (rc != XF_OK)
@@ -530,6 +532,7 @@ static void on_close(xf_conn *c, const xf_conn_reason *why) {
             xf_pki_verdict_name(why->verdict), why->msg);
   p->conn = NULL;
   xf__stream_drop(p, NULL);
+  xf__document_drop(p);
   if (p->kind == XF__PEER_UPSTREAM) xf__upstream_closed(co);
   if (p->site && p->site->peer == p) {
     xf__site *s = p->site;
@@ -599,6 +602,11 @@ const xf_conn_opts *xf__conn_opts(xf__coord *co, bool accepted) {
   xf_conn_opts *o = accepted ? &a : &d;
   memset(o, 0, sizeof(*o));
   o->max_frame = co->cfg.max_frame;
+  o->handshake_timeout_ms = (uint32_t)(co->cfg.handshake_timeout_s * 1000.0);
+  o->progress.min_rate = co->cfg.min_frame_rate;
+  o->progress.window_ms = (uint32_t)(co->cfg.frame_rate_window_s * 1000.0);
+  o->progress.grace_ms = (uint32_t)(co->cfg.frame_grace_s * 1000.0);
+  o->guard = &co->guard;
   o->on_connect = accepted ? on_accept_connect : on_connect;
   o->on_frame = on_frame;
   o->on_drain = on_drain;
@@ -682,10 +690,33 @@ static xf_err our_name(xf__coord *co, xf_errctx *err) {
   return XF_OK;
 }
 
+/* A journal that fails its integrity check, or that SQLite cannot read as
+ * a database: refused at start, logged, with the way back. */
+static xf_err journal_damaged(const xf__coord *co, const char *path, xf_errctx *err) {
+  char damage[sizeof(err->msg)];
+  snprintf(damage, sizeof(damage), "%s", err->msg);
+  XF_ERROR("journal_damaged", "file=%s damage=\"%s\"", path, damage);
+  xf_errctx_file(err, path);
+  /* The file is err's; the message has room for the damage and the way
+   * back (the log line above has the damage whole). */
+  return xf_fail(err, XF_EINTEGRITY,
+                 "the journal is damaged (%.160s); the coordinator does not start on it. "
+                 "Restore the last backup: move coord.db, coord.db-wal and coord.db-shm out "
+                 "of %.60s, copy the FILE that 'xfed-coord backup --state %.60s --out FILE' "
+                 "made there as coord.db, and start again",
+                 damage, co->cfg.state_dir, co->cfg.state_dir);
+}
+
 static xf_err open_state(xf__coord *co, xf_errctx *err) {
   if (mkdir(co->cfg.state_dir, 0700) != 0 && errno != EEXIST)
     return xf_fail(err, XF_EIO, "cannot create the state directory %s: %s", co->cfg.state_dir,
                    strerror(errno));
+  struct stat st;
+  if (stat(co->cfg.state_dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+    xf_errctx_file(err, co->cfg.state_dir);
+    return xf_fail(err, XF_EEXISTS, "is %s, not a directory: give the coordinator's state "
+                   "directory with --state", xf_file_kind(st.st_mode));
+  }
   char path[XF_COORD_PATH_MAX + 32];
   if (co->cfg.regional) {
     /* A regional aggregator keeps no journal, only its audit trail. */
@@ -693,10 +724,65 @@ static xf_err open_state(xf__coord *co, xf_errctx *err) {
     return xf_audit_open(path, &co->audit, err);
   }
   snprintf(path, sizeof(path), "%s/coord.db", co->cfg.state_dir);
-  XF_GUARD(xf_journal_open(path, &co->db, err));
+  xf_err rc = xf_journal_open(path, &co->db, err);
+  /* SQLite's words for a file it cannot read as a database at all. */
+  bool unreadable = rc == XF_EDB && (strstr(err->msg, "malformed") || strstr(err->msg, "not a "
+                                                                                      "database"));
+  if (rc == XF_OK) rc = xf_db_quick_check(co->db, err);
+  else if (!unreadable) return rc;
+  /* Only damage is answered with the way back: a check that fails for
+   * another reason (I/O, locks) is reported as it is. */
+  if (rc == XF_EINTEGRITY || (rc != XF_OK && unreadable)) return journal_damaged(co, path, err);
+  if (rc != XF_OK) return rc;
   co->audit = co->db;
-  snprintf(path, sizeof(path), "%s/blobs", co->cfg.state_dir);
-  return xf_blob_store_open(path, &co->blobs, err);
+  char blobs[XF_COORD_PATH_MAX + 32];
+  snprintf(blobs, sizeof(blobs), "%s/blobs", co->cfg.state_dir);
+  XF_GUARD(xf_blob_store_open(blobs, &co->blobs, err));
+  if ((rc = xf_journal_check_blobs(co->db, co->blobs, err)) == XF_ENOENT) {
+    XF_ERROR("journal_damaged", "file=%s damage=\"%s\"", blobs, err->msg);
+    xf_errctx_file(err, blobs);
+    return xf_fail(err, XF_EINTEGRITY,
+                   "%.600s; the coordinator does not start without the models it resumes "
+                   "from. Restore %s from the copy taken together with the journal's backup "
+                   "('xfed-coord backup' copies only the journal), then start again",
+                   err->msg, blobs);
+  }
+  return rc;
+}
+
+/* The caps and the budget every connection runs under: the cap on
+ * connections fits the descriptor limit (raised toward the hard limit when
+ * it is lower), so the listener, the journal and the blob store always have
+ * descriptors left. The cap per address, unless configured, is at most a
+ * quarter of that: one source that fills its share leaves three quarters of
+ * the descriptors to everybody else, the researchers' CLI included. */
+static void guard_connections(xf__coord *co) {
+  size_t wanted = co->cfg.max_connections ? co->cfg.max_connections : XF_CONN_MAX_CONNS;
+  size_t budget = co->cfg.buffer_budget ? co->cfg.buffer_budget : XF_CONN_BUFFER_BUDGET;
+  size_t descriptors = 0;
+  size_t cap = xf_conn_fit_descriptors(wanted, &descriptors);
+  size_t per_address = co->cfg.max_connections_per_address;
+  if (!per_address) {
+    per_address = cap / 4 < XF_CONN_MAX_CONNS_PER_ADDR ? cap / 4 : XF_CONN_MAX_CONNS_PER_ADDR;
+    if (!per_address) per_address = 1;
+  }
+  if (cap < wanted)
+    XF_WARN("connection_cap_lowered",
+            "max_connections=%zu configured=%zu descriptors=%zu reserve=%u reason=\"the descriptor "
+            "limit leaves room for %zu connections; raise it (ulimit -n, systemd LimitNOFILE=) "
+            "to at least %zu\"",
+            cap, wanted, descriptors, XF_CONN_FD_RESERVE, cap, wanted + XF_CONN_FD_RESERVE);
+  xf_conn_guard_init(&co->guard, cap, per_address, budget);
+  const xf_conn_opts *o = xf__conn_opts(co, true);
+  XF_INFO("connection_limits",
+          "max_connections=%zu max_connections_per_address=%zu descriptors=%zu "
+          "buffer_budget=%zu handshake_timeout_ms=%u min_frame_rate=%u "
+          "frame_rate_window_ms=%u frame_grace_ms=%u",
+          cap, per_address, descriptors, budget,
+          o->handshake_timeout_ms ? o->handshake_timeout_ms : XF_CONN_HANDSHAKE_TIMEOUT_MS,
+          o->progress.min_rate ? o->progress.min_rate : XF_PROGRESS_MIN_RATE,
+          o->progress.window_ms ? o->progress.window_ms : XF_PROGRESS_WINDOW_MS,
+          o->progress.grace_ms ? o->progress.grace_ms : XF_PROGRESS_GRACE_MS);
 }
 
 static void free_site(xf__site *s) {
@@ -715,6 +801,9 @@ xf_err xf_coord_run(const xf_coord_config *cfg, xf_errctx *err) {
   if (!(co->cfg.eval_timeout_s > 0)) co->cfg.eval_timeout_s = 120;
   xf_err rc = XF_OK;
   bool loop_up = false;
+  /* A --port-file that may not be replaced is refused before anything starts. */
+  if (co->cfg.port_file[0] && (rc = xf_file_check_target(co->cfg.port_file, err)) != XF_OK)
+    goto out;
   if ((rc = our_name(co, err)) != XF_OK) goto out;
   xf_tls_config tc = {co->cfg.cert, co->cfg.key, co->cfg.ca, co->cfg.crl};
   if ((rc = xf_tls_new(&tc, &co->tls, err)) != XF_OK) goto out;
@@ -728,6 +817,7 @@ xf_err xf_coord_run(const xf_coord_config *cfg, xf_errctx *err) {
     goto out;
   }
   loop_up = true;
+  guard_connections(co);
   if ((rc = xf_listen(&co->loop, co->tls, co->cfg.listen_host, co->cfg.listen_port,
                       xf__conn_opts(co, true), &co->listener, err)) != XF_OK)
     goto out;
@@ -760,6 +850,19 @@ xf_err xf_coord_run(const xf_coord_config *cfg, xf_errctx *err) {
   else
     xf__runs_schedule(co);
   uv_run(&co->loop, UV_RUN_DEFAULT);
+  /* What the bounds on connections did over the whole run. */
+  const xf_conn_guard *g = &co->guard;
+  XF_INFO("connection_totals",
+          "accepted=%llu refused_max_connections=%llu refused_max_connections_per_address=%llu "
+          "ended_handshake=%llu ended_slow=%llu ended_frame=%llu ended_idle=%llu "
+          "budget_peak=%zu budget_waits=%llu",
+          (unsigned long long)g->accepted, (unsigned long long)g->refused[XF_CONN_CAP_TOTAL],
+          (unsigned long long)g->refused[XF_CONN_CAP_PER_ADDRESS],
+          (unsigned long long)g->ended[XF_CONN_END_HANDSHAKE],
+          (unsigned long long)g->ended[XF_CONN_END_SLOW],
+          (unsigned long long)g->ended[XF_CONN_END_FRAME],
+          (unsigned long long)g->ended[XF_CONN_END_IDLE], g->budget.peak,
+          (unsigned long long)g->budget.waits);
   XF_INFO("coordinator_stopped", "name=%s", co->name);
 
 out:
@@ -786,6 +889,7 @@ out:
     xf__peer *p = co->peers;
     co->peers = p->next;
     xf__stream_drop(p, NULL);
+    xf__document_drop(p);
     xf_free(p);
   }
   while (co->residuals) {

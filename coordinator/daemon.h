@@ -38,6 +38,18 @@ typedef struct xf_coord_config {
                                            ("residency_policy": "off"); every site of a
                                            job's dataset is eligible and decisions are
                                            audited as unrestricted */
+  /* Bounds on connections (docs/coordinator.md, "Connections"); 0: the
+   * default of net/conn.h. */
+  double handshake_timeout_s;           /* TLS handshake + hello: 10 */
+  uint32_t min_frame_rate;              /* bytes/s a frame in progress must keep: 4096 */
+  double frame_rate_window_s;           /* averaged over: 30 */
+  double frame_grace_s;                 /* a frame younger than this is not judged: 30 */
+  size_t max_connections;               /* accepted at once: 4096, fewer when the
+                                           descriptor limit leaves less */
+  size_t max_connections_per_address;   /* accepted at once from one address (an IPv6
+                                           one by its /64): 256, or a quarter of
+                                           max_connections when that is less */
+  size_t buffer_budget;                 /* bytes of large frames buffered at once: 256 MiB */
 } xf_coord_config;
 
 /* Runs the daemon until SIGTERM or SIGINT (clean shutdown: stops accepting,

@@ -23,10 +23,12 @@
 #include "crypto/digest.h"
 #include "crypto/seal.h"
 #include "job/admission.h"
+#include "job/jobmodel.h"
 #include "job/jobspec.h"
 #include "kernels/checkpoint.h"
 #include "kernels/model.h"
 #include "net/conn.h"
+#include "net/document.h"
 #include "net/session.h"
 #include "net/tensor.h"
 #include "net/tls.h"
@@ -39,6 +41,10 @@
 
 /* Bytes of a model file a peer may send us (a MODEL stream upstream→regional). */
 #define XF_COORD_MODEL_MAX (1ull << 30)
+/* The largest model a job spec allows travels within it, as float32 with a
+ * header of at most 1 MiB and its 12-byte prefix (docs/model-format.md). */
+_Static_assert((unsigned long long)XF_JOB_PARAMS_MAX * 4 + (1u << 20) + 12 <= XF_COORD_MODEL_MAX,
+               "XF_JOB_PARAMS_MAX must fit a model stream");
 /* Ciphertext queued on all connections together above which outgoing
  * streams wait (docs/coordinator.md, "Memory"): with a model going to many
  * sites at once, each connection's own high-water mark would otherwise let
@@ -103,6 +109,11 @@ typedef struct xf__peer {
   bool tx_await_ack;
   bool tx_stalled; /* waiting for the process-wide send budget */
   uint64_t tx_bytes;
+  /* CLI: a request too large for a frame, coming in as a DOCUMENT stream
+   * (documents.c); NULL when none is open. doc_held: the size it announced,
+   * counted in the coordinator's doc_held while it is open. */
+  xf_document_rx *doc_in;
+  uint64_t doc_held;
   struct xf__peer *next;
 } xf__peer;
 
@@ -252,6 +263,12 @@ typedef struct xf__coord {
   size_t stalled;       /* peers with tx_stalled set */
   uv_signal_t sig_term, sig_int, sig_hup;
   bool stopping;
+  /* Caps, the buffer budget, and the running totals of what they refused
+   * and closed (net/conn.h), for every connection of the process. */
+  xf_conn_guard guard;
+  /* The sizes announced by every DOCUMENT stream coming in (documents.c):
+   * at most XF__DOCUMENTS_HELD_MAX (documents.c) at once. */
+  uint64_t doc_held;
   xf_noise *noise;      /* central privacy: the aggregator's noise (CSPRNG-keyed) */
   /* The audit trail: the journal itself on the global role, STATE/audit.db
    * on a regional aggregator. */
@@ -364,6 +381,24 @@ void xf__intake_end(xf__run *run, xf__site *s, xf__take *t, const Xfed__TensorEn
 /* Lets waiting uploads in while fewer than max_staged are in flight. */
 void xf__intake_admit(xf__run *run);
 
+/* ---- checks.c: what sites report, checked (coordinator/report.h) ---------------------------- */
+/* The training records `site` announced for run's dataset (its name and
+ * every tag): s itself when site is s's id, else a site behind regional s.
+ * 0 when it announced none. */
+uint64_t xf__announced_records(const xf__run *run, const xf__site *s, uint64_t site);
+/* Checks a Metrics s sent about `site` (its id). False when it is refused:
+ * the sender gets Error(XF_ERANGE), the log a report_refused line and the
+ * audit trail a refused_report row naming the site, the field and the
+ * value; a training report's site is dropped from the attempt (its update
+ * is not taken; not for a site behind a regional aggregator), an
+ * evaluation's counts as answered. */
+bool xf__check_metrics(xf__run *run, xf__site *s, const Xfed__Metrics *m, uint64_t site);
+/* Checks the weight of s's update or aggregate (summing sites[0..n)). False
+ * when it is refused (answered, logged and audited as above); the caller
+ * drops the stream. */
+bool xf__check_weight(xf__run *run, xf__site *s, const Xfed__TensorBegin *m,
+                      const uint64_t *sites, size_t n);
+
 /* ---- residency.c ------------------------------------------------------------------------ */
 /* Whether the global coordinator enforces a residency policy (not with
  * "residency_policy": "off"). Regional aggregators enforce what their
@@ -382,6 +417,21 @@ xf_err xf__residency_decide(xf__coord *co, const xf_jobspec *spec, xf_policy_dec
                             xf_errctx *err) XF_WARN_UNUSED;
 /* Sets the job's state and message in the journal (logs failures). */
 void xf__journal_state(xf__coord *co, int64_t job, xf_job_state state, const char *msg);
+
+/* ---- documents.c: messages larger than a frame on CLI sessions -------------------------- */
+/* The largest frame we send p: what its Hello accepts and, on a CLI
+ * session, never more than our own max_frame, so that an operator who
+ * lowers max_frame bounds the frames of CLI sessions both ways. */
+size_t xf__frame_limit(const xf__peer *p);
+/* Sends env to a CLI peer as a DOCUMENT stream of its packed bytes (for a
+ * message larger than xf__frame_limit; xf__send calls it). */
+xf_err xf__send_document(xf__peer *p, const Xfed__Envelope *env);
+/* A frame of a DOCUMENT stream from a CLI peer: acknowledged, and the
+ * request it completes handled as if it had come in one frame. */
+void xf__document_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);
+/* Drops what p has gathered of a DOCUMENT stream, if anything, and gives
+ * its size back to the coordinator's doc_held (on close). */
+void xf__document_drop(xf__peer *p);
 
 /* ---- policy_requests.c ------------------------------------------------------------------ */
 void xf__policy_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);

@@ -313,12 +313,17 @@ static void send_go(xf__run *run, const xf_jobm_action *a) {
     su.scale = s->scale;
     su.subset = s->subset;
     su.subset_seed = s->subset_seed;
+    /* The cohort's names, which each site checks its peers' certificates
+     * against. */
+    su.cohort = names_of(run->co, a->sites, a->n_sites);
+    su.n_cohort = su.cohort ? a->n_sites : 0;
     g.secagg = &su;
   }
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   env.body_case = XFED__ENVELOPE__BODY_TASK_GO;
   env.task_go = &g;
   send_env(run->co, a->carrier, &env);
+  xf_free(su.cohort);
 }
 
 static void send_cancel(xf__run *run, uint64_t carrier, uint32_t round, uint32_t attempt,
@@ -339,12 +344,26 @@ static void send_cancel(xf__run *run, uint64_t carrier, uint32_t round, uint32_t
   (void)xf__send(p, &env);
 }
 
+/* n byte strings of XF_SECAGG_SIG_BYTES each, back to back in sigs, as
+ * protobuf bytes fields pointing into them (xf_free the array). */
+static ProtobufCBinaryData *sig_fields(const uint8_t *sigs, size_t n) {
+  ProtobufCBinaryData *v = xf_calloc(n ? n : 1, sizeof(*v));
+  for (size_t i = 0; v && i < n; i++) {
+    v[i].data = (uint8_t *)sigs + i * XF_SECAGG_SIG_BYTES;
+    v[i].len = XF_SECAGG_SIG_BYTES;
+  }
+  return v;
+}
+
 static void send_sa(xf__run *run, const xf_jobm_action *a) {
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   Xfed__SecAggKeys k = XFED__SEC_AGG_KEYS__INIT;
   Xfed__SecAggRouted r = XFED__SEC_AGG_ROUTED__INIT;
+  Xfed__SecAggCheck c = XFED__SEC_AGG_CHECK__INIT;
   Xfed__SecAggUnmask u = XFED__SEC_AGG_UNMASK__INIT;
-  ProtobufCBinaryData *cts = NULL;
+  ProtobufCBinaryData *cts = NULL, *certs = NULL;
+  ProtobufCBinaryData *sigs = sig_fields(a->sigs, a->n_sigs);
+  if (!sigs) return;
   uint32_t round = run->relay ? run->up.round : a->round;
   if (a->kind == XF_JOBM_SA_KEYS) {
     k.job_id = run->id_text;
@@ -352,15 +371,36 @@ static void send_sa(xf__run *run, const xf_jobm_action *a) {
     k.attempt = a->attempt;
     k.adverts.data = (uint8_t *)a->blob;
     k.adverts.len = a->blob_len;
+    /* Each index's signature and certificate; a site that sent no keys has
+     * empty ones. */
+    certs = xf_calloc(a->n_sigs ? a->n_sigs : 1, sizeof(*certs));
+    if (!certs) {
+      xf_free(sigs);
+      return;
+    }
+    for (size_t i = 0, at = 0; i < a->n_sigs; at += a->cert_lens[i], i++) {
+      certs[i].data = (uint8_t *)a->certs + at;
+      certs[i].len = a->cert_lens[i];
+      if (!a->cert_lens[i]) sigs[i].len = 0;
+    }
+    k.n_signatures = a->n_sigs;
+    k.signatures = sigs;
+    k.n_certificates = a->n_sigs;
+    k.certificates = certs;
     env.body_case = XFED__ENVELOPE__BODY_SECAGG_KEYS;
     env.secagg_keys = &k;
   } else if (a->kind == XF_JOBM_SA_ROUTED) {
     cts = xf_calloc(a->n_from ? a->n_from : 1, sizeof(*cts));
-    if (!cts) return;
+    if (!cts) {
+      xf_free(sigs);
+      return;
+    }
     for (size_t i = 0; i < a->n_from; i++) {
       cts[i].data = (uint8_t *)a->blob + i * XF_SECAGG_SHARE_BYTES;
       cts[i].len = XF_SECAGG_SHARE_BYTES;
     }
+    r.n_signatures = a->n_sigs;
+    r.signatures = sigs;
     r.job_id = run->id_text;
     r.round = round;
     r.attempt = a->attempt;
@@ -372,17 +412,31 @@ static void send_sa(xf__run *run, const xf_jobm_action *a) {
     r.ciphertexts = cts;
     env.body_case = XFED__ENVELOPE__BODY_SECAGG_ROUTED;
     env.secagg_routed = &r;
+  } else if (a->kind == XF_JOBM_SA_CHECK) {
+    c.job_id = run->id_text;
+    c.round = round;
+    c.attempt = a->attempt;
+    c.n_u3 = a->n_u;
+    c.u3 = (uint32_t *)a->u;
+    env.body_case = XFED__ENVELOPE__BODY_SECAGG_CHECK;
+    env.secagg_check = &c;
   } else {
     u.job_id = run->id_text;
     u.round = round;
     u.attempt = a->attempt;
     u.n_u3 = a->n_u;
     u.u3 = (uint32_t *)a->u;
+    u.n_signers = a->n_from;
+    u.signers = (uint32_t *)a->from;
+    u.n_signatures = a->n_sigs;
+    u.signatures = sigs;
     env.body_case = XFED__ENVELOPE__BODY_SECAGG_UNMASK;
     env.secagg_unmask = &u;
   }
   send_env(run->co, a->carrier, &env);
   xf_free(cts);
+  xf_free(certs);
+  xf_free(sigs);
 }
 
 /* ---- the commit ------------------------------------------------------------------------------------ */
@@ -598,6 +652,7 @@ static void take_action(xf__run *run, const xf_jobm_action *a) {
   }
   case XF_JOBM_SA_KEYS:
   case XF_JOBM_SA_ROUTED:
+  case XF_JOBM_SA_CHECK:
   case XF_JOBM_SA_UNMASK: send_sa(run, a); return;
   case XF_JOBM_PARTICIPANT:
     if (a->state == XF_PARTICIPANT_DROPPED)
@@ -840,20 +895,15 @@ static void on_metrics(xf__run *run, xf__site *s, const Xfed__Envelope *env) {
             s->name, site);
     return;
   }
-  /* Reported values are range-checked before they count anywhere. */
-  bool train_ok = m->has_train && (isnan(m->train_loss) || (isfinite(m->train_loss) && m->train_loss >= 0));
-  bool test_ok = m->has_test && isfinite(m->test_loss) && m->test_loss >= 0 &&
-                 isfinite(m->test_accuracy) && m->test_accuracy >= 0 && m->test_accuracy <= 1;
-  if ((m->has_train && !train_ok) || (m->has_test && !test_ok)) {
-    XF_WARN("metrics_refused", "from=%s about=%s reason=\"values out of range\"", s->name, site);
-    return;
-  }
   if (s->regional && own && !m->has_train && !m->has_test) {
     /* A regional's word that its sites' evaluation is complete. */
     xf_errctx err = {0};
     if (xf_jobm_evaluated(run->m, s->id, xf__now(), &err) == XF_OK) xf__run_actions(run);
     return;
   }
+  /* Every figure is range-checked before it counts anywhere, here and at
+   * a regional aggregator before it goes upstream (coordinator/checks.c). */
+  if (!xf__check_metrics(run, s, m, id)) return;
   if (run->relay) {
     xf__upstream_metrics(co, env);
   } else {
@@ -895,25 +945,63 @@ static void on_sa(xf__run *run, xf__site *s, const Xfed__Envelope *env) {
   case XFED__ENVELOPE__BODY_SECAGG_ADVERT: {
     const Xfed__SecAggAdvert *a = env->secagg_advert;
     if (!current(run, a->round, a->attempt)) return;
-    rc = xf_jobm_sa_advert(run->m, s->id, a->advert.data, a->advert.len, now, &err);
+    xf_saphase_keys keys = {.advert = a->advert.data,
+                            .advert_len = a->advert.len,
+                            .sig = a->signature.data,
+                            .sig_len = a->signature.len,
+                            .cert = a->certificate.data,
+                            .cert_len = a->certificate.len};
+    rc = xf_jobm_sa_advert(run->m, s->id, &keys, now, &err);
     break;
   }
   case XFED__ENVELOPE__BODY_SECAGG_SHARES: {
     const Xfed__SecAggShares *m = env->secagg_shares;
     if (!current(run, m->round, m->attempt)) return;
     size_t n = m->n_to < m->n_ciphertexts ? m->n_to : m->n_ciphertexts;
+    n = n < m->n_signatures ? n : m->n_signatures;
+    bool whole = m->n_to == m->n_ciphertexts && m->n_to == m->n_signatures;
     const uint8_t **cts = xf_calloc(n ? n : 1, sizeof(*cts));
+    const uint8_t **sigs = xf_calloc(n ? n : 1, sizeof(*sigs));
     size_t *lens = xf_calloc(n ? n : 1, sizeof(*lens));
-    if (cts && lens) {
+    size_t *sig_lens = xf_calloc(n ? n : 1, sizeof(*sig_lens));
+    if (cts && sigs && lens && sig_lens) {
       for (size_t i = 0; i < n; i++) {
         cts[i] = m->ciphertexts[i].data;
         lens[i] = m->ciphertexts[i].len;
+        sigs[i] = m->signatures[i].data;
+        sig_lens[i] = m->signatures[i].len;
       }
-      rc = xf_jobm_sa_shares(run->m, s->id, m->to, cts, lens,
-                             m->n_to == m->n_ciphertexts ? n : n + 1 /* malformed */, now, &err);
+      /* Lists of different lengths are malformed: n + 1 makes the machine
+       * refuse them (it reads no entry past n). */
+      rc = xf_jobm_sa_shares(run->m, s->id, m->to, cts, lens, sigs, sig_lens,
+                             whole ? n : n + 1, now, &err);
     }
     xf_free(cts);
+    xf_free(sigs);
     xf_free(lens);
+    xf_free(sig_lens);
+    break;
+  }
+  case XFED__ENVELOPE__BODY_SECAGG_CHECK_SIG: {
+    const Xfed__SecAggCheckSig *c = env->secagg_check_sig;
+    if (!current(run, c->round, c->attempt)) return;
+    rc = xf_jobm_sa_check_sig(run->m, s->id, c->signature.data, c->signature.len, now, &err);
+    break;
+  }
+  case XFED__ENVELOPE__BODY_SECAGG_REFUSAL: {
+    const Xfed__SecAggRefusal *f = env->secagg_refusal;
+    if (!current(run, f->round, f->attempt)) return;
+    /* The site's words, kept to one log line and one refusal. */
+    char why[600];
+    snprintf(why, sizeof(why), "%s: %.400s (in phase %.16s%s%.63s)", s->name,
+             f->reason ? f->reason : "", f->phase && *f->phase ? f->phase : "?",
+             f->peer_name && *f->peer_name ? ", at fault: " : "",
+             f->peer_name ? f->peer_name : "");
+    for (char *q = why; *q; q++)
+      if (*q == '"' || (unsigned char)*q < 0x20) *q = *q == '"' ? '\'' : ' ';
+    XF_WARN("secagg_refused", "job=%s round=%u attempt=%u site=%s reason=\"%s\"", run->id_text,
+            (unsigned)f->round, (unsigned)f->attempt, s->name, why);
+    rc = xf_jobm_sa_refused(run->m, s->id, why, now, &err);
     break;
   }
   case XFED__ENVELOPE__BODY_SECAGG_REVEAL: {
@@ -949,6 +1037,8 @@ static const char *job_of(const Xfed__Envelope *env) {
   case XFED__ENVELOPE__BODY_SECAGG_ADVERT: return env->secagg_advert->job_id;
   case XFED__ENVELOPE__BODY_SECAGG_SHARES: return env->secagg_shares->job_id;
   case XFED__ENVELOPE__BODY_SECAGG_REVEAL: return env->secagg_reveal->job_id;
+  case XFED__ENVELOPE__BODY_SECAGG_CHECK_SIG: return env->secagg_check_sig->job_id;
+  case XFED__ENVELOPE__BODY_SECAGG_REFUSAL: return env->secagg_refusal->job_id;
   case XFED__ENVELOPE__BODY_TENSOR_BEGIN: return env->tensor_begin->job_id;
   default: return NULL;
   }
@@ -1004,6 +1094,8 @@ void xf__run_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env) {
   case XFED__ENVELOPE__BODY_METRICS: on_metrics(run, s, env); return;
   case XFED__ENVELOPE__BODY_SECAGG_ADVERT:
   case XFED__ENVELOPE__BODY_SECAGG_SHARES:
+  case XFED__ENVELOPE__BODY_SECAGG_CHECK_SIG:
+  case XFED__ENVELOPE__BODY_SECAGG_REFUSAL:
   case XFED__ENVELOPE__BODY_SECAGG_REVEAL: on_sa(run, s, env); return;
   case XFED__ENVELOPE__BODY_TENSOR_BEGIN: {
     const Xfed__TensorBegin *b = env->tensor_begin;

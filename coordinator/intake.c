@@ -166,6 +166,20 @@ static size_t sites_of(const xf__site *s, char **names, size_t n, uint64_t *out)
   return k;
 }
 
+/* Whether a repeated TensorBegin announces other bytes than the stream's
+ * first: another sealing key, size or digest. */
+static bool made_again(const xf_tensor_receiver *rx, const Xfed__TensorBegin *m) {
+  const xf_tensor_info *was = xf_tensor_receiver_info(rx);
+  if (!was) return false;
+  bool sealed = m->sealed_by.len == sizeof(was->sealed_by);
+  if (sealed != was->sealed ||
+      (sealed && memcmp(m->sealed_by.data, was->sealed_by, sizeof(was->sealed_by)) != 0))
+    return true;
+  return m->total_bytes != was->total_bytes || m->element_count != was->element_count ||
+         m->digest.len != XF_DIGEST_BYTES ||
+         memcmp(m->digest.data, was->digest.bytes, XF_DIGEST_BYTES) != 0;
+}
+
 void xf__intake_begin(xf__run *run, xf__site *s, const Xfed__TensorBegin *m) {
   Xfed__TensorBegin__Kind want =
       s->regional ? XFED__TENSOR_BEGIN__KIND__AGGREGATE : XFED__TENSOR_BEGIN__KIND__UPDATE;
@@ -183,6 +197,17 @@ void xf__intake_begin(xf__run *run, xf__site *s, const Xfed__TensorBegin *m) {
   }
   xf_errctx err = {0};
   xf__take *t = xf__take_of(run, s->id);
+  if (t && t->stream_id == m->stream_id && t->rx && made_again(t->rx, m)) {
+    /* The sender made its update again under the same stream id (a site
+     * restarted mid-upload seals what it holds to a new key): what was
+     * taken of the old bytes cannot be continued. The take starts over
+     * from offset 0 below (TensorAck 0), as a fresh stream would. */
+    XF_INFO("update_restarted", "job=%s from=%s stream=%" PRIu64 " reason=\"a new sealing key, "
+            "size or digest under the same stream id\"",
+            run->id_text, s->name, m->stream_id);
+    xf__take_abort(run, t);
+    t = NULL;
+  }
   if (t && t->stream_id == m->stream_id && t->rx) { /* a resume after a reconnect */
     if (xf_tensor_receiver_begin(t->rx, m, &err) != XF_OK) {
       drop(run, s, err.msg);
@@ -199,6 +224,13 @@ void xf__intake_begin(xf__run *run, xf__site *s, const Xfed__TensorBegin *m) {
     ids = xf_mallocarray(m->n_sites ? m->n_sites : 1, sizeof(uint64_t));
     if (!ids) return;
     n = sites_of(s, m->sites, m->n_sites, ids);
+  }
+  /* The weight it claims is what its sites announced at most
+   * (coordinator/checks.c: refused, logged and audited). */
+  if (!xf__check_weight(run, s, m, ids, s->regional ? n : 0)) {
+    xf_free(ids);
+    drop(run, s, "its update's weight is beyond the records it announced");
+    return;
   }
   if (xf_jobm_announced(run->m, s->id, ids, s->regional ? n : 0, xf__now(), &err) != XF_OK)
     XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
@@ -304,6 +336,12 @@ void xf__intake_end(xf__run *run, xf__site *s, xf__take *t, const Xfed__TensorEn
     return;
   }
   if (rc != XF_OK) {
+    /* A digest that does not match (XF_EINTEGRITY) or a TensorEnd of
+     * another stream: the sender is told which stream, then dropped. */
+    if (s->peer)
+      xf_session_send_error(s->peer->conn, err.code,
+                            "job %s: %s stream %" PRIu64 " is refused: %s", run->id_text,
+                            s->regional ? "aggregate" : "update", t->stream_id, err.msg);
     drop(run, s, err.msg);
     return;
   }

@@ -64,7 +64,7 @@ typedef struct jm_carrier {
 
 /* Where an action's arrays live in the call's arenas. */
 typedef struct jm_off {
-  size_t sites, blob, u, from;
+  size_t sites, blob, u, from, sigs, certs, cert_lens;
 } jm_off;
 
 struct xf_jobm {
@@ -141,7 +141,7 @@ const char *xf_jobm_action_name(xf_jobm_action_kind k) {
   static const char *const names[] = {
       "opened",   "offer",  "go",    "cancel",  "discard", "sa_keys", "sa_routed",
       "sa_unmask", "participant", "commit", "retry", "pause", "resume", "stop",
-      "fail",     "evaluate", "finish", "accept_up", "refuse_up", "forward"};
+      "fail",     "evaluate", "finish", "accept_up", "refuse_up", "forward", "sa_check"};
   return (unsigned)k < sizeof(names) / sizeof(names[0]) ? names[k] : "unknown";
 }
 
@@ -164,6 +164,11 @@ static xf_err end_call(xf_jobm *m, xf_errctx *err) {
     a->blob = a->blob_len ? m->bytes + o->blob : NULL;
     a->u = a->n_u ? (const uint32_t *)(const void *)(m->bytes + o->u) : NULL;
     a->from = a->n_from ? (const uint32_t *)(const void *)(m->bytes + o->from) : NULL;
+    a->sigs = a->n_sigs ? m->bytes + o->sigs : NULL;
+    a->certs = a->certs_len ? m->bytes + o->certs : NULL;
+    a->cert_lens = a->kind == XF_JOBM_SA_KEYS && a->n_sigs
+                       ? (const uint32_t *)(const void *)(m->bytes + o->cert_lens)
+                       : NULL;
   }
   if (m->oom) return xf_fail(err, XF_ENOMEM, "out of memory in the job machine");
   return XF_OK;
@@ -869,6 +874,7 @@ static void go(xf_jobm *m, double now) {
       c->has_secagg = true;
       a->has_secagg = true;
       a->secagg = c->secagg;
+      set_sites(m, a, xf_saphase_cohort(m->sa), xf_saphase_params(m->sa)->n);
     }
     c->state = C_GO;
   }
@@ -904,16 +910,30 @@ static void run_sa(xf_jobm *m, double now) {
     return;
   }
   memcpy(list, sa, n * sizeof(*list));
+  /* Every SEND_KEYS of a call carries the same keys: copied once. */
+  size_t keys_at = SIZE_MAX, sigs_at = SIZE_MAX, certs_at = SIZE_MAX, lens_at = SIZE_MAX;
   for (size_t i = 0; i < n; i++) {
     xf_saphase_action *a = &list[i];
     switch (a->kind) {
     case XF_SAPHASE_ACT_SEND_KEYS: {
       xf_jobm_action *o = push(m, XF_JOBM_SA_KEYS, a->site);
-      size_t at = put_bytes(m, a->adverts, a->adverts_len);
+      size_t members = a->adverts_len / XF_SECAGG_ADVERT_BYTES;
+      if (keys_at == SIZE_MAX) {
+        keys_at = put_bytes(m, a->adverts, a->adverts_len);
+        sigs_at = put_bytes(m, a->sigs, members * XF_SECAGG_SIG_BYTES);
+        certs_at = put_bytes(m, a->certs, a->certs_len);
+        lens_at = put_bytes(m, a->cert_lens, members * sizeof(uint32_t));
+      }
       jm_off *off = off_of(m, o);
-      if (at != SIZE_MAX && off) {
-        off->blob = at;
+      if (keys_at != SIZE_MAX && sigs_at != SIZE_MAX && certs_at != SIZE_MAX &&
+          lens_at != SIZE_MAX && off) {
+        off->blob = keys_at;
         o->blob_len = a->adverts_len;
+        off->sigs = sigs_at;
+        o->n_sigs = members;
+        off->certs = certs_at;
+        o->certs_len = a->certs_len;
+        off->cert_lens = lens_at;
       }
       break;
     }
@@ -922,29 +942,48 @@ static void run_sa(xf_jobm *m, double now) {
       jm_off *off = off_of(m, o);
       size_t u = put_bytes(m, a->u2, a->n_u2 * sizeof(uint32_t));
       size_t from = put_bytes(m, a->from, a->n_cts * sizeof(uint32_t));
+      size_t sigs = put_bytes(m, a->sigs, a->n_cts * XF_SECAGG_SIG_BYTES);
       size_t blob = put_bytes(m, NULL, 0);
       for (size_t k = 0; k < a->n_cts && blob != SIZE_MAX; k++) {
         size_t at = put_bytes(m, a->cts[k], XF_SECAGG_SHARE_BYTES);
         if (at == SIZE_MAX) blob = SIZE_MAX;
         else if (k == 0) blob = at;
       }
-      if (off && u != SIZE_MAX && from != SIZE_MAX && blob != SIZE_MAX) {
+      if (off && u != SIZE_MAX && from != SIZE_MAX && sigs != SIZE_MAX && blob != SIZE_MAX) {
         off->u = u;
         off->from = from;
+        off->sigs = sigs;
         off->blob = blob;
         o->n_u = a->n_u2;
         o->n_from = a->n_cts;
+        o->n_sigs = a->n_cts;
         o->blob_len = a->n_cts * XF_SECAGG_SHARE_BYTES;
+      }
+      break;
+    }
+    case XF_SAPHASE_ACT_SEND_CHECK: {
+      xf_jobm_action *o = push(m, XF_JOBM_SA_CHECK, a->site);
+      size_t u = put_bytes(m, a->u3, a->n_u3 * sizeof(uint32_t));
+      jm_off *off = off_of(m, o);
+      if (off && u != SIZE_MAX) {
+        off->u = u;
+        o->n_u = a->n_u3;
       }
       break;
     }
     case XF_SAPHASE_ACT_SEND_UNMASK: {
       xf_jobm_action *o = push(m, XF_JOBM_SA_UNMASK, a->site);
       size_t u = put_bytes(m, a->u3, a->n_u3 * sizeof(uint32_t));
+      size_t from = put_bytes(m, a->signers, a->n_signers * sizeof(uint32_t));
+      size_t sigs = put_bytes(m, a->sigs, a->n_signers * XF_SECAGG_SIG_BYTES);
       jm_off *off = off_of(m, o);
-      if (off && u != SIZE_MAX) {
+      if (off && u != SIZE_MAX && from != SIZE_MAX && sigs != SIZE_MAX) {
         off->u = u;
         o->n_u = a->n_u3;
+        off->from = from;
+        o->n_from = a->n_signers;
+        off->sigs = sigs;
+        o->n_sigs = a->n_signers;
       }
       break;
     }
@@ -1445,21 +1484,54 @@ xf_err xf_jobm_link(xf_jobm *m, uint64_t carrier, bool up, double now, xf_errctx
 
 /* ---- secure aggregation events -------------------------------------------------------------------- */
 
-xf_err xf_jobm_sa_advert(xf_jobm *m, uint64_t site, const uint8_t *advert, size_t len,
-                         double now, xf_errctx *err) {
+xf_err xf_jobm_sa_advert(xf_jobm *m, uint64_t site, const xf_saphase_keys *keys, double now,
+                         xf_errctx *err) {
   begin_call(m);
   xf_errctx e = {0};
-  if (m->sa && xf_saphase_advert(m->sa, site, advert, len, now, &e) != XF_ENOENT) run_sa(m, now);
+  if (m->sa && xf_saphase_advert(m->sa, site, keys, now, &e) != XF_ENOENT) run_sa(m, now);
   return end_call(m, err);
 }
 
 xf_err xf_jobm_sa_shares(xf_jobm *m, uint64_t site, const uint32_t *to,
-                         const uint8_t *const *cts, const size_t *ct_lens, size_t n, double now,
+                         const uint8_t *const *cts, const size_t *ct_lens,
+                         const uint8_t *const *sigs, const size_t *sig_lens, size_t n, double now,
                          xf_errctx *err) {
   begin_call(m);
   xf_errctx e = {0};
-  if (m->sa && xf_saphase_shares(m->sa, site, to, cts, ct_lens, n, now, &e) != XF_ENOENT)
+  if (m->sa &&
+      xf_saphase_shares(m->sa, site, to, cts, ct_lens, sigs, sig_lens, n, now, &e) != XF_ENOENT)
     run_sa(m, now);
+  return end_call(m, err);
+}
+
+xf_err xf_jobm_sa_check_sig(xf_jobm *m, uint64_t site, const uint8_t *sig, size_t len,
+                            double now, xf_errctx *err) {
+  begin_call(m);
+  xf_errctx e = {0};
+  if (m->sa && xf_saphase_check_sig(m->sa, site, sig, len, now, &e) != XF_ENOENT) run_sa(m, now);
+  return end_call(m, err);
+}
+
+xf_err xf_jobm_sa_refused(xf_jobm *m, uint64_t site, const char *why, double now,
+                          xf_errctx *err) {
+  begin_call(m);
+  jm_carrier *c = carrier_of(m, site);
+  if (!m->sa || !c || c->regional || !xf_saphase_index(m->sa, site)) return end_call(m, err);
+  char text[XF_JOBM_MSG_MAX / 2];
+  snprintf(text, sizeof(text), "secure aggregation: refused by the site: %s",
+           why && *why ? why : "no reason given");
+  bool unmasking = m->phase == XF_JOBM_UNMASKING;
+  if (unmasking) xf_text_append(m->refusals, sizeof(m->refusals), "%s", text);
+  /* What its leaving moves on (keys, routing, the reveals) goes out first. */
+  xf_saphase_refused(m->sa, site, now);
+  run_sa(m, now);
+  if (unmasking) return end_call(m, err);
+  if (c->state != C_GONE && c->state != C_REPORTED) {
+    xf_jobm_action *o = push(m, XF_JOBM_CANCEL, c->id);
+    note(o, "%s", text);
+    c->state = C_GONE;
+  }
+  drop_site(m, site, text, now);
   return end_call(m, err);
 }
 

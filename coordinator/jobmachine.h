@@ -101,15 +101,20 @@ typedef enum xf_jobm_action_kind {
   XF_JOBM_OFFER,        /* offer the attempt's task (held for go) to `carrier`; behind a
                            regional the drawn sites[]; deadline, answer_by; `resend` when
                            it is the same task again after the carrier came back */
-  XF_JOBM_GO,           /* `carrier` may train; has_secagg: its secure-aggregation setup */
+  XF_JOBM_GO,           /* `carrier` may train; has_secagg: its secure-aggregation setup,
+                           and sites[] the cohort's sites in index order (their names go
+                           into the setup) */
   XF_JOBM_CANCEL,       /* withdraw `carrier`'s task of (round, attempt); note */
   XF_JOBM_DISCARD,      /* `carrier`'s update is not taken (late, or not releasable:
                            refusal POLICY, to be audited): abort its stream, tell it why
                            (note) */
-  XF_JOBM_SA_KEYS,      /* secure aggregation: send `carrier` the adverts (blob) */
+  XF_JOBM_SA_KEYS,      /* secure aggregation: send `carrier` the adverts (blob), their
+                           signatures (sigs) and certificates (certs, cert_lens) */
   XF_JOBM_SA_ROUTED,    /* ... U2 (u) and its shares: n_from of them, share k from
-                           from[k], XF_SECAGG_SHARE_BYTES each, back to back in blob */
-  XF_JOBM_SA_UNMASK,    /* ... ask it to reveal for survivors U3 (u) */
+                           from[k], XF_SECAGG_SHARE_BYTES each, back to back in blob,
+                           signature k in sigs */
+  XF_JOBM_SA_UNMASK,    /* ... ask it to reveal for survivors U3 (u), with the n_from
+                           signatures of U3 (from[k] made signature k in sigs) */
   XF_JOBM_PARTICIPANT,  /* journal `site`'s state in the open attempt (state, samples) */
   XF_JOBM_COMMIT,       /* form the attempt's result from the updates taken (and the
                            secure sum: xf_jobm_take_secure_mean), then xf_jobm_committed
@@ -127,8 +132,9 @@ typedef enum xf_jobm_action_kind {
   XF_JOBM_ACCEPT_UP,    /* relay: tell upstream sites[] accepted */
   XF_JOBM_REFUSE_UP,    /* relay: tell upstream `site` refused (0: the whole task, or the
                            aggregate is held back): refusal, note */
-  XF_JOBM_FORWARD       /* relay: the region's aggregate may leave: send it up, summing
+  XF_JOBM_FORWARD,      /* relay: the region's aggregate may leave: send it up, summing
                            sites[] with `weight` */
+  XF_JOBM_SA_CHECK      /* secure aggregation: ask `carrier` to sign survivors U3 (u) */
 } xf_jobm_action_kind;
 
 /* "opened", "offer", ... as the enum reads, lowercase. */
@@ -152,6 +158,15 @@ typedef struct xf_jobm_action {
   size_t blob_len;
   const uint32_t *u, *from;
   size_t n_u, n_from;
+  /* SA_KEYS: n_sigs signatures, one per cohort index; SA_ROUTED: one per
+   * share; SA_UNMASK: one per signer. XF_SECAGG_SIG_BYTES each. */
+  const uint8_t *sigs;
+  size_t n_sigs;
+  /* SA_KEYS: the cohort's certificates (DER) back to back, cert_lens[i]
+   * bytes for index i + 1 (0: it sent no keys); n_sigs of them. */
+  const uint8_t *certs;
+  size_t certs_len;
+  const uint32_t *cert_lens;
   xf_participant_state state;
   uint64_t samples;
   xf_jobm_refusal refusal;
@@ -214,11 +229,21 @@ xf_err xf_jobm_link(xf_jobm *m, uint64_t carrier, bool up, double now,
                     xf_errctx *err) XF_WARN_UNUSED;
 
 /* Secure aggregation messages of a direct site (coordinator/saphase.h). */
-xf_err xf_jobm_sa_advert(xf_jobm *m, uint64_t site, const uint8_t *advert, size_t len,
-                         double now, xf_errctx *err) XF_WARN_UNUSED;
-xf_err xf_jobm_sa_shares(xf_jobm *m, uint64_t site, const uint32_t *to,
-                         const uint8_t *const *cts, const size_t *ct_lens, size_t n, double now,
+xf_err xf_jobm_sa_advert(xf_jobm *m, uint64_t site, const xf_saphase_keys *keys, double now,
                          xf_errctx *err) XF_WARN_UNUSED;
+xf_err xf_jobm_sa_shares(xf_jobm *m, uint64_t site, const uint32_t *to,
+                         const uint8_t *const *cts, const size_t *ct_lens,
+                         const uint8_t *const *sigs, const size_t *sig_lens, size_t n, double now,
+                         xf_errctx *err) XF_WARN_UNUSED;
+/* Its signature of the survivor set (the consistency round). */
+xf_err xf_jobm_sa_check_sig(xf_jobm *m, uint64_t site, const uint8_t *sig, size_t len,
+                            double now, xf_errctx *err) XF_WARN_UNUSED;
+/* The site refused to go on with secure aggregation: one of its checks
+ * failed (why: its words, naming the member at fault). It leaves the round
+ * like a dropped site (once unmasking began, the unmasking goes on without
+ * it) and its words join the attempt's refusals. */
+xf_err xf_jobm_sa_refused(xf_jobm *m, uint64_t site, const char *why, double now,
+                          xf_errctx *err) XF_WARN_UNUSED;
 /* A direct site's whole masked input (*words taken over on success) —
  * its report under secure aggregation. */
 xf_err xf_jobm_sa_masked(xf_jobm *m, uint64_t site, uint32_t **words, size_t n_words,

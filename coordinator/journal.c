@@ -224,6 +224,41 @@ static xf_err xf__column_digest(sqlite3_stmt *st, int col, xf_digest *out, bool 
   return XF_OK;
 }
 
+/* ---- the blobs it names ------------------------------------------------------------ */
+
+xf_err xf_journal_check_blobs(xf_db *db, const xf_blob_store *blobs, xf_errctx *err) {
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf__prepare(db, &st, err,
+                       "SELECT id, model_digest, opt_state_digest FROM jobs ORDER BY id", ""));
+  size_t missing = 0;
+  char first[512] = "";
+  xf_err e = XF_OK;
+  int rc = SQLITE_DONE;
+  while (e == XF_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    for (int col = 1; col <= 2 && e == XF_OK; col++) {
+      xf_digest d;
+      bool has = false;
+      e = xf__column_digest(st, col, &d, &has, err);
+      if (e != XF_OK || !has || xf_blob_exists(blobs, &d)) continue;
+      if (missing++ == 0) {
+        char hex[XF_DIGEST_HEX], path[1024] = "?";
+        xf_digest_hex(&d, hex);
+        if (xf_blob_path(blobs, &d, path, sizeof(path)) != XF_OK) snprintf(path, 2, "?");
+        snprintf(first, sizeof(first), "job %lld's %s %s, which belongs at %.360s",
+                 (long long)sqlite3_column_int64(st, 0),
+                 col == 1 ? "model" : "server optimizer state", hex, path);
+      }
+    }
+  }
+  if (e == XF_OK && rc != SQLITE_DONE) e = xf_db_fail(db, err, "reading the jobs");
+  sqlite3_finalize(st);
+  if (e != XF_OK || missing == 0) return e;
+  xf_errctx_file(err, xf_db_path(db));
+  return xf_fail(err, XF_ENOENT,
+                 "the blob store lacks %zu blob%s the journal names; the first is %s", missing,
+                 missing == 1 ? "" : "s", first);
+}
+
 /* ---- jobs -------------------------------------------------------------------------- */
 
 xf_err xf_journal_job_create(xf_db *db, const xf_jobspec *spec, const xf_digest *model,
@@ -777,6 +812,21 @@ xf_err xf_journal_metrics_job(xf_db *db, int64_t job, xf_journal_metrics **out, 
   sqlite3_stmt *st = NULL;
   XF_GUARD(xf__prepare(db, &st, err, XF__METRICS_COLUMNS " WHERE job = ? ORDER BY round, site",
                        "i", job));
+  return xf__metrics_collect(db, st, out, n, err);
+}
+
+xf_err xf_journal_metrics_page(xf_db *db, int64_t job, uint32_t after_round,
+                               uint64_t after_site, size_t limit, xf_journal_metrics **out,
+                               size_t *n, xf_errctx *err) {
+  *out = NULL;
+  *n = 0;
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf__check_id(after_site, "site", err));
+  XF_GUARD(xf__prepare(db, &st, err,
+                       XF__METRICS_COLUMNS " WHERE job = ? AND (round > ? OR (round = ? AND"
+                                           " site > ?)) ORDER BY round, site LIMIT ?",
+                       "iiiii", job, (int64_t)after_round, (int64_t)after_round,
+                       (int64_t)after_site, (int64_t)(limit > INT64_MAX ? INT64_MAX : limit)));
   return xf__metrics_collect(db, st, out, n, err);
 }
 

@@ -13,6 +13,7 @@
 #include "job/jobspec.h"
 #include "coordinator/round.h"
 #include "crypto/digest.h"
+#include "storage/blob.h"
 #include "storage/db.h"
 
 /* The migration list of the coordinator database, versions 1..*n. It is the
@@ -24,6 +25,14 @@ const xf_migration *xf_journal_migrations(size_t *n);
  * coordinator database with its schema up to date. Errors and ownership as
  * xf_db_open. */
 xf_err xf_journal_open(const char *path, xf_db **out, xf_errctx *err) XF_WARN_UNUSED;
+
+/* Checks that every blob the jobs table names (each job's current model and
+ * server optimizer state, what a restarted coordinator resumes from) is in
+ * `blobs`: one stat each, no reading. XF_ENOENT naming the first one missing
+ * (the job, which blob, the digest and where it should be) and how many are
+ * missing; XF_EDB or XF_EFORMAT when the table cannot be read. */
+xf_err xf_journal_check_blobs(xf_db *db, const xf_blob_store *blobs,
+                              xf_errctx *err) XF_WARN_UNUSED;
 
 typedef enum xf_job_state {
   XF_JOB_QUEUED = 0, /* "queued": submitted, no round opened yet */
@@ -203,5 +212,10 @@ xf_err xf_journal_site_epsilon(xf_db *db, int64_t job, uint32_t round, bool *has
  * xf_journal_metrics_round. */
 xf_err xf_journal_metrics_job(xf_db *db, int64_t job, xf_journal_metrics **out, size_t *n,
                               xf_errctx *err) XF_WARN_UNUSED;
+/* A page of them: at most limit rows after (after_round, after_site) in
+ * that order (0, 0: from the first). Ownership as xf_journal_metrics_round. */
+xf_err xf_journal_metrics_page(xf_db *db, int64_t job, uint32_t after_round,
+                               uint64_t after_site, size_t limit, xf_journal_metrics **out,
+                               size_t *n, xf_errctx *err) XF_WARN_UNUSED;
 
 #endif

@@ -51,6 +51,43 @@ static void config_path(char *dst, size_t n, const char *base_dir, const char *v
     snprintf(dst, n, "%s/%s", base_dir, v);
 }
 
+/* The configuration keys that bound connections (docs/coordinator.md,
+ * "Connections"): all numbers. */
+static bool connection_key(const char *k) {
+  static const char *const keys[] = {"handshake_timeout_s", "min_frame_rate",
+                                     "frame_rate_window_s", "frame_grace_s",
+                                     "max_connections",     "max_connections_per_address",
+                                     "buffer_budget",       NULL};
+  for (size_t i = 0; keys[i]; i++)
+    if (strcmp(keys[i], k) == 0) return true;
+  return false;
+}
+
+static xf_err connection_setting(xf_cli *cli, const char *k, double d, xf_coord_config *c) {
+  if (strcmp(k, "handshake_timeout_s") == 0 || strcmp(k, "frame_rate_window_s") == 0 ||
+      strcmp(k, "frame_grace_s") == 0) {
+    if (!(d >= 0.01 && d <= 3600))
+      return xf_fail(&cli->err, XF_ERANGE, "must be from 0.01 to 3600 seconds");
+    if (k[0] == 'h') c->handshake_timeout_s = d;
+    else if (strcmp(k, "frame_rate_window_s") == 0) c->frame_rate_window_s = d;
+    else c->frame_grace_s = d;
+  } else if (strcmp(k, "min_frame_rate") == 0) {
+    if (!(d >= 1 && d <= 1073741824.0))
+      return xf_fail(&cli->err, XF_ERANGE, "must be from 1 to 1073741824 bytes per second");
+    c->min_frame_rate = (uint32_t)d;
+  } else if (strcmp(k, "buffer_budget") == 0) {
+    if (!(d >= 1048576.0 && d <= 68719476736.0))
+      return xf_fail(&cli->err, XF_ERANGE, "must be from 1048576 to 68719476736 bytes");
+    c->buffer_budget = (size_t)d;
+  } else {
+    if (!(d >= 1 && d <= 1000000))
+      return xf_fail(&cli->err, XF_ERANGE, "must be from 1 to 1000000 connections");
+    if (strcmp(k, "max_connections") == 0) c->max_connections = (size_t)d;
+    else c->max_connections_per_address = (size_t)d;
+  }
+  return XF_OK;
+}
+
 static xf_err load_config(xf_cli *cli, const char *path, xf_coord_config *c) {
   json_error_t je;
   json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
@@ -65,7 +102,9 @@ static xf_err load_config(xf_cli *cli, const char *path, xf_coord_config *c) {
                                      "cert",      "key",         "ca",         "crl",
                                      "state_dir", "port_file",   "max_frame",  "max_staged",
                                      "resume_grace_s", "eval_timeout_s", "residency_policy",
-                                     NULL};
+                                     "handshake_timeout_s", "min_frame_rate",
+                                     "frame_rate_window_s", "frame_grace_s", "max_connections",
+                                     "max_connections_per_address", "buffer_budget", NULL};
   xf_err rc = XF_OK;
   const char *k;
   json_t *v;
@@ -81,11 +120,14 @@ static xf_err load_config(xf_cli *cli, const char *path, xf_coord_config *c) {
       rc = xf_fail(&cli->err, XF_EFORMAT,
                    "unknown field; the fields are role, region, listen, upstream, cert, key, ca, "
                    "crl, state_dir, port_file, max_frame, max_staged, resume_grace_s, "
-                   "eval_timeout_s, residency_policy");
+                   "eval_timeout_s, residency_policy, handshake_timeout_s, min_frame_rate, "
+                   "frame_rate_window_s, frame_grace_s, max_connections, "
+                   "max_connections_per_address, buffer_budget");
       goto out;
     }
     bool numeric = strcmp(k, "max_frame") == 0 || strcmp(k, "max_staged") == 0 ||
-                   strcmp(k, "resume_grace_s") == 0 || strcmp(k, "eval_timeout_s") == 0;
+                   strcmp(k, "resume_grace_s") == 0 || strcmp(k, "eval_timeout_s") == 0 ||
+                   connection_key(k);
     if (numeric ? !json_is_number(v) : !json_is_string(v)) {
       snprintf(cli->err.field, sizeof(cli->err.field), "%s", k);
       rc = xf_fail(&cli->err, XF_EFORMAT, "must be a %s", numeric ? "number" : "string");
@@ -134,6 +176,8 @@ static xf_err load_config(xf_cli *cli, const char *path, xf_coord_config *c) {
         goto out;
       }
       c->max_frame = (size_t)d;
+    } else if (connection_key(k)) {
+      if ((rc = connection_setting(cli, k, d, c)) != XF_OK) goto out;
     } else if (strcmp(k, "max_staged") == 0) {
       if (!(d >= 1 && d <= 1024)) {
         rc = xf_fail(&cli->err, XF_ERANGE, "must be from 1 to 1024");
@@ -150,6 +194,14 @@ static xf_err load_config(xf_cli *cli, const char *path, xf_coord_config *c) {
     }
   }
   cli->err.field[0] = '\0';
+  size_t frame = c->max_frame ? c->max_frame : 4u * 1024u * 1024u;
+  if (c->buffer_budget && c->buffer_budget < frame) {
+    snprintf(cli->err.field, sizeof(cli->err.field), "buffer_budget");
+    rc = xf_fail(&cli->err, XF_ERANGE,
+                 "is %zu bytes, below max_frame (%zu bytes): one frame must fit the budget; "
+                 "raise buffer_budget or lower max_frame",
+                 c->buffer_budget, frame);
+  }
 out:
   if (rc != XF_OK) xf_errctx_file(&cli->err, path);
   json_decref(root);
@@ -282,8 +334,11 @@ static const xf_cmd commands[] = {
      "  --config FILE       a JSON object with any of: role, region, listen, upstream,\n"
      "                      cert, key, ca, crl, state_dir, port_file, max_frame,\n"
      "                      max_staged, resume_grace_s, eval_timeout_s,\n"
-     "                      residency_policy (paths relative to\n"
-     "                      the file); flags override it\n"
+     "                      residency_policy, and the connection bounds\n"
+     "                      handshake_timeout_s, min_frame_rate,\n"
+     "                      frame_rate_window_s, frame_grace_s, max_connections,\n"
+     "                      max_connections_per_address, buffer_budget (paths\n"
+     "                      relative to the file); flags override it\n"
      "  --role R            global (default) or regional\n"
      "  --region R          the region it runs in: regional, the region served (must\n"
      "                      match the certificate); global, where the residency policy\n"

@@ -12,16 +12,19 @@
 #include "coordinator/daemon_internal.h"
 #include "job/jobspec.h"
 
-/* What one reply's text may hold: well below the 4 MiB frame
- * (XF_FRAME_MAX_DEFAULT), leaving room for the envelope around it. */
-#define XF__REPLY_TEXT_MAX (3u << 20)
 /* Audit rows per page: the default when the query says 0, and the most a
  * query may ask for. */
 #define XF__AUDIT_PAGE 500
 #define XF__AUDIT_PAGE_MAX 5000
-/* The diff a policy_change row carries is cut here: the trail records what
- * changed for a person to read, and the versions themselves are kept whole
- * in the version table. */
+/* The text of a page of audit rows stops below the frame the answer goes in
+ * (room left for the fields around it), and below this in any case: pages
+ * bound what the coordinator holds for one answer. A single row larger
+ * than a frame comes alone, as a DOCUMENT stream (xf__send). */
+#define XF__AUDIT_PAGE_BYTES (3u << 20)
+#define XF__AUDIT_PAGE_ROOM 1024u
+/* The diff a policy_change row carries, and the one a change's answer
+ * carries, is cut here: both are for a person to read, and the versions
+ * themselves are kept whole in the version table ('xfed policy diff'). */
 #define XF__AUDIT_DIFF_MAX (64u << 10)
 
 static void reply_error(xf__peer *p, xf_err code, const xf_errctx *err) {
@@ -37,14 +40,10 @@ static void reply_error(xf__peer *p, xf_err code, const xf_errctx *err) {
 
 static const char *str(const char *s) { return s ? s : ""; }
 
+/* Answers of any size: one that does not fit a frame goes as a DOCUMENT
+ * stream (xf__send). */
 static void reply_policy(xf__peer *p, uint64_t version, const char *text, bool allowed,
                          const char *region) {
-  if (text && strlen(text) > XF__REPLY_TEXT_MAX) {
-    xf_session_send_error(p->conn, XF_ERANGE,
-                          "the answer is %zu bytes, more than one reply carries (%u)",
-                          strlen(text), XF__REPLY_TEXT_MAX);
-    return;
-  }
   Xfed__PolicyReply r = XFED__POLICY_REPLY__INIT;
   r.version = version;
   r.text = (char *)str(text);
@@ -66,19 +65,94 @@ static bool is_user(const xf__peer *p) {
 
 /* ---- the policy ------------------------------------------------------------------------ */
 
-/* The diff of a change for its audit row, cut at XF__AUDIT_DIFF_MAX. */
-static json_t *change_diff(xf__coord *co, uint64_t from, uint64_t to) {
-  char *text = NULL;
-  xf_errctx err = {0};
-  if (xf_policy_diff(co->db, from, to, &text, &err) != XF_OK)
-    return json_sprintf("(no diff: %s)", err.msg);
+/* What a change did: the diff from the version before to the one after,
+ * and its lines counted by sign. */
+typedef struct change_summary {
+  char *diff; /* xf_free; NULL when it could not be made (why: in err) */
+  xf_errctx err;
+  uint64_t added, removed, changed;
+} change_summary;
+
+/* Diffs the models in memory: the cached current version is usually the
+ * one the change was made on, and the new one (`made`, taken over; loaded
+ * when NULL) becomes the cache (residency.c reloads it only when the
+ * version moves on). */
+static void summarize(xf__coord *co, uint64_t prev, uint64_t v, xf_policy *made,
+                      change_summary *out) {
+  memset(out, 0, sizeof(*out));
+  xf_policy *before = NULL, *after = made;
+  const xf_policy *from = co->policy && co->policy->version == prev ? co->policy : NULL;
+  xf_err rc = from ? XF_OK : xf_policy_load(co->db, prev, &before, &out->err);
+  if (!from) from = before;
+  if (rc == XF_OK && !after) rc = xf_policy_load(co->db, v, &after, &out->err);
+  if (rc == XF_OK) rc = xf_policy_diff_models(from, after, &out->diff, &out->err);
+  xf_policy_free(before);
+  if (after) {
+    xf_policy_free(co->policy);
+    co->policy = after;
+  }
+  for (const char *l = out->diff; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : "") {
+    if (*l == '+') out->added++;
+    else if (*l == '-') out->removed++;
+    else if (*l == '~') out->changed++;
+  }
+}
+
+/* The first bytes of a diff, cut at a line's end at most max bytes in:
+ * the length to keep. */
+static size_t cut_lines(const char *text, size_t max) {
   size_t len = strlen(text);
-  json_t *j = len <= XF__AUDIT_DIFF_MAX
-                  ? json_string(text)
-                  : json_sprintf("%.*s... (%zu more bytes)", (int)XF__AUDIT_DIFF_MAX, text,
-                                 len - XF__AUDIT_DIFF_MAX);
+  if (len <= max) return len;
+  size_t keep = max;
+  while (keep > 0 && text[keep - 1] != '\n') keep--;
+  return keep;
+}
+
+/* The diff of a change for its audit row, cut at XF__AUDIT_DIFF_MAX. */
+static json_t *change_diff(const change_summary *s) {
+  if (!s->diff) return json_sprintf("(no diff: %s)", s->err.msg);
+  size_t len = strlen(s->diff);
+  return len <= XF__AUDIT_DIFF_MAX
+             ? json_string(s->diff)
+             : json_sprintf("%.*s... (%zu more bytes)", (int)XF__AUDIT_DIFF_MAX, s->diff,
+                            len - XF__AUDIT_DIFF_MAX);
+}
+
+/* After a change made version v (the model `made`, taken over) on prev:
+ * its audit row (with `how`, which it takes over: the members saying how it
+ * was made), new plans for the jobs, and the answer: the new version and
+ * what changed, never the whole document. */
+static void changed(xf__coord *co, xf__peer *p, const char *user, const char *reason,
+                    uint64_t prev, uint64_t v, xf_policy *made, json_t *how) {
+  change_summary s;
+  summarize(co, prev, v, made, &s);
+  json_t *row = json_pack("{s:I,s:I,s:s,s:s,s:o}", "version", (json_int_t)v, "previous",
+                          (json_int_t)prev, "author", user, "reason", reason, "diff",
+                          change_diff(&s));
+  if (row && how) json_object_update(row, how);
+  json_decref(how);
+  xf__audit(co, "policy_change", "policy", row);
+  xf__runs_dirty(co); /* decided again: a paused job may resume, a running one pause */
+  size_t keep = s.diff ? cut_lines(s.diff, XF__AUDIT_DIFF_MAX) : 0;
+  char *text = s.diff ? xf_malloc(keep + 1) : NULL;
+  if (text) {
+    memcpy(text, s.diff, keep);
+    text[keep] = '\0';
+  }
+  Xfed__PolicyReply r = XFED__POLICY_REPLY__INIT;
+  r.version = v;
+  r.text = text ? text : "";
+  r.coordinator_region = co->cfg.region;
+  r.previous_version = prev;
+  r.added = s.added;
+  r.removed = s.removed;
+  r.changed = s.changed;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_POLICY_REPLY;
+  env.policy_reply = &r;
+  (void)xf__send(p, &env);
   xf_free(text);
-  return j;
+  xf_free(s.diff);
 }
 
 static void on_push(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m,
@@ -115,8 +189,10 @@ static void on_push(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m,
                           prev, m->base_version);
     return;
   }
-  if (xf_policy_import(co->db, str(m->document_json), user, reason, xf__now(), &v, &err) !=
-      XF_OK) {
+  const xf_policy_edit import = {XF_POLICY_EDIT_IMPORT, str(m->document_json), NULL, NULL};
+  const xf_policy_change chg = {user, reason, xf__now()};
+  xf_policy *made = NULL;
+  if (xf_policy_commit_keep(co->db, co->policy, &import, &chg, &v, &made, &err) != XF_OK) {
     /* The field names a place in the document, never its contents. */
     XF_WARN("policy_push_refused", "user=%s current=%" PRIu64 " code=%s field=\"%s\"", user,
             prev, xf_strerror(err.code), err.field);
@@ -124,13 +200,55 @@ static void on_push(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m,
     return;
   }
   XF_INFO("policy_pushed", "user=%s version=%" PRIu64 " previous=%" PRIu64, user, v, prev);
-  xf__audit(co, "policy_change", "policy",
-            json_pack("{s:I,s:o,s:I,s:s,s:s,s:o}", "version", (json_int_t)v, "base",
-                      m->has_base ? json_integer((json_int_t)m->base_version) : json_null(),
-                      "previous", (json_int_t)prev, "author", user, "reason", reason, "diff",
-                      change_diff(co, prev, v)));
-  xf__runs_dirty(co); /* decided again: a paused job may resume, a running one pause */
-  reply_policy(p, v, NULL, false, co->cfg.region);
+  changed(co, p, user, reason, prev, v, made,
+          json_pack("{s:o}", "base",
+                    m->has_base ? json_integer((json_int_t)m->base_version) : json_null()));
+}
+
+/* One edit made here on the current version, in one transaction (no
+ * version to be stale against): the CLI sends the change, not the
+ * document, and gets back the new version and what changed. */
+static void on_edit(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m,
+                    const char *user) {
+  if (!may_change(p)) {
+    XF_WARN("request_denied", "user=%s request=policy_edit", user);
+    xf_session_send_error(p->conn, XF_EDENIED,
+                          "only a compliance or admin identity may change the residency "
+                          "policy; %s is a %s",
+                          user, xf_pki_role_name(p->id.role));
+    return;
+  }
+  const char *reason = str(m->reason);
+  if (!*reason) {
+    xf_session_send_error(p->conn, XF_EINVAL,
+                          "reason: every policy change records why it was made");
+    return;
+  }
+  xf_errctx err = {0};
+  xf_policy_edit e = {0};
+  uint64_t prev = 0, v = 0;
+  if (xf_policy_edit_kind_parse(m->edit, &e.kind, &err) != XF_OK) {
+    reply_error(p, err.code, &err);
+    return;
+  }
+  e.a = str(m->edit_a);
+  e.b = m->edit_b && *m->edit_b ? m->edit_b : NULL;
+  e.c = m->edit_c && *m->edit_c ? m->edit_c : NULL;
+  const xf_policy_change chg = {user, reason, xf__now()};
+  /* The current version and the change run in one turn of the loop: the
+   * journal has no other writer of the version table. */
+  xf_policy *made = NULL;
+  if (xf_policy_version_current(co->db, &prev, &err) != XF_OK ||
+      xf_policy_commit_keep(co->db, co->policy, &e, &chg, &v, &made, &err) != XF_OK) {
+    XF_WARN("policy_edit_refused", "user=%s edit=%s current=%" PRIu64 " code=%s field=\"%s\"",
+            user, xf_policy_edit_name(e.kind), prev, xf_strerror(err.code), err.field);
+    reply_error(p, err.code, &err);
+    return;
+  }
+  XF_INFO("policy_edited", "user=%s edit=%s version=%" PRIu64 " previous=%" PRIu64, user,
+          xf_policy_edit_name(e.kind), v, prev);
+  changed(co, p, user, reason, prev, v, made,
+          json_pack("{s:s}", "edit", xf_policy_edit_name(e.kind)));
 }
 
 static void on_export(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m) {
@@ -233,6 +351,10 @@ static void on_policy(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m) 
     on_push(co, p, m, user);
     return;
   }
+  if (strcmp(verb, "edit") == 0) {
+    on_edit(co, p, m, user);
+    return;
+  }
   if (!is_user(p)) {
     XF_WARN("request_denied", "user=%s request=policy_%s", user, verb);
     xf_session_send_error(p->conn, XF_EDENIED, "%s has no user role to read the policy with",
@@ -245,7 +367,8 @@ static void on_policy(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m) 
   else if (strcmp(verb, "check") == 0) on_check(co, p, m);
   else
     xf_session_send_error(p->conn, XF_EUNSUPPORTED,
-                          "verb: '%.64s' is not a policy request (export, log, diff, check, push)",
+                          "verb: '%.64s' is not a policy request (export, log, diff, check, "
+                          "push, edit)",
                           verb);
 }
 
@@ -300,21 +423,16 @@ static void on_audit(xf__coord *co, xf__peer *p, const Xfed__AuditQuery *m) {
   }
   size_t limit = m->limit ? m->limit : XF__AUDIT_PAGE;
   if (limit > XF__AUDIT_PAGE_MAX) limit = XF__AUDIT_PAGE_MAX;
+  size_t frame = xf__frame_limit(p);
+  size_t bytes = frame > 2 * XF__AUDIT_PAGE_ROOM ? frame - XF__AUDIT_PAGE_ROOM : XF__AUDIT_PAGE_ROOM;
+  if (bytes > XF__AUDIT_PAGE_BYTES) bytes = XF__AUDIT_PAGE_BYTES;
   char *text = NULL;
   size_t n = 0;
   uint64_t last = 0;
   bool more = false;
-  if (xf_audit_export_page(co->audit, m->since, m->after_seq, limit, XF__REPLY_TEXT_MAX, &text,
-                           &n, &last, &more, &err) != XF_OK) {
+  if (xf_audit_export_page(co->audit, m->since, m->after_seq, limit, bytes, &text, &n, &last,
+                           &more, &err) != XF_OK) {
     reply_error(p, err.code, &err);
-    return;
-  }
-  if (strlen(text) > XF__REPLY_TEXT_MAX) {
-    xf_session_send_error(p->conn, XF_ERANGE,
-                          "audit row %" PRIu64 " alone is %zu bytes, more than one reply "
-                          "carries; read the journal with 'xfed audit export --db'",
-                          last, strlen(text));
-    xf_free(text);
     return;
   }
   r.rows_jsonl = text;

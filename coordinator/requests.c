@@ -16,6 +16,12 @@
 #include "privacy/accountant.h"
 #include "kernels/checkpoint.h"
 
+/* Metrics rows a page may hold at most, whatever the CLI asks (and less
+ * when they would outgrow one frame). */
+#define XF__METRICS_PAGE_MAX 20000
+/* Jobs a page of JobList may hold at most. */
+#define XF__JOBS_PAGE_MAX 1000
+
 static bool may_submit(const xf__peer *p) {
   return p->id.role == XF_PKI_ROLE_RESEARCHER || p->id.role == XF_PKI_ROLE_ADMIN;
 }
@@ -31,13 +37,13 @@ static void reply_error(xf__peer *p, xf_err code, const xf_errctx *err) {
   xf_session_send_error(p->conn, code, "%s", msg);
 }
 
-static bool parse_job_id(const char *s, int64_t *out) {
-  if (!s || !*s) return false;
-  char *end;
-  long long v = strtoll(s, &end, 10);
-  if (*end || v <= 0) return false;
-  *out = v;
-  return true;
+/* A job id from a request; false, with the reason sent to the user, when it
+ * is not one (never clamped into range). */
+static bool parse_job_id(xf__peer *p, const char *s, int64_t *out) {
+  xf_errctx err = {0};
+  xf_err rc = xf_job_id_parse(s, out, &err);
+  if (rc != XF_OK) xf_session_send_error(p->conn, rc, "%s", err.msg);
+  return rc == XF_OK;
 }
 
 /* ---- JobInfo ------------------------------------------------------------------------------ */
@@ -196,24 +202,36 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
   return XF_OK;
 }
 
-static void reply_jobs(xf__coord *co, xf__peer *p, const int64_t *ids, size_t n) {
+/* Answers with the jobs of ids. A page (`paged`) stops before it outgrows
+ * one frame and says whether jobs remain: after its last, or beyond ids
+ * (`more`). */
+static void reply_jobs(xf__coord *co, xf__peer *p, const int64_t *ids, size_t n, bool paged,
+                       bool more) {
   Xfed__JobInfo *infos = xf_calloc(n ? n : 1, sizeof(*infos));
   Xfed__JobInfo **ptrs = xf_calloc(n ? n : 1, sizeof(*ptrs));
   info_store *st = xf_calloc(n ? n : 1, sizeof(*st));
   xf_errctx err = {0};
-  size_t k = 0;
+  size_t k = 0, budget = xf__frame_limit(p) / 2, used = 0;
   if (infos && ptrs && st) {
     for (size_t i = 0; i < n; i++) {
       if (fill_info(co, ids[i], &infos[k], &st[k], &err) != XF_OK) {
         reply_error(p, err.code, &err);
         goto out;
       }
+      size_t size = protobuf_c_message_get_packed_size(&infos[k].base) + 8;
+      if (paged && k > 0 && used + size > budget) {
+        xf_free(st[k].spec_json);
+        more = true;
+        break;
+      }
+      used += size;
       ptrs[k] = &infos[k];
       k++;
     }
     Xfed__JobList list = XFED__JOB_LIST__INIT;
     list.n_jobs = k;
     list.jobs = ptrs;
+    list.more = paged && more;
     Xfed__Envelope env = XFED__ENVELOPE__INIT;
     env.body_case = XFED__ENVELOPE__BODY_JOB_LIST;
     env.job_list = &list;
@@ -339,7 +357,7 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
   XF_INFO("job_submitted", "job=%" PRId64 " name=%s user=%s model=\"%s\" params=%zu", id,
           spec.name, submitter, xf_model_describe(model), xf_model_num_params(model));
   xf_model_free(model);
-  reply_jobs(co, p, &id, 1);
+  reply_jobs(co, p, &id, 1, false, false);
   xf__runs_schedule(co);
 }
 
@@ -356,10 +374,7 @@ static void on_cancel(xf__coord *co, xf__peer *p, const Xfed__JobCancel *m) {
     return;
   }
   int64_t id;
-  if (!parse_job_id(m->job_id, &id)) {
-    xf_session_send_error(p->conn, XF_EINVAL, "'%s' is not a job id", m->job_id ? m->job_id : "");
-    return;
-  }
+  if (!parse_job_id(p, m->job_id, &id)) return;
   xf_journal_job jj;
   xf_errctx err = {0};
   if (xf_journal_job_load(co->db, id, &jj, &err) != XF_OK) {
@@ -380,26 +395,31 @@ static void on_cancel(xf__coord *co, xf__peer *p, const Xfed__JobCancel *m) {
     return;
   }
   XF_INFO("job_cancelled", "job=%" PRId64 " user=%s", id, who);
-  reply_jobs(co, p, &id, 1);
+  reply_jobs(co, p, &id, 1, false, false);
 }
 
 /* ---- metrics ------------------------------------------------------------------------------ */
 
 static void on_metrics_query(xf__coord *co, xf__peer *p, const Xfed__MetricsQuery *m) {
   int64_t id;
-  if (!parse_job_id(m->job_id, &id)) {
-    xf_session_send_error(p->conn, XF_EINVAL, "'%s' is not a job id", m->job_id ? m->job_id : "");
-    return;
-  }
+  if (!parse_job_id(p, m->job_id, &id)) return;
   xf_journal_job jj;
   xf_errctx err = {0};
   xf_journal_metrics *v = NULL;
   size_t n = 0;
+  /* A page (limit > 0): one row more than asked says whether more remain.
+   * Without a limit (an older CLI) every row goes in one answer. */
+  size_t limit = m->limit > XF__METRICS_PAGE_MAX ? XF__METRICS_PAGE_MAX : m->limit;
+  uint64_t after_site = m->after_site && *m->after_site ? xf_coord_site_id(m->after_site) : 0;
   if (xf_journal_job_load(co->db, id, &jj, &err) != XF_OK ||
-      xf_journal_metrics_job(co->db, id, &v, &n, &err) != XF_OK) {
+      (limit ? xf_journal_metrics_page(co->db, id, m->after_round, after_site, limit + 1, &v,
+                                       &n, &err)
+             : xf_journal_metrics_job(co->db, id, &v, &n, &err)) != XF_OK) {
     reply_error(p, err.code, &err);
     return;
   }
+  bool more = limit && n > limit;
+  if (more) n = limit;
   Xfed__MetricsReport__Row *rows = xf_calloc(n ? n : 1, sizeof(*rows));
   Xfed__MetricsReport__Row **ptrs = xf_calloc(n ? n : 1, sizeof(*ptrs));
   char (*names)[2][XF_COORD_NAME_MAX] = xf_calloc(n ? n : 1, sizeof(*names));
@@ -410,6 +430,8 @@ static void on_metrics_query(xf__coord *co, xf__peer *p, const Xfed__MetricsQuer
   uint32_t eps_round = 0;
   bool has_eps = false;
   double eps = 0;
+  /* A page also stops before it outgrows one frame. */
+  size_t budget = xf__frame_limit(p) / 2, used = 0;
   for (size_t i = 0; i < n; i++) {
     Xfed__MetricsReport__Row *r = &rows[i];
     xfed__metrics_report__row__init(r);
@@ -440,6 +462,13 @@ static void on_metrics_query(xf__coord *co, xf__peer *p, const Xfed__MetricsQuer
       r->has_epsilon = v[i].has_epsilon;
       r->epsilon = v[i].has_epsilon ? v[i].epsilon : 0;
     }
+    size_t size = protobuf_c_message_get_packed_size(&r->base) + 8; /* with tag and length */
+    if (limit && i > 0 && used + size > budget) {
+      n = i;
+      more = true;
+      break;
+    }
+    used += size;
     ptrs[i] = r;
   }
   Xfed__MetricsReport rep = XFED__METRICS_REPORT__INIT;
@@ -448,12 +477,11 @@ static void on_metrics_query(xf__coord *co, xf__peer *p, const Xfed__MetricsQuer
   rep.job_id = idt;
   rep.n_rows = n;
   rep.rows = ptrs;
+  rep.more = more;
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   env.body_case = XFED__ENVELOPE__BODY_METRICS_REPORT;
   env.metrics_report = &rep;
-  if (xf__send(p, &env) == XF_EINVAL)
-    xf_session_send_error(p->conn, XF_ERANGE,
-                          "the metrics of job %" PRId64 " (%zu rows) exceed one frame", id, n);
+  (void)xf__send(p, &env); /* larger than a frame: a DOCUMENT stream */
 out:
   xf_free(rows);
   xf_free(ptrs);
@@ -465,10 +493,7 @@ out:
 
 static void on_model_query(xf__coord *co, xf__peer *p, const Xfed__ModelQuery *m) {
   int64_t id;
-  if (!parse_job_id(m->job_id, &id)) {
-    xf_session_send_error(p->conn, XF_EINVAL, "'%s' is not a job id", m->job_id ? m->job_id : "");
-    return;
-  }
+  if (!parse_job_id(p, m->job_id, &id)) return;
   xf_journal_job jj;
   xf_errctx err = {0};
   xf_digest model;
@@ -515,11 +540,8 @@ void xf__cli_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env) {
     xf_errctx err = {0};
     if (q && *q) {
       int64_t id;
-      if (!parse_job_id(q, &id)) {
-        xf_session_send_error(p->conn, XF_EINVAL, "'%s' is not a job id", q);
-        return;
-      }
-      reply_jobs(co, p, &id, 1);
+      if (!parse_job_id(p, q, &id)) return;
+      reply_jobs(co, p, &id, 1, false, false);
       return;
     }
     int64_t *ids = NULL;
@@ -528,13 +550,23 @@ void xf__cli_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env) {
       reply_error(p, err.code, &err);
       return;
     }
-    reply_jobs(co, p, ids, n);
+    /* A page (limit > 0): the jobs after after_id, by id; without a limit
+     * (an older CLI) every job in one answer. */
+    const Xfed__JobQuery *jq = env->job_query;
+    size_t from = 0, limit = jq->limit > XF__JOBS_PAGE_MAX ? XF__JOBS_PAGE_MAX : jq->limit;
+    while (limit && from < n && (uint64_t)ids[from] <= jq->after_id) from++;
+    size_t count = limit && n - from > limit ? limit : n - from;
+    reply_jobs(co, p, ids + from, count, limit > 0, from + count < n);
     xf_free(ids);
     return;
   }
   case XFED__ENVELOPE__BODY_POLICY_REQUEST:
   case XFED__ENVELOPE__BODY_AUDIT_QUERY: xf__policy_on_frame(co, p, env); return;
-  case XFED__ENVELOPE__BODY_TENSOR_ACK: return; /* the CLI acknowledging a model */
+  /* The CLI acknowledging a model (unanswered) or a DOCUMENT answer. */
+  case XFED__ENVELOPE__BODY_TENSOR_ACK: xf__stream_acked(p, env->tensor_ack); return;
+  case XFED__ENVELOPE__BODY_TENSOR_BEGIN:
+  case XFED__ENVELOPE__BODY_TENSOR_CHUNK:
+  case XFED__ENVELOPE__BODY_TENSOR_END: xf__document_on_frame(co, p, env); return;
   default:
     xf_session_send_error(p->conn, XF_EUNSUPPORTED, "%s is not a request a user can make",
                           xf_envelope_body_name(env));

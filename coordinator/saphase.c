@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The aggregator's side of SecAgg+ for one round attempt as a sans-IO
  * machine: the scale and parameters of the setup, the phases and their
- * deadlines, the routing of the shares and the unmasking of the mean,
- * reported as an action list (coordinator/saphase.h). */
+ * deadlines, the relaying of the sites' signed keys and shares, the
+ * consistency round and the unmasking of the mean, reported as an action
+ * list (coordinator/saphase.h). */
 #include "coordinator/saphase.h"
 
 #include <math.h>
@@ -21,7 +22,8 @@ enum {
   XF__MASKED = 4,     /* its whole masked input is held */
   XF__SURVIVOR = 8,   /* in U3 */
   XF__REVEALED = 16,  /* its reveal is in the server */
-  XF__GONE = 32       /* out of the round: nothing more is waited for or counted from it */
+  XF__GONE = 32,      /* out of the round: nothing more is waited for or counted from it */
+  XF__SIGNED = 64     /* its signature of U3 is held */
 };
 
 /* One encrypted pair of shares, held from its sender's message until the
@@ -29,6 +31,7 @@ enum {
 typedef struct xf__share {
   uint32_t from, to;
   uint8_t ct[XF_SECAGG_SHARE_BYTES];
+  uint8_t sig[XF_SECAGG_SIG_BYTES]; /* its sender's */
 } xf__share;
 
 /* The cohort sorted by site id, for lookups. */
@@ -53,7 +56,7 @@ struct xf_saphase {
   uint8_t *flags;     /* index - 1 -> XF__*, set through xf__flag */
   /* The sites each phase waits for (xf__waits), kept as flags change so
    * that an event costs O(1), not O(n), to check. */
-  uint32_t waiting[3];
+  uint32_t waiting[4];
   uint32_t **inputs;  /* index - 1 -> its whole masked input, held until unmasking */
 
   xf__share *shares; /* received, waiting to be routed */
@@ -62,9 +65,19 @@ struct xf_saphase {
    * receiver. Kept, with the shares, until the next event call. */
   uint32_t *route_from;
   const uint8_t **route_cts;
+  uint8_t *route_sigs;
   bool routed;
 
   uint8_t *adverts; /* n * XF_SECAGG_ADVERT_BYTES, for SEND_KEYS */
+  uint8_t *advert_sigs;  /* n * XF_SECAGG_SIG_BYTES: each site's signature of its keys */
+  uint8_t **certs;       /* index - 1 -> its certificate (DER), until SEND_KEYS */
+  uint32_t *cert_lens;   /* index - 1 -> its length, 0: none */
+  uint8_t *cert_blob;    /* SEND_KEYS: the certificates back to back */
+  size_t cert_blob_len;
+  uint8_t *check_sigs;   /* n * XF_SECAGG_SIG_BYTES: each survivor's signature of U3 */
+  uint32_t *signers;     /* SEND_UNMASK: the survivors that signed, ascending */
+  uint8_t *signer_sigs;  /* ... and their signatures, in that order */
+  size_t n_signers;
   uint32_t *u2;
   size_t n_u2;
   uint32_t *u3;
@@ -80,6 +93,8 @@ struct xf_saphase {
   xf_saphase_action *actions; /* room for n + 3: see xf__push */
   size_t n_actions, cap_actions;
   char failure[XF_SAPHASE_WHY_MAX];
+  uint32_t refused;       /* sites that refused to go on (xf_saphase_refused) */
+  uint64_t first_refuser; /* the first of them */
 };
 
 /* ---- names ---------------------------------------------------------------------------------- */
@@ -89,6 +104,7 @@ const char *xf_saphase_state_name(xf_saphase_state s) {
   case XF_SAPHASE_ADVERT: return "advert";
   case XF_SAPHASE_SHARE: return "share";
   case XF_SAPHASE_MASKED: return "masked";
+  case XF_SAPHASE_CHECK: return "check";
   case XF_SAPHASE_UNMASK: return "unmask";
   case XF_SAPHASE_DONE: return "done";
   case XF_SAPHASE_FAILED: return "failed";
@@ -112,20 +128,21 @@ static xf_saphase_action *xf__push(xf_saphase *sa, xf_saphase_action_kind kind, 
   return a;
 }
 
-/* Whether a site with flags f is one that phase ADVERT (0), SHARE (1) or
- * UNMASK (2) waits for. */
+/* Whether a site with flags f is one that phase ADVERT (0), SHARE (1),
+ * CHECK (2) or UNMASK (3) waits for. */
 static bool xf__waits(uint8_t f, int phase) {
   if (f & XF__GONE) return false;
   if (phase == 0) return !(f & XF__ADVERTISED);
   if (phase == 1) return (f & XF__ADVERTISED) && !(f & XF__SHARED);
-  return (f & XF__SURVIVOR) && !(f & XF__REVEALED);
+  if (phase == 2) return (f & XF__SURVIVOR) && !(f & XF__SIGNED);
+  return (f & XF__SIGNED) && !(f & XF__REVEALED);
 }
 
 static void xf__flag(xf_saphase *sa, uint32_t i, uint8_t flag) {
   uint8_t *f = &sa->flags[i - 1];
-  for (int ph = 0; ph < 3; ph++) sa->waiting[ph] -= xf__waits(*f, ph);
+  for (int ph = 0; ph < 4; ph++) sa->waiting[ph] -= xf__waits(*f, ph);
   *f |= flag;
-  for (int ph = 0; ph < 3; ph++) sa->waiting[ph] += xf__waits(*f, ph);
+  for (int ph = 0; ph < 4; ph++) sa->waiting[ph] += xf__waits(*f, ph);
 }
 
 static void xf__wipe_input(xf_saphase *sa, uint32_t i) {
@@ -143,10 +160,23 @@ static void xf__release_routing(xf_saphase *sa) {
   xf_free(sa->shares);
   xf_free(sa->route_from);
   xf_free(sa->route_cts);
+  xf_free(sa->route_sigs);
   sa->shares = NULL;
   sa->n_shares = sa->cap_shares = 0;
   sa->route_from = NULL;
   sa->route_cts = NULL;
+  sa->route_sigs = NULL;
+}
+
+/* The certificates have done their work once relayed with the keys. */
+static void xf__release_certs(xf_saphase *sa) {
+  for (uint32_t i = 0; sa->certs && i < sa->p.n; i++) {
+    xf_free(sa->certs[i]);
+    sa->certs[i] = NULL;
+  }
+  xf_free(sa->cert_blob);
+  sa->cert_blob = NULL;
+  sa->cert_blob_len = 0;
 }
 
 /* Every event starts a new action list. */
@@ -178,6 +208,12 @@ static void xf__fail(xf_saphase *sa, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(sa->failure, sizeof(sa->failure), fmt, ap);
   va_end(ap);
+  /* Refusals are why too few sites were left: the reason says so. */
+  size_t at = strlen(sa->failure);
+  if (sa->refused && at < sizeof(sa->failure))
+    snprintf(sa->failure + at, sizeof(sa->failure) - at,
+             "; %u site%s refused to go on (site %llu first)", sa->refused,
+             sa->refused == 1 ? "" : "s", (unsigned long long)sa->first_refuser);
   xf_saphase_action *a = xf__push(sa, XF_SAPHASE_ACT_FAILED, 0);
   snprintf(a->why, sizeof(a->why), "%s", sa->failure);
   sa->state = XF_SAPHASE_FAILED;
@@ -200,6 +236,13 @@ void xf_saphase_free(xf_saphase *sa) {
   for (uint32_t i = 1; sa->inputs && i <= sa->p.n; i++) xf__wipe_input(sa, i);
   xf_free(sa->inputs);
   xf__release_routing(sa);
+  xf__release_certs(sa);
+  xf_free(sa->certs);
+  xf_free(sa->cert_lens);
+  xf_free(sa->advert_sigs);
+  xf_free(sa->check_sigs);
+  xf_free(sa->signers);
+  xf_free(sa->signer_sigs);
   xf_free(sa->ids);
   xf_free(sa->places);
   xf_free(sa->scale);
@@ -303,6 +346,16 @@ xf_err xf_saphase_create(const xf_saphase_config *cfg, double now, xf_saphase **
   sa->p.n = n;
   uint32_t t = (uint32_t)ceil(cfg->threshold * (double)n - 1e-9);
   sa->p.threshold = t < 2 ? 2 : t > n ? n : t;
+  /* The sites refuse a round that half of them could unmask
+   * (crypto/secagg_guard.h): say so here, before anyone trains. */
+  if (2 * (uint64_t)sa->p.threshold <= n) {
+    xf_fail(err, XF_EINVAL,
+            "secure_aggregation.threshold %g makes t = %u of %u sites, not more than half: "
+            "against an aggregator that may lie to the sites it must be; raise it above 0.5",
+            cfg->threshold, sa->p.threshold, n);
+    xf_free(sa);
+    return XF_EINVAL;
+  }
   sa->p.bits = cfg->bits;
   sa->p.length = cfg->n_params;
   sa->p.degree = xf_secagg_default_degree(n);
@@ -319,11 +372,18 @@ xf_err xf_saphase_create(const xf_saphase_config *cfg, double now, xf_saphase **
   sa->u2 = xf_mallocarray(n, sizeof(*sa->u2));
   sa->u3 = xf_mallocarray(n, sizeof(*sa->u3));
   sa->survivors = xf_mallocarray(n, sizeof(*sa->survivors));
+  sa->advert_sigs = xf_calloc(n, XF_SECAGG_SIG_BYTES);
+  sa->certs = xf_calloc(n, sizeof(*sa->certs));
+  sa->cert_lens = xf_calloc(n, sizeof(*sa->cert_lens));
+  sa->check_sigs = xf_calloc(n, XF_SECAGG_SIG_BYTES);
+  sa->signers = xf_mallocarray(n, sizeof(*sa->signers));
+  sa->signer_sigs = xf_mallocarray(n, XF_SECAGG_SIG_BYTES);
   sa->cap_actions = (size_t)n + 3;
   sa->actions = xf_mallocarray(sa->cap_actions, sizeof(*sa->actions));
   xf_err rc = XF_OK;
   if (!sa->ids || !sa->places || !sa->scale || !sa->weight || !sa->flags || !sa->inputs ||
-      !sa->adverts || !sa->u2 || !sa->u3 || !sa->survivors || !sa->actions) {
+      !sa->adverts || !sa->u2 || !sa->u3 || !sa->survivors || !sa->advert_sigs || !sa->certs ||
+      !sa->cert_lens || !sa->check_sigs || !sa->signers || !sa->signer_sigs || !sa->actions) {
     rc = xf_fail(err, XF_ENOMEM, "out of memory for secure aggregation of %u sites", n);
     goto fail;
   }
@@ -425,11 +485,12 @@ xf_err xf_saphase_setup(const xf_saphase *sa, uint64_t site, xf_update_secagg *o
 }
 
 const xf_secagg_params *xf_saphase_params(const xf_saphase *sa) { return &sa->p; }
+const uint64_t *xf_saphase_cohort(const xf_saphase *sa) { return sa->ids; }
 xf_saphase_state xf_saphase_get_state(const xf_saphase *sa) { return sa->state; }
 
 double xf_saphase_deadline(const xf_saphase *sa) {
   bool running = sa->state == XF_SAPHASE_ADVERT || sa->state == XF_SAPHASE_SHARE ||
-                 sa->state == XF_SAPHASE_UNMASK;
+                 sa->state == XF_SAPHASE_CHECK || sa->state == XF_SAPHASE_UNMASK;
   return running ? sa->deadline : INFINITY;
 }
 
@@ -459,6 +520,21 @@ static void xf__send_keys(xf_saphase *sa, double now) {
     return;
   }
   xf_secagg_server_adverts(sa->server, sa->adverts);
+  /* Every advertiser's certificate, back to back, relayed with the keys. */
+  size_t total = 0;
+  for (uint32_t i = 0; i < sa->p.n; i++) total += sa->cert_lens[i];
+  sa->cert_blob = xf_malloc(total ? total : 1);
+  if (!sa->cert_blob) {
+    xf__fail(sa, "out of memory relaying %u sites' certificates", sa->p.n);
+    return;
+  }
+  for (uint32_t i = 0; i < sa->p.n; i++) {
+    if (sa->cert_lens[i])
+      memcpy(sa->cert_blob + sa->cert_blob_len, sa->certs[i], sa->cert_lens[i]);
+    sa->cert_blob_len += sa->cert_lens[i];
+    xf_free(sa->certs[i]);
+    sa->certs[i] = NULL;
+  }
   sa->state = XF_SAPHASE_SHARE;
   sa->deadline = now + sa->phase_s;
   for (uint32_t i = 1; i <= sa->p.n; i++) {
@@ -471,6 +547,10 @@ static void xf__send_keys(xf_saphase *sa, double now) {
     xf_saphase_action *a = xf__push(sa, XF_SAPHASE_ACT_SEND_KEYS, sa->ids[i - 1]);
     a->adverts = sa->adverts;
     a->adverts_len = (size_t)sa->p.n * XF_SECAGG_ADVERT_BYTES;
+    a->sigs = sa->advert_sigs;
+    a->certs = sa->cert_blob;
+    a->certs_len = sa->cert_blob_len;
+    a->cert_lens = sa->cert_lens;
   }
 }
 
@@ -490,8 +570,9 @@ static void xf__route(xf_saphase *sa) {
   size_t *start = xf_calloc((size_t)sa->p.n + 2, sizeof(*start));
   sa->route_from = xf_mallocarray(sa->n_shares ? sa->n_shares : 1, sizeof(*sa->route_from));
   sa->route_cts = xf_mallocarray(sa->n_shares ? sa->n_shares : 1, sizeof(*sa->route_cts));
+  sa->route_sigs = xf_mallocarray(sa->n_shares ? sa->n_shares : 1, XF_SECAGG_SIG_BYTES);
   sa->routed = true; /* released at the next event, whatever happens here */
-  if (!start || !sa->route_from || !sa->route_cts) {
+  if (!start || !sa->route_from || !sa->route_cts || !sa->route_sigs) {
     xf_free(start);
     xf__fail(sa, "out of memory routing the shares of %zu sites", sa->n_u2);
     return;
@@ -505,6 +586,7 @@ static void xf__route(xf_saphase *sa) {
     size_t k = start[sh->to]++;
     sa->route_from[k] = sh->from;
     sa->route_cts[k] = sh->ct;
+    memcpy(sa->route_sigs + k * XF_SECAGG_SIG_BYTES, sh->sig, XF_SECAGG_SIG_BYTES);
   }
   sa->state = XF_SAPHASE_MASKED;
   sa->deadline = INFINITY;
@@ -521,13 +603,14 @@ static void xf__route(xf_saphase *sa) {
     a->n_u2 = sa->n_u2;
     a->from = sa->route_from + lo;
     a->cts = sa->route_cts + lo;
+    a->sigs = sa->route_sigs + lo * XF_SECAGG_SIG_BYTES;
     a->n_cts = hi - lo;
   }
   xf_free(start);
 }
 
 /* The round closed: the masked inputs of the sites still in it go into the
- * sum, U3 is fixed and asked to reveal. */
+ * sum, U3 is fixed and asked to sign it. */
 static void xf__unmask_start(xf_saphase *sa, double now) {
   if (sa->state == XF_SAPHASE_ADVERT || sa->state == XF_SAPHASE_SHARE) {
     xf__fail(sa, "the round closed in the %s phase of secure aggregation, before the shares "
@@ -556,15 +639,50 @@ static void xf__unmask_start(xf_saphase *sa, double now) {
     xf__fail(sa, "%s", err.msg);
     return;
   }
-  sa->state = XF_SAPHASE_UNMASK;
+  sa->state = XF_SAPHASE_CHECK;
   sa->deadline = now + sa->phase_s;
   for (size_t m = 0; m < sa->n_u3; m++) {
     uint32_t i = sa->u3[m];
     xf__flag(sa, i, XF__SURVIVOR);
     sa->survivors[m] = sa->ids[i - 1];
+    if (sa->flags[i - 1] & XF__GONE) continue;
+    xf_saphase_action *a = xf__push(sa, XF_SAPHASE_ACT_SEND_CHECK, sa->ids[i - 1]);
+    a->u3 = sa->u3;
+    a->n_u3 = sa->n_u3;
+  }
+}
+
+/* CHECK is over: the survivors that signed U3 get every signature and are
+ * asked to reveal. A site reveals only with t signatures of the same U3,
+ * so fewer than t signers fail the round here. A signer that left since
+ * still counts as a signature; it is not asked. */
+static void xf__ask_reveals(xf_saphase *sa, double now) {
+  sa->n_signers = 0;
+  for (size_t m = 0; m < sa->n_u3; m++) {
+    uint32_t i = sa->u3[m];
+    if (!(sa->flags[i - 1] & XF__SIGNED)) continue;
+    memcpy(sa->signer_sigs + sa->n_signers * XF_SECAGG_SIG_BYTES,
+           sa->check_sigs + (size_t)(i - 1) * XF_SECAGG_SIG_BYTES, XF_SECAGG_SIG_BYTES);
+    sa->signers[sa->n_signers++] = i;
+  }
+  if (sa->n_signers < sa->p.threshold) {
+    xf__fail(sa,
+             "only %zu of the %zu survivors signed the survivor set, fewer than the threshold "
+             "%u: no site reveals without that many signatures",
+             sa->n_signers, sa->n_u3, sa->p.threshold);
+    return;
+  }
+  sa->state = XF_SAPHASE_UNMASK;
+  sa->deadline = now + sa->phase_s;
+  for (size_t m = 0; m < sa->n_signers; m++) {
+    uint32_t i = sa->signers[m];
+    if (sa->flags[i - 1] & XF__GONE) continue;
     xf_saphase_action *a = xf__push(sa, XF_SAPHASE_ACT_SEND_UNMASK, sa->ids[i - 1]);
     a->u3 = sa->u3;
     a->n_u3 = sa->n_u3;
+    a->signers = sa->signers;
+    a->n_signers = sa->n_signers;
+    a->sigs = sa->signer_sigs;
   }
 }
 
@@ -614,13 +732,19 @@ static void xf__check(xf_saphase *sa, double now, bool timed_out) {
   switch (sa->state) {
   case XF_SAPHASE_ADVERT: waiting = sa->waiting[0] > 0; break;
   case XF_SAPHASE_SHARE: waiting = sa->waiting[1] > 0; break;
-  case XF_SAPHASE_UNMASK: waiting = sa->waiting[2] > 0; break;
+  case XF_SAPHASE_CHECK: waiting = sa->waiting[2] > 0; break;
+  case XF_SAPHASE_UNMASK: waiting = sa->waiting[3] > 0; break;
   default: return;
   }
   if (waiting && !timed_out) return;
   if (sa->state == XF_SAPHASE_ADVERT) xf__send_keys(sa, now);
   else if (sa->state == XF_SAPHASE_SHARE) xf__route(sa);
-  else xf__finish(sa);
+  else if (sa->state == XF_SAPHASE_CHECK) {
+    xf__ask_reveals(sa, now);
+    /* Every signer may have left already: nothing more to wait for. */
+    if (sa->state == XF_SAPHASE_UNMASK && sa->waiting[3] == 0) xf__finish(sa);
+  } else
+    xf__finish(sa);
 }
 
 /* ---- events --------------------------------------------------------------------------------- */
@@ -668,38 +792,57 @@ static xf_err xf__in_turn(xf_saphase *sa, uint32_t i, xf_saphase_state phase, co
   return XF_OK;
 }
 
-/* Takes site i's keys. */
-static xf_err xf__take_advert(xf_saphase *sa, uint32_t i, const uint8_t *advert, size_t len,
+/* Takes site i's keys, their signature and its certificate. */
+static xf_err xf__take_advert(xf_saphase *sa, uint32_t i, const xf_saphase_keys *k,
                               xf_errctx *err) {
   XF_GUARD(xf__in_turn(sa, i, XF_SAPHASE_ADVERT, "keys", err));
-  if (!advert || len != XF_SECAGG_ADVERT_BYTES)
+  if (!k || !k->advert || k->advert_len != XF_SECAGG_ADVERT_BYTES)
     return xf__refuse(sa, i, err, XF_EFORMAT, "sent keys of %zu bytes, not %d",
-                      advert ? len : 0, XF_SECAGG_ADVERT_BYTES);
+                      k && k->advert ? k->advert_len : 0, XF_SECAGG_ADVERT_BYTES);
+  if (!k->sig || k->sig_len != XF_SECAGG_SIG_BYTES)
+    return xf__refuse(sa, i, err, XF_EFORMAT,
+                      "sent keys with a signature of %zu bytes, not %d: the other sites would "
+                      "refuse them",
+                      k->sig ? k->sig_len : 0, XF_SECAGG_SIG_BYTES);
+  if (!k->cert || k->cert_len < 1 || k->cert_len > XF_SECAGG_CERT_MAX)
+    return xf__refuse(sa, i, err, XF_EFORMAT,
+                      "sent keys with a certificate of %zu bytes, not 1 to %d",
+                      k->cert ? k->cert_len : 0, XF_SECAGG_CERT_MAX);
+  uint8_t *cert = xf_malloc(k->cert_len);
+  if (!cert) return xf__refuse(sa, i, err, XF_ENOMEM, "out of memory holding its certificate");
   xf_errctx why = {0};
-  xf_err rc = xf_secagg_server_advert(sa->server, i, advert, &why);
-  if (rc != XF_OK) return xf__refuse(sa, i, err, rc, "its keys were refused: %s", why.msg);
+  xf_err rc = xf_secagg_server_advert(sa->server, i, k->advert, &why);
+  if (rc != XF_OK) {
+    xf_free(cert);
+    return xf__refuse(sa, i, err, rc, "its keys were refused: %s", why.msg);
+  }
+  memcpy(cert, k->cert, k->cert_len);
+  sa->certs[i - 1] = cert;
+  sa->cert_lens[i - 1] = (uint32_t)k->cert_len;
+  memcpy(sa->advert_sigs + (size_t)(i - 1) * XF_SECAGG_SIG_BYTES, k->sig, XF_SECAGG_SIG_BYTES);
   xf__flag(sa, i, XF__ADVERTISED);
   return XF_OK;
 }
 
-xf_err xf_saphase_advert(xf_saphase *sa, uint64_t site, const uint8_t *advert, size_t len,
-                         double now, xf_errctx *err) {
+xf_err xf_saphase_advert(xf_saphase *sa, uint64_t site, const xf_saphase_keys *keys, double now,
+                         xf_errctx *err) {
   uint32_t i;
   XF_GUARD(xf__message(sa, site, "keys", &i, err));
-  xf_err rc = xf__take_advert(sa, i, advert, len, err);
+  xf_err rc = xf__take_advert(sa, i, keys, err);
   xf__check(sa, now, false);
   return rc;
 }
 
 /* Whether site i's shares for `to` are well formed; if not, it is refused. */
 static xf_err xf__shares_fit(xf_saphase *sa, uint32_t i, const uint32_t *to,
-                             const uint8_t *const *cts, const size_t *ct_lens, size_t n,
+                             const uint8_t *const *cts, const size_t *ct_lens,
+                             const uint8_t *const *sigs, const size_t *sig_lens, size_t n,
                              xf_errctx *err) {
   uint8_t f = sa->flags[i - 1];
   if (!(f & XF__ADVERTISED))
     return xf__refuse(sa, i, err, XF_EINVAL, "sent shares without having sent its keys");
   if (f & XF__SHARED) return xf__refuse(sa, i, err, XF_EEXISTS, "sent its shares twice");
-  if (n > sa->p.degree || (n && (!to || !cts || !ct_lens)))
+  if (n > sa->p.degree || (n && (!to || !cts || !ct_lens || !sigs || !sig_lens)))
     return xf__refuse(sa, i, err, XF_EFORMAT,
                       "sent %zu shares; a site has %u neighbours to share with", n,
                       sa->p.degree);
@@ -709,6 +852,7 @@ static xf_err xf__shares_fit(xf_saphase *sa, uint32_t i, const uint32_t *to,
     if (j < 1 || j > sa->p.n) wrong = "is outside the cohort";
     else if (j == i) wrong = "is itself";
     else if (!cts[k] || ct_lens[k] != XF_SECAGG_SHARE_BYTES) wrong = "is not a share's length";
+    else if (!sigs[k] || sig_lens[k] != XF_SECAGG_SIG_BYTES) wrong = "has no signature";
     for (size_t m = 0; !wrong && m < k; m++)
       if (to[m] == j) wrong = "is named twice";
     if (!wrong && !xf_secagg_neighbours(&sa->p, i, j)) wrong = "is not its neighbour";
@@ -722,10 +866,11 @@ static xf_err xf__shares_fit(xf_saphase *sa, uint32_t i, const uint32_t *to,
 
 /* Holds site i's shares for routing. */
 static xf_err xf__take_shares(xf_saphase *sa, uint32_t i, const uint32_t *to,
-                              const uint8_t *const *cts, const size_t *ct_lens, size_t n,
+                              const uint8_t *const *cts, const size_t *ct_lens,
+                              const uint8_t *const *sigs, const size_t *sig_lens, size_t n,
                               xf_errctx *err) {
   XF_GUARD(xf__in_turn(sa, i, XF_SAPHASE_SHARE, "shares", err));
-  XF_GUARD(xf__shares_fit(sa, i, to, cts, ct_lens, n, err));
+  XF_GUARD(xf__shares_fit(sa, i, to, cts, ct_lens, sigs, sig_lens, n, err));
   if (sa->n_shares + n > sa->cap_shares) {
     size_t cap = sa->cap_shares ? sa->cap_shares : 16;
     while (cap < sa->n_shares + n) cap *= 2;
@@ -742,17 +887,19 @@ static xf_err xf__take_shares(xf_saphase *sa, uint32_t i, const uint32_t *to,
     sh->from = i;
     sh->to = to[k];
     memcpy(sh->ct, cts[k], XF_SECAGG_SHARE_BYTES);
+    memcpy(sh->sig, sigs[k], XF_SECAGG_SIG_BYTES);
   }
   xf__flag(sa, i, XF__SHARED);
   return XF_OK;
 }
 
 xf_err xf_saphase_shares(xf_saphase *sa, uint64_t site, const uint32_t *to,
-                         const uint8_t *const *cts, const size_t *ct_lens, size_t n, double now,
+                         const uint8_t *const *cts, const size_t *ct_lens,
+                         const uint8_t *const *sigs, const size_t *sig_lens, size_t n, double now,
                          xf_errctx *err) {
   uint32_t i;
   XF_GUARD(xf__message(sa, site, "shares", &i, err));
-  xf_err rc = xf__take_shares(sa, i, to, cts, ct_lens, n, err);
+  xf_err rc = xf__take_shares(sa, i, to, cts, ct_lens, sigs, sig_lens, n, err);
   xf__check(sa, now, false);
   return rc;
 }
@@ -789,10 +936,41 @@ xf_err xf_saphase_masked(xf_saphase *sa, uint64_t site, uint32_t **words, size_t
   return rc;
 }
 
-/* Takes a survivor's reveal. */
+/* Takes a survivor's signature of U3. */
+static xf_err xf__take_check_sig(xf_saphase *sa, uint32_t i, const uint8_t *sig, size_t len,
+                                 xf_errctx *err) {
+  XF_GUARD(xf__in_turn(sa, i, XF_SAPHASE_CHECK, "a signature of the survivors", err));
+  uint8_t f = sa->flags[i - 1];
+  if (!(f & XF__SURVIVOR))
+    return xf__refuse(sa, i, err, XF_EINVAL,
+                      "sent a signature of the survivors, but it is not one of them");
+  if (f & XF__SIGNED)
+    return xf__refuse(sa, i, err, XF_EEXISTS, "signed the survivors twice");
+  if (!sig || len != XF_SECAGG_SIG_BYTES)
+    return xf__refuse(sa, i, err, XF_EFORMAT,
+                      "sent a signature of the survivors of %zu bytes, not %d", sig ? len : 0,
+                      XF_SECAGG_SIG_BYTES);
+  memcpy(sa->check_sigs + (size_t)(i - 1) * XF_SECAGG_SIG_BYTES, sig, XF_SECAGG_SIG_BYTES);
+  xf__flag(sa, i, XF__SIGNED);
+  return XF_OK;
+}
+
+xf_err xf_saphase_check_sig(xf_saphase *sa, uint64_t site, const uint8_t *sig, size_t len,
+                            double now, xf_errctx *err) {
+  uint32_t i;
+  XF_GUARD(xf__message(sa, site, "a signature of the survivors", &i, err));
+  xf_err rc = xf__take_check_sig(sa, i, sig, len, err);
+  xf__check(sa, now, false);
+  return rc;
+}
+
+/* Takes a signer's reveal. */
 static xf_err xf__take_reveal(xf_saphase *sa, uint32_t i, const uint8_t *msg, size_t len,
                               xf_errctx *err) {
   XF_GUARD(xf__in_turn(sa, i, XF_SAPHASE_UNMASK, "a reveal", err));
+  if (!(sa->flags[i - 1] & XF__SIGNED))
+    return xf__refuse(sa, i, err, XF_EINVAL,
+                      "sent a reveal without having signed the survivors");
   if (!msg) return xf__refuse(sa, i, err, XF_EFORMAT, "sent an empty reveal");
   xf_errctx why = {0};
   xf_err rc = xf_secagg_server_add_reveal(sa->server, i, msg, len, &why);
@@ -817,6 +995,14 @@ void xf_saphase_gone(xf_saphase *sa, uint64_t site, double now) {
   xf__flag(sa, i, XF__GONE);
   xf__wipe_input(sa, i);
   xf__check(sa, now, false);
+}
+
+void xf_saphase_refused(xf_saphase *sa, uint64_t site, double now) {
+  uint32_t i = xf_saphase_index(sa, site);
+  if (i && !(sa->flags[i - 1] & XF__GONE) && sa->state != XF_SAPHASE_DONE &&
+      sa->state != XF_SAPHASE_FAILED && sa->refused++ == 0)
+    sa->first_refuser = site;
+  xf_saphase_gone(sa, site, now);
 }
 
 void xf_saphase_close(xf_saphase *sa, double now) {

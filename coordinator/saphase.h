@@ -1,12 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Secure aggregation of one round attempt at its aggregator (the global
  * coordinator over its direct sites, or a regional aggregator over its
- * region's): the server side of SecAgg+ (crypto/secagg.h) — keys, shares,
- * masked inputs, unmasking — as a machine with no sockets and no clock of
- * its own. Events in (a site's advert, shares, masked input, reveal, a site
- * gone, the round closed, the clock), actions out (send the keys, route the
- * shares, ask for the reveals, drop a site that missed a phase, done with
- * the mean, failed). docs/secure-aggregation.md describes the protocol. */
+ * region's): the server side of SecAgg+ (crypto/secagg.h) with the
+ * consistency round of the malicious-server variant — signed keys, signed
+ * shares, masked inputs, the survivor set signed, unmasking — as a machine
+ * with no sockets and no clock of its own. Events in (a site's keys,
+ * shares, masked input, signature of the survivors, reveal, a site gone,
+ * the round closed, the clock), actions out (send the keys, route the
+ * shares, ask for signatures, ask for the reveals, drop a site that missed
+ * a phase, done with the mean, failed). It relays signatures and
+ * certificates and checks their sizes only: the sites check them
+ * (crypto/secagg_guard.h), so an aggregator that does not relay them
+ * faithfully gains nothing but refusals. docs/secure-aggregation.md
+ * describes the protocol. */
 #ifndef XF_COORDINATOR_SAPHASE_H
 #define XF_COORDINATOR_SAPHASE_H
 
@@ -16,6 +22,7 @@
 
 #include "base/result.h"
 #include "crypto/secagg.h"
+#include "crypto/secagg_guard.h"
 #include "update/update.h"
 
 /* The longest a key phase or the unmasking may take; a site that has not
@@ -23,7 +30,7 @@
 #define XF_SAPHASE_PHASE_MAX_S 30.0
 
 /* Room for a reason (DROP, FAILED, xf_saphase_failure), terminator included. */
-#define XF_SAPHASE_WHY_MAX 192
+#define XF_SAPHASE_WHY_MAX 256
 
 /* Times are seconds on the caller's clock; the machine only compares and
  * adds them. */
@@ -55,19 +62,24 @@ typedef enum xf_saphase_state {
   XF_SAPHASE_ADVERT = 0, /* collecting the sites' keys */
   XF_SAPHASE_SHARE,      /* collecting their encrypted shares */
   XF_SAPHASE_MASKED,     /* shares routed: masked inputs arrive until the round closes */
-  XF_SAPHASE_UNMASK,     /* the round closed: collecting the survivors' reveals */
+  XF_SAPHASE_CHECK,      /* the round closed: collecting the survivors' signatures of U3 */
+  XF_SAPHASE_UNMASK,     /* collecting the signers' reveals */
   XF_SAPHASE_DONE,       /* the mean is unmasked: xf_saphase_take_mean */
   XF_SAPHASE_FAILED      /* the sum cannot be unmasked: xf_saphase_failure says why */
 } xf_saphase_state;
 
-/* "advert", "share", "masked", "unmask", "done", "failed"; "unknown"
- * outside the enum. */
+/* "advert", "share", "masked", "check", "unmask", "done", "failed";
+ * "unknown" outside the enum. */
 const char *xf_saphase_state_name(xf_saphase_state s);
 
 typedef enum xf_saphase_action_kind {
-  XF_SAPHASE_ACT_SEND_KEYS = 0, /* send `site` the adverts of the cohort (n * 64 bytes) */
-  XF_SAPHASE_ACT_SEND_ROUTED,   /* send `site` U2 and the shares addressed to it */
-  XF_SAPHASE_ACT_SEND_UNMASK,   /* ask `site` to reveal for survivors U3 */
+  XF_SAPHASE_ACT_SEND_KEYS = 0, /* send `site` the adverts of the cohort (n * 64 bytes),
+                                   each site's signature and certificate */
+  XF_SAPHASE_ACT_SEND_ROUTED,   /* send `site` U2 and the shares addressed to it, each
+                                   with its sender's signature */
+  XF_SAPHASE_ACT_SEND_CHECK,    /* ask `site` to sign survivors U3 */
+  XF_SAPHASE_ACT_SEND_UNMASK,   /* ask `site` to reveal for survivors U3, with the
+                                   signatures of U3 collected */
   XF_SAPHASE_ACT_DROP,          /* leave `site` out of the round: it missed a phase or
                                    sent something malformed or out of turn (`why`).
                                    The machine counts it gone already. */
@@ -91,8 +103,19 @@ typedef struct xf_saphase_action {
   const uint32_t *from;      /* SEND_ROUTED: the sender of each share */
   const uint8_t *const *cts; /* SEND_ROUTED: each XF_SECAGG_SHARE_BYTES long */
   size_t n_cts;
-  const uint32_t *u3;        /* SEND_UNMASK, ascending */
+  const uint32_t *u3;        /* SEND_CHECK, SEND_UNMASK, ascending */
   size_t n_u3;
+  /* XF_SECAGG_SIG_BYTES each, back to back: SEND_KEYS, the n sites'
+   * signatures of their keys in index order (zero: no keys); SEND_ROUTED,
+   * one per share; SEND_UNMASK, one per signer. */
+  const uint8_t *sigs;
+  /* SEND_KEYS: the n sites' certificates (DER) back to back in index order,
+   * cert_lens[i] bytes for site i + 1 (0: no keys). */
+  const uint8_t *certs;
+  size_t certs_len;
+  const uint32_t *cert_lens;
+  const uint32_t *signers;   /* SEND_UNMASK: the sites whose signatures sigs holds */
+  size_t n_signers;
   char why[XF_SAPHASE_WHY_MAX]; /* DROP, FAILED; else "" */
 } xf_saphase_action;
 
@@ -118,6 +141,9 @@ void xf_saphase_free(xf_saphase *sa);
 
 /* The site's place (1..n), 0 when it is not in the cohort. O(log n). */
 uint32_t xf_saphase_index(const xf_saphase *sa, uint64_t site);
+/* The cohort's site ids in index order (xf_saphase_params(sa)->n of them;
+ * owned by sa): what names go into every site's setup. */
+const uint64_t *xf_saphase_cohort(const xf_saphase *sa);
 
 /* The setup a cohort site is told (TaskGo.secagg): params, its index, the
  * scale, its share of the weight, the subset (its size and seed; 0 and 0
@@ -127,7 +153,8 @@ xf_err xf_saphase_setup(const xf_saphase *sa, uint64_t site, xf_update_secagg *o
 const xf_secagg_params *xf_saphase_params(const xf_saphase *sa);
 xf_saphase_state xf_saphase_get_state(const xf_saphase *sa);
 /* Of the current phase; INFINITY when none runs (MASKED: the round's own
- * deadline closes it; DONE, FAILED). */
+ * deadline closes it; DONE, FAILED). CHECK and UNMASK each have their own
+ * phase span. */
 double xf_saphase_deadline(const xf_saphase *sa);
 
 /* ---- events ---------------------------------------------------------------------------------
@@ -148,17 +175,30 @@ double xf_saphase_deadline(const xf_saphase *sa);
  * A phase moves on as soon as every site it waits for has answered (or
  * left), or at its deadline (xf_saphase_tick): KEYS to every site still in
  * the round that advertised once t of them did, ROUTED once the shares are
- * in, DROP for those that missed it, FAILED when fewer than t are left. */
+ * in, UNMASK to the survivors that signed U3 once t of them did, DROP for
+ * those that missed the key phases, FAILED when fewer than t are left. */
 
-xf_err xf_saphase_advert(xf_saphase *sa, uint64_t site, const uint8_t *advert, size_t len,
-                         double now, xf_errctx *err) XF_WARN_UNUSED;
+/* A site's keys as it sent them (SecAggAdvert). */
+typedef struct xf_saphase_keys {
+  const uint8_t *advert; /* XF_SECAGG_ADVERT_BYTES */
+  size_t advert_len;
+  const uint8_t *sig;    /* XF_SECAGG_SIG_BYTES: its signature of them */
+  size_t sig_len;
+  const uint8_t *cert;   /* its certificate (DER), 1..XF_SECAGG_CERT_MAX bytes */
+  size_t cert_len;
+} xf_saphase_keys;
+
+xf_err xf_saphase_advert(xf_saphase *sa, uint64_t site, const xf_saphase_keys *keys, double now,
+                         xf_errctx *err) XF_WARN_UNUSED;
 /* Shares of `site` for the sites `to` (n of them, distinct, at most the
- * degree, each ciphertext XF_SECAGG_SHARE_BYTES long; only its neighbours
- * in the graph). Off the complete graph each receiver costs O(n) to check
+ * degree, each ciphertext XF_SECAGG_SHARE_BYTES long with its signature
+ * sigs[k] of XF_SECAGG_SIG_BYTES; only its neighbours in the graph). Off
+ * the complete graph each receiver costs O(n) to check
  * (xf_secagg_neighbours rebuilds the graph), so a cohort's shares cost
  * O(n^2 degree) in all: fine to a few thousand sites. */
 xf_err xf_saphase_shares(xf_saphase *sa, uint64_t site, const uint32_t *to,
-                         const uint8_t *const *cts, const size_t *ct_lens, size_t n, double now,
+                         const uint8_t *const *cts, const size_t *ct_lens,
+                         const uint8_t *const *sigs, const size_t *sig_lens, size_t n, double now,
                          xf_errctx *err) XF_WARN_UNUSED;
 /* The site's whole masked input: `length` words (xf_secagg_params.length),
  * each below 2^bits, from a site whose shares were routed. Taken over on
@@ -166,7 +206,10 @@ xf_err xf_saphase_shares(xf_saphase *sa, uint64_t site, const uint32_t *to,
  * the caller's. */
 xf_err xf_saphase_masked(xf_saphase *sa, uint64_t site, uint32_t **words, size_t n_words,
                          double now, xf_errctx *err) XF_WARN_UNUSED;
-/* A survivor's reveal (xf_secagg_client_unmask's message). */
+/* A survivor's signature of U3 (XF_SECAGG_SIG_BYTES), in phase CHECK. */
+xf_err xf_saphase_check_sig(xf_saphase *sa, uint64_t site, const uint8_t *sig, size_t len,
+                            double now, xf_errctx *err) XF_WARN_UNUSED;
+/* A signer's reveal (xf_secagg_client_unmask's message), in phase UNMASK. */
 xf_err xf_saphase_reveal(xf_saphase *sa, uint64_t site, const uint8_t *msg, size_t len,
                          double now, xf_errctx *err) XF_WARN_UNUSED;
 /* The site left the round (dropped, refused, its link lost for good): the
@@ -175,10 +218,19 @@ xf_err xf_saphase_reveal(xf_saphase *sa, uint64_t site, const uint8_t *msg, size
  * Nothing is queued for the site itself; calling it again, or for a site
  * outside the cohort, does nothing. */
 void xf_saphase_gone(xf_saphase *sa, uint64_t site, double now);
+/* The site refused to go on: a check it makes of what the aggregator
+ * relays failed (a key or share without its sender's signature, a survivor
+ * set without t signatures, ...; crypto/secagg_guard.h). As
+ * xf_saphase_gone, and counted: a failure then says how many sites refused
+ * and names the first. */
+void xf_saphase_refused(xf_saphase *sa, uint64_t site, double now);
 /* The round closed with quorum: the masked inputs of the sites still in it
- * are added to the sum, the survivors are fixed (U3) and asked to reveal
- * (SEND_UNMASK), due at now + phase_s; FAILED when fewer than t survive or
- * when the shares were not routed yet. Does nothing once unmasking began. */
+ * are added to the sum, the survivors are fixed (U3) and asked to sign it
+ * (SEND_CHECK), due at now + phase_s; once they all signed or left (or at
+ * that deadline) the signers are asked to reveal (SEND_UNMASK, with every
+ * signature), due a phase span later. FAILED when fewer than t survive,
+ * fewer than t signed, or the shares were not routed yet. Does nothing
+ * once the check began. */
 void xf_saphase_close(xf_saphase *sa, double now);
 /* The clock: a phase whose deadline has come moves on without the sites
  * that did not answer. */

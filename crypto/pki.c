@@ -791,6 +791,10 @@ static xf_err lock_dir(xf_federation *f, xf_errctx *err) {
     if (e == ENOENT)
       return xf_fail(err, XF_ENOENT, "no federation directory here; create one with "
                      "'xfed pki init --federation FED --dir %.200s'", f->dir);
+    struct stat st;
+    if (e == ENOTDIR && stat(f->dir, &st) == 0 && !S_ISDIR(st.st_mode))
+      return xf_fail(err, XF_EEXISTS, "is %s, not a directory: give the federation directory "
+                     "with --dir", xf_file_kind(st.st_mode));
     return xf_fail(err, XF_EIO, "cannot open the federation directory: %s", strerror(e));
   }
   while (flock(f->lock_fd, LOCK_EX) != 0) {
@@ -1130,10 +1134,12 @@ xf_err xf_federation_init(const char *dir, const char *name, long days, xf_feder
   xf_err rc;
   char path[4096], cn[XF_PKI_LABEL_MAX + 16], san[XF_SPIFFE_MAX + 8], serial[XF_PKI_SERIAL_HEX];
   if ((rc = lock_dir(f, err)) != XF_OK) goto out;
-  static const char *const existing[] = {"ca.key", "ca.crt", "index.json"};
-  for (size_t i = 0; i < 3; i++) {
+  static const char *const existing[] = {"ca.key", "ca.crt", "crl.pem", "index.json"};
+  for (size_t i = 0; i < sizeof(existing) / sizeof(existing[0]); i++) {
     struct stat st;
-    if ((rc = path_fmt(path, sizeof(path), err, "%s/%s", dir, existing[i])) != XF_OK) goto out;
+    if ((rc = path_fmt(path, sizeof(path), err, "%s/%s", dir, existing[i])) != XF_OK ||
+        (rc = xf_file_check_target(path, err)) != XF_OK)
+      goto out;
     if (lstat(path, &st) == 0) {
       xf_errctx_file(err, path);
       rc = xf_fail(err, XF_EEXISTS, "this directory already holds a federation CA; choose "
@@ -1292,6 +1298,10 @@ xf_err xf_federation_issue(xf_federation *fed, const xf_pki_issue_opts *opts, xf
   char cert_path[4096], key_path[4096];
   XF_GUARD(xf_federation_cert_path(fed, opts->name, cert_path, sizeof(cert_path), err));
   XF_GUARD(xf_federation_key_path(fed, opts->name, key_path, sizeof(key_path), err));
+  /* Both files may be written (storage/file.h) before anything is: no key
+   * is left without its certificate. */
+  XF_GUARD(xf_file_check_target(key_path, err));
+  XF_GUARD(xf_file_check_target(cert_path, err));
   XF_GUARD(entries_reserve(fed, fed->n + 1, err));
 
   EVP_PKEY *ca_key = NULL, *key = NULL;

@@ -89,6 +89,8 @@ static void round_context(const xf_secagg_params *p, uint8_t out[KEY_BYTES]) {
   crypto_generichash_final(&h, out, KEY_BYTES);
 }
 
+void xf_secagg_params_digest(const xf_secagg_params *p, uint8_t out[32]) { round_context(p, out); }
+
 /* The ring order: ring[q] is the site (0-based) at position q and pos[i]
  * the position of site i, from a Fisher–Yates shuffle driven by the
  * ChaCha20-IETF stream of graph_seed with Lemire's unbiased bounded draws. */
@@ -607,13 +609,10 @@ static void put_u32(uint8_t *q, uint32_t v) {
   for (size_t b = 0; b < 4; b++) q[b] = (uint8_t)(v >> (24 - 8 * b));
 }
 
-xf_err xf_secagg_client_unmask(xf_secagg_client *c, const uint32_t *survivors, size_t n_surv,
-                               uint8_t *out, size_t cap, size_t *len, xf_errctx *ctx) {
-  XF_ENSURE(c && len && (out || cap == 0), ctx, XF_EINVAL, "secagg unmask: NULL argument");
-  XF_ENSURE(c->phase == C_ROUTED, ctx, XF_EINVAL, "secagg unmask: site %u has not learnt U2",
-            c->me);
-  uint8_t *u3;
-  XF_GUARD(index_set(&c->p, survivors, n_surv, "secagg unmask", &u3, ctx));
+/* Whether the client may reveal for U3 (its flags in u3, survivors the
+ * list): XF_OK with the entries of the reveal in *entries, or the refusal. */
+static xf_err unmask_allowed(const xf_secagg_client *c, const uint32_t *survivors, size_t n_surv,
+                             const uint8_t *u3, size_t *entries_out, xf_errctx *ctx) {
   xf_err rc = XF_OK;
   size_t entries = 1;
   if (n_surv < c->p.threshold)
@@ -641,6 +640,32 @@ xf_err xf_secagg_client_unmask(xf_secagg_client *c, const uint32_t *survivors, s
                    c->nbr[k], survived ? "self-mask seed" : "masking key",
                    survived ? "masking key" : "self-mask seed");
   }
+  *entries_out = entries;
+  return rc;
+}
+
+xf_err xf_secagg_client_check_survivors(const xf_secagg_client *c, const uint32_t *survivors,
+                                        size_t n_surv, xf_errctx *ctx) {
+  XF_ENSURE(c, ctx, XF_EINVAL, "secagg survivors: NULL client");
+  XF_ENSURE(c->phase == C_ROUTED, ctx, XF_EINVAL, "secagg survivors: site %u has not learnt U2",
+            c->me);
+  uint8_t *u3;
+  XF_GUARD(index_set(&c->p, survivors, n_surv, "secagg survivors", &u3, ctx));
+  size_t entries;
+  xf_err rc = unmask_allowed(c, survivors, n_surv, u3, &entries, ctx);
+  xf_free(u3);
+  return rc;
+}
+
+xf_err xf_secagg_client_unmask(xf_secagg_client *c, const uint32_t *survivors, size_t n_surv,
+                               uint8_t *out, size_t cap, size_t *len, xf_errctx *ctx) {
+  XF_ENSURE(c && len && (out || cap == 0), ctx, XF_EINVAL, "secagg unmask: NULL argument");
+  XF_ENSURE(c->phase == C_ROUTED, ctx, XF_EINVAL, "secagg unmask: site %u has not learnt U2",
+            c->me);
+  uint8_t *u3;
+  XF_GUARD(index_set(&c->p, survivors, n_surv, "secagg unmask", &u3, ctx));
+  size_t entries = 1;
+  xf_err rc = unmask_allowed(c, survivors, n_surv, u3, &entries, ctx);
   size_t need = XF_SECAGG_REVEAL_HEADER_BYTES + entries * XF_SECAGG_REVEAL_ENTRY_BYTES;
   *len = need;
   if (rc == XF_OK && cap < need)

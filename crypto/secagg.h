@@ -49,6 +49,10 @@ typedef struct xf_secagg_params {
  * field at fault in ctx (may be NULL). */
 xf_err xf_secagg_params_check(const xf_secagg_params *p, xf_errctx *ctx) XF_WARN_UNUSED;
 
+/* The round context: BLAKE2b-256 of every field of p. Every share key and
+ * mask key of the round is bound to it. */
+void xf_secagg_params_digest(const xf_secagg_params *p, uint8_t out[32]);
+
 /* The degree the coordinator should choose for n sites: n - 1 (complete
  * graph) up to XF_SECAGG_COMPLETE_MAX sites, else the smallest even k for
  * which, with threshold t = ceil(n/2) and each site dropping independently
@@ -153,6 +157,11 @@ size_t xf_secagg_reveal_max_bytes(const xf_secagg_params *p);
 xf_err xf_secagg_client_unmask(xf_secagg_client *c, const uint32_t *survivors, size_t n_surv,
                                uint8_t *out, size_t cap, size_t *len,
                                xf_errctx *ctx) XF_WARN_UNUSED;
+
+/* Whether xf_secagg_client_unmask would reveal for U3, without revealing:
+ * the same checks and refusals (XF_EDENIED, XF_EINVAL), nothing changed. */
+xf_err xf_secagg_client_check_survivors(const xf_secagg_client *c, const uint32_t *survivors,
+                                        size_t n_surv, xf_errctx *ctx) XF_WARN_UNUSED;
 
 /* ---- aggregator -------------------------------------------------------------- */
 

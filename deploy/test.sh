@@ -10,7 +10,10 @@
 #   --no-sanitize  skip the ASan+UBSan pass
 #   --no-fuzz      skip the short fuzzing sessions (the seed corpora are still
 #                  replayed as ordinary tests)
-# Environment: XF_FUZZ_SECONDS (default 20) per fuzz target; JOBS.
+# Environment: JOBS; XF_FUZZ_BUDGET (default 300), the seconds the fuzzing
+# sessions take in all, split evenly over the fuzz targets, which run
+# XF_FUZZ_JOBS (default: JOBS, at most 2) at a time; XF_FUZZ_SECONDS, when
+# set, the seconds per target instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,7 +23,7 @@ for arg in "$@"; do
     --all) all=1 ;;
     --no-sanitize) sanitize=0 ;;
     --no-fuzz) fuzz=0 ;;
-    -h|--help) sed -n '3,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '3,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test.sh: unknown option '$arg'; see deploy/test.sh --help" >&2; exit 2 ;;
   esac
 done
@@ -51,27 +54,47 @@ if ((sanitize)); then
 fi
 
 if ((fuzz)) && command -v clang >/dev/null; then
-  section "fuzzing (${XF_FUZZ_SECONDS:-20} s per target)"
-  if cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DXF_FUZZ=ON -DXF_CUDA=OFF \
-       -DCMAKE_BUILD_TYPE=Debug >build-fuzz-configure.log 2>&1 &&
-     cmake --build build-fuzz -j "$jobs" >build-fuzz.log 2>&1; then
-    for f in build-fuzz/tests/*_fuzzer; do
-      name=$(basename "$f" _fuzzer)
-      work=$(mktemp -d)
-      trap 'rm -rf "$work"' EXIT
-      cp -r "tests/fuzz/corpus/$name/." "$work/"
-      echo "fuzz $name"
-      "$f" -max_total_time="${XF_FUZZ_SECONDS:-20}" -print_final_stats=0 "$work" \
-        >"build-fuzz/$name.log" 2>&1 || { tail -50 "build-fuzz/$name.log"; exit 1; }
-      grep -E "^#[0-9]+.*DONE" "build-fuzz/$name.log" | tail -1 || true
-      rm -rf "$work"
-      trap - EXIT
-    done
-  else
+  if ! cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DXF_FUZZ=ON -DXF_CUDA=OFF \
+         -DCMAKE_BUILD_TYPE=Debug >build-fuzz-configure.log 2>&1 ||
+     ! cmake --build build-fuzz -j "$jobs" >build-fuzz.log 2>&1; then
     echo "fuzz build failed; see build-fuzz.log" >&2
     tail -30 build-fuzz.log >&2 || cat build-fuzz-configure.log >&2
     exit 1
   fi
+  targets=(build-fuzz/tests/*_fuzzer)
+  par=${XF_FUZZ_JOBS:-$((jobs < 2 ? jobs : 2))}
+  ((par >= 1)) || par=1
+  # The budget is wall time: `par` targets fuzz at once, each for `per` s.
+  per=${XF_FUZZ_SECONDS:-$(( ${XF_FUZZ_BUDGET:-300} * par / ${#targets[@]} ))}
+  ((per >= 5)) || per=5
+  section "fuzzing (${#targets[@]} targets, ${per} s each, ${par} at a time)"
+  works=()
+  trap 'rm -rf "${works[@]}"' EXIT
+  for ((i = 0; i < ${#targets[@]}; i += par)); do
+    pids=() names=()
+    for f in "${targets[@]:i:par}"; do
+      name=$(basename "$f" _fuzzer)
+      work=$(mktemp -d)
+      works+=("$work")
+      cp -r "tests/fuzz/corpus/$name/." "$work/"
+      "$f" -max_total_time="$per" -print_final_stats=0 -artifact_prefix="build-fuzz/$name-" \
+        "$work" >"build-fuzz/$name.log" 2>&1 &
+      pids+=($!) names+=("$name")
+    done
+    for k in "${!pids[@]}"; do
+      name=${names[k]}
+      if ! wait "${pids[k]}"; then
+        echo "fuzz $name failed (its input: build-fuzz/$name-*):" >&2
+        tail -50 "build-fuzz/$name.log" >&2
+        kill "${pids[@]}" 2>/dev/null || true
+        exit 1
+      fi
+      echo "fuzz $name: $(grep -E "^#[0-9]+.*DONE" "build-fuzz/$name.log" | tail -1 || true)"
+    done
+  done
+  rm -rf "${works[@]}"
+  works=()
+  trap - EXIT
 fi
 
 section "tests"

@@ -4,8 +4,9 @@
 
 #include <string.h>
 
-xf_err xf_jobspec_model_spec(const xf_jobspec *job, uint32_t h, uint32_t w, uint32_t c,
-                             uint32_t classes, xf_model_spec *out, xf_errctx *err) {
+/* The kernels' mapping, without the limit on its size. */
+static xf_err model_spec_of(const xf_jobspec *job, uint32_t h, uint32_t w, uint32_t c,
+                            uint32_t classes, xf_model_spec *out, xf_errctx *err) {
   memset(out, 0, sizeof(*out));
   out->in_h = (int)h;
   out->in_w = (int)w;
@@ -27,4 +28,40 @@ xf_err xf_jobspec_model_spec(const xf_jobspec *job, uint32_t h, uint32_t w, uint
     return xf_fail(err, XF_EINVAL, "model.arch: unknown architecture %d", (int)job->model.arch);
   }
   return XF_OK;
+}
+
+/* The count from the kernels' own layer table: a model handle holds no
+ * parameters, so building one costs a small allocation whatever its size. */
+static xf_err params_of(const xf_model_spec *ms, uint64_t *out, xf_errctx *err) {
+  xf_model *m = NULL;
+  XF_GUARD(xf_model_create(ms, &m, err));
+  *out = (uint64_t)xf_model_num_params(m);
+  xf_model_free(m);
+  return XF_OK;
+}
+
+xf_err xf_jobspec_model_params(const xf_jobspec *job, uint32_t h, uint32_t w, uint32_t c,
+                               uint32_t classes, uint64_t *out, xf_errctx *err) {
+  xf_model_spec ms;
+  XF_GUARD(model_spec_of(job, h, w, c, classes, &ms, err));
+  return params_of(&ms, out, err);
+}
+
+xf_err xf_jobspec_model_spec(const xf_jobspec *job, uint32_t h, uint32_t w, uint32_t c,
+                             uint32_t classes, xf_model_spec *out, xf_errctx *err) {
+  XF_GUARD(model_spec_of(job, h, w, c, classes, out, err));
+  uint64_t n = 0;
+  /* A shape the kernels refuse is the caller's to report when it builds
+   * the model; only a count can be checked here. */
+  xf_errctx ignored = {0};
+  if (params_of(out, &n, &ignored) != XF_OK || n <= XF_JOB_PARAMS_MAX) return XF_OK;
+  xf_errctx_field(err, "%s", job->model.arch == XF_JOB_ARCH_MLP ? "model.hidden" : "model");
+  return xf_fail(err, XF_ERANGE,
+                 "the model has %llu parameters on records of %ux%ux%u with %u classes, more "
+                 "than the %u a job's model may have (its float32 model file must fit the 1 GiB "
+                 "a model stream carries)%s",
+                 (unsigned long long)n, (unsigned)h, (unsigned)w, (unsigned)c,
+                 (unsigned)out->classes, XF_JOB_PARAMS_MAX,
+                 job->model.arch == XF_JOB_ARCH_MLP ? "; use fewer or narrower hidden layers"
+                                                    : "");
 }

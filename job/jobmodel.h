@@ -11,10 +11,26 @@
 #include "job/jobspec.h"
 #include "kernels/model.h"
 
+/* The most parameters a job's model may have. The binding limit is the
+ * model stream: a regional aggregator takes a model file of at most 1 GiB
+ * (XF_COORD_MODEL_MAX), and the float32 model file is 4 bytes a parameter
+ * plus a header of at most 1 MiB (docs/model-format.md); 250 million
+ * parameters leave room for that header. XF_CODEC_N_MAX (2^32 - 1 values)
+ * is far above it. */
+#define XF_JOB_PARAMS_MAX 250000000u
+
 /* Fills *out for job's model on records of h x w x c with `classes` labels
  * (at least 2 are used). XF_EINVAL, naming model.arch, for an architecture
- * the kernels do not know. */
+ * the kernels do not know; XF_ERANGE, naming model.hidden (mlp) or model,
+ * the count and the limit, when the model would have more than
+ * XF_JOB_PARAMS_MAX parameters on such records. */
 xf_err xf_jobspec_model_spec(const xf_jobspec *job, uint32_t h, uint32_t w, uint32_t c,
                              uint32_t classes, xf_model_spec *out, xf_errctx *err) XF_WARN_UNUSED;
+
+/* The parameter count of job's model on records of h x w x c with `classes`
+ * labels, into *out, without allocating the parameters. Errors of
+ * xf_model_create for a shape or a width the kernels refuse. */
+xf_err xf_jobspec_model_params(const xf_jobspec *job, uint32_t h, uint32_t w, uint32_t c,
+                               uint32_t classes, uint64_t *out, xf_errctx *err) XF_WARN_UNUSED;
 
 #endif

@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "base/alloc.h"
+#include "job/jobmodel.h"
 
 #define XF__COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -1064,6 +1066,21 @@ static xf_err xf__validate_model(const xf_job_model *m, xf_errctx *err) {
     return xf__fail_at(err, XF_EFORMAT, "model.preset",
                        "has no effect with arch \"%s\"; it is used only by \"cnn\"",
                        xf__arch_names[m->arch]);
+  if (m->arch == XF_JOB_ARCH_MLP) {
+    /* The hidden layers alone can exceed the limit, whatever the data: with
+     * one feature and two classes the model is the smallest it can be. The
+     * count on the real data is checked where the data is known
+     * (xf_jobspec_model_spec). */
+    xf_jobspec one = {.model = *m};
+    uint64_t n = 0;
+    if (xf_jobspec_model_params(&one, 1, 1, 1, 2, &n, NULL) == XF_OK && n > XF_JOB_PARAMS_MAX)
+      return xf__fail_at(err, XF_ERANGE, "model.hidden",
+                         "these layers have %llu parameters before any input feature is "
+                         "counted, more than the %u a job's model may have (its float32 model "
+                         "file must fit the 1 GiB a model stream carries); use fewer or "
+                         "narrower hidden layers",
+                         (unsigned long long)n, XF_JOB_PARAMS_MAX);
+  }
   return XF_OK;
 }
 
@@ -1189,6 +1206,19 @@ xf_err xf_jobspec_validate(const xf_jobspec *s, xf_errctx *err) {
   const xf_job_secagg *sa = &s->secure_aggregation;
   XF_GUARD(xf__range_int("secure_aggregation.bits", sa->bits, 8, 32, err));
   XF_GUARD(xf__check_range("secure_aggregation.threshold", sa->threshold, 0, true, 1, false, err));
+  /* The sites refuse a round where half of them could unmask a site's
+   * input against an aggregator that lies about who dropped
+   * (docs/secure-aggregation.md): t = ceil(threshold * n) must be above
+   * n / 2 whatever n the round has. */
+  if (sa->enabled && !(sa->threshold > 0.5)) {
+    char num[32];
+    return xf__fail_at(err, XF_ERANGE, "secure_aggregation.threshold",
+                       "must be above 0.5 with secure aggregation (got %s): no site reveals "
+                       "before more than half of the round's sites have signed the same "
+                       "survivor set, so that an aggregator that lies about who dropped cannot "
+                       "unmask a site; the default is 0.66",
+                       xf__num(sa->threshold, num));
+  }
 
   const xf_job_uplink *up = &s->compression.uplink;
   char num[32];
@@ -1454,4 +1484,31 @@ void xf_jobspec_cohort(const xf_jobspec *spec, uint32_t eligible, uint32_t *targ
   if (inv > eligible) inv = eligible;
   *target = (uint32_t)t;
   *invite = (uint32_t)inv;
+}
+
+/* ---- job ids ---------------------------------------------------------------- */
+
+xf_err xf_job_id_parse(const char *s, int64_t *out, xf_errctx *err) {
+  const char *text = s ? s : "";
+  char shown[48];
+  xf__printable(text, shown, sizeof(shown));
+  size_t n = strlen(text);
+  bool digits = n > 0 && text[0] != '0';
+  for (size_t i = 0; digits && i < n; i++) digits = text[i] >= '0' && text[i] <= '9';
+  if (!digits)
+    return xf_fail(err, XF_EINVAL,
+                   "'%s' is not a job id: job ids are whole numbers from 1 to %" PRId64
+                   " ('xfed job list' shows them)",
+                   shown, (int64_t)XF_JOB_ID_MAX);
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned d = (unsigned)(text[i] - '0');
+    if (v > ((uint64_t)XF_JOB_ID_MAX - d) / 10)
+      return xf_fail(err, XF_ERANGE,
+                     "job id %s is out of range: job ids are whole numbers from 1 to %" PRId64,
+                     shown, (int64_t)XF_JOB_ID_MAX);
+    v = v * 10 + d;
+  }
+  *out = (int64_t)v;
+  return XF_OK;
 }

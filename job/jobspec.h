@@ -265,4 +265,16 @@ char *xf_job_uplink_format(const xf_job_uplink *uplink, char *buf, size_t n);
 void xf_jobspec_cohort(const xf_jobspec *spec, uint32_t eligible, uint32_t *target,
                        uint32_t *invite);
 
+/* ---- job ids ---------------------------------------------------------------- */
+
+/* The largest job id: the coordinator's job numbers are SQLite rowids. */
+#define XF_JOB_ID_MAX INT64_MAX
+
+/* Parses a job id as users and the protocol write it: a decimal number from
+ * 1 to XF_JOB_ID_MAX, digits only. XF_EINVAL for anything else (a sign,
+ * letters, 0, a leading zero, nothing) and XF_ERANGE for a number above the
+ * range (never clamped); err's message names the text and the range. *out
+ * is written only on success. */
+xf_err xf_job_id_parse(const char *s, int64_t *out, xf_errctx *err) XF_WARN_UNUSED;
+
 #endif

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include <openssl/err.h>
@@ -23,14 +24,15 @@ typedef enum conn_state {
   CONN_CLOSING     /* on the way to on_close */
 } conn_state;
 
-/* The four handles of a connection; it is freed when all have closed. */
-#define CONN_HANDLES 4
+/* The five handles of a connection; it is freed when all have closed. */
+#define CONN_HANDLES 5
 
 struct xf_conn {
   uv_tcp_t tcp;
   uv_timer_t heartbeat; /* fires after heartbeat_ms without sending */
   uv_timer_t idle;      /* fires after idle_timeout_ms without receiving; close deadline */
   uv_timer_t kick;      /* delivers buffered frames after a resume, from the loop */
+  uv_timer_t watch;     /* the handshake deadline; once authenticated, the progress checks */
   uv_connect_t connect;
   uv_shutdown_t shutdown;
   uv_loop_t *loop;
@@ -45,6 +47,8 @@ struct xf_conn {
   bool tcp_connected;
   bool tls_failed; /* a fatal TLS error: no close_notify can follow */
   bool paused;
+  bool starved; /* a frame waits for room in the guard's budget: not reading */
+  bool authenticated; /* xf_conn_authenticated was called */
   bool busy;   /* xf_conn_send refused for the high-water mark: on_drain owed */
   bool silent; /* discarded before the caller saw it: no on_close */
   int handles_open;
@@ -56,12 +60,23 @@ struct xf_conn {
   char addr[80];
   xf_conn_reason why;
   void *user;
+  xf_conn_guard *guard;
+  xf_progress progress;
+  /* On the guard's list of accepted connections, and of those waiting for
+   * its budget. */
+  bool accepted, waiting;
+  struct xf_conn *acc_prev, *acc_next, *wait_prev, *wait_next;
+  uint8_t ip[16]; /* the peer's IPv4 address or IPv6 /64, for the cap per address */
+  size_t ip_len;  /* 4 or 8; 0 when unknown */
   /* Decrypted bytes not yet fed to the decoder (kept while paused). */
   size_t plain_off, plain_len;
   uint8_t plain[16384];
-  /* libuv reads into this; it is copied into rbio before the callback ends. */
-  uint8_t rbuf[65536];
 };
+
+/* libuv reads into this and on_read copies it into the connection's rbio
+ * before it returns, so one buffer serves every connection of a loop's
+ * thread: 64 KiB less per connection than a buffer each. */
+static _Thread_local uint8_t read_buf[65536];
 
 typedef struct conn_write {
   uv_write_t req;
@@ -97,12 +112,103 @@ static const char *const end_words[] = {
 #undef XF__CONN_END_WORD
 };
 
+static const char *const cap_names[] = {
+#define XF__CONN_CAP_NAME(name, key) key,
+    XF_CONN_CAP_MAP(XF__CONN_CAP_NAME)
+#undef XF__CONN_CAP_NAME
+};
+
+const char *xf_conn_cap_name(xf_conn_cap cap) {
+  if ((unsigned)cap >= XF_CONN_CAP_COUNT) return "unknown cap";
+  return cap_names[cap];
+}
+
+/* ---- the guard --------------------------------------------------------------- */
+
+static void on_kick(uv_timer_t *t);
+
+/* Bytes went back to the budget: every waiting connection tries again, from
+ * the loop, in the order they began to wait; each takes what fits. */
+static void guard_released(xf_frame_budget *b) {
+  xf_conn_guard *g = b->user;
+  for (xf_conn *c = g->waiting_head; c; c = c->wait_next)
+    if (!c->paused) uv_timer_start(&c->kick, on_kick, 0, 0);
+}
+
+void xf_conn_guard_init(xf_conn_guard *g, size_t max_conns, size_t max_conns_per_addr,
+                        size_t budget) {
+  memset(g, 0, sizeof(*g));
+  g->max_conns = max_conns;
+  g->max_conns_per_addr = max_conns_per_addr;
+  g->budget.limit = budget;
+  g->budget.on_release = guard_released;
+  g->budget.user = g;
+}
+
+size_t xf_conn_fit_descriptors(size_t wanted, size_t *limit) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+    *limit = 0;
+    return wanted;
+  }
+  rlim_t need = (rlim_t)wanted + XF_CONN_FD_RESERVE;
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+    struct rlimit up = rl;
+    up.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &up) == 0) rl = up;
+  }
+  *limit = rl.rlim_cur == RLIM_INFINITY ? SIZE_MAX : (size_t)rl.rlim_cur;
+  if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need) return wanted;
+  return rl.rlim_cur > XF_CONN_FD_RESERVE + 1 ? (size_t)rl.rlim_cur - XF_CONN_FD_RESERVE : 1;
+}
+
+static void guard_wait(xf_conn *c) {
+  xf_conn_guard *g = c->guard;
+  if (c->waiting) return;
+  c->waiting = true;
+  c->wait_prev = g->waiting_tail;
+  c->wait_next = NULL;
+  if (g->waiting_tail) g->waiting_tail->wait_next = c;
+  else g->waiting_head = c;
+  g->waiting_tail = c;
+}
+
+static void guard_unwait(xf_conn *c) {
+  xf_conn_guard *g = c->guard;
+  if (!c->waiting) return;
+  c->waiting = false;
+  if (c->wait_prev) c->wait_prev->wait_next = c->wait_next;
+  else g->waiting_head = c->wait_next;
+  if (c->wait_next) c->wait_next->wait_prev = c->wait_prev;
+  else g->waiting_tail = c->wait_prev;
+  c->wait_prev = c->wait_next = NULL;
+}
+
+/* Accepted connections open from c's address, c excluded. A scan of at
+ * most max_conns entries costs microseconds, once per accept. */
+static size_t guard_from_address(const xf_conn_guard *g, const xf_conn *c) {
+  size_t n = 0;
+  for (const xf_conn *o = g->accepted_list; o; o = o->acc_next)
+    if (o != c && o->ip_len == c->ip_len && memcmp(o->ip, c->ip, c->ip_len) == 0) n++;
+  return n;
+}
+
 /* ---- closing --------------------------------------------------------------- */
 
 static void conn_finish(xf_conn *c) {
   if (!c->silent && c->opts.on_close) c->opts.on_close(c, &c->why);
   SSL_free(c->ssl);
-  xf_frame_decoder_free(c->decoder);
+  if (c->guard) {
+    guard_unwait(c);
+    if (c->accepted) {
+      xf_conn_guard *g = c->guard;
+      if (c->acc_prev) c->acc_prev->acc_next = c->acc_next;
+      else g->accepted_list = c->acc_next;
+      if (c->acc_next) c->acc_next->acc_prev = c->acc_prev;
+      g->open--;
+    }
+  }
+  xf_frame_decoder_free(c->decoder); /* gives its reservation back */
   xf_free(c);
 }
 
@@ -113,7 +219,8 @@ static void on_handle_closed(uv_handle_t *h) {
 
 static void conn_close_handles(xf_conn *c) {
   uv_handle_t *hs[CONN_HANDLES] = {(uv_handle_t *)&c->tcp, (uv_handle_t *)&c->heartbeat,
-                                   (uv_handle_t *)&c->idle, (uv_handle_t *)&c->kick};
+                                   (uv_handle_t *)&c->idle, (uv_handle_t *)&c->kick,
+                                   (uv_handle_t *)&c->watch};
   for (int i = 0; i < CONN_HANDLES; i++)
     if (!uv_is_closing(hs[i])) uv_close(hs[i], on_handle_closed);
 }
@@ -147,10 +254,16 @@ static void conn_end(xf_conn *c, xf_conn_end end, xf_err code, xf_pki_verdict ve
   uv_timer_stop(&c->heartbeat);
   uv_timer_stop(&c->idle);
   uv_timer_stop(&c->kick);
+  uv_timer_stop(&c->watch);
+  if (c->guard) c->guard->ended[end]++;
   if (!c->silent) {
+    /* With a guard, the running total of ends for this reason follows. */
+    char total[32] = "";
+    if (c->guard)
+      snprintf(total, sizeof(total), " total=%llu", (unsigned long long)c->guard->ended[end]);
     xf_log(end == XF_CONN_END_CLOSED || end == XF_CONN_END_PEER_CLOSED ? XF_LOG_INFO : XF_LOG_WARN,
-           "conn_closed", "addr=%s reason=%s code=%s msg=\"%s\"", c->addr, end_words[end],
-           xf_err_name(code), c->why.msg);
+           "conn_closed", "addr=%s reason=%s code=%s msg=\"%s\"%s", c->addr, end_words[end],
+           xf_err_name(code), c->why.msg, total);
   }
   if (!c->tcp_connected) {
     conn_close_handles(c); /* cancels a pending connect */
@@ -322,6 +435,51 @@ static void on_idle(uv_timer_t *t) {
            (unsigned)c->opts.idle_timeout_ms);
 }
 
+/* Before authentication, the handshake deadline; after, the progress rule's
+ * periodic verdict. */
+static void on_watch(uv_timer_t *t) {
+  xf_conn *c = t->data;
+  if (c->state == CONN_CLOSING) return;
+  if (!c->authenticated) {
+    conn_end(c, XF_CONN_END_HANDSHAKE, XF_EIO, XF_PKI_OK,
+             "%s did not complete the %s within the handshake deadline of %u ms", c->addr,
+             c->state == CONN_OPEN ? "hello exchange" : "TLS handshake",
+             (unsigned)c->opts.handshake_timeout_ms);
+    return;
+  }
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (xf_progress_check(&c->progress, uv_now(c->loop), &err) != XF_OK)
+    conn_end(c, XF_CONN_END_SLOW, XF_EIO, XF_PKI_OK, "%s: %s", c->addr, err.msg);
+}
+
+/* Reading runs while neither the application (paused) nor the budget
+ * (starved) holds it. These two start and stop what goes with it: the
+ * socket's reads, the idle timeout and the progress rule's clock. */
+static bool conn_reading(const xf_conn *c) { return !c->paused && !c->starved; }
+
+static void conn_reading_stopped(xf_conn *c) {
+  uv_timer_stop(&c->idle);
+  xf_progress_pause(&c->progress, uv_now(c->loop));
+  if (c->tcp_connected) uv_read_stop((uv_stream_t *)&c->tcp);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+static bool conn_reading_started(xf_conn *c) {
+  if (c->tcp_connected) {
+    int e = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    if (e != 0) {
+      conn_end(c, XF_CONN_END_IO, XF_EIO, XF_PKI_OK, "cannot read: %s", uv_strerror(e));
+      return false;
+    }
+  }
+  uv_timer_start(&c->idle, on_idle, c->opts.idle_timeout_ms, 0);
+  xf_progress_resume(&c->progress, uv_now(c->loop));
+  return true;
+}
+
 /* ---- reading --------------------------------------------------------------- */
 
 /* The handshake finished: the peer must name our federation, and on_connect
@@ -373,6 +531,23 @@ static void conn_send_error(xf_conn *c, xf_err code, const char *msg) {
  * application pauses, or the connection ends. */
 static void conn_deliver(xf_conn *c) {
   while (c->state == CONN_OPEN && !c->paused) {
+    if (c->starved) {
+      /* Room in the budget now? The decoder tries when fed, even nothing. */
+      size_t none = 0;
+      Xfed__Envelope *env = NULL;
+      xf_errctx err;
+      xf_errctx_clear(&err);
+      xf_err rc = xf_frame_decoder_feed(c->decoder, NULL, 0, &none, &env, &err);
+      if (rc != XF_OK) {
+        conn_end(c, XF_CONN_END_FRAME, rc, XF_PKI_OK, "%s", err.msg);
+        return;
+      }
+      if (xf_frame_decoder_waiting(c->decoder)) return;
+      c->starved = false;
+      guard_unwait(c);
+      XF_DEBUG("conn_budget_resumed", "addr=%s budget_used=%zu", c->addr, c->guard->budget.used);
+      if (!conn_reading_started(c)) return;
+    }
     if (c->plain_off == c->plain_len) {
       ERR_clear_error();
       int n = SSL_read(c->ssl, c->plain, (int)sizeof(c->plain));
@@ -396,9 +571,27 @@ static void conn_deliver(xf_conn *c) {
     xf_err rc = xf_frame_decoder_feed(c->decoder, c->plain + c->plain_off,
                                       c->plain_len - c->plain_off, &used, &env, &err);
     c->plain_off += used;
+    if (c->authenticated)
+      xf_progress_read(&c->progress, uv_now(c->loop), used,
+                       xf_frame_decoder_buffered(c->decoder) > 0);
     if (rc != XF_OK) {
+      if (rc == XF_ERANGE && !c->authenticated) {
+        size_t n = strlen(err.msg);
+        snprintf(err.msg + n, sizeof(err.msg) - n, " before the hello exchange completes");
+      }
       conn_send_error(c, rc, err.msg);
       conn_end(c, XF_CONN_END_FRAME, rc, XF_PKI_OK, "%s", err.msg);
+      return;
+    }
+    if (xf_frame_decoder_waiting(c->decoder)) {
+      /* A frame the budget has no room for: read nothing more (the peer's
+       * bytes wait in its socket) until the budget gives room back. */
+      c->starved = true;
+      guard_wait(c);
+      conn_reading_stopped(c);
+      XF_DEBUG("conn_budget_wait", "addr=%s budget_used=%zu budget=%zu waits=%llu", c->addr,
+               c->guard->budget.used, c->guard->budget.limit,
+               (unsigned long long)c->guard->budget.waits);
       return;
     }
     if (!env) continue;
@@ -437,12 +630,11 @@ static void conn_drive(xf_conn *c) {
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   (void)suggested;
-  xf_conn *c = h->data;
-  *buf = uv_buf_init((char *)c->rbuf, sizeof(c->rbuf));
+  (void)h;
+  *buf = uv_buf_init((char *)read_buf, sizeof(read_buf));
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
-  (void)buf;
   xf_conn *c = s->data;
   if (c->state == CONN_CLOSING || nread == 0) return;
   if (nread < 0) {
@@ -456,8 +648,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
                uv_strerror((int)nread));
     return;
   }
-  if (!c->paused) uv_timer_start(&c->idle, on_idle, c->opts.idle_timeout_ms, 0);
-  if (BIO_write(c->rbio, c->rbuf, (int)nread) != (int)nread) {
+  if (conn_reading(c)) uv_timer_start(&c->idle, on_idle, c->opts.idle_timeout_ms, 0);
+  if (BIO_write(c->rbio, buf->base, (int)nread) != (int)nread) {
     ERR_clear_error();
     conn_end(c, XF_CONN_END_IO, XF_ENOMEM, XF_PKI_OK, "out of memory for received bytes");
     return;
@@ -472,24 +664,17 @@ static void on_kick(uv_timer_t *t) {
 
 void xf_conn_pause_reading(xf_conn *c) {
   if (c->paused || c->state == CONN_CLOSING) return;
+  bool was = conn_reading(c);
   c->paused = true;
   uv_timer_stop(&c->kick);
-  uv_timer_stop(&c->idle);
-  if (c->tcp_connected) uv_read_stop((uv_stream_t *)&c->tcp);
+  if (was) conn_reading_stopped(c);
 }
 
 void xf_conn_resume_reading(xf_conn *c) {
   if (!c->paused || c->state == CONN_CLOSING) return;
   c->paused = false;
-  if (c->tcp_connected) {
-    int e = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
-    if (e != 0) {
-      conn_end(c, XF_CONN_END_IO, XF_EIO, XF_PKI_OK, "cannot read: %s", uv_strerror(e));
-      return;
-    }
-  }
-  uv_timer_start(&c->idle, on_idle, c->opts.idle_timeout_ms, 0);
-  uv_timer_start(&c->kick, on_kick, 0, 0);
+  if (!c->starved && !conn_reading_started(c)) return;
+  uv_timer_start(&c->kick, on_kick, 0, 0); /* a starved one tries the budget again */
 }
 
 /* ---- making connections ---------------------------------------------------- */
@@ -516,10 +701,16 @@ static xf_err opts_check(const xf_conn_opts *in, xf_conn_opts *out, xf_errctx *e
   if (!out->peer_max_frame) out->peer_max_frame = XF_FRAME_MAX_DEFAULT;
   if (!out->heartbeat_ms) out->heartbeat_ms = XF_CONN_HEARTBEAT_MS;
   if (!out->idle_timeout_ms) out->idle_timeout_ms = XF_CONN_IDLE_TIMEOUT_MS;
+  if (!out->handshake_timeout_ms) out->handshake_timeout_ms = XF_CONN_HANDSHAKE_TIMEOUT_MS;
+  if (!out->progress.min_rate) out->progress.min_rate = XF_PROGRESS_MIN_RATE;
+  if (!out->progress.window_ms) out->progress.window_ms = XF_PROGRESS_WINDOW_MS;
+  if (!out->progress.grace_ms) out->progress.grace_ms = XF_PROGRESS_GRACE_MS;
   if (!out->close_timeout_ms) out->close_timeout_ms = XF_CONN_CLOSE_TIMEOUT_MS;
   if (!out->write_high_water) out->write_high_water = XF_CONN_WRITE_HIGH_WATER;
   if (out->max_frame > XF_FRAME_MAX_LIMIT || out->peer_max_frame > XF_FRAME_MAX_LIMIT)
     return xf_fail(err, XF_EINVAL, "frame maximum above %u bytes", XF_FRAME_MAX_LIMIT);
+  if (!out->preauth_max_frame) out->preauth_max_frame = XF_CONN_PREAUTH_MAX_FRAME;
+  if (out->preauth_max_frame > out->max_frame) out->preauth_max_frame = out->max_frame;
   ignore_sigpipe();
   return XF_OK;
 }
@@ -538,8 +729,11 @@ static xf_err conn_new(uv_loop_t *loop, xf_tls *tls, const xf_conn_opts *opts, x
   c->loop = loop;
   c->tls = tls;
   snprintf(c->addr, sizeof(c->addr), "?");
-  xf_err rc = xf_frame_decoder_new(opts->max_frame, &c->decoder, err);
+  c->guard = opts->guard;
+  xf_err rc = xf_frame_decoder_new(opts->preauth_max_frame, &c->decoder, err);
   if (rc != XF_OK) goto fail;
+  if (c->guard) xf_frame_decoder_set_budget(c->decoder, &c->guard->budget);
+  xf_progress_init(&c->progress, &opts->progress, uv_now(loop));
   ERR_clear_error();
   c->ssl = SSL_new(xf_tls_ctx(tls));
   c->rbio = BIO_new(BIO_s_mem());
@@ -562,7 +756,8 @@ static xf_err conn_new(uv_loop_t *loop, xf_tls *tls, const xf_conn_opts *opts, x
   uv_timer_init(loop, &c->heartbeat);
   uv_timer_init(loop, &c->idle);
   uv_timer_init(loop, &c->kick);
-  c->tcp.data = c->heartbeat.data = c->idle.data = c->kick.data = c;
+  uv_timer_init(loop, &c->watch);
+  c->tcp.data = c->heartbeat.data = c->idle.data = c->kick.data = c->watch.data = c;
   c->handles_open = CONN_HANDLES;
   *out = c;
   return XF_OK;
@@ -600,6 +795,9 @@ static void on_connect(uv_connect_t *req, int status) {
   }
   c->tcp_connected = true;
   c->state = CONN_HANDSHAKE;
+  /* The handshake deadline counts from here; the idle timer bounded the
+   * TCP connect. */
+  if (!c->authenticated) uv_timer_start(&c->watch, on_watch, c->opts.handshake_timeout_ms, 0);
   int e = c->paused ? 0 : uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
   if (e != 0) {
     conn_end(c, XF_CONN_END_IO, XF_EIO, XF_PKI_OK, "cannot read: %s", uv_strerror(e));
@@ -650,6 +848,41 @@ static void listener_drop(xf_listener *l) {
   uv_close((uv_handle_t *)t, on_stray_closed);
 }
 
+/* The guard's caps on an accepted connection: true when c may stay, and
+ * then it is on the guard's list; false after the refusal is counted and
+ * logged with the running totals. */
+static bool listener_admits(xf_listener *l, xf_conn *c, const char *ip) {
+  xf_conn_guard *g = c->guard;
+  size_t same = g->max_conns_per_addr && c->ip_len ? guard_from_address(g, c) : 0;
+  xf_conn_cap cap = XF_CONN_CAP_COUNT;
+  size_t limit = 0;
+  if (g->max_conns && g->open >= g->max_conns) {
+    cap = XF_CONN_CAP_TOTAL;
+    limit = g->max_conns;
+  } else if (g->max_conns_per_addr && same >= g->max_conns_per_addr) {
+    cap = XF_CONN_CAP_PER_ADDRESS;
+    limit = g->max_conns_per_addr;
+  }
+  if (cap != XF_CONN_CAP_COUNT) {
+    g->refused[cap]++;
+    XF_WARN("connection_refused",
+            "addr=%s source=%s port=%d cap=%s limit=%zu open=%zu open_from_source=%zu "
+            "refused_max_connections=%llu refused_max_connections_per_address=%llu",
+            c->addr, ip, l->port, xf_conn_cap_name(cap), limit, g->open, same,
+            (unsigned long long)g->refused[XF_CONN_CAP_TOTAL],
+            (unsigned long long)g->refused[XF_CONN_CAP_PER_ADDRESS]);
+    return false;
+  }
+  c->accepted = true;
+  c->acc_prev = NULL;
+  c->acc_next = g->accepted_list;
+  if (g->accepted_list) g->accepted_list->acc_prev = c;
+  g->accepted_list = c;
+  g->open++;
+  g->accepted++;
+  return true;
+}
+
 static void on_connection(uv_stream_t *server, int status) {
   xf_listener *l = server->data;
   if (status < 0) {
@@ -678,17 +911,33 @@ static void on_connection(uv_stream_t *server, int status) {
   int port = 0;
   if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&sa, &len) == 0) {
     if (sa.ss_family == AF_INET6) {
-      uv_ip6_name((struct sockaddr_in6 *)&sa, ip, sizeof(ip));
-      port = ntohs(((struct sockaddr_in6 *)&sa)->sin6_port);
+      struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&sa;
+      uv_ip6_name(a6, ip, sizeof(ip));
+      port = ntohs(a6->sin6_port);
+      /* One IPv6 host usually holds a whole /64: the cap counts the
+       * prefix. An IPv4 peer of a dual-stack listener counts as IPv4. */
+      const uint8_t *b = a6->sin6_addr.s6_addr;
+      static const uint8_t v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+      bool v4 = memcmp(b, v4_mapped, sizeof(v4_mapped)) == 0;
+      c->ip_len = v4 ? 4 : 8;
+      memcpy(c->ip, v4 ? b + 12 : b, c->ip_len);
     } else {
-      uv_ip4_name((struct sockaddr_in *)&sa, ip, sizeof(ip));
-      port = ntohs(((struct sockaddr_in *)&sa)->sin_port);
+      struct sockaddr_in *a4 = (struct sockaddr_in *)&sa;
+      uv_ip4_name(a4, ip, sizeof(ip));
+      port = ntohs(a4->sin_port);
+      memcpy(c->ip, &a4->sin_addr, 4);
+      c->ip_len = 4;
     }
   }
   snprintf(c->addr, sizeof(c->addr), "%s:%d", ip, port);
+  if (c->guard && !listener_admits(l, c, ip)) {
+    conn_discard(c); /* nobody has seen it: no on_close */
+    return;
+  }
   (void)uv_tcp_nodelay(&c->tcp, 1);
   SSL_set_accept_state(c->ssl);
   uv_timer_start(&c->idle, on_idle, c->opts.idle_timeout_ms, 0);
+  uv_timer_start(&c->watch, on_watch, c->opts.handshake_timeout_ms, 0);
   e = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
   if (e != 0)
     conn_end(c, XF_CONN_END_IO, XF_EIO, XF_PKI_OK, "cannot read: %s", uv_strerror(e));
@@ -713,7 +962,8 @@ xf_err xf_listen(uv_loop_t *loop, xf_tls *tls, const char *host, int port,
   }
   l->tcp.data = l;
   e = uv_tcp_bind(&l->tcp, (const struct sockaddr *)&sa, 0);
-  if (e == 0) e = uv_listen((uv_stream_t *)&l->tcp, 128, on_connection);
+  /* A backlog for many sites coming back at once after a restart. */
+  if (e == 0) e = uv_listen((uv_stream_t *)&l->tcp, 511, on_connection);
   struct sockaddr_storage bound;
   int len = (int)sizeof(bound);
   if (e == 0) e = uv_tcp_getsockname(&l->tcp, (struct sockaddr *)&bound, &len);
@@ -748,6 +998,21 @@ void *xf_listener_user(const xf_listener *l) { return l->user; }
 
 /* ---- accessors ------------------------------------------------------------- */
 
+xf_err xf_conn_authenticated(xf_conn *c, size_t max_frame, xf_errctx *err) {
+  XF_GUARD(xf_frame_decoder_set_max(c->decoder, max_frame ? max_frame : c->opts.max_frame, err));
+  if (c->authenticated || c->state == CONN_CLOSING) return XF_OK;
+  c->authenticated = true;
+  uint64_t now = uv_now(c->loop);
+  bool paused = c->progress.paused;
+  xf_progress_init(&c->progress, &c->opts.progress, now);
+  if (paused) xf_progress_pause(&c->progress, now);
+  /* Four verdicts per window: a trickling frame is judged at most a
+   * quarter window late. */
+  uint64_t every = c->opts.progress.window_ms / 4 ? c->opts.progress.window_ms / 4 : 1;
+  uv_timer_start(&c->watch, on_watch, every, every);
+  return XF_OK;
+}
+
 xf_err xf_conn_set_max_frame(xf_conn *c, size_t max_frame, xf_errctx *err) {
   return xf_frame_decoder_set_max(c->decoder, max_frame, err);
 }
@@ -759,6 +1024,8 @@ xf_err xf_conn_set_peer_max_frame(xf_conn *c, size_t max_frame, xf_errctx *err) 
   c->peer_max_frame = max_frame ? max_frame : XF_FRAME_MAX_DEFAULT;
   return XF_OK;
 }
+
+size_t xf_conn_peer_max_frame(const xf_conn *c) { return c->peer_max_frame; }
 
 const xf_spiffe_id *xf_conn_peer(const xf_conn *c) { return c->have_peer ? &c->peer : NULL; }
 const char *xf_conn_peer_addr(const xf_conn *c) { return c->addr; }

@@ -14,6 +14,8 @@
 
 #include "base/result.h"
 #include "crypto/pki.h"
+#include "net/frame.h"
+#include "net/progress.h"
 #include "net/tls.h"
 #include "net/xfed.pb-c.h"
 
@@ -25,6 +27,27 @@
  * xf_conn_send refuses (XF_ERANGE) until on_drain. Four 1 MiB chunks in
  * flight keep a long fat link busy without buffering a model. */
 #define XF_CONN_WRITE_HIGH_WATER (4u * 1024u * 1024u)
+/* The TLS handshake and the hello exchange must both be done within this
+ * long of the accept (of the TCP connect, for a dial): measured from the
+ * start, not reset by each byte, so a peer that drips its ClientHello
+ * cannot hold a descriptor. A TLS 1.3 handshake and the hello take two
+ * round trips; 10 s leaves room for several lost packets on a bad link. */
+#define XF_CONN_HANDSHAKE_TIMEOUT_MS 10000u
+/* The largest payload accepted until xf_conn_authenticated: a Hello is a
+ * few hundred bytes, and a Refusal or an Error at most 512 bytes of text,
+ * so a peer that has not opened its session can make the decoder buffer no
+ * more than this (nor protobuf-c allocate for more). */
+#define XF_CONN_PREAUTH_MAX_FRAME (4u * 1024u)
+/* Defaults of a guard (xf_conn_guard_init callers use them; docs/
+ * coordinator.md): connections accepted at once and from one address, and
+ * the bytes of large frames buffered at once by all connections. */
+#define XF_CONN_MAX_CONNS 4096u
+#define XF_CONN_MAX_CONNS_PER_ADDR 256u
+#define XF_CONN_BUFFER_BUDGET (256u * 1024u * 1024u)
+/* Descriptors a process keeps beyond its accepted connections: the
+ * listener, the loop's own, the journal and blob store files, the logs, a
+ * dial upstream, and one to accept a connection with and refuse it. */
+#define XF_CONN_FD_RESERVE 64u
 
 /* X(NAME, message): why a connection ended. */
 #define XF_CONN_END_MAP(X)                                                   \
@@ -36,7 +59,9 @@
   X(REFUSED, "refused by the application")                                   \
   X(IDLE, "nothing received within the idle timeout")                        \
   X(FRAME, "the peer sent a frame that is too large or malformed")           \
-  X(IO, "socket or memory error")
+  X(IO, "socket or memory error")                                            \
+  X(HANDSHAKE, "the TLS handshake and the hello did not complete in time")   \
+  X(SLOW, "a frame in progress arrived slower than the minimum rate")
 
 typedef enum xf_conn_end {
 #define XF__CONN_END_ENUM(name, msg) XF_CONN_END_##name,
@@ -59,6 +84,55 @@ typedef struct xf_conn_reason {
 typedef struct xf_conn xf_conn;
 typedef struct xf_listener xf_listener;
 
+/* X(NAME, key): the caps a listener refuses a connection by, named by the
+ * configuration key that sets them. */
+#define XF_CONN_CAP_MAP(X)          \
+  X(TOTAL, "max_connections")       \
+  X(PER_ADDRESS, "max_connections_per_address")
+
+typedef enum xf_conn_cap {
+#define XF__CONN_CAP_ENUM(name, key) XF_CONN_CAP_##name,
+  XF_CONN_CAP_MAP(XF__CONN_CAP_ENUM)
+#undef XF__CONN_CAP_ENUM
+  XF_CONN_CAP_COUNT
+} xf_conn_cap;
+
+/* "max_connections", ...; never NULL. */
+const char *xf_conn_cap_name(xf_conn_cap cap);
+
+/* What a process bounds its connections with, and the running totals of
+ * what the bounds did (docs/protocol.md, "Limits"). The owner (a daemon)
+ * keeps one, sets it up with xf_conn_guard_init, names it in the opts of
+ * its listener and of its dials, and keeps it until every connection that
+ * names it has closed. The caps apply to accepted connections; the budget
+ * and the counts of ends to all. The totals are for logs and an exporter:
+ * read them, never write them. */
+typedef struct xf_conn_guard {
+  size_t max_conns;          /* accepted connections open at once; 0: no cap */
+  size_t max_conns_per_addr; /* ... from one source address (IPv6: its /64); 0: no cap */
+  xf_frame_budget budget;    /* frames buffered by every connection (net/frame.h) */
+  size_t open;               /* accepted connections open now */
+  uint64_t accepted;         /* accepted since the start */
+  uint64_t refused[XF_CONN_CAP_COUNT]; /* refused at accept, by cap */
+  uint64_t ended[XF_CONN_END_COUNT];   /* connections ended, by reason */
+  /* Internal: the accepted connections, and those waiting for the budget
+   * in the order they began to wait. */
+  xf_conn *accepted_list;
+  xf_conn *waiting_head, *waiting_tail;
+} xf_conn_guard;
+
+/* Sets g up: the caps (0: none), the budget's limit in bytes (0: none),
+ * every count zero. */
+void xf_conn_guard_init(xf_conn_guard *g, size_t max_conns, size_t max_conns_per_addr,
+                        size_t budget);
+
+/* How many accepted connections fit the process's descriptor limit: raises
+ * the soft RLIMIT_NOFILE toward the hard one as far as wanted +
+ * XF_CONN_FD_RESERVE needs, then returns wanted, or what the limit leaves
+ * after the reserve when that is less (at least 1). *limit gets the soft
+ * limit in force. */
+size_t xf_conn_fit_descriptors(size_t wanted, size_t *limit);
+
 /* Called once the handshake has verified the peer, with its identity
  * (borrowed, also at xf_conn_peer). Return XF_OK to accept; any other code
  * refuses, and the connection closes with XF_CONN_END_REFUSED and that code.
@@ -79,12 +153,17 @@ typedef void (*xf_conn_close_cb)(xf_conn *c, const xf_conn_reason *why);
 
 /* Settings of a connection (copied). Zero means the default. */
 typedef struct xf_conn_opts {
-  size_t max_frame;          /* largest payload accepted: XF_FRAME_MAX_DEFAULT */
+  size_t max_frame;          /* largest payload accepted once authenticated (see
+                                xf_conn_authenticated): XF_FRAME_MAX_DEFAULT */
+  size_t preauth_max_frame;  /* ... before: XF_CONN_PREAUTH_MAX_FRAME (at most max_frame) */
   size_t peer_max_frame;     /* largest payload sent: XF_FRAME_MAX_DEFAULT */
   uint32_t heartbeat_ms;     /* XF_CONN_HEARTBEAT_MS */
-  uint32_t idle_timeout_ms;  /* XF_CONN_IDLE_TIMEOUT_MS; also bounds the handshake */
+  uint32_t idle_timeout_ms;  /* XF_CONN_IDLE_TIMEOUT_MS; also bounds a dial's TCP connect */
+  uint32_t handshake_timeout_ms; /* XF_CONN_HANDSHAKE_TIMEOUT_MS */
+  xf_progress_rule progress; /* a field at 0: XF_PROGRESS_MIN_RATE, _WINDOW_MS, _GRACE_MS */
   uint32_t close_timeout_ms; /* XF_CONN_CLOSE_TIMEOUT_MS */
   size_t write_high_water;   /* XF_CONN_WRITE_HIGH_WATER */
+  xf_conn_guard *guard;      /* borrowed; NULL: no caps, no budget, no counts */
   xf_conn_connect_cb on_connect; /* NULL accepts every verified peer */
   xf_conn_frame_cb on_frame;     /* required */
   xf_conn_drain_cb on_drain;     /* may be NULL */
@@ -162,11 +241,24 @@ void xf_conn_resume_reading(xf_conn *c);
  * nothing. */
 void xf_conn_close(xf_conn *c);
 
+/* The application trusts the peer: its session is open (net/session.h calls
+ * this once both Hellos and HelloAcks have crossed). The handshake deadline
+ * ends, the progress rule starts, and the largest payload accepted rises
+ * from the pre-authentication limit to max_frame (0: opts.max_frame) from
+ * the next frame. XF_EINVAL above XF_FRAME_MAX_LIMIT. A second call only
+ * sets the limit again. */
+xf_err xf_conn_authenticated(xf_conn *c, size_t max_frame, xf_errctx *err) XF_WARN_UNUSED;
+
 /* Raises or lowers the largest payload accepted (from the next frame) or
  * sent, for instance to the values announced in the Hello exchange. XF_EINVAL
  * above XF_FRAME_MAX_LIMIT. */
 xf_err xf_conn_set_max_frame(xf_conn *c, size_t max_frame, xf_errctx *err) XF_WARN_UNUSED;
 xf_err xf_conn_set_peer_max_frame(xf_conn *c, size_t max_frame, xf_errctx *err) XF_WARN_UNUSED;
+
+/* The largest payload xf_conn_send lets out: the peer's maximum, from its
+ * Hello once the session has applied it. A message larger than this goes as
+ * a stream (net/document.h). */
+size_t xf_conn_peer_max_frame(const xf_conn *c);
 
 /* The peer's identity once on_connect has been called; NULL before. Owned by c. */
 const xf_spiffe_id *xf_conn_peer(const xf_conn *c);

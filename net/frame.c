@@ -42,7 +42,24 @@ struct xf_frame_decoder {
   unsigned long long start;    /* stream byte where the current frame began */
   unsigned long frames;  /* frames completed, for messages */
   xf_err spent;          /* XF_OK, or the error that ended the decoder */
+  xf_frame_budget *budget; /* borrowed, or NULL */
+  size_t charged;        /* bytes of the budget this frame holds */
+  bool waiting;          /* the payload waits for room in the budget */
 };
+
+bool xf_frame_budget_take(xf_frame_budget *b, size_t n) {
+  if (n > XF_FRAME_BUDGET_SMALL && b->limit && b->used &&
+      (b->used > b->limit || n > b->limit - b->used))
+    return false;
+  b->used += n;
+  if (b->used > b->peak) b->peak = b->used;
+  return true;
+}
+
+void xf_frame_budget_give(xf_frame_budget *b, size_t n) {
+  b->used -= n < b->used ? n : b->used;
+  if (b->on_release) b->on_release(b);
+}
 
 static xf_err xf__check_max(size_t *max, xf_errctx *ctx) {
   if (*max == 0) *max = XF_FRAME_MAX_DEFAULT;
@@ -62,11 +79,27 @@ xf_err xf_frame_decoder_new(size_t max_frame, xf_frame_decoder **out, xf_errctx 
   return XF_OK;
 }
 
+/* Frees the payload buffer and gives its reservation back. */
+static void xf__release(xf_frame_decoder *d) {
+  xf_free(d->payload);
+  d->payload = NULL;
+  d->waiting = false;
+  if (d->charged) {
+    size_t n = d->charged;
+    d->charged = 0;
+    xf_frame_budget_give(d->budget, n);
+  }
+}
+
 void xf_frame_decoder_free(xf_frame_decoder *d) {
   if (!d) return;
-  xf_free(d->payload);
+  xf__release(d);
   xf_free(d);
 }
+
+void xf_frame_decoder_set_budget(xf_frame_decoder *d, xf_frame_budget *b) { d->budget = b; }
+
+bool xf_frame_decoder_waiting(const xf_frame_decoder *d) { return d->waiting; }
 
 xf_err xf_frame_decoder_set_max(xf_frame_decoder *d, size_t max_frame, xf_errctx *ctx) {
   XF_GUARD(xf__check_max(&max_frame, ctx));
@@ -127,8 +160,7 @@ xf_err xf_envelope_unpack(const void *payload, size_t len, Xfed__Envelope **env,
 /* Ends the decoder with rc: it keeps failing with the same code. */
 static xf_err xf__spend(xf_frame_decoder *d, xf_err rc, xf_errctx *ctx) {
   d->spent = rc;
-  xf_free(d->payload);
-  d->payload = NULL;
+  xf__release(d);
   xf_errctx_field(ctx, "frame %lu at stream byte %llu", d->frames + 1, d->start);
   return rc;
 }
@@ -138,12 +170,31 @@ static xf_err xf__finish(xf_frame_decoder *d, const uint8_t *payload,
                          Xfed__Envelope **env, xf_errctx *ctx) {
   xf_err rc = xf_envelope_unpack(payload, d->want, env, ctx);
   if (rc != XF_OK) return xf__spend(d, rc, ctx);
-  xf_free(d->payload);
-  d->payload = NULL;
+  xf__release(d);
   d->head_len = 0;
   d->in_payload = false;
   d->want = d->have = 0;
   d->frames++;
+  return XF_OK;
+}
+
+/* Reserves the current payload from the budget and allocates its buffer.
+ * XF_OK with d->waiting set when the budget has no room yet. */
+static xf_err xf__buffer(xf_frame_decoder *d, xf_errctx *ctx) {
+  if (d->budget && !d->charged) {
+    if (!xf_frame_budget_take(d->budget, d->want)) {
+      if (!d->waiting) d->budget->waits++;
+      d->waiting = true;
+      return XF_OK;
+    }
+    d->charged = d->want;
+  }
+  d->waiting = false;
+  d->payload = xf_malloc(d->want);
+  if (!d->payload) {
+    xf_fail(ctx, XF_ENOMEM, "cannot buffer a frame of %zu bytes", d->want);
+    return xf__spend(d, XF_ENOMEM, ctx);
+  }
   return XF_OK;
 }
 
@@ -156,8 +207,9 @@ xf_err xf_frame_decoder_feed(xf_frame_decoder *d, const void *data, size_t len,
                    "must be closed", xf_err_name(d->spent));
   xf_cursor in = xf_cursor_make(data, len);
   const uint8_t *p;
-  while (xf_cursor_remaining(&in) > 0) {
+  for (;;) {
     if (!d->in_payload) {
+      if (xf_cursor_remaining(&in) == 0) break;
       if (d->head_len == 0) d->start = d->consumed;
       size_t n = XF_FRAME_HEADER - d->head_len;
       if (n > xf_cursor_remaining(&in)) n = xf_cursor_remaining(&in);
@@ -177,20 +229,24 @@ xf_err xf_frame_decoder_feed(xf_frame_decoder *d, const void *data, size_t len,
       d->in_payload = true;
       d->want = length;
       d->have = 0;
-      /* The whole payload is in this slice: parse it where it lies. */
+    }
+    if (!d->payload) {
+      /* Nothing of the payload is buffered: when the slice holds all of
+       * it, parse it where it lies (no buffer, no reservation). */
       if (xf_cursor_remaining(&in) >= d->want) {
+        d->waiting = false;
         XF_GUARD(xf_cursor_view(&in, &p, d->want));
         d->consumed += d->want;
         *used = in.off;
         return xf__finish(d, p, env, ctx);
       }
-      d->payload = xf_malloc(d->want);
-      if (!d->payload) {
+      xf_err rc = xf__buffer(d, ctx);
+      if (rc != XF_OK || d->waiting) {
         *used = in.off;
-        xf_fail(ctx, XF_ENOMEM, "cannot buffer a frame of %zu bytes", d->want);
-        return xf__spend(d, XF_ENOMEM, ctx);
+        return rc;
       }
     }
+    if (xf_cursor_remaining(&in) == 0) break;
     size_t n = d->want - d->have;
     if (n > xf_cursor_remaining(&in)) n = xf_cursor_remaining(&in);
     XF_GUARD(xf_cursor_bytes(&in, d->payload + d->have, n));

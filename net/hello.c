@@ -25,5 +25,7 @@ xf_err xf_hello_negotiate(uint32_t our_min, uint32_t our_max, const Xfed__Hello 
 }
 
 size_t xf_hello_peer_max_frame(const Xfed__Hello *peer) {
-  return peer->max_frame ? peer->max_frame : XF_FRAME_MAX_DEFAULT;
+  if (!peer->max_frame) return XF_FRAME_MAX_DEFAULT;
+  /* A maximum above the largest frame any side sends is that largest frame. */
+  return peer->max_frame < XF_FRAME_MAX_LIMIT ? peer->max_frame : XF_FRAME_MAX_LIMIT;
 }

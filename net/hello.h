@@ -27,8 +27,9 @@ xf_err xf_hello_negotiate(uint32_t our_min, uint32_t our_max, const Xfed__Hello 
                           uint32_t *version, xf_errctx *ctx) XF_WARN_UNUSED;
 
 /* The largest frame payload the peer of this Hello accepts: its max_frame,
- * or XF_FRAME_MAX_DEFAULT when it sent 0 (not given). Senders encode with it
- * as max_frame. */
+ * or XF_FRAME_MAX_DEFAULT when it sent 0 (not given), and at most
+ * XF_FRAME_MAX_LIMIT (no side sends a larger frame, so a larger maximum is
+ * not an error). Senders encode with it as max_frame. */
 size_t xf_hello_peer_max_frame(const Xfed__Hello *peer);
 
 #endif

@@ -16,7 +16,10 @@ xf_err xf_session_start(xf_session *s, xf_conn *c, const char *role, size_t max_
                         xf_errctx *err) {
   memset(s, 0, sizeof(*s));
   s->max_frame = max_frame ? max_frame : XF_FRAME_MAX_DEFAULT;
-  XF_GUARD(xf_conn_set_max_frame(c, s->max_frame, err));
+  /* Announced now, applied once the session opens: until then the
+   * connection accepts only the small frames of the hello. */
+  XF_ENSURE(s->max_frame <= XF_FRAME_MAX_LIMIT, err, XF_EINVAL,
+            "frame maximum of %zu bytes is above %u", s->max_frame, XF_FRAME_MAX_LIMIT);
   static char *caps[] = {"tensor-resume"};
   Xfed__Hello hello = XFED__HELLO__INIT;
   hello.protocol_version = XF_PROTOCOL_VERSION;
@@ -50,20 +53,41 @@ static void copy_text(char *dst, size_t n, const char *src) {
   snprintf(dst, n, "%s", src ? src : "");
 }
 
+/* A Hello or HelloAck the session cannot take: the peer gets Error(code)
+ * with the reason before the caller closes, and err the same reason. */
+static xf_err hello_fault(xf_conn *c, xf_errctx *err, xf_err code, const char *fmt, ...)
+    XF_PRINTF(4, 5);
+static xf_err hello_fault(xf_conn *c, xf_errctx *err, xf_err code, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  xf_session_send_error(c, code, "%s", msg);
+  return xf_fail(err, code, "%s", msg);
+}
+
 xf_err xf_session_on_frame(xf_session *s, xf_conn *c, const Xfed__Envelope *env,
                            xf_session_event *ev, xf_errctx *err) {
   *ev = XF_SESSION_HANDLED;
   switch (env->body_case) {
   case XFED__ENVELOPE__BODY_HELLO: {
-    XF_ENSURE(!s->hello_received, err, XF_EFORMAT, "the peer sent a second Hello");
+    if (s->hello_received)
+      return hello_fault(c, err, XF_EFORMAT, "received a second Hello; a session has one");
     uint32_t v;
+    xf_errctx why;
+    xf_errctx_clear(&why);
     xf_err rc = xf_hello_negotiate(XF_PROTOCOL_MIN_VERSION, XF_PROTOCOL_VERSION, env->hello,
-                                   &v, err);
-    if (rc == XF_EUNSUPPORTED) {
-      xf_session_refuse(c, XFED__REFUSAL__REASON__NO_COMMON_VERSION, "%s", err->msg);
-      return rc;
+                                   &v, &why);
+    if (rc != XF_OK) {
+      /* The peer is told why before the caller closes: no common version is
+       * a Refusal, a malformed range (version 0, min > max) an Error. */
+      if (rc == XF_EUNSUPPORTED)
+        xf_session_refuse(c, XFED__REFUSAL__REASON__NO_COMMON_VERSION, "%s", why.msg);
+      else if (rc == XF_EFORMAT)
+        xf_session_send_error(c, rc, "%s", why.msg);
+      return xf_fail(err, rc, "%s", why.msg);
     }
-    XF_GUARD(rc);
     s->version = v;
     s->hello_received = true;
     copy_text(s->peer_role, sizeof(s->peer_role), env->hello->role);
@@ -73,11 +97,13 @@ xf_err xf_session_on_frame(xf_session *s, xf_conn *c, const Xfed__Envelope *env,
     break;
   }
   case XFED__ENVELOPE__BODY_HELLO_ACK:
-    XF_ENSURE(s->hello_received && !s->ack_received, err, XF_EFORMAT,
-              "the peer sent HelloAck %s", s->ack_received ? "twice" : "before its Hello");
-    XF_ENSURE(env->hello_ack->protocol_version == s->version, err, XF_EFORMAT,
-              "the peer's HelloAck names protocol version %u, we negotiated %u",
-              (unsigned)env->hello_ack->protocol_version, (unsigned)s->version);
+    if (!s->hello_received || s->ack_received)
+      return hello_fault(c, err, XF_EFORMAT, "received %s",
+                         s->ack_received ? "a second HelloAck" : "a HelloAck before the Hello");
+    if (env->hello_ack->protocol_version != s->version)
+      return hello_fault(c, err, XF_EFORMAT,
+                         "received a HelloAck naming protocol version %u; the Hellos agreed on %u",
+                         (unsigned)env->hello_ack->protocol_version, (unsigned)s->version);
     s->ack_received = true;
     break;
   case XFED__ENVELOPE__BODY_REFUSAL: {
@@ -102,6 +128,8 @@ xf_err xf_session_on_frame(xf_session *s, xf_conn *c, const Xfed__Envelope *env,
                    xf_envelope_body_name(env));
   }
   if (!s->open && s->hello_sent && s->hello_received && s->ack_received) {
+    /* Ends the handshake deadline and lifts the frame limit of the hello. */
+    XF_GUARD(xf_conn_authenticated(c, s->max_frame, err));
     s->open = true;
     *ev = XF_SESSION_OPENED;
   }

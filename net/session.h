@@ -38,8 +38,10 @@ typedef enum xf_session_event {
   XF_SESSION_FRAME        /* an application frame of an open session */
 } xf_session_event;
 
-/* Sends our Hello (role, max_frame: 0 means XF_FRAME_MAX_DEFAULT) and
- * applies max_frame to the connection. Call it from on_connect. */
+/* Sends our Hello (role, max_frame: 0 means XF_FRAME_MAX_DEFAULT). The
+ * connection applies max_frame once the session opens (xf_conn_authenticated);
+ * until then it accepts only XF_CONN_PREAUTH_MAX_FRAME. Call it from
+ * on_connect. */
 xf_err xf_session_start(xf_session *s, xf_conn *c, const char *role, size_t max_frame,
                         xf_errctx *err) XF_WARN_UNUSED;
 
@@ -48,9 +50,11 @@ xf_err xf_session_start(xf_session *s, xf_conn *c, const char *role, size_t max_
  * session has already told the peer why where the protocol says to):
  *   XF_EUNSUPPORTED  no common protocol version (a Refusal was sent);
  *   XF_EDENIED       the peer refused the session (its Refusal's text is in
- *                    err), or sent an application frame before the hello;
- *   XF_EFORMAT       a second Hello, a HelloAck naming another version, or
- *                    a Hello with a bad version range. */
+ *                    err), or sent an application frame before the hello
+ *                    (an Error was sent);
+ *   XF_EFORMAT       a second Hello, a HelloAck out of turn or naming another
+ *                    version, or a Hello with a bad version range (version
+ *                    0, min > max) (an Error was sent). */
 xf_err xf_session_on_frame(xf_session *s, xf_conn *c, const Xfed__Envelope *env,
                            xf_session_event *ev, xf_errctx *err) XF_WARN_UNUSED;
 

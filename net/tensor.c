@@ -8,7 +8,7 @@
 
 static bool xf__kind_known(int kind) {
   return kind == XFED__TENSOR_BEGIN__KIND__MODEL || kind == XFED__TENSOR_BEGIN__KIND__UPDATE ||
-         kind == XFED__TENSOR_BEGIN__KIND__AGGREGATE;
+         kind == XFED__TENSOR_BEGIN__KIND__AGGREGATE || kind == XFED__TENSOR_BEGIN__KIND__DOCUMENT;
 }
 
 /* ---- sender ------------------------------------------------------------- */
@@ -44,7 +44,7 @@ xf_err xf_tensor_sender_new_hashed(const xf_tensor_desc *desc, const void *data,
   if (chunk_bytes == 0) chunk_bytes = XF_TENSOR_CHUNK_MAX;
   XF_ENSURE(desc->stream_id != 0, ctx, XF_EINVAL, "a tensor stream needs a nonzero id");
   XF_ENSURE(xf__kind_known((int)desc->kind), ctx, XF_EINVAL,
-            "tensor kind %d is not model, update or aggregate", (int)desc->kind);
+            "tensor kind %d is not model, update, aggregate or document", (int)desc->kind);
   XF_ENSURE(chunk_bytes <= XF_TENSOR_CHUNK_MAX, ctx, XF_EINVAL,
             "chunk size %zu is above the limit of %u bytes", chunk_bytes, XF_TENSOR_CHUNK_MAX);
   XF_ENSURE(len == 0 || data, ctx, XF_EINVAL, "a tensor of %zu bytes needs its data", len);

@@ -22,7 +22,7 @@
 /* What a stream carries, besides its bytes. */
 typedef struct xf_tensor_desc {
   uint64_t stream_id;             /* nonzero; the same across reconnects */
-  Xfed__TensorBegin__Kind kind;   /* MODEL, UPDATE or AGGREGATE */
+  Xfed__TensorBegin__Kind kind;   /* MODEL, UPDATE, AGGREGATE or DOCUMENT */
   Xfed__TensorBegin__Dtype dtype;
   uint64_t element_count;
   const char *job_id;             /* copied; NULL means "" */

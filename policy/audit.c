@@ -192,7 +192,7 @@ xf_err xf_audit_append(xf_db *db, double at, const char *actor, const char *kind
   if (!xf_audit_kind_valid(kind))
     return bad_arg(err, "kind",
                    "'%.64s' is not an audit kind: use decision, crossing, policy_change, "
-                   "refused_connection, refused_task or job",
+                   "refused_connection, refused_task, job or refused_report",
                    kind ? kind : "");
   XF_GUARD(check_text("subject", subject, err));
   XF_GUARD(xf_crypto_init());

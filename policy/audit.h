@@ -34,7 +34,8 @@ xf_err xf_audit_open(const char *path, xf_db **out, xf_errctx *err) XF_WARN_UNUS
   X(POLICY_CHANGE, "policy_change")                                            \
   X(REFUSED_CONNECTION, "refused_connection")                                  \
   X(REFUSED_TASK, "refused_task")                                              \
-  X(JOB, "job")
+  X(JOB, "job")                                                                \
+  X(REFUSED_REPORT, "refused_report")
 
 /* True when kind is one of XF_AUDIT_KINDS' names. */
 bool xf_audit_kind_valid(const char *kind);

@@ -61,6 +61,7 @@ void xf_policy_free(xf_policy *p) {
   if (!p) return;
   xf_free(p->regions);
   xf_free(p->sites);
+  for (size_t i = 0; p->datasets && i < p->n_datasets; i++) xf_free(p->datasets[i].tags);
   xf_free(p->datasets);
   xf_free(p->rules);
   xf_free(p);
@@ -75,15 +76,22 @@ static void *push(void **arr, size_t *n, size_t elem) {
   return grown + (*n)++ * elem;
 }
 
+static int name_cmp(const void *key, const void *elem) {
+  /* every model record starts with its name */
+  return strcmp((const char *)key, (const char *)elem);
+}
+
+/* Regions and sites by binary search: callers hold a sorted model (a parse
+ * and a load sort it; an edit looks things up before it appends, and the
+ * change sorts again before its checks), so that checking 60,000 datasets
+ * against 60,000 sites costs n log n, not n squared. */
 static const xf_policy_region *find_region(const xf_policy *p, const char *name) {
-  for (size_t i = 0; i < p->n_regions; i++)
-    if (strcmp(p->regions[i].name, name) == 0) return &p->regions[i];
-  return NULL;
+  if (!p->n_regions) return NULL;
+  return bsearch(name, p->regions, p->n_regions, sizeof(*p->regions), name_cmp);
 }
 static const xf_policy_site *find_site(const xf_policy *p, const char *name) {
-  for (size_t i = 0; i < p->n_sites; i++)
-    if (strcmp(p->sites[i].name, name) == 0) return &p->sites[i];
-  return NULL;
+  if (!p->n_sites) return NULL;
+  return bsearch(name, p->sites, p->n_sites, sizeof(*p->sites), name_cmp);
 }
 static xf_policy_dataset *find_dataset(const xf_policy *p, const char *name, const char *site) {
   for (size_t i = 0; i < p->n_datasets; i++)
@@ -97,10 +105,6 @@ static size_t find_rule(const xf_policy *p, const char *id) {
   return p->n_rules;
 }
 
-static int by_name(const void *a, const void *b) {
-  /* every model record starts with its name */
-  return strcmp((const char *)a, (const char *)b);
-}
 static int by_dataset(const void *a, const void *b) {
   const xf_policy_dataset *x = a, *y = b;
   int c = strcmp(x->site, y->site);
@@ -109,8 +113,8 @@ static int by_dataset(const void *a, const void *b) {
 static int by_tag(const void *a, const void *b) { return strcmp(a, b); }
 
 static void sort_model(xf_policy *p) {
-  if (p->n_regions) qsort(p->regions, p->n_regions, sizeof(*p->regions), by_name);
-  if (p->n_sites) qsort(p->sites, p->n_sites, sizeof(*p->sites), by_name);
+  if (p->n_regions) qsort(p->regions, p->n_regions, sizeof(*p->regions), name_cmp);
+  if (p->n_sites) qsort(p->sites, p->n_sites, sizeof(*p->sites), name_cmp);
   if (p->n_datasets) qsort(p->datasets, p->n_datasets, sizeof(*p->datasets), by_dataset);
   for (size_t i = 0; i < p->n_datasets; i++)
     if (p->datasets[i].n_tags)
@@ -306,13 +310,18 @@ static xf_err parse_dataset(json_t *v, const char *path, xf_policy_dataset *d, x
   d->classification = (xf_policy_class)c;
   json_t *tags;
   XF_GUARD(get_array(v, path, "tags", &tags, err));
-  size_t i;
+  size_t i, n = json_array_size(tags);
   json_t *t;
+  if (n > XF_POLICY_TAGS_MAX) {
+    char f[160];
+    snprintf(f, sizeof(f), "%s.tags[%d]", path, XF_POLICY_TAGS_MAX);
+    return refuse(err, XF_ERANGE, f, "a dataset has at most %d tags", XF_POLICY_TAGS_MAX);
+  }
+  if (n && !(d->tags = xf_calloc(n, sizeof(*d->tags))))
+    return xf_fail(err, XF_ENOMEM, "cannot hold the policy");
   json_array_foreach(tags, i, t) {
     char f[160];
     snprintf(f, sizeof(f), "%s.tags[%zu]", path, i);
-    if (i >= XF_POLICY_TAGS_MAX)
-      return refuse(err, XF_ERANGE, f, "a dataset has at most %d tags", XF_POLICY_TAGS_MAX);
     if (!json_is_string(t) || !name_valid(json_string_value(t)))
       return refuse(err, XF_EINVAL, f, "%s is not a valid tag: use 1 to 63 lowercase letters, "
                     "digits, '-' and '_'", f);
@@ -425,17 +434,23 @@ static xf_err parse_rule(json_t *v, const char *path, xf_policy_rule *r, xf_errc
 
 typedef xf_err (*parse_fn)(json_t *v, const char *path, void *item, xf_errctx *err);
 
+/* The list is allocated whole before its items are parsed: growing it one
+ * item at a time would copy a 60,000-item list over and over. *n counts an
+ * item before it is parsed, so that xf_policy_free releases what a refused
+ * item already holds. */
 static xf_err parse_list(json_t *root, const char *key, size_t elem, void **arr, size_t *n,
                          parse_fn parse, xf_errctx *err) {
   json_t *list;
   XF_GUARD(get_array(root, "", key, &list, err));
-  size_t i;
+  size_t i, count = json_array_size(list);
   json_t *v;
+  if (count && !(*arr = xf_calloc(count, elem)))
+    return xf_fail(err, XF_ENOMEM, "cannot hold the policy");
   json_array_foreach(list, i, v) {
     char path[64];
     snprintf(path, sizeof(path), "%s[%zu]", key, i);
-    void *item = push(arr, n, elem);
-    if (!item) return xf_fail(err, XF_ENOMEM, "cannot hold the policy");
+    void *item = (char *)*arr + i * elem;
+    (*n)++;
     XF_GUARD(parse(v, path, item, err));
   }
   return XF_OK;
@@ -717,8 +732,60 @@ static xf_err check_change(const xf_policy_change *chg, xf_errctx *err) {
  * current version, apply fn, check the whole model, write it as the next
  * version. The write lock is taken first, so two writers never both build on
  * the same version. */
-static xf_err commit_change(xf_db *db, change_fn fn, const void *arg, const xf_policy_change *chg,
-                            uint64_t *version, xf_errctx *err) {
+static xf_err import_body(xf_policy **p, const void *arg, xf_errctx *err);
+
+/* *out = a copy of n items of size bytes at src (NULL for none); false
+ * when out of memory. */
+static bool dup_items(const void *src, size_t n, size_t size, void **out) {
+  *out = NULL;
+  if (n == 0) return true;
+  *out = xf_mallocarray(n, size);
+  if (*out) memcpy(*out, src, n * size);
+  return *out != NULL;
+}
+
+/* A deep copy of p, or NULL when out of memory. */
+static xf_policy *copy_model(const xf_policy *p) {
+  xf_policy *c = xf_calloc(1, sizeof(*c));
+  if (!c) return NULL;
+  c->version = p->version;
+  c->n_regions = p->n_regions;
+  c->n_sites = p->n_sites;
+  c->n_rules = p->n_rules;
+  bool ok = dup_items(p->regions, p->n_regions, sizeof(*p->regions), (void **)&c->regions) &&
+            dup_items(p->sites, p->n_sites, sizeof(*p->sites), (void **)&c->sites) &&
+            dup_items(p->rules, p->n_rules, sizeof(*p->rules), (void **)&c->rules) &&
+            dup_items(p->datasets, p->n_datasets, sizeof(*p->datasets), (void **)&c->datasets);
+  /* n_datasets counts the datasets whose tags are the copy's own, for
+   * xf_policy_free. */
+  for (size_t i = 0; ok && i < p->n_datasets; i++) {
+    const xf_policy_dataset *d = &p->datasets[i];
+    ok = dup_items(d->tags, d->n_tags, sizeof(*d->tags), (void **)&c->datasets[i].tags);
+    c->n_datasets = i + 1;
+  }
+  if (!ok) {
+    xf_policy_free(c);
+    return NULL;
+  }
+  return c;
+}
+
+/* The model a change starts from: none for an import (the document
+ * replaces everything), a copy of the caller's when it is of the current
+ * version, else the current version read back. */
+static xf_err start_model(xf_db *db, uint64_t cur, const xf_policy *known, change_fn fn,
+                          xf_policy **p, xf_errctx *err) {
+  if (fn == import_body || (known && known->version == cur)) {
+    *p = fn == import_body ? xf_calloc(1, sizeof(**p)) : copy_model(known);
+    return *p ? XF_OK : xf_fail(err, XF_ENOMEM, "cannot hold the policy");
+  }
+  return xf_policy_load(db, cur, p, err);
+}
+
+static xf_err commit_change_keep(xf_db *db, change_fn fn, const void *arg,
+                                 const xf_policy_change *chg, const xf_policy *known,
+                                 uint64_t *version, xf_policy **keep, xf_errctx *err) {
+  if (keep) *keep = NULL;
   XF_GUARD(check_change(chg, err));
   xf_policy *p = NULL;
   char *doc = NULL;
@@ -727,7 +794,7 @@ static xf_err commit_change(xf_db *db, change_fn fn, const void *arg, const xf_p
   xf_err rc = xf_db_begin(db, err);
   if (rc != XF_OK) return rc;
   if ((rc = xf_policy_version_current(db, &cur, err)) != XF_OK) goto out;
-  if ((rc = xf_policy_load(db, cur, &p, err)) != XF_OK) goto out;
+  if ((rc = start_model(db, cur, known, fn, &p, err)) != XF_OK) goto out;
   if ((rc = fn(&p, arg, err)) != XF_OK) goto out;
   sort_model(p);
   if ((rc = check_model(p, err)) != XF_OK) goto out;
@@ -750,12 +817,22 @@ static xf_err commit_change(xf_db *db, change_fn fn, const void *arg, const xf_p
   st = NULL;
   if ((rc = xf_db_commit(db, err)) != XF_OK) goto out;
   if (version) *version = cur + 1;
+  if (keep) {
+    p->version = cur + 1;
+    *keep = p;
+    p = NULL;
+  }
 out:
   sqlite3_finalize(st);
   if (rc != XF_OK) xf_db_rollback(db);
   xf_free(doc);
   xf_policy_free(p);
   return rc;
+}
+
+static xf_err commit_change(xf_db *db, change_fn fn, const void *arg, const xf_policy_change *chg,
+                            uint64_t *version, xf_errctx *err) {
+  return commit_change_keep(db, fn, arg, chg, NULL, version, NULL, err);
 }
 
 static xf_err import_body(xf_policy **p, const void *arg, xf_errctx *err) {
@@ -884,6 +961,9 @@ static xf_err dataset_tag_body(xf_policy **pp, const void *arg, xf_errctx *err) 
       return refuse(err, XF_EEXISTS, "tag", "dataset '%s' already has tag '%s'", d->name, e->c);
   if (d->n_tags >= XF_POLICY_TAGS_MAX)
     return refuse(err, XF_ERANGE, "tag", "a dataset has at most %d tags", XF_POLICY_TAGS_MAX);
+  char(*grown)[XF_POLICY_NAME_MAX] = xf_realloc(d->tags, (d->n_tags + 1) * sizeof(*d->tags));
+  if (!grown) return xf_fail(err, XF_ENOMEM, "cannot hold the policy");
+  d->tags = grown;
   snprintf(d->tags[d->n_tags++], XF_POLICY_NAME_MAX, "%s", e->c);
   return XF_OK;
 }
@@ -948,6 +1028,28 @@ xf_err xf_policy_rule_rm(xf_db *db, const char *rule_id, const xf_policy_change 
 
 /* ---- one edit, on a database or on a document ----------------------------------------- */
 
+/* By kind, in the enum's order. */
+static const char *const edit_names[] = {"import",      "region_add",       "site_add",
+                                         "dataset_add", "dataset_tag",      "dataset_classify",
+                                         "rule_add",    "rule_rm"};
+#define N_EDIT_NAMES (sizeof(edit_names) / sizeof(edit_names[0]))
+
+const char *xf_policy_edit_name(xf_policy_edit_kind k) {
+  return (size_t)k < N_EDIT_NAMES ? edit_names[k] : "?";
+}
+
+xf_err xf_policy_edit_kind_parse(const char *name, xf_policy_edit_kind *out, xf_errctx *err) {
+  for (size_t i = 0; name && i < N_EDIT_NAMES; i++)
+    if (strcmp(name, edit_names[i]) == 0) {
+      *out = (xf_policy_edit_kind)i;
+      return XF_OK;
+    }
+  return refuse(err, XF_EINVAL, "edit",
+                "'%.64s' is not a policy edit: use import, region_add, site_add, dataset_add, "
+                "dataset_tag, dataset_classify, rule_add or rule_rm",
+                name ? name : "");
+}
+
 /* The body of an edit and the argument it takes. */
 static xf_err edit_body(const xf_policy_edit *e, change_fn *fn, const void **arg,
                         edit_args *args, xf_errctx *err) {
@@ -976,6 +1078,17 @@ xf_err xf_policy_commit(xf_db *db, const xf_policy_edit *e, const xf_policy_chan
   edit_args args;
   XF_GUARD(edit_body(e, &fn, &arg, &args, err));
   return commit_change(db, fn, arg, chg, version, err);
+}
+
+xf_err xf_policy_commit_keep(xf_db *db, const xf_policy *current, const xf_policy_edit *e,
+                             const xf_policy_change *chg, uint64_t *version, xf_policy **model,
+                             xf_errctx *err) {
+  change_fn fn;
+  const void *arg;
+  edit_args args;
+  *model = NULL;
+  XF_GUARD(edit_body(e, &fn, &arg, &args, err));
+  return commit_change_keep(db, fn, arg, chg, current, version, model, err);
 }
 
 xf_err xf_policy_edit_document(const char *json_text, const xf_policy_edit *e, char **out,
@@ -1076,16 +1189,13 @@ static void text_add(text_buf *t, const char *fmt, ...) {
   t->len += (size_t)need;
 }
 
-/* One kind of thing in both versions, as keyed compact JSON texts. */
+/* One kind of thing in both versions, by key. The items are compared field
+ * by field and written as JSON only for the lines of the diff: a change to
+ * a policy of 60,000 sites formats the few things it touched, not all. */
 typedef struct keyed {
   char key[2 * XF_POLICY_NAME_MAX + 2];
-  char *json;
+  const void *item; /* borrowed from the model */
 } keyed;
-
-static void keyed_free(keyed *k, size_t n) {
-  for (size_t i = 0; k && i < n; i++) free(k[i].json);
-  xf_free(k);
-}
 
 static int by_key(const void *a, const void *b) { return strcmp(a, b); }
 
@@ -1098,26 +1208,18 @@ static xf_err keyed_list(const xf_policy *p, int what, keyed **out, size_t *n, x
   *n = 0;
   if (count && !k) return xf_fail(err, XF_ENOMEM, "cannot compare policy versions");
   for (size_t i = 0; i < count; i++) {
-    json_t *v;
     if (what == 0) {
       snprintf(k[i].key, sizeof(k[i].key), "%s", p->regions[i].name);
-      v = region_json(&p->regions[i]);
+      k[i].item = &p->regions[i];
     } else if (what == 1) {
       snprintf(k[i].key, sizeof(k[i].key), "%s", p->sites[i].name);
-      v = site_json(&p->sites[i]);
+      k[i].item = &p->sites[i];
     } else if (what == 2) {
       snprintf(k[i].key, sizeof(k[i].key), "%s@%s", p->datasets[i].name, p->datasets[i].site);
-      v = dataset_json(&p->datasets[i]);
+      k[i].item = &p->datasets[i];
     } else {
       snprintf(k[i].key, sizeof(k[i].key), "%s", p->rules[i].id);
-      v = rule_json(&p->rules[i]);
-    }
-    k[i].json = v ? json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17))
-                  : NULL;
-    json_decref(v);
-    if (!k[i].json) {
-      keyed_free(k, count);
-      return xf_fail(err, XF_ENOMEM, "cannot compare policy versions");
+      k[i].item = &p->rules[i];
     }
   }
   if (count) qsort(k, count, sizeof(*k), by_key);
@@ -1126,48 +1228,109 @@ static xf_err keyed_list(const xf_policy *p, int what, keyed **out, size_t *n, x
   return XF_OK;
 }
 
-static void diff_kind(text_buf *t, const char *noun, const keyed *a, size_t na, const keyed *b,
-                      size_t nb) {
+/* The item as one line of compact JSON (free with free: jansson's), or
+ * NULL when out of memory. */
+static char *item_text(int what, const void *item) {
+  json_t *v = what == 0   ? region_json(item)
+              : what == 1 ? site_json(item)
+              : what == 2 ? dataset_json(item)
+                          : rule_json(item);
+  char *text =
+      v ? json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17)) : NULL;
+  json_decref(v);
+  return text;
+}
+
+/* Whether two items of the same key are the same. Regions, sites and
+ * datasets are compared field by field (tags are sorted in both); a rule,
+ * with its many optional conditions, by its JSON text. -1 when out of
+ * memory. */
+static int same_item(int what, const void *a, const void *b) {
+  if (what == 0) {
+    const xf_policy_region *x = a, *y = b;
+    return strcmp(x->jurisdiction, y->jurisdiction) == 0;
+  }
+  if (what == 1) {
+    const xf_policy_site *x = a, *y = b;
+    return strcmp(x->region, y->region) == 0;
+  }
+  if (what == 2) {
+    const xf_policy_dataset *x = a, *y = b;
+    if (x->classification != y->classification || x->n_tags != y->n_tags) return 0;
+    for (size_t i = 0; i < x->n_tags; i++)
+      if (strcmp(x->tags[i], y->tags[i]) != 0) return 0;
+    return 1;
+  }
+  char *x = item_text(what, a), *y = item_text(what, b);
+  int same = x && y ? strcmp(x, y) == 0 : -1;
+  free(x);
+  free(y);
+  return same;
+}
+
+static void diff_kind(text_buf *t, int what, const char *noun, const keyed *a, size_t na,
+                      const keyed *b, size_t nb) {
   size_t i = 0, j = 0;
-  while (i < na || j < nb) {
+  while (!t->failed && (i < na || j < nb)) {
     int c = i == na ? 1 : j == nb ? -1 : strcmp(a[i].key, b[j].key);
-    if (c < 0)
+    if (c < 0) {
       text_add(t, "- %s %s\n", noun, a[i++].key);
-    else if (c > 0) {
-      text_add(t, "+ %s %s: %s\n", noun, b[j].key, b[j].json);
-      j++;
-    } else {
-      if (strcmp(a[i].json, b[j].json) != 0)
-        text_add(t, "~ %s %s: %s -> %s\n", noun, a[i].key, a[i].json, b[j].json);
-      i++;
-      j++;
+      continue;
     }
+    if (c > 0) {
+      char *text = item_text(what, b[j].item);
+      if (text) text_add(t, "+ %s %s: %s\n", noun, b[j].key, text);
+      else t->failed = true;
+      free(text);
+      j++;
+      continue;
+    }
+    int same = same_item(what, a[i].item, b[j].item);
+    if (same == 0) {
+      char *from = item_text(what, a[i].item), *to = item_text(what, b[j].item);
+      if (from && to) text_add(t, "~ %s %s: %s -> %s\n", noun, a[i].key, from, to);
+      else t->failed = true;
+      free(from);
+      free(to);
+    } else if (same < 0) {
+      t->failed = true;
+    }
+    i++;
+    j++;
   }
 }
 
 xf_err xf_policy_diff(xf_db *db, uint64_t from, uint64_t to, char **text, xf_errctx *err) {
-  static const char *const nouns[4] = {"region", "site", "dataset", "rule"};
   xf_policy *a = NULL, *b = NULL;
-  text_buf t = {0};
   *text = NULL;
   xf_err rc = xf_policy_load(db, from, &a, err);
   if (rc == XF_OK) rc = xf_policy_load(db, to, &b, err);
+  if (rc == XF_OK) rc = xf_policy_diff_models(a, b, text, err);
+  xf_policy_free(a);
+  xf_policy_free(b);
+  return rc;
+}
+
+xf_err xf_policy_diff_models(const xf_policy *a, const xf_policy *b, char **text,
+                             xf_errctx *err) {
+  static const char *const nouns[4] = {"region", "site", "dataset", "rule"};
+  text_buf t = {0};
+  *text = NULL;
+  xf_err rc = XF_OK;
   for (int w = 0; rc == XF_OK && w < 4; w++) {
     keyed *ka = NULL, *kb = NULL;
     size_t na = 0, nb = 0;
     rc = keyed_list(a, w, &ka, &na, err);
     if (rc == XF_OK) rc = keyed_list(b, w, &kb, &nb, err);
-    if (rc == XF_OK) diff_kind(&t, nouns[w], ka, na, kb, nb);
-    keyed_free(ka, na);
-    keyed_free(kb, nb);
+    if (rc == XF_OK) diff_kind(&t, w, nouns[w], ka, na, kb, nb);
+    xf_free(ka);
+    xf_free(kb);
   }
   if (rc == XF_OK && !t.s) {
     t.s = xf_strdup("");
     t.failed = !t.s;
   }
   if (rc == XF_OK && t.failed) rc = xf_fail(err, XF_ENOMEM, "cannot compare policy versions");
-  xf_policy_free(a);
-  xf_policy_free(b);
   if (rc != XF_OK) {
     xf_free(t.s);
     return rc;

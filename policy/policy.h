@@ -59,13 +59,15 @@ typedef struct xf_policy_site {
 } xf_policy_site;
 
 /* A dataset is named by (name, site): sites of one federation hold datasets of
- * the same name. */
+ * the same name. Its tags are allocated to fit (owned by the model): a
+ * policy of 60,000 datasets with a tag or two each would otherwise carry
+ * 2 KiB of empty tag slots per dataset. */
 typedef struct xf_policy_dataset {
   char name[XF_POLICY_NAME_MAX];
   char site[XF_POLICY_NAME_MAX];
   xf_policy_class classification; /* never NONE */
-  size_t n_tags;                  /* sorted, no duplicates */
-  char tags[XF_POLICY_TAGS_MAX][XF_POLICY_NAME_MAX];
+  size_t n_tags;                  /* sorted, no duplicates, at most XF_POLICY_TAGS_MAX */
+  char (*tags)[XF_POLICY_NAME_MAX];
 } xf_policy_dataset;
 
 /* Which datasets a rule is about: every field that is set must match (empty
@@ -177,6 +179,11 @@ void xf_policy_log_free(xf_policy_version_info *log, size_t n);
 xf_err xf_policy_diff(xf_db *db, uint64_t from, uint64_t to, char **text,
                       xf_errctx *err) XF_WARN_UNUSED;
 
+/* The same between two models already in memory (a caller that holds the
+ * version before a change and the one after need not load them again). */
+xf_err xf_policy_diff_models(const xf_policy *from, const xf_policy *to, char **text,
+                             xf_errctx *err) XF_WARN_UNUSED;
+
 /* The document of one version, as xf_policy_format writes it (version 0: the
  * empty document). The caller frees *json with xf_free. */
 xf_err xf_policy_export(xf_db *db, uint64_t version, char **json, xf_errctx *err) XF_WARN_UNUSED;
@@ -244,10 +251,29 @@ typedef struct xf_policy_edit {
   const char *a, *b, *c;
 } xf_policy_edit;
 
+/* The edit's name on the wire ("import", "region_add", ..., "rule_rm";
+ * "?" out of range), and back: XF_EINVAL naming "edit" for a name that is
+ * none of them. */
+const char *xf_policy_edit_name(xf_policy_edit_kind k);
+xf_err xf_policy_edit_kind_parse(const char *name, xf_policy_edit_kind *out,
+                                 xf_errctx *err) XF_WARN_UNUSED;
+
 /* The edit as one change of the database, exactly as the function of its
  * kind above (xf_policy_region_add, ...) makes it. */
 xf_err xf_policy_commit(xf_db *db, const xf_policy_edit *e, const xf_policy_change *chg,
                         uint64_t *version, xf_errctx *err) XF_WARN_UNUSED;
+
+/* The same for a caller that keeps the current policy in memory (a
+ * coordinator): `current` (borrowed, may be NULL) is its model of a
+ * version read from this database with xf_policy_load or made here; when
+ * that is the current version the edit is made on a copy of it instead of
+ * the version read back. *model gets the version the edit made, as
+ * xf_policy_load(db, *version) would read it (the caller frees it with
+ * xf_policy_free), so neither version is parsed again. On failure *model is
+ * NULL. */
+xf_err xf_policy_commit_keep(xf_db *db, const xf_policy *current, const xf_policy_edit *e,
+                             const xf_policy_change *chg, uint64_t *version,
+                             xf_policy **model, xf_errctx *err) XF_WARN_UNUSED;
 
 /* The same edit on a document instead: parses json_text, applies the edit
  * with the checks of a database change, and writes the result as

@@ -14,6 +14,7 @@
 #include "base/alloc.h"
 #include "base/cursor.h"
 #include "site/dataset_internal.h"
+#include "storage/file.h"
 
 /* No number needs more characters; longer header names are cut to this when
  * matched against a label name, which then simply does not match. */
@@ -333,25 +334,26 @@ xf_err xf_csv_read(const char *path, const xf_csv_options *opt, xf_dataset *out,
 xf_err xf_csv_write(const char *path, const xf_dataset *ds, xf_errctx *err) {
   if (ds->n == 0 || ds->features == 0)
     return xf__data_fail(err, path, XF_EINVAL, "cannot write an empty dataset");
-  FILE *f = fopen(path, "w");
-  if (!f) return xf__data_fail(err, path, XF_EIO, "cannot create: %s", strerror(errno));
-  for (uint32_t j = 0; j < ds->features; j++) fprintf(f, "f%u,", j + 1);
-  fputs("label\n", f);
-  for (uint32_t i = 0; i < ds->n; i++) {
+  xf_file_writer *w = NULL;
+  XF_GUARD(xf_file_writer_begin(path, 0644, &w, err));
+  char cell[48];
+  xf_err rc = XF_OK;
+  for (uint32_t j = 0; rc == XF_OK && j < ds->features; j++)
+    rc = xf_file_writer_write(w, cell, (size_t)snprintf(cell, sizeof(cell), "f%u,", j + 1), err);
+  if (rc == XF_OK) rc = xf_file_writer_write(w, "label\n", 6, err);
+  for (uint32_t i = 0; rc == XF_OK && i < ds->n; i++) {
     const float *row = ds->x + (size_t)i * ds->features;
     /* %.9g prints any float so that strtod and a cast give it back. */
-    for (uint32_t j = 0; j < ds->features; j++) fprintf(f, "%.9g,", (double)row[j]);
-    fprintf(f, "%d\n", ds->y[i]);
+    for (uint32_t j = 0; rc == XF_OK && j < ds->features; j++)
+      rc = xf_file_writer_write(w, cell,
+                                (size_t)snprintf(cell, sizeof(cell), "%.9g,", (double)row[j]), err);
+    if (rc == XF_OK)
+      rc = xf_file_writer_write(w, cell, (size_t)snprintf(cell, sizeof(cell), "%d\n", ds->y[i]),
+                                err);
   }
-  int bad = ferror(f);
-  int e = errno;
-  if (fclose(f) != 0 && !bad) {
-    bad = 1;
-    e = errno;
+  if (rc != XF_OK) {
+    xf_file_writer_abort(w);
+    return rc;
   }
-  if (bad) {
-    unlink(path);
-    return xf__data_fail(err, path, XF_EIO, "write failed: %s", strerror(e));
-  }
-  return XF_OK;
+  return xf_file_writer_commit(w, err);
 }

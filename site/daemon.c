@@ -28,6 +28,8 @@
 #include "privacy/noise.h"
 #include "crypto/seal.h"
 #include "crypto/secagg.h"
+#include "crypto/secagg_guard.h"
+#include "crypto/secagg_x509.h"
 #include "crypto/pki.h"
 #include "kernels/backend.h"
 #include "kernels/checkpoint.h"
@@ -273,7 +275,7 @@ typedef struct site_sa {
   char job_id[JOB_ID_MAX];
   uint32_t round, attempt;
   xf_secagg_params p;
-  xf_secagg_client *client;
+  xf_secagg_guard *guard; /* the client, checking what the aggregator relays */
   bool routed;          /* U2 known: inputs can be masked */
 } site_sa;
 
@@ -283,6 +285,13 @@ struct xf_site_daemon {
   xf_site_config cfg;
   char port_text[8];
   xf_tls *tls;
+  /* Secure aggregation signs with the site's certificate key and checks
+   * its peers against the CA and CRL (reloaded with the TLS ones). */
+  xf_pki_trust *sa_trust;
+  xf_secagg_x509 *sa_identity;
+  uint8_t *sa_cert; /* our certificate, DER, sent with our keys */
+  size_t sa_cert_len;
+  char ca_path[PATH_MAX + 16], crl_path[PATH_MAX + 16];
   xf_site_registry *reg;
   xf_backend *backend;
   xf_rng jitter;
@@ -1534,7 +1543,7 @@ static xf_err find_dataset(daemon_t *d, const xf_jobspec *spec, xf_site_dataset 
 /* ---- secure aggregation ---------------------------------------------------------------- */
 
 static void sa_free(site_sa *sa) {
-  xf_secagg_client_free(sa->client);
+  xf_secagg_guard_free(sa->guard);
   memset(sa, 0, sizeof(*sa));
 }
 
@@ -1564,14 +1573,56 @@ static void sa_send(daemon_t *d, Xfed__Envelope *env) {
   }
 }
 
+/* This site leaves t's round of secure aggregation because a check in
+ * `phase` failed (err says which member and why): the aggregator is told
+ * (SecAggRefusal), the round forgotten, and a task still training or
+ * waiting to send its masked update dropped, so nothing more of it goes
+ * out. */
+static void sa_refuse(daemon_t *d, site_sa *sa, const char *phase, const xf_errctx *err) {
+  uint32_t peer = 0;
+  for (uint32_t i = 1; err->peer[0] && i <= sa->p.n && !peer; i++) {
+    const char *name = xf_secagg_guard_member(sa->guard, i);
+    if (name && strcmp(name, err->peer) == 0) peer = i;
+  }
+  char q[600], qj[JOB_ID_MAX];
+  XF_WARN("secagg_round_refused", "job=%s round=%u attempt=%u phase=%s peer=%s reason=\"%s\"",
+          logq(qj, sizeof(qj), sa->job_id), (unsigned)sa->round, (unsigned)sa->attempt, phase,
+          peer ? err->peer : "-", logq(q, sizeof(q), err->msg[0] ? err->msg : "malformed"));
+  Xfed__SecAggRefusal r = XFED__SEC_AGG_REFUSAL__INIT;
+  r.job_id = sa->job_id;
+  r.round = sa->round;
+  r.attempt = sa->attempt;
+  r.phase = (char *)phase;
+  r.peer = peer;
+  r.peer_name = peer ? (char *)err->peer : "";
+  r.reason = (char *)(err->msg[0] ? err->msg : "a malformed secure-aggregation message");
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_SECAGG_REFUSAL;
+  env.secagg_refusal = &r;
+  sa_send(d, &env);
+  task *t = task_find(d, sa->job_id, sa->round, sa->attempt);
+  sa_free(sa);
+  if (t) task_drop(d, t, "it refused the round's secure aggregation");
+}
+
 /* The protocol's SecAggSetup as update/update.h's setup. XF_EINVAL when it
- * is malformed on the wire; the plan builder checks the rest against the
- * job (xf_update_plan_site). */
-static xf_err sa_setup_of(const Xfed__SecAggSetup *su, size_t n_params, xf_update_secagg *out,
-                          xf_errctx *err) {
+ * is malformed on the wire or names the cohort wrongly; the plan builder
+ * checks the rest against the job (xf_update_plan_site). */
+static xf_err sa_setup_of(const daemon_t *d, const Xfed__SecAggSetup *su, size_t n_params,
+                          xf_update_secagg *out, xf_errctx *err) {
   XF_ENSURE(su->graph_seed.len == 32, err, XF_EINVAL,
             "the secure-aggregation setup is malformed: its graph_seed has %zu bytes, not 32",
             su->graph_seed.len);
+  XF_ENSURE(su->n_cohort == su->n && su->index >= 1 && su->index <= su->n_cohort, err,
+            XF_EINVAL,
+            "the secure-aggregation setup names %zu sites for a cohort of %u (this site at %u): "
+            "each site must be named, in index order",
+            su->n_cohort, (unsigned)su->n, (unsigned)su->index);
+  XF_ENSURE(su->cohort[su->index - 1] && strcmp(su->cohort[su->index - 1], d->cfg.site) == 0,
+            err, XF_EINVAL,
+            "the secure-aggregation setup puts site '%.63s' at this site's index %u; this is %s",
+            su->cohort[su->index - 1] ? su->cohort[su->index - 1] : "", (unsigned)su->index,
+            d->cfg.site);
   memset(out, 0, sizeof(*out));
   out->params = (xf_secagg_params){.n = su->n, .threshold = su->threshold, .bits = su->bits,
                                    .length = su->subset ? su->subset : n_params,
@@ -1585,11 +1636,12 @@ static xf_err sa_setup_of(const Xfed__SecAggSetup *su, size_t n_params, xf_updat
   return XF_OK;
 }
 
-/* Begins t's round of secure aggregation with the setup in t->uo.sa: a
- * client, its keys drawn. A newer round of the job replaces an older one;
- * a full table gives up the oldest round of a job the site holds no task
- * of (live tasks are at most XF_SITE_TASKS_MAX, one per job). */
-static xf_err sa_begin(daemon_t *d, const task *t, xf_errctx *err) {
+/* Begins t's round of secure aggregation with the setup in t->uo.sa and
+ * the cohort's names: a guarded client, its keys drawn. A newer round of
+ * the job replaces an older one; a full table gives up the oldest round of
+ * a job the site holds no task of (live tasks are at most
+ * XF_SITE_TASKS_MAX, one per job). */
+static xf_err sa_begin(daemon_t *d, const task *t, const char *const *cohort, xf_errctx *err) {
   site_sa *slot = NULL;
   for (int i = 0; i < SA_SLOTS; i++) {
     site_sa *sa = &d->sa[i];
@@ -1606,27 +1658,42 @@ static xf_err sa_begin(daemon_t *d, const task *t, xf_errctx *err) {
   }
   XF_ENSURE(slot, err, XF_EINTERNAL, "no room for another round of secure aggregation");
   sa_free(slot);
-  xf_secagg_client *client = NULL;
-  XF_GUARD(xf_secagg_client_new(&t->uo.sa.params, t->uo.sa.index, &client, err));
+  xf_secagg_session session = {.job = t->job_id,
+                               .round = t->round,
+                               .attempt = t->attempt,
+                               .params = t->uo.sa.params,
+                               .cohort = cohort};
+  xf_secagg_identity id = xf_secagg_x509_identity(d->sa_identity);
+  xf_secagg_guard *guard = NULL;
+  XF_GUARD(xf_secagg_guard_new(&session, t->uo.sa.index, &id, &guard, err));
   slot->active = true;
   slot->seq = ++d->sa_count;
   snprintf(slot->job_id, sizeof(slot->job_id), "%s", t->job_id);
   slot->round = t->round;
   slot->attempt = t->attempt;
   slot->p = t->uo.sa.params;
-  slot->client = client;
+  slot->guard = guard;
   return XF_OK;
 }
 
 static void sa_advertise(daemon_t *d, site_sa *sa) {
-  uint8_t advert[XF_SECAGG_ADVERT_BYTES];
-  xf_secagg_client_advertise(sa->client, advert);
+  uint8_t advert[XF_SECAGG_ADVERT_BYTES], sig[XF_SECAGG_SIG_BYTES];
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (xf_secagg_guard_advertise(sa->guard, advert, sig, &err) != XF_OK) {
+    sa_refuse(d, sa, "keys", &err);
+    return;
+  }
   Xfed__SecAggAdvert a = XFED__SEC_AGG_ADVERT__INIT;
   a.job_id = sa->job_id;
   a.round = sa->round;
   a.attempt = sa->attempt;
   a.advert.data = advert;
   a.advert.len = sizeof(advert);
+  a.signature.data = sig;
+  a.signature.len = sizeof(sig);
+  a.certificate.data = d->sa_cert;
+  a.certificate.len = d->sa_cert_len;
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   env.body_case = XFED__ENVELOPE__BODY_SECAGG_ADVERT;
   env.secagg_advert = &a;
@@ -1639,7 +1706,7 @@ static bool sa_mask_and_stream(daemon_t *d, task *t, site_sa *sa) {
   xf_errctx err;
   xf_errctx_clear(&err);
   t->sa_waiting = false;
-  if (xf_update_mask(&t->payload, sa->client, sa->p.bits, &err) != XF_OK ||
+  if (xf_update_mask(&t->payload, xf_secagg_guard_client(sa->guard), sa->p.bits, &err) != XF_OK ||
       stream_update(t, &err) != XF_OK) {
     char q[600];
     XF_ERROR("secagg_mask_failed", "job=%s round=%u reason=\"%s\"", t->job_id,
@@ -1653,28 +1720,58 @@ static bool sa_mask_and_stream(daemon_t *d, task *t, site_sa *sa) {
   return true;
 }
 
+/* The cohort's keys as the aggregator relayed them: n adverts, and one
+ * signature and certificate per index (both empty for a site that sent no
+ * keys). *out (xf_free) points into k. XF_EFORMAT when the lists do not fit
+ * the cohort. */
+static xf_err sa_member_keys(const site_sa *sa, const Xfed__SecAggKeys *k,
+                             xf_secagg_member_keys **out, xf_errctx *err) {
+  uint32_t n = sa->p.n;
+  XF_ENSURE(k->adverts.len == (size_t)n * XF_SECAGG_ADVERT_BYTES && k->n_signatures == n &&
+                k->n_certificates == n,
+            err, XF_EFORMAT,
+            "the cohort's keys came as %zu bytes of adverts, %zu signatures and %zu "
+            "certificates for %u sites",
+            k->adverts.len, k->n_signatures, k->n_certificates, n);
+  xf_secagg_member_keys *keys = xf_calloc(n, sizeof(*keys));
+  XF_ENSURE(keys, err, XF_ENOMEM, "no memory for the cohort's keys");
+  for (uint32_t i = 0; i < n; i++) {
+    keys[i].advert = k->adverts.data + (size_t)i * XF_SECAGG_ADVERT_BYTES;
+    keys[i].sig = k->signatures[i].len == XF_SECAGG_SIG_BYTES ? k->signatures[i].data : NULL;
+    keys[i].cert = k->certificates[i].data;
+    keys[i].cert_len = k->certificates[i].len;
+  }
+  *out = keys;
+  return XF_OK;
+}
+
 static void on_sa_keys(daemon_t *d, const Xfed__SecAggKeys *k) {
   site_sa *sa = sa_find(d, k->job_id, k->round, k->attempt);
   if (!sa) return;
   xf_errctx err;
   xf_errctx_clear(&err);
   size_t cap = sa->p.degree, count = 0;
-  xf_secagg_share_msg *msgs = xf_mallocarray(cap ? cap : 1, sizeof(*msgs));
-  if (k->adverts.len != (size_t)sa->p.n * XF_SECAGG_ADVERT_BYTES || !msgs ||
-      xf_secagg_client_share(sa->client, k->adverts.data, msgs, cap, &count, &err) != XF_OK) {
-    char q[600];
-    XF_WARN("secagg_share_failed", "job=%s round=%u reason=\"%s\"", k->job_id,
-            (unsigned)k->round, logq(q, sizeof(q), msgs ? err.msg : "out of memory"));
+  xf_secagg_member_keys *keys = NULL;
+  xf_secagg_signed_share *msgs = xf_mallocarray(cap ? cap : 1, sizeof(*msgs));
+  xf_err rc = msgs ? sa_member_keys(sa, k, &keys, &err)
+                   : xf_fail(&err, XF_ENOMEM, "no memory for %zu shares", cap);
+  if (rc == XF_OK) rc = xf_secagg_guard_share(sa->guard, keys, msgs, cap, &count, &err);
+  xf_free(keys);
+  if (rc != XF_OK) {
     xf_free(msgs);
-    return; /* the aggregator goes on without us */
+    sa_refuse(d, sa, "keys", &err);
+    return;
   }
   uint32_t *to = xf_mallocarray(count ? count : 1, sizeof(uint32_t));
   ProtobufCBinaryData *cts = xf_mallocarray(count ? count : 1, sizeof(*cts));
-  if (to && cts) {
+  ProtobufCBinaryData *sigs = xf_mallocarray(count ? count : 1, sizeof(*sigs));
+  if (to && cts && sigs) {
     for (size_t i = 0; i < count; i++) {
       to[i] = msgs[i].to;
       cts[i].data = msgs[i].ciphertext;
       cts[i].len = sizeof(msgs[i].ciphertext);
+      sigs[i].data = msgs[i].sig;
+      sigs[i].len = sizeof(msgs[i].sig);
     }
     Xfed__SecAggShares m = XFED__SEC_AGG_SHARES__INIT;
     m.job_id = sa->job_id;
@@ -1684,6 +1781,8 @@ static void on_sa_keys(daemon_t *d, const Xfed__SecAggKeys *k) {
     m.to = to;
     m.n_ciphertexts = count;
     m.ciphertexts = cts;
+    m.n_signatures = count;
+    m.signatures = sigs;
     Xfed__Envelope env = XFED__ENVELOPE__INIT;
     env.body_case = XFED__ENVELOPE__BODY_SECAGG_SHARES;
     env.secagg_shares = &m;
@@ -1691,6 +1790,7 @@ static void on_sa_keys(daemon_t *d, const Xfed__SecAggKeys *k) {
   }
   xf_free(to);
   xf_free(cts);
+  xf_free(sigs);
   sodium_memzero(msgs, (cap ? cap : 1) * sizeof(*msgs));
   xf_free(msgs);
 }
@@ -1700,21 +1800,52 @@ static void on_sa_routed(daemon_t *d, const Xfed__SecAggRouted *r) {
   if (!sa) return;
   xf_errctx err;
   xf_errctx_clear(&err);
-  xf_err rc = r->n_from == r->n_ciphertexts ? XF_OK : XF_EFORMAT;
+  xf_err rc = r->n_from == r->n_ciphertexts && r->n_from == r->n_signatures
+                  ? XF_OK
+                  : xf_fail(&err, XF_EFORMAT,
+                            "the routed shares came as %zu senders, %zu ciphertexts and %zu "
+                            "signatures",
+                            r->n_from, r->n_ciphertexts, r->n_signatures);
   for (size_t i = 0; rc == XF_OK && i < r->n_from; i++)
-    rc = r->ciphertexts[i].len == XF_SECAGG_SHARE_BYTES
-             ? xf_secagg_client_receive(sa->client, r->from[i], r->ciphertexts[i].data, &err)
-             : XF_EFORMAT;
-  if (rc == XF_OK) rc = xf_secagg_client_routed(sa->client, r->u2, r->n_u2, &err);
+    rc = r->ciphertexts[i].len == XF_SECAGG_SHARE_BYTES &&
+                 r->signatures[i].len == XF_SECAGG_SIG_BYTES
+             ? xf_secagg_guard_receive(sa->guard, r->from[i], r->ciphertexts[i].data,
+                                       r->signatures[i].data, &err)
+             : xf_fail(&err, XF_EFORMAT,
+                       "the share routed from site %u has %zu bytes and a signature of %zu",
+                       (unsigned)r->from[i], r->ciphertexts[i].len, r->signatures[i].len);
+  if (rc == XF_OK) rc = xf_secagg_guard_routed(sa->guard, r->u2, r->n_u2, &err);
   if (rc != XF_OK) {
-    char q[600];
-    XF_WARN("secagg_routing_refused", "job=%s round=%u reason=\"%s\"", r->job_id,
-            (unsigned)r->round, logq(q, sizeof(q), err.msg[0] ? err.msg : "malformed"));
+    sa_refuse(d, sa, "routed", &err);
     return;
   }
   sa->routed = true;
   task *t = task_find(d, sa->job_id, sa->round, sa->attempt);
   if (t && t->sa_waiting && t->phase == PHASE_REPORTING) sa_mask_and_stream(d, t, sa);
+}
+
+/* The consistency round: signs the survivor set the aggregator claims,
+ * once per round. */
+static void on_sa_check(daemon_t *d, const Xfed__SecAggCheck *c) {
+  site_sa *sa = sa_find(d, c->job_id, c->round, c->attempt);
+  if (!sa) return;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  uint8_t sig[XF_SECAGG_SIG_BYTES];
+  if (xf_secagg_guard_sign_survivors(sa->guard, c->u3, c->n_u3, sig, &err) != XF_OK) {
+    sa_refuse(d, sa, "check", &err);
+    return;
+  }
+  Xfed__SecAggCheckSig m = XFED__SEC_AGG_CHECK_SIG__INIT;
+  m.job_id = sa->job_id;
+  m.round = sa->round;
+  m.attempt = sa->attempt;
+  m.signature.data = sig;
+  m.signature.len = sizeof(sig);
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_SECAGG_CHECK_SIG;
+  env.secagg_check_sig = &m;
+  sa_send(d, &env);
 }
 
 static void on_sa_unmask(daemon_t *d, const Xfed__SecAggUnmask *u) {
@@ -1724,12 +1855,26 @@ static void on_sa_unmask(daemon_t *d, const Xfed__SecAggUnmask *u) {
   xf_errctx_clear(&err);
   size_t cap = xf_secagg_reveal_max_bytes(&sa->p), len = 0;
   uint8_t *out = xf_malloc(cap);
-  if (!out ||
-      xf_secagg_client_unmask(sa->client, u->u3, u->n_u3, out, cap, &len, &err) != XF_OK) {
-    char q[600];
-    XF_WARN("secagg_unmask_refused", "job=%s round=%u reason=\"%s\"", u->job_id,
-            (unsigned)u->round, logq(q, sizeof(q), out ? err.msg : "out of memory"));
+  size_t n = u->n_signers;
+  uint8_t *sigs = xf_mallocarray(n ? n : 1, XF_SECAGG_SIG_BYTES);
+  xf_err rc = out && sigs ? XF_OK : xf_fail(&err, XF_ENOMEM, "no memory for the reveal");
+  if (rc == XF_OK && u->n_signatures != n)
+    rc = xf_fail(&err, XF_EFORMAT, "the unmask request names %zu signers and %zu signatures", n,
+                 u->n_signatures);
+  for (size_t i = 0; rc == XF_OK && i < n; i++) {
+    /* A signature of another length counts as a wrong one. */
+    if (u->signatures[i].len == XF_SECAGG_SIG_BYTES)
+      memcpy(sigs + i * XF_SECAGG_SIG_BYTES, u->signatures[i].data, XF_SECAGG_SIG_BYTES);
+    else
+      memset(sigs + i * XF_SECAGG_SIG_BYTES, 0, XF_SECAGG_SIG_BYTES);
+  }
+  if (rc == XF_OK)
+    rc = xf_secagg_guard_unmask(sa->guard, u->u3, u->n_u3, u->signers, sigs, n, out, cap, &len,
+                                &err);
+  xf_free(sigs);
+  if (rc != XF_OK) {
     xf_free(out);
+    sa_refuse(d, sa, "unmask", &err);
     return;
   }
   Xfed__SecAggReveal r = XFED__SEC_AGG_REVEAL__INIT;
@@ -1977,10 +2122,10 @@ static xf_err task_plan_check(const daemon_t *d, const task *t, xf_errctx *err) 
  * replies before them are out. */
 static xf_err task_secagg_begin(daemon_t *d, task *t, const Xfed__SecAggSetup *su,
                                 xf_errctx *err) {
-  XF_GUARD(sa_setup_of(su, t->n_params, &t->uo.sa, err));
+  XF_GUARD(sa_setup_of(d, su, t->n_params, &t->uo.sa, err));
   t->uo.secagg = true;
   XF_GUARD(task_plan_check(d, t, err));
-  return sa_begin(d, t, err);
+  return sa_begin(d, t, (const char *const *)su->cohort, err);
 }
 
 static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
@@ -2418,6 +2563,7 @@ static void on_frame(xf_conn *c, const Xfed__Envelope *env) {
   case XFED__ENVELOPE__BODY_TENSOR_ACK: on_tensor_ack(d, env->tensor_ack); break;
   case XFED__ENVELOPE__BODY_SECAGG_KEYS: on_sa_keys(d, env->secagg_keys); break;
   case XFED__ENVELOPE__BODY_SECAGG_ROUTED: on_sa_routed(d, env->secagg_routed); break;
+  case XFED__ENVELOPE__BODY_SECAGG_CHECK: on_sa_check(d, env->secagg_check); break;
   case XFED__ENVELOPE__BODY_SECAGG_UNMASK: on_sa_unmask(d, env->secagg_unmask); break;
   case XFED__ENVELOPE__BODY_ERROR: {
     char q[600];
@@ -2583,10 +2729,17 @@ static void on_signal(uv_signal_t *h, int signum) {
     xf_errctx err;
     xf_errctx_clear(&err);
     char q[600];
-    if (xf_tls_reload_crl(d->tls, &err) != XF_OK)
+    xf_pki_trust *trust = NULL;
+    if (xf_tls_reload_crl(d->tls, &err) != XF_OK ||
+        xf_pki_trust_load(d->ca_path, d->crl_path, &trust, &err) != XF_OK) {
       XF_ERROR("crl_reload_failed", "reason=\"%s\"", logq(q, sizeof(q), err.msg));
-    else
+    } else {
+      /* Secure aggregation checks its peers against the new CRL too. */
+      xf_secagg_x509_set_trust(d->sa_identity, trust);
+      xf_pki_trust_free(d->sa_trust);
+      d->sa_trust = trust;
       XF_INFO("crl_reloaded", "ca=%s crl=%s", d->cfg.ca, d->cfg.crl);
+    }
     if (session_open(d)) send_announce(d);
     return;
   }
@@ -2628,6 +2781,33 @@ static xf_err check_own_identity(const daemon_t *d, const char *cert_path, xf_er
   return XF_OK;
 }
 
+/* What secure aggregation signs and checks with: the TLS key, the
+ * certificate (DER) the site sends with its keys, and its own copy of the
+ * CA and CRL, reloaded with the TLS ones on SIGHUP. */
+static xf_err sa_identity_load(daemon_t *d, const char *cert_path, const char *key_path,
+                               xf_errctx *err) {
+  X509 *cert = NULL;
+  EVP_PKEY *key = NULL;
+  xf_err rc = xf_pki_cert_load(cert_path, &cert, err);
+  if (rc == XF_OK) rc = xf_pki_key_load(key_path, &key, err);
+  if (rc == XF_OK) rc = xf_secagg_x509_cert_der(cert, &d->sa_cert, &d->sa_cert_len, err);
+  if (rc == XF_OK) rc = xf_pki_trust_load(d->ca_path, d->crl_path, &d->sa_trust, err);
+  if (rc == XF_OK) rc = xf_secagg_x509_new(d->sa_trust, key, &d->sa_identity, err);
+  if (rc != XF_OK && !err->file[0]) xf_errctx_file(err, key_path);
+  EVP_PKEY_free(key);
+  X509_free(cert);
+  return rc;
+}
+
+static void sa_identity_free(daemon_t *d) {
+  xf_secagg_x509_free(d->sa_identity);
+  xf_pki_trust_free(d->sa_trust);
+  xf_free(d->sa_cert);
+  d->sa_identity = NULL;
+  d->sa_trust = NULL;
+  d->sa_cert = NULL;
+}
+
 static xf_err open_backend(daemon_t *d, xf_errctx *err) {
   const char *env = getenv("XF_BACKEND");
   if (env && *env) return xf_backend_open_env((int)d->cfg.threads, &d->backend, err);
@@ -2656,6 +2836,9 @@ static xf_err daemon_start(daemon_t *d, const xf_site_daemon_opts *opts, xf_errc
   XF_GUARD(check_own_identity(d, cert, err));
   xf_tls_config tc = {.cert_path = cert, .key_path = key, .ca_path = ca, .crl_path = crl};
   XF_GUARD(xf_tls_new(&tc, &d->tls, err));
+  snprintf(d->ca_path, sizeof(d->ca_path), "%s", ca);
+  snprintf(d->crl_path, sizeof(d->crl_path), "%s", crl);
+  XF_GUARD(sa_identity_load(d, cert, key, err));
   snprintf(path, sizeof(path), "%s/site.db", d->dir);
   XF_GUARD(xf_site_registry_open(path, &d->reg, err));
   XF_GUARD(open_backend(d, err));
@@ -2705,6 +2888,7 @@ out:
   cache_free(&d->cache);
   xf_backend_close(d->backend);
   for (int i = 0; i < SA_SLOTS; i++) sa_free(&d->sa[i]);
+  sa_identity_free(d);
   xf_site_registry_close(d->reg);
   xf_tls_free(d->tls);
   xf_free(d);

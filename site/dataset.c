@@ -6,11 +6,13 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "base/alloc.h"
 #include "site/dataset_internal.h"
+#include "storage/file.h"
 
 void xf_dataset_free(xf_dataset *ds) {
   if (!ds) return;
@@ -284,10 +286,12 @@ static xf_err write_dataset_json(const char *dir, uint32_t classes, const char *
     json_decref(root);
     return xf__data_fail(err, path, XF_ENOMEM, "out of memory");
   }
-  int rc = json_dump_file(root, path, JSON_INDENT(2) | JSON_SORT_KEYS);
+  char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
   json_decref(root);
-  if (rc != 0) return xf__data_fail(err, path, XF_EIO, "cannot write: %s", strerror(errno));
-  return XF_OK;
+  if (!text) return xf__data_fail(err, path, XF_ENOMEM, "out of memory");
+  xf_err rc = xf_file_write_atomic(path, text, strlen(text), 0644, err);
+  free(text); /* jansson's allocator */
+  return rc;
 }
 
 xf_err xf_dataset_write_dir(const char *dir, xf_dataset_layout layout, const xf_dataset *train,

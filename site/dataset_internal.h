@@ -26,6 +26,19 @@ int xf__is_gzip(const uint8_t *data, size_t len);
 xf_err xf__gunzip(const uint8_t *in, size_t in_len, const char *name, uint64_t max_out,
                   uint8_t **out, size_t *out_len, xf_errctx *err) XF_WARN_UNUSED;
 
+/* Inflates only the first `want` bytes (or fewer, when the data holds fewer)
+ * of the gzip data `in` into out[want], *got of them, so that a reader can
+ * learn from a header how much the whole may hold before inflating it.
+ * XF_EINTEGRITY for corrupt data at the start, XF_ENOMEM. */
+xf_err xf__gunzip_head(const uint8_t *in, size_t in_len, const char *name, uint8_t *out,
+                       size_t want, size_t *got, xf_errctx *err) XF_WARN_UNUSED;
+
+/* Reads the whole regular file at path (at most XF_DATASET_MAX_FILE_BYTES)
+ * as it is, compressed or not. *out is owned by the caller (xf_free).
+ * XF_ENOENT when the file is missing, XF_EIO, XF_ERANGE, XF_ENOMEM. */
+xf_err xf__read_file_bytes(const char *path, uint8_t **out, size_t *out_len,
+                           xf_errctx *err) XF_WARN_UNUSED;
+
 /* Reads the whole regular file at path (at most XF_DATASET_MAX_FILE_BYTES)
  * and, when it is gzip, inflates it (to at most max_out bytes). *out is owned
  * by the caller (xf_free). XF_ENOENT when the file is missing. */

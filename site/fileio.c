@@ -175,8 +175,43 @@ xf_err xf__gunzip(const uint8_t *in, size_t in_len, const char *name, uint64_t m
   return XF_OK;
 }
 
-xf_err xf__read_data_file(const char *path, uint64_t max_out, uint8_t **out, size_t *out_len,
-                          xf_errctx *err) {
+xf_err xf__gunzip_head(const uint8_t *in, size_t in_len, const char *name, uint8_t *out,
+                       size_t want, size_t *got, xf_errctx *err) {
+  *got = 0;
+  z_stream zs;
+  memset(&zs, 0, sizeof(zs));
+  zs.zalloc = xf__zalloc;
+  zs.zfree = xf__zfree;
+  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK)
+    return xf__data_fail(err, name, XF_ENOMEM, "out of memory starting to inflate the gzip data");
+  xf_cursor c = xf_cursor_make(in, in_len);
+  const uint8_t *p;
+  size_t take = in_len < XF__Z_CHUNK ? in_len : XF__Z_CHUNK;
+  xf_err rc = XF_OK;
+  if (xf_cursor_view(&c, &p, take) != XF_OK) {
+    rc = xf__data_fail(err, name, XF_EINTERNAL, "gzip input cursor out of step");
+  } else {
+    zs.next_in = (Bytef *)p;
+    zs.avail_in = (uInt)take;
+    zs.next_out = out;
+    zs.avail_out = (uInt)want;
+    /* Stops once `want` bytes are out (or the member ends): the rest of the
+     * stream is never inflated here. */
+    int zr = Z_OK;
+    while (zr == Z_OK && zs.avail_out > 0) zr = inflate(&zs, Z_NO_FLUSH);
+    if (zr == Z_MEM_ERROR)
+      rc = xf__data_fail(err, name, XF_ENOMEM, "out of memory inflating the gzip data");
+    else if (zr == Z_DATA_ERROR || zr == Z_NEED_DICT || zr == Z_STREAM_ERROR)
+      rc = xf__data_fail(err, name, XF_EINTEGRITY,
+                         "the gzip data is corrupt (%s) at its start: download the file again",
+                         zs.msg ? zs.msg : "bad data");
+    *got = want - zs.avail_out;
+  }
+  inflateEnd(&zs);
+  return rc;
+}
+
+xf_err xf__read_file_bytes(const char *path, uint8_t **out, size_t *out_len, xf_errctx *err) {
   *out = NULL;
   *out_len = 0;
   FILE *f = fopen(path, "rb");
@@ -210,6 +245,16 @@ xf_err xf__read_data_file(const char *path, uint64_t max_out, uint8_t **out, siz
     return xf__data_fail(err, path, XF_EIO, "read %zu of %zu bytes: the file is unreadable or "
                          "changed while being read", got, size);
   }
+  *out = raw;
+  *out_len = size;
+  return XF_OK;
+}
+
+xf_err xf__read_data_file(const char *path, uint64_t max_out, uint8_t **out, size_t *out_len,
+                          xf_errctx *err) {
+  uint8_t *raw = NULL;
+  size_t size = 0;
+  XF_GUARD(xf__read_file_bytes(path, &raw, &size, err));
   if (!xf__is_gzip(raw, size)) {
     *out = raw;
     *out_len = size;

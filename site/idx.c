@@ -3,6 +3,7 @@
  * a strict reader over xf_cursor and a gzip writer for shards. */
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -11,11 +12,10 @@
 #include "base/alloc.h"
 #include "base/cursor.h"
 #include "site/dataset_internal.h"
+#include "storage/file.h"
 
 #define XF__IDX_UBYTE 0x08
 #define XF__IDX_MAX_DIMS 4
-/* The largest inflated file worth reading: magic, four dimensions, payload. */
-#define XF__IDX_MAX_FILE (4 + 4 * XF__IDX_MAX_DIMS + XF_DATASET_MAX_VALUES)
 
 typedef struct idx_array {
   uint32_t ndims;
@@ -169,8 +169,38 @@ static xf_err idx_parse_plain(const uint8_t *img, size_t img_len, const char *im
   return XF_OK;
 }
 
+/* The size an IDX header declares for its whole file (header and payload),
+ * from the first bytes of the file; false when they are not a complete
+ * header the reader could accept (idx_read_array then says why). */
+static bool idx_declared_size(const uint8_t *head, size_t len, uint64_t *out) {
+  xf_cursor c = xf_cursor_make(head, len);
+  uint8_t magic[4];
+  if (xf_cursor_bytes(&c, magic, 4) != XF_OK || magic[0] != 0 || magic[1] != 0 ||
+      magic[2] != XF__IDX_UBYTE || magic[3] < 1 || magic[3] > XF__IDX_MAX_DIMS)
+    return false;
+  uint64_t count = 1;
+  for (uint32_t i = 0; i < magic[3]; i++) {
+    uint32_t d;
+    if (xf_cursor_u32be(&c, &d) != XF_OK || d == 0) return false;
+    count *= d;
+    if (count > XF_DATASET_MAX_VALUES) return false;
+  }
+  *out = 4 + 4 * (uint64_t)magic[3] + count;
+  return true;
+}
+
+/* How far compressed data whose first bytes are no IDX header is inflated
+ * (to find damage in the stream, which explains a garbled header better
+ * than the header itself) before the header's own error is reported. */
+#define XF__IDX_PROBE_BYTES ((uint64_t)1 << 20)
+
 /* Points *plain at the inflated form of data (a new buffer in *owned) or at
- * data itself when it is not gzip. */
+ * data itself when it is not gzip. Compressed data is inflated only as far
+ * as its IDX header declares: a file whose gzip stream holds more (a
+ * "bomb" of zeros behind a small header) is refused as soon as the stream
+ * passes that size, so memory stays within the declared size. A header
+ * the reader refuses anyway is inflated no further than
+ * XF__IDX_PROBE_BYTES. */
 static xf_err idx_inflate(const uint8_t *data, size_t len, const char *name,
                           const uint8_t **plain, size_t *plain_len, uint8_t **owned,
                           xf_errctx *err) {
@@ -180,7 +210,33 @@ static xf_err idx_inflate(const uint8_t *data, size_t len, const char *name,
     *plain_len = len;
     return XF_OK;
   }
-  XF_GUARD(xf__gunzip(data, len, name, XF__IDX_MAX_FILE, owned, plain_len, err));
+  uint8_t head[4 + 4 * XF__IDX_MAX_DIMS];
+  size_t got = 0;
+  XF_GUARD(xf__gunzip_head(data, len, name, head, sizeof(head), &got, err));
+  uint64_t declared;
+  if (!idx_declared_size(head, got, &declared)) {
+    xf_err rc = xf__gunzip(data, len, name, XF__IDX_PROBE_BYTES, owned, plain_len, err);
+    if (rc != XF_ERANGE) {
+      *plain = *owned;
+      return rc;
+    }
+    uint8_t *copy = xf_malloc(got ? got : 1);
+    if (!copy) return xf__data_fail(err, name, XF_ENOMEM, "out of memory reading the header");
+    memcpy(copy, head, got);
+    *owned = copy;
+    *plain = copy;
+    *plain_len = got;
+    return XF_OK;
+  }
+  xf_err rc = xf__gunzip(data, len, name, declared, owned, plain_len, err);
+  if (rc == XF_ERANGE)
+    return xf__data_fail(err, name, XF_ERANGE,
+                         "the gzip data inflates to more than the %llu bytes its IDX header "
+                         "declares (%llu header bytes and the payload): the file is damaged or "
+                         "not what its header says; nothing past that size was inflated",
+                         (unsigned long long)declared,
+                         (unsigned long long)(4 + 4 * (uint64_t)head[3]));
+  XF_GUARD(rc);
   *plain = *owned;
   return XF_OK;
 }
@@ -207,12 +263,13 @@ xf_err xf_idx_parse(const void *images, size_t images_len, const char *images_na
 xf_err xf_idx_read(const char *images_path, const char *labels_path, xf_dataset *out,
                    xf_errctx *err) {
   memset(out, 0, sizeof(*out));
+  /* Read as they are, then inflated only as far as their headers declare. */
   uint8_t *img = NULL, *lbl = NULL;
   size_t img_len = 0, lbl_len = 0;
-  xf_err rc = xf__read_data_file(images_path, XF__IDX_MAX_FILE, &img, &img_len, err);
-  if (rc == XF_OK) rc = xf__read_data_file(labels_path, XF__IDX_MAX_FILE, &lbl, &lbl_len, err);
+  xf_err rc = xf__read_file_bytes(images_path, &img, &img_len, err);
+  if (rc == XF_OK) rc = xf__read_file_bytes(labels_path, &lbl, &lbl_len, err);
   if (rc == XF_OK)
-    rc = idx_parse_plain(img, img_len, images_path, lbl, lbl_len, labels_path, out, err);
+    rc = xf_idx_parse(img, img_len, images_path, lbl, lbl_len, labels_path, out, err);
   xf_free(lbl);
   xf_free(img);
   return rc;
@@ -227,14 +284,22 @@ static void put_u32be(uint8_t *p, uint32_t v) {
   p[3] = (uint8_t)v;
 }
 
-static xf_err gz_put(gzFile gz, const char *path, const void *buf, size_t n, xf_errctx *err) {
-  if (n == 0) return XF_OK;
-  if (gzwrite(gz, buf, (unsigned)n) != (int)n) {
-    int zerr = 0;
-    const char *msg = gzerror(gz, &zerr);
-    return xf__data_fail(err, path, XF_EIO, "write failed: %s",
-                         zerr == Z_ERRNO ? strerror(errno) : msg);
-  }
+/* Compresses n bytes at buf (NULL when finishing) into w; flush is Z_NO_FLUSH
+ * or Z_FINISH. */
+static xf_err gz_put(z_stream *z, xf_file_writer *w, const char *path, const void *buf,
+                     size_t n, int flush, xf_errctx *err) {
+  uint8_t out[16384];
+  z->next_in = (Bytef *)(uintptr_t)buf;
+  z->avail_in = (uInt)n;
+  int zr;
+  do {
+    z->next_out = out;
+    z->avail_out = sizeof(out);
+    zr = deflate(z, flush);
+    if (zr == Z_STREAM_ERROR)
+      return xf__data_fail(err, path, XF_EINTERNAL, "gzip compression failed");
+    XF_GUARD(xf_file_writer_write(w, out, sizeof(out) - z->avail_out, err));
+  } while (z->avail_out == 0 || (flush == Z_FINISH && zr != Z_STREAM_END));
   return XF_OK;
 }
 
@@ -249,24 +314,32 @@ static void fill_labels(const xf_dataset *ds, uint64_t from, uint8_t *dst, size_
   for (size_t i = 0; i < n; i++) dst[i] = (uint8_t)ds->y[from + i];
 }
 
+/* A gzip file (what gzopen's "wb6" writes) through storage/file.h. */
 static xf_err idx_write_file(const char *path, const uint8_t *header, size_t header_len,
                              const xf_dataset *ds, uint64_t count, idx_fill_fn fill,
                              xf_errctx *err) {
-  gzFile gz = gzopen(path, "wb6");
-  if (!gz) return xf__data_fail(err, path, XF_EIO, "cannot create: %s", strerror(errno));
-  xf_err rc = gz_put(gz, path, header, header_len, err);
+  xf_file_writer *w = NULL;
+  XF_GUARD(xf_file_writer_begin(path, 0644, &w, err));
+  z_stream z;
+  memset(&z, 0, sizeof(z));
+  if (deflateInit2(&z, 6, Z_DEFLATED, MAX_WBITS + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+    xf_file_writer_abort(w);
+    return xf__data_fail(err, path, XF_ENOMEM, "cannot start gzip compression");
+  }
+  xf_err rc = gz_put(&z, w, path, header, header_len, Z_NO_FLUSH, err);
   uint8_t chunk[16384];
   for (uint64_t at = 0; rc == XF_OK && at < count; at += sizeof(chunk)) {
     size_t n = count - at < sizeof(chunk) ? (size_t)(count - at) : sizeof(chunk);
     fill(ds, at, chunk, n);
-    rc = gz_put(gz, path, chunk, n, err);
+    rc = gz_put(&z, w, path, chunk, n, Z_NO_FLUSH, err);
   }
-  int zr = gzclose(gz);
-  if (rc == XF_OK && zr != Z_OK)
-    rc = xf__data_fail(err, path, XF_EIO, "closing the gzip file failed: %s",
-                       zr == Z_ERRNO ? strerror(errno) : "zlib error");
-  if (rc != XF_OK) unlink(path);
-  return rc;
+  if (rc == XF_OK) rc = gz_put(&z, w, path, NULL, 0, Z_FINISH, err);
+  deflateEnd(&z);
+  if (rc != XF_OK) {
+    xf_file_writer_abort(w);
+    return rc;
+  }
+  return xf_file_writer_commit(w, err);
 }
 
 xf_err xf_idx_write(const char *images_path, const char *labels_path, const xf_dataset *ds,

@@ -179,7 +179,14 @@ static int cmd_init(xf_cli *cli, int argc, char **argv) {
   }
 
   struct stat sb;
-  if (stat(p.config, &sb) == 0) {
+  xf_errctx_clear(&cli->err);
+  if (stat(p.dir, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
+    xf_errctx_file(&cli->err, p.dir);
+    return xf_cli_fail(cli, xf_fail(&cli->err, XF_EEXISTS, "is %s, not a directory: give the "
+                                    "site directory with --dir", xf_file_kind(sb.st_mode)));
+  }
+  if (xf_file_check_target(p.config, &cli->err) != XF_OK) return xf_cli_fail(cli, cli->err.code);
+  if (lstat(p.config, &sb) == 0) {
     xf_errctx_clear(&cli->err);
     xf_errctx_file(&cli->err, p.config);
     return xf_cli_fail(cli, xf_fail(&cli->err, XF_EEXISTS,
@@ -252,7 +259,8 @@ static int cmd_dataset_add(xf_cli *cli, int argc, char **argv) {
         return xf_cli_usage(cli, "at most %d --tag flags", MAX_TAG_FLAGS);
       if (!xf_site_name_valid(optarg))
         return xf_cli_usage(cli, "--tag '%s' is not a valid tag: use 1 to 63 lowercase letters, "
-                                 "digits, '-' and '_'", optarg);
+                                 "digits, '-' and '_', starting with a letter or digit (the "
+                                 "rule of job specs and policies)", optarg);
       tags[spec.n_tags++] = optarg;
       break;
     case 'b':
@@ -267,7 +275,8 @@ static int cmd_dataset_add(xf_cli *cli, int argc, char **argv) {
   if (!spec.name) return xf_cli_usage(cli, "--name N is required");
   if (!xf_site_name_valid(spec.name))
     return xf_cli_usage(cli, "--name '%s' is not a valid dataset name: use 1 to 63 lowercase "
-                             "letters, digits, '-' and '_'", spec.name);
+                             "letters, digits, '-' and '_', starting with a letter or digit "
+                             "(the rule of job specs and policies)", spec.name);
   if (!spec.path) return xf_cli_usage(cli, "--path DIR is required");
 
   site_paths p;
@@ -468,9 +477,11 @@ static int cmd_dataset_tag(xf_cli *cli, int argc, char **argv) {
     case 'a':
     case 'r':
       if (n == MAX_TAG_FLAGS) return xf_cli_usage(cli, "at most %d tag changes", MAX_TAG_FLAGS);
-      if (!xf_site_name_valid(optarg))
-        return xf_cli_usage(cli, "--%s '%s' is not a valid tag: use 1 to 63 lowercase letters, "
-                                 "digits, '-' and '_'", ch == 'a' ? "add" : "remove", optarg);
+      /* A tag registered under an older, looser rule can still be removed. */
+      if (ch == 'a' && !xf_site_name_valid(optarg))
+        return xf_cli_usage(cli, "--add '%s' is not a valid tag: use 1 to 63 lowercase letters, "
+                                 "digits, '-' and '_', starting with a letter or digit (the "
+                                 "rule of job specs and policies)", optarg);
       adding[n] = ch == 'a';
       tags[n++] = optarg;
       break;
@@ -723,7 +734,8 @@ static const xf_cmd commands[] = {
      "refuses is refused with the loader's message, and nothing is recorded.\n"
      "\n"
      "options:\n"
-     "  --name N              the dataset's name (1 to 63 of a-z, 0-9, '-' and '_')\n"
+     "  --name N              the dataset's name (1 to 63 of a-z, 0-9, '-' and '_',\n"
+     "                        starting with a letter or digit)\n"
      "  --path DIR            the dataset directory; a relative one is under the\n"
      "                        site's data_root when site.json sets it\n"
      "  --classification C    public, internal (default), confidential or restricted\n"

@@ -27,8 +27,11 @@ bool xf_site_name_valid(const char *s) {
   if (n < 1 || n > XF_SITE_NAME_MAX) return false;
   for (size_t i = 0; i < n; i++) {
     char ch = s[i];
-    if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '_'))
-      return false;
+    bool alnum = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9');
+    /* The first character is a letter or digit, as job specs
+     * (data.dataset, data.tags) and policies require: a name they cannot
+     * write would register a dataset no job can use. */
+    if (!alnum && (i == 0 || (ch != '-' && ch != '_'))) return false;
   }
   return true;
 }
@@ -67,7 +70,8 @@ static xf_err bad_name(xf_errctx *err, const char *what, const char *s) {
   xf_errctx_clear(err);
   xf_errctx_field(err, "%s", what);
   return xf_fail(err, XF_EINVAL,
-                 "'%.80s' is not a valid %s: use 1 to 63 lowercase letters, digits, '-' and '_'",
+                 "'%.80s' is not a valid %s: use 1 to 63 lowercase letters, digits, '-' and '_', "
+                 "starting with a letter or digit (the rule of job specs and policies)",
                  s ? s : "", what);
 }
 
@@ -707,7 +711,9 @@ static xf_err tag_remove_body(xf_site_registry *reg, sqlite3_int64 id, const voi
 
 xf_err xf_site_registry_tag_remove(xf_site_registry *reg, const char *name, const char *tag,
                                    xf_errctx *err) {
-  if (!xf_site_name_valid(tag)) return bad_name(err, "tag", tag);
+  /* No name rule here: a tag registered under an older, looser rule can
+   * still be removed. */
+  if (!tag || !*tag || strlen(tag) > XF_SITE_NAME_MAX) return bad_name(err, "tag", tag);
   return change(reg, name, tag_remove_body, tag, err);
 }
 

@@ -17,7 +17,8 @@
 
 /* ---- names ------------------------------------------------------------------ */
 
-/* A dataset name or a tag: 1..63 of lowercase letters, digits, '-' and '_'. */
+/* A dataset name or a tag: 1..63 of lowercase letters, digits, '-' and '_',
+ * starting with a letter or digit (the rule of job specs and policies). */
 #define XF_SITE_NAME_MAX 63
 
 /* True when s is a valid dataset name or tag. */

@@ -15,6 +15,7 @@
 
 #include "base/alloc.h"
 #include "site/dataset_internal.h"
+#include "storage/file.h"
 
 /* snprintf into a path buffer; false when the path does not fit. */
 static bool pathf(char *buf, size_t n, const char *fmt, ...) XF_PRINTF(3, 4);
@@ -126,15 +127,21 @@ static xf_err check_parent(const char *outdir, xf_errctx *err) {
 
 xf_err xf_split_check_out(const char *outdir, xf_errctx *err) {
   struct stat st;
-  if (stat(outdir, &st) != 0) {
+  /* The last component is not followed: the finished split is renamed onto
+   * it, which would replace a link, not fill the directory it points to. */
+  if (lstat(outdir, &st) != 0) {
     if (errno == ENOENT) return check_parent(outdir, err);
     return xf__data_fail(err, outdir, XF_EIO, "cannot inspect the output directory: %s",
                          strerror(errno));
   }
+  if (S_ISLNK(st.st_mode))
+    return xf__data_fail(err, outdir, XF_EEXISTS,
+                         "is a symbolic link; xfed never writes through a link: give the real "
+                         "directory, or pick another output directory");
   if (!S_ISDIR(st.st_mode))
     return xf__data_fail(err, outdir, XF_EEXISTS,
-                         "exists and is not a directory: remove it or pick another output "
-                         "directory");
+                         "exists and is not a directory (it is %s): remove it or pick another "
+                         "output directory", xf_file_kind(st.st_mode));
   DIR *d = opendir(outdir);
   if (!d)
     return xf__data_fail(err, outdir, XF_EIO, "cannot read the output directory: %s",
@@ -166,14 +173,15 @@ static void remove_partial(const char *tmp, int sites) {
 }
 
 static xf_err write_text(const char *path, const char *text, xf_errctx *err) {
-  FILE *f = fopen(path, "w");
-  if (!f) return xf__data_fail(err, path, XF_EIO, "cannot create: %s", strerror(errno));
-  int bad = fputs(text, f) < 0 || fputc('\n', f) == EOF;
-  bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
-  int e = errno;
-  bad |= fclose(f) != 0;
-  if (bad) return xf__data_fail(err, path, XF_EIO, "write failed: %s", strerror(e ? e : errno));
-  return XF_OK;
+  xf_file_writer *w = NULL;
+  XF_GUARD(xf_file_writer_begin(path, 0644, &w, err));
+  xf_err rc = xf_file_writer_write(w, text, strlen(text), err);
+  if (rc == XF_OK) rc = xf_file_writer_write(w, "\n", 1, err);
+  if (rc != XF_OK) {
+    xf_file_writer_abort(w);
+    return rc;
+  }
+  return xf_file_writer_commit(w, err);
 }
 
 static xf_err write_shards(const xf_split *split, const char *source, xf_dataset_layout layout,

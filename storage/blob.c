@@ -18,6 +18,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "storage/file.h"
 #include "storage/storage_internal.h"
 
 /* Room after the store directory for "/<2 hex>/<62 hex>" or
@@ -63,9 +64,10 @@ static xf_err xf__blob_mkdir(const char *path, int *created, xf_errctx *err) {
   if (stat(path, &st) != 0)
     return xf__blob_errno_fail(err, path, errno, "cannot inspect the blob directory");
   if (!S_ISDIR(st.st_mode))
-    return xf__storage_fail(err, path, XF_EIO,
-                            "exists but is not a directory; move it away or choose another "
-                            "blob directory");
+    return xf__storage_fail(err, path, XF_EEXISTS,
+                            "is %s, not a directory; move it away or choose another blob "
+                            "directory",
+                            xf_file_kind(st.st_mode));
   return XF_OK;
 }
 
@@ -248,7 +250,9 @@ xf_err xf_blob_writer_write(xf_blob_writer *w, const void *data, size_t n, xf_er
 /* Whether the file at path holds exactly `size` bytes that hash to digest.
  * Any failure to read counts as "no": the caller then replaces the file. */
 static bool xf__blob_file_is_intact(const char *path, const xf_digest *digest, uint64_t size) {
-  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  /* O_NONBLOCK: a FIFO put in a blob's place does not hold the writer up;
+   * it is not a regular file, so it is replaced. */
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return false;
   struct stat st;
   bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == size;

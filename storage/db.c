@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -13,6 +14,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "storage/file.h"
 #include "storage/storage_internal.h"
 
 struct xf_db {
@@ -127,6 +129,52 @@ static int xf__db_query_text(sqlite3 *h, const char *sql, char *out, size_t n) {
   }
   sqlite3_finalize(stmt);
   return rc;
+}
+
+xf_err xf_db_quick_check(xf_db *db, xf_errctx *err) {
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db->handle, "PRAGMA quick_check", -1, &st, NULL) != SQLITE_OK)
+    return xf_db_fail(db, err, "cannot check the database");
+  char first[300] = "", stopped[200] = "";
+  size_t problems = 0;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const unsigned char *t = sqlite3_column_text(st, 0);
+    const char *line = t ? (const char *)t : "";
+    if (strcmp(line, "ok") == 0) continue;
+    if (problems++ == 0) snprintf(first, sizeof(first), "%s", line);
+  }
+  /* Damage bad enough to stop the check (SQLite lists what it found up to
+   * there) is damage too; anything else (I/O, locks, memory) says nothing
+   * about the file. */
+  int code = sqlite3_errcode(db->handle);
+  bool cut_short = rc != SQLITE_DONE && (code == SQLITE_CORRUPT || code == SQLITE_NOTADB);
+  if (cut_short) snprintf(stopped, sizeof(stopped), "%s", sqlite3_errmsg(db->handle));
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE && !cut_short) return xf_db_fail(db, err, "SQLite's quick_check failed");
+  if (problems == 0 && !cut_short) return XF_OK;
+  /* The first finding on one line, without the heading SQLite puts before
+   * it ("*** in database main ***\nPage 2: ..."). */
+  const char *heading = "*** in database main ***";
+  char *finding = first;
+  if (strncmp(finding, heading, strlen(heading)) == 0) finding += strlen(heading);
+  while (*finding == ' ' || *finding == '\n') finding++;
+  for (char *c = finding; *c; c++)
+    if ((unsigned char)*c < 0x20) *c = ' ';
+  char more[48] = "";
+  if (problems > 1) snprintf(more, sizeof(more), ", and %zu more", problems - 1);
+  if (problems == 0)
+    return xf__storage_fail(err, db->path, XF_EINTEGRITY,
+                            "SQLite's quick_check cannot read the database to the end: %s",
+                            stopped);
+  if (cut_short)
+    return xf__storage_fail(err, db->path, XF_EINTEGRITY,
+                            "SQLite's quick_check finds the database damaged (%s%s) and "
+                            "cannot read it to the end: %s",
+                            finding, more, stopped);
+  return xf__storage_fail(err, db->path, XF_EINTEGRITY,
+                          "SQLite's quick_check finds the database damaged: %s%s", finding,
+                          more);
 }
 
 xf_err xf_db_fail(xf_db *db, xf_errctx *err, const char *doing) {
@@ -249,6 +297,13 @@ static xf_err xf__db_configure(xf_db *db, xf_errctx *err) {
   return XF_OK;
 }
 
+/* The refusal of a database path that is not a regular file. */
+static xf_err not_a_database_file(const char *path, mode_t mode, xf_errctx *err) {
+  return xf__storage_fail(err, path, XF_EEXISTS,
+                          "is %s, not a database file; give the path of a database file (a "
+                          "new one is created)", xf_file_kind(mode));
+}
+
 xf_err xf_db_open(const char *path, const xf_migration *migrations, size_t n_migrations,
                   xf_db **out, xf_errctx *err) {
   XF_ENSURE(out, err, XF_EINVAL, "xf_db_open needs an output handle");
@@ -265,13 +320,23 @@ xf_err xf_db_open(const char *path, const xf_migration *migrations, size_t n_mig
   char ebuf[128];
   /* Created here rather than by SQLite so the file (and the -wal and -shm
    * files SQLite gives the same mode) is private to this user. */
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  /* A link to a database is followed (SQLite does), but a FIFO, a device
+   * or a directory is never opened as one. O_NONBLOCK: opening a FIFO that
+   * appeared meanwhile does not wait for a writer. */
+  struct stat st;
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+    return not_a_database_file(path, st.st_mode, err);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0600);
   if (fd < 0) {
     int e = errno;
     return xf__storage_fail(err, path, XF_EIO,
                             "cannot open or create the database file: %s; check that the "
                             "directory exists and is writable by this user",
                             xf__storage_errno(e, ebuf, sizeof(ebuf)));
+  }
+  if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+    close(fd);
+    return not_a_database_file(path, st.st_mode, err);
   }
   close(fd);
 
@@ -398,6 +463,7 @@ xf_err xf_db_backup(xf_db *db, const char *dest_path, xf_errctx *err) {
                             "changes; commit or roll back first");
   char ebuf[128];
   struct stat st;
+  XF_GUARD(xf_file_check_target(dest_path, err)); /* names a link, FIFO, device, directory */
   if (lstat(dest_path, &st) == 0)
     return xf__storage_fail(err, dest_path, XF_EEXISTS,
                             "the backup destination already exists; choose a new file name "
@@ -492,6 +558,16 @@ xf_err xf_db_backup(xf_db *db, const char *dest_path, xf_errctx *err) {
     goto out;
   }
   close(fd);
+  /* What took the destination's place while the copy was made (a file, a
+   * link, a FIFO) is not replaced either. */
+  if (lstat(dest_path, &st) == 0) {
+    rc = S_ISREG(st.st_mode)
+             ? xf__storage_fail(err, dest_path, XF_EEXISTS,
+                                "the backup destination appeared while the backup was made; "
+                                "choose a new file name or move it away")
+             : xf_file_check_target(dest_path, err);
+    goto out;
+  }
   if (rename(tmp, dest_path) != 0) {
     int e = errno;
     rc = xf__storage_fail(err, dest_path, XF_EIO, "cannot move the backup into place: %s",

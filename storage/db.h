@@ -98,6 +98,16 @@ void xf_db_rollback(xf_db *db);
  * the file at fault. */
 xf_err xf_db_backup(xf_db *db, const char *dest_path, xf_errctx *err) XF_WARN_UNUSED;
 
+/* Runs SQLite's `PRAGMA quick_check` over the whole file (every page read
+ * once; O(size of the database)). XF_OK when it finds nothing wrong;
+ * XF_EINTEGRITY when it finds damage, with err naming the file and the
+ * first of SQLite's findings on one line ("Page 5: btree page has invalid
+ * type, and 2 more"), also when the damage stops the check
+ * (SQLITE_CORRUPT, SQLITE_NOTADB: SQLite's message and what it found up to
+ * there); XF_EDB when the check fails for another reason (I/O, locks,
+ * memory), which says nothing about the file. */
+xf_err xf_db_quick_check(xf_db *db, xf_errctx *err) XF_WARN_UNUSED;
+
 /* For modules that step statements themselves: records the connection's
  * last SQLite error as XF_EDB in err (file = the database, message =
  * "<doing>: <SQLite message>" with a hint for locks, full disks and

@@ -4,7 +4,7 @@
 # secure aggregation, compression and strategy.
 set(_xf_sim_libs xf_jobm xf_coord xf_job xf_update xf_aggregate xf_kernels xf_privacy xf_policy
     xf_secagg xf_codec xf_storage)
-xf_add_test(test_jobmachine SOURCES test_jobmachine.c sim.c LIBS ${_xf_sim_libs} LABELS unit
+xf_add_test(test_jobmachine SOURCES test_jobmachine.c sim.c sa_identity.c LIBS ${_xf_sim_libs} LABELS unit
             TIMEOUT 300)
-xf_add_test(test_composition SOURCES test_composition.c sim.c LIBS ${_xf_sim_libs} LABELS unit
+xf_add_test(test_composition SOURCES test_composition.c sim.c sa_identity.c LIBS ${_xf_sim_libs} LABELS unit
             TIMEOUT 600)

@@ -25,3 +25,20 @@ endfunction()
 # fragment, tests/codec.cmake, is read before this one.
 xf_add_fuzzer(fuzz_codec LIBS xf_codec)
 xf_add_fuzzer(fuzz_policy LIBS xf_policy)
+
+# Every message a peer can send, by family (tests/fuzz/README.md has the
+# table of message → target). The seeds are written by fuzz_seeds
+# (tests/fuzz/fuzz_seeds.c), which is built with the tests and not run by
+# them: `build/tests/fuzz_seeds tests/fuzz/corpus` writes them again.
+# fuzz_hello defines the xf_conn_* functions net/session.c calls (a recording
+# connection), so nothing it links may need the rest of net/conn.c.
+xf_add_fuzzer(fuzz_hello LIBS xf_conn)
+xf_add_fuzzer(fuzz_tensor LIBS xf_net xf_update xf_aggregate xf_report xf_codec xf_secagg xf_job)
+xf_add_fuzzer(fuzz_document LIBS xf_conn)
+xf_add_fuzzer(fuzz_secagg_server LIBS xf_saphase xf_net xf_job xf_codec)
+xf_add_fuzzer(fuzz_site_task LIBS xf_secagg xf_update xf_job xf_kernels xf_policy xf_net)
+xf_add_fuzzer(fuzz_round LIBS xf_jobm xf_report xf_job xf_net)
+xf_add_fuzzer(fuzz_cli_request LIBS xf_round xf_cli xf_job xf_policy xf_audit xf_privacy xf_net)
+add_executable(fuzz_seeds ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_seeds.c)
+target_link_libraries(fuzz_seeds PRIVATE xf_saphase xf_secagg xf_update xf_job xf_kernels xf_codec
+                      xf_conn xf_net)

@@ -16,6 +16,7 @@
 #include "base/rng.h"
 #include "coordinator/aggregate.h"
 #include "crypto/secagg.h"
+#include "crypto/secagg_guard.h"
 #include "job/jobmodel.h"
 #include "job/jobprivacy.h"
 #include "job/residency.h"
@@ -29,6 +30,7 @@
 #include "privacy/noise.h"
 #include "storage/db.h"
 #include "update/update.h"
+#include "sa_identity.h"
 
 #define FEATURES 8
 #define CLASSES 2
@@ -58,7 +60,8 @@ typedef struct site {
   char cond_rule[64];
   xf_privacy_plan plan;
   xf_privacy_charge charge;
-  xf_secagg_client *sa;
+  xf_test_signer signer;
+  xf_secagg_guard *sa; /* the client a site runs, checking what its aggregator relays */
   uint32_t sa_bits;
   xf_update_payload payload;
   bool has_payload;
@@ -89,7 +92,7 @@ struct host {
 
 typedef enum ev_kind {
   E_PLAN = 0, E_ACCEPT, E_REFUSE, E_REPORT, E_DROP, E_SA_ADVERT, E_SA_SHARES, E_SA_MASKED,
-  E_SA_REVEAL, E_EVALUATED, E_GO, E_CANCEL
+  E_SA_CHECK_SIG, E_SA_REFUSED, E_SA_REVEAL, E_EVALUATED, E_GO, E_CANCEL
 } ev_kind;
 
 typedef struct event {
@@ -101,7 +104,8 @@ typedef struct event {
   char details[1200];
   uint64_t *sites;
   size_t n_sites;
-  uint8_t *bytes; /* payload, adverts, reveal */
+  uint8_t *bytes; /* payload; keys: advert, signature, certificate; shares: (ciphertext,
+                     signature) each; the signature of U3; reveal */
   size_t len;
   uint32_t *words;
   size_t n_words;
@@ -306,7 +310,7 @@ static bool group_release(world *w, uint64_t via, xf_release_rule *out, char *ru
 /* ---- sites ----------------------------------------------------------------------------------------- */
 
 static void site_clear(site *s) {
-  xf_secagg_client_free(s->sa);
+  xf_secagg_guard_free(s->sa);
   s->sa = NULL;
   if (s->has_payload) xf_update_payload_free(&s->payload);
   s->has_payload = false;
@@ -448,14 +452,28 @@ static void site_go(world *w, site *s, const xf_jobm_action *a) {
   s->has_payload = true;
   if (a->has_secagg) {
     s->sa_bits = a->secagg.params.bits;
-    if (xf_secagg_client_new(&a->secagg.params, a->secagg.index, &s->sa, &err) != XF_OK) {
-      fail_harness(w, "secagg client at %s: %s", s->name, err.msg);
+    /* The cohort's names, as the Go's setup carries them. */
+    const char *cohort[SIM_SITES_MAX];
+    for (size_t i = 0; i < a->n_sites && i < SIM_SITES_MAX; i++) {
+      const site *m = site_by_id(w, a->sites[i]);
+      cohort[i] = m ? m->name : "?";
+    }
+    xf_secagg_session session = {.job = JOB_ID, .round = s->round, .attempt = s->attempt,
+                                 .params = a->secagg.params, .cohort = cohort};
+    xf_secagg_identity id = xf_test_signer_identity(&s->signer, s->name);
+    if (a->n_sites != a->secagg.params.n ||
+        xf_secagg_guard_new(&session, a->secagg.index, &id, &s->sa, &err) != XF_OK) {
+      fail_harness(w, "secagg client at %s (cohort of %zu): %s", s->name, a->n_sites, err.msg);
       goto out;
     }
+    size_t name_len = strlen(s->name);
     event *e = ev_new(w, E_SA_ADVERT, s->host, s->id);
-    if (e && (e->bytes = xf_malloc(XF_SECAGG_ADVERT_BYTES))) {
-      xf_secagg_client_advertise(s->sa, e->bytes);
-      e->len = XF_SECAGG_ADVERT_BYTES;
+    if (e && (e->bytes = xf_malloc(XF_SECAGG_ADVERT_BYTES + XF_SECAGG_SIG_BYTES + name_len))) {
+      if (xf_secagg_guard_advertise(s->sa, e->bytes, e->bytes + XF_SECAGG_ADVERT_BYTES, &err) !=
+          XF_OK)
+        fail_harness(w, "keys at %s: %s", s->name, err.msg);
+      memcpy(e->bytes + XF_SECAGG_ADVERT_BYTES + XF_SECAGG_SIG_BYTES, s->name, name_len);
+      e->len = XF_SECAGG_ADVERT_BYTES + XF_SECAGG_SIG_BYTES + name_len;
     }
     goto out;
   }
@@ -474,23 +492,38 @@ out:
   xf_free(local);
 }
 
+/* A share travels as its ciphertext and its sender's signature. */
+#define SIM_SHARE_BYTES (XF_SECAGG_SHARE_BYTES + XF_SECAGG_SIG_BYTES)
+
 static void site_keys(world *w, site *s, const xf_jobm_action *a) {
   if (!s->sa) return;
-  xf_secagg_share_msg msgs[SIM_SITES_MAX];
-  size_t n = 0;
+  xf_secagg_signed_share msgs[SIM_SITES_MAX];
+  xf_secagg_member_keys keys[SIM_SITES_MAX];
+  size_t n = 0, members = a->blob_len / XF_SECAGG_ADVERT_BYTES;
   xf_errctx err = {0};
-  if (xf_secagg_client_share(s->sa, a->blob, msgs, SIM_SITES_MAX, &n, &err) != XF_OK) {
+  if (members > SIM_SITES_MAX || a->n_sigs != members) {
+    fail_harness(w, "keys at %s: %zu adverts and %zu signatures", s->name, members, a->n_sigs);
+    return;
+  }
+  for (size_t i = 0, at = 0; i < members; at += a->cert_lens[i], i++)
+    keys[i] = (xf_secagg_member_keys){.advert = a->blob + i * XF_SECAGG_ADVERT_BYTES,
+                                      .sig = a->sigs + i * XF_SECAGG_SIG_BYTES,
+                                      .cert = a->cert_lens[i] ? a->certs + at : NULL,
+                                      .cert_len = a->cert_lens[i]};
+  if (xf_secagg_guard_share(s->sa, keys, msgs, SIM_SITES_MAX, &n, &err) != XF_OK) {
     fail_harness(w, "shares at %s: %s", s->name, err.msg);
     return;
   }
   event *e = ev_new(w, E_SA_SHARES, s->host, s->id);
   if (!e) return;
   e->to_idx = xf_mallocarray(n ? n : 1, sizeof(uint32_t));
-  e->bytes = xf_malloc(n ? n * XF_SECAGG_SHARE_BYTES : 1);
+  e->bytes = xf_malloc(n ? n * SIM_SHARE_BYTES : 1);
   if (!e->to_idx || !e->bytes) return;
   for (size_t i = 0; i < n; i++) {
     e->to_idx[i] = msgs[i].to;
-    memcpy(e->bytes + i * XF_SECAGG_SHARE_BYTES, msgs[i].ciphertext, XF_SECAGG_SHARE_BYTES);
+    memcpy(e->bytes + i * SIM_SHARE_BYTES, msgs[i].ciphertext, XF_SECAGG_SHARE_BYTES);
+    memcpy(e->bytes + i * SIM_SHARE_BYTES + XF_SECAGG_SHARE_BYTES, msgs[i].sig,
+           XF_SECAGG_SIG_BYTES);
   }
   e->n_to = n;
 }
@@ -498,14 +531,19 @@ static void site_keys(world *w, site *s, const xf_jobm_action *a) {
 static void site_routed(world *w, site *s, const xf_jobm_action *a) {
   if (!s->sa || !s->has_payload) return;
   xf_errctx err = {0};
+  if (a->n_sigs != a->n_from) {
+    fail_harness(w, "routed shares at %s: %zu shares, %zu signatures", s->name, a->n_from,
+                 a->n_sigs);
+    return;
+  }
   for (size_t i = 0; i < a->n_from; i++)
-    if (xf_secagg_client_receive(s->sa, a->from[i], a->blob + i * XF_SECAGG_SHARE_BYTES, &err) !=
-        XF_OK) {
+    if (xf_secagg_guard_receive(s->sa, a->from[i], a->blob + i * XF_SECAGG_SHARE_BYTES,
+                                a->sigs + i * XF_SECAGG_SIG_BYTES, &err) != XF_OK) {
       fail_harness(w, "routed shares at %s: %s", s->name, err.msg);
       return;
     }
-  if (xf_secagg_client_routed(s->sa, a->u, a->n_u, &err) != XF_OK ||
-      xf_update_mask(&s->payload, s->sa, s->sa_bits, &err) != XF_OK) {
+  if (xf_secagg_guard_routed(s->sa, a->u, a->n_u, &err) != XF_OK ||
+      xf_update_mask(&s->payload, xf_secagg_guard_client(s->sa), s->sa_bits, &err) != XF_OK) {
     fail_harness(w, "masking at %s: %s", s->name, err.msg);
     return;
   }
@@ -519,12 +557,36 @@ static void site_routed(world *w, site *s, const xf_jobm_action *a) {
   }
 }
 
+/* The consistency round: the site signs the survivor set it is told. */
+static void site_check(world *w, site *s, const xf_jobm_action *a) {
+  if (!s->sa) return;
+  xf_errctx err = {0};
+  if (s->cfg.refuse_survivors) {
+    /* As the daemon does: it says why, forgets the round and its task. */
+    event *e = ev_new(w, E_SA_REFUSED, s->host, s->id);
+    if (e)
+      snprintf(e->details, sizeof(e->details),
+               "%s: secagg survivors: refusing to sign the survivor set of %zu sites (in phase "
+               "check)",
+               s->name, a->n_u);
+    site_clear(s);
+    return;
+  }
+  event *e = ev_new(w, E_SA_CHECK_SIG, s->host, s->id);
+  if (!e || !(e->bytes = xf_malloc(XF_SECAGG_SIG_BYTES))) return;
+  e->len = XF_SECAGG_SIG_BYTES;
+  if (xf_secagg_guard_sign_survivors(s->sa, a->u, a->n_u, e->bytes, &err) != XF_OK)
+    fail_harness(w, "signing the survivors at %s: %s", s->name, err.msg);
+}
+
 static void site_unmask(world *w, site *s, const xf_jobm_action *a) {
   if (!s->sa) return;
   uint8_t *buf = xf_malloc(1 << 16);
   size_t len = 0;
   xf_errctx err = {0};
-  if (!buf || xf_secagg_client_unmask(s->sa, a->u, a->n_u, buf, 1 << 16, &len, &err) != XF_OK) {
+  if (!buf || a->n_sigs != a->n_from ||
+      xf_secagg_guard_unmask(s->sa, a->u, a->n_u, a->from, a->sigs, a->n_from, buf, 1 << 16,
+                             &len, &err) != XF_OK) {
     xf_free(buf);
     fail_harness(w, "reveal at %s: %s", s->name, err.msg);
     return;
@@ -682,6 +744,7 @@ static void take_action(world *w, host *h, const xf_jobm_action *a) {
     return;
   case XF_JOBM_SA_KEYS: if (s) site_keys(w, s, a); return;
   case XF_JOBM_SA_ROUTED: if (s) site_routed(w, s, a); return;
+  case XF_JOBM_SA_CHECK: if (s) site_check(w, s, a); return;
   case XF_JOBM_SA_UNMASK: if (s) site_unmask(w, s, a); return;
   case XF_JOBM_COMMIT: commit(w, h, a); return;
   case XF_JOBM_EVALUATE:
@@ -855,19 +918,36 @@ static void deliver(world *w, event *e) {
     break;
   case E_REPORT: deliver_report(w, h, e); break;
   case E_DROP: rc = xf_jobm_dropped(h->m, e->carrier, "left", w->now, &err); break;
-  case E_SA_ADVERT:
-    rc = xf_jobm_sa_advert(h->m, e->carrier, e->bytes, e->len, w->now, &err);
-    break;
-  case E_SA_SHARES: {
-    const uint8_t *cts[SIM_SITES_MAX];
-    size_t lens[SIM_SITES_MAX];
-    for (size_t i = 0; i < e->n_to && i < SIM_SITES_MAX; i++) {
-      cts[i] = e->bytes + i * XF_SECAGG_SHARE_BYTES;
-      lens[i] = XF_SECAGG_SHARE_BYTES;
-    }
-    rc = xf_jobm_sa_shares(h->m, e->carrier, e->to_idx, cts, lens, e->n_to, w->now, &err);
+  case E_SA_ADVERT: {
+    const size_t head = XF_SECAGG_ADVERT_BYTES + XF_SECAGG_SIG_BYTES;
+    xf_saphase_keys keys = {.advert = e->bytes,
+                            .advert_len = XF_SECAGG_ADVERT_BYTES,
+                            .sig = e->bytes + XF_SECAGG_ADVERT_BYTES,
+                            .sig_len = XF_SECAGG_SIG_BYTES,
+                            .cert = e->bytes + head,
+                            .cert_len = e->len - head};
+    rc = xf_jobm_sa_advert(h->m, e->carrier, &keys, w->now, &err);
     break;
   }
+  case E_SA_SHARES: {
+    const uint8_t *cts[SIM_SITES_MAX], *sigs[SIM_SITES_MAX];
+    size_t lens[SIM_SITES_MAX], sig_lens[SIM_SITES_MAX];
+    for (size_t i = 0; i < e->n_to && i < SIM_SITES_MAX; i++) {
+      cts[i] = e->bytes + i * SIM_SHARE_BYTES;
+      lens[i] = XF_SECAGG_SHARE_BYTES;
+      sigs[i] = e->bytes + i * SIM_SHARE_BYTES + XF_SECAGG_SHARE_BYTES;
+      sig_lens[i] = XF_SECAGG_SIG_BYTES;
+    }
+    rc = xf_jobm_sa_shares(h->m, e->carrier, e->to_idx, cts, lens, sigs, sig_lens, e->n_to,
+                           w->now, &err);
+    break;
+  }
+  case E_SA_CHECK_SIG:
+    rc = xf_jobm_sa_check_sig(h->m, e->carrier, e->bytes, e->len, w->now, &err);
+    break;
+  case E_SA_REFUSED:
+    rc = xf_jobm_sa_refused(h->m, e->carrier, e->details, w->now, &err);
+    break;
   case E_SA_MASKED: {
     uint32_t *words = e->words;
     e->words = NULL;

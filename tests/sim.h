@@ -2,8 +2,10 @@
 /* A federation without sockets for tests: the global job machine, a relay
  * job machine per regional aggregator, and sites that do what xfed-site
  * does with a task — checks, the privacy ledger, real training on a small
- * synthetic dataset, the update pipeline, secure aggregation with real
- * clients — all driven through one message queue on an injected clock.
+ * synthetic dataset, the update pipeline, secure aggregation with the
+ * guarded clients a site runs (signed keys, shares and survivor sets; the
+ * signatures name-keyed, tests/sa_identity.h) — all driven through one
+ * message queue on an injected clock.
  * Admission (job/admission.h) and the residency decision are the real
  * ones. Used by test_composition (the composition matrix) and the job
  * machine's regression tests. */
@@ -28,6 +30,8 @@ typedef struct sim_site_cfg {
   bool refuse_policy;     /* refuses every task (POLICY_DENIED, as a local rule would) */
   bool silent;            /* never answers an offer */
   bool drop_after_accept; /* accepts, then leaves before it reports */
+  bool refuse_survivors;  /* under secure aggregation, refuses to sign the survivor set (as
+                             a site whose check of it failed: SecAggRefusal) */
   double budget_epsilon;  /* its dataset's budget (0: none) */
 } sim_site_cfg;
 

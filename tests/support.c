@@ -95,21 +95,41 @@ void xf_test_run_show(const xf_test_run *r) {
           r->err ? r->err : "");
 }
 
+/* Runs o->path with argv (argv[0] is name) and collects what it did. */
+static void exec_argv(const xf_test_exec_opts *o, xf_test_run *r, const char *name,
+                      char **argv);
+
 void xf_test_vexec(const xf_test_exec_opts *o, xf_test_run *r, const char *name,
                    const char *first, va_list ap) {
+  const char *args[64];
+  int n = 0;
+  for (const char *a = first; a; a = va_arg(ap, const char *)) {
+    assert_true(n < 62);
+    args[n++] = a;
+  }
+  args[n] = NULL;
+  xf_test_execv(o, r, name, args);
+}
+
+void xf_test_execv(const xf_test_exec_opts *o, xf_test_run *r, const char *name,
+                   const char *const *args) {
   xf_test_run_free(r);
   char *argv[64];
   int argc = 0;
   argv[argc++] = (char *)name;
   snprintf(r->line, sizeof(r->line), "%s", name);
-  for (const char *a = first; a; a = va_arg(ap, const char *)) {
+  for (const char *const *a = args; *a; a++) {
     assert_true(argc < 63);
-    argv[argc++] = (char *)a;
+    argv[argc++] = (char *)*a;
     size_t used = strlen(r->line);
-    snprintf(r->line + used, sizeof(r->line) - used, " %s", a);
+    snprintf(r->line + used, sizeof(r->line) - used, " %s", *a);
   }
   argv[argc] = NULL;
+  exec_argv(o, r, name, argv);
+}
 
+static void exec_argv(const xf_test_exec_opts *o, xf_test_run *r, const char *name,
+                      char **argv) {
   int out[2], err[2];
   assert_int_equal(pipe(out), 0);
   assert_int_equal(pipe(err), 0);

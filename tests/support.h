@@ -48,6 +48,9 @@ void xf_test_exec(const xf_test_exec_opts *o, xf_test_run *r, const char *name, 
  * ap holds the rest, ending with NULL. */
 void xf_test_vexec(const xf_test_exec_opts *o, xf_test_run *r, const char *name,
                    const char *first, va_list ap);
+/* The same with the arguments in a NULL-terminated array (at most 62). */
+void xf_test_execv(const xf_test_exec_opts *o, xf_test_run *r, const char *name,
+                   const char *const *args);
 
 /* Prints the command line, stdout and stderr of r to stderr. */
 void xf_test_run_show(const xf_test_run *r);

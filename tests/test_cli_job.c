@@ -232,7 +232,11 @@ static void job8(Xfed__JobInfo *j, int n) {
   }
 }
 
-static void fk_metrics(xf_conn *c, const char *job) {
+/* The job's three rows, a page of one row at a time when the query asks
+ * for pages (as the coordinator pages a long report): after the row the
+ * cursor names, in the order they are kept. */
+static void fk_metrics(xf_conn *c, const Xfed__MetricsQuery *q) {
+  const char *job = q->job_id;
   Xfed__MetricsReport__Row r[3];
   Xfed__MetricsReport__Row *rows[3] = {&r[0], &r[1], &r[2]};
   for (int i = 0; i < 3; i++) xfed__metrics_report__row__init(&r[i]);
@@ -251,6 +255,18 @@ static void fk_metrics(xf_conn *c, const char *job) {
   m.job_id = (char *)job;
   m.rows = rows;
   m.n_rows = 3;
+  if (q->limit) {
+    size_t from = 0;
+    const char *after = q->after_site ? q->after_site : "";
+    if (q->after_round || *after) {
+      while (from < 3 && !(r[from].round == q->after_round && !strcmp(r[from].site, after)))
+        from++;
+      from++;
+    }
+    m.rows = rows + (from < 3 ? from : 3);
+    m.n_rows = from < 3 ? 1 : 0;
+    m.more = from + 1 < 3;
+  }
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   env.body_case = XFED__ENVELOPE__BODY_METRICS_REPORT;
   env.metrics_report = &m;
@@ -407,7 +423,7 @@ static void fk_request(fconn *fc, const Xfed__Envelope *env) {
     a.state = "cancelled";
     fk_send_jobs(c, jobs, 1);
     return;
-  case XFED__ENVELOPE__BODY_METRICS_QUERY: fk_metrics(c, env->metrics_query->job_id); return;
+  case XFED__ENVELOPE__BODY_METRICS_QUERY: fk_metrics(c, env->metrics_query); return;
   case XFED__ENVELOPE__BODY_MODEL_QUERY: fk_model(fc, env->model_query); return;
   case XFED__ENVELOPE__BODY_TENSOR_ACK: fk_ack(fc, env->tensor_ack); return;
   default:
@@ -1099,6 +1115,30 @@ static void missing_coordinator_is_a_usage_error_naming_XFED_COORDINATOR(void **
   free_run(r);
 }
 
+/* Ids above 2^63 - 1 were clamped to the largest id (a different job, or
+ * "no such job"); every verb that takes an ID refuses them, naming the id
+ * and the range, before dialing. */
+static void job_ids_beyond_the_range_are_refused_naming_the_range(void **state) {
+  (void)state;
+  run *r = new_run();
+  child_env e;
+  env_user(&e, "alice");
+  static const char *const verbs[] = {"status", "cancel", "metrics", "export", "watch"};
+  for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++) {
+    if (strcmp(verbs[i], "export") == 0)
+      xfed(r, &e, fx.root, "job", verbs[i], "9223372036854775808", "--out", "m.xfm", NULL);
+    else
+      xfed(r, &e, NULL, "job", verbs[i], "9223372036854775808", NULL);
+    expect(r, 2, NULL, "job id 9223372036854775808 is out of range");
+    assert_non_null(strstr(r->err, "1 to 9223372036854775807"));
+  }
+  xfed(r, &e, NULL, "job", "status", "18446744073709551616", NULL);
+  expect(r, 2, NULL, "job id 18446744073709551616 is out of range");
+  xfed(r, &e, NULL, "job", "status", "7x", NULL);
+  expect(r, 2, NULL, "'7x' is not a job id");
+  free_run(r);
+}
+
 static void flags_and_environment_find_the_coordinator(void **state) {
   (void)state;
   run *r = new_run();
@@ -1223,6 +1263,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup(refusals_exit_1_for_authorization_and_3_for_policy, test_setup),
       cmocka_unit_test_setup(missing_coordinator_is_a_usage_error_naming_XFED_COORDINATOR,
                              test_setup),
+      cmocka_unit_test_setup(job_ids_beyond_the_range_are_refused_naming_the_range, test_setup),
       cmocka_unit_test_setup(flags_and_environment_find_the_coordinator, test_setup),
       cmocka_unit_test_setup(busy_coordinator_is_dialed_again, test_setup),
       cmocka_unit_test_setup(profile_file_supplies_what_flags_and_environment_do_not, test_setup),

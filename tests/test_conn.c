@@ -2,18 +2,27 @@
 /* Tests of the connection layer on loopback with real certificates: mutual
  * TLS 1.3 with SPIFFE identities, the Hello exchange, a 5 MB tensor stream
  * under backpressure, refusal of revoked, foreign and TLS 1.2 peers, the
- * frame limit, heartbeats and the idle timeout, paused reading, and the CRL
- * reload. Every test runs its loop until no handle is left. */
+ * frame limit, heartbeats and the idle timeout, paused reading, the CRL
+ * reload, and the bounds on peers: the handshake deadline, the frame limit
+ * before the session opens, the Error answering a malformed Hello, the
+ * listener's caps with their counts, and a frame waiting for the buffer
+ * budget. Every test runs its loop until no handle is left. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <openssl/crypto.h>
 #include <openssl/ssl.h>
@@ -27,6 +36,7 @@
 #include "net/conn.h"
 #include "net/frame.h"
 #include "net/hello.h"
+#include "net/session.h"
 #include "net/tensor.h"
 #include "net/tls.h"
 
@@ -105,6 +115,11 @@ typedef struct side {
   uint32_t version;
   /* Error frames received */
   uint32_t error_code;
+  char error_msg[512];
+  /* session scenarios */
+  xf_session session;
+  char session_error[512];
+  int app_frames;
   /* pause test: Metrics.samples in arrival order */
   uint64_t samples[16];
 } side;
@@ -139,6 +154,15 @@ struct harness {
   /* reload scenario */
   int phase;
   side server1;
+  /* Without a hello the harness trusts each peer once TLS is up
+   * (xf_conn_authenticated in cb_connect); these keep a side from it. */
+  bool server_unauthenticated, client_unauthenticated;
+  /* the malformed Hello the client sends: 1 version 0, 2 min > max */
+  int bad_hello;
+  /* raw TCP scenarios */
+  int raw_fd;
+  size_t raw_sent;
+  xf_conn_guard guard;
 };
 
 static xf_err cb_connect(xf_conn *c, const xf_spiffe_id *peer) {
@@ -146,6 +170,8 @@ static xf_err cb_connect(xf_conn *c, const xf_spiffe_id *peer) {
   s->conn = c;
   s->connected = true;
   s->peer = *peer;
+  if (!(s->server ? s->h->server_unauthenticated : s->h->client_unauthenticated))
+    assert_int_equal(xf_conn_authenticated(c, 0, NULL), XF_OK);
   if (s->h->on_connected) s->h->on_connected(s->h, s);
   return XF_OK;
 }
@@ -153,7 +179,11 @@ static xf_err cb_connect(xf_conn *c, const xf_spiffe_id *peer) {
 static void cb_frame(xf_conn *c, const Xfed__Envelope *env) {
   side *s = xf_conn_user(c);
   s->frames++;
-  if (env->body_case == XFED__ENVELOPE__BODY_ERROR) s->error_code = env->error->code;
+  if (env->body_case == XFED__ENVELOPE__BODY_ERROR) {
+    s->error_code = env->error->code;
+    snprintf(s->error_msg, sizeof(s->error_msg), "%s",
+             env->error->message ? env->error->message : "");
+  }
   if (s->h->on_frame) s->h->on_frame(s->h, s, env);
 }
 
@@ -751,6 +781,332 @@ static void crl_reload_refuses_a_client_revoked_after_start(void **state) {
   assert_int_equal(h.client2.why.end, XF_CONN_END_TLS);
 }
 
+/* ---- bounds on peers ----------------------------------------------------------- */
+
+static void heartbeats_do_not_extend_the_handshake_deadline(void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  /* The client never opens a session, but talks all the time: each
+   * heartbeat restarts the server's idle timer, not its deadline. */
+  h.server_unauthenticated = true;
+  h.sopts.handshake_timeout_ms = 300;
+  h.copts.heartbeat_ms = 50;
+  harness_listen(&h);
+  harness_dial(&h, &h.client);
+  harness_run(&h);
+  assert_true(h.server.connected);
+  assert_int_equal(h.server.why.end, XF_CONN_END_HANDSHAKE);
+  assert_non_null(strstr(h.server.why.msg, "hello exchange"));
+  assert_non_null(strstr(h.server.why.msg, "300 ms"));
+  assert_true(h.server.closed_at_ms - h.started_ms >= 290);
+  assert_int_equal(h.client.why.end, XF_CONN_END_PEER_CLOSED);
+}
+
+/* A ClientHello's first bytes, one every 50 ms, from a plain TCP socket. */
+static void raw_drip(harness *h) {
+  static const uint8_t hello[] = {0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03,
+                                  0x03, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99};
+  if (h->server.closed || h->raw_sent >= sizeof(hello)) return;
+  if (write(h->raw_fd, hello + h->raw_sent, 1) == 1) h->raw_sent++;
+  uv_timer_start(&h->timer, on_scenario_timer, 50, 0);
+}
+
+static int raw_connect(const char *ip, int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in src = {.sin_family = AF_INET};
+  assert_int_equal(inet_pton(AF_INET, ip, &src.sin_addr), 1);
+  if (bind(fd, (struct sockaddr *)&src, sizeof(src)) != 0)
+    fail_msg("bind %s: %s (the loopback net 127.0.0.0/8 is needed)", ip, strerror(errno));
+  struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, (struct sockaddr *)&to, sizeof(to)) != 0)
+    fail_msg("connect 127.0.0.1:%d: %s", port, strerror(errno));
+  return fd;
+}
+
+/* True once the server has ended the socket (end of stream or reset). */
+static bool raw_ended(int fd) {
+  char b[256];
+  (void)fcntl(fd, F_SETFL, O_NONBLOCK);
+  ssize_t n = read(fd, b, sizeof(b));
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+static void dripping_clienthello_is_closed_at_the_handshake_deadline(void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  h.sopts.handshake_timeout_ms = 300;
+  h.on_timer = raw_drip;
+  harness_listen(&h);
+  h.raw_fd = raw_connect("127.0.0.1", xf_listener_port(h.listener));
+  uv_timer_start(&h.timer, on_scenario_timer, 0, 0);
+  harness_run(&h);
+  assert_false(h.server.connected);
+  assert_int_equal(h.server.why.end, XF_CONN_END_HANDSHAKE);
+  assert_non_null(strstr(h.server.why.msg, "TLS handshake"));
+  assert_true(h.server.closed_at_ms - h.started_ms >= 290);
+  assert_true(h.raw_sent > 0);
+  assert_true(raw_ended(h.raw_fd));
+  close(h.raw_fd);
+}
+
+static void frame_before_the_session_opens_is_limited_to_4_kib(void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  h.server_unauthenticated = true;
+  h.on_connected = oversized_send; /* 100 KiB, before any hello */
+  harness_listen(&h);
+  harness_dial(&h, &h.client);
+  harness_run(&h);
+  assert_int_equal(h.server.why.end, XF_CONN_END_FRAME);
+  assert_int_equal(h.server.why.code, XF_ERANGE);
+  assert_int_equal(h.server.frames, 0);
+  assert_int_equal(h.client.error_code, XF_ERANGE);
+  if (!strstr(h.client.error_msg, "exceeds the maximum of 4096 bytes before the hello"))
+    fail_msg("the Error says: %s", h.client.error_msg);
+  assert_int_equal(h.client.why.end, XF_CONN_END_PEER_CLOSED);
+}
+
+/* Both sides run the session, except a client told to open it badly (1:
+ * a Hello of version 0, 2: of the range 3..2, 3: two good Hellos, 4: a
+ * HelloAck first); once
+ * open, the client sends a 100 KiB frame and the server closes on it. */
+static void session_connected(harness *h, side *s) {
+  if (!s->server && h->bad_hello) {
+    Xfed__Hello hello = XFED__HELLO__INIT;
+    hello.protocol_version = h->bad_hello == 1 ? 0 : h->bad_hello == 2 ? 2 : XF_PROTOCOL_VERSION;
+    hello.min_protocol_version = h->bad_hello == 1 ? 0 : h->bad_hello == 2 ? 3 : 0;
+    hello.role = "site";
+    Xfed__Envelope env = XFED__ENVELOPE__INIT;
+    env.body_case = XFED__ENVELOPE__BODY_HELLO;
+    env.hello = &hello;
+    Xfed__HelloAck ack = XFED__HELLO_ACK__INIT;
+    if (h->bad_hello == 4) {
+      ack.protocol_version = XF_PROTOCOL_VERSION;
+      env.body_case = XFED__ENVELOPE__BODY_HELLO_ACK;
+      env.hello_ack = &ack;
+    }
+    send_env(s->conn, &env);
+    if (h->bad_hello == 3) send_env(s->conn, &env);
+    return;
+  }
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (xf_session_start(&s->session, s->conn, s->server ? "coordinator" : "site", 0, &err) != XF_OK)
+    fail_msg("session: %s", err.msg);
+}
+
+static void session_frame(harness *h, side *s, const Xfed__Envelope *env) {
+  if (!s->server && h->bad_hello) return; /* cb_frame kept the Error */
+  xf_session_event ev;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (xf_session_on_frame(&s->session, s->conn, env, &ev, &err) != XF_OK) {
+    snprintf(s->session_error, sizeof(s->session_error), "%s", err.msg);
+    xf_conn_close(s->conn);
+    return;
+  }
+  if (ev == XF_SESSION_OPENED && !s->server) oversized_send(h, s);
+  if (ev == XF_SESSION_FRAME && s->server) {
+    s->app_frames++;
+    xf_conn_close(s->conn);
+  }
+}
+
+static void hello_with_version_0_or_an_empty_range_gets_an_error_frame(void **state) {
+  (void)state;
+  for (int bad = 1; bad <= 2; bad++) {
+    harness h;
+    harness_init(&h);
+    h.server_unauthenticated = h.client_unauthenticated = true;
+    h.bad_hello = bad;
+    h.on_connected = session_connected;
+    h.on_frame = session_frame;
+    harness_listen(&h);
+    harness_dial(&h, &h.client);
+    harness_run(&h);
+    assert_int_equal(h.client.error_code, XF_EFORMAT);
+    if (!strstr(h.client.error_msg, bad == 1 ? "empty protocol range 0..0"
+                                             : "empty protocol range 3..2"))
+      fail_msg("the Error says: %s", h.client.error_msg);
+    assert_non_null(strstr(h.server.session_error, "empty protocol range"));
+    assert_int_equal(h.server.why.end, XF_CONN_END_CLOSED);
+    assert_int_equal(h.client.why.end, XF_CONN_END_PEER_CLOSED);
+  }
+}
+
+static void hello_traffic_out_of_turn_gets_an_error_frame(void **state) {
+  (void)state;
+  static const struct {
+    int bad;
+    xf_err code;
+    const char *says;
+  } cases[] = {{3, XF_EFORMAT, "received a second Hello"},
+               {4, XF_EFORMAT, "received a HelloAck before the Hello"}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    harness h;
+    harness_init(&h);
+    h.server_unauthenticated = h.client_unauthenticated = true;
+    h.bad_hello = cases[i].bad;
+    h.on_connected = session_connected;
+    h.on_frame = session_frame;
+    harness_listen(&h);
+    harness_dial(&h, &h.client);
+    harness_run(&h);
+    assert_int_equal(h.client.error_code, cases[i].code);
+    if (!strstr(h.client.error_msg, cases[i].says))
+      fail_msg("case %d: the Error says: %s", cases[i].bad, h.client.error_msg);
+    assert_non_null(strstr(h.server.session_error, cases[i].says));
+    assert_false(h.server.session.open);
+    assert_int_equal(h.server.why.end, XF_CONN_END_CLOSED);
+    assert_int_equal(h.client.why.end, XF_CONN_END_PEER_CLOSED);
+  }
+}
+
+static void open_session_lifts_the_hello_frame_limit(void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  h.server_unauthenticated = h.client_unauthenticated = true;
+  h.on_connected = session_connected;
+  h.on_frame = session_frame;
+  harness_listen(&h);
+  harness_dial(&h, &h.client);
+  harness_run(&h);
+  assert_true(h.server.session.open && h.client.session.open);
+  assert_int_equal(h.server.app_frames, 1); /* the 100 KiB frame */
+  assert_int_equal(h.server.why.end, XF_CONN_END_CLOSED);
+  assert_int_equal(h.client.why.end, XF_CONN_END_PEER_CLOSED);
+}
+
+static void keep_listener(harness *h) { (void)h; }
+
+static void listener_refuses_beyond_its_caps_and_counts_them(void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  xf_conn_guard_init(&h.guard, 3, 2, 0);
+  h.sopts.guard = &h.guard;
+  h.after_server_close = keep_listener;
+  harness_listen(&h);
+  int port = xf_listener_port(h.listener);
+  /* Two from 127.0.0.1, a third refused by the cap per address; one from
+   * 127.0.0.2 fills the total, and one from 127.0.0.3 is refused by it. */
+  const char *from[] = {"127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.3"};
+  int fd[5];
+  for (int i = 0; i < 5; i++) {
+    fd[i] = raw_connect(from[i], port);
+    while (h.guard.accepted + h.guard.refused[XF_CONN_CAP_TOTAL] +
+               h.guard.refused[XF_CONN_CAP_PER_ADDRESS] <
+           (uint64_t)i + 1)
+      uv_run(&h.loop, UV_RUN_ONCE);
+  }
+  assert_int_equal(h.guard.accepted, 3);
+  assert_int_equal(h.guard.open, 3);
+  assert_int_equal(h.guard.refused[XF_CONN_CAP_PER_ADDRESS], 1);
+  assert_int_equal(h.guard.refused[XF_CONN_CAP_TOTAL], 1);
+  assert_string_equal(xf_conn_cap_name(XF_CONN_CAP_PER_ADDRESS), "max_connections_per_address");
+  for (int i = 0; i < 5; i++) {
+    bool refused = i == 2 || i == 4;
+    /* A refused socket is ended at once; an accepted one waits for TLS. */
+    while (refused && !raw_ended(fd[i])) uv_run(&h.loop, UV_RUN_NOWAIT);
+    if (!refused) assert_false(raw_ended(fd[i]));
+    close(fd[i]);
+  }
+  while (h.guard.open > 0) uv_run(&h.loop, UV_RUN_ONCE);
+  assert_int_equal(h.guard.ended[XF_CONN_END_TLS], 3); /* gone during the handshake */
+  xf_listener_close(h.listener, NULL);
+  h.listener = NULL;
+  harness_run(&h);
+}
+
+static void dual_stack_listener_counts_ipv4_peers_by_their_own_address(void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  xf_conn_guard_init(&h.guard, 0, 2, 0);
+  h.sopts.guard = &h.guard;
+  h.after_server_close = keep_listener;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (xf_listen(&h.loop, h.server_tls, "::", 0, &h.sopts, &h.listener, &err) != XF_OK) {
+    harness_run(&h);
+    skip(); /* no IPv6 here */
+  }
+  int port = xf_listener_port(h.listener);
+  /* They arrive as ::ffff:127.0.0.x: each IPv4 address counts alone, not
+   * as one /64 of IPv4-mapped addresses. */
+  const char *from[] = {"127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.1"};
+  int fd[4];
+  for (int i = 0; i < 4; i++) {
+    fd[i] = raw_connect(from[i], port);
+    while (h.guard.accepted + h.guard.refused[XF_CONN_CAP_PER_ADDRESS] < (uint64_t)i + 1)
+      uv_run(&h.loop, UV_RUN_ONCE);
+  }
+  assert_int_equal(h.guard.accepted, 3);
+  assert_int_equal(h.guard.refused[XF_CONN_CAP_PER_ADDRESS], 1);
+  while (!raw_ended(fd[3])) uv_run(&h.loop, UV_RUN_NOWAIT);
+  for (int i = 0; i < 4; i++) close(fd[i]);
+  while (h.guard.open > 0) uv_run(&h.loop, UV_RUN_ONCE);
+  xf_listener_close(h.listener, NULL);
+  h.listener = NULL;
+  harness_run(&h);
+}
+
+static void budget_release(harness *h) {
+  /* Nothing may be delivered while the budget has no room. */
+  assert_int_equal(h->server.frames, 0);
+  assert_int_equal(h->guard.budget.waits, 1);
+  h->phase = 2;
+  xf_frame_budget_give(&h->guard.budget, 900u * 1024u);
+}
+
+static void budget_connected(harness *h, side *s) {
+  if (s->server) return;
+  static uint8_t big[256 * 1024];
+  Xfed__TensorChunk chunk = XFED__TENSOR_CHUNK__INIT;
+  chunk.stream_id = 1;
+  chunk.data.data = big;
+  chunk.data.len = sizeof(big);
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_TENSOR_CHUNK;
+  env.tensor_chunk = &chunk;
+  send_env(s->conn, &env);
+  uv_timer_start(&h->timer, on_scenario_timer, 500, 0);
+}
+
+static void budget_frame(harness *h, side *s, const Xfed__Envelope *env) {
+  assert_true(s->server);
+  assert_int_equal(h->phase, 2);
+  assert_int_equal(env->tensor_chunk->data.len, 256u * 1024u);
+  xf_conn_close(s->conn);
+}
+
+static void frame_waits_for_the_budget_and_goes_on_when_it_frees(void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  xf_conn_guard_init(&h.guard, 0, 0, 1024u * 1024u);
+  assert_true(xf_frame_budget_take(&h.guard.budget, 900u * 1024u)); /* held elsewhere */
+  h.sopts.guard = &h.guard;
+  h.phase = 1;
+  h.on_connected = budget_connected;
+  h.on_frame = budget_frame;
+  h.on_timer = budget_release;
+  harness_listen(&h);
+  harness_dial(&h, &h.client);
+  harness_run(&h);
+  assert_int_equal(h.phase, 2);
+  assert_int_equal(h.server.frames, 1);
+  assert_int_equal(h.server.why.end, XF_CONN_END_CLOSED);
+  assert_int_equal(h.guard.budget.used, 0);
+  assert_int_equal(h.guard.budget.peak, 900u * 1024u); /* never both at once */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(handshake_shows_both_identities_and_hello_is_exchanged),
@@ -767,6 +1123,15 @@ int main(void) {
       cmocka_unit_test(dial_to_a_closed_port_reports_connect),
       cmocka_unit_test(tls_context_refuses_a_key_of_another_certificate),
       cmocka_unit_test(crl_reload_refuses_a_client_revoked_after_start),
+      cmocka_unit_test(heartbeats_do_not_extend_the_handshake_deadline),
+      cmocka_unit_test(dripping_clienthello_is_closed_at_the_handshake_deadline),
+      cmocka_unit_test(frame_before_the_session_opens_is_limited_to_4_kib),
+      cmocka_unit_test(hello_with_version_0_or_an_empty_range_gets_an_error_frame),
+      cmocka_unit_test(hello_traffic_out_of_turn_gets_an_error_frame),
+      cmocka_unit_test(open_session_lifts_the_hello_frame_limit),
+      cmocka_unit_test(listener_refuses_beyond_its_caps_and_counts_them),
+      cmocka_unit_test(dual_stack_listener_counts_ipv4_peers_by_their_own_address),
+      cmocka_unit_test(frame_waits_for_the_budget_and_goes_on_when_it_frees),
   };
   int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);
   OPENSSL_cleanup();

@@ -5,10 +5,12 @@
  * while the daemon runs, before and after SIGHUP) and by small in-test
  * clients (a site speaking for another site, a frame above the maximum, a
  * malformed frame, a compliance user submitting a job, a site certificate
- * taking the role "cli"). Each refusal must leave its key=value line in the
- * daemon's log, and the daemon must go on serving: a site session held from
- * the first test to the last stays open, and after every refusal a new site
- * session is taken and a researcher's JobQuery is answered. */
+ * taking the role "cli", a request larger than a frame from a researcher,
+ * above its size limit or beyond what all sessions together may gather).
+ * Each refusal must leave its key=value line in the daemon's log, and the
+ * daemon must go on serving: a site session held from the first test to the
+ * last stays open, and after every refusal a new site session is taken and
+ * a researcher's JobQuery is answered. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -46,6 +48,7 @@
 #include "crypto/pki.h"
 #include "policy/audit.h"
 #include "net/conn.h"
+#include "net/document.h"
 #include "net/frame.h"
 #include "net/hello.h"
 #include "net/session.h"
@@ -78,6 +81,7 @@ typedef struct client {
   uint32_t error_code;
   char error_msg[512];
   int job_lists;
+  int acks; /* TensorAck frames */
   char session_error[512];
   struct client *next;
 } client;
@@ -442,6 +446,8 @@ static void client_on_frame(xf_conn *c, const Xfed__Envelope *env) {
     if (cl->announce_site) client_announce(cl);
   } else if (ev == XF_SESSION_FRAME && env->body_case == XFED__ENVELOPE__BODY_JOB_LIST) {
     cl->job_lists++;
+  } else if (ev == XF_SESSION_FRAME && env->body_case == XFED__ENVELOPE__BODY_TENSOR_ACK) {
+    cl->acks++;
   }
 }
 
@@ -1108,6 +1114,150 @@ static void compliance_user_submitting_or_cancelling_a_job_is_denied_and_stays_c
   assert_still_serving("a compliance user's job submission");
 }
 
+/* ---- requests larger than a frame ---------------------------------------------------- */
+
+typedef struct answered {
+  const client *cl;
+  int want; /* TensorAck and Error frames, together */
+} answered;
+
+static bool client_answered(const void *arg) {
+  const answered *a = arg;
+  return a->cl->acks + a->cl->errors >= a->want || a->cl->closed;
+}
+
+/* Sends the TensorBegin of a DOCUMENT stream of `total` bytes (a request
+ * larger than a frame) and waits for its answer: a TensorAck or an Error. */
+static void document_begin(client *cl, uint64_t stream_id, uint64_t total, size_t mark) {
+  static uint8_t digest[XF_DIGEST_BYTES];
+  Xfed__TensorBegin b = XFED__TENSOR_BEGIN__INIT;
+  b.stream_id = stream_id;
+  b.kind = XFED__TENSOR_BEGIN__KIND__DOCUMENT;
+  b.dtype = XFED__TENSOR_BEGIN__DTYPE__U8;
+  b.total_bytes = total;
+  b.element_count = total;
+  b.chunk_bytes = 65536;
+  b.digest.data = digest;
+  b.digest.len = sizeof(digest);
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_TENSOR_BEGIN;
+  env.tensor_begin = &b;
+  answered w = {cl, cl->acks + cl->errors + 1};
+  client_send(cl, &env);
+  wait_until(client_answered, &w, mark, "the answer to a DOCUMENT stream's TensorBegin");
+  if (cl->closed) {
+    log_show(mark);
+    fail_msg("the session closed after the TensorBegin of a %llu-byte DOCUMENT stream (%s: %s)",
+             (unsigned long long)total, xf_conn_end_message(cl->why.end), cl->why.msg);
+  }
+}
+
+/* An Error answered the last TensorBegin: code and words. */
+static void expect_error(const client *cl, int errors, xf_err code, const char *words,
+                         size_t mark) {
+  if (cl->errors != errors || cl->error_code != (uint32_t)code || !strstr(cl->error_msg, words)) {
+    log_show(mark);
+    fail_msg("expected Error(%s) saying '%s'; got %d errors, the last code %u: %s",
+             xf_strerror(code), words, cl->errors, (unsigned)cl->error_code, cl->error_msg);
+  }
+  assert_false(cl->closed);
+}
+
+/* A request larger than a frame is a DOCUMENT stream, and its TensorBegin
+ * is refused before anything is gathered: from a researcher (only a policy
+ * document needs one), above XF_DOCUMENT_MAX, and when the streams of every
+ * session together would announce more than two of the largest. A stream
+ * replaced by a smaller one counts only the smaller. Each refusal is logged
+ * with its reason, and every session stays open. */
+static void document_streams_are_bounded_by_role_size_and_in_total(void **state) {
+  (void)state;
+  size_t mark = log_mark();
+  client *alice = client_dial(fx.tls_alice, "cli", NULL, NULL);
+  client *carol1 = client_dial(fx.tls_carol, "cli", NULL, NULL);
+  client *carol2 = client_dial(fx.tls_carol, "cli", NULL, NULL);
+  client *carol3 = client_dial(fx.tls_carol, "cli", NULL, NULL);
+  client_expect_open(alice, mark, "alice's session");
+  client_expect_open(carol1, mark, "carol's first session");
+  client_expect_open(carol2, mark, "carol's second session");
+  client_expect_open(carol3, mark, "carol's third session");
+
+  document_begin(alice, 1, 1000, mark);
+  expect_error(alice, 1, XF_EDENIED, "only a compliance or admin identity", mark);
+  wait_log(mark, "event=document_refused", "user=spiffe://acme/user/alice/role/researcher",
+           "reason=role", NULL);
+
+  document_begin(carol1, 1, (uint64_t)XF_DOCUMENT_MAX + 1, mark);
+  expect_error(carol1, 1, XF_ERANGE, "more than the 67108864 bytes", mark);
+  wait_log(mark, "event=document_refused", "/user/carol/", "reason=size", NULL);
+
+  /* Two of the largest at once are taken; a third stream, however small,
+   * waits for one of them to end. */
+  document_begin(carol1, 2, XF_DOCUMENT_MAX, mark);
+  document_begin(carol2, 1, XF_DOCUMENT_MAX, mark);
+  assert_int_equal(carol1->acks, 1);
+  assert_int_equal(carol2->acks, 1);
+  document_begin(carol3, 1, 1000, mark);
+  expect_error(carol3, 1, XF_ERANGE, "send this one (1000 bytes) again when they are done", mark);
+  wait_log(mark, "event=document_refused", "/user/carol/", "reason=busy", NULL);
+  /* carol1 starts over with a small stream: only that one counts now. */
+  document_begin(carol1, 3, 1000, mark);
+  assert_int_equal(carol1->acks, 2);
+  document_begin(carol3, 1, 1000, mark);
+  assert_int_equal(carol3->acks, 1);
+  assert_int_equal(carol3->errors, 1);
+
+  client_close_and_wait(alice, mark);
+  client_close_and_wait(carol1, mark);
+  client_close_and_wait(carol2, mark);
+  client_close_and_wait(carol3, mark);
+  assert_still_serving("DOCUMENT streams refused by role, size and total");
+}
+
+/* A job id above 2^63 - 1 is refused naming the id and the range, never
+ * clamped to the largest id: a JobQuery, a MetricsQuery and a ModelQuery
+ * each get Error(XF_ERANGE), and the session stays open. */
+static void job_id_beyond_the_range_is_refused_not_clamped(void **state) {
+  (void)state;
+  size_t mark = log_mark();
+  client *carol = client_dial(fx.tls_carol, "cli", NULL, NULL);
+  client_expect_open(carol, mark, "carol's session");
+  static const char *const ids[] = {"9223372036854775808", "18446744073709551616",
+                                    "99999999999999999999999"};
+  for (size_t i = 0; i < 3; i++) {
+    Xfed__JobQuery jq = XFED__JOB_QUERY__INIT;
+    Xfed__MetricsQuery mq = XFED__METRICS_QUERY__INIT;
+    Xfed__ModelQuery oq = XFED__MODEL_QUERY__INIT;
+    Xfed__Envelope env = XFED__ENVELOPE__INIT;
+    if (i == 0) {
+      jq.job_id = (char *)ids[i];
+      env.body_case = XFED__ENVELOPE__BODY_JOB_QUERY;
+      env.job_query = &jq;
+    } else if (i == 1) {
+      mq.job_id = (char *)ids[i];
+      env.body_case = XFED__ENVELOPE__BODY_METRICS_QUERY;
+      env.metrics_query = &mq;
+    } else {
+      oq.job_id = (char *)ids[i];
+      env.body_case = XFED__ENVELOPE__BODY_MODEL_QUERY;
+      env.model_query = &oq;
+    }
+    carol->errors = 0;
+    client_send(carol, &env);
+    wait_until(client_has_error, carol, mark, "the Error answering a query for a job id");
+    if (carol->error_code != XF_ERANGE || !strstr(carol->error_msg, ids[i]) ||
+        !strstr(carol->error_msg, "1 to 9223372036854775807")) {
+      log_show(mark);
+      fail_msg("job %s: expected Error(XF_ERANGE) naming the id and the range; got code %u: %s",
+               ids[i], (unsigned)carol->error_code, carol->error_msg);
+    }
+  }
+  assert_false(carol->closed);
+  client_job_query(carol);
+  wait_until(client_has_job_list, carol, mark, "the JobList answering carol's JobQuery");
+  client_close_and_wait(carol, mark);
+  assert_still_serving("job ids beyond the range");
+}
+
 static void site_certificate_taking_the_cli_role_is_refused(void **state) {
   (void)state;
   size_t mark = log_mark();
@@ -1158,6 +1308,8 @@ int main(void) {
       cmocka_unit_test(malformed_frame_ends_the_session_with_an_error),
       cmocka_unit_test(compliance_user_submitting_or_cancelling_a_job_is_denied_and_stays_connected),
       cmocka_unit_test(site_certificate_taking_the_cli_role_is_refused),
+      cmocka_unit_test(job_id_beyond_the_range_is_refused_not_clamped),
+      cmocka_unit_test(document_streams_are_bounded_by_role_size_and_in_total),
       cmocka_unit_test(daemon_stops_cleanly_with_no_sanitizer_report),
   };
   int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);

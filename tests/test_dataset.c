@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -396,6 +397,67 @@ static void idx_rejects_label_and_image_count_mismatch(void **state) {
                    "do not belong together");
   bytes_free(&img);
   bytes_free(&lbl);
+}
+
+/* Peak resident memory of this process, in bytes. */
+static uint64_t peak_rss(void) {
+  struct rusage ru;
+  assert_int_equal(getrusage(RUSAGE_SELF, &ru), 0);
+  return (uint64_t)ru.ru_maxrss * 1024; /* kilobytes on Linux */
+}
+
+/* 256 MiB of zeros behind a valid header of 10 images of 28x28 compress to
+ * a few hundred kilobytes. The reader inflates no further than the 7856
+ * bytes the header declares and refuses the file, naming that size; it
+ * used to inflate all of it (430 MB of memory) before refusing. Runs first
+ * in its group, so that the peak memory it checks is its own. */
+static void idx_gzip_bomb_is_refused_at_the_declared_size(void **state) {
+  scratch *s = *state;
+  const char *img = path_in(s, "train-images-idx3-ubyte.gz");
+  const char *lbl = path_in(s, "train-labels-idx1-ubyte.gz");
+  gzFile gz = gzopen(img, "wb6");
+  assert_non_null(gz);
+  uint8_t hdr[16] = {0, 0, 8, 3, 0, 0, 0, 10, 0, 0, 0, 28, 0, 0, 0, 28};
+  assert_int_equal(gzwrite(gz, hdr, sizeof(hdr)), (int)sizeof(hdr));
+  static uint8_t zeros[1 << 20];
+  for (int i = 0; i < 256; i++)
+    assert_int_equal(gzwrite(gz, zeros, sizeof(zeros)), (int)sizeof(zeros));
+  assert_int_equal(gzclose(gz), Z_OK);
+  bytes labels = idx_labels(10, 3), glabels = gzip_of(&labels);
+  write_bytes(lbl, glabels.p, glabels.n);
+  struct stat st;
+  assert_int_equal(stat(img, &st), 0);
+  assert_true(st.st_size < 4 * 1024 * 1024);
+
+  uint64_t before = peak_rss();
+  xf_dataset ds;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  assert_int_equal(xf_idx_read(img, lbl, &ds, &err), XF_ERANGE);
+  assert_null(ds.x);
+  assert_string_equal(err.file, img);
+  assert_msg_contains(&err, "inflates to more than the 7856 bytes its IDX header declares");
+  /* O(declared size), not O(what the stream holds): the peak grows by far
+   * less than the 256 MiB the old reader held. */
+  uint64_t grew = peak_rss() - before;
+  if (grew > 64u * 1024 * 1024)
+    fail_msg("reading the bomb raised peak memory by %llu bytes", (unsigned long long)grew);
+
+  /* The same bytes in memory are refused the same way. */
+  uint8_t *raw = malloc((size_t)st.st_size);
+  assert_non_null(raw);
+  FILE *f = fopen(img, "rb");
+  assert_non_null(f);
+  assert_int_equal(fread(raw, 1, (size_t)st.st_size, f), (size_t)st.st_size);
+  fclose(f);
+  xf_errctx_clear(&err);
+  assert_int_equal(xf_idx_parse(raw, (size_t)st.st_size, "bomb.gz", glabels.p, glabels.n,
+                                "labels.gz", &ds, &err),
+                   XF_ERANGE);
+  assert_string_equal(err.file, "bomb.gz");
+  free(raw);
+  bytes_free(&labels);
+  bytes_free(&glabels);
 }
 
 static void idx_parser_frees_everything_when_allocations_fail(void **state) {
@@ -1127,6 +1189,7 @@ static void fashion_mnist_loads_and_splits(void **state) {
 int main(void) {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, scratch_setup, scratch_teardown)
   const struct CMUnitTest tests[] = {
+      T(idx_gzip_bomb_is_refused_at_the_declared_size),
       T(idx_plain_and_gzip_parse_alike),
       T(idx_round_trips_through_the_gzip_writer),
       T(idx_rejects_wrong_magic),

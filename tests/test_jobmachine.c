@@ -404,6 +404,52 @@ static void secure_aggregation_runs_over_a_cohort_the_policy_mixes(void **state)
   for (size_t i = 0; i < r.n_sites; i++) assert_int_equal(r.sites[i].trained, 2);
 }
 
+static void four_direct_sites_with_secure_aggregation(sim_config *c) {
+  base(c, 2);
+  c->spec.secure_aggregation.enabled = true; /* threshold 0.66: t = 3 of 4 */
+  c->spec.privacy.clip = 1.0;
+  for (int i = 0; i < 4; i++) {
+    static const char *const names[] = {"a1", "a2", "a3", "a4"};
+    c->sites[c->n_sites++] = (sim_site_cfg){.name = names[i], .region = "us"};
+  }
+}
+
+/* A site that refuses the survivor set leaves the unmasking; with t of the
+ * others signing, its input (already in the sum) is unmasked from their
+ * shares and every round commits all four. */
+static void a_site_refusing_the_survivor_set_leaves_and_t_signers_still_unmask(void **state) {
+  (void)state;
+  sim_config c;
+  four_direct_sites_with_secure_aggregation(&c);
+  c.sites[3].refuse_survivors = true;
+  sim_result r;
+  run_ok(&c, &r);
+  assert_int_equal(r.rounds_committed, 2);
+  assert_int_equal(r.attempts, 2);
+  /* Every site's update in both committed sums, the refuser's included:
+   * the secure sum's weight is the four sites' 96 training records each. */
+  for (size_t i = 0; i < 4; i++) assert_int_equal(r.sites[i].used, 2);
+  assert_int_equal(r.weight_last, 4 * 96);
+}
+
+/* Two of four refuse: fewer than t = 3 sign, no site reveals, each attempt
+ * fails cleanly, and the job fails in the sites' words. */
+static void refusals_that_leave_fewer_than_t_signers_fail_the_job_in_the_sites_words(void **state) {
+  (void)state;
+  sim_config c;
+  four_direct_sites_with_secure_aggregation(&c);
+  c.sites[2].refuse_survivors = c.sites[3].refuse_survivors = true;
+  sim_result r;
+  assert_int_equal(sim_run(&c, &r), 0);
+  assert_int_equal(r.verdict, XF_ADMIT_RUNS);
+  assert_int_equal(r.phase, XF_JOBM_FAILED);
+  assert_int_equal(r.rounds_committed, 0);
+  assert_true(r.attempts >= 2);
+  if (!strstr(r.message, "only 2 of the 4 survivors signed the survivor set") ||
+      !strstr(r.message, "refused by the site: a3: secagg survivors: refusing to sign"))
+    fail_msg("message: %s", r.message);
+}
+
 static void median_across_regions_weighs_each_region_by_its_sites(void **state) {
   (void)state;
   sim_config c;
@@ -497,6 +543,8 @@ int main(void) {
       cmocka_unit_test(min_sites_counts_the_sites_behind_regional_aggregators),
       cmocka_unit_test(a_refusal_behind_an_aggregator_reaches_the_coordinator_in_the_sites_words),
       cmocka_unit_test(secure_aggregation_runs_over_a_cohort_the_policy_mixes),
+      cmocka_unit_test(a_site_refusing_the_survivor_set_leaves_and_t_signers_still_unmask),
+      cmocka_unit_test(refusals_that_leave_fewer_than_t_signers_fail_the_job_in_the_sites_words),
       cmocka_unit_test(median_across_regions_weighs_each_region_by_its_sites),
       cmocka_unit_test(an_attempt_the_region_cannot_release_spends_no_budget),
       cmocka_unit_test(counts_shown_are_sites_whatever_stands_between),

@@ -15,6 +15,7 @@
 
 #include "base/alloc.h"
 #include "base/result.h"
+#include "job/jobmodel.h"
 #include "job/jobspec.h"
 
 /* The example of PRODUCT.md "Jobs", verbatim. */
@@ -411,6 +412,8 @@ static void out_of_range_values_give_the_range(void **state) {
        "between 8 and 32, got 40"},
       {SPEC(", \"secure_aggregation\": {\"threshold\": 0}"), XF_ERANGE,
        "secure_aggregation.threshold", "(0, 1]"},
+      {SPEC(", \"secure_aggregation\": {\"enabled\": true, \"threshold\": 0.5}"), XF_ERANGE,
+       "secure_aggregation.threshold", "must be above 0.5 with secure aggregation (got 0.5)"},
       {SPEC(", \"privacy\": {\"mode\": \"none\", \"delta\": 1}"), XF_ERANGE, "privacy.delta",
        "(0, 1)"},
       {SPEC(", \"privacy\": {\"mode\": \"central\", \"clip\": 1, \"target_epsilon\": 0}"),
@@ -862,6 +865,70 @@ static void deploy_job_specs_parse(void **state) {
   assert_int_equal(s.model.preset, XF_JOB_PRESET_LENET5);
 }
 
+/* A spec within every field's range could ask for 4.35e9 parameters and die
+ * of "out of memory" at the coordinator: the count is limited where the
+ * spec is validated (hidden layers alone) and where the data's shape is
+ * known (xf_jobspec_model_spec), naming the field, the count and the limit. */
+static void model_above_the_parameter_limit_is_refused_naming_the_field(void **state) {
+  (void)state;
+  assert_refused(MODEL("{\"arch\": \"mlp\", \"hidden\": [65536, 65536]}"), XF_ERANGE,
+                 "model.hidden", "than the 250000000 a job's model may have");
+  assert_refused(MODEL("{\"arch\": \"mlp\", \"hidden\": [65536, 65536]}"), XF_ERANGE,
+                 "model.hidden", "4295294978 parameters");
+  xf_jobspec spec;
+  assert_parses(MODEL("{\"arch\": \"mlp\", \"hidden\": [65536]}"), &spec);
+  xf_model_spec ms;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  /* On Fashion-MNIST: 784 * 65536 + 65536 + 65536 * 10 + 10 parameters. */
+  assert_int_equal(xf_jobspec_model_spec(&spec, 28, 28, 1, 10, &ms, &err), XF_OK);
+  uint64_t n = 0;
+  assert_int_equal(xf_jobspec_model_params(&spec, 28, 28, 1, 10, &n, &err), XF_OK);
+  assert_true(n == 784ull * 65536 + 65536 + 65536ull * 10 + 10);
+  /* On 64x64 colour images the first layer alone is 12288 * 65536 weights. */
+  assert_int_equal(xf_jobspec_model_spec(&spec, 64, 64, 3, 10, &ms, &err), XF_ERANGE);
+  assert_string_equal(err.field, "model.hidden");
+  assert_non_null(strstr(err.msg, "806027274 parameters"));
+  assert_non_null(strstr(err.msg, "64x64x3"));
+  assert_non_null(strstr(err.msg, "250000000"));
+  /* A cnn preset on huge images: the field is the model. */
+  assert_parses(MODEL("{\"arch\": \"cnn\", \"preset\": \"lenet5\"}"), &spec);
+  xf_errctx_clear(&err);
+  assert_int_equal(xf_jobspec_model_spec(&spec, 28, 28, 1, 10, &ms, &err), XF_OK);
+  assert_int_equal(xf_jobspec_model_spec(&spec, 4096, 4096, 1, 10, &ms, &err), XF_ERANGE);
+  assert_string_equal(err.field, "model");
+}
+
+/* Job ids are 1 to 2^63 - 1 in decimal; beyond that they are refused, not
+ * clamped to the largest. */
+static void job_ids_beyond_the_range_are_refused_not_clamped(void **state) {
+  (void)state;
+  int64_t id = 0;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  assert_int_equal(xf_job_id_parse("7", &id, &err), XF_OK);
+  assert_true(id == 7);
+  assert_int_equal(xf_job_id_parse("9223372036854775807", &id, &err), XF_OK);
+  assert_true(id == INT64_MAX);
+  static const char *const above[] = {"9223372036854775808", "18446744073709551615",
+                                      "18446744073709551616", "99999999999999999999999999"};
+  for (size_t i = 0; i < sizeof(above) / sizeof(above[0]); i++) {
+    id = 0;
+    xf_errctx_clear(&err);
+    assert_int_equal(xf_job_id_parse(above[i], &id, &err), XF_ERANGE);
+    assert_true(id == 0);
+    assert_non_null(strstr(err.msg, above[i]));
+    assert_non_null(strstr(err.msg, "from 1 to 9223372036854775807"));
+  }
+  static const char *const bad[] = {"", "0", "07", "-1", "+1", "1e3", "12 ", "x"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    xf_errctx_clear(&err);
+    assert_int_equal(xf_job_id_parse(bad[i], &id, &err), XF_EINVAL);
+    assert_non_null(strstr(err.msg, "is not a job id"));
+  }
+  assert_int_equal(xf_job_id_parse(NULL, &id, NULL), XF_EINVAL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(product_example_parses_with_every_field_as_written),
@@ -887,6 +954,8 @@ int main(void) {
       cmocka_unit_test(names_and_lookups_agree),
       cmocka_unit_test(allocation_failures_are_reported_and_nothing_leaks),
       cmocka_unit_test(deploy_job_specs_parse),
+      cmocka_unit_test(model_above_the_parameter_limit_is_refused_naming_the_field),
+      cmocka_unit_test(job_ids_beyond_the_range_are_refused_not_clamped),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Tests of the transport's wire format: framing of every message type under
- * any slicing, the frame limits, malformed payloads, version negotiation, and
- * tensor streams with resumption, ordering and digest checks. */
+ * any slicing, the frame limits, malformed payloads, version negotiation,
+ * tensor streams with resumption, ordering and digest checks, the buffer
+ * budget frames are reserved from, and the progress rule on a clock of
+ * numbers. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +19,7 @@
 #include "base/rng.h"
 #include "net/frame.h"
 #include "net/hello.h"
+#include "net/progress.h"
 #include "net/tensor.h"
 
 /* ---- sample messages ------------------------------------------------------ */
@@ -539,6 +542,9 @@ static void hello_negotiation_picks_the_lower_common_version(void **state) {
   assert_int_equal(xf_hello_peer_max_frame(&peer), XF_FRAME_MAX_DEFAULT);
   peer.max_frame = 65536;
   assert_int_equal(xf_hello_peer_max_frame(&peer), 65536);
+  /* More than any side sends is no error: the largest frame there is. */
+  peer.max_frame = UINT32_MAX;
+  assert_int_equal(xf_hello_peer_max_frame(&peer), XF_FRAME_MAX_LIMIT);
 }
 
 /* ---- tensor streams ---------------------------------------------------------- */
@@ -1024,6 +1030,261 @@ static void empty_tensor_is_begin_and_end(void **state) {
   xf_tensor_sender_free(s);
 }
 
+/* ---- the buffer budget ------------------------------------------------------------ */
+
+/* A frame of one TensorChunk carrying n bytes, encoded into *out (xf_free). */
+static size_t chunk_frame(size_t n, uint8_t **out) {
+  uint8_t *data = xf_calloc(1, n ? n : 1);
+  assert_non_null(data);
+  Xfed__TensorChunk c = XFED__TENSOR_CHUNK__INIT;
+  c.stream_id = 9;
+  c.data.data = data;
+  c.data.len = n;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_TENSOR_CHUNK;
+  env.tensor_chunk = &c;
+  size_t len = 0;
+  assert_int_equal(xf_frame_encode(&env, XF_FRAME_MAX_LIMIT, out, &len, NULL), XF_OK);
+  xf_free(data);
+  return len;
+}
+
+static void count_release(xf_frame_budget *b) { (*(int *)b->user)++; }
+
+static void budget_holds_a_large_frame_until_room_is_given_back(void **state) {
+  (void)state;
+  int released = 0;
+  xf_frame_budget b = {.limit = 1024u * 1024u, .on_release = count_release, .user = &released};
+  uint8_t *f = NULL;
+  size_t len = chunk_frame(600u * 1024u, &f);
+  size_t payload = len - XF_FRAME_HEADER;
+  xf_frame_decoder *a, *z;
+  assert_int_equal(xf_frame_decoder_new(0, &a, NULL), XF_OK);
+  assert_int_equal(xf_frame_decoder_new(0, &z, NULL), XF_OK);
+  xf_frame_decoder_set_budget(a, &b);
+  xf_frame_decoder_set_budget(z, &b);
+  size_t used;
+  Xfed__Envelope *env;
+
+  /* a takes its whole payload from the budget once its prefix is read. */
+  assert_int_equal(xf_frame_decoder_feed(a, f, 100, &used, &env, NULL), XF_OK);
+  assert_int_equal(used, 100);
+  assert_null(env);
+  assert_false(xf_frame_decoder_waiting(a));
+  assert_int_equal(b.used, payload);
+
+  /* z's frame does not fit beside it: z reads its prefix and stops. */
+  assert_int_equal(xf_frame_decoder_feed(z, f, 100, &used, &env, NULL), XF_OK);
+  assert_int_equal(used, XF_FRAME_HEADER);
+  assert_null(env);
+  assert_true(xf_frame_decoder_waiting(z));
+  assert_int_equal(b.used, payload);
+  assert_int_equal(b.waits, 1);
+  assert_int_equal(xf_frame_decoder_feed(z, NULL, 0, &used, &env, NULL), XF_OK);
+  assert_true(xf_frame_decoder_waiting(z));
+  assert_int_equal(b.waits, 1); /* one frame waited, however often it asked */
+
+  /* a completes and gives its bytes back; z then gets them. */
+  assert_int_equal(xf_frame_decoder_feed(a, f + 100, len - 100, &used, &env, NULL), XF_OK);
+  assert_non_null(env);
+  xf_envelope_free(env);
+  assert_int_equal(b.used, 0);
+  assert_int_equal(released, 1);
+  assert_int_equal(xf_frame_decoder_feed(z, NULL, 0, &used, &env, NULL), XF_OK);
+  assert_false(xf_frame_decoder_waiting(z));
+  assert_int_equal(b.used, payload);
+  size_t off = XF_FRAME_HEADER;
+  while (off < len) {
+    size_t n = len - off < 16384 ? len - off : 16384;
+    assert_int_equal(xf_frame_decoder_feed(z, f + off, n, &used, &env, NULL), XF_OK);
+    off += used;
+    if (env) break;
+  }
+  assert_non_null(env);
+  assert_int_equal(env->tensor_chunk->data.len, 600u * 1024u);
+  xf_envelope_free(env);
+  assert_int_equal(b.used, 0);
+  assert_int_equal(b.peak, payload);
+  xf_frame_decoder_free(a);
+  xf_frame_decoder_free(z);
+  xf_free(f);
+}
+
+static void small_frames_pass_a_spent_budget(void **state) {
+  (void)state;
+  xf_frame_budget b = {.limit = 1024u * 1024u};
+  assert_true(xf_frame_budget_take(&b, 1024u * 1024u)); /* someone holds it all */
+  assert_false(xf_frame_budget_take(&b, XF_FRAME_BUDGET_SMALL + 1));
+  uint8_t *f = NULL;
+  size_t len = chunk_frame(8000, &f);
+  xf_frame_decoder *d;
+  assert_int_equal(xf_frame_decoder_new(0, &d, NULL), XF_OK);
+  xf_frame_decoder_set_budget(d, &b);
+  size_t used;
+  Xfed__Envelope *env;
+  /* In two slices, so that the payload must be buffered: granted, counted. */
+  assert_int_equal(xf_frame_decoder_feed(d, f, 10, &used, &env, NULL), XF_OK);
+  assert_false(xf_frame_decoder_waiting(d));
+  assert_int_equal(b.used, 1024u * 1024u + (len - XF_FRAME_HEADER));
+  assert_int_equal(xf_frame_decoder_feed(d, f + 10, len - 10, &used, &env, NULL), XF_OK);
+  assert_non_null(env);
+  xf_envelope_free(env);
+  assert_int_equal(b.used, 1024u * 1024u);
+  assert_int_equal(b.waits, 0);
+  xf_frame_budget_give(&b, 1024u * 1024u);
+  assert_int_equal(b.used, 0);
+  xf_frame_decoder_free(d);
+  xf_free(f);
+}
+
+static void frame_larger_than_the_budget_passes_alone(void **state) {
+  (void)state;
+  xf_frame_budget b = {.limit = 1024u * 1024u};
+  uint8_t *f = NULL;
+  size_t len = chunk_frame(2u * 1024u * 1024u, &f);
+  xf_frame_decoder *d;
+  assert_int_equal(xf_frame_decoder_new(0, &d, NULL), XF_OK);
+  xf_frame_decoder_set_budget(d, &b);
+  size_t used;
+  Xfed__Envelope *env;
+  /* With nothing else reserved it is granted: a frame the decoder accepts
+   * never waits forever. */
+  assert_int_equal(xf_frame_decoder_feed(d, f, 64, &used, &env, NULL), XF_OK);
+  assert_false(xf_frame_decoder_waiting(d));
+  assert_int_equal(b.used, len - XF_FRAME_HEADER);
+  /* A whole payload in one slice needs no buffer and no reservation. */
+  xf_frame_decoder *w;
+  assert_int_equal(xf_frame_decoder_new(0, &w, NULL), XF_OK);
+  xf_frame_decoder_set_budget(w, &b);
+  assert_int_equal(xf_frame_decoder_feed(w, f, len, &used, &env, NULL), XF_OK);
+  assert_non_null(env);
+  xf_envelope_free(env);
+  assert_int_equal(b.waits, 0);
+  xf_frame_decoder_free(w);
+  xf_frame_decoder_free(d);
+  assert_int_equal(b.used, 0); /* freed mid-frame: given back */
+  xf_free(f);
+}
+
+static void spent_decoder_gives_its_reservation_back(void **state) {
+  (void)state;
+  xf_frame_budget b = {.limit = 1024u * 1024u};
+  /* A 100 000-byte payload that is not an Envelope. */
+  size_t payload = 100000;
+  uint8_t *f = xf_calloc(1, XF_FRAME_HEADER + payload);
+  assert_non_null(f);
+  f[1] = (uint8_t)(payload >> 16);
+  f[2] = (uint8_t)(payload >> 8);
+  f[3] = (uint8_t)payload;
+  f[4] = 0x0a; /* field 1, length-delimited, claiming more than follows */
+  f[5] = 0xff;
+  f[6] = 0xff;
+  f[7] = 0x7f;
+  xf_frame_decoder *d;
+  assert_int_equal(xf_frame_decoder_new(0, &d, NULL), XF_OK);
+  xf_frame_decoder_set_budget(d, &b);
+  size_t used;
+  Xfed__Envelope *env;
+  assert_int_equal(xf_frame_decoder_feed(d, f, 1000, &used, &env, NULL), XF_OK);
+  assert_int_equal(b.used, payload);
+  assert_int_equal(xf_frame_decoder_feed(d, f + 1000, XF_FRAME_HEADER + payload - 1000, &used,
+                                         &env, NULL),
+                   XF_EFORMAT);
+  assert_int_equal(b.used, 0);
+  xf_frame_decoder_free(d);
+  xf_free(f);
+}
+
+/* ---- the progress rule ---------------------------------------------------------- */
+
+static const xf_progress_rule default_rule = {XF_PROGRESS_MIN_RATE, XF_PROGRESS_WINDOW_MS,
+                                              XF_PROGRESS_GRACE_MS};
+
+static void trickling_frame_is_judged_slow_after_the_grace_period(void **state) {
+  (void)state;
+  xf_progress p;
+  xf_progress_init(&p, &default_rule, 0);
+  /* A length prefix and 1000 bytes, then a byte every 15 s: each byte
+   * would restart an idle timer, and the frame never ends. */
+  xf_progress_read(&p, 0, 1004, true);
+  uint64_t failed_at = 0;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  for (uint64_t t = 1000; t <= 120000 && !failed_at; t += 1000) {
+    if (t % 15000 == 0) xf_progress_read(&p, t, 1, true);
+    if (xf_progress_check(&p, t, &err) != XF_OK) failed_at = t;
+  }
+  assert_int_equal(failed_at, 30000);
+  assert_non_null(strstr(err.msg, "below the minimum of 4096 bytes/s"));
+  assert_non_null(strstr(err.msg, "in the last 30.0 s"));
+}
+
+static void slow_but_steady_chunks_are_never_judged(void **state) {
+  (void)state;
+  xf_progress p;
+  xf_progress_init(&p, &default_rule, 0);
+  /* Three 1 MiB tensor chunks back to back at 8 KiB/s, twice the minimum:
+   * 128 s each. */
+  size_t frame = (1u << 20) + 48, in_frame = 0;
+  for (uint64_t t = 1000; t <= 3 * 130000; t += 1000) {
+    size_t n = 8192;
+    while (n) {
+      size_t take = frame - in_frame < n ? frame - in_frame : n;
+      in_frame += take;
+      n -= take;
+      bool open = in_frame < frame;
+      xf_progress_read(&p, t, take, open);
+      if (!open) in_frame = 0;
+    }
+    assert_int_equal(xf_progress_check(&p, t, NULL), XF_OK);
+  }
+}
+
+static void silence_between_frames_is_not_judged(void **state) {
+  (void)state;
+  xf_progress p;
+  xf_progress_init(&p, &default_rule, 0);
+  xf_progress_read(&p, 0, 500, false); /* a whole frame, then nothing */
+  for (uint64_t t = 1000; t <= 600000; t += 1000)
+    assert_int_equal(xf_progress_check(&p, t, NULL), XF_OK);
+}
+
+static void time_while_this_side_does_not_read_does_not_count(void **state) {
+  (void)state;
+  xf_progress p;
+  xf_progress_init(&p, &default_rule, 0);
+  xf_progress_read(&p, 0, 20000, true);
+  xf_progress_pause(&p, 1000); /* the budget has no room, say, for ten minutes */
+  for (uint64_t t = 2000; t <= 600000; t += 1000)
+    assert_int_equal(xf_progress_check(&p, t, NULL), XF_OK);
+  xf_progress_resume(&p, 600000);
+  /* 1 s of the frame was read before the pause: the window has 29 s to go,
+   * and the 20 000 bytes still count toward it. */
+  uint64_t failed_at = 0;
+  for (uint64_t t = 601000; t <= 700000 && !failed_at; t += 1000)
+    if (xf_progress_check(&p, t, NULL) != XF_OK) failed_at = t;
+  assert_int_equal(failed_at, 629000);
+}
+
+static void young_frame_is_judged_only_after_its_grace(void **state) {
+  (void)state;
+  xf_progress_rule rule = {.min_rate = 1000, .window_ms = 10000, .grace_ms = 60000};
+  xf_progress p;
+  xf_progress_init(&p, &rule, 0);
+  xf_progress_read(&p, 0, 4, true); /* a length prefix, then nothing at all */
+  uint64_t failed_at = 0;
+  for (uint64_t t = 1000; t <= 120000 && !failed_at; t += 1000)
+    if (xf_progress_check(&p, t, NULL) != XF_OK) failed_at = t;
+  assert_int_equal(failed_at, 60000);
+
+  /* Off: never. */
+  rule.min_rate = 0;
+  xf_progress_init(&p, &rule, 0);
+  xf_progress_read(&p, 0, 4, true);
+  for (uint64_t t = 1000; t <= 600000; t += 1000)
+    assert_int_equal(xf_progress_check(&p, t, NULL), XF_OK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_message_type_round_trips_in_any_slicing),
@@ -1043,6 +1304,15 @@ int main(void) {
       cmocka_unit_test(begin_carries_weight_attempt_and_contributors),
       cmocka_unit_test(sink_error_leaves_the_receiver_unchanged),
       cmocka_unit_test(empty_tensor_is_begin_and_end),
+      cmocka_unit_test(budget_holds_a_large_frame_until_room_is_given_back),
+      cmocka_unit_test(small_frames_pass_a_spent_budget),
+      cmocka_unit_test(frame_larger_than_the_budget_passes_alone),
+      cmocka_unit_test(spent_decoder_gives_its_reservation_back),
+      cmocka_unit_test(trickling_frame_is_judged_slow_after_the_grace_period),
+      cmocka_unit_test(slow_but_steady_chunks_are_never_judged),
+      cmocka_unit_test(silence_between_frames_is_not_judged),
+      cmocka_unit_test(time_while_this_side_does_not_read_does_not_count),
+      cmocka_unit_test(young_frame_is_judged_only_after_its_grace),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -789,6 +789,115 @@ static void edits_on_documents_match_edits_on_the_database(void **state) {
   xf_free(doc);
 }
 
+/* A change made on the caller's model of the current version gives the
+ * version the database reads back, leaves the caller's model as it was, and
+ * is made on the database's current version when the caller's is older;
+ * the diff names each kind of change of each kind of thing. */
+static void commit_keep_gives_the_version_it_reads_back(void **state) {
+  scratch *s = *state;
+  xf_errctx err;
+  static const char before[] =
+      "{\"regions\": [{\"name\": \"eu\", \"jurisdiction\": \"EU\"}, {\"name\": \"us\"}],"
+      " \"sites\": [{\"name\": \"a\", \"region\": \"eu\"}, {\"name\": \"b\", \"region\": \"eu\"}],"
+      " \"datasets\": [{\"name\": \"d\", \"site\": \"a\", \"classification\": \"internal\","
+      " \"tags\": [\"x\"]}, {\"name\": \"e\", \"site\": \"b\", \"classification\": \"public\"}],"
+      " \"rules\": [" ALLOW_UPDATE("{}", "[\"us\"]") "]}";
+  static const char after[] =
+      "{\"regions\": [{\"name\": \"eu\", \"jurisdiction\": \"EU GDPR\"}, {\"name\": \"us\"}],"
+      " \"sites\": [{\"name\": \"a\", \"region\": \"us\"}, {\"name\": \"c\", \"region\": \"eu\"}],"
+      " \"datasets\": [{\"name\": \"d\", \"site\": \"a\", \"classification\": \"internal\","
+      " \"tags\": [\"x\", \"y\"]}]}";
+  uint64_t v = 0;
+  assert_int_equal(xf_policy_import(s->db, before, "alice", "before", 1000, &v, &err), XF_OK);
+  xf_policy *current = NULL, *made = NULL;
+  assert_int_equal(xf_policy_load(s->db, 1, &current, &err), XF_OK);
+  char *was = NULL, *got = NULL, *want = NULL;
+  assert_int_equal(xf_policy_format(current, &was, &err), XF_OK);
+
+  /* On the caller's model of version 1. */
+  const xf_policy_edit tag = {XF_POLICY_EDIT_DATASET_TAG, "e", "b", "z"};
+  assert_int_equal(xf_policy_commit_keep(s->db, current, &tag, &chg, &v, &made, &err), XF_OK);
+  assert_int_equal(v, 2);
+  assert_int_equal(made->version, 2);
+  assert_int_equal(xf_policy_format(made, &got, &err), XF_OK);
+  assert_int_equal(xf_policy_export(s->db, 2, &want, &err), XF_OK);
+  assert_string_equal(got, want);
+  xf_free(got);
+  xf_free(want);
+  xf_policy_free(made);
+  assert_int_equal(xf_policy_format(current, &got, &err), XF_OK);
+  assert_string_equal(got, was);
+  xf_free(got);
+
+  /* An import does not need the current version. */
+  const xf_policy_edit import = {XF_POLICY_EDIT_IMPORT, after, NULL, NULL};
+  assert_int_equal(xf_policy_commit_keep(s->db, NULL, &import, &chg, &v, &made, &err), XF_OK);
+  assert_int_equal(v, 3);
+  assert_int_equal(xf_policy_format(made, &got, &err), XF_OK);
+  assert_int_equal(xf_policy_export(s->db, 3, &want, &err), XF_OK);
+  assert_string_equal(got, want);
+  xf_free(got);
+  xf_free(want);
+  xf_policy_free(made);
+
+  /* The caller's model is of version 1, the database is at 3: the edit is
+   * made on 3. */
+  const xf_policy_edit region = {XF_POLICY_EDIT_REGION_ADD, "ap", NULL, NULL};
+  assert_int_equal(xf_policy_commit_keep(s->db, current, &region, &chg, &v, &made, &err), XF_OK);
+  assert_int_equal(v, 4);
+  assert_int_equal(made->n_sites, 2);
+  assert_string_equal(made->sites[1].name, "c");
+  xf_policy_free(made);
+
+  /* A refused edit: no version, no model. */
+  made = (xf_policy *)1;
+  const xf_policy_edit bad = {XF_POLICY_EDIT_SITE_ADD, "z", "nowhere", NULL};
+  assert_int_equal(xf_policy_commit_keep(s->db, NULL, &bad, &chg, &v, &made, &err), XF_EINVAL);
+  assert_null(made);
+  uint64_t cur = 0;
+  assert_int_equal(xf_policy_version_current(s->db, &cur, &err), XF_OK);
+  assert_int_equal(cur, 4);
+  xf_policy_free(current);
+  xf_free(was);
+
+  /* Out of memory at any step: no version, no model, then the edit. */
+  xf_policy *latest = NULL;
+  assert_int_equal(xf_policy_load(s->db, 4, &latest, &err), XF_OK);
+  const xf_policy_edit add = {XF_POLICY_EDIT_DATASET_ADD, "f", "c", "public"};
+  xf_err rc = XF_ENOMEM;
+  for (long n = 0; n < 1000 && rc != XF_OK; n++) {
+    xf_alloc_fail_after(n);
+    rc = xf_policy_commit_keep(s->db, latest, &add, &chg, &v, &made, NULL);
+    xf_alloc_fail_reset();
+    if (rc == XF_OK) break;
+    assert_true(rc == XF_ENOMEM || rc == XF_EDB);
+    assert_null(made);
+    assert_int_equal(xf_policy_version_current(s->db, &cur, &err), XF_OK);
+    assert_int_equal(cur, 4);
+  }
+  assert_int_equal(rc, XF_OK);
+  assert_int_equal(v, 5);
+  assert_int_equal(made->n_datasets, 2);
+  xf_policy_free(made);
+  xf_policy_free(latest);
+
+  char *diff = NULL;
+  assert_int_equal(xf_policy_diff(s->db, 2, 3, &diff, &err), XF_OK);
+  assert_string_equal(
+      diff,
+      "~ region eu: {\"name\":\"eu\",\"jurisdiction\":\"EU\"} -> "
+      "{\"name\":\"eu\",\"jurisdiction\":\"EU GDPR\"}\n"
+      "~ site a: {\"name\":\"a\",\"region\":\"eu\"} -> {\"name\":\"a\",\"region\":\"us\"}\n"
+      "- site b\n"
+      "+ site c: {\"name\":\"c\",\"region\":\"eu\"}\n"
+      "~ dataset d@a: {\"name\":\"d\",\"site\":\"a\",\"classification\":\"internal\","
+      "\"tags\":[\"x\"]} -> {\"name\":\"d\",\"site\":\"a\",\"classification\":\"internal\","
+      "\"tags\":[\"x\",\"y\"]}\n"
+      "- dataset e@b\n"
+      "- rule r\n");
+  xf_free(diff);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, scratch_setup, scratch_teardown)
@@ -804,6 +913,7 @@ int main(void) {
       T(versions_are_immutable_in_the_database),
       T(single_edits_make_versions_with_log),
       T(edits_on_documents_match_edits_on_the_database),
+      T(commit_keep_gives_the_version_it_reads_back),
       T(import_export_round_trip_is_identity),
       T(bad_input_is_refused_naming_it_and_nothing_applied),
       T(decide_refuses_a_job_it_cannot_read),

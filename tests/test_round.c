@@ -802,6 +802,63 @@ static void journal_metrics_per_round_and_site_in_order(void **state) {
   xf_db_close(db);
 }
 
+/* Pages of a job's metrics, each after the last row of the one before,
+ * give every row once, in the order (round, site), whatever the page size. */
+static void journal_metrics_pages_give_every_row_once_in_order(void **state) {
+  (void)state;
+  char path[128];
+  db_path("metrics-pages", path, sizeof(path));
+  xf_db *db = journal_open(path);
+  xf_errctx err;
+  xf_jobspec spec = spec_of(3);
+  xf_digest d0 = digest_of("model 0");
+  int64_t job = 0;
+  check(xf_journal_job_create(db, &spec, &d0, 1.0, &job, &err), &err);
+  const uint64_t sites[4] = {40, 7, 1000, 8};
+  for (uint32_t round = 3; round >= 1; round--)
+    for (int k = 0; k < 4; k++) {
+      xf_journal_metrics m = {.round = round, .site = sites[k], .train_loss = 1, .test_loss = 1,
+                              .test_accuracy = 0.5, .samples = 10};
+      check(xf_journal_metrics_add(db, job, &m, &err), &err);
+    }
+  xf_journal_metrics *all = NULL;
+  size_t n_all = 0;
+  check(xf_journal_metrics_job(db, job, &all, &n_all, &err), &err);
+  assert_int_equal(n_all, 12);
+  for (size_t limit = 1; limit <= 13; limit++) {
+    uint32_t after_round = 0;
+    uint64_t after_site = 0;
+    size_t got = 0;
+    for (;;) {
+      xf_journal_metrics *v = NULL;
+      size_t n = 0;
+      check(xf_journal_metrics_page(db, job, after_round, after_site, limit, &v, &n, &err), &err);
+      assert_true(n <= limit);
+      for (size_t i = 0; i < n; i++, got++) {
+        assert_true(got < n_all);
+        assert_int_equal(v[i].round, all[got].round);
+        assert_int_equal(v[i].site, all[got].site);
+      }
+      if (n) {
+        after_round = v[n - 1].round;
+        after_site = v[n - 1].site;
+      }
+      xf_free(v);
+      if (n < limit) break;
+    }
+    assert_int_equal(got, n_all);
+  }
+  for (size_t i = 1; i < n_all; i++)
+    assert_true(all[i - 1].round < all[i].round ||
+                (all[i - 1].round == all[i].round && all[i - 1].site < all[i].site));
+  xf_free(all);
+  /* A cursor beyond SQLite's integers is refused, not wrapped. */
+  xf_journal_metrics *v = NULL;
+  size_t n = 0;
+  assert_int_equal(xf_journal_metrics_page(db, job, 1, UINT64_MAX, 5, &v, &n, NULL), XF_ERANGE);
+  xf_db_close(db);
+}
+
 /* ---- the confirmation (hold, then go) -------------------------------------------- */
 
 static xf_round *confirming_round(const xf_jobspec *spec, size_t n_sites, double window) {
@@ -917,6 +974,7 @@ int main(void) {
       cmocka_unit_test(journal_round_result_is_atomic),
       cmocka_unit_test(journal_retry_and_failure_close_the_round),
       cmocka_unit_test(journal_metrics_per_round_and_site_in_order),
+      cmocka_unit_test(journal_metrics_pages_give_every_row_once_in_order),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

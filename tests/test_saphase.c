@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Tests of the secure-aggregation phase machine (coordinator/saphase.h): the
- * test plays every cohort site with a real crypto/secagg.h client in-process
- * (advertise, share, take the routed shares, quantize and mask a known
- * update, reveal) and drives the machine with an injected clock. */
+ * test plays every cohort site with the client a site runs
+ * (crypto/secagg_guard.h, with the name-keyed identity of
+ * tests/sa_identity.h) in-process — advertise signed keys, check the
+ * relayed keys and share, check the routed shares, quantize and mask a
+ * known update, sign the survivor set, reveal once t signatures of it are
+ * relayed — and drives the machine with an injected clock. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,21 +22,27 @@
 #include "codec/codec.h"
 #include "coordinator/saphase.h"
 #include "crypto/secagg.h"
+#include "crypto/secagg_guard.h"
+#include "sa_identity.h"
 #include "support.h"
 
 /* ---- the simulated sites -------------------------------------------------------------------- */
 
 typedef struct sim_site {
   uint64_t id;
+  char name[24];
+  xf_test_signer signer;
   xf_update_secagg setup;
-  xf_secagg_client *client;
+  xf_secagg_guard *guard;
   float *x; /* its update (n_params values, L2 norm below the clip) */
   /* What the machine told it. */
-  bool keys, routed, unmask, dropped;
-  uint8_t *adverts;
-  uint32_t *u2, *from, *u3;
+  bool keys, routed, check, unmask, dropped;
+  uint8_t *adverts, *advert_sigs, *certs; /* SEND_KEYS */
+  uint32_t *cert_lens;
+  uint32_t *u2, *from, *u3, *check_u3, *signers;
   uint8_t (*cts)[XF_SECAGG_SHARE_BYTES];
-  size_t n_u2, n_cts, n_u3;
+  uint8_t *share_sigs, *sigs; /* SEND_ROUTED's, SEND_UNMASK's */
+  size_t n_u2, n_cts, n_u3, n_check_u3, n_signers;
   char why[XF_SAPHASE_WHY_MAX];
 } sim_site;
 
@@ -49,6 +58,8 @@ typedef struct world {
   uint8_t graph_seed[32];
   uint64_t ids[128];
   uint64_t weights[128];
+  char names[128][24];
+  const char *cohort[128];
 } world;
 
 /* A cohort of n sites with ids 1000 + 7 i, weights 100 (i + 1) unless
@@ -76,19 +87,29 @@ static void world_init(world *w, size_t n, double threshold, size_t n_params, bo
                                .subset_seed = 0x5eed};
 }
 
-/* Creates the machine and a client for every site, from the setup the
- * machine tells it. */
+/* Creates the machine and a guarded client for every site, from the setup
+ * the machine tells it and the cohort's names (site id 1007 is "s1007"). */
 static void world_start(world *w) {
   assert_int_equal(xf_saphase_create(&w->cfg, w->now, &w->sa, NULL), XF_OK);
   w->s = calloc(w->n, sizeof(*w->s));
   assert_non_null(w->s);
+  const uint64_t *cohort = xf_saphase_cohort(w->sa);
+  for (size_t i = 0; i < w->n; i++) {
+    snprintf(w->names[i], sizeof(w->names[i]), "s%llu", (unsigned long long)cohort[i]);
+    w->cohort[i] = w->names[i];
+  }
   for (size_t i = 0; i < w->n; i++) {
     sim_site *s = &w->s[i];
     s->id = w->ids[i];
+    snprintf(s->name, sizeof(s->name), "s%llu", (unsigned long long)s->id);
     assert_int_equal(xf_saphase_setup(w->sa, s->id, &s->setup), XF_OK);
     assert_int_equal(s->setup.index, i + 1);
-    assert_int_equal(xf_secagg_client_new(&s->setup.params, s->setup.index, &s->client, NULL),
-                     XF_OK);
+    xf_secagg_session session = {
+        .job = "12", .round = 4, .attempt = 1, .params = s->setup.params, .cohort = w->cohort};
+    xf_secagg_identity id = xf_test_signer_identity(&s->signer, s->name);
+    xf_errctx err = {0};
+    if (xf_secagg_guard_new(&session, s->setup.index, &id, &s->guard, &err) != XF_OK)
+      fail_msg("site %s: %s", s->name, err.msg);
     s->x = malloc(w->cfg.n_params * sizeof(float));
     assert_non_null(s->x);
     /* Coordinates of about 0.1: the norm stays below clip 1 for the sizes
@@ -100,19 +121,27 @@ static void world_start(world *w) {
 
 static void sim_clear(sim_site *s) {
   free(s->adverts);
+  free(s->advert_sigs);
+  free(s->certs);
+  free(s->cert_lens);
   free(s->u2);
   free(s->from);
   free(s->cts);
+  free(s->share_sigs);
   free(s->u3);
-  s->adverts = NULL;
-  s->u2 = s->from = s->u3 = NULL;
+  free(s->check_u3);
+  free(s->signers);
+  free(s->sigs);
+  s->adverts = s->advert_sigs = s->certs = s->share_sigs = s->sigs = NULL;
+  s->cert_lens = NULL;
+  s->u2 = s->from = s->u3 = s->check_u3 = s->signers = NULL;
   s->cts = NULL;
 }
 
 static void world_free(world *w) {
   for (size_t i = 0; w->s && i < w->n; i++) {
     sim_clear(&w->s[i]);
-    xf_secagg_client_free(w->s[i].client);
+    xf_secagg_guard_free(w->s[i].guard);
     free(w->s[i].x);
   }
   free(w->s);
@@ -144,6 +173,9 @@ static void collect(world *w) {
       assert_non_null(s);
       assert_int_equal(a[k].adverts_len, w->n * XF_SECAGG_ADVERT_BYTES);
       s->adverts = copy_of(a[k].adverts, a[k].adverts_len);
+      s->advert_sigs = copy_of(a[k].sigs, w->n * XF_SECAGG_SIG_BYTES);
+      s->certs = copy_of(a[k].certs, a[k].certs_len);
+      s->cert_lens = copy_of(a[k].cert_lens, w->n * sizeof(uint32_t));
       s->keys = true;
       break;
     case XF_SAPHASE_ACT_SEND_ROUTED:
@@ -155,13 +187,23 @@ static void collect(world *w) {
       assert_non_null(s->cts);
       for (size_t m = 0; m < a[k].n_cts; m++)
         memcpy(s->cts[m], a[k].cts[m], XF_SECAGG_SHARE_BYTES);
+      s->share_sigs = copy_of(a[k].sigs, a[k].n_cts * XF_SECAGG_SIG_BYTES);
       s->n_cts = a[k].n_cts;
       s->routed = true;
+      break;
+    case XF_SAPHASE_ACT_SEND_CHECK:
+      assert_non_null(s);
+      s->check_u3 = copy_of(a[k].u3, a[k].n_u3 * sizeof(uint32_t));
+      s->n_check_u3 = a[k].n_u3;
+      s->check = true;
       break;
     case XF_SAPHASE_ACT_SEND_UNMASK:
       assert_non_null(s);
       s->u3 = copy_of(a[k].u3, a[k].n_u3 * sizeof(uint32_t));
       s->n_u3 = a[k].n_u3;
+      s->signers = copy_of(a[k].signers, a[k].n_signers * sizeof(uint32_t));
+      s->sigs = copy_of(a[k].sigs, a[k].n_signers * XF_SECAGG_SIG_BYTES);
+      s->n_signers = a[k].n_signers;
       s->unmask = true;
       break;
     case XF_SAPHASE_ACT_DROP:
@@ -195,49 +237,108 @@ static size_t count_actions(const world *w, xf_saphase_action_kind kind) {
 
 /* ---- the sites' moves ----------------------------------------------------------------------- */
 
+/* The keys site i would send: its advert, its signature of it and its
+ * "certificate" (its name). */
+typedef struct signed_keys {
+  uint8_t advert[XF_SECAGG_ADVERT_BYTES], sig[XF_SECAGG_SIG_BYTES];
+  xf_saphase_keys keys;
+} signed_keys;
+
+static void keys_of(world *w, size_t i, signed_keys *k) {
+  xf_errctx err = {0};
+  sim_site *s = &w->s[i];
+  assert_int_equal(xf_secagg_guard_advertise(s->guard, k->advert, k->sig, &err), XF_OK);
+  k->keys = (xf_saphase_keys){.advert = k->advert,
+                              .advert_len = sizeof(k->advert),
+                              .sig = k->sig,
+                              .sig_len = sizeof(k->sig),
+                              .cert = (const uint8_t *)s->name,
+                              .cert_len = strlen(s->name)};
+}
+
 /* The site sends its keys; the machine's answer. */
 static xf_err advertise_rc(world *w, size_t i) {
-  uint8_t adv[XF_SECAGG_ADVERT_BYTES];
-  xf_secagg_client_advertise(w->s[i].client, adv);
-  xf_err rc = xf_saphase_advert(w->sa, w->s[i].id, adv, sizeof(adv), w->now, NULL);
+  signed_keys k;
+  keys_of(w, i, &k);
+  xf_err rc = xf_saphase_advert(w->sa, w->s[i].id, &k.keys, w->now, NULL);
   collect(w);
   return rc;
 }
 
 static void advertise(world *w, size_t i) { assert_int_equal(advertise_rc(w, i), XF_OK); }
 
-static void share(world *w, size_t i) {
+/* The cohort's keys as SEND_KEYS relayed them to site i (xf_free). */
+static xf_secagg_member_keys *relayed_keys(world *w, size_t i) {
   sim_site *s = &w->s[i];
-  assert_true(s->keys);
-  size_t cap = s->setup.params.degree, count = 0;
-  xf_secagg_share_msg *msgs = calloc(cap, sizeof(*msgs));
-  uint32_t *to = calloc(cap, sizeof(*to));
-  const uint8_t **cts = calloc(cap, sizeof(*cts));
-  size_t *lens = calloc(cap, sizeof(*lens));
-  assert_true(msgs && to && cts && lens);
-  xf_errctx err = {0};
-  assert_int_equal(xf_secagg_client_share(s->client, s->adverts, msgs, cap, &count, &err), XF_OK);
-  for (size_t k = 0; k < count; k++) {
-    to[k] = msgs[k].to;
-    cts[k] = msgs[k].ciphertext;
-    lens[k] = XF_SECAGG_SHARE_BYTES;
-  }
-  assert_int_equal(xf_saphase_shares(w->sa, s->id, to, cts, lens, count, w->now, NULL), XF_OK);
-  free(msgs);
-  free(to);
-  free(cts);
-  free(lens);
-  collect(w);
+  xf_secagg_member_keys *keys = xf_calloc(w->n, sizeof(*keys));
+  assert_non_null(keys);
+  for (size_t m = 0, at = 0; m < w->n; at += s->cert_lens[m], m++)
+    keys[m] = (xf_secagg_member_keys){.advert = s->adverts + m * XF_SECAGG_ADVERT_BYTES,
+                                      .sig = s->advert_sigs + m * XF_SECAGG_SIG_BYTES,
+                                      .cert = s->cert_lens[m] ? s->certs + at : NULL,
+                                      .cert_len = s->cert_lens[m]};
+  return keys;
 }
 
-/* The site takes its routed shares and learns U2. */
+/* Site i checks the relayed keys and makes its signed shares: *count of
+ * them in out (room for the degree). */
+static void make_shares(world *w, size_t i, xf_secagg_signed_share *out, size_t *count) {
+  sim_site *s = &w->s[i];
+  assert_true(s->keys);
+  xf_secagg_member_keys *keys = relayed_keys(w, i);
+  xf_errctx err = {0};
+  if (xf_secagg_guard_share(s->guard, keys, out, s->setup.params.degree, count, &err) != XF_OK)
+    fail_msg("site %s sharing: %s", s->name, err.msg);
+  xf_free(keys);
+}
+
+/* Sends count signed shares of site i; the machine's answer. */
+static xf_err send_shares_rc(world *w, size_t i, const uint32_t *to,
+                             const xf_secagg_signed_share *sh, size_t count, xf_errctx *err) {
+  const uint8_t **cts = calloc(count ? count : 1, sizeof(*cts));
+  const uint8_t **sigs = calloc(count ? count : 1, sizeof(*sigs));
+  size_t *lens = calloc(count ? count : 1, sizeof(*lens));
+  size_t *sig_lens = calloc(count ? count : 1, sizeof(*sig_lens));
+  assert_true(cts && sigs && lens && sig_lens);
+  for (size_t k = 0; k < count; k++) {
+    cts[k] = sh[k].ciphertext;
+    lens[k] = XF_SECAGG_SHARE_BYTES;
+    sigs[k] = sh[k].sig;
+    sig_lens[k] = XF_SECAGG_SIG_BYTES;
+  }
+  xf_err rc =
+      xf_saphase_shares(w->sa, w->s[i].id, to, cts, lens, sigs, sig_lens, count, w->now, err);
+  free(cts);
+  free(sigs);
+  free(lens);
+  free(sig_lens);
+  collect(w);
+  return rc;
+}
+
+static void share(world *w, size_t i) {
+  size_t cap = w->s[i].setup.params.degree, count = 0;
+  xf_secagg_signed_share *msgs = calloc(cap, sizeof(*msgs));
+  uint32_t *to = calloc(cap, sizeof(*to));
+  assert_true(msgs && to);
+  make_shares(w, i, msgs, &count);
+  for (size_t k = 0; k < count; k++) to[k] = msgs[k].to;
+  xf_errctx err = {0};
+  if (send_shares_rc(w, i, to, msgs, count, &err) != XF_OK) fail_msg("%s", err.msg);
+  free(msgs);
+  free(to);
+}
+
+/* The site checks its routed shares' signatures, takes them and learns U2. */
 static void take_routed(world *w, size_t i) {
   sim_site *s = &w->s[i];
   assert_true(s->routed);
   xf_errctx err = {0};
   for (size_t k = 0; k < s->n_cts; k++)
-    assert_int_equal(xf_secagg_client_receive(s->client, s->from[k], s->cts[k], &err), XF_OK);
-  if (xf_secagg_client_routed(s->client, s->u2, s->n_u2, &err) != XF_OK) fail_msg("%s", err.msg);
+    if (xf_secagg_guard_receive(s->guard, s->from[k], s->cts[k],
+                                s->share_sigs + k * XF_SECAGG_SIG_BYTES, &err) != XF_OK)
+      fail_msg("site %s taking the share of %u: %s", s->name, s->from[k], err.msg);
+  if (xf_secagg_guard_routed(s->guard, s->u2, s->n_u2, &err) != XF_OK) fail_msg("%s", err.msg);
 }
 
 /* The site's masked input: its update scaled by its share of the weight,
@@ -259,7 +360,8 @@ static uint32_t *masked_words(world *w, size_t i) {
   assert_int_equal(xf_codec_quantize_fixed(&su->fixed, v, len, 77 + i, words, &clipped, &err),
                    XF_OK);
   assert_int_equal(clipped, 0);
-  assert_int_equal(xf_secagg_client_mask(s->client, words, 0, len, words, &err), XF_OK);
+  assert_int_equal(
+      xf_secagg_client_mask(xf_secagg_guard_client(s->guard), words, 0, len, words, &err), XF_OK);
   free(v);
   free(idx);
   return words;
@@ -275,7 +377,24 @@ static void send_masked(world *w, size_t i) {
   collect(w);
 }
 
-/* The site's reveal for the U3 it was told; *len_out its length. */
+/* The site signs the survivor set it was asked to sign; the machine's
+ * answer. */
+static xf_err sign_check_rc(world *w, size_t i) {
+  sim_site *s = &w->s[i];
+  assert_true(s->check);
+  uint8_t sig[XF_SECAGG_SIG_BYTES];
+  xf_errctx err = {0};
+  if (xf_secagg_guard_sign_survivors(s->guard, s->check_u3, s->n_check_u3, sig, &err) != XF_OK)
+    fail_msg("site %s signing U3: %s", s->name, err.msg);
+  xf_err rc = xf_saphase_check_sig(w->sa, s->id, sig, sizeof(sig), w->now, NULL);
+  collect(w);
+  return rc;
+}
+
+static void sign_check(world *w, size_t i) { assert_int_equal(sign_check_rc(w, i), XF_OK); }
+
+/* The site's reveal for the U3 it was told, which it makes only with t
+ * valid signatures of it relayed; *len its length. */
 static uint8_t *reveal_msg(world *w, size_t i, size_t *len) {
   sim_site *s = &w->s[i];
   assert_true(s->unmask);
@@ -283,8 +402,9 @@ static uint8_t *reveal_msg(world *w, size_t i, size_t *len) {
   uint8_t *msg = malloc(cap);
   assert_non_null(msg);
   xf_errctx err = {0};
-  if (xf_secagg_client_unmask(s->client, s->u3, s->n_u3, msg, cap, len, &err) != XF_OK)
-    fail_msg("%s", err.msg);
+  if (xf_secagg_guard_unmask(s->guard, s->u3, s->n_u3, s->signers, s->sigs, s->n_signers, msg,
+                             cap, len, &err) != XF_OK)
+    fail_msg("site %s revealing: %s", s->name, err.msg);
   return msg;
 }
 
@@ -318,6 +438,7 @@ static void run_all(world *w) {
   for (size_t i = 0; i < w->n; i++) share(w, i);
   for (size_t i = 0; i < w->n; i++) send_masked(w, i);
   close_round(w);
+  for (size_t i = 0; i < w->n; i++) sign_check(w, i);
   for (size_t i = 0; i < w->n; i++) reveal(w, i);
 }
 
@@ -406,9 +527,22 @@ static void three_sites_unmask_the_weighted_mean(void **state) {
   for (size_t i = 0; i < 3; i++) send_masked(&w, i);
   w.now = 1050;
   close_round(&w);
+  /* The consistency round: every survivor is asked to sign U3. */
+  assert_int_equal(xf_saphase_get_state(w.sa), XF_SAPHASE_CHECK);
+  assert_int_equal(count_actions(&w, XF_SAPHASE_ACT_SEND_CHECK), 3);
+  assert_true(xf_saphase_deadline(w.sa) == 1080.0);
+  assert_int_equal(w.s[0].n_check_u3, 3);
+  sign_check(&w, 0);
+  sign_check(&w, 1);
+  assert_int_equal(xf_saphase_get_state(w.sa), XF_SAPHASE_CHECK);
+  assert_int_equal(n_actions(&w), 0);
+  w.now = 1060;
+  sign_check(&w, 2);
+  /* The last signature moves it on: each signer gets every signature. */
   assert_int_equal(xf_saphase_get_state(w.sa), XF_SAPHASE_UNMASK);
   assert_int_equal(count_actions(&w, XF_SAPHASE_ACT_SEND_UNMASK), 3);
-  assert_true(xf_saphase_deadline(w.sa) == 1080.0);
+  assert_true(xf_saphase_deadline(w.sa) == 1090.0);
+  for (size_t i = 0; i < 3; i++) assert_int_equal(w.s[i].n_signers, 3);
   for (size_t i = 0; i < 3; i++) reveal(&w, i);
   assert_true(w.done);
   assert_false(w.failed);
@@ -437,7 +571,7 @@ static void a_site_silent_in_the_advert_phase_is_dropped_at_the_deadline_and_the
     void **state) {
   (void)state;
   world w;
-  world_init(&w, 4, 0.5, 30, false);
+  world_init(&w, 4, 0.75, 30, false);
   world_start(&w);
   for (size_t i = 0; i < 3; i++) advertise(&w, i);
   assert_int_equal(xf_saphase_get_state(w.sa), XF_SAPHASE_ADVERT);
@@ -459,6 +593,7 @@ static void a_site_silent_in_the_advert_phase_is_dropped_at_the_deadline_and_the
   assert_int_equal(xf_saphase_get_state(w.sa), XF_SAPHASE_MASKED);
   for (size_t i = 0; i < 3; i++) send_masked(&w, i);
   close_round(&w);
+  for (size_t i = 0; i < 3; i++) sign_check(&w, i);
   for (size_t i = 0; i < 3; i++) reveal(&w, i);
   assert_true(w.done);
   bool in[4] = {true, true, true, false};
@@ -478,6 +613,11 @@ static void a_site_gone_after_its_masked_input_is_recovered_from_the_others_shar
   gone(&w, 2);
   assert_int_equal(n_actions(&w), 0);
   close_round(&w);
+  assert_int_equal(xf_saphase_get_state(w.sa), XF_SAPHASE_CHECK);
+  assert_int_equal(count_actions(&w, XF_SAPHASE_ACT_SEND_CHECK), 2);
+  assert_false(w.s[2].check);
+  sign_check(&w, 0);
+  sign_check(&w, 1);
   assert_int_equal(xf_saphase_get_state(w.sa), XF_SAPHASE_UNMASK);
   assert_int_equal(count_actions(&w, XF_SAPHASE_ACT_SEND_UNMASK), 2);
   assert_false(w.s[2].unmask);
@@ -564,6 +704,7 @@ static void unrevealed_secrets_fail_the_unmasking_naming_the_site(void **state) 
   for (size_t i = 0; i < 4; i++) share(&w, i);
   for (size_t i = 0; i < 3; i++) send_masked(&w, i);
   close_round(&w);
+  for (size_t i = 0; i < 3; i++) sign_check(&w, i);
   assert_int_equal(count_actions(&w, XF_SAPHASE_ACT_SEND_UNMASK), 3);
   reveal(&w, 0);
   reveal(&w, 1);
@@ -783,28 +924,27 @@ static void create_fails_cleanly_at_every_allocation(void **state) {
 
 static void malformed_or_out_of_turn_messages_drop_the_sender(void **state) {
   (void)state;
-  /* 13 sites, t = 2: sites 0-4 misbehave in the advert phase, 5-6 in the
-   * share phase, 7-9 with their masked input, 10 with its reveal; 11 and
-   * 12 behave. */
+  /* 25 sites, t = 14: sites 0-4 misbehave in the advert phase, 5-6 in the
+   * share phase, 7-9 with their masked input, 10 with its reveal; 11 to
+   * 24 behave, and are just enough to unmask. */
   world w;
-  world_init(&w, 13, 0.1, 20, false);
+  world_init(&w, 25, 0.55, 20, false);
   world_start(&w);
-  assert_int_equal(xf_saphase_params(w.sa)->threshold, 2);
-  uint8_t adv[XF_SECAGG_ADVERT_BYTES];
+  assert_int_equal(xf_saphase_params(w.sa)->threshold, 14);
+  signed_keys k;
   xf_errctx err = {0};
 
-  xf_secagg_client_advertise(w.s[0].client, adv);
-  assert_int_equal(xf_saphase_advert(w.sa, w.ids[0], adv, 63, w.now, &err), XF_EFORMAT);
+  keys_of(&w, 0, &k);
+  k.keys.advert_len = 63;
+  assert_int_equal(xf_saphase_advert(w.sa, w.ids[0], &k.keys, w.now, &err), XF_EFORMAT);
   assert_string_equal(err.msg, "site 1000: sent keys of 63 bytes, not 64");
   collect(&w);
   assert_true(w.s[0].dropped);
   assert_string_equal(w.s[0].why, "sent keys of 63 bytes, not 64");
 
   uint32_t to[1] = {3};
-  const uint8_t *cts[1] = {adv};
-  size_t lens[1] = {XF_SECAGG_SHARE_BYTES};
-  assert_int_equal(xf_saphase_shares(w.sa, w.ids[1], to, cts, lens, 1, w.now, &err), XF_EINVAL);
-  collect(&w);
+  xf_secagg_signed_share junk_share = {.to = 3};
+  assert_int_equal(send_shares_rc(&w, 1, to, &junk_share, 1, &err), XF_EINVAL);
   assert_true(w.s[1].dropped);
   assert_non_null(strstr(w.s[1].why, "out of turn"));
 
@@ -814,13 +954,15 @@ static void malformed_or_out_of_turn_messages_drop_the_sender(void **state) {
   assert_true(w.s[2].dropped);
   assert_non_null(strstr(w.s[2].why, "twice"));
 
-  assert_int_equal(xf_saphase_reveal(w.sa, w.ids[3], adv, sizeof(adv), w.now, &err), XF_EINVAL);
+  assert_int_equal(xf_saphase_reveal(w.sa, w.ids[3], k.advert, sizeof(k.advert), w.now, &err),
+                   XF_EINVAL);
   collect(&w);
   assert_true(w.s[3].dropped);
   assert_non_null(strstr(w.s[3].why, "reveal out of turn"));
 
-  memset(adv, 0, sizeof(adv));
-  assert_int_equal(xf_saphase_advert(w.sa, w.ids[4], adv, sizeof(adv), w.now, &err), XF_EFORMAT);
+  keys_of(&w, 4, &k);
+  memset(k.advert, 0, sizeof(k.advert));
+  assert_int_equal(xf_saphase_advert(w.sa, w.ids[4], &k.keys, w.now, &err), XF_EFORMAT);
   collect(&w);
   assert_true(w.s[4].dropped);
   assert_non_null(strstr(w.s[4].why, "zero key"));
@@ -830,9 +972,9 @@ static void malformed_or_out_of_turn_messages_drop_the_sender(void **state) {
   assert_int_equal(count_actions(&w, XF_SAPHASE_ACT_DROP), 1);
   assert_non_null(strstr(w.s[0].why, "after it had left"));
 
-  for (size_t i = 5; i < 13; i++) advertise(&w, i);
+  for (size_t i = 5; i < 25; i++) advertise(&w, i);
   assert_int_equal(xf_saphase_get_state(w.sa), XF_SAPHASE_SHARE);
-  assert_int_equal(count_actions(&w, XF_SAPHASE_ACT_SEND_KEYS), 8);
+  assert_int_equal(count_actions(&w, XF_SAPHASE_ACT_SEND_KEYS), 20);
 
   /* A masked input in the share phase. */
   uint32_t *words = xf_malloc(20 * sizeof(uint32_t));
@@ -847,36 +989,26 @@ static void malformed_or_out_of_turn_messages_drop_the_sender(void **state) {
 
   /* Shares naming a receiver twice. */
   {
-    sim_site *s = &w.s[6];
     size_t count = 0;
-    xf_secagg_share_msg msgs[12];
-    assert_int_equal(xf_secagg_client_share(s->client, s->adverts, msgs, 12, &count, &err),
-                     XF_OK);
-    uint32_t t2[12];
-    const uint8_t *c2[12];
-    size_t l2[12];
-    for (size_t k = 0; k < count; k++) {
-      t2[k] = msgs[k].to;
-      c2[k] = msgs[k].ciphertext;
-      l2[k] = XF_SECAGG_SHARE_BYTES;
-    }
+    xf_secagg_signed_share msgs[24];
+    uint32_t t2[24];
+    make_shares(&w, 6, msgs, &count);
+    for (size_t m = 0; m < count; m++) t2[m] = msgs[m].to;
     t2[1] = t2[0];
-    assert_int_equal(xf_saphase_shares(w.sa, s->id, t2, c2, l2, count, w.now, &err),
-                     XF_EFORMAT);
-    collect(&w);
-    assert_true(s->dropped);
-    assert_non_null(strstr(s->why, "named twice"));
+    assert_int_equal(send_shares_rc(&w, 6, t2, msgs, count, &err), XF_EFORMAT);
+    assert_true(w.s[6].dropped);
+    assert_non_null(strstr(w.s[6].why, "named twice"));
   }
-  for (size_t i = 7; i < 13; i++) share(&w, i);
+  for (size_t i = 7; i < 25; i++) share(&w, i);
   assert_int_equal(xf_saphase_get_state(w.sa), XF_SAPHASE_MASKED);
   assert_true(w.s[5].dropped && !w.s[5].routed);
   /* Sites 5 and 6 advertised but their shares were not routed. */
-  assert_int_equal(w.s[7].n_u2, 6);
-  assert_int_equal(w.s[7].n_cts, 5);
+  assert_int_equal(w.s[7].n_u2, 18);
+  assert_int_equal(w.s[7].n_cts, 17);
 
   /* A masked input of the wrong length, one with values above 2^bits,
    * and one sent twice. */
-  for (size_t i = 7; i < 13; i++) take_routed(&w, i);
+  for (size_t i = 7; i < 25; i++) take_routed(&w, i);
   words = masked_words(&w, 7);
   assert_int_equal(xf_saphase_masked(w.sa, w.ids[7], &words, 19, w.now, &err), XF_EFORMAT);
   collect(&w);
@@ -891,7 +1023,7 @@ static void malformed_or_out_of_turn_messages_drop_the_sender(void **state) {
   assert_true(w.s[8].dropped);
   assert_non_null(strstr(w.s[8].why, "more than 16 bits"));
   xf_free(words);
-  for (size_t i = 9; i < 13; i++) {
+  for (size_t i = 9; i < 25; i++) {
     words = masked_words(&w, i);
     assert_int_equal(xf_saphase_masked(w.sa, w.ids[i], &words, 20, w.now, &err), XF_OK);
     assert_null(words);
@@ -905,7 +1037,9 @@ static void malformed_or_out_of_turn_messages_drop_the_sender(void **state) {
   xf_free(words);
 
   close_round(&w);
-  assert_int_equal(count_actions(&w, XF_SAPHASE_ACT_SEND_UNMASK), 3);
+  assert_int_equal(count_actions(&w, XF_SAPHASE_ACT_SEND_CHECK), 15);
+  for (size_t i = 10; i < 25; i++) sign_check(&w, i);
+  assert_int_equal(count_actions(&w, XF_SAPHASE_ACT_SEND_UNMASK), 15);
 
   /* A truncated reveal: site 10 is dropped, but its input is in the sum
    * and its secret comes from the others. */
@@ -916,17 +1050,17 @@ static void malformed_or_out_of_turn_messages_drop_the_sender(void **state) {
   collect(&w);
   assert_true(w.s[10].dropped);
   assert_non_null(strstr(w.s[10].why, "secagg reveal"));
-  reveal(&w, 11);
+  for (size_t i = 11; i < 24; i++) reveal(&w, i);
   assert_false(w.done);
-  reveal(&w, 12);
+  reveal(&w, 24);
   assert_true(w.done);
   /* After the end, messages are refused with nothing queued. */
-  assert_int_equal(advertise_rc(&w, 12), XF_EINVAL);
+  assert_int_equal(advertise_rc(&w, 24), XF_EINVAL);
   assert_int_equal(n_actions(&w), 0);
-  bool in[13] = {false};
-  in[10] = in[11] = in[12] = true;
+  bool in[25] = {false};
   double total = 0, have = 0;
-  for (size_t i = 0; i < 13; i++) {
+  for (size_t i = 0; i < 25; i++) {
+    in[i] = i >= 10;
     total += (double)w.weights[i];
     have += in[i] ? (double)w.weights[i] : 0;
   }
@@ -939,24 +1073,29 @@ static void messages_from_outside_the_cohort_are_enoent(void **state) {
   world w;
   world_init(&w, 3, 0.6, 10, false);
   world_start(&w);
-  uint8_t adv[XF_SECAGG_ADVERT_BYTES];
-  xf_secagg_client_advertise(w.s[0].client, adv);
+  signed_keys k;
+  keys_of(&w, 0, &k);
+  uint8_t *adv = k.advert;
   xf_errctx err = {0};
   assert_int_equal(xf_saphase_index(w.sa, 5), 0);
-  assert_int_equal(xf_saphase_advert(w.sa, 5, adv, sizeof(adv), w.now, &err), XF_ENOENT);
+  assert_int_equal(xf_saphase_advert(w.sa, 5, &k.keys, w.now, &err), XF_ENOENT);
   assert_non_null(strstr(err.msg, "site 5 "));
   assert_non_null(strstr(err.msg, "not in this secure aggregation's cohort"));
   assert_int_equal(n_actions(&w), 0);
   uint32_t to[1] = {2};
-  const uint8_t *cts[1] = {adv};
-  size_t lens[1] = {XF_SECAGG_SHARE_BYTES};
-  assert_int_equal(xf_saphase_shares(w.sa, 5, to, cts, lens, 1, w.now, &err), XF_ENOENT);
+  const uint8_t *cts[1] = {adv}, *sigs[1] = {k.sig};
+  size_t lens[1] = {XF_SECAGG_SHARE_BYTES}, sig_lens[1] = {XF_SECAGG_SIG_BYTES};
+  assert_int_equal(xf_saphase_shares(w.sa, 5, to, cts, lens, sigs, sig_lens, 1, w.now, &err),
+                   XF_ENOENT);
+  assert_int_equal(n_actions(&w), 0);
+  assert_int_equal(xf_saphase_check_sig(w.sa, 5, k.sig, sizeof(k.sig), w.now, &err), XF_ENOENT);
   assert_int_equal(n_actions(&w), 0);
   uint32_t *words = xf_calloc(10, sizeof(uint32_t));
   assert_int_equal(xf_saphase_masked(w.sa, 5, &words, 10, w.now, &err), XF_ENOENT);
   assert_non_null(words);
   xf_free(words);
-  assert_int_equal(xf_saphase_reveal(w.sa, 5, adv, sizeof(adv), w.now, &err), XF_ENOENT);
+  assert_int_equal(xf_saphase_reveal(w.sa, 5, adv, XF_SECAGG_ADVERT_BYTES, w.now, &err),
+                   XF_ENOENT);
   assert_int_equal(n_actions(&w), 0);
   xf_saphase_gone(w.sa, 5, w.now);
   assert_int_equal(n_actions(&w), 0);
@@ -970,17 +1109,168 @@ static void messages_from_outside_the_cohort_are_enoent(void **state) {
   world_free(&w);
 }
 
+/* ---- signatures and the consistency round --------------------------------------------------- */
+
+/* The machine checks no signature (the sites do) but refuses what cannot be
+ * one: keys without a signature or certificate of the allowed size, a share
+ * without its signature. */
+static void keys_or_shares_without_their_signature_drop_the_sender(void **state) {
+  (void)state;
+  world w;
+  world_init(&w, 5, 0.6, 10, false);
+  world_start(&w);
+  signed_keys k;
+  xf_errctx err = {0};
+  keys_of(&w, 0, &k);
+  k.keys.sig_len = 63;
+  assert_int_equal(xf_saphase_advert(w.sa, w.ids[0], &k.keys, w.now, &err), XF_EFORMAT);
+  collect(&w);
+  assert_true(w.s[0].dropped);
+  assert_non_null(strstr(w.s[0].why, "signature of 63 bytes, not 64"));
+  keys_of(&w, 1, &k);
+  k.keys.cert = NULL;
+  k.keys.cert_len = 0;
+  assert_int_equal(xf_saphase_advert(w.sa, w.ids[1], &k.keys, w.now, &err), XF_EFORMAT);
+  collect(&w);
+  assert_true(w.s[1].dropped);
+  assert_non_null(strstr(w.s[1].why, "certificate of 0 bytes"));
+  for (size_t i = 2; i < 5; i++) advertise(&w, i);
+  assert_int_equal(xf_saphase_get_state(w.sa), XF_SAPHASE_SHARE);
+  /* What SEND_KEYS relays: each index's signature and certificate, empty
+   * for the sites that sent no keys. */
+  assert_int_equal(w.s[2].cert_lens[0], 0);
+  assert_int_equal(w.s[2].cert_lens[2], strlen(w.s[2].name));
+  uint8_t zero[XF_SECAGG_SIG_BYTES] = {0};
+  assert_memory_equal(w.s[2].advert_sigs, zero, sizeof(zero));
+  size_t count = 0;
+  xf_secagg_signed_share msgs[4];
+  uint32_t to[4];
+  make_shares(&w, 2, msgs, &count);
+  assert_int_equal(count, 2); /* its neighbours that sent keys */
+  for (size_t m = 0; m < count; m++) to[m] = msgs[m].to;
+  const uint8_t *cts[2] = {msgs[0].ciphertext, msgs[1].ciphertext};
+  const uint8_t *sigs[2] = {msgs[0].sig, NULL};
+  size_t lens[2] = {XF_SECAGG_SHARE_BYTES, XF_SECAGG_SHARE_BYTES};
+  size_t sig_lens[2] = {XF_SECAGG_SIG_BYTES, 0};
+  assert_int_equal(
+      xf_saphase_shares(w.sa, w.ids[2], to, cts, lens, sigs, sig_lens, 2, w.now, &err),
+      XF_EFORMAT);
+  collect(&w);
+  assert_true(w.s[2].dropped);
+  assert_non_null(strstr(w.s[2].why, "has no signature"));
+  /* Two sharers are left, below t = 3: the attempt fails. */
+  share(&w, 3);
+  share(&w, 4);
+  assert_true(w.failed);
+  assert_non_null(strstr(w.why, "sent their shares"));
+  world_free(&w);
+}
+
+/* After the close the survivors sign U3; only signers are asked to reveal,
+ * with every signature, and fewer than t signers fail the attempt. */
+static void survivors_sign_the_survivor_set_before_anyone_is_asked_to_reveal(void **state) {
+  (void)state;
+  world w;
+  world_init(&w, 5, 0.6, 30, false);
+  world_start(&w);
+  for (size_t i = 0; i < 5; i++) advertise(&w, i);
+  for (size_t i = 0; i < 5; i++) share(&w, i);
+  for (size_t i = 0; i < 5; i++) send_masked(&w, i);
+  close_round(&w);
+  assert_int_equal(count_actions(&w, XF_SAPHASE_ACT_SEND_CHECK), 5);
+  assert_int_equal(count_actions(&w, XF_SAPHASE_ACT_SEND_UNMASK), 0);
+  assert_true(xf_saphase_deadline(w.sa) == 1030.0);
+  /* A reveal before the signatures, and a signature of the wrong size. */
+  uint8_t junk[XF_SECAGG_SIG_BYTES] = {1};
+  xf_errctx err = {0};
+  assert_int_equal(xf_saphase_reveal(w.sa, w.ids[4], junk, sizeof(junk), w.now, &err), XF_EINVAL);
+  collect(&w);
+  assert_true(w.s[4].dropped);
+  assert_non_null(strstr(w.s[4].why, "reveal out of turn"));
+  assert_int_equal(xf_saphase_check_sig(w.sa, w.ids[3], junk, 63, w.now, &err), XF_EFORMAT);
+  collect(&w);
+  assert_true(w.s[3].dropped);
+  assert_non_null(strstr(w.s[3].why, "of 63 bytes, not 64"));
+  sign_check(&w, 0);
+  assert_int_equal(sign_check_rc(&w, 0), XF_EEXISTS);
+  assert_true(w.s[0].dropped);
+  sign_check(&w, 1);
+  /* Site 2 stays silent: at the deadline two signatures are there (site
+   * 0's still counts though it was dropped since), fewer than t = 3. */
+  tick(&w, 1029.0);
+  assert_int_equal(xf_saphase_get_state(w.sa), XF_SAPHASE_CHECK);
+  tick(&w, 1030.0);
+  assert_true(w.failed);
+  assert_non_null(strstr(w.why, "only 2 of the 5 survivors signed the survivor set"));
+  assert_non_null(strstr(w.why, "threshold 3"));
+  assert_int_equal(count_actions(&w, XF_SAPHASE_ACT_SEND_UNMASK), 0);
+  world_free(&w);
+
+  /* Four of five sign: the four are asked, the fifth is not, and its
+   * input, in the sum, is unmasked from the others' shares of its b. */
+  world_init(&w, 5, 0.6, 30, false);
+  world_start(&w);
+  for (size_t i = 0; i < 5; i++) advertise(&w, i);
+  for (size_t i = 0; i < 5; i++) share(&w, i);
+  for (size_t i = 0; i < 5; i++) send_masked(&w, i);
+  close_round(&w);
+  for (size_t i = 0; i < 4; i++) sign_check(&w, i);
+  tick(&w, 1030.0);
+  assert_int_equal(xf_saphase_get_state(w.sa), XF_SAPHASE_UNMASK);
+  assert_int_equal(count_actions(&w, XF_SAPHASE_ACT_SEND_UNMASK), 4);
+  assert_false(w.s[4].unmask);
+  assert_int_equal(w.s[0].n_signers, 4);
+  assert_int_equal(w.s[0].n_u3, 5);
+  assert_int_equal(xf_saphase_reveal(w.sa, w.ids[4], junk, sizeof(junk), w.now, &err), XF_EINVAL);
+  collect(&w);
+  assert_non_null(strstr(w.s[4].why, "without having signed"));
+  for (size_t i = 0; i < 4; i++) reveal(&w, i);
+  assert_true(w.done);
+  expect_mean(&w, NULL, NULL, 1.0);
+  world_free(&w);
+}
+
+/* Sites that refuse to reveal leave the unmasking; when too few shares are
+ * left the failure says how many refused. */
+static void refusals_leave_the_unmasking_and_the_failure_counts_them(void **state) {
+  (void)state;
+  world w;
+  world_init(&w, 4, 0.75, 20, false);
+  world_start(&w);
+  for (size_t i = 0; i < 4; i++) advertise(&w, i);
+  for (size_t i = 0; i < 4; i++) share(&w, i);
+  for (size_t i = 0; i < 4; i++) send_masked(&w, i);
+  close_round(&w);
+  for (size_t i = 0; i < 4; i++) sign_check(&w, i);
+  xf_saphase_refused(w.sa, w.ids[1], w.now);
+  collect(&w);
+  xf_saphase_refused(w.sa, w.ids[3], w.now);
+  collect(&w);
+  /* Refusing twice, or from outside the cohort, counts nothing more. */
+  xf_saphase_refused(w.sa, w.ids[3], w.now);
+  xf_saphase_refused(w.sa, 5, w.now);
+  collect(&w);
+  assert_int_equal(w.drops, 0);
+  reveal(&w, 0);
+  assert_false(w.failed);
+  reveal(&w, 2);
+  assert_true(w.failed);
+  assert_non_null(strstr(w.why, "2 of the 3 shares"));
+  assert_non_null(strstr(w.why, "2 sites refused to go on (site 1007 first)"));
+  world_free(&w);
+}
+
 /* ---- the sparse graph ----------------------------------------------------------------------- */
 
 static void the_harary_graph_routes_only_to_neighbours(void **state) {
   (void)state;
   /* n = 70 > XF_SECAGG_COMPLETE_MAX: degree 32, not the complete graph. */
   world w;
-  world_init(&w, 70, 0.5, 16, false);
+  world_init(&w, 70, 0.55, 16, false);
   world_start(&w);
   const xf_secagg_params *p = xf_saphase_params(w.sa);
   assert_int_equal(p->degree, 32);
-  assert_int_equal(p->threshold, 35);
+  assert_int_equal(p->threshold, 39);
   for (size_t i = 0; i < 70; i++) advertise(&w, i);
   assert_int_equal(xf_saphase_get_state(w.sa), XF_SAPHASE_SHARE);
 
@@ -992,23 +1282,14 @@ static void the_harary_graph_routes_only_to_neighbours(void **state) {
   {
     sim_site *s = &w.s[69];
     size_t count = 0;
-    xf_secagg_share_msg msgs[32];
+    xf_secagg_signed_share msgs[32];
     xf_errctx err = {0};
-    assert_int_equal(xf_secagg_client_share(s->client, s->adverts, msgs, 32, &count, &err),
-                     XF_OK);
+    make_shares(&w, 69, msgs, &count);
     assert_int_equal(count, 32);
     uint32_t to[32];
-    const uint8_t *cts[32];
-    size_t lens[32];
-    for (size_t k = 0; k < count; k++) {
-      to[k] = msgs[k].to;
-      cts[k] = msgs[k].ciphertext;
-      lens[k] = XF_SECAGG_SHARE_BYTES;
-    }
+    for (size_t k = 0; k < count; k++) to[k] = msgs[k].to;
     to[5] = stranger;
-    assert_int_equal(xf_saphase_shares(w.sa, s->id, to, cts, lens, count, w.now, &err),
-                     XF_EFORMAT);
-    collect(&w);
+    assert_int_equal(send_shares_rc(&w, 69, to, msgs, count, &err), XF_EFORMAT);
     assert_true(s->dropped);
     assert_non_null(strstr(s->why, "is not its neighbour"));
   }
@@ -1019,7 +1300,8 @@ static void the_harary_graph_routes_only_to_neighbours(void **state) {
     sim_site *s = &w.s[i];
     uint32_t nb[32];
     size_t n_nb = 0;
-    assert_int_equal(xf_secagg_client_neighbours(s->client, nb, 32, &n_nb), XF_OK);
+    assert_int_equal(
+        xf_secagg_client_neighbours(xf_secagg_guard_client(s->guard), nb, 32, &n_nb), XF_OK);
     assert_int_equal(n_nb, 32);
     /* Exactly its neighbours that shared (all but site 70), once each. */
     size_t want = 32 - (xf_secagg_neighbours(p, (uint32_t)i + 1, 70) ? 1 : 0);
@@ -1033,6 +1315,7 @@ static void the_harary_graph_routes_only_to_neighbours(void **state) {
   }
   for (size_t i = 0; i < 69; i++) send_masked(&w, i);
   close_round(&w);
+  for (size_t i = 0; i < 69; i++) sign_check(&w, i);
   for (size_t i = 0; i < 69; i++) reveal(&w, i);
   assert_true(w.done);
   assert_int_equal(xf_saphase_prg_expansions(w.sa), 69);
@@ -1063,6 +1346,9 @@ int main(void) {
       cmocka_unit_test(create_fails_cleanly_at_every_allocation),
       cmocka_unit_test(malformed_or_out_of_turn_messages_drop_the_sender),
       cmocka_unit_test(messages_from_outside_the_cohort_are_enoent),
+      cmocka_unit_test(keys_or_shares_without_their_signature_drop_the_sender),
+      cmocka_unit_test(survivors_sign_the_survivor_set_before_anyone_is_asked_to_reveal),
+      cmocka_unit_test(refusals_leave_the_unmasking_and_the_failure_counts_them),
       cmocka_unit_test(the_harary_graph_routes_only_to_neighbours),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

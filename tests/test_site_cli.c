@@ -533,6 +533,26 @@ static void audit_verify_names_the_first_tampered_row(void **state) {
   expect_in("stdout", r->out, "mallory", r);
 }
 
+/* "-", "-x" and "_x" are names no job spec or policy can write. */
+static void dataset_add_refuses_names_no_job_can_name(void **state) {
+  scratch *s = *state;
+  init_site(s);
+  static const char *const bad[] = {"--name=-", "--name=-x", "--name=_x"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    run *r = site_run(s, "dataset", "add", "--dir", s->site, bad[i], "--path", s->data, NULL);
+    expect_status(r, 2);
+    expect_in("stderr", r->err, bad[i] + strlen("--name="), r);
+    expect_in("stderr", r->err, "starting with a letter or digit", r);
+  }
+  run *r = site_run(s, "dataset", "add", "--dir", s->site, "--name", "x", "--tag=_t", "--path",
+                    s->data, NULL);
+  expect_status(r, 2);
+  expect_in("stderr", r->err, "'_t' is not a valid tag", r);
+  r = site_run(s, "dataset", "list", "--dir", s->site, NULL);
+  expect_status(r, 0);
+  expect_in("stdout", r->out, "no datasets registered", r);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, scratch_setup, scratch_teardown)
 
 int main(void) {
@@ -541,6 +561,7 @@ int main(void) {
       T(init_writes_a_private_site_json_and_the_database),
       T(config_errors_name_the_file_and_field),
       T(dataset_add_list_tag_budget_rm_round_trip),
+      T(dataset_add_refuses_names_no_job_can_name),
       T(invalid_data_is_refused_with_the_loaders_message),
       T(verify_finds_a_modified_and_a_missing_file),
       T(fashion_mnist_registers_with_its_real_shape),

@@ -40,6 +40,9 @@
 #include "crypto/digest.h"
 #include "crypto/pki.h"
 #include "crypto/seal.h"
+#include "crypto/secagg.h"
+#include "crypto/secagg_guard.h"
+#include "crypto/secagg_x509.h"
 #include "kernels/backend.h"
 #include "kernels/checkpoint.h"
 #include "kernels/model.h"
@@ -1412,9 +1415,34 @@ static void update_uses_the_offered_stream_id(void **state) {
   " \"batch_size\": 4, \"lr\": 0.1}, \"secure_aggregation\": {\"enabled\": true}, \"seed\": 5}"
 
 /* This site's setup in a cohort of n (index 1). */
+/* The certificate issued to `name`, DER, in *der (free). */
+static void cert_der(const char *name, uint8_t **der, size_t *len) {
+  char path[700];
+  snprintf(path, sizeof(path), "%s/issued/%s.crt", fed_dir, name);
+  X509 *cert = NULL;
+  uint8_t *d = NULL;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (xf_pki_cert_load(path, &cert, &err) != XF_OK ||
+      xf_secagg_x509_cert_der(cert, &d, len, &err) != XF_OK)
+    fail_msg("certificate of %s: %s", name, err.msg);
+  X509_free(cert);
+  *der = malloc(*len);
+  assert_non_null(*der);
+  memcpy(*der, d, *len);
+  xf_free(d);
+}
+
+/* The cohort's names: this site first, then sites no certificate was
+ * issued to. */
+static char *cohort_names[] = {"eu-berlin", "eu-paris", "eu-rome", "eu-oslo"};
+
 static void secagg_setup(Xfed__SecAggSetup *su, uint8_t seed[32], uint32_t n) {
   Xfed__SecAggSetup init = XFED__SEC_AGG_SETUP__INIT;
   *su = init;
+  assert_true(n <= sizeof(cohort_names) / sizeof(cohort_names[0]));
+  su->n_cohort = n;
+  su->cohort = cohort_names;
   for (int i = 0; i < 32; i++) seed[i] = (uint8_t)(3 * i + 1);
   su->n = n;
   su->index = 1;
@@ -1450,11 +1478,67 @@ static void go_with_secagg_setup_starts_key_exchange(void **state) {
   assert_int_equal(e->secagg_advert->round, 1);
   assert_int_equal(e->secagg_advert->attempt, 2);
   assert_int_equal(e->secagg_advert->advert.len, 64);
+  /* The keys come signed, with the certificate the other sites check the
+   * signature against: the site's own, as issued. */
+  assert_int_equal(e->secagg_advert->signature.len, XF_SECAGG_SIG_BYTES);
+  uint8_t *der = NULL;
+  size_t der_len = 0;
+  cert_der("eu-berlin", &der, &der_len);
+  assert_int_equal(e->secagg_advert->certificate.len, der_len);
+  assert_memory_equal(e->secagg_advert->certificate.data, der, der_len);
+  free(der);
+  uint8_t own[XF_SECAGG_ADVERT_BYTES], own_sig[XF_SECAGG_SIG_BYTES];
+  memcpy(own, e->secagg_advert->advert.data, sizeof(own));
+  memcpy(own_sig, e->secagg_advert->signature.data, sizeof(own_sig));
   /* Training goes on while the keys are exchanged: its Metrics come, the
    * masked update waits for the routing. */
   e = expect_body(f, XFED__ENVELOPE__BODY_METRICS);
   assert_string_equal(e->metrics->job_id, "53");
   assert_int_equal(e->metrics->bytes_up, (2 * 3 + 3) * 20 / 8 + 1); /* 9 values of 20 bits */
+  run_for(f, 300);
+  assert_int_equal(f->update_begins, 0);
+
+  /* The aggregator relays the other member's keys with a certificate that
+   * is not that site's (its own): the site refuses to share with it, says
+   * so naming the member, and drops the task, so no masked update leaves. */
+  uint8_t *own_cert = NULL;
+  size_t own_cert_len = 0;
+  cert_der("eu-berlin", &own_cert, &own_cert_len);
+  cert_der("coord", &der, &der_len);
+  uint8_t adverts[2 * XF_SECAGG_ADVERT_BYTES], forged_sig[XF_SECAGG_SIG_BYTES] = {0};
+  memcpy(adverts, own, sizeof(own));
+  for (size_t i = 0; i < XF_SECAGG_ADVERT_BYTES; i++)
+    adverts[XF_SECAGG_ADVERT_BYTES + i] = (uint8_t)(i + 1);
+  ProtobufCBinaryData sigs[2] = {{sizeof(own_sig), own_sig}, {sizeof(forged_sig), forged_sig}};
+  ProtobufCBinaryData certs[2] = {{own_cert_len, own_cert}, {der_len, der}};
+  Xfed__SecAggKeys k = XFED__SEC_AGG_KEYS__INIT;
+  k.job_id = "53";
+  k.round = 1;
+  k.attempt = 2;
+  k.adverts.data = adverts;
+  k.adverts.len = sizeof(adverts);
+  k.n_signatures = 2;
+  k.signatures = sigs;
+  k.n_certificates = 2;
+  k.certificates = certs;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_SECAGG_KEYS;
+  env.secagg_keys = &k;
+  fake_send(f, &env);
+  free(der);
+  free(own_cert);
+  e = expect_body(f, XFED__ENVELOPE__BODY_SECAGG_REFUSAL);
+  const Xfed__SecAggRefusal *r = e->secagg_refusal;
+  assert_string_equal(r->job_id, "53");
+  assert_int_equal(r->round, 1);
+  assert_int_equal(r->attempt, 2);
+  assert_string_equal(r->phase, "keys");
+  assert_int_equal(r->peer, 2);
+  assert_string_equal(r->peer_name, "eu-paris");
+  if (!strstr(r->reason, "issued to the coordinator 'coord', not to the site 'eu-paris'"))
+    fail_msg("refusal: \"%s\"", r->reason);
+  run_until(f, log_has, "event=secagg_round_refused job=53", WAIT_MS, "the refusal's log line");
+  assert_int_equal(count_body(f, XFED__ENVELOPE__BODY_SECAGG_SHARES), 0);
   run_for(f, 300);
   assert_int_equal(f->update_begins, 0);
   site_stop(f, 10000);

@@ -268,7 +268,7 @@ static void invalid_names_tags_and_budgets_are_refused_before_reading_data(void 
   assert_int_equal(xf_site_registry_add(s->reg, &spec, NULL, &err), XF_ERANGE);
   assert_int_equal(count_datasets(s), 0);
   assert_true(xf_site_name_valid("a-b_9"));
-  assert_true(xf_site_name_valid("_x"));
+  assert_false(xf_site_name_valid("_x"));
   assert_true(xf_site_label_valid("eu-berlin"));
   assert_false(xf_site_label_valid("-eu"));
   assert_false(xf_site_label_valid("eu_west"));
@@ -637,6 +637,33 @@ static void budget_delta_and_ledger_outlive_the_registration(void **state) {
   assert_true(before > 0 && after == before);
 }
 
+/* Names a job spec's data.dataset or data.tags (and a policy) cannot write
+ * would register a dataset no job can use: the same rule holds here. */
+static void dataset_names_and_tags_follow_the_rule_of_job_specs_and_policies(void **state) {
+  scratch *s = *state;
+  xf_errctx err;
+  const char *dir = make_csv(s, "ok", 1);
+  static const char *const bad[] = {"-", "-x", "_x", "_"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    assert_false(xf_site_name_valid(bad[i]));
+    xf_site_dataset_spec spec = {.name = bad[i], .path = dir};
+    assert_int_equal(xf_site_registry_add(s->reg, &spec, NULL, &err), XF_EINVAL);
+    assert_string_equal(err.field, "dataset name");
+    assert_non_null(strstr(err.msg, bad[i]));
+    assert_non_null(strstr(err.msg, "starting with a letter or digit"));
+    const char *tags[] = {bad[i]};
+    xf_site_dataset_spec tagged = {.name = "ok", .path = dir, .tags = tags, .n_tags = 1};
+    assert_int_equal(xf_site_registry_add(s->reg, &tagged, NULL, &err), XF_EINVAL);
+    assert_string_equal(err.field, "tag");
+  }
+  assert_int_equal(count_datasets(s), 0);
+  const char *tags[] = {"x_1-b"};
+  xf_site_dataset_spec spec = {.name = "0a-b_c", .path = dir, .tags = tags, .n_tags = 1};
+  assert_int_equal(xf_site_registry_add(s->reg, &spec, NULL, &err), XF_OK);
+  assert_int_equal(xf_site_registry_tag_add(s->reg, "0a-b_c", "-t", &err), XF_EINVAL);
+  assert_int_equal(count_datasets(s), 1);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, scratch_setup, scratch_teardown)
 
 int main(void) {
@@ -646,6 +673,7 @@ int main(void) {
       T(invalid_data_is_refused_with_the_loaders_message_and_nothing_recorded),
       T(duplicate_name_is_refused_and_the_first_stays),
       T(invalid_names_tags_and_budgets_are_refused_before_reading_data),
+      T(dataset_names_and_tags_follow_the_rule_of_job_specs_and_policies),
       T(digest_depends_on_content_not_on_where_the_data_is),
       T(verify_reports_ok_then_changed_and_missing),
       T(full_config_parses_and_formats_back_to_the_same),

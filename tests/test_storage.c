@@ -13,10 +13,15 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -291,9 +296,15 @@ static void non_database_file_is_refused(void **state) {
   assert_null(db);
   assert_string_equal(err.file, path);
   assert_non_null(strstr(err.msg, "not a database"));
-  /* A directory cannot be a database either. */
-  assert_int_equal(xf_db_open(dir, schema, 1, &db, &err), XF_EIO);
+  /* A directory cannot be a database either, nor a FIFO (never opened,
+   * so nothing waits for a writer). */
+  assert_int_equal(xf_db_open(dir, schema, 1, &db, &err), XF_EEXISTS);
   assert_string_equal(err.file, dir);
+  assert_non_null(strstr(err.msg, "is a directory, not a database file"));
+  snprintf(path, sizeof(path), "%s/fifo.db", dir);
+  assert_int_equal(mkfifo(path, 0600), 0);
+  assert_int_equal(xf_db_open(path, schema, 1, &db, &err), XF_EEXISTS);
+  assert_non_null(strstr(err.msg, "is a FIFO, not a database file"));
 }
 
 static void prepare_reports_the_sql_error_and_refuses_two_statements(void **state) {
@@ -398,6 +409,49 @@ static void backup_refuses_an_existing_destination(void **state) {
   assert_int_equal(xf_db_begin(db, &err), XF_OK);
   assert_int_equal(xf_db_backup(db, dest, &err), XF_EINVAL); /* not inside a transaction */
   xf_db_rollback(db);
+  xf_db_close(db);
+}
+
+/* A database with damaged pages fails quick_check as damage
+ * (XF_EINTEGRITY) naming the file and the check, whether SQLite lists what
+ * it found or the damage stops the check itself; an intact one passes. */
+static void damaged_database_fails_quick_check_naming_the_file(void **state) {
+  (void)state;
+  char dir[128], path[PATH_MAX];
+  test_dir("quick-check", dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/state.db", dir);
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_db *db = NULL;
+  assert_int_equal(xf_db_open(path, schema, 2, &db, &err), XF_OK);
+  /* Enough rows that the job table spans several pages under its root. */
+  assert_int_equal(xf_db_exec(db,
+                              "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+                              "WHERE i < 400) INSERT INTO job(name) SELECT printf('job-%0100d', "
+                              "i) FROM n",
+                              &err),
+                   XF_OK);
+  assert_int_equal(xf_db_quick_check(db, &err), XF_OK);
+  xf_db_close(db); /* the last connection: the WAL goes into the file */
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  assert_true(st.st_size >= 8 * 4096);
+
+  /* Page 2, the job table's root (migration 1 made it first): its page type
+   * byte and the cell pointers after it overwritten. */
+  int fd = open(path, O_RDWR);
+  assert_true(fd >= 0);
+  uint8_t junk[64];
+  memset(junk, 0x5a, sizeof(junk));
+  assert_int_equal(pwrite(fd, junk, sizeof(junk), 4096), (ssize_t)sizeof(junk));
+  close(fd);
+  assert_int_equal(xf_db_open(path, schema, 2, &db, &err), XF_OK);
+  xf_errctx_clear(&err);
+  assert_int_equal(xf_db_quick_check(db, &err), XF_EINTEGRITY);
+  assert_string_equal(err.file, path);
+  assert_non_null(strstr(err.msg, "quick_check"));
+  assert_non_null(strstr(err.msg, "Page 2"));
+  assert_null(strchr(err.msg, '\n'));
   xf_db_close(db);
 }
 
@@ -790,6 +844,271 @@ static void atomic_write_into_a_missing_directory_fails_naming_the_file(void **s
   assert_int_equal(count_entries(dir), 0);
 }
 
+/* Reads a small file whole into buf (NUL-terminated); its length, or -1. */
+static long slurp(const char *path, char *buf, size_t n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  size_t got = fread(buf, 1, n - 1, f);
+  fclose(f);
+  buf[got] = '\0';
+  return (long)got;
+}
+
+/* Entries of dir whose name holds ".tmp-": temporaries left behind. */
+static int count_temporaries(const char *dir) {
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  int count = 0;
+  struct dirent *ent;
+  while ((ent = readdir(d)) != NULL)
+    if (strstr(ent->d_name, ".tmp-")) count++;
+  closedir(d);
+  return count;
+}
+
+/* Something that is not a regular file, made at path: what it is named in
+ * messages, and how it looked when made. */
+typedef struct planted {
+  const char *word;
+  struct stat st;
+  char link[256];
+} planted;
+
+enum { PLANT_LINK, PLANT_DANGLING, PLANT_FIFO, PLANT_SOCKET, PLANT_DEVICE, PLANT_DIR, PLANT_N };
+
+/* Makes kind at path; false when this system will not (a device node needs
+ * CAP_MKNOD). The link points to victim, a regular file. */
+static bool plant(int kind, const char *path, const char *victim, planted *p) {
+  memset(p, 0, sizeof(*p));
+  int rc = -1;
+  switch (kind) {
+  case PLANT_LINK: rc = symlink(victim, path), p->word = "symbolic link"; break;
+  case PLANT_DANGLING: rc = symlink("nowhere/at/all", path), p->word = "symbolic link"; break;
+  case PLANT_FIFO: rc = mkfifo(path, 0600), p->word = "FIFO"; break;
+  case PLANT_DEVICE: rc = mknod(path, S_IFCHR | 0600, makedev(1, 3)), p->word = "character device"; break;
+  case PLANT_DIR: rc = mkdir(path, 0700), p->word = "directory"; break;
+  case PLANT_SOCKET: {
+    p->word = "socket";
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof(a.sun_path)) return false;
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    rc = bind(fd, (struct sockaddr *)&a, sizeof(a));
+    close(fd);
+    break;
+  }
+  }
+  if (rc != 0 && kind == PLANT_DEVICE) return false;
+  assert_int_equal(rc, 0);
+  assert_int_equal(lstat(path, &p->st), 0);
+  if (S_ISLNK(p->st.st_mode)) assert_true(readlink(path, p->link, sizeof(p->link) - 1) > 0);
+  return true;
+}
+
+/* The thing at path is still what plant made. */
+static void assert_untouched(const char *path, const planted *p) {
+  struct stat now;
+  assert_int_equal(lstat(path, &now), 0);
+  assert_int_equal(now.st_mode, p->st.st_mode);
+  assert_int_equal(now.st_ino, p->st.st_ino);
+  assert_int_equal(now.st_rdev, p->st.st_rdev);
+  if (S_ISLNK(now.st_mode)) {
+    char link[256] = {0};
+    assert_true(readlink(path, link, sizeof(link) - 1) > 0);
+    assert_string_equal(link, p->link);
+  }
+}
+
+static void file_write_refuses_every_target_that_is_not_a_regular_file(void **state) {
+  (void)state;
+  char dir[128], path[192], victim[192], buf[64];
+  test_dir("refuse", dir, sizeof(dir));
+  snprintf(victim, sizeof(victim), "%s/victim", dir);
+  assert_int_equal(xf_file_write_atomic(victim, "precious", 8, 0644, NULL), XF_OK);
+  for (int kind = 0; kind < PLANT_N; kind++) {
+    snprintf(path, sizeof(path), "%s/target-%d", dir, kind);
+    planted p;
+    if (!plant(kind, path, victim, &p)) {
+      fprintf(stderr, "note: no %s here (mknod refused): that case is not checked\n", p.word);
+      continue;
+    }
+    xf_errctx err = {0};
+    assert_int_equal(xf_file_check_target(path, &err), XF_EEXISTS);
+    xf_errctx_clear(&err);
+    assert_int_equal(xf_file_write_atomic(path, "new", 3, 0600, &err), XF_EEXISTS);
+    assert_string_equal(err.file, path);
+    if (!strstr(err.msg, p.word)) fail_msg("'%s' does not name the %s", err.msg, p.word);
+    xf_file_writer *w = NULL;
+    assert_int_equal(xf_file_writer_begin(path, 0644, &w, NULL), XF_EEXISTS);
+    assert_null(w);
+    assert_untouched(path, &p);
+  }
+  assert_int_equal(slurp(victim, buf, sizeof(buf)), 8);
+  assert_string_equal(buf, "precious");
+  assert_int_equal(count_temporaries(dir), 0);
+  /* Absent and regular targets pass the check. */
+  assert_int_equal(xf_file_check_target(victim, NULL), XF_OK);
+  snprintf(path, sizeof(path), "%s/absent", dir);
+  assert_int_equal(xf_file_check_target(path, NULL), XF_OK);
+}
+
+static void file_writer_does_not_replace_what_took_the_targets_place(void **state) {
+  (void)state;
+  char dir[128], path[192];
+  test_dir("raced", dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/out.xfm", dir);
+  xf_file_writer *w = NULL;
+  assert_int_equal(xf_file_writer_begin(path, 0644, &w, NULL), XF_OK);
+  assert_int_equal(xf_file_writer_write(w, "model", 5, NULL), XF_OK);
+  planted p;
+  assert_true(plant(PLANT_FIFO, path, NULL, &p));
+  xf_errctx err = {0};
+  assert_int_equal(xf_file_writer_commit(w, &err), XF_EEXISTS);
+  assert_non_null(strstr(err.msg, "FIFO"));
+  assert_untouched(path, &p);
+  assert_int_equal(count_temporaries(dir), 0);
+}
+
+static void file_write_keeps_the_old_content_when_a_write_fails_midway(void **state) {
+  (void)state;
+  char dir[128], path[192], buf[64];
+  test_dir("midway", dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/model.xfm", dir);
+  assert_int_equal(xf_file_write_atomic(path, "old model", 9, 0644, NULL), XF_OK);
+  /* Files may not grow past 4 KiB: the write of the new content fails
+   * (EFBIG) after its first 4 KiB, as a full disk would. */
+  static char big[256 * 1024];
+  memset(big, 'x', sizeof(big));
+  struct rlimit was, small;
+  assert_int_equal(getrlimit(RLIMIT_FSIZE, &was), 0);
+  small = was;
+  small.rlim_cur = 4096;
+  void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+  xf_errctx err = {0}, err2 = {0};
+  xf_err whole = xf_file_write_atomic(path, big, sizeof(big), 0644, &err);
+  /* The same through the streaming writer, in small pieces. */
+  xf_file_writer *w = NULL;
+  xf_err begun = xf_file_writer_begin(path, 0644, &w, NULL), wrote = XF_OK;
+  for (size_t at = 0; begun == XF_OK && wrote == XF_OK && at < sizeof(big); at += 1000)
+    wrote = xf_file_writer_write(w, big + at, 1000, NULL);
+  xf_err committed = begun == XF_OK ? xf_file_writer_commit(w, &err2) : begun;
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &was), 0);
+  signal(SIGXFSZ, old_handler);
+  assert_int_equal(whole, XF_EIO);
+  assert_string_equal(err.file, path);
+  assert_non_null(strstr(err.msg, "write failed"));
+  assert_int_equal(begun, XF_OK);
+  assert_int_equal(wrote, XF_EIO);
+  assert_int_equal(committed, XF_EIO);
+  assert_int_equal(slurp(path, buf, sizeof(buf)), 9);
+  assert_string_equal(buf, "old model");
+  assert_int_equal(count_temporaries(dir), 0);
+}
+
+static void file_write_gives_the_callers_mode_whatever_the_umask_and_the_old_file(void **state) {
+  (void)state;
+  char dir[128], path[192], tmp[PATH_MAX] = "";
+  test_dir("mode", dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/site.key", dir);
+  mode_t mask = umask(077);
+  assert_int_equal(xf_file_write_atomic(path, "public", 6, 0644, NULL), XF_OK);
+  umask(mask);
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  assert_int_equal(st.st_mode & 07777, 0644);
+  /* A key over a world-readable file: the key is 0600, and 0600 while it
+   * is written too. */
+  assert_int_equal(chmod(path, 0666), 0);
+  xf_file_writer *w = NULL;
+  assert_int_equal(xf_file_writer_begin(path, 0600, &w, NULL), XF_OK);
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  struct dirent *ent;
+  while ((ent = readdir(d)) != NULL)
+    if (strstr(ent->d_name, ".tmp-")) snprintf(tmp, sizeof(tmp), "%s/%s", dir, ent->d_name);
+  closedir(d);
+  assert_true(tmp[0] != '\0');
+  assert_int_equal(lstat(tmp, &st), 0);
+  assert_int_equal(st.st_mode & 07777, 0600);
+  assert_int_equal(xf_file_writer_write(w, "secret", 6, NULL), XF_OK);
+  assert_int_equal(xf_file_writer_commit(w, NULL), XF_OK);
+  assert_int_equal(stat(path, &st), 0);
+  assert_true(S_ISREG(st.st_mode));
+  assert_int_equal(st.st_mode & 07777, 0600);
+  assert_int_equal(count_temporaries(dir), 0);
+}
+
+static void file_writer_streams_large_outputs_and_abort_leaves_the_target(void **state) {
+  (void)state;
+  char dir[128], path[192], buf[64];
+  test_dir("stream", dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/shard.csv", dir);
+  /* Small writes through the buffer, then one larger than it, then small
+   * ones again: the bytes arrive in order. */
+  enum { SMALL = 7, BIG = 200 * 1024 };
+  static unsigned char want[3 * 20000 * SMALL + BIG];
+  for (size_t i = 0; i < sizeof(want); i++) want[i] = (unsigned char)(i * 131 + i / 977);
+  xf_file_writer *w = NULL;
+  assert_int_equal(xf_file_writer_begin(path, 0644, &w, NULL), XF_OK);
+  size_t at = 0;
+  for (int i = 0; i < 20000; i++, at += SMALL)
+    assert_int_equal(xf_file_writer_write(w, want + at, SMALL, NULL), XF_OK);
+  assert_int_equal(xf_file_writer_write(w, want + at, BIG, NULL), XF_OK);
+  at += BIG;
+  while (at < sizeof(want)) {
+    assert_int_equal(xf_file_writer_write(w, want + at, SMALL, NULL), XF_OK);
+    at += SMALL;
+  }
+  assert_int_equal(xf_file_writer_commit(w, NULL), XF_OK);
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  static unsigned char got[sizeof(want) + 1];
+  assert_int_equal(fread(got, 1, sizeof(got), f), sizeof(want));
+  fclose(f);
+  assert_memory_equal(got, want, sizeof(want));
+  /* Abort: the file keeps what it had. */
+  assert_int_equal(xf_file_write_atomic(path, "kept", 4, 0644, NULL), XF_OK);
+  assert_int_equal(xf_file_writer_begin(path, 0644, &w, NULL), XF_OK);
+  assert_int_equal(xf_file_writer_write(w, want, sizeof(want), NULL), XF_OK);
+  xf_file_writer_abort(w);
+  assert_int_equal(slurp(path, buf, sizeof(buf)), 4);
+  assert_string_equal(buf, "kept");
+  assert_int_equal(count_temporaries(dir), 0);
+}
+
+static void file_write_frees_everything_when_allocations_fail(void **state) {
+  (void)state;
+  char dir[128], path[192], buf[64];
+  test_dir("file-alloc", dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/policy.json", dir);
+  assert_int_equal(xf_file_write_atomic(path, "old", 3, 0644, NULL), XF_OK);
+  int fds = count_open_fds();
+  long pass = 0;
+  for (;; pass++) {
+    assert_true(pass < 50);
+    xf_errctx err;
+    xf_errctx_clear(&err);
+    xf_alloc_fail_after(pass);
+    xf_file_writer *w = NULL;
+    xf_err rc = xf_file_writer_begin(path, 0644, &w, &err);
+    if (rc == XF_OK) rc = xf_file_writer_write(w, "new", 3, &err);
+    if (rc == XF_OK) rc = xf_file_writer_commit(w, &err);
+    else xf_file_writer_abort(w);
+    xf_alloc_fail_reset();
+    if (rc != XF_OK && rc != XF_ENOMEM) fail_msg("pass %ld: %s: %s", pass, xf_err_name(rc), err.msg);
+    assert_int_equal(count_open_fds(), fds);
+    assert_int_equal(count_temporaries(dir), 0);
+    assert_int_equal(slurp(path, buf, sizeof(buf)), 3);
+    if (rc == XF_OK) break;
+    assert_string_equal(buf, "old");
+    assert_string_equal(err.file, path);
+  }
+  assert_string_equal(buf, "new");
+  assert_true(pass >= 3); /* the writer, its path, its buffer */
+}
+
 static void read_text_reads_whole_files_up_to_the_bound(void **state) {
   (void)state;
   char dir[128], path[192];
@@ -833,6 +1152,7 @@ int main(void) {
       cmocka_unit_test(rollback_discards_and_commit_keeps),
       cmocka_unit_test(backup_copies_a_live_database),
       cmocka_unit_test(backup_refuses_an_existing_destination),
+      cmocka_unit_test(damaged_database_fails_quick_check_naming_the_file),
       cmocka_unit_test(blob_roundtrip_by_digest),
       cmocka_unit_test(missing_blob_is_reported_as_noent),
       cmocka_unit_test(corrupted_blob_is_reported_not_returned),
@@ -842,6 +1162,12 @@ int main(void) {
       cmocka_unit_test(allocation_failures_are_reported_not_crashed),
       cmocka_unit_test(atomic_write_replaces_whole_files_with_the_given_mode),
       cmocka_unit_test(atomic_write_into_a_missing_directory_fails_naming_the_file),
+      cmocka_unit_test(file_write_refuses_every_target_that_is_not_a_regular_file),
+      cmocka_unit_test(file_writer_does_not_replace_what_took_the_targets_place),
+      cmocka_unit_test(file_write_keeps_the_old_content_when_a_write_fails_midway),
+      cmocka_unit_test(file_write_gives_the_callers_mode_whatever_the_umask_and_the_old_file),
+      cmocka_unit_test(file_writer_streams_large_outputs_and_abort_leaves_the_target),
+      cmocka_unit_test(file_write_frees_everything_when_allocations_fail),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -332,6 +332,10 @@ secagg)
     fail "accuracy without secure aggregation $a1, with it $a2: more than 0.5 points apart"
   (($(grep -c 'event=secagg_unmasked job=2 .*sites=5' "$work/a/logs/coord.log") == 4)) ||
     fail "job 2 did not unmask 4 rounds of 5 sites"
+  # Every site checked every key, share and survivor set relayed, and
+  # refused none (each signs its keys, shares and the survivors).
+  ! grep -q 'event=secagg_round_refused' "$work"/a/logs/s*.log ||
+    fail "a site refused an honest coordinator's secure aggregation: $(grep -h 'event=secagg_round_refused' "$work"/a/logs/s*.log | head -1)"
   # A third job: s5 is killed once its masked input is out, while the round
   # still waits for s4 (which now holds all 60,000 records, so it trains
   # longest); the round completes without waiting for s5's reveal, its

@@ -193,6 +193,10 @@ secagg_over_mixed_cohort)
     fail "the coordinator did not take an aggregate of the 2 eu sites each round"
   reports=$(committed_reports "$id")
   [[ $reports == "4 4" ]] || fail "the rounds committed reports '$reports', not 4 sites each"
+  # The sites checked the signed keys, shares and survivor sets that the
+  # coordinator and agg-eu relayed, and refused none.
+  ! grep -q 'event=secagg_round_refused' "$work"/logs/*.log ||
+    fail "a site refused an honest aggregator's secure aggregation: $(grep -h 'event=secagg_round_refused' "$work"/logs/*.log | head -1)"
   XF_LOG_LEVEL=warn "$xfed" audit export --db "$work/agg-eu/audit.db" >"$work/agg.jsonl"
   (($(grep '"kind":"crossing"' "$work/agg.jsonl" | grep "\"job\":\"$id\"" | grep -c '"contributors":2') == 2)) ||
     fail "agg-eu did not let one aggregate of 2 sites out each round: $(cat "$work/agg.jsonl")"
