@@ -73,7 +73,6 @@ void xf__run_free(xf__run *run) {
   xf__model_file_unref(run->mf);
   xf__model_file_unref(run->offer_mf);
   xf_admission_free(&run->plan);
-  xf_free(run->up.accepted);
   xf_free(run->relay_mean);
   xf_free(run->agg_bytes);
   xf_free(run->agg_plain);
@@ -345,11 +344,14 @@ static void send_sa(xf__run *run, const xf_jobm_action *a) {
   Xfed__SecAggRouted r = XFED__SEC_AGG_ROUTED__INIT;
   Xfed__SecAggUnmask u = XFED__SEC_AGG_UNMASK__INIT;
   ProtobufCBinaryData *cts = NULL;
+  /* A relay's machine makes one attempt of its own; its sites hold the
+   * upstream task's round and attempt. */
   uint32_t round = run->relay ? run->up.round : a->round;
+  uint32_t attempt = run->relay ? run->up.attempt : a->attempt;
   if (a->kind == XF_JOBM_SA_KEYS) {
     k.job_id = run->id_text;
     k.round = round;
-    k.attempt = a->attempt;
+    k.attempt = attempt;
     k.adverts.data = (uint8_t *)a->blob;
     k.adverts.len = a->blob_len;
     env.body_case = XFED__ENVELOPE__BODY_SECAGG_KEYS;
@@ -363,7 +365,7 @@ static void send_sa(xf__run *run, const xf_jobm_action *a) {
     }
     r.job_id = run->id_text;
     r.round = round;
-    r.attempt = a->attempt;
+    r.attempt = attempt;
     r.n_u2 = a->n_u;
     r.u2 = (uint32_t *)a->u;
     r.n_from = a->n_from;
@@ -375,7 +377,7 @@ static void send_sa(xf__run *run, const xf_jobm_action *a) {
   } else {
     u.job_id = run->id_text;
     u.round = round;
-    u.attempt = a->attempt;
+    u.attempt = attempt;
     u.n_u3 = a->n_u;
     u.u3 = (uint32_t *)a->u;
     env.body_case = XFED__ENVELOPE__BODY_SECAGG_UNMASK;
@@ -492,6 +494,9 @@ static void do_commit(xf__run *run, const xf_jobm_action *a) {
     xf_free(run->relay_mean);
     run->relay_mean = NULL;
     rc = form_mean(run, &run->relay_mean, &run->relay_weight, &err);
+    if (rc == XF_OK)
+      XF_INFO("aggregate_made", "job=%s round=%u attempt=%u weight=%" PRIu64, run->id_text,
+              (unsigned)run->up.round, (unsigned)run->up.attempt, run->relay_weight);
   } else {
     rc = commit_global(run, (uint32_t)a->samples, &err);
   }
@@ -662,15 +667,7 @@ static void take_action(xf__run *run, const xf_jobm_action *a) {
     traffic(run);
     if (!run->relay) run->over = true;
     return;
-  case XF_JOBM_ACCEPT_UP: {
-    xf_free(run->up.accepted);
-    run->up.accepted = xf_mallocarray(a->n_sites ? a->n_sites : 1, sizeof(uint64_t));
-    run->up.n_accepted = run->up.accepted ? a->n_sites : 0;
-    if (run->up.accepted) memcpy(run->up.accepted, a->sites, a->n_sites * sizeof(uint64_t));
-    run->up.answered = true;
-    xf__upstream_accept(co, run, a->sites, a->n_sites);
-    return;
-  }
+  case XF_JOBM_ACCEPT_UP: xf__upstream_accept(co, run, a->sites, a->n_sites); return;
   case XF_JOBM_REFUSE_UP: {
     int reason = a->refusal == XF_JOBM_REFUSED_POLICY   ? XFED__TASK_REFUSAL__REASON__POLICY_DENIED
                  : a->refusal == XF_JOBM_REFUSED_BUDGET ? XFED__TASK_REFUSAL__REASON__BUDGET_EXHAUSTED
@@ -686,13 +683,12 @@ static void take_action(xf__run *run, const xf_jobm_action *a) {
                           run->up.coordinator_region, "why", a->note));
       XF_WARN("aggregate_held", "job=%s round=%u reason=\"%s\"", run->id_text,
               (unsigned)run->up.round, a->note);
-      run->up.answered = true;
     }
     xf__upstream_refuse(co, run, a->site, reason, a->note);
     return;
   }
   case XF_JOBM_FORWARD:
-    xf__upstream_forward(co, run, a->sites, a->n_sites, a->weight);
+    xf__upstream_forward(co, run, a->sites, a->n_sites, a->weight, a->resend);
     return;
   }
 }
@@ -982,8 +978,9 @@ void xf__run_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env) {
   xf__run *run = xf__run_by_id(co, job);
   if (!run) {
     if (env->body_case == XFED__ENVELOPE__BODY_TENSOR_BEGIN && s->peer)
-      xf_session_send_error(s->peer->conn, XF_EINVAL, "job %s is not running here; drop it",
-                            job ? job : "");
+      xf_session_refuse_stream(s->peer->conn, env->tensor_begin->stream_id, XF_EINVAL,
+                               "job %s is not running here; its task will not be offered again",
+                               job ? job : "");
     else if (env->body_case == XFED__ENVELOPE__BODY_TASK_ACCEPT && s->peer) {
       /* It holds a task we no longer run (a restart, a cancel): let it go. */
       Xfed__TaskCancel tc = XFED__TASK_CANCEL__INIT;
@@ -1009,9 +1006,10 @@ void xf__run_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env) {
     const Xfed__TensorBegin *b = env->tensor_begin;
     if (!current(run, b->round, b->attempt)) {
       if (s->peer)
-        xf_session_send_error(s->peer->conn, XF_EINVAL,
-                              "job %s round %u attempt %u is not a task you hold; drop it",
-                              run->id_text, (unsigned)b->round, (unsigned)b->attempt);
+        xf_session_refuse_stream(s->peer->conn, b->stream_id, XF_EINVAL,
+                                 "job %s round %u attempt %u is not a task you hold here now; "
+                                 "keep it until the task is offered to you again",
+                                 run->id_text, (unsigned)b->round, (unsigned)b->attempt);
       return;
     }
     xf__intake_begin(run, s, b);
@@ -1227,8 +1225,6 @@ xf_err xf__run_start_relay(xf__coord *co, const char *job_id, const char *params
   run->relay = true;
   snprintf(run->id_text, sizeof(run->id_text), "%s", job_id);
   run->up = *up;
-  run->up.accepted = NULL;
-  run->up.n_accepted = 0;
   run->model_round = up->model_round;
   xf_err rc = xf_jobspec_parse_string(params_json, strlen(params_json), "task offer", &run->spec,
                                       err);
