@@ -257,6 +257,24 @@ void xf__stream_acked(xf__peer *p, const Xfed__TensorAck *a) {
   xf__stream_pump(p);
 }
 
+bool xf__stream_refused(xf__peer *p, uint64_t stream_id, char *job, size_t job_len) {
+  for (xf__stream **pp = &p->txq; *pp; pp = &(*pp)->next) {
+    xf__stream *st = *pp;
+    if (!st->await_ack || st->stream_id != stream_id) continue;
+    snprintf(job, job_len, "%s", st->job);
+    if (st == p->txq) {
+      stream_pop(p);
+    } else {
+      *pp = st->next;
+      stream_free(st);
+    }
+    if (!p->txq) set_stalled(p, false);
+    xf__stream_pump(p);
+    return true;
+  }
+  return false;
+}
+
 /* Runs after each turn of the loop (completed writes are such turns):
  * resumes stalled streams, oldest peer first, while the budget allows. */
 static void on_pump_check(uv_check_t *h) {

@@ -182,10 +182,6 @@ typedef struct xf__upstream_task {
   uint32_t min_cohort;
   bool require_secagg, has_max_epsilon;
   double max_epsilon, epsilon;
-  /* What this run last told upstream it accepted (sent again on a resend). */
-  uint64_t *accepted;
-  size_t n_accepted;
-  bool answered;
 } xf__upstream_task;
 
 /* A job the daemon hosts: its machine and everything around it. */
@@ -230,17 +226,15 @@ typedef struct xf__run {
   uint32_t refused_round, refused_attempt;
   /* relay */
   xf__upstream_task up;
-  float *relay_mean;        /* the region's aggregate, between COMMIT and FORWARD */
+  float *relay_mean;        /* the region's aggregate, between COMMIT and the first FORWARD */
   uint64_t relay_weight;
-  uint8_t *agg_bytes;       /* what went upstream, kept to send again after a reconnect */
+  uint8_t *agg_bytes;       /* what went upstream, kept to send again (FORWARD with resend) */
   size_t agg_len;
   uint8_t *agg_plain;       /* ... and before sealing, to seal again for a restarted upstream */
   size_t agg_plain_len;
   xf_update_form agg_form;
   uint64_t agg_count;
   bool agg_sealed;
-  bool resend_on_go;        /* offered again held: the aggregate goes on TaskGo */
-  bool await_go;            /* offered again held before the aggregate was made */
   uint8_t agg_epk[XF_SEAL_PUBLICKEYBYTES];
   bool over;                /* finished: freed once nothing of it is in flight */
   struct xf__run *next;
@@ -314,6 +308,11 @@ void xf__stream_drop(xf__peer *p, const char *job);
 void xf__stream_pump(xf__peer *p);
 /* The head stream's TensorAck (an upload's). */
 void xf__stream_acked(xf__peer *p, const Xfed__TensorAck *a);
+/* The peer refused the upload `stream_id` (Error naming it): no TensorAck
+ * will come, so it leaves p's queue and the streams behind it go on. True
+ * when it was queued; its job into job (job_len bytes). What it carried
+ * is the caller's to keep. */
+bool xf__stream_refused(xf__peer *p, uint64_t stream_id, char *job, size_t job_len);
 void xf__model_file_unref(xf__model_file *mf);
 xf_err xf__model_file_make_as(const xf_model *m, const float *params, xf_checkpoint_dtype dtype,
                               xf__model_file **out, xf_digest *params_digest,
@@ -450,9 +449,10 @@ void xf__upstream_accept(xf__coord *co, const xf__run *run, const uint64_t *site
 void xf__upstream_refuse(xf__coord *co, const xf__run *run, uint64_t site, int reason,
                          const char *details);
 /* Sends the region's aggregate of run upstream (run->relay_mean over
- * sites[]), encoded, sealed, resumable. */
+ * sites[]), encoded, sealed, resumable; `resend`: the one made before
+ * (kept, sealed to the key of the offer upstream holds the task by). */
 void xf__upstream_forward(xf__coord *co, xf__run *run, const uint64_t *sites, size_t n,
-                          uint64_t weight);
+                          uint64_t weight, bool resend);
 void xf__upstream_eval_done(xf__coord *co, const xf__run *run);
 /* Passes a site's Metrics upstream unchanged. */
 void xf__upstream_metrics(xf__coord *co, const Xfed__Envelope *env);

@@ -73,7 +73,6 @@ void xf__run_free(xf__run *run) {
   xf__model_file_unref(run->mf);
   xf__model_file_unref(run->offer_mf);
   xf_admission_free(&run->plan);
-  xf_free(run->up.accepted);
   xf_free(run->relay_mean);
   xf_free(run->agg_bytes);
   xf_free(run->agg_plain);
@@ -364,11 +363,14 @@ static void send_sa(xf__run *run, const xf_jobm_action *a) {
   ProtobufCBinaryData *cts = NULL, *certs = NULL;
   ProtobufCBinaryData *sigs = sig_fields(a->sigs, a->n_sigs);
   if (!sigs) return;
+  /* A relay's machine makes one attempt of its own; its sites hold the
+   * upstream task's round and attempt. */
   uint32_t round = run->relay ? run->up.round : a->round;
+  uint32_t attempt = run->relay ? run->up.attempt : a->attempt;
   if (a->kind == XF_JOBM_SA_KEYS) {
     k.job_id = run->id_text;
     k.round = round;
-    k.attempt = a->attempt;
+    k.attempt = attempt;
     k.adverts.data = (uint8_t *)a->blob;
     k.adverts.len = a->blob_len;
     /* Each index's signature and certificate; a site that sent no keys has
@@ -403,7 +405,7 @@ static void send_sa(xf__run *run, const xf_jobm_action *a) {
     r.signatures = sigs;
     r.job_id = run->id_text;
     r.round = round;
-    r.attempt = a->attempt;
+    r.attempt = attempt;
     r.n_u2 = a->n_u;
     r.u2 = (uint32_t *)a->u;
     r.n_from = a->n_from;
@@ -415,7 +417,7 @@ static void send_sa(xf__run *run, const xf_jobm_action *a) {
   } else if (a->kind == XF_JOBM_SA_CHECK) {
     c.job_id = run->id_text;
     c.round = round;
-    c.attempt = a->attempt;
+    c.attempt = attempt;
     c.n_u3 = a->n_u;
     c.u3 = (uint32_t *)a->u;
     env.body_case = XFED__ENVELOPE__BODY_SECAGG_CHECK;
@@ -423,7 +425,7 @@ static void send_sa(xf__run *run, const xf_jobm_action *a) {
   } else {
     u.job_id = run->id_text;
     u.round = round;
-    u.attempt = a->attempt;
+    u.attempt = attempt;
     u.n_u3 = a->n_u;
     u.u3 = (uint32_t *)a->u;
     u.n_signers = a->n_from;
@@ -546,6 +548,9 @@ static void do_commit(xf__run *run, const xf_jobm_action *a) {
     xf_free(run->relay_mean);
     run->relay_mean = NULL;
     rc = form_mean(run, &run->relay_mean, &run->relay_weight, &err);
+    if (rc == XF_OK)
+      XF_INFO("aggregate_made", "job=%s round=%u attempt=%u weight=%" PRIu64, run->id_text,
+              (unsigned)run->up.round, (unsigned)run->up.attempt, run->relay_weight);
   } else {
     rc = commit_global(run, (uint32_t)a->samples, &err);
   }
@@ -717,15 +722,7 @@ static void take_action(xf__run *run, const xf_jobm_action *a) {
     traffic(run);
     if (!run->relay) run->over = true;
     return;
-  case XF_JOBM_ACCEPT_UP: {
-    xf_free(run->up.accepted);
-    run->up.accepted = xf_mallocarray(a->n_sites ? a->n_sites : 1, sizeof(uint64_t));
-    run->up.n_accepted = run->up.accepted ? a->n_sites : 0;
-    if (run->up.accepted) memcpy(run->up.accepted, a->sites, a->n_sites * sizeof(uint64_t));
-    run->up.answered = true;
-    xf__upstream_accept(co, run, a->sites, a->n_sites);
-    return;
-  }
+  case XF_JOBM_ACCEPT_UP: xf__upstream_accept(co, run, a->sites, a->n_sites); return;
   case XF_JOBM_REFUSE_UP: {
     int reason = a->refusal == XF_JOBM_REFUSED_POLICY   ? XFED__TASK_REFUSAL__REASON__POLICY_DENIED
                  : a->refusal == XF_JOBM_REFUSED_BUDGET ? XFED__TASK_REFUSAL__REASON__BUDGET_EXHAUSTED
@@ -741,13 +738,12 @@ static void take_action(xf__run *run, const xf_jobm_action *a) {
                           run->up.coordinator_region, "why", a->note));
       XF_WARN("aggregate_held", "job=%s round=%u reason=\"%s\"", run->id_text,
               (unsigned)run->up.round, a->note);
-      run->up.answered = true;
     }
     xf__upstream_refuse(co, run, a->site, reason, a->note);
     return;
   }
   case XF_JOBM_FORWARD:
-    xf__upstream_forward(co, run, a->sites, a->n_sites, a->weight);
+    xf__upstream_forward(co, run, a->sites, a->n_sites, a->weight, a->resend);
     return;
   }
 }
@@ -1072,8 +1068,9 @@ void xf__run_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env) {
   xf__run *run = xf__run_by_id(co, job);
   if (!run) {
     if (env->body_case == XFED__ENVELOPE__BODY_TENSOR_BEGIN && s->peer)
-      xf_session_send_error(s->peer->conn, XF_EINVAL, "job %s is not running here; drop it",
-                            job ? job : "");
+      xf_session_refuse_stream(s->peer->conn, env->tensor_begin->stream_id, XF_EINVAL,
+                               "job %s is not running here; its task will not be offered again",
+                               job ? job : "");
     else if (env->body_case == XFED__ENVELOPE__BODY_TASK_ACCEPT && s->peer) {
       /* It holds a task we no longer run (a restart, a cancel): let it go. */
       Xfed__TaskCancel tc = XFED__TASK_CANCEL__INIT;
@@ -1101,9 +1098,10 @@ void xf__run_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env) {
     const Xfed__TensorBegin *b = env->tensor_begin;
     if (!current(run, b->round, b->attempt)) {
       if (s->peer)
-        xf_session_send_error(s->peer->conn, XF_EINVAL,
-                              "job %s round %u attempt %u is not a task you hold; drop it",
-                              run->id_text, (unsigned)b->round, (unsigned)b->attempt);
+        xf_session_refuse_stream(s->peer->conn, b->stream_id, XF_EINVAL,
+                                 "job %s round %u attempt %u is not a task you hold here now; "
+                                 "keep it until the task is offered to you again",
+                                 run->id_text, (unsigned)b->round, (unsigned)b->attempt);
       return;
     }
     xf__intake_begin(run, s, b);
@@ -1319,8 +1317,6 @@ xf_err xf__run_start_relay(xf__coord *co, const char *job_id, const char *params
   run->relay = true;
   snprintf(run->id_text, sizeof(run->id_text), "%s", job_id);
   run->up = *up;
-  run->up.accepted = NULL;
-  run->up.n_accepted = 0;
   run->model_round = up->model_round;
   xf_err rc = xf_jobspec_parse_string(params_json, strlen(params_json), "task offer", &run->spec,
                                       err);

@@ -187,12 +187,16 @@ void xf__intake_begin(xf__run *run, xf__site *s, const Xfed__TensorBegin *m) {
   uint64_t sa_length = 0;
   uint32_t sa_bits = 0;
   if (m->kind != want || !xf_jobm_expects_update(run->m, s->id, &masked, &sa_length, &sa_bits)) {
+    /* Not taken now, but not thrown away: the sender keeps it until the
+     * task is offered to it again (a restarted coordinator offers its
+     * interrupted attempt once the cohort is back). */
     XF_WARN("update_refused", "job=%s from=%s round=%u attempt=%u reason=\"not a task it holds\"",
             run->id_text, s->name, (unsigned)m->round, (unsigned)m->attempt);
     if (s->peer)
-      xf_session_send_error(s->peer->conn, XF_EINVAL,
-                            "job %s round %u attempt %u is not a task you hold; drop it",
-                            run->id_text, (unsigned)m->round, (unsigned)m->attempt);
+      xf_session_refuse_stream(s->peer->conn, m->stream_id, XF_EINVAL,
+                               "job %s round %u attempt %u is not a task you hold here now; "
+                               "keep it until the task is offered to you again",
+                               run->id_text, (unsigned)m->round, (unsigned)m->attempt);
     return;
   }
   xf_errctx err = {0};

@@ -88,7 +88,19 @@ struct xf_jobm {
   jm_absent *absent;
   size_t n_absent;
   bool absent_told;
-  bool go_up;
+  bool go_up;          /* upstream's go came: the sites may train */
+  /* What goes up goes to an upstream that holds the task: one that offered
+   * it on the current link and said go. After the link drops (upstream may
+   * have restarted) or upstream refused the aggregate, nothing goes until
+   * it offers the task again. */
+  bool up_holds;
+  bool up_answered;    /* ACCEPT_UP was said: up_sites (the aggregate's once it is made) */
+  uint64_t *up_sites;
+  size_t n_up_sites;
+  bool made;           /* the region's aggregate is made and may leave, with up_weight */
+  uint64_t up_weight;
+  bool forward_due;    /* ... and upstream must get it (again) once it holds the task */
+  bool forwarded;      /* ... and it went up before */
 
   /* the plan */
   bool has_plan;
@@ -259,6 +271,35 @@ static void set_msg(xf_jobm *m, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(m->msg, sizeof(m->msg), fmt, ap);
   va_end(ap);
+}
+
+/* ---- what goes upstream (relay) ----------------------------------------------------------------- */
+
+/* The sites the relay names upstream: those that accepted, then those its
+ * aggregate sums. */
+static void keep_up_sites(xf_jobm *m, const uint64_t *sites, size_t n) {
+  uint64_t *v = xf_mallocarray(n ? n : 1, sizeof(uint64_t));
+  if (!v) {
+    m->oom = true;
+    return;
+  }
+  if (n) memcpy(v, sites, n * sizeof(uint64_t));
+  xf_free(m->up_sites);
+  m->up_sites = v;
+  m->n_up_sites = n;
+}
+
+/* The aggregate goes up once it is made, is due, and upstream holds the
+ * task; before that it waits (a restarted upstream would refuse it, and it
+ * is sealed to the key of the offer that holds the task). */
+static void forward_if_held(xf_jobm *m) {
+  if (!m->made || !m->forward_due || !m->up_holds) return;
+  xf_jobm_action *a = push(m, XF_JOBM_FORWARD, 0);
+  set_sites(m, a, m->up_sites, m->n_up_sites);
+  a->weight = m->up_weight;
+  a->resend = m->forwarded;
+  m->forward_due = false;
+  m->forwarded = true;
 }
 
 /* ---- lookups ------------------------------------------------------------------------------------ */
@@ -435,6 +476,7 @@ void xf_jobm_free(xf_jobm *m) {
   xf_free(m->groups);
   xf_free(m->cohort);
   xf_free(m->absent);
+  xf_free(m->up_sites);
   xf_free(m->acts);
   xf_free(m->offs);
   xf_free(m->arena);
@@ -1218,6 +1260,10 @@ static void process_round(xf_jobm *m, double now) {
       memcpy(held + m->n_go_sites, gos, n_go * sizeof(uint64_t));
       m->go_sites = held;
       m->n_go_sites += n_go;
+      if (m->role == XF_JOBM_RELAY) { /* said again if upstream offers the task again */
+        keep_up_sites(m, m->go_sites, m->n_go_sites);
+        m->up_answered = true;
+      }
       if (m->role == XF_JOBM_RELAY && !m->go_up) {
         /* Upstream decides: tell it who is in and wait for its go. */
         m->phase = XF_JOBM_AWAIT_GO;
@@ -1270,8 +1316,9 @@ xf_err xf_jobm_accepted(xf_jobm *m, uint64_t carrier, const uint64_t *sites, siz
     n = 1;
   }
   /* Its sites that it does not name are out (a regional's refusals came
-   * before, one per site). */
-  for (size_t i = 0; i < c->n_sites && attempt_open(m); i++) {
+   * before, one per site). A drop may close the attempt, which frees the
+   * carriers: the attempt is checked before c is read again. */
+  for (size_t i = 0; attempt_open(m) && i < c->n_sites; i++) {
     uint64_t s = c->sites[i];
     xf_participant_state st;
     if (!site_state(m, s, &st) || st != XF_PARTICIPANT_INVITED) continue;
@@ -1419,8 +1466,9 @@ xf_err xf_jobm_announced(xf_jobm *m, uint64_t carrier, const uint64_t *sites, si
 static void report_sites(xf_jobm *m, jm_carrier *c, const uint64_t *sites, size_t n,
                          uint64_t weight, double now) {
   c->state = C_REPORTED;
-  /* Its sites missing from the aggregate are out. */
-  for (size_t i = 0; i < c->n_sites && attempt_open(m); i++)
+  /* Its sites missing from the aggregate are out (the attempt first: a
+   * drop that closes it frees c). */
+  for (size_t i = 0; attempt_open(m) && i < c->n_sites; i++)
     if (!in_list(sites, n, c->sites[i]) && site_pending(m, c->sites[i]))
       drop_site(m, c->sites[i], "not in its region's aggregate", now);
   for (size_t i = 0; i < n && attempt_open(m); i++) {
@@ -1639,10 +1687,15 @@ xf_err xf_jobm_committed(xf_jobm *m, double now, xf_errctx *err) {
       set_msg(m, "held back: %s", why);
       m->phase = XF_JOBM_FAILED;
     } else {
-      xf_jobm_action *a = push(m, XF_JOBM_FORWARD, 0);
-      set_sites(m, a, sites, n);
-      a->weight = weight;
+      keep_up_sites(m, sites, n);
+      m->up_weight = weight;
+      m->made = true;
+      m->forward_due = true;
       m->phase = XF_JOBM_DONE;
+      if (!m->up_holds)
+        set_msg(m, "the region's aggregate is made and waits for upstream to offer the task "
+                   "again");
+      forward_if_held(m);
     }
     xf_free(sites);
     free_carriers(m);
@@ -1722,14 +1775,49 @@ xf_err xf_jobm_evaluated(xf_jobm *m, uint64_t carrier, double now, xf_errctx *er
 
 /* ---- relay and cancel ---------------------------------------------------------------------------- */
 
-xf_err xf_jobm_go(xf_jobm *m, double now, xf_errctx *err) {
-  begin_call(m);
-  if (m->role == XF_JOBM_RELAY && m->phase == XF_JOBM_AWAIT_GO) {
+static void relay_go(xf_jobm *m, double now) {
+  m->up_holds = true;
+  if (m->phase == XF_JOBM_AWAIT_GO) {
     m->go_up = true;
     go(m, now);
-  } else if (m->role == XF_JOBM_RELAY && attempt_open(m)) {
+  } else if (attempt_open(m)) {
     m->go_up = true; /* came early: the GO goes out as soon as the sites answered */
   }
+  if (m->made) m->msg[0] = '\0';
+  forward_if_held(m);
+}
+
+xf_err xf_jobm_go(xf_jobm *m, double now, xf_errctx *err) {
+  begin_call(m);
+  if (m->role == XF_JOBM_RELAY) relay_go(m, now);
+  return end_call(m, err);
+}
+
+xf_err xf_jobm_upstream_lost(xf_jobm *m, double now, xf_errctx *err) {
+  begin_call(m);
+  (void)now;
+  if (m->role != XF_JOBM_RELAY) return end_call(m, err);
+  m->up_holds = false;
+  if (m->made) {
+    m->forward_due = true;
+    set_msg(m, "the region's aggregate is made and waits for upstream to offer the task again");
+  }
+  if (m->phase == XF_JOBM_CONFIRMING || m->phase == XF_JOBM_AWAIT_GO) m->go_up = false;
+  return end_call(m, err);
+}
+
+xf_err xf_jobm_reoffered(xf_jobm *m, bool held, double now, xf_errctx *err) {
+  begin_call(m);
+  if (m->role != XF_JOBM_RELAY || m->phase == XF_JOBM_FAILED || m->phase == XF_JOBM_CANCELLED)
+    return end_call(m, err);
+  m->up_holds = false;
+  if (m->made) m->forward_due = true;
+  if (m->up_answered) {
+    xf_jobm_action *a = push(m, XF_JOBM_ACCEPT_UP, 0);
+    set_sites(m, a, m->up_sites, m->n_up_sites);
+  }
+  /* An offer that does not hold the task lets it go on at once. */
+  if (!held) relay_go(m, now);
   return end_call(m, err);
 }
 

@@ -55,7 +55,8 @@ typedef enum xf_jobm_phase {
   XF_JOBM_UNMASKING,   /* the round closed: secure aggregation reveals coming in */
   XF_JOBM_COMMITTING,  /* the caller forms the result (COMMIT) */
   XF_JOBM_EVALUATING,  /* the final model is being evaluated */
-  XF_JOBM_DONE,        /* finished (relay: the aggregate went up, or the evaluation ended) */
+  XF_JOBM_DONE,        /* finished (relay: the aggregate is made — it goes up while upstream
+                          holds the task — or the evaluation ended) */
   XF_JOBM_FAILED,      /* xf_jobm_message says why (relay: refused or held back) */
   XF_JOBM_CANCELLED
 } xf_jobm_phase;
@@ -133,7 +134,8 @@ typedef enum xf_jobm_action_kind {
   XF_JOBM_REFUSE_UP,    /* relay: tell upstream `site` refused (0: the whole task, or the
                            aggregate is held back): refusal, note */
   XF_JOBM_FORWARD,      /* relay: the region's aggregate may leave: send it up, summing
-                           sites[] with `weight` */
+                           sites[] with `weight`; `resend` when it is the one sent before,
+                           again (upstream offered the task again and holds it) */
   XF_JOBM_SA_CHECK      /* secure aggregation: ask `carrier` to sign survivors U3 (u) */
 } xf_jobm_action_kind;
 
@@ -266,8 +268,23 @@ xf_err xf_jobm_commit_failed(xf_jobm *m, const char *why, double now,
  * the final model; a regional's word that its sites are done). */
 xf_err xf_jobm_evaluated(xf_jobm *m, uint64_t carrier, double now, xf_errctx *err) XF_WARN_UNUSED;
 
-/* Relay: upstream confirmed the task (its TaskGo). */
+/* Relay: upstream confirmed the task (its TaskGo). Upstream holds the task
+ * from then on: an aggregate made (or made before, and due again) goes up
+ * (FORWARD). */
 xf_err xf_jobm_go(xf_jobm *m, double now, xf_errctx *err) XF_WARN_UNUSED;
+/* Relay: upstream may no longer hold the task — the link to it dropped (it
+ * may have restarted and lost the round), or it refused the aggregate as a
+ * task this relay does not hold there. Nothing goes up for the task until
+ * upstream offers it again (xf_jobm_reoffered) and, when that offer holds
+ * it, says go: an aggregate made in between is kept for then (no FORWARD),
+ * and one already sent is due again. A go that has not reached the sites
+ * yet was the old link's: the next one decides. */
+xf_err xf_jobm_upstream_lost(xf_jobm *m, double now, xf_errctx *err) XF_WARN_UNUSED;
+/* Relay: upstream offered the same task again (the link came back, or it
+ * restarted). The machine says again what it said (ACCEPT_UP with its sites:
+ * the aggregate's once it is made); `held`: the aggregate waits for the new
+ * go, else it goes at once (FORWARD with resend once it went before). */
+xf_err xf_jobm_reoffered(xf_jobm *m, bool held, double now, xf_errctx *err) XF_WARN_UNUSED;
 
 /* The job is cancelled (a researcher, or upstream): every carrier with a
  * task is told (CANCEL); phase CANCELLED. */

@@ -125,6 +125,15 @@ void xf__upstream_closed(xf__coord *co) {
   co->up_peer = NULL;
   co->up_dialing = false;
   pending_drop_all(); /* offered again when the link is back */
+  /* Upstream may come back restarted, without our tasks: what the relays
+   * make from now on waits for their tasks to be offered again. */
+  for (xf__run *run = co->runs; run; run = run->next) {
+    if (!run->relay || run->over) continue;
+    xf_errctx err = {0};
+    if (xf_jobm_upstream_lost(run->m, xf__now(), &err) != XF_OK)
+      XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+    xf__run_actions(run);
+  }
   schedule_redial(co);
 }
 
@@ -310,6 +319,13 @@ static float *residual_of(xf__coord *co, const char *job, size_t n) {
   return r->values;
 }
 
+/* The stream run's aggregate travels under: the one the offer named. */
+static uint64_t aggregate_stream(const xf__run *run) {
+  return run->up.update_stream_id
+             ? run->up.update_stream_id
+             : ((uint64_t)run->up.round << 16 | (uint64_t)run->up.attempt << 1 | 1);
+}
+
 /* Queues run's kept aggregate bytes upstream (again after a reconnect). */
 static void queue_aggregate(xf__coord *co, xf__run *run, const xf_update_payload *pl,
                             const uint64_t *sites, size_t n, uint64_t weight) {
@@ -317,10 +333,7 @@ static void queue_aggregate(xf__coord *co, xf__run *run, const xf_update_payload
   uint8_t *copy = xf_malloc(run->agg_len ? run->agg_len : 1);
   if (!copy) return;
   memcpy(copy, run->agg_bytes, run->agg_len);
-  uint64_t stream = run->up.update_stream_id
-                        ? run->up.update_stream_id
-                        : ((uint64_t)run->up.round << 16 | (uint64_t)run->up.attempt << 1 | 1);
-  xf_tensor_desc d = {.stream_id = stream,
+  xf_tensor_desc d = {.stream_id = aggregate_stream(run),
                       .kind = XFED__TENSOR_BEGIN__KIND__AGGREGATE,
                       .dtype = pl->form == XF_UPDATE_FLOAT32 ? XFED__TENSOR_BEGIN__DTYPE__F32
                                                              : XFED__TENSOR_BEGIN__DTYPE__U8,
@@ -350,8 +363,15 @@ static void queue_aggregate(xf__coord *co, xf__run *run, const xf_update_payload
                          pl->sealed ? XF_SEAL_STREAM_CHUNK + XF_SEAL_ABYTES : 0, &so);
 }
 
+static void resend_aggregate(xf__coord *co, xf__run *run, const uint64_t *sites, size_t n,
+                             uint64_t weight);
+
 void xf__upstream_forward(xf__coord *co, xf__run *run, const uint64_t *sites, size_t n,
-                          uint64_t weight) {
+                          uint64_t weight, bool resend) {
+  if (resend && run->agg_bytes) {
+    resend_aggregate(co, run, sites, n, weight);
+    return;
+  }
   if (!run->relay_mean) return;
   xf_errctx err = {0};
   xf_update_offer offer = {.sealed = run->up.seal,
@@ -393,11 +413,6 @@ void xf__upstream_forward(xf__coord *co, xf__run *run, const uint64_t *sites, si
     memcpy(run->agg_plain, pl.plain, pl.plain_len);
     run->agg_plain_len = pl.plain_len;
   }
-  /* Kept to send it again after a reconnect. */
-  xf_free(run->up.accepted);
-  run->up.accepted = xf_mallocarray(n ? n : 1, sizeof(uint64_t));
-  run->up.n_accepted = run->up.accepted ? n : 0;
-  if (run->up.accepted) memcpy(run->up.accepted, sites, n * sizeof(uint64_t));
   run->relay_weight = weight;
   if (run->up.has_residency && strcmp(run->up.coordinator_region, co->cfg.region) != 0)
     xf__audit(co, "crossing", run->id_text,
@@ -407,23 +422,28 @@ void xf__upstream_forward(xf__coord *co, xf__run *run, const uint64_t *sites, si
                         run->up.coordinator_region, "contributors", (json_int_t)n, "weight",
                         (json_int_t)weight, "rule", run->up.rule, "policy_version",
                         (json_int_t)run->up.policy_version));
-  run->up.answered = true;
   /* Remember the stream's shape in the run (its payload buffers go now). */
   run->agg_form = pl.form;
   run->agg_count = pl.element_count;
   run->agg_sealed = pl.sealed;
   memcpy(run->agg_epk, pl.sealed_by, sizeof(run->agg_epk));
-  if (run->await_go) run->resend_on_go = true; /* a restarted upstream has not said go yet */
-  else queue_aggregate(co, run, &pl, sites, n, weight);
+  queue_aggregate(co, run, &pl, sites, n, weight);
   xf_update_payload_free(&pl);
 }
 
 /* A restarted coordinator holds a new sealing key and cannot open what was
- * sealed to the old one: the same plaintext is sealed again to the new key. */
-static void reseal_aggregate(xf__coord *co, xf__run *run, const Xfed__TaskOffer *o) {
-  if (!run->agg_sealed || o->seal_key.len != XF_SEAL_PUBLICKEYBYTES || !run->agg_plain ||
-      memcmp(o->seal_key.data, run->up.seal_pk, XF_SEAL_PUBLICKEYBYTES) == 0)
+ * sealed to the old one: an aggregate not made yet is sealed to the new key
+ * when it is, and one made before is sealed again, from the same plaintext. */
+static void take_seal_key(xf__coord *co, xf__run *run, const Xfed__TaskOffer *o) {
+  if (o->seal_key.len != XF_SEAL_PUBLICKEYBYTES ||
+      (run->up.seal && memcmp(o->seal_key.data, run->up.seal_pk, XF_SEAL_PUBLICKEYBYTES) == 0))
     return;
+  if (!run->agg_bytes) {
+    memcpy(run->up.seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES);
+    run->up.seal = true;
+    return;
+  }
+  if (!run->agg_sealed || !run->agg_plain) return;
   xf_update_payload pl;
   memset(&pl, 0, sizeof(pl));
   pl.form = run->agg_form;
@@ -447,15 +467,17 @@ static void reseal_aggregate(xf__coord *co, xf__run *run, const Xfed__TaskOffer 
           run->id_text, (unsigned)run->up.round, (unsigned)run->up.attempt);
 }
 
-/* The aggregate once more (the global coordinator offered the task again). */
-static void resend_aggregate(xf__coord *co, xf__run *run) {
+/* The aggregate once more (the global coordinator offered the task again
+ * and holds it). */
+static void resend_aggregate(xf__coord *co, xf__run *run, const uint64_t *sites, size_t n,
+                             uint64_t weight) {
   xf_update_payload shape;
   memset(&shape, 0, sizeof(shape));
   shape.form = run->agg_form;
   shape.element_count = run->agg_count;
   shape.sealed = run->agg_sealed;
   memcpy(shape.sealed_by, run->agg_epk, sizeof(shape.sealed_by));
-  queue_aggregate(co, run, &shape, run->up.accepted, run->up.n_accepted, run->relay_weight);
+  queue_aggregate(co, run, &shape, sites, n, weight);
 }
 
 /* ---- offers and their models ------------------------------------------------------------------------------ */
@@ -502,31 +524,17 @@ static void on_offer(xf__coord *co, const Xfed__TaskOffer *o) {
   if (run && run->up.round == o->round && run->up.attempt == o->attempt &&
       run->up.evaluate_only == o->evaluate_only) {
     /* Offered again (the link came back, or the coordinator restarted):
-     * say again what was said. A held offer comes from a coordinator that
-     * confirms its cohort first: the aggregate waits for its TaskGo. */
+     * the machine says again what it said, and sends what it made once
+     * upstream holds the task (at once, or on the go of a held offer). A
+     * restarted coordinator names its own key and stream for the aggregate
+     * (its ids start again and another stream may hold the old one). */
     run->up.deadline = (double)o->deadline_unix_ms / 1000.0;
-    /* A restarted coordinator names its own stream for the aggregate (its
-     * ids start again and another stream may hold the old one). */
     if (o->update_stream_id) run->up.update_stream_id = o->update_stream_id;
-    if (run->agg_bytes) {
-      reseal_aggregate(co, run, o);
-      if (o->hold) {
-        run->resend_on_go = true;
-        xf__upstream_accept(co, run, run->up.accepted, run->up.n_accepted);
-      } else {
-        resend_aggregate(co, run);
-      }
-      return;
-    }
-    /* Not made yet: sealed to the key offered now when it is, and sent on
-     * the new TaskGo if the offer holds it. */
-    if (o->seal_key.len == XF_SEAL_PUBLICKEYBYTES) {
-      memcpy(run->up.seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES);
-      run->up.seal = true;
-    }
-    if (o->hold) run->await_go = true;
-    if (run->up.answered && run->up.n_accepted)
-      xf__upstream_accept(co, run, run->up.accepted, run->up.n_accepted);
+    take_seal_key(co, run, o);
+    xf_errctx err = {0};
+    if (xf_jobm_reoffered(run->m, o->hold, xf__now(), &err) != XF_OK)
+      XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+    xf__run_actions(run);
     return;
   }
   if (run && !run->over) {
@@ -645,6 +653,25 @@ static void on_model_frame(xf__coord *co, const Xfed__Envelope *env) {
   pending_free(p);
 }
 
+/* Upstream refused an aggregate's stream (it does not hold that task now,
+ * say a restarted coordinator that has not offered it again yet): no
+ * TensorAck will come for it. The stream leaves the queue, so the uploads
+ * behind it go on; the aggregate stays with its run and goes again once
+ * upstream offers the task again and holds it. */
+static void aggregate_refused(xf__coord *co, xf__peer *p, uint64_t stream) {
+  char job[32];
+  if (!xf__stream_refused(p, stream, job, sizeof(job))) return;
+  xf__run *run = xf__run_by_id(co, job);
+  if (!run || !run->relay || aggregate_stream(run) != stream) return;
+  XF_WARN("aggregate_kept", "job=%s round=%u attempt=%u why=\"upstream does not hold the task "
+          "now; it goes again once upstream offers the task again\"",
+          run->id_text, (unsigned)run->up.round, (unsigned)run->up.attempt);
+  xf_errctx err = {0};
+  if (xf_jobm_upstream_lost(run->m, xf__now(), &err) != XF_OK)
+    XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+  xf__run_actions(run);
+}
+
 void xf__upstream_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env) {
   if (!env) { /* the session opened */
     co->up_peer = p;
@@ -664,14 +691,6 @@ void xf__upstream_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env
     const Xfed__TaskGo *g = env->task_go;
     xf__run *run = xf__run_by_id(co, g->job_id);
     if (!run || run->up.round != g->round || run->up.attempt != g->attempt) return;
-    if (run->await_go || run->resend_on_go) { /* a re-offer's go */
-      run->await_go = false;
-      if (run->resend_on_go) { /* the aggregate was made before: it goes now */
-        run->resend_on_go = false;
-        resend_aggregate(co, run);
-        return;
-      }
-    }
     xf_errctx err = {0};
     if (xf_jobm_go(run->m, xf__now(), &err) != XF_OK)
       XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
@@ -699,6 +718,7 @@ void xf__upstream_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env
   case XFED__ENVELOPE__BODY_ERROR:
     XF_WARN("upstream_error", "code=%u message=\"%s\"", (unsigned)env->error->code,
             env->error->message ? env->error->message : "");
+    if (env->error->stream_id) aggregate_refused(co, p, env->error->stream_id);
     return;
   default:
     xf_session_send_error(p->conn, XF_EUNSUPPORTED, "%s is not for a regional aggregator",

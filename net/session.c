@@ -136,21 +136,35 @@ xf_err xf_session_on_frame(xf_session *s, xf_conn *c, const Xfed__Envelope *env,
   return XF_OK;
 }
 
-void xf_session_send_error(xf_conn *c, xf_err code, const char *fmt, ...) {
+static void send_error(xf_conn *c, uint64_t stream_id, xf_err code, const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
+static void send_error(xf_conn *c, uint64_t stream_id, xf_err code, const char *fmt, va_list ap) {
   char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
   Xfed__Error e = XFED__ERROR__INIT;
   e.code = (uint32_t)code;
   e.message = msg;
+  e.stream_id = stream_id;
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   env.body_case = XFED__ENVELOPE__BODY_ERROR;
   env.error = &e;
   xf_errctx err = {0};
   if (xf_conn_send(c, &env, &err) != XF_OK)
     XF_WARN("error_reply_lost", "peer=%s reason=\"%s\"", xf_conn_peer_addr(c), err.msg);
+}
+
+void xf_session_send_error(xf_conn *c, xf_err code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  send_error(c, 0, code, fmt, ap);
+  va_end(ap);
+}
+
+void xf_session_refuse_stream(xf_conn *c, uint64_t stream_id, xf_err code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  send_error(c, stream_id, code, fmt, ap);
+  va_end(ap);
 }
 
 void xf_session_refuse(xf_conn *c, Xfed__Refusal__Reason reason, const char *fmt, ...) {

@@ -63,6 +63,12 @@ xf_err xf_session_on_frame(xf_session *s, xf_conn *c, const Xfed__Envelope *env,
 void xf_session_send_error(xf_conn *c, xf_err code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Sends Error{code, message, stream_id}: the answer to an upload's
+ * TensorBegin that the receiver does not take now (no TensorAck follows).
+ * Best effort, as xf_session_send_error. */
+void xf_session_refuse_stream(xf_conn *c, uint64_t stream_id, xf_err code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* Sends Refusal{reason, text} and closes the connection after it. */
 void xf_session_refuse(xf_conn *c, Xfed__Refusal__Reason reason, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -1289,6 +1289,20 @@ static task *update_task(daemon_t *d, uint64_t stream_id) {
   return NULL;
 }
 
+/* The coordinator does not take t's update now (say a restarted one that
+ * has not offered the task again yet): no TensorAck will come for it. The
+ * update is kept and waits, as after a lost link, for the task to be
+ * offered again; the other tasks' results go on meanwhile. */
+static void on_update_refused(daemon_t *d, uint64_t stream_id) {
+  task *t = update_task(d, stream_id);
+  if (!t) return;
+  char qj[JOB_ID_MAX];
+  XF_WARN("update_kept", "job=%s round=%u attempt=%u why=\"the coordinator does not hold the "
+          "task now; it goes again once the task is offered again\"",
+          logq(qj, sizeof(qj), t->job_id), (unsigned)t->round, (unsigned)t->attempt);
+  task_link_lost(t);
+}
+
 static void on_tensor_ack(daemon_t *d, const Xfed__TensorAck *a) {
   task *t = update_task(d, a->stream_id);
   if (!t) {
@@ -2569,6 +2583,7 @@ static void on_frame(xf_conn *c, const Xfed__Envelope *env) {
     char q[600];
     XF_WARN("coordinator_error", "code=%u message=\"%s\"", (unsigned)env->error->code,
             logq(q, sizeof(q), env->error->message));
+    if (env->error->stream_id) on_update_refused(d, env->error->stream_id);
     break;
   }
   default:

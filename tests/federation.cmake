@@ -62,11 +62,15 @@ set_tests_properties(niid_bench_fmnist PROPERTIES LABELS "integration;slow" TIME
 # sites, a refusal behind an aggregator reaching the coordinator's trail and
 # the job's status, secure aggregation over direct sites beside a regional
 # aggregate, the median weighing a region by its sites, a held-back aggregate
-# spending no privacy, and one accuracy of complete evaluations in every view.
-# About 10-20 s each on 2 cores.
+# spending no privacy, one accuracy of complete evaluations in every view, a
+# regional aggregate made before a restarted coordinator offers its round again
+# waiting for its go, and secure aggregation behind an aggregator in a retried
+# attempt. About 10-30 s each on 2 cores.
 foreach(_regression min_sites_counts_sites refusal_behind_aggregator_reaches_coordinator
                     secagg_over_mixed_cohort median_weighs_regions_by_sites
-                    held_back_aggregate_spends_no_privacy accuracy_is_of_complete_rounds)
+                    held_back_aggregate_spends_no_privacy accuracy_is_of_complete_rounds
+                    aggregate_waits_for_the_restarted_coordinators_go
+                    secagg_behind_aggregator_after_a_retry)
   add_test(NAME regression_${_regression}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/regressions.sh
                    ${PROJECT_BINARY_DIR} ${_regression})

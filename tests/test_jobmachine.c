@@ -168,6 +168,36 @@ static void too_few_acceptances_retry_without_a_go(void **state) {
   xf_jobm_free(m);
 }
 
+/* An aggregator that answers for fewer of its sites than min_sites needs:
+ * the sites it leaves out drop the attempt below min_sites, which is
+ * retried before anyone trains (the machine reads nothing of the attempt it
+ * closed: run under AddressSanitizer this was a use after free). */
+static void an_aggregator_answering_for_too_few_sites_retries_without_a_go(void **state) {
+  (void)state;
+  xf_jobspec spec = sim_spec(2);
+  spec.min_sites = 3;
+  xf_jobm *m = global_machine(&spec);
+  xf_admission ok = plan_of(3, XF_ADMIT_RUNS, NULL);
+  uint64_t agg = xf_admit_site_id("agg-eu");
+  snprintf(ok.groups[0].via, sizeof(ok.groups[0].via), "agg-eu");
+  ok.groups[0].via_id = agg;
+  for (size_t i = 0; i < ok.n_sites; i++) {
+    snprintf(ok.sites[i].via, sizeof(ok.sites[i].via), "agg-eu");
+    ok.sites[i].via_id = agg;
+  }
+  assert_int_equal(xf_jobm_plan(m, &ok, 10.0, NULL), XF_OK);
+  assert_int_equal(count(m, XF_JOBM_OFFER), 1);
+  assert_int_equal(first(m, XF_JOBM_OFFER)->n_sites, 3);
+  uint64_t two[2] = {sid(1), sid(2)};
+  assert_int_equal(xf_jobm_accepted(m, agg, two, 2, 10.1, NULL), XF_OK);
+  assert_int_equal(count(m, XF_JOBM_GO), 0);
+  assert_int_equal(count(m, XF_JOBM_RETRY), 1);
+  assert_int_equal(xf_jobm_get_phase(m), XF_JOBM_WAITING);
+  assert_int_equal(xf_jobm_attempt(m), 2);
+  xf_admission_free(&ok);
+  xf_jobm_free(m);
+}
+
 static void a_policy_that_no_longer_allows_pauses_and_one_that_does_resumes(void **state) {
   (void)state;
   xf_jobspec spec = sim_spec(2);
@@ -256,6 +286,123 @@ static void a_relay_answers_upstream_and_trains_only_on_its_go(void **state) {
   assert_int_equal(first(m, XF_JOBM_FORWARD)->n_sites, 2);
   assert_int_equal(xf_jobm_get_phase(m), XF_JOBM_DONE);
   xf_admission_free(&ok);
+  xf_jobm_free(m);
+}
+
+/* A relay machine of two sites that accepted, answered upstream and got
+ * its go, its sites training. */
+static xf_jobm *relay_training(xf_jobspec *spec, xf_admission *plan) {
+  *spec = sim_spec(2);
+  uint64_t cohort[2] = {sid(1), sid(2)};
+  xf_jobm_config cfg = {.role = XF_JOBM_RELAY, .spec = spec, .round = 2, .attempt = 1,
+                        .n_params = 18, .deadline = 600, .answer_by = 100,
+                        .cohort = cohort, .n_cohort = 2};
+  xf_jobm *m = NULL;
+  assert_int_equal(xf_jobm_create(&cfg, &m, NULL), XF_OK);
+  *plan = plan_of(2, XF_ADMIT_RUNS, NULL);
+  assert_int_equal(xf_jobm_plan(m, plan, 10.0, NULL), XF_OK);
+  assert_int_equal(xf_jobm_accepted(m, sid(1), NULL, 0, 10.1, NULL), XF_OK);
+  assert_int_equal(xf_jobm_accepted(m, sid(2), NULL, 0, 10.2, NULL), XF_OK);
+  assert_int_equal(count(m, XF_JOBM_ACCEPT_UP), 1);
+  assert_int_equal(xf_jobm_go(m, 10.3, NULL), XF_OK);
+  assert_int_equal(count(m, XF_JOBM_GO), 2);
+  return m;
+}
+
+/* CI's kill -9 of the coordinator: the relay's sites reported after its
+ * link came back but before the restarted coordinator offered the task
+ * again. The aggregate must wait for the new go (a coordinator that does
+ * not hold the task yet refuses it), and then go up, once. */
+static void a_relay_keeps_an_aggregate_made_while_upstream_is_away_for_its_new_go(void **state) {
+  (void)state;
+  xf_jobspec spec;
+  xf_admission plan;
+  xf_jobm *m = relay_training(&spec, &plan);
+  assert_int_equal(xf_jobm_upstream_lost(m, 11.0, NULL), XF_OK);
+  assert_int_equal(xf_jobm_reported(m, sid(1), NULL, 0, 100, 11.1, NULL), XF_OK);
+  assert_int_equal(xf_jobm_reported(m, sid(2), NULL, 0, 100, 11.2, NULL), XF_OK);
+  assert_int_equal(count(m, XF_JOBM_COMMIT), 1);
+  assert_int_equal(xf_jobm_committed(m, 11.3, NULL), XF_OK);
+  assert_int_equal(count(m, XF_JOBM_FORWARD), 0);
+  assert_int_equal(xf_jobm_get_phase(m), XF_JOBM_DONE);
+  assert_non_null(strstr(xf_jobm_message(m), "waits for upstream"));
+  /* Offered again, held: say again who is in, and still wait. */
+  assert_int_equal(xf_jobm_reoffered(m, true, 12.0, NULL), XF_OK);
+  assert_int_equal(count(m, XF_JOBM_ACCEPT_UP), 1);
+  assert_int_equal(first(m, XF_JOBM_ACCEPT_UP)->n_sites, 2);
+  assert_int_equal(count(m, XF_JOBM_FORWARD), 0);
+  /* The new go: now it goes, for the first time. */
+  assert_int_equal(xf_jobm_go(m, 12.1, NULL), XF_OK);
+  assert_int_equal(count(m, XF_JOBM_FORWARD), 1);
+  assert_int_equal(first(m, XF_JOBM_FORWARD)->n_sites, 2);
+  assert_int_equal(first(m, XF_JOBM_FORWARD)->weight, 200);
+  assert_false(first(m, XF_JOBM_FORWARD)->resend);
+  assert_int_equal(xf_jobm_go(m, 12.2, NULL), XF_OK); /* a repeated go sends nothing again */
+  assert_int_equal(count(m, XF_JOBM_FORWARD), 0);
+  xf_admission_free(&plan);
+  xf_jobm_free(m);
+}
+
+/* An aggregate sent before the link dropped (or refused by an upstream
+ * that did not hold the task) goes again only once upstream holds the
+ * task again: on the go of a held offer, at once for one that is not. */
+static void a_relay_sends_its_aggregate_again_only_to_an_upstream_that_holds_the_task(
+    void **state) {
+  (void)state;
+  xf_jobspec spec;
+  xf_admission plan;
+  xf_jobm *m = relay_training(&spec, &plan);
+  assert_int_equal(xf_jobm_reported(m, sid(1), NULL, 0, 100, 11.1, NULL), XF_OK);
+  assert_int_equal(xf_jobm_reported(m, sid(2), NULL, 0, 100, 11.2, NULL), XF_OK);
+  assert_int_equal(xf_jobm_committed(m, 11.3, NULL), XF_OK);
+  assert_int_equal(count(m, XF_JOBM_FORWARD), 1);
+  assert_false(first(m, XF_JOBM_FORWARD)->resend);
+  /* Refused as a task upstream does not hold; its go says it holds it now. */
+  assert_int_equal(xf_jobm_upstream_lost(m, 12.0, NULL), XF_OK);
+  assert_int_equal(count(m, XF_JOBM_FORWARD), 0);
+  assert_int_equal(xf_jobm_go(m, 12.05, NULL), XF_OK);
+  assert_int_equal(count(m, XF_JOBM_FORWARD), 1);
+  assert_true(first(m, XF_JOBM_FORWARD)->resend);
+  assert_int_equal(xf_jobm_upstream_lost(m, 12.1, NULL), XF_OK);
+  assert_int_equal(xf_jobm_reoffered(m, true, 12.2, NULL), XF_OK);
+  assert_int_equal(count(m, XF_JOBM_ACCEPT_UP), 1);
+  assert_int_equal(count(m, XF_JOBM_FORWARD), 0);
+  assert_int_equal(xf_jobm_go(m, 12.3, NULL), XF_OK);
+  assert_int_equal(count(m, XF_JOBM_FORWARD), 1);
+  assert_true(first(m, XF_JOBM_FORWARD)->resend);
+  assert_int_equal(first(m, XF_JOBM_FORWARD)->n_sites, 2);
+  assert_int_equal(xf_jobm_upstream_lost(m, 13.0, NULL), XF_OK);
+  assert_int_equal(xf_jobm_reoffered(m, false, 13.1, NULL), XF_OK);
+  assert_int_equal(count(m, XF_JOBM_ACCEPT_UP), 1);
+  assert_int_equal(count(m, XF_JOBM_FORWARD), 1);
+  xf_admission_free(&plan);
+  xf_jobm_free(m);
+}
+
+/* The go an old upstream gave before the sites had answered is not the
+ * restarted one's: the sites train only on the new go. */
+static void a_relay_waits_for_a_restarted_upstreams_go_before_its_sites_train(void **state) {
+  (void)state;
+  xf_jobspec spec = sim_spec(2);
+  uint64_t cohort[2] = {sid(1), sid(2)};
+  xf_jobm_config cfg = {.role = XF_JOBM_RELAY, .spec = &spec, .round = 2, .attempt = 1,
+                        .n_params = 18, .deadline = 600, .answer_by = 100,
+                        .cohort = cohort, .n_cohort = 2};
+  xf_jobm *m = NULL;
+  assert_int_equal(xf_jobm_create(&cfg, &m, NULL), XF_OK);
+  xf_admission plan = plan_of(2, XF_ADMIT_RUNS, NULL);
+  assert_int_equal(xf_jobm_plan(m, &plan, 10.0, NULL), XF_OK);
+  assert_int_equal(xf_jobm_accepted(m, sid(1), NULL, 0, 10.1, NULL), XF_OK);
+  assert_int_equal(xf_jobm_accepted(m, sid(2), NULL, 0, 10.2, NULL), XF_OK);
+  assert_int_equal(xf_jobm_get_phase(m), XF_JOBM_AWAIT_GO);
+  assert_int_equal(xf_jobm_upstream_lost(m, 10.3, NULL), XF_OK);
+  assert_int_equal(xf_jobm_reoffered(m, true, 11.0, NULL), XF_OK);
+  assert_int_equal(count(m, XF_JOBM_ACCEPT_UP), 1);
+  assert_int_equal(count(m, XF_JOBM_GO), 0);
+  assert_int_equal(xf_jobm_get_phase(m), XF_JOBM_AWAIT_GO);
+  assert_int_equal(xf_jobm_go(m, 11.1, NULL), XF_OK);
+  assert_int_equal(count(m, XF_JOBM_GO), 2);
+  xf_admission_free(&plan);
   xf_jobm_free(m);
 }
 
@@ -534,10 +681,14 @@ int main(void) {
       cmocka_unit_test(a_job_waits_for_sites_and_opens_when_they_come),
       cmocka_unit_test(nobody_trains_until_every_site_answered_then_all_go),
       cmocka_unit_test(too_few_acceptances_retry_without_a_go),
+      cmocka_unit_test(an_aggregator_answering_for_too_few_sites_retries_without_a_go),
       cmocka_unit_test(a_policy_that_no_longer_allows_pauses_and_one_that_does_resumes),
       cmocka_unit_test(a_spent_budget_fails_the_job_without_retrying),
       cmocka_unit_test(a_lost_link_is_waited_for_then_dropped_and_a_return_is_offered_again),
       cmocka_unit_test(a_relay_answers_upstream_and_trains_only_on_its_go),
+      cmocka_unit_test(a_relay_keeps_an_aggregate_made_while_upstream_is_away_for_its_new_go),
+      cmocka_unit_test(a_relay_sends_its_aggregate_again_only_to_an_upstream_that_holds_the_task),
+      cmocka_unit_test(a_relay_waits_for_a_restarted_upstreams_go_before_its_sites_train),
       cmocka_unit_test(a_relay_below_its_cohort_refuses_upstream_before_anyone_trains),
       cmocka_unit_test(noise_in_the_sum_stops_before_the_round_that_would_pass_the_target),
       cmocka_unit_test(min_sites_counts_the_sites_behind_regional_aggregators),

@@ -163,6 +163,7 @@ typedef struct fake {
   uint64_t first_offset_this_conn;
   int drop_after_chunks; /* close the link once this many chunks came, once */
   int refuse_sessions;   /* answer this many SiteAnnounces with a Refusal */
+  int refuse_updates;    /* answer this many update TensorBegins with Error{stream_id} */
   bool dropped, update_complete;
   char rx_error[512];
   /* the site */
@@ -237,6 +238,13 @@ static void on_update_frame(fake *f, xf_conn *c, const Xfed__Envelope *env) {
     f->update_begins++;
     f->chunks_this_conn = 0;
     f->first_offset_this_conn = UINT64_MAX;
+    if (f->refuse_updates > 0) { /* a coordinator that does not hold the task now */
+      f->refuse_updates--;
+      xf_session_refuse_stream(c, env->tensor_begin->stream_id, XF_EINVAL,
+                               "job %s round %u is not a task you hold here now",
+                               env->tensor_begin->job_id, (unsigned)env->tensor_begin->round);
+      break;
+    }
     if (f->update_rx && f->update_complete &&
         (strcmp(f->update_job, env->tensor_begin->job_id) != 0 ||
          f->update_round != env->tensor_begin->round)) {
@@ -1409,6 +1417,41 @@ static void update_uses_the_offered_stream_id(void **state) {
   f->passed = true;
 }
 
+/* A coordinator that does not hold the task now (restarted, not offering
+ * it again yet) answers the update's TensorBegin with an Error naming the
+ * stream: the site keeps the update, sends nothing of it until the task is
+ * offered again, and then sends it whole, trained once. */
+static void refused_update_is_kept_until_the_task_is_offered_again(void **state) {
+  fake *f = *state;
+  fake_start(f);
+  expect_body(f, XFED__ENVELOPE__BODY_SITE_ANNOUNCE);
+  make_model(f, SPEC_LOGREG, 34);
+  expected want;
+  expect_training(f, SPEC_LOGREG, 1, &want);
+  f->refuse_updates = 1;
+  offer o = {.job = "53", .round = 1, .attempt = 1, .spec = SPEC_LOGREG, .deadline_in_ms = 60000,
+             .send_model = true, .update_stream_id = 888889};
+  send_offer(f, &o);
+  expect_accept(f, "53", 1, 1);
+  const Xfed__Envelope *e = expect_body(f, XFED__ENVELOPE__BODY_TENSOR_BEGIN);
+  assert_int_equal(e->tensor_begin->stream_id, 888889);
+  run_until(f, log_has, "event=update_kept job=53 round=1 attempt=1", WAIT_MS,
+            "the refused update kept");
+  assert_int_equal(f->update_begins, 1);
+  assert_false(f->update_complete);
+  send_offer(f, &o);
+  expect_accept(f, "53", 1, 1);
+  run_until(f, update_complete, NULL, WAIT_MS, "the kept update after the new offer");
+  assert_string_equal(f->rx_error, "");
+  assert_int_equal(f->update_begins, 2);
+  assert_int_equal(f->update_len, want.n * sizeof(float));
+  assert_memory_equal(f->update, want.delta, want.n * sizeof(float));
+  free(want.delta);
+  assert_int_equal(count_in_log(f, "event=task_training"), 1);
+  site_stop(f, 10000);
+  f->passed = true;
+}
+
 #define SPEC_SECAGG                                                                      \
   "{\"name\": \"sa\", \"model\": {\"arch\": \"logreg\"}, \"data\": {\"dataset\": \"tiny\"," \
   " \"tags\": [\"t1\"]}, \"rounds\": 3, \"min_sites\": 2, \"local\": {\"epochs\": 1,"        \
@@ -1800,6 +1843,8 @@ int main(void) {
                                       fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(two_jobs_queue_and_both_report, fixture_setup,
                                       fixture_teardown),
+      cmocka_unit_test_setup_teardown(refused_update_is_kept_until_the_task_is_offered_again,
+                                      fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(update_uses_the_offered_stream_id, fixture_setup,
                                       fixture_teardown),
       cmocka_unit_test_setup_teardown(go_with_secagg_setup_starts_key_exchange, fixture_setup,

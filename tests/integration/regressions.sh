@@ -24,6 +24,17 @@
 #   accuracy_is_of_complete_rounds: `xfed job list`, `status` and `watch`
 #            show one accuracy, that of the last complete evaluation weighted
 #            by examples, and count sites.
+#   aggregate_waits_for_the_restarted_coordinators_go: the coordinator is
+#            killed (kill -9) while a site behind agg-ap trains, and restarted
+#            while agg-us is stopped, so it waits for agg-us's sites before it
+#            offers the interrupted round again; meanwhile agg-ap makes its
+#            aggregate. It goes up only after the new offer and go (nothing
+#            refused, nothing retried), and the job ends done.
+#   secagg_behind_aggregator_after_a_retry: secure aggregation among three
+#            sites behind agg-eu; one of them is stopped while attempt 1 is
+#            confirmed, so that attempt is retried before anyone trains. The
+#            secure aggregation of attempt 2 runs behind the aggregator and
+#            the round commits the three sites.
 # usage: regressions.sh BUILD_DIR NAME
 set -euo pipefail
 build=$(cd "${1:?build dir}" && pwd)
@@ -37,7 +48,8 @@ setup_work xf-reg
 case $name in
   min_sites_counts_sites | refusal_behind_aggregator_reaches_coordinator | secagg_over_mixed_cohort | \
     median_weighs_regions_by_sites | held_back_aggregate_spends_no_privacy | \
-    accuracy_is_of_complete_rounds) ;;
+    accuracy_is_of_complete_rounds | aggregate_waits_for_the_restarted_coordinators_go | \
+    secagg_behind_aggregator_after_a_retry) ;;
   *) echo "unknown scenario '$name'" >&2; exit 2 ;;
 esac
 
@@ -92,6 +104,30 @@ submit() {
   id=$(json_field job_id <"$1.submit")
   [[ -n $id ]] || fail "no job id in $(cat "$1.submit")"
   echo "$id"
+}
+# site_pid SITE: the pid of a site's daemon (started after the coordinator
+# and the aggregators, in the order `federation` names them).
+site_pid() {
+  local i
+  for i in "${!sites[@]}"; do
+    if [[ ${sites[$i]} == "$1" ]]; then echo "${pids[$((1 + ${#aggs[@]} + i))]}"; fi
+  done
+}
+# pause PID / resume PID: SIGSTOP (returning once it is stopped) / SIGCONT.
+pause() {
+  kill -STOP "$1"
+  while [[ $(cut -d' ' -f3 "/proc/$1/stat") != T ]]; do sleep 0.01; done
+}
+resume() { kill -CONT "$1"; }
+# wait_log FILE FROM PATTERN WHAT: until a line after line FROM of FILE
+# matches PATTERN (grep -E), within 120 s; else fails saying WHAT.
+wait_log() {
+  local i
+  for ((i = 0; i < 1200; i++)); do
+    tail -n +"$(($2 + 1))" "$1" | grep -qE "$3" && return 0
+    sleep 0.1
+  done
+  fail "$4"
 }
 # committed_reports JOB: the reports= of each of the job's round_committed lines.
 committed_reports() {
@@ -323,6 +359,84 @@ accuracy_is_of_complete_rounds)
   (($(grep -c "event=round_opened job=$id round=[123] attempt=1 sites=6$" "$work/logs/coord.log") == 3)) ||
     fail "the rounds did not invite the 6 sites: $(grep "round_opened job=$id" "$work/logs/coord.log")"
   echo "$name: job $id: list, status, watch and submit --wait all show $status_acc (round 3 over 6 sites, weighted $want); $(grep -c . "$work/live.txt") live lines in sites of 6"
+  ;;
+aggregate_waits_for_the_restarted_coordinators_go)
+  # p1, p2 behind agg-ap and u1, u2 behind agg-us: four sites in each round.
+  coord_config='{"resume_grace_s": 300, "eval_timeout_s": 300}'
+  federation p1:ap:ap p2:ap:ap u1:us:us u2:us:us
+  policy '{"id": "ap-out", "effect": "allow", "kind": "update", "select": {"region": "ap"}, "destinations": ["us"]}'
+  job "$work/job.json" restart-wait 4 48
+  sed -i 's/"rounds": 2/"rounds": 30/' "$work/job.json"
+  p1=$(site_pid p1)
+  agg_us=${pids[2]}
+  [[ ${aggs[1]} == us ]] || fail "agg-us is not the second aggregator started"
+  id=$(submit "$work/job.json")
+  # Stop p1 once it has the go of a round (agg-ap's round is then open,
+  # waiting for p1) and has not begun its update.
+  round=''
+  for ((i = 0; i < 6000 && ${#round} == 0; i++)); do
+    r=$(sed -n "s/.*event=task_go job=$id round=\([0-9]*\) .*/\1/p" "$work/logs/p1.log" | tail -n 1)
+    if [[ -n $r ]] && ! grep -q "event=update_begin job=$id round=$r " "$work/logs/p1.log"; then
+      pause "$p1"
+      if grep -q "event=update_begin job=$id round=$r " "$work/logs/p1.log"; then resume "$p1"; else round=$r; fi
+    fi
+    [[ -n $round ]] || sleep 0.02
+  done
+  [[ -n $round ]] || fail "p1 was never caught between its go and its update"
+  # The coordinator dies; it comes back while agg-us is stopped, so it waits
+  # for agg-us's sites before it offers round $round again.
+  pause "$agg_us"
+  kill -KILL "$coord_pid"
+  wait "$coord_pid" 2>/dev/null || true
+  coord_mark=$(grep -c . "$work/logs/coord.log")
+  ap_mark=$(grep -c . "$work/logs/agg-ap.log")
+  start_coord "$port"
+  wait_log "$work/logs/coord.log" "$coord_mark" "event=site_announced site=agg-ap " \
+    "agg-ap did not come back to the restarted coordinator"
+  resume "$p1"
+  wait_log "$work/logs/agg-ap.log" "$ap_mark" "event=aggregate_made job=$id round=$round " \
+    "agg-ap did not make round $round's aggregate after p1 came back"
+  resume "$agg_us"
+  wait_done "$id"
+  grep -q "event=job_active job=$id .*resumed=1" "$work/logs/coord.log" || fail "job $id did not resume"
+  # The aggregate went up after the restarted coordinator's offer (and its
+  # go), never before it; nothing was refused or retried.
+  tail -n +"$((ap_mark + 1))" "$work/logs/agg-ap.log" >"$work/agg-ap.after"
+  made=$(grep -n "event=aggregate_made job=$id round=$round " "$work/agg-ap.after" | head -n 1 | cut -d: -f1)
+  asked=$(grep -n "event=task_accepted_up job=$id round=$round " "$work/agg-ap.after" | head -n 1 | cut -d: -f1)
+  sent=$(grep -n "event=aggregate_sending job=$id round=$round " "$work/agg-ap.after" | head -n 1 | cut -d: -f1)
+  if ! [[ -n $made && -n $asked && -n $sent ]] || ((made > asked || asked > sent)); then
+    fail "agg-ap's aggregate of round $round was not kept for the new offer (made line ${made:-none}, answered ${asked:-none}, sent ${sent:-none})"
+  fi
+  if grep -h 'event=update_refused\|event=round_retried\|event=upstream_error' "$work/logs/coord.log" \
+    "$work"/logs/agg-*.log >"$work/lost.txt"; then
+    fail "work was lost to the restart: $(head -n 3 "$work/lost.txt")"
+  fi
+  reports=$(committed_reports "$id")
+  [[ $reports =~ ^(4 )*4$ ]] || fail "the rounds committed reports '$reports', not 4 sites each"
+  echo "$name: job $id done; agg-ap made round $round's aggregate before the restarted coordinator offered the round again, and sent it after its go"
+  ;;
+secagg_behind_aggregator_after_a_retry)
+  federation e1:eu:eu e2:eu:eu e3:eu:eu
+  policy '{"id": "eu-out", "effect": "allow", "kind": "regional_aggregate", "select": {"region": "eu"}, "destinations": ["us"], "conditions": {"min_cohort": 2, "require_secagg": true}}'
+  job "$work/job.json" secagg-retry 3 49 '"privacy": {"mode": "none", "clip": 1.0}, "secure_aggregation": {"enabled": true, "bits": 24}'
+  # A confirmation window of 10 s (a quarter of the deadline).
+  sed -i 's/"round_deadline_s": 600/"round_deadline_s": 40/' "$work/job.json"
+  e3=$(site_pid e3)
+  pause "$e3"
+  id=$(submit "$work/job.json")
+  wait_log "$work/logs/coord.log" 0 "event=round_retried job=$id round=1 attempt=1 " \
+    "round 1's first attempt, with e3 silent, was not retried"
+  resume "$e3"
+  wait_done "$id"
+  grep -q "event=round_committed job=$id round=1 reports=3 " "$work/logs/coord.log" ||
+    fail "round 1 did not commit the 3 sites: $(grep "job=$id round=1 " "$work/logs/coord.log" | grep -v metrics | tail -n 5)"
+  grep -q "event=task_go job=$id round=1 attempt=[23] phase=held secagg=true" "$work/logs/e3.log" ||
+    fail "e3 took no part in a retried attempt of round 1"
+  if grep -q "event=task_go job=$id round=1 attempt=1 " "$work/logs/e1.log"; then
+    fail "e1 was told to train in the attempt that was retried"
+  fi
+  echo "$name: job $id done; round 1 was retried without training and its secure aggregation behind agg-eu ran in the retry"
   ;;
 *) fail "scenario $name is not written yet" ;;
 esac
