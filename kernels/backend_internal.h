@@ -62,14 +62,15 @@ struct xf_backend {
   void *impl; /* the backend's own state, owned by it */
 };
 
-/* Each fills b->ops, b->impl, b->description (and threads for cpu). On failure
- * they leave b->impl NULL and explain in err. */
-xf_err xf__cpu_open(xf_backend *b, const xf_backend_options *opt, xf_errctx *err);
-#ifdef XF_HAVE_CUDA
 /* The host thread count a backend runs its host-side work on: opt->threads,
  * else XF_THREADS, else every core. XF_EINVAL, said, for a bad XF_THREADS or
  * more than 1024. */
 xf_err xf__backend_threads(const xf_backend_options *opt, int *threads, xf_errctx *err);
+
+/* Each fills b->ops, b->impl, b->description and b->threads. On failure
+ * they leave b->impl NULL and explain in err. */
+xf_err xf__cpu_open(xf_backend *b, const xf_backend_options *opt, xf_errctx *err);
+#ifdef XF_HAVE_CUDA
 xf_err xf__cuda_open(xf_backend *b, const xf_backend_options *opt, xf_errctx *err);
 #endif
 
