@@ -195,3 +195,25 @@ void xf_test_exec(const xf_test_exec_opts *o, xf_test_run *r, const char *name, 
   xf_test_vexec(o, r, name, first, ap);
   va_end(ap);
 }
+
+int xf_test_stop_group(int pid, int sig, double timeout_s) {
+  (void)kill(-pid, sig);
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int ws = 0;
+  for (;;) {
+    pid_t r = waitpid(pid, &ws, WNOHANG);
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR) return -1;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    if ((double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) * 1e-9 > timeout_s) {
+      (void)kill(-pid, SIGKILL);
+      while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+      }
+      break;
+    }
+    usleep(20000);
+  }
+  (void)kill(-pid, SIGKILL); /* anything left in its group */
+  return ws;
+}

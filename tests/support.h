@@ -54,6 +54,12 @@ void xf_test_execv(const xf_test_exec_opts *o, xf_test_run *r, const char *name,
 
 /* Prints the command line, stdout and stderr of r to stderr. */
 void xf_test_run_show(const xf_test_run *r);
+
+/* Sends sig to the process group of pid (a daemon started as its group's
+ * leader) and waits for pid; SIGKILL to the group after timeout_s seconds,
+ * and to anything left in it at the end. Returns pid's wait status, or -1
+ * when it could not be waited for. */
+int xf_test_stop_group(int pid, int sig, double timeout_s);
 void xf_test_run_free(xf_test_run *r);
 
 #endif

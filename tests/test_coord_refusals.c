@@ -307,23 +307,7 @@ static int daemon_stop(int sig) {
   if (!fx.daemon) return -1;
   pid_t pid = fx.daemon;
   fx.daemon = 0;
-  (void)kill(-pid, sig);
-  double deadline = now_s() + STEP_TIMEOUT_S;
-  int ws = 0;
-  for (;;) {
-    pid_t r = waitpid(pid, &ws, WNOHANG);
-    if (r == pid) break;
-    if (r < 0 && errno != EINTR) return -1;
-    if (now_s() > deadline) {
-      (void)kill(-pid, SIGKILL);
-      while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
-      }
-      break;
-    }
-    usleep(20000);
-  }
-  (void)kill(-pid, SIGKILL); /* anything left in its group */
-  return ws;
+  return xf_test_stop_group(pid, sig, STEP_TIMEOUT_S);
 }
 
 /* ---- the shared loop ----------------------------------------------------------- */

@@ -764,6 +764,17 @@ static void per_row_ops_match_cpu(void **state) {
   }
 }
 
+/* The models the net-level tests train on 28x28x1 images: an mlp and both
+ * cnn presets. */
+static const xf_model_spec net_specs[] = {
+    {.arch = XF_ARCH_MLP, .hidden = {200, 200}, .n_hidden = 2, .in_h = 28, .in_w = 28,
+     .in_c = 1, .classes = 10},
+    {.arch = XF_ARCH_CNN, .preset = XF_CNN_LENET5, .in_h = 28, .in_w = 28, .in_c = 1,
+     .classes = 10},
+    {.arch = XF_ARCH_CNN, .preset = XF_CNN_FEDAVG, .in_h = 28, .in_w = 28, .in_c = 1,
+     .classes = 10},
+};
+
 /* xf_net_run_clipped on both backends from the same parameters and batch,
  * at a clip below every example's norm and one above. The tolerance,
  * 1e-3 of a coordinate plus 1e-4 of the largest, allows the GEMM rounding
@@ -773,19 +784,11 @@ static void per_row_ops_match_cpu(void **state) {
 static void clipped_gradient_matches_cpu(void **state) {
   (void)state;
   REQUIRE_GPU();
-  const xf_model_spec specs[] = {
-      {.arch = XF_ARCH_MLP, .hidden = {200, 200}, .n_hidden = 2, .in_h = 28, .in_w = 28,
-       .in_c = 1, .classes = 10},
-      {.arch = XF_ARCH_CNN, .preset = XF_CNN_LENET5, .in_h = 28, .in_w = 28, .in_c = 1,
-       .classes = 10},
-      {.arch = XF_ARCH_CNN, .preset = XF_CNN_FEDAVG, .in_h = 28, .in_w = 28, .in_c = 1,
-       .classes = 10},
-  };
   xf_rng rng;
   xf_rng_seed(&rng, 23, 0);
-  for (size_t s = 0; s < sizeof(specs) / sizeof(specs[0]); s++) {
+  for (size_t s = 0; s < sizeof(net_specs) / sizeof(net_specs[0]); s++) {
     xf_model *m;
-    assert_int_equal(xf_model_create(&specs[s], &m, NULL), XF_OK);
+    assert_int_equal(xf_model_create(&net_specs[s], &m, NULL), XF_OK);
     const int n = 16;
     xf_net *on_cpu, *on_gpu;
     assert_int_equal(xf_net_create(cpu_b, m, n, &on_cpu, NULL), XF_OK);
@@ -839,19 +842,11 @@ static void clipped_gradient_matches_cpu(void **state) {
 static void training_steps_match_cpu_for_every_model(void **state) {
   (void)state;
   REQUIRE_GPU();
-  const xf_model_spec specs[] = {
-      {.arch = XF_ARCH_MLP, .hidden = {200, 200}, .n_hidden = 2, .in_h = 28, .in_w = 28,
-       .in_c = 1, .classes = 10},
-      {.arch = XF_ARCH_CNN, .preset = XF_CNN_LENET5, .in_h = 28, .in_w = 28, .in_c = 1,
-       .classes = 10},
-      {.arch = XF_ARCH_CNN, .preset = XF_CNN_FEDAVG, .in_h = 28, .in_w = 28, .in_c = 1,
-       .classes = 10},
-  };
   xf_rng rng;
   xf_rng_seed(&rng, 29, 0);
-  for (size_t s = 0; s < sizeof(specs) / sizeof(specs[0]); s++) {
+  for (size_t s = 0; s < sizeof(net_specs) / sizeof(net_specs[0]); s++) {
     xf_model *m;
-    assert_int_equal(xf_model_create(&specs[s], &m, NULL), XF_OK);
+    assert_int_equal(xf_model_create(&net_specs[s], &m, NULL), XF_OK);
     const int n = 32;
     xf_net *on_cpu, *on_gpu;
     assert_int_equal(xf_net_create(cpu_b, m, n, &on_cpu, NULL), XF_OK);

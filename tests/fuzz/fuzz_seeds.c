@@ -420,9 +420,9 @@ static void sa_answer(sa_run *r, unsigned silent_mask, unsigned refuser) {
   size_t n;
   const xf_saphase_action *acts = xf_saphase_actions(r->sa, &n);
   /* Copy: the next event replaces the list. */
-  xf_saphase_action *todo = malloc((n ? n : 1) * sizeof(*todo));
-  if (!todo) fail("memory", NULL);
-  memcpy(todo, acts, n * sizeof(*todo));
+  xf_saphase_action *pending = malloc((n ? n : 1) * sizeof(*pending));
+  if (!pending) fail("memory", NULL);
+  memcpy(pending, acts, n * sizeof(*pending));
   /* The pointers stay valid only until the next event: take what is needed
    * of each action before feeding anything. */
   typedef struct answer {
@@ -435,7 +435,7 @@ static void sa_answer(sa_run *r, unsigned silent_mask, unsigned refuser) {
   xf_errctx err;
   xf_errctx_clear(&err);
   for (size_t i = 0; i < n; i++) {
-    const xf_saphase_action *a = &todo[i];
+    const xf_saphase_action *a = &pending[i];
     unsigned who = a->kind <= XF_SAPHASE_ACT_SEND_UNMASK ? index_of(r, a->site) : 0;
     xf_secagg_client *c = r->c[who];
     if (a->kind == XF_SAPHASE_ACT_SEND_KEYS && who + 1 == refuser) {
@@ -524,7 +524,7 @@ static void sa_answer(sa_run *r, unsigned silent_mask, unsigned refuser) {
       free(out);
     }
   }
-  free(todo);
+  free(pending);
   for (size_t i = 0; i < n_ans; i++) {
     answer *a = &ans[i];
     fz_write_raw(r->f, a->kind, a->who, a->body, a->len);
