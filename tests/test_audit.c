@@ -511,8 +511,26 @@ static void plain_copy_of_a_running_trail_is_refused(void **state) {
   assert_null(db);
   assert_non_null(strstr(err.msg, "without its -wal file"));
   assert_non_null(strstr(err.msg, "xfed-coord backup"));
-  /* With the -wal copied beside it, the rows are there. */
+  /* The live file, its -wal beside it, is read through the -wal and left
+   * as it was: no checkpoint moves the rows into the main file. */
   snprintf(wal, sizeof(wal), "%s-wal", s->db_path);
+  size_t m0, w0, m1, w1;
+  char *main0 = slurp(s->db_path, &m0), *wal0 = slurp(wal, &w0);
+  assert_int_equal(xf_audit_open_readonly(s->db_path, &db, NULL, &err), XF_OK);
+  xf_audit_verdict live;
+  assert_int_equal(xf_audit_verify(db, &live, &err), XF_OK);
+  assert_fault(&live, XF_AUDIT_INTACT, 0, "7 rows, chain intact");
+  xf_db_close(db);
+  char *main1 = slurp(s->db_path, &m1), *wal1 = slurp(wal, &w1);
+  assert_int_equal(m0, m1);
+  assert_memory_equal(main0, main1, m0);
+  assert_int_equal(w0, w1);
+  assert_memory_equal(wal0, wal1, w0);
+  free(main0);
+  free(main1);
+  free(wal0);
+  free(wal1);
+  /* With the -wal copied beside it, the rows are there. */
   snprintf(copy_wal, sizeof(copy_wal), "%s-wal", copy);
   copy_file(wal, copy_wal);
   assert_int_equal(xf_audit_open_readonly(copy, &db, NULL, &err), XF_OK);
