@@ -36,7 +36,7 @@
 typedef struct policy_args {
   const char *db, *author, *reason, *name, *jurisdiction, *region, *site, *classification,
       *tag, *file, *json_rule, *id, *out, *coordinator_region;
-  bool has_version, has_epsilon, force, all;
+  bool has_version, has_epsilon, force;
   long version;
   double epsilon;
   xf_client_flags conn;
@@ -47,7 +47,7 @@ typedef struct policy_args {
 enum {
   OPT_DB = 256, OPT_AUTHOR, OPT_REASON, OPT_NAME, OPT_JURISDICTION, OPT_REGION, OPT_SITE,
   OPT_CLASS, OPT_TAG, OPT_FILE, OPT_JSON_RULE, OPT_ID, OPT_OUT, OPT_VERSION, OPT_COORD_REGION,
-  OPT_EPSILON, OPT_FORCE, OPT_ALL
+  OPT_EPSILON, OPT_FORCE
 };
 
 static const struct option all_opts[] = {
@@ -68,7 +68,6 @@ static const struct option all_opts[] = {
     {"coordinator-region", required_argument, 0, OPT_COORD_REGION},
     {"epsilon", required_argument, 0, OPT_EPSILON},
     {"force", no_argument, 0, OPT_FORCE},
-    {"all", no_argument, 0, OPT_ALL},
 };
 #define N_ALL_OPTS (sizeof(all_opts) / sizeof(all_opts[0]))
 
@@ -126,7 +125,6 @@ static int parse_args(xf_cli *cli, int argc, char **argv, const char *allowed, i
     case OPT_OUT: a->out = optarg; break;
     case OPT_COORD_REGION: a->coordinator_region = optarg; break;
     case OPT_FORCE: a->force = true; break;
-    case OPT_ALL: a->all = true; break;
     case OPT_VERSION:
       rc = xf_cli_parse_int(cli, "--version", optarg, 0, LONG_MAX,
                             &a->version);
