@@ -113,11 +113,13 @@ const char *xf_cli_utc_text(double t, char buf[32]);
 
 /* An audit trail's rows and a verification's verdict, printed the same way
  * by `xfed audit` and `xfed-site audit` (cli/cmd_audit.c; --json honoured).
- * The verdict printer returns the exit status: 0 intact, 1 damaged. */
+ * The verdict printer returns the exit status: 0 intact, 1 damaged; trail
+ * (may be NULL) names what kind of file was verified. */
 struct xf_audit_row;
 struct xf_audit_verdict;
 void xf_cli_audit_rows_print(xf_cli *cli, const struct xf_audit_row *rows, size_t n);
-int xf_cli_audit_verdict_print(xf_cli *cli, const struct xf_audit_verdict *v);
+int xf_cli_audit_verdict_print(xf_cli *cli, const struct xf_audit_verdict *v,
+                               const char *trail);
 
 /* A policy's versions as `xfed policy log` prints them. */
 struct xf_policy_version_info;

@@ -74,16 +74,16 @@ static int parse_args(xf_cli *cli, int argc, char **argv, bool since, bool limit
   return XF_EXIT_OK;
 }
 
-/* Opens an existing trail: reading a path that does not exist must not
- * leave an empty database behind it. */
-static int open_trail(xf_cli *cli, const audit_args *a, xf_db **db) {
+/* Opens an existing trail read-only (policy/audit.h): the file is any xfed
+ * database that keeps one, or a backup of it, and stays as it was. */
+static int open_trail(xf_cli *cli, const audit_args *a, xf_db **db, xf_audit_trail_info *info) {
   *db = NULL;
   if (access(a->db, F_OK) != 0) {
     xf_fail(&cli->err, XF_ENOENT, "no audit database (%s)", strerror(errno));
     snprintf(cli->err.file, sizeof(cli->err.file), "%s", a->db);
     return xf_cli_fail(cli, XF_ENOENT);
   }
-  xf_err rc = xf_audit_open(a->db, db, &cli->err);
+  xf_err rc = xf_audit_open_readonly(a->db, db, info, &cli->err);
   if (rc != XF_OK) return xf_cli_fail(cli, rc);
   return XF_EXIT_OK;
 }
@@ -247,7 +247,7 @@ int xf_cmd_audit_list(xf_cli *cli, int argc, char **argv) {
     return XF_EXIT_OK;
   }
   xf_db *db;
-  if ((status = open_trail(cli, &a, &db)) != XF_EXIT_OK) return status;
+  if ((status = open_trail(cli, &a, &db, NULL)) != XF_EXIT_OK) return status;
   xf_audit_row *list = NULL;
   size_t n = 0;
   xf_err rc = xf_audit_list(db, a.since, (size_t)a.limit, &list, &n, &cli->err);
@@ -295,27 +295,32 @@ int xf_cmd_audit_verify(xf_cli *cli, int argc, char **argv) {
   if ((status = parse_args(cli, argc, argv, false, false, false, &a)) != XF_EXIT_OK)
     return status;
   if (!a.db) return verify_remote(cli, &a);
-  if ((status = open_trail(cli, &a, &db)) != XF_EXIT_OK) return status;
+  xf_audit_trail_info info;
+  if ((status = open_trail(cli, &a, &db, &info)) != XF_EXIT_OK) return status;
   xf_audit_verdict v;
   memset(&v, 0, sizeof(v));
   xf_err rc = xf_audit_verify(db, &v, &cli->err);
   xf_db_close(db);
   if (rc != XF_OK) return xf_cli_fail(cli, rc);
-  return xf_cli_audit_verdict_print(cli, &v);
+  return xf_cli_audit_verdict_print(cli, &v, xf_audit_trail_kind_name(info.kind));
 }
 
-int xf_cli_audit_verdict_print(xf_cli *cli, const xf_audit_verdict *v) {
+int xf_cli_audit_verdict_print(xf_cli *cli, const xf_audit_verdict *v, const char *trail) {
   bool intact = v->fault == XF_AUDIT_INTACT;
   if (cli->json) {
-    xf_cli_print_json(json_pack("{s:b,s:s,s:I,s:I,s:s,s:{s:I,s:s}}", "intact", intact, "fault",
-                                xf_audit_fault_name(v->fault), "rows", (json_int_t)v->rows,
-                                "seq", (json_int_t)v->seq, "what", v->what, "head", "seq",
-                                (json_int_t)v->head.seq, "digest", v->head.digest));
+    json_t *o = json_pack("{s:b,s:s,s:I,s:I,s:s,s:{s:I,s:s}}", "intact", intact, "fault",
+                          xf_audit_fault_name(v->fault), "rows", (json_int_t)v->rows, "seq",
+                          (json_int_t)v->seq, "what", v->what, "head", "seq",
+                          (json_int_t)v->head.seq, "digest", v->head.digest);
+    if (o && trail) json_object_set_new(o, "trail", json_string(trail));
+    xf_cli_print_json(o);
   } else if (intact) {
+    if (trail) printf("%s: ", trail);
     printf("%s\n", v->what);
     printf("head: row %llu, digest %s (keep it elsewhere to detect a cut end later)\n",
            (unsigned long long)v->head.seq, v->head.digest);
   } else {
+    if (trail) printf("%s: ", trail);
     printf("TAMPERED at row %llu (%s): %s\n", (unsigned long long)v->seq,
            xf_audit_fault_name(v->fault), v->what);
   }
@@ -330,7 +335,7 @@ int xf_cmd_audit_export(xf_cli *cli, int argc, char **argv) {
     return status;
   if (a.out && xf_file_check_target(a.out, &cli->err) != XF_OK)
     return xf_cli_fail(cli, cli->err.code);
-  if (a.db && (status = open_trail(cli, &a, &db)) != XF_EXIT_OK) return status;
+  if (a.db && (status = open_trail(cli, &a, &db, NULL)) != XF_EXIT_OK) return status;
   /* With --out the lines gather in memory and the file appears whole
    * (storage/file.h), or not at all. */
   char *buf = NULL;

@@ -36,7 +36,7 @@
 typedef struct policy_args {
   const char *db, *author, *reason, *name, *jurisdiction, *region, *site, *classification,
       *tag, *file, *json_rule, *id, *out, *coordinator_region;
-  bool has_version, has_epsilon;
+  bool has_version, has_epsilon, force;
   long version;
   double epsilon;
   xf_client_flags conn;
@@ -47,7 +47,7 @@ typedef struct policy_args {
 enum {
   OPT_DB = 256, OPT_AUTHOR, OPT_REASON, OPT_NAME, OPT_JURISDICTION, OPT_REGION, OPT_SITE,
   OPT_CLASS, OPT_TAG, OPT_FILE, OPT_JSON_RULE, OPT_ID, OPT_OUT, OPT_VERSION, OPT_COORD_REGION,
-  OPT_EPSILON
+  OPT_EPSILON, OPT_FORCE
 };
 
 static const struct option all_opts[] = {
@@ -67,6 +67,7 @@ static const struct option all_opts[] = {
     {"version", required_argument, 0, OPT_VERSION},
     {"coordinator-region", required_argument, 0, OPT_COORD_REGION},
     {"epsilon", required_argument, 0, OPT_EPSILON},
+    {"force", no_argument, 0, OPT_FORCE},
 };
 #define N_ALL_OPTS (sizeof(all_opts) / sizeof(all_opts[0]))
 
@@ -123,6 +124,7 @@ static int parse_args(xf_cli *cli, int argc, char **argv, const char *allowed, i
     case OPT_ID: a->id = optarg; break;
     case OPT_OUT: a->out = optarg; break;
     case OPT_COORD_REGION: a->coordinator_region = optarg; break;
+    case OPT_FORCE: a->force = true; break;
     case OPT_VERSION:
       rc = xf_cli_parse_int(cli, "--version", optarg, 0, LONG_MAX,
                             &a->version);
@@ -586,8 +588,8 @@ int xf_cmd_policy_import(xf_cli *cli, int argc, char **argv) {
 int xf_cmd_policy_push(xf_cli *cli, int argc, char **argv) {
   policy_args a;
   int status;
-  if ((status = parse_args(cli, argc, argv, "db,reason,version,coordinator", 0, 0, "", &a)) !=
-      XF_EXIT_OK)
+  if ((status = parse_args(cli, argc, argv, "db,reason,version,force,coordinator", 0, 0, "",
+                           &a)) != XF_EXIT_OK)
     return status;
   if (!a.db)
     return xf_cli_usage(cli, "--db FILE is required: push sends a version of a local policy "
@@ -601,24 +603,40 @@ int xf_cmd_policy_push(xf_cli *cli, int argc, char **argv) {
   if ((status = open_db(cli, &a, false, &db)) != XF_EXIT_OK) return status;
   uint64_t v = (uint64_t)a.version;
   char *doc = NULL;
+  /* The base: the coordinator's version this draft was pulled as (0 when it
+   * never was), so a coordinator that moved on since refuses it. */
+  uint64_t origin_local = 0, base = 0;
+  bool has_origin = false;
   xf_err rc = a.has_version ? XF_OK : xf_policy_version_current(db, &v, &cli->err);
   if (rc == XF_OK && v == 0) {
     rc = xf_fail(&cli->err, XF_ENOENT, "no policy version to push yet; make one with a change");
     snprintf(cli->err.file, sizeof(cli->err.file), "%s", a.db);
   }
   if (rc == XF_OK) rc = xf_policy_export(db, v, &doc, &cli->err);
-  xf_db_close(db);
-  if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  if (rc == XF_OK)
+    rc = xf_policy_origin_get(db, &origin_local, &base, &has_origin, &cli->err);
+  if (rc != XF_OK) {
+    xf_db_close(db);
+    xf_free(doc);
+    return xf_cli_fail(cli, rc);
+  }
   xf_client *c = NULL;
   uint64_t pushed = 0;
   if ((status = xf_client_connect(cli, &a.conn, &c)) == XF_EXIT_OK)
-    status = push_document(cli, c, doc, a.reason, false, 0, &pushed);
+    status = push_document(cli, c, doc, a.reason, !a.force, base, &pushed);
   xf_client_close(c);
   xf_free(doc);
+  /* The draft is now that version of the coordinator's: the next push from
+   * it is based there. */
+  if (status == XF_EXIT_OK && xf_policy_origin_set(db, v, pushed, &cli->err) != XF_OK)
+    fprintf(stderr, "%s: pushed, but cannot record it in %s: %s\n", cli->name, a.db,
+            cli->err.msg);
+  xf_db_close(db);
   if (status != XF_EXIT_OK) return status;
   if (cli->json)
-    xf_cli_print_json(json_pack("{s:I,s:I,s:s}", "version", (json_int_t)pushed, "local_version",
-                         (json_int_t)v, "reason", a.reason));
+    xf_cli_print_json(json_pack("{s:I,s:I,s:s,s:o}", "version", (json_int_t)pushed,
+                                "local_version", (json_int_t)v, "reason", a.reason, "base",
+                                a.force ? json_null() : json_integer((json_int_t)base)));
   else
     printf("policy version %llu on the coordinator: %s\n", (unsigned long long)pushed, a.reason);
   return XF_EXIT_OK;
@@ -654,6 +672,7 @@ int xf_cmd_policy_pull(xf_cli *cli, int argc, char **argv) {
   }
   uint64_t v = 0;
   xf_err rc = xf_policy_import(db, doc, chg.author, chg.reason, chg.now, &v, &cli->err);
+  if (rc == XF_OK) rc = xf_policy_origin_set(db, v, remote, &cli->err);
   xf_db_close(db);
   xf_free(doc);
   char what[96];

@@ -826,6 +826,9 @@ xf_err xf_coord_run(const xf_coord_config *cfg, xf_errctx *err) {
   xf_tls_config tc = {co->cfg.cert, co->cfg.key, co->cfg.ca, co->cfg.crl};
   if ((rc = xf_tls_new(&tc, &co->tls, err)) != XF_OK) goto out;
   if ((rc = open_state(co, err)) != XF_OK) goto out;
+  /* From here a copy of the trail's main file alone says that it was taken
+   * from a running daemon (policy/audit.h). */
+  if ((rc = xf_audit_keeper_start(co->audit, xf__now(), err)) != XF_OK) goto out;
   if (!co->cfg.regional && xf_noise_new_random(&co->noise) != XF_OK) {
     rc = xf_fail(err, XF_ENOMEM, "cannot set up the noise generator (secure memory)");
     goto out;
@@ -918,6 +921,11 @@ out:
   }
   xf_noise_free(co->noise);
   xf_blob_store_close(co->blobs);
+  if (co->audit) {
+    xf_errctx kerr = {0};
+    if (xf_audit_keeper_stop(co->audit, xf__now(), &kerr) != XF_OK)
+      XF_WARN("audit_checkpoint_failed", "when=stop reason=\"%s\"", kerr.msg);
+  }
   if (co->audit != co->db) xf_db_close(co->audit);
   xf_db_close(co->db);
   xf_policy_free(co->policy);
@@ -928,14 +936,19 @@ out:
 }
 
 xf_err xf_coord_backup(const char *state_dir, const char *dest, xf_errctx *err) {
-  char path[XF_COORD_PATH_MAX + 32];
-  snprintf(path, sizeof(path), "%s/coord.db", state_dir);
+  /* A global coordinator keeps its journal (with the trail) in coord.db; a
+   * regional aggregator keeps only its trail, in audit.db. */
+  char journal[XF_COORD_PATH_MAX + 32], trail[XF_COORD_PATH_MAX + 32];
+  snprintf(journal, sizeof(journal), "%s/coord.db", state_dir);
+  snprintf(trail, sizeof(trail), "%s/audit.db", state_dir);
   struct stat st;
-  if (stat(path, &st) != 0)
-    return xf_fail(err, XF_ENOENT, "no journal at %s: is --state the coordinator's state "
-                                   "directory?", path);
+  bool global = stat(journal, &st) == 0;
+  if (!global && stat(trail, &st) != 0)
+    return xf_fail(err, XF_ENOENT, "no journal at %s and no audit trail at %s: is --state the "
+                                   "state directory of a coordinator or a regional aggregator?",
+                   journal, trail);
   xf_db *db = NULL;
-  XF_GUARD(xf_journal_open(path, &db, err));
+  XF_GUARD(global ? xf_journal_open(journal, &db, err) : xf_audit_open(trail, &db, err));
   xf_err rc = xf_db_backup(db, dest, err);
   xf_db_close(db);
   return rc;

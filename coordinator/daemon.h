@@ -59,7 +59,10 @@ typedef struct xf_coord_config {
  * starting (unreadable certificates, a port in use, a damaged journal). */
 xf_err xf_coord_run(const xf_coord_config *cfg, xf_errctx *err) XF_WARN_UNUSED;
 
-/* Copies the journal of state_dir to dest with SQLite's online backup. */
+/* Copies the journal of state_dir (coord.db; a regional aggregator's
+ * audit.db when there is no journal) to dest with SQLite's online backup
+ * (storage/db.h: one self-contained file). XF_ENOENT when state_dir holds
+ * neither. */
 xf_err xf_coord_backup(const char *state_dir, const char *dest, xf_errctx *err) XF_WARN_UNUSED;
 
 /* The coordinator's id of a site or regional aggregator: the first 8 bytes

@@ -61,6 +61,11 @@ static void free_seal(xf__run *run) {
 
 void xf__run_free(xf__run *run) {
   if (!run) return;
+  /* A job's end is where the trail is made whole in the main file: a copy
+   * of it alone then holds every row up to here (policy/audit.h). */
+  xf_errctx err = {0};
+  if (run->co && run->co->audit && xf_audit_keeper_mark(run->co->audit, xf__now(), &err) != XF_OK)
+    XF_WARN("audit_checkpoint_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
   xf__takes_clear(run);
   xf_free(run->takes);
   free_seal(run);

@@ -99,6 +99,9 @@ static const xf_migration xf__migrations[] = {
     {3, xf_policy_schema_sql},
     /* 4: the audit trail (decisions, crossings, policy changes, refusals). */
     {4, xf_audit_schema_sql},
+    /* 5: whether the daemon has the trail open, so that a copy of coord.db
+     * made without its -wal file is told apart from a whole one. */
+    {5, xf_audit_keeper_sql},
 };
 
 const xf_migration *xf_journal_migrations(size_t *n) {

@@ -307,7 +307,8 @@ static int cmd_backup(xf_cli *cli, int argc, char **argv) {
   if (cli->json)
     printf("{\"backup\": \"%s\"}\n", out);
   else
-    fprintf(stderr, "%s backup: the journal of %s is copied to %s\n", PROG, state, out);
+    fprintf(stderr, "%s backup: the journal (or a regional aggregator's audit trail) of %s is "
+                    "copied to %s\n", PROG, state, out);
   return XF_EXIT_OK;
 }
 
@@ -360,11 +361,15 @@ static const xf_cmd commands[] = {
      "           --ca ca.crt --crl crl.pem --listen 0.0.0.0:7443\n"
      "See docs/coordinator.md.\n",
      cmd_run},
-    {"backup", NULL, "copy the journal with SQLite's online backup",
+    {"backup", NULL, "copy the journal or an aggregator's trail with SQLite's online backup",
      "usage: xfed-coord backup --state DIR --out FILE [--json]\n"
      "\n"
-     "Copies DIR/coord.db to FILE while the coordinator runs (SQLite online backup).\n"
-     "The blobs under DIR/blobs are immutable files: copy them with any tool.\n",
+     "Copies DIR/coord.db (a coordinator's journal) or DIR/audit.db (a regional\n"
+     "aggregator's audit trail) to FILE while the daemon runs (SQLite online\n"
+     "backup): one self-contained file, as of one moment, that 'xfed audit verify\n"
+     "--db FILE' verifies offline. A plain copy of the live file may miss the rows\n"
+     "its -wal file holds. The blobs under DIR/blobs are immutable files: copy them\n"
+     "with any tool.\n",
      cmd_backup},
     {0},
 };

@@ -155,6 +155,56 @@ static void changed(xf__coord *co, xf__peer *p, const char *user, const char *re
   xf_free(s.diff);
 }
 
+/* The refusal of a push drafted on `base` while the current version is
+ * `current`: what was changed since, which the push would undo, as the
+ * first lines of the diff from base to current (the whole diff is one
+ * 'xfed policy diff' away). */
+static void stale_push(xf__coord *co, xf__peer *p, uint64_t base, uint64_t current) {
+  char *diff = NULL;
+  xf_errctx err = {0};
+  const char *how = "pull it ('xfed policy pull --db FILE'), redo the change there and push, "
+                    "or push with --force";
+  if (base > current || xf_policy_diff(co->db, base, current, &diff, &err) != XF_OK) {
+    xf_session_send_error(p->conn, XF_EINVAL,
+                          "the policy moved on to version %" PRIu64 " since version %" PRIu64
+                          " this draft was made from; %s",
+                          current, base, how);
+    xf_free(diff);
+    return;
+  }
+  size_t lines = 0;
+  for (const char *l = diff; *l; l++)
+    if (*l == '\n') lines++;
+  /* One line each, as many as fit the message; the rest counted. */
+  char shown[160] = "";
+  size_t used = 0, listed = 0;
+  for (const char *l = diff; *l;) {
+    size_t len = strcspn(l, "\n");
+    if (used + len + 3 >= sizeof(shown)) break;
+    used += (size_t)snprintf(shown + used, sizeof(shown) - used, "%s%.*s", used ? "; " : "",
+                             (int)len, l);
+    listed++;
+    l += len;
+    if (*l) l++;
+  }
+  char more[96] = "";
+  if (listed < lines)
+    snprintf(more, sizeof(more), " and %zu more ('xfed policy diff %" PRIu64 " %" PRIu64 "')",
+             lines - listed, base, current);
+  if (base == 0)
+    xf_session_send_error(p->conn, XF_EINVAL,
+                          "this draft was not made from the coordinator's policy (it has no "
+                          "base version) and the coordinator has version %" PRIu64
+                          ": pushing it would undo %s%s; %s",
+                          current, shown, more, how);
+  else
+    xf_session_send_error(p->conn, XF_EINVAL,
+                          "the policy moved on to version %" PRIu64 " since version %" PRIu64
+                          " this draft was made from; pushing it would undo what changed since: %s%s; %s",
+                          current, base, lines ? shown : "nothing", more, how);
+  xf_free(diff);
+}
+
 static void on_push(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m,
                     const char *user) {
   if (!may_change(p)) {
@@ -183,10 +233,7 @@ static void on_push(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m,
   if (m->has_base && prev != m->base_version) {
     XF_WARN("policy_push_stale", "user=%s base=%" PRIu64 " current=%" PRIu64, user,
             m->base_version, prev);
-    xf_session_send_error(p->conn, XF_EINVAL,
-                          "the policy moved on to version %" PRIu64 " since version %" PRIu64
-                          " this change was drafted on; export it again and redo the change",
-                          prev, m->base_version);
+    stale_push(co, p, m->base_version, prev);
     return;
   }
   const xf_policy_edit import = {XF_POLICY_EDIT_IMPORT, str(m->document_json), NULL, NULL};

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/alloc.h"
 
@@ -37,8 +38,176 @@ const char xf_audit_schema_sql[] =
     "BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;\n";
 
 
+/* One row, id 1: created with the trail's keeper migration so the daemons
+ * only ever update it. */
+const char xf_audit_keeper_sql[] =
+    "CREATE TABLE audit_keeper (\n"
+    "  id INTEGER PRIMARY KEY CHECK (id = 1),\n"
+    "  running INTEGER NOT NULL CHECK (running IN (0, 1)),\n"
+    "  since REAL NOT NULL,\n"
+    "  checkpointed REAL NOT NULL\n"
+    ");\n"
+    "INSERT INTO audit_keeper (id, running, since, checkpointed) VALUES (1, 0, 0, 0);\n";
+
 /* The standalone audit database's migration list: append only. */
-static const xf_migration audit_migrations[] = {{1, xf_audit_schema_sql}};
+static const xf_migration audit_migrations[] = {{1, xf_audit_schema_sql},
+                                                {2, xf_audit_keeper_sql}};
+
+/* Sets the keeper row with one UPDATE, then checkpoints. */
+static xf_err keeper_write(xf_db *db, const char *sql, double now, xf_errctx *err) {
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf_db_prepare(db, sql, &st, err));
+  sqlite3_bind_double(st, 1, now);
+  int s = sqlite3_step(st);
+  sqlite3_finalize(st);
+  if (s != SQLITE_DONE) return xf_db_fail(db, err, "cannot update the audit keeper row");
+  return xf_db_checkpoint(db, err);
+}
+
+xf_err xf_audit_keeper_start(xf_db *db, double now, xf_errctx *err) {
+  return keeper_write(db, "UPDATE audit_keeper SET running = 1, since = ?1, checkpointed = ?1",
+                      now, err);
+}
+
+xf_err xf_audit_keeper_mark(xf_db *db, double now, xf_errctx *err) {
+  return keeper_write(db, "UPDATE audit_keeper SET checkpointed = ?1", now, err);
+}
+
+xf_err xf_audit_keeper_stop(xf_db *db, double now, xf_errctx *err) {
+  return keeper_write(db, "UPDATE audit_keeper SET running = 0, checkpointed = ?1", now, err);
+}
+
+const char *xf_audit_trail_kind_name(xf_audit_trail_kind k) {
+  switch (k) {
+  case XF_AUDIT_TRAIL_STANDALONE: return "audit trail";
+  case XF_AUDIT_TRAIL_COORDINATOR: return "coordinator journal";
+  case XF_AUDIT_TRAIL_SITE: return "site database";
+  }
+  return "?";
+}
+
+/* Whether the file's schema holds a table of that name. */
+static bool has_table(xf_db *db, const char *name) {
+  sqlite3_stmt *st = NULL;
+  xf_errctx ignored = {0};
+  if (xf_db_prepare(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", &st,
+                    &ignored) != XF_OK)
+    return false;
+  sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+  bool found = sqlite3_step(st) == SQLITE_ROW;
+  sqlite3_finalize(st);
+  return found;
+}
+
+/* The audit table's columns, in order, comma-separated, into buf. */
+static xf_err audit_columns(xf_db *db, char *buf, size_t n, xf_errctx *err) {
+  sqlite3_stmt *st = NULL;
+  buf[0] = '\0';
+  XF_GUARD(xf_db_prepare(db, "SELECT name FROM pragma_table_info('audit') ORDER BY cid", &st,
+                         err));
+  size_t used = 0;
+  int s;
+  while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+    const char *c = (const char *)sqlite3_column_text(st, 0);
+    int w = snprintf(buf + used, n - used, "%s%s", used ? "," : "", c ? c : "");
+    if (w < 0 || (size_t)w >= n - used) break;
+    used += (size_t)w;
+  }
+  sqlite3_finalize(st);
+  if (s != SQLITE_ROW && s != SQLITE_DONE) return xf_db_fail(db, err, "reading the audit table");
+  return XF_OK;
+}
+
+/* The tables a file holds, comma-separated, for a refusal. */
+static void table_names(xf_db *db, char *buf, size_t n) {
+  sqlite3_stmt *st = NULL;
+  xf_errctx ignored = {0};
+  snprintf(buf, n, "none");
+  if (xf_db_prepare(db, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name",
+                    &st, &ignored) != XF_OK)
+    return;
+  size_t used = 0;
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    const char *t = (const char *)sqlite3_column_text(st, 0);
+    int w = snprintf(buf + used, n - used, "%s%s", used ? ", " : "", t ? t : "");
+    if (w < 0 || (size_t)w >= n - used) break;
+    used += (size_t)w;
+  }
+  sqlite3_finalize(st);
+}
+
+xf_err xf_audit_open_readonly(const char *path, xf_db **out, xf_audit_trail_info *info,
+                              xf_errctx *err) {
+  XF_ENSURE(out, err, XF_EINVAL, "xf_audit_open_readonly needs an output handle");
+  *out = NULL;
+  xf_audit_trail_info found;
+  memset(&found, 0, sizeof(found));
+  if (info) *info = found;
+  xf_db *db = NULL;
+  XF_GUARD(xf_db_open_readonly(path, &db, &found.file, err));
+  xf_err rc = xf_db_schema_version(db, &found.schema_version, err);
+  if (rc != XF_OK) goto out;
+  if (!has_table(db, "audit")) {
+    char tables[200];
+    table_names(db, tables, sizeof(tables));
+    rc = xf_fail(err, XF_EFORMAT,
+                 "is an SQLite database but not an audit trail: it has no audit table "
+                 "(tables: %s); give a coordinator journal (coord.db), a regional "
+                 "aggregator's audit.db, a site database or a backup of one",
+                 tables);
+    xf_errctx_file(err, path);
+    goto out;
+  }
+  char columns[200];
+  if ((rc = audit_columns(db, columns, sizeof(columns), err)) != XF_OK) goto out;
+  if (strcmp(columns, "seq,at,actor,kind,subject,detail,prev,digest") != 0) {
+    rc = xf_fail(err, XF_EUNSUPPORTED,
+                 "its audit table has the columns %s, not those this build reads "
+                 "(seq,at,actor,kind,subject,detail,prev,digest): verify it with the build "
+                 "that wrote it",
+                 columns);
+    xf_errctx_file(err, path);
+    goto out;
+  }
+  found.kind = has_table(db, "jobs") && has_table(db, "policy_version")
+                   ? XF_AUDIT_TRAIL_COORDINATOR
+               : has_table(db, "datasets") ? XF_AUDIT_TRAIL_SITE
+                                           : XF_AUDIT_TRAIL_STANDALONE;
+  found.kept = has_table(db, "audit_keeper");
+  if (found.kept) {
+    sqlite3_stmt *st = NULL;
+    if ((rc = xf_db_prepare(db, "SELECT running, checkpointed FROM audit_keeper WHERE id = 1",
+                            &st, err)) != XF_OK)
+      goto out;
+    if (sqlite3_step(st) == SQLITE_ROW) {
+      found.running = sqlite3_column_int(st, 0) != 0;
+      found.checkpointed = sqlite3_column_double(st, 1);
+    }
+    sqlite3_finalize(st);
+  }
+  if (found.running && found.file.wal_mode && !found.file.wal_beside) {
+    char when[40] = "never";
+    if (found.checkpointed > 0) {
+      time_t t = (time_t)found.checkpointed;
+      struct tm tm;
+      if (gmtime_r(&t, &tm)) strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
+    }
+    rc = xf_fail(err, XF_ETRUNCATED,
+                 "is a plain copy of a running daemon's %s made without its -wal file: rows "
+                 "appended after its last checkpoint (%s) may be missing, so it cannot be "
+                 "verified as complete. Copy it with 'xfed-coord backup --state DIR --out "
+                 "FILE' (or stop the daemon first, or copy FILE-wal with it)",
+                 xf_audit_trail_kind_name(found.kind), when);
+    xf_errctx_file(err, path);
+    goto out;
+  }
+  if (info) *info = found;
+  *out = db;
+  db = NULL;
+out:
+  xf_db_close(db);
+  return rc;
+}
 
 xf_err xf_audit_open(const char *path, xf_db **out, xf_errctx *err) {
   return xf_db_open(path, audit_migrations, sizeof(audit_migrations) / sizeof(audit_migrations[0]),

@@ -26,6 +26,59 @@ extern const char xf_audit_schema_sql[];
  * xf_db_close. */
 xf_err xf_audit_open(const char *path, xf_db **out, xf_errctx *err) XF_WARN_UNUSED;
 
+/* The migration after xf_audit_schema_sql for a database a daemon keeps the
+ * trail in: one row saying whether the daemon has it open (running) and
+ * when it last made the main file whole (checkpointed). A plain copy of the
+ * main file alone then tells xf_audit_open_readonly it was taken from a
+ * running daemon without its -wal file. Append it after xf_audit_schema_sql
+ * as its own entry. */
+extern const char xf_audit_keeper_sql[];
+
+/* The daemon's side of the keeper row (db holds xf_audit_keeper_sql). Each
+ * writes the row and checkpoints the -wal file into the main file
+ * (storage/db.h), so that the main file alone holds every row appended so
+ * far: start when the daemon opens the trail, mark at points worth a
+ * checkpoint (a job's end), stop before it closes. now is Unix seconds.
+ * XF_EDB on failure; the trail itself is unaffected. */
+xf_err xf_audit_keeper_start(xf_db *db, double now, xf_errctx *err) XF_WARN_UNUSED;
+xf_err xf_audit_keeper_mark(xf_db *db, double now, xf_errctx *err) XF_WARN_UNUSED;
+xf_err xf_audit_keeper_stop(xf_db *db, double now, xf_errctx *err) XF_WARN_UNUSED;
+
+/* What xf_audit_open_readonly found a file to be. */
+typedef enum xf_audit_trail_kind {
+  XF_AUDIT_TRAIL_STANDALONE,  /* the audit table alone: a regional aggregator's
+                               * audit.db, or a trail kept with --db */
+  XF_AUDIT_TRAIL_COORDINATOR, /* the global coordinator's journal (coord.db) */
+  XF_AUDIT_TRAIL_SITE,        /* a site's database (site.db) */
+} xf_audit_trail_kind;
+
+/* "audit trail", "coordinator journal", "site database". */
+const char *xf_audit_trail_kind_name(xf_audit_trail_kind k);
+
+typedef struct xf_audit_trail_info {
+  xf_audit_trail_kind kind;
+  int schema_version;    /* the file's user_version */
+  xf_db_file_info file;  /* WAL mode, -wal beside it */
+  bool kept;             /* it has the keeper row (xf_audit_keeper_sql) */
+  bool running;          /* the keeper row says a daemon had it open */
+  double checkpointed;   /* when the daemon last made the main file whole; 0: never */
+} xf_audit_trail_info;
+
+/* Opens a file to read its trail offline, changing nothing (no migration,
+ * no checkpoint: xf_db_open_readonly), and tells what it is by the tables
+ * it holds: any xfed database with an audit table of the columns this build
+ * reads (seq, at, actor, kind, subject, detail, prev, digest). Refused:
+ * a file that is not SQLite (XF_EFORMAT), an SQLite file with no audit table
+ * (XF_EFORMAT, naming the tables it has), an audit table of other columns
+ * (XF_EUNSUPPORTED: written by another build), and a plain copy of a
+ * running daemon's WAL database made without its -wal file (XF_ETRUNCATED:
+ * the keeper row says the daemon was running, the file is in WAL mode and
+ * no -wal is beside it, so rows appended since the last checkpoint may be
+ * missing; the message says to use 'xfed-coord backup'). On success the
+ * caller closes *out with xf_db_close; info (may be NULL) says what it is. */
+xf_err xf_audit_open_readonly(const char *path, xf_db **out, xf_audit_trail_info *info,
+                              xf_errctx *err) XF_WARN_UNUSED;
+
 /* The kinds of event the trail records (docs/audit.md lists what each one's
  * detail holds). A kind is stored by name; new kinds are added at the end. */
 #define XF_AUDIT_KINDS(X)                                                      \

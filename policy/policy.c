@@ -646,8 +646,55 @@ const char xf_policy_schema_sql[] =
     "BEGIN SELECT RAISE(ABORT, 'policy versions are immutable'); END;\n";
 
 
+/* 2: a local draft's origin: which of its versions is which version of the
+ * coordinator's policy (the last pull or push), so that a push names the
+ * version it was drafted on. One row at most. */
+static const char policy_origin_sql[] =
+    "CREATE TABLE policy_origin (\n"
+    "  id INTEGER PRIMARY KEY CHECK (id = 1),\n"
+    "  local_version INTEGER NOT NULL,\n"
+    "  coordinator_version INTEGER NOT NULL\n"
+    ");\n";
+
 /* The standalone policy database's migration list: append only. */
-static const xf_migration policy_migrations[] = {{1, xf_policy_schema_sql}};
+static const xf_migration policy_migrations[] = {{1, xf_policy_schema_sql},
+                                                 {2, policy_origin_sql}};
+
+xf_err xf_policy_origin_set(xf_db *db, uint64_t local_version, uint64_t coordinator_version,
+                            xf_errctx *err) {
+  if (local_version > INT64_MAX || coordinator_version > INT64_MAX)
+    return refuse(err, XF_ERANGE, "version", "a version number above 2^63 cannot be stored");
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf_db_prepare(db,
+                         "INSERT OR REPLACE INTO policy_origin (id, local_version, "
+                         "coordinator_version) VALUES (1, ?, ?)",
+                         &st, err));
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)local_version);
+  sqlite3_bind_int64(st, 2, (sqlite3_int64)coordinator_version);
+  int s = sqlite3_step(st);
+  sqlite3_finalize(st);
+  if (s != SQLITE_DONE) return xf_db_fail(db, err, "recording where the draft came from");
+  return XF_OK;
+}
+
+xf_err xf_policy_origin_get(xf_db *db, uint64_t *local_version, uint64_t *coordinator_version,
+                            bool *found, xf_errctx *err) {
+  *found = false;
+  *local_version = *coordinator_version = 0;
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf_db_prepare(
+      db, "SELECT local_version, coordinator_version FROM policy_origin WHERE id = 1", &st, err));
+  int s = sqlite3_step(st);
+  if (s == SQLITE_ROW) {
+    *found = true;
+    *local_version = (uint64_t)sqlite3_column_int64(st, 0);
+    *coordinator_version = (uint64_t)sqlite3_column_int64(st, 1);
+  }
+  sqlite3_finalize(st);
+  if (s != SQLITE_ROW && s != SQLITE_DONE)
+    return xf_db_fail(db, err, "reading where the draft came from");
+  return XF_OK;
+}
 
 xf_err xf_policy_open(const char *path, xf_db **out, xf_errctx *err) {
   return xf_db_open(path, policy_migrations,

@@ -139,6 +139,17 @@ extern const char xf_policy_schema_sql[];
  * xf_db_close. */
 xf_err xf_policy_open(const char *path, xf_db **out, xf_errctx *err) XF_WARN_UNUSED;
 
+/* A local draft database's origin (xf_policy_open's databases only): its
+ * version local_version is the coordinator's version coordinator_version,
+ * as the last `xfed policy pull` or `push` left it. A push names that
+ * version as its base, so the coordinator refuses it once its policy moved
+ * on. get: *found false (and zeros) when the draft never met the
+ * coordinator. XF_EDB on failure. */
+xf_err xf_policy_origin_set(xf_db *db, uint64_t local_version, uint64_t coordinator_version,
+                            xf_errctx *err) XF_WARN_UNUSED;
+xf_err xf_policy_origin_get(xf_db *db, uint64_t *local_version, uint64_t *coordinator_version,
+                            bool *found, xf_errctx *err) XF_WARN_UNUSED;
+
 /* The latest version number; 0 when no change was ever made. */
 xf_err xf_policy_version_current(xf_db *db, uint64_t *version, xf_errctx *err) XF_WARN_UNUSED;
 

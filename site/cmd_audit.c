@@ -76,7 +76,7 @@ int xf_site_cmd_audit_verify(xf_cli *cli, int argc, char **argv) {
   rc = xf_audit_verify(xf_site_registry_db(reg), &v, &cli->err);
   xf_site_registry_close(reg);
   if (rc != XF_OK) return xf_cli_fail(cli, rc);
-  return xf_cli_audit_verdict_print(cli, &v);
+  return xf_cli_audit_verdict_print(cli, &v, NULL);
 }
 
 int xf_site_cmd_audit_export(xf_cli *cli, int argc, char **argv) {

@@ -371,6 +371,128 @@ out:
   return rc;
 }
 
+/* Percent-encodes path into a file: URI (RFC 3986 unreserved characters
+ * and '/' kept as they are). False when it does not fit. */
+static bool xf__db_uri(const char *path, const char *query, char *out, size_t n) {
+  static const char hex[] = "0123456789ABCDEF";
+  size_t used = 0;
+  const char *head = "file:";
+  for (const char *c = head; *c; c++) {
+    if (used + 1 >= n) return false;
+    out[used++] = *c;
+  }
+  for (const unsigned char *c = (const unsigned char *)path; *c; c++) {
+    bool plain = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                 (*c >= '0' && *c <= '9') || *c == '/' || *c == '-' || *c == '_' ||
+                 *c == '.' || *c == '~';
+    if (used + (plain ? 1 : 3) >= n) return false;
+    if (plain) {
+      out[used++] = (char)*c;
+    } else {
+      out[used++] = '%';
+      out[used++] = hex[*c >> 4];
+      out[used++] = hex[*c & 15];
+    }
+  }
+  size_t q = strlen(query);
+  if (used + q >= n) return false;
+  memcpy(out + used, query, q + 1);
+  return true;
+}
+
+xf_err xf_db_open_readonly(const char *path, xf_db **out, xf_db_file_info *info,
+                           xf_errctx *err) {
+  XF_ENSURE(out, err, XF_EINVAL, "xf_db_open_readonly needs an output handle");
+  *out = NULL;
+  XF_ENSURE(path && path[0], err, XF_EINVAL, "no database path given");
+  xf_db_file_info found = {0};
+  if (info) *info = found;
+  char ebuf[128];
+  struct stat st;
+  if (stat(path, &st) != 0) {
+    int e = errno;
+    return xf__storage_fail(err, path, e == ENOENT ? XF_ENOENT : XF_EIO,
+                            "cannot read the database file: %s",
+                            xf__storage_errno(e, ebuf, sizeof(ebuf)));
+  }
+  if (!S_ISREG(st.st_mode))
+    return xf__storage_fail(err, path, XF_EEXISTS, "is %s, not a database file",
+                            xf_file_kind(st.st_mode));
+  /* The header (sqlite.org/fileformat.html): the magic string, and bytes
+   * 18 and 19 (write and read format) are 2 in WAL mode. */
+  unsigned char head[100];
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  ssize_t got = fd >= 0 ? read(fd, head, sizeof(head)) : -1;
+  int e = errno;
+  if (fd >= 0) close(fd);
+  if (got < 0)
+    return xf__storage_fail(err, path, XF_EIO, "cannot read the database file: %s",
+                            xf__storage_errno(e, ebuf, sizeof(ebuf)));
+  if (got < (ssize_t)sizeof(head) || memcmp(head, "SQLite format 3", 16) != 0)
+    return xf__storage_fail(err, path, XF_EFORMAT,
+                            "is not an SQLite database (%s); check the path",
+                            got == 0 ? "the file is empty" : "its header does not say SQLite");
+  found.wal_mode = head[18] == 2 && head[19] == 2;
+  size_t wlen = strlen(path) + sizeof("-wal");
+  char *wal = xf_malloc(wlen);
+  if (!wal) return xf__storage_fail(err, path, XF_ENOMEM, "out of memory opening the database");
+  snprintf(wal, wlen, "%s-wal", path);
+  found.wal_beside = stat(wal, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+  xf_free(wal);
+  if (info) *info = found;
+
+  /* immutable=1: SQLite takes no lock and makes no -wal or -shm file; only
+   * right when no -wal holds rows (or a rollback journal would have to be
+   * played back, which a read-only connection refuses anyway). */
+  bool immutable = found.wal_mode && !found.wal_beside;
+  size_t ulen = 3 * strlen(path) + 64;
+  char *uri = xf_malloc(ulen);
+  xf_db *db = xf_calloc(1, sizeof(*db));
+  xf_err rc = XF_OK;
+  if (!uri || !db || !(db->path = xf_strdup(path)) ||
+      !xf__db_uri(path, immutable ? "?mode=ro&immutable=1" : "?mode=ro", uri, ulen)) {
+    rc = xf__storage_fail(err, path, XF_ENOMEM, "out of memory opening the database");
+    goto out;
+  }
+  int src = sqlite3_open_v2(uri, &db->handle, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
+  if (src != SQLITE_OK) {
+    rc = db->handle ? xf_db_fail(db, err, "cannot open the database for reading")
+                    : xf__storage_fail(err, path, XF_ENOMEM, "SQLite is out of memory");
+    goto out;
+  }
+  sqlite3_busy_timeout(db->handle, XF_DB_BUSY_TIMEOUT_MS);
+  /* Reading the schema is the first access: a damaged file fails here. */
+  int n = 0;
+  src = xf__db_query_int(db->handle, "SELECT count(*) FROM sqlite_master", &n);
+  if (src != SQLITE_OK) {
+    rc = xf_db_fail(db, err, "cannot read the database");
+    goto out;
+  }
+  *out = db;
+  db = NULL;
+out:
+  xf_free(uri);
+  xf_db_close(db);
+  return rc;
+}
+
+xf_err xf_db_schema_version(xf_db *db, int *version, xf_errctx *err) {
+  XF_ENSURE(db && version, err, XF_EINVAL, "xf_db_schema_version needs a database");
+  *version = 0;
+  if (xf__db_query_int(db->handle, "PRAGMA user_version", version) != SQLITE_OK)
+    return xf_db_fail(db, err, "cannot read the schema version");
+  return XF_OK;
+}
+
+xf_err xf_db_checkpoint(xf_db *db, xf_errctx *err) {
+  XF_ENSURE(db, err, XF_EINVAL, "xf_db_checkpoint needs a database");
+  int logged = 0, copied = 0;
+  int rc = sqlite3_wal_checkpoint_v2(db->handle, "main", SQLITE_CHECKPOINT_PASSIVE, &logged,
+                                     &copied);
+  if (rc != SQLITE_OK) return xf_db_fail(db, err, "cannot checkpoint the -wal file");
+  return XF_OK;
+}
+
 void xf_db_close(xf_db *db) {
   if (!db) return;
   if (db->handle) {
@@ -531,6 +653,12 @@ xf_err xf_db_backup(xf_db *db, const char *dest_path, xf_errctx *err) {
     int code = src != SQLITE_DONE ? src : fin;
     rc = xf__storage_fail(err, tmp, XF_EDB, "backup of %s failed: %s%s", db->path,
                           sqlite3_errstr(code), xf__db_hint(code));
+    goto out;
+  }
+  /* The copy keeps the source's WAL flag in its header; in rollback mode it
+   * is one self-contained file, whatever is copied beside it or not. */
+  if (xf__db_run_script(dest, "PRAGMA journal_mode=DELETE", why, sizeof(why)) != SQLITE_OK) {
+    rc = xf__storage_fail(err, tmp, XF_EDB, "cannot make the backup one file: %s", why);
     goto out;
   }
   char check[64] = "no result";

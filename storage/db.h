@@ -5,6 +5,7 @@
 #ifndef XF_STORAGE_DB_H
 #define XF_STORAGE_DB_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <sqlite3.h>
@@ -51,6 +52,37 @@ typedef struct xf_migration {
  * failure *out is NULL. err (may be NULL) names the database file. */
 xf_err xf_db_open(const char *path, const xf_migration *migrations, size_t n_migrations,
                   xf_db **out, xf_errctx *err) XF_WARN_UNUSED;
+
+/* What xf_db_open_readonly found beside the file before opening it. */
+typedef struct xf_db_file_info {
+  bool wal_mode;   /* the header says the database was last written in WAL mode */
+  bool wal_beside; /* a non-empty PATH-wal file sits next to it */
+} xf_db_file_info;
+
+/* Opens an existing database file for reading only, the way an auditor
+ * opens a copy: no migration, no pragma that writes, no checkpoint, and the
+ * file's bytes and modification time stay as they are. A file that does not
+ * start with SQLite's header is refused (XF_EFORMAT) before SQLite sees it;
+ * a missing path is XF_ENOENT, anything but a regular file XF_EEXISTS.
+ *
+ * A WAL-mode file with no -wal beside it (a cleanly closed database, or a
+ * plain copy of a live one) is opened as immutable, so SQLite creates no
+ * -wal or -shm file next to it; with a -wal beside it SQLite reads the
+ * committed rows it holds (and may create the -shm index, never writing the
+ * database or the -wal). `info` (may be NULL) says which case it was.
+ * Ownership and errors otherwise as xf_db_open. */
+xf_err xf_db_open_readonly(const char *path, xf_db **out, xf_db_file_info *info,
+                           xf_errctx *err) XF_WARN_UNUSED;
+
+/* The schema version (user_version) of an open database. */
+xf_err xf_db_schema_version(xf_db *db, int *version, xf_errctx *err) XF_WARN_UNUSED;
+
+/* Copies the committed rows of the -wal file into the database file
+ * (PRAGMA wal_checkpoint(PASSIVE): readers are not waited for, so a reader
+ * holding an old snapshot can leave frames behind until the next one), so
+ * that the main file alone holds them: what a plain copy of the file then
+ * carries. XF_EDB on failure. */
+xf_err xf_db_checkpoint(xf_db *db, xf_errctx *err) XF_WARN_UNUSED;
 
 /* Closes the connection; NULL is allowed. Statements the caller did not
  * finalize keep the connection alive until they are (and are logged). */

@@ -13,3 +13,12 @@ add_dependencies(test_cli_policy xfed)
 xf_add_test(test_policy_remote SOURCES test_policy_remote.c LIBS xf_cli LABELS integration
             TIMEOUT 60)
 add_dependencies(test_policy_remote xfed xfed-coord)
+
+# The compliance officer's offline checks on a federation of the real daemons
+# (tests/integration/compliance.sh): backups of the running coordinator's
+# journal and aggregator's trail made with `xfed-coord backup` verify offline,
+# unchanged by the check; a plain copy without its -wal file and files that
+# are not trails are refused. About 10 s on 2 cores.
+add_test(NAME compliance_offline_trails
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/compliance.sh ${PROJECT_BINARY_DIR})
+set_tests_properties(compliance_offline_trails PROPERTIES LABELS integration TIMEOUT 600)

@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "policy/audit.h"
@@ -422,6 +424,196 @@ static void list_frees_everything_when_allocation_fails(void **state) {
   }
 }
 
+/* ---- reading a trail offline ---------------------------------------------------------- */
+
+/* The whole file, for comparing bytes before and after. */
+static char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  assert_int_equal(fseek(f, 0, SEEK_END), 0);
+  long n = ftell(f);
+  assert_true(n >= 0);
+  rewind(f);
+  char *buf = malloc((size_t)n + 1);
+  assert_non_null(buf);
+  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  *len = (size_t)n;
+  return buf;
+}
+
+/* A plain copy of one file, as `cp` makes it. */
+static void copy_file(const char *from, const char *to) {
+  size_t n;
+  char *buf = slurp(from, &n);
+  FILE *f = fopen(to, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(buf, 1, n, f), n);
+  assert_int_equal(fclose(f), 0);
+  free(buf);
+}
+
+static bool exists(const char *dir, const char *name) {
+  char path[700];
+  snprintf(path, sizeof(path), "%s/%s", dir, name);
+  return access(path, F_OK) == 0;
+}
+
+static void readonly_verify_leaves_the_file_as_it_was(void **state) {
+  scratch *s = *state;
+  assert_int_equal(xf_audit_keeper_start(s->db, 5000, NULL), XF_OK);
+  append_rows(s->db, 1, 12);
+  assert_int_equal(xf_audit_keeper_stop(s->db, 5001, NULL), XF_OK);
+  xf_db_close(s->db); /* the daemon's clean stop: the -wal is folded in and gone */
+  s->db = NULL;
+  assert_false(exists(s->dir, "audit.db-wal"));
+  struct stat before, after;
+  assert_int_equal(stat(s->db_path, &before), 0);
+  size_t n0, n1;
+  char *bytes0 = slurp(s->db_path, &n0);
+  xf_db *db = NULL;
+  xf_audit_trail_info info;
+  xf_errctx err = {0};
+  assert_int_equal(xf_audit_open_readonly(s->db_path, &db, &info, &err), XF_OK);
+  assert_int_equal(info.kind, XF_AUDIT_TRAIL_STANDALONE);
+  assert_true(info.kept);
+  assert_false(info.running);
+  assert_true(info.file.wal_mode);
+  xf_audit_verdict v;
+  assert_int_equal(xf_audit_verify(db, &v, &err), XF_OK);
+  assert_fault(&v, XF_AUDIT_INTACT, 0, "12 rows, chain intact");
+  /* A write is refused: the connection is read-only. */
+  assert_int_not_equal(xf_audit_append(db, 6000, "x", "decision", "y", "{}", NULL, &err), XF_OK);
+  xf_db_close(db);
+  assert_int_equal(stat(s->db_path, &after), 0);
+  char *bytes1 = slurp(s->db_path, &n1);
+  assert_int_equal(n0, n1);
+  assert_memory_equal(bytes0, bytes1, n0);
+  assert_int_equal(before.st_mtim.tv_sec, after.st_mtim.tv_sec);
+  assert_int_equal(before.st_mtim.tv_nsec, after.st_mtim.tv_nsec);
+  /* Nothing appeared beside it either. */
+  assert_false(exists(s->dir, "audit.db-wal"));
+  assert_false(exists(s->dir, "audit.db-shm"));
+  free(bytes0);
+  free(bytes1);
+}
+
+static void plain_copy_of_a_running_trail_is_refused(void **state) {
+  scratch *s = *state;
+  assert_int_equal(xf_audit_keeper_start(s->db, 5000, NULL), XF_OK);
+  append_rows(s->db, 1, 7); /* in the -wal only: no checkpoint since the start */
+  char copy[700], copy_wal[720], wal[620];
+  snprintf(copy, sizeof(copy), "%s/copy.db", s->dir);
+  copy_file(s->db_path, copy);
+  xf_db *db = NULL;
+  xf_errctx err = {0};
+  assert_int_equal(xf_audit_open_readonly(copy, &db, NULL, &err), XF_ETRUNCATED);
+  assert_null(db);
+  assert_non_null(strstr(err.msg, "without its -wal file"));
+  assert_non_null(strstr(err.msg, "xfed-coord backup"));
+  /* The live file, its -wal beside it, is read through the -wal and left
+   * as it was: no checkpoint moves the rows into the main file. */
+  snprintf(wal, sizeof(wal), "%s-wal", s->db_path);
+  size_t m0, w0, m1, w1;
+  char *main0 = slurp(s->db_path, &m0), *wal0 = slurp(wal, &w0);
+  assert_int_equal(xf_audit_open_readonly(s->db_path, &db, NULL, &err), XF_OK);
+  xf_audit_verdict live;
+  assert_int_equal(xf_audit_verify(db, &live, &err), XF_OK);
+  assert_fault(&live, XF_AUDIT_INTACT, 0, "7 rows, chain intact");
+  xf_db_close(db);
+  char *main1 = slurp(s->db_path, &m1), *wal1 = slurp(wal, &w1);
+  assert_int_equal(m0, m1);
+  assert_memory_equal(main0, main1, m0);
+  assert_int_equal(w0, w1);
+  assert_memory_equal(wal0, wal1, w0);
+  free(main0);
+  free(main1);
+  free(wal0);
+  free(wal1);
+  /* With the -wal copied beside it, the rows are there. */
+  snprintf(copy_wal, sizeof(copy_wal), "%s-wal", copy);
+  copy_file(wal, copy_wal);
+  assert_int_equal(xf_audit_open_readonly(copy, &db, NULL, &err), XF_OK);
+  xf_audit_verdict v;
+  assert_int_equal(xf_audit_verify(db, &v, &err), XF_OK);
+  assert_fault(&v, XF_AUDIT_INTACT, 0, "7 rows, chain intact");
+  xf_db_close(db);
+}
+
+static void a_checkpointed_copy_holds_the_rows_up_to_the_mark(void **state) {
+  scratch *s = *state;
+  assert_int_equal(xf_audit_keeper_start(s->db, 5000, NULL), XF_OK);
+  append_rows(s->db, 1, 5);
+  assert_int_equal(xf_audit_keeper_mark(s->db, 5002, NULL), XF_OK); /* a job's end */
+  xf_db *db = NULL;
+  xf_errctx err = {0};
+  /* The main file now holds the rows: read it as if nothing were beside it. */
+  char copy[700];
+  snprintf(copy, sizeof(copy), "%s/copy.db", s->dir);
+  copy_file(s->db_path, copy);
+  sqlite3 *raw = NULL;
+  assert_int_equal(sqlite3_open_v2(copy, &raw, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  sqlite3_stmt *st = NULL;
+  assert_int_equal(sqlite3_prepare_v2(raw, "SELECT count(*) FROM audit", -1, &st, NULL),
+                   SQLITE_OK);
+  assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+  assert_int_equal(sqlite3_column_int(st, 0), 5);
+  sqlite3_finalize(st);
+  sqlite3_close(raw);
+  /* Still a copy of a running daemon's file: refused as incomplete. */
+  char copy2[700];
+  snprintf(copy2, sizeof(copy2), "%s/copy2.db", s->dir);
+  copy_file(s->db_path, copy2);
+  assert_int_equal(xf_audit_open_readonly(copy2, &db, NULL, &err), XF_ETRUNCATED);
+  assert_non_null(strstr(err.msg, "1970-01-01 01:23:22 UTC"));
+}
+
+static void backup_of_a_running_trail_verifies_whole(void **state) {
+  scratch *s = *state;
+  assert_int_equal(xf_audit_keeper_start(s->db, 5000, NULL), XF_OK);
+  append_rows(s->db, 1, 9);
+  char backup[700];
+  snprintf(backup, sizeof(backup), "%s/backup.db", s->dir);
+  xf_errctx err = {0};
+  assert_int_equal(xf_db_backup(s->db, backup, &err), XF_OK);
+  xf_db *db = NULL;
+  xf_audit_trail_info info;
+  assert_int_equal(xf_audit_open_readonly(backup, &db, &info, &err), XF_OK);
+  assert_false(info.file.wal_mode); /* one self-contained file */
+  xf_audit_verdict v;
+  assert_int_equal(xf_audit_verify(db, &v, &err), XF_OK);
+  assert_fault(&v, XF_AUDIT_INTACT, 0, "9 rows, chain intact");
+  xf_db_close(db);
+}
+
+static void a_file_that_is_not_a_trail_is_refused(void **state) {
+  scratch *s = *state;
+  char text[700], other[700];
+  snprintf(text, sizeof(text), "%s/notes.txt", s->dir);
+  FILE *f = fopen(text, "w");
+  assert_non_null(f);
+  fputs("these are not the rows you are looking for\n", f);
+  fclose(f);
+  xf_db *db = NULL;
+  xf_errctx err = {0};
+  assert_int_equal(xf_audit_open_readonly(text, &db, NULL, &err), XF_EFORMAT);
+  assert_non_null(strstr(err.msg, "is not an SQLite database"));
+  snprintf(other, sizeof(other), "%s/other.db", s->dir);
+  sqlite3 *raw = NULL;
+  assert_int_equal(sqlite3_open(other, &raw), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(raw, "CREATE TABLE policy_version (version INTEGER)", NULL, NULL,
+                                NULL),
+                   SQLITE_OK);
+  sqlite3_close(raw);
+  assert_int_equal(xf_audit_open_readonly(other, &db, NULL, &err), XF_EFORMAT);
+  assert_non_null(strstr(err.msg, "not an audit trail"));
+  assert_non_null(strstr(err.msg, "policy_version"));
+  char missing[700];
+  snprintf(missing, sizeof(missing), "%s/missing.db", s->dir);
+  assert_int_equal(xf_audit_open_readonly(missing, &db, NULL, &err), XF_ENOENT);
+  assert_false(exists(s->dir, "missing.db"));
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, scratch_setup, scratch_teardown)
 
 int main(void) {
@@ -439,6 +631,11 @@ int main(void) {
       T(a_cut_off_end_is_found_only_with_an_anchor),
       T(two_writers_on_one_file_keep_one_chain),
       T(list_frees_everything_when_allocation_fails),
+      T(readonly_verify_leaves_the_file_as_it_was),
+      T(plain_copy_of_a_running_trail_is_refused),
+      T(a_checkpointed_copy_holds_the_rows_up_to_the_mark),
+      T(backup_of_a_running_trail_verifies_whole),
+      T(a_file_that_is_not_a_trail_is_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

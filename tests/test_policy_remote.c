@@ -476,6 +476,46 @@ static void pull_copies_the_coordinators_version_into_a_local_database(void **st
   expect_in(r->out, "eu-regional", r);
 }
 
+/* A draft pulled as version N, while someone else adds a region (N + 1):
+ * pushing the draft would take the region away again, so it is refused
+ * with the region named; --force replaces the policy anyway. */
+static void pushing_an_old_draft_is_refused_with_what_it_would_undo(void **state) {
+  (void)state;
+  const char *draft = path_in("draft.db");
+  xf_test_run *r = xfed("policy", "pull", "--db", draft, "--reason", "draft", AS_CAROL, NULL);
+  expect_status(r, 0);
+  r = xfed("policy", "log", "--json", AS_CAROL, NULL);
+  expect_status(r, 0);
+  int base = count_of(r->out, "\"version\":");
+  assert_true(base >= 2);
+  r = xfed("policy", "region", "add", "--name", "ap", "--jurisdiction", "APPI", "--reason",
+           "ap opens", AS_CAROL, NULL);
+  expect_status(r, 0);
+  r = xfed("policy", "site", "add", "--db", draft, "--name", "us-2", "--region", "us", "--author",
+           "carol", "--reason", "a second us site", NULL);
+  expect_status(r, 0);
+  r = xfed("policy", "push", "--db", draft, "--reason", "old draft", AS_CAROL, NULL);
+  expect_status(r, 1);
+  char want[96];
+  snprintf(want, sizeof(want), "moved on to version %d since version %d", base + 1, base);
+  expect_in(r->err, want, r);
+  expect_in(r->err, "+ region ap", r);
+  expect_in(r->err, "--force", r);
+  r = xfed("policy", "rule", "list", AS_CAROL, NULL); /* nothing changed */
+  expect_status(r, 0);
+  r = xfed("policy", "push", "--db", draft, "--reason", "old draft, knowingly", "--force",
+           AS_CAROL, NULL);
+  expect_status(r, 0);
+  snprintf(want, sizeof(want), "policy version %d on the coordinator", base + 2);
+  expect_in(r->out, want, r);
+  /* The draft is now based on what it pushed: its next push goes through. */
+  r = xfed("policy", "region", "add", "--db", draft, "--name", "ap", "--author", "carol",
+           "--reason", "ap again", NULL);
+  expect_status(r, 0);
+  r = xfed("policy", "push", "--db", draft, "--reason", "ap back", AS_CAROL, NULL);
+  expect_status(r, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(check_without_a_policy_is_a_denial),
@@ -486,6 +526,7 @@ int main(void) {
       cmocka_unit_test(stale_base_push_is_refused),
       cmocka_unit_test(audit_pages_with_after_seq),
       cmocka_unit_test(pull_copies_the_coordinators_version_into_a_local_database),
+      cmocka_unit_test(pushing_an_old_draft_is_refused_with_what_it_would_undo),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
