@@ -119,7 +119,7 @@ static int parse_args(xf_cli *cli, int argc, char **argv, train_args *a) {
         return st;
       a->has_delta = true;
       break;
-    default: return xf_cli_option_error(cli, ch, argv);
+    default: return xf_cli_option_error(cli, ch, argv, opts);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);

@@ -128,7 +128,7 @@ static int cmd_init(xf_cli *cli, int argc, char **argv) {
     case 'D': vals[ROOT] = optarg; break;
     case 't': vals[THREADS] = optarg; break;
     case 'b': vals[BACKEND] = optarg; break;
-    default: return xf_cli_option_error(cli, ch, argv);
+    default: return xf_cli_option_error(cli, ch, argv, opts);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
@@ -268,7 +268,7 @@ static int cmd_dataset_add(xf_cli *cli, int argc, char **argv) {
         return xf_cli_usage(cli, "%s", cli->err.msg);
       spec.has_budget = true;
       break;
-    default: return xf_cli_option_error(cli, ch, argv);
+    default: return xf_cli_option_error(cli, ch, argv, opts);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
@@ -331,7 +331,7 @@ static int parse_named(xf_cli *cli, int argc, char **argv, named_args *a, bool n
     switch (ch) {
     case 'd': a->dir = optarg; break;
     case 'n': a->name = optarg; break;
-    default: return xf_cli_option_error(cli, ch, argv);
+    default: return xf_cli_option_error(cli, ch, argv, opts);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
@@ -485,7 +485,7 @@ static int cmd_dataset_tag(xf_cli *cli, int argc, char **argv) {
       adding[n] = ch == 'a';
       tags[n++] = optarg;
       break;
-    default: return xf_cli_option_error(cli, ch, argv);
+    default: return xf_cli_option_error(cli, ch, argv, opts);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
@@ -538,7 +538,7 @@ static int cmd_dataset_budget(xf_cli *cli, int argc, char **argv) {
       has_delta = true;
       break;
     case 'c': clear = true; break;
-    default: return xf_cli_option_error(cli, ch, argv);
+    default: return xf_cli_option_error(cli, ch, argv, opts);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
@@ -632,7 +632,7 @@ static int cmd_config_show(xf_cli *cli, int argc, char **argv) {
   int ch;
   while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
     if (ch == 'd') a.dir = optarg;
-    else return xf_cli_option_error(cli, ch, argv);
+    else return xf_cli_option_error(cli, ch, argv, opts);
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
   site_paths p;
@@ -678,7 +678,7 @@ static int cmd_run(xf_cli *cli, int argc, char **argv) {
   int ch;
   while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
     if (ch == 'd') dir = optarg;
-    else return xf_cli_option_error(cli, ch, argv);
+    else return xf_cli_option_error(cli, ch, argv, opts);
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
   if (cli->json) return xf_cli_usage(cli, "run logs key=value lines to stderr; it has no --json");
