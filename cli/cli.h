@@ -81,9 +81,11 @@ int xf_cli_usage(xf_cli *cli, const char *fmt, ...) XF_PRINTF(2, 3);
 
 /* Reports what getopt_long returned for a bad option (':' for a missing
  * value, '?' for an unknown option; run it with opterr = 0 and a leading ':'
- * in the option string) as a usage error naming the option, and returns
- * XF_EXIT_USAGE. */
-int xf_cli_option_error(xf_cli *cli, int ch, char **argv);
+ * in the option string) as a usage error naming the option, with the
+ * nearest of opts (the table given to getopt_long; may be NULL) as a "did
+ * you mean" hint for a misspelt long option, and returns XF_EXIT_USAGE. */
+struct option;
+int xf_cli_option_error(xf_cli *cli, int ch, char **argv, const struct option *opts);
 
 /* Strict number parsing for flags: the whole string must be a number within
  * [min, max]; otherwise a usage error naming the flag. */

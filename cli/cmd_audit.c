@@ -63,7 +63,7 @@ static int parse_args(xf_cli *cli, int argc, char **argv, bool since, bool limit
     case OPT_OUT: a->out = optarg; break;
     case OPT_SINCE: rc = xf_cli_parse_time(cli, "--since", optarg, &a->since); break;
     case OPT_LIMIT: rc = xf_cli_parse_int(cli, "--limit", optarg, 1, LONG_MAX, &a->limit); break;
-    default: return xf_cli_option_error(cli, ch, argv);
+    default: return xf_cli_option_error(cli, ch, argv, opts);
     }
     if (rc != XF_OK) return xf_cli_usage(cli, "%s", cli->err.msg);
   }

@@ -43,7 +43,7 @@ static int parse_args(xf_cli *cli, int argc, char **argv, split_args *a) {
           XF_OK)
         return xf_cli_usage(cli, "%s", cli->err.msg);
       break;
-    default: return xf_cli_option_error(cli, ch, argv);
+    default: return xf_cli_option_error(cli, ch, argv, opts);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);

@@ -107,7 +107,7 @@ static int parse_args(xf_cli *cli, int argc, char **argv, bool calibrate, dp_arg
       else
         return xf_cli_usage(cli, "--conversion '%s' is not improved or classic", optarg);
       break;
-    default: return xf_cli_option_error(cli, ch, argv);
+    default: return xf_cli_option_error(cli, ch, argv, calibrate ? calibrate_opts : epsilon_opts);
     }
   }
   if (rc != XF_OK) return xf_cli_usage(cli, "%s", cli->err.msg);

@@ -44,7 +44,7 @@ int xf__job_parse(xf_cli *cli, int argc, char **argv, const struct option *opts,
       if (xf_cli_parse_int(cli, "--round", optarg, 1, XF_JOB_ROUNDS_MAX, &a->round) != XF_OK)
         return xf_cli_usage(cli, "%s", cli->err.msg);
       break;
-    default: return xf_cli_option_error(cli, ch, argv);
+    default: return xf_cli_option_error(cli, ch, argv, opts);
     }
   }
   int left = argc - optind;

@@ -67,7 +67,7 @@ static int parse_args(xf_cli *cli, int argc, char **argv, const struct option *o
       if (xf_cli_parse_int(cli, "--days", optarg, 1, XF_PKI_MAX_DAYS, &a->days) != XF_OK)
         return xf_cli_usage(cli, "%s", cli->err.msg);
       break;
-    default: return xf_cli_option_error(cli, ch, argv);
+    default: return xf_cli_option_error(cli, ch, argv, opts);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);

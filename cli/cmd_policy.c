@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/text.h"
 #include "cli/cli.h"
 #include "cli/client.h"
 #include "job/admission.h"
@@ -136,7 +137,7 @@ static int parse_args(xf_cli *cli, int argc, char **argv, const char *allowed, i
         rc = xf_fail(&cli->err, XF_EUSAGE, "--epsilon '%s' must be above 0", optarg);
       a->has_epsilon = true;
       break;
-    default: return xf_cli_option_error(cli, ch, argv);
+    default: return xf_cli_option_error(cli, ch, argv, opts);
     }
     if (rc != XF_OK) return xf_cli_usage(cli, "%s", cli->err.msg);
   }
@@ -228,7 +229,16 @@ static int sub_verb(xf_cli *cli, int argc, char **argv, const char *verbs, int *
     p += len;
     if (*p == ',') p++;
   }
-  *status = xf_cli_usage(cli, "'%s' is not a verb of '%s' (%s)", argv[1], cli->name, verbs);
+  /* The nearest verb, copied out of the comma-separated list. */
+  xf_text_nearest near;
+  xf_text_nearest_start(&near, argv[1]);
+  char words[256];
+  snprintf(words, sizeof(words), "%s", verbs);
+  for (char *save = NULL, *w = strtok_r(words, ",", &save); w; w = strtok_r(NULL, ",", &save))
+    xf_text_nearest_offer(&near, w);
+  const char *hint = xf_text_nearest_best(&near);
+  *status = xf_cli_usage(cli, "'%s' is not a verb of '%s' (%s)%s%s%s", argv[1], cli->name, verbs,
+                         hint ? "; did you mean '" : "", hint ? hint : "", hint ? "'?" : "");
   return -1;
 }
 

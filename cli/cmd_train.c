@@ -119,7 +119,7 @@ static int parse_args(xf_cli *cli, int argc, char **argv, train_args *a) {
         return st;
       a->has_delta = true;
       break;
-    default: return xf_cli_option_error(cli, ch, argv);
+    default: return xf_cli_option_error(cli, ch, argv, opts);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
@@ -157,7 +157,7 @@ int xf_cmd_train(xf_cli *cli, int argc, char **argv) {
   double dp_q = 0, dp_epsilon = INFINITY;
   uint64_t dp_steps = 0;
 
-  if ((rc = xf_jobspec_parse_file(a.spec, &job, &cli->err)) != XF_OK) goto fail;
+  if ((rc = xf_jobspec_parse_centralized(a.spec, &job, &cli->err)) != XF_OK) goto fail;
   /* A --save that may not be replaced is refused before the training. */
   if (a.save && (rc = xf_file_check_target(a.save, &cli->err)) != XF_OK) goto fail;
   if (a.epochs) job.local.epochs = (uint32_t)a.epochs;

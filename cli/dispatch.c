@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/text.h"
 #include "cli/cli.h"
 #include "crypto/digest.h"
 
@@ -103,7 +104,14 @@ int xf_cli_main(const xf_cli_program *p, int argc, char **argv) {
       break;
     }
   }
-  if (!noun_known) return xf_cli_usage(&cli, "'%s' is not a command of %s", noun, p->prog);
+  if (!noun_known) {
+    xf_text_nearest near;
+    xf_text_nearest_start(&near, noun);
+    for (const xf_cmd *c = p->commands; c->noun; c++) xf_text_nearest_offer(&near, c->noun);
+    const char *hint = xf_text_nearest_best(&near);
+    return xf_cli_usage(&cli, "unknown command '%s'%s%s%s", noun, hint ? "; did you mean '" : "",
+                        hint ? hint : "", hint ? "'?" : "");
+  }
   if (!found) {
     if (verb && is_help(verb)) {
       print_noun(p, stdout, noun);
@@ -111,7 +119,15 @@ int xf_cli_main(const xf_cli_program *p, int argc, char **argv) {
     }
     print_noun(p, stderr, noun);
     cli.name = noun;
-    if (verb) return xf_cli_usage(&cli, "'%s' is not a verb of '%s'", verb, noun);
+    if (verb) {
+      xf_text_nearest near;
+      xf_text_nearest_start(&near, verb);
+      for (const xf_cmd *c = p->commands; c->noun; c++)
+        if (strcmp(c->noun, noun) == 0) xf_text_nearest_offer(&near, c->verb);
+      const char *hint = xf_text_nearest_best(&near);
+      return xf_cli_usage(&cli, "'%s' is not a verb of '%s'%s%s%s", verb, noun,
+                          hint ? "; did you mean '" : "", hint ? hint : "", hint ? "'?" : "");
+    }
     return xf_cli_usage(&cli, "'%s' needs a verb", noun);
   }
   int skip = found->verb ? 2 : 1; /* argv[skip] becomes the command's argv[0] */

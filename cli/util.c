@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/text.h"
 #include "cli/cli.h"
 
 /* The --json form of an error: {"error": {code, message, file, field, peer}} on stdout. */
@@ -59,8 +60,11 @@ int xf_cli_usage(xf_cli *cli, const char *fmt, ...) {
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
   const char *name = cli->name ? cli->name : "";
-  fprintf(stderr, "%s%s%s: %s; see '%s%s%s --help'\n", cli->prog, *name ? " " : "", name, msg,
-          cli->prog, *name ? " " : "", name);
+  /* A message that ends in a question ("did you mean 'job'?") is its own sentence. */
+  size_t len = strlen(msg);
+  bool question = len && msg[len - 1] == '?';
+  fprintf(stderr, "%s%s%s: %s%s '%s%s%s --help'\n", cli->prog, *name ? " " : "", name, msg,
+          question ? " See" : "; see", cli->prog, *name ? " " : "", name);
   if (cli->json) print_json_error(XF_EUSAGE, msg, "", "", "");
   return XF_EXIT_USAGE;
 }
@@ -91,11 +95,27 @@ xf_err xf_cli_parse_double(xf_cli *cli, const char *flag, const char *s, double 
 
 bool xf_cli_interactive(void) { return isatty(STDERR_FILENO); }
 
-int xf_cli_option_error(xf_cli *cli, int ch, char **argv) {
+int xf_cli_option_error(xf_cli *cli, int ch, char **argv, const struct option *opts) {
   if (ch == ':') return xf_cli_usage(cli, "%s needs a value", argv[optind - 1]);
   /* optopt names an unknown short option, which may not end its argv word */
   if (optopt) return xf_cli_usage(cli, "unknown option '-%c'", optopt);
-  return xf_cli_usage(cli, "unknown option '%s'", argv[optind - 1]);
+  const char *word = argv[optind - 1];
+  /* The nearest long option to what stands between "--" and any "=". */
+  char typed[XF_TEXT_WORD_MAX + 1] = "";
+  if (strncmp(word, "--", 2) == 0) {
+    size_t len = strcspn(word + 2, "=");
+    if (len <= XF_TEXT_WORD_MAX) {
+      memcpy(typed, word + 2, len);
+      typed[len] = '\0';
+    }
+  }
+  xf_text_nearest near;
+  xf_text_nearest_start(&near, typed);
+  for (const struct option *o = opts; typed[0] && o && o->name; o++)
+    xf_text_nearest_offer(&near, o->name);
+  const char *hint = xf_text_nearest_best(&near);
+  if (hint) return xf_cli_usage(cli, "unknown option '%s'; did you mean '--%s'?", word, hint);
+  return xf_cli_usage(cli, "unknown option '%s'", word);
 }
 
 xf_err xf_cli_parse_time(xf_cli *cli, const char *flag, const char *s, double *out) {

@@ -521,8 +521,8 @@ static void on_frame(xf_conn *c, const Xfed__Envelope *env) {
       return;
     }
     if (env->body_case == XFED__ENVELOPE__BODY_ERROR) {
-      XF_WARN("peer_error", "site=%s code=%u message=\"%s\"", p->site->name,
-              (unsigned)env->error->code, env->error->message ? env->error->message : "");
+      XF_WARN("peer_error", "site=%s code=%s message=\"%s\"", p->site->name,
+              xf_err_name((xf_err)env->error->code), env->error->message ? env->error->message : "");
     }
     xf__run_on_frame(co, p->site, env);
     return;

@@ -847,9 +847,9 @@ static void on_refusal(xf__run *run, xf__site *s, const Xfed__TaskRefusal *r) {
   xf__coord *co = run->co;
   const char *details = r->details ? r->details : "";
   const char *who = r->site && *r->site ? r->site : s->name;
-  XF_WARN("task_refused", "job=%s round=%u attempt=%u site=%s via=%s reason=%d details=\"%s\"",
+  XF_WARN("task_refused", "job=%s round=%u attempt=%u site=%s via=%s reason=%s details=\"%s\"",
           run->id_text, (unsigned)r->round, (unsigned)r->attempt, who,
-          s->regional ? s->name : "-", (int)r->reason, details);
+          s->regional ? s->name : "-", xf_task_refusal_reason_name((int)r->reason), details);
   if (xf_jobm_get_phase(run->m) != XF_JOBM_EVALUATING && !current(run, r->round, r->attempt))
     return;
   uint64_t site = 0;

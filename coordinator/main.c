@@ -228,7 +228,7 @@ static int cmd_run(xf_cli *cli, int argc, char **argv) {
   const char *config = NULL;
   while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
     if (ch == 'f') config = optarg;
-    else if (ch == '?' || ch == ':') return xf_cli_option_error(cli, ch, argv);
+    else if (ch == '?' || ch == ':') return xf_cli_option_error(cli, ch, argv, opts);
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
   if (config && load_config(cli, config, &c) != XF_OK) return xf_cli_fail(cli, cli->err.code);
@@ -299,7 +299,7 @@ static int cmd_backup(xf_cli *cli, int argc, char **argv) {
   while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
     if (ch == 's') state = optarg;
     else if (ch == 'o') out = optarg;
-    else return xf_cli_option_error(cli, ch, argv);
+    else return xf_cli_option_error(cli, ch, argv, opts);
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
   if (!state || !out) return xf_cli_usage(cli, "--state DIR and --out FILE are required");

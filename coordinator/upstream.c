@@ -269,8 +269,8 @@ static void send_refusal(xf__coord *co, const char *job, uint32_t round, uint32_
 void xf__upstream_refuse(xf__coord *co, const xf__run *run, uint64_t site, int reason,
                          const char *details) {
   const char *name = site ? xf__site_name(co, site) : NULL;
-  XF_WARN("task_refused_up", "job=%s round=%u site=%s reason=%d details=\"%s\"", run->id_text,
-          (unsigned)run->up.round, name ? name : "-", reason, details);
+  XF_WARN("task_refused_up", "job=%s round=%u site=%s reason=%s details=\"%s\"", run->id_text,
+          (unsigned)run->up.round, name ? name : "-", xf_task_refusal_reason_name(reason), details);
   send_refusal(co, run->id_text, run->up.round, run->up.attempt, site ? (name ? name : "?") : "",
                reason, details);
 }
@@ -716,7 +716,7 @@ void xf__upstream_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env
     return;
   }
   case XFED__ENVELOPE__BODY_ERROR:
-    XF_WARN("upstream_error", "code=%u message=\"%s\"", (unsigned)env->error->code,
+    XF_WARN("upstream_error", "code=%s message=\"%s\"", xf_err_name((xf_err)env->error->code),
             env->error->message ? env->error->message : "");
     if (env->error->stream_id) aggregate_refused(co, p, env->error->stream_id);
     return;

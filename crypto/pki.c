@@ -530,6 +530,13 @@ static xf_err crl_load(const char *path, X509_CRL **out, xf_errctx *err) {
   return XF_OK;
 }
 
+xf_err xf_pki_crl_check(const char *path, xf_errctx *err) {
+  X509_CRL *crl = NULL;
+  XF_GUARD(crl_load(path, &crl, err));
+  X509_CRL_free(crl);
+  return XF_OK;
+}
+
 xf_err xf_pki_trust_load(const char *ca_path, const char *crl_path, xf_pki_trust **out,
                          xf_errctx *err) {
   *out = NULL;

@@ -145,6 +145,9 @@ typedef struct xf_pki_trust xf_pki_trust;
  * (xf_pki_trust_free). XF_EFORMAT / XF_EINTEGRITY / XF_ENOENT naming the file. */
 xf_err xf_pki_trust_load(const char *ca_path, const char *crl_path, xf_pki_trust **out,
                          xf_errctx *err) XF_WARN_UNUSED;
+/* Checks that path holds one PEM CRL (not who signed it: that takes the CA,
+ * xf_pki_trust_load). XF_ENOENT, XF_EIO, or XF_EFORMAT naming the file. */
+xf_err xf_pki_crl_check(const char *path, xf_errctx *err) XF_WARN_UNUSED;
 void xf_pki_trust_free(xf_pki_trust *trust);
 /* The federation named by the CA's SPIFFE ID; owned by trust. */
 const char *xf_pki_trust_federation(const xf_pki_trust *trust);

@@ -761,26 +761,29 @@ static xf_err xf__parse_seed(json_t *root, uint64_t *out, xf_errctx *err) {
   return XF_OK;
 }
 
-static xf_err xf__parse_root(json_t *root, xf_jobspec *s, xf_errctx *err) {
+/* centralized: the baseline's reading (xf_jobspec_parse_centralized), where
+ * name, data and rounds may be left out and keep what *s holds. */
+static xf_err xf__parse_root(json_t *root, bool centralized, xf_jobspec *s, xf_errctx *err) {
   if (!json_is_object(root))
     return xf__fail_at(err, XF_EFORMAT, "", "a job spec is a JSON object {...}, got %s",
                        xf__type_name(root));
   XF_GUARD(xf__check_keys(root, "", err));
   json_t *name = json_object_get(root, "name");
-  if (!name) return xf__missing("name", "a job name such as \"fmnist-mlp\"", err);
-  XF_GUARD(xf__ident_from(name, "name", s->name, err));
+  if (!name && !centralized) return xf__missing("name", "a job name such as \"fmnist-mlp\"", err);
+  if (name) XF_GUARD(xf__ident_from(name, "name", s->name, err));
 
   json_t *sec;
   XF_GUARD(xf__get_section(root, "model", &sec, err));
   if (!sec) return xf__missing("model", "e.g. {\"arch\": \"mlp\", \"hidden\": [200, 200]}", err);
   XF_GUARD(xf__parse_model(sec, &s->model, err));
   XF_GUARD(xf__get_section(root, "data", &sec, err));
-  if (!sec) return xf__missing("data", "e.g. {\"dataset\": \"fmnist\"}", err);
-  XF_GUARD(xf__parse_data(sec, &s->data, err));
+  if (!sec && !centralized) return xf__missing("data", "e.g. {\"dataset\": \"fmnist\"}", err);
+  if (sec) XF_GUARD(xf__parse_data(sec, &s->data, err));
 
   bool present;
   XF_GUARD(xf__get_u32(root, "", "rounds", 1, XF_JOB_ROUNDS_MAX, &s->rounds, &present, err));
-  if (!present) return xf__missing("rounds", "the number of federated rounds, e.g. 50", err);
+  if (!present && !centralized)
+    return xf__missing("rounds", "the number of federated rounds, e.g. 50", err);
   XF_GUARD(xf__get_real(root, "", "sites_per_round", &s->sites_per_round, NULL, err));
   XF_GUARD(xf__get_real(root, "", "over_selection", &s->over_selection, NULL, err));
   XF_GUARD(xf__get_u32(root, "", "min_sites", 1, XF_JOB_SITES_MAX, &s->min_sites, NULL, err));
@@ -816,8 +819,8 @@ static xf_err xf__parse_root(json_t *root, xf_jobspec *s, xf_errctx *err) {
 
 /* ---- parsing entry points ------------------------------------------------- */
 
-xf_err xf_jobspec_parse_string(const char *json, size_t len, const char *origin,
-                               xf_jobspec *out, xf_errctx *err) {
+static xf_err xf__parse_text(const char *json, size_t len, const char *origin, bool centralized,
+                             xf_jobspec *out, xf_errctx *err) {
   xf_errctx_file(err, origin);
   if (!json) { /* no text: the empty spec, which jansson reports */
     json = "";
@@ -842,10 +845,22 @@ xf_err xf_jobspec_parse_string(const char *json, size_t len, const char *origin,
   }
   xf_jobspec spec;
   xf_jobspec_defaults(&spec);
-  xf_err rc = xf__parse_root(root, &spec, err);
+  if (centralized) {
+    /* What the baseline stands for where the spec leaves the federated
+     * fields out: one run, named and fed by the command line. */
+    snprintf(spec.name, sizeof(spec.name), "%s", XF_JOBSPEC_CENTRALIZED_NAME);
+    snprintf(spec.data.dataset, sizeof(spec.data.dataset), "%s", XF_JOBSPEC_CENTRALIZED_NAME);
+    spec.rounds = 1;
+  }
+  xf_err rc = xf__parse_root(root, centralized, &spec, err);
   json_decref(root);
   if (rc == XF_OK) *out = spec;
   return rc;
+}
+
+xf_err xf_jobspec_parse_string(const char *json, size_t len, const char *origin,
+                               xf_jobspec *out, xf_errctx *err) {
+  return xf__parse_text(json, len, origin, false, out, err);
 }
 
 /* Reads at most XF_JOBSPEC_MAX_BYTES + 1 bytes, enough to tell an oversized
@@ -906,14 +921,23 @@ static xf_err xf__read_file(const char *path, char **out, size_t *out_len, xf_er
   return XF_OK;
 }
 
-xf_err xf_jobspec_parse_file(const char *path, xf_jobspec *out, xf_errctx *err) {
+static xf_err xf__parse_file(const char *path, bool centralized, xf_jobspec *out,
+                             xf_errctx *err) {
   xf_errctx_file(err, path);
   char *buf = NULL;
   size_t len = 0;
   XF_GUARD(xf__read_file(path, &buf, &len, err));
-  xf_err rc = xf_jobspec_parse_string(buf, len, path, out, err);
+  xf_err rc = xf__parse_text(buf, len, path, centralized, out, err);
   xf_free(buf);
   return rc;
+}
+
+xf_err xf_jobspec_parse_file(const char *path, xf_jobspec *out, xf_errctx *err) {
+  return xf__parse_file(path, false, out, err);
+}
+
+xf_err xf_jobspec_parse_centralized(const char *path, xf_jobspec *out, xf_errctx *err) {
+  return xf__parse_file(path, true, out, err);
 }
 
 /* ---- uplink grammar ------------------------------------------------------- */

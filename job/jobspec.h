@@ -229,6 +229,20 @@ xf_err xf_jobspec_parse_string(const char *json, size_t len, const char *origin,
  * be read, e.g. a directory). */
 xf_err xf_jobspec_parse_file(const char *path, xf_jobspec *out, xf_errctx *err) XF_WARN_UNUSED;
 
+/* The name and dataset a centralized spec holds when it names none. */
+#define XF_JOBSPEC_CENTRALIZED_NAME "centralized"
+
+/* Reads a job spec for the centralized baseline (`xfed train`), which uses
+ * model, local and seed: as xf_jobspec_parse_file, except that the federated
+ * fields name, data and rounds may be left out (name and data.dataset are
+ * then XF_JOBSPEC_CENTRALIZED_NAME, rounds 1) and every other federated
+ * field (sites_per_round, min_sites, round_deadline_s, strategy, privacy,
+ * secure_aggregation, compression, ...) keeps its default. A field that is
+ * given is still checked as strictly as for a federated job: unknown keys,
+ * wrong types, out-of-range values and contradictions are errors. */
+xf_err xf_jobspec_parse_centralized(const char *path, xf_jobspec *out,
+                                    xf_errctx *err) XF_WARN_UNUSED;
+
 /* Checks every range and cross-field rule on a spec built or changed in code
  * (e.g. a CLI flag overriding rounds), with the same fields and messages as
  * parsing. Cross-field rules: median and trimmed_mean refuse secure

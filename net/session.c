@@ -107,10 +107,8 @@ xf_err xf_session_on_frame(xf_session *s, xf_conn *c, const Xfed__Envelope *env,
     s->ack_received = true;
     break;
   case XFED__ENVELOPE__BODY_REFUSAL: {
-    const ProtobufCEnumValue *r = protobuf_c_enum_descriptor_get_value(
-        &xfed__refusal__reason__descriptor, (int)env->refusal->reason);
     return xf_fail(err, XF_EDENIED, "the peer refused the session (%s): %s",
-                   r ? r->name : "unspecified",
+                   xf_session_refusal_reason_name((int)env->refusal->reason),
                    env->refusal->text && *env->refusal->text ? env->refusal->text
                                                              : "no reason given");
   }
@@ -183,6 +181,18 @@ void xf_session_refuse(xf_conn *c, Xfed__Refusal__Reason reason, const char *fmt
   if (xf_conn_send(c, &env, &err) != XF_OK)
     XF_WARN("refusal_lost", "peer=%s reason=\"%s\"", xf_conn_peer_addr(c), err.msg);
   xf_conn_close(c);
+}
+
+const char *xf_task_refusal_reason_name(int reason) {
+  const ProtobufCEnumValue *v =
+      protobuf_c_enum_descriptor_get_value(&xfed__task_refusal__reason__descriptor, reason);
+  return v ? v->name : "UNKNOWN";
+}
+
+const char *xf_session_refusal_reason_name(int reason) {
+  const ProtobufCEnumValue *v =
+      protobuf_c_enum_descriptor_get_value(&xfed__refusal__reason__descriptor, reason);
+  return v ? v->name : "UNKNOWN";
 }
 
 const char *xf_envelope_body_name(const Xfed__Envelope *env) {

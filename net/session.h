@@ -76,4 +76,13 @@ void xf_session_refuse(xf_conn *c, Xfed__Refusal__Reason reason, const char *fmt
 /* "hello", "task_offer", ... for an Envelope's body; "none" when unset. */
 const char *xf_envelope_body_name(const Xfed__Envelope *env);
 
+/* "POLICY_DENIED", "BUDGET_EXHAUSTED", ... for a TaskRefusal's reason, as
+ * logs and messages show it; "UNKNOWN" for a number the .proto does not
+ * name (a newer peer). */
+const char *xf_task_refusal_reason_name(int reason);
+
+/* "NOT_AUTHORIZED", "BUSY", ... for a session Refusal's reason; "UNKNOWN"
+ * for a number the .proto does not name. */
+const char *xf_session_refusal_reason_name(int reason);
+
 #endif

@@ -37,7 +37,7 @@ static int parse_args(xf_cli *cli, int argc, char **argv, bool since, audit_args
       if (xf_cli_parse_time(cli, "--since", optarg, &a->since) != XF_OK)
         return xf_cli_usage(cli, "%s", cli->err.msg);
     } else {
-      return xf_cli_option_error(cli, ch, argv);
+      return xf_cli_option_error(cli, ch, argv, opts);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);

@@ -69,7 +69,7 @@ static int parse_args(xf_cli *cli, int argc, char **argv, bool change, bool vers
         return xf_cli_usage(cli, "%s", cli->err.msg);
       a->has_version = true;
       break;
-    default: return xf_cli_option_error(cli, ch, argv);
+    default: return xf_cli_option_error(cli, ch, argv, opts);
     }
   }
   if (file) {

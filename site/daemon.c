@@ -102,12 +102,6 @@ static const char *end_name(xf_conn_end end) {
   return (unsigned)end < XF_CONN_END_COUNT ? names[end] : "UNKNOWN";
 }
 
-static const char *refusal_name(int reason) {
-  const ProtobufCEnumValue *v =
-      protobuf_c_enum_descriptor_get_value(&xfed__task_refusal__reason__descriptor, reason);
-  return v ? v->name : "UNSPECIFIED";
-}
-
 uint64_t xf_site_shuffle_seed(uint64_t job_seed, uint32_t round, const char *site) {
   uint8_t head[12];
   for (int i = 0; i < 8; i++) head[i] = (uint8_t)(job_seed >> (8 * i));
@@ -403,7 +397,7 @@ static void send_refusal(daemon_t *d, const char *job, uint32_t round, uint32_t 
   va_end(ap);
   char q[1024], qj[JOB_ID_MAX];
   XF_WARN("task_refused", "job=%s round=%u attempt=%u reason=%s details=\"%s\"",
-          logq(qj, sizeof(qj), job), (unsigned)round, (unsigned)attempt, refusal_name(reason),
+          logq(qj, sizeof(qj), job), (unsigned)round, (unsigned)attempt, xf_task_refusal_reason_name(reason),
           logq(q, sizeof(q), text));
   if (!d->conn) return;
   reply *r = reply_slot(d);
@@ -1026,7 +1020,7 @@ static void work_done(uv_work_t *w, int status) {
   if (t->failed) {
     char q[600];
     XF_ERROR("task_failed", "job=%s round=%u attempt=%u reason=%s details=\"%s\"", qj,
-             (unsigned)t->round, (unsigned)t->attempt, refusal_name(t->fail_reason),
+             (unsigned)t->round, (unsigned)t->attempt, xf_task_refusal_reason_name(t->fail_reason),
              logq(q, sizeof(q), t->fail_detail));
     /* A refusal after the acceptance, so that the round stops waiting for
      * us; an Error too, which a coordinator whose round machine takes no
@@ -2581,7 +2575,7 @@ static void on_frame(xf_conn *c, const Xfed__Envelope *env) {
   case XFED__ENVELOPE__BODY_SECAGG_UNMASK: on_sa_unmask(d, env->secagg_unmask); break;
   case XFED__ENVELOPE__BODY_ERROR: {
     char q[600];
-    XF_WARN("coordinator_error", "code=%u message=\"%s\"", (unsigned)env->error->code,
+    XF_WARN("coordinator_error", "code=%s message=\"%s\"", xf_err_name((xf_err)env->error->code),
             logq(q, sizeof(q), env->error->message));
     if (env->error->stream_id) on_update_refused(d, env->error->stream_id);
     break;

@@ -11,9 +11,15 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
 
 #include "base/alloc.h"
 #include "cli/cli.h"
+#include "crypto/pki.h"
 #include "site/cmd.h"
 #include "site/daemon.h"
 #include "site/registry.h"
@@ -103,6 +109,73 @@ xf_err xf_site_cli_open(xf_cli *cli, const char *dir, xf_site_config *cfg,
 
 /* ---- init ---------------------------------------------------------------------------- */
 
+/* A path given on init's command line as the absolute path it names now:
+ * site.json keeps relative paths relative to the site directory, which is
+ * not where the operator stood. flag names it in errors. */
+static xf_err absolute_path(xf_cli *cli, const char *flag, const char *path, char *out, size_t n) {
+  if (path[0] == '/') {
+    if ((size_t)snprintf(out, n, "%s", path) >= n) goto too_long;
+    return XF_OK;
+  }
+  char cwd[PATH_MAX];
+  if (!getcwd(cwd, sizeof(cwd)))
+    return xf_fail(&cli->err, XF_EIO, "%s %s: cannot tell the current directory (%s); give an "
+                   "absolute path", flag, path, strerror(errno));
+  const char *rest = strncmp(path, "./", 2) == 0 ? path + 2 : path;
+  if ((size_t)snprintf(out, n, "%s/%s", strcmp(cwd, "/") == 0 ? "" : cwd, rest) >= n)
+    goto too_long;
+  return XF_OK;
+too_long:
+  return xf_fail(&cli->err, XF_ERANGE, "%s %s: the path is longer than %zu bytes", flag, path,
+                 n - 1);
+}
+
+/* The identity files init is given are what `run` will load: each must be
+ * there and be what its flag says, checked now rather than at the first
+ * start. The CRL is checked against the CA when both are given. */
+static xf_err check_identity_files(xf_cli *cli, const char *cert, const char *key, const char *ca,
+                                   const char *crl) {
+  xf_err rc = XF_OK;
+  const char *flag = NULL;
+  if (cert) {
+    X509 *x = NULL;
+    flag = "--cert";
+    rc = xf_pki_cert_load(cert, &x, &cli->err);
+    X509_free(x);
+  }
+  if (rc == XF_OK && key) {
+    EVP_PKEY *k = NULL;
+    flag = "--key";
+    rc = xf_pki_key_load(key, &k, &cli->err);
+    EVP_PKEY_free(k);
+  }
+  if (rc == XF_OK && ca && crl) {
+    xf_pki_trust *t = NULL;
+    flag = "--ca and --crl";
+    rc = xf_pki_trust_load(ca, crl, &t, &cli->err);
+    xf_pki_trust_free(t);
+  } else if (rc == XF_OK && ca) {
+    X509 *x = NULL;
+    flag = "--ca";
+    rc = xf_pki_cert_load(ca, &x, &cli->err);
+    if (rc == XF_OK && X509_check_ca(x) != 1) {
+      xf_errctx_file(&cli->err, ca);
+      rc = xf_fail(&cli->err, XF_EFORMAT, "not a CA certificate (basicConstraints CA:TRUE)");
+    }
+    X509_free(x);
+  } else if (rc == XF_OK && crl) {
+    flag = "--crl";
+    rc = xf_pki_crl_check(crl, &cli->err);
+  }
+  if (rc != XF_OK) {
+    char msg[sizeof(cli->err.msg)];
+    snprintf(msg, sizeof(msg), "%s", cli->err.msg);
+    xf_fail(&cli->err, rc, "%s: %s%s", flag, msg,
+            rc == XF_ENOENT ? "; a relative path is taken from the directory init runs in" : "");
+  }
+  return rc;
+}
+
 static int cmd_init(xf_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {
       {"dir", required_argument, 0, 'd'},       {"name", required_argument, 0, 'n'},
@@ -128,7 +201,7 @@ static int cmd_init(xf_cli *cli, int argc, char **argv) {
     case 'D': vals[ROOT] = optarg; break;
     case 't': vals[THREADS] = optarg; break;
     case 'b': vals[BACKEND] = optarg; break;
-    default: return xf_cli_option_error(cli, ch, argv);
+    default: return xf_cli_option_error(cli, ch, argv, opts);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
@@ -150,6 +223,22 @@ static int cmd_init(xf_cli *cli, int argc, char **argv) {
   uint16_t port;
   if (xf_site_address_parse(vals[COORD], host, sizeof(host), &port, &cli->err) != XF_OK)
     return xf_cli_usage(cli, "--coordinator %s", cli->err.msg);
+
+  /* Paths as given, made absolute: what site.json holds names the same
+   * files wherever the daemon starts. */
+  static const char *const path_flags[] = {[CERT] = "--cert", [KEY] = "--key", [CA] = "--ca",
+                                           [CRL] = "--crl", [ROOT] = "--data-root"};
+  char absolute[ROOT + 1][PATH_MAX];
+  for (int i = CERT; i <= ROOT; i++) {
+    if (!vals[i]) continue;
+    xf_errctx_clear(&cli->err);
+    if (absolute_path(cli, path_flags[i], vals[i], absolute[i], sizeof(absolute[i])) != XF_OK)
+      return xf_cli_fail(cli, cli->err.code);
+    vals[i] = absolute[i];
+  }
+  xf_errctx_clear(&cli->err);
+  if (check_identity_files(cli, vals[CERT], vals[KEY], vals[CA], vals[CRL]) != XF_OK)
+    return xf_cli_fail(cli, cli->err.code);
 
   site_paths p;
   if (site_paths_make(cli, dir, &p) != XF_OK) return xf_cli_usage(cli, "%s", cli->err.msg);
@@ -268,7 +357,7 @@ static int cmd_dataset_add(xf_cli *cli, int argc, char **argv) {
         return xf_cli_usage(cli, "%s", cli->err.msg);
       spec.has_budget = true;
       break;
-    default: return xf_cli_option_error(cli, ch, argv);
+    default: return xf_cli_option_error(cli, ch, argv, opts);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
@@ -331,7 +420,7 @@ static int parse_named(xf_cli *cli, int argc, char **argv, named_args *a, bool n
     switch (ch) {
     case 'd': a->dir = optarg; break;
     case 'n': a->name = optarg; break;
-    default: return xf_cli_option_error(cli, ch, argv);
+    default: return xf_cli_option_error(cli, ch, argv, opts);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
@@ -485,7 +574,7 @@ static int cmd_dataset_tag(xf_cli *cli, int argc, char **argv) {
       adding[n] = ch == 'a';
       tags[n++] = optarg;
       break;
-    default: return xf_cli_option_error(cli, ch, argv);
+    default: return xf_cli_option_error(cli, ch, argv, opts);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
@@ -538,7 +627,7 @@ static int cmd_dataset_budget(xf_cli *cli, int argc, char **argv) {
       has_delta = true;
       break;
     case 'c': clear = true; break;
-    default: return xf_cli_option_error(cli, ch, argv);
+    default: return xf_cli_option_error(cli, ch, argv, opts);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
@@ -632,7 +721,7 @@ static int cmd_config_show(xf_cli *cli, int argc, char **argv) {
   int ch;
   while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
     if (ch == 'd') a.dir = optarg;
-    else return xf_cli_option_error(cli, ch, argv);
+    else return xf_cli_option_error(cli, ch, argv, opts);
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
   site_paths p;
@@ -678,7 +767,7 @@ static int cmd_run(xf_cli *cli, int argc, char **argv) {
   int ch;
   while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
     if (ch == 'd') dir = optarg;
-    else return xf_cli_option_error(cli, ch, argv);
+    else return xf_cli_option_error(cli, ch, argv, opts);
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
   if (cli->json) return xf_cli_usage(cli, "run logs key=value lines to stderr; it has no --json");

@@ -76,3 +76,10 @@ foreach(_regression min_sites_counts_sites refusal_behind_aggregator_reaches_coo
                    ${PROJECT_BINARY_DIR} ${_regression})
   set_tests_properties(regression_${_regression} PROPERTIES LABELS integration TIMEOUT 900)
 endforeach()
+
+# The user guides' commands run as written against a loopback federation
+# (tests/integration/guides.sh; the blocks it runs are fenced ```sh).
+add_test(NAME guides_run_as_written
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/guides.sh ${PROJECT_BINARY_DIR}
+                 docs/compliance-guide.md)
+set_tests_properties(guides_run_as_written PROPERTIES LABELS integration TIMEOUT 900)

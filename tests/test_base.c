@@ -166,6 +166,39 @@ static void text_append_joins_clauses_and_cuts_at_the_end(void **state) {
   assert_string_equal(buf, "a 1; b; a long ");
 }
 
+static void text_distance_counts_edits_and_swaps(void **state) {
+  (void)state;
+  assert_int_equal(xf_text_distance("job", "job"), 0);
+  assert_int_equal(xf_text_distance("jbo", "job"), 1);      /* a swap is one edit */
+  assert_int_equal(xf_text_distance("lsit", "list"), 1);
+  assert_int_equal(xf_text_distance("rounsd", "rounds"), 1);
+  assert_int_equal(xf_text_distance("", "abc"), 3);
+  assert_int_equal(xf_text_distance("kitten", "sitting"), 3);
+  char longer[XF_TEXT_WORD_MAX + 2];
+  memset(longer, 'a', sizeof(longer) - 1);
+  longer[sizeof(longer) - 1] = '\0';
+  assert_true(xf_text_distance(longer, "a") == SIZE_MAX);
+}
+
+static void text_nearest_suggests_close_words_only(void **state) {
+  (void)state;
+  static const char *const verbs[] = {"submit", "status", "list", "watch", "cancel"};
+  xf_text_nearest n;
+  xf_text_nearest_start(&n, "lsit");
+  for (size_t i = 0; i < 5; i++) xf_text_nearest_offer(&n, verbs[i]);
+  assert_string_equal(xf_text_nearest_best(&n), "list");
+  xf_text_nearest_start(&n, "stauts");
+  for (size_t i = 0; i < 5; i++) xf_text_nearest_offer(&n, verbs[i]);
+  assert_string_equal(xf_text_nearest_best(&n), "status");
+  /* Too far, too short to tell, or the word itself: no suggestion. */
+  const char *const typed[] = {"frobnicate", "ls", "list"};
+  for (size_t t = 0; t < 3; t++) {
+    xf_text_nearest_start(&n, typed[t]);
+    for (size_t i = 0; i < 5; i++) xf_text_nearest_offer(&n, verbs[i]);
+    assert_null(xf_text_nearest_best(&n));
+  }
+}
+
 static void log_level_parses_names(void **state) {
   (void)state;
   xf_log_level l;
@@ -186,6 +219,8 @@ int main(void) {
       cmocka_unit_test(digest_matches_blake2b_known_answer),
       cmocka_unit_test(log_level_parses_names),
       cmocka_unit_test(text_append_joins_clauses_and_cuts_at_the_end),
+      cmocka_unit_test(text_distance_counts_edits_and_swaps),
+      cmocka_unit_test(text_nearest_suggests_close_words_only),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -686,6 +686,52 @@ static void saved_model_loads_and_matches_the_printed_digest(void **state) {
 
 /* ---- refused input ----------------------------------------------------------------- */
 
+/* The centralized baseline reads model, local and seed: a spec with no
+ * federated field (name, data, rounds, sites, deadlines, secure
+ * aggregation) trains, and gives the same model as the same settings inside
+ * a federated spec. */
+static void train_needs_no_federated_fields(void **state) {
+  scratch *s = *state;
+  const char *spec = path_in(s, "centralized.json");
+  assert_int_equal(write_file(spec, "{\"model\": {\"arch\": \"logreg\"},\n"
+                                    " \"local\": {\"epochs\": 3, \"batch_size\": 16, \"lr\": 0.1},"
+                                    " \"seed\": 7}\n"),
+                   0);
+  run *r = xfed_run(s, "train", "--spec", spec, "--data", fx.csv, "--threads", "1", "--json", NULL);
+  expect_status(r, 0);
+  const char *digest = member_string(stdout_json(s, r), "model_digest");
+  assert_string_equal(digest, train_digest(s, fx.logreg, "1"));
+}
+
+/* What the baseline does read is checked as strictly as for a federated
+ * job, and so is a federated field that is given. */
+static void train_refuses_bad_fields_of_a_spec_without_federated_fields(void **state) {
+  scratch *s = *state;
+  static const struct {
+    const char *text, *field;
+  } bad[] = {
+      {"{\"model\": {\"arch\": \"logreg\"}, \"local\": {\"lr\": -1}}", "local.lr"},
+      {"{\"model\": {\"arch\": \"logreg\"}, \"local\": {\"batch_size\": 0}}", "local.batch_size"},
+      {"{\"model\": {\"arch\": \"mlp\"}}", "model.hidden"},
+      {"{\"local\": {\"lr\": 0.1}}", "model"},
+      {"{\"model\": {\"arch\": \"logreg\"}, \"rounds\": 0}", "rounds"},
+      {"{\"model\": {\"arch\": \"logreg\"}, \"rounsd\": 3}", "rounsd"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    const char *spec = path_in(s, "bad.json");
+    assert_int_equal(write_file(spec, bad[i].text), 0);
+    run *r = xfed_run(s, "train", "--spec", spec, "--data", fx.csv, "--json", NULL);
+    expect_status(r, 1);
+    json_t *e = json_object_get(stdout_json(s, r), "error");
+    assert_true(json_is_object(e));
+    if (strcmp(member_string(e, "field"), bad[i].field) != 0) {
+      xf_test_run_show(r);
+      fail_msg("%s: field \"%s\", expected \"%s\"", bad[i].text, member_string(e, "field"),
+               bad[i].field);
+    }
+  }
+}
+
 static void misspelt_spec_field_is_refused_naming_the_dotted_field(void **state) {
   scratch *s = *state;
   const char *spec = path_in(s, "typo.json");
@@ -990,6 +1036,8 @@ int main(int argc, char **argv) {
       T(different_seed_gives_a_different_model_digest),
       T(two_threads_twice_give_the_same_model_digest),
       T(saved_model_loads_and_matches_the_printed_digest),
+      T(train_needs_no_federated_fields),
+      T(train_refuses_bad_fields_of_a_spec_without_federated_fields),
       T(misspelt_spec_field_is_refused_naming_the_dotted_field),
       T(spec_that_is_not_json_is_refused_with_its_line),
       T(spec_that_does_not_exist_is_refused_naming_it),

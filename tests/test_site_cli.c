@@ -34,6 +34,14 @@
 static char xfed_site[1024];
 extern char **environ;
 
+/* The group's federation, made once with the real `xfed pki`: fed holds
+ * ca.crt, crl.pem and issued/eu-berlin.{crt,key}, the identity init takes. */
+static struct {
+  char root[512];
+  char fed[600];
+  char cert[700], key[700], ca[700], crl[700];
+} pki;
+
 /* ---- per test: a scratch directory with a site and a dataset ----------------- */
 
 #define MAX_RUNS 24
@@ -88,6 +96,43 @@ static int group_setup(void **state) {
     fprintf(stderr, "test_site_cli: %s is not an executable: build xfed-site\n", xfed_site);
     return -1;
   }
+  char xfed[1024];
+  snprintf(xfed, sizeof(xfed), "%s/cli/xfed", build);
+  if (xf_test_mkdtemp(pki.root, sizeof(pki.root), "site-cli-pki") != 0) return -1;
+  snprintf(pki.fed, sizeof(pki.fed), "%s/fed", pki.root);
+  snprintf(pki.cert, sizeof(pki.cert), "%s/issued/eu-berlin.crt", pki.fed);
+  snprintf(pki.key, sizeof(pki.key), "%s/issued/eu-berlin.key", pki.fed);
+  snprintf(pki.ca, sizeof(pki.ca), "%s/ca.crt", pki.fed);
+  snprintf(pki.crl, sizeof(pki.crl), "%s/crl.pem", pki.fed);
+  const char *const steps[][12] = {
+      {"pki", "init", "--dir", pki.fed, "--federation", "acme"},
+      {"pki", "issue", "--dir", pki.fed, "--kind", "site", "--region", "eu", "--name",
+       "eu-berlin"},
+  };
+  for (size_t i = 0; i < 2; i++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      const char *argv[14] = {"xfed"};
+      for (size_t j = 0; steps[i][j]; j++) argv[j + 1] = steps[i][j];
+      int devnull = open("/dev/null", O_WRONLY);
+      if (devnull >= 0) dup2(devnull, STDOUT_FILENO);
+      execv(xfed, (char *const *)argv);
+      _exit(127);
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      fprintf(stderr, "test_site_cli: `%s pki %s` failed (build the xfed target)\n", xfed,
+              steps[i][1]);
+      xf_test_remove_tree(pki.root);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  xf_test_remove_tree(pki.root);
   return 0;
 }
 
@@ -175,8 +220,8 @@ static json_int_t member_integer(json_t *o, const char *key) {
 
 static void init_site(scratch *s) {
   run *r = site_run(s, "init", "--dir", s->site, "--name", "eu-berlin", "--region", "eu",
-                    "--coordinator", "agg-eu.example.org:7443", "--cert", "eu-berlin.crt",
-                    "--key", "eu-berlin.key", "--ca", "ca.crt", "--crl", "crl.pem", NULL);
+                    "--coordinator", "agg-eu.example.org:7443", "--cert", pki.cert, "--key",
+                    pki.key, "--ca", pki.ca, "--crl", pki.crl, NULL);
   expect_status(r, 0);
 }
 
@@ -263,8 +308,8 @@ static void init_writes_a_private_site_json_and_the_database(void **state) {
   assert_string_equal(member_string(c, "site"), "eu-berlin");
   assert_string_equal(member_string(c, "region"), "eu");
   assert_string_equal(member_string(c, "coordinator"), "agg-eu.example.org:7443");
-  assert_string_equal(member_string(c, "cert"), "eu-berlin.crt");
-  assert_string_equal(member_string(c, "crl"), "crl.pem");
+  assert_string_equal(member_string(c, "cert"), pki.cert);
+  assert_string_equal(member_string(c, "crl"), pki.crl);
   assert_string_equal(member_string(c, "backend"), "auto");
   assert_int_equal(member_integer(c, "threads"), 0);
   r = site_run(s, "config", "show", "--dir", s->site, NULL);
@@ -309,6 +354,49 @@ static void config_errors_name_the_file_and_field(void **state) {
   run *r = site_run(s, "dataset", "list", "--dir", path_in(s, "nowhere"), NULL);
   expect_status(r, 1);
   expect_in("stderr", r->err, "xfed-site init", r);
+}
+
+/* Paths given to init relative to where it runs are stored absolute, so
+ * they name the same files from the site directory the daemon reads them
+ * against; a missing file, or one that is not what its flag says, is refused
+ * at init with the flag and the path, and nothing is created. */
+static void init_stores_identity_paths_absolute_and_refuses_wrong_files(void **state) {
+  scratch *s = *state;
+  run *r = &s->runs[s->n_runs++];
+  xf_test_exec_opts o = {.path = xfed_site, .unset = "XFED_SITE_DIR", .cwd = pki.fed,
+                         .deadline_s = RUN_DEADLINE_S};
+  xf_test_exec(&o, r, "xfed-site", "init", "--dir", s->site, "--name", "eu-berlin", "--region",
+               "eu", "--coordinator", "h:1", "--cert", "issued/eu-berlin.crt", "--key",
+               "./issued/eu-berlin.key", "--ca", "ca.crt", "--crl", "crl.pem", NULL);
+  expect_status(r, 0);
+  r = site_run(s, "config", "show", "--dir", s->site, "--json", NULL);
+  expect_status(r, 0);
+  json_t *c = stdout_json(s, r);
+  assert_string_equal(member_string(c, "cert"), pki.cert);
+  assert_string_equal(member_string(c, "key"), pki.key);
+  assert_string_equal(member_string(c, "ca"), pki.ca);
+  assert_string_equal(member_string(c, "crl"), pki.crl);
+
+  const char *other = path_in(s, "other");
+  const char *missing = path_in(s, "nowhere.crt");
+  const struct {
+    const char *flag, *path, *says;
+  } bad[] = {
+      {"--cert", missing, "No such file"},
+      {"--cert", pki.key, "not a PEM certificate"},
+      {"--key", pki.crl, "--key"},
+      {"--ca", pki.cert, "not a CA certificate"},
+      {"--crl", pki.ca, "not a PEM CRL"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    r = site_run(s, "init", "--dir", other, "--name", "eu-berlin", "--region", "eu",
+                 "--coordinator", "h:1", bad[i].flag, bad[i].path, NULL);
+    expect_status(r, 1);
+    expect_in("stderr", r->err, bad[i].flag, r);
+    expect_in("stderr", r->err, bad[i].path, r);
+    expect_in("stderr", r->err, bad[i].says, r);
+    assert_int_equal(access(other, F_OK), -1);
+  }
 }
 
 /* ---- datasets ----------------------------------------------------------------------- */
@@ -559,6 +647,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       T(help_works_everywhere_and_usage_errors_exit_2),
       T(init_writes_a_private_site_json_and_the_database),
+      T(init_stores_identity_paths_absolute_and_refuses_wrong_files),
       T(config_errors_name_the_file_and_field),
       T(dataset_add_list_tag_budget_rm_round_trip),
       T(dataset_add_refuses_names_no_job_can_name),
@@ -568,5 +657,5 @@ int main(void) {
       T(policy_import_refuses_a_malformed_document_naming_the_member),
       T(audit_verify_names_the_first_tampered_row),
   };
-  return cmocka_run_group_tests(tests, group_setup, NULL);
+  return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

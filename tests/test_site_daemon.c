@@ -500,9 +500,12 @@ static void copy_file(const char *from, const char *to) {
   assert_int_equal(close(fd), 0);
 }
 
-static void site_cmd(fake *f, const char *arg, ...) {
+/* Runs xfed-site in cwd (NULL: this process's) and fails the test unless it
+ * exits 0. */
+static void site_cmd_in(fake *f, const char *cwd, const char *arg, ...) {
   xf_test_run r = {0};
-  xf_test_exec_opts o = {.path = xfed_site, .unset = "XFED_SITE_DIR", .deadline_s = RUN_DEADLINE_S};
+  xf_test_exec_opts o = {.path = xfed_site, .unset = "XFED_SITE_DIR", .cwd = cwd,
+                         .deadline_s = RUN_DEADLINE_S};
   va_list ap;
   va_start(ap, arg);
   xf_test_vexec(&o, &r, "xfed-site", arg, ap);
@@ -514,6 +517,8 @@ static void site_cmd(fake *f, const char *arg, ...) {
   }
   xf_test_run_free(&r);
 }
+
+#define site_cmd(f, ...) site_cmd_in(f, NULL, __VA_ARGS__)
 
 /* Starts `xfed-site run` in the background with its output in log_path,
  * XF_LOG_LEVEL=info and no XF_BACKEND (site.json says cpu, 1 thread). */
@@ -639,12 +644,11 @@ static void fake_start(fake *f) {
   assert_int_equal(write_file(p, "a,b,label\n1,0.5,0\n0,1,1\n1,1.5,2\n"), 0);
   char coord[64];
   snprintf(coord, sizeof(coord), "127.0.0.1:%d", f->port);
-  /* The site's certificate and key are given relative to the site
-   * directory, as an operator keeps them: the daemon must find them there
-   * whatever its working directory. */
-  site_cmd(f, "init", "--dir", f->site_dir, "--name", "eu-berlin", "--region", "eu",
-           "--coordinator", coord, "--cert", "eu-berlin.crt", "--key", "eu-berlin.key", "--ca",
-           ca, "--crl", crl, "--threads", "1", "--backend", "cpu", NULL);
+  /* The site's certificate and key are kept in the site directory, as an
+   * operator keeps them, and given to init relative to where it runs there:
+   * init stores them absolute, so the daemon finds them whatever its
+   * working directory. */
+  assert_int_equal(mkdir(f->site_dir, 0700), 0);
   static const char *const names[] = {"eu-berlin.crt", "eu-berlin.key"};
   for (int i = 0; i < 2; i++) {
     char from[700], to[700];
@@ -652,6 +656,9 @@ static void fake_start(fake *f) {
     snprintf(to, sizeof(to), "%s/%s", f->site_dir, names[i]);
     copy_file(from, to);
   }
+  site_cmd_in(f, f->site_dir, "init", "--dir", f->site_dir, "--name", "eu-berlin", "--region",
+              "eu", "--coordinator", coord, "--cert", "eu-berlin.crt", "--key", "eu-berlin.key",
+              "--ca", ca, "--crl", crl, "--threads", "1", "--backend", "cpu", NULL);
   site_cmd(f, "dataset", "add", "--dir", f->site_dir, "--name", "tiny", "--path", f->data_dir,
            "--tag", "t1", "--tag", "demo", "--classification", "public", NULL);
   site_spawn(f);

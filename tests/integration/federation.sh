@@ -269,6 +269,9 @@ record)
     fail "job 2's message does not name the dataset: $(cat "$work/status2.txt")"
   grep -q 'above its budget 1.55' "$work/status2.txt" || fail "job 2's message lacks the budget: $msg"
   grep -q 'would take it to' "$work/status2.txt" || fail "job 2's message lacks the new total: $msg"
+  # The coordinator logs s1's refusal by its reason's name, not its number.
+  grep -q 'event=task_refused .*site=s1 .*reason=BUDGET_EXHAUSTED ' "$work/r/logs/coord.log" ||
+    fail "the coordinator's log does not name s1's refusal: $(grep -h 'event=task_refused' "$work/r/logs/coord.log" | head -n 1)"
   # Site-unit local noise: each site noises its clipped update itself.
   sed 's/"seed": 11}/"seed": 11, "privacy": {"unit": "site", "mode": "local", "clip": 1.0, "target_epsilon": 20, "delta": 1e-5}}/' \
     "$work/job.json" | sed 's/"rounds": 6/"rounds": 2/' >"$work/local.json"
@@ -596,6 +599,13 @@ JSON
   comp audit export >"$r/coord.jsonl"
   grep '"kind":"crossing"' "$r/coord.jsonl" | grep '"job":"2"' >/dev/null &&
     fail "the coordinator took in an aggregate of job 2 from eu"
+  # The aggregator logs e2's refusal, and what it tells upstream, by name.
+  grep -q 'event=task_refused .*site=e2 .*reason=POLICY_DENIED ' "$r/logs/agg-eu.log" ||
+    fail "agg-eu's log does not name e2's refusal: $(grep -h 'event=task_refused' "$r/logs/agg-eu.log" | head -n 1)"
+  grep -q 'event=task_refused_up .*reason=[A-Z_]* ' "$r/logs/agg-eu.log" ||
+    fail "agg-eu's log does not name the refusal it sent up: $(grep -h 'event=task_refused_up' "$r/logs/agg-eu.log" | head -n 1)"
+  ! grep -hE 'event=task_refused(_up)? .*reason=[0-9]' "$r"/logs/*.log ||
+    fail "a refusal is logged by number"
   "$xfed" audit verify --db "$r/agg-eu/audit.db" >/dev/null || fail "agg-eu's trail does not verify"
   comp audit verify >/dev/null || fail "the coordinator's trail does not verify"
   echo "regional: job 1 let 2 aggregates of 2 eu sites out; job 2 kept e1's aggregate in eu when e2 refused; trails intact"
