@@ -1183,7 +1183,7 @@ static tls_run *g_tls;
 static uint8_t g_payload[CHUNK];
 
 static void tls_fail(tls_run *r, const char *what, const char *msg) {
-  if (!r->failed) snprintf(r->why, sizeof(r->why), "%s: %s", what, msg);
+  if (!r->failed) snprintf(r->why, sizeof(r->why), "%.100s: %.400s", what, msg);
   r->failed = true;
   for (int i = 0; i < r->n; i++)
     if (r->peers[i].conn) xf_conn_close(r->peers[i].conn);

@@ -654,7 +654,7 @@ int xf_cmd_policy_push(xf_cli *cli, int argc, char **argv) {
 
 int xf_cmd_policy_pull(xf_cli *cli, int argc, char **argv) {
   policy_args a;
-  xf_policy_change chg;
+  xf_policy_change chg = {0};
   int status;
   if ((status = parse_args(cli, argc, argv, "db,reason,author,coordinator", 0, 0, "", &a)) !=
       XF_EXIT_OK)

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* `xfed version`: what this build is and which backends it carries. */
+/* `xfed version`: what this build is and which backends it can open (cuda
+ * when its module is found; it is not loaded for this). */
 #include <jansson.h>
 
 #include "cli/cli.h"
@@ -12,7 +13,7 @@
 int xf_cmd_version(xf_cli *cli, int argc, char **argv) {
   (void)argv;
   if (argc > 1) return xf_cli_usage(cli, "takes no arguments");
-  const char *cuda = xf_backend_cuda_built() ? "built" : "not built";
+  const char *cuda = xf_backend_cuda_built() ? "found" : "not found";
   if (cli->json) {
     json_t *o = json_pack("{s:s,s:[s,s*]}", "version", XF_VERSION, "backends", "cpu",
                           xf_backend_cuda_built() ? "cuda" : NULL);
@@ -20,7 +21,7 @@ int xf_cmd_version(xf_cli *cli, int argc, char **argv) {
     fputc('\n', stdout);
     json_decref(o);
   } else {
-    printf("xfed %s (cpu backend; cuda backend %s)\n", XF_VERSION, cuda);
+    printf("xfed %s (cpu backend; cuda backend module %s)\n", XF_VERSION, cuda);
   }
   return XF_EXIT_OK;
 }

@@ -407,7 +407,7 @@ static bool same_set(const uint32_t *a, size_t na, const uint32_t *b, size_t nb)
 xf_err xf_secagg_guard_sign_survivors(xf_secagg_guard *g, const uint32_t *u3, size_t n_u3,
                                       uint8_t sig[XF_SECAGG_SIG_BYTES], xf_errctx *err) {
   XF_ENSURE(g && sig, err, XF_EINVAL, "secagg survivors: NULL argument");
-  uint32_t *sorted;
+  uint32_t *sorted = NULL;
   XF_GUARD(sorted_set(u3, n_u3, &sorted, err));
   if (g->signed_u3 && !same_set(g->signed_u3, g->n_signed, sorted, n_u3)) {
     xf_free(sorted);
@@ -442,7 +442,7 @@ xf_err xf_secagg_guard_unmask(xf_secagg_guard *g, const uint32_t *u3, size_t n_u
             "secagg unmask: refusing to reveal: site %u was asked to reveal before it signed a "
             "survivor set",
             g->me);
-  uint32_t *sorted;
+  uint32_t *sorted = NULL;
   XF_GUARD(sorted_set(u3, n_u3, &sorted, err));
   bool same = same_set(g->signed_u3, g->n_signed, sorted, n_u3);
   xf_free(sorted);

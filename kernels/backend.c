@@ -2,7 +2,11 @@
 /* Backend selection and dispatch of the public ops to the chosen backend. */
 #include "kernels/backend_internal.h"
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -10,6 +14,17 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+
+/* Where the cuda module is looked for, after XF_BACKEND_DIR: the install
+ * directory (${libdir}/xfed) and the build tree's kernels/ directory, which
+ * comes first for a program that runs from inside the build tree, so ctest
+ * and the benchmarks use the module built with them. CMake passes both. */
+#ifndef XF_BACKEND_INSTALL_DIR
+#error "XF_BACKEND_INSTALL_DIR must name the directory the cuda module is installed in"
+#endif
+#ifndef XF_VERSION
+#error "XF_VERSION must name the project version"
+#endif
 
 xf_err xf_backend_parse_kind(const char *s, xf_backend_kind *out) {
   if (strcmp(s, "auto") == 0) *out = XF_BACKEND_AUTO;
@@ -19,12 +34,133 @@ xf_err xf_backend_parse_kind(const char *s, xf_backend_kind *out) {
   return XF_OK;
 }
 
-bool xf_backend_cuda_built(void) {
-#ifdef XF_HAVE_CUDA
-  return true;
-#else
-  return false;
+/* ---- the cuda module --------------------------------------------------- */
+
+/* At most: the install directory and the build tree, in either order. */
+#define XF__MODULE_DIRS 2
+
+#ifdef XF_BACKEND_BUILD_DIR
+/* True when this program's executable lies under the build tree. */
+static bool running_from_build_tree(void) {
+  static const char root[] = XF_BACKEND_BUILD_ROOT "/";
+  char self[4096];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (len <= 0) return false;
+  self[len] = '\0';
+  return strncmp(self, root, sizeof(root) - 1) == 0;
+}
 #endif
+
+/* The directories to look for the module in, in order; returns how many.
+ * XF_BACKEND_DIR, when set, is the only one: an operator who points at a
+ * module gets that one or an error, never another found elsewhere. Else the
+ * install directory, then the build tree; a program inside the build tree
+ * prefers the module built beside it to one an installed package left. */
+static int cuda_module_dirs(const char *dirs[XF__MODULE_DIRS]) {
+  int n = 0;
+  const char *env = getenv("XF_BACKEND_DIR");
+  if (env && *env) {
+    dirs[n++] = env;
+    return n;
+  }
+#ifdef XF_BACKEND_BUILD_DIR
+  bool in_build = running_from_build_tree();
+  if (in_build) dirs[n++] = XF_BACKEND_BUILD_DIR;
+  dirs[n++] = XF_BACKEND_INSTALL_DIR;
+  if (!in_build) dirs[n++] = XF_BACKEND_BUILD_DIR;
+#else
+  dirs[n++] = XF_BACKEND_INSTALL_DIR;
+#endif
+  return n;
+}
+
+static const xf__backend_host cuda_host = {
+    .abi = XF__BACKEND_ABI,
+    .backend_size = sizeof(struct xf_backend),
+    .version = XF_VERSION,
+    .calloc = xf_calloc,
+    .free = xf_free,
+    .log = xf_log,
+    .fail = xf_fail,
+    .err_name = xf_err_name,
+    .threads = xf__backend_threads,
+};
+
+/* The module is loaded at most once per process, on the first request for
+ * cuda, and never unloaded (the CUDA runtime must not be unmapped under live
+ * handles). A failure to load is remembered, with its reasons. */
+static pthread_once_t cuda_module_once = PTHREAD_ONCE_INIT;
+static xf__backend_open_fn cuda_module_open;
+static char cuda_module_why[1024];
+static size_t cuda_module_why_len;
+
+static void cuda_module_say(const char *fmt, ...) XF_PRINTF(1, 2);
+static void cuda_module_say(const char *fmt, ...) {
+  size_t room = sizeof(cuda_module_why) - cuda_module_why_len;
+  if (room <= 1) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int w = vsnprintf(cuda_module_why + cuda_module_why_len, room, fmt, ap);
+  va_end(ap);
+  if (w > 0) cuda_module_why_len += (size_t)w < room ? (size_t)w : room - 1;
+}
+
+/* dlopen()s path and checks that it is a module for this build; the reason
+ * it is not goes into cuda_module_why. */
+static xf__backend_open_fn cuda_module_try(const char *path) {
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char *e = dlerror();
+    cuda_module_say("%s%s", cuda_module_why_len ? "; " : "", e ? e : path);
+    return NULL;
+  }
+  /* POSIX lets dlsym's object pointer be converted to a function pointer. */
+  void *sym = dlsym(h, XF__CUDA_ENTRY);
+  xf__backend_open_fn fn;
+  memcpy(&fn, &sym, sizeof(fn));
+  const char *why = NULL;
+  if (!fn)
+    why = "it has no " XF__CUDA_ENTRY ", so it is not an xfed backend module";
+  else if (fn(&cuda_host, NULL, NULL, NULL) != XF_OK)
+    why = "it was built from another version of xfed than this program (" XF_VERSION ")";
+  if (!why) return fn;
+  cuda_module_say("%s%s: %s", cuda_module_why_len ? "; " : "", path, why);
+  dlclose(h);
+  return NULL;
+}
+
+static void cuda_module_load(void) {
+  const char *dirs[XF__MODULE_DIRS];
+  int n = cuda_module_dirs(dirs);
+  bool found = false;
+  for (int i = 0; i < n && !cuda_module_open; i++) {
+    char path[4096];
+    int len = snprintf(path, sizeof(path), "%s/%s", dirs[i], XF__CUDA_MODULE);
+    if (len < 0 || (size_t)len >= sizeof(path) || access(path, F_OK) != 0) continue;
+    found = true;
+    cuda_module_open = cuda_module_try(path);
+    if (cuda_module_open) XF_DEBUG("backend_module", "path=%s", path);
+  }
+  if (found) return;
+  cuda_module_say("%s is in none of", XF__CUDA_MODULE);
+  for (int i = 0; i < n; i++) cuda_module_say("%s %s", i ? "," : "", dirs[i]);
+}
+
+/* The module's entry point, or NULL with the reasons in cuda_module_why. */
+static xf__backend_open_fn cuda_module(void) {
+  pthread_once(&cuda_module_once, cuda_module_load);
+  return cuda_module_open;
+}
+
+bool xf_backend_cuda_built(void) {
+  const char *dirs[XF__MODULE_DIRS];
+  int n = cuda_module_dirs(dirs);
+  for (int i = 0; i < n; i++) {
+    char path[4096];
+    int len = snprintf(path, sizeof(path), "%s/%s", dirs[i], XF__CUDA_MODULE);
+    if (len > 0 && (size_t)len < sizeof(path) && access(path, R_OK) == 0) return true;
+  }
+  return false;
 }
 
 xf_err xf__backend_threads(const xf_backend_options *opt, int *threads_out, xf_errctx *err) {
@@ -52,20 +188,21 @@ xf_err xf_backend_open(const xf_backend_options *opt, xf_backend **out, xf_errct
   if (!b) return xf_fail(err, XF_ENOMEM, "cannot allocate the compute backend");
   xf_err rc = XF_ENODEVICE;
   xf_errctx cuda_err = {0};
-#ifdef XF_HAVE_CUDA
   if (opt->kind == XF_BACKEND_CUDA || opt->kind == XF_BACKEND_AUTO) {
-    rc = xf__cuda_open(b, opt, opt->kind == XF_BACKEND_CUDA ? err : &cuda_err);
+    xf_errctx *why = opt->kind == XF_BACKEND_CUDA ? err : &cuda_err;
+    xf__backend_open_fn open_cuda = cuda_module();
+    if (open_cuda)
+      rc = open_cuda(&cuda_host, b, opt, why);
+    else
+      rc = xf_fail(why, XF_ENODEVICE,
+                   "the cuda backend module could not be loaded (%s): install the xfed-cuda "
+                   "package, or build with -DXF_CUDA=ON, or point XF_BACKEND_DIR at the "
+                   "directory holding %s, or use XF_BACKEND=cpu",
+                   cuda_module_why, XF__CUDA_MODULE);
     if (rc == XF_OK) b->kind = XF_BACKEND_CUDA;
     else if (opt->kind == XF_BACKEND_AUTO)
       XF_DEBUG("backend_fallback", "from=cuda to=cpu reason=\"%s\"", cuda_err.msg);
   }
-#else
-  (void)cuda_err;
-  if (opt->kind == XF_BACKEND_CUDA)
-    rc = xf_fail(err, XF_ENODEVICE,
-                 "this build has no CUDA backend: install the CUDA toolkit "
-                 "(/usr/local/cuda) and rebuild, or use XF_BACKEND=cpu");
-#endif
   if (rc != XF_OK && opt->kind != XF_BACKEND_CUDA) {
     memset(b, 0, sizeof(*b));
     rc = xf__cpu_open(b, opt, err);

@@ -39,8 +39,10 @@ typedef struct xf_backend_options {
 /* Parses "auto", "cpu" or "cuda". */
 xf_err xf_backend_parse_kind(const char *s, xf_backend_kind *out) XF_WARN_UNUSED;
 
-/* Opens a backend. With kind AUTO, falls back to cpu when CUDA was not built
- * or no GPU is usable; with kind CUDA, fails with XF_ENODEVICE and says why.
+/* Opens a backend. cuda lives in a module of its own that only the first
+ * request for cuda (or auto) loads. With kind AUTO, falls back to cpu when
+ * the module cannot be loaded or no GPU is usable; with kind CUDA, fails with
+ * XF_ENODEVICE and says why (naming the module's path and dlopen's error).
  * The caller owns *out and closes it with xf_backend_close. */
 xf_err xf_backend_open(const xf_backend_options *opt, xf_backend **out,
                        xf_errctx *err) XF_WARN_UNUSED;
@@ -54,7 +56,9 @@ xf_backend_kind xf_backend_kind_of(const xf_backend *b);
 /* Human description: CPU model and thread count, or the GPU's name. */
 const char *xf_backend_describe(const xf_backend *b);
 int xf_backend_threads(const xf_backend *b);
-/* True when this build includes the CUDA backend. */
+/* True when the cuda backend's module (libxfed-cuda.so) is where this
+ * program looks for it (docs/kernels.md); says nothing of a GPU. Does not
+ * load it. */
 bool xf_backend_cuda_built(void);
 
 /* Profiling for benchmarks: while on, the wall time spent inside GEMM calls

@@ -35,14 +35,21 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The base headers are C without C++ guards; give their functions C linkage. */
+/* The base headers are C without C++ guards; give their functions C linkage.
+ * Only their types and macros are used: this file is the cuda module
+ * (libxfed-cuda.so), which links nothing of xfed and reaches the process's
+ * allocator, log and error context through the host table it is opened with
+ * (backend_internal.h). */
 extern "C" {
-#include "base/alloc.h"
 #include "base/log.h"
 #include "base/result.h"
 #include "kernels/backend.h"
 }
 #include "kernels/backend_internal.h"
+
+#ifndef XF_VERSION
+#error "XF_VERSION must name the project version the module is built from"
+#endif
 
 /* Threads per block for every kernel; reductions rely on it being a power of
  * two. 256 keeps eight blocks resident per SM on Hopper. */
@@ -59,6 +66,7 @@ extern "C" {
 #define XF__SCRATCH_MIN ((size_t)64 << 10)
 
 typedef struct cuda_state {
+  const xf__backend_host *host; /* the process's services; outlives the state */
   int device;
   cudaStream_t stream;
   cublasHandle_t blas;
@@ -89,8 +97,8 @@ static void cuda_latch(cuda_state *st, xf_err code, const char *fmt, ...) {
   vsnprintf(st->err_msg, sizeof(st->err_msg), fmt, ap);
   va_end(ap);
   st->err = code;
-  XF_ERROR("cuda_error", "device=%d code=%s msg=\"%s\"", st->device, xf_err_name(code),
-           st->err_msg);
+  st->host->log(XF_LOG_ERROR, "cuda_error", "device=%d code=%s msg=\"%s\"", st->device,
+                st->host->err_name(code), st->err_msg);
 }
 
 /* True on success; otherwise latches `what` with CUDA's words. The runtime's
@@ -489,7 +497,8 @@ static xf_err cuda_alloc(xf_backend *b, size_t bytes, void **out) {
   cudaError_t e = cudaMalloc(&p, bytes ? bytes : 64);
   if (e != cudaSuccess) {
     (void)cudaGetLastError(); /* out of memory is not sticky: keep it out of the latch */
-    XF_DEBUG("cuda_alloc_failed", "bytes=%zu error=%s", bytes, cudaGetErrorName(e));
+    st->host->log(XF_LOG_DEBUG, "cuda_alloc_failed", "bytes=%zu error=%s", bytes,
+                  cudaGetErrorName(e));
     return e == cudaErrorMemoryAllocation ? XF_ENOMEM : XF_EBACKEND;
   }
   /* Queued before any op that can use p, so every op sees zeros. */
@@ -863,7 +872,7 @@ static void cuda_state_destroy(cuda_state *st) {
     if (st->stream) (void)cudaStreamDestroy(st->stream);
   }
   (void)cudaGetLastError();
-  xf_free(st);
+  st->host->free(st);
 }
 
 static void cuda_close(xf_backend *b) {
@@ -911,65 +920,74 @@ static const xf__backend_ops cuda_ops = {
 static xf_err cuda_state_init(cuda_state *st, struct cudaDeviceProp *prop, xf_errctx *err) {
   cudaError_t e = cudaSetDevice(st->device);
   if (e != cudaSuccess)
-    return xf_fail(err, XF_ENODEVICE, "CUDA device %d is not usable: cudaSetDevice says %s (%s)",
-                   st->device, XF__CUDA_WHY(e));
+    return st->host->fail(err, XF_ENODEVICE,
+                          "CUDA device %d is not usable: cudaSetDevice says %s (%s)", st->device,
+                          XF__CUDA_WHY(e));
   e = cudaGetDeviceProperties(prop, st->device);
   if (e != cudaSuccess)
-    return xf_fail(err, XF_ENODEVICE, "CUDA device %d: cudaGetDeviceProperties says %s (%s)",
-                   st->device, XF__CUDA_WHY(e));
+    return st->host->fail(err, XF_ENODEVICE, "CUDA device %d: cudaGetDeviceProperties says %s (%s)",
+                          st->device, XF__CUDA_WHY(e));
   /* The kernels are built for sm_90 plus compute_90 PTX: an older GPU has no
    * image to run. Asking for a kernel's attributes loads it, so the problem
    * shows here, where AUTO can still fall back to cpu, not at the first op. */
   struct cudaFuncAttributes fa;
   e = cudaFuncGetAttributes(&fa, k_fill);
   if (e != cudaSuccess)
-    return xf_fail(err, XF_ENODEVICE,
-                   "CUDA device %d (%s, compute capability %d.%d) cannot run this build's "
-                   "kernels: %s (%s); rebuild with CMAKE_CUDA_ARCHITECTURES covering it",
-                   st->device, prop->name, prop->major, prop->minor, XF__CUDA_WHY(e));
+    return st->host->fail(err, XF_ENODEVICE,
+                          "CUDA device %d (%s, compute capability %d.%d) cannot run this build's "
+                          "kernels: %s (%s); rebuild with CMAKE_CUDA_ARCHITECTURES covering it",
+                          st->device, prop->name, prop->major, prop->minor, XF__CUDA_WHY(e));
   e = cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking);
   if (e != cudaSuccess) {
     st->stream = NULL;
-    return xf_fail(err, XF_EBACKEND, "cudaStreamCreate: %s (%s)", XF__CUDA_WHY(e));
+    return st->host->fail(err, XF_EBACKEND, "cudaStreamCreate: %s (%s)", XF__CUDA_WHY(e));
   }
   cublasStatus_t s = cublasCreate(&st->blas);
   if (s != CUBLAS_STATUS_SUCCESS) {
     st->blas = NULL;
-    return xf_fail(err, XF_EBACKEND, "cublasCreate: %s (%s)", cublasGetStatusString(s),
-                   cublasGetStatusName(s));
+    return st->host->fail(err, XF_EBACKEND, "cublasCreate: %s (%s)", cublasGetStatusString(s),
+                          cublasGetStatusName(s));
   }
   s = cublasSetStream(st->blas, st->stream);
   if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetMathMode(st->blas, CUBLAS_DEFAULT_MATH);
   if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetPointerMode(st->blas, CUBLAS_POINTER_MODE_HOST);
   if (s != CUBLAS_STATUS_SUCCESS)
-    return xf_fail(err, XF_EBACKEND, "configuring cuBLAS: %s (%s)", cublasGetStatusString(s),
-                   cublasGetStatusName(s));
+    return st->host->fail(err, XF_EBACKEND, "configuring cuBLAS: %s (%s)", cublasGetStatusString(s),
+                          cublasGetStatusName(s));
   e = cudaMalloc(&st->scratch, XF__SCRATCH_MIN);
   if (e != cudaSuccess) {
     st->scratch = NULL;
-    return xf_fail(err, e == cudaErrorMemoryAllocation ? XF_ENOMEM : XF_EBACKEND,
-                   "cudaMalloc (scratch): %s (%s)", XF__CUDA_WHY(e));
+    return st->host->fail(err, e == cudaErrorMemoryAllocation ? XF_ENOMEM : XF_EBACKEND,
+                          "cudaMalloc (scratch): %s (%s)", XF__CUDA_WHY(e));
   }
   st->scratch_bytes = XF__SCRATCH_MIN;
   return XF_OK;
 }
 
-extern "C" xf_err xf__cuda_open(xf_backend *b, const xf_backend_options *opt, xf_errctx *err) {
+/* The module's one exported symbol (XF__CUDA_ENTRY); the rest of the module
+ * is hidden (-fvisibility=hidden). */
+extern "C" __attribute__((visibility("default"))) xf_err xf_cuda_backend_open(
+    const xf__backend_host *host, xf_backend *b, const xf_backend_options *opt, xf_errctx *err) {
+  if (!host || host->abi != XF__BACKEND_ABI || host->backend_size != sizeof(xf_backend) ||
+      !host->version || strcmp(host->version, XF_VERSION) != 0)
+    return XF_EUNSUPPORTED;
+  if (!b) return XF_OK; /* the loader's check of the host table alone */
   b->impl = NULL;
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    return xf_fail(err, XF_ENODEVICE, "no CUDA device: cudaGetDeviceCount says %s (%s)",
-                   XF__CUDA_WHY(e));
+    return host->fail(err, XF_ENODEVICE, "no CUDA device: cudaGetDeviceCount says %s (%s)",
+                      XF__CUDA_WHY(e));
   }
   if (count <= 0)
-    return xf_fail(err, XF_ENODEVICE, "no CUDA device: cudaGetDeviceCount says 0 devices");
+    return host->fail(err, XF_ENODEVICE, "no CUDA device: cudaGetDeviceCount says 0 devices");
   if (opt->device < 0 || opt->device >= count)
-    return xf_fail(err, XF_ENODEVICE, "CUDA device %d requested, this machine has %d (0 to %d)",
-                   opt->device, count, count - 1);
-  cuda_state *st = (cuda_state *)xf_calloc(1, sizeof(*st));
-  if (!st) return xf_fail(err, XF_ENOMEM, "cannot allocate the cuda backend state");
+    return host->fail(err, XF_ENODEVICE, "CUDA device %d requested, this machine has %d (0 to %d)",
+                      opt->device, count, count - 1);
+  cuda_state *st = (cuda_state *)host->calloc(1, sizeof(*st));
+  if (!st) return host->fail(err, XF_ENOMEM, "cannot allocate the cuda backend state");
+  st->host = host;
   st->device = opt->device;
   st->err = XF_OK;
   struct cudaDeviceProp prop;
@@ -985,7 +1003,7 @@ extern "C" xf_err xf__cuda_open(xf_backend *b, const xf_backend_options *opt, xf
     runtime = 0;
   }
   int threads;
-  rc = xf__backend_threads(opt, &threads, err);
+  rc = host->threads(opt, &threads, err);
   if (rc != XF_OK) {
     cuda_state_destroy(st);
     return rc;

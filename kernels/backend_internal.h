@@ -5,6 +5,7 @@
 #ifndef XF_KERNELS_BACKEND_INTERNAL_H
 #define XF_KERNELS_BACKEND_INTERNAL_H
 
+#include "base/log.h"
 #include "kernels/backend.h"
 
 #ifdef __cplusplus
@@ -67,12 +68,44 @@ struct xf_backend {
  * more than 1024. */
 xf_err xf__backend_threads(const xf_backend_options *opt, int *threads, xf_errctx *err);
 
-/* Each fills b->ops, b->impl, b->description and b->threads. On failure
- * they leave b->impl NULL and explain in err. */
+/* Fills b->ops, b->impl, b->description and b->threads. On failure it
+ * leaves b->impl NULL and explains in err. */
 xf_err xf__cpu_open(xf_backend *b, const xf_backend_options *opt, xf_errctx *err);
-#ifdef XF_HAVE_CUDA
-xf_err xf__cuda_open(xf_backend *b, const xf_backend_options *opt, xf_errctx *err);
-#endif
+
+/* ---- the cuda module ------------------------------------------------------
+ * The cuda backend is a shared object of its own (libxfed-cuda.so), so that
+ * only a process that opens it maps the CUDA runtime and cuBLAS. backend.c
+ * dlopen()s it on the first request for cuda and calls its one exported
+ * symbol, XF__CUDA_ENTRY. The module links nothing of xfed: what it needs from
+ * the process (allocation, logging, error context, the thread count) comes in
+ * the host table, so the process's own allocator hooks and log format apply. */
+
+/* Raised whenever this table, xf__backend_ops or struct xf_backend changes
+ * shape; a module built for another value refuses to open. */
+#define XF__BACKEND_ABI 1
+#define XF__CUDA_MODULE "libxfed-cuda.so"
+#define XF__CUDA_ENTRY "xf_cuda_backend_open"
+
+typedef struct xf__backend_host {
+  unsigned abi;        /* XF__BACKEND_ABI of the process */
+  size_t backend_size; /* sizeof(struct xf_backend) of the process */
+  const char *version; /* the project version the process was built from */
+  void *(*calloc)(size_t n, size_t size);
+  void (*free)(void *p);
+  void (*log)(xf_log_level level, const char *event, const char *fields, ...) XF_PRINTF(3, 4);
+  xf_err (*fail)(xf_errctx *ctx, xf_err code, const char *fmt, ...) XF_PRINTF(3, 4);
+  const char *(*err_name)(xf_err code);
+  xf_err (*threads)(const xf_backend_options *opt, int *threads, xf_errctx *err);
+} xf__backend_host;
+
+/* The module's entry point: opens the cuda backend into b as xf__cpu_open
+ * does for cpu. `host` outlives every backend the module opens. A module
+ * built for another ABI, struct size or version returns XF_EUNSUPPORTED
+ * without touching b or err (the host table may not be what it expects);
+ * the caller says why. With b NULL it only makes that check and returns
+ * XF_OK when the module fits the process; it touches no device then. */
+typedef xf_err (*xf__backend_open_fn)(const xf__backend_host *host, xf_backend *b,
+                                      const xf_backend_options *opt, xf_errctx *err);
 
 #ifdef __cplusplus
 }

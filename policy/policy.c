@@ -244,7 +244,8 @@ static xf_err get_enum(json_t *o, const char *path, const char *key, const char 
       *out = i;
       return XF_OK;
     }
-  snprintf(f, sizeof(f), "%s.%s", path, key);
+  /* A field path is a few short names; the key is one of this file's. */
+  snprintf(f, sizeof(f), "%.120s.%.30s", path, key);
   char list[160] = "";
   for (int i = first; i < first + count; i++)
     snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i > first ? ", " : "",
@@ -305,7 +306,7 @@ static xf_err parse_dataset(json_t *v, const char *path, xf_policy_dataset *d, x
   XF_GUARD(only_members(v, path, members, err));
   XF_GUARD(get_string(v, path, "name", true, "dataset name", d->name, sizeof(d->name), err));
   XF_GUARD(get_string(v, path, "site", true, "site name", d->site, sizeof(d->site), err));
-  int c;
+  int c = 0;
   XF_GUARD(get_enum(v, path, "classification", class_names, 1, 4, "classification", &c, err));
   d->classification = (xf_policy_class)c;
   json_t *tags;
@@ -344,7 +345,7 @@ static xf_err parse_rule(json_t *v, const char *path, xf_policy_rule *r, xf_errc
   static const char *const cond_members[] = {"max_epsilon", "min_cohort", "require_secagg",
                                              "valid_from", "valid_until", NULL};
   char f[160], g[200];
-  int e;
+  int e = 0;
   XF_GUARD(need_object(v, path, err));
   XF_GUARD(only_members(v, path, members, err));
   XF_GUARD(get_string(v, path, "id", true, "rule id", r->id, sizeof(r->id), err));
@@ -966,7 +967,7 @@ static xf_err class_parse(const char *s, xf_policy_class *out, xf_errctx *err) {
 static xf_err dataset_add_body(xf_policy **pp, const void *arg, xf_errctx *err) {
   const edit_args *e = arg;
   xf_policy *p = *pp;
-  xf_policy_class c;
+  xf_policy_class c = XF_POLICY_CLASS_NONE;
   XF_GUARD(check_name(e->a, "dataset", "dataset name", err));
   if (!e->b || !find_site(p, e->b))
     return refuse(err, XF_EINVAL, "site", "dataset '%s' is at unknown site '%.64s'", e->a,
@@ -1120,8 +1121,8 @@ static xf_err edit_body(const xf_policy_edit *e, change_fn *fn, const void **arg
 
 xf_err xf_policy_commit(xf_db *db, const xf_policy_edit *e, const xf_policy_change *chg,
                         uint64_t *version, xf_errctx *err) {
-  change_fn fn;
-  const void *arg;
+  change_fn fn = NULL;
+  const void *arg = NULL;
   edit_args args;
   XF_GUARD(edit_body(e, &fn, &arg, &args, err));
   return commit_change(db, fn, arg, chg, version, err);
@@ -1130,8 +1131,8 @@ xf_err xf_policy_commit(xf_db *db, const xf_policy_edit *e, const xf_policy_chan
 xf_err xf_policy_commit_keep(xf_db *db, const xf_policy *current, const xf_policy_edit *e,
                              const xf_policy_change *chg, uint64_t *version, xf_policy **model,
                              xf_errctx *err) {
-  change_fn fn;
-  const void *arg;
+  change_fn fn = NULL;
+  const void *arg = NULL;
   edit_args args;
   *model = NULL;
   XF_GUARD(edit_body(e, &fn, &arg, &args, err));
@@ -1141,8 +1142,8 @@ xf_err xf_policy_commit_keep(xf_db *db, const xf_policy *current, const xf_polic
 xf_err xf_policy_edit_document(const char *json_text, const xf_policy_edit *e, char **out,
                                xf_errctx *err) {
   *out = NULL;
-  change_fn fn;
-  const void *arg;
+  change_fn fn = NULL;
+  const void *arg = NULL;
   edit_args args;
   XF_GUARD(edit_body(e, &fn, &arg, &args, err));
   xf_policy *p = NULL;

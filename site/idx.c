@@ -247,8 +247,8 @@ xf_err xf_idx_parse(const void *images, size_t images_len, const char *images_na
   memset(out, 0, sizeof(*out));
   if (!images_name) images_name = "images";
   if (!labels_name) labels_name = "labels";
-  const uint8_t *img, *lbl;
-  size_t img_len, lbl_len;
+  const uint8_t *img = NULL, *lbl = NULL;
+  size_t img_len = 0, lbl_len = 0;
   uint8_t *img_owned = NULL, *lbl_owned = NULL;
   xf_err rc = idx_inflate(images, images_len, images_name, &img, &img_len, &img_owned, err);
   if (rc == XF_OK)
