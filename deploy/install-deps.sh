@@ -18,6 +18,7 @@ packages=(
   libssl-dev openssl libuv1-dev libsodium-dev libsqlite3-dev
   libprotobuf-c-dev protobuf-c-compiler libjansson-dev
   libopenblas-dev zlib1g-dev libcmocka-dev
+  libcairo2-dev libexpat1-dev
   clang libclang-rt-dev
   dataset-fashion-mnist
 )
