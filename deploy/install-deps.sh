@@ -20,6 +20,7 @@ packages=(
   libopenblas-dev zlib1g-dev libcmocka-dev
   clang libclang-rt-dev
   dataset-fashion-mnist
+  libmicrohttpd-dev libgnutls28-dev prometheus
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3 python3-torch python3-numpy)
