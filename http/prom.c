@@ -8,7 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
 #include "base/alloc.h"
+
+#ifndef XF_VERSION
+#define XF_VERSION "unknown"
+#endif
 
 static void put(xf_prom *p, const char *s, size_t n) {
   if (p->failed) return;
@@ -135,6 +143,60 @@ void xf_prom_histogram(xf_prom *p, const char *name, const char *const *labels,
   puts_(p, " ");
   put_value(p, (double)h->count);
   puts_(p, "\n");
+}
+
+/* The process's start as Unix seconds, from /proc (boot time + start ticks). */
+static double process_start(void) {
+  FILE *f = fopen("/proc/self/stat", "r");
+  if (!f) return NAN;
+  char buf[1024];
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *r = strrchr(buf, ')'); /* the command name may hold spaces */
+  if (!r) return NAN;
+  unsigned long long start = 0;
+  /* Fields after the name: state (3) ... starttime (22). */
+  const char *q = r + 1;
+  for (int field = 2; field < 22 && q; field++) q = strchr(q + 1, ' ');
+  if (!q || sscanf(q, " %llu", &start) != 1) return NAN;
+  FILE *st = fopen("/proc/stat", "r");
+  if (!st) return NAN;
+  char line[256];
+  double btime = NAN;
+  while (fgets(line, sizeof(line), st))
+    if (strncmp(line, "btime ", 6) == 0) btime = strtod(line + 6, NULL);
+  fclose(st);
+  long hz = sysconf(_SC_CLK_TCK);
+  return hz > 0 ? btime + (double)start / (double)hz : NAN;
+}
+
+void xf_prom_process(xf_prom *p, const char *program) {
+  double rss = NAN;
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (f) {
+    unsigned long long size, resident;
+    if (fscanf(f, "%llu %llu", &size, &resident) == 2)
+      rss = (double)resident * (double)sysconf(_SC_PAGESIZE);
+    fclose(f);
+  }
+  struct rusage ru;
+  double cpu = NAN;
+  if (getrusage(RUSAGE_SELF, &ru) == 0)
+    cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+          (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+  xf_prom_family(p, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+  xf_prom_sample(p, "process_resident_memory_bytes", NULL, rss);
+  xf_prom_family(p, "process_cpu_seconds_total", "counter",
+                 "Total user and system CPU time spent in seconds.");
+  xf_prom_sample(p, "process_cpu_seconds_total", NULL, cpu);
+  xf_prom_family(p, "process_start_time_seconds", "gauge",
+                 "Start time of the process since unix epoch in seconds.");
+  xf_prom_sample(p, "process_start_time_seconds", NULL, process_start());
+  xf_prom_family(p, "xfed_build_info", "gauge",
+                 "Always 1; the labels name the program and the xfed version it was built from.");
+  const char *labels[] = {"program", program, "version", XF_VERSION, NULL};
+  xf_prom_sample(p, "xfed_build_info", labels, 1);
 }
 
 char *xf_prom_take(xf_prom *p, size_t *len) {

@@ -47,6 +47,12 @@ void xf_prom_sample(xf_prom *p, const char *name, const char *const *labels, dou
  * and le="+Inf", then name_sum and name_count. */
 void xf_prom_histogram(xf_prom *p, const char *name, const char *const *labels,
                        const xf_prom_hist *h);
+/* The standard process series of this process: process_resident_memory_bytes
+ * (from /proc/self/statm), process_cpu_seconds_total (user + system, from
+ * getrusage) and process_start_time_seconds; and xfed_build_info{version,
+ * program} 1. */
+void xf_prom_process(xf_prom *p, const char *program);
+
 /* Takes the body (caller frees with xf_free; NULL after a failure) and
  * resets p. *len gets its length. */
 char *xf_prom_take(xf_prom *p, size_t *len);
