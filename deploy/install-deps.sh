@@ -21,6 +21,7 @@ packages=(
   libcairo2-dev libexpat1-dev
   clang libclang-rt-dev
   dataset-fashion-mnist
+  libmicrohttpd-dev libgnutls28-dev prometheus
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3 python3-torch python3-numpy)
