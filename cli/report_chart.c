@@ -166,11 +166,14 @@ static void font(cairo_t *cr, double size, bool bold) {
   cairo_set_font_size(cr, size);
 }
 
-/* The legend, right-aligned on the panel's title line. */
-static void draw_legend(cairo_t *cr, const panel *p, double right, double baseline, double u) {
+/* The legend of the curves that have data (drawn[i]), right-aligned on the
+ * panel's title line. */
+static void draw_legend(cairo_t *cr, const panel *p, const bool *drawn, double right,
+                        double baseline, double u) {
   font(cr, 12 * u, false);
   double x = right;
   for (int i = p->n_curves - 1; i >= 0; i--) {
+    if (!drawn[i]) continue;
     cairo_text_extents_t e;
     cairo_text_extents(cr, p->curves[i].label, &e);
     x -= e.x_advance;
@@ -199,10 +202,12 @@ static void draw_panel(cairo_t *cr, const xf_chart *c, const panel *p, box b, do
   /* The figures' range, and for bytes the unit they are shown in. */
   double lo = INFINITY, hi = -INFINITY, scale = 1;
   const char *unit = NULL;
+  bool drawn[2] = {false, false};
   for (size_t i = 0; i < c->n_rounds; i++)
     for (int k = 0; k < p->n_curves; k++) {
       double v = value_of(&c->rounds[i], p->curves[k].field);
       if (!isfinite(v)) continue;
+      drawn[k] = true;
       lo = fmin(lo, v);
       hi = fmax(hi, v);
     }
@@ -225,7 +230,7 @@ static void draw_panel(cairo_t *cr, const xf_chart *c, const panel *p, box b, do
     text_at(cr, p->missing, plot.x + plot.w / 2, plot.y + plot.h / 2, 0.5);
     return;
   }
-  draw_legend(cr, p, b.x + b.w - 14 * u, b.y + 22 * u, u);
+  draw_legend(cr, p, drawn, b.x + b.w - 14 * u, b.y + 22 * u, u);
   axis ya = make_axis(lo / scale, hi / scale, p->from_zero, p->unit_interval, false);
   axis xa = make_axis(c->rounds[0].round, c->rounds[c->n_rounds - 1].round, false, false, true);
   double xspan = xa.hi - xa.lo, yspan = ya.hi - ya.lo;
