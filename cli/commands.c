@@ -295,6 +295,26 @@ const xf_cmd xf_cli_commands[] = {
      "\n"
      "example: xfed job report 7 --out job7.png\n",
      xf_cmd_job_report},
+    {"dashboard", NULL, "a one-use URL to the coordinator's read-only web dashboard",
+     "usage: xfed dashboard [--ttl S] [--json] [connection flags]\n"
+     "\n"
+     "Asks the coordinator, over the same mutual-TLS session as every other\n"
+     "request, for a token to its web dashboard and prints the URL to open:\n"
+     "  https://HOST:PORT/login?token=T\n"
+     "The token works once: the browser that opens it gets a session cookie\n"
+     "(HttpOnly, Secure, SameSite=Strict) that ends when the token would have.\n"
+     "The dashboard shows what the certificate's role may read: jobs, their\n"
+     "curves, sites and datasets and policy versions for any user; the audit\n"
+     "trail's state for compliance and admin certificates. The coordinator must\n"
+     "run with --dashboard (docs/dashboard.md).\n"
+     "\n"
+     "options:\n"
+     "  --ttl S   seconds the token and the session last: 60 to 3600 (default 900)\n"
+     "  --json    print {\"url\", \"expires\", \"expires_utc\"}\n"
+     "\n" XF_CLIENT_OPTIONS_HELP
+     "\n"
+     "example: xfed dashboard   # then open the URL it prints\n",
+     xf_cmd_dashboard},
     {"pki", "init", "create a federation's CA, its empty CRL and the federation directory",
      "usage: xfed pki init --federation FED [--dir DIR] [--days N] [--json]\n"
      "\n"

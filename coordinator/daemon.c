@@ -646,6 +646,7 @@ static void stop(xf__coord *co, const char *why) {
   co->stopping = true;
   XF_INFO("coordinator_stopping", "reason=%s", why);
   xf__metrics_stop(co);
+  xf__dashboard_stop(co);
   if (co->listener) xf_listener_close(co->listener, NULL);
   co->listener = NULL;
   if (co->cfg.regional) xf__upstream_stop(co);
@@ -845,6 +846,7 @@ xf_err xf_coord_run(const xf_coord_config *cfg, xf_errctx *err) {
   xf_listener_set_user(co->listener, co);
   if ((rc = write_port_file(co, err)) != XF_OK) goto out;
   if ((rc = xf__metrics_start(co, err)) != XF_OK) goto out;
+  if ((rc = xf__dashboard_start(co, err)) != XF_OK) goto out;
   uv_timer_init(&co->loop, &co->tick);
   co->tick.data = co;
   uv_check_init(&co->loop, &co->pump);
@@ -894,6 +896,7 @@ out:
       co->listener = NULL;
     }
     xf__metrics_stop(co);
+    xf__dashboard_stop(co);
     uv_walk(&co->loop, close_walk, NULL);
     uv_run(&co->loop, UV_RUN_DEFAULT);
     uv_loop_close(&co->loop);

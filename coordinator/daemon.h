@@ -55,6 +55,11 @@ typedef struct xf_coord_config {
   char metrics_host[256];
   int metrics_port;                     /* 0 picks a free one */
   char metrics_port_file[XF_COORD_PATH_MAX]; /* written with the bound port; "" for none */
+  /* The read-only web dashboard over HTTPS with the coordinator's own
+   * certificate (docs/dashboard.md): "" for none (--dashboard). */
+  char dashboard_host[256];
+  int dashboard_port;                   /* 0 picks a free one */
+  char dashboard_port_file[XF_COORD_PATH_MAX]; /* written with the bound port; "" for none */
 } xf_coord_config;
 
 /* Runs the daemon until SIGTERM or SIGINT (clean shutdown: stops accepting,

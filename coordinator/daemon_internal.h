@@ -296,6 +296,8 @@ typedef struct xf__coord {
   xf_policy *policy;
   /* The metrics and health endpoint (metrics.c), NULL without --metrics. */
   xf_http *http;
+  /* The dashboard (dashboard.c), NULL without --dashboard. */
+  struct xf__dashboard *dash;
   xf__coord_stats stats;
   /* Regional role: the link upstream. */
   xf__peer *up_peer;
@@ -470,6 +472,20 @@ void xf__stats_init(xf__coord *co);
 /* Serves them when cfg.metrics_port is set (>= 0 with a host). */
 xf_err xf__metrics_start(xf__coord *co, xf_errctx *err) XF_WARN_UNUSED;
 void xf__metrics_stop(xf__coord *co);
+
+/* ---- dashboard.c ------------------------------------------------------------------------- */
+typedef struct xf__dashboard xf__dashboard;
+/* Serves the dashboard when cfg.dashboard_host is set (global role only). */
+xf_err xf__dashboard_start(xf__coord *co, xf_errctx *err) XF_WARN_UNUSED;
+/* Closes it and forgets every token and session; a no-op without one. */
+void xf__dashboard_stop(xf__coord *co);
+/* Answers a DashboardRequest with a token (any user certificate). */
+void xf__dashboard_grant(xf__coord *co, xf__peer *p, const Xfed__DashboardRequest *m);
+
+/* ---- requests.c -------------------------------------------------------------------------- */
+/* Job id as `xfed job status --json` shows it (requests.c builds both from
+ * the same JobInfo); NULL with err set when it cannot be read. */
+json_t *xf__job_info_json(xf__coord *co, int64_t id, xf_errctx *err);
 /* Hooks: a run's phase may have moved (host.c after each action list); a
  * round committed or an attempt failed; a peer's connection closed. */
 void xf__stats_phase(xf__run *run);

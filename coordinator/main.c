@@ -22,7 +22,8 @@
 static xf_err parse_addr(xf_cli *cli, const char *what, const char *s, char *host, size_t n,
                          int *port) {
   bool allow_zero = strcmp(what, "--listen") == 0 || strcmp(what, "listen") == 0 ||
-                    strcmp(what, "--metrics") == 0 || strcmp(what, "metrics") == 0;
+                    strcmp(what, "--metrics") == 0 || strcmp(what, "metrics") == 0 ||
+                    strcmp(what, "--dashboard") == 0 || strcmp(what, "dashboard") == 0;
   const char *colon = strrchr(s, ':');
   char *end = NULL;
   long p = colon ? strtol(colon + 1, &end, 10) : -1;
@@ -59,6 +60,23 @@ static xf_err parse_metrics(xf_cli *cli, const char *what, const char *s, xf_coo
   }
   return parse_addr(cli, what, s, c->metrics_host, sizeof(c->metrics_host),
                     &c->metrics_port);
+}
+
+/* --dashboard [HOST:]PORT: a port alone listens on 127.0.0.1 (loopback);
+ * port 0 picks a free one. */
+static xf_err parse_dashboard(xf_cli *cli, const char *what, const char *s, xf_coord_config *c) {
+  if (!strchr(s, ':')) {
+    char *end = NULL;
+    long p = strtol(s, &end, 10);
+    if (!*s || !end || *end || p < 0 || p > 65535)
+      return xf_fail(&cli->err, XF_EUSAGE,
+                     "%s '%s' is not [HOST:]PORT with a port from 0 to 65535", what, s);
+    snprintf(c->dashboard_host, sizeof(c->dashboard_host), "127.0.0.1");
+    c->dashboard_port = (int)p;
+    return XF_OK;
+  }
+  return parse_addr(cli, what, s, c->dashboard_host, sizeof(c->dashboard_host),
+                    &c->dashboard_port);
 }
 
 /* A path from the config file: relative ones are relative to its directory. */
@@ -123,7 +141,8 @@ static xf_err load_config(xf_cli *cli, const char *path, xf_coord_config *c) {
                                      "handshake_timeout_s", "min_frame_rate",
                                      "frame_rate_window_s", "frame_grace_s", "max_connections",
                                      "max_connections_per_address", "buffer_budget", "metrics",
-                                     "metrics_port_file", NULL};
+                                     "metrics_port_file", "dashboard", "dashboard_port_file",
+                                     NULL};
   xf_err rc = XF_OK;
   const char *k;
   json_t *v;
@@ -141,7 +160,8 @@ static xf_err load_config(xf_cli *cli, const char *path, xf_coord_config *c) {
                    "crl, state_dir, port_file, max_frame, max_staged, resume_grace_s, "
                    "eval_timeout_s, residency_policy, handshake_timeout_s, min_frame_rate, "
                    "frame_rate_window_s, frame_grace_s, max_connections, "
-                   "max_connections_per_address, buffer_budget, metrics, metrics_port_file");
+                   "max_connections_per_address, buffer_budget, metrics, metrics_port_file, "
+                   "dashboard, dashboard_port_file");
       goto out;
     }
     bool numeric = strcmp(k, "max_frame") == 0 || strcmp(k, "max_staged") == 0 ||
@@ -191,6 +211,10 @@ static xf_err load_config(xf_cli *cli, const char *path, xf_coord_config *c) {
       config_path(c->port_file, sizeof(c->port_file), dir, s);
     } else if (strcmp(k, "metrics_port_file") == 0) {
       config_path(c->metrics_port_file, sizeof(c->metrics_port_file), dir, s);
+    } else if (strcmp(k, "dashboard_port_file") == 0) {
+      config_path(c->dashboard_port_file, sizeof(c->dashboard_port_file), dir, s);
+    } else if (strcmp(k, "dashboard") == 0) {
+      if ((rc = parse_dashboard(cli, "dashboard", s, c)) != XF_OK) goto out;
     } else if (strcmp(k, "metrics") == 0) {
       if ((rc = parse_metrics(cli, "metrics", s, c)) != XF_OK) goto out;
     } else if (strcmp(k, "max_frame") == 0) {
@@ -240,6 +264,8 @@ static int cmd_run(xf_cli *cli, int argc, char **argv) {
       {"crl", required_argument, 0, 'L'},    {"state", required_argument, 0, 's'},
       {"port-file", required_argument, 0, 'p'}, {"residency-policy", required_argument, 0, 'P'},
       {"metrics", required_argument, 0, 'M'}, {"metrics-port-file", required_argument, 0, 'm'},
+      {"dashboard", required_argument, 0, 'D'},
+      {"dashboard-port-file", required_argument, 0, 'd'},
       {0, 0, 0, 0}};
   xf_coord_config c;
   memset(&c, 0, sizeof(c));
@@ -282,6 +308,10 @@ static int cmd_run(xf_cli *cli, int argc, char **argv) {
     case 'p': snprintf(c.port_file, sizeof(c.port_file), "%s", optarg); break;
     case 'M': rc = parse_metrics(cli, "--metrics", optarg, &c); break;
     case 'm': snprintf(c.metrics_port_file, sizeof(c.metrics_port_file), "%s", optarg); break;
+    case 'D': rc = parse_dashboard(cli, "--dashboard", optarg, &c); break;
+    case 'd':
+      snprintf(c.dashboard_port_file, sizeof(c.dashboard_port_file), "%s", optarg);
+      break;
     case 'P':
       if (strcmp(optarg, "enforce") != 0 && strcmp(optarg, "off") != 0)
         return xf_cli_usage(cli, "--residency-policy is 'enforce' or 'off', not '%s'", optarg);
@@ -343,7 +373,8 @@ static const xf_cmd commands[] = {
      "                  [--upstream HOST:PORT] [--listen HOST:PORT] --cert FILE --key FILE\n"
      "                  --ca FILE --crl FILE --state DIR [--port-file FILE]\n"
      "                  [--residency-policy enforce|off] [--metrics [HOST:]PORT]\n"
-     "                  [--metrics-port-file FILE]\n"
+     "                  [--metrics-port-file FILE] [--dashboard [HOST:]PORT]\n"
+     "                  [--dashboard-port-file FILE]\n"
      "\n"
      "Runs until SIGTERM or SIGINT (clean shutdown; an open round resumes at the next\n"
      "start). SIGHUP reloads the CRL. Logs are key=value lines on stderr\n"
@@ -365,7 +396,7 @@ static const xf_cmd commands[] = {
      "                      handshake_timeout_s, min_frame_rate,\n"
      "                      frame_rate_window_s, frame_grace_s, max_connections,\n"
      "                      max_connections_per_address, buffer_budget, metrics,\n"
-     "                      metrics_port_file (paths\n"
+     "                      metrics_port_file, dashboard, dashboard_port_file (paths\n"
      "                      relative to the file); flags override it\n"
      "  --role R            global (default) or regional\n"
      "  --region R          the region it runs in: regional, the region served (must\n"
@@ -388,6 +419,12 @@ static const xf_cmd commands[] = {
      "                      docs/metrics.md\n"
      "  --metrics-port-file FILE\n"
      "                      write the metrics port there once listening\n"
+     "  --dashboard [H:]P   global: serve the read-only web dashboard over HTTPS with\n"
+     "                      --cert/--key there (a port alone: 127.0.0.1; 0 picks a\n"
+     "                      free one); users get a URL with 'xfed dashboard'; needs\n"
+     "                      Chart.js (libjs-chart.js); see docs/dashboard.md\n"
+     "  --dashboard-port-file FILE\n"
+     "                      write the dashboard port there once listening\n"
      "\n"
      "example: xfed-coord --state /var/lib/xfed-coord --cert coord.crt --key coord.key \\\n"
      "           --ca ca.crt --crl crl.pem --listen 0.0.0.0:7443\n"
