@@ -19,6 +19,7 @@ packages=(
   libprotobuf-c-dev protobuf-c-compiler libjansson-dev
   libopenblas-dev zlib1g-dev libcmocka-dev
   libcairo2-dev libexpat1-dev
+  chromium chromium-driver python3-selenium libjs-chart.js curl
   clang libclang-rt-dev
   dataset-fashion-mnist
   libmicrohttpd-dev libgnutls28-dev prometheus

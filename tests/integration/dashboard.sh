@@ -7,6 +7,8 @@
 # running job's rounds and draws its curve with no console error; requests
 # without a session, with a made-up token or with the spent one are 401.
 # usage: dashboard.sh BUILD_DIR [SCREENSHOT.png]
+# XF_DASH_ROUNDS=N waits for N committed rounds (default 2) before the page
+# is opened, for a screenshot with longer curves.
 set -euo pipefail
 build=$(cd "${1:?usage: dashboard.sh BUILD_DIR [SCREENSHOT.png]}" && pwd)
 shot=${2:-}
@@ -55,10 +57,10 @@ job=$(cli job submit "$work/job.json" 2>/dev/null | head -n 1)
 [[ $job =~ ^[0-9]+$ ]] || fail "no job id from submit: '$job'"
 for ((i = 0; i < 1500; i++)); do
   c=$(job_field "$job" rounds_committed || true)
-  [[ -n $c ]] && ((c >= 2)) && break
+  [[ -n $c ]] && ((c >= ${XF_DASH_ROUNDS:-2})) && break
   sleep 0.2
 done
-((c >= 2)) || fail "job $job committed no 2 rounds"
+((c >= ${XF_DASH_ROUNDS:-2})) || fail "job $job did not commit ${XF_DASH_ROUNDS:-2} rounds"
 
 code() { curl -sk -o /dev/null -w '%{http_code}' "$@"; }
 for path in / /api/jobs /api/audit /static/app.js /static/chart.js; do
