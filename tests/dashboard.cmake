@@ -5,4 +5,4 @@
 xf_add_test(test_dashtoken SOURCES test_dashtoken.c LIBS xf_dashtoken LABELS unit)
 add_test(NAME dashboard_browser
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/dashboard.sh ${PROJECT_BINARY_DIR})
-set_tests_properties(dashboard_browser PROPERTIES LABELS "integration;slow" TIMEOUT 600)
+set_tests_properties(dashboard_browser PROPERTIES LABELS integration TIMEOUT 600)
