@@ -35,6 +35,7 @@ int xf__job_parse(xf_cli *cli, int argc, char **argv, const struct option *opts,
     case XF__JOB_OPT_CSV: a->csv = true; break;
     case XF__JOB_OPT_OUT: a->out = optarg; break;
     case XF__JOB_OPT_FORMAT: a->format = optarg; break;
+    case XF__JOB_OPT_SIZE: a->size = optarg; break;
     case XF__JOB_OPT_INTERVAL:
       if (xf_cli_parse_double(cli, "--interval", optarg, 0.01, 86400, &a->interval_s) != XF_OK)
         return xf_cli_usage(cli, "%s", cli->err.msg);

@@ -123,24 +123,16 @@ static json_t *row_json(const row *r) {
  * outgrows one frame). */
 #define METRICS_PAGE 5000
 
-/* The pages of a job's metrics: the answers (their rows point into them)
- * and every row, in the order they came. */
-typedef struct pages {
-  Xfed__Envelope **answers;
-  size_t n_answers;
-  row **rows;
-  size_t n_rows;
-} pages;
-
-static void pages_free(pages *p) {
+void xf__job_metrics_free(xf__job_metrics *p) {
   for (size_t i = 0; i < p->n_answers; i++) xf_envelope_free(p->answers[i]);
   xf_free(p->answers);
   xf_free(p->rows);
+  memset(p, 0, sizeof(*p));
 }
 
 /* Asks page after page, each after the last row of the one before, until
  * the coordinator says none remain. */
-static int fetch_pages(xf_cli *cli, xf_client *c, const char *job, pages *out) {
+int xf__job_metrics_fetch(xf_cli *cli, xf_client *c, const char *job, xf__job_metrics *out) {
   memset(out, 0, sizeof(*out));
   Xfed__MetricsQuery q = XFED__METRICS_QUERY__INIT;
   q.job_id = (char *)job;
@@ -190,11 +182,11 @@ int xf_cmd_job_metrics(xf_cli *cli, int argc, char **argv) {
   if (a.csv && cli->json) return xf_cli_usage(cli, "--csv and --json exclude each other");
   xf_client *c = NULL;
   if ((st = xf_client_connect(cli, &a.conn, &c)) != XF_EXIT_OK) return st;
-  pages pg;
-  st = fetch_pages(cli, c, a.arg, &pg);
+  xf__job_metrics pg;
+  st = xf__job_metrics_fetch(cli, c, a.arg, &pg);
   xf_client_close(c);
   if (st != XF_EXIT_OK) {
-    pages_free(&pg);
+    xf__job_metrics_free(&pg);
     return st;
   }
   row **rows = pg.rows;
@@ -209,6 +201,6 @@ int xf_cmd_job_metrics(xf_cli *cli, int argc, char **argv) {
   } else {
     print_table(a.arg, rows, n);
   }
-  pages_free(&pg);
+  xf__job_metrics_free(&pg);
   return XF_EXIT_OK;
 }

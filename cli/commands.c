@@ -268,6 +268,53 @@ const xf_cmd xf_cli_commands[] = {
      "\n"
      "example: xfed job export 7 --out model.npy   # numpy.load('model.npy')\n",
      xf_cmd_job_export},
+    {"job", "report", "draw a job's training curves as PNG, SVG or PDF",
+     "usage: xfed job report ID --out FILE [--format png|svg|pdf] [--size WxH] [--json]\n"
+     "                       [connection flags]\n"
+     "\n"
+     "Draws the metrics of job ID ('xfed job metrics') as four panels over its\n"
+     "rounds, under a title naming the job, its state, its latest test accuracy\n"
+     "and the epsilon spent:\n"
+     "  test accuracy    mean over the round's sites, weighted by their training\n"
+     "                   records (the model each site received, on its test split)\n"
+     "  loss             train and test loss, weighted the same way\n"
+     "  epsilon spent    the job's privacy spent once the round committed (a panel\n"
+     "                   that says so when the job has no differential privacy)\n"
+     "  bytes per round  uplink and downlink, summed over the round's sites\n"
+     "FILE is written atomically (a regular file or nothing may be at FILE). The\n"
+     "format follows FILE's extension (.png, .svg, .pdf); --format may name it\n"
+     "when FILE has none, and is refused when it disagrees with the extension.\n"
+     "\n"
+     "options:\n"
+     "  --out FILE        where to write the drawing\n"
+     "  --format FORMAT   png, svg or pdf\n"
+     "  --size WxH        pixels (PNG) or points (SVG, PDF); default 1200x800,\n"
+     "                    480x360 to 4096x4096\n"
+     "  --json            print what was written as one JSON object\n"
+     "\n" XF_CLIENT_OPTIONS_HELP
+     "\n"
+     "example: xfed job report 7 --out job7.png\n",
+     xf_cmd_job_report},
+    {"dashboard", NULL, "a one-use URL to the coordinator's read-only web dashboard",
+     "usage: xfed dashboard [--ttl S] [--json] [connection flags]\n"
+     "\n"
+     "Asks the coordinator, over the same mutual-TLS session as every other\n"
+     "request, for a token to its web dashboard and prints the URL to open:\n"
+     "  https://HOST:PORT/login?token=T\n"
+     "The token works once: the browser that opens it gets a session cookie\n"
+     "(HttpOnly, Secure, SameSite=Strict) that ends when the token would have.\n"
+     "The dashboard shows what the certificate's role may read: jobs, their\n"
+     "curves, sites and datasets and policy versions for any user; the audit\n"
+     "trail's state for compliance and admin certificates. The coordinator must\n"
+     "run with --dashboard (docs/dashboard.md).\n"
+     "\n"
+     "options:\n"
+     "  --ttl S   seconds the token and the session last: 60 to 3600 (default 900)\n"
+     "  --json    print {\"url\", \"expires\", \"expires_utc\"}\n"
+     "\n" XF_CLIENT_OPTIONS_HELP
+     "\n"
+     "example: xfed dashboard   # then open the URL it prints\n",
+     xf_cmd_dashboard},
     {"pki", "init", "create a federation's CA, its empty CRL and the federation directory",
      "usage: xfed pki init --federation FED [--dir DIR] [--days N] [--json]\n"
      "\n"

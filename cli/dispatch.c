@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "base/text.h"
 #include "cli/cli.h"
 #include "crypto/digest.h"
@@ -62,6 +63,12 @@ static int leading_words(const xf_cli_program *p, const char *a) {
 
 int xf_cli_main(const xf_cli_program *p, int argc, char **argv) {
   xf_cli cli = {.prog = p->prog};
+  xf_errctx lerr;
+  xf_errctx_clear(&lerr);
+  if (xf_log_format_from_env(&lerr) != XF_OK) {
+    fprintf(stderr, "%s: %s\n", p->prog, lerr.msg);
+    return XF_EXIT_USAGE;
+  }
   if (xf_crypto_init() != XF_OK) {
     fprintf(stderr, "%s: libsodium could not start (no entropy source?)\n", p->prog);
     return XF_EXIT_ERROR;

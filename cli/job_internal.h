@@ -20,7 +20,8 @@ enum {
   XF__JOB_OPT_CSV,
   XF__JOB_OPT_ROUND,
   XF__JOB_OPT_OUT,
-  XF__JOB_OPT_FORMAT
+  XF__JOB_OPT_FORMAT,
+  XF__JOB_OPT_SIZE
 };
 
 /* The flags of every job verb; each verb's option table lists those it takes. */
@@ -32,6 +33,7 @@ typedef struct xf__job_args {
   bool interval_given;
   long round;        /* 0: latest */
   const char *out, *format;
+  const char *size; /* WxH, for job report */
 } xf__job_args;
 
 /* Parses argv with opts (which must end with a zero entry) and expects
@@ -75,6 +77,22 @@ void xf__job_print_json(json_t *v);
 
 /* A figure for JSON: null for NaN or infinity, which JSON cannot hold. */
 json_t *xf__job_number(double v);
+
+/* A job's metrics, every page of them: the answers (the rows point into
+ * them) and every row, in the order they came. */
+typedef struct xf__job_metrics {
+  Xfed__Envelope **answers;
+  size_t n_answers;
+  Xfed__MetricsReport__Row **rows;
+  size_t n_rows;
+} xf__job_metrics;
+
+/* Asks for job's metrics page by page until the coordinator says none
+ * remain (cli/cmd_job_metrics.c). Returns XF_EXIT_OK or the exit status it
+ * printed; either way the caller frees *out with xf__job_metrics_free. */
+int xf__job_metrics_fetch(xf_cli *cli, xf_client *c, const char *job, xf__job_metrics *out);
+
+void xf__job_metrics_free(xf__job_metrics *p);
 
 /* Follows job id, querying every interval_s seconds, until it is done,
  * failed or cancelled: on a terminal one line redrawn in place, else one

@@ -9,7 +9,7 @@ set(XF_LAYERS
   "privacy,policy,kernels"
   "job"
   "update"
-  "net"
+  "net,http"
   "coordinator,site,cli")
 
 if(NOT XF_SOURCE_DIR)

@@ -548,6 +548,7 @@ static void on_close(xf_conn *c, const xf_conn_reason *why) {
     XF_WARN("peer_closed", "peer=%s id=%s end=\"%s\" verdict=%s reason=\"%s\"",
             xf_conn_peer_addr(c), spiffe, xf_conn_end_message(why->end),
             xf_pki_verdict_name(why->verdict), why->msg);
+  xf__stats_peer_closed(co, p);
   p->conn = NULL;
   xf__stream_drop(p, NULL);
   xf__document_drop(p);
@@ -644,6 +645,8 @@ static void stop(xf__coord *co, const char *why) {
   if (co->stopping) return;
   co->stopping = true;
   XF_INFO("coordinator_stopping", "reason=%s", why);
+  xf__metrics_stop(co);
+  xf__dashboard_stop(co);
   if (co->listener) xf_listener_close(co->listener, NULL);
   co->listener = NULL;
   if (co->cfg.regional) xf__upstream_stop(co);
@@ -814,6 +817,7 @@ xf_err xf_coord_run(const xf_coord_config *cfg, xf_errctx *err) {
   if (!co) return xf_fail(err, XF_ENOMEM, "out of memory");
   co->cfg = *cfg;
   g_co = co;
+  xf__stats_init(co);
   if (!co->cfg.max_staged) co->cfg.max_staged = 4;
   if (!(co->cfg.resume_grace_s > 0)) co->cfg.resume_grace_s = 30;
   if (!(co->cfg.eval_timeout_s > 0)) co->cfg.eval_timeout_s = 120;
@@ -844,6 +848,8 @@ xf_err xf_coord_run(const xf_coord_config *cfg, xf_errctx *err) {
     goto out;
   xf_listener_set_user(co->listener, co);
   if ((rc = write_port_file(co, err)) != XF_OK) goto out;
+  if ((rc = xf__metrics_start(co, err)) != XF_OK) goto out;
+  if ((rc = xf__dashboard_start(co, err)) != XF_OK) goto out;
   uv_timer_init(&co->loop, &co->tick);
   co->tick.data = co;
   uv_check_init(&co->loop, &co->pump);
@@ -892,6 +898,8 @@ out:
       if (co->listener) xf_listener_close(co->listener, NULL);
       co->listener = NULL;
     }
+    xf__metrics_stop(co);
+    xf__dashboard_stop(co);
     uv_walk(&co->loop, close_walk, NULL);
     uv_run(&co->loop, UV_RUN_DEFAULT);
     uv_loop_close(&co->loop);

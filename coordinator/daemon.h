@@ -50,6 +50,16 @@ typedef struct xf_coord_config {
                                            one by its /64): 256, or a quarter of
                                            max_connections when that is less */
   size_t buffer_budget;                 /* bytes of large frames buffered at once: 256 MiB */
+  /* Prometheus /metrics and /healthz over HTTP (docs/metrics.md): "" for
+   * none (--metrics). */
+  char metrics_host[256];
+  int metrics_port;                     /* 0 picks a free one */
+  char metrics_port_file[XF_COORD_PATH_MAX]; /* written with the bound port; "" for none */
+  /* The read-only web dashboard over HTTPS with the coordinator's own
+   * certificate (docs/dashboard.md): "" for none (--dashboard). */
+  char dashboard_host[256];
+  int dashboard_port;                   /* 0 picks a free one */
+  char dashboard_port_file[XF_COORD_PATH_MAX]; /* written with the bound port; "" for none */
 } xf_coord_config;
 
 /* Runs the daemon until SIGTERM or SIGINT (clean shutdown: stops accepting,

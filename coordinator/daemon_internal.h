@@ -32,6 +32,8 @@
 #include "net/session.h"
 #include "net/tensor.h"
 #include "net/tls.h"
+#include "http/http.h"
+#include "http/prom.h"
 #include "policy/audit.h"
 #include "policy/policy.h"
 #include "privacy/noise.h"
@@ -237,8 +239,30 @@ typedef struct xf__run {
   bool agg_sealed;
   uint8_t agg_epk[XF_SEAL_PUBLICKEYBYTES];
   bool over;                /* finished: freed once nothing of it is in flight */
+  /* metrics.c: the phase the machine was in at the last look, since when,
+   * and when the open attempt opened. */
+  xf_jobm_phase seen_phase;
+  double phase_since, opened_at;
   struct xf__run *next;
 } xf__run;
+
+/* What the exporter (metrics.c) counts since the process started, beyond
+ * what the journal and the connection guard keep. */
+#define XF__STATS_JOBS 32 /* jobs whose round counts are kept (the newest) */
+typedef struct xf__coord_stats {
+  uint64_t bytes_in[5], bytes_out[5];   /* closed connections', by xf__peer_kind */
+  uint64_t updates_received;
+  uint64_t updates_refused[5];          /* by xf_jobm_refusal */
+  uint64_t updates_dropped;             /* broken streams (intake.c drop) */
+  uint64_t decisions[2][3];             /* [allowed][xf_policy_path] per site decided */
+  xf_prom_hist round_duration;          /* opened to committed */
+  xf_prom_hist phase_duration[XF_JOBM_CANCELLED + 1];
+  struct {
+    char job[32];
+    uint64_t completed, failed;
+  } jobs[XF__STATS_JOBS];               /* a ring, the oldest replaced */
+  size_t next_job;
+} xf__coord_stats;
 
 typedef struct xf__coord {
   uv_loop_t loop;
@@ -270,6 +294,11 @@ typedef struct xf__coord {
   /* Global role: the policy version decisions are taken against (cached;
    * reloaded when the version table moves on), NULL before the first. */
   xf_policy *policy;
+  /* The metrics and health endpoint (metrics.c), NULL without --metrics. */
+  xf_http *http;
+  /* The dashboard (dashboard.c), NULL without --dashboard. */
+  struct xf__dashboard *dash;
+  xf__coord_stats stats;
   /* Regional role: the link upstream. */
   xf__peer *up_peer;
   bool up_dialing;
@@ -437,6 +466,33 @@ void xf__policy_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);
 
 /* ---- requests.c ---------------------------------------------------------------------------- */
 void xf__cli_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);
+
+/* ---- metrics.c: /metrics and /healthz ----------------------------------------------------- */
+void xf__stats_init(xf__coord *co);
+/* Serves them when cfg.metrics_port is set (>= 0 with a host). */
+xf_err xf__metrics_start(xf__coord *co, xf_errctx *err) XF_WARN_UNUSED;
+void xf__metrics_stop(xf__coord *co);
+
+/* ---- dashboard.c ------------------------------------------------------------------------- */
+typedef struct xf__dashboard xf__dashboard;
+/* Serves the dashboard when cfg.dashboard_host is set (global role only). */
+xf_err xf__dashboard_start(xf__coord *co, xf_errctx *err) XF_WARN_UNUSED;
+/* Closes it and forgets every token and session; a no-op without one. */
+void xf__dashboard_stop(xf__coord *co);
+/* Answers a DashboardRequest with a token (any user certificate). */
+void xf__dashboard_grant(xf__coord *co, xf__peer *p, const Xfed__DashboardRequest *m);
+
+/* ---- requests.c -------------------------------------------------------------------------- */
+/* Job id as `xfed job status --json` shows it (requests.c builds both from
+ * the same JobInfo); NULL with err set when it cannot be read. */
+json_t *xf__job_info_json(xf__coord *co, int64_t id, xf_errctx *err);
+/* Hooks: a run's phase may have moved (host.c after each action list); a
+ * round committed or an attempt failed; a peer's connection closed. */
+void xf__stats_phase(xf__run *run);
+void xf__stats_round(xf__run *run, bool committed);
+void xf__stats_peer_closed(xf__coord *co, const xf__peer *p);
+/* Whether the last journal write failed (host.c). */
+bool xf__journal_broken(void);
 
 /* ---- upstream.c: the regional role's link upstream ------------------------------------------- */
 void xf__upstream_start(xf__coord *co);

@@ -18,7 +18,14 @@
 #include "job/jobprivacy.h"
 #include "privacy/plan.h"
 
+/* Whether the last journal write failed: /healthz answers 503 until one
+ * succeeds again. One daemon per process, so one flag. */
+static bool xf__journal_failing;
+
+bool xf__journal_broken(void) { return xf__journal_failing; }
+
 static void journal_check(xf_err rc, const char *doing, const xf_errctx *err) {
+  xf__journal_failing = rc != XF_OK;
   if (rc != XF_OK) XF_ERROR("journal_failed", "doing=%s reason=\"%s\"", doing, err->msg);
 }
 
@@ -572,6 +579,7 @@ static void do_commit(xf__run *run, const xf_jobm_action *a) {
       XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
     return;
   }
+  xf__stats_round(run, true);
   if (xf_jobm_committed(run->m, now, &err) != XF_OK)
     XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
 }
@@ -653,6 +661,7 @@ static void take_action(xf__run *run, const xf_jobm_action *a) {
                           name_of(co, a->carrier), "kind", "regional_aggregate", "why", a->note));
     XF_WARN("update_refused", "job=%s from=%s reason=\"%s\"", run->id_text,
             name_of(co, a->carrier), a->note);
+    co->stats.updates_refused[(unsigned)a->refusal <= XF_JOBM_REFUSED_BUSY ? a->refusal : 0]++;
     if (p)
       xf_session_send_error(p->conn, a->refusal == XF_JOBM_REFUSED_POLICY ? XF_EDENIED : XF_EINVAL,
                             "job %s: %s", run->id_text, a->note);
@@ -679,6 +688,7 @@ static void take_action(xf__run *run, const xf_jobm_action *a) {
   case XF_JOBM_RETRY:
     XF_WARN("round_retried", "job=%s round=%u attempt=%u reason=\"%s\"", run->id_text,
             (unsigned)a->round, (unsigned)a->attempt, a->note);
+    xf__stats_round(run, false);
     xf_aggregator_free(run->agg);
     run->agg = NULL;
     xf__takes_clear(run);
@@ -710,6 +720,7 @@ static void take_action(xf__run *run, const xf_jobm_action *a) {
     return;
   case XF_JOBM_FAIL:
     XF_ERROR("job_failed", "job=%s reason=\"%s\"", run->id_text, a->note);
+    xf__stats_round(run, false);
     if (!run->relay) journal_fail(run, a);
     traffic(run);
     run->over = true;
@@ -754,6 +765,7 @@ static void take_action(xf__run *run, const xf_jobm_action *a) {
 }
 
 void xf__run_actions(xf__run *run) {
+  xf__stats_phase(run);
   for (int guard = 0; guard < 64 && !run->over; guard++) {
     size_t n;
     const xf_jobm_action *acts = xf_jobm_actions(run->m, &n);
@@ -778,6 +790,7 @@ void xf__run_actions(xf__run *run) {
       run_plan(run);
       again = true;
     }
+    xf__stats_phase(run);
     if (!again) break;
   }
   xf__intake_admit(run);

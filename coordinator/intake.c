@@ -123,6 +123,7 @@ static void send_ack(xf__site *s, const xf_tensor_receiver *rx) {
 
 static void drop(xf__run *run, xf__site *s, const char *why) {
   XF_WARN("update_dropped", "job=%s from=%s reason=\"%s\"", run->id_text, s->name, why);
+  run->co->stats.updates_dropped++;
   xf__take *t = xf__take_of(run, s->id);
   if (t) xf__take_abort(run, t);
   xf_errctx err = {0};
@@ -412,6 +413,7 @@ void xf__intake_end(xf__run *run, xf__site *s, xf__take *t, const Xfed__TensorEn
       json_object_set_new(o, "policy_version", json_integer((json_int_t)run->plan.policy_version));
     xf__audit(co, "crossing", run->id_text, o);
   }
+  co->stats.updates_received++;
   XF_INFO("update_received", "job=%s from=%s sites=%zu weight=%" PRIu64 " bytes=%" PRIu64,
           run->id_text, s->name, s->regional ? n_sites : 1, weight, bytes);
   if (!was_masked &&

@@ -21,7 +21,9 @@
  * only where allow_zero: a listener picking a free port). */
 static xf_err parse_addr(xf_cli *cli, const char *what, const char *s, char *host, size_t n,
                          int *port) {
-  bool allow_zero = strcmp(what, "--listen") == 0 || strcmp(what, "listen") == 0;
+  bool allow_zero = strcmp(what, "--listen") == 0 || strcmp(what, "listen") == 0 ||
+                    strcmp(what, "--metrics") == 0 || strcmp(what, "metrics") == 0 ||
+                    strcmp(what, "--dashboard") == 0 || strcmp(what, "dashboard") == 0;
   const char *colon = strrchr(s, ':');
   char *end = NULL;
   long p = colon ? strtol(colon + 1, &end, 10) : -1;
@@ -41,6 +43,40 @@ static xf_err parse_addr(xf_cli *cli, const char *what, const char *s, char *hos
   if (strcmp(host, "localhost") == 0) snprintf(host, n, "127.0.0.1");
   *port = (int)p;
   return XF_OK;
+}
+
+/* --metrics [HOST:]PORT: a port alone listens on 127.0.0.1 (loopback);
+ * port 0 picks a free one. */
+static xf_err parse_metrics(xf_cli *cli, const char *what, const char *s, xf_coord_config *c) {
+  if (!strchr(s, ':')) {
+    char *end = NULL;
+    long p = strtol(s, &end, 10);
+    if (!*s || !end || *end || p < 0 || p > 65535)
+      return xf_fail(&cli->err, XF_EUSAGE,
+                     "%s '%s' is not [HOST:]PORT with a port from 0 to 65535", what, s);
+    snprintf(c->metrics_host, sizeof(c->metrics_host), "127.0.0.1");
+    c->metrics_port = (int)p;
+    return XF_OK;
+  }
+  return parse_addr(cli, what, s, c->metrics_host, sizeof(c->metrics_host),
+                    &c->metrics_port);
+}
+
+/* --dashboard [HOST:]PORT: a port alone listens on 127.0.0.1 (loopback);
+ * port 0 picks a free one. */
+static xf_err parse_dashboard(xf_cli *cli, const char *what, const char *s, xf_coord_config *c) {
+  if (!strchr(s, ':')) {
+    char *end = NULL;
+    long p = strtol(s, &end, 10);
+    if (!*s || !end || *end || p < 0 || p > 65535)
+      return xf_fail(&cli->err, XF_EUSAGE,
+                     "%s '%s' is not [HOST:]PORT with a port from 0 to 65535", what, s);
+    snprintf(c->dashboard_host, sizeof(c->dashboard_host), "127.0.0.1");
+    c->dashboard_port = (int)p;
+    return XF_OK;
+  }
+  return parse_addr(cli, what, s, c->dashboard_host, sizeof(c->dashboard_host),
+                    &c->dashboard_port);
 }
 
 /* A path from the config file: relative ones are relative to its directory. */
@@ -104,7 +140,9 @@ static xf_err load_config(xf_cli *cli, const char *path, xf_coord_config *c) {
                                      "resume_grace_s", "eval_timeout_s", "residency_policy",
                                      "handshake_timeout_s", "min_frame_rate",
                                      "frame_rate_window_s", "frame_grace_s", "max_connections",
-                                     "max_connections_per_address", "buffer_budget", NULL};
+                                     "max_connections_per_address", "buffer_budget", "metrics",
+                                     "metrics_port_file", "dashboard", "dashboard_port_file",
+                                     NULL};
   xf_err rc = XF_OK;
   const char *k;
   json_t *v;
@@ -122,7 +160,8 @@ static xf_err load_config(xf_cli *cli, const char *path, xf_coord_config *c) {
                    "crl, state_dir, port_file, max_frame, max_staged, resume_grace_s, "
                    "eval_timeout_s, residency_policy, handshake_timeout_s, min_frame_rate, "
                    "frame_rate_window_s, frame_grace_s, max_connections, "
-                   "max_connections_per_address, buffer_budget");
+                   "max_connections_per_address, buffer_budget, metrics, metrics_port_file, "
+                   "dashboard, dashboard_port_file");
       goto out;
     }
     bool numeric = strcmp(k, "max_frame") == 0 || strcmp(k, "max_staged") == 0 ||
@@ -170,6 +209,14 @@ static xf_err load_config(xf_cli *cli, const char *path, xf_coord_config *c) {
       config_path(c->state_dir, sizeof(c->state_dir), dir, s);
     } else if (strcmp(k, "port_file") == 0) {
       config_path(c->port_file, sizeof(c->port_file), dir, s);
+    } else if (strcmp(k, "metrics_port_file") == 0) {
+      config_path(c->metrics_port_file, sizeof(c->metrics_port_file), dir, s);
+    } else if (strcmp(k, "dashboard_port_file") == 0) {
+      config_path(c->dashboard_port_file, sizeof(c->dashboard_port_file), dir, s);
+    } else if (strcmp(k, "dashboard") == 0) {
+      if ((rc = parse_dashboard(cli, "dashboard", s, c)) != XF_OK) goto out;
+    } else if (strcmp(k, "metrics") == 0) {
+      if ((rc = parse_metrics(cli, "metrics", s, c)) != XF_OK) goto out;
     } else if (strcmp(k, "max_frame") == 0) {
       if (!(d >= 65536 && d <= 256.0 * 1024 * 1024)) {
         rc = xf_fail(&cli->err, XF_ERANGE, "must be from 65536 to 268435456 bytes");
@@ -216,6 +263,9 @@ static int cmd_run(xf_cli *cli, int argc, char **argv) {
       {"key", required_argument, 0, 'K'},    {"ca", required_argument, 0, 'A'},
       {"crl", required_argument, 0, 'L'},    {"state", required_argument, 0, 's'},
       {"port-file", required_argument, 0, 'p'}, {"residency-policy", required_argument, 0, 'P'},
+      {"metrics", required_argument, 0, 'M'}, {"metrics-port-file", required_argument, 0, 'm'},
+      {"dashboard", required_argument, 0, 'D'},
+      {"dashboard-port-file", required_argument, 0, 'd'},
       {0, 0, 0, 0}};
   xf_coord_config c;
   memset(&c, 0, sizeof(c));
@@ -256,6 +306,12 @@ static int cmd_run(xf_cli *cli, int argc, char **argv) {
     case 'L': snprintf(c.crl, sizeof(c.crl), "%s", optarg); break;
     case 's': snprintf(c.state_dir, sizeof(c.state_dir), "%s", optarg); break;
     case 'p': snprintf(c.port_file, sizeof(c.port_file), "%s", optarg); break;
+    case 'M': rc = parse_metrics(cli, "--metrics", optarg, &c); break;
+    case 'm': snprintf(c.metrics_port_file, sizeof(c.metrics_port_file), "%s", optarg); break;
+    case 'D': rc = parse_dashboard(cli, "--dashboard", optarg, &c); break;
+    case 'd':
+      snprintf(c.dashboard_port_file, sizeof(c.dashboard_port_file), "%s", optarg);
+      break;
     case 'P':
       if (strcmp(optarg, "enforce") != 0 && strcmp(optarg, "off") != 0)
         return xf_cli_usage(cli, "--residency-policy is 'enforce' or 'off', not '%s'", optarg);
@@ -317,11 +373,13 @@ static const xf_cmd commands[] = {
      "usage: xfed-coord [run] [--config FILE] [--role global|regional] [--region R]\n"
      "                  [--upstream HOST:PORT] [--listen HOST:PORT] --cert FILE --key FILE\n"
      "                  --ca FILE --crl FILE --state DIR [--port-file FILE]\n"
-     "                  [--residency-policy enforce|off]\n"
+     "                  [--residency-policy enforce|off] [--metrics [HOST:]PORT]\n"
+     "                  [--metrics-port-file FILE] [--dashboard [HOST:]PORT]\n"
+     "                  [--dashboard-port-file FILE]\n"
      "\n"
      "Runs until SIGTERM or SIGINT (clean shutdown; an open round resumes at the next\n"
      "start). SIGHUP reloads the CRL. Logs are key=value lines on stderr\n"
-     "(XF_LOG_LEVEL=debug|info|warn|error).\n"
+     "(XF_LOG_LEVEL=debug|info|warn|error), or JSON lines with XF_LOG_FORMAT=json.\n"
      "\n"
      "The global coordinator keeps the journal (STATE/coord.db, SQLite) and the model\n"
      "blobs (STATE/blobs), the residency policy and the audit trail, accepts sites,\n"
@@ -338,7 +396,8 @@ static const xf_cmd commands[] = {
      "                      residency_policy, and the connection bounds\n"
      "                      handshake_timeout_s, min_frame_rate,\n"
      "                      frame_rate_window_s, frame_grace_s, max_connections,\n"
-     "                      max_connections_per_address, buffer_budget (paths\n"
+     "                      max_connections_per_address, buffer_budget, metrics,\n"
+     "                      metrics_port_file, dashboard, dashboard_port_file (paths\n"
      "                      relative to the file); flags override it\n"
      "  --role R            global (default) or regional\n"
      "  --region R          the region it runs in: regional, the region served (must\n"
@@ -356,6 +415,17 @@ static const xf_cmd commands[] = {
      "  --ca, --crl FILE    the federation's CA certificate and CRL\n"
      "  --state DIR         where the journal and blobs live (created 0700)\n"
      "  --port-file FILE    write the bound port there once listening\n"
+     "  --metrics [H:]P     serve Prometheus /metrics and /healthz over HTTP there (a\n"
+     "                      port alone: 127.0.0.1; 0 picks a free one); see\n"
+     "                      docs/metrics.md\n"
+     "  --metrics-port-file FILE\n"
+     "                      write the metrics port there once listening\n"
+     "  --dashboard [H:]P   global: serve the read-only web dashboard over HTTPS with\n"
+     "                      --cert/--key there (a port alone: 127.0.0.1; 0 picks a\n"
+     "                      free one); users get a URL with 'xfed dashboard'; needs\n"
+     "                      Chart.js (libjs-chart.js); see docs/dashboard.md\n"
+     "  --dashboard-port-file FILE\n"
+     "                      write the dashboard port there once listening\n"
      "\n"
      "example: xfed-coord --state /var/lib/xfed-coord --cert coord.crt --key coord.key \\\n"
      "           --ca ca.crt --crl crl.pem --listen 0.0.0.0:7443\n"

@@ -202,6 +202,31 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
   return XF_OK;
 }
 
+static json_t *number(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+json_t *xf__job_info_json(xf__coord *co, int64_t id, xf_errctx *err) {
+  Xfed__JobInfo ji;
+  info_store st;
+  memset(&st, 0, sizeof(st));
+  if (fill_info(co, id, &ji, &st, err) != XF_OK) {
+    xf_free(st.spec_json);
+    return NULL;
+  }
+  json_t *o = json_pack(
+      "{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:o,s:o,s:o,s:o,s:I,s:I,s:s,s:s,s:f,s:f}",
+      "job_id", ji.job_id, "name", ji.name, "state", ji.state, "phase",
+      ji.phase ? ji.phase : "", "round", (int)ji.round, "rounds", (int)ji.rounds,
+      "rounds_committed", (int)ji.rounds_committed, "invited", (int)ji.invited, "reported",
+      (int)ji.reported, "target", (int)ji.target, "eval_round", (int)ji.eval_round,
+      "test_accuracy", number(ji.test_accuracy), "test_loss", number(ji.test_loss), "train_loss",
+      number(ji.train_loss), "epsilon", ji.has_epsilon ? number(ji.epsilon) : json_null(),
+      "bytes_up", (json_int_t)ji.bytes_up, "bytes_down", (json_int_t)ji.bytes_down, "message",
+      ji.message, "submitter", ji.submitter, "created", ji.created, "updated", ji.updated);
+  xf_free(st.spec_json);
+  if (!o) xf_fail(err, XF_ENOMEM, "out of memory");
+  return o;
+}
+
 /* Answers with the jobs of ids. A page (`paged`) stops before it outgrows
  * one frame and says whether jobs remain: after its last, or beyond ids
  * (`more`). */
@@ -562,6 +587,9 @@ void xf__cli_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env) {
   }
   case XFED__ENVELOPE__BODY_POLICY_REQUEST:
   case XFED__ENVELOPE__BODY_AUDIT_QUERY: xf__policy_on_frame(co, p, env); return;
+  case XFED__ENVELOPE__BODY_DASHBOARD_REQUEST:
+    xf__dashboard_grant(co, p, env->dashboard_request);
+    return;
   /* The CLI acknowledging a model (unanswered) or a DOCUMENT answer. */
   case XFED__ENVELOPE__BODY_TENSOR_ACK: xf__stream_acked(p, env->tensor_ack); return;
   case XFED__ENVELOPE__BODY_TENSOR_BEGIN:

@@ -65,7 +65,13 @@ xf_err xf__residency_decide(xf__coord *co, const xf_jobspec *spec, xf_policy_dec
   xf_policy_job job;
   const char *tags[XF_JOB_TAGS_MAX];
   XF_GUARD(xf_residency_job_of(spec, co->cfg.region, tags, &job, err));
-  return xf_policy_decide(p, &job, xf__now(), out, err);
+  XF_GUARD(xf_policy_decide(p, &job, xf__now(), out, err));
+  for (size_t i = 0; i < out->n_sites; i++) {
+    unsigned path = (unsigned)out->sites[i].path <= XF_POLICY_PATH_REGIONAL
+                        ? (unsigned)out->sites[i].path : XF_POLICY_PATH_NONE;
+    co->stats.decisions[out->sites[i].eligible ? 1 : 0][path]++;
+  }
+  return XF_OK;
 }
 
 void xf__journal_state(xf__coord *co, int64_t job, xf_job_state state, const char *msg) {

@@ -18,8 +18,11 @@ packages=(
   libssl-dev openssl libuv1-dev libsodium-dev libsqlite3-dev
   libprotobuf-c-dev protobuf-c-compiler libjansson-dev
   libopenblas-dev zlib1g-dev libcmocka-dev
+  libcairo2-dev libexpat1-dev
+  chromium chromium-driver python3-selenium libjs-chart.js curl
   clang libclang-rt-dev
   dataset-fashion-mnist
+  libmicrohttpd-dev libgnutls28-dev prometheus
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3 python3-torch python3-numpy)

@@ -8,10 +8,12 @@
 # aggregate of at least 2 EU sites), splits Fashion-MNIST among the six sites
 # with Dirichlet(0.5) label skew, starts every daemon on loopback, shows the
 # policy's plan for the job, submits it, shows its progress, verifies every
-# audit trail, and stops everything it started. Ends with one line:
+# audit trail, draws the job's training curves ('xfed job report') and stops
+# everything it started. Ends with one line:
 #   final accuracy=A rounds=R epsilon=E uplink_bytes=B
 #
 # usage: deploy/quickstart.sh [--spec FILE] [--data DIR] [--dir DIR] [--keep]
+#                             [--report FILE]
 #   --spec FILE   job spec (default deploy/jobs/quickstart.json: DP-SGD at every
 #                 site, epsilon <= 3 per dataset at delta 1e-5, secure aggregation;
 #                 copy and edit it)
@@ -20,6 +22,8 @@
 #   --dir DIR     where the federation lives (default ./quickstart; made afresh)
 #   --keep        leave the federation's folder (logs, journal, audit trails)
 #   --build DIR   CMake build directory (default ./build)
+#   --report FILE the job's curves as PNG, SVG or PDF by FILE's extension
+#                 (default ./quickstart-report.png)
 # Environment: XF_BACKEND=auto|cpu|cuda.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +35,7 @@ data=/usr/share/datasets/fashion-mnist
 dir=quickstart
 keep=0
 build=build
+report=quickstart-report.png
 while (($#)); do
   case "$1" in
     --spec) spec=${2:?--spec needs a file}; shift 2 ;;
@@ -39,7 +44,8 @@ while (($#)); do
     --dir) dir=${2:?--dir needs a directory}; shift 2 ;;
     --keep) keep=1; shift ;;
     --build) build=${2:?--build needs a directory}; shift 2 ;;
-    -h|--help) sed -n '3,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --report) report=${2:?--report needs a file}; shift 2 ;;
+    -h|--help) sed -n '3,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "quickstart.sh: unknown option '$1'; see deploy/quickstart.sh --help" >&2; exit 2 ;;
   esac
 done
@@ -188,6 +194,10 @@ if ((status != 0)); then
 fi
 tail -n 1 "$out" | grep '^final accuracy=' >/dev/null ||
   { stop_all; echo "quickstart.sh: no final line from the job" >&2; exit 1; }
+job_id=$(head -n 1 "$out")
+
+echo "==> training curves"
+XF_LOG_LEVEL=warn "$xfed" job report "$job_id" --out "$report" | sed 's/^/    /'
 
 echo "==> audit trails"
 crossings=$(as_compliance audit export | grep -c '"kind": *"crossing"' || true)
@@ -205,5 +215,6 @@ for r in "${regions[@]}"; do
     "$site_bin" audit verify --dir "$dir/sites/$r-$i" | head -n 1
   done
 done
+echo "    curves: $(cd "$(dirname "$report")" && pwd)/$(basename "$report")"
 # The job's own last line is the final line of the run.
 tail -n 1 "$out"

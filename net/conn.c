@@ -55,6 +55,7 @@ struct xf_conn {
   size_t queued; /* ciphertext bytes in uv_write requests not yet completed */
   uint64_t heartbeat_seq;
   uint64_t heartbeats_received;
+  uint64_t bytes_in, bytes_out; /* TLS bytes read from and handed to the socket */
   bool have_peer;
   xf_spiffe_id peer;
   char addr[80];
@@ -353,6 +354,7 @@ static void conn_flush(xf_conn *c) {
   w->req.data = w;
   uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)n);
   int e = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
+  if (e == 0) c->bytes_out += n;
   if (e != 0) {
     xf_free(w);
     conn_end(c, XF_CONN_END_IO, XF_EIO, XF_PKI_OK, "write failed: %s", uv_strerror(e));
@@ -649,6 +651,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     return;
   }
   if (conn_reading(c)) uv_timer_start(&c->idle, on_idle, c->opts.idle_timeout_ms, 0);
+  c->bytes_in += (uint64_t)nread;
   if (BIO_write(c->rbio, buf->base, (int)nread) != (int)nread) {
     ERR_clear_error();
     conn_end(c, XF_CONN_END_IO, XF_ENOMEM, XF_PKI_OK, "out of memory for received bytes");
@@ -1032,5 +1035,7 @@ const char *xf_conn_peer_addr(const xf_conn *c) { return c->addr; }
 bool xf_conn_is_open(const xf_conn *c) { return c->state == CONN_OPEN; }
 size_t xf_conn_write_queued(const xf_conn *c) { return c->queued; }
 uint64_t xf_conn_heartbeats_received(const xf_conn *c) { return c->heartbeats_received; }
+uint64_t xf_conn_bytes_in(const xf_conn *c) { return c->bytes_in; }
+uint64_t xf_conn_bytes_out(const xf_conn *c) { return c->bytes_out; }
 void xf_conn_set_user(xf_conn *c, void *user) { c->user = user; }
 void *xf_conn_user(const xf_conn *c) { return c->user; }

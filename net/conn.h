@@ -270,6 +270,10 @@ bool xf_conn_is_open(const xf_conn *c);
 size_t xf_conn_write_queued(const xf_conn *c);
 /* Heartbeats received so far. */
 uint64_t xf_conn_heartbeats_received(const xf_conn *c);
+/* Bytes (TLS records, handshake included) read from the socket and handed
+ * to it for writing since the connection began: for an exporter. */
+uint64_t xf_conn_bytes_in(const xf_conn *c);
+uint64_t xf_conn_bytes_out(const xf_conn *c);
 
 void xf_conn_set_user(xf_conn *c, void *user);
 void *xf_conn_user(const xf_conn *c);

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -199,6 +200,46 @@ static void text_nearest_suggests_close_words_only(void **state) {
   }
 }
 
+static void log_json_line_escapes_and_keeps_numbers(void **state) {
+  (void)state;
+  char out[1024];
+  size_t n = xf_log_json_line(out, sizeof(out), "2026-01-01T00:00:00.000Z", "info", "round_done",
+                              "job=7 loss=0.25 neg=-3e-2 name=\"a \\\"b\\\" c\" id=007 "
+                              "path=C:\\x tab=a\tb ctl=\x01 utf=r\xc3\xa9gion "
+                              "bad=\xff x=1.e3 inf=inf loose words");
+  assert_int_equal(n, strlen(out));
+  assert_string_equal(out, "{\"ts\":\"2026-01-01T00:00:00.000Z\",\"level\":\"info\","
+                           "\"event\":\"round_done\",\"job\":7,\"loss\":0.25,\"neg\":-3e-2,"
+                           "\"name\":\"a \\\\\\\"b\\\\\\\" c\",\"id\":\"007\","
+                           "\"path\":\"C:\\\\x\",\"tab\":\"a\\tb\",\"ctl\":\"\\u0001\","
+                           "\"utf\":\"r\xc3\xa9gion\",\"bad\":\"\\ufffd\",\"x\":\"1.e3\","
+                           "\"inf\":\"inf\",\"text\":\"loose words\"}");
+}
+
+static void log_json_line_stays_an_object_when_cut(void **state) {
+  (void)state;
+  char out[64];
+  size_t n = xf_log_json_line(out, sizeof(out), "t", "warn", "e",
+                              "a=1 b=\"a long value that does not fit in the line at all\"");
+  assert_int_equal(n, strlen(out));
+  assert_string_equal(out, "{\"ts\":\"t\",\"level\":\"warn\",\"event\":\"e\",\"a\":1}");
+}
+
+static void log_format_refuses_unknown_values_naming_the_accepted_ones(void **state) {
+  (void)state;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  setenv("XF_LOG_FORMAT", "yaml", 1);
+  assert_int_equal(xf_log_format_from_env(&err), XF_EINVAL);
+  assert_non_null(strstr(err.msg, "'yaml'"));
+  assert_non_null(strstr(err.msg, "kv"));
+  assert_non_null(strstr(err.msg, "json"));
+  setenv("XF_LOG_FORMAT", "json", 1);
+  assert_int_equal(xf_log_format_from_env(&err), XF_OK);
+  unsetenv("XF_LOG_FORMAT");
+  assert_int_equal(xf_log_format_from_env(&err), XF_OK);
+}
+
 static void log_level_parses_names(void **state) {
   (void)state;
   xf_log_level l;
@@ -218,6 +259,9 @@ int main(void) {
       cmocka_unit_test(rng_distributions_have_the_right_moments),
       cmocka_unit_test(digest_matches_blake2b_known_answer),
       cmocka_unit_test(log_level_parses_names),
+      cmocka_unit_test(log_json_line_escapes_and_keeps_numbers),
+      cmocka_unit_test(log_json_line_stays_an_object_when_cut),
+      cmocka_unit_test(log_format_refuses_unknown_values_naming_the_accepted_ones),
       cmocka_unit_test(text_append_joins_clauses_and_cuts_at_the_end),
       cmocka_unit_test(text_distance_counts_edits_and_swaps),
       cmocka_unit_test(text_nearest_suggests_close_words_only),

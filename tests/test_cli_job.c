@@ -732,8 +732,9 @@ static void help_lists_the_job_verbs_and_the_connection_flags(void **state) {
   env_bare(&e, "help");
   xfed(r, &e, NULL, "job", "--help", NULL);
   expect(r, 0, "submit", NULL);
-  static const char *const verbs[] = {"status", "list", "watch", "cancel", "metrics", "export"};
-  for (size_t i = 0; i < 6; i++) assert_non_null(strstr(r->out, verbs[i]));
+  static const char *const verbs[] = {"status",  "list",   "watch", "cancel",
+                                      "metrics", "export", "report"};
+  for (size_t i = 0; i < 7; i++) assert_non_null(strstr(r->out, verbs[i]));
   xfed(r, &e, NULL, "job", "export", "--help", NULL);
   expect(r, 0, "--coordinator HOST:PORT", NULL);
   assert_non_null(strstr(r->out, "XFED_PROFILE"));
@@ -919,6 +920,45 @@ static void metrics_csv_is_rfc4180_with_a_header(void **state) {
   json_decref(j);
   xfed(r, &e, NULL, "job", "metrics", "7", "--csv", "--json", NULL);
   expect(r, 2, NULL, "exclude");
+  free_run(r);
+}
+
+/* `job report` draws the rows metrics shows: a PNG and an SVG of the size
+ * asked; a --format that disagrees with the extension, or a file without
+ * one, is a usage error before the coordinator is asked. */
+static void report_draws_the_metrics_as_png_and_svg(void **state) {
+  (void)state;
+  run *r = new_run();
+  child_env e;
+  env_user(&e, "alice");
+  char d[1024], png[1100], svg[1100], bare[1100];
+  scratch(d, sizeof(d), "report");
+  snprintf(png, sizeof(png), "%s/job7.png", d);
+  snprintf(svg, sizeof(svg), "%s/job7.svg", d);
+  snprintf(bare, sizeof(bare), "%s/job7", d);
+  xfed(r, &e, NULL, "job", "report", "7", "--out", png, "--size", "800x600", NULL);
+  expect(r, 0, "wrote", NULL);
+  assert_non_null(strstr(r->out, "2 rounds"));
+  size_t len = 0;
+  uint8_t *b = read_file(png, &len);
+  assert_non_null(b);
+  assert_true(len > 8 && memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0);
+  /* IHDR: width and height, big-endian, at bytes 16 and 20. */
+  assert_int_equal((b[16] << 24 | b[17] << 16 | b[18] << 8 | b[19]), 800);
+  assert_int_equal((b[20] << 24 | b[21] << 16 | b[22] << 8 | b[23]), 600);
+  free(b);
+  xfed(r, &e, NULL, "job", "report", "7", "--out", bare, "--format", "svg", "--json", NULL);
+  expect(r, 0, "\"format\": \"svg\"", NULL);
+  b = read_file(bare, &len);
+  assert_non_null(b);
+  assert_non_null(strstr((const char *)b, "<svg"));
+  free(b);
+  xfed(r, &e, NULL, "job", "report", "7", "--out", svg, "--format", "pdf", NULL);
+  expect(r, 2, NULL, "disagrees");
+  xfed(r, &e, NULL, "job", "report", "7", "--out", bare, NULL);
+  expect(r, 2, NULL, ".png, .svg or .pdf");
+  xfed(r, &e, NULL, "job", "report", "7", "--out", png, "--size", "20x20", NULL);
+  expect(r, 2, NULL, "--size");
   free_run(r);
 }
 
@@ -1258,6 +1298,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup(watch_dials_again_after_the_connection_drops, test_setup),
       cmocka_unit_test_setup(submit_wait_follows_the_new_job, test_setup),
       cmocka_unit_test_setup(metrics_csv_is_rfc4180_with_a_header, test_setup),
+      cmocka_unit_test_setup(report_draws_the_metrics_as_png_and_svg, test_setup),
       cmocka_unit_test_setup(export_writes_the_model_file_and_npy, test_setup),
       cmocka_unit_test_setup(export_resumes_after_a_dropped_connection, test_setup),
       cmocka_unit_test_setup(refusals_exit_1_for_authorization_and_3_for_policy, test_setup),
