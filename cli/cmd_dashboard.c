@@ -30,7 +30,7 @@ int xf_cmd_dashboard(xf_cli *cli, int argc, char **argv) {
       if (st != XF_EXIT_OK) return st;
       continue;
     }
-    if (ch != OPT_TTL) return xf_cli_option_error(cli, ch, argv);
+    if (ch != OPT_TTL) return xf_cli_option_error(cli, ch, argv, opts);
     if (xf_cli_parse_int(cli, "--ttl", optarg, 60, 3600, &ttl) != XF_OK)
       return xf_cli_usage(cli, "%s", cli->err.msg);
   }
