@@ -2957,13 +2957,13 @@ static void on_metrics(void *ctx, const xf_http_request *req, xf_http_response *
                  "Epsilon a job has spent on a dataset (the site's privacy ledger, at the "
                  "dataset's budget delta).");
   for (size_t i = 0; i < n_rows; i++) {
-    const char *l[] = {"dataset", rows[i].dataset, "job", rows[i].job, NULL};
+    const char *l[] = {"dataset", rows[i].dataset, "job_id", rows[i].job, NULL};
     xf_prom_sample(&p, "xfed_dataset_epsilon", l, rows[i].eps);
   }
   xf_prom_family(&p, "xfed_dataset_releases_total", "counter",
                  "Updates a job released from a dataset under the site's privacy ledger.");
   for (size_t i = 0; i < n_rows; i++) {
-    const char *l[] = {"dataset", rows[i].dataset, "job", rows[i].job, NULL};
+    const char *l[] = {"dataset", rows[i].dataset, "job_id", rows[i].job, NULL};
     xf_prom_sample(&p, "xfed_dataset_releases_total", l, rows[i].releases);
   }
   xf_free(rows);
