@@ -188,20 +188,20 @@ static void journal_jobs(xf__coord *co, xf_prom *p) {
       }
       xf_free(v);
     }
-    const char *l[] = {"job", r->id, NULL};
+    const char *l[] = {"job_id", r->id, NULL};
     xf_prom_sample(p, "xfed_job_rounds_completed_total", l, r->rounds);
   }
   xf_prom_family(p, "xfed_job_info", "gauge", "Always 1; the job's state as a label.");
   for (size_t i = 0; i < k; i++) {
-    const char *l[] = {"job", rows[i].id, "state", rows[i].state, NULL};
+    const char *l[] = {"job_id", rows[i].id, "state", rows[i].state, NULL};
     xf_prom_sample(p, "xfed_job_info", l, 1);
   }
   xf_prom_family(p, "xfed_job_bytes_total", "counter",
                  "A job's model and update bytes by direction (up: sites to coordinator), the "
                  "sum of `xfed job metrics` rows.");
   for (size_t i = 0; i < k; i++) {
-    const char *lu[] = {"direction", "up", "job", rows[i].id, NULL};
-    const char *ld[] = {"direction", "down", "job", rows[i].id, NULL};
+    const char *lu[] = {"direction", "up", "job_id", rows[i].id, NULL};
+    const char *ld[] = {"direction", "down", "job_id", rows[i].id, NULL};
     xf_prom_sample(p, "xfed_job_bytes_total", lu, rows[i].up);
     xf_prom_sample(p, "xfed_job_bytes_total", ld, rows[i].down);
   }
@@ -210,7 +210,7 @@ static void journal_jobs(xf__coord *co, xf_prom *p) {
                  "metrics`); absent for jobs without differential privacy.");
   for (size_t i = 0; i < k; i++) {
     if (!rows[i].has_eps) continue;
-    const char *l[] = {"job", rows[i].id, NULL};
+    const char *l[] = {"job_id", rows[i].id, NULL};
     xf_prom_sample(p, "xfed_job_epsilon", l, rows[i].eps);
   }
   int64_t *queued = NULL;
@@ -232,7 +232,7 @@ static void rounds(xf__coord *co, xf_prom *p) {
                    "Rounds of a relayed task whose regional aggregate was made, since the start.");
     for (size_t i = 0; i < XF__STATS_JOBS; i++) {
       if (!st->jobs[i].job[0]) continue;
-      const char *l[] = {"job", st->jobs[i].job, NULL};
+      const char *l[] = {"job_id", st->jobs[i].job, NULL};
       xf_prom_sample(p, "xfed_job_rounds_completed_total", l, (double)st->jobs[i].completed);
     }
   }
@@ -240,7 +240,7 @@ static void rounds(xf__coord *co, xf_prom *p) {
                  "Round attempts of a job that were retried or failed, since the start.");
   for (size_t i = 0; i < XF__STATS_JOBS; i++) {
     if (!st->jobs[i].job[0]) continue;
-    const char *l[] = {"job", st->jobs[i].job, NULL};
+    const char *l[] = {"job_id", st->jobs[i].job, NULL};
     xf_prom_sample(p, "xfed_job_rounds_failed_total", l, (double)st->jobs[i].failed);
   }
   xf_prom_family(p, "xfed_round_duration_seconds", "histogram",

@@ -43,6 +43,10 @@
 #include "net/session.h"
 #include "net/tensor.h"
 #include "net/tls.h"
+#include "http/http.h"
+#include "http/prom.h"
+#include "privacy/ledger.h"
+#include "storage/file.h"
 #include "site/dataset.h"
 #include "site/registry.h"
 #include "site/residency.h"
@@ -324,6 +328,12 @@ struct xf_site_daemon {
   data_cache cache;
   ignored_stream ignored[IGNORED_MAX];
   int next_ignored;
+
+  /* /metrics and /healthz (NULL without --metrics), and the TLS bytes of
+   * connections that have closed. */
+  xf_http *http;
+  uint64_t bytes_in_closed, bytes_out_closed;
+  uint64_t sessions_opened;
 };
 
 static void pump(daemon_t *d);
@@ -2538,6 +2548,7 @@ static xf_err on_connect(xf_conn *c, const xf_spiffe_id *peer) {
 static void on_session_open(daemon_t *d) {
   d->backoff_before_open = d->backoff_ms;
   d->backoff_ms = XF_SITE_BACKOFF_MIN_MS;
+  d->sessions_opened++;
   XF_INFO("session_open", "coordinator=%s version=%u peer_role=%s", d->cfg.coordinator,
           (unsigned)d->session.version, d->session.peer_role);
   send_announce(d);
@@ -2593,6 +2604,8 @@ static void on_drain(xf_conn *c) { pump(xf_conn_user(c)); }
 static void on_close(xf_conn *c, const xf_conn_reason *why) {
   daemon_t *d = xf_conn_user(c);
   bool was_connected = d->connected, was_open = d->session.open;
+  d->bytes_in_closed += xf_conn_bytes_in(c);
+  d->bytes_out_closed += xf_conn_bytes_out(c);
   d->conn = NULL;
   d->connected = false;
   d->n_replies = 0;
@@ -2716,6 +2729,8 @@ static void schedule_redial(daemon_t *d) {
 static void daemon_stop(daemon_t *d, const char *signal_name) {
   if (d->stopping) return;
   d->stopping = true;
+  xf_http_stop(d->http);
+  d->http = NULL;
   task *t = d->worker_task;
   XF_INFO("site_stopping", "signal=%s training=%s", signal_name,
           t ? "true (told to stop; waiting for it)" : "false");
@@ -2859,6 +2874,144 @@ static xf_err daemon_start(daemon_t *d, const xf_site_daemon_opts *opts, xf_errc
   return XF_OK;
 }
 
+/* ---- /metrics and /healthz ------------------------------------------------------------------ */
+
+static void on_metrics(void *ctx, const xf_http_request *req, xf_http_response *resp) {
+  (void)req;
+  daemon_t *d = ctx;
+  xf_prom p = {0};
+  xf_prom_process(&p, "xfed-site");
+  bool up = session_open(d);
+  xf_prom_family(&p, "xfed_peers_connected", "gauge",
+                 "Open sessions with the coordinator (or regional aggregator): 0 or 1.");
+  const char *lk[] = {"kind", "coordinator", NULL};
+  xf_prom_sample(&p, "xfed_peers_connected", lk, up ? 1 : 0);
+  uint64_t in = d->bytes_in_closed, out = d->bytes_out_closed;
+  if (d->conn) {
+    in += xf_conn_bytes_in(d->conn);
+    out += xf_conn_bytes_out(d->conn);
+  }
+  xf_prom_family(&p, "xfed_network_bytes_total", "counter",
+                 "TLS bytes on the connections to the coordinator, by direction.");
+  const char *ls[] = {"direction", "sent", "kind", "coordinator", NULL};
+  const char *lr[] = {"direction", "received", "kind", "coordinator", NULL};
+  xf_prom_sample(&p, "xfed_network_bytes_total", ls, (double)out);
+  xf_prom_sample(&p, "xfed_network_bytes_total", lr, (double)in);
+  xf_prom_family(&p, "xfed_sessions_opened_total", "counter",
+                 "Sessions opened with the coordinator since the start (reconnects count).");
+  xf_prom_sample(&p, "xfed_sessions_opened_total", NULL, (double)d->sessions_opened);
+  size_t by_phase[PHASE_REPORTING + 1] = {0};
+  for (int i = 0; i < d->n_tasks; i++) by_phase[d->tasks[i]->phase]++;
+  xf_prom_family(&p, "xfed_tasks", "gauge",
+                 "Tasks the site holds, by phase (reporting: results waiting to be sent, the "
+                 "upload queue).");
+  for (int ph = 0; ph <= PHASE_REPORTING; ph++) {
+    const char *l[] = {"phase", phase_name((task_phase)ph), NULL};
+    xf_prom_sample(&p, "xfed_tasks", l, (double)by_phase[ph]);
+  }
+  /* Privacy each job spent on each dataset, from the ledger (sites that
+   * account for themselves: unit record, or unit site with mode local);
+   * the newest 32 jobs per dataset keep the series bounded. */
+  typedef struct {
+    char dataset[XF_JOB_IDENT_MAX], job[64];
+    double eps, releases;
+  } spend;
+  spend *rows = NULL;
+  size_t n_rows = 0, cap = 0;
+  xf_site_dataset *ds = NULL;
+  size_t nds = 0;
+  xf_errctx err = {0};
+  if (xf_site_registry_list(d->reg, &ds, &nds, &err) == XF_OK) {
+    for (size_t i = 0; i < nds; i++) {
+      xf_ledger_job *jobs = NULL;
+      size_t nj = 0;
+      double delta = ds[i].budget_delta > 0 ? ds[i].budget_delta : XF_SITE_BUDGET_DELTA_DEFAULT;
+      if (xf_ledger_jobs(xf_site_registry_db(d->reg), ds[i].name, delta, &jobs, &nj, &err) !=
+          XF_OK)
+        continue;
+      for (size_t j = nj > 32 ? nj - 32 : 0; j < nj; j++) {
+        if (n_rows == cap) {
+          size_t nc = cap ? cap * 2 : 16;
+          spend *r = xf_realloc(rows, nc * sizeof(*rows));
+          if (!r) break;
+          rows = r;
+          cap = nc;
+        }
+        spend *r = &rows[n_rows++];
+        snprintf(r->dataset, sizeof(r->dataset), "%s", ds[i].name);
+        snprintf(r->job, sizeof(r->job), "%s", jobs[j].job);
+        r->eps = jobs[j].epsilon;
+        r->releases = jobs[j].rounds;
+      }
+      xf_free(jobs);
+    }
+    xf_site_dataset_list_free(ds, nds);
+  }
+  xf_prom_family(&p, "xfed_dataset_epsilon", "gauge",
+                 "Epsilon a job has spent on a dataset (the site's privacy ledger, at the "
+                 "dataset's budget delta).");
+  for (size_t i = 0; i < n_rows; i++) {
+    const char *l[] = {"dataset", rows[i].dataset, "job_id", rows[i].job, NULL};
+    xf_prom_sample(&p, "xfed_dataset_epsilon", l, rows[i].eps);
+  }
+  xf_prom_family(&p, "xfed_dataset_releases_total", "counter",
+                 "Updates a job released from a dataset under the site's privacy ledger.");
+  for (size_t i = 0; i < n_rows; i++) {
+    const char *l[] = {"dataset", rows[i].dataset, "job_id", rows[i].job, NULL};
+    xf_prom_sample(&p, "xfed_dataset_releases_total", l, rows[i].releases);
+  }
+  xf_free(rows);
+  resp->body = xf_prom_take(&p, &resp->body_len);
+  if (!resp->body) {
+    xf_http_reply_text(resp, 500, "out of memory while writing the metrics");
+    return;
+  }
+  resp->content_type = XF_PROM_CONTENT_TYPE;
+}
+
+/* 200 while the loop runs and the site's database answers; 503 otherwise. */
+static void on_health(void *ctx, const xf_http_request *req, xf_http_response *resp) {
+  (void)req;
+  daemon_t *d = ctx;
+  xf_site_dataset *ds = NULL;
+  size_t nds = 0;
+  xf_errctx err = {0};
+  bool db_ok = xf_site_registry_list(d->reg, &ds, &nds, &err) == XF_OK;
+  if (db_ok) xf_site_dataset_list_free(ds, nds);
+  bool ok = db_ok && !d->stopping;
+  char body[256];
+  int n = snprintf(body, sizeof(body),
+                   "{\"status\": \"%s\", \"loop\": %s, \"database\": \"%s\", "
+                   "\"coordinator\": \"%s\"}\n",
+                   ok ? "ok" : "unavailable", d->stopping ? "false" : "true",
+                   db_ok ? "ok" : "failing", session_open(d) ? "connected" : "not connected");
+  resp->status = ok ? 200 : 503;
+  resp->content_type = "application/json";
+  resp->body = xf_malloc((size_t)n);
+  if (resp->body) {
+    memcpy(resp->body, body, (size_t)n);
+    resp->body_len = (size_t)n;
+  }
+}
+
+static xf_err metrics_start(daemon_t *d, const xf_site_daemon_opts *opts, xf_errctx *err) {
+  if (!opts->metrics_host || !opts->metrics_host[0]) return XF_OK;
+  xf_http_opts o = {.host = opts->metrics_host, .port = opts->metrics_port};
+  XF_GUARD(xf_http_start(&d->loop, &o, &d->http, err));
+  if (xf_http_route(d->http, "GET", "/metrics", on_metrics, d) != XF_OK ||
+      xf_http_route(d->http, "GET", "/healthz", on_health, d) != XF_OK)
+    return xf_fail(err, XF_EINTERNAL, "cannot route the metrics endpoints");
+  int port = xf_http_port(d->http);
+  if (opts->metrics_port_file && opts->metrics_port_file[0]) {
+    char buf[16];
+    int n = snprintf(buf, sizeof(buf), "%d\n", port);
+    XF_GUARD(xf_file_write_atomic(opts->metrics_port_file, buf, (size_t)n, 0644, err));
+  }
+  XF_INFO("metrics_listening", "address=%s port=%d paths=\"/metrics /healthz\"",
+          opts->metrics_host, port);
+  return XF_OK;
+}
+
 xf_err xf_site_daemon_run(const xf_site_daemon_opts *opts, xf_errctx *err) {
   daemon_t *d = xf_calloc(1, sizeof(*d));
   XF_ENSURE(d, err, XF_ENOMEM, "cannot allocate the site daemon");
@@ -2882,6 +3035,11 @@ xf_err xf_site_daemon_run(const xf_site_daemon_opts *opts, xf_errctx *err) {
   XF_INFO("site_starting", "site=%s region=%s coordinator=%s backend=%s threads=%d dir=%s",
           d->cfg.site, d->cfg.region, d->cfg.coordinator, xf_backend_name(d->backend),
           xf_backend_threads(d->backend), d->dir);
+  if ((rc = metrics_start(d, opts, err)) != XF_OK) {
+    daemon_stop(d, "none (the metrics endpoint could not start)");
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+    goto out;
+  }
   start_resolve(d);
   uv_run(&d->loop, UV_RUN_DEFAULT);
   XF_INFO("site_stopped", "site=%s", d->cfg.site);

@@ -34,6 +34,12 @@
 
 typedef struct xf_site_daemon_opts {
   const char *dir; /* the site directory (site.json, site.db); borrowed */
+  /* Prometheus /metrics and /healthz over HTTP (docs/metrics.md): a
+   * numeric address, or NULL for none; port 0 picks a free one, written to
+   * metrics_port_file when that is set. */
+  const char *metrics_host;
+  int metrics_port;
+  const char *metrics_port_file;
 } xf_site_daemon_opts;
 
 /* Runs the daemon on its own libuv loop until SIGTERM or SIGINT, then stops

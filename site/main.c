@@ -761,19 +761,54 @@ static int cmd_config_show(xf_cli *cli, int argc, char **argv) {
 /* ---- run ------------------------------------------------------------------------------------ */
 
 static int cmd_run(xf_cli *cli, int argc, char **argv) {
-  static const struct option opts[] = {{"dir", required_argument, 0, 'd'}, {0, 0, 0, 0}};
-  const char *dir = NULL;
+  static const struct option opts[] = {{"dir", required_argument, 0, 'd'},
+                                       {"metrics", required_argument, 0, 'M'},
+                                       {"metrics-port-file", required_argument, 0, 'm'},
+                                       {0, 0, 0, 0}};
+  const char *dir = NULL, *metrics = NULL, *metrics_port_file = NULL;
   reset_getopt();
   int ch;
   while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
     if (ch == 'd') dir = optarg;
+    else if (ch == 'M') metrics = optarg;
+    else if (ch == 'm') metrics_port_file = optarg;
     else return xf_cli_option_error(cli, ch, argv, opts);
+  }
+  /* --metrics [HOST:]PORT: a port alone listens on 127.0.0.1. */
+  char metrics_host[256] = "";
+  int metrics_port = 0;
+  if (metrics) {
+    const char *colon = strrchr(metrics, ':');
+    const char *port_text = colon ? colon + 1 : metrics;
+    char *end = NULL;
+    long port = strtol(port_text, &end, 10);
+    size_t hl = colon ? (size_t)(colon - metrics) : 0;
+    if (!*port_text || !end || *end || port < 0 || port > 65535 || (colon && hl == 0) ||
+        hl >= sizeof(metrics_host))
+      return xf_cli_usage(cli, "--metrics '%s' is not [HOST:]PORT with a numeric host and a "
+                               "port from 0 to 65535", metrics);
+    const char *h = metrics;
+    if (colon && h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
+      h++;
+      hl -= 2;
+    }
+    if (colon) {
+      memcpy(metrics_host, h, hl);
+      metrics_host[hl] = '\0';
+      if (strcmp(metrics_host, "localhost") == 0) snprintf(metrics_host, 10, "127.0.0.1");
+    } else {
+      snprintf(metrics_host, sizeof(metrics_host), "127.0.0.1");
+    }
+    metrics_port = (int)port;
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
   if (cli->json) return xf_cli_usage(cli, "run logs key=value lines to stderr; it has no --json");
   site_paths p;
   if (site_paths_make(cli, dir, &p) != XF_OK) return xf_cli_usage(cli, "%s", cli->err.msg);
-  xf_site_daemon_opts o = {.dir = p.dir};
+  xf_site_daemon_opts o = {.dir = p.dir,
+                           .metrics_host = metrics ? metrics_host : NULL,
+                           .metrics_port = metrics_port,
+                           .metrics_port_file = metrics_port_file};
   xf_err rc = xf_site_daemon_run(&o, &cli->err);
   return rc == XF_OK ? XF_EXIT_OK : xf_cli_fail(cli, rc);
 }
@@ -910,7 +945,7 @@ static const xf_cmd commands[] = {
      "options:\n" DIR_HELP "  --json      the configuration as one JSON object\n",
      cmd_config_show},
     {"run", NULL, "run the site daemon: dial the coordinator, train, send updates",
-     "usage: xfed-site run [--dir DIR]\n"
+     "usage: xfed-site run [--dir DIR] [--metrics [HOST:]PORT] [--metrics-port-file FILE]\n"
      "\n"
      "Runs the site in the foreground until SIGTERM or SIGINT. It dials the\n"
      "coordinator named in site.json over mutual TLS (cert, key, ca and crl from\n"
@@ -926,7 +961,9 @@ static const xf_cmd commands[] = {
      "the deadline has passed (DEADLINE_TOO_SHORT).\n"
      "\n"
      "Logs are key=value lines on stderr (XF_LOG_LEVEL=debug|info|warn|error,\n"
-     "default info). The compute backend is site.json's backend and threads;\n"
+     "default info; XF_LOG_FORMAT=json for one JSON object a line). --metrics\n"
+     "serves Prometheus /metrics and /healthz over HTTP (a port alone: 127.0.0.1;\n"
+     "0 picks a free one, written to --metrics-port-file; docs/metrics.md). The compute backend is site.json's backend and threads;\n"
      "XF_BACKEND=cpu|cuda|auto overrides the backend. SIGHUP reloads the CRL and\n"
      "announces the registry again. SIGTERM and SIGINT stop it cleanly: no more\n"
      "dialing, the connection closed, a running training stopped at its next\n"

@@ -15,7 +15,9 @@
 #   fed_name      the federation's name in its certificates (xfed);
 #   coord_flags   the global coordinator's placement (--region us; a flat
 #                 federation gives --residency-policy off);
-#   coord_config  JSON for the coordinator's --config (none if empty).
+#   coord_config  JSON for the coordinator's --config (none if empty);
+#   metrics       1: every daemon serves /metrics on a port of its choosing,
+#                 written to $work/NAME.mport (docs/metrics.md).
 # Sets as it goes:
 #   work fed      (setup_work) the run's directory and its PKI;
 #   pids          every daemon started, killed when the script exits;
@@ -33,6 +35,7 @@ xfed=$build/cli/xfed site_bin=$build/site/xfed-site coord_bin=$build/coordinator
 fed_name=xfed
 coord_flags=(--region us)
 coord_config=
+metrics=0
 work='' fed='' port='' coord_pid=''
 pids=() sites=() aggs=()
 declare -A site_region site_via behind
@@ -62,6 +65,8 @@ cleanup() {
   # XF_KEEP_WORK=1 keeps the federation's directory (logs, trails) to look at.
   if [[ -n ${XF_KEEP_WORK:-} ]]; then echo "kept $work" >&2; else rm -rf "$work"; fi
 }
+# metrics_flags NAME: the --metrics flags of daemon NAME when metrics=1.
+metrics_flags() { ((metrics)) && echo --metrics 127.0.0.1:0 --metrics-port-file "$work/$1.mport"; true; }
 tls() { echo --cert "$fed/issued/$1.crt" --key "$fed/issued/$1.key" --ca "$fed/ca.crt" --crl "$fed/crl.pem"; }
 wait_file() { # wait_file FILE: until it is there and not empty, within 30 s
   local i
@@ -82,7 +87,7 @@ start_coord() {
   rm -f "$work/coord.port"
   # shellcheck disable=SC2046
   "$coord_bin" $(tls coord) "${coord_flags[@]}" --state "$work/coord" --listen "127.0.0.1:${1:-0}" \
-    --port-file "$work/coord.port" "${conf[@]}" 2>>"$work/logs/coord.log" &
+    --port-file "$work/coord.port" $(metrics_flags coord) "${conf[@]}" 2>>"$work/logs/coord.log" &
   coord_pid=$!
   pids+=("$coord_pid")
   wait_file "$work/coord.port"
@@ -128,7 +133,7 @@ federation() {
     # shellcheck disable=SC2046
     "$coord_bin" --role regional --region "$r" --upstream "127.0.0.1:$port" $(tls "agg-$r") \
       --state "$work/agg-$r" --listen 127.0.0.1:0 --port-file "$work/agg-$r.port" \
-      2>>"$work/logs/agg-$r.log" &
+      $(metrics_flags "agg-$r") 2>>"$work/logs/agg-$r.log" &
     pids+=($!)
     wait_file "$work/agg-$r.port"
     agg_port[$r]=$(cat "$work/agg-$r.port")
@@ -144,7 +149,8 @@ federation() {
       --coordinator "127.0.0.1:$to" $(tls "$s") --threads 1 --backend cpu >/dev/null
     XF_LOG_LEVEL=warn "$site_bin" dataset add --dir "$work/sites/$s" --name fmnist \
       --path "$work/shards/site-$n" --tag fmnist >/dev/null
-    "$site_bin" run --dir "$work/sites/$s" 2>>"$work/logs/$s.log" &
+    # shellcheck disable=SC2046
+    "$site_bin" run --dir "$work/sites/$s" $(metrics_flags "$s") 2>>"$work/logs/$s.log" &
     pids+=($!)
   done
   for ((i = 0; i < 600; i++)); do
