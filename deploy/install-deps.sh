@@ -20,6 +20,7 @@ packages=(
   libopenblas-dev zlib1g-dev libcmocka-dev
   clang libclang-rt-dev
   dataset-fashion-mnist
+  libsystemd-dev systemd procps python3 dpkg-dev mmdebstrap
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3 python3-torch python3-numpy)
