@@ -16,7 +16,6 @@ set(CPACK_PACKAGE_NAME xfed)
 set(CPACK_PACKAGE_VENDOR xfed)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_CONTACT "${XF_PACKAGE_CONTACT}")
-set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "cross-region federated training")
 set(CPACK_PACKAGING_INSTALL_PREFIX ${CMAKE_INSTALL_PREFIX})
 set(CPACK_GENERATOR DEB)
 set(CPACK_DEB_COMPONENT_INSTALL ON)
@@ -35,11 +34,7 @@ set(CPACK_COMPONENTS_ALL cli coordinator site)
 
 set(CPACK_DEBIAN_CLI_PACKAGE_NAME xfed)
 set(CPACK_DEBIAN_CLI_PACKAGE_SECTION utils)
-set(CPACK_COMPONENT_CLI_DESCRIPTION
-    "command line of the xfed federated training platform\n"
-    "The xfed command: the federation's CA and certificates, jobs on the coordinator,\n"
-    "the residency policy, audit trails, dataset splits and the centralized baseline.\n"
-    "Includes its manual page and bash completion.")
+set(CPACK_DEBIAN_CLI_DESCRIPTION "command line of the xfed federated training platform\nThe xfed command: the federation's CA and certificates, jobs on the coordinator,\nthe residency policy, audit trails, dataset splits and the centralized baseline.\nIncludes its manual page and bash completion.")
 
 # The daemons' packages create the xfed user and their state directories
 # (maintainer scripts from debian/*.in), and their units are not started
@@ -69,11 +64,7 @@ endfunction()
 set(CPACK_DEBIAN_COORDINATOR_PACKAGE_NAME xfed-coordinator)
 set(CPACK_DEBIAN_COORDINATOR_PACKAGE_DEPENDS "passwd, procps")
 set(CPACK_DEBIAN_COORDINATOR_PACKAGE_RECOMMENDS "xfed (= ${_xf_version})")
-set(CPACK_COMPONENT_COORDINATOR_DESCRIPTION
-    "xfed global coordinator and regional aggregator\n"
-    "xfed-coord with the systemd units xfed-coordinator.service (the global\n"
-    "coordinator) and xfed-aggregator@REGION.service (a regional aggregator), and\n"
-    "the coordinator's settings in /etc/xfed/coordinator.json. Needs no CUDA.")
+set(CPACK_DEBIAN_COORDINATOR_DESCRIPTION "xfed global coordinator and regional aggregator\nxfed-coord with the systemd units xfed-coordinator.service (the global\ncoordinator) and xfed-aggregator@REGION.service (a regional aggregator), and\nthe coordinator's settings in /etc/xfed/coordinator.json. Needs no CUDA.")
 xf_deb_scripts(coordinator xfed-coordinator "/var/lib/xfed/coordinator"
                "xfed-coordinator.service xfed-aggregator@*.service"
                "/var/lib/xfed/aggregator-* /etc/xfed/aggregator-*.json"
@@ -82,12 +73,7 @@ xf_deb_scripts(coordinator xfed-coordinator "/var/lib/xfed/coordinator"
 set(CPACK_DEBIAN_SITE_PACKAGE_NAME xfed-site)
 set(CPACK_DEBIAN_SITE_PACKAGE_DEPENDS "passwd, procps")
 set(CPACK_DEBIAN_SITE_PACKAGE_SUGGESTS "xfed-cuda (= ${_xf_version})")
-set(CPACK_COMPONENT_SITE_DESCRIPTION
-    "xfed site daemon\n"
-    "xfed-site: the site's dataset registry, privacy ledger and residency rules,\n"
-    "and the daemon that trains the coordinator's jobs on the site's data, with\n"
-    "the systemd unit xfed-site.service. Trains on the CPU; install xfed-cuda for\n"
-    "NVIDIA GPUs.")
+set(CPACK_DEBIAN_SITE_DESCRIPTION "xfed site daemon\nxfed-site: the site's dataset registry, privacy ledger and residency rules,\nand the daemon that trains the coordinator's jobs on the site's data, with\nthe systemd unit xfed-site.service. Trains on the CPU; install xfed-cuda for\nNVIDIA GPUs.")
 xf_deb_scripts(site xfed-site "/var/lib/xfed/site" "xfed-site.service" "")
 
 # The CUDA backend, a module the site daemon loads when it finds a GPU
@@ -99,11 +85,7 @@ if(TARGET xf_cuda)
   set(CPACK_DEBIAN_CUDA_PACKAGE_NAME xfed-cuda)
   set(CPACK_DEBIAN_CUDA_PACKAGE_SHLIBDEPS OFF)
   set(CPACK_DEBIAN_CUDA_PACKAGE_DEPENDS "xfed-site (= ${_xf_version})")
-  set(CPACK_COMPONENT_CUDA_DESCRIPTION
-      "xfed CUDA backend for the site daemon\n"
-      "libxfed-cuda.so, which xfed-site loads when it finds an NVIDIA GPU. It needs\n"
-      "the NVIDIA driver and the CUDA runtime and cuBLAS libraries of NVIDIA's CUDA\n"
-      "toolkit, which this package does not depend on: install them from NVIDIA.")
+  set(CPACK_DEBIAN_CUDA_DESCRIPTION "xfed CUDA backend for the site daemon\nlibxfed-cuda.so, which xfed-site loads when it finds an NVIDIA GPU. It needs\nthe NVIDIA driver and the CUDA runtime and cuBLAS libraries of NVIDIA's CUDA\ntoolkit, which this package does not depend on: install them from NVIDIA.")
 endif()
 
 include(CPack)
