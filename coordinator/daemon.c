@@ -645,6 +645,7 @@ static void stop(xf__coord *co, const char *why) {
   if (co->stopping) return;
   co->stopping = true;
   XF_INFO("coordinator_stopping", "reason=%s", why);
+  xf_notify_stopping(&co->notify);
   xf__metrics_stop(co);
   xf__dashboard_stop(co);
   if (co->listener) xf_listener_close(co->listener, NULL);
@@ -664,9 +665,18 @@ static void stop(xf__coord *co, const char *why) {
 static void on_signal(uv_signal_t *h, int signum) {
   xf__coord *co = h->data;
   if (signum == SIGHUP) {
+    /* Sessions already open stay; handshakes from now on meet the new CRL.
+     * A CRL that does not load leaves the old one in force. */
     xf_errctx err = {0};
-    if (xf_tls_reload_crl(co->tls, &err) != XF_OK)
-      XF_ERROR("crl_reload_failed", "reason=\"%s\" file=\"%s\"", err.msg, err.file);
+    xf_notify_reloading();
+    if (xf_tls_reload_crl(co->tls, &err) != XF_OK) {
+      XF_ERROR("crl_reload_failed", "reason=\"%s\" file=\"%s\" kept=\"the CRL loaded before\"",
+               err.msg, err.file);
+      xf_notify_ready("serving on port %d; the CRL reload failed (%s), the previous CRL is in "
+                      "force", xf_listener_port(co->listener), err.msg);
+    } else {
+      xf_notify_ready("serving on port %d; CRL reloaded", xf_listener_port(co->listener));
+    }
     return;
   }
   stop(co, signum == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -876,6 +886,10 @@ xf_err xf_coord_run(const xf_coord_config *cfg, xf_errctx *err) {
     xf__upstream_start(co);
   else
     xf__runs_schedule(co);
+  /* Listening, with the journal recovered and its runs resumed: ready. */
+  xf_notify_start(&co->notify, &co->loop);
+  xf_notify_ready("%s %s serving on %s:%d", co->cfg.regional ? "regional aggregator" : "coordinator",
+                  co->name, co->cfg.listen_host, xf_listener_port(co->listener));
   uv_run(&co->loop, UV_RUN_DEFAULT);
   /* What the bounds on connections did over the whole run. */
   const xf_conn_guard *g = &co->guard;

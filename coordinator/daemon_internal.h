@@ -29,6 +29,7 @@
 #include "kernels/model.h"
 #include "net/conn.h"
 #include "net/document.h"
+#include "net/notify.h"
 #include "net/session.h"
 #include "net/tensor.h"
 #include "net/tls.h"
@@ -280,6 +281,7 @@ typedef struct xf__coord {
   uv_check_t pump;      /* after each loop turn: resume streams stalled on the budget */
   size_t stalled;       /* peers with tx_stalled set */
   uv_signal_t sig_term, sig_int, sig_hup;
+  xf_notify notify;     /* systemd: readiness, reloads, the watchdog */
   bool stopping;
   /* Caps, the buffer budget, and the running totals of what they refused
    * and closed (net/conn.h), for every connection of the process. */

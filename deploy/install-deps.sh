@@ -23,6 +23,7 @@ packages=(
   clang libclang-rt-dev
   dataset-fashion-mnist
   libmicrohttpd-dev libgnutls28-dev prometheus
+  libsystemd-dev systemd procps python3 dpkg-dev mmdebstrap
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3 python3-torch python3-numpy)

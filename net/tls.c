@@ -4,8 +4,10 @@
 #include "net/tls.h"
 
 #include <string.h>
+#include <time.h>
 
 #include <openssl/err.h>
+#include <openssl/x509v3.h>
 
 #include "base/alloc.h"
 #include "base/log.h"
@@ -114,6 +116,28 @@ void xf_tls_free(xf_tls *tls) {
   xf_free(tls);
 }
 
+/* What the store's CRL says, for the reload's log line: how many
+ * certificates it revokes, its number and when it must be re-signed. */
+static void crl_summary(const xf_pki_trust *trust, char *out, size_t n) {
+  snprintf(out, n, "revoked=? crl_number=? next_update=?");
+  STACK_OF(X509_OBJECT) *objs = X509_STORE_get0_objects(xf_pki_trust_store(trust));
+  for (int i = 0; i < sk_X509_OBJECT_num(objs); i++) {
+    X509_CRL *crl = X509_OBJECT_get0_X509_CRL(sk_X509_OBJECT_value(objs, i));
+    if (!crl) continue;
+    STACK_OF(X509_REVOKED) *revoked = X509_CRL_get_REVOKED(crl);
+    ASN1_INTEGER *number = X509_CRL_get_ext_d2i(crl, NID_crl_number, NULL, NULL);
+    long num = number ? ASN1_INTEGER_get(number) : -1;
+    ASN1_INTEGER_free(number);
+    char next[64] = "?";
+    const ASN1_TIME *nu = X509_CRL_get0_nextUpdate(crl);
+    struct tm tm;
+    if (nu && ASN1_TIME_to_tm(nu, &tm) == 1) strftime(next, sizeof(next), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    snprintf(out, n, "revoked=%d crl_number=%ld next_update=%s",
+             revoked ? sk_X509_REVOKED_num(revoked) : 0, num, next);
+    return;
+  }
+}
+
 xf_err xf_tls_reload_crl(xf_tls *tls, xf_errctx *err) {
   xf_pki_trust *trust = NULL;
   XF_GUARD(xf_pki_trust_load(tls->ca_path, tls->crl_path, &trust, err));
@@ -122,7 +146,9 @@ xf_err xf_tls_reload_crl(xf_tls *tls, xf_errctx *err) {
     xf_pki_trust_free(trust);
     return rc;
   }
-  XF_INFO("tls_crl_reloaded", "crl=%s federation=%s", tls->crl_path, tls->federation);
+  char summary[160];
+  crl_summary(tls->trust, summary, sizeof(summary));
+  XF_INFO("tls_crl_reloaded", "crl=%s federation=%s %s", tls->crl_path, tls->federation, summary);
   return XF_OK;
 }
 

@@ -40,6 +40,7 @@
 #include "policy/release.h"
 #include "update/update.h"
 #include "net/conn.h"
+#include "net/notify.h"
 #include "net/session.h"
 #include "net/tensor.h"
 #include "net/tls.h"
@@ -315,6 +316,7 @@ struct xf_site_daemon {
 
   /* signals */
   uv_signal_t sigterm, sigint, sighup;
+  xf_notify notify; /* systemd: readiness, reloads, the watchdog */
   bool stopping;
 
   /* tasks: the accepted ones in the order they came, at most one per job */
@@ -2551,6 +2553,7 @@ static void on_session_open(daemon_t *d) {
   d->sessions_opened++;
   XF_INFO("session_open", "coordinator=%s version=%u peer_role=%s", d->cfg.coordinator,
           (unsigned)d->session.version, d->session.peer_role);
+  xf_notify_status("site %s: session open with %s", d->cfg.site, d->cfg.coordinator);
   send_announce(d);
 }
 
@@ -2625,6 +2628,9 @@ static void on_close(xf_conn *c, const xf_conn_reason *why) {
          end_name(why->end), was_open ? "true" : "false",
          logq(q, sizeof(q), reason[0] ? reason : xf_conn_end_message(why->end)));
   d->close_reason[0] = '\0';
+  if (!d->stopping)
+    xf_notify_status("site %s: no session with %s (%s); dialing again",
+                     d->cfg.site, d->cfg.coordinator, end_name(why->end));
   /* A session the coordinator refused (after our announce, say) does not
    * count as opened: the delays keep growing, so a site it will not take
    * does not knock every half second. */
@@ -2735,6 +2741,7 @@ static void daemon_stop(daemon_t *d, const char *signal_name) {
   XF_INFO("site_stopping", "signal=%s training=%s", signal_name,
           t ? "true (told to stop; waiting for it)" : "false");
   if (t) atomic_store(&t->abandoned, true);
+  xf_notify_stopping(&d->notify);
   uv_timer_stop(&d->redial);
   uv_close((uv_handle_t *)&d->redial, NULL);
   if (d->resolving) uv_cancel((uv_req_t *)&d->resolver);
@@ -2754,15 +2761,23 @@ static void on_signal(uv_signal_t *h, int signum) {
     xf_errctx_clear(&err);
     char q[600];
     xf_pki_trust *trust = NULL;
-    if (xf_tls_reload_crl(d->tls, &err) != XF_OK ||
-        xf_pki_trust_load(d->ca_path, d->crl_path, &trust, &err) != XF_OK) {
-      XF_ERROR("crl_reload_failed", "reason=\"%s\"", logq(q, sizeof(q), err.msg));
+    xf_notify_reloading();
+    /* The trust for secure aggregation is loaded first: when it fails,
+     * neither the TLS context nor secure aggregation has changed. */
+    if (xf_pki_trust_load(d->ca_path, d->crl_path, &trust, &err) != XF_OK ||
+        xf_tls_reload_crl(d->tls, &err) != XF_OK) {
+      xf_pki_trust_free(trust);
+      XF_ERROR("crl_reload_failed", "reason=\"%s\" kept=\"the CRL loaded before\"",
+               logq(q, sizeof(q), err.msg));
+      xf_notify_ready("site %s: the CRL reload failed (%s), the previous CRL is in force",
+                      d->cfg.site, err.msg);
     } else {
       /* Secure aggregation checks its peers against the new CRL too. */
       xf_secagg_x509_set_trust(d->sa_identity, trust);
       xf_pki_trust_free(d->sa_trust);
       d->sa_trust = trust;
       XF_INFO("crl_reloaded", "ca=%s crl=%s", d->cfg.ca, d->cfg.crl);
+      xf_notify_ready("site %s: CRL reloaded", d->cfg.site);
     }
     if (session_open(d)) send_announce(d);
     return;
@@ -3041,6 +3056,10 @@ xf_err xf_site_daemon_run(const xf_site_daemon_opts *opts, xf_errctx *err) {
     goto out;
   }
   start_resolve(d);
+  /* Configured, identity and backend checked, dialing: ready. A site that
+   * waits for its coordinator is up; STATUS says whether a session is open. */
+  xf_notify_start(&d->notify, &d->loop);
+  xf_notify_ready("site %s: dialing %s", d->cfg.site, d->cfg.coordinator);
   uv_run(&d->loop, UV_RUN_DEFAULT);
   XF_INFO("site_stopped", "site=%s", d->cfg.site);
 out:

@@ -1,0 +1,25 @@
+# SPDX-License-Identifier: Apache-2.0
+# Installing and supervising the daemons: the installed systemd units pass
+# `systemd-analyze verify` (tests/integration/units.sh, a few seconds).
+add_test(NAME deploy_units_verify
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/units.sh ${PROJECT_BINARY_DIR})
+set_tests_properties(deploy_units_verify PROPERTIES LABELS integration TIMEOUT 300)
+
+# Readiness, the watchdog and the CRL reload as systemd would see them
+# (tests/integration/supervise.sh): only in builds that notify systemd.
+if(XF_SYSTEMD)
+  add_test(NAME deploy_supervise_notify_and_reload
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/supervise.sh ${PROJECT_BINARY_DIR})
+  set_tests_properties(deploy_supervise_notify_and_reload PROPERTIES LABELS integration TIMEOUT 600)
+endif()
+
+# The Debian packages on a fresh Debian root (deploy/packages.sh): built with
+# cpack in a build directory of their own, installed with dpkg -i in a
+# bookworm made by mmdebstrap, a coordinator and two sites run a job from the
+# units' command lines, then purged. Needs root and the package registry;
+# about 2 minutes besides the Release build.
+add_test(NAME deploy_packages_install_run_purge
+         COMMAND bash ${PROJECT_SOURCE_DIR}/deploy/packages.sh
+                 --build ${PROJECT_BINARY_DIR}/deploy/packages-build)
+set_tests_properties(deploy_packages_install_run_purge PROPERTIES LABELS "integration;slow"
+                     TIMEOUT 2400)
