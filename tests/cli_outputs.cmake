@@ -3,5 +3,5 @@
 # user runs it onto a symbolic link, a FIFO, a device node, a directory:
 # refused with exit 1 and left as it was (storage/file.h's rule). One table
 # row per command in test_cli_outputs.c.
-xf_add_test(test_cli_outputs SOURCES test_cli_outputs.c LABELS integration TIMEOUT 300)
+xf_add_test(test_cli_outputs SOURCES test_cli_outputs.c LIBS xf_audit LABELS integration TIMEOUT 300)
 add_dependencies(test_cli_outputs xfed xfed-site xfed-coord)
