@@ -81,5 +81,5 @@ endforeach()
 # (tests/integration/guides.sh; the blocks it runs are fenced ```sh).
 add_test(NAME guides_run_as_written
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/guides.sh ${PROJECT_BINARY_DIR}
-                 docs/compliance-guide.md)
+                 docs/compliance-guide.md docs/researcher-guide.md docs/operator-guide.md)
 set_tests_properties(guides_run_as_written PROPERTIES LABELS integration TIMEOUT 900)

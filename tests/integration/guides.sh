@@ -13,9 +13,20 @@
 # ```console or with their format (```json), and are not run.
 #
 # Each guide's shell finds xfed, xfed-site and xfed-coord on PATH, build/
-# and deploy/ beside it (as in a checkout), and the coordinator and the
-# reader's identity in the XFED_* variables: cora (compliance) for the
-# compliance guide, rita (researcher) for the others.
+# and deploy/ beside it (as in a checkout), Fashion-MNIST where Debian's
+# package puts it, and the coordinator and the reader's identity in the
+# XFED_* variables: cora (compliance) for the compliance guide, rita
+# (researcher) for the others. What a guide's reader sets for their own
+# federation in a block marked skip, the test sets for this one:
+#   compliance guide: coord_state, agg_state: the state directories of the
+#                     coordinator and of region eu's aggregator;
+#   operator guide:   coordinator: region eu's aggregator; and in its
+#                     directory the files the federation admin hands a site
+#                     operator: eu-berlin.crt, eu-berlin.key, ca.crt, crl.pem.
+# A guide may start daemons in the background (the operator guide runs a
+# site); whatever it leaves running is killed when it ends, and their logs
+# (*.log in its directory) must hold no sanitizer report. Each guide has
+# 300 s.
 # usage: guides.sh BUILD_DIR GUIDE.md...
 set -euo pipefail
 build=$(cd "${1:?build dir}" && pwd)
@@ -24,7 +35,11 @@ label=guides
 # shellcheck source=tests/integration/lib.sh
 source "$(dirname "$0")/lib.sh"
 setup_work xf-guides
+guide_data=/usr/share/datasets/fashion-mnist
+[[ -f $guide_data/train-images-idx3-ubyte.gz || -f $guide_data/train-images-idx3-ubyte ]] ||
+  fail "the guides use Fashion-MNIST at $guide_data (deploy/install-deps.sh installs dataset-fashion-mnist)"
 federation eu-1:eu:eu eu-2:eu:eu us-1:us:direct us-2:us:direct ap-1:ap:ap ap-2:ap:ap
+XF_LOG_LEVEL=warn "$xfed" pki issue --dir "$fed" --kind site --name eu-berlin --region eu >/dev/null
 
 # extract GUIDE: the runnable blocks as one script; each block sets
 # guide_block to its line first, so a failure names it.
@@ -52,21 +67,43 @@ for guide in "$@"; do
   ln -s "$build" "$dir/build"
   ln -s "$src/deploy" "$dir/deploy"
   user=rita
-  [[ $name == compliance-guide ]] && user=cora
+  vars=()
+  case $name in
+  compliance-guide)
+    user=cora
+    vars=(coord_state="$work/coord" agg_state="$work/agg-eu")
+    ;;
+  operator-guide)
+    cp "$fed/ca.crt" "$fed/crl.pem" "$fed/issued/eu-berlin.crt" "$dir/"
+    install -m 0600 "$fed/issued/eu-berlin.key" "$dir/"
+    vars=(coordinator="127.0.0.1:$(cat "$work/agg-eu.port")" XF_LOG_LEVEL=info)
+    ;;
+  esac
   {
     echo 'set -eEuo pipefail'
     echo "trap 'echo \"FAILED: the block at \$guide_block\" >&2' ERR"
     extract "$guide"
   } >"$dir.sh"
   grep -q '^guide_block=' "$dir.sh" || fail "$guide has no runnable block"
+  # timeout leads a process group of its own: the guide's shell and what it
+  # starts in the background, all killed once the guide is over.
   (cd "$dir" &&
-    env -u XFED_PROFILE HOME="$dir" PATH="$build/cli:$build/site:$build/coordinator:$PATH" \
+    exec env -u XFED_PROFILE HOME="$dir" PATH="$build/cli:$build/site:$build/coordinator:$PATH" \
       USER="${USER:-$user}" \
       XF_LOG_LEVEL=warn \
       XFED_COORDINATOR="127.0.0.1:$port" XFED_CERT="$fed/issued/$user.crt" \
       XFED_KEY="$fed/issued/$user.key" XFED_CA="$fed/ca.crt" XFED_CRL="$fed/crl.pem" \
-      bash "$dir.sh") >"$dir.out" 2>&1 ||
+      "${vars[@]}" timeout 300 bash "$dir.sh") >"$dir.out" 2>&1 &
+  group=$!
+  rc=0
+  wait "$group" || rc=$?
+  kill -KILL -- "-$group" 2>/dev/null || true
+  ((rc != 124)) || fail "$name: not done within 300 s; its output ends: $(tail -n 12 "$dir.out")"
+  ((rc == 0)) ||
     fail "$name: $(grep 'FAILED: the block' "$dir.out" | tail -n 1); its output ends: $(tail -n 12 "$dir.out")"
+  if grep -l -E 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$dir.out" "$dir"/*.log 2>/dev/null; then
+    fail "$name: a program it ran printed a sanitizer report"
+  fi
   echo "$name: $(grep -c '^guide_block=' "$dir.sh") blocks ran as written"
 done
 finish
