@@ -99,7 +99,7 @@ xf_err xf_pending_adoption(const xf_journal_pending *pending, size_t n, const xf
       return xf_fail(err, XF_EINVAL,
                      "dataset '%s' is pending at site '%s' (region %s), which is not in the "
                      "policy: add the site first ('xfed policy site add --name %s --region %s "
-                     "--reason TEXT'), or adopt without it (--site)",
+                     "--reason TEXT'), or adopt only other sites' datasets (--site S)",
                      r->name, r->site, r->region, r->site, r->region);
     }
     json_t *d = json_pack("{s:s,s:s,s:s,s:o}", "name", r->name, "site", r->site,
