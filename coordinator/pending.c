@@ -10,10 +10,14 @@
 
 #include "base/alloc.h"
 
+static int by_name(const void *key, const void *site) {
+  return strcmp(key, ((const xf_policy_site *)site)->name);
+}
+
+/* By binary search: a model's sites are sorted by name (policy/policy.h),
+ * and a listing may hold a row for each of tens of thousands of sites. */
 static bool site_in_policy(const xf_policy *p, const char *site) {
-  for (size_t i = 0; p && i < p->n_sites; i++)
-    if (strcmp(p->sites[i].name, site) == 0) return true;
-  return false;
+  return p && p->n_sites && bsearch(site, p->sites, p->n_sites, sizeof(*p->sites), by_name);
 }
 
 /* Whether `policy` holds a dataset named `name` (at `site` when given). */
