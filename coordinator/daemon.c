@@ -409,7 +409,8 @@ static void free_behind(xf__site *s) {
  * pending. Only the global coordinator keeps a policy. */
 static void record_datasets(xf__coord *co, const xf__site *s) {
   size_t n_sites = s->regional ? s->n_behind : 1, n_sets = 0;
-  for (size_t i = 0; i < n_sites; i++) n_sets += s->regional ? s->behind[i].n_datasets : s->n_datasets;
+  for (size_t i = 0; i < n_sites; i++)
+    n_sets += s->regional ? s->behind[i].n_datasets : s->n_datasets;
   xf_errctx err = {0};
   const xf_policy *policy = NULL;
   xf_journal_site_datasets *sites = n_sites ? xf_calloc(n_sites, sizeof(*sites)) : NULL;

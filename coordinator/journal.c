@@ -986,7 +986,8 @@ xf_err xf_journal_datasets_seen(xf_db *db, const xf_journal_site_datasets *sites
   if (n == 0) return XF_OK;
   XF_GUARD(xf_db_begin(db, err));
   xf_err e = XF_OK;
-  for (size_t i = 0; e == XF_OK && i < n; i++) e = site_datasets_seen(db, &sites[i], policy, now, err);
+  for (size_t i = 0; e == XF_OK && i < n; i++)
+    e = site_datasets_seen(db, &sites[i], policy, now, err);
   if (e == XF_OK) return xf_db_commit(db, err);
   xf_db_rollback(db);
   return e;

@@ -42,7 +42,8 @@ typedef struct fixture {
 
 static const char *const POLICY =
     "{\"regions\": [{\"name\": \"us\"}, {\"name\": \"eu\"}],"
-    " \"sites\": [{\"name\": \"us-1\", \"region\": \"us\"}, {\"name\": \"eu-1\", \"region\": \"eu\"}],"
+    " \"sites\": [{\"name\": \"us-1\", \"region\": \"us\"},"
+    " {\"name\": \"eu-1\", \"region\": \"eu\"}],"
     " \"datasets\": [{\"name\": \"fmnist\", \"site\": \"us-1\", \"classification\": \"internal\","
     " \"tags\": []}],"
     " \"rules\": []}";

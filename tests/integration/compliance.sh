@@ -91,7 +91,8 @@ done
 out=$(comp policy dataset pending) || fail "dataset pending: $out"
 [[ $out == *site-2*eu*scans*confidential* ]] ||
   fail "scans, registered at site-2 behind agg-eu, is not listed as pending: $out"
-[[ $out == *"(site not in the policy)"* ]] || fail "the listing does not say the sites are missing: $out"
+[[ $out == *"(site not in the policy)"* ]] ||
+  fail "the listing does not say the sites are missing: $out"
 if out=$(comp policy dataset adopt scans --reason "CT scans" 2>&1); then
   fail "adopting at a site the policy does not hold: $out"
 fi
@@ -122,7 +123,8 @@ out=$(comp policy dataset adopt --all --reason "the rest") || fail "adopt --all:
 [[ $out == *"1 dataset adopted"*"+ dataset fmnist@site-1"* ]] || fail "adopt --all said: $out"
 out=$(comp policy dataset pending) || fail "dataset pending: $out"
 [[ $out == "no dataset is pending" ]] || fail "datasets are pending after adopting all: $out"
-comp audit export | grep -q '"edit":"dataset_adopt"' || fail "the adoption is not in the audit trail"
+comp audit export | grep -q '"edit":"dataset_adopt"' ||
+  fail "the adoption is not in the audit trail"
 
 finish
 echo "compliance: ok"
