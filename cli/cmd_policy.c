@@ -37,7 +37,7 @@
 typedef struct policy_args {
   const char *db, *author, *reason, *name, *jurisdiction, *region, *site, *classification,
       *tag, *file, *json_rule, *id, *out, *coordinator_region;
-  bool has_version, has_epsilon, force;
+  bool has_version, has_epsilon, force, all;
   long version;
   double epsilon;
   xf_client_flags conn;
@@ -48,7 +48,7 @@ typedef struct policy_args {
 enum {
   OPT_DB = 256, OPT_AUTHOR, OPT_REASON, OPT_NAME, OPT_JURISDICTION, OPT_REGION, OPT_SITE,
   OPT_CLASS, OPT_TAG, OPT_FILE, OPT_JSON_RULE, OPT_ID, OPT_OUT, OPT_VERSION, OPT_COORD_REGION,
-  OPT_EPSILON, OPT_FORCE
+  OPT_EPSILON, OPT_FORCE, OPT_ALL
 };
 
 static const struct option all_opts[] = {
@@ -69,6 +69,7 @@ static const struct option all_opts[] = {
     {"coordinator-region", required_argument, 0, OPT_COORD_REGION},
     {"epsilon", required_argument, 0, OPT_EPSILON},
     {"force", no_argument, 0, OPT_FORCE},
+    {"all", no_argument, 0, OPT_ALL},
 };
 #define N_ALL_OPTS (sizeof(all_opts) / sizeof(all_opts[0]))
 
@@ -126,6 +127,7 @@ static int parse_args(xf_cli *cli, int argc, char **argv, const char *allowed, i
     case OPT_OUT: a->out = optarg; break;
     case OPT_COORD_REGION: a->coordinator_region = optarg; break;
     case OPT_FORCE: a->force = true; break;
+    case OPT_ALL: a->all = true; break;
     case OPT_VERSION:
       rc = xf_cli_parse_int(cli, "--version", optarg, 0, LONG_MAX,
                             &a->version);
@@ -254,7 +256,8 @@ static int policy_request(xf_cli *cli, xf_client *c, Xfed__PolicyRequest *req,
   env.body_case = XFED__ENVELOPE__BODY_POLICY_REQUEST;
   env.policy_request = req;
   /* Reads are asked again after a dropped link; changes are not. */
-  bool change = strcmp(req->verb, "push") == 0 || strcmp(req->verb, "edit") == 0;
+  bool change = strcmp(req->verb, "push") == 0 || strcmp(req->verb, "edit") == 0 ||
+                strcmp(req->verb, "dataset_adopt") == 0;
   xf_err rc = change ? xf_client_request(c, &env, XFED__ENVELOPE__BODY_POLICY_REPLY, answer,
                                          &cli->err)
                      : xf_client_query(c, &env, XFED__ENVELOPE__BODY_POLICY_REPLY, answer,
@@ -466,10 +469,108 @@ int xf_cmd_policy_site(xf_cli *cli, int argc, char **argv) {
   return change(cli, &a, &e, NULL, "site added");
 }
 
+/* Pending datasets live at the coordinator (what its sites announced):
+ * there is nothing to list or adopt in a local database. */
+static int coordinator_only(xf_cli *cli, const policy_args *a) {
+  if (!a->db) return XF_EXIT_OK;
+  return xf_cli_usage(cli, "--db: pending datasets are what the sites announced to the "
+                           "coordinator; ask it (leave out --db)");
+}
+
+static const char *jstr(const json_t *o, const char *key);
+static long long jint(const json_t *o, const char *key);
+static int ask_text(xf_cli *cli, const policy_args *a, const char *verb, uint64_t from,
+                    uint64_t to, char **text);
+
+/* `xfed policy dataset pending`: the datasets sites announced that the
+ * coordinator's policy does not hold. */
+static int dataset_pending(xf_cli *cli, int argc, char **argv) {
+  policy_args a;
+  int status;
+  if ((status = parse_args(cli, argc, argv, "db", 0, 0, "", &a)) != XF_EXIT_OK ||
+      (status = coordinator_only(cli, &a)) != XF_EXIT_OK)
+    return status;
+  char *text = NULL;
+  if ((status = ask_text(cli, &a, "dataset_pending", 0, 0, &text)) != XF_EXIT_OK) return status;
+  json_t *rows = json_loads(text, 0, NULL);
+  xf_free(text);
+  if (!json_is_array(rows)) {
+    json_decref(rows);
+    xf_fail(&cli->err, XF_EFORMAT, "the coordinator's list of pending datasets is not a JSON "
+                                   "array");
+    return xf_cli_fail(cli, XF_EFORMAT);
+  }
+  if (cli->json) {
+    xf_cli_print_json(json_pack("{s:o}", "pending", rows));
+    return XF_EXIT_OK;
+  }
+  char when[32];
+  size_t i;
+  json_t *r;
+  if (json_array_size(rows) == 0) printf("no dataset is pending\n");
+  else
+    printf("%-20s %-12s %-20s %10s %-14s %s\n", "SITE", "REGION", "DATASET", "RECORDS",
+           "REGISTERED AS", "FIRST SEEN (UTC)");
+  json_array_foreach(rows, i, r) {
+    printf("%-20s %-12s %-20s %10lld %-14s %s%s\n", jstr(r, "site"), jstr(r, "region"),
+           jstr(r, "name"), jint(r, "train_records") + jint(r, "test_records"),
+           jstr(r, "classification"),
+           xf_cli_utc_text(json_number_value(json_object_get(r, "first_seen")), when),
+           json_is_true(json_object_get(r, "site_in_policy")) ? ""
+                                                               : "  (site not in the policy)");
+  }
+  json_decref(rows);
+  return XF_EXIT_OK;
+}
+
+/* `xfed policy dataset adopt NAME... | --all`: the coordinator adds the
+ * pending datasets to its policy in one version. */
+static int dataset_adopt(xf_cli *cli, int argc, char **argv) {
+  policy_args a;
+  int status;
+  if ((status = parse_args(cli, argc, argv, CHANGE_FLAGS "all,site,class", 0, INT_MAX,
+                           "NAME... or --all", &a)) != XF_EXIT_OK ||
+      (status = coordinator_only(cli, &a)) != XF_EXIT_OK)
+    return status;
+  if (!a.all && a.n_pos == 0)
+    return xf_cli_usage(cli, "name the datasets to adopt ('xfed policy dataset pending' lists "
+                             "them), or adopt every pending one with --all");
+  if (a.all && a.n_pos)
+    return xf_cli_usage(cli, "give dataset names or --all, not both");
+  if (a.author)
+    return xf_cli_usage(cli, "--author is for --db: the coordinator records your certificate's "
+                             "identity as the author");
+  if (!a.reason || !*a.reason)
+    return xf_cli_usage(cli, "--reason TEXT is required: every policy change records why it "
+                             "was made");
+  xf_client *c = NULL;
+  if ((status = xf_client_connect(cli, &a.conn, &c)) != XF_EXIT_OK) return status;
+  Xfed__PolicyRequest req = XFED__POLICY_REQUEST__INIT;
+  req.verb = "dataset_adopt";
+  req.names = a.pos;
+  req.n_names = (size_t)a.n_pos;
+  req.all = a.all;
+  req.site = (char *)(a.site ? a.site : "");
+  req.classification = (char *)(a.classification ? a.classification : "");
+  req.reason = (char *)a.reason;
+  Xfed__Envelope *answer = NULL;
+  status = policy_request(cli, c, &req, false, &answer);
+  xf_client_close(c);
+  if (status != XF_EXIT_OK) return status;
+  char what[64];
+  uint64_t n = answer->policy_reply->added;
+  snprintf(what, sizeof(what), "%llu dataset%s adopted", (unsigned long long)n, n == 1 ? "" : "s");
+  report_remote(cli, answer->policy_reply, what);
+  xf_envelope_free(answer);
+  return XF_EXIT_OK;
+}
+
 int xf_cmd_policy_dataset(xf_cli *cli, int argc, char **argv) {
   int status;
-  int verb = sub_verb(cli, argc, argv, "add,tag", &status);
+  int verb = sub_verb(cli, argc, argv, "add,tag,pending,adopt", &status);
   if (verb < 0) return status;
+  if (verb == 2) return dataset_pending(cli, argc - 1, argv + 1);
+  if (verb == 3) return dataset_adopt(cli, argc - 1, argv + 1);
   policy_args a;
   if ((status = parse_args(cli, argc - 1, argv + 1,
                            verb == 0 ? CHANGE_FLAGS "site,name,class" : CHANGE_FLAGS "site,name,tag",

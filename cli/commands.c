@@ -437,22 +437,42 @@ const xf_cmd xf_cli_commands[] = {
      POLICY_CHANGE_OPTIONS
      "\n" XF_CLIENT_OPTIONS_HELP,
      xf_cmd_policy_site},
-    {"policy", "dataset", "add a dataset at a site, or tag one (add|tag)",
+    {"policy", "dataset", "add or tag a dataset; list or adopt those sites registered "
+     "(add|tag|pending|adopt)",
      "usage: xfed policy dataset add --site S --name D --class C --reason TEXT\n"
      "                               [--db FILE [--author NAME]] [--json]\n"
      "       xfed policy dataset tag --site S --name D --tag T --reason TEXT\n"
      "                               [--db FILE [--author NAME]] [--json]\n"
+     "       xfed policy dataset pending [--json]\n"
+     "       xfed policy dataset adopt (NAME... | --all) [--site S] [--class C]\n"
+     "                                 --reason TEXT [--json]\n"
      "\n"
      "add: declares dataset D at site S with classification C (public, internal,\n"
      "confidential or restricted). tag: adds tag T to it. Prints the new version.\n"
      POLICY_WHERE_CHANGE
      "\n"
+     "pending: the datasets sites registered and announced to the coordinator that\n"
+     "its policy does not hold yet: site, region, dataset, records (train + test),\n"
+     "the classification the site registered, when it was first announced. Any\n"
+     "user certificate may list them. A pending dataset takes part in nothing.\n"
+     "adopt: adds the pending datasets named (at every site holding one, or only at\n"
+     "--site S), or all of them, to the coordinator's policy as ONE new version,\n"
+     "with classification C (default: restricted, whatever the site registered)\n"
+     "and the tags the site announced; no rule is added. Their sites must be in\n"
+     "the policy. A name that is not pending is refused. Compliance and admin\n"
+     "certificates only; prints the new version and what it added.\n"
+     "\n"
      "options:\n"
-     "  --site S         the site holding the dataset\n"
+     "  --site S         add, tag: the site holding the dataset; adopt: only there\n"
      "  --name D         the dataset's name (the name jobs use in data.dataset)\n"
-     "  --class C        add: the classification\n"
+     "  --class C        add: the classification; adopt: the one given to all\n"
+     "                   adopted (default: restricted)\n"
      "  --tag T          tag: the tag to add\n"
+     "  --all            adopt: every pending dataset (at --site S, when given)\n"
      POLICY_CHANGE_OPTIONS
+     "\n"
+     "example: xfed policy dataset adopt scans --site eu-berlin \\\n"
+     "           --reason \"CT scans registered at eu-berlin\"\n"
      "\n" XF_CLIENT_OPTIONS_HELP,
      xf_cmd_policy_dataset},
     {"policy", "rule", "add, remove or list the rules of the policy (add|rm|list)",

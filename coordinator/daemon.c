@@ -382,6 +382,7 @@ static size_t read_datasets(const Xfed__SiteAnnounce *a, xf__dataset **out) {
     const Xfed__SiteAnnounce__Dataset *d = a->datasets[i];
     xf__dataset *o = &v[i];
     copy_label(o->name, sizeof(o->name), d->name);
+    copy_label(o->classification, sizeof(o->classification), d->classification);
     for (size_t t = 0; t < d->n_tags && t < XF_JOB_TAGS_MAX; t++)
       copy_label(o->tags[o->n_tags++], XF_JOB_IDENT_MAX, d->tags[t]);
     o->train_records = d->train_records;
@@ -400,6 +401,56 @@ static void free_behind(xf__site *s) {
   xf_free(s->behind);
   s->behind = NULL;
   s->n_behind = 0;
+}
+
+/* The datasets a site announced (a site: its own; a regional aggregator:
+ * those of each site behind it), recorded in the journal in one
+ * transaction: those the current policy does not hold become (or stay)
+ * pending. Only the global coordinator keeps a policy. */
+static void record_datasets(xf__coord *co, const xf__site *s) {
+  size_t n_sites = s->regional ? s->n_behind : 1, n_sets = 0;
+  for (size_t i = 0; i < n_sites; i++)
+    n_sets += s->regional ? s->behind[i].n_datasets : s->n_datasets;
+  xf_errctx err = {0};
+  const xf_policy *policy = NULL;
+  xf_journal_site_datasets *sites = n_sites ? xf_calloc(n_sites, sizeof(*sites)) : NULL;
+  xf_journal_announced *list = n_sets ? xf_calloc(n_sets, sizeof(*list)) : NULL;
+  const char **tags = n_sets ? xf_calloc(n_sets * XF_JOB_TAGS_MAX, sizeof(*tags)) : NULL;
+  if ((n_sites && !sites) || (n_sets && (!list || !tags))) {
+    XF_ERROR("journal_failed", "doing=datasets_seen site=%s reason=\"out of memory\"", s->name);
+    goto out;
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < n_sites; i++) {
+    const xf__behind *b = s->regional ? &s->behind[i] : NULL;
+    const xf__dataset *ds = b ? b->datasets : s->datasets;
+    size_t n = b ? b->n_datasets : s->n_datasets;
+    sites[i] = (xf_journal_site_datasets){.site = b ? b->name : s->name,
+                                          .region = b ? b->region : s->region,
+                                          .ds = list ? &list[k] : NULL,
+                                          .n = n};
+    for (size_t j = 0; j < n; j++, k++) {
+      const char **t = &tags[k * XF_JOB_TAGS_MAX];
+      for (uint32_t m = 0; m < ds[j].n_tags; m++) t[m] = ds[j].tags[m];
+      list[k] = (xf_journal_announced){.name = ds[j].name,
+                                       .classification = ds[j].classification,
+                                       .tags = t,
+                                       .n_tags = ds[j].n_tags,
+                                       .train_records = ds[j].train_records,
+                                       .test_records = ds[j].test_records,
+                                       .classes = ds[j].classes,
+                                       .height = ds[j].h,
+                                       .width = ds[j].w,
+                                       .channels = ds[j].c};
+    }
+  }
+  if (xf__policy_current(co, &policy, &err) != XF_OK ||
+      xf_journal_datasets_seen(co->db, sites, n_sites, policy, xf__now(), &err) != XF_OK)
+    XF_ERROR("journal_failed", "doing=datasets_seen site=%s reason=\"%s\"", s->name, err.msg);
+out:
+  xf_free(tags);
+  xf_free(list);
+  xf_free(sites);
 }
 
 /* A site's or regional's SiteAnnounce: who it is must match its
@@ -473,6 +524,7 @@ static void on_announce(xf__coord *co, xf__peer *p, const Xfed__SiteAnnounce *a)
       if (xf_journal_site_seen(co->db, s->behind[i].id, s->behind[i].name, s->behind[i].region,
                                false, xf__now(), &err) != XF_OK)
         XF_ERROR("journal_failed", "doing=site_seen reason=\"%s\"", err.msg);
+    if (!co->cfg.regional) record_datasets(co, s);
   }
   XF_INFO("site_announced", "site=%s region=%s kind=%s datasets=%zu sites_behind=%zu", s->name,
           s->region, s->regional ? "regional" : "site", s->n_datasets, s->n_behind);

@@ -123,6 +123,7 @@ typedef struct xf__peer {
 /* What a site announced of one dataset. */
 typedef struct xf__dataset {
   char name[XF_JOB_IDENT_MAX];
+  char classification[16]; /* as the site registered it; may be empty */
   char tags[XF_JOB_TAGS_MAX][XF_JOB_IDENT_MAX];
   uint32_t n_tags;
   uint32_t train_records, test_records, classes, h, w, c;
@@ -443,6 +444,10 @@ void xf__audit(xf__coord *co, const char *kind, const char *subject, json_t *det
  * no policy was ever pushed or the coordinator has no region; errors of
  * xf_policy_decide otherwise. On success the caller frees *out with
  * xf_policy_decision_free. */
+/* The current policy version, reloaded into co->policy when the version
+ * table moved on; *out is borrowed from co. XF_EDB. */
+xf_err xf__policy_current(xf__coord *co, const xf_policy **out, xf_errctx *err) XF_WARN_UNUSED;
+
 xf_err xf__residency_decide(xf__coord *co, const xf_jobspec *spec, xf_policy_decision *out,
                             xf_errctx *err) XF_WARN_UNUSED;
 /* Sets the job's state and message in the journal (logs failures). */

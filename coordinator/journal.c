@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "base/alloc.h"
 #include "policy/audit.h"
 #include "policy/policy.h"
@@ -102,6 +104,26 @@ static const xf_migration xf__migrations[] = {
     /* 5: whether the daemon has the trail open, so that a copy of coord.db
      * made without its -wal file is told apart from a whole one. */
     {5, xf_audit_keeper_sql},
+    /* 6: datasets the sites announced that the policy does not hold, as
+     * each site last described them (docs/policy.md, "Datasets the sites
+     * register"). tags is a JSON array of strings. */
+    {6,
+     "CREATE TABLE pending_datasets ("
+     "  site TEXT NOT NULL,"
+     "  name TEXT NOT NULL,"
+     "  region TEXT NOT NULL,"
+     "  classification TEXT NOT NULL,"
+     "  tags TEXT NOT NULL,"
+     "  train_records INTEGER NOT NULL CHECK (train_records >= 0),"
+     "  test_records INTEGER NOT NULL CHECK (test_records >= 0),"
+     "  classes INTEGER NOT NULL CHECK (classes >= 0),"
+     "  height INTEGER NOT NULL CHECK (height >= 0),"
+     "  width INTEGER NOT NULL CHECK (width >= 0),"
+     "  channels INTEGER NOT NULL CHECK (channels >= 0),"
+     "  first_seen REAL NOT NULL,"
+     "  last_seen REAL NOT NULL CHECK (last_seen >= first_seen),"
+     "  PRIMARY KEY (site, name)"
+     ");"},
 };
 
 const xf_migration *xf_journal_migrations(size_t *n) {
@@ -869,4 +891,176 @@ xf_err xf_journal_last_invited(xf_db *db, int64_t job, uint32_t *n, xf_errctx *e
     e = xf_db_fail(db, err, "reading the job's last round");
   sqlite3_finalize(st);
   return e;
+}
+
+/* ---- datasets the sites announced, pending in the policy --------------------------------- */
+
+/* A JSON array of the tags, as text (the caller frees it with free()). */
+static char *tags_text(const char *const *tags, size_t n) {
+  json_t *a = json_array();
+  for (size_t i = 0; a && i < n; i++)
+    if (json_array_append_new(a, json_string(tags[i] ? tags[i] : "")) != 0) {
+      json_decref(a);
+      a = NULL;
+    }
+  char *t = a ? json_dumps(a, JSON_COMPACT) : NULL;
+  json_decref(a);
+  return t;
+}
+
+/* Drops the rows of `site` that the announcement no longer names: what a
+ * site announces replaces what it said before. */
+static xf_err forget_unnamed(xf_db *db, const char *site, const xf_journal_announced *ds,
+                             size_t n, xf_errctx *err) {
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf__prepare(db, &st, err, "SELECT name FROM pending_datasets WHERE site = ?", "t",
+                       site));
+  char(*gone)[XF_JOB_IDENT_MAX] = NULL;
+  size_t n_gone = 0;
+  xf_err e = XF_OK;
+  int rc = SQLITE_DONE;
+  while (e == XF_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const char *name = (const char *)sqlite3_column_text(st, 0);
+    bool named = false;
+    for (size_t i = 0; name && !named && i < n; i++) named = strcmp(ds[i].name, name) == 0;
+    if (named || !name) continue;
+    char(*grown)[XF_JOB_IDENT_MAX] = xf_realloc(gone, (n_gone + 1) * sizeof(*gone));
+    if (!grown) {
+      e = xf_fail(err, XF_ENOMEM, "out of memory reading the pending datasets");
+      break;
+    }
+    gone = grown;
+    snprintf(gone[n_gone++], XF_JOB_IDENT_MAX, "%s", name);
+  }
+  if (e == XF_OK && rc != SQLITE_DONE) e = xf_db_fail(db, err, "reading the pending datasets");
+  sqlite3_finalize(st);
+  for (size_t i = 0; e == XF_OK && i < n_gone; i++)
+    e = xf__run(db, err, "forgetting a dataset the site no longer announces", NULL,
+                "DELETE FROM pending_datasets WHERE site = ? AND name = ?", "tt", site, gone[i]);
+  xf_free(gone);
+  return e;
+}
+
+/* One site's announcement, inside the caller's transaction. */
+static xf_err site_datasets_seen(xf_db *db, const xf_journal_site_datasets *a,
+                                 const xf_policy *policy, double now, xf_errctx *err) {
+  XF_ENSURE(a->site && *a->site && a->region, err, XF_EINVAL,
+            "a pending dataset needs its site and region");
+  for (size_t i = 0; i < a->n; i++)
+    XF_ENSURE(a->ds[i].name && *a->ds[i].name, err, XF_EINVAL,
+              "site %.64s announced a dataset without a name", a->site);
+  XF_GUARD(forget_unnamed(db, a->site, a->ds, a->n, err));
+  for (size_t i = 0; i < a->n; i++) {
+    const xf_journal_announced *d = &a->ds[i];
+    if (xf_policy_dataset_find(policy, d->name, a->site)) {
+      XF_GUARD(xf__run(db, err, "forgetting a dataset the policy holds", NULL,
+                       "DELETE FROM pending_datasets WHERE site = ? AND name = ?", "tt", a->site,
+                       d->name));
+      continue;
+    }
+    char *tags = tags_text(d->tags, d->n_tags);
+    XF_ENSURE(tags, err, XF_ENOMEM, "out of memory recording a pending dataset");
+    xf_err e = xf__run(
+        db, err, "recording a pending dataset", NULL,
+        "INSERT INTO pending_datasets (site, name, region, classification, tags,"
+        " train_records, test_records, classes, height, width, channels, first_seen,"
+        " last_seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (site, name) DO UPDATE SET region = excluded.region,"
+        " classification = excluded.classification, tags = excluded.tags,"
+        " train_records = excluded.train_records, test_records = excluded.test_records,"
+        " classes = excluded.classes, height = excluded.height, width = excluded.width,"
+        " channels = excluded.channels,"
+        " last_seen = max(pending_datasets.first_seen, excluded.last_seen)",
+        "tttttiiiiiidd", a->site, d->name, a->region,
+        d->classification ? d->classification : "", tags, (int64_t)d->train_records,
+        (int64_t)d->test_records, (int64_t)d->classes, (int64_t)d->height, (int64_t)d->width,
+        (int64_t)d->channels, now, now);
+    free(tags); /* jansson's */
+    XF_GUARD(e);
+  }
+  return XF_OK;
+}
+
+xf_err xf_journal_datasets_seen(xf_db *db, const xf_journal_site_datasets *sites, size_t n,
+                                const xf_policy *policy, double now, xf_errctx *err) {
+  if (n == 0) return XF_OK;
+  XF_GUARD(xf_db_begin(db, err));
+  xf_err e = XF_OK;
+  for (size_t i = 0; e == XF_OK && i < n; i++)
+    e = site_datasets_seen(db, &sites[i], policy, now, err);
+  if (e == XF_OK) return xf_db_commit(db, err);
+  xf_db_rollback(db);
+  return e;
+}
+
+void xf_journal_pending_free(xf_journal_pending *rows, size_t n) {
+  for (size_t i = 0; rows && i < n; i++) xf_free(rows[i].tags);
+  xf_free(rows);
+}
+
+static void copy_col(char *dst, size_t len, sqlite3_stmt *st, int col) {
+  const unsigned char *t = sqlite3_column_text(st, col);
+  snprintf(dst, len, "%s", t ? (const char *)t : "");
+}
+
+xf_err xf_journal_datasets_pending(xf_db *db, const xf_policy *policy, xf_journal_pending **out,
+                                   size_t *n, xf_errctx *err) {
+  *out = NULL;
+  *n = 0;
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf__prepare(db, &st, err,
+                       "SELECT site, name, region, classification, tags, train_records,"
+                       " test_records, classes, height, width, channels, first_seen, last_seen"
+                       " FROM pending_datasets ORDER BY site, name",
+                       ""));
+  xf_journal_pending *rows = NULL;
+  size_t count = 0, cap = 0;
+  xf_err e = XF_OK;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const char *site = (const char *)sqlite3_column_text(st, 0);
+    const char *name = (const char *)sqlite3_column_text(st, 1);
+    /* A later change of the policy may have added it. */
+    if (xf_policy_dataset_find(policy, name, site)) continue;
+    if (count == cap) {
+      size_t grown_cap = cap ? 2 * cap : 16;
+      xf_journal_pending *grown = xf_realloc(rows, grown_cap * sizeof(*rows));
+      if (!grown) {
+        e = xf_fail(err, XF_ENOMEM, "out of memory reading the pending datasets");
+        break;
+      }
+      rows = grown;
+      cap = grown_cap;
+    }
+    xf_journal_pending *r = &rows[count];
+    memset(r, 0, sizeof(*r));
+    copy_col(r->site, sizeof(r->site), st, 0);
+    copy_col(r->name, sizeof(r->name), st, 1);
+    copy_col(r->region, sizeof(r->region), st, 2);
+    copy_col(r->classification, sizeof(r->classification), st, 3);
+    const unsigned char *tags = sqlite3_column_text(st, 4);
+    r->tags = xf_strdup(tags ? (const char *)tags : "[]");
+    count++;
+    if (!r->tags) {
+      e = xf_fail(err, XF_ENOMEM, "out of memory reading the pending datasets");
+      break;
+    }
+    r->train_records = (uint32_t)sqlite3_column_int64(st, 5);
+    r->test_records = (uint32_t)sqlite3_column_int64(st, 6);
+    r->classes = (uint32_t)sqlite3_column_int64(st, 7);
+    r->height = (uint32_t)sqlite3_column_int64(st, 8);
+    r->width = (uint32_t)sqlite3_column_int64(st, 9);
+    r->channels = (uint32_t)sqlite3_column_int64(st, 10);
+    r->first_seen = sqlite3_column_double(st, 11);
+    r->last_seen = sqlite3_column_double(st, 12);
+  }
+  if (e == XF_OK && rc != SQLITE_DONE) e = xf_db_fail(db, err, "reading the pending datasets");
+  sqlite3_finalize(st);
+  if (e != XF_OK) {
+    xf_journal_pending_free(rows, count);
+    return e;
+  }
+  *out = rows;
+  *n = count;
+  return XF_OK;
 }

@@ -11,6 +11,7 @@
 
 #include "base/result.h"
 #include "job/jobspec.h"
+#include "policy/policy.h"
 #include "coordinator/round.h"
 #include "crypto/digest.h"
 #include "storage/blob.h"
@@ -217,5 +218,57 @@ xf_err xf_journal_metrics_job(xf_db *db, int64_t job, xf_journal_metrics **out, 
 xf_err xf_journal_metrics_page(xf_db *db, int64_t job, uint32_t after_round,
                                uint64_t after_site, size_t limit, xf_journal_metrics **out,
                                size_t *n, xf_errctx *err) XF_WARN_UNUSED;
+
+/* ---- datasets the sites announced, pending in the policy ------------------------------------
+ * A site announces the datasets it registered; those the current policy
+ * does not hold (by name and site) are pending until a compliance identity
+ * adopts them into the policy (docs/policy.md, "Datasets the sites
+ * register"). Pending grants nothing: decisions read only the policy. */
+
+/* One dataset of an announcement. Strings are borrowed for the call. */
+typedef struct xf_journal_announced {
+  const char *name;
+  const char *classification; /* what the site registered it as; may be NULL */
+  const char *const *tags;
+  size_t n_tags;
+  uint32_t train_records, test_records, classes, height, width, channels;
+} xf_journal_announced;
+
+/* A pending dataset as its site last described it. tags is a JSON array
+ * of strings, owned by the row. */
+typedef struct xf_journal_pending {
+  char site[XF_JOB_IDENT_MAX];
+  char name[XF_JOB_IDENT_MAX];
+  char region[XF_JOB_IDENT_MAX];
+  char classification[16];
+  char *tags;
+  uint32_t train_records, test_records, classes, height, width, channels;
+  double first_seen, last_seen; /* Unix seconds */
+} xf_journal_pending;
+
+/* What one site announced: the whole list of its datasets. */
+typedef struct xf_journal_site_datasets {
+  const char *site, *region;
+  const xf_journal_announced *ds;
+  size_t n;
+} xf_journal_site_datasets;
+
+/* Records the announcements of n sites (a site's own, or those a regional
+ * aggregator forwards for the sites behind it) in one transaction. Of each
+ * site's datasets, one that `policy` (borrowed; NULL: the empty policy)
+ * does not hold is pending, with first_seen kept from its first
+ * announcement and everything else as now announced; one the policy holds,
+ * or the site no longer announces, is no longer pending. The same
+ * announcement twice leaves the same rows (last_seen moved on). XF_EINVAL
+ * for a site or a dataset without a name (nothing is recorded then). */
+xf_err xf_journal_datasets_seen(xf_db *db, const xf_journal_site_datasets *sites, size_t n,
+                                const xf_policy *policy, double now, xf_errctx *err) XF_WARN_UNUSED;
+
+/* The pending datasets that `policy` (borrowed; NULL: the empty policy)
+ * does not hold, by site then name: the caller owns *out
+ * (xf_journal_pending_free; NULL when *n is 0). XF_ENOMEM. */
+xf_err xf_journal_datasets_pending(xf_db *db, const xf_policy *policy, xf_journal_pending **out,
+                                   size_t *n, xf_errctx *err) XF_WARN_UNUSED;
+void xf_journal_pending_free(xf_journal_pending *rows, size_t n);
 
 #endif

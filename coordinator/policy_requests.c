@@ -10,6 +10,7 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "coordinator/daemon_internal.h"
+#include "coordinator/pending.h"
 #include "job/jobspec.h"
 
 /* Audit rows per page: the default when the query says 0, and the most a
@@ -298,6 +299,85 @@ static void on_edit(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m,
           json_pack("{s:s}", "edit", xf_policy_edit_name(e.kind)));
 }
 
+/* ---- datasets the sites registered ------------------------------------------------------ */
+
+/* The datasets sites announced that the current policy does not hold. */
+static void on_dataset_pending(xf__coord *co, xf__peer *p) {
+  xf_errctx err = {0};
+  const xf_policy *policy = NULL;
+  xf_journal_pending *rows = NULL;
+  size_t n = 0;
+  char *text = NULL;
+  if (xf__policy_current(co, &policy, &err) != XF_OK ||
+      xf_journal_datasets_pending(co->db, policy, &rows, &n, &err) != XF_OK ||
+      xf_pending_json(rows, n, policy, &text, &err) != XF_OK) {
+    xf_journal_pending_free(rows, n);
+    reply_error(p, err.code, &err);
+    return;
+  }
+  xf_journal_pending_free(rows, n);
+  reply_policy(p, policy->version, text, false, co->cfg.region);
+  xf_free(text);
+}
+
+/* Adopts pending datasets into the policy: one edit (datasets_add) on the
+ * current version, the path, checks and audit row of every other edit. */
+static void on_dataset_adopt(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m,
+                             const char *user) {
+  if (!may_change(p)) {
+    XF_WARN("request_denied", "user=%s request=policy_dataset_adopt", user);
+    xf_session_send_error(p->conn, XF_EDENIED,
+                          "only a compliance or admin identity may change the residency "
+                          "policy; %s is a %s",
+                          user, xf_pki_role_name(p->id.role));
+    return;
+  }
+  const char *reason = str(m->reason);
+  if (!*reason) {
+    xf_session_send_error(p->conn, XF_EINVAL,
+                          "reason: every policy change records why it was made");
+    return;
+  }
+  xf_errctx err = {0};
+  const xf_policy *policy = NULL;
+  xf_journal_pending *rows = NULL;
+  size_t n = 0, count = 0;
+  char *datasets = NULL;
+  const xf_pending_pick pick = {.names = (const char *const *)m->names,
+                                .n_names = m->n_names,
+                                .all = m->all,
+                                .site = m->site,
+                                .classification = m->classification};
+  /* The pending rows, the pick and the change run in one turn of the
+   * loop: no announcement and no other edit comes in between. */
+  if (xf__policy_current(co, &policy, &err) != XF_OK ||
+      xf_journal_datasets_pending(co->db, policy, &rows, &n, &err) != XF_OK ||
+      xf_pending_adoption(rows, n, policy, &pick, &datasets, &count, &err) != XF_OK) {
+    xf_journal_pending_free(rows, n);
+    XF_WARN("policy_adopt_refused", "user=%s code=%s", user, xf_strerror(err.code));
+    reply_error(p, err.code, &err);
+    return;
+  }
+  xf_journal_pending_free(rows, n);
+  const xf_policy_edit e = {XF_POLICY_EDIT_DATASETS_ADD, datasets, NULL, NULL};
+  const xf_policy_change chg = {user, reason, xf__now()};
+  uint64_t prev = policy->version, v = 0;
+  xf_policy *made = NULL;
+  if (xf_policy_commit_keep(co->db, policy, &e, &chg, &v, &made, &err) != XF_OK) {
+    XF_WARN("policy_edit_refused", "user=%s edit=dataset_adopt current=%" PRIu64
+            " code=%s field=\"%s\"", user, prev, xf_strerror(err.code), err.field);
+    xf_free(datasets);
+    reply_error(p, err.code, &err);
+    return;
+  }
+  XF_INFO("policy_edited", "user=%s edit=dataset_adopt datasets=%zu version=%" PRIu64
+          " previous=%" PRIu64, user, count, v, prev);
+  changed(co, p, user, reason, prev, v, made,
+          json_pack("{s:s,s:o}", "edit", "dataset_adopt", "datasets",
+                    json_loads(datasets, 0, NULL)));
+  xf_free(datasets);
+}
+
 static void on_export(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m) {
   xf_errctx err = {0};
   uint64_t current = 0, v = m->version;
@@ -402,6 +482,10 @@ static void on_policy(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m) 
     on_edit(co, p, m, user);
     return;
   }
+  if (strcmp(verb, "dataset_adopt") == 0) {
+    on_dataset_adopt(co, p, m, user);
+    return;
+  }
   if (!is_user(p)) {
     XF_WARN("request_denied", "user=%s request=policy_%s", user, verb);
     xf_session_send_error(p->conn, XF_EDENIED, "%s has no user role to read the policy with",
@@ -412,10 +496,11 @@ static void on_policy(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m) 
   else if (strcmp(verb, "log") == 0) on_log(co, p);
   else if (strcmp(verb, "diff") == 0) on_diff(co, p, m);
   else if (strcmp(verb, "check") == 0) on_check(co, p, m);
+  else if (strcmp(verb, "dataset_pending") == 0) on_dataset_pending(co, p);
   else
     xf_session_send_error(p->conn, XF_EUNSUPPORTED,
                           "verb: '%.64s' is not a policy request (export, log, diff, check, "
-                          "push, edit)",
+                          "push, edit, dataset_pending, dataset_adopt)",
                           verb);
 }
 

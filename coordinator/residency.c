@@ -35,7 +35,7 @@ void xf__audit(xf__coord *co, const char *kind, const char *subject, json_t *det
 }
 
 /* The current version, reloaded when the version table moved on. */
-static xf_err current_policy(xf__coord *co, const xf_policy **out, xf_errctx *err) {
+xf_err xf__policy_current(xf__coord *co, const xf_policy **out, xf_errctx *err) {
   uint64_t v = 0;
   XF_GUARD(xf_policy_version_current(co->db, &v, err));
   if (!co->policy || co->policy->version != v) {
@@ -56,7 +56,7 @@ xf_err xf__residency_decide(xf__coord *co, const xf_jobspec *spec, xf_policy_dec
                    "this coordinator has no region, so the residency policy cannot place it: "
                    "start it with --region R (or \"region\" in its config)");
   const xf_policy *p;
-  XF_GUARD(current_policy(co, &p, err));
+  XF_GUARD(xf__policy_current(co, &p, err));
   if (p->version == 0)
     return xf_fail(err, XF_EDENIED,
                    "no residency policy has been pushed to this coordinator yet, and without one "

@@ -155,6 +155,9 @@ static Xfed__SiteAnnounce__Dataset **announce_sets(const xf__dataset *d, size_t 
       o->tags = tags_store[i];
       o->n_tags = d[i].n_tags;
     }
+    /* The site's own words travel on: the global coordinator lists a
+     * dataset it has not got in its policy as the site registered it. */
+    o->classification = (char *)d[i].classification;
     o->train_records = d[i].train_records;
     o->test_records = d[i].test_records;
     o->classes = d[i].classes;

@@ -93,12 +93,23 @@ static const xf_policy_site *find_site(const xf_policy *p, const char *name) {
   if (!p->n_sites) return NULL;
   return bsearch(name, p->sites, p->n_sites, sizeof(*p->sites), name_cmp);
 }
+static int by_dataset(const void *a, const void *b);
 static xf_policy_dataset *find_dataset(const xf_policy *p, const char *name, const char *site) {
   for (size_t i = 0; i < p->n_datasets; i++)
     if (strcmp(p->datasets[i].name, name) == 0 && strcmp(p->datasets[i].site, site) == 0)
       return &p->datasets[i];
   return NULL;
 }
+
+const xf_policy_dataset *xf_policy_dataset_find(const xf_policy *p, const char *name,
+                                                const char *site) {
+  if (!p || !p->n_datasets || !name || !site) return NULL;
+  xf_policy_dataset key;
+  snprintf(key.name, sizeof(key.name), "%s", name);
+  snprintf(key.site, sizeof(key.site), "%s", site);
+  return bsearch(&key, p->datasets, p->n_datasets, sizeof(*p->datasets), by_dataset);
+}
+
 static size_t find_rule(const xf_policy *p, const char *id) {
   for (size_t i = 0; i < p->n_rules; i++)
     if (strcmp(p->rules[i].id, id) == 0) return i;
@@ -1036,6 +1047,47 @@ xf_err xf_policy_dataset_classify(xf_db *db, const char *name, const char *site,
   return commit_change(db, dataset_classify_body, &e, chg, version, err);
 }
 
+/* The datasets of a JSON array, each checked as a document member and
+ * against the model as it was before the change (sorted: the lookup is a
+ * binary search, so adopting thousands into a large policy stays n log n);
+ * two of them naming the same dataset are refused by the model's check. */
+static xf_err datasets_add_body(xf_policy **pp, const void *arg, xf_errctx *err) {
+  xf_policy *p = *pp;
+  json_t *arr;
+  XF_GUARD(load_json(arg, JSON_DECODE_ANY, &arr, err));
+  xf_err rc = XF_OK;
+  if (!json_is_array(arr) || json_array_size(arr) == 0)
+    rc = refuse(err, XF_EINVAL, "datasets", "the change names no dataset: give a JSON array of "
+                "one or more datasets");
+  xf_policy before = *p; /* the sorted datasets the change starts from */
+  size_t i;
+  json_t *v;
+  json_array_foreach(arr, i, v) {
+    if (rc != XF_OK) break;
+    char path[40];
+    snprintf(path, sizeof(path), "datasets[%zu]", i);
+    xf_policy_dataset *d = push((void **)&p->datasets, &p->n_datasets, sizeof(*d));
+    if (!d) {
+      rc = xf_fail(err, XF_ENOMEM, "cannot hold the policy");
+      break;
+    }
+    before.datasets = p->datasets; /* push may have moved them; the first n stay sorted */
+    if ((rc = parse_dataset(v, path, d, err)) != XF_OK) break;
+    if (!find_site(p, d->site))
+      rc = refuse(err, XF_EINVAL, path, "dataset '%s' is at site '%s', which is not in the "
+                  "policy: add the site first", d->name, d->site);
+    else if (xf_policy_dataset_find(&before, d->name, d->site))
+      rc = refuse(err, XF_EEXISTS, path, "dataset '%s' exists at site '%s'", d->name, d->site);
+  }
+  json_decref(arr);
+  return rc;
+}
+
+xf_err xf_policy_datasets_add(xf_db *db, const char *datasets_json, const xf_policy_change *chg,
+                              uint64_t *version, xf_errctx *err) {
+  return commit_change(db, datasets_add_body, datasets_json, chg, version, err);
+}
+
 static xf_err rule_add_body(xf_policy **pp, const void *arg, xf_errctx *err) {
   xf_policy *p = *pp;
   xf_policy_rule rule;
@@ -1079,7 +1131,7 @@ xf_err xf_policy_rule_rm(xf_db *db, const char *rule_id, const xf_policy_change 
 /* By kind, in the enum's order. */
 static const char *const edit_names[] = {"import",      "region_add",       "site_add",
                                          "dataset_add", "dataset_tag",      "dataset_classify",
-                                         "rule_add",    "rule_rm"};
+                                         "rule_add",    "rule_rm",          "datasets_add"};
 #define N_EDIT_NAMES (sizeof(edit_names) / sizeof(edit_names[0]))
 
 const char *xf_policy_edit_name(xf_policy_edit_kind k) {
@@ -1094,7 +1146,7 @@ xf_err xf_policy_edit_kind_parse(const char *name, xf_policy_edit_kind *out, xf_
     }
   return refuse(err, XF_EINVAL, "edit",
                 "'%.64s' is not a policy edit: use import, region_add, site_add, dataset_add, "
-                "dataset_tag, dataset_classify, rule_add or rule_rm",
+                "dataset_tag, dataset_classify, rule_add, rule_rm or datasets_add",
                 name ? name : "");
 }
 
@@ -1112,9 +1164,12 @@ static xf_err edit_body(const xf_policy_edit *e, change_fn *fn, const void **arg
   case XF_POLICY_EDIT_DATASET_CLASSIFY: *fn = dataset_classify_body; break;
   case XF_POLICY_EDIT_RULE_ADD: *fn = rule_add_body; *arg = e->a; break;
   case XF_POLICY_EDIT_RULE_RM: *fn = rule_rm_body; *arg = e->a; break;
+  case XF_POLICY_EDIT_DATASETS_ADD: *fn = datasets_add_body; *arg = e->a; break;
   default: return refuse(err, XF_EINVAL, "edit", "unknown kind of policy edit %d", (int)e->kind);
   }
-  if ((e->kind == XF_POLICY_EDIT_IMPORT || e->kind == XF_POLICY_EDIT_RULE_ADD) && !e->a)
+  if ((e->kind == XF_POLICY_EDIT_IMPORT || e->kind == XF_POLICY_EDIT_RULE_ADD ||
+       e->kind == XF_POLICY_EDIT_DATASETS_ADD) &&
+      !e->a)
     return refuse(err, XF_EINVAL, "edit", "the edit carries no JSON text");
   return XF_OK;
 }

@@ -234,6 +234,19 @@ xf_err xf_policy_dataset_classify(xf_db *db, const char *name, const char *site,
                                   const char *classification, const xf_policy_change *chg,
                                   uint64_t *version, xf_errctx *err) XF_WARN_UNUSED;
 
+/* Adds several datasets in one change: datasets_json is a JSON array whose
+ * members are written as the document's "datasets" members ({name, site,
+ * classification, tags}). Each must be at a site of the policy and not be
+ * in it yet (XF_EEXISTS naming "datasets[i]"); an empty array is XF_EINVAL.
+ * Refusals name the member ("datasets[1].classification"). */
+xf_err xf_policy_datasets_add(xf_db *db, const char *datasets_json, const xf_policy_change *chg,
+                              uint64_t *version, xf_errctx *err) XF_WARN_UNUSED;
+
+/* The dataset `name` at `site` in p (a model from xf_policy_parse,
+ * xf_policy_load or a commit: sorted), or NULL. Borrowed from p. */
+const xf_policy_dataset *xf_policy_dataset_find(const xf_policy *p, const char *name,
+                                                const char *site);
+
 /* Appends one rule, given as one member of the document's "rules" array
  * (JSON text). A rule id already in use is XF_EEXISTS. */
 xf_err xf_policy_rule_add(xf_db *db, const char *rule_json, const xf_policy_change *chg,
@@ -255,6 +268,8 @@ typedef enum xf_policy_edit_kind {
   XF_POLICY_EDIT_DATASET_CLASSIFY, /* a: name, b: site, c: classification */
   XF_POLICY_EDIT_RULE_ADD,         /* a: the rule as JSON */
   XF_POLICY_EDIT_RULE_RM,          /* a: rule id */
+  XF_POLICY_EDIT_DATASETS_ADD,     /* a: a JSON array of datasets, each as a member of the
+                                      document's "datasets" (several in one version) */
 } xf_policy_edit_kind;
 
 typedef struct xf_policy_edit {
@@ -262,7 +277,8 @@ typedef struct xf_policy_edit {
   const char *a, *b, *c;
 } xf_policy_edit;
 
-/* The edit's name on the wire ("import", "region_add", ..., "rule_rm";
+/* The edit's name on the wire ("import", "region_add", ..., "rule_rm",
+ * "datasets_add";
  * "?" out of range), and back: XF_EINVAL naming "edit" for a name that is
  * none of them. */
 const char *xf_policy_edit_name(xf_policy_edit_kind k);

@@ -2,3 +2,7 @@
 # The round state machine and the coordinator's journal: unit tests with an
 # injected clock and real SQLite files, no sockets.
 xf_add_test(test_round SOURCES test_round.c LIBS xf_round LABELS unit)
+
+# Datasets the sites announce, pending in the policy until adopted: the
+# journal's record, the pick of an adoption and the one change that makes it.
+xf_add_test(test_pending SOURCES test_pending.c LIBS xf_round LABELS unit)

@@ -516,6 +516,52 @@ static void pushing_an_old_draft_is_refused_with_what_it_would_undo(void **state
   expect_status(r, 0);
 }
 
+/* No site has announced anything to this coordinator: nothing is pending,
+ * every user may see that, only compliance may adopt, and a name that no
+ * site announced is refused by name, leaving the version as it was. */
+static void pending_datasets_are_listed_to_users_and_adopted_by_compliance(void **state) {
+  (void)state;
+  xf_test_run *r = xfed("policy", "dataset", "pending", AS_ALICE, NULL);
+  expect_status(r, 0);
+  expect_in(r->out, "no dataset is pending", r);
+  r = xfed("policy", "dataset", "pending", "--json", AS_CAROL, NULL);
+  expect_status(r, 0);
+  expect_in(r->out, "\"pending\": []", r);
+  r = xfed("policy", "log", "--json", AS_CAROL, NULL);
+  expect_status(r, 0);
+  size_t versions = count_of(r->out, "\"version\"");
+
+  r = xfed("policy", "dataset", "adopt", "scans", "--reason", "mine", AS_ALICE, NULL);
+  expect_status(r, 1);
+  expect_in(r->err, "only a compliance or admin identity", r);
+  r = xfed("policy", "dataset", "adopt", "scans", "--site", "eu-1", "--reason", "CT scans",
+           AS_CAROL, NULL);
+  expect_status(r, 1);
+  expect_in(r->err, "dataset 'scans' is not pending at site 'eu-1'", r);
+  r = xfed("policy", "dataset", "adopt", "fmnist", "--site", "eu-1", "--reason", "again",
+           AS_CAROL, NULL);
+  expect_status(r, 1);
+  expect_in(r->err, "the policy holds it already", r);
+  r = xfed("policy", "dataset", "adopt", "--all", "--reason", "everything", AS_CAROL, NULL);
+  expect_status(r, 1);
+  expect_in(r->err, "no dataset is pending", r);
+  /* Usage: names or --all, a reason, and no local database. */
+  r = xfed("policy", "dataset", "adopt", "--reason", "x", AS_CAROL, NULL);
+  expect_status(r, 2);
+  r = xfed("policy", "dataset", "adopt", "scans", "--all", "--reason", "x", AS_CAROL, NULL);
+  expect_status(r, 2);
+  r = xfed("policy", "dataset", "adopt", "scans", AS_CAROL, NULL);
+  expect_status(r, 2);
+  expect_in(r->err, "--reason", r);
+  r = xfed("policy", "dataset", "pending", "--db", path_in("local.db"), NULL);
+  expect_status(r, 2);
+  expect_in(r->err, "ask it (leave out --db)", r);
+
+  r = xfed("policy", "log", "--json", AS_CAROL, NULL);
+  expect_status(r, 0);
+  assert_int_equal(count_of(r->out, "\"version\""), versions);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(check_without_a_policy_is_a_denial),
@@ -527,6 +573,7 @@ int main(void) {
       cmocka_unit_test(audit_pages_with_after_seq),
       cmocka_unit_test(pull_copies_the_coordinators_version_into_a_local_database),
       cmocka_unit_test(pushing_an_old_draft_is_refused_with_what_it_would_undo),
+      cmocka_unit_test(pending_datasets_are_listed_to_users_and_adopted_by_compliance),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

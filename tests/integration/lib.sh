@@ -21,7 +21,8 @@
 # Sets as it goes:
 #   work fed      (setup_work) the run's directory and its PKI;
 #   pids          every daemon started, killed when the script exits;
-#   sites aggs site_region site_via behind   (federation) who is where;
+#   sites aggs site_region site_via behind site_pid   (federation) who is
+#                 where, and each site daemon's process id;
 #   port coord_pid   (start_coord) the global coordinator.
 # Functions: setup_work, fail, tls, wait_file, start_coord, federation, cli,
 # comp, json_field, job_field, wait_end, wait_done, verify_coord_trail,
@@ -38,7 +39,7 @@ coord_config=
 metrics=0
 work='' fed='' port='' coord_pid=''
 pids=() sites=() aggs=()
-declare -A site_region site_via behind
+declare -A site_region site_via behind site_pid
 
 # setup_work PREFIX: a fresh directory for the run ($TMPDIR/PREFIX-XXXXXX),
 # removed with every daemon killed when the script exits.
@@ -152,6 +153,7 @@ federation() {
     # shellcheck disable=SC2046
     "$site_bin" run --dir "$work/sites/$s" $(metrics_flags "$s") 2>>"$work/logs/$s.log" &
     pids+=($!)
+    site_pid[$s]=$!
   done
   for ((i = 0; i < 600; i++)); do
     up=1
