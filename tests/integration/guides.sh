@@ -19,7 +19,8 @@
 # (researcher) for the others. What a guide's reader sets for their own
 # federation in a block marked skip, the test sets for this one:
 #   compliance guide: coord_state, agg_state: the state directories of the
-#                     coordinator and of region eu's aggregator;
+#                     coordinator and of region eu's aggregator; site_dir,
+#                     site_pid: site eu-1's directory and process;
 #   operator guide:   coordinator: region eu's aggregator; and in its
 #                     directory the files the federation admin hands a site
 #                     operator: eu-berlin.crt, eu-berlin.key, ca.crt, crl.pem.
@@ -71,7 +72,8 @@ for guide in "$@"; do
   case $name in
   compliance-guide)
     user=cora
-    vars=(coord_state="$work/coord" agg_state="$work/agg-eu")
+    vars=(coord_state="$work/coord" agg_state="$work/agg-eu" site_dir="$work/sites/eu-1"
+          site_pid="${site_pid[eu-1]}")
     ;;
   operator-guide)
     cp "$fed/ca.crt" "$fed/crl.pem" "$fed/issued/eu-berlin.crt" "$dir/"
