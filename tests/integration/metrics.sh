@@ -5,7 +5,7 @@
 # with two sites each, the quickstart's residency policy and job at 3
 # rounds), every daemon with --metrics. Debian's real prometheus scrapes
 # them every second into a TSDB under the run's directory; once the job is
-# done and a scrape after its end is stored, the series read back through
+# done and a scrape of every daemon after its end is stored, the series read back through
 # Prometheus's HTTP API (/api/v1/query) must equal what `xfed job metrics`
 # says: rounds completed, bytes up and down, epsilon. `promtool check
 # metrics` passes on every daemon's /metrics; /healthz answers 200; and
@@ -93,16 +93,17 @@ wait_done "$job" 600
 t_done=$(date +%s.%N)
 cli job metrics "$job" --json >"$work/metrics.json" || fail "xfed job metrics $job"
 
-# Poll until Prometheus holds a scrape of the coordinator taken after the
-# job's end, then read the series back and compare.
+# Poll until Prometheus holds samples of the coordinator's and every site's
+# series taken after the job's end (a failed scrape leaves an older sample),
+# then read the series back and compare.
 for ((i = 0; i < 600; i++)); do
-  ts=$(query "timestamp(xfed_job_rounds_completed_total{job_id=\"$job\",daemon=\"coord\"})" |
+  ts=$(query "min(timestamp(xfed_dataset_epsilon{job_id=\"$job\"}) or timestamp(xfed_job_rounds_completed_total{job_id=\"$job\",daemon=\"coord\"}))" |
     python3 -c 'import json,sys
 r=json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else 0)' 2>/dev/null || echo 0)
   python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) > float(sys.argv[2]) else 1)' "$ts" "$t_done" && break
   sleep 0.2
 done
-((i < 600)) || fail "no scrape of the coordinator after the job's end reached prometheus"
+((i < 600)) || fail "no scrape of every daemon after the job's end reached prometheus"
 for q in "xfed_job_rounds_completed_total{job_id=\"$job\"}" "xfed_job_bytes_total{job_id=\"$job\"}" \
   "xfed_job_epsilon{job_id=\"$job\"}" "xfed_dataset_epsilon{job_id=\"$job\"}" \
   "xfed_round_duration_seconds_count{daemon=\"coord\"}" "xfed_network_bytes_total{daemon=\"coord\"}" \
