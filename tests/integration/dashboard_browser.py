@@ -11,7 +11,6 @@ import time
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
-from selenium.webdriver.common.by import By
 
 DEADLINE_S = 120  # no load reaches it: the page polls every 2 s
 
@@ -31,11 +30,17 @@ def main():
         driver.get(url)
         end = time.monotonic() + DEADLINE_S
         drawn = rounds = 0
+        jobs, audit = [], ""
         while time.monotonic() < end:
-            rows = driver.find_elements(By.CSS_SELECTOR, "#rounds tbody tr")
-            jobs = [r.text for r in driver.find_elements(By.CSS_SELECTOR, "#jobs tbody tr")]
-            audit = driver.find_element(By.ID, "audit").text
-            rounds = len(rows)
+            # One script reads the tables at once: the page redraws them on
+            # every poll, so elements found one call apart may be gone.
+            seen = driver.execute_script(
+                "const q = s => Array.from(document.querySelectorAll(s));"
+                "const a = document.getElementById('audit');"
+                "return [q('#rounds tbody tr').length,"
+                "        q('#jobs tbody tr').map(r => r.innerText),"
+                "        a ? a.innerText : ''];")
+            rounds, jobs, audit = seen[0], seen[1], seen[2]
             # Points Chart.js holds, and pixels the canvas has painted.
             drawn = driver.execute_script(
                 "const c = Chart.getChart('chart-accuracy');"
@@ -52,7 +57,7 @@ def main():
         else:
             sys.exit(f"after {DEADLINE_S} s: {rounds} rounds shown, curve points drawn "
                      f"{drawn}, jobs {jobs!r}, audit {audit!r}")
-        sites = driver.find_element(By.ID, "sites").text
+        sites = driver.execute_script("return document.getElementById('sites').innerText;")
         driver.save_screenshot(shot)
         severe = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
         if severe:
