@@ -25,6 +25,19 @@
   "Without --db this reads the coordinator's trail (compliance and admin\n"           \
   "certificates only), page by page; with --db FILE, that local audit database.\n"
 
+#ifndef XF_HAVE_REPORT
+/* `xfed job report` in a build configured with -DXF_REPORT=OFF, which leaves
+ * the drawing (cmd_job_report.c, report_chart.c) and cairo out. */
+static int job_report_not_built(xf_cli *cli, int argc, char **argv) {
+  (void)argc;
+  (void)argv;
+  xf_fail(&cli->err, XF_EUSAGE, "this xfed was built without cairo (XF_REPORT=OFF): rebuild "
+          "with libcairo2-dev installed and -DXF_REPORT=ON; 'xfed job metrics ID --csv' has "
+          "the same figures as text");
+  return xf_cli_fail(cli, XF_EUSAGE);
+}
+#endif
+
 const xf_cmd xf_cli_commands[] = {
     {"train", NULL, "train a job spec's model on one machine (the centralized baseline)",
      "usage: xfed train --spec JOB.json --data DIR [--threads N] [--epochs N] [--save FILE]\n"
@@ -294,7 +307,11 @@ const xf_cmd xf_cli_commands[] = {
      "\n" XF_CLIENT_OPTIONS_HELP
      "\n"
      "example: xfed job report 7 --out job7.png\n",
+#ifdef XF_HAVE_REPORT
      xf_cmd_job_report},
+#else
+     job_report_not_built},
+#endif
     {"dashboard", NULL, "a one-use URL to the coordinator's read-only web dashboard",
      "usage: xfed dashboard [--ttl S] [--json] [connection flags]\n"
      "\n"

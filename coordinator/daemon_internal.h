@@ -241,15 +241,16 @@ typedef struct xf__run {
   bool agg_sealed;
   uint8_t agg_epk[XF_SEAL_PUBLICKEYBYTES];
   bool over;                /* finished: freed once nothing of it is in flight */
-  /* metrics.c: the phase the machine was in at the last look, since when,
+  /* stats.c: the phase the machine was in at the last look, since when,
    * and when the open attempt opened. */
   xf_jobm_phase seen_phase;
   double phase_since, opened_at;
   struct xf__run *next;
 } xf__run;
 
-/* What the exporter (metrics.c) counts since the process started, beyond
- * what the journal and the connection guard keep. */
+/* What the coordinator counts since the process started (stats.c), beyond
+ * what the journal and the connection guard keep, for the exporter
+ * (metrics.c). */
 #define XF__STATS_JOBS 32 /* jobs whose round counts are kept (the newest) */
 typedef struct xf__coord_stats {
   uint64_t bytes_in[5], bytes_out[5];   /* closed connections', by xf__peer_kind */
@@ -475,8 +476,12 @@ void xf__policy_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);
 void xf__cli_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);
 
 /* ---- metrics.c: /metrics and /healthz ----------------------------------------------------- */
+/* stats.c: sets up the counts below (every build). */
 void xf__stats_init(xf__coord *co);
-/* Serves them when cfg.metrics_port is set (>= 0 with a host). */
+/* Serves them when cfg.metrics_host is set. A build without the HTTP
+ * server (XF_HTTP=OFF: nohttp.c) refuses a set cfg.metrics_host or
+ * cfg.dashboard_host with XF_EUNSUPPORTED and answers a DashboardRequest
+ * with that error. */
 xf_err xf__metrics_start(xf__coord *co, xf_errctx *err) XF_WARN_UNUSED;
 void xf__metrics_stop(xf__coord *co);
 
@@ -493,8 +498,8 @@ void xf__dashboard_grant(xf__coord *co, xf__peer *p, const Xfed__DashboardReques
 /* Job id as `xfed job status --json` shows it (requests.c builds both from
  * the same JobInfo); NULL with err set when it cannot be read. */
 json_t *xf__job_info_json(xf__coord *co, int64_t id, xf_errctx *err);
-/* Hooks: a run's phase may have moved (host.c after each action list); a
- * round committed or an attempt failed; a peer's connection closed. */
+/* Hooks (stats.c): a run's phase may have moved (host.c after each action
+ * list); a round committed or an attempt failed; a peer's connection closed. */
 void xf__stats_phase(xf__run *run);
 void xf__stats_round(xf__run *run, bool committed);
 void xf__stats_peer_closed(xf__coord *co, const xf__peer *p);

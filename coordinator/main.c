@@ -12,6 +12,7 @@
 
 #include "cli/cli.h"
 #include "coordinator/daemon.h"
+#include "http/http.h"
 #include "site/registry.h"
 
 #define PROG "xfed-coord"
@@ -45,9 +46,24 @@ static xf_err parse_addr(xf_cli *cli, const char *what, const char *s, char *hos
   return XF_OK;
 }
 
+/* --metrics and --dashboard (flags or config keys) need the HTTP server,
+ * which a build configured with -DXF_HTTP=OFF leaves out. */
+static xf_err need_http(xf_cli *cli, const char *what) {
+#ifdef XF_HAVE_HTTP
+  (void)cli;
+  (void)what;
+  return XF_OK;
+#else
+  bool flag = what[0] == '-'; /* a config key is named by the error's field */
+  return xf_fail(&cli->err, XF_EUSAGE, "%s%sthis " PROG " was " XF_HTTP_ABSENT, flag ? what : "",
+                 flag ? ": " : "");
+#endif
+}
+
 /* --metrics [HOST:]PORT: a port alone listens on 127.0.0.1 (loopback);
  * port 0 picks a free one. */
 static xf_err parse_metrics(xf_cli *cli, const char *what, const char *s, xf_coord_config *c) {
+  XF_GUARD(need_http(cli, what));
   if (!strchr(s, ':')) {
     char *end = NULL;
     long p = strtol(s, &end, 10);
@@ -65,6 +81,7 @@ static xf_err parse_metrics(xf_cli *cli, const char *what, const char *s, xf_coo
 /* --dashboard [HOST:]PORT: a port alone listens on 127.0.0.1 (loopback);
  * port 0 picks a free one. */
 static xf_err parse_dashboard(xf_cli *cli, const char *what, const char *s, xf_coord_config *c) {
+  XF_GUARD(need_http(cli, what));
   if (!strchr(s, ':')) {
     char *end = NULL;
     long p = strtol(s, &end, 10);

@@ -3,7 +3,8 @@
  * served on the daemon's loop (http/http.h), from what the daemon already
  * keeps: the journal (per job: rounds, bytes and epsilon as `xfed job
  * metrics` shows them), the connection guard's totals, the peers, and the
- * counts the hooks below add (docs/metrics.md lists every series). */
+ * counts of stats.c (docs/metrics.md lists every series). Built with the
+ * HTTP server (XF_HTTP); nohttp.c stands in for it without. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,66 +16,9 @@
 #include "job/jobprivacy.h"
 #include "storage/file.h"
 
-/* Round and phase durations run from well under a second (a test's round)
- * to hours (a large model on slow links). */
-static const double xf__duration_bounds[] = {0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
-                                             1800, 3600, 7200};
-#define XF__DURATION_BOUNDS (sizeof(xf__duration_bounds) / sizeof(xf__duration_bounds[0]))
-
 static const char *const xf__peer_kind_names[] = {"unknown", "site", "regional", "cli",
                                                   "upstream"};
 static const char *const xf__refusal_names[] = {"other", "policy", "budget", "target", "busy"};
-
-void xf__stats_init(xf__coord *co) {
-  xf_prom_hist_init(&co->stats.round_duration, xf__duration_bounds, XF__DURATION_BOUNDS);
-  for (size_t i = 0; i <= XF_JOBM_CANCELLED; i++)
-    xf_prom_hist_init(&co->stats.phase_duration[i], xf__duration_bounds, XF__DURATION_BOUNDS);
-}
-
-/* The stats slot of a job, made (replacing the oldest) when missing. */
-static size_t job_slot(xf__coord_stats *st, const char *job) {
-  for (size_t i = 0; i < XF__STATS_JOBS; i++)
-    if (strcmp(st->jobs[i].job, job) == 0) return i;
-  size_t i = st->next_job;
-  st->next_job = (st->next_job + 1) % XF__STATS_JOBS;
-  memset(&st->jobs[i], 0, sizeof(st->jobs[i]));
-  snprintf(st->jobs[i].job, sizeof(st->jobs[i].job), "%s", job);
-  return i;
-}
-
-void xf__stats_phase(xf__run *run) {
-  xf_jobm_phase ph = xf_jobm_get_phase(run->m);
-  double now = xf__now();
-  if (run->phase_since == 0) {
-    run->seen_phase = ph;
-    run->phase_since = now;
-    return;
-  }
-  if (ph == run->seen_phase) return;
-  xf_prom_hist_observe(&run->co->stats.phase_duration[run->seen_phase], now - run->phase_since);
-  if (ph == XF_JOBM_CONFIRMING || (ph == XF_JOBM_EVALUATING && run->opened_at == 0))
-    run->opened_at = now;
-  run->seen_phase = ph;
-  run->phase_since = now;
-}
-
-void xf__stats_round(xf__run *run, bool committed) {
-  xf__coord_stats *st = &run->co->stats;
-  size_t i = job_slot(st, run->id_text);
-  if (committed) {
-    st->jobs[i].completed++;
-    if (run->opened_at > 0) xf_prom_hist_observe(&st->round_duration, xf__now() - run->opened_at);
-  } else {
-    st->jobs[i].failed++;
-  }
-  run->opened_at = 0;
-}
-
-void xf__stats_peer_closed(xf__coord *co, const xf__peer *p) {
-  if (!p->conn || (unsigned)p->kind > XF__PEER_UPSTREAM) return;
-  co->stats.bytes_in[p->kind] += xf_conn_bytes_in(p->conn);
-  co->stats.bytes_out[p->kind] += xf_conn_bytes_out(p->conn);
-}
 
 /* ---- /metrics ----------------------------------------------------------------------------- */
 

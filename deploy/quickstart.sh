@@ -197,7 +197,15 @@ tail -n 1 "$out" | grep '^final accuracy=' >/dev/null ||
 job_id=$(head -n 1 "$out")
 
 echo "==> training curves"
-XF_LOG_LEVEL=warn "$xfed" job report "$job_id" --out "$report" | sed 's/^/    /'
+# A build configured with -DXF_REPORT=OFF (the GPU kit's) has no `job report`.
+drawn=0
+features=$("$xfed" version | sed -n 's/^features:\([^;]*\).*/\1/p')
+if [[ " $features " == *" report "* ]]; then
+  XF_LOG_LEVEL=warn "$xfed" job report "$job_id" --out "$report" | sed 's/^/    /'
+  drawn=1
+else
+  echo "    not drawn: this xfed was built with XF_REPORT=OFF ('xfed job metrics $job_id' has the figures)"
+fi
 
 echo "==> audit trails"
 crossings=$(as_compliance audit export | grep -c '"kind": *"crossing"' || true)
@@ -215,6 +223,8 @@ for r in "${regions[@]}"; do
     "$site_bin" audit verify --dir "$dir/sites/$r-$i" | head -n 1
   done
 done
-echo "    curves: $(cd "$(dirname "$report")" && pwd)/$(basename "$report")"
+if ((drawn)); then
+  echo "    curves: $(cd "$(dirname "$report")" && pwd)/$(basename "$report")"
+fi
 # The job's own last line is the final line of the run.
 tail -n 1 "$out"

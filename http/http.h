@@ -20,6 +20,13 @@
 
 typedef struct xf_http xf_http;
 
+/* What a program says of a flag that needs this server when the build has
+ * none (configured with -DXF_HTTP=OFF, which leaves server.c out):
+ * "this xfed-coord was " XF_HTTP_ABSENT. */
+#define XF_HTTP_ABSENT                                                                 \
+  "built without the HTTP server (XF_HTTP=OFF): rebuild with libmicrohttpd-dev "       \
+  "installed and -DXF_HTTP=ON"
+
 /* Defaults of xf_http_opts (docs/metrics.md, "The HTTP server"). Operator
  * endpoints answer small GETs: a handful of clients (Prometheus, a load
  * balancer's probe, a browser) at once, and nothing that needs a large

@@ -2732,11 +2732,12 @@ static void schedule_redial(daemon_t *d) {
 
 /* ---- start and stop ----------------------------------------------------------------------------- */
 
+static void metrics_stop(daemon_t *d); /* below, with /metrics */
+
 static void daemon_stop(daemon_t *d, const char *signal_name) {
   if (d->stopping) return;
   d->stopping = true;
-  xf_http_stop(d->http);
-  d->http = NULL;
+  metrics_stop(d);
   task *t = d->worker_task;
   XF_INFO("site_stopping", "signal=%s training=%s", signal_name,
           t ? "true (told to stop; waiting for it)" : "false");
@@ -2891,6 +2892,8 @@ static xf_err daemon_start(daemon_t *d, const xf_site_daemon_opts *opts, xf_errc
 
 /* ---- /metrics and /healthz ------------------------------------------------------------------ */
 
+#ifdef XF_HAVE_HTTP
+
 static void on_metrics(void *ctx, const xf_http_request *req, xf_http_response *resp) {
   (void)req;
   daemon_t *d = ctx;
@@ -3026,6 +3029,24 @@ static xf_err metrics_start(daemon_t *d, const xf_site_daemon_opts *opts, xf_err
           opts->metrics_host, port);
   return XF_OK;
 }
+
+static void metrics_stop(daemon_t *d) {
+  xf_http_stop(d->http);
+  d->http = NULL;
+}
+#else
+/* Built without the HTTP server (-DXF_HTTP=OFF): `xfed-site run` refuses
+ * --metrics before it starts, and a caller that sets it anyway is refused
+ * here. */
+static xf_err metrics_start(daemon_t *d, const xf_site_daemon_opts *opts, xf_errctx *err) {
+  (void)d;
+  XF_ENSURE(!opts->metrics_host || !opts->metrics_host[0], err, XF_EUNSUPPORTED,
+            "--metrics: this xfed-site was " XF_HTTP_ABSENT);
+  return XF_OK;
+}
+
+static void metrics_stop(daemon_t *d) { (void)d; }
+#endif
 
 xf_err xf_site_daemon_run(const xf_site_daemon_opts *opts, xf_errctx *err) {
   daemon_t *d = xf_calloc(1, sizeof(*d));

@@ -20,6 +20,7 @@
 #include "base/alloc.h"
 #include "cli/cli.h"
 #include "crypto/pki.h"
+#include "http/http.h"
 #include "site/cmd.h"
 #include "site/daemon.h"
 #include "site/registry.h"
@@ -774,6 +775,10 @@ static int cmd_run(xf_cli *cli, int argc, char **argv) {
     else if (ch == 'm') metrics_port_file = optarg;
     else return xf_cli_option_error(cli, ch, argv, opts);
   }
+#ifndef XF_HAVE_HTTP
+  /* A build configured with -DXF_HTTP=OFF has no HTTP server to serve it. */
+  if (metrics) return xf_cli_usage(cli, "--metrics: this xfed-site was " XF_HTTP_ABSENT);
+#endif
   /* --metrics [HOST:]PORT: a port alone listens on 127.0.0.1. */
   char metrics_host[256] = "";
   int metrics_port = 0;

@@ -6,6 +6,10 @@
 # dataset) into .gpu/debs, which git ignores. bench/gpu/run.sh, on the GPU
 # machine, unpacks them into a private prefix; nothing there is installed
 # over /. Idempotent: packages already downloaded are kept.
+# The list is what a build with -DXF_HTTP=OFF -DXF_REPORT=OFF
+# -DXF_SYSTEMD=OFF (run.sh's) finds with pkg-config: libmicrohttpd, cairo
+# (with the X11, font and GLib -dev packages it requires), expat (only the
+# report's test reads SVG) and libsystemd are left out on purpose.
 #
 # usage: bench/gpu/fetch.sh
 set -euo pipefail

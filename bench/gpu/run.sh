@@ -6,7 +6,11 @@
 # is reachable, leaves the packages in .gpu/debs; this script
 #   1. unpacks them into a private prefix (dpkg -x, never over /),
 #   2. configures against that prefix and builds what the checks need, with
-#      nvcc for the card's architecture,
+#      nvcc for the card's architecture, and without the features whose
+#      libraries fetch.sh does not carry (-DXF_HTTP=OFF: /metrics and the
+#      dashboard, libmicrohttpd; -DXF_REPORT=OFF: `xfed job report`, cairo
+#      and the 18 X11, font and GLib -dev packages its pkg-config files
+#      require; -DXF_SYSTEMD=OFF), none of which the checks below use,
 #   3. runs `ctest -L gpu` (every cuda op against the cpu reference),
 #   4. trains Fashion-MNIST with `xfed train` on the cuda backend (mlp, lenet5,
 #      DP-SGD), for comparison with the cpu backend's figures,
@@ -23,7 +27,12 @@
 #                                       (default: all, in that order)
 # Environment: XF_GPU_PREFIX (default /tmp/xfed-deps), XF_GPU_BUILD (default
 # build-gpu), XF_GPU_ARCH (default native: the card's), XF_GPU_REPEATS
-# (throughput repeats, default 3), XF_GPU_BACKEND (default cuda), OUT.
+# (throughput repeats, default 3), XF_GPU_BACKEND (default cuda),
+# XF_GPU_STEP_DIVISOR (default 1), XF_GPU_FED_TIMEOUT (default 420 s),
+# XF_GPU_FED_DIR (the quickstart's directory, default /tmp/xfed-qs), OUT.
+# Rehearsal on a machine with nvcc but no GPU (after fetch.sh; PyTorch's
+# rows are missing where it has no torch):
+#   XF_GPU_BACKEND=cpu XF_GPU_ARCH=90 XF_GPU_STEP_DIVISOR=20 bench/gpu/run.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -99,6 +108,7 @@ if want build; then
   if ! {
     cmake -S . -B "$B" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXF_WERROR=OFF \
       -DXF_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" -DPKG_CONFIG_EXECUTABLE="$PKG_CONFIG" \
+      -DXF_HTTP=OFF -DXF_REPORT=OFF -DXF_SYSTEMD=OFF \
       -DXF_PROTOC_C="$P/wrap/protoc-c" \
       -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$L:$L/openblas-pthread" &&
       cmake --build "$B" -j "$(nproc)" --target test_kernels_gpu xfed-bench-train xfed \
@@ -193,13 +203,14 @@ fi
 # ---- the quickstart federation with its sites on the GPU -----------------------
 if want fed; then
   echo "$(stamp) fed" >&2
+  qs=${XF_GPU_FED_DIR:-/tmp/xfed-qs}
   XF_BACKEND=$backend LD_LIBRARY_PATH=$xlibs timeout "${XF_GPU_FED_TIMEOUT:-420}" \
-    bash deploy/quickstart.sh --data "$data" --build "$B" --dir /tmp/xfed-qs --keep \
+    bash deploy/quickstart.sh --data "$data" --build "$B" --dir "$qs" --keep \
     >"$OUT/fed.log" 2>&1
   rc=$?
   say "$(stamp) quickstart on cuda: rc=$rc; $(grep '^final accuracy' "$OUT/fed.log" || echo 'no final line')"
-  grep -ho 'event=site_starting.*backend=[a-z]*' /tmp/xfed-qs/logs/*-1.log 2>/dev/null |
+  grep -ho 'event=site_starting.*backend=[a-z]*' "$qs"/logs/*-1.log 2>/dev/null |
     sed 's/ coordinator=[^ ]*//' | tee -a "$summary"
-  tar -czf "$OUT/logs.tgz" -C /tmp/xfed-qs logs 2>/dev/null
+  tar -czf "$OUT/logs.tgz" -C "$qs" logs 2>/dev/null
 fi
 say "$(stamp) done"
