@@ -18,8 +18,9 @@
 # registry. Podman's storage is whatever the environment names
 # (CONTAINERS_STORAGE_CONF, CONTAINERS_CONF), the system's by default.
 set -euo pipefail
+caller=$(pwd)
 cd "$(dirname "$0")/.."
-build=build-pkg
+build=./build-pkg
 debdir=
 tag=
 while (($#)); do
@@ -31,6 +32,9 @@ while (($#)); do
     *) echo "image.sh: unknown option '$1'; see deploy/image.sh --help" >&2; exit 2 ;;
   esac
 done
+# --debs and --build are relative to where the script was started from.
+[[ -z $debdir || $debdir == /* ]] || debdir=$caller/$debdir
+[[ $build == ./build-pkg || $build == /* ]] || build=$caller/$build
 say() { echo "==> $*"; }
 die() { echo "image.sh: FAIL: $*" >&2; exit 1; }
 [[ $(id -u) -eq 0 ]] || die "needs root for mmdebstrap's root mode; run it as root"
@@ -48,11 +52,14 @@ if [[ -z $debdir ]]; then
   (cd "$build" && cpack -G DEB >/dev/null)
   debdir=$build/packages
 fi
+[[ -d $debdir ]] || die "--debs $debdir is not a directory"
 debdir=$(cd "$debdir" && pwd)
 debs=()
 for p in xfed xfed-coordinator xfed-site; do
   f=("$debdir/${p}_"*.deb)
-  ((${#f[@]} == 1)) && [[ -f ${f[0]} ]] || die "want one ${p}_*.deb in $debdir, found: ${f[*]}"
+  if ((${#f[@]} != 1)) || [[ ! -f ${f[0]} ]]; then
+    die "want one ${p}_*.deb in $debdir, found: ${f[*]}; leave out --debs to build them, or see docs/development.md"
+  fi
   debs+=("${f[0]}")
 done
 version=$(dpkg-deb -f "${debs[0]}" Version)
@@ -66,7 +73,9 @@ for d in "${debs[@]}"; do includes+=("--include=$d"); done
 say "a bookworm root with the packages (mmdebstrap --variant=essential)"
 # The file-mirror-automount hook makes the .debs visible inside the root at
 # the paths apt gives dpkg. No documentation or translations in the image
-# (but the copyright files); no apt lists or caches.
+# (but the copyright files); no apt lists or caches. The hooks' $1 is the
+# root, for mmdebstrap's shell to expand.
+# shellcheck disable=SC2016
 mmdebstrap --quiet --mode=root --variant=essential "${includes[@]}" \
   --hook-dir=/usr/share/mmdebstrap/hooks/file-mirror-automount \
   --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \

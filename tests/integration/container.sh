@@ -49,7 +49,7 @@ if [[ -z ${XF_CONTAINER_NS:-} ]]; then
 fi
 
 work=$XF_CONTAINER_NS
-mkdir -p "$work"/{varlib/upper,varlib/work,storage,run,tmp,conf,job}
+mkdir -p "$work"/{varlib/upper,varlib/work,storage,run,tmp,conf}
 mount -t overlay overlay \
   -o "lowerdir=/var/lib,upperdir=$work/varlib/upper,workdir=$work/varlib/work" /var/lib ||
   skip "cannot lay a private overlay over /var/lib in a new mount namespace"
@@ -129,8 +129,9 @@ pod=$work/pod.yaml
 sed -e "s/127\.0\.0\.1:7443/127.0.0.1:$cport/g" -e "s/127\.0\.0\.1:7444/127.0.0.1:$aport/g" \
   -e "s|localhost/xfed:[^ ]*|localhost/$tag|" -e "s|/usr/share/datasets/fashion-mnist|$data|" \
   "$src/deploy/pod.yaml" >"$pod"
-grep -q "127.0.0.1:$cport" "$pod" && grep -q "127.0.0.1:$aport" "$pod" ||
+if ! grep -q "127.0.0.1:$cport" "$pod" || ! grep -q "127.0.0.1:$aport" "$pod"; then
   fail "deploy/pod.yaml no longer names 127.0.0.1:7443 and 127.0.0.1:7444"
+fi
 
 echo "==> podman kube play (coordinator :$cport, aggregator eu :$aport, sites s1 and s2)"
 podman kube play "$pod" >"$work/play.log" 2>&1 || { cat "$work/play.log"; fail "podman kube play"; }
@@ -152,26 +153,20 @@ for c in coordinator aggregator-eu s1 s2; do
 done
 echo "    the federation is up; the daemons run as xfed"
 
-echo "==> a job: 2 rounds of an MLP, through the image's xfed"
-cat >"$work/job/job.json" <<'JSON'
-{"name": "container", "model": {"arch": "mlp", "hidden": [32]},
- "data": {"dataset": "fmnist"}, "rounds": 2, "topology": "regional", "min_sites": 2,
- "round_deadline_s": 300,
- "local": {"epochs": 1, "batch_size": 64, "lr": 0.05, "momentum": 0.9}, "seed": 11}
-JSON
+echo "==> a job: deploy/jobs/pod.json, 2 rounds, through the image's xfed"
 xfed_in() {
   podman run --rm --network host -e XF_LOG_LEVEL=warn -v xfed-pki-rita:/etc/xfed/pki:ro \
-    -v "$work/job:/job:ro" "$tag" xfed "$@" --coordinator "127.0.0.1:$cport" \
+    -v "$src/deploy/jobs:/jobs:ro" "$tag" xfed "$@" --coordinator "127.0.0.1:$cport" \
     --cert /etc/xfed/pki/user.crt --key /etc/xfed/pki/user.key \
     --ca /etc/xfed/pki/ca.crt --crl /etc/xfed/pki/crl.pem
 }
-xfed_in job submit /job/job.json --wait >"$work/job.out" 2>&1 ||
+xfed_in job submit /jobs/pod.json --wait >"$work/job.out" 2>&1 ||
   { cat "$work/job.out"; fail "the job did not finish"; }
 final=$(grep '^final accuracy=.* rounds=2 ' "$work/job.out") ||
   { cat "$work/job.out"; fail "no final line for 2 rounds"; }
 echo "    $final"
 xfed_in job list >"$work/list.out" 2>&1 || { cat "$work/list.out"; fail "xfed job list"; }
-grep -q -E '^1 +container +done +2/2' "$work/list.out" || { cat "$work/list.out"; fail "job 1 is not done"; }
+grep -q -E '^1 +pod +done +2/2' "$work/list.out" || { cat "$work/list.out"; fail "job 1 is not done"; }
 
 echo "==> podman pod stop"
 podman pod stop xfed >/dev/null || fail "podman pod stop"
