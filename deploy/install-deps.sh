@@ -24,6 +24,7 @@ packages=(
   dataset-fashion-mnist
   libmicrohttpd-dev libgnutls28-dev prometheus
   libsystemd-dev systemd procps python3 dpkg-dev mmdebstrap
+  podman runc catatonit
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3 python3-torch python3-numpy)

@@ -23,3 +23,16 @@ add_test(NAME deploy_packages_install_run_purge
                  --build ${PROJECT_BINARY_DIR}/deploy/packages-build)
 set_tests_properties(deploy_packages_install_run_purge PROPERTIES LABELS "integration;slow"
                      TIMEOUT 2400)
+
+# The OCI image from those packages and the pod spec, started
+# (tests/integration/container.sh): deploy/image.sh, `podman kube play
+# deploy/pod.yaml` (a coordinator, an aggregator, two sites), a 2-round job
+# through the image's xfed, everything removed after. Shares the packages'
+# build directory with the test above. Skipped (77) where podman cannot run
+# containers; about 2 minutes besides the Release build.
+add_test(NAME deploy_container_pod_runs_a_job
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/container.sh
+                 --build ${PROJECT_BINARY_DIR}/deploy/packages-build)
+set_tests_properties(deploy_container_pod_runs_a_job PROPERTIES LABELS "integration;slow"
+                     TIMEOUT 2400 SKIP_RETURN_CODE 77 RESOURCE_LOCK xfed_packages_build)
+set_tests_properties(deploy_packages_install_run_purge PROPERTIES RESOURCE_LOCK xfed_packages_build)
