@@ -236,13 +236,15 @@ int xf_cmd_train(xf_cli *cli, int argc, char **argv) {
   xf_train_options opt = {
       .epochs = (int)job.local.epochs,
       .batch_size = (int)job.local.batch_size,
-      .sgd = {.lr = (float)job.local.lr, .momentum = (float)job.local.momentum,
-              .weight_decay = (float)job.local.weight_decay, .prox_mu = 0.0f},
       .seed = job.seed,
       .test = &te,
       .on_epoch = on_epoch,
       .user = &prog,
       .dp = a.dp ? &dp : NULL};
+  /* The centralized baseline is one run: round 1's learning rate, and no
+   * proximal term (there is no global model to stay near). */
+  xf_jobspec_train_options(&job, 1, &opt);
+  opt.sgd.prox_mu = 0.0f;
   if ((rc = xf_train(net, &tr, &opt, &cli->err)) != XF_OK) goto fail;
   double test_loss, test_acc;
   if ((rc = xf_evaluate(net, &te, &test_loss, &test_acc, &cli->err)) != XF_OK ||
