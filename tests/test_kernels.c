@@ -1218,6 +1218,36 @@ static void half_model_files_carry_rounded_values_and_their_digest(void **state)
   xf_model_free(m);
 }
 
+/* The loss travels in the model file (it sets the output width), and a
+ * cross-entropy model's file does not mention it, as before the field. */
+static void model_file_carries_the_loss(void **state) {
+  (void)state;
+  for (int loss = XF_LOSS_CROSS_ENTROPY; loss <= XF_LOSS_MSE; loss++) {
+    xf_model_spec s = {.arch = XF_ARCH_MLP, .hidden = {3}, .n_hidden = 1, .in_h = 1, .in_w = 1,
+                       .in_c = 4, .classes = 2, .loss = (xf_loss)loss};
+    xf_model *m, *back;
+    assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+    assert_int_equal(xf_model_outputs(m), loss == XF_LOSS_CROSS_ENTROPY ? 2 : 1);
+    size_t P = xf_model_num_params(m);
+    float *p = malloc(P * 4), *q;
+    xf_model_init_params(m, 1, p);
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(xf_checkpoint_encode(m, p, &buf, &len, NULL), XF_OK);
+    bool says_loss = false;
+    for (size_t i = 0; i + 6 <= len && !says_loss; i++) says_loss = memcmp(buf + i, "\"loss\"", 6) == 0;
+    assert_true(says_loss == (loss != XF_LOSS_CROSS_ENTROPY));
+    assert_int_equal(xf_checkpoint_decode(buf, len, &back, &q, NULL), XF_OK);
+    assert_int_equal(xf_model_spec_of(back)->loss, loss);
+    assert_int_equal(xf_model_num_params(back), P);
+    xf_model_free(back);
+    free(q);
+    free(buf);
+    free(p);
+    xf_model_free(m);
+  }
+}
+
 static void model_file_roundtrips_and_rejects_damage(void **state) {
   (void)state;
   xf_model_spec s = {.arch = XF_ARCH_MLP, .hidden = {7, 5}, .n_hidden = 2,
@@ -1356,6 +1386,7 @@ int main(void) {
       cmocka_unit_test(dp_training_learns_a_separable_problem),
       cmocka_unit_test(dp_sgd_arguments_are_refused_with_a_reason),
       cmocka_unit_test(model_file_roundtrips_and_rejects_damage),
+      cmocka_unit_test(model_file_carries_the_loss),
       cmocka_unit_test(half_model_files_carry_rounded_values_and_their_digest),
       cmocka_unit_test(allocation_failures_are_reported_not_crashed),
   };
