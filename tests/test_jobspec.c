@@ -497,6 +497,32 @@ static void lr_schedule_gives_each_round_its_rate(void **state) {
   assert_float_equal(xf_jobspec_local_lr(&s, 1), 0.1, 1e-15);
 }
 
+/* What a site and `xfed train` hand the training loop: the optimizer and
+ * its settings, and the learning rate of the task's round. */
+static void train_options_carry_the_optimizer_and_the_rounds_rate(void **state) {
+  (void)state;
+  xf_jobspec s;
+  assert_parses(SPEC(", \"local\": {\"optimizer\": \"adamw\", \"lr\": 0.1, \"beta1\": 0.8, "
+                     "\"beta2\": 0.99, \"eps\": 1e-6, \"weight_decay\": 0.01, \"prox_mu\": 0.5, "
+                     "\"clip_norm\": 2, \"lr_schedule\": {\"kind\": \"step\", \"every\": 2, "
+                     "\"gamma\": 0.5}}"),
+                &s);
+  xf_train_options o = {.epochs = 7};
+  xf_jobspec_train_options(&s, 3, &o);
+  assert_int_equal(o.epochs, 7); /* left alone */
+  assert_int_equal(o.optimizer, XF_OPTIMIZER_ADAMW);
+  assert_true(o.sgd.lr == 0.05f && o.sgd.weight_decay == 0.01f && o.sgd.prox_mu == 0.5f);
+  assert_true(o.beta1 == 0.8f && o.beta2 == 0.99f && o.eps == 1e-6f && o.clip_norm == 2);
+  xf_jobspec_train_options(&s, 1, &o);
+  assert_true(o.sgd.lr == 0.1f);
+  /* The default spec: plain sgd at lr, exactly what was used before. */
+  assert_parses(SPEC(", \"local\": {\"momentum\": 0.9}"), &s);
+  xf_jobspec_train_options(&s, 4, &o);
+  assert_int_equal(o.optimizer, XF_OPTIMIZER_SGD);
+  assert_true(o.sgd.lr == (float)0.01 && o.sgd.momentum == (float)0.9 && !o.sgd.nesterov);
+  assert_true(o.clip_norm == 0);
+}
+
 static void new_local_fields_round_trip_and_defaults_stay_unwritten(void **state) {
   (void)state;
   xf_jobspec a, b;
@@ -1056,6 +1082,7 @@ int main(void) {
       cmocka_unit_test(canonical_json_round_trips),
       cmocka_unit_test(optimizer_ranges_name_the_field),
       cmocka_unit_test(lr_schedule_gives_each_round_its_rate),
+      cmocka_unit_test(train_options_carry_the_optimizer_and_the_rounds_rate),
       cmocka_unit_test(new_local_fields_round_trip_and_defaults_stay_unwritten),
       cmocka_unit_test(canonical_json_lists_every_field_that_applies),
       cmocka_unit_test(validate_checks_specs_built_in_code),
