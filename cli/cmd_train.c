@@ -47,7 +47,8 @@ static void on_epoch(const xf_epoch_report *r, void *user) {
   progress *p = user;
   p->seconds += r->seconds;
   if (p->r_squared)
-    fprintf(stderr, "epoch %d/%d  mse %.4f  train R^2 %.4f  test R^2 %.4f  %.1f s  %.0f samples/s\n",
+    fprintf(stderr,
+            "epoch %d/%d  mse %.4f  train R^2 %.4f  test R^2 %.4f  %.1f s  %.0f samples/s\n",
             r->epoch, r->epochs, r->train_loss, r->train_accuracy, r->test_accuracy, r->seconds,
             (double)r->samples / r->seconds);
   else

@@ -668,7 +668,8 @@ static xf_err xf__parse_local(json_t *obj, xf_job_local *l, bool *prox_mu_presen
     char field[64];
     snprintf(field, sizeof(field), "local.%s", stray);
     return xf__fail_at(err, XF_EFORMAT, field,
-                       "is not a setting of optimizer \"%s\"; %s", xf__optimizer_names[l->optimizer],
+                       "is not a setting of optimizer \"%s\"; %s",
+                       xf__optimizer_names[l->optimizer],
                        sgd ? "beta1, beta2 and eps belong to adam and adamw"
                            : "momentum and nesterov belong to sgd");
   }

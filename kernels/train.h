@@ -88,8 +88,8 @@ typedef struct xf_train_options {
  * fresh) and, when prox_mu > 0, anchors the proximal term at the starting
  * parameters. With clip_norm > 0 each step's mean gradient is scaled to that
  * L2 norm when it is longer, before weight decay and the FedProx term;
- * XF_EINVAL when it is set together with dp. Every label is checked against the model's classes before
- * the first step (XF_EINVAL naming the record). The last batch of an epoch
+ * XF_EINVAL when it is set together with dp. Every label is checked
+ * against the model's classes before the first step (XF_EINVAL naming the record). The last batch of an epoch
  * may be smaller than batch_size. When should_stop says so, the run ends
  * before the next batch and returns XF_OK with the parameters as far as they
  * got and no report for the unfinished epoch: the caller, which asked for

@@ -483,14 +483,16 @@ static void lr_schedule_gives_each_round_its_rate(void **state) {
                      "\"every\": 2, \"gamma\": 0.5}}"),
                 &s);
   const double step[] = {0.1, 0.1, 0.05, 0.05, 0.025};
-  for (uint32_t r = 1; r <= 5; r++) assert_float_equal(xf_jobspec_local_lr(&s, r), step[r - 1], 1e-15);
+  for (uint32_t r = 1; r <= 5; r++)
+    assert_float_equal(xf_jobspec_local_lr(&s, r), step[r - 1], 1e-15);
   /* rounds is 5: cosine from lr in round 1 to min_lr in round 5. */
   assert_parses(SPEC(", \"local\": {\"lr\": 0.1, \"lr_schedule\": {\"kind\": \"cosine\", "
                      "\"min_lr\": 0.01}}"),
                 &s);
   assert_float_equal(xf_jobspec_local_lr(&s, 1), 0.1, 1e-15);
   assert_float_equal(xf_jobspec_local_lr(&s, 3), 0.055, 1e-15);
-  assert_float_equal(xf_jobspec_local_lr(&s, 2), 0.01 + 0.09 * (1 + cos(3.14159265358979323846 / 4)) / 2, 1e-15);
+  const double pi = 3.14159265358979323846;
+  assert_float_equal(xf_jobspec_local_lr(&s, 2), 0.01 + 0.09 * (1 + cos(pi / 4)) / 2, 1e-15);
   assert_float_equal(xf_jobspec_local_lr(&s, 5), 0.01, 1e-15);
   assert_float_equal(xf_jobspec_local_lr(&s, 9), 0.01, 1e-15); /* past the last: the last */
   s.rounds = 1;

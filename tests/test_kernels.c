@@ -350,7 +350,8 @@ static void scalar_losses_have_their_closed_forms(void **state) {
   int correct;
   assert_int_equal(xf_k_scalar_loss(cpu, XF_SCALAR_LOSS_BCE, z, t, 4, d, &loss, &correct), XF_OK);
   assert_float_equal(loss, 2 * log(2.0) + 0.0 + 1000.0, 1e-9);
-  assert_int_equal(correct, 2); /* z = 0 is class 0 (t 0 right, t 1 wrong); 1000 right; -1000 wrong */
+  /* z = 0 is class 0 (t 0 right, t 1 wrong); 1000 right; -1000 wrong. */
+  assert_int_equal(correct, 2);
   assert_float_equal(d[0], 0.5 / 4, 1e-7);
   assert_float_equal(d[1], -0.5 / 4, 1e-7);
   assert_float_equal(d[3], -1.0 / 4, 1e-7);
@@ -715,7 +716,8 @@ static void bce_and_mse_train_and_report_their_accuracy(void **state) {
   xf_rng_seed(&r, 8, 0);
   for (int i = 0; i < 400; i++) {
     y[i] = (int32_t)(i % 2);
-    for (int f = 0; f < 4; f++) x[i * 4 + f] = (float)((y[i] ? 1.5 : -1.5) + xf_rng_normal(&r) * 0.5);
+    for (int f = 0; f < 4; f++)
+      x[i * 4 + f] = (float)((y[i] ? 1.5 : -1.5) + xf_rng_normal(&r) * 0.5);
   }
   xf_samples d = {x, y, 400, 4};
   for (int loss = XF_LOSS_BCE; loss <= XF_LOSS_MSE; loss++) {
@@ -1235,7 +1237,8 @@ static void model_file_carries_the_loss(void **state) {
     size_t len;
     assert_int_equal(xf_checkpoint_encode(m, p, &buf, &len, NULL), XF_OK);
     bool says_loss = false;
-    for (size_t i = 0; i + 6 <= len && !says_loss; i++) says_loss = memcmp(buf + i, "\"loss\"", 6) == 0;
+    for (size_t i = 0; i + 6 <= len && !says_loss; i++)
+      says_loss = memcmp(buf + i, "\"loss\"", 6) == 0;
     assert_true(says_loss == (loss != XF_LOSS_CROSS_ENTROPY));
     assert_int_equal(xf_checkpoint_decode(buf, len, &back, &q, NULL), XF_OK);
     assert_int_equal(xf_model_spec_of(back)->loss, loss);
