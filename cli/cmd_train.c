@@ -36,6 +36,7 @@ typedef struct progress {
   const xf_cli *cli;
   json_t *epochs;
   double seconds;
+  bool r_squared; /* mse: the accuracy figures are R^2 (docs/jobs.md) */
 } progress;
 
 /* A figure for --json: JSON has no inf or nan, so a run that diverged reports
@@ -45,9 +46,15 @@ static json_t *figure(double v) { return isfinite(v) ? json_real(v) : json_null(
 static void on_epoch(const xf_epoch_report *r, void *user) {
   progress *p = user;
   p->seconds += r->seconds;
-  fprintf(stderr, "epoch %d/%d  loss %.4f  train %.2f%%  test %.2f%%  %.1f s  %.0f samples/s\n",
-          r->epoch, r->epochs, r->train_loss, 100 * r->train_accuracy, 100 * r->test_accuracy,
-          r->seconds, (double)r->samples / r->seconds);
+  if (p->r_squared)
+    fprintf(stderr,
+            "epoch %d/%d  mse %.4f  train R^2 %.4f  test R^2 %.4f  %.1f s  %.0f samples/s\n",
+            r->epoch, r->epochs, r->train_loss, r->train_accuracy, r->test_accuracy, r->seconds,
+            (double)r->samples / r->seconds);
+  else
+    fprintf(stderr, "epoch %d/%d  loss %.4f  train %.2f%%  test %.2f%%  %.1f s  %.0f samples/s\n",
+            r->epoch, r->epochs, r->train_loss, 100 * r->train_accuracy, 100 * r->test_accuracy,
+            r->seconds, (double)r->samples / r->seconds);
   json_array_append_new(p->epochs,
                         json_pack("{s:i,s:I,s:o,s:o,s:o,s:o,s:o}", "epoch", r->epoch, "steps",
                                   (json_int_t)r->steps, "train_loss", figure(r->train_loss),
@@ -195,7 +202,7 @@ int xf_cmd_train(xf_cli *cli, int argc, char **argv) {
 
   xf_samples tr = {train.x, train.y, train.n, train.features};
   xf_samples te = {test.x, test.y, test.n, test.features};
-  progress prog = {.cli = cli, .epochs = epochs};
+  progress prog = {.cli = cli, .epochs = epochs, .r_squared = job.model.loss == XF_LOSS_MSE};
   if (a.dp) {
     /* The sites' own plan (privacy/plan.h) for one round: expected
      * batch L = local.batch_size, q = L / n, epochs x steps per epoch, the
@@ -236,13 +243,15 @@ int xf_cmd_train(xf_cli *cli, int argc, char **argv) {
   xf_train_options opt = {
       .epochs = (int)job.local.epochs,
       .batch_size = (int)job.local.batch_size,
-      .sgd = {.lr = (float)job.local.lr, .momentum = (float)job.local.momentum,
-              .weight_decay = (float)job.local.weight_decay, .prox_mu = 0.0f},
       .seed = job.seed,
       .test = &te,
       .on_epoch = on_epoch,
       .user = &prog,
       .dp = a.dp ? &dp : NULL};
+  /* The centralized baseline is one run: round 1's learning rate, and no
+   * proximal term (there is no global model to stay near). */
+  xf_jobspec_train_options(&job, 1, &opt);
+  opt.sgd.prox_mu = 0.0f;
   if ((rc = xf_train(net, &tr, &opt, &cli->err)) != XF_OK) goto fail;
   double test_loss, test_acc;
   if ((rc = xf_evaluate(net, &te, &test_loss, &test_acc, &cli->err)) != XF_OK ||
@@ -295,7 +304,10 @@ int xf_cmd_train(xf_cli *cli, int argc, char **argv) {
     printf("model          %s (%zu parameters)\n", xf_model_describe(model), n_params);
     printf("backend        %s, %s\n", xf_backend_name(backend), xf_backend_describe(backend));
     printf("epochs         %d\n", opt.epochs);
-    printf("test accuracy  %.4f (loss %.4f)\n", test_acc, test_loss);
+    if (prog.r_squared)
+      printf("test R^2       %.4f (mse %.4f)\n", test_acc, test_loss);
+    else
+      printf("test accuracy  %.4f (loss %.4f)\n", test_acc, test_loss);
     if (a.dp)
       printf("privacy        epsilon %.4g at delta %g (DP-SGD: clip %g, noise multiplier %.4f, "
              "q %.5f, %llu steps)\n",

@@ -12,6 +12,7 @@ static xf_err model_spec_of(const xf_jobspec *job, uint32_t h, uint32_t w, uint3
   out->in_w = (int)w;
   out->in_c = (int)c;
   out->classes = classes < 2 ? 2 : (int)classes;
+  out->loss = job->model.loss;
   switch (job->model.arch) {
   case XF_JOB_ARCH_LOGREG: out->arch = XF_ARCH_LOGREG; break;
   case XF_JOB_ARCH_MLP:
@@ -64,4 +65,20 @@ xf_err xf_jobspec_model_spec(const xf_jobspec *job, uint32_t h, uint32_t w, uint
                  (unsigned)out->classes, XF_JOB_PARAMS_MAX,
                  job->model.arch == XF_JOB_ARCH_MLP ? "; use fewer or narrower hidden layers"
                                                     : "");
+}
+
+void xf_jobspec_train_options(const xf_jobspec *job, uint32_t round, xf_train_options *opt) {
+  const xf_job_local *l = &job->local;
+  opt->sgd = (xf_sgd_params){.lr = (float)xf_jobspec_local_lr(job, round),
+                             .momentum = (float)l->momentum,
+                             .weight_decay = (float)l->weight_decay,
+                             .prox_mu = (float)l->prox_mu,
+                             .nesterov = l->nesterov};
+  opt->optimizer = l->optimizer == XF_JOB_OPTIMIZER_ADAM    ? XF_OPTIMIZER_ADAM
+                   : l->optimizer == XF_JOB_OPTIMIZER_ADAMW ? XF_OPTIMIZER_ADAMW
+                                                            : XF_OPTIMIZER_SGD;
+  opt->beta1 = (float)l->beta1;
+  opt->beta2 = (float)l->beta2;
+  opt->eps = (float)l->eps;
+  opt->clip_norm = l->clip_norm;
 }

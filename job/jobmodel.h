@@ -10,6 +10,7 @@
 #include "base/result.h"
 #include "job/jobspec.h"
 #include "kernels/model.h"
+#include "kernels/train.h"
 
 /* The most parameters a job's model may have. The binding limit is the
  * model stream: a regional aggregator takes a model file of at most 1 GiB
@@ -32,5 +33,11 @@ xf_err xf_jobspec_model_spec(const xf_jobspec *job, uint32_t h, uint32_t w, uint
  * xf_model_create for a shape or a width the kernels refuse. */
 xf_err xf_jobspec_model_params(const xf_jobspec *job, uint32_t h, uint32_t w, uint32_t c,
                                uint32_t classes, uint64_t *out, xf_errctx *err) XF_WARN_UNUSED;
+
+/* The optimizer part of xf_train_options for a local run in round `round`
+ * (1-based) of job: optimizer, its hyperparameters, weight decay, the
+ * FedProx term, clip_norm and the round's learning rate
+ * (xf_jobspec_local_lr). The other fields of *opt are left alone. */
+void xf_jobspec_train_options(const xf_jobspec *job, uint32_t round, xf_train_options *opt);
 
 #endif

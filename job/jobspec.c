@@ -25,7 +25,15 @@ static const char *const xf__arch_names[] = {
 static const char *const xf__preset_names[] = {[XF_JOB_PRESET_NONE] = "none",
                                                [XF_JOB_PRESET_LENET5] = "lenet5",
                                                [XF_JOB_PRESET_FEDAVG_CNN] = "fedavg-cnn"};
-static const char *const xf__optimizer_names[] = {[XF_JOB_OPTIMIZER_SGD] = "sgd"};
+static const char *const xf__optimizer_names[] = {[XF_JOB_OPTIMIZER_SGD] = "sgd",
+                                                  [XF_JOB_OPTIMIZER_ADAM] = "adam",
+                                                  [XF_JOB_OPTIMIZER_ADAMW] = "adamw"};
+static const char *const xf__lr_schedule_names[] = {[XF_JOB_LR_CONSTANT] = "constant",
+                                                    [XF_JOB_LR_STEP] = "step",
+                                                    [XF_JOB_LR_COSINE] = "cosine"};
+static const char *const xf__loss_names[] = {[XF_LOSS_CROSS_ENTROPY] = "cross_entropy",
+                                             [XF_LOSS_BCE] = "binary_cross_entropy",
+                                             [XF_LOSS_MSE] = "mse"};
 static const char *const xf__strategy_names[] = {
     [XF_JOB_STRATEGY_FEDAVG] = "fedavg",
     [XF_JOB_STRATEGY_FEDAVGM] = "fedavgm",
@@ -72,6 +80,7 @@ static int xf__index_of(const char *const *names, size_t first, size_t n, const 
 XF__NAME_FUNCS(xf_job_arch, xf_job_arch, xf__arch_names)
 XF__NAME_FUNCS(xf_job_preset, xf_job_preset, xf__preset_names)
 XF__NAME_FUNCS(xf_job_optimizer, xf_job_optimizer, xf__optimizer_names)
+XF__NAME_FUNCS(xf_job_lr_schedule_kind, xf_job_lr_schedule_kind, xf__lr_schedule_names)
 XF__NAME_FUNCS(xf_job_strategy_kind, xf_job_strategy_kind, xf__strategy_names)
 XF__NAME_FUNCS(xf_privacy_unit, xf_job_privacy_unit, xf__unit_names)
 XF__NAME_FUNCS(xf_privacy_mode, xf_job_privacy_mode, xf__mode_names)
@@ -111,6 +120,12 @@ void xf_jobspec_defaults(xf_jobspec *spec) {
   spec->local.batch_size = 32;
   spec->local.optimizer = XF_JOB_OPTIMIZER_SGD;
   spec->local.lr = 0.01;
+  spec->local.beta1 = 0.9;
+  spec->local.beta2 = 0.999;
+  spec->local.eps = 1e-8;
+  spec->local.lr_schedule.kind = XF_JOB_LR_CONSTANT;
+  spec->local.lr_schedule.every = 1;
+  spec->local.lr_schedule.gamma = 0.1;
   xf_job_strategy_defaults(&spec->strategy, XF_JOB_STRATEGY_FEDAVG);
   spec->privacy.unit = XF_PRIVACY_UNIT_SITE;
   spec->privacy.mode = XF_PRIVACY_NONE;
@@ -253,10 +268,12 @@ static const char *const xf__top_keys[] = {
     "name", "model", "data", "rounds", "sites_per_round", "over_selection", "min_sites",
     "round_deadline_s", "topology", "local", "strategy", "privacy", "secure_aggregation", "compression",
     "seed", NULL};
-static const char *const xf__model_keys[] = {"arch", "hidden", "preset", NULL};
+static const char *const xf__model_keys[] = {"arch", "hidden", "preset", "loss", NULL};
 static const char *const xf__data_keys[] = {"dataset", "tags", NULL};
-static const char *const xf__local_keys[] = {"epochs", "batch_size", "optimizer", "lr",
-                                             "momentum", "weight_decay", "prox_mu", NULL};
+static const char *const xf__local_keys[] = {
+    "epochs", "batch_size", "optimizer", "lr",   "momentum",  "nesterov",    "beta1",
+    "beta2",  "eps",        "weight_decay", "prox_mu", "clip_norm", "lr_schedule", NULL};
+static const char *const xf__lr_schedule_keys[] = {"kind", "every", "gamma", "min_lr", NULL};
 static const char *const xf__strategy_keys[] = {"name", "server_lr", "server_momentum", "beta1",
                                                 "beta2", "tau", "trim_fraction", NULL};
 static const char *const xf__privacy_keys[] = {"unit", "mode", "clip", "target_epsilon",
@@ -272,6 +289,7 @@ static const struct {
     {"model", xf__model_keys},
     {"data", xf__data_keys},
     {"local", xf__local_keys},
+    {"local.lr_schedule", xf__lr_schedule_keys},
     {"strategy", xf__strategy_keys},
     {"privacy", xf__privacy_keys},
     {"secure_aggregation", xf__secagg_keys},
@@ -572,6 +590,10 @@ static xf_err xf__parse_model(json_t *obj, xf_job_model *m, xf_errctx *err) {
   XF_GUARD(xf__get_choice(obj, "model", "preset", xf__preset_names, 1,
                           XF__COUNT(xf__preset_names), &preset, NULL, err));
   m->preset = (xf_job_preset)preset;
+  int loss = (int)m->loss;
+  XF_GUARD(xf__get_choice(obj, "model", "loss", xf__loss_names, 0, XF__COUNT(xf__loss_names),
+                          &loss, NULL, err));
+  m->loss = (xf_loss)loss;
   json_t *hidden = json_object_get(obj, "hidden");
   if (!hidden) return XF_OK;
   if (!json_is_array(hidden))
@@ -626,13 +648,86 @@ static xf_err xf__parse_local(json_t *obj, xf_job_local *l, bool *prox_mu_presen
   if (opt && xf_job_optimizer_from_name(opt, &l->optimizer) != XF_OK) {
     char shown[64];
     return xf__fail_at(err, XF_EUNSUPPORTED, "local.optimizer",
-                       "\"%s\" is not available; only \"sgd\" (with momentum and weight_decay) is",
+                       "'%s' is not an optimizer: use sgd, adam or adamw",
                        xf__printable(opt, shown, sizeof(shown)));
   }
   XF_GUARD(xf__get_real(obj, "local", "lr", &l->lr, NULL, err));
-  XF_GUARD(xf__get_real(obj, "local", "momentum", &l->momentum, NULL, err));
+  bool momentum = false, nesterov = false, beta1 = false, beta2 = false, eps = false;
+  XF_GUARD(xf__get_real(obj, "local", "momentum", &l->momentum, &momentum, err));
+  nesterov = json_object_get(obj, "nesterov") != NULL;
+  XF_GUARD(xf__get_bool(obj, "local", "nesterov", &l->nesterov, err));
+  XF_GUARD(xf__get_real(obj, "local", "beta1", &l->beta1, &beta1, err));
+  XF_GUARD(xf__get_real(obj, "local", "beta2", &l->beta2, &beta2, err));
+  XF_GUARD(xf__get_real(obj, "local", "eps", &l->eps, &eps, err));
+  /* A hyperparameter of another optimizer than the chosen one is an error,
+   * so that none is silently ignored. */
+  bool sgd = l->optimizer == XF_JOB_OPTIMIZER_SGD;
+  const char *stray = sgd ? (beta1 ? "beta1" : beta2 ? "beta2" : eps ? "eps" : NULL)
+                          : (momentum ? "momentum" : nesterov ? "nesterov" : NULL);
+  if (stray) {
+    char field[64];
+    snprintf(field, sizeof(field), "local.%s", stray);
+    return xf__fail_at(err, XF_EFORMAT, field,
+                       "is not a setting of optimizer \"%s\"; %s",
+                       xf__optimizer_names[l->optimizer],
+                       sgd ? "beta1, beta2 and eps belong to adam and adamw"
+                           : "momentum and nesterov belong to sgd");
+  }
   XF_GUARD(xf__get_real(obj, "local", "weight_decay", &l->weight_decay, NULL, err));
+  XF_GUARD(xf__get_real(obj, "local", "clip_norm", &l->clip_norm, NULL, err));
+  json_t *sched = json_object_get(obj, "lr_schedule");
+  if (sched) {
+    if (!json_is_object(sched))
+      return xf__wrong_type("local.lr_schedule",
+                            "an object such as {\"kind\": \"cosine\", \"min_lr\": 0.001}", sched,
+                            err);
+    XF_GUARD(xf__check_keys(sched, "local.lr_schedule", err));
+    int kind = (int)l->lr_schedule.kind;
+    bool present, every, gamma, min_lr;
+    XF_GUARD(xf__get_choice(sched, "local.lr_schedule", "kind", xf__lr_schedule_names, 0,
+                            XF__COUNT(xf__lr_schedule_names), &kind, &present, err));
+    if (!present)
+      return xf__missing("local.lr_schedule.kind", "one of: constant, step, cosine", err);
+    l->lr_schedule.kind = (xf_job_lr_schedule_kind)kind;
+    every = json_object_get(sched, "every") != NULL;
+    XF_GUARD(xf__get_u32(sched, "local.lr_schedule", "every", 1, XF_JOB_ROUNDS_MAX,
+                         &l->lr_schedule.every, NULL, err));
+    XF_GUARD(xf__get_real(sched, "local.lr_schedule", "gamma", &l->lr_schedule.gamma, &gamma,
+                          err));
+    XF_GUARD(xf__get_real(sched, "local.lr_schedule", "min_lr", &l->lr_schedule.min_lr, &min_lr,
+                          err));
+    const char *wrong = kind == XF_JOB_LR_STEP     ? (min_lr ? "min_lr" : NULL)
+                        : kind == XF_JOB_LR_COSINE ? (every ? "every" : gamma ? "gamma" : NULL)
+                        : (every ? "every" : gamma ? "gamma" : min_lr ? "min_lr" : NULL);
+    if (wrong) {
+      char field[64];
+      snprintf(field, sizeof(field), "local.lr_schedule.%s", wrong);
+      return xf__fail_at(err, XF_EFORMAT, field,
+                         "is not a setting of schedule \"%s\" (step takes every and gamma, "
+                         "cosine takes min_lr)",
+                         xf__lr_schedule_names[kind]);
+    }
+  }
   return xf__get_real(obj, "local", "prox_mu", &l->prox_mu, prox_mu_present, err);
+}
+
+double xf_jobspec_local_lr(const xf_jobspec *spec, uint32_t round) {
+  const xf_job_local *l = &spec->local;
+  uint32_t r = round < 1 ? 1 : round, rounds = spec->rounds < 1 ? 1 : spec->rounds;
+  if (r > rounds) r = rounds;
+  switch (l->lr_schedule.kind) {
+  case XF_JOB_LR_STEP:
+    return l->lr * pow(l->lr_schedule.gamma,
+                       (double)((r - 1) / (l->lr_schedule.every ? l->lr_schedule.every : 1)));
+  case XF_JOB_LR_COSINE: {
+    if (rounds == 1) return l->lr;
+    double frac = (double)(r - 1) / (double)(rounds - 1);
+    return l->lr_schedule.min_lr +
+           (l->lr - l->lr_schedule.min_lr) * (1.0 + cos(3.14159265358979323846 * frac)) / 2.0;
+  }
+  case XF_JOB_LR_CONSTANT:
+  default: return l->lr;
+  }
 }
 
 #define XF__KIND(k) (1u << (k))
@@ -1066,6 +1161,8 @@ static xf_err xf__check_range(const char *field, double v, double lo, bool lo_op
 static xf_err xf__validate_model(const xf_job_model *m, xf_errctx *err) {
   if ((unsigned)m->arch >= XF__COUNT(xf__arch_names))
     return xf__fail_at(err, XF_EFORMAT, "model.arch", "unknown value %d", (int)m->arch);
+  if ((unsigned)m->loss >= XF__COUNT(xf__loss_names))
+    return xf__fail_at(err, XF_EFORMAT, "model.loss", "unknown value %d", (int)m->loss);
   if ((unsigned)m->preset >= XF__COUNT(xf__preset_names))
     return xf__fail_at(err, XF_EFORMAT, "model.preset", "unknown value %d", (int)m->preset);
   if (m->arch == XF_JOB_ARCH_MLP) {
@@ -1128,12 +1225,29 @@ static xf_err xf__validate_data(const xf_job_data *d, xf_errctx *err) {
 static xf_err xf__validate_local(const xf_job_local *l, xf_errctx *err) {
   XF_GUARD(xf__range_int("local.epochs", l->epochs, 1, XF_JOB_EPOCHS_MAX, err));
   XF_GUARD(xf__range_int("local.batch_size", l->batch_size, 1, XF_JOB_BATCH_MAX, err));
-  if (l->optimizer != XF_JOB_OPTIMIZER_SGD)
-    return xf__fail_at(err, XF_EUNSUPPORTED, "local.optimizer", "only \"sgd\" is available");
+  if ((unsigned)l->optimizer >= XF__COUNT(xf__optimizer_names))
+    return xf__fail_at(err, XF_EUNSUPPORTED, "local.optimizer",
+                       "unknown optimizer %d: use sgd, adam or adamw", (int)l->optimizer);
   XF__POSITIVE("local.lr", l->lr);
   XF__UNIT_OPEN("local.momentum", l->momentum);
+  if (l->nesterov && !(l->momentum > 0))
+    return xf__fail_at(err, XF_ERANGE, "local.nesterov",
+                       "Nesterov momentum needs local.momentum > 0 (0.9 is usual)");
+  XF__UNIT_OPEN("local.beta1", l->beta1);
+  XF__UNIT_OPEN("local.beta2", l->beta2);
+  XF_GUARD(xf__check_range("local.eps", l->eps, 0, true, 1, false, err));
   XF__NONNEG("local.weight_decay", l->weight_decay);
   XF__NONNEG("local.prox_mu", l->prox_mu);
+  XF__NONNEG("local.clip_norm", l->clip_norm);
+  if ((unsigned)l->lr_schedule.kind >= XF__COUNT(xf__lr_schedule_names))
+    return xf__fail_at(err, XF_EFORMAT, "local.lr_schedule.kind", "unknown value %d",
+                       (int)l->lr_schedule.kind);
+  XF_GUARD(xf__range_int("local.lr_schedule.every", l->lr_schedule.every, 1, XF_JOB_ROUNDS_MAX,
+                         err));
+  XF_GUARD(xf__check_range("local.lr_schedule.gamma", l->lr_schedule.gamma, 0, true, 1, false,
+                           err));
+  XF_GUARD(xf__check_range("local.lr_schedule.min_lr", l->lr_schedule.min_lr, 0, false, l->lr,
+                           false, err));
   return XF_OK;
 }
 
@@ -1260,6 +1374,11 @@ xf_err xf_jobspec_validate(const xf_jobspec *s, xf_errctx *err) {
 
   /* Cross-field rules. */
   const char *strategy = xf__strategy_names[s->strategy.kind];
+  if (s->local.clip_norm > 0 && s->privacy.unit == XF_PRIVACY_UNIT_RECORD &&
+      s->privacy.mode != XF_PRIVACY_NONE)
+    return xf__fail_at(err, XF_EFORMAT, "local.clip_norm",
+                       "cannot be used with record-level privacy: DP-SGD already clips every "
+                       "record's gradient to privacy.clip; leave local.clip_norm out");
   if (s->strategy.kind == XF_JOB_STRATEGY_FEDPROX && !(s->local.prox_mu > 0))
     return xf__fail_at(err, XF_ERANGE, "local.prox_mu",
                        "strategy \"fedprox\" needs a proximal term: set prox_mu > 0 (Li et al. "
@@ -1405,6 +1524,11 @@ xf_err xf_jobspec_to_json(const xf_jobspec *s, char **out) {
   }
   if (s->model.arch == XF_JOB_ARCH_CNN)
     xf__member_string(&o, "preset", xf_job_preset_name(s->model.preset));
+  /* Fields added after the first release are written only when they differ
+   * from their default, so that an older spec's canonical text (and what is
+   * derived from it) stays what it was. */
+  if (s->model.loss != XF_LOSS_CROSS_ENTROPY)
+    xf__member_string(&o, "loss", xf__loss_names[s->model.loss]);
   xf__close(&o);
 
   xf__open(&o, "data");
@@ -1434,9 +1558,31 @@ xf_err xf_jobspec_to_json(const xf_jobspec *s, char **out) {
   xf__member_uint(&o, "batch_size", s->local.batch_size);
   xf__member_string(&o, "optimizer", xf_job_optimizer_name(s->local.optimizer));
   xf__member_real(&o, "lr", s->local.lr);
-  xf__member_real(&o, "momentum", s->local.momentum);
+  if (s->local.optimizer == XF_JOB_OPTIMIZER_SGD) {
+    xf__member_real(&o, "momentum", s->local.momentum);
+    if (s->local.nesterov) {
+      xf__key(&o, "nesterov");
+      xf__emit(&o, "true");
+    }
+  } else {
+    xf__member_real(&o, "beta1", s->local.beta1);
+    xf__member_real(&o, "beta2", s->local.beta2);
+    xf__member_real(&o, "eps", s->local.eps);
+  }
   xf__member_real(&o, "weight_decay", s->local.weight_decay);
   xf__member_real(&o, "prox_mu", s->local.prox_mu);
+  if (s->local.clip_norm > 0) xf__member_real(&o, "clip_norm", s->local.clip_norm);
+  if (s->local.lr_schedule.kind != XF_JOB_LR_CONSTANT) {
+    xf__open(&o, "lr_schedule");
+    xf__member_string(&o, "kind", xf__lr_schedule_names[s->local.lr_schedule.kind]);
+    if (s->local.lr_schedule.kind == XF_JOB_LR_STEP) {
+      xf__member_uint(&o, "every", s->local.lr_schedule.every);
+      xf__member_real(&o, "gamma", s->local.lr_schedule.gamma);
+    } else {
+      xf__member_real(&o, "min_lr", s->local.lr_schedule.min_lr);
+    }
+    xf__close(&o);
+  }
   xf__close(&o);
 
   xf__open(&o, "strategy");

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "base/result.h"
+#include "kernels/model.h"
 #include "privacy/privacy.h"
 
 /* Largest job spec accepted, file or string. Specs are a few hundred bytes;
@@ -49,8 +50,17 @@ typedef enum xf_job_preset {
 } xf_job_preset;
 
 typedef enum xf_job_optimizer {
-  XF_JOB_OPTIMIZER_SGD = 0 /* "sgd": with momentum and weight decay */
+  XF_JOB_OPTIMIZER_SGD = 0, /* "sgd": with momentum, nesterov and weight decay (L2) */
+  XF_JOB_OPTIMIZER_ADAM,    /* "adam": weight decay as L2 added to the gradient */
+  XF_JOB_OPTIMIZER_ADAMW    /* "adamw": decoupled weight decay */
 } xf_job_optimizer;
+
+/* How the local learning rate changes from round to round. */
+typedef enum xf_job_lr_schedule_kind {
+  XF_JOB_LR_CONSTANT = 0, /* "constant": lr every round */
+  XF_JOB_LR_STEP,         /* "step": lr * gamma^floor((round - 1) / every) */
+  XF_JOB_LR_COSINE        /* "cosine": from lr in round 1 down to min_lr in the last round */
+} xf_job_lr_schedule_kind;
 
 typedef enum xf_job_strategy_kind {
   XF_JOB_STRATEGY_FEDAVG = 0,   /* "fedavg" */
@@ -79,6 +89,7 @@ typedef enum xf_job_downlink {
 const char *xf_job_arch_name(xf_job_arch v);
 const char *xf_job_preset_name(xf_job_preset v);
 const char *xf_job_optimizer_name(xf_job_optimizer v);
+const char *xf_job_lr_schedule_kind_name(xf_job_lr_schedule_kind v);
 const char *xf_job_strategy_kind_name(xf_job_strategy_kind v);
 const char *xf_job_privacy_unit_name(xf_privacy_unit v);
 const char *xf_job_privacy_mode_name(xf_privacy_mode v);
@@ -88,6 +99,8 @@ const char *xf_job_topology_name(xf_job_topology v);
 xf_err xf_job_arch_from_name(const char *s, xf_job_arch *out) XF_WARN_UNUSED;
 xf_err xf_job_preset_from_name(const char *s, xf_job_preset *out) XF_WARN_UNUSED;
 xf_err xf_job_optimizer_from_name(const char *s, xf_job_optimizer *out) XF_WARN_UNUSED;
+xf_err xf_job_lr_schedule_kind_from_name(const char *s,
+                                         xf_job_lr_schedule_kind *out) XF_WARN_UNUSED;
 xf_err xf_job_strategy_kind_from_name(const char *s, xf_job_strategy_kind *out) XF_WARN_UNUSED;
 xf_err xf_job_privacy_unit_from_name(const char *s, xf_privacy_unit *out) XF_WARN_UNUSED;
 xf_err xf_job_privacy_mode_from_name(const char *s, xf_privacy_mode *out) XF_WARN_UNUSED;
@@ -108,6 +121,9 @@ typedef struct xf_job_model {
   uint32_t hidden[XF_JOB_HIDDEN_MAX];  /* mlp: widths, each 1..65536 */
   uint32_t n_hidden;                   /* mlp: 1..8 (required); other archs: 0 */
   xf_job_preset preset;                /* cnn: required; other archs: NONE */
+  xf_loss loss;                        /* "cross_entropy" (default), "binary_cross_entropy"
+                                          (one logit, labels 0/1) or "mse" (one output
+                                          regressed on the label's value) */
 } xf_job_model;
 
 /* A site takes part with its dataset named `dataset` when that dataset also
@@ -122,10 +138,21 @@ typedef struct xf_job_data {
 typedef struct xf_job_local {
   uint32_t epochs;            /* passes over the local training split: 1..10000; default 1 */
   uint32_t batch_size;        /* records per step: 1..65536; default 32 */
-  xf_job_optimizer optimizer; /* default sgd (the only one available) */
+  xf_job_optimizer optimizer; /* default sgd */
   double lr;                  /* step size: > 0; default 0.01 */
-  double momentum;            /* heavy-ball: [0, 1); default 0 */
-  double weight_decay;        /* L2 coefficient: >= 0; default 0 */
+  double momentum;            /* sgd: [0, 1); default 0 */
+  bool nesterov;              /* sgd: Nesterov momentum (needs momentum > 0); default false */
+  double beta1, beta2;        /* adam, adamw: [0, 1); default 0.9, 0.999 */
+  double eps;                 /* adam, adamw: (0, 1]; default 1e-8 */
+  double weight_decay;        /* L2 (sgd, adam) or decoupled (adamw): >= 0; default 0 */
+  double clip_norm;           /* > 0: each step's gradient clipped to this L2 norm; 0 (the
+                                 default): off. Refused with record-level DP-SGD */
+  struct {
+    xf_job_lr_schedule_kind kind; /* default constant */
+    uint32_t every;               /* step: rounds per decay, 1..1000000; default 1 */
+    double gamma;                 /* step: factor, (0, 1]; default 0.1 */
+    double min_lr;                /* cosine: the last round's lr, [0, lr]; default 0 */
+  } lr_schedule;
   double prox_mu;             /* proximal term mu/2 ||w - w_global||^2, applied
                                  whenever > 0: >= 0; default 0, or 0.01 with
                                  fedprox (which refuses 0) */
@@ -253,6 +280,14 @@ xf_err xf_jobspec_parse_centralized(const char *path, xf_jobspec *out,
  * XF_OK, XF_EFORMAT, XF_ERANGE or XF_EUNSUPPORTED; err as for parsing, with
  * file left as it was. */
 xf_err xf_jobspec_validate(const xf_jobspec *spec, xf_errctx *err) XF_WARN_UNUSED;
+
+/* The local learning rate of round `round` (1-based) of a job of `rounds`
+ * rounds under spec->local.lr_schedule; every site computes the same value
+ * from the task's round number. Cosine:
+ *   min_lr + (lr - min_lr) * (1 + cos(pi * (round - 1) / (rounds - 1))) / 2
+ * (lr in round 1, min_lr in the last; lr when rounds is 1). A round past
+ * `rounds` counts as the last. */
+double xf_jobspec_local_lr(const xf_jobspec *spec, uint32_t round);
 
 /* Writes spec as canonical JSON: fixed key order, two-space indentation, every
  * field that applies (hyperparameters of other strategies, hidden for a

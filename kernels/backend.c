@@ -370,3 +370,11 @@ void xf_k_sgd_step(xf_backend *b, float *w, const float *g, float *v, const floa
                    size_t n, const xf_sgd_params *p) {
   b->ops->sgd_step(b, w, g, v, w_ref, n, p);
 }
+void xf_k_adam_step(xf_backend *b, float *w, const float *g, float *m, float *v,
+                    const float *w_ref, size_t n, const xf_adam_params *p) {
+  b->ops->adam_step(b, w, g, m, v, w_ref, n, p);
+}
+xf_err xf_k_scalar_loss(xf_backend *b, xf_scalar_loss kind, const float *z, const float *t,
+                        int n, float *dout, double *loss_sum, int *correct) {
+  return b->ops->scalar_loss(b, kind, z, t, n, dout, loss_sum, correct);
+}

@@ -178,14 +178,50 @@ typedef struct xf_sgd_params {
   float momentum;     /* 0 disables the velocity buffer's effect */
   float weight_decay; /* L2 coefficient added to the gradient */
   float prox_mu;      /* FedProx: adds mu * (w - w_ref) to the gradient */
+  bool nesterov;      /* Nesterov momentum (PyTorch's form) */
 } xf_sgd_params;
 
-/* PyTorch's SGD (dampening 0, no Nesterov), with the FedProx term:
+/* PyTorch's SGD (dampening 0), with the FedProx term:
  *   g' = g + weight_decay * w + prox_mu * (w - w_ref)
  *   v  = momentum * v + g'
- *   w -= lr * v
+ *   w -= lr * v                      (heavy ball)
+ *   w -= lr * (g' + momentum * v)    (nesterov)
  * w_ref may be NULL when prox_mu is 0. */
 void xf_k_sgd_step(xf_backend *b, float *w, const float *g, float *v, const float *w_ref,
                    size_t n, const xf_sgd_params *p);
+
+/* Adam (Kingma & Ba 2015) and AdamW (Loshchilov & Hutter 2019), in
+ * PyTorch's arithmetic. bias1 = 1 - beta1^t and bias2 = 1 - beta2^t for the
+ * step t (1-based) are computed by the caller, in double, once per step.
+ *   adam:  g' = g + weight_decay * w [+ prox_mu * (w - w_ref)]
+ *   adamw: g' = g [+ prox_mu * (w - w_ref)];  w = w * (1 - lr * weight_decay)
+ *   m = beta1 * m + (1 - beta1) * g'
+ *   v = beta2 * v + (1 - beta2) * g'^2
+ *   w -= (lr / bias1) * m / (sqrt(v) / sqrt(bias2) + eps)
+ * The proximal term uses the weight before adamw's decay. w_ref may be NULL
+ * when prox_mu is 0. */
+typedef struct xf_adam_params {
+  float lr, beta1, beta2, eps, weight_decay, prox_mu;
+  bool decoupled;     /* adamw: weight decay applied to w, not added to g */
+  double bias1, bias2;
+} xf_adam_params;
+
+void xf_k_adam_step(xf_backend *b, float *w, const float *g, float *m, float *v,
+                    const float *w_ref, size_t n, const xf_adam_params *p);
+
+/* Losses on one output per row (binary cross-entropy on a logit, squared
+ * error), against float targets t. Host results: *loss_sum = sum of the
+ * per-row losses, *correct = rows classified right (bce: logit > 0 exactly
+ * when t > 0.5; mse: 0, since squared error classifies nothing). When dout
+ * is not NULL it receives the gradient of the MEAN loss.
+ *   bce: max(z, 0) - z t + log(1 + exp(-|z|)),  d = (sigmoid(z) - t) / n
+ *   mse: (z - t)^2,                               d = 2 (z - t) / n */
+typedef enum xf_scalar_loss {
+  XF_SCALAR_LOSS_BCE = 0,
+  XF_SCALAR_LOSS_MSE
+} xf_scalar_loss;
+
+xf_err xf_k_scalar_loss(xf_backend *b, xf_scalar_loss kind, const float *z, const float *t,
+                        int n, float *dout, double *loss_sum, int *correct) XF_WARN_UNUSED;
 
 #endif

@@ -340,7 +340,18 @@ static void cpu_sgd_step(xf_backend *b, float *restrict w, const float *restrict
                          const xf_sgd_params *p) {
   (void)b;
   const float lr = p->lr, mom = p->momentum, wd = p->weight_decay, mu = p->prox_mu;
-  if (mu != 0.0f && w_ref) {
+  if (p->nesterov) {
+    /* Kept apart from the heavy-ball loops below so that their arithmetic
+     * (and so the default training's bits) does not change. */
+    const bool prox = mu != 0.0f && w_ref;
+    for (size_t i = 0; i < n; i++) {
+      float gi = g[i] + wd * w[i];
+      if (prox) gi = gi + mu * (w[i] - w_ref[i]);
+      float vi = mom * v[i] + gi;
+      v[i] = vi;
+      w[i] = w[i] - lr * (gi + mom * vi);
+    }
+  } else if (mu != 0.0f && w_ref) {
     for (size_t i = 0; i < n; i++) {
       float gi = g[i] + wd * w[i] + mu * (w[i] - w_ref[i]);
       v[i] = mom * v[i] + gi;
@@ -353,6 +364,66 @@ static void cpu_sgd_step(xf_backend *b, float *restrict w, const float *restrict
       w[i] -= lr * v[i];
     }
   }
+}
+
+static void cpu_adam_step(xf_backend *b, float *restrict w, const float *restrict g,
+                          float *restrict m, float *restrict v, const float *restrict w_ref,
+                          size_t n, const xf_adam_params *p) {
+  (void)b;
+  const float b1 = p->beta1, b2 = p->beta2, c1 = 1.0f - p->beta1, c2 = 1.0f - p->beta2;
+  const float step = (float)((double)p->lr / p->bias1), root2 = (float)sqrt(p->bias2);
+  const float wd = p->weight_decay, mu = p->prox_mu, eps = p->eps;
+  const float keep = 1.0f - p->lr * p->weight_decay;
+  const bool prox = mu != 0.0f && w_ref;
+  for (size_t i = 0; i < n; i++) {
+    float wi = w[i], gi = g[i];
+    if (!p->decoupled) gi = gi + wd * wi;
+    if (prox) gi = gi + mu * (wi - w_ref[i]);
+    if (p->decoupled) wi = wi * keep;
+    float mi = b1 * m[i] + c1 * gi;
+    float vi = b2 * v[i] + c2 * (gi * gi);
+    m[i] = mi;
+    v[i] = vi;
+    float denom = sqrtf(vi) / root2 + eps;
+    w[i] = wi - step * (mi / denom);
+  }
+}
+
+/* One row of xf_k_scalar_loss; shared in spirit with the cuda kernel, which
+ * repeats the same double-precision steps. */
+static double scalar_row(xf_scalar_loss kind, float z, float t, float inv_n, float *d,
+                         int *right) {
+  if (kind == XF_SCALAR_LOSS_BCE) {
+    double zd = (double)z, td = (double)t;
+    double loss = (zd > 0.0 ? zd : 0.0) - zd * td + log1p(exp(-fabs(zd)));
+    *right = (z > 0.0f) == (t > 0.5f);
+    if (d) {
+      double sig = zd >= 0.0 ? 1.0 / (1.0 + exp(-zd)) : exp(zd) / (1.0 + exp(zd));
+      *d = (float)(sig - td) * inv_n;
+    }
+    return loss;
+  }
+  double e = (double)z - (double)t;
+  *right = 0;
+  if (d) *d = (float)(2.0 * e) * inv_n;
+  return e * e;
+}
+
+static xf_err cpu_scalar_loss(xf_backend *b, xf_scalar_loss kind, const float *z,
+                              const float *t, int n, float *dout, double *loss_sum,
+                              int *correct) {
+  (void)b;
+  double loss = 0.0;
+  int right = 0;
+  const float inv_n = n > 0 ? 1.0f / (float)n : 0.0f;
+  for (int r = 0; r < n; r++) {
+    int ok;
+    loss += scalar_row(kind, z[r], t[r], inv_n, dout ? dout + r : NULL, &ok);
+    right += ok;
+  }
+  *loss_sum = loss;
+  *correct = right;
+  return XF_OK;
 }
 
 static const xf__backend_ops cpu_ops = {
@@ -384,6 +455,8 @@ static const xf__backend_ops cpu_ops = {
     .maxpool_bwd = cpu_maxpool_bwd,
     .softmax_xent = cpu_softmax_xent,
     .sgd_step = cpu_sgd_step,
+    .adam_step = cpu_adam_step,
+    .scalar_loss = cpu_scalar_loss,
 };
 
 /* First "model name" line of /proc/cpuinfo, or "unknown CPU". */

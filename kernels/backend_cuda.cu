@@ -15,14 +15,14 @@
  *  - A backend is driven by one thread at a time (any thread: each entry
  *    point makes the backend's device current first).
  *  - Element-wise ops (mul_acc, scale_rows and clip_factors included),
- *    bias_add, im2col, col2im, maxpool_fwd and sgd_step give
+ *    bias_add, im2col, col2im, maxpool_fwd, sgd_step and adam_step give
  *    bit-identical results to cpu: the arithmetic is written with the
  *    round-to-nearest intrinsics (__fmul_rn, __fadd_rn, ...) that nvcc never
  *    contracts into FMA, in the cpu's evaluation order, and nothing here is
  *    built with --use_fast_math (no flush-to-zero). GEMM, the reductions and
  *    maxpool_bwd with overlapping windows differ from cpu only by summation
  *    order; docs/kernels.md gives the tolerances the tests hold them to.
- *  - Reductions (bias_grad, l2norm, row_dot, softmax_xent) sum in a fixed order that
+ *  - Reductions (bias_grad, l2norm, row_dot, softmax_xent, scalar_loss) sum in a fixed order that
  *    depends only on the sizes, so they repeat bit for bit on one GPU model;
  *    maxpool_bwd with overlapping windows uses atomics and does not. */
 #include <cublas_v2.h>
@@ -475,14 +475,61 @@ static __global__ void k_softmax_total(const double *row_loss, const int *row_ri
 /* The cpu formula term by term, same order, no FMA:
  *   g' = (g + wd * w) [+ mu * (w - w_ref)];  v = mom * v + g';  w -= lr * v */
 static __global__ void k_sgd_step(float *w, const float *g, float *v, const float *w_ref,
-                                  size_t n, float lr, float mom, float wd, float mu) {
+                                  size_t n, float lr, float mom, float wd, float mu,
+                                  bool nesterov) {
   XF__FOR_EACH(i, n) {
     float wi = w[i];
     float gi = __fadd_rn(g[i], __fmul_rn(wd, wi));
     if (w_ref) gi = __fadd_rn(gi, __fmul_rn(mu, __fsub_rn(wi, w_ref[i])));
     float vi = __fadd_rn(__fmul_rn(mom, v[i]), gi);
     v[i] = vi;
-    w[i] = __fsub_rn(wi, __fmul_rn(lr, vi));
+    /* nesterov: w -= lr * (g' + mom * v) */
+    float dir = nesterov ? __fadd_rn(gi, __fmul_rn(mom, vi)) : vi;
+    w[i] = __fsub_rn(wi, __fmul_rn(lr, dir));
+  }
+}
+
+/* The cpu adam step term by term, same order, no FMA (backend.h has the
+ * formula); step = lr / bias1 and root2 = sqrt(bias2) come from the host as
+ * the cpu version computes them. */
+static __global__ void k_adam_step(float *w, const float *g, float *m, float *v,
+                                   const float *w_ref, size_t n, float b1, float b2, float c1,
+                                   float c2, float step, float root2, float wd, float mu,
+                                   float eps, float keep, bool decoupled) {
+  XF__FOR_EACH(i, n) {
+    float wi = w[i], gi = g[i];
+    if (!decoupled) gi = __fadd_rn(gi, __fmul_rn(wd, wi));
+    if (w_ref) gi = __fadd_rn(gi, __fmul_rn(mu, __fsub_rn(wi, w_ref[i])));
+    if (decoupled) wi = __fmul_rn(wi, keep);
+    float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(c1, gi));
+    float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(c2, __fmul_rn(gi, gi)));
+    m[i] = mi;
+    v[i] = vi;
+    float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), root2), eps);
+    w[i] = __fsub_rn(wi, __fmul_rn(step, __fdiv_rn(mi, denom)));
+  }
+}
+
+/* One thread per row of xf_k_scalar_loss, the cpu row's steps in double. */
+static __global__ void k_scalar_rows(int kind, const float *z, const float *t, int n,
+                                     float inv_n, float *dout, double *row_loss,
+                                     int *row_right) {
+  XF__FOR_EACH(r, (size_t)n) {
+    float zf = z[r], tf = t[r];
+    double zd = (double)zf, td = (double)tf;
+    if (kind == (int)XF_SCALAR_LOSS_BCE) {
+      row_loss[r] = (zd > 0.0 ? zd : 0.0) - zd * td + log1p(exp(-fabs(zd)));
+      row_right[r] = (zf > 0.0f) == (tf > 0.5f);
+      if (dout) {
+        double sig = zd >= 0.0 ? 1.0 / (1.0 + exp(-zd)) : exp(zd) / (1.0 + exp(zd));
+        dout[r] = __fmul_rn((float)(sig - td), inv_n);
+      }
+    } else {
+      double e = zd - td;
+      row_loss[r] = e * e;
+      row_right[r] = 0;
+      if (dout) dout[r] = __fmul_rn((float)(2.0 * e), inv_n);
+    }
   }
 }
 
@@ -856,8 +903,60 @@ static void cuda_sgd_step(xf_backend *b, float *w, const float *g, float *v, con
    * given; the kernel tests w_ref alone. */
   const float *ref = p->prox_mu != 0.0f ? w_ref : NULL;
   k_sgd_step<<<grid_for(n), XF__THREADS, 0, st->stream>>>(w, g, v, ref, n, p->lr, p->momentum,
-                                                         p->weight_decay, p->prox_mu);
+                                                         p->weight_decay, p->prox_mu,
+                                                         p->nesterov);
   (void)launched(st, "k_sgd_step");
+}
+
+static void cuda_adam_step(xf_backend *b, float *w, const float *g, float *m, float *v,
+                           const float *w_ref, size_t n, const xf_adam_params *p) {
+  cuda_state *st = state_of(b);
+  if (!cuda_enter(st) || n == 0) return;
+  const float *ref = p->prox_mu != 0.0f ? w_ref : NULL;
+  /* The host-side constants exactly as cpu_adam_step computes them. */
+  const float c1 = 1.0f - p->beta1, c2 = 1.0f - p->beta2;
+  const float step = (float)((double)p->lr / p->bias1), root2 = (float)sqrt(p->bias2);
+  const float keep = 1.0f - p->lr * p->weight_decay;
+  k_adam_step<<<grid_for(n), XF__THREADS, 0, st->stream>>>(
+      w, g, m, v, ref, n, p->beta1, p->beta2, c1, c2, step, root2, p->weight_decay, p->prox_mu,
+      p->eps, keep, p->decoupled);
+  (void)launched(st, "k_adam_step");
+}
+
+static xf_err cuda_scalar_loss(xf_backend *b, xf_scalar_loss kind, const float *z,
+                               const float *t, int n, float *dout, double *loss_sum,
+                               int *correct) {
+  cuda_state *st = state_of(b);
+  if (!cuda_enter(st)) return st->err;
+  if (n <= 0) {
+    *loss_sum = 0.0;
+    *correct = 0;
+    return XF_OK;
+  }
+  /* Scratch layout as in cuda_softmax_xent. */
+  size_t loss_off = (sizeof(softmax_totals) + 7) & ~(size_t)7;
+  size_t right_off = loss_off + sizeof(double) * (size_t)n;
+  char *scratch = (char *)cuda_scratch(st, right_off + sizeof(int) * (size_t)n);
+  if (!scratch) return st->err;
+  softmax_totals *totals = (softmax_totals *)scratch;
+  double *row_loss = (double *)(scratch + loss_off);
+  int *row_right = (int *)(scratch + right_off);
+  const float inv_n = 1.0f / (float)n;
+  k_scalar_rows<<<grid_for((size_t)n), XF__THREADS, 0, st->stream>>>(
+      (int)kind, z, t, n, inv_n, dout, row_loss, row_right);
+  if (!launched(st, "k_scalar_rows")) return st->err;
+  k_softmax_total<<<1, XF__THREADS, 0, st->stream>>>(row_loss, row_right, n, totals);
+  if (!launched(st, "k_softmax_total")) return st->err;
+  softmax_totals host;
+  memset(&host, 0, sizeof(host));
+  if (!cuda_ok(st,
+               cudaMemcpyAsync(&host, totals, sizeof(host), cudaMemcpyDeviceToHost, st->stream),
+               "cudaMemcpyAsync (scalar_loss)") ||
+      !cuda_ok(st, cudaStreamSynchronize(st->stream), "cudaStreamSynchronize (scalar_loss)"))
+    return st->err;
+  *loss_sum = host.loss;
+  *correct = host.correct;
+  return XF_OK;
 }
 
 /* ---- open and close ------------------------------------------------------- */
@@ -909,6 +1008,8 @@ static const xf__backend_ops cuda_ops = {
     .maxpool_bwd = cuda_maxpool_bwd,
     .softmax_xent = cuda_softmax_xent,
     .sgd_step = cuda_sgd_step,
+    .adam_step = cuda_adam_step,
+    .scalar_loss = cuda_scalar_loss,
 };
 
 /* The failing CUDA call in words, for the open path's messages. */

@@ -51,6 +51,10 @@ typedef struct xf__backend_ops {
                          int classes, float *dlogits, double *loss_sum, int *correct);
   void (*sgd_step)(xf_backend *b, float *w, const float *g, float *v, const float *w_ref,
                    size_t n, const xf_sgd_params *p);
+  void (*adam_step)(xf_backend *b, float *w, const float *g, float *m, float *v,
+                    const float *w_ref, size_t n, const xf_adam_params *p);
+  xf_err (*scalar_loss)(xf_backend *b, xf_scalar_loss kind, const float *z, const float *t,
+                        int n, float *dout, double *loss_sum, int *correct);
 } xf__backend_ops;
 
 struct xf_backend {
@@ -82,7 +86,7 @@ xf_err xf__cpu_open(xf_backend *b, const xf_backend_options *opt, xf_errctx *err
 
 /* Raised whenever this table, xf__backend_ops or struct xf_backend changes
  * shape; a module built for another value refuses to open. */
-#define XF__BACKEND_ABI 1
+#define XF__BACKEND_ABI 2
 #define XF__CUDA_MODULE "libxfed-cuda.so"
 #define XF__CUDA_ENTRY "xf_cuda_backend_open"
 

@@ -59,6 +59,10 @@ static json_t *header_json(const xf_model *m, const xf_digest *d, xf_checkpoint_
       json_object_set_new(h, "preset", s->arch == XF_ARCH_CNN ? json_string(preset) : json_null()) ||
       json_object_set_new(h, "input", json_pack("[i,i,i]", s->in_h, s->in_w, s->in_c)) ||
       json_object_set_new(h, "classes", json_integer(s->classes)) ||
+      /* Written only for another loss than cross-entropy, so that the bytes of
+       * every cross-entropy model file stay what they were. */
+      (s->loss != XF_LOSS_CROSS_ENTROPY &&
+       json_object_set_new(h, "loss", json_string(xf_loss_name(s->loss)))) ||
       json_object_set_new(h, "params", json_integer((json_int_t)xf_model_num_params(m))) ||
       json_object_set_new(h, "dtype", json_string(dtype_name(dtype))) ||
       json_object_set_new(h, "digest", json_string(hex)) ||
@@ -200,6 +204,12 @@ static xf_err spec_from_header(json_t *h, xf_model_spec *s, size_t *n_params,
   s->in_h = dims[0], s->in_w = dims[1], s->in_c = dims[2];
   XF_GUARD(header_int(h, "classes", 2, 65536, &v, err));
   s->classes = (int)v;
+  json_t *loss = json_object_get(h, "loss");
+  s->loss = XF_LOSS_CROSS_ENTROPY;
+  if (loss && (!json_is_string(loss) || xf_loss_from_name(json_string_value(loss), &s->loss)))
+    return xf_fail(err, XF_EFORMAT,
+                   "model header: \"loss\" must be \"cross_entropy\", \"binary_cross_entropy\" "
+                   "or \"mse\"");
   XF_GUARD(header_int(h, "params", 1, (1LL << 34), &v, err));
   *n_params = (size_t)v;
   return XF_OK;

@@ -100,6 +100,13 @@ xf_err xf_model_create(const xf_model_spec *spec, xf_model **out, xf_errctx *err
                    spec->in_h, spec->in_w, spec->in_c);
   if (spec->classes < 2 || spec->classes > 65536)
     return xf_fail(err, XF_EINVAL, "%d classes: a classifier needs 2 to 65536", spec->classes);
+  if (!xf_loss_name(spec->loss))
+    return xf_fail(err, XF_EINVAL, "model.loss: unknown loss %d", (int)spec->loss);
+  if (spec->loss == XF_LOSS_BCE && spec->classes != 2)
+    return xf_fail(err, XF_EINVAL,
+                   "model.loss: binary_cross_entropy needs labels 0 and 1, the data has %d "
+                   "classes; use cross_entropy",
+                   spec->classes);
   if (spec->arch == XF_ARCH_MLP && (spec->n_hidden < 1 || spec->n_hidden > XF_MODEL_MAX_HIDDEN))
     return xf_fail(err, XF_EINVAL, "model.hidden: an mlp needs 1 to %d hidden layers",
                    XF_MODEL_MAX_HIDDEN);
@@ -113,9 +120,10 @@ xf_err xf_model_create(const xf_model_spec *spec, xf_model **out, xf_errctx *err
   if (!m) return xf_fail(err, XF_ENOMEM, "cannot allocate the model");
   m->spec = *spec;
   builder b = {.m = m, .h = spec->in_h, .w = spec->in_w, .c = spec->in_c};
+  const int outputs = spec->loss == XF_LOSS_CROSS_ENTROPY ? spec->classes : 1;
   switch (spec->arch) {
   case XF_ARCH_LOGREG:
-    add_dense(&b, spec->classes);
+    add_dense(&b, outputs);
     snprintf(m->description, sizeof(m->description), "logreg");
     break;
   case XF_ARCH_MLP: {
@@ -134,7 +142,7 @@ xf_err xf_model_create(const xf_model_spec *spec, xf_model **out, xf_errctx *err
     }
     if (used < (int)sizeof(m->description))
       snprintf(m->description + used, sizeof(m->description) - (size_t)used, ")");
-    add_dense(&b, spec->classes);
+    add_dense(&b, outputs);
     break;
   }
   case XF_ARCH_CNN:
@@ -149,7 +157,7 @@ xf_err xf_model_create(const xf_model_spec *spec, xf_model **out, xf_errctx *err
       add_relu(&b);
       add_dense(&b, 84);
       add_relu(&b);
-      add_dense(&b, spec->classes);
+      add_dense(&b, outputs);
       snprintf(m->description, sizeof(m->description), "cnn(lenet5)");
     } else if (spec->preset == XF_CNN_FEDAVG) {
       add_conv(&b, 32, 5, 2);
@@ -160,7 +168,7 @@ xf_err xf_model_create(const xf_model_spec *spec, xf_model **out, xf_errctx *err
       add_pool(&b, 2);
       add_dense(&b, 512);
       add_relu(&b);
-      add_dense(&b, spec->classes);
+      add_dense(&b, outputs);
       snprintf(m->description, sizeof(m->description), "cnn(fedavg-cnn)");
     } else {
       xf_free(m);
@@ -182,6 +190,24 @@ size_t xf_model_num_params(const xf_model *m) { return m->n_params; }
 int xf_model_num_layers(const xf_model *m) { return m->n_layers; }
 const xf_layer *xf_model_layer(const xf_model *m, int i) { return &m->layers[i]; }
 const char *xf_model_describe(const xf_model *m) { return m->description; }
+int xf_model_outputs(const xf_model *m) {
+  return m->spec.loss == XF_LOSS_CROSS_ENTROPY ? m->spec.classes : 1;
+}
+
+static const char *const loss_names[] = {"cross_entropy", "binary_cross_entropy", "mse"};
+
+const char *xf_loss_name(xf_loss l) {
+  return (unsigned)l < sizeof(loss_names) / sizeof(loss_names[0]) ? loss_names[l] : NULL;
+}
+
+xf_err xf_loss_from_name(const char *s, xf_loss *out) {
+  for (unsigned i = 0; s && i < sizeof(loss_names) / sizeof(loss_names[0]); i++)
+    if (strcmp(s, loss_names[i]) == 0) {
+      *out = (xf_loss)i;
+      return XF_OK;
+    }
+  return XF_EINVAL;
+}
 
 size_t xf_model_input_size(const xf_model *m) {
   return (size_t)m->spec.in_h * m->spec.in_w * m->spec.in_c;

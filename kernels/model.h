@@ -24,6 +24,19 @@ typedef enum xf_cnn_preset {
   XF_CNN_FEDAVG      /* conv32(5x5 same)-pool-conv64(5x5 same)-pool-512-out: McMahan et al. */
 } xf_cnn_preset;
 
+/* The loss the last layer's output is trained on; it fixes that output's
+ * width. */
+typedef enum xf_loss {
+  XF_LOSS_CROSS_ENTROPY = 0, /* softmax + cross-entropy over `classes` logits */
+  XF_LOSS_BCE,               /* sigmoid + binary cross-entropy on one logit; labels 0/1 */
+  XF_LOSS_MSE                /* squared error of one output against the label's value */
+} xf_loss;
+
+/* "cross_entropy", "binary_cross_entropy", "mse"; NULL for another value. */
+const char *xf_loss_name(xf_loss l);
+/* XF_EINVAL for a name that is not a loss. */
+xf_err xf_loss_from_name(const char *s, xf_loss *out) XF_WARN_UNUSED;
+
 /* What to build and for which data. */
 typedef struct xf_model_spec {
   xf_arch arch;
@@ -31,7 +44,8 @@ typedef struct xf_model_spec {
   int n_hidden;                    /* mlp only: 1..XF_MODEL_MAX_HIDDEN */
   xf_cnn_preset preset;            /* cnn only */
   int in_h, in_w, in_c;            /* input shape; dense models use the product */
-  int classes;                     /* >= 2 */
+  int classes;                     /* >= 2: labels are 0..classes-1; exactly 2 for bce */
+  xf_loss loss;                    /* default cross_entropy */
 } xf_model_spec;
 
 typedef enum xf_layer_kind {
@@ -71,6 +85,9 @@ const xf_layer *xf_model_layer(const xf_model *m, int i);
 /* Floats in one sample's input and in the largest activation of one sample. */
 size_t xf_model_input_size(const xf_model *m);
 size_t xf_model_max_activation(const xf_model *m);
+/* Width of the last layer's output: classes for cross_entropy, 1 for bce
+ * and mse. */
+int xf_model_outputs(const xf_model *m);
 /* "mlp(200,200)", "cnn(lenet5)", "logreg". */
 const char *xf_model_describe(const xf_model *m);
 

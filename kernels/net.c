@@ -13,6 +13,10 @@ struct xf_net {
   int max_batch;
   size_t n_params;
   float *params, *grads, *velocity, *anchor;
+  float *moment2;                     /* adam's second moments (velocity is its first) */
+  uint64_t adam_steps;                /* since the last reset */
+  float *targets;                     /* bce, mse: the labels as floats, on the device */
+  float *targets_host;                /* their host staging */
   float *x;                           /* input batch */
   int32_t *y;                         /* labels */
   float *act[XF_MODEL_MAX_LAYERS];    /* output of each layer */
@@ -60,6 +64,9 @@ void xf_net_free(xf_net *net) {
   xf_backend_free(b, net->grads);
   xf_backend_free(b, net->velocity);
   xf_backend_free(b, net->anchor);
+  xf_backend_free(b, net->moment2);
+  xf_backend_free(b, net->targets);
+  xf_free(net->targets_host);
   xf_backend_free(b, net->x);
   xf_backend_free(b, net->y);
   for (int i = 0; i < XF_MODEL_MAX_LAYERS; i++) {
@@ -103,6 +110,13 @@ xf_err xf_net_create(xf_backend *b, const xf_model *m, int max_batch, xf_net **o
       (rc = alloc_floats(net, B * xf_model_max_activation(m), &net->delta[0])) ||
       (rc = alloc_floats(net, B * xf_model_max_activation(m), &net->delta[1])))
     goto fail;
+  if (xf_model_spec_of(m)->loss != XF_LOSS_CROSS_ENTROPY) {
+    if ((rc = alloc_floats(net, B, &net->targets))) goto fail;
+    if (!(net->targets_host = xf_mallocarray(B, sizeof(float)))) {
+      rc = XF_ENOMEM;
+      goto fail;
+    }
+  }
   for (int i = 0; i < xf_model_num_layers(m); i++) {
     const xf_layer *l = xf_model_layer(m, i);
     if ((rc = alloc_floats(net, B * out_size(l), &net->act[i]))) goto fail;
@@ -148,7 +162,26 @@ xf_err xf_net_anchor(xf_net *net) {
   return XF_OK;
 }
 
-void xf_net_reset_optimizer(xf_net *net) { xf_k_fill(net->b, net->velocity, 0.0f, net->n_params); }
+void xf_net_reset_optimizer(xf_net *net) {
+  xf_k_fill(net->b, net->velocity, 0.0f, net->n_params);
+  if (net->moment2) xf_k_fill(net->b, net->moment2, 0.0f, net->n_params);
+  net->adam_steps = 0;
+}
+
+/* The loss of the last layer's output against the n labels uploaded to
+ * net->y (cross-entropy) or passed here (the others, which take them as
+ * floats). dout gets the mean loss's gradient when not NULL. */
+static xf_err run_loss(xf_net *net, const int32_t *y, int n, float *dout, double *loss_sum,
+                       int *correct) {
+  const xf_model_spec *ms = xf_model_spec_of(net->m);
+  const float *out = net->act[xf_model_num_layers(net->m) - 1];
+  if (ms->loss == XF_LOSS_CROSS_ENTROPY)
+    return xf_k_softmax_xent(net->b, out, net->y, n, ms->classes, dout, loss_sum, correct);
+  for (int i = 0; i < n; i++) net->targets_host[i] = (float)y[i];
+  XF_GUARD(xf_backend_upload(net->b, net->targets, net->targets_host, (size_t)n * sizeof(float)));
+  return xf_k_scalar_loss(net->b, ms->loss == XF_LOSS_BCE ? XF_SCALAR_LOSS_BCE : XF_SCALAR_LOSS_MSE,
+                          out, net->targets, n, dout, loss_sum, correct);
+}
 
 static void forward(xf_net *net, int n) {
   xf_backend *b = net->b;
@@ -372,9 +405,7 @@ xf_err xf_net_run(xf_net *net, const float *x, const int32_t *y, int n, bool bac
                                                     sizeof(float)));
   XF_GUARD(xf_backend_upload(net->b, net->y, y, (size_t)n * sizeof(int32_t)));
   forward(net, n);
-  int last = xf_model_num_layers(net->m) - 1;
-  XF_GUARD(xf_k_softmax_xent(net->b, net->act[last], net->y, n, xf_model_spec_of(net->m)->classes,
-                             backward_pass ? net->delta[0] : NULL, loss_sum, correct));
+  XF_GUARD(run_loss(net, y, n, backward_pass ? net->delta[0] : NULL, loss_sum, correct));
   if (backward_pass) backward(net, n, 0);
   return XF_OK;
 }
@@ -387,12 +418,11 @@ xf_err xf_net_run_clipped(xf_net *net, const float *x, const int32_t *y, int n, 
                                                     sizeof(float)));
   XF_GUARD(xf_backend_upload(net->b, net->y, y, (size_t)n * sizeof(int32_t)));
   forward(net, n);
-  const int last = xf_model_num_layers(net->m) - 1, classes = xf_model_spec_of(net->m)->classes;
-  XF_GUARD(xf_k_softmax_xent(net->b, net->act[last], net->y, n, classes, net->delta[0], loss_sum,
-                             correct));
+  const int outputs = xf_model_outputs(net->m);
+  XF_GUARD(run_loss(net, y, n, net->delta[0], loss_sum, correct));
   /* The op gives the mean loss's gradient; each example's own loss has n
    * times it. */
-  if (n > 1) xf_k_scale(net->b, net->delta[0], (float)n, (size_t)n * classes);
+  if (n > 1) xf_k_scale(net->b, net->delta[0], (float)n, (size_t)n * outputs);
   backward_clipped(net, n, clip, accumulate);
   return XF_OK;
 }
@@ -400,4 +430,24 @@ xf_err xf_net_run_clipped(xf_net *net, const float *x, const int32_t *y, int n, 
 void xf_net_sgd_step(xf_net *net, const xf_sgd_params *p) {
   xf_k_sgd_step(net->b, net->params, net->grads, net->velocity,
                 p->prox_mu != 0.0f ? net->anchor : NULL, net->n_params, p);
+}
+
+xf_err xf_net_adam_step(xf_net *net, const xf_adam_params *p) {
+  if (!net->moment2) {
+    XF_GUARD(alloc_floats(net, net->n_params, &net->moment2));
+    xf_k_fill(net->b, net->moment2, 0.0f, net->n_params);
+  }
+  xf_adam_params q = *p;
+  net->adam_steps++;
+  q.bias1 = 1.0 - pow((double)p->beta1, (double)net->adam_steps);
+  q.bias2 = 1.0 - pow((double)p->beta2, (double)net->adam_steps);
+  xf_k_adam_step(net->b, net->params, net->grads, net->velocity, net->moment2,
+                 p->prox_mu != 0.0f ? net->anchor : NULL, net->n_params, &q);
+  return XF_OK;
+}
+
+void xf_net_clip_grad_norm(xf_net *net, double max_norm, double *norm) {
+  double g = xf_k_l2norm(net->b, net->grads, net->n_params);
+  if (norm) *norm = g;
+  if (g > max_norm) xf_k_scale(net->b, net->grads, (float)(max_norm / g), net->n_params);
 }

@@ -36,7 +36,9 @@ float *xf_net_grads_device(xf_net *net);
 /* Sets the FedProx anchor w_ref to the current parameters (the global model a
  * local round starts from). */
 xf_err xf_net_anchor(xf_net *net) XF_WARN_UNUSED;
-/* Zeroes the momentum buffer (at the start of each local training run). */
+/* Zeroes the optimizer's state: the momentum buffer, Adam's moments and its
+ * step count (at the start of each local training run, so a site's round
+ * starts from fresh state as FedAvg's local SGD does). */
 void xf_net_reset_optimizer(xf_net *net);
 
 /* Runs n samples (x: n rows of the model's input size, host memory; y:
@@ -64,5 +66,15 @@ xf_err xf_net_run_clipped(xf_net *net, const float *x, const int32_t *y, int n, 
 
 /* One SGD step from the gradient of the last backward run. */
 void xf_net_sgd_step(xf_net *net, const xf_sgd_params *p);
+
+/* One Adam or AdamW step (p->bias1 and p->bias2 are ignored: the net counts
+ * its steps since the last xf_net_reset_optimizer and fills them in). The
+ * first call allocates the second-moment buffer: XF_ENOMEM when it cannot
+ * be had, with nothing changed. */
+xf_err xf_net_adam_step(xf_net *net, const xf_adam_params *p) XF_WARN_UNUSED;
+
+/* Scales the gradient of the last backward run to L2 norm at most max_norm
+ * (> 0). Stores its norm before clipping in *norm when not NULL. */
+void xf_net_clip_grad_norm(xf_net *net, double max_norm, double *norm);
 
 #endif

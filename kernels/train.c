@@ -33,6 +33,23 @@ static xf_err check_samples(const xf_net *net, const xf_samples *s, const char *
   return XF_OK;
 }
 
+/* The accuracy field for the mse loss: R^2 of `sse` (summed over n
+ * records) against the variance of the labels in s, floored at 0. */
+static double r_squared(const xf_samples *s, double sse, size_t n) {
+  double mean = 0.0, sst = 0.0;
+  for (size_t i = 0; i < s->n; i++) mean += (double)s->y[i];
+  mean /= (double)s->n;
+  for (size_t i = 0; i < s->n; i++) sst += ((double)s->y[i] - mean) * ((double)s->y[i] - mean);
+  double mse = sse / (double)n, var = sst / (double)s->n;
+  if (!(var > 0.0)) return mse == 0.0 ? 1.0 : 0.0;
+  double r2 = 1.0 - mse / var;
+  return r2 > 0.0 ? r2 : 0.0;
+}
+
+static bool is_mse(const xf_net *net) {
+  return xf_model_spec_of(xf_net_model(net))->loss == XF_LOSS_MSE;
+}
+
 xf_err xf_evaluate(xf_net *net, const xf_samples *data, double *loss, double *accuracy,
                    xf_errctx *err) {
   XF_GUARD(check_samples(net, data, "test", err));
@@ -50,8 +67,43 @@ xf_err xf_evaluate(xf_net *net, const xf_samples *data, double *loss, double *ac
     total_correct += (size_t)c;
   }
   *loss = total_loss / (double)data->n;
-  *accuracy = (double)total_correct / (double)data->n;
+  *accuracy = is_mse(net) ? r_squared(data, total_loss, data->n)
+                          : (double)total_correct / (double)data->n;
   return XF_OK;
+}
+
+static xf_err check_optimizer(const xf_train_options *o, xf_errctx *err) {
+  if (o->optimizer != XF_OPTIMIZER_SGD && o->optimizer != XF_OPTIMIZER_ADAM &&
+      o->optimizer != XF_OPTIMIZER_ADAMW)
+    return xf_fail(err, XF_EINVAL, "local.optimizer: unknown optimizer %d", (int)o->optimizer);
+  if (o->optimizer != XF_OPTIMIZER_SGD) {
+    if (!(o->beta1 >= 0.0f && o->beta1 < 1.0f))
+      return xf_fail(err, XF_EINVAL, "local.beta1 %g: must be in [0, 1)", (double)o->beta1);
+    if (!(o->beta2 >= 0.0f && o->beta2 < 1.0f))
+      return xf_fail(err, XF_EINVAL, "local.beta2 %g: must be in [0, 1)", (double)o->beta2);
+    if (!(o->eps > 0.0f) || !isfinite(o->eps))
+      return xf_fail(err, XF_EINVAL, "local.eps %g: must be positive and finite", (double)o->eps);
+  }
+  if (!(o->clip_norm >= 0.0) || !isfinite(o->clip_norm))
+    return xf_fail(err, XF_EINVAL, "local.clip_norm %g: must be positive, or 0 for no clipping",
+                   o->clip_norm);
+  if (o->clip_norm > 0.0 && o->dp)
+    return xf_fail(err, XF_EINVAL,
+                   "local.clip_norm cannot be used with DP-SGD, which already clips every "
+                   "record's gradient to privacy.clip: leave local.clip_norm out");
+  return XF_OK;
+}
+
+/* One optimizer step from the net's gradient. */
+static xf_err optimizer_step(xf_net *net, const xf_train_options *o) {
+  if (o->optimizer == XF_OPTIMIZER_SGD) {
+    xf_net_sgd_step(net, &o->sgd);
+    return XF_OK;
+  }
+  xf_adam_params p = {.lr = o->sgd.lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
+                      .weight_decay = o->sgd.weight_decay, .prox_mu = o->sgd.prox_mu,
+                      .decoupled = o->optimizer == XF_OPTIMIZER_ADAMW};
+  return xf_net_adam_step(net, &p);
 }
 
 static xf_err check_dp(const xf_dp_sgd *dp, size_t n, xf_errctx *err) {
@@ -157,7 +209,10 @@ static xf_err train_dp(xf_net *net, const xf_samples *train, const xf_train_opti
         }
       }
       xf_k_scale(b, grads, (float)(1.0 / (double)L), n_params);
-      xf_net_sgd_step(net, &opt->sgd);
+      if ((rc = optimizer_step(net, opt)) != XF_OK) {
+        rc = xf_fail(err, rc, "cannot allocate the optimizer's state");
+        goto out;
+      }
       samples += m;
     }
     if ((rc = xf_backend_sync(b)) != XF_OK) {
@@ -167,7 +222,9 @@ static xf_err train_dp(xf_net *net, const xf_samples *train, const xf_train_opti
     xf_epoch_report r = {.epoch = epoch, .epochs = opt->epochs, .samples = samples,
                          .steps = (size_t)steps,
                          .train_loss = samples ? loss_sum / (double)samples : NAN,
-                         .train_accuracy = samples ? (double)correct / (double)samples : NAN,
+                         .train_accuracy = !samples ? NAN
+                                           : is_mse(net) ? r_squared(train, loss_sum, samples)
+                                                         : (double)correct / (double)samples,
                          .test_loss = -1, .test_accuracy = -1,
                          .seconds = now_seconds() - t0};
     if (opt->test && (rc = xf_evaluate(net, opt->test, &r.test_loss, &r.test_accuracy, err)))
@@ -190,6 +247,7 @@ xf_err xf_train(xf_net *net, const xf_samples *train, const xf_train_options *op
                    xf_net_max_batch(net));
   XF_GUARD(check_samples(net, train, "training", err));
   if (opt->test) XF_GUARD(check_samples(net, opt->test, "test", err));
+  XF_GUARD(check_optimizer(opt, err));
   if (opt->dp) return train_dp(net, train, opt, err);
 
   const size_t feat = train->features, bs = (size_t)opt->batch_size;
@@ -234,7 +292,11 @@ xf_err xf_train(xf_net *net, const xf_samples *train, const xf_train_options *op
                      xf_backend_name(xf_net_backend(net)), epoch);
         goto out;
       }
-      xf_net_sgd_step(net, &opt->sgd);
+      if (opt->clip_norm > 0.0) xf_net_clip_grad_norm(net, opt->clip_norm, NULL);
+      if ((rc = optimizer_step(net, opt)) != XF_OK) {
+        rc = xf_fail(err, rc, "cannot allocate the optimizer's state");
+        goto out;
+      }
       loss_sum += l;
       correct += (size_t)c;
       steps++;
@@ -246,7 +308,8 @@ xf_err xf_train(xf_net *net, const xf_samples *train, const xf_train_options *op
     }
     xf_epoch_report r = {.epoch = epoch, .epochs = opt->epochs, .samples = train->n,
                          .steps = steps, .train_loss = loss_sum / (double)train->n,
-                         .train_accuracy = (double)correct / (double)train->n,
+                         .train_accuracy = is_mse(net) ? r_squared(train, loss_sum, train->n)
+                                                       : (double)correct / (double)train->n,
                          .test_loss = -1, .test_accuracy = -1,
                          .seconds = now_seconds() - t0};
     if (opt->test && (rc = xf_evaluate(net, opt->test, &r.test_loss, &r.test_accuracy, err)))

@@ -58,10 +58,22 @@ typedef struct xf_dp_sgd {
 
 /* xf_dp_steps_per_epoch (privacy/accountant.h) counts the steps of one epoch. */
 
+typedef enum xf_optimizer {
+  XF_OPTIMIZER_SGD = 0, /* xf_k_sgd_step: momentum, nesterov, weight decay */
+  XF_OPTIMIZER_ADAM,    /* xf_k_adam_step with weight decay added to the gradient (L2) */
+  XF_OPTIMIZER_ADAMW    /* xf_k_adam_step with weight decay applied to the weights */
+} xf_optimizer;
+
 typedef struct xf_train_options {
   int epochs;
   int batch_size;
+  /* lr, weight_decay and prox_mu apply to every optimizer; momentum and
+   * nesterov to sgd only. */
   xf_sgd_params sgd;
+  xf_optimizer optimizer;   /* default sgd */
+  float beta1, beta2, eps;  /* adam and adamw: beta1, beta2 in [0, 1), eps > 0 */
+  double clip_norm;         /* > 0: each step's gradient is scaled to L2 norm at most this
+                               (not with dp, which clips per example); 0: off */
   uint64_t seed;            /* shuffling order; with the same seed, data and thread
                                count the cpu backend repeats bit for bit */
   const xf_samples *test;   /* evaluated after every epoch when not NULL */
@@ -71,10 +83,13 @@ typedef struct xf_train_options {
   const xf_dp_sgd *dp;      /* DP-SGD when not NULL (borrowed); batch_size is then unused */
 } xf_train_options;
 
-/* Trains the net's current parameters in place. Resets the momentum buffer
- * first and, when prox_mu > 0, anchors the proximal term at the starting
- * parameters. Every label is checked against the model's classes before
- * the first step (XF_EINVAL naming the record). The last batch of an epoch
+/* Trains the net's current parameters in place. Resets the optimizer's
+ * state first (momentum, Adam's moments and step count: every call starts
+ * fresh) and, when prox_mu > 0, anchors the proximal term at the starting
+ * parameters. With clip_norm > 0 each step's mean gradient is scaled to that
+ * L2 norm when it is longer, before weight decay and the FedProx term;
+ * XF_EINVAL when it is set together with dp. Every label is checked
+ * against the model's classes before the first step (XF_EINVAL naming the record). The last batch of an epoch
  * may be smaller than batch_size. When should_stop says so, the run ends
  * before the next batch and returns XF_OK with the parameters as far as they
  * got and no report for the unfinished epoch: the caller, which asked for
@@ -93,7 +108,12 @@ typedef struct xf_train_options {
 xf_err xf_train(xf_net *net, const xf_samples *train, const xf_train_options *opt,
                 xf_errctx *err) XF_WARN_UNUSED;
 
-/* Mean loss and accuracy of the net on data, in batches of the net's size. */
+/* Mean loss and accuracy of the net on data, in batches of the net's size.
+ * For the mse loss, whose outputs classify nothing, the accuracy is the
+ * coefficient of determination R^2 = 1 - SSE / SST of the outputs against
+ * the labels' values, floored at 0 so that it stays in [0, 1] (1: perfect
+ * fit; 0: no better than predicting the mean); epoch reports use the same
+ * definition. */
 xf_err xf_evaluate(xf_net *net, const xf_samples *data, double *loss, double *accuracy,
                    xf_errctx *err) XF_WARN_UNUSED;
 

@@ -745,6 +745,9 @@ static xf_err model_fits(const xf_model *m, const xf_jobspec *job, const xf_data
     for (int i = 0; same_arch && i < ms->n_hidden; i++) same_arch = ms->hidden[i] == want.hidden[i];
   }
   if (same_arch && ms->arch == XF_ARCH_CNN) same_arch = ms->preset == want.preset;
+  XF_ENSURE(ms->loss == want.loss, err, XF_EINVAL,
+            "the model is trained on %s, but the job spec's model.loss is %s",
+            xf_loss_name(ms->loss), xf_loss_name(want.loss));
   XF_ENSURE(same_arch, err, XF_EINVAL, "the model is %s, but the job spec's model section says "
             "otherwise", xf_model_describe(m));
   if (ms->arch == XF_ARCH_CNN)
@@ -860,13 +863,15 @@ static void task_compute(daemon_t *d, task *t) {
     xf_train_options opt = {
         .epochs = (int)lc->epochs,
         .batch_size = (int)lc->batch_size,
-        .sgd = {.lr = (float)lc->lr, .momentum = (float)lc->momentum,
-                .weight_decay = (float)lc->weight_decay, .prox_mu = (float)lc->prox_mu},
         .seed = t->shuffle_seed,
         .on_epoch = train_epoch,
         .should_stop = train_should_stop,
         .user = &watch,
         .dp = record ? &dp : NULL};
+    /* The round's learning rate comes from the task's round number, so every
+     * site of a round trains at the same rate; the optimizer's state starts
+     * fresh in every round (xf_train). */
+    xf_jobspec_train_options(&t->spec, t->round, &opt);
     if (xf_train(net, &train, &opt, &err) != XF_OK) {
       task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "training failed", &err);
       goto out;

@@ -612,6 +612,34 @@ static void diverged_training_still_prints_one_json_report_with_null_losses(void
   }
 }
 
+/* A regression job trained with adamw reports R^2 as its accuracy, in
+ * [0, 1] and high on data whose label follows the features; binary
+ * cross-entropy on three classes is refused naming the loss. */
+static void train_with_adamw_on_mse_reports_r_squared(void **state) {
+  scratch *s = *state;
+  const char *spec = path_in(s, "mse.json");
+  assert_int_equal(
+      write_file(spec,
+                 "{\"model\": {\"arch\": \"mlp\", \"hidden\": [16], \"loss\": \"mse\"},\n"
+                 " \"local\": {\"epochs\": 5, \"batch_size\": 16, \"optimizer\": \"adamw\",\n"
+                 "  \"lr\": 0.01, \"weight_decay\": 0.01}, \"seed\": 7}\n"),
+      0);
+  run *r = xfed_run(s, "train", "--spec", spec, "--data", fx.csv, "--threads", "1", NULL);
+  expect_status(r, 0);
+  expect_in("stdout", r->out, "test R^2", r);
+  r = xfed_run(s, "train", "--spec", spec, "--data", fx.csv, "--threads", "1", "--json", NULL);
+  expect_status(r, 0);
+  json_t *o = stdout_json(s, r);
+  double acc = json_real_value(json_object_get(o, "test_accuracy"));
+  if (!(acc > 0.5 && acc <= 1.0)) fail_msg("R^2 %g", acc);
+  const char *bce = path_in(s, "bce.json");
+  assert_int_equal(write_file(bce, "{\"model\": {\"arch\": \"logreg\", \"loss\": "
+                                   "\"binary_cross_entropy\"}}\n"),
+                   0);
+  r = xfed_run(s, "train", "--spec", bce, "--data", fx.csv, "--threads", "1", NULL);
+  expect_in("stderr", r->err, "binary_cross_entropy needs labels 0 and 1", r);
+}
+
 static void same_spec_seed_and_one_thread_give_the_same_model_digest(void **state) {
   scratch *s = *state;
   const char *a = train_digest(s, fx.mlp, "1");
@@ -1033,6 +1061,7 @@ int main(int argc, char **argv) {
       T(train_without_json_prints_a_summary_with_the_same_digest),
       T(diverged_training_still_prints_one_json_report_with_null_losses),
       T(same_spec_seed_and_one_thread_give_the_same_model_digest),
+      T(train_with_adamw_on_mse_reports_r_squared),
       T(different_seed_gives_a_different_model_digest),
       T(two_threads_twice_give_the_same_model_digest),
       T(saved_model_loads_and_matches_the_printed_digest),

@@ -446,6 +446,122 @@ static void out_of_range_values_give_the_range(void **state) {
   run_refusals(cases, sizeof(cases) / sizeof(cases[0]));
 }
 
+static void optimizer_ranges_name_the_field(void **state) {
+  (void)state;
+  static const refusal cases[] = {
+      {SPEC(", \"local\": {\"optimizer\": \"adam\", \"beta1\": 1}"), XF_ERANGE,
+       "local.beta1", "[0, 1)"},
+      {SPEC(", \"local\": {\"optimizer\": \"adamw\", \"beta2\": -0.1}"), XF_ERANGE,
+       "local.beta2", "[0, 1)"},
+      {SPEC(", \"local\": {\"optimizer\": \"adam\", \"eps\": 0}"), XF_ERANGE, "local.eps",
+       "(0, 1]"},
+      {SPEC(", \"local\": {\"weight_decay\": -1}"), XF_ERANGE, "local.weight_decay", ">= 0"},
+      {SPEC(", \"local\": {\"clip_norm\": -1}"), XF_ERANGE, "local.clip_norm", ">= 0"},
+      {SPEC(", \"local\": {\"nesterov\": true}"), XF_ERANGE, "local.nesterov",
+       "momentum > 0"},
+      {SPEC(", \"local\": {\"nesterov\": 1}"), XF_EFORMAT, "local.nesterov", "true or false"},
+      {SPEC(", \"local\": {\"lr_schedule\": {\"kind\": \"step\", \"gamma\": 1.5}}"),
+       XF_ERANGE, "local.lr_schedule.gamma", "(0, 1]"},
+      {SPEC(", \"local\": {\"lr_schedule\": {\"kind\": \"step\", \"every\": 0}}"),
+       XF_ERANGE, "local.lr_schedule.every", ""},
+      {SPEC(", \"local\": {\"lr\": 0.1, \"lr_schedule\": {\"kind\": \"cosine\", "
+            "\"min_lr\": 0.2}}"),
+       XF_ERANGE, "local.lr_schedule.min_lr", "[0, 0.1]"},
+      {SPEC(", \"local\": {\"clip_norm\": 1}, \"privacy\": {\"unit\": \"record\", "
+            "\"mode\": \"local\", \"clip\": 1, \"noise_multiplier\": 1}"),
+       XF_EFORMAT, "local.clip_norm", "DP-SGD already clips every record's gradient"},
+  };
+  run_refusals(cases, sizeof(cases) / sizeof(cases[0]));
+}
+
+static void lr_schedule_gives_each_round_its_rate(void **state) {
+  (void)state;
+  xf_jobspec s;
+  assert_parses(SPEC(", \"local\": {\"lr\": 0.1}"), &s);
+  for (uint32_t r = 1; r <= 6; r++) assert_true(xf_jobspec_local_lr(&s, r) == 0.1);
+  assert_parses(SPEC(", \"local\": {\"lr\": 0.1, \"lr_schedule\": {\"kind\": \"step\", "
+                     "\"every\": 2, \"gamma\": 0.5}}"),
+                &s);
+  const double step[] = {0.1, 0.1, 0.05, 0.05, 0.025};
+  for (uint32_t r = 1; r <= 5; r++)
+    assert_float_equal(xf_jobspec_local_lr(&s, r), step[r - 1], 1e-15);
+  /* rounds is 5: cosine from lr in round 1 to min_lr in round 5. */
+  assert_parses(SPEC(", \"local\": {\"lr\": 0.1, \"lr_schedule\": {\"kind\": \"cosine\", "
+                     "\"min_lr\": 0.01}}"),
+                &s);
+  assert_float_equal(xf_jobspec_local_lr(&s, 1), 0.1, 1e-15);
+  assert_float_equal(xf_jobspec_local_lr(&s, 3), 0.055, 1e-15);
+  const double pi = 3.14159265358979323846;
+  assert_float_equal(xf_jobspec_local_lr(&s, 2), 0.01 + 0.09 * (1 + cos(pi / 4)) / 2, 1e-15);
+  assert_float_equal(xf_jobspec_local_lr(&s, 5), 0.01, 1e-15);
+  assert_float_equal(xf_jobspec_local_lr(&s, 9), 0.01, 1e-15); /* past the last: the last */
+  s.rounds = 1;
+  assert_float_equal(xf_jobspec_local_lr(&s, 1), 0.1, 1e-15);
+}
+
+/* What a site and `xfed train` hand the training loop: the optimizer and
+ * its settings, and the learning rate of the task's round. */
+static void train_options_carry_the_optimizer_and_the_rounds_rate(void **state) {
+  (void)state;
+  xf_jobspec s;
+  assert_parses(SPEC(", \"local\": {\"optimizer\": \"adamw\", \"lr\": 0.1, \"beta1\": 0.8, "
+                     "\"beta2\": 0.99, \"eps\": 1e-6, \"weight_decay\": 0.01, \"prox_mu\": 0.5, "
+                     "\"clip_norm\": 2, \"lr_schedule\": {\"kind\": \"step\", \"every\": 2, "
+                     "\"gamma\": 0.5}}"),
+                &s);
+  xf_train_options o = {.epochs = 7};
+  xf_jobspec_train_options(&s, 3, &o);
+  assert_int_equal(o.epochs, 7); /* left alone */
+  assert_int_equal(o.optimizer, XF_OPTIMIZER_ADAMW);
+  assert_true(o.sgd.lr == 0.05f && o.sgd.weight_decay == 0.01f && o.sgd.prox_mu == 0.5f);
+  assert_true(o.beta1 == 0.8f && o.beta2 == 0.99f && o.eps == 1e-6f && o.clip_norm == 2);
+  xf_jobspec_train_options(&s, 1, &o);
+  assert_true(o.sgd.lr == 0.1f);
+  /* The default spec: plain sgd at lr, exactly what was used before. */
+  assert_parses(SPEC(", \"local\": {\"momentum\": 0.9}"), &s);
+  xf_jobspec_train_options(&s, 4, &o);
+  assert_int_equal(o.optimizer, XF_OPTIMIZER_SGD);
+  assert_true(o.sgd.lr == (float)0.01 && o.sgd.momentum == (float)0.9 && !o.sgd.nesterov);
+  assert_true(o.clip_norm == 0);
+}
+
+static void new_local_fields_round_trip_and_defaults_stay_unwritten(void **state) {
+  (void)state;
+  xf_jobspec a, b;
+  char *ja;
+  assert_parses(MODEL("{\"arch\": \"logreg\", \"loss\": \"mse\"}, "
+                      "\"local\": {\"optimizer\": \"adamw\", \"beta1\": 0.8, \"beta2\": 0.99, "
+                     "\"eps\": 1e-6, \"weight_decay\": 0.01, \"clip_norm\": 5, "
+                     "\"lr_schedule\": {\"kind\": \"cosine\", \"min_lr\": 0.001}}"),
+                &a);
+  assert_int_equal(xf_jobspec_to_json(&a, &ja), XF_OK);
+  assert_parses(ja, &b);
+  assert_int_equal(b.model.loss, XF_LOSS_MSE);
+  assert_int_equal(b.local.optimizer, XF_JOB_OPTIMIZER_ADAMW);
+  assert_true(b.local.beta1 == 0.8 && b.local.beta2 == 0.99 && b.local.eps == 1e-6);
+  assert_true(b.local.clip_norm == 5 && b.local.weight_decay == 0.01);
+  assert_int_equal(b.local.lr_schedule.kind, XF_JOB_LR_COSINE);
+  assert_true(b.local.lr_schedule.min_lr == 0.001);
+  xf_free(ja);
+  assert_parses(SPEC(", \"local\": {\"momentum\": 0.9, \"nesterov\": true, "
+                     "\"lr_schedule\": {\"kind\": \"step\", \"every\": 3, \"gamma\": 0.5}}"),
+                &a);
+  assert_int_equal(xf_jobspec_to_json(&a, &ja), XF_OK);
+  assert_parses(ja, &b);
+  assert_true(b.local.nesterov);
+  assert_int_equal(b.local.lr_schedule.every, 3);
+  assert_true(b.local.lr_schedule.gamma == 0.5);
+  xf_free(ja);
+  /* A spec that uses none of them is written as before. */
+  assert_parses(SPEC(""), &a);
+  assert_int_equal(xf_jobspec_to_json(&a, &ja), XF_OK);
+  static const char *const absent[] = {"loss", "nesterov", "beta1", "eps", "clip_norm",
+                                       "lr_schedule"};
+  for (size_t i = 0; i < sizeof(absent) / sizeof(absent[0]); i++)
+    assert_null(strstr(ja, absent[i]));
+  xf_free(ja);
+}
+
 static void bad_values_name_the_choices(void **state) {
   (void)state;
   static const refusal cases[] = {
@@ -464,8 +580,24 @@ static void bad_values_name_the_choices(void **state) {
        "strategy.beta1", "used only by fedadam, fedyogi, fedadagrad"},
       {SPEC(", \"strategy\": {\"name\": \"fedadagrad\", \"beta2\": 0.9}"), XF_EFORMAT,
        "strategy.beta2", "used only by fedadam, fedyogi"},
-      {SPEC(", \"local\": {\"optimizer\": \"adam\"}"), XF_EUNSUPPORTED, "local.optimizer",
-       "only \"sgd\""},
+      {SPEC(", \"local\": {\"optimizer\": \"adamx\"}"), XF_EUNSUPPORTED, "local.optimizer",
+       "'adamx' is not an optimizer: use sgd, adam or adamw"},
+      {SPEC(", \"local\": {\"optimizer\": \"adam\", \"momentum\": 0.9}"), XF_EFORMAT,
+       "local.momentum", "belong to sgd"},
+      {SPEC(", \"local\": {\"beta1\": 0.9}"), XF_EFORMAT, "local.beta1",
+       "belong to adam and adamw"},
+      {SPEC(", \"local\": {\"lr_schedule\": {\"kind\": \"linear\"}}"), XF_EFORMAT,
+       "local.lr_schedule.kind", "constant, step, cosine"},
+      {SPEC(", \"local\": {\"lr_schedule\": {\"every\": 2}}"), XF_EFORMAT,
+       "local.lr_schedule.kind", "required"},
+      {SPEC(", \"local\": {\"lr_schedule\": {\"kind\": \"cosine\", \"gamma\": 0.5}}"),
+       XF_EFORMAT, "local.lr_schedule.gamma", "not a setting of schedule \"cosine\""},
+      {SPEC(", \"local\": {\"lr_schedule\": {\"kind\": \"step\", \"evry\": 2}}"),
+       XF_EFORMAT, "local.lr_schedule.evry", "did you mean \"every\"?"},
+      {SPEC(", \"local\": {\"lr_schedule\": \"cosine\"}"), XF_EFORMAT,
+       "local.lr_schedule", "an object"},
+      {MODEL("{\"arch\": \"logreg\", \"loss\": \"bce\"}"), XF_EFORMAT, "model.loss",
+       "cross_entropy, binary_cross_entropy, mse"},
       {SPEC(", \"privacy\": {\"unit\": \"user\", \"mode\": \"none\"}"), XF_EFORMAT,
        "privacy.unit", "site, record"},
       {SPEC(", \"compression\": {\"downlink\": \"fp8\"}"), XF_EFORMAT, "compression.downlink",
@@ -766,7 +898,8 @@ static void names_and_lookups_agree(void **state) {
   }
   CHECK_ENUM(xf_job_arch, xf_job_arch, 3)
   CHECK_ENUM(xf_job_preset, xf_job_preset, 3)
-  CHECK_ENUM(xf_job_optimizer, xf_job_optimizer, 1)
+  CHECK_ENUM(xf_job_optimizer, xf_job_optimizer, 3)
+  CHECK_ENUM(xf_job_lr_schedule_kind, xf_job_lr_schedule_kind, 3)
   CHECK_ENUM(xf_job_strategy_kind, xf_job_strategy_kind, 8)
   CHECK_ENUM(xf_job_privacy_unit, xf_privacy_unit, 2)
   CHECK_ENUM(xf_job_privacy_mode, xf_privacy_mode, 4)
@@ -949,6 +1082,10 @@ int main(void) {
       cmocka_unit_test(oversized_input_is_refused),
       cmocka_unit_test(file_errors_name_the_file),
       cmocka_unit_test(canonical_json_round_trips),
+      cmocka_unit_test(optimizer_ranges_name_the_field),
+      cmocka_unit_test(lr_schedule_gives_each_round_its_rate),
+      cmocka_unit_test(train_options_carry_the_optimizer_and_the_rounds_rate),
+      cmocka_unit_test(new_local_fields_round_trip_and_defaults_stay_unwritten),
       cmocka_unit_test(canonical_json_lists_every_field_that_applies),
       cmocka_unit_test(validate_checks_specs_built_in_code),
       cmocka_unit_test(names_and_lookups_agree),

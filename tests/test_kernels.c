@@ -261,7 +261,7 @@ static double net_loss(xf_net *net, const float *params, const float *x, const i
  * kinks make a finite difference wrong when a perturbation crosses one; with
  * h = 1e-2 that happens to a handful of coordinates at most, so up to 2% of
  * the checked coordinates may miss the bound, and none by more than 0.05. */
-static void check_model(const xf_model_spec *spec, int samples) {
+static void check_model_h(const xf_model_spec *spec, int samples, float h) {
   xf_model *m;
   assert_int_equal(xf_model_create(spec, &m, NULL), XF_OK);
   const int n = 3;
@@ -287,12 +287,12 @@ static void check_model(const xf_model_spec *spec, int samples) {
       size_t i = t % 4 == 3 ? l->bias_offset + xf_rng_below(&rng, l->bias_count)
                             : l->weight_offset + xf_rng_below(&rng, l->weight_count);
       float keep = p[i];
-      p[i] = keep + FD_H;
+      p[i] = keep + h;
       double lp = net_loss(net, p, x, y, n);
-      p[i] = keep - FD_H;
+      p[i] = keep - h;
       double lm = net_loss(net, p, x, y, n);
       p[i] = keep;
-      double num = (lp - lm) / (2 * FD_H), err = fabs(g[i] - num);
+      double num = (lp - lm) / (2 * h), err = fabs(g[i] - num);
       checked++;
       if (err > FD_ATOL + FD_RTOL * fabs(num)) {
         missed++;
@@ -307,6 +307,72 @@ static void check_model(const xf_model_spec *spec, int samples) {
   xf_net_free(net);
   xf_model_free(m);
   free(p), free(g), free(x);
+}
+
+static void check_model(const xf_model_spec *spec, int samples) {
+  check_model_h(spec, samples, FD_H);
+}
+
+static void scalar_loss_gradients_match_finite_differences(void **state) {
+  (void)state;
+  xf_rng rng;
+  xf_rng_seed(&rng, 15, 0);
+  const int n = 6;
+  float *z = rand_floats(&rng, n, 3), t[6] = {0, 1, 1, 0, 1, 0}, dz[6];
+  for (int kind = XF_SCALAR_LOSS_BCE; kind <= XF_SCALAR_LOSS_MSE; kind++) {
+    if (kind == XF_SCALAR_LOSS_MSE)
+      for (int i = 0; i < n; i++) t[i] = (float)(i - 2) * 0.75f;
+    double loss;
+    int correct;
+    assert_int_equal(xf_k_scalar_loss(cpu, (xf_scalar_loss)kind, z, t, n, dz, &loss, &correct),
+                     XF_OK);
+    for (int i = 0; i < n; i++) {
+      float keep = z[i];
+      double lp, lm;
+      z[i] = keep + FD_H;
+      assert_int_equal(xf_k_scalar_loss(cpu, (xf_scalar_loss)kind, z, t, n, NULL, &lp, &correct),
+                       XF_OK);
+      z[i] = keep - FD_H;
+      assert_int_equal(xf_k_scalar_loss(cpu, (xf_scalar_loss)kind, z, t, n, NULL, &lm, &correct),
+                       XF_OK);
+      z[i] = keep;
+      assert_close(dz[i], (lp - lm) / (2 * FD_H) / n, kind ? "mse dz" : "bce dz", (size_t)i);
+    }
+  }
+  free(z);
+}
+
+static void scalar_losses_have_their_closed_forms(void **state) {
+  (void)state;
+  /* bce at z = 0 is log 2 whatever the label; stable at |z| = 1000. */
+  float z[4] = {0.0f, 0.0f, 1000.0f, -1000.0f}, t[4] = {0, 1, 1, 1}, d[4];
+  double loss;
+  int correct;
+  assert_int_equal(xf_k_scalar_loss(cpu, XF_SCALAR_LOSS_BCE, z, t, 4, d, &loss, &correct), XF_OK);
+  assert_float_equal(loss, 2 * log(2.0) + 0.0 + 1000.0, 1e-9);
+  /* z = 0 is class 0 (t 0 right, t 1 wrong); 1000 right; -1000 wrong. */
+  assert_int_equal(correct, 2);
+  assert_float_equal(d[0], 0.5 / 4, 1e-7);
+  assert_float_equal(d[1], -0.5 / 4, 1e-7);
+  assert_float_equal(d[3], -1.0 / 4, 1e-7);
+  float y[2] = {3.0f, -1.0f}, u[2] = {1.0f, 1.0f};
+  assert_int_equal(xf_k_scalar_loss(cpu, XF_SCALAR_LOSS_MSE, y, u, 2, d, &loss, &correct), XF_OK);
+  assert_float_equal(loss, 4.0 + 4.0, 1e-12);
+  assert_int_equal(correct, 0);
+  assert_float_equal(d[0], 2.0, 1e-7);
+  assert_float_equal(d[1], -2.0, 1e-7);
+}
+
+static void bce_and_mse_mlp_gradients_match_finite_differences(void **state) {
+  (void)state;
+  for (int loss = XF_LOSS_BCE; loss <= XF_LOSS_MSE; loss++) {
+    xf_model_spec s = {.arch = XF_ARCH_MLP, .hidden = {16, 8}, .n_hidden = 2, .in_h = 1,
+                       .in_w = 1, .in_c = 10, .classes = 2, .loss = (xf_loss)loss};
+    /* The squared error's larger gradients make a crossed ReLU kink miss by
+     * more; a smaller step crosses fewer (the loss, near 1, keeps float
+     * rounding far below the bound at this step). */
+    check_model_h(&s, 40, 1e-3f);
+  }
 }
 
 static void logreg_gradients_match_finite_differences(void **state) {
@@ -403,6 +469,96 @@ static void sgd_step_follows_the_pytorch_formula_with_prox(void **state) {
   }
 }
 
+/* Two Nesterov steps from v = 0 with the values written out by hand
+ * (lr 0.1, momentum 0.9, no decay), g = 1 then g = 2:
+ *   step 1: v = 1,            w = 1 - 0.1 (1 + 0.9 * 1)      = 0.81
+ *   step 2: v = 0.9 + 2 = 2.9, w = 0.81 - 0.1 (2 + 0.9 * 2.9) = 0.349 */
+static void nesterov_step_matches_the_hand_computed_steps(void **state) {
+  (void)state;
+  float w = 1.0f, v = 0.0f, g = 1.0f;
+  xf_sgd_params p = {.lr = 0.1f, .momentum = 0.9f, .nesterov = true};
+  xf_k_sgd_step(cpu, &w, &g, &v, NULL, 1, &p);
+  assert_float_equal(v, 1.0, 1e-7);
+  assert_float_equal(w, 0.81, 1e-6);
+  g = 2.0f;
+  xf_k_sgd_step(cpu, &w, &g, &v, NULL, 1, &p);
+  assert_float_equal(v, 2.9, 1e-6);
+  assert_float_equal(w, 0.349, 1e-6);
+  /* Without nesterov the same two steps are heavy ball: 0.9 then 0.61. */
+  w = 1.0f, v = 0.0f, g = 1.0f, p.nesterov = false;
+  xf_k_sgd_step(cpu, &w, &g, &v, NULL, 1, &p);
+  assert_float_equal(w, 0.9, 1e-6);
+  g = 2.0f;
+  xf_k_sgd_step(cpu, &w, &g, &v, NULL, 1, &p);
+  assert_float_equal(w, 0.61, 1e-6);
+}
+
+/* Adam on f(w) = w^2 / 2 (gradient w) against the textbook algorithm in
+ * double (Kingma & Ba, Algorithm 1, with bias-corrected moments). Its first
+ * step is lr * g / (|g| + eps): lr in the direction of -sign(w). */
+static void adam_follows_the_textbook_steps_on_a_quadratic(void **state) {
+  (void)state;
+  xf_net *net;
+  xf_model *m;
+  xf_model_spec s = {.arch = XF_ARCH_LOGREG, .in_h = 1, .in_w = 1, .in_c = 1, .classes = 2};
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  assert_int_equal(xf_net_create(cpu, m, 1, &net, NULL), XF_OK);
+  const size_t P = xf_model_num_params(m); /* 2 weights, 2 biases */
+  float w[4] = {1.5f, -0.25f, 3.0f, -2.0f}, got[4];
+  double rw[4], rm[4] = {0}, rv[4] = {0};
+  for (size_t i = 0; i < P; i++) rw[i] = w[i];
+  assert_int_equal(xf_net_set_params(net, w), XF_OK);
+  const xf_adam_params p = {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
+  xf_net_reset_optimizer(net);
+  for (int t = 1; t <= 5; t++) {
+    assert_int_equal(xf_net_get_params(net, got), XF_OK);
+    xf_k_copy(cpu, xf_net_grads_device(net), xf_net_params_device(net), P); /* g = w */
+    assert_int_equal(xf_net_adam_step(net, &p), XF_OK);
+    for (size_t i = 0; i < P; i++) {
+      double g = rw[i];
+      rm[i] = 0.9 * rm[i] + 0.1 * g;
+      rv[i] = 0.999 * rv[i] + 0.001 * g * g;
+      double mh = rm[i] / (1 - pow(0.9, t)), vh = rv[i] / (1 - pow(0.999, t));
+      rw[i] -= 0.1 * mh / (sqrt(vh) + 1e-8);
+    }
+    assert_int_equal(xf_net_get_params(net, got), XF_OK);
+    for (size_t i = 0; i < P; i++) assert_float_equal(got[i], rw[i], 2e-6);
+    if (t == 1)
+      for (size_t i = 0; i < P; i++)
+        assert_float_equal(got[i], w[i] - 0.1 * (w[i] > 0 ? 1 : -1), 1e-6);
+  }
+  /* A reset starts the bias correction again: the next step is lr-sized. */
+  assert_int_equal(xf_net_get_params(net, w), XF_OK);
+  xf_net_reset_optimizer(net);
+  xf_k_copy(cpu, xf_net_grads_device(net), xf_net_params_device(net), P);
+  assert_int_equal(xf_net_adam_step(net, &p), XF_OK);
+  assert_int_equal(xf_net_get_params(net, got), XF_OK);
+  for (size_t i = 0; i < P; i++) assert_float_equal(got[i], w[i] - 0.1 * (w[i] > 0 ? 1 : -1), 1e-6);
+  xf_net_free(net);
+  xf_model_free(m);
+}
+
+/* With a zero gradient, adamw only decays the weights: w (1 - lr wd),
+ * exactly; adam's coupled L2 makes wd * w the gradient, so its first step
+ * is lr * sign(w) like any other gradient's. */
+static void adamw_decay_is_decoupled_and_adam_decay_is_l2(void **state) {
+  (void)state;
+  float w[2] = {2.0f, -4.0f}, g[2] = {0, 0}, m[2] = {0, 0}, v[2] = {0, 0};
+  xf_adam_params p = {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                      .weight_decay = 0.5f, .decoupled = true,
+                      .bias1 = 1 - 0.9, .bias2 = 1 - 0.999};
+  xf_k_adam_step(cpu, w, g, m, v, NULL, 2, &p);
+  assert_true(w[0] == 2.0f * (1.0f - 0.1f * 0.5f));
+  assert_true(w[1] == -4.0f * (1.0f - 0.1f * 0.5f));
+  assert_true(m[0] == 0.0f && v[0] == 0.0f);
+  float u[2] = {2.0f, -4.0f};
+  m[0] = m[1] = v[0] = v[1] = 0;
+  p.decoupled = false;
+  xf_k_adam_step(cpu, u, g, m, v, NULL, 2, &p);
+  assert_float_equal(u[0], 1.9, 1e-6);
+  assert_float_equal(u[1], -3.9, 1e-6);
+}
+
 static void l2norm_axpy_scale_fill_copy(void **state) {
   (void)state;
   float x[5] = {3, 4, 0, 0, 0}, y[5] = {1, 1, 1, 1, 1};
@@ -464,6 +620,136 @@ static void run_training(uint64_t seed, int threads, float *params_out, double *
   xf_model_free(m);
   xf_backend_close(b);
   free(p);
+}
+
+/* Each optimizer, from the same start on the blobs, lowers the training
+ * loss from its first epoch to its last and classifies the test blobs. */
+typedef struct epoch_losses {
+  double first, last;
+} epoch_losses;
+
+static void keep_losses(const xf_epoch_report *r, void *user) {
+  epoch_losses *e = user;
+  if (r->epoch == 1) e->first = r->train_loss;
+  e->last = r->train_loss;
+}
+
+static void every_optimizer_trains_an_mlp(void **state) {
+  (void)state;
+  xf_model_spec s = {.arch = XF_ARCH_MLP, .hidden = {16}, .n_hidden = 1,
+                     .in_h = 1, .in_w = 1, .in_c = 8, .classes = 3};
+  xf_model *m;
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  static float x[600 * 8], tx[200 * 8];
+  static int32_t y[600], ty[200];
+  make_blobs(600, x, y, 11);
+  make_blobs(200, tx, ty, 12);
+  xf_samples train = {x, y, 600, 8}, test = {tx, ty, 200, 8};
+  const size_t P = xf_model_num_params(m);
+  float *p = malloc(P * sizeof(float));
+  static const struct {
+    xf_optimizer opt;
+    xf_sgd_params sgd;
+    double clip_norm;
+  } cases[] = {
+      {XF_OPTIMIZER_SGD, {.lr = 0.05f, .momentum = 0.9f, .nesterov = true}, 0},
+      {XF_OPTIMIZER_ADAM, {.lr = 0.01f, .weight_decay = 1e-4f}, 0},
+      {XF_OPTIMIZER_ADAMW, {.lr = 0.01f, .weight_decay = 0.01f}, 0},
+      {XF_OPTIMIZER_ADAMW, {.lr = 0.01f, .weight_decay = 0.01f, .prox_mu = 0.01f}, 1.0},
+      {XF_OPTIMIZER_SGD, {.lr = 0.05f}, 0.5},
+  };
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+    xf_net *net;
+    assert_int_equal(xf_net_create(cpu, m, 32, &net, NULL), XF_OK);
+    xf_model_init_params(m, 4, p);
+    assert_int_equal(xf_net_set_params(net, p), XF_OK);
+    epoch_losses e = {0};
+    xf_train_options o = {.epochs = 5, .batch_size = 32, .sgd = cases[c].sgd,
+                          .optimizer = cases[c].opt, .beta1 = 0.9f, .beta2 = 0.999f,
+                          .eps = 1e-8f, .clip_norm = cases[c].clip_norm, .seed = 1,
+                          .on_epoch = keep_losses, .user = &e};
+    assert_int_equal(xf_train(net, &train, &o, NULL), XF_OK);
+    double loss, acc;
+    assert_int_equal(xf_evaluate(net, &test, &loss, &acc, NULL), XF_OK);
+    if (!(e.last < 0.5 * e.first) || acc < 0.95)
+      fail_msg("case %zu: training loss %.4f -> %.4f, test accuracy %.3f", c, e.first, e.last,
+               acc);
+    xf_net_free(net);
+  }
+  free(p);
+  xf_model_free(m);
+}
+
+/* Clipping by global norm leaves a short gradient alone and scales a long
+ * one to the bound, direction kept. */
+static void clip_grad_norm_scales_only_long_gradients(void **state) {
+  (void)state;
+  xf_model_spec s = {.arch = XF_ARCH_LOGREG, .in_h = 1, .in_w = 1, .in_c = 1, .classes = 2};
+  xf_model *m;
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  xf_net *net;
+  assert_int_equal(xf_net_create(cpu, m, 1, &net, NULL), XF_OK);
+  float g[4] = {3, 0, 0, 4}, got[4];
+  memcpy(xf_net_grads_device(net), g, sizeof(g));
+  double norm;
+  xf_net_clip_grad_norm(net, 10.0, &norm);
+  assert_float_equal(norm, 5.0, 1e-12);
+  assert_int_equal(xf_net_get_grads(net, got), XF_OK);
+  assert_memory_equal(got, g, sizeof(g));
+  xf_net_clip_grad_norm(net, 1.0, &norm);
+  assert_int_equal(xf_net_get_grads(net, got), XF_OK);
+  assert_float_equal(got[0], 0.6, 1e-6);
+  assert_float_equal(got[3], 0.8, 1e-6);
+  assert_float_equal(xf_k_l2norm(cpu, xf_net_grads_device(net), 4), 1.0, 1e-6);
+  xf_net_free(net);
+  xf_model_free(m);
+}
+
+/* Binary cross-entropy on one logit learns two blobs; mse regresses a
+ * label that is a linear function of the features, and its accuracy field
+ * is R^2 (near 1 for a fit, in [0, 1] always). */
+static void bce_and_mse_train_and_report_their_accuracy(void **state) {
+  (void)state;
+  static float x[400 * 4];
+  static int32_t y[400];
+  xf_rng r;
+  xf_rng_seed(&r, 8, 0);
+  for (int i = 0; i < 400; i++) {
+    y[i] = (int32_t)(i % 2);
+    for (int f = 0; f < 4; f++)
+      x[i * 4 + f] = (float)((y[i] ? 1.5 : -1.5) + xf_rng_normal(&r) * 0.5);
+  }
+  xf_samples d = {x, y, 400, 4};
+  for (int loss = XF_LOSS_BCE; loss <= XF_LOSS_MSE; loss++) {
+    xf_model_spec s = {.arch = XF_ARCH_LOGREG, .in_h = 1, .in_w = 1, .in_c = 4, .classes = 2,
+                       .loss = (xf_loss)loss};
+    xf_model *m;
+    assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+    assert_int_equal(xf_model_num_params(m), 5); /* one output */
+    xf_net *net;
+    assert_int_equal(xf_net_create(cpu, m, 20, &net, NULL), XF_OK);
+    float p[5];
+    xf_model_init_params(m, 2, p);
+    assert_int_equal(xf_net_set_params(net, p), XF_OK);
+    double l0, a0, l1, a1;
+    assert_int_equal(xf_evaluate(net, &d, &l0, &a0, NULL), XF_OK);
+    xf_train_options o = {.epochs = 10, .batch_size = 20, .optimizer = XF_OPTIMIZER_ADAM,
+                          .sgd = {.lr = 0.05f}, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
+    assert_int_equal(xf_train(net, &d, &o, NULL), XF_OK);
+    assert_int_equal(xf_evaluate(net, &d, &l1, &a1, NULL), XF_OK);
+    assert_true(l1 < 0.5 * l0);
+    assert_true(a0 >= 0.0 && a0 <= 1.0 && a1 >= 0.0 && a1 <= 1.0);
+    if (a1 < 0.9) fail_msg("%s: accuracy %.3f after training", xf_loss_name((xf_loss)loss), a1);
+    xf_net_free(net);
+    xf_model_free(m);
+  }
+  /* bce takes labels 0 and 1 only. */
+  xf_model_spec three = {.arch = XF_ARCH_LOGREG, .in_h = 1, .in_w = 1, .in_c = 4, .classes = 3,
+                         .loss = XF_LOSS_BCE};
+  xf_model *m;
+  xf_errctx err = {0};
+  assert_int_equal(xf_model_create(&three, &m, &err), XF_EINVAL);
+  assert_non_null(strstr(err.msg, "binary_cross_entropy needs labels 0 and 1"));
 }
 
 static void training_learns_a_separable_problem(void **state) {
@@ -805,6 +1091,44 @@ static void dp_training_learns_a_separable_problem(void **state) {
   xf_model_free(m);
 }
 
+/* DP-SGD's noisy clipped gradient feeds every optimizer (post-processing),
+ * with the FedProx term; clip_norm on top of it is refused. */
+static void dp_sgd_trains_with_adam_and_refuses_clip_norm(void **state) {
+  (void)state;
+  xf_model_spec s = {.arch = XF_ARCH_LOGREG, .in_h = 1, .in_w = 1, .in_c = 8, .classes = 3};
+  xf_model *m;
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  xf_net *net;
+  assert_int_equal(xf_net_create(cpu, m, 16, &net, NULL), XF_OK);
+  float p[8 * 3 + 3];
+  xf_model_init_params(m, 3, p);
+  static float x[600 * 8], tx[200 * 8];
+  static int32_t y[600], ty[200];
+  make_blobs(600, x, y, 11);
+  make_blobs(200, tx, ty, 12);
+  xf_samples train = {x, y, 600, 8}, test = {tx, ty, 200, 8};
+  for (int opt = XF_OPTIMIZER_ADAM; opt <= XF_OPTIMIZER_ADAMW; opt++) {
+    assert_int_equal(xf_net_set_params(net, p), XF_OK);
+    xf_noise *g = seeded_noise(3);
+    xf_dp_sgd dps = {.clip = 1.0, .noise_multiplier = 1.0, .expected_batch = 32, .noise = g};
+    xf_train_options o = {.epochs = 3, .sgd = {.lr = 0.05f, .weight_decay = 1e-3f,
+                                               .prox_mu = 0.01f},
+                          .optimizer = (xf_optimizer)opt, .beta1 = 0.9f, .beta2 = 0.999f,
+                          .eps = 1e-8f, .dp = &dps};
+    assert_int_equal(xf_train(net, &train, &o, NULL), XF_OK);
+    double loss, acc;
+    assert_int_equal(xf_evaluate(net, &test, &loss, &acc, NULL), XF_OK);
+    if (acc < 0.9) fail_msg("DP-SGD with optimizer %d: test accuracy %.3f", opt, acc);
+    o.clip_norm = 1.0;
+    xf_errctx err = {0};
+    assert_int_equal(xf_train(net, &train, &o, &err), XF_EINVAL);
+    assert_non_null(strstr(err.msg, "local.clip_norm cannot be used with DP-SGD"));
+    xf_noise_free(g);
+  }
+  xf_net_free(net);
+  xf_model_free(m);
+}
+
 static void dp_sgd_arguments_are_refused_with_a_reason(void **state) {
   (void)state;
   xf_model_spec s = {.arch = XF_ARCH_LOGREG, .in_h = 1, .in_w = 1, .in_c = 8, .classes = 3};
@@ -894,6 +1218,37 @@ static void half_model_files_carry_rounded_values_and_their_digest(void **state)
   free(want);
   free(p);
   xf_model_free(m);
+}
+
+/* The loss travels in the model file (it sets the output width), and a
+ * cross-entropy model's file does not mention it, as before the field. */
+static void model_file_carries_the_loss(void **state) {
+  (void)state;
+  for (int loss = XF_LOSS_CROSS_ENTROPY; loss <= XF_LOSS_MSE; loss++) {
+    xf_model_spec s = {.arch = XF_ARCH_MLP, .hidden = {3}, .n_hidden = 1, .in_h = 1, .in_w = 1,
+                       .in_c = 4, .classes = 2, .loss = (xf_loss)loss};
+    xf_model *m, *back;
+    assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+    assert_int_equal(xf_model_outputs(m), loss == XF_LOSS_CROSS_ENTROPY ? 2 : 1);
+    size_t P = xf_model_num_params(m);
+    float *p = malloc(P * 4), *q;
+    xf_model_init_params(m, 1, p);
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(xf_checkpoint_encode(m, p, &buf, &len, NULL), XF_OK);
+    bool says_loss = false;
+    for (size_t i = 0; i + 6 <= len && !says_loss; i++)
+      says_loss = memcmp(buf + i, "\"loss\"", 6) == 0;
+    assert_true(says_loss == (loss != XF_LOSS_CROSS_ENTROPY));
+    assert_int_equal(xf_checkpoint_decode(buf, len, &back, &q, NULL), XF_OK);
+    assert_int_equal(xf_model_spec_of(back)->loss, loss);
+    assert_int_equal(xf_model_num_params(back), P);
+    xf_model_free(back);
+    free(q);
+    free(buf);
+    free(p);
+    xf_model_free(m);
+  }
 }
 
 static void model_file_roundtrips_and_rejects_damage(void **state) {
@@ -1012,6 +1367,16 @@ int main(void) {
       cmocka_unit_test(cnn_on_tabular_data_is_refused_with_a_reason),
       cmocka_unit_test(init_is_seeded_and_bounded_by_fan_in),
       cmocka_unit_test(sgd_step_follows_the_pytorch_formula_with_prox),
+      cmocka_unit_test(nesterov_step_matches_the_hand_computed_steps),
+      cmocka_unit_test(adam_follows_the_textbook_steps_on_a_quadratic),
+      cmocka_unit_test(adamw_decay_is_decoupled_and_adam_decay_is_l2),
+      cmocka_unit_test(scalar_loss_gradients_match_finite_differences),
+      cmocka_unit_test(scalar_losses_have_their_closed_forms),
+      cmocka_unit_test(bce_and_mse_mlp_gradients_match_finite_differences),
+      cmocka_unit_test(every_optimizer_trains_an_mlp),
+      cmocka_unit_test(clip_grad_norm_scales_only_long_gradients),
+      cmocka_unit_test(bce_and_mse_train_and_report_their_accuracy),
+      cmocka_unit_test(dp_sgd_trains_with_adam_and_refuses_clip_norm),
       cmocka_unit_test(l2norm_axpy_scale_fill_copy),
       cmocka_unit_test(training_learns_a_separable_problem),
       cmocka_unit_test(same_seed_and_threads_give_identical_parameters),
@@ -1024,6 +1389,7 @@ int main(void) {
       cmocka_unit_test(dp_training_learns_a_separable_problem),
       cmocka_unit_test(dp_sgd_arguments_are_refused_with_a_reason),
       cmocka_unit_test(model_file_roundtrips_and_rejects_damage),
+      cmocka_unit_test(model_file_carries_the_loss),
       cmocka_unit_test(half_model_files_carry_rounded_values_and_their_digest),
       cmocka_unit_test(allocation_failures_are_reported_not_crashed),
   };

@@ -67,6 +67,13 @@ static char fed_dir[512]; /* federation acme: coord (global), eu-berlin (site, e
 
 /* The job specs the tests offer. tiny: 6 train and 3 test records of 2
  * features, labels 0..2, registered with tag t1. */
+/* AdamW with a step schedule halving lr every round: round 2 trains at 0.05. */
+#define SPEC_ADAMW                                                                    \
+  "{\"name\": \"tiny-adamw\", \"model\": {\"arch\": \"logreg\"},"                     \
+  " \"data\": {\"dataset\": \"tiny\", \"tags\": [\"t1\"]}, \"rounds\": 3,"            \
+  " \"min_sites\": 1, \"local\": {\"epochs\": 3, \"batch_size\": 4, \"lr\": 0.1,"       \
+  " \"optimizer\": \"adamw\", \"beta2\": 0.99, \"weight_decay\": 0.01, \"clip_norm\": 1,"\
+  " \"lr_schedule\": {\"kind\": \"step\", \"every\": 1, \"gamma\": 0.5}}, \"seed\": 42}"
 #define SPEC_LOGREG                                                                   \
   "{\"name\": \"tiny-logreg\", \"model\": {\"arch\": \"logreg\"},"                    \
   " \"data\": {\"dataset\": \"tiny\", \"tags\": [\"t1\"]}, \"rounds\": 3,"            \
@@ -802,7 +809,18 @@ typedef struct expected {
 
 static void last_loss(const xf_epoch_report *r, void *user) { *(double *)user = r->train_loss; }
 
+/* Options the caller sets beyond the spec's sgd fields (NULL: none). */
+typedef void (*adjust_fn)(xf_train_options *o);
+
+static void expect_training_adjusted(const fake *f, const char *spec_json, uint32_t round,
+                                     adjust_fn adjust, expected *out);
+
 static void expect_training(const fake *f, const char *spec_json, uint32_t round, expected *out) {
+  expect_training_adjusted(f, spec_json, round, NULL, out);
+}
+
+static void expect_training_adjusted(const fake *f, const char *spec_json, uint32_t round,
+                                     adjust_fn adjust, expected *out) {
   xf_jobspec spec;
   parse_spec(spec_json, &spec);
   /* The seed, computed here from the doc's words, not with the daemon's code. */
@@ -838,6 +856,7 @@ static void expect_training(const fake *f, const char *spec_json, uint32_t round
                         .seed = seed,
                         .on_epoch = last_loss,
                         .user = &out->train_loss};
+  if (adjust) adjust(&o);
   assert_int_equal(xf_train(net, &tr, &o, NULL), XF_OK);
   out->n = xf_model_num_params(m);
   out->delta = malloc(out->n * sizeof(float));
@@ -998,6 +1017,41 @@ static void task_is_trained_and_its_update_matches_local_training(void **state) 
   run_for(f, 300);
   assert_int_equal(f->update_begins, 1);
   assert_int_equal(count_in_log(f, "event=dataset_loaded"), 1); /* cached across rounds */
+  site_stop(f, 10000);
+  f->passed = true;
+}
+
+/* SPEC_ADAMW's optimizer, written out from jobs.md: round 2 of a step
+ * schedule with gamma 0.5 every round trains at lr 0.1 * 0.5. */
+static void adamw_round_two(xf_train_options *o) {
+  o->optimizer = XF_OPTIMIZER_ADAMW;
+  o->sgd = (xf_sgd_params){.lr = 0.05f, .weight_decay = 0.01f};
+  o->beta1 = 0.9f;
+  o->beta2 = 0.99f;
+  o->eps = 1e-8f;
+  o->clip_norm = 1.0;
+}
+
+static void adamw_task_trains_at_its_rounds_scheduled_rate(void **state) {
+  fake *f = *state;
+  fake_start(f);
+  expect_body(f, XFED__ENVELOPE__BODY_SITE_ANNOUNCE);
+  make_model(f, SPEC_ADAMW, 13);
+  offer o = {.job = "9", .round = 2, .attempt = 1, .model_round = 1, .spec = SPEC_ADAMW,
+             .deadline_in_ms = 60000, .send_model = true};
+  send_offer(f, &o);
+  expect_accept(f, "9", 2, 1);
+  const Xfed__Envelope *e = expect_body(f, XFED__ENVELOPE__BODY_METRICS);
+  expected want;
+  expect_training_adjusted(f, SPEC_ADAMW, 2, adamw_round_two, &want);
+  assert_true(e->metrics->train_loss == want.train_loss);
+  e = expect_body(f, XFED__ENVELOPE__BODY_TENSOR_BEGIN);
+  assert_int_equal(e->tensor_begin->element_count, want.n);
+  run_until(f, update_complete, NULL, WAIT_MS, "the whole update");
+  assert_int_equal(f->update_len, want.n * sizeof(float));
+  /* Bit for bit: AdamW at round 2's rate, not round 1's. */
+  assert_memory_equal(f->update, want.delta, want.n * sizeof(float));
+  free(want.delta);
   site_stop(f, 10000);
   f->passed = true;
 }
@@ -1828,6 +1882,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(announce_lists_the_registry_and_bad_frames_get_errors,
                                       fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(task_is_trained_and_its_update_matches_local_training,
+                                      fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(adamw_task_trains_at_its_rounds_scheduled_rate,
                                       fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(refusals_name_what_is_missing, fixture_setup,
                                       fixture_teardown),
