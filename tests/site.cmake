@@ -4,3 +4,4 @@
 xf_add_test(test_dataset SOURCES test_dataset.c LIBS xf_site LABELS unit)
 xf_add_fuzzer(fuzz_idx LIBS xf_site)
 xf_add_fuzzer(fuzz_csv LIBS xf_site)
+xf_add_test(test_tabular SOURCES test_tabular.c LIBS xf_site LABELS unit)
