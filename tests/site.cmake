@@ -9,3 +9,8 @@ xf_add_test(test_tabular SOURCES test_tabular.c LIBS xf_site LABELS unit)
 xf_add_fuzzer(fuzz_schema LIBS xf_site)
 xf_add_fuzzer(fuzz_schema_csv LIBS xf_site)
 xf_add_fuzzer(fuzz_npy LIBS xf_site)
+# The tabular example (deploy/data/make-credit.py) through `xfed data split`
+# and `xfed-site dataset add`.
+add_test(NAME tabular_data COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/tabular_data.sh
+         ${PROJECT_BINARY_DIR})
+set_tests_properties(tabular_data PROPERTIES LABELS "integration" TIMEOUT 300)
