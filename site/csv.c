@@ -387,13 +387,8 @@ static xf_err schema_header(schema_reader *r, const char *text, size_t len) {
   while (rc == XF_OK && more) {
     if ((rc = csv_field(p, &c, col + 1, &more)) != XF_OK) break;
     xf__printable(shown, sizeof(shown), p->tok, p->tok_len);
-    if (col == s->n_cols + 1) {
-      rc = csv_fail_at(p, col + 1, XF_EFORMAT,
-                       "header column '%s' is beyond the %u columns the schema declares (the "
-                       "label and %u others): declare it, with \"type\": \"ignore\" to skip it",
-                       shown, s->n_cols + 1, s->n_cols);
-      break;
-    }
+    /* Once all n_cols + 1 columns are seen any further one is unknown or a
+     * repeat, so map (n_cols + 1 entries) is never written past its end. */
     int32_t k = -2;
     if (strcmp(p->tok, s->label) == 0) k = MAP_LABEL;
     for (uint32_t j = 0; k == -2 && j < s->n_cols; j++)

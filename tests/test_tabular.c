@@ -211,7 +211,9 @@ static void schema_csv_errors_name_file_line_and_column(void **state) {
   expect_err(schema_csv(s, "age,job,id,region,income,default,extra\n1,clerk,1,north,5,no,1\n",
                         &ds, &err),
              &err, XF_EFORMAT, "train.csv", "line 1, column 7",
-             "header column 'extra' is beyond the 6 columns the schema declares");
+             "header column 'extra' is not in the schema: declare it in \"columns\"");
+  expect_err(schema_csv(s, "age,job,id,region,income,default,age\n", &ds, &err), &err,
+             XF_EFORMAT, "train.csv", "line 1, column 7", "header column 'age' appears twice");
   expect_err(schema_csv(s, "age,jobs,id,region,income,default\n", &ds, &err), &err, XF_EFORMAT,
              "train.csv", "line 1, column 2", "header column 'jobs' is not in the schema");
   expect_err(schema_csv(s, "age,job,age,region,income,default\n", &ds, &err), &err, XF_EFORMAT,
