@@ -44,6 +44,7 @@ static int scratch_setup(void **state) {
 
 static int scratch_teardown(void **state) {
   scratch *s = *state;
+  xf_alloc_fail_reset();
   if (s) xf_test_remove_tree(s->dir);
   free(s);
   return 0;
@@ -682,6 +683,49 @@ static void npz_refuses_damaged_archives(void **state) {
   assert_null(ds.x);
 }
 
+/* Every allocation of the schema, the schema CSV reader, normalization and the
+ * .npz reader is failed in turn: each failure is reported and leaves nothing
+ * allocated (the sanitizer build checks the leaks). */
+static void tabular_readers_free_everything_when_allocations_fail(void **state) {
+  (void)state;
+  char text[8192] = "id,default,income,age,region,job\n";
+  for (int i = 0; i < 150; i++) {
+    char row[64];
+    snprintf(row, sizeof(row), "%d,%s,%d,%d,%s,%s\n", i, i % 3 ? "no" : "yes", 1000 + i, 20 + i % 50,
+             i % 7 ? "north" : "mars", i % 5 ? "nurse" : "");
+    strcat(text, row);
+  }
+  xf_err rc = XF_ENOMEM;
+  long n = 0;
+  for (; rc == XF_ENOMEM && n < 2000; n++) {
+    xf_schema *sc = NULL;
+    xf_dataset ds = {0};
+    xf_alloc_fail_after(n);
+    rc = xf_schema_parse(loan_schema, strlen(loan_schema), "schema.json", &sc, NULL);
+    if (rc == XF_OK) rc = xf_schema_csv_parse(sc, text, strlen(text), "train.csv", &ds, NULL);
+    if (rc == XF_OK) rc = xf_schema_normalize(sc, &ds, NULL, NULL);
+    xf_alloc_fail_reset();
+    if (rc == XF_ENOMEM) assert_null(ds.x);
+    xf_dataset_free(&ds);
+    xf_schema_free(sc);
+  }
+  assert_int_equal(rc, XF_OK);
+  assert_true(n > 5);
+  bytes z = make_npz(8, true, true);
+  rc = XF_ENOMEM;
+  for (n = 0; rc == XF_ENOMEM && n < 1000; n++) {
+    xf_dataset ds;
+    xf_alloc_fail_after(n);
+    rc = xf_npz_parse(z.p, z.n, "train.npz", &ds, NULL);
+    xf_alloc_fail_reset();
+    if (rc == XF_ENOMEM) assert_null(ds.x);
+    else xf_dataset_free(&ds);
+  }
+  assert_int_equal(rc, XF_OK);
+  assert_true(n > 3);
+  bytes_free(&z);
+}
+
 /* ---- directories and splits ------------------------------------------------------------ */
 
 static void make_npy_dir(const scratch *s, const char *name, uint32_t n_train) {
@@ -822,6 +866,7 @@ int main(void) {
       T(npy_refuses_bad_headers_and_sizes),
       T(npz_reads_stored_and_deflated_members),
       T(npz_refuses_damaged_archives),
+      T(tabular_readers_free_everything_when_allocations_fail),
       T(npy_and_npz_directories_load_and_write_back),
       T(split_of_tabular_datasets_writes_shards_that_load_back),
   };
