@@ -12,8 +12,9 @@ same bytes (Python's random.Random with a fixed seed, standard library only).
 
 Records are drawn independently: applicant attributes from fixed
 distributions, and the label "default" from a logistic model of them with
-an interaction (young renters) and a noise term, so that a linear model does
-well and a small MLP somewhat better. About 1 in 4 records defaults.
+an interaction (young renters) and a noise term: about 1 in 4 records
+defaults, and the best accuracy any model of the columns can reach is about
+0.88 (predicting "no" always gives about 0.76).
 Missing values: income "NA" in about 6% of records, months_employed empty in
 about 3%, housing empty in about 2%; region is "overseas" (outside the
 schema's vocabulary, counted in its unknown slot) in about 1%. The
@@ -55,11 +56,11 @@ def record(rng, i):
     housing = rng.choices(HOUSING, HOUSING_W)[0]
     region = "overseas" if rng.random() < 0.01 else rng.choice(REGION)
     purpose = rng.choices(PURPOSE, PURPOSE_W)[0]
-    z = (-1.45 + 2.3 * (debt_ratio - 0.35) + 0.42 * late - 0.75 * math.log(income / 40000)
+    z = (-0.8 + 2.3 * (debt_ratio - 0.35) + 0.42 * late - 0.75 * math.log(income / 40000)
          - 0.004 * months - 0.05 * (lines - 5) + EMPLOYMENT_RISK[employment]
          + HOUSING_RISK[housing] + REGION_RISK[region] + PURPOSE_RISK[purpose]
-         + (0.7 if age < 27 and housing == "rent" else 0.0) + rng.gauss(0, 0.6))
-    default = "yes" if rng.random() < 1 / (1 + math.exp(-z)) else "no"
+         + (0.7 if age < 27 and housing == "rent" else 0.0) + rng.gauss(0, 0.3))
+    default = "yes" if rng.random() < 1 / (1 + math.exp(-3 * z)) else "no"
     income_text = "NA" if rng.random() < 0.06 else "%d" % income
     months_text = "" if rng.random() < 0.03 else str(months)
     housing_text = "" if rng.random() < 0.02 else housing
