@@ -97,7 +97,8 @@ static bool hdr_shape(hdr_cursor *h, npy_array *a) {
     }
     a->shape[a->ndims++] = v;
     if (hdr_take(h, ',')) continue;
-    return hdr_take(h, ')');
+    /* "(5)" is the number 5 in Python, not a tuple: one element needs a comma. */
+    return a->ndims > 1 && hdr_take(h, ')');
   }
 }
 

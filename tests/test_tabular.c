@@ -467,6 +467,8 @@ static void npy_refuses_bad_headers_and_sizes(void **state) {
                    sizeof(f), XF_ERANGE, "more than the 1073741824 values");
   expect_npy_error("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 0), }", f, 0,
                    XF_ERANGE, "dimension 1 of the shape is 0");
+  expect_npy_error("{'descr': '<f4', 'fortran_order': False, 'shape': (6), }", f, sizeof(f),
+                   XF_EFORMAT, "'shape' is not a tuple");
   expect_npy_error("{'descr': '<f4', 'fortran_order': False, 'shape': (6,), }", f, sizeof(f),
                    XF_EFORMAT, "features of 1 dimensions");
   const float nan6[6] = {0, 0, 0, NAN, 0, 0};
