@@ -63,7 +63,10 @@ def npz(members, compression):
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=compression) as z:
         for name, data in members:
-            with z.open(name, "w", force_zip64=True) as f:
+            # A fixed timestamp, so that the seeds are the same bytes every time.
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = compression
+            with z.open(info, "w", force_zip64=True) as f:
                 f.write(data)
     return buf.getvalue()
 
