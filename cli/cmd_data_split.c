@@ -114,6 +114,9 @@ int xf_cmd_data_split(xf_cli *cli, int argc, char **argv) {
   xf_dataset_layout layout;
   rc = xf_dataset_load_dir_with(a.data, &csv, &layout, &train, &test, &cli->err);
   if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  /* Shards of an .npz dataset are written as .npy files (xf_dataset_write_dir),
+   * and the manifest names the layout the shards have. */
+  if (layout == XF_LAYOUT_NPZ) layout = XF_LAYOUT_NPY;
   xf_split split;
   rc = xf_dataset_split(&train, &test, (int)a.sites, &scheme, (uint64_t)a.seed, &opt, &split,
                         &cli->err);

@@ -357,3 +357,239 @@ xf_err xf_csv_write(const char *path, const xf_dataset *ds, xf_errctx *err) {
   }
   return xf_file_writer_commit(w, err);
 }
+
+/* ---- CSV with a column schema ------------------------------------------------------- */
+
+enum { MAP_LABEL = -1 };
+
+typedef struct schema_reader {
+  csv_parser p;
+  const xf_schema *s;
+  int32_t *map; /* header column -> schema column, or MAP_LABEL */
+} schema_reader;
+
+static bool tok_missing(const csv_parser *p, const xf_schema *s) {
+  for (uint32_t i = 0; i < s->n_missing; i++)
+    if (strcmp(p->tok, s->missing[i]) == 0) return true;
+  return false;
+}
+
+static xf_err schema_header(schema_reader *r, const char *text, size_t len) {
+  csv_parser *p = &r->p;
+  const xf_schema *s = r->s;
+  xf_cursor c = xf_cursor_make(text, len);
+  bool more = true;
+  uint32_t col = 0;
+  r->map = xf_calloc(s->n_cols + 1, sizeof(int32_t));
+  bool *seen = xf_calloc(s->n_cols + 1, sizeof(bool));
+  xf_err rc = r->map && seen ? XF_OK : csv_fail_at(p, 0, XF_ENOMEM, "out of memory");
+  char shown[64];
+  while (rc == XF_OK && more) {
+    if ((rc = csv_field(p, &c, col + 1, &more)) != XF_OK) break;
+    xf__printable(shown, sizeof(shown), p->tok, p->tok_len);
+    /* Once all n_cols + 1 columns are seen any further one is unknown or a
+     * repeat, so map (n_cols + 1 entries) is never written past its end. */
+    int32_t k = -2;
+    if (strcmp(p->tok, s->label) == 0) k = MAP_LABEL;
+    for (uint32_t j = 0; k == -2 && j < s->n_cols; j++)
+      if (strcmp(p->tok, s->cols[j].name) == 0) k = (int32_t)j;
+    if (k == -2) {
+      rc = csv_fail_at(p, col + 1, XF_EFORMAT,
+                       "header column '%s' is not in the schema: declare it in \"columns\" "
+                       "(\"type\": \"ignore\" skips it)",
+                       shown);
+    } else if (seen[k + 1]) {
+      rc = csv_fail_at(p, col + 1, XF_EFORMAT, "header column '%s' appears twice", shown);
+    } else {
+      seen[k + 1] = true;
+      r->map[col] = k;
+      col++;
+    }
+  }
+  for (uint32_t j = 0; rc == XF_OK && j <= s->n_cols; j++)
+    if (!seen[j])
+      rc = csv_fail_at(p, 0, XF_EFORMAT,
+                       "the header has no column '%s' that the schema declares%s",
+                       j == 0 ? s->label : s->cols[j - 1].name, j == 0 ? " as the label" : "");
+  xf_free(seen);
+  p->columns = col;
+  p->first_line = p->line;
+  return rc;
+}
+
+static xf_err schema_grow(csv_parser *p, uint32_t features) {
+  uint64_t max_rows = XF_DATASET_MAX_VALUES / features;
+  if (max_rows > UINT32_MAX) max_rows = UINT32_MAX;
+  if ((uint64_t)p->n >= max_rows)
+    return csv_fail_at(p, 0, XF_ERANGE,
+                       "more than %llu records of %u features: above the %llu values xfed "
+                       "accepts in one dataset",
+                       (unsigned long long)max_rows, features,
+                       (unsigned long long)XF_DATASET_MAX_VALUES);
+  uint64_t cap = p->cap ? (uint64_t)p->cap * 2 : 64;
+  if (cap > max_rows) cap = max_rows;
+  float *nx = xf_realloc(p->x, (size_t)(cap * features * sizeof(float)));
+  if (!nx) return csv_fail_at(p, 0, XF_ENOMEM, "out of memory after %u records", p->n);
+  p->x = nx;
+  int32_t *ny = xf_realloc(p->y, (size_t)(cap * sizeof(int32_t)));
+  if (!ny) return csv_fail_at(p, 0, XF_ENOMEM, "out of memory after %u records", p->n);
+  p->y = ny;
+  p->cap = (uint32_t)cap;
+  return XF_OK;
+}
+
+static xf_err schema_row(schema_reader *r, const char *text, size_t len) {
+  csv_parser *p = &r->p;
+  const xf_schema *s = r->s;
+  if (p->n == p->cap) XF_GUARD(schema_grow(p, s->features));
+  float *row = p->x + (size_t)p->n * s->features;
+  memset(row, 0, s->features * sizeof(float));
+  xf_cursor c = xf_cursor_make(text, len);
+  uint32_t col = 0;
+  bool more = true;
+  char shown[64];
+  while (more) {
+    if (col == p->columns)
+      return csv_fail_at(p, 0, XF_EFORMAT,
+                         "more than the %u fields of the header (line %u): every line must have "
+                         "the same number of fields",
+                         p->columns, p->first_line);
+    XF_GUARD(csv_field(p, &c, col + 1, &more));
+    int32_t k = r->map[col];
+    const char *cname = k == MAP_LABEL ? s->label : s->cols[k].name;
+    bool missing = tok_missing(p, s);
+    xf__printable(shown, sizeof(shown), p->tok, p->tok_len);
+    if (k == MAP_LABEL) {
+      if (missing)
+        return csv_fail_at(p, col + 1, XF_EFORMAT,
+                           "the label ('%s') is missing: every record needs one", cname);
+      if (s->n_classes) {
+        int64_t idx = xf__vocab_find(s->classes, s->classes_sorted, s->n_classes, p->tok);
+        if (idx < 0)
+          return csv_fail_at(p, col + 1, XF_EFORMAT,
+                             "label '%s' is not one of the %u classes the schema lists", shown,
+                             s->n_classes);
+        p->y[p->n] = (int32_t)idx;
+      } else {
+        double v;
+        if (!tok_number(p, &v) || v < 0 || v >= XF_CSV_MAX_CLASSES || v != floor(v))
+          return csv_fail_at(p, col + 1, XF_EFORMAT,
+                             "label '%s' is not a whole number in [0, %u]", shown,
+                             XF_CSV_MAX_CLASSES - 1);
+        p->y[p->n] = (int32_t)v;
+        if ((uint32_t)v > p->max_label) p->max_label = (uint32_t)v;
+      }
+      col++;
+      continue;
+    }
+    const xf__schema_col *sc = &s->cols[k];
+    col++;
+    if (sc->type == XF__COL_IGNORE) continue;
+    if (missing && !sc->has_fill)
+      return csv_fail_at(p, col, XF_EFORMAT,
+                         "column '%s' has no value ('%s'): give one, or a \"fill\" for the "
+                         "column in the schema",
+                         cname, shown);
+    if (sc->type == XF__COL_NUMERIC) {
+      double v = sc->fill_num;
+      if (!missing) {
+        if (!tok_number(p, &v))
+          return csv_fail_at(p, col, XF_EFORMAT, "column '%s': '%s' is not a number", cname,
+                             shown);
+        if (fabs(v) > FLT_MAX)
+          return csv_fail_at(p, col, XF_ERANGE,
+                             "column '%s': '%s' is beyond the range of a 32-bit float", cname,
+                             shown);
+      }
+      row[sc->offset] = (float)v;
+    } else {
+      uint32_t slot = sc->fill_cat;
+      if (!missing) {
+        int64_t idx = xf__vocab_find(sc->vocab, sc->sorted, sc->n_vocab, p->tok);
+        if (idx < 0 && !sc->unknown_slot)
+          return csv_fail_at(p, col, XF_EFORMAT,
+                             "column '%s': '%s' is not in its vocabulary of %u words (add it, or "
+                             "set \"unknown\": \"slot\")",
+                             cname, shown, sc->n_vocab);
+        slot = idx < 0 ? sc->n_vocab : (uint32_t)idx;
+      }
+      row[sc->offset + slot] = 1.0f;
+    }
+  }
+  if (col != p->columns)
+    return csv_fail_at(p, 0, XF_EFORMAT,
+                       "%u field%s but the header (line %u) has %u: every line must have the "
+                       "same number of fields",
+                       col, col == 1 ? "" : "s", p->first_line, p->columns);
+  p->n++;
+  return XF_OK;
+}
+
+xf_err xf_schema_csv_parse(const xf_schema *s, const void *text, size_t len, const char *name,
+                           xf_dataset *out, xf_errctx *err) {
+  memset(out, 0, sizeof(*out));
+  schema_reader *r = xf_calloc(1, sizeof(*r));
+  if (!r) return xf__data_fail(err, name ? name : "csv", XF_ENOMEM, "out of memory");
+  csv_parser *p = &r->p;
+  r->s = s;
+  p->name = name ? name : "csv";
+  p->err = err;
+  xf_cursor c = xf_cursor_make(text, len);
+  static const uint8_t bom[3] = {0xEF, 0xBB, 0xBF};
+  const uint8_t *head;
+  if (len >= 3 && memcmp(text, bom, 3) == 0 && xf_cursor_view(&c, &head, 3) != XF_OK) c.off = 0;
+  const char *line;
+  size_t n;
+  bool started = false;
+  xf_err rc = XF_OK;
+  while (rc == XF_OK && xf_cursor_line(&c, &line, &n) == XF_OK) {
+    if (p->line == UINT32_MAX) {
+      rc = csv_fail_at(p, 0, XF_ERANGE, "too many lines");
+      break;
+    }
+    p->line++;
+    if (n > XF_TABULAR_MAX_LINE) {
+      rc = csv_fail_at(p, 0, XF_ERANGE, "a line of %zu bytes (at most %u)", n,
+                       XF_TABULAR_MAX_LINE);
+      break;
+    }
+    if (line_is_blank(line, n)) continue;
+    if (!started) {
+      started = true;
+      rc = schema_header(r, line, n);
+      continue;
+    }
+    rc = schema_row(r, line, n);
+  }
+  if (rc == XF_OK && p->n == 0)
+    rc = xf__data_fail(err, p->name, XF_EFORMAT, "%s: no data rows",
+                       started ? "only a header line" : "the file is empty (a header line naming "
+                                                        "the schema's columns comes first)");
+  if (rc == XF_OK) {
+    out->n = p->n;
+    out->h = 1;
+    out->w = 1;
+    out->c = s->features;
+    out->features = s->features;
+    out->classes = s->n_classes ? s->n_classes : p->max_label + 1;
+    out->x = p->x;
+    out->y = p->y;
+  } else {
+    xf_free(p->x);
+    xf_free(p->y);
+  }
+  xf_free(r->map);
+  xf_free(r);
+  return rc;
+}
+
+xf_err xf_schema_csv_read(const xf_schema *s, const char *path, xf_dataset *out,
+                          xf_errctx *err) {
+  memset(out, 0, sizeof(*out));
+  uint8_t *text = NULL;
+  size_t len = 0;
+  XF_GUARD(xf__read_data_file(path, XF_DATASET_MAX_FILE_BYTES, &text, &len, err));
+  xf_err rc = xf_schema_csv_parse(s, text, len, path, out, err);
+  xf_free(text);
+  return rc;
+}

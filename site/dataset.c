@@ -69,10 +69,37 @@ static const char *const idx_names[IDX_FILES] = {
     "t10k-labels-idx1-ubyte"};
 enum { CSV_TRAIN, CSV_TEST, CSV_FILES };
 static const char *const csv_names[CSV_FILES] = {"train.csv", "test.csv"};
+enum { NPY_TRAIN_X, NPY_TRAIN_Y, NPY_TEST_X, NPY_TEST_Y, NPY_FILES };
+static const char *const npy_names[NPY_FILES] = {"train-x.npy", "train-y.npy", "test-x.npy",
+                                                 "test-y.npy"};
+enum { NPZ_TRAIN, NPZ_TEST, NPZ_FILES };
+static const char *const npz_names[NPZ_FILES] = {"train.npz", "test.npz"};
 static const char dataset_json[] = "dataset.json";
+static const char schema_json[] = "schema.json";
+
+/* The layouts in the order they are looked for and named in messages. */
+typedef struct layout_desc {
+  xf_dataset_layout layout;
+  const char *label;
+  const char *const *names;
+  int count;
+  bool gz; /* each file may also be NAME.gz */
+} layout_desc;
+static const layout_desc layouts[] = {
+    {XF_LAYOUT_IDX, "IDX", idx_names, IDX_FILES, true},
+    {XF_LAYOUT_CSV, "CSV", csv_names, CSV_FILES, true},
+    {XF_LAYOUT_NPY, "NPY", npy_names, NPY_FILES, true},
+    {XF_LAYOUT_NPZ, "NPZ", npz_names, NPZ_FILES, false},
+};
+#define N_LAYOUTS (sizeof(layouts) / sizeof(layouts[0]))
 
 const char *xf_dataset_layout_name(xf_dataset_layout layout) {
-  return layout == XF_LAYOUT_CSV ? "csv" : "idx";
+  switch (layout) {
+  case XF_LAYOUT_CSV: return "csv";
+  case XF_LAYOUT_NPY: return "npy";
+  case XF_LAYOUT_NPZ: return "npz";
+  default: return "idx";
+  }
 }
 
 static xf_err join_path(const char *dir, const char *name, const char *suffix, char *buf,
@@ -88,18 +115,18 @@ static bool is_file(const char *path) {
   return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* Finds dir/name or, failing that, dir/name.gz. */
-static xf_err find_file(const char *dir, const char *name, char *path, size_t n, bool *found,
-                        xf_errctx *err) {
+/* Finds dir/name or, failing that and when allowed, dir/name.gz. */
+static xf_err find_file(const char *dir, const char *name, bool gz, char *path, size_t n,
+                        bool *found, xf_errctx *err) {
   XF_GUARD(join_path(dir, name, "", path, n, err));
   *found = is_file(path);
-  if (*found) return XF_OK;
+  if (*found || !gz) return XF_OK;
   XF_GUARD(join_path(dir, name, ".gz", path, n, err));
   *found = is_file(path);
   return XF_OK;
 }
 
-/* Paths of the layout's files (IDX_FILES or CSV_FILES of them). */
+/* Paths of the layout's files (at most IDX_FILES of them). */
 typedef struct layout_paths {
   char path[IDX_FILES][PATH_MAX];
 } layout_paths;
@@ -113,53 +140,58 @@ static xf_err find_layout(const char *dir, xf_dataset_layout *out, layout_paths 
   if (!S_ISDIR(st.st_mode))
     return xf__data_fail(err, dir, XF_EINVAL, "not a directory: give the directory that holds "
                                               "the dataset files");
-  bool idx_found[IDX_FILES], csv_found[CSV_FILES];
-  int idx_count = 0, csv_count = 0;
-  layout_paths idx, csv;
-  for (int i = 0; i < IDX_FILES; i++) {
-    XF_GUARD(find_file(dir, idx_names[i], idx.path[i], sizeof(idx.path[i]), &idx_found[i], err));
-    idx_count += idx_found[i];
+  bool found[N_LAYOUTS][IDX_FILES];
+  int count[N_LAYOUTS];
+  layout_paths *p = xf_calloc(N_LAYOUTS, sizeof(layout_paths));
+  if (!p) return xf__data_fail(err, dir, XF_ENOMEM, "out of memory");
+  xf_err rc = XF_OK;
+  int first = -1, second = -1;
+  for (size_t l = 0; l < N_LAYOUTS && rc == XF_OK; l++) {
+    count[l] = 0;
+    for (int i = 0; i < layouts[l].count && rc == XF_OK; i++) {
+      rc = find_file(dir, layouts[l].names[i], layouts[l].gz, p[l].path[i],
+                     sizeof(p[l].path[i]), &found[l][i], err);
+      count[l] += found[l][i];
+    }
+    if (count[l] && first < 0) first = (int)l;
+    else if (count[l] && second < 0) second = (int)l;
   }
-  for (int i = 0; i < CSV_FILES; i++) {
-    XF_GUARD(find_file(dir, csv_names[i], csv.path[i], sizeof(csv.path[i]), &csv_found[i], err));
-    csv_count += csv_found[i];
+  if (rc != XF_OK) goto done;
+  if (second >= 0) {
+    rc = xf__data_fail(err, dir, XF_EFORMAT,
+                       "holds both %s files (%s...) and %s files (%s...): keep one layout in a "
+                       "dataset directory",
+                       layouts[first].label, layouts[first].names[0], layouts[second].label,
+                       layouts[second].names[0]);
+    goto done;
   }
-  if (idx_count && csv_count)
-    return xf__data_fail(err, dir, XF_EFORMAT,
-                         "holds both IDX files (%s...) and CSV files (%s...): keep one layout "
-                         "in a dataset directory",
-                         idx_names[0], csv_names[0]);
-  if (idx_count == IDX_FILES) {
-    *out = XF_LAYOUT_IDX;
-    if (paths) *paths = idx;
-    return XF_OK;
+  if (first >= 0 && count[first] == layouts[first].count) {
+    *out = layouts[first].layout;
+    if (paths) *paths = p[first];
+    goto done;
   }
-  if (csv_count == CSV_FILES) {
-    *out = XF_LAYOUT_CSV;
-    if (paths) *paths = csv;
-    return XF_OK;
+  if (first >= 0) {
+    const layout_desc *d = &layouts[first];
+    char missing[512] = "";
+    size_t used = 0;
+    for (int i = 0; i < d->count; i++)
+      if (!found[first][i] && used < sizeof(missing))
+        used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%s%s",
+                                 used ? ", " : "", d->names[i], d->gz ? "[.gz]" : "");
+    rc = xf__data_fail(err, dir, XF_ENOENT, "holds part of the %s layout: %s %s missing",
+                       d->label, missing, d->count - count[first] == 1 ? "is" : "are");
+    goto done;
   }
-  char missing[512] = "";
-  size_t used = 0;
-  for (int i = 0; i < IDX_FILES && idx_count; i++)
-    if (!idx_found[i] && used < sizeof(missing))
-      used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%s[.gz]",
-                               used ? ", " : "", idx_names[i]);
-  for (int i = 0; i < CSV_FILES && csv_count; i++)
-    if (!csv_found[i] && used < sizeof(missing))
-      used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%s[.gz]",
-                               used ? ", " : "", csv_names[i]);
-  if (idx_count || csv_count)
-    return xf__data_fail(err, dir, XF_ENOENT, "holds part of the %s layout: %s %s missing",
-                         idx_count ? "IDX" : "CSV", missing,
-                         (idx_count ? IDX_FILES - idx_count : CSV_FILES - csv_count) == 1
-                             ? "is"
-                             : "are");
-  return xf__data_fail(err, dir, XF_ENOENT,
-                       "holds no dataset: looked for the IDX layout (%s, %s, %s, %s, each plain "
-                       "or .gz) and the CSV layout (%s, %s)",
-                       idx_names[0], idx_names[1], idx_names[2], idx_names[3], csv_names[0],
-                       csv_names[1]);
+  rc = xf__data_fail(err, dir, XF_ENOENT,
+                     "holds no dataset: looked for the IDX layout (%s, %s, %s, %s, each plain "
+                     "or .gz), the CSV layout (%s, %s), the NPY layout (%s, %s, %s, %s) and the "
+                     "NPZ layout (%s, %s)",
+                     idx_names[0], idx_names[1], idx_names[2], idx_names[3], csv_names[0],
+                     csv_names[1], npy_names[0], npy_names[1], npy_names[2], npy_names[3],
+                     npz_names[0], npz_names[1]);
+done:
+  xf_free(p);
+  return rc;
 }
 
 xf_err xf_dataset_find_layout(const char *dir, xf_dataset_layout *out, xf_errctx *err) {
@@ -205,6 +237,25 @@ static xf_err check_labels(const xf_dataset *ds, const char *file, uint32_t clas
   return XF_OK;
 }
 
+/* Reads train and test of a CSV directory with schema.json: the schema's
+ * column rules, then normalization with the training split's statistics. */
+static xf_err load_schema_csv(const char *dir, const xf_csv_options *csv, const layout_paths *paths,
+                              xf_dataset *train, xf_dataset *test, xf_errctx *err) {
+  char path[PATH_MAX];
+  XF_GUARD(join_path(dir, schema_json, "", path, sizeof(path), err));
+  if (csv && (csv->label_name || csv->label_column))
+    return xf__data_fail(err, path, XF_EINVAL,
+                         "declares the label column: drop the label option (--label) for this "
+                         "dataset");
+  xf_schema *schema = NULL;
+  XF_GUARD(xf_schema_read(path, &schema, err));
+  xf_err rc = xf_schema_csv_read(schema, paths->path[CSV_TRAIN], train, err);
+  if (rc == XF_OK) rc = xf_schema_csv_read(schema, paths->path[CSV_TEST], test, err);
+  if (rc == XF_OK) rc = xf_schema_normalize(schema, train, test, err);
+  xf_schema_free(schema);
+  return rc;
+}
+
 static xf_err load_pair(const char *dir, const xf_csv_options *csv, xf_dataset_layout *layout,
                         xf_dataset *train, xf_dataset *test, xf_errctx *err) {
   layout_paths paths;
@@ -212,6 +263,13 @@ static xf_err load_pair(const char *dir, const xf_csv_options *csv, xf_dataset_l
   uint32_t declared;
   XF_GUARD(read_dataset_json(dir, *layout, &declared, err));
   const char *train_labels, *test_labels, *train_file, *test_file;
+  char schema_path[PATH_MAX];
+  XF_GUARD(join_path(dir, schema_json, "", schema_path, sizeof(schema_path), err));
+  if (*layout != XF_LAYOUT_CSV && is_file(schema_path))
+    return xf__data_fail(err, schema_path, XF_EINVAL,
+                         "a column schema applies to CSV files, but the directory holds the %s "
+                         "layout: remove schema.json",
+                         xf_dataset_layout_name(*layout));
   if (*layout == XF_LAYOUT_IDX) {
     XF_GUARD(xf_idx_read(paths.path[IDX_TRAIN_IMAGES], paths.path[IDX_TRAIN_LABELS], train, err));
     XF_GUARD(xf_idx_read(paths.path[IDX_TEST_IMAGES], paths.path[IDX_TEST_LABELS], test, err));
@@ -219,14 +277,30 @@ static xf_err load_pair(const char *dir, const xf_csv_options *csv, xf_dataset_l
     test_file = paths.path[IDX_TEST_IMAGES];
     train_labels = paths.path[IDX_TRAIN_LABELS];
     test_labels = paths.path[IDX_TEST_LABELS];
+  } else if (*layout == XF_LAYOUT_NPY) {
+    XF_GUARD(xf_npy_read(paths.path[NPY_TRAIN_X], paths.path[NPY_TRAIN_Y], train, err));
+    XF_GUARD(xf_npy_read(paths.path[NPY_TEST_X], paths.path[NPY_TEST_Y], test, err));
+    train_file = paths.path[NPY_TRAIN_X];
+    test_file = paths.path[NPY_TEST_X];
+    train_labels = paths.path[NPY_TRAIN_Y];
+    test_labels = paths.path[NPY_TEST_Y];
+  } else if (*layout == XF_LAYOUT_NPZ) {
+    XF_GUARD(xf_npz_read(paths.path[NPZ_TRAIN], train, err));
+    XF_GUARD(xf_npz_read(paths.path[NPZ_TEST], test, err));
+    train_file = train_labels = paths.path[NPZ_TRAIN];
+    test_file = test_labels = paths.path[NPZ_TEST];
   } else {
-    XF_GUARD(xf_csv_read(paths.path[CSV_TRAIN], csv, train, err));
-    XF_GUARD(xf_csv_read(paths.path[CSV_TEST], csv, test, err));
+    if (is_file(schema_path)) {
+      XF_GUARD(load_schema_csv(dir, csv, &paths, train, test, err));
+    } else {
+      XF_GUARD(xf_csv_read(paths.path[CSV_TRAIN], csv, train, err));
+      XF_GUARD(xf_csv_read(paths.path[CSV_TEST], csv, test, err));
+    }
     train_file = train_labels = paths.path[CSV_TRAIN];
     test_file = test_labels = paths.path[CSV_TEST];
   }
   if (train->h != test->h || train->w != test->w || train->c != test->c) {
-    if (*layout == XF_LAYOUT_CSV)
+    if (train->h == 1 && train->w == 1 && test->h == 1 && test->w == 1)
       return xf__data_fail(err, test_file,
                            XF_EFORMAT, "has %u features but %s has %u: train and test must have "
                            "the same columns",
@@ -309,6 +383,14 @@ xf_err xf_dataset_write_dir(const char *dir, xf_dataset_layout layout, const xf_
     XF_GUARD(join_path(dir, idx_names[IDX_TEST_IMAGES], ".gz", a, sizeof(a), err));
     XF_GUARD(join_path(dir, idx_names[IDX_TEST_LABELS], ".gz", b, sizeof(b), err));
     XF_GUARD(xf_idx_write(a, b, test, err));
+  } else if (layout == XF_LAYOUT_NPY || layout == XF_LAYOUT_NPZ) {
+    /* Shards of either NumPy layout are written as .npy files. */
+    XF_GUARD(join_path(dir, npy_names[NPY_TRAIN_X], "", a, sizeof(a), err));
+    XF_GUARD(join_path(dir, npy_names[NPY_TRAIN_Y], "", b, sizeof(b), err));
+    XF_GUARD(xf_npy_write(a, b, train, err));
+    XF_GUARD(join_path(dir, npy_names[NPY_TEST_X], "", a, sizeof(a), err));
+    XF_GUARD(join_path(dir, npy_names[NPY_TEST_Y], "", b, sizeof(b), err));
+    XF_GUARD(xf_npy_write(a, b, test, err));
   } else {
     XF_GUARD(join_path(dir, csv_names[CSV_TRAIN], "", a, sizeof(a), err));
     XF_GUARD(xf_csv_write(a, train, err));
@@ -321,7 +403,8 @@ xf_err xf_dataset_write_dir(const char *dir, xf_dataset_layout layout, const xf_
 const char *const *xf__dataset_dir_files(size_t *count) {
   static const char *const files[] = {
       "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
-      "t10k-labels-idx1-ubyte.gz", "train.csv", "test.csv", "dataset.json"};
+      "t10k-labels-idx1-ubyte.gz", "train.csv", "test.csv", "train-x.npy", "train-y.npy",
+      "test-x.npy", "test-y.npy", "dataset.json"};
   *count = sizeof(files) / sizeof(files[0]);
   return files;
 }

@@ -128,22 +128,104 @@ xf_err xf_csv_read(const char *path, const xf_csv_options *opt, xf_dataset *out,
  * existing file; not atomic. */
 xf_err xf_csv_write(const char *path, const xf_dataset *ds, xf_errctx *err) XF_WARN_UNUSED;
 
+/* ---- CSV with a column schema (tabular data) -------------------------------- */
+
+/* Limits on a schema and on the files read with one. */
+#define XF_SCHEMA_MAX_BYTES (1u << 20)   /* schema.json */
+#define XF_SCHEMA_MAX_COLUMNS 4096u      /* declared columns besides the label */
+#define XF_SCHEMA_MAX_VOCAB 4096u        /* words of one categorical column, or classes */
+#define XF_SCHEMA_MAX_FEATURES 65536u    /* features the columns expand to */
+#define XF_SCHEMA_MAX_NAME 256           /* characters of a column name or word */
+#define XF_TABULAR_MAX_LINE (1u << 20)   /* bytes of one CSV line */
+
+/* A parsed schema (format in docs/data.md): the label column and its classes
+ * (label words in class order, or whole-number labels), every other column of
+ * the file as numeric (one feature; normalization none, from the training
+ * split, or given mean/std; an optional fill for missing values), categorical
+ * (one-hot over its vocabulary, with an optional extra slot for unknown words
+ * and an optional fill) or ignored; and the texts that mean "missing"
+ * (default: the empty field). Features are laid out in column order. */
+typedef struct xf_schema xf_schema;
+
+/* Parses schema text. Errors name the member at fault ("columns[2].type").
+ * name names the text in errors (NULL: "schema.json"). The caller owns *out
+ * (xf_schema_free); NULL on failure. */
+xf_err xf_schema_parse(const char *text, size_t len, const char *name, xf_schema **out,
+                       xf_errctx *err) XF_WARN_UNUSED;
+xf_err xf_schema_read(const char *path, xf_schema **out, xf_errctx *err) XF_WARN_UNUSED;
+void xf_schema_free(xf_schema *s);
+/* Features a record has; the label's classes (0 when labels are whole numbers). */
+uint32_t xf_schema_features(const xf_schema *s);
+uint32_t xf_schema_classes(const xf_schema *s);
+
+/* Parses a CSV file with the schema: the first non-empty line is a header
+ * naming exactly the schema's columns and its label column, in any order;
+ * every field is checked against its column (errors name the file, line,
+ * column and the column's name). Values come out raw (not yet normalized):
+ * records are 1 x 1 x features, classes is the schema's class count or the
+ * largest label + 1. Lines are at most XF_TABULAR_MAX_LINE bytes; other rules
+ * (quotes, CRLF, blank lines, byte order mark) as xf_csv_parse. */
+xf_err xf_schema_csv_parse(const xf_schema *s, const void *text, size_t len, const char *name,
+                           xf_dataset *out, xf_errctx *err) XF_WARN_UNUSED;
+xf_err xf_schema_csv_read(const xf_schema *s, const char *path, xf_dataset *out,
+                          xf_errctx *err) XF_WARN_UNUSED;
+
+/* Normalizes the numeric columns that ask for it, in train and test (test may
+ * be NULL): "train" columns with the mean and population standard deviation
+ * of train (a constant column's deviation is taken as 1), given ones with
+ * theirs. The statistics used are kept in s. */
+xf_err xf_schema_normalize(xf_schema *s, xf_dataset *train, xf_dataset *test,
+                           xf_errctx *err) XF_WARN_UNUSED;
+
+/* ---- NumPy .npy and .npz ------------------------------------------------------- */
+
+/* Parses a features array and a labels array, each a .npy file (format
+ * versions 1.0 to 3.0): dtype float32/float64, 8 to 64-bit integers or bool,
+ * little-endian, fortran_order False; features of shape (n, F) (records of
+ * 1 x 1 x F), (n, h, w) or (n, h, w, c); labels of shape (n,) and an integer
+ * or bool dtype, each in [0, 65536). The header's dict literal is parsed
+ * strictly and the payload must be exactly as long as the shape says, both
+ * checked before anything is allocated. Features must be finite and within
+ * float range. Ownership as xf_idx_parse. */
+xf_err xf_npy_parse(const void *x, size_t x_len, const char *x_name, const void *y, size_t y_len,
+                    const char *y_name, xf_dataset *out, xf_errctx *err) XF_WARN_UNUSED;
+/* Parses an .npz file (a zip, as numpy.savez and savez_compressed write)
+ * holding members x.npy and y.npy (others are ignored); members stored or
+ * deflated, CRC-32 checked; zip64 archives are refused. */
+xf_err xf_npz_parse(const void *zip, size_t len, const char *name, xf_dataset *out,
+                    xf_errctx *err) XF_WARN_UNUSED;
+/* Read a file pair (plain or gzip) or an .npz file and parse them. */
+xf_err xf_npy_read(const char *x_path, const char *y_path, xf_dataset *out,
+                   xf_errctx *err) XF_WARN_UNUSED;
+xf_err xf_npz_read(const char *path, xf_dataset *out, xf_errctx *err) XF_WARN_UNUSED;
+/* Writes ds as two .npy files: features '<f4' of shape (n, F) when h = w = 1,
+ * else (n, h, w[, c]); labels '<i4' of shape (n,). Not atomic. */
+xf_err xf_npy_write(const char *x_path, const char *y_path, const xf_dataset *ds,
+                    xf_errctx *err) XF_WARN_UNUSED;
+
 /* ---- dataset directories ---------------------------------------------------- */
 
 /* The two layouts of a dataset directory:
  *  IDX: train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte,
  *       t10k-labels-idx1-ubyte, each plain or with ".gz" (the plain file wins
  *       when both exist); the layout of Debian's dataset-fashion-mnist.
- *  CSV: train.csv and test.csv (or train.csv.gz, test.csv.gz).
+ *  CSV: train.csv and test.csv (or train.csv.gz, test.csv.gz); with
+ *       schema.json beside them the files are read with that column schema
+ *       (xf_schema_csv_parse), and numeric columns are normalized with the
+ *       training split's statistics where the schema asks for it.
+ *  NPY: train-x.npy, train-y.npy, test-x.npy, test-y.npy (each plain or .gz).
+ *  NPZ: train.npz and test.npz, each holding x.npy and y.npy.
  * Either may carry dataset.json, {"classes": N}, which fixes the number of
  * classes (shards of a split do, so that every site agrees with the global
  * model's output size); every label must then be below N. */
 typedef enum xf_dataset_layout {
   XF_LAYOUT_IDX = 1,
-  XF_LAYOUT_CSV = 2
+  XF_LAYOUT_CSV = 2,
+  XF_LAYOUT_NPY = 3,
+  XF_LAYOUT_NPZ = 4
 } xf_dataset_layout;
 
-/* "idx" or "csv". */
+/* "idx", "csv", "npy" or "npz". */
 const char *xf_dataset_layout_name(xf_dataset_layout layout);
 
 /* Finds which layout dir holds. XF_ENOENT when dir is missing, holds neither

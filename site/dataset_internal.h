@@ -4,6 +4,7 @@
 #ifndef XF_SITE_DATASET_INTERNAL_H
 #define XF_SITE_DATASET_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -52,5 +53,42 @@ void xf__printable(char *dst, size_t dst_len, const char *src, size_t src_len);
 /* Every file name xf_dataset_write_dir may create in a directory (*count of
  * them), so that a failed split can remove exactly what it wrote. */
 const char *const *xf__dataset_dir_files(size_t *count);
+
+/* ---- the column schema of a tabular CSV dataset (site/schema.c) ---------------- */
+
+typedef enum xf__col_type { XF__COL_NUMERIC = 1, XF__COL_CATEGORICAL, XF__COL_IGNORE } xf__col_type;
+typedef enum xf__norm { XF__NORM_NONE = 0, XF__NORM_TRAIN, XF__NORM_GIVEN } xf__norm;
+
+typedef struct xf__schema_col {
+  char *name;
+  xf__col_type type;
+  xf__norm norm;
+  double mean, std; /* XF__NORM_GIVEN, or filled in by xf_schema_normalize */
+  bool has_fill;
+  double fill_num;    /* numeric fill, before normalization */
+  uint32_t fill_cat;  /* categorical fill: the feature (vocabulary index or the unknown slot) */
+  char **vocab;       /* categorical: n_vocab words in declared order */
+  uint32_t *sorted;   /* vocabulary indices in strcmp order, for lookups */
+  uint32_t n_vocab;
+  bool unknown_slot;  /* an unknown word maps to feature n_vocab instead of failing */
+  uint32_t offset;    /* first feature it produces */
+  uint32_t width;     /* features it produces: 1, n_vocab (+1), or 0 */
+} xf__schema_col;
+
+struct xf_schema {
+  char *name; /* the schema file, for errors */
+  xf__schema_col *cols;
+  uint32_t n_cols;
+  char *label;
+  char **classes; /* n_classes label words; 0: labels are whole numbers */
+  uint32_t *classes_sorted;
+  uint32_t n_classes;
+  char **missing; /* the texts that mean "no value" */
+  uint32_t n_missing;
+  uint32_t features;
+};
+
+/* Index of word in a sorted vocabulary, or -1. */
+int64_t xf__vocab_find(char *const *words, const uint32_t *sorted, uint32_t n, const char *word);
 
 #endif

@@ -130,6 +130,42 @@ static const xf_migration site_migrations[] = {
     /* The site's own hash-chained audit trail (policy/audit.h): its local
      * decisions, the updates it sent out of its region, and policy changes. */
     {5, xf_audit_schema_sql},
+    /* The NumPy layouts (npy, npz) join idx and csv. SQLite cannot alter a
+     * CHECK constraint, so the table is rebuilt; dataset_tags is set aside
+     * and rebuilt too, because dropping datasets with foreign keys on would
+     * cascade into it. Row ids are kept, so the tag links stay valid. */
+    {6,
+     "CREATE TABLE datasets_new (\n"
+     "  id INTEGER PRIMARY KEY,\n"
+     "  name TEXT NOT NULL UNIQUE,\n"
+     "  path TEXT NOT NULL,\n"
+     "  layout TEXT NOT NULL CHECK (layout IN ('idx', 'csv', 'npy', 'npz')),\n"
+     "  classification TEXT NOT NULL\n"
+     "    CHECK (classification IN ('public', 'internal', 'confidential', 'restricted')),\n"
+     "  train_records INTEGER NOT NULL CHECK (train_records >= 0),\n"
+     "  test_records INTEGER NOT NULL CHECK (test_records >= 0),\n"
+     "  classes INTEGER NOT NULL, features INTEGER NOT NULL,\n"
+     "  shape_h INTEGER NOT NULL, shape_w INTEGER NOT NULL, shape_c INTEGER NOT NULL,\n"
+     "  registered_at INTEGER NOT NULL,\n"
+     "  digest TEXT NOT NULL CHECK (length(digest) = 64),\n"
+     "  budget_epsilon REAL CHECK (budget_epsilon IS NULL OR budget_epsilon > 0),\n"
+     "  budget_delta REAL NOT NULL DEFAULT 1e-5 CHECK (budget_delta > 0 AND budget_delta < 1)\n"
+     ");\n"
+     "INSERT INTO datasets_new SELECT id, name, path, layout, classification, train_records,\n"
+     "  test_records, classes, features, shape_h, shape_w, shape_c, registered_at, digest,\n"
+     "  budget_epsilon, budget_delta FROM datasets;\n"
+     "CREATE TEMP TABLE dataset_tags_keep AS SELECT dataset_id, tag_id FROM dataset_tags;\n"
+     "DROP TABLE dataset_tags;\n"
+     "DROP TABLE datasets;\n"
+     "ALTER TABLE datasets_new RENAME TO datasets;\n"
+     "CREATE TABLE dataset_tags (\n"
+     "  dataset_id INTEGER NOT NULL REFERENCES datasets (id) ON DELETE CASCADE,\n"
+     "  tag_id INTEGER NOT NULL REFERENCES tags (id),\n"
+     "  PRIMARY KEY (dataset_id, tag_id)\n"
+     ");\n"
+     "CREATE INDEX dataset_tags_by_tag ON dataset_tags (tag_id);\n"
+     "INSERT INTO dataset_tags SELECT dataset_id, tag_id FROM dataset_tags_keep;\n"
+     "DROP TABLE temp.dataset_tags_keep;\n"},
 };
 
 struct xf_site_registry {
@@ -300,7 +336,11 @@ static xf_err read_row(xf_site_registry *reg, sqlite3_stmt *st, xf_site_dataset 
   snprintf(d->name, sizeof(d->name), "%s", column_text(st, 1));
   d->path = xf_strdup(column_text(st, 2));
   if (!d->path) return xf_fail(err, XF_ENOMEM, "cannot allocate the record of '%s'", d->name);
-  d->layout = strcmp(column_text(st, 3), "idx") == 0 ? XF_LAYOUT_IDX : XF_LAYOUT_CSV;
+  const char *layout = column_text(st, 3);
+  d->layout = strcmp(layout, "idx") == 0   ? XF_LAYOUT_IDX
+              : strcmp(layout, "npy") == 0 ? XF_LAYOUT_NPY
+              : strcmp(layout, "npz") == 0 ? XF_LAYOUT_NPZ
+                                           : XF_LAYOUT_CSV;
   xf_site_class c = XF_SITE_CLASS_INTERNAL;
   for (int i = 1; i <= N_CLASSES; i++)
     if (strcmp(column_text(st, 4), class_names[i]) == 0) c = (xf_site_class)i;
@@ -387,6 +427,8 @@ xf_err xf_site_registry_list(xf_site_registry *reg, xf_site_dataset **out, size_
 static const char *const idx_files[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                                         "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
 static const char *const csv_files[] = {"train.csv", "test.csv"};
+static const char *const npy_files[] = {"train-x.npy", "train-y.npy", "test-x.npy", "test-y.npy"};
+static const char *const npz_files[] = {"train.npz", "test.npz"};
 
 static bool exists(const char *path) {
   struct stat sb;
@@ -442,23 +484,29 @@ static xf_err digest_file(xf_digest_ctx *ctx, const char *path, const char *name
 
 xf_err xf_site_data_digest(const char *dir, xf_dataset_layout layout, xf_digest *out,
                            xf_errctx *err) {
-  const char *const *names = layout == XF_LAYOUT_IDX ? idx_files : csv_files;
-  size_t count = layout == XF_LAYOUT_IDX ? 4 : 2;
+  const char *const *names = csv_files;
+  size_t count = 2;
+  if (layout == XF_LAYOUT_IDX) names = idx_files, count = 4;
+  else if (layout == XF_LAYOUT_NPY) names = npy_files, count = 4;
+  else if (layout == XF_LAYOUT_NPZ) names = npz_files, count = 2;
   xf_digest_ctx ctx;
   xf_digest_init(&ctx);
   static const char version[] = "xfed-site-data-v1";
   xf_digest_update(&ctx, version, sizeof(version));
   char path[PATH_MAX], name[128];
-  for (size_t i = 0; i <= count; i++) {
-    bool optional = i == count;
-    snprintf(name, sizeof(name), "%s", optional ? "dataset.json" : names[i]);
+  /* The data files, then dataset.json and schema.json when present (a
+   * directory without them digests as it always did). */
+  for (size_t i = 0; i < count + 2; i++) {
+    bool optional = i >= count;
+    snprintf(name, sizeof(name), "%s",
+             !optional ? names[i] : i == count ? "dataset.json" : "schema.json");
     if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) >= sizeof(path) - 3) {
       xf_errctx_clear(err);
       xf_errctx_file(err, dir);
       return xf_fail(err, XF_ERANGE, "the path is too long");
     }
     if (!exists(path)) {
-      if (optional) break;
+      if (optional) continue;
       snprintf(name, sizeof(name), "%s.gz", names[i]);
       snprintf(path, sizeof(path), "%s/%s", dir, name);
       if (!exists(path)) {

@@ -1,6 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
 # The site's dataset module: readers, writers, splits; fuzz targets for the
-# IDX and CSV parsers.
+# IDX, CSV and NumPy parsers and the tabular column schema.
 xf_add_test(test_dataset SOURCES test_dataset.c LIBS xf_site LABELS unit)
 xf_add_fuzzer(fuzz_idx LIBS xf_site)
 xf_add_fuzzer(fuzz_csv LIBS xf_site)
+xf_add_test(test_tabular SOURCES test_tabular.c LIBS xf_site LABELS unit)
+# Tabular data: the column schema, CSV read with it, and the NumPy readers.
+xf_add_fuzzer(fuzz_schema LIBS xf_site)
+xf_add_fuzzer(fuzz_schema_csv LIBS xf_site)
+xf_add_fuzzer(fuzz_npy LIBS xf_site)
+# The tabular example (deploy/data/make-credit.py) through `xfed data split`
+# and `xfed-site dataset add`.
+add_test(NAME tabular_data COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/tabular_data.sh
+         ${PROJECT_BINARY_DIR})
+set_tests_properties(tabular_data PROPERTIES LABELS "integration" TIMEOUT 300)

@@ -767,8 +767,9 @@ static void load_dir_names_the_files_it_looked_for(void **state) {
   assert_int_equal(xf_dataset_load_dir(path_in(s, "empty"), &train, &test, &err), XF_ENOENT);
   assert_msg_contains(&err, "holds no dataset: looked for the IDX layout (train-images-idx3-ubyte,"
                             " train-labels-idx1-ubyte, t10k-images-idx3-ubyte, "
-                            "t10k-labels-idx1-ubyte, each plain or .gz) and the CSV layout "
-                            "(train.csv, test.csv)");
+                            "t10k-labels-idx1-ubyte, each plain or .gz), the CSV layout "
+                            "(train.csv, test.csv), the NPY layout (train-x.npy, train-y.npy, "
+                            "test-x.npy, test-y.npy) and the NPZ layout (train.npz, test.npz)");
   assert_int_equal(xf_dataset_load_dir(path_in(s, "nowhere"), &train, &test, &err), XF_ENOENT);
   write_idx_dir(s, "part", 5, 5, 28);
   unlink(path_in(s, "part/t10k-labels-idx1-ubyte"));

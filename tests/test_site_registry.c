@@ -664,10 +664,115 @@ static void dataset_names_and_tags_follow_the_rule_of_job_specs_and_policies(voi
   assert_int_equal(count_datasets(s), 1);
 }
 
+/* ---- tabular layouts --------------------------------------------------------------- */
+
+/* NumPy datasets register with their layout; a schema CSV dataset's digest
+ * covers schema.json, so editing the schema is a change the daemon notices. */
+static void registry_keeps_numpy_layouts_and_digests_the_schema(void **state) {
+  scratch *s = *state;
+  const char *np = path_in(s, "np");
+  assert_int_equal(mkdir(np, 0755), 0);
+  xf_dataset ds;
+  assert_int_equal(xf_dataset_alloc(&ds, 12, 1, 1, 3, 2, NULL), XF_OK);
+  for (uint32_t i = 0; i < ds.n; i++) ds.y[i] = (int32_t)(i % 2);
+  char a[800], b[800];
+  snprintf(a, sizeof(a), "%s/train-x.npy", np);
+  snprintf(b, sizeof(b), "%s/train-y.npy", np);
+  assert_int_equal(xf_npy_write(a, b, &ds, NULL), XF_OK);
+  snprintf(a, sizeof(a), "%s/test-x.npy", np);
+  snprintf(b, sizeof(b), "%s/test-y.npy", np);
+  assert_int_equal(xf_npy_write(a, b, &ds, NULL), XF_OK);
+  xf_dataset_free(&ds);
+  xf_errctx err;
+  xf_site_dataset d;
+  xf_site_dataset_spec spec = {.name = "arrays", .path = np};
+  if (xf_site_registry_add(s->reg, &spec, &d, &err) != XF_OK) fail_msg("%s", err.msg);
+  assert_int_equal(d.layout, XF_LAYOUT_NPY);
+  xf_site_dataset_free(&d);
+  assert_int_equal(xf_site_registry_get(s->reg, "arrays", &d, &err), XF_OK);
+  assert_int_equal(d.layout, XF_LAYOUT_NPY);
+  assert_int_equal(d.features, 3);
+  xf_site_dataset_free(&d);
+
+  const char *dir = make_csv(s, "tab", 1);
+  snprintf(a, sizeof(a), "%s/schema.json", dir);
+  assert_int_equal(write_file(a, "{\"label\": {\"column\": \"label\", \"type\": \"integer\"},"
+                                 " \"columns\": [{\"name\": \"x\", \"type\": \"numeric\"},"
+                                 " {\"name\": \"y\", \"type\": \"numeric\"},"
+                                 " {\"name\": \"z\", \"type\": \"ignore\"}]}"),
+                   0);
+  xf_site_dataset_spec tab = {.name = "tab", .path = dir};
+  if (xf_site_registry_add(s->reg, &tab, &d, &err) != XF_OK) fail_msg("%s", err.msg);
+  assert_int_equal(d.layout, XF_LAYOUT_CSV);
+  assert_int_equal(d.features, 2); /* z is ignored */
+  xf_digest before, after;
+  assert_int_equal(xf_site_data_digest(d.path, d.layout, &before, &err), XF_OK);
+  assert_int_equal(write_file(a, "{\"label\": {\"column\": \"label\", \"type\": \"integer\"},"
+                                 " \"columns\": [{\"name\": \"x\", \"type\": \"numeric\"},"
+                                 " {\"name\": \"y\", \"type\": \"ignore\"},"
+                                 " {\"name\": \"z\", \"type\": \"numeric\"}]}"),
+                   0);
+  assert_int_equal(xf_site_data_digest(d.path, d.layout, &after, &err), XF_OK);
+  assert_true(memcmp(&before, &after, sizeof(before)) != 0);
+  xf_site_dataset_free(&d);
+}
+
+/* A site database from before the NumPy layouts (schema version 5) is
+ * brought up to date with its datasets and their tags intact. */
+static void registry_migration_keeps_datasets_and_tags(void **state) {
+  scratch *s = *state;
+  char old[700];
+  snprintf(old, sizeof(old), "%s/old.db", s->dir);
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open(old, &db), SQLITE_OK);
+  const char *v5 =
+      "CREATE TABLE datasets (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE,"
+      " path TEXT NOT NULL, layout TEXT NOT NULL CHECK (layout IN ('idx', 'csv')),"
+      " classification TEXT NOT NULL, train_records INTEGER NOT NULL,"
+      " test_records INTEGER NOT NULL, classes INTEGER NOT NULL, features INTEGER NOT NULL,"
+      " shape_h INTEGER NOT NULL, shape_w INTEGER NOT NULL, shape_c INTEGER NOT NULL,"
+      " registered_at INTEGER NOT NULL, digest TEXT NOT NULL, budget_epsilon REAL,"
+      " budget_delta REAL NOT NULL DEFAULT 1e-5);"
+      "CREATE TABLE tags (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);"
+      "CREATE TABLE dataset_tags (dataset_id INTEGER NOT NULL REFERENCES datasets (id)"
+      " ON DELETE CASCADE, tag_id INTEGER NOT NULL REFERENCES tags (id),"
+      " PRIMARY KEY (dataset_id, tag_id));"
+      "INSERT INTO datasets VALUES (7, 'clinic', '/data/clinic', 'csv', 'internal', 6, 3, 3, 3,"
+      " 1, 1, 3, 1700000000, '0000000000000000000000000000000000000000000000000000000000000000',"
+      " 2.5, 1e-6);"
+      "INSERT INTO tags VALUES (4, 'research_ok');"
+      "INSERT INTO dataset_tags VALUES (7, 4);"
+      "PRAGMA user_version = 5;";
+  assert_int_equal(sqlite3_exec(db, v5, NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+  xf_site_registry *reg = NULL;
+  xf_errctx err;
+  if (xf_site_registry_open(old, &reg, &err) != XF_OK) fail_msg("%s", err.msg);
+  xf_site_dataset d;
+  assert_int_equal(xf_site_registry_get(reg, "clinic", &d, &err), XF_OK);
+  assert_int_equal(d.layout, XF_LAYOUT_CSV);
+  assert_int_equal(d.n_tags, 1);
+  assert_string_equal(d.tags[0], "research_ok");
+  assert_true(d.has_budget && d.budget_epsilon == 2.5 && d.budget_delta == 1e-6);
+  xf_site_dataset_free(&d);
+  xf_site_registry_close(reg);
+  assert_int_equal(sqlite3_open(old, &db), SQLITE_OK);
+  sqlite3_stmt *st = NULL;
+  assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA foreign_key_check", -1, &st, NULL), SQLITE_OK);
+  assert_int_equal(sqlite3_step(st), SQLITE_DONE); /* no dangling references */
+  sqlite3_finalize(st);
+  /* The new layouts pass the table's CHECK. */
+  assert_int_equal(sqlite3_exec(db, "UPDATE datasets SET layout = 'npz'", NULL, NULL, NULL),
+                   SQLITE_OK);
+  sqlite3_close(db);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, scratch_setup, scratch_teardown)
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      T(registry_keeps_numpy_layouts_and_digests_the_schema),
+      T(registry_migration_keeps_datasets_and_tags),
       T(added_dataset_reads_back_with_shape_tags_and_budget),
       T(list_tag_budget_and_remove_round_trip),
       T(invalid_data_is_refused_with_the_loaders_message_and_nothing_recorded),
