@@ -1,0 +1,564 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Export for deployment: the layer table walked into an ONNX graph (built
+ * with the protobuf-c code generated from ONNX's own onnx.proto), a .npz of
+ * named tensors, or a .npy vector. */
+#include "kernels/export.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "base/alloc.h"
+#include "kernels/onnx/onnx.pb-c.h"
+
+#define NPY_MAGIC "\x93NUMPY"
+/* NumPy pads the header so that the data starts on a multiple of 64 bytes. */
+#define NPY_ALIGN 64
+
+static const char *const format_names[] = {"xfed", "npy", "npz", "onnx"};
+static const char *const format_exts[] = {".xfm", ".npy", ".npz", ".onnx"};
+#define N_FORMATS (sizeof(format_names) / sizeof(format_names[0]))
+
+const char *xf_export_format_name(xf_export_format f) {
+  return (size_t)f < N_FORMATS ? format_names[f] : "?";
+}
+
+bool xf_export_format_parse(const char *word, xf_export_format *f) {
+  for (size_t i = 0; i < N_FORMATS; i++)
+    if (strcmp(word, format_names[i]) == 0) {
+      *f = (xf_export_format)i;
+      return true;
+    }
+  return false;
+}
+
+bool xf_export_format_of_path(const char *path, xf_export_format *f) {
+  size_t n = strlen(path);
+  for (size_t i = 0; i < N_FORMATS; i++) {
+    size_t k = strlen(format_exts[i]);
+    if (n > k && strcmp(path + n - k, format_exts[i]) == 0) {
+      *f = (xf_export_format)i;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* ---- tensors in the deployment layout ------------------------------------ */
+
+void xf_export_tensors_free(xf_export_tensor *t, int n) {
+  for (int i = 0; t && i < n; i++) xf_free(t[i].data);
+  xf_free(t);
+}
+
+static xf_export_tensor *tensor_new(xf_export_tensor *t, int *n, const xf_layer *l,
+                                    const char *what, int rank, const int64_t *dims) {
+  xf_export_tensor *e = &t[(*n)++];
+  snprintf(e->name, sizeof(e->name), "%s.%s", l->name, what);
+  e->rank = rank;
+  e->count = 1;
+  for (int i = 0; i < rank; i++) {
+    e->dims[i] = dims[i];
+    e->count *= (size_t)dims[i];
+  }
+  e->data = xf_mallocarray(e->count, sizeof(float));
+  return e->data ? e : NULL;
+}
+
+/* A dense layer's weight: xfed's [out x in] rows take the input in its NHWC
+ * order (row, column, channel); the deployment graph flattens NCHW
+ * (channel, row, column), so the columns are permuted to match. For a layer
+ * after another dense layer (1x1xF) the permutation is the identity. */
+static void dense_weight(const xf_layer *l, const float *src, float *dst) {
+  const size_t H = (size_t)l->in_h, W = (size_t)l->in_w, C = (size_t)l->in_c, F = H * W * C;
+  for (size_t o = 0; o < (size_t)l->out_c; o++)
+    for (size_t c = 0; c < C; c++)
+      for (size_t h = 0; h < H; h++)
+        for (size_t w = 0; w < W; w++)
+          dst[o * F + (c * H + h) * W + w] = src[o * F + (h * W + w) * C + c];
+}
+
+/* A conv layer's weight: xfed's [out x (kh*kw*in)] with the inner index
+ * (i*kw + j)*in + ch (kernels/model.h) to OIHW. */
+static void conv_weight(const xf_layer *l, const float *src, float *dst) {
+  const size_t K = (size_t)l->kernel, C = (size_t)l->in_c, row = K * K * C;
+  for (size_t o = 0; o < (size_t)l->out_c; o++)
+    for (size_t ch = 0; ch < C; ch++)
+      for (size_t i = 0; i < K; i++)
+        for (size_t j = 0; j < K; j++)
+          dst[o * row + (ch * K + i) * K + j] = src[o * row + (i * K + j) * C + ch];
+}
+
+xf_err xf_export_tensors(const xf_model *m, const float *params, xf_export_tensor **out, int *n,
+                         xf_errctx *err) {
+  const int layers = xf_model_num_layers(m);
+  xf_export_tensor *t = xf_calloc((size_t)layers * 2 + 1, sizeof(*t));
+  if (!t) return xf_fail(err, XF_ENOMEM, "cannot allocate the tensor table");
+  int k = 0;
+  for (int i = 0; i < layers; i++) {
+    const xf_layer *l = xf_model_layer(m, i);
+    xf_export_tensor *w = NULL, *b = NULL;
+    switch (l->kind) {
+    case XF_LAYER_DENSE: {
+      const int64_t wd[2] = {l->out_c, (int64_t)(l->weight_count / (size_t)l->out_c)};
+      if ((w = tensor_new(t, &k, l, "weight", 2, wd)))
+        dense_weight(l, params + l->weight_offset, w->data);
+      break;
+    }
+    case XF_LAYER_CONV: {
+      const int64_t wd[4] = {l->out_c, l->in_c, l->kernel, l->kernel};
+      if ((w = tensor_new(t, &k, l, "weight", 4, wd)))
+        conv_weight(l, params + l->weight_offset, w->data);
+      break;
+    }
+    case XF_LAYER_RELU:
+    case XF_LAYER_MAXPOOL:
+      continue; /* no parameters */
+    default:
+      xf_export_tensors_free(t, k);
+      return xf_fail(err, XF_EUNSUPPORTED, "layer %s: kind %d has no export mapping", l->name,
+                     (int)l->kind);
+    }
+    const int64_t bd[1] = {(int64_t)l->bias_count};
+    if (w && (b = tensor_new(t, &k, l, "bias", 1, bd)))
+      memcpy(b->data, params + l->bias_offset, l->bias_count * sizeof(float));
+    if (!w || !b) {
+      xf_export_tensors_free(t, k);
+      return xf_fail(err, XF_ENOMEM, "cannot allocate the tensors of layer %s", l->name);
+    }
+  }
+  *out = t;
+  *n = k;
+  return XF_OK;
+}
+
+/* float32 little-endian bytes, whatever the host's byte order. */
+static void store_f32le(uint8_t *dst, const float *src, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &src[i], sizeof(u));
+    dst[4 * i] = (uint8_t)u;
+    dst[4 * i + 1] = (uint8_t)(u >> 8);
+    dst[4 * i + 2] = (uint8_t)(u >> 16);
+    dst[4 * i + 3] = (uint8_t)(u >> 24);
+  }
+}
+
+/* ---- ONNX ------------------------------------------------------------------ */
+
+/* Room for the whole graph: per layer at most a Flatten and its own node,
+ * plus the Softmax; per node at most three attributes of up to four ints. */
+#define MAX_NODES (2 * XF_MODEL_MAX_LAYERS + 1)
+#define MAX_ATTRS 3
+#define MAX_INITS (2 * XF_MODEL_MAX_LAYERS)
+
+typedef struct onnx_node {
+  Onnx__NodeProto node;
+  char *inputs[3];
+  char *outputs[1];
+  char name[40], out[40];
+  Onnx__AttributeProto attr[MAX_ATTRS];
+  Onnx__AttributeProto *attr_ptr[MAX_ATTRS];
+  int64_t ints[MAX_ATTRS][4];
+} onnx_node;
+
+/* A graph input or output: float32 of shape [N, dims...] with N symbolic. */
+typedef struct onnx_value {
+  Onnx__ValueInfoProto info;
+  Onnx__TypeProto type;
+  Onnx__TypeProto__Tensor tensor;
+  Onnx__TensorShapeProto shape;
+  Onnx__TensorShapeProto__Dimension dim[4];
+  Onnx__TensorShapeProto__Dimension *dim_ptr[4];
+} onnx_value;
+
+/* Everything the ModelProto points into, so that one free releases it. */
+typedef struct onnx_graph {
+  onnx_node nodes[MAX_NODES];
+  Onnx__NodeProto *node_ptr[MAX_NODES];
+  int n_nodes;
+  Onnx__TensorProto inits[MAX_INITS];
+  Onnx__TensorProto *init_ptr[MAX_INITS];
+  int64_t init_dims[MAX_INITS][4];
+  uint8_t *init_bytes[MAX_INITS];
+  int n_inits;
+  onnx_value input, outputs[2];
+  Onnx__ValueInfoProto *input_ptr[1], *output_ptr[2];
+  Onnx__GraphProto graph;
+  Onnx__OperatorSetIdProto opset;
+  Onnx__OperatorSetIdProto *opset_ptr[1];
+  Onnx__ModelProto model;
+} onnx_graph;
+
+static onnx_node *add_node(onnx_graph *g, const char *op, const char *name) {
+  onnx_node *n = &g->nodes[g->n_nodes];
+  g->node_ptr[g->n_nodes++] = &n->node;
+  onnx__node_proto__init(&n->node);
+  snprintf(n->name, sizeof(n->name), "%s", name);
+  snprintf(n->out, sizeof(n->out), "%s", name);
+  n->node.op_type = (char *)op;
+  n->node.name = n->name;
+  /* The previous node's output, by pointer: renaming it (to "logits")
+   * renames the input that reads it. */
+  n->inputs[0] = g->n_nodes > 1 ? g->nodes[g->n_nodes - 2].out : "input";
+  n->node.input = n->inputs;
+  n->node.n_input = 1;
+  n->outputs[0] = n->out;
+  n->node.output = n->outputs;
+  n->node.n_output = 1;
+  n->node.attribute = n->attr_ptr;
+  return n;
+}
+
+static void add_ints(onnx_node *n, const char *name, const int64_t *v, size_t count) {
+  size_t k = n->node.n_attribute++;
+  Onnx__AttributeProto *a = &n->attr[k];
+  onnx__attribute_proto__init(a);
+  a->name = (char *)name;
+  a->has_type = 1;
+  if (count == 0) { /* a single int */
+    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+    a->has_i = 1;
+    a->i = v[0];
+  } else {
+    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+    memcpy(n->ints[k], v, count * sizeof(int64_t));
+    a->ints = n->ints[k];
+    a->n_ints = count;
+  }
+  n->attr_ptr[k] = a;
+}
+
+static xf_err add_init(onnx_graph *g, const xf_export_tensor *t, xf_errctx *err) {
+  int k = g->n_inits++;
+  Onnx__TensorProto *p = &g->inits[k];
+  onnx__tensor_proto__init(p);
+  memcpy(g->init_dims[k], t->dims, sizeof(t->dims));
+  p->dims = g->init_dims[k];
+  p->n_dims = (size_t)t->rank;
+  p->has_data_type = 1;
+  p->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+  p->name = (char *)t->name;
+  g->init_bytes[k] = xf_mallocarray(t->count, sizeof(float));
+  if (!g->init_bytes[k])
+    return xf_fail(err, XF_ENOMEM, "cannot allocate the initializer %s", t->name);
+  store_f32le(g->init_bytes[k], t->data, t->count);
+  p->has_raw_data = 1;
+  p->raw_data.data = g->init_bytes[k];
+  p->raw_data.len = t->count * sizeof(float);
+  g->init_ptr[k] = p;
+  return XF_OK;
+}
+
+static void value_info(onnx_value *v, const char *name, const int64_t *dims, int rank) {
+  onnx__value_info_proto__init(&v->info);
+  onnx__type_proto__init(&v->type);
+  onnx__type_proto__tensor__init(&v->tensor);
+  onnx__tensor_shape_proto__init(&v->shape);
+  v->info.name = (char *)name;
+  v->info.type = &v->type;
+  v->type.value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+  v->type.tensor_type = &v->tensor;
+  v->tensor.has_elem_type = 1;
+  v->tensor.elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+  v->tensor.shape = &v->shape;
+  for (int i = 0; i < rank; i++) {
+    onnx__tensor_shape_proto__dimension__init(&v->dim[i]);
+    if (i == 0) {
+      v->dim[i].value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+      v->dim[i].dim_param = "N";
+    } else {
+      v->dim[i].value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+      v->dim[i].dim_value = dims[i];
+    }
+    v->dim_ptr[i] = &v->dim[i];
+  }
+  v->shape.dim = v->dim_ptr;
+  v->shape.n_dim = (size_t)rank;
+}
+
+/* Walks the layer table into nodes. The value between nodes is NCHW until a
+ * dense layer needs it flat: a Flatten goes before the first dense layer
+ * (its weight's columns are in NCHW order, see dense_weight). tensors are
+ * xf_export_tensors' output, two per parameter layer in table order. */
+static xf_err build_nodes(onnx_graph *g, const xf_model *m, const xf_export_tensor *tensors,
+                          xf_errctx *err) {
+  bool spatial = true;
+  int next_tensor = 0;
+  for (int i = 0; i < xf_model_num_layers(m); i++) {
+    const xf_layer *l = xf_model_layer(m, i);
+    onnx_node *n = NULL;
+    switch (l->kind) {
+    case XF_LAYER_DENSE: {
+      if (spatial) {
+        char name[40];
+        snprintf(name, sizeof(name), "%s.flatten", l->name);
+        onnx_node *f = add_node(g, "Flatten", name);
+        const int64_t axis = 1;
+        add_ints(f, "axis", &axis, 0);
+        spatial = false;
+      }
+      n = add_node(g, "Gemm", l->name);
+      const int64_t trans_b = 1; /* B is [out, in], xfed's and PyTorch's orientation */
+      add_ints(n, "transB", &trans_b, 0);
+      break;
+    }
+    case XF_LAYER_CONV: {
+      XF_ENSURE(spatial, err, XF_EUNSUPPORTED,
+                "layer %s: a conv layer after a dense one has no image to read", l->name);
+      n = add_node(g, "Conv", l->name);
+      const int64_t k[2] = {l->kernel, l->kernel}, s[2] = {l->stride, l->stride},
+                    p[4] = {l->pad, l->pad, l->pad, l->pad};
+      add_ints(n, "kernel_shape", k, 2);
+      add_ints(n, "strides", s, 2);
+      add_ints(n, "pads", p, 4);
+      break;
+    }
+    case XF_LAYER_MAXPOOL: {
+      XF_ENSURE(spatial, err, XF_EUNSUPPORTED,
+                "layer %s: a pooling layer after a dense one has no image to read", l->name);
+      n = add_node(g, "MaxPool", l->name);
+      const int64_t k[2] = {l->kernel, l->kernel}, s[2] = {l->stride, l->stride};
+      add_ints(n, "kernel_shape", k, 2);
+      add_ints(n, "strides", s, 2);
+      break;
+    }
+    case XF_LAYER_RELU:
+      n = add_node(g, "Relu", l->name);
+      break;
+    default:
+      return xf_fail(err, XF_EUNSUPPORTED, "layer %s: kind %d has no ONNX mapping", l->name,
+                     (int)l->kind);
+    }
+    if (l->weight_count) {
+      n->inputs[1] = (char *)tensors[next_tensor++].name;
+      n->inputs[2] = (char *)tensors[next_tensor++].name;
+      n->node.n_input = 3;
+    }
+  }
+  XF_ENSURE(!spatial, err, XF_EUNSUPPORTED,
+            "the model ends in an image, not in class scores: it has no dense output layer");
+  onnx_node *last = &g->nodes[g->n_nodes - 1];
+  snprintf(last->out, sizeof(last->out), "logits");
+  onnx_node *sm = add_node(g, "Softmax", "probabilities");
+  const int64_t axis = 1;
+  add_ints(sm, "axis", &axis, 0);
+  return XF_OK;
+}
+
+static void graph_free(onnx_graph *g) {
+  if (!g) return;
+  for (int i = 0; i < g->n_inits; i++) xf_free(g->init_bytes[i]);
+  xf_free(g);
+}
+
+xf_err xf_export_onnx(const xf_model *m, const float *params, const char *description,
+                      uint8_t **out, size_t *len, xf_errctx *err) {
+  xf_export_tensor *tensors = NULL;
+  int n_tensors = 0;
+  XF_GUARD(xf_export_tensors(m, params, &tensors, &n_tensors, err));
+  onnx_graph *g = xf_calloc(1, sizeof(*g));
+  xf_err rc = g ? XF_OK : xf_fail(err, XF_ENOMEM, "cannot allocate the ONNX graph");
+  if (rc == XF_OK) rc = build_nodes(g, m, tensors, err);
+  for (int i = 0; rc == XF_OK && i < n_tensors; i++) rc = add_init(g, &tensors[i], err);
+  if (rc != XF_OK) goto out;
+
+  const xf_model_spec *s = xf_model_spec_of(m);
+  const int64_t in_dims[4] = {0, s->in_c, s->in_h, s->in_w}, out_dims[2] = {0, s->classes};
+  value_info(&g->input, "input", in_dims, 4);
+  value_info(&g->outputs[0], "logits", out_dims, 2);
+  value_info(&g->outputs[1], "probabilities", out_dims, 2);
+  g->input_ptr[0] = &g->input.info;
+  g->output_ptr[0] = &g->outputs[0].info;
+  g->output_ptr[1] = &g->outputs[1].info;
+
+  onnx__graph_proto__init(&g->graph);
+  g->graph.name = (char *)xf_model_describe(m);
+  g->graph.node = g->node_ptr;
+  g->graph.n_node = (size_t)g->n_nodes;
+  g->graph.initializer = g->init_ptr;
+  g->graph.n_initializer = (size_t)g->n_inits;
+  g->graph.input = g->input_ptr;
+  g->graph.n_input = 1;
+  g->graph.output = g->output_ptr;
+  g->graph.n_output = 2;
+
+  onnx__operator_set_id_proto__init(&g->opset);
+  g->opset.domain = ""; /* the default domain, ai.onnx */
+  g->opset.has_version = 1;
+  g->opset.version = XF_ONNX_OPSET;
+  g->opset_ptr[0] = &g->opset;
+  onnx__model_proto__init(&g->model);
+  g->model.has_ir_version = 1;
+  g->model.ir_version = XF_ONNX_IR_VERSION;
+  g->model.opset_import = g->opset_ptr;
+  g->model.n_opset_import = 1;
+  g->model.producer_name = "xfed";
+  g->model.producer_version = XF_VERSION;
+  g->model.doc_string = (char *)(description ? description : xf_model_describe(m));
+  g->model.graph = &g->graph;
+
+  size_t size = onnx__model_proto__get_packed_size(&g->model);
+  uint8_t *buf = xf_malloc(size ? size : 1);
+  if (!buf) {
+    rc = xf_fail(err, XF_ENOMEM, "cannot allocate %zu bytes for the ONNX model", size);
+    goto out;
+  }
+  *len = onnx__model_proto__pack(&g->model, buf);
+  *out = buf;
+out:
+  graph_free(g);
+  xf_export_tensors_free(tensors, n_tensors);
+  return rc;
+}
+
+/* ---- NumPy .npy and .npz ---------------------------------------------------- */
+
+/* A format 1.0 .npy: magic, version, header length (u16 LE), the header
+ * dict padded with spaces to the alignment and ended by a newline, then the
+ * data as '<f4'. */
+static xf_err npy_encode(const int64_t *dims, int rank, const float *values, size_t count,
+                         uint8_t **out, size_t *len, xf_errctx *err) {
+  char shape[96] = "";
+  size_t used = 0;
+  for (int i = 0; i < rank; i++)
+    used += (size_t)snprintf(shape + used, sizeof(shape) - used, "%lld,%s",
+                             (long long)dims[i], i + 1 < rank ? " " : "");
+  char dict[160];
+  int dl = snprintf(dict, sizeof(dict), "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }",
+                    shape);
+  const size_t prefix = 10; /* magic 6, version 2, header length 2 */
+  size_t total_header = (prefix + (size_t)dl + 1 + NPY_ALIGN - 1) / NPY_ALIGN * NPY_ALIGN;
+  size_t header_len = total_header - prefix;
+  size_t data_len = count * sizeof(float);
+  uint8_t *buf = xf_malloc(total_header + data_len);
+  if (!buf) return xf_fail(err, XF_ENOMEM, "cannot allocate %zu bytes for a .npy",
+                           total_header + data_len);
+  memcpy(buf, NPY_MAGIC, 6);
+  buf[6] = 1; /* format version 1.0 */
+  buf[7] = 0;
+  buf[8] = (uint8_t)(header_len & 0xff);
+  buf[9] = (uint8_t)(header_len >> 8);
+  memcpy(buf + prefix, dict, (size_t)dl);
+  memset(buf + prefix + dl, ' ', header_len - (size_t)dl - 1);
+  buf[total_header - 1] = '\n';
+  store_f32le(buf + total_header, values, count);
+  *out = buf;
+  *len = total_header + data_len;
+  return XF_OK;
+}
+
+xf_err xf_export_npy_vector(const float *values, size_t n, uint8_t **out, size_t *len,
+                            xf_errctx *err) {
+  const int64_t dims[1] = {(int64_t)n};
+  return npy_encode(dims, 1, values, n, out, len, err);
+}
+
+static void put16(uint8_t *p, uint32_t v) {
+  p[0] = (uint8_t)v;
+  p[1] = (uint8_t)(v >> 8);
+}
+static void put32(uint8_t *p, uint32_t v) {
+  put16(p, v);
+  put16(p + 2, v >> 16);
+}
+
+/* The zip records written (PKWARE APPNOTE 4.3.7, 4.3.12, 4.3.16): stored
+ * entries, no data descriptors, a fixed date (1980-01-01 00:00) so that the
+ * same model gives the same bytes. */
+#define ZIP_LOCAL 30
+#define ZIP_CENTRAL 46
+#define ZIP_END 22
+#define ZIP_VERSION 20  /* 2.0: the version that reads stored entries */
+#define ZIP_DOS_DATE 0x21 /* 1980-01-01 */
+
+xf_err xf_export_npz(const xf_model *m, const float *params, uint8_t **out, size_t *len,
+                     xf_errctx *err) {
+  xf_export_tensor *t = NULL;
+  int n = 0;
+  XF_GUARD(xf_export_tensors(m, params, &t, &n, err));
+  uint8_t **npy = xf_calloc((size_t)n + 1, sizeof(*npy));
+  size_t *npy_len = xf_calloc((size_t)n + 1, sizeof(*npy_len));
+  uint8_t *zip = NULL;
+  xf_err rc = npy && npy_len ? XF_OK : xf_fail(err, XF_ENOMEM, "cannot allocate the archive");
+  /* Sizes in 64 bits, so that an archive past 4 GiB is caught, not wrapped. */
+  uint64_t total = ZIP_END;
+  for (int i = 0; rc == XF_OK && i < n; i++) {
+    rc = npy_encode(t[i].dims, t[i].rank, t[i].data, t[i].count, &npy[i], &npy_len[i], err);
+    total += ZIP_LOCAL + ZIP_CENTRAL + 2 * (strlen(t[i].name) + 4) + npy_len[i];
+  }
+  if (rc == XF_OK && total >= UINT32_MAX)
+    rc = xf_fail(err, XF_ERANGE, "the .npz would take %llu bytes: past 4 GiB a zip needs ZIP64, "
+                 "which xfed does not write; export as onnx or xfed",
+                 (unsigned long long)total);
+  if (rc == XF_OK && !(zip = xf_malloc((size_t)total)))
+    rc = xf_fail(err, XF_ENOMEM, "cannot allocate %llu bytes for the .npz",
+                 (unsigned long long)total);
+  if (rc != XF_OK) goto out;
+
+  /* Local headers and data first, then the central directory; offsets[]
+   * are where each local header starts. */
+  size_t pos = 0;
+  uint32_t crcs[MAX_INITS], sizes[MAX_INITS], offsets[MAX_INITS];
+  for (int i = 0; i < n; i++) {
+    char name[48];
+    int nl = snprintf(name, sizeof(name), "%s.npy", t[i].name);
+    uint32_t crc = (uint32_t)crc32(0L, Z_NULL, 0);
+    crc = (uint32_t)crc32_z(crc, npy[i], npy_len[i]);
+    crcs[i] = crc;
+    sizes[i] = (uint32_t)npy_len[i];
+    uint8_t *h = zip + pos;
+    put32(h, 0x04034b50);
+    put16(h + 4, ZIP_VERSION);
+    put16(h + 6, 0);  /* flags */
+    put16(h + 8, 0);  /* method: stored */
+    put16(h + 10, 0); /* time */
+    put16(h + 12, ZIP_DOS_DATE);
+    put32(h + 14, crc);
+    put32(h + 18, sizes[i]);
+    put32(h + 22, sizes[i]);
+    put16(h + 26, (uint32_t)nl);
+    put16(h + 28, 0); /* extra field length */
+    memcpy(h + ZIP_LOCAL, name, (size_t)nl);
+    memcpy(h + ZIP_LOCAL + nl, npy[i], npy_len[i]);
+    offsets[i] = (uint32_t)pos;
+    pos += ZIP_LOCAL + (size_t)nl + npy_len[i];
+  }
+  size_t central = pos;
+  for (int i = 0; i < n; i++) {
+    char name[48];
+    int nl = snprintf(name, sizeof(name), "%s.npy", t[i].name);
+    uint8_t *h = zip + pos;
+    memset(h, 0, ZIP_CENTRAL);
+    put32(h, 0x02014b50);
+    put16(h + 4, ZIP_VERSION); /* made by: MS-DOS attributes, 2.0 */
+    put16(h + 6, ZIP_VERSION);
+    put16(h + 12, 0);
+    put16(h + 14, ZIP_DOS_DATE);
+    put32(h + 16, crcs[i]);
+    put32(h + 20, sizes[i]);
+    put32(h + 24, sizes[i]);
+    put16(h + 28, (uint32_t)nl);
+    put32(h + 42, offsets[i]);
+    memcpy(h + ZIP_CENTRAL, name, (size_t)nl);
+    pos += ZIP_CENTRAL + (size_t)nl;
+  }
+  uint8_t *e = zip + pos;
+  memset(e, 0, ZIP_END);
+  put32(e, 0x06054b50);
+  put16(e + 8, (uint32_t)n);
+  put16(e + 10, (uint32_t)n);
+  put32(e + 12, (uint32_t)(pos - central));
+  put32(e + 16, (uint32_t)central);
+  pos += ZIP_END;
+  *out = zip;
+  *len = pos;
+  zip = NULL;
+out:
+  xf_free(zip);
+  for (int i = 0; npy && i < n; i++) xf_free(npy[i]);
+  xf_free(npy);
+  xf_free(npy_len);
+  xf_export_tensors_free(t, n);
+  return rc;
+}
