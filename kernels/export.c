@@ -210,23 +210,31 @@ static onnx_node *add_node(onnx_graph *g, const char *op, const char *name) {
   return n;
 }
 
-static void add_ints(onnx_node *n, const char *name, const int64_t *v, size_t count) {
+static Onnx__AttributeProto *add_attr(onnx_node *n, const char *name) {
   size_t k = n->node.n_attribute++;
   Onnx__AttributeProto *a = &n->attr[k];
   onnx__attribute_proto__init(a);
   a->name = (char *)name;
   a->has_type = 1;
-  if (count == 0) { /* a single int */
-    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
-    a->has_i = 1;
-    a->i = v[0];
-  } else {
-    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
-    memcpy(n->ints[k], v, count * sizeof(int64_t));
-    a->ints = n->ints[k];
-    a->n_ints = count;
-  }
   n->attr_ptr[k] = a;
+  return a;
+}
+
+static void add_int(onnx_node *n, const char *name, int64_t v) {
+  Onnx__AttributeProto *a = add_attr(n, name);
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+  a->has_i = 1;
+  a->i = v;
+}
+
+/* count is at most 4 (a 2-D convolution's pads). */
+static void add_ints(onnx_node *n, const char *name, const int64_t *v, size_t count) {
+  size_t k = n->node.n_attribute;
+  Onnx__AttributeProto *a = add_attr(n, name);
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+  memcpy(n->ints[k], v, count * sizeof(int64_t));
+  a->ints = n->ints[k];
+  a->n_ints = count;
 }
 
 static xf_err add_init(onnx_graph *g, const xf_export_tensor *t, xf_errctx *err) {
@@ -294,13 +302,11 @@ static xf_err build_nodes(onnx_graph *g, const xf_model *m, const xf_export_tens
         char name[40];
         snprintf(name, sizeof(name), "%s.flatten", l->name);
         onnx_node *f = add_node(g, "Flatten", name);
-        const int64_t axis = 1;
-        add_ints(f, "axis", &axis, 0);
+        add_int(f, "axis", 1);
         spatial = false;
       }
       n = add_node(g, "Gemm", l->name);
-      const int64_t trans_b = 1; /* B is [out, in], xfed's and PyTorch's orientation */
-      add_ints(n, "transB", &trans_b, 0);
+      add_int(n, "transB", 1); /* B is [out, in], xfed's and PyTorch's orientation */
       break;
     }
     case XF_LAYER_CONV: {
@@ -341,8 +347,7 @@ static xf_err build_nodes(onnx_graph *g, const xf_model *m, const xf_export_tens
   onnx_node *last = &g->nodes[g->n_nodes - 1];
   snprintf(last->out, sizeof(last->out), "logits");
   onnx_node *sm = add_node(g, "Softmax", "probabilities");
-  const int64_t axis = 1;
-  add_ints(sm, "axis", &axis, 0);
+  add_int(sm, "axis", 1);
   return XF_OK;
 }
 
@@ -421,9 +426,10 @@ static xf_err npy_encode(const int64_t *dims, int rank, const float *values, siz
                          uint8_t **out, size_t *len, xf_errctx *err) {
   char shape[96] = "";
   size_t used = 0;
+  /* As NumPy writes a tuple: "(6,)", "(6, 1, 5, 5)". */
   for (int i = 0; i < rank; i++)
-    used += (size_t)snprintf(shape + used, sizeof(shape) - used, "%lld,%s",
-                             (long long)dims[i], i + 1 < rank ? " " : "");
+    used += (size_t)snprintf(shape + used, sizeof(shape) - used, "%s%lld%s", i ? ", " : "",
+                             (long long)dims[i], rank == 1 ? "," : "");
   char dict[160];
   int dl = snprintf(dict, sizeof(dict), "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }",
                     shape);

@@ -14,3 +14,9 @@ add_test(NAME export_onnxruntime_predicts_as_xfed
                  onnxruntime)
 set_tests_properties(export_onnxruntime_predicts_as_xfed PROPERTIES LABELS slow TIMEOUT 1200
                      SKIP_RETURN_CODE 77)
+
+# The exporters in-process: the ONNX graph read back with the same generated
+# protobuf-c code (nodes, attributes, initializers, shapes), each layout
+# conversion against hand-placed values, the .npz's zip records and CRCs, and
+# the format words and extensions.
+xf_add_test(test_export SOURCES test_export.c LIBS xf_export PkgConfig::ZLIB LABELS unit TIMEOUT 120)
