@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Export for deployment (tests/integration/export.sh): every preset trained
-# briefly with `xfed train`, exported with `xfed model export` to ONNX and
-# .npz. The default suite checks the graphs with Debian's python3-onnx
-# (onnx.checker, full check), runs them in numpy against `xfed model eval`'s
+# briefly with `xfed train` (and an mlp on a tabular CSV set the test makes),
+# exported with `xfed model export` to ONNX and .npz. The default suite checks
+# the graphs with Debian's python3-onnx (onnx.checker, full check), runs them in numpy against `xfed model eval`'s
 # predictions, reads the .npz back and refuses a --format that disagrees with
 # the extension; the slow one runs them in onnxruntime from PyPI (the
 # benchmark virtualenv, bench/venv.sh), skipped when it cannot be made.

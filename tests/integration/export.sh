@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Export for deployment, end to end: each preset (logreg, mlp, lenet5,
 # fedavg-cnn) trained for one epoch with `xfed train` on one shard of
-# Fashion-MNIST, exported with `xfed model export` to ONNX and .npz, and
+# Fashion-MNIST, and an mlp on a tabular CSV set the test makes, exported with `xfed model export` to ONNX and .npz, and
 # evaluated by `xfed model eval` on the shard's test split (accuracy, loss and
 # each record's predicted class). Then, by MODE:
 #   numpy        onnx.checker.check_model(full_check=True) with Debian's
@@ -48,29 +48,50 @@ esac
 # something in one epoch, little enough for a loaded 2-core machine.
 "$xfed" data split --data "$data" --sites 30 --scheme iid --out "$work/shards" >/dev/null
 shard=$work/shards/site-1
+# A tabular set: 6 features (one of them far from [0, 1]), 3 classes that a
+# linear boundary nearly separates; 600 training and 200 test records.
+mkdir "$work/tabular"
+/usr/bin/python3 - "$work/tabular" <<'PY'
+import random, sys
+rng = random.Random(7)
+for name, n in (("train.csv", 600), ("test.csv", 200)):
+    with open(f"{sys.argv[1]}/{name}", "w") as f:
+        f.write("age,income,a,b,c,d,label\n")
+        for _ in range(n):
+            v = [rng.uniform(-1, 1) for _ in range(6)]
+            v[1] *= 50
+            score = v[0] + v[1] / 50 - v[2]
+            label = 0 if score < -0.4 else 1 if score < 0.4 else 2
+            f.write(",".join(f"{x:.6f}" for x in v) + f",{label}\n")
+PY
 
 declare -A arch=(
   [logreg]='"arch": "logreg"'
   [mlp]='"arch": "mlp", "hidden": [32, 16]'
   [lenet5]='"arch": "cnn", "preset": "lenet5"'
   [fedavg-cnn]='"arch": "cnn", "preset": "fedavg-cnn"')
-for p in logreg mlp lenet5 fedavg-cnn; do
+for p in logreg mlp lenet5 fedavg-cnn tabular-mlp; do
   m=$work/$p
+  data_dir=$shard
+  if [[ $p == tabular-mlp ]]; then
+    data_dir=$work/tabular
+    arch[$p]='"arch": "mlp", "hidden": [16]'
+  fi
   sed "s/\"arch\": \"mlp\", \"hidden\": \[100\]/${arch[$p]}/" "$src/deploy/jobs/first-mlp.json" \
     >"$m.spec.json"
   grep -qF "${arch[$p]}" "$m.spec.json" || fail "could not make the $p job spec"
-  "$xfed" train --spec "$m.spec.json" --data "$shard" --epochs 1 --threads 2 --save "$m.xfm" \
+  "$xfed" train --spec "$m.spec.json" --data "$data_dir" --epochs 1 --threads 2 --save "$m.xfm" \
     >/dev/null 2>"$m.train.log" || fail "xfed train $p: $(cat "$m.train.log")"
   "$xfed" model export "$m.xfm" --out "$m.onnx" >/dev/null
-  "$xfed" --json model eval "$m.xfm" --data "$shard" --predictions "$m.pred.csv" >"$m.eval.json"
+  "$xfed" --json model eval "$m.xfm" --data "$data_dir" --predictions "$m.pred.csv" >"$m.eval.json"
   case $mode in
     numpy)
       "$xfed" model export "$m.xfm" --out "$m.weights" --format npz >/dev/null
       "$py" "$check" checker "$m.onnx"
-      "$py" "$check" numpy "$m.onnx" "$shard" "$m.pred.csv" "$m.eval.json"
+      "$py" "$check" numpy "$m.onnx" "$data_dir" "$m.pred.csv" "$m.eval.json"
       "$py" "$check" npz "$m.weights" "$m.xfm" "$m.onnx" ;;
     onnxruntime)
-      "$py" "$check" onnxruntime "$m.onnx" "$shard" "$m.pred.csv" "$m.eval.json" ;;
+      "$py" "$check" onnxruntime "$m.onnx" "$data_dir" "$m.pred.csv" "$m.eval.json" ;;
   esac
 done
 

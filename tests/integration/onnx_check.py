@@ -6,7 +6,8 @@
       onnx.checker.check_model(full_check=True), the input and output names
       and shapes, opset 13.
   onnx_check.py numpy MODEL.onnx DATA_DIR PREDICTIONS.csv EVAL.json
-      runs the graph in numpy (float64) on the test split of DATA_DIR (IDX)
+      runs the graph in numpy (float64) on the test split of DATA_DIR (IDX,
+      or test.csv with a header and the label last)
       and compares predictions, accuracy and loss with `xfed model eval`'s.
   onnx_check.py onnxruntime MODEL.onnx DATA_DIR PREDICTIONS.csv EVAL.json
       the same through onnxruntime's InferenceSession.
@@ -47,7 +48,13 @@ def find(data_dir, stem):
 
 
 def test_split(data_dir):
-    """The test split as xfed reads it: NCHW float32, pixels / 255."""
+    """The test split as xfed reads it, NCHW float32: IDX pixels / 255, or
+    test.csv's features (label last, a header line) as [N, features, 1, 1]."""
+    csv = os.path.join(data_dir, "test.csv")
+    if os.path.exists(csv):
+        rows = np.loadtxt(csv, delimiter=",", skiprows=1, dtype=np.float64, ndmin=2)
+        x = rows[:, :-1].astype(np.float32)
+        return np.ascontiguousarray(x.reshape(len(x), -1, 1, 1)), rows[:, -1].astype(np.int64)
     x = read_idx(find(data_dir, "t10k-images-idx3-ubyte")).astype(np.float32) / np.float32(255)
     y = read_idx(find(data_dir, "t10k-labels-idx1-ubyte")).astype(np.int64)
     if x.ndim == 3:
