@@ -4,6 +4,7 @@
  * named tensors, or a .npy vector. */
 #include "kernels/export.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <zlib.h>
@@ -404,6 +405,13 @@ xf_err xf_export_onnx(const xf_model *m, const float *params, const char *descri
   g->model.graph = &g->graph;
 
   size_t size = onnx__model_proto__get_packed_size(&g->model);
+  /* Protocol buffers parsers (ONNX's and onnxruntime's included) refuse
+   * messages of 2 GiB and more; larger models need ONNX's external data. */
+  if (size >= (size_t)INT32_MAX) {
+    rc = xf_fail(err, XF_ERANGE, "the ONNX model would take %zu bytes: protocol buffers end at "
+                 "2 GiB and xfed does not write ONNX external data; export as npz or xfed", size);
+    goto out;
+  }
   uint8_t *buf = xf_malloc(size ? size : 1);
   if (!buf) {
     rc = xf_fail(err, XF_ENOMEM, "cannot allocate %zu bytes for the ONNX model", size);

@@ -59,7 +59,9 @@ void xf_export_tensors_free(xf_export_tensor *t, int n);
  * (Softmax over logits); the parameters are initializers named as
  * xf_export_tensors names them. description goes into the model's
  * doc_string (may be NULL). The caller owns *out (*len bytes; xf_free).
- * XF_EUNSUPPORTED naming a layer the graph cannot take; XF_ENOMEM. */
+ * XF_EUNSUPPORTED naming a layer the graph cannot take; XF_ERANGE for a
+ * model of 2 GiB or more (protocol buffers' limit; ONNX's external data is
+ * not written); XF_ENOMEM. */
 xf_err xf_export_onnx(const xf_model *m, const float *params, const char *description,
                       uint8_t **out, size_t *len, xf_errctx *err) XF_WARN_UNUSED;
 
