@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,16 +24,27 @@
  * for the activations of the largest preset to stay a few tens of MiB. */
 #define EVAL_BATCH 256
 
-/* A model file given to a command that reads the xfed format: an exported
- * ONNX or .npz is named as what it is. */
+/* The model in path: an xfed model file, or an ONNX graph xfed exported
+ * (read back exactly, kernels/export.h). A .npz holds tensors without the
+ * architecture and is named as what it is. */
 static xf_err load_model(xf_cli *cli, const char *path, xf_model **m, float **params) {
-  xf_export_format f;
-  if (xf_export_format_of_path(path, &f) && f != XF_EXPORT_XFED)
-    return xf_fail(&cli->err, XF_EUNSUPPORTED,
-                   "%s: a .%s is an export for other tools; give the xfed model file it was "
-                   "exported from ('xfed train --save', 'xfed job export --format xfed')",
-                   path, xf_export_format_name(f));
-  xf_err rc = xf_checkpoint_load_file(path, m, params, &cli->err);
+  xf_export_format f = XF_EXPORT_XFED;
+  xf_export_format_of_path(path, &f);
+  xf_err rc;
+  if (f == XF_EXPORT_NPZ || f == XF_EXPORT_NPY) {
+    rc = xf_fail(&cli->err, XF_EUNSUPPORTED,
+                 "a .%s holds tensors without the architecture; give the xfed model file or the "
+                 ".onnx it was exported with ('xfed train --save', 'xfed job export')",
+                 xf_export_format_name(f));
+  } else if (f == XF_EXPORT_ONNX) {
+    char *bytes = NULL;
+    size_t len = 0;
+    rc = xf_file_read_text(path, (size_t)INT32_MAX, &bytes, &len, &cli->err);
+    if (rc == XF_OK) rc = xf_export_onnx_read((const uint8_t *)bytes, len, m, params, &cli->err);
+    xf_free(bytes);
+  } else {
+    rc = xf_checkpoint_load_file(path, m, params, &cli->err);
+  }
   if (rc != XF_OK) xf_errctx_file(&cli->err, path);
   return rc;
 }

@@ -69,25 +69,32 @@ static xf_export_tensor *tensor_new(xf_export_tensor *t, int *n, const xf_layer 
 /* A dense layer's weight: xfed's [out x in] rows take the input in its NHWC
  * order (row, column, channel); the deployment graph flattens NCHW
  * (channel, row, column), so the columns are permuted to match. For a layer
- * after another dense layer (1x1xF) the permutation is the identity. */
-static void dense_weight(const xf_layer *l, const float *src, float *dst) {
+ * after another dense layer (1x1xF) the permutation is the identity.
+ * to_xfed: the other way, for reading an export back. */
+static void dense_weight(const xf_layer *l, const float *src, float *dst, bool to_xfed) {
   const size_t H = (size_t)l->in_h, W = (size_t)l->in_w, C = (size_t)l->in_c, F = H * W * C;
   for (size_t o = 0; o < (size_t)l->out_c; o++)
     for (size_t c = 0; c < C; c++)
       for (size_t h = 0; h < H; h++)
-        for (size_t w = 0; w < W; w++)
-          dst[o * F + (c * H + h) * W + w] = src[o * F + (h * W + w) * C + c];
+        for (size_t w = 0; w < W; w++) {
+          size_t nchw = o * F + (c * H + h) * W + w, nhwc = o * F + (h * W + w) * C + c;
+          if (to_xfed) dst[nhwc] = src[nchw];
+          else dst[nchw] = src[nhwc];
+        }
 }
 
 /* A conv layer's weight: xfed's [out x (kh*kw*in)] with the inner index
- * (i*kw + j)*in + ch (kernels/model.h) to OIHW. */
-static void conv_weight(const xf_layer *l, const float *src, float *dst) {
+ * (i*kw + j)*in + ch (kernels/model.h) to OIHW, or back with to_xfed. */
+static void conv_weight(const xf_layer *l, const float *src, float *dst, bool to_xfed) {
   const size_t K = (size_t)l->kernel, C = (size_t)l->in_c, row = K * K * C;
   for (size_t o = 0; o < (size_t)l->out_c; o++)
     for (size_t ch = 0; ch < C; ch++)
       for (size_t i = 0; i < K; i++)
-        for (size_t j = 0; j < K; j++)
-          dst[o * row + (ch * K + i) * K + j] = src[o * row + (i * K + j) * C + ch];
+        for (size_t j = 0; j < K; j++) {
+          size_t oihw = o * row + (ch * K + i) * K + j, ohwi = o * row + (i * K + j) * C + ch;
+          if (to_xfed) dst[ohwi] = src[oihw];
+          else dst[oihw] = src[ohwi];
+        }
 }
 
 xf_err xf_export_tensors(const xf_model *m, const float *params, xf_export_tensor **out, int *n,
@@ -103,13 +110,13 @@ xf_err xf_export_tensors(const xf_model *m, const float *params, xf_export_tenso
     case XF_LAYER_DENSE: {
       const int64_t wd[2] = {l->out_c, (int64_t)(l->weight_count / (size_t)l->out_c)};
       if ((w = tensor_new(t, &k, l, "weight", 2, wd)))
-        dense_weight(l, params + l->weight_offset, w->data);
+        dense_weight(l, params + l->weight_offset, w->data, false);
       break;
     }
     case XF_LAYER_CONV: {
       const int64_t wd[4] = {l->out_c, l->in_c, l->kernel, l->kernel};
       if ((w = tensor_new(t, &k, l, "weight", 4, wd)))
-        conv_weight(l, params + l->weight_offset, w->data);
+        conv_weight(l, params + l->weight_offset, w->data, false);
       break;
     }
     case XF_LAYER_RELU:
@@ -422,6 +429,248 @@ xf_err xf_export_onnx(const xf_model *m, const float *params, const char *descri
 out:
   graph_free(g);
   xf_export_tensors_free(tensors, n_tensors);
+  return rc;
+}
+
+/* ---- reading an xfed-written ONNX model back ------------------------------ */
+
+static bool same_str(const char *a, const char *b) {
+  return a && b ? strcmp(a, b) == 0 : a == b;
+}
+
+static bool same_attr(const Onnx__AttributeProto *a, const Onnx__AttributeProto *b) {
+  if (!same_str(a->name, b->name) || a->has_type != b->has_type || a->type != b->type)
+    return false;
+  if (a->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT)
+    return a->has_i == b->has_i && a->i == b->i;
+  return a->n_ints == b->n_ints &&
+         (a->n_ints == 0 || memcmp(a->ints, b->ints, a->n_ints * sizeof(int64_t)) == 0);
+}
+
+/* The float32 tensor type of a graph input or output, or NULL. */
+static const Onnx__TensorShapeProto *tensor_shape(const Onnx__ValueInfoProto *v) {
+  if (!v || !v->type || v->type->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE ||
+      !v->type->tensor_type || !v->type->tensor_type->has_elem_type ||
+      v->type->tensor_type->elem_type != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
+    return NULL;
+  return v->type->tensor_type->shape;
+}
+
+static bool same_value(const Onnx__ValueInfoProto *a, const Onnx__ValueInfoProto *b) {
+  const Onnx__TensorShapeProto *sa = tensor_shape(a), *sb = tensor_shape(b);
+  if (!sa || !sb || !same_str(a->name, b->name) || sa->n_dim != sb->n_dim) return false;
+  for (size_t i = 1; i < sa->n_dim; i++)
+    if (sa->dim[i]->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE ||
+        sa->dim[i]->dim_value != sb->dim[i]->dim_value)
+      return false;
+  return true;
+}
+
+/* XF_OK when got is the graph want describes, node for node; XF_EFORMAT
+ * naming the first difference. Initializer values are not compared. */
+static xf_err same_graph(const Onnx__GraphProto *want, const Onnx__GraphProto *got,
+                         xf_errctx *err) {
+  XF_ENSURE(got->n_node == want->n_node, err, XF_EFORMAT,
+            "the graph has %zu nodes, xfed's %s graph %zu", got->n_node, want->name,
+            want->n_node);
+  for (size_t i = 0; i < want->n_node; i++) {
+    const Onnx__NodeProto *a = want->node[i], *b = got->node[i];
+    bool same = same_str(a->op_type, b->op_type) && same_str(a->domain ? a->domain : "",
+                                                             b->domain ? b->domain : "") &&
+                a->n_input == b->n_input && a->n_output == b->n_output &&
+                a->n_attribute == b->n_attribute;
+    for (size_t k = 0; same && k < a->n_input; k++) same = same_str(a->input[k], b->input[k]);
+    for (size_t k = 0; same && k < a->n_output; k++) same = same_str(a->output[k], b->output[k]);
+    for (size_t k = 0; same && k < a->n_attribute; k++)
+      same = same_attr(a->attribute[k], b->attribute[k]);
+    XF_ENSURE(same, err, XF_EFORMAT, "node %zu (%s %s) is not the one xfed's %s graph has there "
+              "(%s %s)", i, b->op_type ? b->op_type : "?", b->name ? b->name : "", want->name,
+              a->op_type, a->name);
+  }
+  XF_ENSURE(got->n_initializer == want->n_initializer, err, XF_EFORMAT,
+            "the graph has %zu initializers, xfed's %s graph %zu", got->n_initializer,
+            want->name, want->n_initializer);
+  for (size_t i = 0; i < want->n_initializer; i++) {
+    const Onnx__TensorProto *a = want->initializer[i], *b = got->initializer[i];
+    bool same = same_str(a->name, b->name) && a->n_dims == b->n_dims && b->has_data_type &&
+                b->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT && !b->segment &&
+                b->n_external_data == 0;
+    for (size_t k = 0; same && k < a->n_dims; k++) same = a->dims[k] == b->dims[k];
+    XF_ENSURE(same, err, XF_EFORMAT, "initializer %zu (%s) is not xfed's %s (float32 of its "
+              "shape, stored in the file)", i, b->name ? b->name : "?", a->name);
+  }
+  XF_ENSURE(got->n_input == 1 && same_value(want->input[0], got->input[0]), err, XF_EFORMAT,
+            "the graph's input is not xfed's float32 'input' [N, C, H, W] of this model");
+  XF_ENSURE(got->n_output == want->n_output, err, XF_EFORMAT,
+            "the graph has %zu outputs, xfed's %zu", got->n_output, want->n_output);
+  for (size_t i = 0; i < want->n_output; i++)
+    XF_ENSURE(same_value(want->output[i], got->output[i]), err, XF_EFORMAT,
+              "output %zu is not xfed's float32 '%s' [N, classes]", i, want->output[i]->name);
+  return XF_OK;
+}
+
+/* The architectures the graph could be, from its input and output shapes
+ * and its Conv and Gemm nodes; each is then checked node by node. */
+static xf_err candidates(const Onnx__GraphProto *g, xf_model_spec *out, int *count,
+                         xf_errctx *err) {
+  const Onnx__TensorShapeProto *in = g->n_input == 1 ? tensor_shape(g->input[0]) : NULL;
+  const Onnx__TensorShapeProto *logits = g->n_output >= 1 ? tensor_shape(g->output[0]) : NULL;
+  int64_t d[4] = {0};
+  XF_ENSURE(in && in->n_dim == 4 && logits && logits->n_dim == 2, err, XF_EFORMAT,
+            "the graph's input is not float32 [N, C, H, W] or its first output not float32 "
+            "[N, classes]");
+  for (int i = 1; i < 4; i++) {
+    XF_ENSURE(in->dim[i]->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE &&
+                  in->dim[i]->dim_value >= 1 && in->dim[i]->dim_value <= (1 << 24),
+              err, XF_EFORMAT, "input dimension %d is not a size from 1 to 2^24", i);
+    d[i] = in->dim[i]->dim_value;
+  }
+  XF_ENSURE(logits->dim[1]->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE &&
+                logits->dim[1]->dim_value >= 2 && logits->dim[1]->dim_value <= 65536,
+            err, XF_EFORMAT, "the output's class count is not 2 to 65536");
+  xf_model_spec base = {.in_c = (int)d[1], .in_h = (int)d[2], .in_w = (int)d[3],
+                        .classes = (int)logits->dim[1]->dim_value};
+  int convs = 0, gemms = 0, n = 0;
+  int outs[XF_MODEL_MAX_HIDDEN + 1] = {0};
+  for (size_t i = 0; i < g->n_node; i++) {
+    const Onnx__NodeProto *node = g->node[i];
+    if (same_str(node->op_type, "Conv")) convs++;
+    if (!same_str(node->op_type, "Gemm")) continue;
+    if (gemms < XF_MODEL_MAX_HIDDEN + 1 && node->n_input == 3)
+      for (size_t k = 0; k < g->n_initializer; k++)
+        if (same_str(g->initializer[k]->name, node->input[1]) &&
+            g->initializer[k]->n_dims == 2 && g->initializer[k]->dims[0] >= 1 &&
+            g->initializer[k]->dims[0] <= 65536)
+          outs[gemms] = (int)g->initializer[k]->dims[0];
+    gemms++;
+  }
+  if (convs == 0 && gemms == 1) {
+    out[n] = base;
+    out[n++].arch = XF_ARCH_LOGREG;
+  } else if (convs == 0 && gemms >= 2 && gemms <= XF_MODEL_MAX_HIDDEN + 1) {
+    out[n] = base;
+    out[n].arch = XF_ARCH_MLP;
+    out[n].n_hidden = gemms - 1;
+    for (int i = 0; i < gemms - 1; i++) out[n].hidden[i] = outs[i];
+    n++;
+  } else if (convs == 2) {
+    out[n] = base;
+    out[n].arch = XF_ARCH_CNN;
+    out[n++].preset = XF_CNN_LENET5;
+    out[n] = base;
+    out[n].arch = XF_ARCH_CNN;
+    out[n++].preset = XF_CNN_FEDAVG;
+  }
+  XF_ENSURE(n > 0, err, XF_EUNSUPPORTED, "a graph of %d Conv and %d Gemm nodes is none of "
+            "xfed's architectures", convs, gemms);
+  *count = n;
+  return XF_OK;
+}
+
+/* The initializer's floats, from raw_data (little-endian) or float_data. */
+static xf_err initializer_floats(const Onnx__TensorProto *t, size_t count, float *dst,
+                                 xf_errctx *err) {
+  if (t->has_raw_data && t->raw_data.len > 0) {
+    XF_ENSURE(t->raw_data.len == count * sizeof(float) && t->n_float_data == 0, err,
+              XF_EFORMAT, "initializer %s holds %zu bytes, not %zu floats", t->name,
+              t->raw_data.len, count);
+    for (size_t i = 0; i < count; i++) {
+      const uint8_t *b = t->raw_data.data + 4 * i;
+      uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+                   (uint32_t)b[3] << 24;
+      memcpy(&dst[i], &u, sizeof(float));
+    }
+    return XF_OK;
+  }
+  XF_ENSURE(t->n_float_data == count, err, XF_EFORMAT,
+            "initializer %s holds %zu floats, its shape %zu", t->name, t->n_float_data, count);
+  memcpy(dst, t->float_data, count * sizeof(float));
+  return XF_OK;
+}
+
+/* Fills params from the graph's initializers, which same_graph has matched
+ * name for name and shape for shape with m's tensors. */
+static xf_err read_params(const xf_model *m, const Onnx__GraphProto *g, float *params,
+                          xf_errctx *err) {
+  size_t k = 0, largest = 0;
+  for (int i = 0; i < xf_model_num_layers(m); i++)
+    if (xf_model_layer(m, i)->weight_count > largest) largest = xf_model_layer(m, i)->weight_count;
+  float *tmp = xf_mallocarray(largest ? largest : 1, sizeof(float));
+  XF_ENSURE(tmp, err, XF_ENOMEM, "cannot allocate %zu floats", largest);
+  xf_err rc = XF_OK;
+  for (int i = 0; rc == XF_OK && i < xf_model_num_layers(m); i++) {
+    const xf_layer *l = xf_model_layer(m, i);
+    if (!l->weight_count) continue;
+    rc = initializer_floats(g->initializer[k++], l->weight_count, tmp, err);
+    if (rc == XF_OK && l->kind == XF_LAYER_CONV)
+      conv_weight(l, tmp, params + l->weight_offset, true);
+    else if (rc == XF_OK)
+      dense_weight(l, tmp, params + l->weight_offset, true);
+    if (rc == XF_OK)
+      rc = initializer_floats(g->initializer[k++], l->bias_count, params + l->bias_offset, err);
+  }
+  xf_free(tmp);
+  return rc;
+}
+
+/* Whether the graph is the one xfed writes for spec; on a match, *model and
+ * *params are the model read back. */
+static xf_err match_spec(const xf_model_spec *spec, const Onnx__GraphProto *got, xf_model **model,
+                         float **params, xf_errctx *err) {
+  xf_model *m = NULL;
+  XF_GUARD(xf_model_create(spec, &m, err));
+  size_t n = xf_model_num_params(m);
+  float *p = xf_calloc(n ? n : 1, sizeof(float));
+  uint8_t *bytes = NULL;
+  size_t len = 0;
+  Onnx__ModelProto *want = NULL;
+  xf_err rc = p ? XF_OK : xf_fail(err, XF_ENOMEM, "cannot allocate %zu parameters", n);
+  if (rc == XF_OK) rc = xf_export_onnx(m, p, NULL, &bytes, &len, err);
+  if (rc == XF_OK && !(want = onnx__model_proto__unpack(NULL, len, bytes)))
+    rc = xf_fail(err, XF_ENOMEM, "cannot decode xfed's own %s graph", xf_model_describe(m));
+  if (rc == XF_OK) rc = same_graph(want->graph, got, err);
+  if (rc == XF_OK) rc = read_params(m, got, p, err);
+  if (want) onnx__model_proto__free_unpacked(want, NULL);
+  xf_free(bytes);
+  if (rc != XF_OK) {
+    xf_free(p);
+    xf_model_free(m);
+    return rc;
+  }
+  *model = m;
+  *params = p;
+  return XF_OK;
+}
+
+xf_err xf_export_onnx_read(const uint8_t *data, size_t len, xf_model **model, float **params,
+                           xf_errctx *err) {
+  Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, len, data);
+  XF_ENSURE(mp, err, XF_EFORMAT, "not an ONNX model: its protocol buffers do not decode");
+  xf_err rc = XF_OK;
+  const Onnx__GraphProto *g = mp->graph;
+  bool opset13 = mp->n_opset_import == 1 && mp->opset_import[0]->has_version &&
+                 mp->opset_import[0]->version == XF_ONNX_OPSET &&
+                 (same_str(mp->opset_import[0]->domain, "") ||
+                  same_str(mp->opset_import[0]->domain, "ai.onnx") ||
+                  !mp->opset_import[0]->domain);
+  if (!opset13)
+    rc = xf_fail(err, XF_EFORMAT, "the model does not import opset %d alone, as xfed's exports "
+                 "do", XF_ONNX_OPSET);
+  else if (!g)
+    rc = xf_fail(err, XF_EFORMAT, "the model has no graph");
+  else if (g->n_node > MAX_NODES || g->n_initializer > MAX_INITS)
+    rc = xf_fail(err, XF_EFORMAT, "a graph of %zu nodes and %zu initializers is larger than "
+                 "any xfed writes", g->n_node, g->n_initializer);
+  xf_model_spec specs[2];
+  int n = 0;
+  if (rc == XF_OK) rc = candidates(g, specs, &n, err);
+  for (int i = 0; rc == XF_OK && i < n; i++) {
+    rc = match_spec(&specs[i], g, model, params, err);
+    if (rc == XF_OK) break;
+    /* The next candidate; the last one's difference is what is reported. */
+    if (rc != XF_ENOMEM && i + 1 < n) rc = XF_OK;
+  }
+  onnx__model_proto__free_unpacked(mp, NULL);
   return rc;
 }
 

@@ -65,6 +65,18 @@ void xf_export_tensors_free(xf_export_tensor *t, int n);
 xf_err xf_export_onnx(const xf_model *m, const float *params, const char *description,
                       uint8_t **out, size_t *len, xf_errctx *err) XF_WARN_UNUSED;
 
+/* Reads back an ONNX model that xf_export_onnx wrote, from an untrusted
+ * source: the graph must be exactly the graph xfed writes for one of its
+ * architectures (the same nodes, attributes, initializer names and shapes,
+ * input and output shapes, opset XF_ONNX_OPSET), and the initializers
+ * float32 (raw_data or float_data) of the stated sizes; the parameters are
+ * converted back to xfed's layout. A graph from another tool, or edited, is
+ * refused (XF_EFORMAT naming what differs; XF_EUNSUPPORTED for an
+ * architecture xfed has no table for). On success the caller owns *model
+ * (xf_model_free) and *params (xf_free). */
+xf_err xf_export_onnx_read(const uint8_t *data, size_t len, xf_model **model, float **params,
+                           xf_errctx *err) XF_WARN_UNUSED;
+
 /* A .npz: a zip archive (entries stored, CRC-32 from zlib) holding
  * "<tensor name>.npy" for every tensor of xf_export_tensors, '<f4' with its
  * shape. XF_ERANGE when the archive would reach 4 GiB (that needs ZIP64,
