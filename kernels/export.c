@@ -509,10 +509,9 @@ static xf_err same_graph(const Onnx__GraphProto *want, const Onnx__GraphProto *g
   return XF_OK;
 }
 
-/* The architectures the graph could be, from its input and output shapes
- * and its Conv and Gemm nodes; each is then checked node by node. */
-static xf_err candidates(const Onnx__GraphProto *g, xf_model_spec *out, int *count,
-                         xf_errctx *err) {
+/* The architecture the graph names, from its input and output shapes and
+ * its Conv and Gemm nodes; it is then checked node by node. */
+static xf_err named_spec(const Onnx__GraphProto *g, xf_model_spec *out, xf_errctx *err) {
   const Onnx__TensorShapeProto *in = g->n_input == 1 ? tensor_shape(g->input[0]) : NULL;
   const Onnx__TensorShapeProto *logits = g->n_output >= 1 ? tensor_shape(g->output[0]) : NULL;
   int64_t d[4] = {0};
@@ -530,40 +529,39 @@ static xf_err candidates(const Onnx__GraphProto *g, xf_model_spec *out, int *cou
             err, XF_EFORMAT, "the output's class count is not 2 to 65536");
   xf_model_spec base = {.in_c = (int)d[1], .in_h = (int)d[2], .in_w = (int)d[3],
                         .classes = (int)logits->dim[1]->dim_value};
-  int convs = 0, gemms = 0, n = 0;
-  int outs[XF_MODEL_MAX_HIDDEN + 1] = {0};
+  int convs = 0, gemms = 0;
+  int outs[XF_MODEL_MAX_HIDDEN + 1] = {0}; /* of the Gemm nodes, in order */
+  int64_t conv1_out = 0;                     /* output channels of the first Conv */
   for (size_t i = 0; i < g->n_node; i++) {
     const Onnx__NodeProto *node = g->node[i];
-    if (same_str(node->op_type, "Conv")) convs++;
-    if (!same_str(node->op_type, "Gemm")) continue;
-    if (gemms < XF_MODEL_MAX_HIDDEN + 1 && node->n_input == 3)
-      for (size_t k = 0; k < g->n_initializer; k++)
-        if (same_str(g->initializer[k]->name, node->input[1]) &&
-            g->initializer[k]->n_dims == 2 && g->initializer[k]->dims[0] >= 1 &&
-            g->initializer[k]->dims[0] <= 65536)
-          outs[gemms] = (int)g->initializer[k]->dims[0];
-    gemms++;
+    bool conv = same_str(node->op_type, "Conv"), gemm = same_str(node->op_type, "Gemm");
+    if (!conv && !gemm) continue;
+    int64_t rows = 0; /* the weight's first dimension */
+    for (size_t k = 0; node->n_input == 3 && k < g->n_initializer; k++)
+      if (same_str(g->initializer[k]->name, node->input[1]) && g->initializer[k]->n_dims >= 1)
+        rows = g->initializer[k]->dims[0];
+    if (conv && convs++ == 0) conv1_out = rows;
+    if (gemm && gemms < XF_MODEL_MAX_HIDDEN + 1 && rows >= 1 && rows <= 65536)
+      outs[gemms] = (int)rows;
+    if (gemm) gemms++;
   }
+  *out = base;
+  bool named = true;
   if (convs == 0 && gemms == 1) {
-    out[n] = base;
-    out[n++].arch = XF_ARCH_LOGREG;
+    out->arch = XF_ARCH_LOGREG;
   } else if (convs == 0 && gemms >= 2 && gemms <= XF_MODEL_MAX_HIDDEN + 1) {
-    out[n] = base;
-    out[n].arch = XF_ARCH_MLP;
-    out[n].n_hidden = gemms - 1;
-    for (int i = 0; i < gemms - 1; i++) out[n].hidden[i] = outs[i];
-    n++;
-  } else if (convs == 2) {
-    out[n] = base;
-    out[n].arch = XF_ARCH_CNN;
-    out[n++].preset = XF_CNN_LENET5;
-    out[n] = base;
-    out[n].arch = XF_ARCH_CNN;
-    out[n++].preset = XF_CNN_FEDAVG;
+    out->arch = XF_ARCH_MLP;
+    out->n_hidden = gemms - 1;
+    for (int i = 0; i < gemms - 1; i++) out->hidden[i] = outs[i];
+  } else if (convs == 2 && (conv1_out == 6 || conv1_out == 32)) {
+    /* The presets' first convolutions: lenet5's has 6 channels, fedavg-cnn's 32. */
+    out->arch = XF_ARCH_CNN;
+    out->preset = conv1_out == 6 ? XF_CNN_LENET5 : XF_CNN_FEDAVG;
+  } else {
+    named = false;
   }
-  XF_ENSURE(n > 0, err, XF_EUNSUPPORTED, "a graph of %d Conv and %d Gemm nodes is none of "
+  XF_ENSURE(named, err, XF_EUNSUPPORTED, "a graph of %d Conv and %d Gemm nodes is none of "
             "xfed's architectures", convs, gemms);
-  *count = n;
   return XF_OK;
 }
 
@@ -661,15 +659,9 @@ xf_err xf_export_onnx_read(const uint8_t *data, size_t len, xf_model **model, fl
   else if (g->n_node > MAX_NODES || g->n_initializer > MAX_INITS)
     rc = xf_fail(err, XF_EFORMAT, "a graph of %zu nodes and %zu initializers is larger than "
                  "any xfed writes", g->n_node, g->n_initializer);
-  xf_model_spec specs[2];
-  int n = 0;
-  if (rc == XF_OK) rc = candidates(g, specs, &n, err);
-  for (int i = 0; rc == XF_OK && i < n; i++) {
-    rc = match_spec(&specs[i], g, model, params, err);
-    if (rc == XF_OK) break;
-    /* The next candidate; the last one's difference is what is reported. */
-    if (rc != XF_ENOMEM && i + 1 < n) rc = XF_OK;
-  }
+  xf_model_spec spec;
+  if (rc == XF_OK) rc = named_spec(g, &spec, err);
+  if (rc == XF_OK) rc = match_spec(&spec, g, model, params, err);
   onnx__model_proto__free_unpacked(mp, NULL);
   return rc;
 }

@@ -160,6 +160,82 @@ static void dense_layout_permutes_channels_of_the_input(void **state) {
   xf_model_free(m);
 }
 
+/* Export, read back: the same architecture and bit-identical parameters. */
+static void onnx_reads_back_to_the_same_model(void **state) {
+  (void)state;
+  const struct {
+    xf_arch arch;
+    xf_cnn_preset preset;
+    int h, w, c;
+  } cases[] = {{XF_ARCH_LOGREG, XF_CNN_LENET5, 28, 28, 1}, {XF_ARCH_MLP, XF_CNN_LENET5, 2, 3, 4},
+               {XF_ARCH_MLP, XF_CNN_LENET5, 1, 1, 9},    {XF_ARCH_CNN, XF_CNN_LENET5, 28, 28, 1},
+               {XF_ARCH_CNN, XF_CNN_FEDAVG, 32, 30, 3}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    xf_model *m = make(cases[i].arch, cases[i].preset, cases[i].h, cases[i].w, cases[i].c);
+    float *p = indexed(m);
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    assert_int_equal(xf_export_onnx(m, p, NULL, &bytes, &len, NULL), XF_OK);
+    xf_model *back = NULL;
+    float *q = NULL;
+    xf_errctx err = {0};
+    xf_err rc = xf_export_onnx_read(bytes, len, &back, &q, &err);
+    if (rc != XF_OK) fail_msg("%s: %s", xf_model_describe(m), err.msg);
+    assert_string_equal(xf_model_describe(back), xf_model_describe(m));
+    assert_int_equal(xf_model_num_params(back), xf_model_num_params(m));
+    const xf_model_spec *a = xf_model_spec_of(m), *b = xf_model_spec_of(back);
+    assert_int_equal(a->in_h, b->in_h);
+    assert_int_equal(a->in_w, b->in_w);
+    assert_int_equal(a->in_c, b->in_c);
+    assert_int_equal(a->classes, b->classes);
+    assert_memory_equal(p, q, xf_model_num_params(m) * sizeof(float));
+    xf_free(q);
+    xf_model_free(back);
+    xf_free(bytes);
+    xf_free(p);
+    xf_model_free(m);
+  }
+}
+
+/* A graph that is not exactly xfed's is refused, naming what differs. */
+static void onnx_read_refuses_an_edited_graph(void **state) {
+  (void)state;
+  xf_model *m = make(XF_ARCH_CNN, XF_CNN_LENET5, 28, 28, 1);
+  float *p = indexed(m);
+  uint8_t *bytes = NULL, *edited = NULL;
+  size_t len = 0;
+  assert_int_equal(xf_export_onnx(m, p, NULL, &bytes, &len, NULL), XF_OK);
+  const char *want[] = {"node 0 (Conv conv1)", "initializer conv2.bias holds 60 bytes, not 16 floats",
+                        "not an ONNX model", "opset 13"};
+  for (int edit = 0; edit < 4; edit++) {
+    Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, len, bytes);
+    assert_non_null(mp);
+    size_t elen = len;
+    if (edit == 0) mp->graph->node[0]->attribute[2]->ints[0] = 1; /* pads */
+    if (edit == 1) mp->graph->initializer[3]->raw_data.len -= 4;  /* a float short */
+    if (edit == 3) mp->opset_import[0]->version = 11;
+    edited = xf_malloc(len + 16);
+    assert_non_null(edited);
+    if (edit == 2) {
+      memcpy(edited, bytes, len);
+      elen = len / 2; /* cut in the middle */
+    } else {
+      elen = onnx__model_proto__pack(mp, edited);
+    }
+    onnx__model_proto__free_unpacked(mp, NULL);
+    xf_model *back = NULL;
+    float *q = NULL;
+    xf_errctx err = {0};
+    assert_int_equal(xf_export_onnx_read(edited, elen, &back, &q, &err), XF_EFORMAT);
+    if (!strstr(err.msg, want[edit])) fail_msg("edit %d: '%s' lacks '%s'", edit, err.msg, want[edit]);
+    assert_null(back);
+    xf_free(edited);
+  }
+  xf_free(bytes);
+  xf_free(p);
+  xf_model_free(m);
+}
+
 static uint32_t rd32(const uint8_t *b) {
   return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
 }
@@ -254,6 +330,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(lenet5_graph_reads_back_with_nchw_layouts),
       cmocka_unit_test(dense_layout_permutes_channels_of_the_input),
+      cmocka_unit_test(onnx_reads_back_to_the_same_model),
+      cmocka_unit_test(onnx_read_refuses_an_edited_graph),
       cmocka_unit_test(npz_is_a_zip_of_npy_members_with_their_crcs),
       cmocka_unit_test(formats_come_from_words_and_extensions),
       cmocka_unit_test(allocation_failures_are_reported_and_leak_nothing),
