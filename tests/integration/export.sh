@@ -9,8 +9,9 @@
 #                python3-onnx; the graph run in numpy (tests/integration/
 #                onnx_check.py interprets its nodes) predicts what xfed
 #                predicts, with xfed's accuracy and loss; numpy.load reads
-#                the .npz and its arrays are the model's tensors; an --out
-#                whose extension disagrees with --format is refused.
+#                the .npz and its arrays are the model's tensors; each .onnx
+#                reads back to the very model file; an --out whose
+#                extension disagrees with --format is refused.
 #   onnxruntime  the graphs run in onnxruntime (PyPI, the benchmark
 #                virtualenv made by bench/venv.sh) predict what xfed
 #                predicts; exit 77 (skipped) when the virtualenv cannot be
@@ -110,11 +111,20 @@ if [[ $mode == numpy ]]; then
   "$xfed" model export "$m.xfm" --out "$work/by-ext.npz" >/dev/null
   [[ $(head -c 4 "$work/by-ext.npz" | od -An -tx1 | tr -d ' ') == 504b0304 ]] ||
     fail "by-ext.npz is not a zip archive"
-  # An export is not a model file xfed evaluates, and says which one is.
+  # An ONNX export reads back to the very model file, for every preset: its
+  # evaluation is xfed's of the model file.
+  for p in logreg mlp lenet5 fedavg-cnn tabular-mlp; do
+    "$xfed" model export "$work/$p.onnx" --out "$work/$p.back.xfm" >/dev/null
+    cmp -s "$work/$p.xfm" "$work/$p.back.xfm" || fail "$p.onnx does not read back to $p.xfm"
+  done
+  "$xfed" --json model eval "$m.onnx" --data "$shard" --predictions "$work/back.csv" \
+    >"$work/back.json"
+  cmp -s "$m.pred.csv" "$work/back.csv" || fail "the .onnx predicts otherwise than the .xfm"
+  # A .npz holds no architecture, and the refusal says what to give instead.
   rc=0
-  out=$("$xfed" model eval "$m.onnx" --data "$shard" 2>&1) || rc=$?
-  [[ $rc == 1 && $out == *"give the xfed model file it was exported from"* ]] ||
-    fail "model eval of an .onnx: exit $rc: $out"
+  out=$("$xfed" model eval "$work/by-ext.npz" --data "$shard" 2>&1) || rc=$?
+  [[ $rc == 1 && $out == *"holds tensors without the architecture"* ]] ||
+    fail "model eval of an .npz: exit $rc: $out"
   # Records of another shape are refused, naming both shapes.
   printf 'label,a,b\n0,1,2\n1,3,4\n' >"$work/t.csv"
   mkdir "$work/tab" && cp "$work/t.csv" "$work/tab/train.csv" && cp "$work/t.csv" "$work/tab/test.csv"
