@@ -154,8 +154,9 @@ static void store_f32le(uint8_t *dst, const float *src, size_t n) {
 
 /* ---- ONNX ------------------------------------------------------------------ */
 
-/* Room for the whole graph: per layer at most a Flatten and its own node,
- * plus the Softmax; per node at most three attributes of up to four ints. */
+/* Room for the whole graph: one node per layer, a Flatten before the first
+ * dense layer and the Softmax need XF_MODEL_MAX_LAYERS + 2; per node at most
+ * three attributes of up to four ints. */
 #define MAX_NODES (2 * XF_MODEL_MAX_LAYERS + 1)
 #define MAX_ATTRS 3
 #define MAX_INITS (2 * XF_MODEL_MAX_LAYERS)
