@@ -139,6 +139,8 @@ int xf_cmd_job_cancel(xf_cli *cli, int argc, char **argv);
 int xf_cmd_job_metrics(xf_cli *cli, int argc, char **argv);
 int xf_cmd_job_export(xf_cli *cli, int argc, char **argv);
 int xf_cmd_job_report(xf_cli *cli, int argc, char **argv);
+int xf_cmd_model_eval(xf_cli *cli, int argc, char **argv);
+int xf_cmd_model_export(xf_cli *cli, int argc, char **argv);
 int xf_cmd_dashboard(xf_cli *cli, int argc, char **argv);
 int xf_cmd_pki_init(xf_cli *cli, int argc, char **argv);
 int xf_cmd_pki_issue(xf_cli *cli, int argc, char **argv);

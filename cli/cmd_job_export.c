@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* `xfed job export`: a job's model from the coordinator, verified, written
- * as the xfed model file or as a NumPy .npy vector with a layer table beside
- * it (docs/model-format.md). */
+ * as the xfed model file, as ONNX, as a NumPy .npz of named tensors or as a
+ * .npy vector with a layer table beside it (docs/model-format.md). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,20 +11,11 @@
 #include "base/cursor.h"
 #include "cli/job_internal.h"
 #include "crypto/digest.h"
+#include "cli/export_internal.h"
 #include "kernels/checkpoint.h"
+#include "kernels/export.h"
 #include "kernels/model.h"
 #include "storage/file.h"
-
-#define NPY_MAGIC "\x93NUMPY"
-/* NumPy pads the header so that the data starts on a multiple of 64 bytes. */
-#define NPY_ALIGN 64
-
-typedef enum export_format { FORMAT_XFED = 0, FORMAT_NPY } export_format;
-
-static bool ends_with(const char *s, const char *suffix) {
-  size_t n = strlen(s), k = strlen(suffix);
-  return n >= k && strcmp(s + n - k, suffix) == 0;
-}
 
 /* The parts of a verified model file: its header (parsed) and its
  * parameter bytes (float32 little-endian), read through a cursor. */
@@ -48,34 +39,6 @@ static xf_err split_model(const uint8_t *data, size_t len, size_t n_params, mode
   out->header = json_loadb((const char *)header, h, 0, NULL);
   XF_ENSURE(json_is_object(out->header), err, XF_EFORMAT, "the model header is not a JSON object");
   out->n_params = n_params;
-  return XF_OK;
-}
-
-/* params as a NumPy format 1.0 file: magic, version, header length (u16
- * LE), the header dict padded with spaces to the alignment and ended by a
- * newline, then the data. The caller frees *out (xf_free). */
-static xf_err npy_encode(const model_parts *p, uint8_t **out, size_t *len, xf_errctx *err) {
-  char dict[128];
-  int dl = snprintf(dict, sizeof(dict),
-                    "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu,), }", p->n_params);
-  size_t prefix = 10; /* magic 6, version 2, header length 2 */
-  size_t total_header = (prefix + (size_t)dl + 1 + NPY_ALIGN - 1) / NPY_ALIGN * NPY_ALIGN;
-  size_t header_len = total_header - prefix;
-  size_t data_len = p->n_params * sizeof(float);
-  uint8_t *buf = xf_malloc(total_header + data_len);
-  if (!buf) return xf_fail(err, XF_ENOMEM, "cannot allocate %zu bytes for the .npy file",
-                           total_header + data_len);
-  memcpy(buf, NPY_MAGIC, 6);
-  buf[6] = 1; /* format version 1.0 */
-  buf[7] = 0;
-  buf[8] = (uint8_t)(header_len & 0xff);
-  buf[9] = (uint8_t)(header_len >> 8);
-  memcpy(buf + prefix, dict, (size_t)dl);
-  memset(buf + prefix + dl, ' ', header_len - (size_t)dl - 1);
-  buf[total_header - 1] = '\n';
-  memcpy(buf + total_header, p->params, data_len);
-  *out = buf;
-  *len = total_header + data_len;
   return XF_OK;
 }
 
@@ -130,13 +93,62 @@ static const struct option export_opts[] = {
     {"format", required_argument, 0, XF__JOB_OPT_FORMAT},
     {0, 0, 0, 0}};
 
+int xf__export_pick_format(xf_cli *cli, const char *out, const char *flag, bool allow_npy,
+                           xf_export_format *fmt) {
+  xf_export_format by_ext = XF_EXPORT_XFED, by_flag = XF_EXPORT_XFED;
+  bool ext = xf_export_format_of_path(out, &by_ext);
+  const char *words = allow_npy ? "onnx, npz, npy or xfed" : "onnx, npz or xfed";
+  if (flag && (!xf_export_format_parse(flag, &by_flag) ||
+               (!allow_npy && by_flag == XF_EXPORT_NPY)))
+    return xf_cli_usage(cli, "--format '%s' is not %s", flag, words);
+  if (ext && !allow_npy && by_ext == XF_EXPORT_NPY)
+    return xf_cli_usage(cli, "'%s': a .npy is written by 'xfed job export'; name the file "
+                        ".onnx, .npz or .xfm", out);
+  if (flag && ext && by_flag != by_ext)
+    return xf_cli_usage(cli, "--format %s disagrees with the extension of '%s' (%s); drop "
+                        "--format or name the file %s", flag, out,
+                        xf_export_format_name(by_ext),
+                        by_flag == XF_EXPORT_XFED ? ".xfm" :
+                        by_flag == XF_EXPORT_NPY ? ".npy" :
+                        by_flag == XF_EXPORT_NPZ ? ".npz" : ".onnx");
+  /* A file named otherwise is the xfed model file unless --format says. */
+  *fmt = flag ? by_flag : ext ? by_ext : XF_EXPORT_XFED;
+  return XF_EXIT_OK;
+}
+
+xf_err xf__export_write(xf_cli *cli, xf_export_format fmt, const char *out, const xf_model *m,
+                        const float *params, const uint8_t *xfed_file, size_t xfed_len) {
+  uint8_t *bytes = NULL;
+  size_t len = 0;
+  xf_err rc;
+  switch (fmt) {
+  case XF_EXPORT_XFED:
+    return xf_file_write_atomic(out, xfed_file, xfed_len, 0644, &cli->err);
+  case XF_EXPORT_NPY:
+    rc = xf_export_npy_vector(params, xf_model_num_params(m), &bytes, &len, &cli->err);
+    break;
+  case XF_EXPORT_NPZ:
+    rc = xf_export_npz(m, params, &bytes, &len, &cli->err);
+    break;
+  case XF_EXPORT_ONNX:
+    rc = xf_export_onnx(m, params, NULL, &bytes, &len, &cli->err);
+    break;
+  default:
+    rc = xf_fail(&cli->err, XF_EINVAL, "unknown export format %d", (int)fmt);
+  }
+  if (rc == XF_OK) rc = xf_file_write_atomic(out, bytes, len, 0644, &cli->err);
+  xf_free(bytes);
+  return rc;
+}
+
 /* Writes the model in the chosen format; the .npy's sidecar first, so that
  * a reader who finds the vector finds its layer table. */
-static xf_err write_export(xf_cli *cli, export_format fmt, const char *out, const uint8_t *data,
-                           size_t len, const xf_model *m, const model_parts *p,
-                           const char *job_id, uint32_t round, char *sidecar, size_t n) {
+static xf_err write_export(xf_cli *cli, xf_export_format fmt, const char *out,
+                           const uint8_t *data, size_t len, const xf_model *m,
+                           const float *params, const model_parts *p, const char *job_id,
+                           uint32_t round, char *sidecar, size_t n) {
   sidecar[0] = '\0';
-  if (fmt == FORMAT_XFED) return xf_file_write_atomic(out, data, len, 0644, &cli->err);
+  if (fmt != XF_EXPORT_NPY) return xf__export_write(cli, fmt, out, m, params, data, len);
   int w = snprintf(sidecar, n, "%s.json", out);
   if (w < 0 || (size_t)w >= n) return xf_fail(&cli->err, XF_ERANGE, "--out is too long");
   json_t *side = sidecar_json(m, p, out, job_id, round);
@@ -154,12 +166,7 @@ static xf_err write_export(xf_cli *cli, export_format fmt, const char *out, cons
   xf_err rc = xf_file_write_atomic(sidecar, file, tl + 1, 0644, &cli->err);
   xf_free(file);
   if (rc != XF_OK) return rc;
-  uint8_t *npy = NULL;
-  size_t npy_len = 0;
-  XF_GUARD(npy_encode(p, &npy, &npy_len, &cli->err));
-  rc = xf_file_write_atomic(out, npy, npy_len, 0644, &cli->err);
-  xf_free(npy);
-  return rc;
+  return xf__export_write(cli, fmt, out, m, params, data, len);
 }
 
 int xf_cmd_job_export(xf_cli *cli, int argc, char **argv) {
@@ -167,15 +174,13 @@ int xf_cmd_job_export(xf_cli *cli, int argc, char **argv) {
   int st = xf__job_parse(cli, argc, argv, export_opts, 1, "ID", &a);
   if (st != XF_EXIT_OK) return st;
   if (!a.out || !*a.out) return xf_cli_usage(cli, "--out FILE is required");
-  export_format fmt = ends_with(a.out, ".npy") ? FORMAT_NPY : FORMAT_XFED;
-  if (a.format && strcmp(a.format, "xfed") == 0) fmt = FORMAT_XFED;
-  else if (a.format && strcmp(a.format, "npy") == 0) fmt = FORMAT_NPY;
-  else if (a.format) return xf_cli_usage(cli, "--format '%s' is not xfed or npy", a.format);
+  xf_export_format fmt = XF_EXPORT_XFED;
+  if ((st = xf__export_pick_format(cli, a.out, a.format, true, &fmt)) != XF_EXIT_OK) return st;
   /* A target that may not be replaced is refused before the download. */
   char layers[XF_CLIENT_PATH_MAX + 8];
   snprintf(layers, sizeof(layers), "%s.json", a.out);
   if (xf_file_check_target(a.out, &cli->err) != XF_OK ||
-      (fmt == FORMAT_NPY && xf_file_check_target(layers, &cli->err) != XF_OK))
+      (fmt == XF_EXPORT_NPY && xf_file_check_target(layers, &cli->err) != XF_OK))
     return xf_cli_fail(cli, cli->err.code);
 
   xf_client *c = NULL;
@@ -211,13 +216,14 @@ int xf_cmd_job_export(xf_cli *cli, int argc, char **argv) {
   if (rc == XF_OK) rc = split_model(data, len, xf_model_num_params(m), &p, &cli->err);
   char sidecar[XF_CLIENT_PATH_MAX + 8] = "";
   if (rc == XF_OK)
-    rc = write_export(cli, fmt, a.out, data, len, m, &p, a.arg, round, sidecar, sizeof(sidecar));
+    rc = write_export(cli, fmt, a.out, data, len, m, params, &p, a.arg, round, sidecar,
+                      sizeof(sidecar));
   if (rc == XF_OK) {
     xf_digest d;
     char hex[XF_DIGEST_HEX];
     xf_params_digest(params, xf_model_num_params(m), &d);
     xf_digest_hex(&d, hex);
-    const char *format = fmt == FORMAT_NPY ? "npy" : "xfed";
+    const char *format = xf_export_format_name(fmt);
     if (cli->json) {
       json_t *o = json_pack("{s:s,s:s,s:s,s:I,s:s,s:I,s:s}", "path", a.out, "format", format,
                             "job_id", a.arg, "round", (json_int_t)round, "model",

@@ -262,27 +262,32 @@ const xf_cmd xf_cli_commands[] = {
      "\n"
      "example: xfed job metrics 7 --csv > job7.csv\n",
      xf_cmd_job_metrics},
-    {"job", "export", "download a job's model as an xfed model file or NumPy .npy",
-     "usage: xfed job export ID --out FILE [--round N] [--format xfed|npy] [--json]\n"
+    {"job", "export", "download a job's model as ONNX, NumPy .npz or .npy, or an xfed model file",
+     "usage: xfed job export ID --out FILE [--round N] [--format onnx|npz|npy|xfed] [--json]\n"
      "                       [connection flags]\n"
      "\n"
      "Downloads the global model of job ID after round N (default: the latest),\n"
      "verifies its digest and its layer table, and writes FILE atomically:\n"
-     "  xfed  the xfed model file as the coordinator keeps it (docs/model-format.md)\n"
+     "  onnx  an ONNX model (opset 13): input 'input' float32 [N, C, H, W], outputs\n"
+     "        'logits' [N, classes] and 'probabilities' (softmax); for onnxruntime\n"
+     "  npz   NumPy .npz: one array per tensor (conv1.weight [out, in, kh, kw],\n"
+     "        fc1.weight [out, in], fc1.bias, ...) in the layout of the ONNX graph\n"
      "  npy   the flat parameter vector as NumPy .npy (format 1.0, '<f4', shape (P,)),\n"
      "        plus FILE.json with the layer table (name, kind, shape, offset, count\n"
      "        of each weight and bias) to cut it into layers\n"
-     "The format follows FILE's extension (.npy: npy, else xfed) unless --format\n"
-     "names it.\n"
+     "  xfed  the xfed model file as the coordinator keeps it (docs/model-format.md)\n"
+     "The format is --format's, or else FILE's extension's (.onnx, .npz, .npy, .xfm);\n"
+     "when both name one they must agree. Any other name without --format is xfed.\n"
      "\n"
      "options:\n"
      "  --out FILE        where to write the model\n"
      "  --round N         the model after round N (1 or more; default the latest)\n"
-     "  --format FORMAT   xfed or npy\n"
+     "  --format FORMAT   onnx, npz, npy or xfed\n"
      "  --json            print what was written as one JSON object\n"
      "\n" XF_CLIENT_OPTIONS_HELP
      "\n"
-     "example: xfed job export 7 --out model.npy   # numpy.load('model.npy')\n",
+     "examples: xfed job export 7 --out model.onnx  # onnxruntime.InferenceSession('model.onnx')\n"
+     "          xfed job export 7 --out model.npz   # numpy.load('model.npz')['fc1.weight']\n",
      xf_cmd_job_export},
     {"job", "report", "draw a job's training curves as PNG, SVG or PDF",
      "usage: xfed job report ID --out FILE [--format png|svg|pdf] [--size WxH] [--json]\n"
@@ -315,6 +320,45 @@ const xf_cmd xf_cli_commands[] = {
 #else
      job_report_not_built},
 #endif
+    {"model", "eval", "evaluate a model file on a dataset directory: accuracy and loss",
+     "usage: xfed model eval MODEL --data DIR [--split test|train] [--predictions FILE]\n"
+     "                       [--threads N] [--json]\n"
+     "\n"
+     "Loads MODEL, an xfed model file ('xfed train --save', 'xfed job export') or\n"
+     "an ONNX model xfed exported (.onnx: read back exactly, or refused when its\n"
+     "graph is not the one xfed writes), and runs it on the test part (or with --split train, the train\n"
+     "part) of DIR with the same kernels training uses: mean cross-entropy loss and\n"
+     "accuracy. DIR is what 'xfed train --data' reads: Fashion-MNIST IDX files, a\n"
+     "shard of 'xfed data split', or train.csv and test.csv. The records must have\n"
+     "the shape the model was built for.\n"
+     "\n"
+     "options:\n"
+     "  --data DIR          dataset directory\n"
+     "  --split SPLIT       test (default) or train\n"
+     "  --predictions FILE  also write FILE: CSV 'label,predicted', one line per record\n"
+     "  --threads N         CPU threads (default: XF_THREADS or all cores)\n"
+     "  --json              print one JSON object: accuracy, loss, records, split, ...\n"
+     "\n"
+     "environment: XF_BACKEND=auto|cpu|cuda picks the compute backend.\n",
+     xf_cmd_model_eval},
+    {"model", "export", "write a model file as ONNX, NumPy .npz or an xfed model file",
+     "usage: xfed model export MODEL --out FILE [--format onnx|npz|xfed] [--json]\n"
+     "\n"
+     "Loads MODEL (an xfed model file, or an .onnx xfed exported), verifies it and\n"
+     "writes it to FILE as ONNX, .npz or an xfed model file, in the layouts 'xfed\n"
+     "job export' writes (docs/model-format.md): a model trained with 'xfed train\n"
+     "--save' deploys like a federation's, and an .onnx reads back to the model\n"
+     "file it was exported from.\n"
+     "The format is --format's, or else FILE's extension's (.onnx, .npz, .xfm);\n"
+     "when both name one they must agree.\n"
+     "\n"
+     "options:\n"
+     "  --out FILE        where to write\n"
+     "  --format FORMAT   onnx, npz or xfed\n"
+     "  --json            print what was written as one JSON object\n"
+     "\n"
+     "example: xfed model export model.xfm --out model.onnx\n",
+     xf_cmd_model_export},
     {"dashboard", NULL, "a one-use URL to the coordinator's read-only web dashboard",
      "usage: xfed dashboard [--ttl S] [--json] [connection flags]\n"
      "\n"

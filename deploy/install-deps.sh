@@ -25,6 +25,7 @@ packages=(
   libmicrohttpd-dev libgnutls28-dev prometheus
   libsystemd-dev systemd procps python3 dpkg-dev mmdebstrap
   podman runc catatonit
+  libonnx-dev python3-onnx python3-numpy python3-venv
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3 python3-torch python3-numpy)

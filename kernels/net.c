@@ -410,6 +410,16 @@ xf_err xf_net_run(xf_net *net, const float *x, const int32_t *y, int n, bool bac
   return XF_OK;
 }
 
+xf_err xf_net_logits(xf_net *net, const float *x, int n, float *logits) {
+  if (n < 1 || n > net->max_batch) return XF_EINVAL;
+  XF_GUARD(xf_backend_upload(net->b, net->x, x, (size_t)n * xf_model_input_size(net->m) *
+                                                    sizeof(float)));
+  forward(net, n);
+  const int last = xf_model_num_layers(net->m) - 1, classes = xf_model_spec_of(net->m)->classes;
+  return xf_backend_download(net->b, logits, net->act[last],
+                             (size_t)n * (size_t)classes * sizeof(float));
+}
+
 xf_err xf_net_run_clipped(xf_net *net, const float *x, const int32_t *y, int n, double clip,
                           bool accumulate, double *loss_sum, int *correct) {
   if (n < 1 || n > net->max_batch || !(clip > 0.0) || !isfinite(clip)) return XF_EINVAL;

@@ -49,6 +49,12 @@ void xf_net_reset_optimizer(xf_net *net);
 xf_err xf_net_run(xf_net *net, const float *x, const int32_t *y, int n, bool backward,
                   double *loss_sum, int *correct) XF_WARN_UNUSED;
 
+/* Runs n samples (x: n rows of the model's input size, host memory)
+ * forward and copies the last layer's output, the class scores before the
+ * softmax, to logits (n x classes floats, host memory). XF_EINVAL if n is
+ * not in 1..max_batch. */
+xf_err xf_net_logits(xf_net *net, const float *x, int n, float *logits) XF_WARN_UNUSED;
+
 /* The backward pass of DP-SGD: runs n samples forward and leaves in the
  * gradient vector the SUM over the samples of each sample's gradient of its
  * own loss, every sample's whole gradient (all layers together) first scaled

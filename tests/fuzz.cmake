@@ -24,6 +24,9 @@ endfunction()
 # The update codec's decoder (codec/codec.h); registered here because its own
 # fragment, tests/codec.cmake, is read before this one.
 xf_add_fuzzer(fuzz_codec LIBS xf_codec)
+# The ONNX read-back of `xfed model eval|export` (kernels/export.h), for the
+# same reason: tests/export.cmake is read before this one.
+xf_add_fuzzer(fuzz_onnx LIBS xf_export)
 xf_add_fuzzer(fuzz_policy LIBS xf_policy)
 
 # Every message a peer can send, by family (tests/fuzz/README.md has the

@@ -34,6 +34,7 @@
 #include "crypto/digest.h"
 #include "crypto/pki.h"
 #include "kernels/checkpoint.h"
+#include "kernels/export.h"
 #include "kernels/model.h"
 #include "net/conn.h"
 #include "net/session.h"
@@ -1063,6 +1064,67 @@ static void export_writes_the_model_file_and_npy(void **state) {
   free_run(r);
 }
 
+/* The bytes the exporter makes of the fixture's model in format f. */
+static uint8_t *exported(xf_export_format f, size_t *len) {
+  xf_model_spec s = {.arch = XF_ARCH_CNN, .preset = XF_CNN_LENET5, .in_h = 28, .in_w = 28,
+                     .in_c = 1, .classes = 10};
+  xf_model *m = NULL;
+  uint8_t *out = NULL;
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  if (f == XF_EXPORT_ONNX) assert_int_equal(xf_export_onnx(m, fx.params, NULL, &out, len, NULL), XF_OK);
+  else assert_int_equal(xf_export_npz(m, fx.params, &out, len, NULL), XF_OK);
+  xf_model_free(m);
+  return out;
+}
+
+static void export_writes_onnx_and_npz_and_refuses_a_disagreeing_extension(void **state) {
+  (void)state;
+  char dir[600], path[700];
+  scratch(dir, sizeof(dir), "export-onnx");
+  run *r = new_run();
+  child_env e;
+  env_user(&e, "alice");
+  size_t want_len = 0, len = 0;
+
+  xfed(r, &e, dir, "job", "export", "7", "--out", "model.onnx", NULL);
+  expect(r, 0, "wrote model.onnx (onnx)", NULL);
+  snprintf(path, sizeof(path), "%s/model.onnx", dir);
+  uint8_t *want = exported(XF_EXPORT_ONNX, &want_len), *b = read_file(path, &len);
+  assert_non_null(b);
+  assert_int_equal(len, want_len);
+  assert_memory_equal(b, want, len);
+  free(b);
+  xf_free(want);
+
+  /* --format names a format the extension does not: the flag decides. */
+  xfed(r, &e, dir, "job", "export", "7", "--out", "weights.bin", "--format", "npz", "--json",
+       NULL);
+  expect(r, 0, NULL, NULL);
+  json_t *j = out_json(r);
+  assert_string_equal(json_string_value(json_object_get(j, "format")), "npz");
+  json_decref(j);
+  snprintf(path, sizeof(path), "%s/weights.bin", dir);
+  want = exported(XF_EXPORT_NPZ, &want_len);
+  b = read_file(path, &len);
+  assert_non_null(b);
+  assert_int_equal(len, want_len);
+  assert_memory_equal(b, want, len);
+  assert_memory_equal(b, "PK\x03\x04", 4);
+  free(b);
+  xf_free(want);
+
+  /* The flag and the extension disagree: refused before the download, with
+   * the way out, and nothing written. */
+  xfed(r, &e, dir, "job", "export", "7", "--out", "model2.onnx", "--format", "npz", NULL);
+  expect(r, 2, NULL, "--format npz disagrees with the extension of 'model2.onnx' (onnx)");
+  expect(r, 2, NULL, "name the file .npz");
+  snprintf(path, sizeof(path), "%s/model2.onnx", dir);
+  assert_int_not_equal(access(path, F_OK), 0);
+  xfed(r, &e, dir, "job", "export", "7", "--out", "m.npz", "--format", "tflite", NULL);
+  expect(r, 2, NULL, "--format 'tflite' is not onnx, npz, npy or xfed");
+  free_run(r);
+}
+
 static void export_resumes_after_a_dropped_connection(void **state) {
   (void)state;
   char dir[600], path[700];
@@ -1304,6 +1366,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup(metrics_csv_is_rfc4180_with_a_header, test_setup),
       cmocka_unit_test_setup(report_draws_the_metrics_as_png_and_svg, test_setup),
       cmocka_unit_test_setup(export_writes_the_model_file_and_npy, test_setup),
+      cmocka_unit_test_setup(export_writes_onnx_and_npz_and_refuses_a_disagreeing_extension,
+                             test_setup),
       cmocka_unit_test_setup(export_resumes_after_a_dropped_connection, test_setup),
       cmocka_unit_test_setup(refusals_exit_1_for_authorization_and_3_for_policy, test_setup),
       cmocka_unit_test_setup(missing_coordinator_is_a_usage_error_naming_XFED_COORDINATOR,

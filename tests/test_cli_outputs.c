@@ -146,6 +146,12 @@ static void setup_audit_db(const char *dir) {
   xf_db_close(db);
 }
 
+/* A model file to evaluate or export: the fixture's spec trained on its data. */
+static void setup_model_file(const char *dir) {
+  run_ok(XFED, dir, "train", "--spec", "$spec.json", "--data", "$data", "--save", "@model.xfm",
+         NULL);
+}
+
 static void setup_fed_dir(const char *dir) { make_dir(dir, "fed"); }
 
 static void setup_federation(const char *dir) {
@@ -202,6 +208,14 @@ static const output_case cases[] = {
      NULL, false, false, 0},
     {XFED, {"job", "export", "7", "--out", "@model.npy", CONNECTION}, "model.npy.json",
      FILE_KINDS, NULL, false, false, 0},
+    {XFED, {"job", "export", "7", "--out", "@model.onnx", CONNECTION}, "model.onnx", FILE_KINDS,
+     NULL, false, false, 0},
+    {XFED, {"job", "export", "7", "--out", "@model.npz", CONNECTION}, "model.npz", FILE_KINDS,
+     NULL, false, false, 0},
+    {XFED, {"model", "eval", "@model.xfm", "--data", "$data", "--predictions", "@pred.csv"},
+     "pred.csv", FILE_KINDS, setup_model_file, true, false, 0644},
+    {XFED, {"model", "export", "@model.xfm", "--out", "@model.onnx"}, "model.onnx", FILE_KINDS,
+     setup_model_file, true, false, 0644},
 #ifdef XF_HAVE_REPORT /* a build without it refuses the command (test_features) */
     {XFED, {"job", "report", "7", "--out", "@report.png", CONNECTION}, "report.png", FILE_KINDS,
      NULL, false, false, 0},

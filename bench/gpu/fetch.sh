@@ -21,6 +21,7 @@ packages=(
   libopenblas-dev libopenblas0 libopenblas-pthread-dev libopenblas0-pthread
   libgfortran5 libquadmath0 zlib1g-dev zlib1g libcmocka-dev libcmocka0
   pkgconf pkgconf-bin libpkgconf3 dataset-fashion-mnist
+  libonnx-dev
 )
 mkdir -p .gpu/debs
 cd .gpu/debs

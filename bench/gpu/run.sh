@@ -109,7 +109,7 @@ if want build; then
     cmake -S . -B "$B" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DXF_WERROR=OFF \
       -DXF_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" -DPKG_CONFIG_EXECUTABLE="$PKG_CONFIG" \
       -DXF_HTTP=OFF -DXF_REPORT=OFF -DXF_SYSTEMD=OFF \
-      -DXF_PROTOC_C="$P/wrap/protoc-c" \
+      -DXF_PROTOC_C="$P/wrap/protoc-c" -DXF_ONNX_PROTO="$P/usr/include/onnx/onnx.proto" \
       -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$L:$L/openblas-pthread" &&
       cmake --build "$B" -j "$(nproc)" --target test_kernels_gpu xfed-bench-train xfed \
         xfed-site xfed-coord

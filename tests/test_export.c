@@ -1,0 +1,340 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Export for deployment (kernels/export.h): what the ONNX graph and the .npz
+ * hold, read back independently of the code that wrote them. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+#include <zlib.h>
+
+#include "base/alloc.h"
+#include "kernels/export.h"
+#include "kernels/model.h"
+#include "kernels/onnx/onnx.pb-c.h"
+
+static xf_model *make(xf_arch arch, xf_cnn_preset preset, int h, int w, int c) {
+  xf_model_spec s = {.arch = arch, .preset = preset, .in_h = h, .in_w = w, .in_c = c,
+                     .classes = 10, .n_hidden = 1, .hidden = {7}};
+  xf_model *m = NULL;
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  return m;
+}
+
+/* Parameters whose value is their index: every float says where it came from. */
+static float *indexed(const xf_model *m) {
+  size_t n = xf_model_num_params(m);
+  float *p = xf_mallocarray(n, sizeof(float));
+  assert_non_null(p);
+  for (size_t i = 0; i < n; i++) p[i] = (float)i;
+  return p;
+}
+
+static const Onnx__AttributeProto *attr(const Onnx__NodeProto *n, const char *name) {
+  for (size_t i = 0; i < n->n_attribute; i++)
+    if (strcmp(n->attribute[i]->name, name) == 0) return n->attribute[i];
+  fail_msg("node %s has no attribute %s", n->name, name);
+  return NULL;
+}
+
+static const Onnx__TensorProto *init(const Onnx__GraphProto *g, const char *name) {
+  for (size_t i = 0; i < g->n_initializer; i++)
+    if (strcmp(g->initializer[i]->name, name) == 0) return g->initializer[i];
+  fail_msg("no initializer %s", name);
+  return NULL;
+}
+
+static float raw_at(const Onnx__TensorProto *t, size_t i) {
+  assert_true(t->has_raw_data && (i + 1) * 4 <= t->raw_data.len);
+  const uint8_t *b = t->raw_data.data + 4 * i;
+  uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+  float f;
+  memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+static void lenet5_graph_reads_back_with_nchw_layouts(void **state) {
+  (void)state;
+  xf_model *m = make(XF_ARCH_CNN, XF_CNN_LENET5, 28, 28, 1);
+  float *p = indexed(m);
+  uint8_t *bytes = NULL;
+  size_t len = 0;
+  assert_int_equal(xf_export_onnx(m, p, "test model", &bytes, &len, NULL), XF_OK);
+  Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, len, bytes);
+  assert_non_null(mp);
+  assert_int_equal(mp->ir_version, XF_ONNX_IR_VERSION);
+  assert_int_equal(mp->n_opset_import, 1);
+  assert_string_equal(mp->opset_import[0]->domain, "");
+  assert_int_equal(mp->opset_import[0]->version, 13);
+  assert_string_equal(mp->doc_string, "test model");
+  const Onnx__GraphProto *g = mp->graph;
+
+  static const char *const ops[] = {"Conv", "Relu", "MaxPool", "Conv", "Relu", "MaxPool",
+                                    "Flatten", "Gemm", "Relu", "Gemm", "Relu", "Gemm",
+                                    "Softmax"};
+  assert_int_equal(g->n_node, sizeof(ops) / sizeof(ops[0]));
+  for (size_t i = 0; i < g->n_node; i++) {
+    assert_string_equal(g->node[i]->op_type, ops[i]);
+    /* A chain: each node reads what the one before wrote. */
+    assert_string_equal(g->node[i]->input[0], i ? g->node[i - 1]->output[0] : "input");
+  }
+  assert_string_equal(g->node[11]->output[0], "logits");
+  assert_string_equal(g->node[12]->output[0], "probabilities");
+  assert_int_equal(attr(g->node[12], "axis")->i, 1);
+  assert_int_equal(attr(g->node[7], "transB")->i, 1);
+  assert_int_equal(attr(g->node[6], "axis")->i, 1);
+  const Onnx__AttributeProto *k = attr(g->node[0], "kernel_shape");
+  assert_int_equal(k->n_ints, 2);
+  assert_int_equal(k->ints[0], 5);
+  assert_int_equal(attr(g->node[0], "pads")->n_ints, 4);
+  assert_int_equal(attr(g->node[0], "pads")->ints[0], 0);
+  assert_int_equal(attr(g->node[2], "strides")->ints[1], 2);
+  assert_int_equal(g->n_input, 1);
+  assert_string_equal(g->input[0]->name, "input");
+  const Onnx__TensorShapeProto *in = g->input[0]->type->tensor_type->shape;
+  assert_int_equal(in->n_dim, 4);
+  assert_string_equal(in->dim[0]->dim_param, "N");
+  assert_int_equal(in->dim[1]->dim_value, 1);
+  assert_int_equal(in->dim[2]->dim_value, 28);
+  assert_int_equal(g->output[0]->type->tensor_type->shape->dim[1]->dim_value, 10);
+
+  /* conv2: xfed [16 x (5*5*6)] with inner index (i*5 + j)*6 + ch; ONNX
+   * OIHW. Element (o=3, ch=4, i=1, j=2). */
+  const xf_layer *conv2 = xf_model_layer(m, 3);
+  assert_string_equal(conv2->name, "conv2");
+  const Onnx__TensorProto *w = init(g, "conv2.weight");
+  assert_int_equal(w->n_dims, 4);
+  assert_int_equal(w->dims[0], 16);
+  assert_int_equal(w->dims[1], 6);
+  assert_int_equal(w->data_type, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+  size_t onnx_at = ((3 * 6 + 4) * 5 + 1) * 5 + 2;
+  size_t xfed_at = conv2->weight_offset + 3 * 150 + (1 * 5 + 2) * 6 + 4;
+  assert_true(raw_at(w, onnx_at) == (float)xfed_at);
+
+  /* fc1 reads pool2's 4x4x16 output: xfed's columns are (h*4 + w)*16 + c,
+   * the graph's c*16 + h*4 + w. Element (o=5, c=9, h=2, w=3). */
+  const xf_layer *fc1 = xf_model_layer(m, 6);
+  assert_string_equal(fc1->name, "fc1");
+  const Onnx__TensorProto *f = init(g, "fc1.weight");
+  assert_int_equal(f->dims[0], 120);
+  assert_int_equal(f->dims[1], 256);
+  assert_true(raw_at(f, 5 * 256 + 9 * 16 + 2 * 4 + 3) ==
+              (float)(fc1->weight_offset + 5 * 256 + (2 * 4 + 3) * 16 + 9));
+  const Onnx__TensorProto *b = init(g, "fc1.bias");
+  assert_int_equal(b->n_dims, 1);
+  assert_true(raw_at(b, 7) == (float)(fc1->bias_offset + 7));
+  assert_int_equal(g->n_initializer, 10);
+
+  onnx__model_proto__free_unpacked(mp, NULL);
+  xf_free(bytes);
+  xf_free(p);
+  xf_model_free(m);
+}
+
+static void dense_layout_permutes_channels_of_the_input(void **state) {
+  (void)state;
+  /* An mlp on 2x3 images of 4 channels: the first layer's columns go from
+   * (h*3 + w)*4 + c to (c*2 + h)*3 + w; the second layer's stay. */
+  xf_model *m = make(XF_ARCH_MLP, XF_CNN_LENET5, 2, 3, 4);
+  float *p = indexed(m);
+  xf_export_tensor *t = NULL;
+  int n = 0;
+  assert_int_equal(xf_export_tensors(m, p, &t, &n, NULL), XF_OK);
+  assert_int_equal(n, 4);
+  assert_string_equal(t[0].name, "fc1.weight");
+  assert_int_equal(t[0].dims[0], 7);
+  assert_int_equal(t[0].dims[1], 24);
+  for (int o = 0; o < 7; o++)
+    for (int c = 0; c < 4; c++)
+      for (int h = 0; h < 2; h++)
+        for (int w = 0; w < 3; w++)
+          assert_true(t[0].data[o * 24 + (c * 2 + h) * 3 + w] ==
+                      (float)(o * 24 + (h * 3 + w) * 4 + c));
+  const xf_layer *fc2 = xf_model_layer(m, 2);
+  assert_string_equal(t[2].name, "fc2.weight");
+  for (size_t i = 0; i < t[2].count; i++) assert_true(t[2].data[i] == (float)(fc2->weight_offset + i));
+  xf_export_tensors_free(t, n);
+  xf_free(p);
+  xf_model_free(m);
+}
+
+/* Export, read back: the same architecture and bit-identical parameters. */
+static void onnx_reads_back_to_the_same_model(void **state) {
+  (void)state;
+  const struct {
+    xf_arch arch;
+    xf_cnn_preset preset;
+    int h, w, c;
+  } cases[] = {{XF_ARCH_LOGREG, XF_CNN_LENET5, 28, 28, 1}, {XF_ARCH_MLP, XF_CNN_LENET5, 2, 3, 4},
+               {XF_ARCH_MLP, XF_CNN_LENET5, 1, 1, 9},    {XF_ARCH_CNN, XF_CNN_LENET5, 28, 28, 1},
+               {XF_ARCH_CNN, XF_CNN_FEDAVG, 32, 30, 3}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    xf_model *m = make(cases[i].arch, cases[i].preset, cases[i].h, cases[i].w, cases[i].c);
+    float *p = indexed(m);
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    assert_int_equal(xf_export_onnx(m, p, NULL, &bytes, &len, NULL), XF_OK);
+    xf_model *back = NULL;
+    float *q = NULL;
+    xf_errctx err = {0};
+    xf_err rc = xf_export_onnx_read(bytes, len, &back, &q, &err);
+    if (rc != XF_OK) fail_msg("%s: %s", xf_model_describe(m), err.msg);
+    assert_string_equal(xf_model_describe(back), xf_model_describe(m));
+    assert_int_equal(xf_model_num_params(back), xf_model_num_params(m));
+    const xf_model_spec *a = xf_model_spec_of(m), *b = xf_model_spec_of(back);
+    assert_int_equal(a->in_h, b->in_h);
+    assert_int_equal(a->in_w, b->in_w);
+    assert_int_equal(a->in_c, b->in_c);
+    assert_int_equal(a->classes, b->classes);
+    assert_memory_equal(p, q, xf_model_num_params(m) * sizeof(float));
+    xf_free(q);
+    xf_model_free(back);
+    xf_free(bytes);
+    xf_free(p);
+    xf_model_free(m);
+  }
+}
+
+/* A graph that is not exactly xfed's is refused, naming what differs. */
+static void onnx_read_refuses_an_edited_graph(void **state) {
+  (void)state;
+  xf_model *m = make(XF_ARCH_CNN, XF_CNN_LENET5, 28, 28, 1);
+  float *p = indexed(m);
+  uint8_t *bytes = NULL, *edited = NULL;
+  size_t len = 0;
+  assert_int_equal(xf_export_onnx(m, p, NULL, &bytes, &len, NULL), XF_OK);
+  const char *want[] = {"node 0 (Conv conv1)", "initializer conv2.bias holds 60 bytes, not 16 floats",
+                        "not an ONNX model", "opset 13"};
+  for (int edit = 0; edit < 4; edit++) {
+    Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, len, bytes);
+    assert_non_null(mp);
+    size_t elen = len;
+    if (edit == 0) mp->graph->node[0]->attribute[2]->ints[0] = 1; /* pads */
+    if (edit == 1) mp->graph->initializer[3]->raw_data.len -= 4;  /* a float short */
+    if (edit == 3) mp->opset_import[0]->version = 11;
+    edited = xf_malloc(len + 16);
+    assert_non_null(edited);
+    if (edit == 2) {
+      memcpy(edited, bytes, len);
+      elen = len / 2; /* cut in the middle */
+    } else {
+      elen = onnx__model_proto__pack(mp, edited);
+    }
+    onnx__model_proto__free_unpacked(mp, NULL);
+    xf_model *back = NULL;
+    float *q = NULL;
+    xf_errctx err = {0};
+    assert_int_equal(xf_export_onnx_read(edited, elen, &back, &q, &err), XF_EFORMAT);
+    if (!strstr(err.msg, want[edit])) fail_msg("edit %d: '%s' lacks '%s'", edit, err.msg, want[edit]);
+    assert_null(back);
+    xf_free(edited);
+  }
+  xf_free(bytes);
+  xf_free(p);
+  xf_model_free(m);
+}
+
+static uint32_t rd32(const uint8_t *b) {
+  return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+static uint32_t rd16(const uint8_t *b) { return (uint32_t)b[0] | (uint32_t)b[1] << 8; }
+
+static void npz_is_a_zip_of_npy_members_with_their_crcs(void **state) {
+  (void)state;
+  xf_model *m = make(XF_ARCH_LOGREG, XF_CNN_LENET5, 28, 28, 1);
+  float *p = indexed(m);
+  uint8_t *z = NULL, *z2 = NULL;
+  size_t len = 0, len2 = 0;
+  assert_int_equal(xf_export_npz(m, p, &z, &len, NULL), XF_OK);
+  assert_int_equal(xf_export_npz(m, p, &z2, &len2, NULL), XF_OK);
+  assert_int_equal(len, len2); /* the same model, the same bytes */
+  assert_memory_equal(z, z2, len);
+  const uint8_t *end = z + len - 22;
+  assert_int_equal(rd32(end), 0x06054b50);
+  assert_int_equal(rd16(end + 10), 2);
+  size_t cd = rd32(end + 16), cd_size = rd32(end + 12);
+  assert_int_equal(cd + cd_size, len - 22);
+  static const char *const names[] = {"fc1.weight.npy", "fc1.bias.npy"};
+  static const char *const shapes[] = {"(10, 784)", "(10,)"};
+  const uint8_t *c = z + cd;
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(rd32(c), 0x02014b50);
+    size_t nl = rd16(c + 28), off = rd32(c + 42), size = rd32(c + 24);
+    assert_int_equal(nl, strlen(names[i]));
+    assert_memory_equal(c + 46, names[i], nl);
+    const uint8_t *l = z + off;
+    assert_int_equal(rd32(l), 0x04034b50);
+    assert_int_equal(rd16(l + 8), 0); /* stored */
+    assert_int_equal(rd32(l + 18), size);
+    const uint8_t *data = l + 30 + rd16(l + 26);
+    assert_int_equal(rd32(l + 14), (uint32_t)crc32(crc32(0L, Z_NULL, 0), data, (uInt)size));
+    assert_memory_equal(data, "\x93NUMPY\x01\x00", 8);
+    size_t hl = rd16(data + 8);
+    assert_int_equal((10 + hl) % 64, 0);
+    char header[200] = "";
+    memcpy(header, data + 10, hl < sizeof(header) - 1 ? hl : sizeof(header) - 1);
+    assert_non_null(strstr(header, shapes[i]));
+    assert_non_null(strstr(header, "'descr': '<f4'"));
+    c += 46 + nl;
+  }
+  xf_free(z);
+  xf_free(z2);
+  xf_free(p);
+  xf_model_free(m);
+}
+
+static void formats_come_from_words_and_extensions(void **state) {
+  (void)state;
+  xf_export_format f;
+  assert_true(xf_export_format_parse("onnx", &f) && f == XF_EXPORT_ONNX);
+  assert_true(xf_export_format_parse("npz", &f) && f == XF_EXPORT_NPZ);
+  assert_true(xf_export_format_parse("xfed", &f) && f == XF_EXPORT_XFED);
+  assert_false(xf_export_format_parse("ONNX", &f));
+  assert_false(xf_export_format_parse("pt", &f));
+  assert_true(xf_export_format_of_path("dir/model.onnx", &f) && f == XF_EXPORT_ONNX);
+  assert_true(xf_export_format_of_path("m.npz", &f) && f == XF_EXPORT_NPZ);
+  assert_true(xf_export_format_of_path("m.npy", &f) && f == XF_EXPORT_NPY);
+  assert_true(xf_export_format_of_path("m.xfm", &f) && f == XF_EXPORT_XFED);
+  assert_false(xf_export_format_of_path(".onnx", &f));
+  assert_false(xf_export_format_of_path("model.bin", &f));
+  assert_false(xf_export_format_of_path("onnx", &f));
+  assert_string_equal(xf_export_format_name(XF_EXPORT_NPZ), "npz");
+}
+
+static void allocation_failures_are_reported_and_leak_nothing(void **state) {
+  (void)state;
+  xf_model *m = make(XF_ARCH_CNN, XF_CNN_LENET5, 28, 28, 1);
+  float *p = indexed(m);
+  for (long n = 0; n < 64; n++) {
+    uint8_t *out = NULL;
+    size_t len = 0;
+    xf_alloc_fail_after(n);
+    xf_err a = xf_export_onnx(m, p, NULL, &out, &len, NULL);
+    xf_alloc_fail_reset();
+    if (a == XF_OK) xf_free(out);
+    else assert_int_equal(a, XF_ENOMEM);
+    out = NULL;
+    xf_alloc_fail_after(n);
+    xf_err b = xf_export_npz(m, p, &out, &len, NULL);
+    xf_alloc_fail_reset();
+    if (b == XF_OK) xf_free(out);
+    else assert_int_equal(b, XF_ENOMEM);
+  }
+  xf_free(p);
+  xf_model_free(m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(lenet5_graph_reads_back_with_nchw_layouts),
+      cmocka_unit_test(dense_layout_permutes_channels_of_the_input),
+      cmocka_unit_test(onnx_reads_back_to_the_same_model),
+      cmocka_unit_test(onnx_read_refuses_an_edited_graph),
+      cmocka_unit_test(npz_is_a_zip_of_npy_members_with_their_crcs),
+      cmocka_unit_test(formats_come_from_words_and_extensions),
+      cmocka_unit_test(allocation_failures_are_reported_and_leak_nothing),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
