@@ -896,7 +896,7 @@ static void names_and_lookups_agree(void **state) {
     type back;                                                                 \
     assert_int_equal(prefix##_from_name("bogus", &back), XF_EFORMAT);          \
   }
-  CHECK_ENUM(xf_job_arch, xf_job_arch, 3)
+  CHECK_ENUM(xf_job_arch, xf_job_arch, 4)
   CHECK_ENUM(xf_job_preset, xf_job_preset, 3)
   CHECK_ENUM(xf_job_optimizer, xf_job_optimizer, 3)
   CHECK_ENUM(xf_job_lr_schedule_kind, xf_job_lr_schedule_kind, 3)
