@@ -98,7 +98,8 @@ typedef struct builder {
   xf_model *m;
   int h, w, c;
   int counts[4]; /* per kind, for names */
-  bool declared;  /* a researcher's list: size limits apply (presets keep theirs) */
+  bool declared;  /* a researcher's list: the size limits below apply; a preset's
+                     sizes are bounded by its own checks and the job's cap */
 } builder;
 
 static xf_layer *push(builder *b, xf_layer_kind kind, const char *prefix) {
@@ -148,7 +149,7 @@ static xf_err add_decl(builder *b, int i, const xf_layer_decl *d, bool *flat, xf
     const int units = d->units;
     XF_GUARD(field_in(i, "units", units, 1, XF_DECL_UNITS_MAX, kind, err));
     size_t in = (size_t)b->h * b->w * b->c;
-    if (b->m->n_params + in * (size_t)units + (size_t)units > XF__PARAMS_MAX)
+    if (b->declared && b->m->n_params + in * (size_t)units + (size_t)units > XF__PARAMS_MAX)
       return xf_fail(err, XF_EINVAL,
                      "model.layers[%d].units: %d units on %zu inputs take the model past 2^34 "
                      "parameters; use fewer units or shrink the input first (pooling, stride)",
@@ -196,7 +197,7 @@ static xf_err add_decl(builder *b, int i, const xf_layer_decl *d, bool *flat, xf
                        "take more than 2^26 values per record to unfold; use a larger stride, a "
                        "smaller kernel or fewer channels before it",
                        i, d->kernel, d->kernel, b->c, oh, ow);
-      if (b->m->n_params + k * (size_t)oc + (size_t)oc > XF__PARAMS_MAX)
+      if (b->declared && b->m->n_params + k * (size_t)oc + (size_t)oc > XF__PARAMS_MAX)
         return xf_fail(err, XF_EINVAL,
                        "model.layers[%d].filters: the model passes 2^34 parameters", i);
     }

@@ -54,10 +54,13 @@ typedef enum xf_layer_decl_kind {
 #define XF_DECL_FILTERS_MAX 4096
 #define XF_DECL_KERNEL_MAX 64  /* also the largest stride */
 
-/* One declared layer. A field the kind does not use is 0. */
+/* One declared layer. A field the kind does not use is 0; a stride of 0
+ * takes its default. Only dense and conv2d have parameters, and per-example
+ * gradient norms for DP-SGD (docs/kernels.md). */
 typedef struct xf_layer_decl {
   xf_layer_decl_kind kind;
-  int units;   /* dense: 1..XF_DECL_UNITS_MAX; 0 in a preset's list: the loss's outputs */
+  int units;   /* dense: 1..XF_DECL_UNITS_MAX (a preset's own list, in model.c, writes 0
+                  for the output layer: the loss's outputs) */
   int filters; /* conv2d: 1..XF_DECL_FILTERS_MAX */
   int kernel;  /* conv2d, maxpool2d: square, 1..XF_DECL_KERNEL_MAX */
   int stride;  /* conv2d (default 1), maxpool2d (default kernel): 1..XF_DECL_KERNEL_MAX */
@@ -126,8 +129,9 @@ size_t xf_model_max_activation(const xf_model *m);
 /* Width of the last layer's output: classes for cross_entropy, 1 for bce
  * and mse. */
 int xf_model_outputs(const xf_model *m);
-/* The layer list the model was built from: the declared one, or its
- * preset's, where a dense layer of 0 units gives the loss's outputs. */
+/* The layer list the model was built from (the declared one, or its
+ * preset's), every field filled in: default strides, and the output layer's
+ * units. n gets its length. Valid while m lives. */
 const xf_layer_decl *xf_model_decls(const xf_model *m, int *n);
 /* "mlp(200,200)", "cnn(lenet5)", "logreg", "layers(9)". */
 const char *xf_model_describe(const xf_model *m);
