@@ -1219,6 +1219,20 @@ static void declared_model_file_records_its_layer_list(void **state) {
   free(buf);
   free(p);
   xf_model_free(m);
+  /* A preset's header is what it always was: its name, no list. */
+  xf_model_spec le = {.arch = XF_ARCH_CNN, .preset = XF_CNN_LENET5,
+                      .in_h = 28, .in_w = 28, .in_c = 1, .classes = 10};
+  assert_int_equal(xf_model_create(&le, &m, NULL), XF_OK);
+  p = calloc(xf_model_num_params(m), sizeof(float));
+  assert_int_equal(xf_checkpoint_encode(m, p, &buf, &len, NULL), XF_OK);
+  uint32_t hlen;
+  memcpy(&hlen, buf + 8, 4);
+  assert_null(find_bytes(buf + 12, hlen, "declared"));
+  assert_non_null(find_bytes(buf + 12, hlen, "\"arch\":\"cnn\""));
+  assert_non_null(find_bytes(buf + 12, hlen, "\"preset\":\"lenet5\""));
+  free(buf);
+  free(p);
+  xf_model_free(m);
 }
 
 static void dp_steps_per_epoch_rounds_n_over_l(void **state) {
