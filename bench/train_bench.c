@@ -124,7 +124,7 @@ int main(int argc, char **argv) {
     case 'c': dp_clip = atof(optarg); break;
     case 'z': dp_noise = atof(optarg); break;
     default:
-      fprintf(stderr, "usage: xfed-bench-train --model mlp|lenet5|fedavg-cnn --batch N "
+      fprintf(stderr, "usage: xfed-bench-train --model mlp|lenet5|lenet5-declared|fedavg-cnn --batch N "
                       "[--steps N] [--threads N] [--sgemm N] [--dp-clip C [--dp-noise Z]]\n");
       return 2;
     }
@@ -149,6 +149,20 @@ int main(int argc, char **argv) {
   } else if (strcmp(model_name, "fedavg-cnn") == 0) {
     spec.arch = XF_ARCH_CNN;
     spec.preset = XF_CNN_FEDAVG;
+  } else if (strcmp(model_name, "lenet5-declared") == 0) {
+    /* lenet5's own layer list, declared as a job spec's model.layers is. */
+    xf_model_spec preset = spec;
+    preset.arch = XF_ARCH_CNN;
+    preset.preset = XF_CNN_LENET5;
+    xf_model *pm;
+    xf_errctx perr = {0};
+    if (xf_model_create(&preset, &pm, &perr)) return die("model", &perr);
+    int n = 0;
+    const xf_layer_decl *d = xf_model_decls(pm, &n);
+    spec.arch = XF_ARCH_LAYERS;
+    spec.n_layers = n;
+    memcpy(spec.layers, d, (size_t)n * sizeof(*d));
+    xf_model_free(pm);
   } else {
     fprintf(stderr, "xfed-bench-train: unknown model '%s'\n", model_name);
     return 2;

@@ -77,7 +77,8 @@ static json_t *sidecar_json(const xf_model *m, const model_parts *p, const char 
     json_decref(layers);
     return NULL;
   }
-  static const char *const copied[] = {"arch", "hidden", "preset", "input", "classes", "digest"};
+  static const char *const copied[] = {"arch",    "hidden",  "preset", "declared",
+                                       "input", "classes", "digest"};
   for (size_t i = 0; i < sizeof(copied) / sizeof(copied[0]); i++) {
     json_t *v = json_object_get(p->header, copied[i]);
     if (v) json_object_set(o, copied[i], v);

@@ -25,6 +25,12 @@ static xf_err model_spec_of(const xf_jobspec *job, uint32_t h, uint32_t w, uint3
     out->arch = XF_ARCH_CNN;
     out->preset = job->model.preset == XF_JOB_PRESET_FEDAVG_CNN ? XF_CNN_FEDAVG : XF_CNN_LENET5;
     break;
+  case XF_JOB_ARCH_LAYERS:
+    out->arch = XF_ARCH_LAYERS;
+    out->n_layers = (int)job->model.n_layers;
+    for (uint32_t i = 0; i < job->model.n_layers && i < XF_MODEL_MAX_LAYERS; i++)
+      out->layers[i] = job->model.layers[i];
+    break;
   default:
     return xf_fail(err, XF_EINVAL, "model.arch: unknown architecture %d", (int)job->model.arch);
   }
@@ -56,7 +62,9 @@ xf_err xf_jobspec_model_spec(const xf_jobspec *job, uint32_t h, uint32_t w, uint
    * the model; only a count can be checked here. */
   xf_errctx ignored = {0};
   if (params_of(out, &n, &ignored) != XF_OK || n <= XF_JOB_PARAMS_MAX) return XF_OK;
-  xf_errctx_field(err, "%s", job->model.arch == XF_JOB_ARCH_MLP ? "model.hidden" : "model");
+  xf_errctx_field(err, "%s", job->model.arch == XF_JOB_ARCH_MLP      ? "model.hidden"
+                             : job->model.arch == XF_JOB_ARCH_LAYERS ? "model.layers"
+                                                                     : "model");
   return xf_fail(err, XF_ERANGE,
                  "the model has %llu parameters on records of %ux%ux%u with %u classes, more "
                  "than the %u a job's model may have (its float32 model file must fit the 1 GiB "
@@ -64,7 +72,9 @@ xf_err xf_jobspec_model_spec(const xf_jobspec *job, uint32_t h, uint32_t w, uint
                  (unsigned long long)n, (unsigned)h, (unsigned)w, (unsigned)c,
                  (unsigned)out->classes, XF_JOB_PARAMS_MAX,
                  job->model.arch == XF_JOB_ARCH_MLP ? "; use fewer or narrower hidden layers"
-                                                    : "");
+                 : job->model.arch == XF_JOB_ARCH_LAYERS
+                     ? "; use fewer units or filters, or pool or stride before the dense layers"
+                     : "");
 }
 
 void xf_jobspec_train_options(const xf_jobspec *job, uint32_t round, xf_train_options *opt) {

@@ -21,7 +21,8 @@
 /* ---- names ---------------------------------------------------------------- */
 
 static const char *const xf__arch_names[] = {
-    [XF_JOB_ARCH_LOGREG] = "logreg", [XF_JOB_ARCH_MLP] = "mlp", [XF_JOB_ARCH_CNN] = "cnn"};
+    [XF_JOB_ARCH_LOGREG] = "logreg", [XF_JOB_ARCH_MLP] = "mlp", [XF_JOB_ARCH_CNN] = "cnn",
+    [XF_JOB_ARCH_LAYERS] = "layers"};
 static const char *const xf__preset_names[] = {[XF_JOB_PRESET_NONE] = "none",
                                                [XF_JOB_PRESET_LENET5] = "lenet5",
                                                [XF_JOB_PRESET_FEDAVG_CNN] = "fedavg-cnn"};
@@ -255,7 +256,7 @@ static const struct {
     {"clients_per_round", "sites_per_round"}, {"min_clients", "min_sites"},
     {"min_fit_clients", "min_sites"}, {"deadline", "round_deadline_s"},
     {"round_timeout", "round_deadline_s"}, {"architecture", "arch"}, {"hidden_sizes", "hidden"},
-    {"hidden_layers", "hidden"}, {"layers", "hidden"}, {"server_learning_rate", "server_lr"},
+    {"hidden_layers", "hidden"}, {"server_learning_rate", "server_lr"},
     {"eta", "server_lr"}, {"momentum", "server_momentum"}, {"beta_1", "beta1"}, {"beta_2", "beta2"},
     {"epsilon", "target_epsilon"}, {"eps", "target_epsilon"}, {"sigma", "noise_multiplier"},
     {"noise", "noise_multiplier"}, {"clip_norm", "clip"}, {"max_grad_norm", "clip"},
@@ -268,7 +269,7 @@ static const char *const xf__top_keys[] = {
     "name", "model", "data", "rounds", "sites_per_round", "over_selection", "min_sites",
     "round_deadline_s", "topology", "local", "strategy", "privacy", "secure_aggregation", "compression",
     "seed", NULL};
-static const char *const xf__model_keys[] = {"arch", "hidden", "preset", "loss", NULL};
+static const char *const xf__model_keys[] = {"arch", "hidden", "preset", "loss", "layers", NULL};
 static const char *const xf__data_keys[] = {"dataset", "tags", NULL};
 static const char *const xf__local_keys[] = {
     "epochs", "batch_size", "optimizer", "lr",   "momentum",  "nesterov",    "beta1",
@@ -579,12 +580,125 @@ static xf_err xf__ident_from(json_t *v, const char *field, char *dst, xf_errctx 
 
 /* ---- sections ------------------------------------------------------------- */
 
+/* The fields each declared layer kind takes, "kind" first. */
+static const char *const *xf__layer_fields(xf_layer_decl_kind k) {
+  static const char *const dense[] = {"kind", "units", NULL};
+  static const char *const conv[] = {"kind", "filters", "kernel", "stride", "padding", NULL};
+  static const char *const pool[] = {"kind", "kernel", "stride", NULL};
+  static const char *const bare[] = {"kind", NULL};
+  return k == XF_DECL_DENSE ? dense : k == XF_DECL_CONV2D ? conv
+                                  : k == XF_DECL_MAXPOOL2D ? pool : bare;
+}
+
+static const char *const xf__layer_kind_names[] = {
+    [XF_DECL_DENSE] = "dense", [XF_DECL_CONV2D] = "conv2d", [XF_DECL_MAXPOOL2D] = "maxpool2d",
+    [XF_DECL_FLATTEN] = "flatten", [XF_DECL_RELU] = "relu"};
+
+/* One integer field of a declared layer; *out keeps its value when absent
+ * unless the field is required. */
+static xf_err xf__layer_int(json_t *o, const char *at, const char *key, bool required, int lo,
+                            int hi, int *out, xf_errctx *err) {
+  char field[96];
+  snprintf(field, sizeof(field), "%s.%s", at, key);
+  json_t *v = json_object_get(o, key);
+  if (!v) {
+    if (!required) return XF_OK;
+    return xf__missing(field, "this layer kind needs it", err);
+  }
+  long long w = 0;
+  XF_GUARD(xf__whole(v, field, lo, hi, &w, err));
+  *out = (int)w;
+  return XF_OK;
+}
+
+static xf_err xf__parse_layer(json_t *o, size_t i, xf_layer_decl *d, xf_errctx *err) {
+  char at[48];
+  snprintf(at, sizeof(at), "model.layers[%zu]", i);
+  if (!json_is_object(o))
+    return xf__wrong_type(at, "a layer object such as {\"kind\": \"dense\", \"units\": 10}", o,
+                          err);
+  int kind = 0;
+  bool present = false;
+  XF_GUARD(xf__get_choice(o, at, "kind", xf__layer_kind_names, 0,
+                          XF__COUNT(xf__layer_kind_names), &kind, &present, err));
+  if (!present) {
+    char field[64];
+    snprintf(field, sizeof(field), "%s.kind", at);
+    return xf__missing(field, "one of: dense, conv2d, maxpool2d, flatten, relu", err);
+  }
+  memset(d, 0, sizeof(*d));
+  d->kind = (xf_layer_decl_kind)kind;
+  const char *const *fields = xf__layer_fields(d->kind);
+  const char *key;
+  json_t *value;
+  json_object_foreach(o, key, value) {
+    (void)value;
+    if (xf__has_key(fields, key)) continue;
+    char field[128], shown[40], list[96];
+    snprintf(field, sizeof(field), "%s.%s", at, xf__printable(key, shown, sizeof(shown)));
+    size_t n = 0;
+    while (fields[n]) n++;
+    xf__join(list, sizeof(list), fields, 0, n);
+    return xf__fail_at(err, XF_EFORMAT, field,
+                       "a %s layer has no such field; its fields are: %s",
+                       xf__layer_kind_names[kind], list);
+  }
+  switch (d->kind) {
+  case XF_DECL_DENSE:
+    XF_GUARD(xf__layer_int(o, at, "units", true, 1, XF_DECL_UNITS_MAX, &d->units, err));
+    break;
+  case XF_DECL_CONV2D:
+    XF_GUARD(xf__layer_int(o, at, "filters", true, 1, XF_DECL_FILTERS_MAX, &d->filters, err));
+    XF_GUARD(xf__layer_int(o, at, "kernel", true, 1, XF_DECL_KERNEL_MAX, &d->kernel, err));
+    d->stride = 1;
+    XF_GUARD(xf__layer_int(o, at, "stride", false, 1, XF_DECL_KERNEL_MAX, &d->stride, err));
+    XF_GUARD(xf__layer_int(o, at, "padding", false, 0, d->kernel - 1, &d->padding, err));
+    break;
+  case XF_DECL_MAXPOOL2D:
+    XF_GUARD(xf__layer_int(o, at, "kernel", true, 1, XF_DECL_KERNEL_MAX, &d->kernel, err));
+    d->stride = d->kernel;
+    XF_GUARD(xf__layer_int(o, at, "stride", false, 1, XF_DECL_KERNEL_MAX, &d->stride, err));
+    break;
+  default: break;
+  }
+  return XF_OK;
+}
+
+static xf_err xf__parse_layers(json_t *layers, xf_job_model *m, xf_errctx *err) {
+  if (!json_is_array(layers))
+    return xf__wrong_type("model.layers",
+                          "an array of layer objects such as [{\"kind\": \"dense\", \"units\": "
+                          "10}]",
+                          layers, err);
+  size_t n = json_array_size(layers);
+  if (n < 1 || n > XF_JOB_LAYERS_MAX)
+    return xf__fail_at(err, XF_ERANGE, "model.layers", "must list 1 to %d layers, got %zu",
+                       XF_JOB_LAYERS_MAX, n);
+  for (size_t i = 0; i < n; i++)
+    XF_GUARD(xf__parse_layer(json_array_get(layers, i), i, &m->layers[i], err));
+  m->n_layers = (uint32_t)n;
+  return XF_OK;
+}
+
 static xf_err xf__parse_model(json_t *obj, xf_job_model *m, xf_errctx *err) {
   int arch = (int)m->arch, preset = (int)m->preset;
   bool present;
   XF_GUARD(xf__get_choice(obj, "model", "arch", xf__arch_names, 0, XF__COUNT(xf__arch_names),
                           &arch, &present, err));
-  if (!present) return xf__missing("model.arch", "one of: logreg, mlp, cnn", err);
+  json_t *layers = json_object_get(obj, "layers");
+  if (layers) {
+    if (present && arch != XF_JOB_ARCH_LAYERS)
+      return xf__fail_at(err, XF_EFORMAT, "model.layers",
+                         "declares the model itself, so it cannot go with arch \"%s\"; leave "
+                         "model.arch out",
+                         xf__arch_names[arch]);
+    arch = XF_JOB_ARCH_LAYERS;
+    XF_GUARD(xf__parse_layers(layers, m, err));
+  } else if (!present) {
+    return xf__missing("model.arch", "one of: logreg, mlp, cnn; or declare the model in "
+                                     "model.layers",
+                       err);
+  }
   m->arch = (xf_job_arch)arch;
   /* "none" is how the struct says "not a cnn"; JSON leaves preset out. */
   XF_GUARD(xf__get_choice(obj, "model", "preset", xf__preset_names, 1,
@@ -1158,6 +1272,79 @@ static xf_err xf__check_range(const char *field, double v, double lo, bool lo_op
 #define XF__NONNEG(field, v) XF_GUARD(xf__check_range(field, v, 0, false, INFINITY, false, err))
 #define XF__UNIT_OPEN(field, v) XF_GUARD(xf__check_range(field, v, 0, false, 1, true, err))
 
+/* What can be checked of a declared model without the data: each field's
+ * range, and a last layer that can give the loss's outputs. Shapes are
+ * checked where the data is known (xf_model_create at submission and at
+ * each site). */
+static xf_err xf__validate_layers(const xf_job_model *m, xf_errctx *err) {
+  if (m->n_layers == 0)
+    return xf__missing("model.layers", "a declared model lists its layers, e.g. "
+                                       "[{\"kind\": \"dense\", \"units\": 10}]",
+                       err);
+  XF_GUARD(xf__range_int("model.layers", m->n_layers, 1, XF_JOB_LAYERS_MAX, err));
+  for (uint32_t i = 0; i < m->n_layers; i++) {
+    const xf_layer_decl *d = &m->layers[i];
+    char f[64];
+#define XF__LAYER_RANGE(name, v, lo, hi)                                         \
+  do {                                                                           \
+    snprintf(f, sizeof(f), "model.layers[%u].%s", (unsigned)i, name);           \
+    XF_GUARD(xf__range_int(f, v, lo, hi, err));                                  \
+  } while (0)
+    switch (d->kind) {
+    case XF_DECL_DENSE:
+      XF__LAYER_RANGE("units", d->units, 1, XF_DECL_UNITS_MAX);
+      XF__LAYER_RANGE("filters", d->filters, 0, 0);
+      XF__LAYER_RANGE("kernel", d->kernel, 0, 0);
+      XF__LAYER_RANGE("stride", d->stride, 0, 0);
+      XF__LAYER_RANGE("padding", d->padding, 0, 0);
+      break;
+    case XF_DECL_CONV2D:
+      XF__LAYER_RANGE("units", d->units, 0, 0);
+      XF__LAYER_RANGE("filters", d->filters, 1, XF_DECL_FILTERS_MAX);
+      XF__LAYER_RANGE("kernel", d->kernel, 1, XF_DECL_KERNEL_MAX);
+      XF__LAYER_RANGE("stride", d->stride, 1, XF_DECL_KERNEL_MAX);
+      XF__LAYER_RANGE("padding", d->padding, 0, d->kernel - 1);
+      break;
+    case XF_DECL_MAXPOOL2D:
+      XF__LAYER_RANGE("units", d->units, 0, 0);
+      XF__LAYER_RANGE("filters", d->filters, 0, 0);
+      XF__LAYER_RANGE("kernel", d->kernel, 1, XF_DECL_KERNEL_MAX);
+      XF__LAYER_RANGE("stride", d->stride, 1, XF_DECL_KERNEL_MAX);
+      XF__LAYER_RANGE("padding", d->padding, 0, 0);
+      break;
+    case XF_DECL_FLATTEN:
+    case XF_DECL_RELU:
+      XF__LAYER_RANGE("units", d->units, 0, 0);
+      XF__LAYER_RANGE("filters", d->filters, 0, 0);
+      XF__LAYER_RANGE("kernel", d->kernel, 0, 0);
+      XF__LAYER_RANGE("stride", d->stride, 0, 0);
+      XF__LAYER_RANGE("padding", d->padding, 0, 0);
+      break;
+    default:
+      snprintf(f, sizeof(f), "model.layers[%u].kind", (unsigned)i);
+      return xf__fail_at(err, XF_EFORMAT, f, "unknown value %d", (int)d->kind);
+    }
+#undef XF__LAYER_RANGE
+  }
+  const xf_layer_decl *last = &m->layers[m->n_layers - 1];
+  if (last->kind != XF_DECL_DENSE) {
+    char f[48];
+    snprintf(f, sizeof(f), "model.layers[%u]", (unsigned)(m->n_layers - 1));
+    return xf__fail_at(err, XF_EFORMAT, f,
+                       "the last layer is %s; a model ends in a dense layer giving the loss's "
+                       "outputs (the classes for cross_entropy, 1 for binary_cross_entropy and "
+                       "mse)",
+                       xf__layer_kind_names[last->kind]);
+  }
+  if (m->loss != XF_LOSS_CROSS_ENTROPY && last->units != 1) {
+    char f[48];
+    snprintf(f, sizeof(f), "model.layers[%u].units", (unsigned)(m->n_layers - 1));
+    return xf__fail_at(err, XF_EFORMAT, f, "%d, but %s needs exactly 1 output from the last layer",
+                       last->units, xf__loss_names[m->loss]);
+  }
+  return XF_OK;
+}
+
 static xf_err xf__validate_model(const xf_job_model *m, xf_errctx *err) {
   if ((unsigned)m->arch >= XF__COUNT(xf__arch_names))
     return xf__fail_at(err, XF_EFORMAT, "model.arch", "unknown value %d", (int)m->arch);
@@ -1181,6 +1368,18 @@ static xf_err xf__validate_model(const xf_job_model *m, xf_errctx *err) {
                        "has no effect with arch \"%s\"; it is used only by \"mlp\"",
                        xf__arch_names[m->arch]);
   }
+  if (m->arch == XF_JOB_ARCH_LAYERS) {
+    XF_GUARD(xf__validate_layers(m, err));
+  } else if (m->n_layers != 0) {
+    return xf__fail_at(err, XF_EFORMAT, "model.layers",
+                       "declares the model itself, so it cannot go with arch \"%s\"; leave "
+                       "model.arch out",
+                       xf__arch_names[m->arch]);
+  }
+  if (m->arch == XF_JOB_ARCH_LAYERS && m->preset != XF_JOB_PRESET_NONE)
+    return xf__fail_at(err, XF_EFORMAT, "model.preset",
+                       "has no effect with model.layers; a preset is a layer list of its own, "
+                       "use one or the other");
   if (m->arch == XF_JOB_ARCH_CNN && m->preset == XF_JOB_PRESET_NONE)
     return xf__missing("model.preset", "arch \"cnn\" needs one of: lenet5, fedavg-cnn", err);
   if (m->arch != XF_JOB_ARCH_CNN && m->preset != XF_JOB_PRESET_NONE)
@@ -1524,6 +1723,23 @@ xf_err xf_jobspec_to_json(const xf_jobspec *s, char **out) {
   }
   if (s->model.arch == XF_JOB_ARCH_CNN)
     xf__member_string(&o, "preset", xf_job_preset_name(s->model.preset));
+  if (s->model.arch == XF_JOB_ARCH_LAYERS) {
+    xf__key(&o, "layers");
+    xf__emit(&o, "[");
+    for (uint32_t i = 0; i < s->model.n_layers && i < XF_JOB_LAYERS_MAX; i++) {
+      const xf_layer_decl *d = &s->model.layers[i];
+      xf__emit(&o, "%s{\"kind\": \"%s\"", i ? ", " : "",
+               xf__name_of(xf__layer_kind_names, XF__COUNT(xf__layer_kind_names), (int)d->kind));
+      if (d->kind == XF_DECL_DENSE) xf__emit(&o, ", \"units\": %d", d->units);
+      if (d->kind == XF_DECL_CONV2D)
+        xf__emit(&o, ", \"filters\": %d, \"kernel\": %d, \"stride\": %d, \"padding\": %d",
+                 d->filters, d->kernel, d->stride, d->padding);
+      if (d->kind == XF_DECL_MAXPOOL2D)
+        xf__emit(&o, ", \"kernel\": %d, \"stride\": %d", d->kernel, d->stride);
+      xf__emit(&o, "}");
+    }
+    xf__emit(&o, "]");
+  }
   /* Fields added after the first release are written only when they differ
    * from their default, so that an older spec's canonical text (and what is
    * derived from it) stays what it was. */

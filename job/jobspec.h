@@ -24,6 +24,7 @@
 #define XF_JOB_IDENT_MAX 64
 #define XF_JOB_HIDDEN_MAX 8         /* mlp hidden layers */
 #define XF_JOB_WIDTH_MAX 65536u     /* units in one hidden layer */
+#define XF_JOB_LAYERS_MAX XF_MODEL_MAX_LAYERS /* model.layers entries */
 #define XF_JOB_TAGS_MAX 16          /* data.tags entries */
 #define XF_JOB_ROUNDS_MAX 1000000u  /* rounds */
 #define XF_JOB_SITES_MAX 100000u    /* min_sites, and sites_per_round as a count */
@@ -40,7 +41,8 @@
 typedef enum xf_job_arch {
   XF_JOB_ARCH_LOGREG = 0, /* "logreg": softmax regression */
   XF_JOB_ARCH_MLP,        /* "mlp": dense + ReLU per model.hidden entry */
-  XF_JOB_ARCH_CNN         /* "cnn": one of the presets below */
+  XF_JOB_ARCH_CNN,        /* "cnn": one of the presets below */
+  XF_JOB_ARCH_LAYERS      /* "layers": the model declared in model.layers */
 } xf_job_arch;
 
 typedef enum xf_job_preset {
@@ -117,10 +119,15 @@ bool xf_job_strategy_is_robust(xf_job_strategy_kind v);
  * assignment. */
 
 typedef struct xf_job_model {
-  xf_job_arch arch;                    /* required */
+  xf_job_arch arch;                    /* required; JSON may leave it out when it gives
+                                          model.layers */
   uint32_t hidden[XF_JOB_HIDDEN_MAX];  /* mlp: widths, each 1..65536 */
   uint32_t n_hidden;                   /* mlp: 1..8 (required); other archs: 0 */
   xf_job_preset preset;                /* cnn: required; other archs: NONE */
+  xf_layer_decl layers[XF_JOB_LAYERS_MAX]; /* layers: the declared model, in order, each
+                                              with its defaults filled in */
+  uint32_t n_layers;                   /* layers: 1..XF_JOB_LAYERS_MAX (required); other
+                                          archs: 0 */
   xf_loss loss;                        /* "cross_entropy" (default), "binary_cross_entropy"
                                           (one logit, labels 0/1) or "mse" (one output
                                           regressed on the label's value) */

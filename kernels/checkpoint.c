@@ -34,6 +34,61 @@ static const char *dtype_name(xf_checkpoint_dtype t) {
                                                                          : "float32-le";
 }
 
+/* The declared layer list in the job spec's spelling, every field filled. */
+static json_t *declared_json(const xf_model *m) {
+  int n = 0;
+  const xf_layer_decl *d = xf_model_decls(m, &n);
+  json_t *a = json_array();
+  for (int i = 0; a && i < n; i++) {
+    json_t *o = json_pack("{s:s}", "kind", xf_layer_decl_name(d[i].kind));
+    if (!o || json_array_append_new(a, o)) goto oom;
+    int bad = 0;
+    if (d[i].kind == XF_DECL_DENSE) bad |= json_object_set_new(o, "units", json_integer(d[i].units));
+    if (d[i].kind == XF_DECL_CONV2D) {
+      bad |= json_object_set_new(o, "filters", json_integer(d[i].filters));
+      bad |= json_object_set_new(o, "padding", json_integer(d[i].padding));
+    }
+    if (d[i].kind == XF_DECL_CONV2D || d[i].kind == XF_DECL_MAXPOOL2D) {
+      bad |= json_object_set_new(o, "kernel", json_integer(d[i].kernel));
+      bad |= json_object_set_new(o, "stride", json_integer(d[i].stride));
+    }
+    if (bad) goto oom;
+  }
+  return a;
+oom:
+  json_decref(a);
+  return NULL;
+}
+
+/* Reads the "declared" list back; xf_model_create checks what it says. */
+static xf_err declared_from_header(json_t *h, xf_model_spec *s, xf_errctx *err) {
+  json_t *a = json_object_get(h, "declared");
+  size_t n = json_array_size(a);
+  if (!json_is_array(a) || n < 1 || n > XF_MODEL_MAX_LAYERS)
+    return xf_fail(err, XF_EFORMAT, "model header: \"declared\" must list 1 to %d layers",
+                   XF_MODEL_MAX_LAYERS);
+  static const char *const fields[] = {"units", "filters", "kernel", "stride", "padding"};
+  for (size_t i = 0; i < n; i++) {
+    json_t *o = json_array_get(a, i);
+    xf_layer_decl *d = &s->layers[i];
+    memset(d, 0, sizeof(*d));
+    if (!json_is_object(o) ||
+        xf_layer_decl_from_name(json_string_value(json_object_get(o, "kind")), &d->kind))
+      return xf_fail(err, XF_EFORMAT, "model header: declared[%zu] has no known \"kind\"", i);
+    int *slot[] = {&d->units, &d->filters, &d->kernel, &d->stride, &d->padding};
+    for (size_t f = 0; f < sizeof(fields) / sizeof(fields[0]); f++) {
+      json_t *v = json_object_get(o, fields[f]);
+      if (!v) continue;
+      if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 65536)
+        return xf_fail(err, XF_EFORMAT, "model header: declared[%zu].%s is not 0..65536", i,
+                       fields[f]);
+      *slot[f] = (int)json_integer_value(v);
+    }
+  }
+  s->n_layers = (int)n;
+  return XF_OK;
+}
+
 /* digest: of the float32 parameters the file decodes to. */
 static json_t *header_json(const xf_model *m, const xf_digest *d, xf_checkpoint_dtype dtype) {
   const xf_model_spec *s = xf_model_spec_of(m);
@@ -51,7 +106,16 @@ static json_t *header_json(const xf_model *m, const xf_digest *d, xf_checkpoint_
                           (json_int_t)l->bias_count);
     if (!o || json_array_append_new(layers, o)) goto oom;
   }
-  const char *arch = s->arch == XF_ARCH_LOGREG ? "logreg" : s->arch == XF_ARCH_MLP ? "mlp" : "cnn";
+  const char *arch = s->arch == XF_ARCH_LOGREG ? "logreg"
+                     : s->arch == XF_ARCH_MLP  ? "mlp"
+                     : s->arch == XF_ARCH_CNN  ? "cnn"
+                                               : "layers";
+  /* A declared model records its list as the job spec wrote it; a preset
+   * records only its name, so its files keep the bytes they always had. */
+  if (s->arch == XF_ARCH_LAYERS) {
+    json_t *declared = declared_json(m);
+    if (!declared || json_object_set_new(h, "declared", declared)) goto oom;
+  }
   const char *preset = s->preset == XF_CNN_LENET5 ? "lenet5" : "fedavg-cnn";
   if (json_object_set_new(h, "format", json_integer(1)) ||
       json_object_set_new(h, "arch", json_string(arch)) ||
@@ -188,6 +252,9 @@ static xf_err spec_from_header(json_t *h, xf_model_spec *s, size_t *n_params,
     if (preset && strcmp(preset, "lenet5") == 0) s->preset = XF_CNN_LENET5;
     else if (preset && strcmp(preset, "fedavg-cnn") == 0) s->preset = XF_CNN_FEDAVG;
     else return xf_fail(err, XF_EFORMAT, "model header: unknown cnn preset");
+  } else if (strcmp(arch, "layers") == 0) {
+    s->arch = XF_ARCH_LAYERS;
+    XF_GUARD(declared_from_header(h, s, err));
   } else {
     return xf_fail(err, XF_EFORMAT, "model header: unknown arch \"%s\"", arch);
   }

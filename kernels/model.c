@@ -16,15 +16,90 @@ struct xf_model {
   xf_model_spec spec;
   xf_layer layers[XF_MODEL_MAX_LAYERS];
   int n_layers;
+  xf_layer_decl decls[XF_MODEL_MAX_LAYERS]; /* what the table was built from, filled in */
+  int n_decls;
   size_t n_params;
   char description[96];
 };
+
+/* Per-record sizes past which a layer is refused: its output, and a conv
+ * layer's im2col rows. */
+#define XF__ACT_MAX ((size_t)1 << 24)
+#define XF__COL_MAX ((size_t)1 << 26)
+/* Past this the parameter count cannot be a model file (the job layer's own
+ * cap is far lower); it keeps every size below in range. */
+#define XF__PARAMS_MAX ((size_t)1 << 34)
+
+/* ---- the presets, as layer lists -------------------------------------------
+ * A dense layer of 0 units is the output layer: its width is the loss's. */
+#define D_(u) {.kind = XF_DECL_DENSE, .units = (u)}
+#define C_(f, k, p) {.kind = XF_DECL_CONV2D, .filters = (f), .kernel = (k), .stride = 1, .padding = (p)}
+#define P_(k) {.kind = XF_DECL_MAXPOOL2D, .kernel = (k), .stride = (k)}
+#define R_ {.kind = XF_DECL_RELU}
+#define F_ {.kind = XF_DECL_FLATTEN}
+
+static const struct {
+  const char *name;
+  int n;
+  xf_layer_decl layers[12];
+} cnn_presets[] = {
+    [XF_CNN_LENET5] = {"lenet5", 12,
+                       {C_(6, 5, 0), R_, P_(2), C_(16, 5, 0), R_, P_(2), F_, D_(120), R_, D_(84),
+                        R_, D_(0)}},
+    [XF_CNN_FEDAVG] = {"fedavg-cnn", 10,
+                       {C_(32, 5, 2), R_, P_(2), C_(64, 5, 2), R_, P_(2), F_, D_(512), R_, D_(0)}},
+};
+
+static const char *const decl_names[] = {
+    [XF_DECL_DENSE] = "dense", [XF_DECL_CONV2D] = "conv2d", [XF_DECL_MAXPOOL2D] = "maxpool2d",
+    [XF_DECL_FLATTEN] = "flatten", [XF_DECL_RELU] = "relu"};
+
+const char *xf_layer_decl_name(xf_layer_decl_kind k) {
+  return (unsigned)k < sizeof(decl_names) / sizeof(decl_names[0]) ? decl_names[k] : NULL;
+}
+
+xf_err xf_layer_decl_from_name(const char *s, xf_layer_decl_kind *out) {
+  for (unsigned i = 0; s && i < sizeof(decl_names) / sizeof(decl_names[0]); i++)
+    if (strcmp(s, decl_names[i]) == 0) {
+      *out = (xf_layer_decl_kind)i;
+      return XF_OK;
+    }
+  return XF_EINVAL;
+}
+
+/* The declaration with its defaults filled in and unused fields zeroed. */
+static xf_layer_decl normalized(const xf_layer_decl *d) {
+  xf_layer_decl n = {.kind = d->kind};
+  switch (d->kind) {
+  case XF_DECL_DENSE: n.units = d->units; break;
+  case XF_DECL_CONV2D:
+    n.filters = d->filters;
+    n.kernel = d->kernel;
+    n.stride = d->stride ? d->stride : 1;
+    n.padding = d->padding;
+    break;
+  case XF_DECL_MAXPOOL2D:
+    n.kernel = d->kernel;
+    n.stride = d->stride ? d->stride : d->kernel;
+    break;
+  default: break;
+  }
+  return n;
+}
+
+bool xf_layer_decl_equal(const xf_layer_decl *a, const xf_layer_decl *b) {
+  xf_layer_decl x = normalized(a), y = normalized(b);
+  return x.kind == y.kind && x.units == y.units && x.filters == y.filters &&
+         x.kernel == y.kernel && x.stride == y.stride && x.padding == y.padding;
+}
 
 /* Builder state: the current activation shape and the next parameter offset. */
 typedef struct builder {
   xf_model *m;
   int h, w, c;
   int counts[4]; /* per kind, for names */
+  bool declared;  /* a researcher's list: the size limits below apply; a preset's
+                     sizes are bounded by its own checks and the job's cap */
 } builder;
 
 static xf_layer *push(builder *b, xf_layer_kind kind, const char *prefix) {
@@ -52,43 +127,133 @@ static void add_params(builder *b, xf_layer *l, size_t weights, size_t biases) {
   b->m->n_params += weights + biases;
 }
 
-static void add_dense(builder *b, int out) {
-  int in = b->h * b->w * b->c;
-  xf_layer *l = push(b, XF_LAYER_DENSE, "fc");
-  l->out_h = l->out_w = 1;
-  l->out_c = out;
-  add_params(b, l, (size_t)in * out, (size_t)out);
-  finish(b, l);
+static const char *loss_needs(xf_loss loss) {
+  return loss == XF_LOSS_CROSS_ENTROPY ? "cross_entropy over the data's classes"
+         : loss == XF_LOSS_BCE         ? "binary_cross_entropy (one logit)"
+                                       : "mse (one output)";
 }
 
-static void add_relu(builder *b) {
-  xf_layer *l = push(b, XF_LAYER_RELU, "relu");
-  l->out_h = b->h;
-  l->out_w = b->w;
-  l->out_c = b->c;
-  finish(b, l);
+/* Checks one declared field against [lo, hi]. */
+static xf_err field_in(int i, const char *field, int v, int lo, int hi, const char *kind,
+                       xf_errctx *err) {
+  if (v >= lo && v <= hi) return XF_OK;
+  return xf_fail(err, XF_EINVAL, "model.layers[%d].%s: %d, a %s layer's %s must be %d to %d", i,
+                 field, v, kind, field, lo, hi);
 }
 
-static void add_conv(builder *b, int out_c, int k, int pad) {
-  xf_layer *l = push(b, XF_LAYER_CONV, "conv");
-  l->kernel = k;
-  l->pad = pad;
-  l->stride = 1;
-  l->out_h = b->h + 2 * pad - k + 1;
-  l->out_w = b->w + 2 * pad - k + 1;
-  l->out_c = out_c;
-  add_params(b, l, (size_t)out_c * k * k * b->c, (size_t)out_c);
-  finish(b, l);
+/* Appends the table rows of one declared layer at the builder's shape. */
+static xf_err add_decl(builder *b, int i, const xf_layer_decl *d, bool *flat, xf_errctx *err) {
+  const char *kind = xf_layer_decl_name(d->kind);
+  switch (d->kind) {
+  case XF_DECL_DENSE: {
+    const int units = d->units;
+    XF_GUARD(field_in(i, "units", units, 1, XF_DECL_UNITS_MAX, kind, err));
+    size_t in = (size_t)b->h * b->w * b->c;
+    if (b->declared && b->m->n_params + in * (size_t)units + (size_t)units > XF__PARAMS_MAX)
+      return xf_fail(err, XF_EINVAL,
+                     "model.layers[%d].units: %d units on %zu inputs take the model past 2^34 "
+                     "parameters; use fewer units or shrink the input first (pooling, stride)",
+                     i, units, in);
+    xf_layer *l = push(b, XF_LAYER_DENSE, "fc");
+    l->out_h = l->out_w = 1;
+    l->out_c = units;
+    add_params(b, l, in * (size_t)units, (size_t)units);
+    finish(b, l);
+    *flat = true;
+    return XF_OK;
+  }
+  case XF_DECL_CONV2D:
+  case XF_DECL_MAXPOOL2D: {
+    const bool conv = d->kind == XF_DECL_CONV2D;
+    if (*flat)
+      return xf_fail(err, XF_EINVAL,
+                     "model.layers[%d]: a %s layer needs an image, but an earlier flatten or "
+                     "dense layer made the records flat; move it before them",
+                     i, kind);
+    if (conv) XF_GUARD(field_in(i, "filters", d->filters, 1, XF_DECL_FILTERS_MAX, kind, err));
+    XF_GUARD(field_in(i, "kernel", d->kernel, 1, XF_DECL_KERNEL_MAX, kind, err));
+    XF_GUARD(field_in(i, "stride", d->stride, 1, XF_DECL_KERNEL_MAX, kind, err));
+    if (conv) XF_GUARD(field_in(i, "padding", d->padding, 0, d->kernel - 1, kind, err));
+    const int pad = conv ? d->padding : 0;
+    if (d->kernel > b->h + 2 * pad || d->kernel > b->w + 2 * pad)
+      return xf_fail(err, XF_EINVAL,
+                     "model.layers[%d].kernel: %d is larger than its input %dx%d (padding %d); "
+                     "use a kernel of at most %d, or pool less before it",
+                     i, d->kernel, b->h, b->w, pad,
+                     (b->h < b->w ? b->h : b->w) + 2 * pad);
+    const int oh = (b->h + 2 * pad - d->kernel) / d->stride + 1;
+    const int ow = (b->w + 2 * pad - d->kernel) / d->stride + 1;
+    const int oc = conv ? d->filters : b->c;
+    if (b->declared && (size_t)oh * ow * oc > XF__ACT_MAX)
+      return xf_fail(err, XF_EINVAL,
+                     "model.layers[%d]: its output of %dx%dx%d is larger than 2^24 values per "
+                     "record; use a larger stride or fewer filters",
+                     i, oh, ow, oc);
+    if (conv) {
+      size_t k = (size_t)d->kernel * d->kernel * b->c;
+      if (b->declared && (size_t)oh * ow * k > XF__COL_MAX)
+        return xf_fail(err, XF_EINVAL,
+                       "model.layers[%d]: its %dx%d windows over %d channels at %dx%d positions "
+                       "take more than 2^26 values per record to unfold; use a larger stride, a "
+                       "smaller kernel or fewer channels before it",
+                       i, d->kernel, d->kernel, b->c, oh, ow);
+      if (b->declared && b->m->n_params + k * (size_t)oc + (size_t)oc > XF__PARAMS_MAX)
+        return xf_fail(err, XF_EINVAL,
+                       "model.layers[%d].filters: the model passes 2^34 parameters", i);
+    }
+    xf_layer *l = conv ? push(b, XF_LAYER_CONV, "conv") : push(b, XF_LAYER_MAXPOOL, "pool");
+    l->kernel = d->kernel;
+    l->pad = pad;
+    l->stride = d->stride;
+    l->out_h = oh;
+    l->out_w = ow;
+    l->out_c = oc;
+    if (conv) add_params(b, l, (size_t)oc * d->kernel * d->kernel * b->c, (size_t)oc);
+    finish(b, l);
+    return XF_OK;
+  }
+  case XF_DECL_FLATTEN:
+    /* Layers keep NHWC records contiguous, so flattening moves nothing. */
+    *flat = true;
+    return XF_OK;
+  case XF_DECL_RELU: {
+    xf_layer *l = push(b, XF_LAYER_RELU, "relu");
+    l->out_h = b->h;
+    l->out_w = b->w;
+    l->out_c = b->c;
+    finish(b, l);
+    return XF_OK;
+  }
+  }
+  return xf_fail(err, XF_EINVAL, "model.layers[%d].kind: unknown layer kind %d", i, (int)d->kind);
 }
 
-static void add_pool(builder *b, int k) {
-  xf_layer *l = push(b, XF_LAYER_MAXPOOL, "pool");
-  l->kernel = k;
-  l->stride = k;
-  l->out_h = (b->h - k) / k + 1;
-  l->out_w = (b->w - k) / k + 1;
-  l->out_c = b->c;
-  finish(b, l);
+/* Builds the table from a layer list and records the list, filled in. */
+static xf_err build(builder *b, const xf_layer_decl *decls, int n, int outputs, xf_errctx *err) {
+  const xf_model_spec *spec = &b->m->spec;
+  if (n < 1 || n > XF_MODEL_MAX_LAYERS)
+    return xf_fail(err, XF_EINVAL, "model.layers: %d layers, a model has 1 to %d", n,
+                   XF_MODEL_MAX_LAYERS);
+  bool flat = false;
+  for (int i = 0; i < n; i++) {
+    xf_layer_decl d = normalized(&decls[i]);
+    if (d.kind == XF_DECL_DENSE && d.units == 0 && spec->arch != XF_ARCH_LAYERS)
+      d.units = outputs;
+    XF_GUARD(add_decl(b, i, &d, &flat, err));
+    b->m->decls[i] = d;
+  }
+  b->m->n_decls = n;
+  const xf_layer_decl *last = &b->m->decls[n - 1];
+  if (last->kind != XF_DECL_DENSE)
+    return xf_fail(err, XF_EINVAL,
+                   "model.layers[%d]: the last layer is %s; a model ends in a dense layer giving "
+                   "%d outputs, what %s needs",
+                   n - 1, xf_layer_decl_name(last->kind), outputs, loss_needs(spec->loss));
+  if (last->units != outputs)
+    return xf_fail(err, XF_EINVAL,
+                   "model.layers[%d].units: the last layer gives %d outputs, but %s needs %d",
+                   n - 1, last->units, loss_needs(spec->loss), outputs);
+  return XF_OK;
 }
 
 xf_err xf_model_create(const xf_model_spec *spec, xf_model **out, xf_errctx *err) {
@@ -115,69 +280,64 @@ xf_err xf_model_create(const xf_model_spec *spec, xf_model **out, xf_errctx *err
                    "model.preset: cnn presets need images of at least 28x28, the data has "
                    "%dx%dx%d records; use logreg or mlp for tabular data",
                    spec->in_h, spec->in_w, spec->in_c);
+  if (spec->arch == XF_ARCH_CNN && (unsigned)spec->preset >= 2)
+    return xf_fail(err, XF_EINVAL, "model.preset: unknown cnn preset %d", (int)spec->preset);
+  for (int i = 0; spec->arch == XF_ARCH_MLP && i < spec->n_hidden; i++)
+    if (spec->hidden[i] < 1 || spec->hidden[i] > 65536)
+      return xf_fail(err, XF_EINVAL, "model.hidden[%d]: %d units, must be 1 to 65536", i,
+                     spec->hidden[i]);
+
+  /* Every architecture as a layer list. */
+  xf_layer_decl list[XF_MODEL_MAX_LAYERS];
+  const xf_layer_decl *decls = list;
+  int n = 0;
+  char description[96];
+  switch (spec->arch) {
+  case XF_ARCH_LOGREG:
+    list[n++] = (xf_layer_decl)F_;
+    list[n++] = (xf_layer_decl)D_(0);
+    snprintf(description, sizeof(description), "logreg");
+    break;
+  case XF_ARCH_MLP: {
+    int used = snprintf(description, sizeof(description), "mlp(");
+    list[n++] = (xf_layer_decl)F_;
+    for (int i = 0; i < spec->n_hidden; i++) {
+      list[n++] = (xf_layer_decl)D_(spec->hidden[i]);
+      list[n++] = (xf_layer_decl)R_;
+      if (used < (int)sizeof(description))
+        used += snprintf(description + used, sizeof(description) - (size_t)used, "%s%d",
+                         i ? "," : "", spec->hidden[i]);
+    }
+    if (used < (int)sizeof(description))
+      snprintf(description + used, sizeof(description) - (size_t)used, ")");
+    list[n++] = (xf_layer_decl)D_(0);
+    break;
+  }
+  case XF_ARCH_CNN:
+    decls = cnn_presets[spec->preset].layers;
+    n = cnn_presets[spec->preset].n;
+    snprintf(description, sizeof(description), "cnn(%s)", cnn_presets[spec->preset].name);
+    break;
+  case XF_ARCH_LAYERS:
+    decls = spec->layers;
+    n = spec->n_layers;
+    snprintf(description, sizeof(description), "layers(%d)", n);
+    break;
+  default:
+    return xf_fail(err, XF_EINVAL, "model.arch: unknown architecture %d", (int)spec->arch);
+  }
 
   xf_model *m = xf_calloc(1, sizeof(*m));
   if (!m) return xf_fail(err, XF_ENOMEM, "cannot allocate the model");
   m->spec = *spec;
-  builder b = {.m = m, .h = spec->in_h, .w = spec->in_w, .c = spec->in_c};
+  memcpy(m->description, description, sizeof(description));
+  builder b = {.m = m, .h = spec->in_h, .w = spec->in_w, .c = spec->in_c,
+               .declared = spec->arch == XF_ARCH_LAYERS};
   const int outputs = spec->loss == XF_LOSS_CROSS_ENTROPY ? spec->classes : 1;
-  switch (spec->arch) {
-  case XF_ARCH_LOGREG:
-    add_dense(&b, outputs);
-    snprintf(m->description, sizeof(m->description), "logreg");
-    break;
-  case XF_ARCH_MLP: {
-    int used = snprintf(m->description, sizeof(m->description), "mlp(");
-    for (int i = 0; i < spec->n_hidden; i++) {
-      if (spec->hidden[i] < 1 || spec->hidden[i] > 65536) {
-        xf_free(m);
-        return xf_fail(err, XF_EINVAL, "model.hidden[%d]: %d units, must be 1 to 65536", i,
-                       spec->hidden[i]);
-      }
-      add_dense(&b, spec->hidden[i]);
-      add_relu(&b);
-      if (used < (int)sizeof(m->description))
-        used += snprintf(m->description + used, sizeof(m->description) - (size_t)used, "%s%d",
-                         i ? "," : "", spec->hidden[i]);
-    }
-    if (used < (int)sizeof(m->description))
-      snprintf(m->description + used, sizeof(m->description) - (size_t)used, ")");
-    add_dense(&b, outputs);
-    break;
-  }
-  case XF_ARCH_CNN:
-    if (spec->preset == XF_CNN_LENET5) {
-      add_conv(&b, 6, 5, 0);
-      add_relu(&b);
-      add_pool(&b, 2);
-      add_conv(&b, 16, 5, 0);
-      add_relu(&b);
-      add_pool(&b, 2);
-      add_dense(&b, 120);
-      add_relu(&b);
-      add_dense(&b, 84);
-      add_relu(&b);
-      add_dense(&b, outputs);
-      snprintf(m->description, sizeof(m->description), "cnn(lenet5)");
-    } else if (spec->preset == XF_CNN_FEDAVG) {
-      add_conv(&b, 32, 5, 2);
-      add_relu(&b);
-      add_pool(&b, 2);
-      add_conv(&b, 64, 5, 2);
-      add_relu(&b);
-      add_pool(&b, 2);
-      add_dense(&b, 512);
-      add_relu(&b);
-      add_dense(&b, outputs);
-      snprintf(m->description, sizeof(m->description), "cnn(fedavg-cnn)");
-    } else {
-      xf_free(m);
-      return xf_fail(err, XF_EINVAL, "model.preset: unknown cnn preset %d", (int)spec->preset);
-    }
-    break;
-  default:
+  xf_err rc = build(&b, decls, n, outputs, err);
+  if (rc != XF_OK) {
     xf_free(m);
-    return xf_fail(err, XF_EINVAL, "model.arch: unknown architecture %d", (int)spec->arch);
+    return rc;
   }
   *out = m;
   return XF_OK;
@@ -190,6 +350,10 @@ size_t xf_model_num_params(const xf_model *m) { return m->n_params; }
 int xf_model_num_layers(const xf_model *m) { return m->n_layers; }
 const xf_layer *xf_model_layer(const xf_model *m, int i) { return &m->layers[i]; }
 const char *xf_model_describe(const xf_model *m) { return m->description; }
+const xf_layer_decl *xf_model_decls(const xf_model *m, int *n) {
+  *n = m->n_decls;
+  return m->decls;
+}
 int xf_model_outputs(const xf_model *m) {
   return m->spec.loss == XF_LOSS_CROSS_ENTROPY ? m->spec.classes : 1;
 }

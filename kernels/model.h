@@ -5,6 +5,7 @@
 #ifndef XF_KERNELS_MODEL_H
 #define XF_KERNELS_MODEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -16,7 +17,8 @@
 typedef enum xf_arch {
   XF_ARCH_LOGREG = 0, /* one dense layer: softmax regression */
   XF_ARCH_MLP,        /* dense + ReLU per hidden size, then a dense output */
-  XF_ARCH_CNN         /* a named preset, see xf_cnn_preset */
+  XF_ARCH_CNN,        /* a named preset, see xf_cnn_preset */
+  XF_ARCH_LAYERS      /* a declared layer list: xf_model_spec.layers */
 } xf_arch;
 
 typedef enum xf_cnn_preset {
@@ -37,6 +39,40 @@ const char *xf_loss_name(xf_loss l);
 /* XF_EINVAL for a name that is not a loss. */
 xf_err xf_loss_from_name(const char *s, xf_loss *out) XF_WARN_UNUSED;
 
+/* The kinds a declared model is written in (model.layers in a job spec).
+ * Every architecture, preset or declared, is built from such a list, so a
+ * preset and the same list declared give the same layer table. */
+typedef enum xf_layer_decl_kind {
+  XF_DECL_DENSE = 0, /* "dense": units; flattens its input as flatten would */
+  XF_DECL_CONV2D,    /* "conv2d": filters, kernel, stride, padding */
+  XF_DECL_MAXPOOL2D, /* "maxpool2d": kernel, stride */
+  XF_DECL_FLATTEN,   /* "flatten": no parameters and no table row */
+  XF_DECL_RELU       /* "relu" */
+} xf_layer_decl_kind;
+
+#define XF_DECL_UNITS_MAX 65536
+#define XF_DECL_FILTERS_MAX 4096
+#define XF_DECL_KERNEL_MAX 64  /* also the largest stride */
+
+/* One declared layer. A field the kind does not use is 0; a stride of 0
+ * takes its default. Only dense and conv2d have parameters, and per-example
+ * gradient norms for DP-SGD (docs/kernels.md). */
+typedef struct xf_layer_decl {
+  xf_layer_decl_kind kind;
+  int units;   /* dense: 1..XF_DECL_UNITS_MAX (a preset's own list, in model.c, writes 0
+                  for the output layer: the loss's outputs) */
+  int filters; /* conv2d: 1..XF_DECL_FILTERS_MAX */
+  int kernel;  /* conv2d, maxpool2d: square, 1..XF_DECL_KERNEL_MAX */
+  int stride;  /* conv2d (default 1), maxpool2d (default kernel): 1..XF_DECL_KERNEL_MAX */
+  int padding; /* conv2d: zeros on every side, 0..kernel-1; default 0 */
+} xf_layer_decl;
+
+/* "dense", "conv2d", "maxpool2d", "flatten", "relu"; NULL for another value. */
+const char *xf_layer_decl_name(xf_layer_decl_kind k);
+/* XF_EINVAL for a name that is not a layer kind. */
+xf_err xf_layer_decl_from_name(const char *s, xf_layer_decl_kind *out) XF_WARN_UNUSED;
+bool xf_layer_decl_equal(const xf_layer_decl *a, const xf_layer_decl *b);
+
 /* What to build and for which data. */
 typedef struct xf_model_spec {
   xf_arch arch;
@@ -46,6 +82,8 @@ typedef struct xf_model_spec {
   int in_h, in_w, in_c;            /* input shape; dense models use the product */
   int classes;                     /* >= 2: labels are 0..classes-1; exactly 2 for bce */
   xf_loss loss;                    /* default cross_entropy */
+  xf_layer_decl layers[XF_MODEL_MAX_LAYERS]; /* layers only, in order */
+  int n_layers;                              /* layers only: 1..XF_MODEL_MAX_LAYERS */
 } xf_model_spec;
 
 typedef enum xf_layer_kind {
@@ -72,8 +110,11 @@ typedef struct xf_layer {
 
 typedef struct xf_model xf_model;
 
-/* Builds the layer table. XF_EINVAL with a message naming the field when the
- * spec is inconsistent (e.g. a cnn preset on non-image data). The caller owns
+/* Builds the layer table from the spec's layer list (a preset's named list,
+ * or the declared one). XF_EINVAL with a message naming the field when the
+ * spec is inconsistent (a cnn preset on non-image data; for a declared list,
+ * "model.layers[3].kernel: ..." for a layer that does not fit its input, a
+ * last layer that does not give the loss's outputs). The caller owns
  * *out and frees it with xf_model_free. */
 xf_err xf_model_create(const xf_model_spec *spec, xf_model **out, xf_errctx *err) XF_WARN_UNUSED;
 void xf_model_free(xf_model *m);
@@ -88,7 +129,11 @@ size_t xf_model_max_activation(const xf_model *m);
 /* Width of the last layer's output: classes for cross_entropy, 1 for bce
  * and mse. */
 int xf_model_outputs(const xf_model *m);
-/* "mlp(200,200)", "cnn(lenet5)", "logreg". */
+/* The layer list the model was built from (the declared one, or its
+ * preset's), every field filled in: default strides, and the output layer's
+ * units. n gets its length. Valid while m lives. */
+const xf_layer_decl *xf_model_decls(const xf_model *m, int *n);
+/* "mlp(200,200)", "cnn(lenet5)", "logreg", "layers(9)". */
 const char *xf_model_describe(const xf_model *m);
 
 /* Seeded initialization matching PyTorch's defaults for Linear and Conv2d

@@ -745,12 +745,17 @@ static xf_err model_fits(const xf_model *m, const xf_jobspec *job, const xf_data
     for (int i = 0; same_arch && i < ms->n_hidden; i++) same_arch = ms->hidden[i] == want.hidden[i];
   }
   if (same_arch && ms->arch == XF_ARCH_CNN) same_arch = ms->preset == want.preset;
+  if (same_arch && ms->arch == XF_ARCH_LAYERS) {
+    same_arch = ms->n_layers == want.n_layers;
+    for (int i = 0; same_arch && i < ms->n_layers; i++)
+      same_arch = xf_layer_decl_equal(&ms->layers[i], &want.layers[i]);
+  }
   XF_ENSURE(ms->loss == want.loss, err, XF_EINVAL,
             "the model is trained on %s, but the job spec's model.loss is %s",
             xf_loss_name(ms->loss), xf_loss_name(want.loss));
   XF_ENSURE(same_arch, err, XF_EINVAL, "the model is %s, but the job spec's model section says "
             "otherwise", xf_model_describe(m));
-  if (ms->arch == XF_ARCH_CNN)
+  if (ms->arch == XF_ARCH_CNN || ms->arch == XF_ARCH_LAYERS)
     XF_ENSURE(ms->in_h == (int)train->h && ms->in_w == (int)train->w &&
                   ms->in_c == (int)train->c,
               err, XF_EINVAL, "the model takes %dx%dx%d images, the dataset holds %ux%ux%u",

@@ -4,7 +4,7 @@
 # aggregation, compression, and the residency policy enforced at the
 # coordinator, the regional aggregator and the site (the scenarios are listed
 # at the top of federation.sh). Each takes under a minute on 2 cores.
-foreach(_scenario resume quorum central record compress secagg policy regional)
+foreach(_scenario resume quorum central record compress secagg policy regional declared)
   add_test(NAME federation_${_scenario}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/federation.sh
                    ${PROJECT_BINARY_DIR} ${_scenario})

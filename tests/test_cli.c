@@ -651,6 +651,27 @@ static void same_spec_seed_and_one_thread_give_the_same_model_digest(void **stat
   assert_string_not_equal(a, l1);
 }
 
+/* The mlp preset written out as model.layers trains to the same parameters:
+ * one builder makes both. */
+static void declared_mlp_trains_to_the_presets_model_digest(void **state) {
+  scratch *s = *state;
+  char path[700];
+  snprintf(path, sizeof(path), "%s/declared-mlp.json", fx.root);
+  assert_int_equal(
+      write_file(path,
+                 "{\"name\": \"cli-mlp\", \"model\": {\"layers\": [{\"kind\": \"flatten\"},\n"
+                 " {\"kind\": \"dense\", \"units\": 16}, {\"kind\": \"relu\"},\n"
+                 " {\"kind\": \"dense\", \"units\": 3}]},\n"
+                 " \"data\": {\"dataset\": \"tiny\"}, \"rounds\": 1,\n"
+                 " \"local\": {\"epochs\": 2, \"batch_size\": 16, \"lr\": 0.1, \"momentum\": "
+                 "0.5},\n"
+                 " \"seed\": 7}\n"),
+      0);
+  const char *preset = train_digest(s, fx.mlp, "1");
+  const char *declared = train_digest(s, path, "1");
+  assert_string_equal(preset, declared);
+}
+
 static void different_seed_gives_a_different_model_digest(void **state) {
   scratch *s = *state;
   const char *a = train_digest(s, fx.mlp, "1");
@@ -1062,6 +1083,7 @@ int main(int argc, char **argv) {
       T(diverged_training_still_prints_one_json_report_with_null_losses),
       T(same_spec_seed_and_one_thread_give_the_same_model_digest),
       T(train_with_adamw_on_mse_reports_r_squared),
+      T(declared_mlp_trains_to_the_presets_model_digest),
       T(different_seed_gives_a_different_model_digest),
       T(two_threads_twice_give_the_same_model_digest),
       T(saved_model_loads_and_matches_the_printed_digest),

@@ -757,6 +757,13 @@ static void submit_of_an_invalid_spec_fails_locally_naming_the_field(void **stat
   xfed(r, &e, NULL, "job", "submit", spec, NULL);
   expect(r, 1, NULL, "rounds");
   assert_non_null(strstr(r->err, spec));
+  /* A declared layer out of its range: the field names the layer. */
+  assert_int_equal(write_file(spec, "{\"name\": \"x\", \"model\": {\"layers\": [{\"kind\": "
+                                    "\"conv2d\", \"filters\": 4, \"kernel\": 65}]},\n"
+                                    " \"data\": {\"dataset\": \"d\"}, \"rounds\": 1}\n"),
+                   0);
+  xfed(r, &e, NULL, "job", "submit", spec, NULL);
+  expect(r, 1, NULL, "model.layers[0].kernel");
   /* A missing file is refused the same way. */
   xfed(r, &e, dir, "job", "submit", "nowhere.json", NULL);
   expect(r, 1, NULL, "nowhere.json");

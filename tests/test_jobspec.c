@@ -90,6 +90,9 @@ static void assert_specs_equal(const xf_jobspec *a, const xf_jobspec *b) {
   for (uint32_t i = 0; i < a->model.n_hidden; i++)
     assert_int_equal(a->model.hidden[i], b->model.hidden[i]);
   assert_int_equal(a->model.preset, b->model.preset);
+  assert_int_equal(a->model.n_layers, b->model.n_layers);
+  for (uint32_t i = 0; i < a->model.n_layers; i++)
+    assert_true(xf_layer_decl_equal(&a->model.layers[i], &b->model.layers[i]));
   assert_string_equal(a->data.dataset, b->data.dataset);
   assert_int_equal(a->data.n_tags, b->data.n_tags);
   for (uint32_t i = 0; i < a->data.n_tags; i++)
@@ -896,7 +899,7 @@ static void names_and_lookups_agree(void **state) {
     type back;                                                                 \
     assert_int_equal(prefix##_from_name("bogus", &back), XF_EFORMAT);          \
   }
-  CHECK_ENUM(xf_job_arch, xf_job_arch, 3)
+  CHECK_ENUM(xf_job_arch, xf_job_arch, 4)
   CHECK_ENUM(xf_job_preset, xf_job_preset, 3)
   CHECK_ENUM(xf_job_optimizer, xf_job_optimizer, 3)
   CHECK_ENUM(xf_job_lr_schedule_kind, xf_job_lr_schedule_kind, 3)
@@ -1032,6 +1035,148 @@ static void model_above_the_parameter_limit_is_refused_naming_the_field(void **s
   assert_string_equal(err.field, "model");
 }
 
+/* ---- model.layers ---------------------------------------------------------- */
+
+#define LENET5_LAYERS                                                                        \
+  "[{\"kind\": \"conv2d\", \"filters\": 6, \"kernel\": 5}, {\"kind\": \"relu\"}, "          \
+  "{\"kind\": \"maxpool2d\", \"kernel\": 2}, {\"kind\": \"conv2d\", \"filters\": 16, "      \
+  "\"kernel\": 5}, {\"kind\": \"relu\"}, {\"kind\": \"maxpool2d\", \"kernel\": 2}, "        \
+  "{\"kind\": \"flatten\"}, {\"kind\": \"dense\", \"units\": 120}, {\"kind\": \"relu\"}, " \
+  "{\"kind\": \"dense\", \"units\": 84}, {\"kind\": \"relu\"}, {\"kind\": \"dense\", "      \
+  "\"units\": 10}]"
+
+/* A declared model parses with its defaults filled in (stride 1 and padding
+ * 0 for conv2d, stride = kernel for maxpool2d), writes them out canonically,
+ * and maps to the kernels' list: lenet5 declared has the preset's count. */
+static void declared_layers_parse_fill_defaults_and_round_trip(void **state) {
+  (void)state;
+  xf_jobspec spec, back;
+  assert_parses(MODEL("{\"layers\": " LENET5_LAYERS "}"), &spec);
+  assert_int_equal(spec.model.arch, XF_JOB_ARCH_LAYERS);
+  assert_int_equal(spec.model.n_layers, 12);
+  assert_int_equal(spec.model.preset, XF_JOB_PRESET_NONE);
+  assert_int_equal(spec.model.layers[0].kind, XF_DECL_CONV2D);
+  assert_int_equal(spec.model.layers[0].stride, 1);
+  assert_int_equal(spec.model.layers[0].padding, 0);
+  assert_int_equal(spec.model.layers[2].kind, XF_DECL_MAXPOOL2D);
+  assert_int_equal(spec.model.layers[2].stride, 2);
+  assert_int_equal(spec.model.layers[11].units, 10);
+  char *json = NULL;
+  assert_int_equal(xf_jobspec_to_json(&spec, &json), XF_OK);
+  assert_non_null(strstr(json, "\"arch\": \"layers\""));
+  assert_non_null(strstr(json, "{\"kind\": \"conv2d\", \"filters\": 6, \"kernel\": 5, "
+                               "\"stride\": 1, \"padding\": 0}"));
+  assert_non_null(strstr(json, "{\"kind\": \"maxpool2d\", \"kernel\": 2, \"stride\": 2}"));
+  assert_parses(json, &back);
+  assert_specs_equal(&spec, &back);
+  /* "arch": "layers" spelled out is the same spec. */
+  assert_parses(MODEL("{\"arch\": \"layers\", \"layers\": " LENET5_LAYERS "}"), &back);
+  assert_specs_equal(&spec, &back);
+  xf_free(json);
+  uint64_t declared = 0, preset = 0;
+  assert_int_equal(xf_jobspec_model_params(&spec, 28, 28, 1, 10, &declared, NULL), XF_OK);
+  assert_parses(MODEL("{\"arch\": \"cnn\", \"preset\": \"lenet5\"}"), &back);
+  assert_int_equal(xf_jobspec_model_params(&back, 28, 28, 1, 10, &preset, NULL), XF_OK);
+  assert_int_equal(declared, preset);
+  assert_int_equal(declared, 44426);
+}
+
+/* Each malformed list is refused naming the layer and the field. */
+static void declared_layers_are_refused_naming_the_layer_and_field(void **state) {
+  (void)state;
+  static const struct {
+    const char *model;
+    xf_err code;
+    const char *field, *says;
+  } cases[] = {
+      {"{\"layers\": []}", XF_ERANGE, "model.layers", "1 to 32 layers, got 0"},
+      {"{\"layers\": {\"kind\": \"dense\"}}", XF_EFORMAT, "model.layers", "an array of layer"},
+      {"{\"layers\": [3]}", XF_EFORMAT, "model.layers[0]", "a layer object"},
+      {"{\"layers\": [{\"units\": 10}]}", XF_EFORMAT, "model.layers[0].kind", "required"},
+      {"{\"layers\": [{\"kind\": \"conv\", \"filters\": 2, \"kernel\": 3}]}", XF_EFORMAT,
+       "model.layers[0].kind", "did you mean \"conv2d\""},
+      {"{\"layers\": [{\"kind\": \"dense\"}]}", XF_EFORMAT, "model.layers[0].units", "required"},
+      {"{\"layers\": [{\"kind\": \"dense\", \"units\": 0}]}", XF_ERANGE,
+       "model.layers[0].units", "between 1 and 65536"},
+      {"{\"layers\": [{\"kind\": \"dense\", \"units\": 2.5}]}", XF_EFORMAT,
+       "model.layers[0].units", "whole number"},
+      {"{\"layers\": [{\"kind\": \"conv2d\", \"kernel\": 3}, {\"kind\": \"dense\", \"units\": "
+       "2}]}",
+       XF_EFORMAT, "model.layers[0].filters", "required"},
+      {"{\"layers\": [{\"kind\": \"conv2d\", \"filters\": 4, \"kernel\": 3, \"padding\": 3}, "
+       "{\"kind\": \"dense\", \"units\": 2}]}",
+       XF_ERANGE, "model.layers[0].padding", "between 0 and 2"},
+      {"{\"layers\": [{\"kind\": \"conv2d\", \"filters\": 4, \"kernel\": 65}]}", XF_ERANGE,
+       "model.layers[0].kernel", "between 1 and 64"},
+      {"{\"layers\": [{\"kind\": \"maxpool2d\", \"kernel\": 2, \"stride\": 0}]}", XF_ERANGE,
+       "model.layers[0].stride", "between 1 and 64"},
+      {"{\"layers\": [{\"kind\": \"maxpool2d\", \"kernel\": 2, \"filters\": 4}]}", XF_EFORMAT,
+       "model.layers[0].filters", "its fields are: kind, kernel, stride"},
+      {"{\"layers\": [{\"kind\": \"relu\", \"units\": 4}]}", XF_EFORMAT, "model.layers[0].units",
+       "a relu layer has no such field"},
+      {"{\"layers\": [{\"kind\": \"dense\", \"units\": 10}, {\"kind\": \"relu\"}]}", XF_EFORMAT,
+       "model.layers[1]", "the last layer is relu"},
+      {"{\"layers\": [{\"kind\": \"dense\", \"units\": 2}], \"loss\": \"mse\"}", XF_EFORMAT,
+       "model.layers[0].units", "mse needs exactly 1 output"},
+      {"{\"arch\": \"cnn\", \"layers\": [{\"kind\": \"dense\", \"units\": 2}]}", XF_EFORMAT,
+       "model.layers", "cannot go with arch \"cnn\""},
+      {"{\"arch\": \"layers\"}", XF_EFORMAT, "model.layers", "required"},
+      {"{\"layers\": [{\"kind\": \"dense\", \"units\": 2}], \"preset\": \"lenet5\"}", XF_EFORMAT,
+       "model.preset", "use one or the other"},
+      {"{\"layers\": [{\"kind\": \"dense\", \"units\": 2}], \"hidden\": [3]}", XF_EFORMAT,
+       "model.hidden", "used only by \"mlp\""},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    char json[1024];
+    snprintf(json, sizeof(json), MODEL("%s"), cases[i].model);
+    assert_refused(json, cases[i].code, cases[i].field, cases[i].says);
+  }
+  /* 33 layers. */
+  char json[4096];
+  int used = snprintf(json, sizeof(json), "{\"layers\": [");
+  for (int i = 0; i < 33; i++)
+    used += snprintf(json + used, sizeof(json) - (size_t)used, "%s{\"kind\": \"relu\"}",
+                     i ? ", " : "");
+  snprintf(json + used, sizeof(json) - (size_t)used, "]}");
+  char full[4200];
+  snprintf(full, sizeof(full), MODEL("%s"), json);
+  assert_refused(full, XF_ERANGE, "model.layers", "1 to 32 layers, got 33");
+}
+
+/* Shapes are checked where the data is known: a list that parses can still
+ * not fit the records, and the refusal names the layer; the parameter cap
+ * names model.layers. */
+static void declared_layers_are_checked_against_the_data(void **state) {
+  (void)state;
+  xf_jobspec spec;
+  assert_parses(MODEL("{\"layers\": [{\"kind\": \"conv2d\", \"filters\": 4, \"kernel\": 7}, "
+                      "{\"kind\": \"dense\", \"units\": 10}]}"),
+                &spec);
+  xf_model_spec ms;
+  xf_model *m = NULL;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  assert_int_equal(xf_jobspec_model_spec(&spec, 5, 5, 1, 10, &ms, &err), XF_OK);
+  assert_int_equal(xf_model_create(&ms, &m, &err), XF_EINVAL);
+  assert_non_null(strstr(err.msg, "model.layers[0].kernel: 7 is larger than its input 5x5"));
+  assert_int_equal(xf_jobspec_model_spec(&spec, 28, 28, 1, 10, &ms, &err), XF_OK);
+  assert_int_equal(xf_model_create(&ms, &m, &err), XF_OK);
+  xf_model_free(m);
+  /* 10 classes in the data, 3 outputs declared. */
+  xf_errctx_clear(&err);
+  assert_int_equal(xf_jobspec_model_spec(&spec, 28, 28, 1, 3, &ms, &err), XF_OK);
+  assert_int_equal(xf_model_create(&ms, &m, &err), XF_EINVAL);
+  assert_non_null(strstr(err.msg, "model.layers[1].units: the last layer gives 10 outputs"));
+  /* 200x200 inputs into 65536 units: over the 250M parameter cap. */
+  assert_parses(MODEL("{\"layers\": [{\"kind\": \"flatten\"}, {\"kind\": \"dense\", \"units\": "
+                      "65536}, {\"kind\": \"dense\", \"units\": 10}]}"),
+                &spec);
+  xf_errctx_clear(&err);
+  assert_int_equal(xf_jobspec_model_spec(&spec, 200, 200, 1, 10, &ms, &err), XF_ERANGE);
+  assert_string_equal(err.field, "model.layers");
+  assert_non_null(strstr(err.msg, "250000000"));
+}
+
 /* Job ids are 1 to 2^63 - 1 in decimal; beyond that they are refused, not
  * clamped to the largest. */
 static void job_ids_beyond_the_range_are_refused_not_clamped(void **state) {
@@ -1092,6 +1237,9 @@ int main(void) {
       cmocka_unit_test(allocation_failures_are_reported_and_nothing_leaks),
       cmocka_unit_test(deploy_job_specs_parse),
       cmocka_unit_test(model_above_the_parameter_limit_is_refused_naming_the_field),
+      cmocka_unit_test(declared_layers_parse_fill_defaults_and_round_trip),
+      cmocka_unit_test(declared_layers_are_refused_naming_the_layer_and_field),
+      cmocka_unit_test(declared_layers_are_checked_against_the_data),
       cmocka_unit_test(job_ids_beyond_the_range_are_refused_not_clamped),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -948,6 +948,293 @@ static void clipped_gradient_matches_per_example_brute_force(void **state) {
   check_clipped(&fedavg, 34);
 }
 
+/* ---- declared models ------------------------------------------------------- */
+
+#define DENSE(u) {.kind = XF_DECL_DENSE, .units = (u)}
+#define CONV(f, k, s, p) \
+  {.kind = XF_DECL_CONV2D, .filters = (f), .kernel = (k), .stride = (s), .padding = (p)}
+#define POOL(k, s) {.kind = XF_DECL_MAXPOOL2D, .kernel = (k), .stride = (s)}
+#define RELU {.kind = XF_DECL_RELU}
+#define FLAT {.kind = XF_DECL_FLATTEN}
+
+static const xf_layer_decl lenet5_declared[] = {
+    CONV(6, 5, 1, 0), RELU, POOL(2, 2), CONV(16, 5, 1, 0), RELU, POOL(2, 2), FLAT,
+    DENSE(120), RELU, DENSE(84), RELU, DENSE(10)};
+
+static xf_model_spec declared_spec(const xf_layer_decl *layers, int n, int h, int w, int c,
+                                   int classes) {
+  xf_model_spec s = {.arch = XF_ARCH_LAYERS, .in_h = h, .in_w = w, .in_c = c,
+                     .classes = classes, .n_layers = n};
+  memcpy(s.layers, layers, (size_t)n * sizeof(*layers));
+  return s;
+}
+
+/* Trains a model from seed 5 for two epochs on random 28x28 records and
+ * returns its parameters (malloc'd). */
+static float *train_28x28(const xf_model_spec *spec, size_t *P_out, bool dp) {
+  xf_model *m;
+  assert_int_equal(xf_model_create(spec, &m, NULL), XF_OK);
+  xf_net *net;
+  assert_int_equal(xf_net_create(cpu, m, 16, &net, NULL), XF_OK);
+  size_t P = xf_model_num_params(m);
+  float *p = malloc(P * sizeof(float));
+  xf_model_init_params(m, 5, p);
+  assert_int_equal(xf_net_set_params(net, p), XF_OK);
+  xf_rng rng;
+  xf_rng_seed(&rng, 77, 0);
+  enum { N = 64 };
+  float *x = rand_floats(&rng, (size_t)N * 784, 1);
+  int32_t y[N];
+  for (int i = 0; i < N; i++) y[i] = (int32_t)xf_rng_below(&rng, 10);
+  xf_samples train = {x, y, N, 784};
+  xf_train_options o = {.epochs = 2, .batch_size = 16,
+                        .sgd = {.lr = 0.05f, .momentum = 0.9f}, .seed = 3};
+  if (dp) {
+    /* Per-example clipping of every step, without noise: the clipped
+     * backward's arithmetic alone. */
+    for (int i = 0; i < N; i += 16)
+      assert_int_equal(xf_net_run_clipped(net, x + (size_t)i * 784, y + i, 16, 0.5, false,
+                                          &(double){0}, &(int){0}),
+                       XF_OK), xf_net_sgd_step(net, &o.sgd);
+  } else {
+    assert_int_equal(xf_train(net, &train, &o, NULL), XF_OK);
+  }
+  assert_int_equal(xf_net_get_params(net, p), XF_OK);
+  xf_net_free(net);
+  xf_model_free(m);
+  free(x);
+  *P_out = P;
+  return p;
+}
+
+/* lenet5 written out as model.layers is the preset: the same table (names,
+ * shapes, offsets), the same initial parameters and bit-identical training,
+ * plain and with per-example clipping. */
+static void declared_lenet5_is_the_preset_lenet5(void **state) {
+  (void)state;
+  xf_model_spec preset = {.arch = XF_ARCH_CNN, .preset = XF_CNN_LENET5,
+                          .in_h = 28, .in_w = 28, .in_c = 1, .classes = 10};
+  xf_model_spec declared = declared_spec(lenet5_declared, 12, 28, 28, 1, 10);
+  xf_model *a, *b;
+  assert_int_equal(xf_model_create(&preset, &a, NULL), XF_OK);
+  assert_int_equal(xf_model_create(&declared, &b, NULL), XF_OK);
+  assert_int_equal(xf_model_num_params(a), xf_model_num_params(b));
+  assert_int_equal(xf_model_num_layers(a), xf_model_num_layers(b));
+  for (int i = 0; i < xf_model_num_layers(a); i++)
+    assert_memory_equal(xf_model_layer(a, i), xf_model_layer(b, i), sizeof(xf_layer));
+  int na, nb;
+  const xf_layer_decl *da = xf_model_decls(a, &na), *db = xf_model_decls(b, &nb);
+  assert_int_equal(na, nb);
+  for (int i = 0; i < na; i++) assert_true(xf_layer_decl_equal(&da[i], &db[i]));
+  assert_string_equal(xf_model_describe(b), "layers(12)");
+  xf_model_free(a);
+  xf_model_free(b);
+  for (int dp = 0; dp < 2; dp++) {
+    size_t pa, pb;
+    float *wa = train_28x28(&preset, &pa, dp), *wb = train_28x28(&declared, &pb, dp);
+    assert_int_equal(pa, pb);
+    xf_digest ga, gb;
+    xf_params_digest(wa, pa, &ga);
+    xf_params_digest(wb, pb, &gb);
+    assert_memory_equal(ga.bytes, gb.bytes, XF_DIGEST_BYTES);
+    free(wa), free(wb);
+  }
+}
+
+/* A model no preset is: strided and padded convolutions, an overlapping
+ * pool, flatten and two dense layers, on 3-channel 12x12 records. */
+static const xf_layer_decl strided_declared[] = {
+    CONV(4, 3, 2, 1), RELU, CONV(6, 3, 1, 1), RELU, POOL(3, 2), FLAT, DENSE(12), RELU, DENSE(5)};
+
+static void declared_strided_cnn_gradients_match_finite_differences(void **state) {
+  (void)state;
+  xf_model_spec s = declared_spec(strided_declared, 9, 12, 12, 3, 5);
+  xf_model *m;
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  /* 12x12x3 -conv s2 p1-> 6x6x4 -conv p1-> 6x6x6 -pool 3/2-> 2x2x6 -> 12 -> 5 */
+  const xf_layer *pool = xf_model_layer(m, 4);
+  assert_int_equal(pool->kind, XF_LAYER_MAXPOOL);
+  assert_int_equal(pool->out_h, 2);
+  assert_int_equal(xf_model_layer(m, 0)->out_h, 6);
+  assert_int_equal(xf_model_num_params(m),
+                   (4 * 27 + 4) + (6 * 36 + 6) + (12 * 24 + 12) + (5 * 12 + 5));
+  xf_model_free(m);
+  /* A small step: with few values per map, h = 1e-2 crosses ReLU and pool
+   * kinks too often for the presets' tolerance. */
+  check_model_h(&s, 48, 1e-3f);
+}
+
+static void declared_strided_cnn_clipped_gradient_matches_brute_force(void **state) {
+  (void)state;
+  xf_model_spec s = declared_spec(strided_declared, 9, 12, 12, 3, 5);
+  check_clipped(&s, 35);
+}
+
+/* The strided model learns: its training loss falls on separable records
+ * (the class is which quadrant is bright). */
+static void declared_strided_cnn_trains(void **state) {
+  (void)state;
+  xf_model_spec s = declared_spec(strided_declared, 9, 12, 12, 3, 5);
+  s.classes = 4;
+  s.layers[8].units = 4;
+  xf_model *m;
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  xf_net *net;
+  assert_int_equal(xf_net_create(cpu, m, 16, &net, NULL), XF_OK);
+  float *p = malloc(xf_model_num_params(m) * sizeof(float));
+  xf_model_init_params(m, 8, p);
+  assert_int_equal(xf_net_set_params(net, p), XF_OK);
+  enum { N = 256, F = 12 * 12 * 3 };
+  float *x = malloc((size_t)N * F * sizeof(float));
+  int32_t y[N];
+  xf_rng rng;
+  xf_rng_seed(&rng, 4, 0);
+  for (int i = 0; i < N; i++) {
+    y[i] = (int32_t)xf_rng_below(&rng, 4);
+    for (int r = 0; r < 12; r++)
+      for (int c = 0; c < 12; c++)
+        for (int ch = 0; ch < 3; ch++) {
+          int quad = (r >= 6) * 2 + (c >= 6);
+          x[((size_t)i * 144 + r * 12 + c) * 3 + ch] =
+              (float)((quad == y[i] ? 1.0 : 0.0) + 0.3 * xf_rng_normal(&rng));
+        }
+  }
+  xf_samples train = {x, y, N, F};
+  epoch_losses e = {0, 0};
+  xf_train_options o = {.epochs = 8, .batch_size = 16, .sgd = {.lr = 0.05f, .momentum = 0.9f},
+                        .seed = 1, .on_epoch = keep_losses, .user = &e};
+  assert_int_equal(xf_train(net, &train, &o, NULL), XF_OK);
+  double loss, acc;
+  assert_int_equal(xf_evaluate(net, &train, &loss, &acc, NULL), XF_OK);
+  if (!(e.last < 0.5 * e.first) || acc < 0.9)
+    fail_msg("loss %.4f -> %.4f, accuracy %.3f", e.first, e.last, acc);
+  xf_net_free(net);
+  xf_model_free(m);
+  free(p), free(x);
+}
+
+/* Each refusal names the layer and the field, and says what would fit. */
+static void declared_models_that_do_not_fit_are_refused_naming_the_layer(void **state) {
+  (void)state;
+  static const struct {
+    const char *why;
+    int h, w, c, classes;
+    xf_loss loss;
+    int n;
+    xf_layer_decl layers[4];
+    const char *want[2];
+  } cases[] = {
+      {"kernel larger than its input", 5, 5, 1, 10, XF_LOSS_CROSS_ENTROPY, 3,
+       {CONV(4, 7, 1, 0), FLAT, DENSE(10)},
+       {"model.layers[0].kernel: 7 is larger than its input 5x5", "at most 5"}},
+      {"pool after pooling shrank it", 8, 8, 1, 10, XF_LOSS_CROSS_ENTROPY, 3,
+       {POOL(4, 4), POOL(3, 3), DENSE(10)},
+       {"model.layers[1].kernel: 3 is larger than its input 2x2", NULL}},
+      {"conv after flatten", 8, 8, 1, 10, XF_LOSS_CROSS_ENTROPY, 3,
+       {FLAT, CONV(2, 1, 1, 0), DENSE(10)}, {"model.layers[1]: a conv2d layer needs an image", NULL}},
+      {"last layer not dense", 4, 4, 1, 10, XF_LOSS_CROSS_ENTROPY, 2, {DENSE(10), RELU},
+       {"model.layers[1]: the last layer is relu", "dense layer giving 10 outputs"}},
+      {"wrong output width", 4, 4, 1, 10, XF_LOSS_CROSS_ENTROPY, 1, {DENSE(62)},
+       {"model.layers[0].units: the last layer gives 62 outputs", "needs 10"}},
+      {"bce needs one output", 4, 4, 1, 2, XF_LOSS_BCE, 1, {DENSE(2)},
+       {"model.layers[0].units", "binary_cross_entropy (one logit) needs 1"}},
+      {"units 0", 4, 4, 1, 10, XF_LOSS_CROSS_ENTROPY, 2, {DENSE(0), DENSE(10)},
+       {"model.layers[0].units: 0", "1 to 65536"}},
+      {"padding as large as the kernel", 8, 8, 1, 10, XF_LOSS_CROSS_ENTROPY, 2,
+       {CONV(2, 3, 1, 3), DENSE(10)}, {"model.layers[0].padding: 3", "0 to 2"}},
+      {"too many filters", 8, 8, 1, 10, XF_LOSS_CROSS_ENTROPY, 2, {CONV(5000, 3, 1, 0), DENSE(10)},
+       {"model.layers[0].filters: 5000", NULL}},
+      {"output too large", 4096, 4096, 1, 10, XF_LOSS_CROSS_ENTROPY, 2,
+       {CONV(64, 1, 1, 0), DENSE(10)}, {"model.layers[0]: its output of 4096x4096x64", NULL}},
+      {"dense past 2^34 parameters", 4096, 4096, 1, 10, XF_LOSS_CROSS_ENTROPY, 2,
+       {DENSE(65536), DENSE(10)}, {"model.layers[0].units: 65536 units on 16777216 inputs", NULL}},
+      {"empty", 4, 4, 1, 10, XF_LOSS_CROSS_ENTROPY, 0, {DENSE(10)},
+       {"model.layers: 0 layers", "1 to 32"}},
+  };
+  for (size_t t = 0; t < sizeof(cases) / sizeof(cases[0]); t++) {
+    xf_model_spec s = declared_spec(cases[t].layers, cases[t].n, cases[t].h, cases[t].w,
+                                    cases[t].c, cases[t].classes);
+    s.loss = cases[t].loss;
+    xf_model *m = NULL;
+    xf_errctx err = {0};
+    if (xf_model_create(&s, &m, &err) != XF_EINVAL) fail_msg("%s: not refused", cases[t].why);
+    for (int k = 0; k < 2; k++)
+      if (cases[t].want[k] && !strstr(err.msg, cases[t].want[k]))
+        fail_msg("%s: \"%s\" lacks \"%s\"", cases[t].why, err.msg, cases[t].want[k]);
+  }
+  /* 33 layers are one too many. */
+  xf_layer_decl many[XF_MODEL_MAX_LAYERS + 1];
+  for (int i = 0; i < XF_MODEL_MAX_LAYERS + 1; i++) many[i] = (xf_layer_decl)RELU;
+  xf_model_spec s = {.arch = XF_ARCH_LAYERS, .in_h = 1, .in_w = 1, .in_c = 4, .classes = 2,
+                     .n_layers = XF_MODEL_MAX_LAYERS + 1};
+  memcpy(s.layers, many, sizeof(s.layers));
+  xf_model *m = NULL;
+  xf_errctx err = {0};
+  assert_int_equal(xf_model_create(&s, &m, &err), XF_EINVAL);
+  assert_non_null(strstr(err.msg, "model.layers: 33 layers"));
+}
+
+/* A declared model's file records its list; it decodes to the same list,
+ * table and parameters. */
+static char *find_bytes(const void *hay, size_t n, const char *needle) {
+  size_t k = strlen(needle);
+  for (size_t i = 0; i + k <= n; i++)
+    if (memcmp((const char *)hay + i, needle, k) == 0) return (char *)hay + i;
+  return NULL;
+}
+
+static void declared_model_file_records_its_layer_list(void **state) {
+  (void)state;
+  xf_model_spec s = declared_spec(strided_declared, 9, 12, 12, 3, 5);
+  xf_model *m, *back;
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  size_t P = xf_model_num_params(m);
+  float *p = malloc(P * 4), *q;
+  xf_model_init_params(m, 2, p);
+  uint8_t *buf;
+  size_t len;
+  assert_int_equal(xf_checkpoint_encode(m, p, &buf, &len, NULL), XF_OK);
+  const char *hdr = (const char *)buf + 12;
+  assert_non_null(find_bytes(hdr, len - 12, "\"arch\":\"layers\""));
+  assert_non_null(find_bytes(
+      hdr, len - 12, "{\"filters\":4,\"kernel\":3,\"kind\":\"conv2d\",\"padding\":1,\"stride\":2}"));
+  assert_int_equal(xf_checkpoint_decode(buf, len, &back, &q, NULL), XF_OK);
+  assert_int_equal(xf_model_spec_of(back)->arch, XF_ARCH_LAYERS);
+  int n;
+  const xf_layer_decl *d = xf_model_decls(back, &n);
+  assert_int_equal(n, 9);
+  for (int i = 0; i < n; i++) assert_true(xf_layer_decl_equal(&d[i], &strided_declared[i]));
+  for (int i = 0; i < xf_model_num_layers(m); i++)
+    assert_memory_equal(xf_model_layer(m, i), xf_model_layer(back, i), sizeof(xf_layer));
+  assert_memory_equal(p, q, P * 4);
+  xf_model_free(back);
+  free(q);
+  /* A list that does not fit the header's input is refused, naming the layer. */
+  xf_errctx err = {0};
+  char *at = find_bytes(buf + 12, len - 12, "\"input\":[12,12,3]");
+  assert_non_null(at);
+  memcpy(at, "\"input\":[12, 2,3]", 17);
+  assert_int_equal(xf_checkpoint_decode(buf, len, &back, &q, &err), XF_EINVAL);
+  assert_non_null(strstr(err.msg, "model.layers[4].kernel: 3 is larger than its input"));
+  free(buf);
+  free(p);
+  xf_model_free(m);
+  /* A preset's header is what it always was: its name, no list. */
+  xf_model_spec le = {.arch = XF_ARCH_CNN, .preset = XF_CNN_LENET5,
+                      .in_h = 28, .in_w = 28, .in_c = 1, .classes = 10};
+  assert_int_equal(xf_model_create(&le, &m, NULL), XF_OK);
+  p = calloc(xf_model_num_params(m), sizeof(float));
+  assert_int_equal(xf_checkpoint_encode(m, p, &buf, &len, NULL), XF_OK);
+  uint32_t hlen;
+  memcpy(&hlen, buf + 8, 4);
+  assert_null(find_bytes(buf + 12, hlen, "declared"));
+  assert_non_null(find_bytes(buf + 12, hlen, "\"arch\":\"cnn\""));
+  assert_non_null(find_bytes(buf + 12, hlen, "\"preset\":\"lenet5\""));
+  free(buf);
+  free(p);
+  xf_model_free(m);
+}
+
 static void dp_steps_per_epoch_rounds_n_over_l(void **state) {
   (void)state;
   assert_int_equal(xf_dp_steps_per_epoch(100, 10), 10);
@@ -1365,6 +1652,12 @@ int main(void) {
       cmocka_unit_test(fedavg_cnn_gradients_match_finite_differences),
       cmocka_unit_test(model_presets_have_the_published_sizes),
       cmocka_unit_test(cnn_on_tabular_data_is_refused_with_a_reason),
+      cmocka_unit_test(declared_lenet5_is_the_preset_lenet5),
+      cmocka_unit_test(declared_strided_cnn_gradients_match_finite_differences),
+      cmocka_unit_test(declared_strided_cnn_clipped_gradient_matches_brute_force),
+      cmocka_unit_test(declared_strided_cnn_trains),
+      cmocka_unit_test(declared_models_that_do_not_fit_are_refused_naming_the_layer),
+      cmocka_unit_test(declared_model_file_records_its_layer_list),
       cmocka_unit_test(init_is_seeded_and_bounded_by_fan_in),
       cmocka_unit_test(sgd_step_follows_the_pytorch_formula_with_prox),
       cmocka_unit_test(nesterov_step_matches_the_hand_computed_steps),

@@ -868,8 +868,9 @@ static void per_row_ops_match_cpu(void **state) {
   }
 }
 
-/* The models the net-level tests train on 28x28x1 images: an mlp and both
- * cnn presets. */
+/* The models the net-level tests train on 28x28x1 images: an mlp, both
+ * cnn presets, and a declared model no preset is (strided and padded
+ * convolutions, an overlapping pool). */
 static const xf_model_spec net_specs[] = {
     {.arch = XF_ARCH_MLP, .hidden = {200, 200}, .n_hidden = 2, .in_h = 28, .in_w = 28,
      .in_c = 1, .classes = 10},
@@ -877,6 +878,16 @@ static const xf_model_spec net_specs[] = {
      .classes = 10},
     {.arch = XF_ARCH_CNN, .preset = XF_CNN_FEDAVG, .in_h = 28, .in_w = 28, .in_c = 1,
      .classes = 10},
+    {.arch = XF_ARCH_LAYERS, .in_h = 28, .in_w = 28, .in_c = 1, .classes = 10, .n_layers = 9,
+     .layers = {{.kind = XF_DECL_CONV2D, .filters = 16, .kernel = 5, .stride = 2, .padding = 2},
+                {.kind = XF_DECL_RELU},
+                {.kind = XF_DECL_CONV2D, .filters = 32, .kernel = 3, .stride = 1, .padding = 1},
+                {.kind = XF_DECL_RELU},
+                {.kind = XF_DECL_MAXPOOL2D, .kernel = 3, .stride = 2},
+                {.kind = XF_DECL_FLATTEN},
+                {.kind = XF_DECL_DENSE, .units = 64},
+                {.kind = XF_DECL_RELU},
+                {.kind = XF_DECL_DENSE, .units = 10}}},
 };
 
 /* xf_net_run_clipped on both backends from the same parameters and batch,

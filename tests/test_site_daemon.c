@@ -36,6 +36,7 @@
 #include "support.h"
 
 #include "base/alloc.h"
+#include "job/jobmodel.h"
 #include "job/jobspec.h"
 #include "crypto/digest.h"
 #include "crypto/pki.h"
@@ -80,6 +81,13 @@ static char fed_dir[512]; /* federation acme: coord (global), eu-berlin (site, e
   " \"min_sites\": 1, \"strategy\": {\"name\": \"fedprox\"},"                          \
   " \"local\": {\"epochs\": 3, \"batch_size\": 4, \"lr\": 0.1, \"momentum\": 0.9,"    \
   " \"weight_decay\": 0.0001, \"prox_mu\": 0.01}, \"seed\": 42}"
+/* A declared model: flatten, then a hidden layer and the output. */
+#define SPEC_DECLARED                                                                  \
+  "{\"name\": \"tiny-declared\", \"model\": {\"layers\": [{\"kind\": \"flatten\"},"      \
+  " {\"kind\": \"dense\", \"units\": 5}, {\"kind\": \"relu\"},"                          \
+  " {\"kind\": \"dense\", \"units\": 3}]},"                                                \
+  " \"data\": {\"dataset\": \"tiny\"}, \"rounds\": 3, \"min_sites\": 1,"                 \
+  " \"local\": {\"epochs\": 2, \"batch_size\": 4, \"lr\": 0.1}, \"seed\": 5}"
 /* About a million parameters: an update of five 1 MiB chunks. */
 #define SPEC_MLP_BIG                                                                   \
   "{\"name\": \"tiny-mlp\", \"model\": {\"arch\": \"mlp\", \"hidden\": [1024, 1024]}," \
@@ -687,14 +695,8 @@ static void parse_spec(const char *json, xf_jobspec *spec) {
 static void make_model(fake *f, const char *spec_json, uint64_t init_seed) {
   xf_jobspec spec;
   parse_spec(spec_json, &spec);
-  xf_model_spec ms = {.in_h = 1, .in_w = 1, .in_c = 2, .classes = 3};
-  if (spec.model.arch == XF_JOB_ARCH_MLP) {
-    ms.arch = XF_ARCH_MLP;
-    ms.n_hidden = (int)spec.model.n_hidden;
-    for (uint32_t i = 0; i < spec.model.n_hidden; i++) ms.hidden[i] = (int)spec.model.hidden[i];
-  } else {
-    ms.arch = XF_ARCH_LOGREG;
-  }
+  xf_model_spec ms;
+  assert_int_equal(xf_jobspec_model_spec(&spec, 1, 1, 2, 3, &ms, NULL), XF_OK);
   xf_model *m;
   assert_int_equal(xf_model_create(&ms, &m, NULL), XF_OK);
   size_t n = xf_model_num_params(m);
@@ -1056,6 +1058,33 @@ static void adamw_task_trains_at_its_rounds_scheduled_rate(void **state) {
   f->passed = true;
 }
 
+/* A declared model travels and trains as a preset does: the site rebuilds
+ * it from the model file's layer list, checks it is the spec's, and its
+ * update is local training's, bit for bit. */
+static void declared_model_task_trains_like_local_training(void **state) {
+  fake *f = *state;
+  fake_start(f);
+  expect_body(f, XFED__ENVELOPE__BODY_SITE_ANNOUNCE);
+  make_model(f, SPEC_DECLARED, 14);
+  offer o = {.job = "11", .round = 1, .attempt = 1, .model_round = 0, .spec = SPEC_DECLARED,
+             .deadline_in_ms = 60000, .send_model = true};
+  send_offer(f, &o);
+  expect_accept(f, "11", 1, 1);
+  const Xfed__Envelope *e = expect_body(f, XFED__ENVELOPE__BODY_METRICS);
+  expected want;
+  expect_training(f, SPEC_DECLARED, 1, &want);
+  assert_true(e->metrics->train_loss == want.train_loss);
+  e = expect_body(f, XFED__ENVELOPE__BODY_TENSOR_BEGIN);
+  assert_int_equal(e->tensor_begin->element_count, want.n);
+  assert_int_equal(want.n, 2 * 5 + 5 + 5 * 3 + 3);
+  run_until(f, update_complete, NULL, WAIT_MS, "the whole update");
+  assert_int_equal(f->update_len, want.n * sizeof(float));
+  assert_memory_equal(f->update, want.delta, want.n * sizeof(float));
+  free(want.delta);
+  site_stop(f, 10000);
+  f->passed = true;
+}
+
 static void refusals_name_what_is_missing(void **state) {
   fake *f = *state;
   fake_start(f);
@@ -1089,6 +1118,15 @@ static void refusals_name_what_is_missing(void **state) {
                       " \"data\": {\"dataset\": \"tiny\"}, \"rounds\": 1, \"min_sites\": 1}"};
   send_offer(f, &o);
   expect_refusal(f, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "4", "model");
+
+  /* A declared model that does not fit this site's records (2 features):
+   * the refusal names the layer and field. */
+  o.job = "9";
+  o.spec = "{\"name\": \"d\", \"model\": {\"layers\": [{\"kind\": \"maxpool2d\", "
+           "\"kernel\": 3}, {\"kind\": \"dense\", \"units\": 3}]}, \"data\": {\"dataset\": "
+           "\"tiny\"}, \"rounds\": 1, \"min_sites\": 1}";
+  send_offer(f, &o);
+  expect_refusal(f, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "9", "model.layers[0].kernel: 3");
 
   o.job = "5";
   o.spec = "{\"name\": \"p\", \"model\": {\"arch\": \"logreg\"}, \"data\": {\"dataset\": "
@@ -1884,6 +1922,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(task_is_trained_and_its_update_matches_local_training,
                                       fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(adamw_task_trains_at_its_rounds_scheduled_rate,
+                                      fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(declared_model_task_trains_like_local_training,
                                       fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(refusals_name_what_is_missing, fixture_setup,
                                       fixture_teardown),

@@ -29,7 +29,10 @@
 #            rule's max_epsilon caps each dataset across jobs.
 #   regional: the plan at the regional hop: an aggregate of fewer sites than
 #            the rule's min_cohort stays in its region, in the aggregator's trail.
-# usage: federation.sh BUILD_DIR resume|quorum|central|record|compress|secagg|policy|regional
+#   declared: a model declared in model.layers that does not fit the sites'
+#            records is refused at submission naming the layer; the mlp
+#            preset and its layer list declared train to the same final model.
+# usage: federation.sh BUILD_DIR resume|quorum|central|record|compress|secagg|policy|regional|declared
 set -euo pipefail
 build=$(cd "${1:?build dir}" && pwd)
 scenario=${2:?scenario}
@@ -140,6 +143,34 @@ cat >"$work/job.json" <<JSON
 JSON
 
 case $scenario in
+declared)
+  start_coord d
+  make_sites d
+  sed 's/"model": {[^}]*}/"model": {"layers": [{"kind": "conv2d", "filters": 4, "kernel": 29, "padding": 0}, {"kind": "flatten"}, {"kind": "dense", "units": 10}]}/' \
+    "$work/job.json" >"$work/misfit.json"
+  grep -q '"kernel": 29' "$work/misfit.json" || fail "the misfit spec was not written"
+  if cli job submit "$work/misfit.json" >"$work/misfit.out" 2>&1; then
+    fail "a kernel of 29 on 28x28 records was accepted"
+  fi
+  grep -q 'model.layers\[0\].kernel: 29 is larger than its input 28x28' "$work/misfit.out" ||
+    fail "the refusal does not name the layer: $(cat "$work/misfit.out")"
+  sed 's/"rounds": 6/"rounds": 2/' "$work/job.json" >"$work/preset.json"
+  sed 's/"model": {[^}]*}/"model": {"layers": [{"kind": "flatten"}, {"kind": "dense", "units": 32}, {"kind": "relu"}, {"kind": "dense", "units": 10}]}/' \
+    "$work/preset.json" >"$work/declared.json"
+  grep -q '"layers"' "$work/declared.json" || fail "the declared spec was not written"
+  a=$(cli job submit "$work/preset.json")
+  wait_state "$a" done 300
+  b=$(cli job submit "$work/declared.json")
+  wait_state "$b" done 300
+  # The journal's model digest is of the model file, whose header records
+  # how the model was written; the parameters are compared as NumPy arrays.
+  cli job export "$a" --out "$work/preset.npy" >/dev/null
+  cli job export "$b" --out "$work/declared.npy" >/dev/null
+  cmp -s "$work/preset.npy" "$work/declared.npy" ||
+    fail "the declared twin's parameters differ from the preset's after 2 rounds"
+  grep -q '"declared"' "$work/declared.npy.json" || fail "the declared model's sidecar lacks its list"
+  echo "declared: misfit refused naming the layer; preset and declared twin end at the same parameters"
+  ;;
 resume)
   # The uninterrupted run.
   start_coord plain
