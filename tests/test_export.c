@@ -471,9 +471,7 @@ static void formats_come_from_words_and_extensions(void **state) {
   assert_string_equal(xf_export_format_name(XF_EXPORT_NPZ), "npz");
 }
 
-static void allocation_failures_are_reported_and_leak_nothing(void **state) {
-  (void)state;
-  xf_model *m = make(XF_ARCH_CNN, XF_CNN_LENET5, 28, 28, 1);
+static void fail_allocations_of(xf_model *m) {
   float *p = indexed(m);
   for (long n = 0; n < 64; n++) {
     uint8_t *out = NULL;
@@ -492,6 +490,12 @@ static void allocation_failures_are_reported_and_leak_nothing(void **state) {
   }
   xf_free(p);
   xf_model_free(m);
+}
+
+static void allocation_failures_are_reported_and_leak_nothing(void **state) {
+  (void)state;
+  fail_allocations_of(make(XF_ARCH_CNN, XF_CNN_LENET5, 28, 28, 1));
+  fail_allocations_of(make_declared()); /* its metadata too */
 }
 
 int main(void) {
