@@ -61,11 +61,12 @@ oom:
 }
 
 /* Reads the "declared" list back; xf_model_create checks what it says. */
-static xf_err declared_from_header(json_t *h, xf_model_spec *s, xf_errctx *err) {
+static xf_err declared_from_header(json_t *h, const char *where, xf_model_spec *s,
+                                   xf_errctx *err) {
   json_t *a = json_object_get(h, "declared");
   size_t n = json_array_size(a);
   if (!json_is_array(a) || n < 1 || n > XF_MODEL_MAX_LAYERS)
-    return xf_fail(err, XF_EFORMAT, "model header: \"declared\" must list 1 to %d layers",
+    return xf_fail(err, XF_EFORMAT, "%s: \"declared\" must list 1 to %d layers", where,
                    XF_MODEL_MAX_LAYERS);
   static const char *const fields[] = {"units", "filters", "kernel", "stride", "padding"};
   for (size_t i = 0; i < n; i++) {
@@ -74,13 +75,13 @@ static xf_err declared_from_header(json_t *h, xf_model_spec *s, xf_errctx *err) 
     memset(d, 0, sizeof(*d));
     if (!json_is_object(o) ||
         xf_layer_decl_from_name(json_string_value(json_object_get(o, "kind")), &d->kind))
-      return xf_fail(err, XF_EFORMAT, "model header: declared[%zu] has no known \"kind\"", i);
+      return xf_fail(err, XF_EFORMAT, "%s: declared[%zu] has no known \"kind\"", where, i);
     int *slot[] = {&d->units, &d->filters, &d->kernel, &d->stride, &d->padding};
     for (size_t f = 0; f < sizeof(fields) / sizeof(fields[0]); f++) {
       json_t *v = json_object_get(o, fields[f]);
       if (!v) continue;
       if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 65536)
-        return xf_fail(err, XF_EFORMAT, "model header: declared[%zu].%s is not 0..65536", i,
+        return xf_fail(err, XF_EFORMAT, "%s: declared[%zu].%s is not 0..65536", where, i,
                        fields[f]);
       *slot[f] = (int)json_integer_value(v);
     }
@@ -89,23 +90,14 @@ static xf_err declared_from_header(json_t *h, xf_model_spec *s, xf_errctx *err) 
   return XF_OK;
 }
 
-/* digest: of the float32 parameters the file decodes to. */
-static json_t *header_json(const xf_model *m, const xf_digest *d, xf_checkpoint_dtype dtype) {
+/* The members of the header that say which model it is: arch, hidden,
+ * preset, input, classes, loss (when not cross-entropy) and declared. */
+static json_t *arch_json(const xf_model *m) {
   const xf_model_spec *s = xf_model_spec_of(m);
-  char hex[XF_DIGEST_HEX];
-  xf_digest_hex(d, hex);
-  json_t *h = json_object(), *layers = json_array(), *hidden = json_array();
-  if (!h || !layers || !hidden) goto oom;
+  json_t *h = json_object(), *hidden = json_array();
+  if (!h || !hidden) goto oom;
   for (int i = 0; s->arch == XF_ARCH_MLP && i < s->n_hidden; i++)
-    json_array_append_new(hidden, json_integer(s->hidden[i]));
-  for (int i = 0; i < xf_model_num_layers(m); i++) {
-    const xf_layer *l = xf_model_layer(m, i);
-    json_t *o = json_pack("{s:s,s:s,s:[I,I],s:[I,I]}", "name", l->name, "kind",
-                          kind_names[l->kind], "weight", (json_int_t)l->weight_offset,
-                          (json_int_t)l->weight_count, "bias", (json_int_t)l->bias_offset,
-                          (json_int_t)l->bias_count);
-    if (!o || json_array_append_new(layers, o)) goto oom;
-  }
+    if (json_array_append_new(hidden, json_integer(s->hidden[i]))) goto oom;
   const char *arch = s->arch == XF_ARCH_LOGREG ? "logreg"
                      : s->arch == XF_ARCH_MLP  ? "mlp"
                      : s->arch == XF_ARCH_CNN  ? "cnn"
@@ -117,8 +109,7 @@ static json_t *header_json(const xf_model *m, const xf_digest *d, xf_checkpoint_
     if (!declared || json_object_set_new(h, "declared", declared)) goto oom;
   }
   const char *preset = s->preset == XF_CNN_LENET5 ? "lenet5" : "fedavg-cnn";
-  if (json_object_set_new(h, "format", json_integer(1)) ||
-      json_object_set_new(h, "arch", json_string(arch)) ||
+  if (json_object_set_new(h, "arch", json_string(arch)) ||
       json_object_set_new(h, "hidden", hidden) ||
       json_object_set_new(h, "preset", s->arch == XF_ARCH_CNN ? json_string(preset) : json_null()) ||
       json_object_set_new(h, "input", json_pack("[i,i,i]", s->in_h, s->in_w, s->in_c)) ||
@@ -126,7 +117,32 @@ static json_t *header_json(const xf_model *m, const xf_digest *d, xf_checkpoint_
       /* Written only for another loss than cross-entropy, so that the bytes of
        * every cross-entropy model file stay what they were. */
       (s->loss != XF_LOSS_CROSS_ENTROPY &&
-       json_object_set_new(h, "loss", json_string(xf_loss_name(s->loss)))) ||
+       json_object_set_new(h, "loss", json_string(xf_loss_name(s->loss))))) {
+    json_decref(h);
+    return NULL;
+  }
+  return h;
+oom:
+  json_decref(h);
+  json_decref(hidden);
+  return NULL;
+}
+
+/* digest: of the float32 parameters the file decodes to. */
+static json_t *header_json(const xf_model *m, const xf_digest *d, xf_checkpoint_dtype dtype) {
+  char hex[XF_DIGEST_HEX];
+  xf_digest_hex(d, hex);
+  json_t *h = arch_json(m), *layers = json_array();
+  if (!h || !layers) goto oom;
+  for (int i = 0; i < xf_model_num_layers(m); i++) {
+    const xf_layer *l = xf_model_layer(m, i);
+    json_t *o = json_pack("{s:s,s:s,s:[I,I],s:[I,I]}", "name", l->name, "kind",
+                          kind_names[l->kind], "weight", (json_int_t)l->weight_offset,
+                          (json_int_t)l->weight_count, "bias", (json_int_t)l->bias_offset,
+                          (json_int_t)l->bias_count);
+    if (!o || json_array_append_new(layers, o)) goto oom;
+  }
+  if (json_object_set_new(h, "format", json_integer(1)) ||
       json_object_set_new(h, "params", json_integer((json_int_t)xf_model_num_params(m))) ||
       json_object_set_new(h, "dtype", json_string(dtype_name(dtype))) ||
       json_object_set_new(h, "digest", json_string(hex)) ||
@@ -138,8 +154,17 @@ static json_t *header_json(const xf_model *m, const xf_digest *d, xf_checkpoint_
 oom:
   json_decref(h);
   json_decref(layers);
-  json_decref(hidden);
   return NULL;
+}
+
+xf_err xf_checkpoint_arch_encode(const xf_model *m, char **out, xf_errctx *err) {
+  json_t *h = arch_json(m);
+  char *text = h ? json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+  json_decref(h);
+  *out = text ? xf_strdup(text) : NULL;
+  free(text); /* allocated by jansson */
+  XF_ENSURE(*out, err, XF_ENOMEM, "cannot encode the model's architecture");
+  return XF_OK;
 }
 
 xf_err xf_checkpoint_encode_as(const xf_model *m, const float *params, xf_checkpoint_dtype dtype,
@@ -203,33 +228,25 @@ xf_err xf_checkpoint_encode(const xf_model *m, const float *params, uint8_t **ou
 }
 
 /* Reads an integer member of the header within [min, max]. */
-static xf_err header_int(json_t *h, const char *key, long long min, long long max, long long *out,
-                         xf_errctx *err) {
+static xf_err header_int(json_t *h, const char *where, const char *key, long long min,
+                         long long max, long long *out, xf_errctx *err) {
   json_t *v = json_object_get(h, key);
   if (!json_is_integer(v))
-    return xf_fail(err, XF_EFORMAT, "model header: \"%s\" is missing or not an integer", key);
+    return xf_fail(err, XF_EFORMAT, "%s: \"%s\" is missing or not an integer", where, key);
   long long x = json_integer_value(v);
   if (x < min || x > max)
-    return xf_fail(err, XF_EFORMAT, "model header: \"%s\" is %lld, outside %lld..%lld", key, x,
+    return xf_fail(err, XF_EFORMAT, "%s: \"%s\" is %lld, outside %lld..%lld", where, key, x,
                    min, max);
   *out = x;
   return XF_OK;
 }
 
-static xf_err spec_from_header(json_t *h, xf_model_spec *s, size_t *n_params,
-                               xf_checkpoint_dtype *dt, xf_errctx *err) {
-  long long v;
+/* The spec arch_json wrote; where names the text in messages. */
+static xf_err spec_from_arch(json_t *h, const char *where, xf_model_spec *s, xf_errctx *err) {
+  long long v = 0;
   memset(s, 0, sizeof(*s));
-  XF_GUARD(header_int(h, "format", 1, 1, &v, err));
   const char *arch = json_string_value(json_object_get(h, "arch"));
-  const char *dtype = json_string_value(json_object_get(h, "dtype"));
-  if (dtype && strcmp(dtype, "float32-le") == 0) *dt = XF_CHECKPOINT_F32;
-  else if (dtype && strcmp(dtype, "float16-le") == 0) *dt = XF_CHECKPOINT_F16;
-  else if (dtype && strcmp(dtype, "bfloat16-le") == 0) *dt = XF_CHECKPOINT_BF16;
-  else
-    return xf_fail(err, XF_EFORMAT, "model header: dtype must be \"float32-le\", "
-                   "\"float16-le\" or \"bfloat16-le\"");
-  if (!arch) return xf_fail(err, XF_EFORMAT, "model header: \"arch\" is missing");
+  if (!arch) return xf_fail(err, XF_EFORMAT, "%s: \"arch\" is missing", where);
   if (strcmp(arch, "logreg") == 0) {
     s->arch = XF_ARCH_LOGREG;
   } else if (strcmp(arch, "mlp") == 0) {
@@ -237,12 +254,12 @@ static xf_err spec_from_header(json_t *h, xf_model_spec *s, size_t *n_params,
     json_t *hidden = json_object_get(h, "hidden");
     size_t n = json_array_size(hidden);
     if (!json_is_array(hidden) || n < 1 || n > XF_MODEL_MAX_HIDDEN)
-      return xf_fail(err, XF_EFORMAT, "model header: \"hidden\" must list 1 to %d sizes",
-                     XF_MODEL_MAX_HIDDEN);
+      return xf_fail(err, XF_EFORMAT, "%s: \"hidden\" must list 1 to %d sizes",
+                     where, XF_MODEL_MAX_HIDDEN);
     for (size_t i = 0; i < n; i++) {
       json_t *e = json_array_get(hidden, i);
       if (!json_is_integer(e) || json_integer_value(e) < 1 || json_integer_value(e) > 65536)
-        return xf_fail(err, XF_EFORMAT, "model header: hidden[%zu] is not 1..65536", i);
+        return xf_fail(err, XF_EFORMAT, "%s: hidden[%zu] is not 1..65536", where, i);
       s->hidden[i] = (int)json_integer_value(e);
     }
     s->n_hidden = (int)n;
@@ -251,35 +268,65 @@ static xf_err spec_from_header(json_t *h, xf_model_spec *s, size_t *n_params,
     const char *preset = json_string_value(json_object_get(h, "preset"));
     if (preset && strcmp(preset, "lenet5") == 0) s->preset = XF_CNN_LENET5;
     else if (preset && strcmp(preset, "fedavg-cnn") == 0) s->preset = XF_CNN_FEDAVG;
-    else return xf_fail(err, XF_EFORMAT, "model header: unknown cnn preset");
+    else return xf_fail(err, XF_EFORMAT, "%s: unknown cnn preset", where);
   } else if (strcmp(arch, "layers") == 0) {
     s->arch = XF_ARCH_LAYERS;
-    XF_GUARD(declared_from_header(h, s, err));
+    XF_GUARD(declared_from_header(h, where, s, err));
   } else {
-    return xf_fail(err, XF_EFORMAT, "model header: unknown arch \"%s\"", arch);
+    return xf_fail(err, XF_EFORMAT, "%s: unknown arch \"%s\"", where, arch);
   }
   json_t *input = json_object_get(h, "input");
   if (!json_is_array(input) || json_array_size(input) != 3)
-    return xf_fail(err, XF_EFORMAT, "model header: \"input\" must be [h, w, c]");
+    return xf_fail(err, XF_EFORMAT, "%s: \"input\" must be [h, w, c]", where);
   int dims[3];
   for (int i = 0; i < 3; i++) {
     json_t *e = json_array_get(input, (size_t)i);
     if (!json_is_integer(e) || json_integer_value(e) < 1 || json_integer_value(e) > 65536)
-      return xf_fail(err, XF_EFORMAT, "model header: input[%d] is not 1..65536", i);
+      return xf_fail(err, XF_EFORMAT, "%s: input[%d] is not 1..65536", where, i);
     dims[i] = (int)json_integer_value(e);
   }
   s->in_h = dims[0], s->in_w = dims[1], s->in_c = dims[2];
-  XF_GUARD(header_int(h, "classes", 2, 65536, &v, err));
+  XF_GUARD(header_int(h, where, "classes", 2, 65536, &v, err));
   s->classes = (int)v;
   json_t *loss = json_object_get(h, "loss");
   s->loss = XF_LOSS_CROSS_ENTROPY;
   if (loss && (!json_is_string(loss) || xf_loss_from_name(json_string_value(loss), &s->loss)))
     return xf_fail(err, XF_EFORMAT,
-                   "model header: \"loss\" must be \"cross_entropy\", \"binary_cross_entropy\" "
-                   "or \"mse\"");
-  XF_GUARD(header_int(h, "params", 1, (1LL << 34), &v, err));
+                   "%s: \"loss\" must be \"cross_entropy\", \"binary_cross_entropy\" "
+                   "or \"mse\"", where);
+  return XF_OK;
+}
+
+static xf_err spec_from_header(json_t *h, xf_model_spec *s, size_t *n_params,
+                               xf_checkpoint_dtype *dt, xf_errctx *err) {
+  long long v = 0;
+  XF_GUARD(header_int(h, "model header", "format", 1, 1, &v, err));
+  const char *dtype = json_string_value(json_object_get(h, "dtype"));
+  if (dtype && strcmp(dtype, "float32-le") == 0) *dt = XF_CHECKPOINT_F32;
+  else if (dtype && strcmp(dtype, "float16-le") == 0) *dt = XF_CHECKPOINT_F16;
+  else if (dtype && strcmp(dtype, "bfloat16-le") == 0) *dt = XF_CHECKPOINT_BF16;
+  else
+    return xf_fail(err, XF_EFORMAT, "model header: dtype must be \"float32-le\", "
+                   "\"float16-le\" or \"bfloat16-le\"");
+  XF_GUARD(spec_from_arch(h, "model header", s, err));
+  XF_GUARD(header_int(h, "model header", "params", 1, (1LL << 34), &v, err));
   *n_params = (size_t)v;
   return XF_OK;
+}
+
+xf_err xf_checkpoint_arch_decode(const char *text, size_t len, const char *where,
+                                 xf_model_spec *spec, xf_errctx *err) {
+  XF_ENSURE(len <= MAX_HEADER, err, XF_EFORMAT, "%s: %zu bytes is larger than 1 MiB", where, len);
+  json_error_t jerr;
+  json_t *h = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!h || !json_is_object(h)) {
+    json_decref(h);
+    return xf_fail(err, XF_EFORMAT, "%s is not a JSON object: %s", where,
+                   h ? "another JSON value" : jerr.text);
+  }
+  xf_err rc = spec_from_arch(h, where, spec, err);
+  json_decref(h);
+  return rc;
 }
 
 xf_err xf_checkpoint_decode(const uint8_t *data, size_t len, xf_model **model, float **params,

@@ -52,6 +52,21 @@ xf_err xf_checkpoint_encode_as(const xf_model *m, const float *params, xf_checkp
 xf_err xf_checkpoint_encode(const xf_model *m, const float *params, uint8_t **out, size_t *len,
                             xf_errctx *err) XF_WARN_UNUSED;
 
+/* The members of m's model file header that name its architecture (arch,
+ * hidden, preset, input, classes, loss, declared) as canonical JSON: compact,
+ * keys sorted, the same text a model file of m holds for them. Exports record
+ * it (an ONNX model's metadata_props "xfed.model"). The caller owns *out (a
+ * string; xf_free). XF_ENOMEM. */
+xf_err xf_checkpoint_arch_encode(const xf_model *m, char **out, xf_errctx *err) XF_WARN_UNUSED;
+
+/* Reads such a text from an untrusted source (len bytes, up to 1 MiB) with
+ * the checks a model file header gets: a JSON object without duplicate
+ * keys, a known arch, every field in range. where names the text in
+ * messages ("model header: ..."). xf_model_create then checks that the spec
+ * builds. XF_EFORMAT naming what is wrong. */
+xf_err xf_checkpoint_arch_decode(const char *text, size_t len, const char *where,
+                                 xf_model_spec *spec, xf_errctx *err) XF_WARN_UNUSED;
+
 /* Decodes and verifies bytes from an untrusted source: magic, header, that the
  * architecture rebuilds to the stated layer table and parameter count, and
  * the digest. On success the caller owns *model (xf_model_free) and *params

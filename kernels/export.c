@@ -10,6 +10,7 @@
 #include <zlib.h>
 
 #include "base/alloc.h"
+#include "kernels/checkpoint.h"
 #include "kernels/onnx/onnx.pb-c.h"
 
 #define NPY_MAGIC "\x93NUMPY"
@@ -197,6 +198,9 @@ typedef struct onnx_graph {
   Onnx__OperatorSetIdProto opset;
   Onnx__OperatorSetIdProto *opset_ptr[1];
   Onnx__ModelProto model;
+  Onnx__StringStringEntryProto meta;
+  Onnx__StringStringEntryProto *meta_ptr[1];
+  char *arch_text; /* the metadata's value, xf_checkpoint_arch_encode's */
 } onnx_graph;
 
 static onnx_node *add_node(onnx_graph *g, const char *op, const char *name) {
@@ -363,6 +367,7 @@ static xf_err build_nodes(onnx_graph *g, const xf_model *m, const xf_export_tens
 static void graph_free(onnx_graph *g) {
   if (!g) return;
   for (int i = 0; i < g->n_inits; i++) xf_free(g->init_bytes[i]);
+  xf_free(g->arch_text);
   xf_free(g);
 }
 
@@ -411,6 +416,19 @@ xf_err xf_export_onnx(const xf_model *m, const float *params, const char *descri
   g->model.producer_version = XF_VERSION;
   g->model.doc_string = (char *)(description ? description : xf_model_describe(m));
   g->model.graph = &g->graph;
+  /* A declared model's architecture, in its model file's words, so that a
+   * reader rebuilds it; a preset's graph names its preset by itself, and
+   * its exports keep the bytes they always had. */
+  if (s->arch == XF_ARCH_LAYERS) {
+    rc = xf_checkpoint_arch_encode(m, &g->arch_text, err);
+    if (rc != XF_OK) goto out;
+    onnx__string_string_entry_proto__init(&g->meta);
+    g->meta.key = XF_ONNX_ARCH_KEY;
+    g->meta.value = g->arch_text;
+    g->meta_ptr[0] = &g->meta;
+    g->model.metadata_props = g->meta_ptr;
+    g->model.n_metadata_props = 1;
+  }
 
   size_t size = onnx__model_proto__get_packed_size(&g->model);
   /* Protocol buffers parsers (ONNX's and onnxruntime's included) refuse
@@ -614,8 +632,9 @@ static xf_err read_params(const xf_model *m, const Onnx__GraphProto *g, float *p
 
 /* Whether the graph is the one xfed writes for spec; on a match, *model and
  * *params are the model read back. */
-static xf_err match_spec(const xf_model_spec *spec, const Onnx__GraphProto *got, xf_model **model,
-                         float **params, xf_errctx *err) {
+static xf_err match_spec(const xf_model_spec *spec, bool from_metadata,
+                         const Onnx__GraphProto *got, xf_model **model, float **params,
+                         xf_errctx *err) {
   xf_model *m = NULL;
   XF_GUARD(xf_model_create(spec, &m, err));
   size_t n = xf_model_num_params(m);
@@ -628,6 +647,12 @@ static xf_err match_spec(const xf_model_spec *spec, const Onnx__GraphProto *got,
   if (rc == XF_OK && !(want = onnx__model_proto__unpack(NULL, len, bytes)))
     rc = xf_fail(err, XF_ENOMEM, "cannot decode xfed's own %s graph", xf_model_describe(m));
   if (rc == XF_OK) rc = same_graph(want->graph, got, err);
+  if (rc != XF_OK && want && from_metadata && err) {
+    char said[sizeof(err->msg)];
+    snprintf(said, sizeof(said), "%s", err->msg);
+    rc = xf_fail(err, rc, "the graph is not the one its metadata " XF_ONNX_ARCH_KEY " states "
+                 "(%s): %s", xf_model_describe(m), said);
+  }
   if (rc == XF_OK) rc = read_params(m, got, p, err);
   if (want) onnx__model_proto__free_unpacked(want, NULL);
   xf_free(bytes);
@@ -661,8 +686,24 @@ xf_err xf_export_onnx_read(const uint8_t *data, size_t len, xf_model **model, fl
     rc = xf_fail(err, XF_EFORMAT, "a graph of %zu nodes and %zu initializers is larger than "
                  "any xfed writes", g->n_node, g->n_initializer);
   xf_model_spec spec;
-  if (rc == XF_OK) rc = named_spec(g, &spec, err);
-  if (rc == XF_OK) rc = match_spec(&spec, g, model, params, err);
+  const char *arch = NULL;
+  for (size_t i = 0; rc == XF_OK && i < mp->n_metadata_props; i++) {
+    const Onnx__StringStringEntryProto *e = mp->metadata_props[i];
+    if (!e || !same_str(e->key, XF_ONNX_ARCH_KEY)) continue;
+    if (arch || !e->value)
+      rc = xf_fail(err, XF_EFORMAT, "metadata_props holds %s " XF_ONNX_ARCH_KEY
+                   "; xfed writes it once, with the model's architecture",
+                   arch ? "more than one" : "an empty");
+    arch = e->value;
+  }
+  /* The metadata says which model the graph is; the graph must then be,
+   * node for node, the one xfed writes for it. */
+  if (rc == XF_OK && arch)
+    rc = xf_checkpoint_arch_decode(arch, strlen(arch), "ONNX metadata " XF_ONNX_ARCH_KEY, &spec,
+                                   err);
+  else if (rc == XF_OK)
+    rc = named_spec(g, &spec, err);
+  if (rc == XF_OK) rc = match_spec(&spec, arch != NULL, g, model, params, err);
   onnx__model_proto__free_unpacked(mp, NULL);
   return rc;
 }

@@ -19,6 +19,9 @@
  * included); IR version 7 is the one that came with it. */
 #define XF_ONNX_OPSET 13
 #define XF_ONNX_IR_VERSION 7
+/* The ModelProto metadata_props key under which a declared model's export
+ * records its architecture (xf_checkpoint_arch_encode's JSON). */
+#define XF_ONNX_ARCH_KEY "xfed.model"
 
 typedef enum xf_export_format {
   XF_EXPORT_XFED = 0, /* the xfed model file (kernels/checkpoint.h) */
@@ -70,7 +73,10 @@ xf_err xf_export_onnx(const xf_model *m, const float *params, const char *descri
  * architectures (the same nodes, attributes, initializer names and shapes,
  * input and output shapes, opset XF_ONNX_OPSET), and the initializers
  * float32 (raw_data or float_data) of the stated sizes; the parameters are
- * converted back to xfed's layout. A graph from another tool, or edited, is
+ * converted back to xfed's layout. The architecture is the one metadata_props
+ * XF_ONNX_ARCH_KEY states (read as a model file's header is), or without
+ * that key the preset the graph's shapes name; either way the graph must be
+ * the one xfed writes for it. A graph from another tool, or edited, is
  * refused (XF_EFORMAT naming what differs; XF_EUNSUPPORTED for an
  * architecture xfed has no table for). On success the caller owns *model
  * (xf_model_free) and *params (xf_free). */

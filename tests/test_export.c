@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "base/alloc.h"
+#include "kernels/checkpoint.h"
 #include "kernels/export.h"
 #include "kernels/model.h"
 #include "kernels/onnx/onnx.pb-c.h"
@@ -236,6 +237,173 @@ static void onnx_read_refuses_an_edited_graph(void **state) {
   xf_model_free(m);
 }
 
+/* conv(stride 2, pad 1)-relu-conv-relu-maxpool-dense on 12x12x1. */
+static xf_model *make_declared(void) {
+  xf_model_spec s = {.arch = XF_ARCH_LAYERS, .in_h = 12, .in_w = 12, .in_c = 1, .classes = 10,
+                     .n_layers = 6};
+  s.layers[0] = (xf_layer_decl){.kind = XF_DECL_CONV2D, .filters = 4, .kernel = 3, .stride = 2,
+                                .padding = 1};
+  s.layers[1] = (xf_layer_decl){.kind = XF_DECL_RELU};
+  s.layers[2] = (xf_layer_decl){.kind = XF_DECL_CONV2D, .filters = 5, .kernel = 3};
+  s.layers[3] = (xf_layer_decl){.kind = XF_DECL_RELU};
+  s.layers[4] = (xf_layer_decl){.kind = XF_DECL_MAXPOOL2D, .kernel = 2};
+  s.layers[5] = (xf_layer_decl){.kind = XF_DECL_DENSE, .units = 10};
+  xf_model *m = NULL;
+  xf_errctx err = {0};
+  if (xf_model_create(&s, &m, &err) != XF_OK) fail_msg("%s", err.msg);
+  return m;
+}
+
+/* The value of the export's metadata_props entry key, or NULL. */
+static const char *metadata(const Onnx__ModelProto *mp, const char *key) {
+  for (size_t i = 0; i < mp->n_metadata_props; i++)
+    if (strcmp(mp->metadata_props[i]->key, key) == 0) return mp->metadata_props[i]->value;
+  return NULL;
+}
+
+/* A declared model's export states its architecture in the model file's
+ * words, and reading it back gives the model file it came from, byte for
+ * byte. */
+static void declared_model_round_trips_through_onnx_byte_for_byte(void **state) {
+  (void)state;
+  xf_model *m = make_declared();
+  float *p = indexed(m);
+  uint8_t *xfm = NULL, *onnx = NULL, *again = NULL;
+  size_t xfm_len = 0, onnx_len = 0, again_len = 0;
+  assert_int_equal(xf_checkpoint_encode(m, p, &xfm, &xfm_len, NULL), XF_OK);
+  xf_model *m1 = NULL;
+  float *p1 = NULL;
+  assert_int_equal(xf_checkpoint_decode(xfm, xfm_len, &m1, &p1, NULL), XF_OK);
+  assert_int_equal(xf_export_onnx(m1, p1, NULL, &onnx, &onnx_len, NULL), XF_OK);
+
+  Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, onnx_len, onnx);
+  assert_non_null(mp);
+  char *arch = NULL;
+  assert_int_equal(xf_checkpoint_arch_encode(m, &arch, NULL), XF_OK);
+  const char *stated = metadata(mp, XF_ONNX_ARCH_KEY);
+  assert_non_null(stated);
+  assert_string_equal(stated, arch);
+  assert_non_null(strstr(stated, "\"declared\":[{\"filters\":4,\"kernel\":3,\"kind\":\"conv2d\","
+                                 "\"padding\":1,\"stride\":2}"));
+  onnx__model_proto__free_unpacked(mp, NULL);
+
+  xf_model *m2 = NULL;
+  float *p2 = NULL;
+  xf_errctx err = {0};
+  if (xf_export_onnx_read(onnx, onnx_len, &m2, &p2, &err) != XF_OK) fail_msg("%s", err.msg);
+  assert_string_equal(xf_model_describe(m2), xf_model_describe(m));
+  assert_int_equal(xf_checkpoint_encode(m2, p2, &again, &again_len, NULL), XF_OK);
+  assert_int_equal(again_len, xfm_len);
+  assert_memory_equal(again, xfm, xfm_len);
+
+  xf_free(arch);
+  xf_free(again);
+  xf_free(p2);
+  xf_model_free(m2);
+  xf_free(onnx);
+  xf_free(p1);
+  xf_model_free(m1);
+  xf_free(xfm);
+  xf_free(p);
+  xf_model_free(m);
+}
+
+/* Metadata that states another model than the graph is, or states it
+ * badly, is refused naming what differs; a preset's export carries no
+ * metadata, and reads back with or without it. */
+static void onnx_read_refuses_metadata_the_graph_does_not_match(void **state) {
+  (void)state;
+  xf_model *m = make_declared();
+  float *p = indexed(m);
+  uint8_t *bytes = NULL;
+  size_t len = 0;
+  assert_int_equal(xf_export_onnx(m, p, NULL, &bytes, &len, NULL), XF_OK);
+  char *arch = NULL;
+  assert_int_equal(xf_checkpoint_arch_encode(m, &arch, NULL), XF_OK);
+  char stride1[1024], fewer[1024], *at;
+  assert_true(strlen(arch) < sizeof(stride1));
+  strcpy(stride1, arch);
+  assert_non_null(at = strstr(stride1, "\"stride\":2"));
+  at[9] = '1';
+  strcpy(fewer, arch);
+  assert_non_null(at = strstr(fewer, "\"filters\":5"));
+  at[10] = '3';
+  const struct {
+    const char *value;
+    bool twice;
+    const char *want;
+  } cases[] = {
+      {stride1, false, "the graph is not the one its metadata xfed.model states (layers(6)): "
+                       "node 0 (Conv conv1)"},
+      {fewer, false, "the graph is not the one its metadata xfed.model states (layers(6)): "
+                     "initializer 2 (conv2.weight)"},
+      {"{\"arch\":\"layers\",\"declared\":[{\"kind\":\"lstm\"}]}", false,
+       "ONNX metadata xfed.model: declared[0] has no known \"kind\""},
+      {"{\"arch\":\"layers\",\"arch\":\"mlp\"}", false, "ONNX metadata xfed.model is not a JSON"},
+      {arch, true, "more than one xfed.model"},
+  };
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+    Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, len, bytes);
+    assert_non_null(mp);
+    assert_int_equal(mp->n_metadata_props, 1);
+    Onnx__StringStringEntryProto *e = mp->metadata_props[0], copy = *e;
+    char *was = e->value;
+    e->value = (char *)cases[c].value;
+    Onnx__StringStringEntryProto *two[2] = {e, &copy};
+    Onnx__StringStringEntryProto **had = mp->metadata_props;
+    if (cases[c].twice) mp->metadata_props = two, mp->n_metadata_props = 2;
+    uint8_t *edited = xf_malloc(onnx__model_proto__get_packed_size(mp));
+    assert_non_null(edited);
+    size_t elen = onnx__model_proto__pack(mp, edited);
+    e->value = was;
+    mp->metadata_props = had, mp->n_metadata_props = 1;
+    onnx__model_proto__free_unpacked(mp, NULL);
+    xf_model *back = NULL;
+    float *q = NULL;
+    xf_errctx err = {0};
+    assert_int_equal(xf_export_onnx_read(edited, elen, &back, &q, &err), XF_EFORMAT);
+    if (!strstr(err.msg, cases[c].want))
+      fail_msg("case %zu: '%s' lacks '%s'", c, err.msg, cases[c].want);
+    assert_null(back);
+    xf_free(edited);
+  }
+  xf_free(arch);
+  xf_free(bytes);
+  xf_free(p);
+  xf_model_free(m);
+
+  /* A preset: no metadata written; the metadata it would have is taken. */
+  m = make(XF_ARCH_MLP, XF_CNN_LENET5, 2, 3, 4);
+  p = indexed(m);
+  assert_int_equal(xf_export_onnx(m, p, NULL, &bytes, &len, NULL), XF_OK);
+  Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, len, bytes);
+  assert_non_null(mp);
+  assert_int_equal(mp->n_metadata_props, 0);
+  assert_int_equal(xf_checkpoint_arch_encode(m, &arch, NULL), XF_OK);
+  Onnx__StringStringEntryProto e = ONNX__STRING_STRING_ENTRY_PROTO__INIT, *one[1] = {&e};
+  e.key = XF_ONNX_ARCH_KEY;
+  e.value = arch;
+  mp->metadata_props = one, mp->n_metadata_props = 1;
+  uint8_t *edited = xf_malloc(onnx__model_proto__get_packed_size(mp));
+  assert_non_null(edited);
+  size_t elen = onnx__model_proto__pack(mp, edited);
+  mp->metadata_props = NULL, mp->n_metadata_props = 0;
+  onnx__model_proto__free_unpacked(mp, NULL);
+  xf_model *back = NULL;
+  float *q = NULL;
+  xf_errctx err = {0};
+  if (xf_export_onnx_read(edited, elen, &back, &q, &err) != XF_OK) fail_msg("%s", err.msg);
+  assert_string_equal(xf_model_describe(back), "mlp(7)");
+  assert_memory_equal(p, q, xf_model_num_params(m) * sizeof(float));
+  xf_free(q);
+  xf_model_free(back);
+  xf_free(edited);
+  xf_free(arch);
+  xf_free(bytes);
+  xf_free(p);
+  xf_model_free(m);
+}
+
 static uint32_t rd32(const uint8_t *b) {
   return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
 }
@@ -303,9 +471,7 @@ static void formats_come_from_words_and_extensions(void **state) {
   assert_string_equal(xf_export_format_name(XF_EXPORT_NPZ), "npz");
 }
 
-static void allocation_failures_are_reported_and_leak_nothing(void **state) {
-  (void)state;
-  xf_model *m = make(XF_ARCH_CNN, XF_CNN_LENET5, 28, 28, 1);
+static void fail_allocations_of(xf_model *m) {
   float *p = indexed(m);
   for (long n = 0; n < 64; n++) {
     uint8_t *out = NULL;
@@ -326,12 +492,20 @@ static void allocation_failures_are_reported_and_leak_nothing(void **state) {
   xf_model_free(m);
 }
 
+static void allocation_failures_are_reported_and_leak_nothing(void **state) {
+  (void)state;
+  fail_allocations_of(make(XF_ARCH_CNN, XF_CNN_LENET5, 28, 28, 1));
+  fail_allocations_of(make_declared()); /* its metadata too */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(lenet5_graph_reads_back_with_nchw_layouts),
       cmocka_unit_test(dense_layout_permutes_channels_of_the_input),
       cmocka_unit_test(onnx_reads_back_to_the_same_model),
       cmocka_unit_test(onnx_read_refuses_an_edited_graph),
+      cmocka_unit_test(declared_model_round_trips_through_onnx_byte_for_byte),
+      cmocka_unit_test(onnx_read_refuses_metadata_the_graph_does_not_match),
       cmocka_unit_test(npz_is_a_zip_of_npy_members_with_their_crcs),
       cmocka_unit_test(formats_come_from_words_and_extensions),
       cmocka_unit_test(allocation_failures_are_reported_and_leak_nothing),

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Export for deployment, end to end: each preset (logreg, mlp, lenet5,
-# fedavg-cnn) trained for one epoch with `xfed train` on one shard of
+# fedavg-cnn) and a declared layer list (a strided, padded conv, a conv, a
+# maxpool and a dense layer) trained for one epoch with `xfed train` on one shard of
 # Fashion-MNIST, and an mlp on a tabular CSV set the test makes, exported with `xfed model export` to ONNX and .npz, and
 # evaluated by `xfed model eval` on the shard's test split (accuracy, loss and
 # each record's predicted class). Then, by MODE:
@@ -70,8 +71,9 @@ declare -A arch=(
   [logreg]='"arch": "logreg"'
   [mlp]='"arch": "mlp", "hidden": [32, 16]'
   [lenet5]='"arch": "cnn", "preset": "lenet5"'
-  [fedavg-cnn]='"arch": "cnn", "preset": "fedavg-cnn"')
-for p in logreg mlp lenet5 fedavg-cnn tabular-mlp; do
+  [fedavg-cnn]='"arch": "cnn", "preset": "fedavg-cnn"'
+  [declared]='"layers": [{"kind": "conv2d", "filters": 6, "kernel": 3, "stride": 2, "padding": 1}, {"kind": "relu"}, {"kind": "conv2d", "filters": 8, "kernel": 3}, {"kind": "relu"}, {"kind": "maxpool2d", "kernel": 2}, {"kind": "dense", "units": 10}]')
+for p in logreg mlp lenet5 fedavg-cnn declared tabular-mlp; do
   m=$work/$p
   data_dir=$shard
   if [[ $p == tabular-mlp ]]; then
@@ -113,13 +115,22 @@ if [[ $mode == numpy ]]; then
     fail "by-ext.npz is not a zip archive"
   # An ONNX export reads back to the very model file, for every preset: its
   # evaluation is xfed's of the model file.
-  for p in logreg mlp lenet5 fedavg-cnn tabular-mlp; do
+  for p in logreg mlp lenet5 fedavg-cnn declared tabular-mlp; do
     "$xfed" model export "$work/$p.onnx" --out "$work/$p.back.xfm" >/dev/null
     cmp -s "$work/$p.xfm" "$work/$p.back.xfm" || fail "$p.onnx does not read back to $p.xfm"
   done
-  "$xfed" --json model eval "$m.onnx" --data "$shard" --predictions "$work/back.csv" \
-    >"$work/back.json"
-  cmp -s "$m.pred.csv" "$work/back.csv" || fail "the .onnx predicts otherwise than the .xfm"
+  # A declared model's .onnx states its layer list in its metadata.
+  "$py" -c 'import onnx, sys
+m = onnx.load(sys.argv[1])
+props = {p.key: p.value for p in m.metadata_props}
+assert "\"declared\":[{\"filters\":6" in props["xfed.model"], props' "$work/declared.onnx" ||
+    fail "declared.onnx does not state its layer list under metadata_props xfed.model"
+  for p in logreg declared; do
+    "$xfed" --json model eval "$work/$p.onnx" --data "$shard" --predictions "$work/back.csv" \
+      >"$work/back.json"
+    cmp -s "$work/$p.pred.csv" "$work/back.csv" ||
+      fail "$p.onnx predicts otherwise than $p.xfm"
+  done
   # A .npz holds no architecture, and the refusal says what to give instead.
   rc=0
   out=$("$xfed" model eval "$work/by-ext.npz" --data "$shard" 2>&1) || rc=$?
@@ -133,4 +144,4 @@ if [[ $mode == numpy ]]; then
   [[ $rc == 1 && $out == *"holds records of 1x1x2, the model logreg takes 28x28x1"* ]] ||
     fail "model eval on other data: exit $rc: $out"
 fi
-echo "export ($mode): every preset checked"
+echo "export ($mode): every preset and the declared model checked"
