@@ -32,9 +32,6 @@ const char *xf_trainer_dp_name(xf_trainer_dp d);
 /* Parses one of the two words; XF_EINVAL listing them otherwise. */
 xf_err xf_trainer_dp_parse(const char *s, xf_trainer_dp *out, xf_errctx *err) XF_WARN_UNUSED;
 
-/* Default and largest time limit of one run, seconds. */
-#define XF_TRAINER_TIMEOUT_DEFAULT 3600
-#define XF_TRAINER_TIMEOUT_MAX 604800
 
 /* Checks a program path as a site registers it: absolute, a regular file
  * the site can execute. XF_EINVAL / XF_ENOENT naming the path and the fix. */
