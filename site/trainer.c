@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
@@ -509,4 +510,17 @@ xf_err xf_trainer_check_dp(const xf_trainer_result *r, const xf_trainer_dp_need 
             "give",
             (unsigned long long)r->dp_steps, (unsigned long long)need->steps);
   return XF_OK;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  return remove(path) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+bool xf_trainer_dir_remove(const char *dir) {
+  struct stat st;
+  if (lstat(dir, &st) != 0) return errno == ENOENT;
+  return nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) == 0;
 }

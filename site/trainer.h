@@ -106,4 +106,9 @@ xf_err xf_trainer_read_result(const char *dir, size_t n, uint64_t max_samples,
 xf_err xf_trainer_check_dp(const xf_trainer_result *r, const xf_trainer_dp_need *need,
                            xf_errctx *err) XF_WARN_UNUSED;
 
+/* Removes a work directory and everything in it, links not followed (the
+ * global and trained weights do not outlive the task). False when something
+ * stays. */
+bool xf_trainer_dir_remove(const char *dir);
+
 #endif
