@@ -2063,11 +2063,11 @@ static Xfed__TaskRefusal__Reason privacy_check(daemon_t *d, const char *job, uin
   if (plan->site_noise && spec->privacy.unit == XF_PRIVACY_UNIT_RECORD && ds->trainer &&
       !ds->trainer_dp_declared) {
     snprintf(why, why_len,
-             "dataset '%s' is trained by the external trainer %s, registered with --trainer-dp "
-             "none, and this job asks for record-level privacy (DP-SGD at the site); to take "
-             "part, have the trainer do DP-SGD (e.g. with Opacus) and report it in result.json, "
-             "then register the dataset again with --trainer-dp declared (docs/trainers.md)",
-             ds->name, ds->trainer);
+             "dataset '%s': its external trainer declares no DP (--trainer-dp none) and this "
+             "job asks for record-level privacy; to take part, have the trainer do DP-SGD (e.g. "
+             "with Opacus), report it in result.json and register the dataset with --trainer-dp "
+             "declared (docs/trainers.md)",
+             ds->name);
     return XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
   }
   if (!plan->site_noise) return XFED__TASK_REFUSAL__REASON__UNSPECIFIED;
