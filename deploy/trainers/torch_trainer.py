@@ -41,7 +41,7 @@ def read_idx(path):
             opener = gzip.open if p.endswith(".gz") else open
             with opener(p, "rb") as f:
                 raw = f.read()
-            _, _, dtype, ndim = struct.unpack(">HBBB", raw[:4])
+            _, dtype, ndim = struct.unpack(">HBB", raw[:4])
             if dtype != 0x08:
                 fail(f"{p}: only unsigned-byte IDX files are read")
             dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
@@ -82,7 +82,7 @@ class Net(nn.Module):
             if k == "conv":
                 self.mods.append(nn.Conv2d(l["in_c"], l["out_c"], l["kernel"], l["stride"], l["pad"]))
             elif k == "dense":
-                self.mods.append(nn.Linear(l["in_c"], l["out_c"]))
+                self.mods.append(nn.Linear(l["in_h"] * l["in_w"] * l["in_c"], l["out_c"]))
             elif k == "relu":
                 self.mods.append(nn.ReLU())
             elif k == "maxpool":
