@@ -8,7 +8,9 @@
 #             site directory and its work directory gone; then a job asking
 #             for record-level privacy fails because s3, declared
 #             --trainer-dp none, refuses it, and the researcher's job status
-#             says how to fix it.
+#             says how to fix it; once s3's dataset is registered again
+#             with --trainer-dp declared, the same job ends done and s3's
+#             ledger charges the DP its trainer declared.
 #   torch     s3's trainer is deploy/trainers/torch_trainer.py (PyTorch):
 #             lenet5 for 3 rounds ends done with a test accuracy above 0.5.
 #             Exit 77 (skipped) when python3 cannot import torch.
@@ -70,7 +72,20 @@ JSON
   grep -q -- "--trainer-dp declared" "$work/status2.txt" &&
     grep -q "Opacus" "$work/status2.txt" ||
     fail "the job's status does not say how to fix s3's refusal: $(cat "$work/status2.txt")"
-  echo "contract: s3 trained by an external program in $n tasks; record-level job refused: $(grep -o "dataset 'fmnist': its external trainer[^;]*" "$work/status2.txt" | head -n 1)"
+  # The operator declares DP: the same job runs, and s3's ledger charges what
+  # its trainer declared (tiny_trainer.py under the name dp reports exactly
+  # what task.json asks for).
+  ln -s "$src/tests/data/trainer/tiny_trainer.py" "$work/dp.py"
+  "$site_bin" dataset rm --dir "$work/sites/s3" --name fmnist >/dev/null
+  "$site_bin" dataset add --dir "$work/sites/s3" --name fmnist --path "$work/shards/site-3" \
+    --tag fmnist --trainer "$work/dp.py" --trainer-dp declared >/dev/null
+  kill -HUP "${site_pid[s3]}"
+  cli job submit "$work/record.json" >/dev/null
+  wait_done 3 600
+  grep -q 'event=privacy_charged .*dataset=fmnist' "$work/logs/s3.log" || fail "s3 charged no ledger"
+  spent=$("$site_bin" ledger --dir "$work/sites/s3" --name fmnist --json | json_field epsilon)
+  awk -v e="$spent" 'BEGIN { exit !(e > 0 && e <= 2) }' || fail "s3's ledger says '$spent', not in (0, 2]"
+  echo "contract: s3 trained by an external program in $n tasks; record-level job refused: $(grep -o "dataset 'fmnist': its external trainer[^;]*" "$work/status2.txt" | head -n 1); with DP declared, s3's ledger epsilon $spent"
 else
   cat >"$work/job.json" <<JSON
 {"name": "torch", "model": {"arch": "cnn", "preset": "lenet5"},
