@@ -147,12 +147,53 @@ static void task_json_carries_the_contract(void **state) {
   json_decref(o);
 }
 
-static void timeout_kills_it(void **state) {
+/* True when process pid is gone or a zombie (killed, not yet reaped by
+ * whoever inherited it). */
+static bool process_dead(long pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+  FILE *fp = fopen(path, "r");
+  if (!fp) return true;
+  size_t got = fread(buf, 1, sizeof(buf) - 1, fp);
+  fclose(fp);
+  buf[got] = '\0';
+  const char *close_paren = strrchr(buf, ')');
+  return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X');
+}
+
+static void timeout_kills_it_and_its_children(void **state) {
   fixture *f = *state;
   xf_trainer_result r;
   xf_errctx err;
-  assert_int_equal(run_mode(f, "sleep", 1.0, &r, &err), XF_EIO);
-  assert_non_null(strstr(err.msg, "timed out after 1 s"));
+  /* The limit leaves the program (Python starting on a loaded machine) time
+   * to write child.pid; the check below waits for it to exist. */
+  assert_int_equal(run_mode(f, "sleep", 5.0, &r, &err), XF_EIO);
+  assert_non_null(strstr(err.msg, "timed out after 5 s"));
+  char path[400];
+  snprintf(path, sizeof(path), "%s/child.pid", f->work);
+  FILE *fp = fopen(path, "r");
+  if (!fp) return; /* killed before it forked: nothing else to check */
+  long pid = 0;
+  assert_int_equal(fscanf(fp, "%ld", &pid), 1);
+  fclose(fp);
+  bool dead = false;
+  for (int i = 0; i < 500 && !dead; i++) { /* SIGKILL is delivered at once; reaping may lag */
+    dead = process_dead(pid);
+    if (!dead) usleep(10000);
+  }
+  assert_true(dead);
+}
+
+static void stop_kills_it(void **state) {
+  fixture *f = *state;
+  char prog[512];
+  program(f, "sleep", prog, sizeof(prog));
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  assert_int_equal(xf_trainer_write_task(f->work, &f->task, &err), XF_OK);
+  atomic_bool stop = true;
+  assert_int_equal(xf_trainer_run(prog, f->work, f->log, 300, &stop, &err), XF_EIO);
+  assert_non_null(strstr(err.msg, "was stopped"));
 }
 
 static void bad_exit_status_is_refused(void **state) {
@@ -264,7 +305,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(good_run_returns_what_the_program_wrote, setup, teardown),
       cmocka_unit_test_setup_teardown(task_json_carries_the_contract, setup, teardown),
-      cmocka_unit_test_setup_teardown(timeout_kills_it, setup, teardown),
+      cmocka_unit_test_setup_teardown(timeout_kills_it_and_its_children, setup, teardown),
+      cmocka_unit_test_setup_teardown(stop_kills_it, setup, teardown),
       cmocka_unit_test_setup_teardown(bad_exit_status_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(wrong_shape_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(nan_is_refused, setup, teardown),

@@ -18,6 +18,8 @@ with open(os.path.join(work, "task.json")) as f:
 assert task["contract"] == "xfed-trainer/1"
 assert os.getcwd() == work and os.environ.get("XFED_TRAINER_DIR") == work
 assert sys.stdin.read() == ""
+# The environment is the contract's and nothing else (no keys, no XF_*).
+assert set(os.environ) <= {"PATH", "HOME", "LANG", "XFED_TRAINER_DIR", "LC_CTYPE"}, sorted(os.environ)
 n = task["model"]["params"]
 assert sum(t["count"] for layer in task["model"]["layers"] for t in layer["tensors"]) == n
 
@@ -28,6 +30,13 @@ values = list(struct.unpack("<%df" % n, raw[10 + hlen:]))
 assert len(values) == n
 
 if mode == "sleep":
+    # A child of its own too: the time limit kills the whole process group.
+    child = os.fork()
+    if child == 0:
+        time.sleep(600)
+        os._exit(0)
+    with open(os.path.join(work, "child.pid"), "w") as f:
+        f.write(str(child))
     time.sleep(600)
 if mode == "exit3":
     print("the trainer failed on purpose", file=sys.stderr)
