@@ -169,6 +169,8 @@ xf_err xf_trainer_run(const char *program, const char *dir, const char *log_path
     close(log_fd);
     return xf_fail(err, XF_EIO, "cannot open /dev/null: %s", strerror(errno));
   }
+  long open_max = sysconf(_SC_OPEN_MAX);
+  if (open_max <= 0 || open_max > 1 << 20) open_max = 65536;
   pid_t pid = fork();
   if (pid < 0) {
     int e = errno;
@@ -184,8 +186,8 @@ xf_err xf_trainer_run(const char *program, const char *dir, const char *log_path
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
     if (dup2(null_fd, 0) < 0 || dup2(log_fd, 1) < 0 || dup2(log_fd, 2) < 0) _exit(126);
-    for (int fd = 3; fd < 65536; fd++) {
-      if (close(fd) < 0 && fd > 4096) break;
+    if (close_range(3, ~0u, 0) != 0) {
+      for (long fd = 3; fd < open_max; fd++) close((int)fd);
     }
     if (chdir(dir) != 0) _exit(126);
     execve(program, argv, envp);
