@@ -49,23 +49,25 @@ def read_idx(path):
     fail(f"{path} (or .gz) is missing")
 
 
-def load_train(ds):
+def load_split(ds, split):
+    """The train or test split of the dataset directory, records NHWC."""
     d, layout = ds["dir"], ds["layout"]
+    idx = {"train": "train", "test": "t10k"}[split]
     if layout == "idx":
-        x = read_idx(os.path.join(d, "train-images-idx3-ubyte")).astype(np.float32) / 255.0
-        y = read_idx(os.path.join(d, "train-labels-idx1-ubyte")).astype(np.int64)
+        x = read_idx(os.path.join(d, f"{idx}-images-idx3-ubyte")).astype(np.float32) / 255.0
+        y = read_idx(os.path.join(d, f"{idx}-labels-idx1-ubyte")).astype(np.int64)
     elif layout == "npy":
-        x = np.load(os.path.join(d, "train-x.npy")).astype(np.float32)
-        y = np.load(os.path.join(d, "train-y.npy")).astype(np.int64)
+        x = np.load(os.path.join(d, f"{split}-x.npy")).astype(np.float32)
+        y = np.load(os.path.join(d, f"{split}-y.npy")).astype(np.int64)
     elif layout == "npz":
-        z = np.load(os.path.join(d, "train.npz"))
+        z = np.load(os.path.join(d, f"{split}.npz"))
         x, y = z["x"].astype(np.float32), z["y"].astype(np.int64)
     else:
         fail(f"dataset layout {layout} is not read by this example (idx, npy and npz are)")
     h, w, c = ds["shape"]
     x = x.reshape(len(x), h, w, c)  # xfed's records are NHWC
-    if len(x) != ds["train_records"]:
-        fail(f"the dataset has {len(x)} training records, task.json says {ds['train_records']}")
+    if len(x) != ds[f"{split}_records"]:
+        fail(f"the dataset has {len(x)} {split} records, task.json says {ds[f'{split}_records']}")
     return torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(y)
 
 
@@ -144,6 +146,19 @@ def optimizer(params, lc):
     fail(f"optimizer {lc['optimizer']} is not known to this example")
 
 
+def load_train_and_check(net, task):
+    """The training split; first, the received model's accuracy on the test
+    split, in the log: xfed-site logs its own evaluation of the same model
+    (event=task_trained test_accuracy=...), so the two agreeing shows the
+    layer table was read the way xfed lays the weights out."""
+    if task["model"]["loss"] == "cross_entropy" and task["dataset"]["test_records"] > 0:
+        tx, ty = load_split(task["dataset"], "test")
+        with torch.no_grad():
+            pred = torch.cat([net(tx[i:i + 1024]).argmax(1) for i in range(0, len(tx), 1024)])
+        print(f"torch_trainer: received model test accuracy {float((pred == ty).float().mean()):.4f}")
+    return load_split(task["dataset"], "train")
+
+
 def main():
     if len(sys.argv) != 2:
         fail("usage: torch_trainer.py WORKDIR (xfed-site runs it; docs/trainers.md)")
@@ -162,7 +177,7 @@ def main():
     net = Net(model_t["layers"])
     net.load_flat(g)
     anchor = [p.detach().clone() for p in net.parameters()]
-    x, y = load_train(task["dataset"])
+    x, y = load_train_and_check(net, task)
     crit = loss_fn(model_t["loss"])
     opt = optimizer(net.parameters(), lc)
     gen = torch.Generator().manual_seed(task["seed"])

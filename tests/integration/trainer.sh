@@ -12,7 +12,9 @@
 #             with --trainer-dp declared, the same job ends done and s3's
 #             ledger charges the DP its trainer declared.
 #   torch     s3's trainer is deploy/trainers/torch_trainer.py (PyTorch):
-#             lenet5 for 3 rounds ends done with a test accuracy above 0.5.
+#             lenet5 for 3 rounds ends done with a test accuracy above 0.5,
+#             and in every round the PyTorch model's accuracy of the weights
+#             it received equals xfed-site's (the layer table read right).
 #             Exit 77 (skipped) when python3 cannot import torch.
 # usage: trainer.sh BUILD_DIR contract|torch
 set -euo pipefail
@@ -96,6 +98,19 @@ JSON
   cli job submit "$work/job.json" >/dev/null
   wait_done 1 1500
   grep -q 'event=trainer_done' "$work/logs/s3.log" || fail "s3's PyTorch trainer never finished a task"
+  # The PyTorch model reads the weights as xfed lays them out: its accuracy
+  # on s3's test split of the model it received equals xfed-site's own
+  # evaluation of that model (to the 4 decimals logged), in every round.
+  for f in "$work"/sites/s3/trainers/1-r*-a*.log; do
+    b=$(basename "$f" .log)
+    r=${b#1-r} a=${b##*-a}
+    r=${r%%-*}
+    torch_acc=$(sed -n 's/.*received model test accuracy \([0-9.]*\).*/\1/p' "$f" | tail -n 1)
+    xfed_acc=$(grep "event=task_trained job=1 round=$r attempt=$a " "$work/logs/s3.log" |
+      sed -n 's/.*test_accuracy=\([0-9.]*\).*/\1/p' | tail -n 1)
+    [[ -n $torch_acc && $torch_acc == "$xfed_acc" ]] ||
+      fail "round $r: PyTorch says the received model's test accuracy is '$torch_acc', xfed-site '$xfed_acc'"
+  done
   acc=$(job_field 1 test_accuracy)
   awk -v a="$acc" 'BEGIN { exit !(a > 0.5) }' || fail "test accuracy '$acc' is not above 0.5"
   echo "torch: lenet5 over 2 native sites and a PyTorch site, 3 rounds, test accuracy $acc"
