@@ -14,7 +14,9 @@
 #   torch     s3's trainer is deploy/trainers/torch_trainer.py (PyTorch):
 #             lenet5 for 3 rounds ends done with a test accuracy above 0.5,
 #             and in every round the PyTorch model's accuracy of the weights
-#             it received equals xfed-site's (the layer table read right).
+#             it received equals xfed-site's (the layer table read right);
+#             then, registered with --trainer-dp declared, it does DP-SGD for
+#             a record-level job that ends done, and s3's ledger charges it.
 #             Exit 77 (skipped) when python3 cannot import torch.
 # usage: trainer.sh BUILD_DIR contract|torch
 set -euo pipefail
@@ -60,7 +62,9 @@ JSON
   ((n >= 2)) || fail "s3's trainer ran $n times, not once per round"
   grep -q 'event=trainer_done' "$work/logs/s1.log" && fail "s1 ran a trainer"
   logs=("$work"/sites/s3/trainers/*.log)
-  [[ -f ${logs[0]} ]] && grep -q "trained" "${logs[0]}" || fail "no trainer log in s3's site directory"
+  if [[ ! -f ${logs[0]} ]] || ! grep -q "trained" "${logs[0]}"; then
+    fail "no trainer log in s3's site directory"
+  fi
   dirs=$(find "$work/sites/s3/trainers" -mindepth 1 -type d | wc -l)
   ((dirs == 0)) || fail "the trainer's work directory outlived its task"
   # Record-level privacy: s3's trainer declares none, so s3 refuses and the
@@ -71,9 +75,9 @@ JSON
   st=$(wait_end 2 300)
   [[ $st == failed ]] || fail "the record-level job is '$st', not failed"
   cli job status 2 >"$work/status2.txt" 2>&1 || true
-  grep -q -- "--trainer-dp declared" "$work/status2.txt" &&
-    grep -q "Opacus" "$work/status2.txt" ||
+  if ! grep -q -- "--trainer-dp declared" "$work/status2.txt" || ! grep -q "Opacus" "$work/status2.txt"; then
     fail "the job's status does not say how to fix s3's refusal: $(cat "$work/status2.txt")"
+  fi
   # The operator declares DP: the same job runs, and s3's ledger charges what
   # its trainer declared (tiny_trainer.py under the name dp reports exactly
   # what task.json asks for).
@@ -113,6 +117,20 @@ JSON
   done
   acc=$(job_field 1 test_accuracy)
   awk -v a="$acc" 'BEGIN { exit !(a > 0.5) }' || fail "test accuracy '$acc' is not above 0.5"
-  echo "torch: lenet5 over 2 native sites and a PyTorch site, 3 rounds, test accuracy $acc"
+  # Record-level privacy with the PyTorch trainer doing DP-SGD itself:
+  # declared, it takes part and s3's ledger charges what it reported.
+  "$site_bin" dataset rm --dir "$work/sites/s3" --name fmnist >/dev/null
+  "$site_bin" dataset add --dir "$work/sites/s3" --name fmnist --path "$work/shards/site-3" \
+    --tag fmnist --trainer "$src/deploy/trainers/torch_trainer.py" --trainer-timeout 900 \
+    --trainer-dp declared >/dev/null
+  kill -HUP "${site_pid[s3]}"
+  sed 's/"rounds": 3/"rounds": 2/; s/"seed": 11}/"seed": 11, "privacy": {"unit": "record", "mode": "local", "clip": 1.0, "target_epsilon": 4, "delta": 1e-5}}/' \
+    "$work/job.json" >"$work/record.json"
+  cli job submit "$work/record.json" >/dev/null
+  wait_done 2 1500
+  grep -q 'event=privacy_charged .*dataset=fmnist' "$work/logs/s3.log" || fail "s3 charged no ledger"
+  spent=$("$site_bin" ledger --dir "$work/sites/s3" --name fmnist --json | json_field epsilon)
+  awk -v e="$spent" 'BEGIN { exit !(e > 0 && e <= 4) }' || fail "s3's ledger says '$spent', not in (0, 4]"
+  echo "torch: lenet5 over 2 native sites and a PyTorch site, 3 rounds, test accuracy $acc; with DP-SGD in PyTorch (declared), s3's ledger epsilon $spent"
 fi
 finish
