@@ -272,14 +272,13 @@ static xf_err read_npy(const char *path, size_t n, float **out, xf_errctx *err) 
   xf_err rc = XF_OK;
   char *hdr = NULL;
   float *v = NULL;
-  size_t hlen = 0, pre = 0;
+  size_t hlen = 0;
   if (fread(head, 1, 10, f) != 10 || memcmp(head, "\x93NUMPY", 6) != 0) {
     rc = xf_fail(err, XF_EFORMAT, "%s is not a NumPy .npy file (no \\x93NUMPY magic)", path);
     goto out;
   }
   if (head[6] == 1) {
     hlen = (size_t)head[8] | (size_t)head[9] << 8;
-    pre = 10;
   } else if (head[6] == 2 || head[6] == 3) {
     if (fread(head + 10, 1, 2, f) != 2) {
       rc = xf_fail(err, XF_ETRUNCATED, "%s ends inside its header", path);
@@ -287,7 +286,6 @@ static xf_err read_npy(const char *path, size_t n, float **out, xf_errctx *err) 
     }
     hlen = (size_t)head[8] | (size_t)head[9] << 8 | (size_t)head[10] << 16 |
            (size_t)head[11] << 24;
-    pre = 12;
   } else {
     rc = xf_fail(err, XF_EFORMAT, "%s has .npy format version %u.%u; 1.0 to 3.0 are read", path,
                  head[6], head[7]);
@@ -306,16 +304,15 @@ static xf_err read_npy(const char *path, size_t n, float **out, xf_errctx *err) 
   char want[160];
   snprintf(want, sizeof(want), "{'descr':'<f4','fortran_order':False,'shape':(%zu,),}", n);
   size_t wl = strlen(want);
+  /* As numpy writes it, or without the comma before the closing brace. */
   bool ok = strcmp(flat, want) == 0 ||
-            (k == wl - 2 && strncmp(flat, want, wl - 2) == 0); /* without the last comma */
-  if (!ok && k == wl - 1) ok = strncmp(flat, want, wl - 2) == 0 && flat[k - 1] == '}';
+            (k == wl - 1 && strncmp(flat, want, wl - 2) == 0 && flat[k - 1] == '}');
   if (!ok) {
     rc = xf_fail(err, XF_EFORMAT, "%s: the header is %s; the trained weights must be a float32 "
                  "('<f4') C-order vector of shape (%zu,), the shape of global.npy", path, flat, n);
     xf_errctx_field(err, "shape");
     goto out;
   }
-  (void)pre;
   v = xf_mallocarray(n ? n : 1, sizeof(float));
   if (!v) {
     rc = xf_fail(err, XF_ENOMEM, "cannot allocate %zu floats for %s", n, path);
@@ -331,10 +328,12 @@ static xf_err read_npy(const char *path, size_t n, float **out, xf_errctx *err) 
     goto out;
   }
   for (size_t i = 0; i < n; i++) {
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
     uint32_t u;
     memcpy(&u, &v[i], 4);
-    u = ((u & 0xffu) << 24 | (u & 0xff00u) << 8 | (u & 0xff0000u) >> 8 | u >> 24);
-    if (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__) memcpy(&v[i], &u, 4);
+    u = __builtin_bswap32(u);
+    memcpy(&v[i], &u, 4);
+#endif
     if (!isfinite(v[i])) {
       rc = xf_fail(err, XF_ERANGE, "%s: value %zu is %s; every trained weight must be finite",
                    path, i, isnan(v[i]) ? "NaN" : "infinite");

@@ -290,6 +290,87 @@ static void declared_dp_is_checked_against_the_job(void **state) {
   assert_non_null(strstr(err.msg, "dp.sampling_rate is 0.5"));
 }
 
+/* Writes dir/name with text. */
+static void put(const char *dir, const char *name, const void *data, size_t len) {
+  char path[512];
+  snprintf(path, sizeof(path), "%s/%s", dir, name);
+  FILE *fp = fopen(path, "wb");
+  assert_non_null(fp);
+  assert_int_equal(fwrite(data, 1, len, fp), len);
+  fclose(fp);
+}
+
+/* A 3-value .npy with the given header dict, as format 1.0. */
+static void put_npy(const char *dir, const char *dict) {
+  uint8_t buf[256];
+  size_t hl = strlen(dict);
+  memcpy(buf, "\x93NUMPY\x01\x00", 8);
+  buf[8] = (uint8_t)(hl + 1);
+  buf[9] = 0;
+  memcpy(buf + 10, dict, hl);
+  buf[10 + hl] = '\n';
+  float v[3] = {1, 2, 3};
+  memcpy(buf + 11 + hl, v, sizeof(v));
+  put(dir, "trained.npy", buf, 11 + hl + sizeof(v));
+}
+
+static xf_err read_with(fixture *f, const char *result, const char *dict, xf_errctx *err) {
+  put(f->work, "result.json", result, strlen(result));
+  put_npy(f->work, dict);
+  xf_trainer_result r;
+  xf_errctx_clear(err);
+  xf_err rc = xf_trainer_read_result(f->work, 3, 10, &r, err);
+  if (rc == XF_OK) {
+    assert_true(r.trained[2] == 3.0f);
+    xf_trainer_result_free(&r);
+  }
+  return rc;
+}
+
+static void outputs_are_read_strictly(void **state) {
+  fixture *f = *state;
+  xf_errctx err;
+  const char *good = "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }";
+  assert_int_equal(read_with(f, "{\"samples\": 10}", good, &err), XF_OK);
+  assert_int_equal(read_with(f, "{\"samples\": 10}",
+                             "{'descr': '<f4', 'fortran_order': False, 'shape': (3,)}", &err),
+                   XF_OK);
+  assert_int_equal(read_with(f, "{\"samples\": 10}",
+                             "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }", &err),
+                   XF_EFORMAT);
+  assert_non_null(strstr(err.msg, "'<f4'"));
+  assert_int_equal(read_with(f, "{\"samples\": 10}",
+                             "{'descr': '<f4', 'fortran_order': True, 'shape': (3,), }", &err),
+                   XF_EFORMAT);
+  assert_int_equal(read_with(f, "{\"samples\": 10}",
+                             "{'descr': '<f4', 'fortran_order': False, 'shape': (3,1), }", &err),
+                   XF_EFORMAT);
+  assert_int_equal(read_with(f, "{\"samples\": 10}",
+                             "{'descr': '<f4', 'fortran_order': False, 'shape': (3,)", &err),
+                   XF_EFORMAT);
+  assert_int_equal(read_with(f, "{\"samples\": 10, \"epochs\": 1}", good, &err), XF_EFORMAT);
+  assert_string_equal(err.field, "epochs");
+  assert_non_null(strstr(err.msg, "unknown field"));
+  assert_int_equal(read_with(f, "{\"samples\": 10, \"samples\": 9}", good, &err), XF_EFORMAT);
+  assert_int_equal(read_with(f, "{\"samples\": 0}", good, &err), XF_ERANGE);
+  assert_int_equal(read_with(f, "{\"samples\": 2.5}", good, &err), XF_EFORMAT);
+  assert_int_equal(read_with(f, "{\"train_loss\": 1}", good, &err), XF_EFORMAT);
+  assert_non_null(strstr(err.msg, "\"samples\" is missing"));
+  assert_int_equal(read_with(f, "{\"samples\": 10, \"train_accuracy\": 1.5}", good, &err),
+                   XF_ERANGE);
+  assert_string_equal(err.field, "train_accuracy");
+  assert_int_equal(read_with(f, "{\"samples\": 10, \"dp\": {\"clip\": 1, \"noise_multiplier\": 1, "
+                                "\"sampling_rate\": 0.1}}", good, &err),
+                   XF_EFORMAT);
+  assert_string_equal(err.field, "dp.steps");
+  assert_int_equal(read_with(f, "{\"samples\": 10, \"dp\": {\"clip\": 1, \"noise_multiplier\": 1, "
+                                "\"sampling_rate\": 1.5, \"steps\": 3}}", good, &err),
+                   XF_ERANGE);
+  assert_string_equal(err.field, "dp.sampling_rate");
+  assert_int_equal(read_with(f, "[1]", good, &err), XF_EFORMAT);
+  assert_non_null(strstr(err.msg, "not one JSON object"));
+}
+
 static void dp_words_parse(void **state) {
   (void)state;
   xf_trainer_dp d;
@@ -315,6 +396,7 @@ int main(void) {
       cmocka_unit_test(relative_program_is_refused),
       cmocka_unit_test_setup_teardown(declared_dp_is_checked_against_the_job, setup, teardown),
       cmocka_unit_test(dp_words_parse),
+      cmocka_unit_test_setup_teardown(outputs_are_read_strictly, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
