@@ -26,6 +26,7 @@ packages=(
   libsystemd-dev systemd procps python3 dpkg-dev mmdebstrap
   podman runc catatonit
   libonnx-dev python3-onnx python3-numpy python3-venv
+  python3-torch
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3 python3-torch python3-numpy)

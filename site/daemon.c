@@ -4,7 +4,10 @@
  * (site/daemon.h). Everything but training runs on the loop thread. */
 #include "site/daemon.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <limits.h>
+#include <sys/stat.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -51,6 +54,7 @@
 #include "site/dataset.h"
 #include "site/registry.h"
 #include "site/residency.h"
+#include "site/trainer.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "updates travel as float32 little-endian; add byte swapping for this host");
@@ -797,6 +801,92 @@ static void task_fail(task *t, Xfed__TaskRefusal__Reason reason, const char *wha
   snprintf(t->fail_detail, sizeof(t->fail_detail), "%s: %s", what, msg);
 }
 
+/* Runs the dataset's external trainer for t on the worker thread: the work
+ * directory <site>/trainers/<job>-r<round>-a<attempt>/ with task.json and
+ * global.npy, the program under its time limit (stopped when the task is
+ * abandoned), its outputs validated and, under record-level privacy, its
+ * DP declaration checked against the job's plan; the charge the ledger
+ * records becomes what the trainer declared (at most the plan's). On
+ * success *local holds the trained weights (the caller frees them). */
+static xf_err run_trainer(daemon_t *d, task *t, const xf_model *model, const float *global,
+                          float **local, double *loss, xf_errctx *err) {
+  const xf_site_dataset *ds = &t->dataset;
+  const xf_privacy_spec *pv = &t->spec.privacy;
+  bool record = t->plan.site_noise && pv->unit == XF_PRIVACY_UNIT_RECORD;
+  XF_ENSURE(!record || ds->trainer_dp_declared, err, XF_EDENIED,
+            "dataset '%s' is trained by %s, declared --trainer-dp none, and the job asks for "
+            "record-level privacy", ds->name, ds->trainer);
+  char base[PATH_MAX], job[JOB_ID_MAX], work[PATH_MAX + 2 * JOB_ID_MAX], log[sizeof(work) + 8];
+  if (!realpath(d->dir, base))
+    return xf_fail(err, XF_EIO, "cannot resolve the site directory %s: %s", d->dir,
+                   strerror(errno));
+  size_t k = 0;
+  for (const char *c = t->job_id; *c && k + 1 < sizeof(job); c++)
+    job[k++] = (isalnum((unsigned char)*c) || *c == '-' || *c == '_') ? *c : '_';
+  job[k] = '\0';
+  snprintf(work, sizeof(work), "%s/trainers", base);
+  if (mkdir(work, 0700) != 0 && errno != EEXIST)
+    return xf_fail(err, XF_EIO, "cannot create %s: %s", work, strerror(errno));
+  snprintf(work, sizeof(work), "%s/trainers/%s-r%u-a%u", base, job, (unsigned)t->round,
+           (unsigned)t->attempt);
+  snprintf(log, sizeof(log), "%s.log", work);
+  xf_trainer_dir_remove(work);
+  if (mkdir(work, 0700) != 0)
+    return xf_fail(err, XF_EIO, "cannot create the trainer's work directory %s: %s", work,
+                   strerror(errno));
+  xf_trainer_dp_need need = {.record = record,
+                             .clip = pv->clip,
+                             .noise_multiplier = t->plan.accounted_multiplier,
+                             .sampling_rate = t->plan.sampling_rate,
+                             .steps = t->plan.steps_per_round};
+  xf_trainer_task tt = {.job_id = t->job_id,
+                        .round = t->round,
+                        .seed = t->shuffle_seed,
+                        .spec = &t->spec,
+                        .lr = xf_jobspec_local_lr(&t->spec, t->round),
+                        .dataset_name = ds->name,
+                        .dataset_dir = ds->path,
+                        .dataset_layout = xf_dataset_layout_name(ds->layout),
+                        .train_records = ds->train_records,
+                        .test_records = ds->test_records,
+                        .features = ds->features,
+                        .classes = ds->classes,
+                        .h = ds->h,
+                        .w = ds->w,
+                        .c = ds->c,
+                        .model = model,
+                        .global = global,
+                        .dp = need};
+  xf_trainer_result res = {0};
+  double t0 = mono_s();
+  XF_INFO("trainer_started", "job=%s round=%u attempt=%u dataset=%s program=%s log=%s",
+          t->job_id, (unsigned)t->round, (unsigned)t->attempt, ds->name, ds->trainer, log);
+  xf_err rc = xf_trainer_write_task(work, &tt, err);
+  if (rc == XF_OK)
+    rc = xf_trainer_run(ds->trainer, work, log, (double)ds->trainer_timeout, &t->abandoned, err);
+  if (rc == XF_OK)
+    rc = xf_trainer_read_result(work, xf_model_num_params(model), ds->train_records, &res, err);
+  if (rc == XF_OK) rc = xf_trainer_check_dp(&res, &need, err);
+  xf_trainer_dir_remove(work);
+  if (rc != XF_OK) {
+    xf_trainer_result_free(&res);
+    return rc;
+  }
+  if (record)
+    t->charge = (xf_privacy_charge){.sampling_rate = res.dp_sampling_rate,
+                                    .noise_multiplier = res.dp_noise_multiplier,
+                                    .steps = res.dp_steps};
+  t->samples = res.samples;
+  *loss = res.has_train_loss ? res.train_loss : NAN;
+  *local = res.trained;
+  res.trained = NULL;
+  XF_INFO("trainer_done", "job=%s round=%u attempt=%u dataset=%s samples=%llu seconds=%.3f",
+          t->job_id, (unsigned)t->round, (unsigned)t->attempt, ds->name,
+          (unsigned long long)res.samples, mono_s() - t0);
+  xf_trainer_result_free(&res);
+  return XF_OK;
+}
+
 /* The task's whole computation: decode and check the model, the dataset,
  * the evaluation of the received model, local training and the delta. The
  * outcome goes into the task's worker fields. */
@@ -860,38 +950,51 @@ static void task_compute(daemon_t *d, task *t) {
       task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "privacy noise", &err);
       goto out;
     }
-    train_watch watch = {.t = t, .last_loss = NAN};
-    xf_dp_sgd dp = {.clip = pv->clip,
-                    .noise_multiplier = t->plan.noise_multiplier,
-                    .expected_batch = (int)lc->batch_size,
-                    .noise = noise};
-    xf_train_options opt = {
-        .epochs = (int)lc->epochs,
-        .batch_size = (int)lc->batch_size,
-        .seed = t->shuffle_seed,
-        .on_epoch = train_epoch,
-        .should_stop = train_should_stop,
-        .user = &watch,
-        .dp = record ? &dp : NULL};
-    /* The round's learning rate comes from the task's round number, so every
-     * site of a round trains at the same rate; the optimizer's state starts
-     * fresh in every round (xf_train). */
-    xf_jobspec_train_options(&t->spec, t->round, &opt);
-    if (xf_train(net, &train, &opt, &err) != XF_OK) {
-      task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "training failed", &err);
-      goto out;
-    }
-    if (atomic_load(&t->abandoned)) goto out; /* stopped part way: nobody wants the result */
-    local = xf_mallocarray(n, sizeof(float));
-    if (!local || xf_net_get_params(net, local) != XF_OK) {
-      xf_fail(&err, XF_ENOMEM, "cannot read back %zu parameters", n);
-      task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "training failed", &err);
-      goto out;
+    if (t->dataset.trainer) {
+      /* An external trainer (docs/trainers.md): the program trains, the
+       * site keeps everything from the delta on. */
+      double loss = NAN;
+      if (run_trainer(d, t, model, global, &local, &loss, &err) != XF_OK) {
+        task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "the external trainer failed",
+                  &err);
+        goto out;
+      }
+      if (atomic_load(&t->abandoned)) goto out;
+      t->train_loss = record ? NAN : loss;
+    } else {
+      train_watch watch = {.t = t, .last_loss = NAN};
+      xf_dp_sgd dp = {.clip = pv->clip,
+                      .noise_multiplier = t->plan.noise_multiplier,
+                      .expected_batch = (int)lc->batch_size,
+                      .noise = noise};
+      xf_train_options opt = {
+          .epochs = (int)lc->epochs,
+          .batch_size = (int)lc->batch_size,
+          .seed = t->shuffle_seed,
+          .on_epoch = train_epoch,
+          .should_stop = train_should_stop,
+          .user = &watch,
+          .dp = record ? &dp : NULL};
+      /* The round's learning rate comes from the task's round number, so every
+       * site of a round trains at the same rate; the optimizer's state starts
+       * fresh in every round (xf_train). */
+      xf_jobspec_train_options(&t->spec, t->round, &opt);
+      if (xf_train(net, &train, &opt, &err) != XF_OK) {
+        task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "training failed", &err);
+        goto out;
+      }
+      if (atomic_load(&t->abandoned)) goto out; /* stopped part way: nobody wants the result */
+      local = xf_mallocarray(n, sizeof(float));
+      if (!local || xf_net_get_params(net, local) != XF_OK) {
+        xf_fail(&err, XF_ENOMEM, "cannot read back %zu parameters", n);
+        task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "training failed", &err);
+        goto out;
+      }
+      /* Under record-level privacy the loss measured on the sampled training
+       * batches is not noised, so it does not leave the site. */
+      t->train_loss = record ? NAN : watch.last_loss;
     }
     xf_update_delta(local, global, n);
-    /* Under record-level privacy the loss measured on the sampled training
-     * batches is not noised, so it does not leave the site. */
-    t->train_loss = record ? NAN : watch.last_loss;
     t->has_train = true;
     /* The rest is the update pipeline (update/update.h): clip and noise for
      * the site unit, then masked under secure aggregation (once the shares
@@ -1960,6 +2063,16 @@ static Xfed__TaskRefusal__Reason privacy_check(daemon_t *d, const char *job, uin
   if (xf_job_privacy_plan(spec, ds->train_records, n_params, plan, &err) != XF_OK) {
     char msg[520];
     snprintf(why, why_len, "dataset '%s': %s", ds->name, xf_errctx_format(&err, msg, sizeof(msg)));
+    return XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
+  }
+  if (plan->site_noise && spec->privacy.unit == XF_PRIVACY_UNIT_RECORD && ds->trainer &&
+      !ds->trainer_dp_declared) {
+    snprintf(why, why_len,
+             "dataset '%s': its external trainer declares no DP (--trainer-dp none) and this "
+             "job asks for record-level privacy; to take part, have the trainer do DP-SGD (e.g. "
+             "with Opacus), report it in result.json and register the dataset with --trainer-dp "
+             "declared (docs/trainers.md)",
+             ds->name);
     return XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
   }
   if (!plan->site_noise) return XFED__TASK_REFUSAL__REASON__UNSPECIFIED;

@@ -24,6 +24,7 @@
 #include "site/cmd.h"
 #include "site/daemon.h"
 #include "site/registry.h"
+#include "site/trainer.h"
 #include "storage/file.h"
 
 #define PROG "xfed-site"
@@ -61,7 +62,16 @@ static void format_time(int64_t t, char *buf, size_t n) {
     snprintf(buf, n, "%lld", (long long)t);
 }
 
+static json_t *trainer_json(const xf_site_dataset *d);
+static json_t *dataset_json_base(const xf_site_dataset *d);
+
 static json_t *dataset_json(const xf_site_dataset *d) {
+  json_t *o = dataset_json_base(d);
+  if (o) json_object_set_new(o, "trainer", trainer_json(d));
+  return o;
+}
+
+static json_t *dataset_json_base(const xf_site_dataset *d) {
   char when[32];
   format_time(d->registered_at, when, sizeof(when));
   json_t *tags = json_array();
@@ -76,6 +86,14 @@ static json_t *dataset_json(const xf_site_dataset *d) {
                    "digest", d->digest, "budget_epsilon",
                    d->has_budget ? json_real(d->budget_epsilon) : json_null(),
                    "budget_delta", json_real(d->budget_delta));
+}
+
+/* The "trainer" object of a dataset's JSON: null for native training. */
+static json_t *trainer_json(const xf_site_dataset *d) {
+  if (!d->trainer) return json_null();
+  return json_pack("{s:s,s:I,s:s}", "program", d->trainer, "timeout_s",
+                   (json_int_t)d->trainer_timeout, "dp",
+                   d->trainer_dp_declared ? "declared" : "none");
 }
 
 static void tags_text(const xf_site_dataset *d, char *buf, size_t n) {
@@ -330,8 +348,13 @@ static int cmd_dataset_add(xf_cli *cli, int argc, char **argv) {
                                        {"classification", required_argument, 0, 'c'},
                                        {"tag", required_argument, 0, 't'},
                                        {"budget", required_argument, 0, 'b'},
+                                       {"trainer", required_argument, 0, 'T'},
+                                       {"trainer-timeout", required_argument, 0, 'O'},
+                                       {"trainer-dp", required_argument, 0, 'D'},
                                        {0, 0, 0, 0}};
   const char *dir = NULL, *tags[MAX_TAG_FLAGS];
+  double timeout = 0;
+  xf_trainer_dp tdp = XF_TRAINER_DP_NONE;
   xf_site_dataset_spec spec = {.classification = XF_SITE_CLASS_INTERNAL, .tags = tags};
   reset_getopt();
   int ch;
@@ -358,10 +381,27 @@ static int cmd_dataset_add(xf_cli *cli, int argc, char **argv) {
         return xf_cli_usage(cli, "%s", cli->err.msg);
       spec.has_budget = true;
       break;
+    case 'T': spec.trainer = optarg; break;
+    case 'O':
+      if (xf_cli_parse_double(cli, "--trainer-timeout", optarg, 1, XF_SITE_TRAINER_TIMEOUT_MAX,
+                              &timeout) != XF_OK || timeout != (double)(uint32_t)timeout)
+        return xf_cli_usage(cli, "--trainer-timeout takes whole seconds from 1 to %u",
+                            XF_SITE_TRAINER_TIMEOUT_MAX);
+      spec.trainer_timeout = (uint32_t)timeout;
+      break;
+    case 'D':
+      if (xf_trainer_dp_parse(optarg, &tdp, &cli->err) != XF_OK)
+        return xf_cli_usage(cli, "--trainer-dp: %s", cli->err.msg);
+      spec.trainer_dp_declared = tdp == XF_TRAINER_DP_DECLARED;
+      break;
     default: return xf_cli_option_error(cli, ch, argv, opts);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
+  if (!spec.trainer && (spec.trainer_timeout || spec.trainer_dp_declared))
+    return xf_cli_usage(cli, "--trainer-timeout and --trainer-dp need --trainer PROGRAM");
+  if (spec.trainer && xf_trainer_program_check(spec.trainer, &cli->err) != XF_OK)
+    return xf_cli_usage(cli, "--trainer: %s", cli->err.msg);
   if (!spec.name) return xf_cli_usage(cli, "--name N is required");
   if (!xf_site_name_valid(spec.name))
     return xf_cli_usage(cli, "--name '%s' is not a valid dataset name: use 1 to 63 lowercase "
@@ -400,6 +440,9 @@ static int cmd_dataset_add(xf_cli *cli, int argc, char **argv) {
            d.name, xf_dataset_layout_name(d.layout), d.train_records, d.test_records, d.h, d.w,
            d.c, d.classes, d.path, xf_site_class_name(d.classification), tagbuf, budget,
            d.digest);
+    if (d.trainer)
+      printf("  trainer %s (time limit %u s, dp %s)\n", d.trainer, d.trainer_timeout,
+             d.trainer_dp_declared ? "declared" : "none");
   }
   xf_site_dataset_free(&d);
   return XF_EXIT_OK;
@@ -855,7 +898,8 @@ static const xf_cmd commands[] = {
      cmd_init},
     {"dataset", "add", "register a dataset directory after validating it",
      "usage: xfed-site dataset add --name N --path DIR [--classification C] [--tag T]...\n"
-     "                             [--budget EPS] [--dir SITEDIR] [--json]\n"
+     "                             [--budget EPS] [--trainer PROGRAM [--trainer-timeout S]\n"
+     "                             [--trainer-dp declared|none]] [--dir SITEDIR] [--json]\n"
      "\n"
      "Loads the dataset in DIR as training will (the Fashion-MNIST IDX files;\n"
      "train.csv and test.csv, read with the column schema schema.json when it is\n"
@@ -872,6 +916,12 @@ static const xf_cmd commands[] = {
      "  --classification C    public, internal (default), confidential or restricted\n"
      "  --tag T               a tag (same rule as names); repeat for more\n"
      "  --budget EPS          the dataset's privacy budget cap (epsilon, > 0)\n"
+     "  --trainer PROGRAM     train this dataset's tasks with an external program\n"
+     "                        (an absolute path, run without a shell; the contract is\n"
+     "                        docs/trainers.md) instead of the site's own kernels\n"
+     "  --trainer-timeout S   its time limit per task in seconds (default 3600)\n"
+     "  --trainer-dp D        declared: it does DP-SGD and reports it in result.json;\n"
+     "                        none (default): only jobs without record-level privacy\n"
      "  --dir SITEDIR         the site directory (default: XFED_SITE_DIR, else .)\n"
      "  --json                print the registered dataset as one JSON object\n",
      cmd_dataset_add},

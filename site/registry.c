@@ -166,6 +166,15 @@ static const xf_migration site_migrations[] = {
      "CREATE INDEX dataset_tags_by_tag ON dataset_tags (tag_id);\n"
      "INSERT INTO dataset_tags SELECT dataset_id, tag_id FROM dataset_tags_keep;\n"
      "DROP TABLE temp.dataset_tags_keep;\n"},
+    /* External trainers (site/trainer.h, docs/trainers.md): the program a
+     * dataset's tasks run instead of the site's kernels, its time limit and
+     * what it says about record-level DP. NULL trainer: native training. */
+    {7,
+     "ALTER TABLE datasets ADD COLUMN trainer TEXT CHECK (trainer IS NULL OR substr(trainer, 1, 1) = '/');\n"
+     "ALTER TABLE datasets ADD COLUMN trainer_timeout INTEGER NOT NULL DEFAULT 3600\n"
+     "  CHECK (trainer_timeout >= 1 AND trainer_timeout <= 604800);\n"
+     "ALTER TABLE datasets ADD COLUMN trainer_dp TEXT NOT NULL DEFAULT 'none'\n"
+     "  CHECK (trainer_dp IN ('none', 'declared'));\n"},
 };
 
 struct xf_site_registry {
@@ -273,6 +282,7 @@ static xf_err drop_unused_tags(xf_site_registry *reg, xf_errctx *err) {
 void xf_site_dataset_free(xf_site_dataset *d) {
   if (!d) return;
   xf_free(d->path);
+  xf_free(d->trainer);
   for (size_t i = 0; i < d->n_tags; i++) xf_free(d->tags[i]);
   xf_free(d->tags);
   memset(d, 0, sizeof(*d));
@@ -286,7 +296,8 @@ void xf_site_dataset_list_free(xf_site_dataset *list, size_t n) {
 
 #define DATASET_COLUMNS                                                                    \
   "id, name, path, layout, classification, train_records, test_records, classes, "       \
-  "features, shape_h, shape_w, shape_c, registered_at, digest, budget_epsilon, budget_delta"
+  "features, shape_h, shape_w, shape_c, registered_at, digest, budget_epsilon, budget_delta, " \
+  "trainer, trainer_timeout, trainer_dp"
 
 static const char *column_text(sqlite3_stmt *st, int col) {
   const unsigned char *s = sqlite3_column_text(st, col);
@@ -357,6 +368,12 @@ static xf_err read_row(xf_site_registry *reg, sqlite3_stmt *st, xf_site_dataset 
   d->has_budget = sqlite3_column_type(st, 14) != SQLITE_NULL;
   d->budget_epsilon = d->has_budget ? sqlite3_column_double(st, 14) : 0.0;
   d->budget_delta = sqlite3_column_double(st, 15);
+  if (sqlite3_column_type(st, 16) != SQLITE_NULL) {
+    d->trainer = xf_strdup(column_text(st, 16));
+    if (!d->trainer) return xf_fail(err, XF_ENOMEM, "cannot allocate the record of '%s'", d->name);
+  }
+  d->trainer_timeout = (uint32_t)sqlite3_column_int64(st, 17);
+  d->trainer_dp_declared = strcmp(column_text(st, 18), "declared") == 0;
   return read_tags(reg, id, d, err);
 }
 
@@ -608,6 +625,9 @@ static xf_err make_record(const xf_site_dataset_spec *spec, const char *abs_path
   d->budget_delta = XF_SITE_BUDGET_DELTA_DEFAULT;
   d->path = xf_strdup(abs_path);
   if (!d->path) goto nomem;
+  d->trainer_timeout = spec->trainer_timeout ? spec->trainer_timeout : XF_SITE_TRAINER_TIMEOUT_DEFAULT;
+  d->trainer_dp_declared = spec->trainer_dp_declared;
+  if (spec->trainer && !(d->trainer = xf_strdup(spec->trainer))) goto nomem;
   if (spec->n_tags) {
     d->tags = xf_mallocarray(spec->n_tags, sizeof(char *));
     if (!d->tags) goto nomem;
@@ -626,6 +646,24 @@ nomem:
   return xf_fail(err, XF_ENOMEM, "cannot allocate the record of '%s'", spec->name);
 }
 
+/* Records spec's trainer on the dataset just inserted, inside the caller's
+ * transaction. */
+static xf_err set_trainer(xf_site_registry *reg, const xf_site_dataset_spec *spec,
+                          xf_errctx *err) {
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(prepare(reg, "UPDATE datasets SET trainer = ?, trainer_timeout = ?, trainer_dp = ? "
+                   "WHERE name = ?", &st, err));
+  xf_err rc = bind_text(reg, st, 1, spec->trainer, err);
+  sqlite3_bind_int64(st, 2, spec->trainer_timeout ? spec->trainer_timeout
+                                                  : XF_SITE_TRAINER_TIMEOUT_DEFAULT);
+  if (rc == XF_OK)
+    rc = bind_text(reg, st, 3, spec->trainer_dp_declared ? "declared" : "none", err);
+  if (rc == XF_OK) rc = bind_text(reg, st, 4, spec->name, err);
+  if (rc == XF_OK) rc = step_done(reg, st, "recording the trainer", err);
+  sqlite3_finalize(st);
+  return rc;
+}
+
 xf_err xf_site_registry_add(xf_site_registry *reg, const xf_site_dataset_spec *spec,
                             xf_site_dataset *out, xf_errctx *err) {
   if (out) memset(out, 0, sizeof(*out));
@@ -637,6 +675,15 @@ xf_err xf_site_registry_add(xf_site_registry *reg, const xf_site_dataset_spec *s
     return xf_fail(err, XF_EINVAL, "unknown classification %d", (int)cls);
   if (spec->has_budget) XF_GUARD(check_budget(spec->budget_epsilon, err));
   if (!spec->path || !*spec->path) return xf_fail(err, XF_EINVAL, "no dataset directory given");
+  if (spec->trainer && spec->trainer[0] != '/')
+    return xf_fail(err, XF_EINVAL, "the trainer '%s' is not an absolute path; give its full path",
+                   spec->trainer);
+  if (spec->trainer_timeout > XF_SITE_TRAINER_TIMEOUT_MAX)
+    return xf_fail(err, XF_ERANGE, "the trainer's time limit %u s is above %u s (a week)",
+                   spec->trainer_timeout, XF_SITE_TRAINER_TIMEOUT_MAX);
+  if (!spec->trainer && (spec->trainer_timeout || spec->trainer_dp_declared))
+    return xf_fail(err, XF_EINVAL, "a trainer time limit or DP declaration needs a trainer "
+                   "(--trainer PROGRAM)");
 
   /* Refuse a known name before reading what may be gigabytes of data; the
    * UNIQUE constraint still decides a race with another writer. */
@@ -680,6 +727,7 @@ xf_err xf_site_registry_add(xf_site_registry *reg, const xf_site_dataset_spec *s
     rc = xf_db_begin(reg->db, err);
     if (rc == XF_OK) {
       rc = insert_dataset(reg, spec, abs_path, layout, cls, &train, &test, hex, now, err);
+      if (rc == XF_OK && spec->trainer) rc = set_trainer(reg, spec, err);
       if (rc == XF_OK) rc = xf_db_commit(reg->db, err);
       if (rc != XF_OK) xf_db_rollback(reg->db);
     }

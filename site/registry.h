@@ -64,7 +64,15 @@ typedef struct xf_site_dataset {
   bool has_budget;
   double budget_epsilon; /* the per-dataset privacy budget cap, when has_budget */
   double budget_delta;   /* the delta the cap is stated at (default 1e-5) */
+  char *trainer;             /* the external trainer's absolute path (xf_malloc), or NULL for
+                                native training (docs/trainers.md) */
+  uint32_t trainer_timeout;  /* its time limit per task, seconds */
+  bool trainer_dp_declared;  /* it reports the DP-SGD it did ("declared"), else "none" */
 } xf_site_dataset;
+
+/* A trainer's time limit unless the operator says otherwise, and the most. */
+#define XF_SITE_TRAINER_TIMEOUT_DEFAULT 3600u
+#define XF_SITE_TRAINER_TIMEOUT_MAX 604800u
 
 /* The delta a budget is stated at unless the operator says otherwise. */
 #define XF_SITE_BUDGET_DELTA_DEFAULT 1e-5
@@ -83,6 +91,9 @@ typedef struct xf_site_dataset_spec {
   size_t n_tags;
   bool has_budget;
   double budget_epsilon; /* finite and > 0 */
+  const char *trainer;          /* NULL: native training; else an absolute program path */
+  uint32_t trainer_timeout;     /* seconds, 1..XF_SITE_TRAINER_TIMEOUT_MAX; 0: the default */
+  bool trainer_dp_declared;     /* the trainer reports its DP-SGD in result.json */
 } xf_site_dataset_spec;
 
 /* Opens or creates the site database at db_path (mode 0600, WAL) and brings

@@ -639,6 +639,42 @@ static void budget_delta_and_ledger_outlive_the_registration(void **state) {
 
 /* Names a job spec's data.dataset or data.tags (and a policy) cannot write
  * would register a dataset no job can use: the same rule holds here. */
+static void trainer_reads_back_and_bad_declarations_are_refused(void **state) {
+  scratch *s = *state;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  const char *dir = make_csv(s, "t1", 7);
+  xf_site_dataset_spec spec = {.name = "native", .path = dir};
+  xf_site_dataset d;
+  assert_int_equal(xf_site_registry_add(s->reg, &spec, &d, &err), XF_OK);
+  assert_null(d.trainer);
+  xf_site_dataset_free(&d);
+  spec = (xf_site_dataset_spec){.name = "ext", .path = dir, .trainer = "/opt/t/train.py",
+                                .trainer_timeout = 90, .trainer_dp_declared = true};
+  assert_int_equal(xf_site_registry_add(s->reg, &spec, &d, &err), XF_OK);
+  assert_string_equal(d.trainer, "/opt/t/train.py");
+  xf_site_dataset_free(&d);
+  assert_int_equal(xf_site_registry_get(s->reg, "ext", &d, &err), XF_OK);
+  assert_string_equal(d.trainer, "/opt/t/train.py");
+  assert_int_equal(d.trainer_timeout, 90);
+  assert_true(d.trainer_dp_declared);
+  xf_site_dataset_free(&d);
+  assert_int_equal(xf_site_registry_get(s->reg, "native", &d, &err), XF_OK);
+  assert_null(d.trainer);
+  assert_false(d.trainer_dp_declared);
+  xf_site_dataset_free(&d);
+
+  spec = (xf_site_dataset_spec){.name = "rel", .path = dir, .trainer = "train.py"};
+  assert_int_equal(xf_site_registry_add(s->reg, &spec, NULL, &err), XF_EINVAL);
+  assert_non_null(strstr(err.msg, "not an absolute path"));
+  spec = (xf_site_dataset_spec){.name = "rel", .path = dir, .trainer_dp_declared = true};
+  assert_int_equal(xf_site_registry_add(s->reg, &spec, NULL, &err), XF_EINVAL);
+  assert_non_null(strstr(err.msg, "needs a trainer"));
+  spec = (xf_site_dataset_spec){.name = "rel", .path = dir, .trainer = "/t", .trainer_timeout = 604801};
+  assert_int_equal(xf_site_registry_add(s->reg, &spec, NULL, &err), XF_ERANGE);
+  assert_int_equal(xf_site_registry_get(s->reg, "rel", &d, &err), XF_ENOENT);
+}
+
 static void dataset_names_and_tags_follow_the_rule_of_job_specs_and_policies(void **state) {
   scratch *s = *state;
   xf_errctx err;
@@ -779,6 +815,7 @@ int main(void) {
       T(duplicate_name_is_refused_and_the_first_stays),
       T(invalid_names_tags_and_budgets_are_refused_before_reading_data),
       T(dataset_names_and_tags_follow_the_rule_of_job_specs_and_policies),
+      T(trainer_reads_back_and_bad_declarations_are_refused),
       T(digest_depends_on_content_not_on_where_the_data_is),
       T(verify_reports_ok_then_changed_and_missing),
       T(full_config_parses_and_formats_back_to_the_same),

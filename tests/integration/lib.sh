@@ -17,7 +17,9 @@
 #                 federation gives --residency-policy off);
 #   coord_config  JSON for the coordinator's --config (none if empty);
 #   metrics       1: every daemon serves /metrics on a port of its choosing,
-#                 written to $work/NAME.mport (docs/metrics.md).
+#                 written to $work/NAME.mport (docs/metrics.md);
+#   dataset_flags (associative, by site) more flags for that site's
+#                 `xfed-site dataset add` (an external trainer: --trainer P).
 # Sets as it goes:
 #   work fed      (setup_work) the run's directory and its PKI;
 #   pids          every daemon started, killed when the script exits;
@@ -39,7 +41,7 @@ coord_config=
 metrics=0
 work='' fed='' port='' coord_pid=''
 pids=() sites=() aggs=()
-declare -A site_region site_via behind site_pid
+declare -A site_region site_via behind site_pid dataset_flags
 
 # setup_work PREFIX: a fresh directory for the run ($TMPDIR/PREFIX-XXXXXX),
 # removed with every daemon killed when the script exits.
@@ -148,8 +150,9 @@ federation() {
     # shellcheck disable=SC2046
     XF_LOG_LEVEL=warn "$site_bin" init --dir "$work/sites/$s" --name "$s" --region "${site_region[$s]}" \
       --coordinator "127.0.0.1:$to" $(tls "$s") --threads 1 --backend cpu >/dev/null
+    # shellcheck disable=SC2086 # dataset_flags holds several words
     XF_LOG_LEVEL=warn "$site_bin" dataset add --dir "$work/sites/$s" --name fmnist \
-      --path "$work/shards/site-$n" --tag fmnist >/dev/null
+      --path "$work/shards/site-$n" --tag fmnist ${dataset_flags[$s]:-} >/dev/null
     # shellcheck disable=SC2046
     "$site_bin" run --dir "$work/sites/$s" $(metrics_flags "$s") 2>>"$work/logs/$s.log" &
     pids+=($!)
