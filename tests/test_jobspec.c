@@ -1001,6 +1001,47 @@ static void deploy_job_specs_parse(void **state) {
   assert_int_equal(s.model.preset, XF_JOB_PRESET_LENET5);
 }
 
+/* The tabular example's job (deploy/jobs/credit-mlp.json): a declared MLP
+ * trained with AdamW under a cosine schedule, which builds for the credit
+ * data set's 1x1x25 records and 2 classes and for no other class count. */
+static void credit_job_spec_declares_an_adamw_mlp_for_the_credit_records(void **state) {
+  (void)state;
+  const char *root = getenv("XF_SOURCE_DIR");
+  if (!root) skip();
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/deploy/jobs/credit-mlp.json", root);
+  xf_jobspec s;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (xf_jobspec_parse_file(path, &s, &err) != XF_OK) {
+    char line[1024];
+    fail_msg("%s", xf_errctx_format(&err, line, sizeof(line)));
+  }
+  assert_int_equal(s.model.arch, XF_JOB_ARCH_LAYERS);
+  assert_int_equal(s.model.n_layers, 5);
+  assert_int_equal(s.model.layers[0].kind, XF_DECL_DENSE);
+  assert_int_equal(s.model.layers[4].kind, XF_DECL_DENSE);
+  assert_int_equal(s.model.layers[4].units, 2);
+  assert_string_equal(s.data.dataset, "credit");
+  assert_int_equal(s.local.optimizer, XF_JOB_OPTIMIZER_ADAMW);
+  assert_true(s.local.weight_decay > 0);
+  assert_int_equal(s.local.lr_schedule.kind, XF_JOB_LR_COSINE);
+  assert_true(s.local.lr_schedule.min_lr < s.local.lr);
+  assert_int_equal(s.privacy.mode, XF_PRIVACY_NONE);
+  xf_model_spec ms;
+  xf_errctx_clear(&err);
+  assert_int_equal(xf_jobspec_model_spec(&s, 1, 1, 25, 2, &ms, &err), XF_OK);
+  assert_int_equal(ms.n_layers, 5);
+  uint64_t params = 0;
+  xf_errctx_clear(&err);
+  assert_int_equal(xf_jobspec_model_params(&s, 1, 1, 25, 2, &params, &err), XF_OK);
+  assert_int_equal(params, 25 * 64 + 64 + 64 * 32 + 32 + 32 * 2 + 2);
+  xf_errctx_clear(&err);
+  assert_int_not_equal(xf_jobspec_model_params(&s, 1, 1, 25, 3, &params, &err), XF_OK);
+  char line[1024];
+  assert_non_null(strstr(xf_errctx_format(&err, line, sizeof(line)), "model.layers[4].units"));
+}
+
 /* A spec within every field's range could ask for 4.35e9 parameters and die
  * of "out of memory" at the coordinator: the count is limited where the
  * spec is validated (hidden layers alone) and where the data's shape is
@@ -1236,6 +1277,7 @@ int main(void) {
       cmocka_unit_test(names_and_lookups_agree),
       cmocka_unit_test(allocation_failures_are_reported_and_nothing_leaks),
       cmocka_unit_test(deploy_job_specs_parse),
+      cmocka_unit_test(credit_job_spec_declares_an_adamw_mlp_for_the_credit_records),
       cmocka_unit_test(model_above_the_parameter_limit_is_refused_naming_the_field),
       cmocka_unit_test(declared_layers_parse_fill_defaults_and_round_trip),
       cmocka_unit_test(declared_layers_are_refused_naming_the_layer_and_field),
