@@ -54,7 +54,9 @@ typedef struct xf__req {
   bool too_large;
 } xf__req;
 
-static void xf__http_log(void *cls, const char *fmt, va_list ap) {
+/* libmicrohttpd's own messages: fmt is its printf format. */
+__attribute__((format(printf, 2, 0))) static void xf__http_log(void *cls, const char *fmt,
+                                                               va_list ap) {
   (void)cls;
   char msg[512];
   vsnprintf(msg, sizeof(msg), fmt, ap);
