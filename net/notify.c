@@ -13,7 +13,8 @@
 #include <systemd/sd-daemon.h>
 
 /* A status line with no newline in it: sd_notify's fields are lines. */
-static void send_with_status(const char *head, const char *fmt, va_list ap) {
+__attribute__((format(printf, 2, 0))) static void send_with_status(const char *head,
+                                                                   const char *fmt, va_list ap) {
   char status[512];
   vsnprintf(status, sizeof(status), fmt, ap);
   for (char *c = status; *c; c++)
