@@ -189,6 +189,13 @@ xf_err xf_schema_normalize(xf_schema *s, xf_dataset *train, xf_dataset *test,
  * float range. Ownership as xf_idx_parse. */
 xf_err xf_npy_parse(const void *x, size_t x_len, const char *x_name, const void *y, size_t y_len,
                     const char *y_name, xf_dataset *out, xf_errctx *err) XF_WARN_UNUSED;
+/* Parses one .npy file that must hold exactly a float32 ('<f4') C-order
+ * vector of n finite values, into *out (xf_malloc; the caller frees). Any
+ * file that is not that vector is XF_EFORMAT (field "shape" when the header
+ * is valid but names another array), a NaN or infinity XF_ERANGE with field
+ * "[i]"; err's file is name. */
+xf_err xf_npy_parse_vector(const void *p, size_t len, const char *name, size_t n, float **out,
+                           xf_errctx *err) XF_WARN_UNUSED;
 /* Parses an .npz file (a zip, as numpy.savez and savez_compressed write)
  * holding members x.npy and y.npy (others are ignored); members stored or
  * deflated, CRC-32 checked; zip64 archives are refused. */

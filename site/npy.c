@@ -273,6 +273,42 @@ static double npy_get(const npy_array *a, uint64_t i) {
   }
 }
 
+xf_err xf_npy_parse_vector(const void *p, size_t len, const char *name, size_t n, float **out,
+                           xf_errctx *err) {
+  *out = NULL;
+  npy_array a;
+  xf_err rc = npy_array_parse(p, len, name, &a, err);
+  if (rc != XF_OK) {
+    if (rc == XF_ENOMEM || !err) return rc == XF_ENOMEM ? rc : XF_EFORMAT;
+    /* Whatever is wrong, the file is not the vector asked for: say which. */
+    char why[sizeof(err->msg)];
+    snprintf(why, sizeof(why), "%s", err->msg);
+    xf_fail(err, XF_EFORMAT, "%s; it must be a float32 ('<f4') C-order vector of shape (%zu,)",
+            why, n);
+    return XF_EFORMAT;
+  }
+  if (a.kind != 'f' || a.itemsize != 4 || a.ndims != 1 || a.shape[0] != n) {
+    xf__data_fail(err, name, XF_EFORMAT,
+                  "the array is not a float32 ('<f4') C-order vector of shape (%zu,)", n);
+    if (err) xf_errctx_field(err, "shape");
+    return XF_EFORMAT;
+  }
+  float *v = xf_mallocarray(n ? n : 1, sizeof(float));
+  if (!v) return xf__data_fail(err, name, XF_ENOMEM, "cannot allocate %zu floats", n);
+  for (size_t i = 0; i < n; i++) {
+    v[i] = (float)npy_get(&a, i);
+    if (!isfinite(v[i])) {
+      xf__data_fail(err, name, XF_ERANGE, "value %zu is %s; every value must be finite", i,
+                    isnan(v[i]) ? "NaN" : "infinite");
+      if (err) xf_errctx_field(err, "[%zu]", i);
+      xf_free(v);
+      return XF_ERANGE;
+    }
+  }
+  *out = v;
+  return XF_OK;
+}
+
 static xf_err npy_to_dataset(const npy_array *x, const char *x_name, const npy_array *y,
                              const char *y_name, xf_dataset *out, xf_errctx *err) {
   if (x->ndims < 2 || x->ndims > 4)

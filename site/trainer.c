@@ -20,6 +20,8 @@
 
 #include "base/alloc.h"
 #include "kernels/export.h"
+#include "site/dataset.h"
+#include "site/dataset_internal.h"
 #include "storage/file.h"
 
 /* The largest result.json read; a trainer's report is a few hundred bytes. */
@@ -257,97 +259,38 @@ static xf_err bad(xf_errctx *err, xf_err code, const char *file, const char *fie
   return code;
 }
 
-/* trained.npy: NumPy format 1.0 or 2.0, a header dict of exactly descr '<f4',
- * fortran_order False and shape (n,), and n little-endian floats. */
+/* trained.npy: exactly a float32 C-order vector of the global model's n
+ * values, every one finite (site/npy.c's reader). */
 static xf_err read_npy(const char *path, size_t n, float **out, xf_errctx *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
+  struct stat st;
+  if (stat(path, &st) != 0) {
     xf_fail(err, errno == ENOENT ? XF_ENOENT : XF_EIO,
-            "the trainer wrote no %s (%s); it must write the trained weights there",
-            path, strerror(errno));
+            "the trainer wrote no %s (%s); it must write the trained weights there", path,
+            strerror(errno));
     xf_errctx_file(err, path);
     return err->code;
   }
-  uint8_t head[12];
-  xf_err rc = XF_OK;
-  char *hdr = NULL;
-  float *v = NULL;
-  size_t hlen = 0;
-  if (fread(head, 1, 10, f) != 10 || memcmp(head, "\x93NUMPY", 6) != 0) {
-    rc = xf_fail(err, XF_EFORMAT, "%s is not a NumPy .npy file (no \\x93NUMPY magic)", path);
-    goto out;
+  /* The header (at most 64 KiB) and n floats: anything longer is refused. */
+  if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > (uint64_t)n * sizeof(float) + 65536u + 12u) {
+    xf_fail(err, XF_EFORMAT, "%s is not a regular file of the %zu float32 values of global.npy",
+            path, n);
+    xf_errctx_file(err, path);
+    return err->code;
   }
-  if (head[6] == 1) {
-    hlen = (size_t)head[8] | (size_t)head[9] << 8;
-  } else if (head[6] == 2 || head[6] == 3) {
-    if (fread(head + 10, 1, 2, f) != 2) {
-      rc = xf_fail(err, XF_ETRUNCATED, "%s ends inside its header", path);
-      goto out;
-    }
-    hlen = (size_t)head[8] | (size_t)head[9] << 8 | (size_t)head[10] << 16 |
-           (size_t)head[11] << 24;
-  } else {
-    rc = xf_fail(err, XF_EFORMAT, "%s has .npy format version %u.%u; 1.0 to 3.0 are read", path,
-                 head[6], head[7]);
-    goto out;
+  uint8_t *bytes = NULL;
+  size_t len = 0;
+  xf_errctx sub;
+  xf_errctx_clear(&sub);
+  xf_err rc = xf__read_file_bytes(path, &bytes, &len, &sub);
+  if (rc == XF_OK) rc = xf_npy_parse_vector(bytes, len, path, n, out, &sub);
+  xf_free(bytes);
+  if (rc != XF_OK) {
+    /* The reader's finding, said of the trainer's output. */
+    xf_fail(err, rc, "%s: %s%s", path, sub.msg,
+            sub.field[0] == 's' ? "; it must be the shape of global.npy" : "");
+    xf_errctx_file(err, path);
+    if (sub.field[0]) xf_errctx_field(err, "%s", sub.field);
   }
-  if (hlen > 65536 || !(hdr = xf_malloc(hlen + 1)) || fread(hdr, 1, hlen, f) != hlen) {
-    rc = xf_fail(err, XF_EFORMAT, "%s: the .npy header is truncated or too long", path);
-    goto out;
-  }
-  hdr[hlen] = '\0';
-  char flat[256];
-  size_t k = 0;
-  for (size_t i = 0; i < hlen && k + 1 < sizeof(flat); i++)
-    if (hdr[i] != ' ' && hdr[i] != '\n' && hdr[i] != '\t') flat[k++] = hdr[i];
-  flat[k] = '\0';
-  char want[160];
-  snprintf(want, sizeof(want), "{'descr':'<f4','fortran_order':False,'shape':(%zu,),}", n);
-  size_t wl = strlen(want);
-  /* As numpy writes it, or without the comma before the closing brace. */
-  bool ok = strcmp(flat, want) == 0 ||
-            (k == wl - 1 && strncmp(flat, want, wl - 2) == 0 && flat[k - 1] == '}');
-  if (!ok) {
-    rc = xf_fail(err, XF_EFORMAT, "%s: the header is %s; the trained weights must be a float32 "
-                 "('<f4') C-order vector of shape (%zu,), the shape of global.npy", path, flat, n);
-    xf_errctx_field(err, "shape");
-    goto out;
-  }
-  v = xf_mallocarray(n ? n : 1, sizeof(float));
-  if (!v) {
-    rc = xf_fail(err, XF_ENOMEM, "cannot allocate %zu floats for %s", n, path);
-    goto out;
-  }
-  if (fread(v, sizeof(float), n, f) != n) {
-    rc = xf_fail(err, XF_ETRUNCATED, "%s holds fewer than the %zu values its header says", path,
-                 n);
-    goto out;
-  }
-  if (fgetc(f) != EOF) {
-    rc = xf_fail(err, XF_EFORMAT, "%s has bytes after its %zu values", path, n);
-    goto out;
-  }
-  for (size_t i = 0; i < n; i++) {
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    uint32_t u;
-    memcpy(&u, &v[i], 4);
-    u = __builtin_bswap32(u);
-    memcpy(&v[i], &u, 4);
-#endif
-    if (!isfinite(v[i])) {
-      rc = xf_fail(err, XF_ERANGE, "%s: value %zu is %s; every trained weight must be finite",
-                   path, i, isnan(v[i]) ? "NaN" : "infinite");
-      xf_errctx_field(err, "[%zu]", i);
-      goto out;
-    }
-  }
-  *out = v;
-  v = NULL;
-out:
-  if (rc != XF_OK && !err->file[0]) xf_errctx_file(err, path);
-  fclose(f);
-  xf_free(hdr);
-  xf_free(v);
   return rc;
 }
 
