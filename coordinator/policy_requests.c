@@ -64,6 +64,26 @@ static bool is_user(const xf__peer *p) {
   return p->id.role == XF_PKI_ROLE_RESEARCHER || may_change(p);
 }
 
+/* The gate of every change: a compliance or admin identity, and a reason.
+ * Answers the refusal itself; false when the change must not go on. */
+static bool change_admitted(xf__peer *p, const Xfed__PolicyRequest *m, const char *user,
+                            const char *request) {
+  if (!may_change(p)) {
+    XF_WARN("request_denied", "user=%s request=%s", user, request);
+    xf_session_send_error(p->conn, XF_EDENIED,
+                          "only a compliance or admin identity may change the residency "
+                          "policy; %s is a %s",
+                          user, xf_pki_role_name(p->id.role));
+    return false;
+  }
+  if (!*str(m->reason)) {
+    xf_session_send_error(p->conn, XF_EINVAL,
+                          "reason: every policy change records why it was made");
+    return false;
+  }
+  return true;
+}
+
 /* ---- the policy ------------------------------------------------------------------------ */
 
 /* What a change did: the diff from the version before to the one after,
@@ -208,20 +228,8 @@ static void stale_push(xf__coord *co, xf__peer *p, uint64_t base, uint64_t curre
 
 static void on_push(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m,
                     const char *user) {
-  if (!may_change(p)) {
-    XF_WARN("request_denied", "user=%s request=policy_push", user);
-    xf_session_send_error(p->conn, XF_EDENIED,
-                          "only a compliance or admin identity may change the residency "
-                          "policy; %s is a %s",
-                          user, xf_pki_role_name(p->id.role));
-    return;
-  }
+  if (!change_admitted(p, m, user, "policy_push")) return;
   const char *reason = str(m->reason);
-  if (!*reason) {
-    xf_session_send_error(p->conn, XF_EINVAL,
-                          "reason: every policy change records why it was made");
-    return;
-  }
   xf_errctx err = {0};
   uint64_t prev = 0, v = 0;
   /* The compare and the import run in one turn of the single-threaded loop,
@@ -258,20 +266,8 @@ static void on_push(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m,
  * document, and gets back the new version and what changed. */
 static void on_edit(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m,
                     const char *user) {
-  if (!may_change(p)) {
-    XF_WARN("request_denied", "user=%s request=policy_edit", user);
-    xf_session_send_error(p->conn, XF_EDENIED,
-                          "only a compliance or admin identity may change the residency "
-                          "policy; %s is a %s",
-                          user, xf_pki_role_name(p->id.role));
-    return;
-  }
+  if (!change_admitted(p, m, user, "policy_edit")) return;
   const char *reason = str(m->reason);
-  if (!*reason) {
-    xf_session_send_error(p->conn, XF_EINVAL,
-                          "reason: every policy change records why it was made");
-    return;
-  }
   xf_errctx err = {0};
   xf_policy_edit e = {0};
   uint64_t prev = 0, v = 0;
@@ -324,20 +320,8 @@ static void on_dataset_pending(xf__coord *co, xf__peer *p) {
  * current version, the path, checks and audit row of every other edit. */
 static void on_dataset_adopt(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m,
                              const char *user) {
-  if (!may_change(p)) {
-    XF_WARN("request_denied", "user=%s request=policy_dataset_adopt", user);
-    xf_session_send_error(p->conn, XF_EDENIED,
-                          "only a compliance or admin identity may change the residency "
-                          "policy; %s is a %s",
-                          user, xf_pki_role_name(p->id.role));
-    return;
-  }
+  if (!change_admitted(p, m, user, "policy_dataset_adopt")) return;
   const char *reason = str(m->reason);
-  if (!*reason) {
-    xf_session_send_error(p->conn, XF_EINVAL,
-                          "reason: every policy change records why it was made");
-    return;
-  }
   xf_errctx err = {0};
   const xf_policy *policy = NULL;
   xf_journal_pending *rows = NULL;
