@@ -129,6 +129,7 @@ void xf_cli_policy_log_print(xf_cli *cli, const struct xf_policy_version_info *l
 
 /* Command entry points, one file each. */
 int xf_cmd_data_split(xf_cli *cli, int argc, char **argv);
+int xf_cmd_data_stats(xf_cli *cli, int argc, char **argv);
 int xf_cmd_dp_epsilon(xf_cli *cli, int argc, char **argv);
 int xf_cmd_dp_calibrate(xf_cli *cli, int argc, char **argv);
 int xf_cmd_job_submit(xf_cli *cli, int argc, char **argv);

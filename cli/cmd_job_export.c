@@ -44,17 +44,14 @@ static xf_err split_model(const uint8_t *data, size_t len, size_t n_params, mode
 
 /* One entry of the layer table: a weight or a bias tensor of a layer. */
 static json_t *tensor_entry(const xf_layer *l, bool bias) {
-  static const char *const kind[] = {"dense", "conv", "relu", "maxpool"};
   char name[32];
   snprintf(name, sizeof(name), "%s.%s", l->name, bias ? "bias" : "weight");
-  json_t *shape;
-  if (bias) shape = json_pack("[I]", (json_int_t)l->bias_count);
-  else if (l->kind == XF_LAYER_CONV)
-    shape = json_pack("[i,i,i,i]", l->out_c, l->kernel, l->kernel, l->in_c);
-  else
-    shape = json_pack("[i,I]", l->out_c, (json_int_t)(l->weight_count / (size_t)l->out_c));
+  int64_t dims[4];
+  const int rank = xf_layer_tensor_dims(l, bias, dims);
+  json_t *shape = json_array();
+  for (int d = 0; shape && d < rank; d++) json_array_append_new(shape, json_integer(dims[d]));
   return json_pack("{s:s,s:s,s:s,s:o,s:I,s:I}", "name", name, "layer", l->name, "kind",
-                   kind[l->kind], "shape", shape, "offset",
+                   xf_layer_kind_name(l->kind), "shape", shape, "offset",
                    (json_int_t)(bias ? l->bias_offset : l->weight_offset), "count",
                    (json_int_t)(bias ? l->bias_count : l->weight_count));
 }

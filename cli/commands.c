@@ -114,6 +114,33 @@ const xf_cmd xf_cli_commands[] = {
      "           --scheme dirichlet:0.5 --seed 42 --out shards\n"
      "See docs/data.md for the formats, the validation rules and the manifest.\n",
      xf_cmd_data_split},
+    {"data", "stats", "pool sites' column statistics into one normalization for all",
+     "usage: xfed data stats merge FILE FILE... [--schema SCHEMA --out NEW_SCHEMA] [--json]\n"
+     "\n"
+     "Pools the statistics files that 'xfed-site dataset stats' wrote at two or more\n"
+     "sites for one tabular dataset (counts, means and M2 of each numeric column of\n"
+     "the training split; no records) with Chan et al.'s parallel formula, and\n"
+     "prints each column's pooled count, mean and population standard deviation:\n"
+     "what one pass over all the sites' records would give. With --schema, writes\n"
+     "NEW_SCHEMA (mode 0644): a copy of SCHEMA, the schema.json the sites used, in\n"
+     "which every numeric column normalized with \"train\" is given {\"mean\": M,\n"
+     "\"std\": S} from the pooled statistics (a constant column's std is 1), so that\n"
+     "every site can put it in place of its schema.json and normalize alike.\n"
+     "Refused: fewer than 2 files, files of different datasets or schemas (their\n"
+     "schema digests differ), a site given twice, a column missing from a file, a\n"
+     "SCHEMA that is not the one the statistics were computed with, and malformed\n"
+     "files (the error names the file and the field).\n"
+     "\n"
+     "options:\n"
+     "  --schema SCHEMA    the schema.json the sites computed their statistics with\n"
+     "  --out NEW_SCHEMA   where to write the schema with pooled statistics\n"
+     "  --json             {dataset, schema_digest, sites, columns: [{name, count,\n"
+     "                     mean, std, m2}], schema_out, replaced}\n"
+     "\n"
+     "example: xfed data stats merge berlin.json paris.json lyon.json \\\n"
+     "           --schema credit/schema.json --out credit-pooled.schema.json\n"
+     "See docs/data.md, \"Pooled statistics\".\n",
+     xf_cmd_data_stats},
     {"dp", "epsilon", "epsilon spent by DP-SGD: sampled Gaussian mechanism, Renyi DP",
      "usage: xfed dp epsilon --sampling-rate Q --noise-multiplier Z --steps T --delta D\n"
      "                       [--orders LIST] [--conversion improved|classic] [--json]\n"

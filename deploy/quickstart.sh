@@ -12,22 +12,28 @@
 # everything it started. Ends with one line:
 #   final accuracy=A rounds=R epsilon=E uplink_bytes=B
 #
-# usage: deploy/quickstart.sh [--spec FILE] [--data DIR] [--dir DIR] [--keep]
-#                             [--report FILE]
+# usage: deploy/quickstart.sh [--spec FILE] [--data DIR] [--split SCHEME]
+#                             [--dir DIR] [--keep] [--report FILE] [--export FILE]
 #   --spec FILE   job spec (default deploy/jobs/quickstart.json: DP-SGD at every
 #                 site, epsilon <= 3 per dataset at delta 1e-5, secure aggregation;
-#                 copy and edit it)
+#                 copy and edit it). Each site registers the data under the
+#                 spec's data.dataset name and data.tags
 #   --dp          the default job (kept for older instructions)
-#   --data DIR    dataset directory (default /usr/share/datasets/fashion-mnist)
+#   --data DIR    dataset directory (default /usr/share/datasets/fashion-mnist;
+#                 any directory 'xfed data split' reads, e.g. the tabular example
+#                 made by deploy/data/make-credit.py)
+#   --split SCHEME how the data is cut among the six sites (default dirichlet:0.5;
+#                 iid, dirichlet:ALPHA or classes:K as 'xfed data split --scheme')
 #   --dir DIR     where the federation lives (default ./quickstart; made afresh)
 #   --keep        leave the federation's folder (logs, journal, audit trails)
 #   --build DIR   CMake build directory (default ./build)
 #   --report FILE the job's curves as PNG, SVG or PDF by FILE's extension
 #                 (default ./quickstart-report.png)
+#   --export FILE also write the final model, as 'xfed job export --out FILE'
+#                 (ONNX, .npz, .npy or an xfed model file by FILE's extension)
 # Environment: XF_BACKEND=auto|cpu|cuda.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$(pwd)
 
 spec=deploy/jobs/quickstart.json
 policy=deploy/policy/quickstart.json
@@ -36,6 +42,8 @@ dir=quickstart
 keep=0
 build=build
 report=quickstart-report.png
+split=dirichlet:0.5
+export_to=
 while (($#)); do
   case "$1" in
     --spec) spec=${2:?--spec needs a file}; shift 2 ;;
@@ -45,15 +53,34 @@ while (($#)); do
     --keep) keep=1; shift ;;
     --build) build=${2:?--build needs a directory}; shift 2 ;;
     --report) report=${2:?--report needs a file}; shift 2 ;;
-    -h|--help) sed -n '3,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --split) split=${2:?--split needs a scheme}; shift 2 ;;
+    --export) export_to=${2:?--export needs a file}; shift 2 ;;
+    -h|--help) sed -n '3,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "quickstart.sh: unknown option '$1'; see deploy/quickstart.sh --help" >&2; exit 2 ;;
   esac
 done
 [[ -f "$spec" ]] || { echo "quickstart.sh: job spec '$spec' not found" >&2; exit 2; }
 spec=$(cd "$(dirname "$spec")" && pwd)/$(basename "$spec")
+if [[ -n "$export_to" ]]; then
+  mkdir -p "$(dirname "$export_to")"
+  export_to=$(cd "$(dirname "$export_to")" && pwd)/$(basename "$export_to")
+fi
 
 echo "==> dependencies"
 bash deploy/install-deps.sh
+# The sites register the data under the name and tags the job selects.
+# shellcheck disable=SC2207
+selector=($(python3 -c '
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))["data"]
+    print(d["dataset"], *d.get("tags", []))
+except (OSError, ValueError, KeyError, TypeError) as e:
+    sys.exit("quickstart.sh: %s: no data.dataset to register the data under (%s)" % (sys.argv[1], e))
+' "$spec"))
+dataset=${selector[0]}
+tag_args=()
+for t in "${selector[@]:1}"; do tag_args+=(--tag "$t"); done
 echo "==> build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >build-configure.log 2>&1 ||
   { cat build-configure.log; exit 1; }
@@ -108,8 +135,8 @@ for r in "${regions[@]}"; do
 done
 tls() { echo --cert "$fed/issued/$1.crt" --key "$fed/issued/$1.key" --ca "$fed/ca.crt" --crl "$fed/crl.pem"; }
 
-echo "==> split $data among 6 sites, Dirichlet(0.5) label skew"
-"$xfed" data split --data "$data" --sites 6 --scheme dirichlet:0.5 --seed 7 --out "$dir/shards" \
+echo "==> split $data among 6 sites ($split)"
+"$xfed" data split --data "$data" --sites 6 --scheme "$split" --seed 7 --out "$dir/shards" \
   >/dev/null
 
 echo "==> start the coordinator and the regional aggregators"
@@ -142,8 +169,8 @@ for r in "${regions[@]}"; do
     # shellcheck disable=SC2046
     "$site_bin" init --dir "$dir/sites/$s" --name "$s" --region "$r" \
       --coordinator "127.0.0.1:${agg_port[$r]}" $(tls "$s") --threads 1 >/dev/null
-    "$site_bin" dataset add --dir "$dir/sites/$s" --name fmnist --path "$dir/shards/site-$n" \
-      --tag fmnist >/dev/null
+    "$site_bin" dataset add --dir "$dir/sites/$s" --name "$dataset" --path "$dir/shards/site-$n" \
+      "${tag_args[@]}" >/dev/null
     XF_LOG_LEVEL=$daemon_log "$site_bin" run --dir "$dir/sites/$s" 2>"$dir/logs/$s.log" &
     pids+=($!)
   done
@@ -205,6 +232,11 @@ if [[ " $features " == *" report "* ]]; then
   drawn=1
 else
   echo "    not drawn: this xfed was built with XF_REPORT=OFF ('xfed job metrics $job_id' has the figures)"
+fi
+
+if [[ -n "$export_to" ]]; then
+  echo "==> the final model"
+  XF_LOG_LEVEL=warn "$xfed" job export "$job_id" --out "$export_to" | sed 's/^/    /'
 fi
 
 echo "==> audit trails"

@@ -77,8 +77,10 @@ if ((fuzz)) && command -v clang >/dev/null; then
       work=$(mktemp -d)
       works+=("$work")
       cp -r "tests/fuzz/corpus/$name/." "$work/"
+      dict=()
+      [[ -f "tests/fuzz/$name.dict" ]] && dict=(-dict="tests/fuzz/$name.dict")
       "$f" -max_total_time="$per" -print_final_stats=0 -artifact_prefix="build-fuzz/$name-" \
-        "$work" >"build-fuzz/$name.log" 2>&1 &
+        "${dict[@]}" "$work" >"build-fuzz/$name.log" 2>&1 &
       pids+=($!) names+=("$name")
     done
     for k in "${!pids[@]}"; do

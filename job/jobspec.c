@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -199,6 +200,24 @@ static void xf__format_real(double v, bool as_real, char *buf, size_t n) {
   if (whole_digits > p && whole_digits <= 17) p = whole_digits;
   snprintf(buf, n, "%.*g", p, v);
   if (as_real && !strpbrk(buf, ".eE")) {
+    size_t len = strlen(buf);
+    if (len + 2 < n) memcpy(buf + len, ".0", 3);
+  }
+}
+
+/* Shortest "%.*g" text that a reader taking it as a double and rounding to
+ * float (as the parser does) turns back into v; at most 9 digits suffice for
+ * any float. A whole value gets ".0", so the JSON says "a number". */
+static void xf__format_float(float v, char *buf, size_t n) {
+  if (!isfinite(v)) { /* only a spec built in code gets here */
+    snprintf(buf, n, "null");
+    return;
+  }
+  for (int p = 1; p <= 9; p++) {
+    snprintf(buf, n, "%.*g", p, (double)v);
+    if ((float)strtod(buf, NULL) == v) break;
+  }
+  if (!strpbrk(buf, ".eE")) {
     size_t len = strlen(buf);
     if (len + 2 < n) memcpy(buf + len, ".0", 3);
   }
@@ -585,14 +604,40 @@ static const char *const *xf__layer_fields(xf_layer_decl_kind k) {
   static const char *const dense[] = {"kind", "units", NULL};
   static const char *const conv[] = {"kind", "filters", "kernel", "stride", "padding", NULL};
   static const char *const pool[] = {"kind", "kernel", "stride", NULL};
+  static const char *const dropout[] = {"kind", "rate", NULL};
+  static const char *const groupnorm[] = {"kind", "groups", NULL};
+  static const char *const embedding[] = {"kind", "vocab", "dim", NULL};
+  static const char *const add[] = {"kind", "from", NULL};
   static const char *const bare[] = {"kind", NULL};
-  return k == XF_DECL_DENSE ? dense : k == XF_DECL_CONV2D ? conv
-                                  : k == XF_DECL_MAXPOOL2D ? pool : bare;
+  switch (k) {
+  case XF_DECL_DENSE: return dense;
+  case XF_DECL_CONV2D: return conv;
+  case XF_DECL_MAXPOOL2D:
+  case XF_DECL_AVGPOOL2D: return pool;
+  case XF_DECL_DROPOUT: return dropout;
+  case XF_DECL_GROUPNORM: return groupnorm;
+  case XF_DECL_EMBEDDING: return embedding;
+  case XF_DECL_ADD: return add;
+  default: return bare;
+  }
 }
 
-static const char *const xf__layer_kind_names[] = {
-    [XF_DECL_DENSE] = "dense", [XF_DECL_CONV2D] = "conv2d", [XF_DECL_MAXPOOL2D] = "maxpool2d",
-    [XF_DECL_FLATTEN] = "flatten", [XF_DECL_RELU] = "relu"};
+/* The layer kinds' names, from the kernels' own table (xf_layer_decl_name),
+ * in the order of xf_layer_decl_kind. */
+static void xf__layer_kind_names(const char *names[XF_DECL_KINDS]) {
+  for (int k = 0; k < XF_DECL_KINDS; k++) names[k] = xf_layer_decl_name((xf_layer_decl_kind)k);
+}
+
+/* "a" or "an" before a kind's name. */
+static const char *xf__article(const char *name) {
+  return name[0] && strchr("aeiou", name[0]) ? "an" : "a";
+}
+
+/* The kind's name, "unknown" for a value that is not one. */
+static const char *xf__layer_kind_name(xf_layer_decl_kind k) {
+  const char *s = xf_layer_decl_name(k);
+  return s ? s : "unknown";
+}
 
 /* One integer field of a declared layer; *out keeps its value when absent
  * unless the field is required. */
@@ -611,20 +656,59 @@ static xf_err xf__layer_int(json_t *o, const char *at, const char *key, bool req
   return XF_OK;
 }
 
+/* An add layer's "from": -1 (the model's input) or the index of a layer
+ * before layer i. */
+static xf_err xf__check_from(const char *field, long long from, size_t i, xf_errctx *err) {
+  if (from >= -1 && from < (long long)i) return XF_OK;
+  if (i == 0)
+    return xf__fail_at(err, XF_ERANGE, field,
+                       "%lld, but model.layers[0] has no earlier layer: an add layer there can "
+                       "only add the model's input (-1)",
+                       from);
+  if (i == 1)
+    return xf__fail_at(err, XF_ERANGE, field,
+                       "%lld, an add layer adds the output of an earlier layer (here only 0) or "
+                       "the model's input (-1)",
+                       from);
+  return xf__fail_at(err, XF_ERANGE, field,
+                     "%lld, an add layer adds the output of an earlier layer (0 to %zu) or the "
+                     "model's input (-1)",
+                     from, i - 1);
+}
+
+/* A dropout rate: finite, in [0, 1), and still below 1 as the float32 the
+ * kernels use (0.99999999 rounds up to 1). */
+static xf_err xf__check_rate(const char *field, double rate, xf_errctx *err) {
+  char num[32];
+  if (!isfinite(rate) || rate < 0 || rate >= 1)
+    return xf__fail_at(err, XF_ERANGE, field,
+                       "must be at least 0 and below 1 (the probability of zeroing a value), "
+                       "got %s",
+                       xf__num(rate, num));
+  if ((float)rate >= 1.0f)
+    return xf__fail_at(err, XF_ERANGE, field,
+                       "%s rounds to 1 as a 32-bit float; use at most 0.99999994",
+                       xf__num(rate, num));
+  return XF_OK;
+}
+
 static xf_err xf__parse_layer(json_t *o, size_t i, xf_layer_decl *d, xf_errctx *err) {
   char at[48];
   snprintf(at, sizeof(at), "model.layers[%zu]", i);
   if (!json_is_object(o))
     return xf__wrong_type(at, "a layer object such as {\"kind\": \"dense\", \"units\": 10}", o,
                           err);
+  const char *names[XF_DECL_KINDS];
+  xf__layer_kind_names(names);
   int kind = 0;
   bool present = false;
-  XF_GUARD(xf__get_choice(o, at, "kind", xf__layer_kind_names, 0,
-                          XF__COUNT(xf__layer_kind_names), &kind, &present, err));
+  XF_GUARD(xf__get_choice(o, at, "kind", names, 0, XF_DECL_KINDS, &kind, &present, err));
   if (!present) {
-    char field[64];
+    char field[64], list[256], what[272];
     snprintf(field, sizeof(field), "%s.kind", at);
-    return xf__missing(field, "one of: dense, conv2d, maxpool2d, flatten, relu", err);
+    xf__join(list, sizeof(list), names, 0, XF_DECL_KINDS);
+    snprintf(what, sizeof(what), "one of: %s", list);
+    return xf__missing(field, what, err);
   }
   memset(d, 0, sizeof(*d));
   d->kind = (xf_layer_decl_kind)kind;
@@ -639,9 +723,8 @@ static xf_err xf__parse_layer(json_t *o, size_t i, xf_layer_decl *d, xf_errctx *
     size_t n = 0;
     while (fields[n]) n++;
     xf__join(list, sizeof(list), fields, 0, n);
-    return xf__fail_at(err, XF_EFORMAT, field,
-                       "a %s layer has no such field; its fields are: %s",
-                       xf__layer_kind_names[kind], list);
+    return xf__fail_at(err, XF_EFORMAT, field, "%s %s layer has no such field; its fields are: %s",
+                       xf__article(names[kind]), names[kind], list);
   }
   switch (d->kind) {
   case XF_DECL_DENSE:
@@ -655,10 +738,40 @@ static xf_err xf__parse_layer(json_t *o, size_t i, xf_layer_decl *d, xf_errctx *
     XF_GUARD(xf__layer_int(o, at, "padding", false, 0, d->kernel - 1, &d->padding, err));
     break;
   case XF_DECL_MAXPOOL2D:
+  case XF_DECL_AVGPOOL2D:
     XF_GUARD(xf__layer_int(o, at, "kernel", true, 1, XF_DECL_KERNEL_MAX, &d->kernel, err));
     d->stride = d->kernel;
     XF_GUARD(xf__layer_int(o, at, "stride", false, 1, XF_DECL_KERNEL_MAX, &d->stride, err));
     break;
+  case XF_DECL_DROPOUT: {
+    double rate = 0;
+    bool has = false;
+    XF_GUARD(xf__get_real(o, at, "rate", &rate, &has, err));
+    char field[64];
+    snprintf(field, sizeof(field), "%s.rate", at);
+    if (!has)
+      return xf__missing(field, "the probability of zeroing a value while training, at least 0 "
+                                "and below 1, e.g. 0.5",
+                         err);
+    XF_GUARD(xf__check_rate(field, rate, err));
+    d->rate = (float)rate;
+    break;
+  }
+  case XF_DECL_GROUPNORM:
+    XF_GUARD(xf__layer_int(o, at, "groups", true, 1, XF_DECL_GROUPS_MAX, &d->groups, err));
+    break;
+  case XF_DECL_EMBEDDING:
+    XF_GUARD(xf__layer_int(o, at, "vocab", true, 1, XF_DECL_VOCAB_MAX, &d->vocab, err));
+    XF_GUARD(xf__layer_int(o, at, "dim", true, 1, XF_DECL_DIM_MAX, &d->dim, err));
+    break;
+  case XF_DECL_ADD: {
+    /* Any int is read; xf__check_from says what this position allows. */
+    XF_GUARD(xf__layer_int(o, at, "from", true, INT_MIN, INT_MAX, &d->from, err));
+    char field[64];
+    snprintf(field, sizeof(field), "%s.from", at);
+    XF_GUARD(xf__check_from(field, d->from, i, err));
+    break;
+  }
   default: break;
   }
   return XF_OK;
@@ -1273,9 +1386,11 @@ static xf_err xf__check_range(const char *field, double v, double lo, bool lo_op
 #define XF__UNIT_OPEN(field, v) XF_GUARD(xf__check_range(field, v, 0, false, 1, true, err))
 
 /* What can be checked of a declared model without the data: each field's
- * range, and a last layer that can give the loss's outputs. Shapes are
- * checked where the data is known (xf_model_create at submission and at
- * each site). */
+ * range, an embedding only first, an add only from an earlier layer, and a
+ * last layer that can give the loss's outputs. Shapes are checked where the
+ * data is known (xf_model_create at submission and at each site). A field
+ * the kind does not use must be 0, so that two specs that say the same
+ * thing compare and print the same. */
 static xf_err xf__validate_layers(const xf_job_model *m, xf_errctx *err) {
   if (m->n_layers == 0)
     return xf__missing("model.layers", "a declared model lists its layers, e.g. "
@@ -1284,47 +1399,50 @@ static xf_err xf__validate_layers(const xf_job_model *m, xf_errctx *err) {
   XF_GUARD(xf__range_int("model.layers", m->n_layers, 1, XF_JOB_LAYERS_MAX, err));
   for (uint32_t i = 0; i < m->n_layers; i++) {
     const xf_layer_decl *d = &m->layers[i];
+    const char *kind = xf_layer_decl_name(d->kind);
     char f[64];
-#define XF__LAYER_RANGE(name, v, lo, hi)                                         \
-  do {                                                                           \
-    snprintf(f, sizeof(f), "model.layers[%u].%s", (unsigned)i, name);           \
-    XF_GUARD(xf__range_int(f, v, lo, hi, err));                                  \
-  } while (0)
-    switch (d->kind) {
-    case XF_DECL_DENSE:
-      XF__LAYER_RANGE("units", d->units, 1, XF_DECL_UNITS_MAX);
-      XF__LAYER_RANGE("filters", d->filters, 0, 0);
-      XF__LAYER_RANGE("kernel", d->kernel, 0, 0);
-      XF__LAYER_RANGE("stride", d->stride, 0, 0);
-      XF__LAYER_RANGE("padding", d->padding, 0, 0);
-      break;
-    case XF_DECL_CONV2D:
-      XF__LAYER_RANGE("units", d->units, 0, 0);
-      XF__LAYER_RANGE("filters", d->filters, 1, XF_DECL_FILTERS_MAX);
-      XF__LAYER_RANGE("kernel", d->kernel, 1, XF_DECL_KERNEL_MAX);
-      XF__LAYER_RANGE("stride", d->stride, 1, XF_DECL_KERNEL_MAX);
-      XF__LAYER_RANGE("padding", d->padding, 0, d->kernel - 1);
-      break;
-    case XF_DECL_MAXPOOL2D:
-      XF__LAYER_RANGE("units", d->units, 0, 0);
-      XF__LAYER_RANGE("filters", d->filters, 0, 0);
-      XF__LAYER_RANGE("kernel", d->kernel, 1, XF_DECL_KERNEL_MAX);
-      XF__LAYER_RANGE("stride", d->stride, 1, XF_DECL_KERNEL_MAX);
-      XF__LAYER_RANGE("padding", d->padding, 0, 0);
-      break;
-    case XF_DECL_FLATTEN:
-    case XF_DECL_RELU:
-      XF__LAYER_RANGE("units", d->units, 0, 0);
-      XF__LAYER_RANGE("filters", d->filters, 0, 0);
-      XF__LAYER_RANGE("kernel", d->kernel, 0, 0);
-      XF__LAYER_RANGE("stride", d->stride, 0, 0);
-      XF__LAYER_RANGE("padding", d->padding, 0, 0);
-      break;
-    default:
+    if (!kind) {
       snprintf(f, sizeof(f), "model.layers[%u].kind", (unsigned)i);
       return xf__fail_at(err, XF_EFORMAT, f, "unknown value %d", (int)d->kind);
     }
-#undef XF__LAYER_RANGE
+    const char *const *used = xf__layer_fields(d->kind);
+    const struct {
+      const char *name;
+      int v, lo, hi;
+    } ints[] = {
+        {"units", d->units, 1, XF_DECL_UNITS_MAX},
+        {"filters", d->filters, 1, XF_DECL_FILTERS_MAX},
+        {"kernel", d->kernel, 1, XF_DECL_KERNEL_MAX},
+        {"stride", d->stride, 1, XF_DECL_KERNEL_MAX},
+        {"padding", d->padding, 0, d->kernel - 1},
+        {"groups", d->groups, 1, XF_DECL_GROUPS_MAX},
+        {"vocab", d->vocab, 1, XF_DECL_VOCAB_MAX},
+        {"dim", d->dim, 1, XF_DECL_DIM_MAX},
+        {"from", d->from, -1, (int)i - 1},
+    };
+    for (size_t k = 0; k < XF__COUNT(ints); k++) {
+      snprintf(f, sizeof(f), "model.layers[%u].%s", (unsigned)i, ints[k].name);
+      if (!xf__has_key(used, ints[k].name)) {
+        if (ints[k].v != 0)
+          return xf__fail_at(err, XF_EFORMAT, f, "%d, but %s %s layer has no %s; leave it 0",
+                             ints[k].v, xf__article(kind), kind, ints[k].name);
+      } else if (strcmp(ints[k].name, "from") == 0) {
+        XF_GUARD(xf__check_from(f, ints[k].v, i, err));
+      } else {
+        XF_GUARD(xf__range_int(f, ints[k].v, ints[k].lo, ints[k].hi, err));
+      }
+    }
+    snprintf(f, sizeof(f), "model.layers[%u].rate", (unsigned)i);
+    if (d->kind == XF_DECL_DROPOUT) XF_GUARD(xf__check_rate(f, d->rate, err));
+    else if (d->rate != 0)
+      return xf__fail_at(err, XF_EFORMAT, f, "%g, but %s %s layer has no rate; leave it 0",
+                         (double)d->rate, xf__article(kind), kind);
+    if (d->kind == XF_DECL_EMBEDDING && i != 0) {
+      snprintf(f, sizeof(f), "model.layers[%u]", (unsigned)i);
+      return xf__fail_at(err, XF_EFORMAT, f,
+                         "an embedding layer reads ids from the data, so it must be the first "
+                         "layer (model.layers[0])");
+    }
   }
   const xf_layer_decl *last = &m->layers[m->n_layers - 1];
   if (last->kind != XF_DECL_DENSE) {
@@ -1334,7 +1452,7 @@ static xf_err xf__validate_layers(const xf_job_model *m, xf_errctx *err) {
                        "the last layer is %s; a model ends in a dense layer giving the loss's "
                        "outputs (the classes for cross_entropy, 1 for binary_cross_entropy and "
                        "mse)",
-                       xf__layer_kind_names[last->kind]);
+                       xf__layer_kind_name(last->kind));
   }
   if (m->loss != XF_LOSS_CROSS_ENTROPY && last->units != 1) {
     char f[48];
@@ -1728,14 +1846,30 @@ xf_err xf_jobspec_to_json(const xf_jobspec *s, char **out) {
     xf__emit(&o, "[");
     for (uint32_t i = 0; i < s->model.n_layers && i < XF_JOB_LAYERS_MAX; i++) {
       const xf_layer_decl *d = &s->model.layers[i];
-      xf__emit(&o, "%s{\"kind\": \"%s\"", i ? ", " : "",
-               xf__name_of(xf__layer_kind_names, XF__COUNT(xf__layer_kind_names), (int)d->kind));
-      if (d->kind == XF_DECL_DENSE) xf__emit(&o, ", \"units\": %d", d->units);
-      if (d->kind == XF_DECL_CONV2D)
+      xf__emit(&o, "%s{\"kind\": \"%s\"", i ? ", " : "", xf__layer_kind_name(d->kind));
+      /* Each kind writes only its own fields, so the text of a list of the
+       * first kinds is what it was before the others existed. */
+      switch (d->kind) {
+      case XF_DECL_DENSE: xf__emit(&o, ", \"units\": %d", d->units); break;
+      case XF_DECL_CONV2D:
         xf__emit(&o, ", \"filters\": %d, \"kernel\": %d, \"stride\": %d, \"padding\": %d",
                  d->filters, d->kernel, d->stride, d->padding);
-      if (d->kind == XF_DECL_MAXPOOL2D)
+        break;
+      case XF_DECL_MAXPOOL2D:
+      case XF_DECL_AVGPOOL2D:
         xf__emit(&o, ", \"kernel\": %d, \"stride\": %d", d->kernel, d->stride);
+        break;
+      case XF_DECL_DROPOUT: {
+        char rate[40];
+        xf__format_float(d->rate, rate, sizeof(rate));
+        xf__emit(&o, ", \"rate\": %s", rate);
+        break;
+      }
+      case XF_DECL_GROUPNORM: xf__emit(&o, ", \"groups\": %d", d->groups); break;
+      case XF_DECL_EMBEDDING: xf__emit(&o, ", \"vocab\": %d, \"dim\": %d", d->vocab, d->dim); break;
+      case XF_DECL_ADD: xf__emit(&o, ", \"from\": %d", d->from); break;
+      default: break;
+      }
       xf__emit(&o, "}");
     }
     xf__emit(&o, "]");

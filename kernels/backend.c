@@ -378,3 +378,49 @@ xf_err xf_k_scalar_loss(xf_backend *b, xf_scalar_loss kind, const float *z, cons
                         int n, float *dout, double *loss_sum, int *correct) {
   return b->ops->scalar_loss(b, kind, z, t, n, dout, loss_sum, correct);
 }
+void xf_k_avgpool_fwd(xf_backend *b, const float *x, const xf_pool_shape *s, float *y) {
+  b->ops->avgpool_fwd(b, x, s, y);
+}
+void xf_k_avgpool_bwd(xf_backend *b, const float *dy, const xf_pool_shape *s, float *dx) {
+  b->ops->avgpool_bwd(b, dy, s, dx);
+}
+void xf_k_act_fwd(xf_backend *b, xf_act act, float *y, const float *x, size_t n) {
+  b->ops->act_fwd(b, act, y, x, n);
+}
+void xf_k_act_bwd(xf_backend *b, xf_act act, float *dx, const float *dy, const float *x,
+                  const float *y, size_t n) {
+  b->ops->act_bwd(b, act, dx, dy, x, y, n);
+}
+void xf_k_softmax_fwd(xf_backend *b, float *y, const float *x, int rows, int cols) {
+  b->ops->softmax_fwd(b, y, x, rows, cols);
+}
+void xf_k_softmax_bwd(xf_backend *b, float *dx, const float *dy, const float *y, int rows,
+                      int cols) {
+  b->ops->softmax_bwd(b, dx, dy, y, rows, cols);
+}
+void xf_k_norm_fwd(xf_backend *b, const xf_norm_shape *s, const float *x, const float *gamma,
+                   const float *beta, float *y, float *xhat, float *rstd) {
+  b->ops->norm_fwd(b, s, x, gamma, beta, y, xhat, rstd);
+}
+void xf_k_norm_bwd(xf_backend *b, const xf_norm_shape *s, const float *dy, const float *xhat,
+                   const float *rstd, const float *gamma, float *dx) {
+  b->ops->norm_bwd(b, s, dy, xhat, rstd, gamma, dx);
+}
+void xf_k_mul(xf_backend *b, float *y, const float *u, const float *v, size_t n) {
+  b->ops->mul(b, y, u, v, n);
+}
+void xf_k_dropout_mask(xf_backend *b, float *mask, size_t n, float rate, uint64_t seed) {
+  b->ops->dropout_mask(b, mask, n, rate, seed);
+}
+void xf_k_embedding_fwd(xf_backend *b, const float *ids, const float *table, int rows, int dim,
+                        float *y) {
+  b->ops->embedding_fwd(b, ids, table, rows, dim, y);
+}
+void xf_k_embedding_bwd(xf_backend *b, const float *ids, const float *dy, int rows, int dim,
+                        int vocab, float beta, float *dtable) {
+  b->ops->embedding_bwd(b, ids, dy, rows, dim, vocab, beta, dtable);
+}
+void xf_k_embedding_sqnorm(xf_backend *b, float *out, const float *ids, const float *dy, int n,
+                           int f, int dim, bool accumulate) {
+  b->ops->embedding_sqnorm(b, out, ids, dy, n, f, dim, accumulate);
+}

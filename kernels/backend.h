@@ -162,6 +162,83 @@ void xf_k_maxpool_fwd(xf_backend *b, const float *x, const xf_pool_shape *s, flo
 void xf_k_maxpool_bwd(xf_backend *b, const float *dy, const int32_t *argmax,
                       const xf_pool_shape *s, float *dx);
 
+/* Average pooling: y[i] is the mean of its k x k window. */
+void xf_k_avgpool_fwd(xf_backend *b, const float *x, const xf_pool_shape *s, float *y);
+/* dx = 0, then every dy[i] / (k k) is added to each pixel of its window. */
+void xf_k_avgpool_bwd(xf_backend *b, const float *dy, const xf_pool_shape *s, float *dx);
+
+/* ---- the other layers ------------------------------------------------------ */
+
+typedef enum xf_act {
+  XF_ACT_GELU = 0, /* x Phi(x) = x (1 + erf(x / sqrt 2)) / 2, PyTorch's exact form */
+  XF_ACT_TANH,
+  XF_ACT_SIGMOID   /* 1 / (1 + exp(-x)) */
+} xf_act;
+
+/* y = act(x) element-wise; y may be x only for tanh and sigmoid (gelu's
+ * backward reads x). */
+void xf_k_act_fwd(xf_backend *b, xf_act act, float *y, const float *x, size_t n);
+/* dx = dy * act'(x), act' taken from x (gelu) or from y = act(x) (tanh:
+ * 1 - y^2, sigmoid: y (1 - y)); dx may be dy. */
+void xf_k_act_bwd(xf_backend *b, xf_act act, float *dx, const float *dy, const float *x,
+                  const float *y, size_t n);
+
+/* Softmax over each of `rows` rows of `cols` values, with the row's maximum
+ * subtracted first; y may not be x. */
+void xf_k_softmax_fwd(xf_backend *b, float *y, const float *x, int rows, int cols);
+/* dx = y * (dy - sum over the row of dy * y); dx may be dy. */
+void xf_k_softmax_bwd(xf_backend *b, float *dx, const float *dy, const float *y, int rows,
+                      int cols);
+
+/* Group normalization over n records of p positions x c channels (NHWC),
+ * the channels in `groups` contiguous groups: each record's group is
+ * normalized over its p * (c / groups) values,
+ *   xhat = (x - mean) * rstd,  rstd = 1 / sqrt(var + eps)  (biased variance)
+ *   y = xhat * gamma[ch] + beta[ch]
+ * Layernorm over channels is the case p = 1, groups = 1 with n = records x
+ * positions. Mean and variance are accumulated in double. */
+#define XF_NORM_GROUPS_MAX 4096
+
+typedef struct xf_norm_shape {
+  int n, p, c, groups; /* groups: 1..XF_NORM_GROUPS_MAX, dividing c */
+  float eps;
+} xf_norm_shape;
+
+/* Keeps xhat (n p c floats) and rstd (n groups floats) for the backward. */
+void xf_k_norm_fwd(xf_backend *b, const xf_norm_shape *s, const float *x, const float *gamma,
+                   const float *beta, float *y, float *xhat, float *rstd);
+/* dx from dy: with g = dy * gamma[ch], over each record's group of m values
+ *   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+ * (sums in double). dx must not be dy. The parameter gradients are not
+ * formed here: dgamma is the column sum of dy * xhat, dbeta that of dy. */
+void xf_k_norm_bwd(xf_backend *b, const xf_norm_shape *s, const float *dy, const float *xhat,
+                   const float *rstd, const float *gamma, float *dx);
+
+/* y[i] = u[i] * v[i]; y may be u or v. */
+void xf_k_mul(xf_backend *b, float *y, const float *u, const float *v, size_t n);
+
+/* Inverted dropout's mask: mask[i] = 1 / (1 - rate) (as float) when value i
+ * is kept, else 0. The draw is counter-based, so both backends give the same
+ * mask: with z = seed + (i + 1) * 0x9E3779B97F4A7C15 (mod 2^64) put through
+ * splitmix64's finalizer (z ^= z >> 30, z *= 0xBF58476D1CE4E5B9, z ^= z >> 27,
+ * z *= 0x94D049BB133111EB, z ^= z >> 31), value i is dropped when z >> 32 is
+ * below (uint64_t)(rate * 2^32), computed in double. 0 <= rate < 1. */
+void xf_k_dropout_mask(xf_backend *b, float *mask, size_t n, float rate, uint64_t seed);
+
+/* Embedding: y[r][0..dim) = table[ids[r]][0..dim) for `rows` ids, given as
+ * floats holding whole numbers in [0, vocab) (the caller checks them). */
+void xf_k_embedding_fwd(xf_backend *b, const float *ids, const float *table, int rows, int dim,
+                        float *y);
+/* dtable = beta * dtable, then dtable[ids[r]] += dy[r] for every row (beta 0
+ * or 1). On cuda the additions to one id are atomic, in no fixed order. */
+void xf_k_embedding_bwd(xf_backend *b, const float *ids, const float *dy, int rows, int dim,
+                        int vocab, float beta, float *dtable);
+/* For n records of f ids each, the squared norm of each record's table
+ * gradient, sum over a, b < f with ids[a] == ids[b] of <dy_a, dy_b> (dy: n
+ * x f x dim), in double; added to out[r] when `accumulate`. */
+void xf_k_embedding_sqnorm(xf_backend *b, float *out, const float *ids, const float *dy, int n,
+                           int f, int dim, bool accumulate);
+
 /* ---- loss and optimizer --------------------------------------------------- */
 
 /* Softmax cross-entropy over n rows of `classes` logits with integer labels.

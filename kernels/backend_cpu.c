@@ -300,6 +300,274 @@ static void cpu_maxpool_bwd(xf_backend *b, const float *dy, const int32_t *argma
   for (size_t i = 0; i < out; i++) dx[argmax[i]] += dy[i];
 }
 
+static void cpu_avgpool_fwd(xf_backend *b, const float *x, const xf_pool_shape *s, float *y) {
+  (void)b;
+  const float inv = 1.0f / (float)(s->k * s->k);
+  size_t o = 0;
+  for (int n = 0; n < s->n; n++) {
+    const float *img = x + (size_t)n * s->h * s->w * s->c;
+    for (int oy = 0; oy < s->oh; oy++)
+      for (int ox = 0; ox < s->ow; ox++)
+        for (int ch = 0; ch < s->c; ch++, o++) {
+          float sum = 0.0f;
+          for (int i = 0; i < s->k; i++)
+            for (int j = 0; j < s->k; j++)
+              sum += img[((size_t)(oy * s->stride + i) * s->w + ox * s->stride + j) * s->c + ch];
+          y[o] = sum * inv;
+        }
+  }
+}
+
+static void cpu_avgpool_bwd(xf_backend *b, const float *dy, const xf_pool_shape *s, float *dx) {
+  (void)b;
+  const float inv = 1.0f / (float)(s->k * s->k);
+  memset(dx, 0, sizeof(float) * (size_t)s->n * s->h * s->w * s->c);
+  size_t o = 0;
+  for (int n = 0; n < s->n; n++) {
+    float *img = dx + (size_t)n * s->h * s->w * s->c;
+    for (int oy = 0; oy < s->oh; oy++)
+      for (int ox = 0; ox < s->ow; ox++)
+        for (int ch = 0; ch < s->c; ch++, o++) {
+          const float g = dy[o] * inv;
+          for (int i = 0; i < s->k; i++)
+            for (int j = 0; j < s->k; j++)
+              img[((size_t)(oy * s->stride + i) * s->w + ox * s->stride + j) * s->c + ch] += g;
+        }
+  }
+}
+
+#define XF__SQRT1_2 0.70710678118654752440
+#define XF__INV_SQRT_2PI 0.39894228040143267794
+
+static void cpu_act_fwd(xf_backend *b, xf_act act, float *y, const float *x, size_t n) {
+  (void)b;
+  switch (act) {
+  case XF_ACT_GELU:
+    for (size_t i = 0; i < n; i++) {
+      const double v = x[i];
+      y[i] = (float)(0.5 * v * (1.0 + erf(v * XF__SQRT1_2)));
+    }
+    break;
+  case XF_ACT_TANH:
+    for (size_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
+    break;
+  case XF_ACT_SIGMOID:
+    for (size_t i = 0; i < n; i++) y[i] = (float)(1.0 / (1.0 + exp(-(double)x[i])));
+    break;
+  }
+}
+
+static void cpu_act_bwd(xf_backend *b, xf_act act, float *dx, const float *dy, const float *x,
+                        const float *y, size_t n) {
+  (void)b;
+  switch (act) {
+  case XF_ACT_GELU:
+    /* d/dx x Phi(x) = Phi(x) + x phi(x). */
+    for (size_t i = 0; i < n; i++) {
+      const double v = x[i];
+      const double d = 0.5 * (1.0 + erf(v * XF__SQRT1_2)) + v * XF__INV_SQRT_2PI * exp(-0.5 * v * v);
+      dx[i] = (float)(dy[i] * d);
+    }
+    break;
+  case XF_ACT_TANH:
+    for (size_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+    break;
+  case XF_ACT_SIGMOID:
+    for (size_t i = 0; i < n; i++) dx[i] = dy[i] * (y[i] * (1.0f - y[i]));
+    break;
+  }
+}
+
+static void cpu_softmax_fwd(xf_backend *b, float *y, const float *x, int rows, int cols) {
+  (void)b;
+  for (int r = 0; r < rows; r++) {
+    const float *z = x + (size_t)r * cols;
+    float *p = y + (size_t)r * cols;
+    float zmax = z[0];
+    for (int c = 1; c < cols; c++) zmax = z[c] > zmax ? z[c] : zmax;
+    double sum = 0.0;
+    for (int c = 0; c < cols; c++) sum += exp((double)z[c] - zmax);
+    for (int c = 0; c < cols; c++) p[c] = (float)(exp((double)z[c] - zmax) / sum);
+  }
+}
+
+static void cpu_softmax_bwd(xf_backend *b, float *dx, const float *dy, const float *y, int rows,
+                            int cols) {
+  (void)b;
+  for (int r = 0; r < rows; r++) {
+    const float *g = dy + (size_t)r * cols, *p = y + (size_t)r * cols;
+    float *d = dx + (size_t)r * cols;
+    double dot = 0.0;
+    for (int c = 0; c < cols; c++) dot += (double)g[c] * p[c];
+    for (int c = 0; c < cols; c++) d[c] = (float)((double)p[c] * ((double)g[c] - dot));
+  }
+}
+
+/* Group normalization walks each record in blocks of up to NORM_BLOCK
+ * channels: sums over the positions per channel first, contiguous so that
+ * the loops vectorize (a group of a few channels would leave an inner loop
+ * too short to), then per group, all in double. */
+#define NORM_BLOCK 256
+
+static int block_len(int c, int k0) { return c - k0 < NORM_BLOCK ? c - k0 : NORM_BLOCK; }
+
+static void cpu_norm_fwd(xf_backend *b, const xf_norm_shape *s, const float *x,
+                         const float *gamma, const float *beta, float *y, float *xhat,
+                         float *rstd) {
+  (void)b;
+  const int c = s->c, cg = c / s->groups, G = s->groups;
+  const double m = (double)s->p * cg;
+  double mean[XF_NORM_GROUPS_MAX], rs[XF_NORM_GROUPS_MAX];
+  double acc[NORM_BLOCK], mk[NORM_BLOCK], rk[NORM_BLOCK];
+  for (int r = 0; r < s->n; r++) {
+    const size_t base = (size_t)r * s->p * c;
+    const float *xr = x + base;
+    for (int g = 0; g < G; g++) mean[g] = rs[g] = 0.0;
+    for (int k0 = 0; k0 < c; k0 += NORM_BLOCK) {
+      const int kn = block_len(c, k0);
+      for (int k = 0; k < kn; k++) acc[k] = 0.0;
+      for (int q = 0; q < s->p; q++) {
+        const float *v = xr + (size_t)q * c + k0;
+        for (int k = 0; k < kn; k++) acc[k] += v[k];
+      }
+      for (int k = 0; k < kn; k++) mean[(k0 + k) / cg] += acc[k];
+    }
+    for (int g = 0; g < G; g++) mean[g] /= m;
+    for (int k0 = 0; k0 < c; k0 += NORM_BLOCK) {
+      const int kn = block_len(c, k0);
+      for (int k = 0; k < kn; k++) {
+        acc[k] = 0.0;
+        mk[k] = mean[(k0 + k) / cg];
+      }
+      for (int q = 0; q < s->p; q++) {
+        const float *v = xr + (size_t)q * c + k0;
+        for (int k = 0; k < kn; k++) {
+          const double d = v[k] - mk[k];
+          acc[k] += d * d;
+        }
+      }
+      for (int k = 0; k < kn; k++) rs[(k0 + k) / cg] += acc[k];
+    }
+    for (int g = 0; g < G; g++) {
+      rs[g] = 1.0 / sqrt(rs[g] / m + (double)s->eps);
+      rstd[(size_t)r * G + g] = (float)rs[g];
+    }
+    for (int k0 = 0; k0 < c; k0 += NORM_BLOCK) {
+      const int kn = block_len(c, k0);
+      for (int k = 0; k < kn; k++) {
+        mk[k] = mean[(k0 + k) / cg];
+        rk[k] = rs[(k0 + k) / cg];
+      }
+      for (int q = 0; q < s->p; q++) {
+        const size_t at = base + (size_t)q * c + k0;
+        for (int k = 0; k < kn; k++) {
+          const float h = (float)((x[at + k] - mk[k]) * rk[k]);
+          xhat[at + k] = h;
+          y[at + k] = h * gamma[k0 + k] + beta[k0 + k];
+        }
+      }
+    }
+  }
+}
+
+static void cpu_norm_bwd(xf_backend *b, const xf_norm_shape *s, const float *dy,
+                         const float *xhat, const float *rstd, const float *gamma, float *dx) {
+  (void)b;
+  const int c = s->c, cg = c / s->groups, G = s->groups;
+  const double m = (double)s->p * cg;
+  double ga[XF_NORM_GROUPS_MAX], gax[XF_NORM_GROUPS_MAX];
+  double sg[NORM_BLOCK], sgx[NORM_BLOCK], rk[NORM_BLOCK];
+  for (int r = 0; r < s->n; r++) {
+    const size_t base = (size_t)r * s->p * c;
+    /* mean(g) and mean(g xhat) per group, g = dy gamma. */
+    for (int g = 0; g < G; g++) ga[g] = gax[g] = 0.0;
+    for (int k0 = 0; k0 < c; k0 += NORM_BLOCK) {
+      const int kn = block_len(c, k0);
+      for (int k = 0; k < kn; k++) sg[k] = sgx[k] = 0.0;
+      for (int q = 0; q < s->p; q++) {
+        const size_t at = base + (size_t)q * c + k0;
+        for (int k = 0; k < kn; k++) {
+          sg[k] += dy[at + k];
+          sgx[k] += (double)dy[at + k] * xhat[at + k];
+        }
+      }
+      for (int k = 0; k < kn; k++) {
+        ga[(k0 + k) / cg] += sg[k] * gamma[k0 + k];
+        gax[(k0 + k) / cg] += sgx[k] * gamma[k0 + k];
+      }
+    }
+    for (int k0 = 0; k0 < c; k0 += NORM_BLOCK) {
+      const int kn = block_len(c, k0);
+      for (int k = 0; k < kn; k++) {
+        const int g = (k0 + k) / cg;
+        sg[k] = ga[g] / m;
+        sgx[k] = gax[g] / m;
+        rk[k] = rstd[(size_t)r * G + g];
+      }
+      for (int q = 0; q < s->p; q++) {
+        const size_t at = base + (size_t)q * c + k0;
+        for (int k = 0; k < kn; k++)
+          dx[at + k] = (float)(rk[k] * ((double)dy[at + k] * gamma[k0 + k] - sg[k] -
+                                        xhat[at + k] * sgx[k]));
+      }
+    }
+  }
+}
+
+static void cpu_mul(xf_backend *b, float *y, const float *u, const float *v, size_t n) {
+  (void)b;
+  for (size_t i = 0; i < n; i++) y[i] = u[i] * v[i];
+}
+
+static void cpu_dropout_mask(xf_backend *b, float *mask, size_t n, float rate, uint64_t seed) {
+  (void)b;
+  const uint64_t threshold = (uint64_t)((double)rate * 4294967296.0);
+  const float keep = 1.0f / (1.0f - rate);
+  for (size_t i = 0; i < n; i++) {
+    uint64_t z = seed + (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    mask[i] = (z >> 32) < threshold ? 0.0f : keep;
+  }
+}
+
+static void cpu_embedding_fwd(xf_backend *b, const float *ids, const float *table, int rows,
+                              int dim, float *y) {
+  (void)b;
+  for (int r = 0; r < rows; r++)
+    memcpy(y + (size_t)r * dim, table + (size_t)ids[r] * dim, sizeof(float) * (size_t)dim);
+}
+
+static void cpu_embedding_bwd(xf_backend *b, const float *ids, const float *dy, int rows, int dim,
+                              int vocab, float beta, float *dtable) {
+  (void)b;
+  if (beta == 0.0f) memset(dtable, 0, sizeof(float) * (size_t)vocab * dim);
+  for (int r = 0; r < rows; r++) {
+    float *t = dtable + (size_t)ids[r] * dim;
+    const float *g = dy + (size_t)r * dim;
+    for (int k = 0; k < dim; k++) t[k] += g[k];
+  }
+}
+
+static void cpu_embedding_sqnorm(xf_backend *b, float *out, const float *ids, const float *dy,
+                                 int n, int f, int dim, bool accumulate) {
+  (void)b;
+  for (int r = 0; r < n; r++) {
+    const float *id = ids + (size_t)r * f;
+    const float *g = dy + (size_t)r * f * dim;
+    double sum = accumulate ? out[r] : 0.0;
+    for (int a = 0; a < f; a++)
+      for (int c = 0; c < f; c++) {
+        if (id[a] != id[c]) continue;
+        double dot = 0.0;
+        for (int k = 0; k < dim; k++) dot += (double)g[(size_t)a * dim + k] * g[(size_t)c * dim + k];
+        sum += dot;
+      }
+    out[r] = (float)sum;
+  }
+}
+
 static xf_err cpu_softmax_xent(xf_backend *b, const float *logits, const int32_t *labels,
                                int n, int classes, float *dlogits, double *loss_sum,
                                int *correct) {
@@ -453,6 +721,19 @@ static const xf__backend_ops cpu_ops = {
     .col2im = cpu_col2im,
     .maxpool_fwd = cpu_maxpool_fwd,
     .maxpool_bwd = cpu_maxpool_bwd,
+    .avgpool_fwd = cpu_avgpool_fwd,
+    .avgpool_bwd = cpu_avgpool_bwd,
+    .act_fwd = cpu_act_fwd,
+    .act_bwd = cpu_act_bwd,
+    .softmax_fwd = cpu_softmax_fwd,
+    .softmax_bwd = cpu_softmax_bwd,
+    .norm_fwd = cpu_norm_fwd,
+    .norm_bwd = cpu_norm_bwd,
+    .mul = cpu_mul,
+    .dropout_mask = cpu_dropout_mask,
+    .embedding_fwd = cpu_embedding_fwd,
+    .embedding_bwd = cpu_embedding_bwd,
+    .embedding_sqnorm = cpu_embedding_sqnorm,
     .softmax_xent = cpu_softmax_xent,
     .sgd_step = cpu_sgd_step,
     .adam_step = cpu_adam_step,

@@ -14,17 +14,29 @@
  *    xf_backend_alloc is returned directly and does not latch.
  *  - A backend is driven by one thread at a time (any thread: each entry
  *    point makes the backend's device current first).
- *  - Element-wise ops (mul_acc, scale_rows and clip_factors included),
- *    bias_add, im2col, col2im, maxpool_fwd, sgd_step and adam_step give
- *    bit-identical results to cpu: the arithmetic is written with the
- *    round-to-nearest intrinsics (__fmul_rn, __fadd_rn, ...) that nvcc never
- *    contracts into FMA, in the cpu's evaluation order, and nothing here is
- *    built with --use_fast_math (no flush-to-zero). GEMM, the reductions and
- *    maxpool_bwd with overlapping windows differ from cpu only by summation
- *    order; docs/kernels.md gives the tolerances the tests hold them to.
- *  - Reductions (bias_grad, l2norm, row_dot, softmax_xent, scalar_loss) sum in a fixed order that
- *    depends only on the sizes, so they repeat bit for bit on one GPU model;
- *    maxpool_bwd with overlapping windows uses atomics and does not. */
+ *  - Element-wise ops (mul_acc, mul, scale_rows and clip_factors included),
+ *    bias_add, im2col, col2im, maxpool_fwd, avgpool_fwd, avgpool_bwd (a
+ *    gather in the cpu scatter's order, as col2im), the backward of tanh and
+ *    sigmoid, embedding_fwd (a copy), dropout_mask (integer hashing; the
+ *    kept value and the threshold are computed on the host as the cpu does),
+ *    sgd_step and adam_step give bit-identical results to cpu: the
+ *    arithmetic is written with the round-to-nearest intrinsics (__fmul_rn,
+ *    __fadd_rn, ...) that nvcc never contracts into FMA, in the cpu's
+ *    evaluation order, and nothing here is built with --use_fast_math (no
+ *    flush-to-zero). GEMM, the reductions and maxpool_bwd with overlapping
+ *    windows differ from cpu only by summation order; docs/kernels.md gives
+ *    the tolerances the tests hold them to.
+ *  - The other layers' ops are held to cpu within rounding: act_fwd and
+ *    gelu's backward follow the cpu's double formulas but CUDA's erf, exp
+ *    and tanh differ from glibc's (and tanh from tanhf) in the last bits;
+ *    softmax_fwd/bwd, norm_fwd/bwd and embedding_sqnorm sum in double in
+ *    block order, not the cpu's sequence; embedding_bwd adds rows that share
+ *    an id with atomics.
+ *  - Reductions (bias_grad, l2norm, row_dot, softmax_xent, scalar_loss,
+ *    softmax_fwd/bwd, norm_fwd/bwd, embedding_sqnorm) sum in a fixed order
+ *    that depends only on the sizes, so they repeat bit for bit on one GPU
+ *    model; maxpool_bwd with overlapping windows and embedding_bwd with
+ *    repeated ids use atomics and do not. */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -533,6 +545,325 @@ static __global__ void k_scalar_rows(int kind, const float *z, const float *t, i
   }
 }
 
+/* ---- the other layers' kernels ---------------------------------------------- */
+
+/* a * b rounded once and never fused with a later addition: __fmul_rn on
+ * the device; on the host (where only checks of the index arithmetic run
+ * these bodies) the plain product. */
+static __host__ __device__ float mul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+/* Input pixel `idx` of average pooling's backward as a gather: the sum of
+ * dy[o] * inv (inv = 1 / (k k) in float) over the windows o that read the
+ * pixel, visited in ascending (oy, ox) from 0.0f, the order in which the
+ * cpu's scatter adds them, so the result is bit-identical without atomics;
+ * pixels no window reads get 0. */
+static __host__ __device__ float avgpool_bwd_at(const float *dy, xf_pool_shape s, float inv,
+                                                size_t idx) {
+  size_t c = (size_t)s.c;
+  size_t ch = idx % c;
+  size_t t = idx / c;
+  int ix = (int)(t % (size_t)s.w);
+  t /= (size_t)s.w;
+  int iy = (int)(t % (size_t)s.h);
+  size_t n = t / (size_t)s.h;
+  /* Window row i = iy - oy * stride must lie in [0, k). */
+  int ylo_num = iy - s.k + 1, xlo_num = ix - s.k + 1;
+  int oy_lo = ylo_num <= 0 ? 0 : (ylo_num + s.stride - 1) / s.stride;
+  int ox_lo = xlo_num <= 0 ? 0 : (xlo_num + s.stride - 1) / s.stride;
+  int oy_hi = iy / s.stride, ox_hi = ix / s.stride;
+  if (oy_hi > s.oh - 1) oy_hi = s.oh - 1;
+  if (ox_hi > s.ow - 1) ox_hi = s.ow - 1;
+  float sum = 0.0f;
+  for (int oy = oy_lo; oy <= oy_hi; oy++) {
+    for (int ox = ox_lo; ox <= ox_hi; ox++) {
+      size_t o = ((n * (size_t)s.oh + (size_t)oy) * (size_t)s.ow + (size_t)ox) * c + ch;
+      sum += mul_rn(dy[o], inv);
+    }
+  }
+  return sum;
+}
+
+/* Output `o` of average pooling: the window summed in float in window order
+ * from 0.0f, then times inv = 1 / (k k), as on cpu: bit-identical. */
+static __host__ __device__ float avgpool_at(const float *x, xf_pool_shape s, float inv,
+                                            size_t o) {
+  size_t c = (size_t)s.c, w = (size_t)s.w;
+  size_t ch = o % c;
+  size_t t = o / c;
+  size_t ox = t % (size_t)s.ow;
+  t /= (size_t)s.ow;
+  size_t oy = t % (size_t)s.oh;
+  size_t n = t / (size_t)s.oh;
+  size_t base = n * (size_t)s.h * w * c;
+  size_t y0 = oy * (size_t)s.stride, x0 = ox * (size_t)s.stride;
+  float sum = 0.0f;
+  for (size_t i = 0; i < (size_t)s.k; i++)
+    for (size_t j = 0; j < (size_t)s.k; j++)
+      sum += x[base + ((y0 + i) * w + x0 + j) * c + ch];
+  return mul_rn(sum, inv);
+}
+
+static __global__ void k_avgpool_fwd(const float *x, xf_pool_shape s, float inv, size_t total,
+                                     float *y) {
+  XF__FOR_EACH(o, total) y[o] = avgpool_at(x, s, inv, o);
+}
+
+static __global__ void k_avgpool_bwd(const float *dy, xf_pool_shape s, float inv, size_t total,
+                                     float *dx) {
+  XF__FOR_EACH(idx, total) dx[idx] = avgpool_bwd_at(dy, s, inv, idx);
+}
+
+/* gelu and sigmoid in double as the cpu writes them (the double intrinsics
+ * keep nvcc from fusing what the C code rounds twice), tanh in double: each
+ * rounded to float once. Only the library's erf, exp and tanh differ from
+ * glibc's (and tanhf's), in the last bits. gelu's derivative is
+ * Phi(x) + x phi(x). */
+#define XF__INV_SQRT2 0.70710678118654752440
+#define XF__INV_SQRT_2PI 0.39894228040143267794
+
+static __global__ void k_act_fwd(int act, float *y, const float *x, size_t n) {
+  XF__FOR_EACH(i, n) {
+    double v = (double)x[i];
+    double r;
+    if (act == (int)XF_ACT_GELU)
+      r = __dmul_rn(__dmul_rn(0.5, v), __dadd_rn(1.0, erf(__dmul_rn(v, XF__INV_SQRT2))));
+    else if (act == (int)XF_ACT_TANH)
+      r = tanh(v);
+    else
+      r = 1.0 / (1.0 + exp(-v));
+    y[i] = (float)r;
+  }
+}
+
+/* tanh and sigmoid take the derivative from y in float, in backend.h's
+ * order (dy (1 - y y), dy (y (1 - y))), without FMA: bit-identical to cpu. */
+static __global__ void k_act_bwd(int act, float *dx, const float *dy, const float *x,
+                                 const float *y, size_t n) {
+  XF__FOR_EACH(i, n) {
+    if (act == (int)XF_ACT_GELU) {
+      double v = (double)x[i];
+      double phi = exp(__dmul_rn(__dmul_rn(-0.5, v), v));
+      double d = __dadd_rn(__dmul_rn(0.5, __dadd_rn(1.0, erf(__dmul_rn(v, XF__INV_SQRT2)))),
+                           __dmul_rn(__dmul_rn(v, XF__INV_SQRT_2PI), phi));
+      dx[i] = (float)__dmul_rn((double)dy[i], d);
+    } else if (act == (int)XF_ACT_TANH) {
+      float yi = y[i];
+      dx[i] = __fmul_rn(dy[i], __fsub_rn(1.0f, __fmul_rn(yi, yi)));
+    } else {
+      float yi = y[i];
+      dx[i] = __fmul_rn(dy[i], __fmul_rn(yi, __fsub_rn(1.0f, yi)));
+    }
+  }
+}
+
+static __global__ void k_mul(float *y, const float *u, const float *v, size_t n) {
+  XF__FOR_EACH(i, n) y[i] = __fmul_rn(u[i], v[i]);
+}
+
+/* Maximum of v over the block, valid in every thread; sh holds XF__THREADS
+ * floats. The maximum does not depend on the order. */
+static __device__ float block_max(float v, float *sh) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned half = XF__THREADS / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + half]);
+    __syncthreads();
+  }
+  float m = sh[0];
+  __syncthreads(); /* every thread has read sh[0] before sh is reused */
+  return m;
+}
+
+/* block_sum's total in every thread (its last barrier makes sh[0] final
+ * for all of them); the barrier after the read lets sh be reused. */
+static __device__ double block_sum_all(double v, double *sh) {
+  double s = block_sum(v, sh);
+  __syncthreads();
+  return s;
+}
+
+/* One block per row (grid-striding over rows): the row's maximum, the sum of
+ * exp(x - max) in double in block_sum's fixed order, and each value's
+ * exp(x - max) / sum rounded once. */
+static __global__ void k_softmax_fwd(float *y, const float *x, int rows, int cols) {
+  __shared__ double sh[XF__THREADS];
+  __shared__ float shf[XF__THREADS];
+  for (int r = (int)blockIdx.x; r < rows; r += (int)gridDim.x) {
+    const float *xr = x + (size_t)r * (size_t)cols;
+    float *yr = y + (size_t)r * (size_t)cols;
+    float m = -INFINITY;
+    for (int c = (int)threadIdx.x; c < cols; c += (int)blockDim.x) m = fmaxf(m, xr[c]);
+    m = block_max(m, shf);
+    double s = 0.0;
+    for (int c = (int)threadIdx.x; c < cols; c += (int)blockDim.x)
+      s += exp((double)xr[c] - (double)m);
+    double total = block_sum_all(s, sh);
+    for (int c = (int)threadIdx.x; c < cols; c += (int)blockDim.x)
+      yr[c] = (float)(exp((double)xr[c] - (double)m) / total);
+  }
+}
+
+/* dx = y (dy - sum of dy y), the row's sum in double; dx may be dy (each
+ * thread reads its dy before writing the same element, after the sum). */
+static __global__ void k_softmax_bwd(float *dx, const float *dy, const float *y, int rows,
+                                     int cols) {
+  __shared__ double sh[XF__THREADS];
+  for (int r = (int)blockIdx.x; r < rows; r += (int)gridDim.x) {
+    const float *dyr = dy + (size_t)r * (size_t)cols, *yr = y + (size_t)r * (size_t)cols;
+    float *dxr = dx + (size_t)r * (size_t)cols;
+    double s = 0.0;
+    for (int c = (int)threadIdx.x; c < cols; c += (int)blockDim.x)
+      s += (double)dyr[c] * (double)yr[c];
+    double dot = block_sum_all(s, sh);
+    for (int c = (int)threadIdx.x; c < cols; c += (int)blockDim.x)
+      dxr[c] = (float)((double)yr[c] * ((double)dyr[c] - dot));
+  }
+}
+
+/* Element `j` of group `g` of record `r`: positions outer, the group's
+ * channels inner, NHWC. */
+static __device__ size_t norm_index(xf_norm_shape s, int r, int g, size_t j) {
+  size_t cg = (size_t)(s.c / s.groups);
+  size_t pos = j / cg, ch = (size_t)g * cg + j % cg;
+  return ((size_t)r * (size_t)s.p + pos) * (size_t)s.c + ch;
+}
+
+/* One block per (record, group), grid-striding over them: the mean, then
+ * the biased variance about it (two passes, both in double, block_sum's
+ * order), rstd = 1 / sqrt(var + eps) in double, xhat = (x - mean) rstd
+ * rounded once, y = xhat gamma + beta without FMA. */
+static __global__ void k_norm_fwd(xf_norm_shape s, const float *x, const float *gamma,
+                                  const float *beta, float *y, float *xhat, float *rstd) {
+  __shared__ double sh[XF__THREADS];
+  const size_t m = (size_t)s.p * (size_t)(s.c / s.groups);
+  const int units = s.n * s.groups;
+  for (int u = (int)blockIdx.x; u < units; u += (int)gridDim.x) {
+    const int r = u / s.groups, g = u % s.groups;
+    double sum = 0.0;
+    for (size_t j = threadIdx.x; j < m; j += blockDim.x) sum += (double)x[norm_index(s, r, g, j)];
+    const double mean = block_sum_all(sum, sh) / (double)m;
+    double sq = 0.0;
+    for (size_t j = threadIdx.x; j < m; j += blockDim.x) {
+      double d = (double)x[norm_index(s, r, g, j)] - mean;
+      sq += d * d;
+    }
+    const double var = block_sum_all(sq, sh) / (double)m;
+    const double rs = 1.0 / sqrt(__dadd_rn(var, (double)s.eps));
+    if (threadIdx.x == 0) rstd[u] = (float)rs;
+    const size_t cg = (size_t)(s.c / s.groups);
+    for (size_t j = threadIdx.x; j < m; j += blockDim.x) {
+      size_t at = norm_index(s, r, g, j);
+      size_t ch = (size_t)g * cg + j % cg;
+      float h = (float)__dmul_rn((double)x[at] - mean, rs);
+      xhat[at] = h;
+      y[at] = __fadd_rn(__fmul_rn(h, gamma[ch]), beta[ch]);
+    }
+  }
+}
+
+/* One block per (record, group): with g = dy gamma (exact in double), the
+ * sums of g and g xhat in double, then dx = rstd (g - mean(g) - xhat
+ * mean(g xhat)) in double in the cpu's order, unfused, rounded once. */
+static __global__ void k_norm_bwd(xf_norm_shape s, const float *dy, const float *xhat,
+                                  const float *rstd, const float *gamma, float *dx) {
+  __shared__ double sh[XF__THREADS];
+  const size_t cg = (size_t)(s.c / s.groups);
+  const size_t m = (size_t)s.p * cg;
+  const int units = s.n * s.groups;
+  for (int u = (int)blockIdx.x; u < units; u += (int)gridDim.x) {
+    const int r = u / s.groups, g = u % s.groups;
+    double sg = 0.0, sgx = 0.0;
+    for (size_t j = threadIdx.x; j < m; j += blockDim.x) {
+      size_t at = norm_index(s, r, g, j);
+      double gv = (double)dy[at] * (double)gamma[(size_t)g * cg + j % cg];
+      sg += gv;
+      sgx += gv * (double)xhat[at];
+    }
+    const double mean_g = block_sum_all(sg, sh) / (double)m;
+    const double mean_gx = block_sum_all(sgx, sh) / (double)m;
+    const double rs = (double)rstd[u];
+    for (size_t j = threadIdx.x; j < m; j += blockDim.x) {
+      size_t at = norm_index(s, r, g, j);
+      double gv = (double)dy[at] * (double)gamma[(size_t)g * cg + j % cg];
+      dx[at] = (float)__dmul_rn(
+          rs, __dsub_rn(__dsub_rn(gv, mean_g), __dmul_rn((double)xhat[at], mean_gx)));
+    }
+  }
+}
+
+/* backend.h's draw: splitmix64's finalizer on seed + (i + 1) * golden, kept
+ * when the top 32 bits reach `threshold`. Integer arithmetic only, so it is
+ * the cpu's mask bit for bit. */
+static __host__ __device__ float dropout_at(size_t i, uint64_t seed, uint64_t threshold,
+                                            float keep) {
+  uint64_t z = seed + ((uint64_t)i + 1u) * 0x9E3779B97F4A7C15ull;
+  z ^= z >> 30;
+  z *= 0xBF58476D1CE4E5B9ull;
+  z ^= z >> 27;
+  z *= 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return (z >> 32) < threshold ? 0.0f : keep;
+}
+
+static __global__ void k_dropout_mask(float *mask, size_t n, uint64_t seed, uint64_t threshold,
+                                      float keep) {
+  XF__FOR_EACH(i, n) mask[i] = dropout_at(i, seed, threshold, keep);
+}
+
+/* The id a float holds; the caller has checked it is a whole number in
+ * [0, vocab). */
+static __device__ size_t embedding_id(float id) { return (size_t)id; }
+
+static __global__ void k_embedding_fwd(const float *ids, const float *table, int rows, int dim,
+                                       float *y) {
+  size_t total = (size_t)rows * (size_t)dim;
+  XF__FOR_EACH(i, total) {
+    size_t r = i / (size_t)dim, d = i % (size_t)dim;
+    y[i] = table[embedding_id(ids[r]) * (size_t)dim + d];
+  }
+}
+
+/* dtable[ids[r]] += dy[r]: rows sharing an id add with atomics, in no fixed
+ * order. */
+static __global__ void k_embedding_bwd(const float *ids, const float *dy, int rows, int dim,
+                                       float *dtable) {
+  size_t total = (size_t)rows * (size_t)dim;
+  XF__FOR_EACH(i, total) {
+    size_t r = i / (size_t)dim, d = i % (size_t)dim;
+    atomicAdd(dtable + embedding_id(ids[r]) * (size_t)dim + d, dy[i]);
+  }
+}
+
+/* One block per record (grid-striding over records): every thread takes ids
+ * a in turn and adds <dy_a, dy_b> over the b < f with the same id, in double;
+ * then block_sum's fixed order. */
+static __global__ void k_embedding_sqnorm(float *out, const float *ids, const float *dy, int n,
+                                          int f, int dim, bool accumulate) {
+  __shared__ double sh[XF__THREADS];
+  for (int r = (int)blockIdx.x; r < n; r += (int)gridDim.x) {
+    const float *idr = ids + (size_t)r * (size_t)f;
+    const float *dyr = dy + (size_t)r * (size_t)f * (size_t)dim;
+    double s = 0.0;
+    for (int a = (int)threadIdx.x; a < f; a += (int)blockDim.x) {
+      const float *va = dyr + (size_t)a * (size_t)dim;
+      for (int bb = 0; bb < f; bb++) {
+        if (idr[bb] != idr[a]) continue;
+        const float *vb = dyr + (size_t)bb * (size_t)dim;
+        for (int d = 0; d < dim; d++) s += (double)va[d] * (double)vb[d];
+      }
+    }
+    double total = block_sum(s, sh);
+    if (threadIdx.x == 0) out[r] = (float)(accumulate ? (double)out[r] + total : total);
+    __syncthreads(); /* every thread has read sh[0] before the next record reuses sh */
+  }
+}
+
 /* ---- memory and transfers ------------------------------------------------ */
 
 static xf_err cuda_alloc(xf_backend *b, size_t bytes, void **out) {
@@ -959,6 +1290,156 @@ static xf_err cuda_scalar_loss(xf_backend *b, xf_scalar_loss kind, const float *
   return XF_OK;
 }
 
+static void cuda_avgpool_fwd(xf_backend *b, const float *x, const xf_pool_shape *s, float *y) {
+  cuda_state *st = state_of(b);
+  if (!cuda_enter(st)) return;
+  size_t total = (size_t)s->n * (size_t)s->oh * (size_t)s->ow * (size_t)s->c;
+  if (total == 0) return;
+  const float inv = 1.0f / (float)(s->k * s->k); /* as cpu_avgpool_fwd computes it */
+  k_avgpool_fwd<<<grid_for(total), XF__THREADS, 0, st->stream>>>(x, *s, inv, total, y);
+  (void)launched(st, "k_avgpool_fwd");
+}
+
+static void cuda_avgpool_bwd(xf_backend *b, const float *dy, const xf_pool_shape *s,
+                             float *dx) {
+  cuda_state *st = state_of(b);
+  if (!cuda_enter(st)) return;
+  size_t total = (size_t)s->n * (size_t)s->h * (size_t)s->w * (size_t)s->c;
+  if (total == 0) return;
+  /* Every dx entry is written (zero where no window reads the pixel). */
+  const float inv = 1.0f / (float)(s->k * s->k);
+  k_avgpool_bwd<<<grid_for(total), XF__THREADS, 0, st->stream>>>(dy, *s, inv, total, dx);
+  (void)launched(st, "k_avgpool_bwd");
+}
+
+static void cuda_act_fwd(xf_backend *b, xf_act act, float *y, const float *x, size_t n) {
+  cuda_state *st = state_of(b);
+  if (!cuda_enter(st) || n == 0) return;
+  k_act_fwd<<<grid_for(n), XF__THREADS, 0, st->stream>>>((int)act, y, x, n);
+  (void)launched(st, "k_act_fwd");
+}
+
+static void cuda_act_bwd(xf_backend *b, xf_act act, float *dx, const float *dy, const float *x,
+                         const float *y, size_t n) {
+  cuda_state *st = state_of(b);
+  if (!cuda_enter(st) || n == 0) return;
+  k_act_bwd<<<grid_for(n), XF__THREADS, 0, st->stream>>>((int)act, dx, dy, x, y, n);
+  (void)launched(st, "k_act_bwd");
+}
+
+/* Rows beyond 65535 share blocks (the kernels stride over rows). */
+static unsigned row_blocks(int rows) { return rows < 65535 ? (unsigned)rows : 65535u; }
+
+static void cuda_softmax_fwd(xf_backend *b, float *y, const float *x, int rows, int cols) {
+  cuda_state *st = state_of(b);
+  if (!cuda_enter(st) || rows <= 0 || cols <= 0) return;
+  k_softmax_fwd<<<row_blocks(rows), XF__THREADS, 0, st->stream>>>(y, x, rows, cols);
+  (void)launched(st, "k_softmax_fwd");
+}
+
+static void cuda_softmax_bwd(xf_backend *b, float *dx, const float *dy, const float *y, int rows,
+                             int cols) {
+  cuda_state *st = state_of(b);
+  if (!cuda_enter(st) || rows <= 0 || cols <= 0) return;
+  k_softmax_bwd<<<row_blocks(rows), XF__THREADS, 0, st->stream>>>(dx, dy, y, rows, cols);
+  (void)launched(st, "k_softmax_bwd");
+}
+
+/* False, latched, for a shape the kernels cannot index (the model builder
+ * never makes one). */
+static bool norm_shape_ok(cuda_state *st, const xf_norm_shape *s, const char *op) {
+  if (s->n < 0 || s->p < 0 || s->c < 0 || s->groups <= 0 || s->c % s->groups != 0 ||
+      (long long)s->n * s->groups > INT32_MAX) {
+    cuda_latch(st, XF_EINVAL, "%s: bad shape n=%d p=%d c=%d groups=%d", op, s->n, s->p, s->c,
+               s->groups);
+    return false;
+  }
+  return true;
+}
+
+static void cuda_norm_fwd(xf_backend *b, const xf_norm_shape *s, const float *x,
+                          const float *gamma, const float *beta, float *y, float *xhat,
+                          float *rstd) {
+  cuda_state *st = state_of(b);
+  if (!cuda_enter(st) || !norm_shape_ok(st, s, "norm_fwd")) return;
+  if (s->n == 0 || s->p == 0 || s->c == 0) return;
+  k_norm_fwd<<<row_blocks(s->n * s->groups), XF__THREADS, 0, st->stream>>>(*s, x, gamma, beta, y,
+                                                                          xhat, rstd);
+  (void)launched(st, "k_norm_fwd");
+}
+
+static void cuda_norm_bwd(xf_backend *b, const xf_norm_shape *s, const float *dy,
+                          const float *xhat, const float *rstd, const float *gamma, float *dx) {
+  cuda_state *st = state_of(b);
+  if (!cuda_enter(st) || !norm_shape_ok(st, s, "norm_bwd")) return;
+  if (s->n == 0 || s->p == 0 || s->c == 0) return;
+  k_norm_bwd<<<row_blocks(s->n * s->groups), XF__THREADS, 0, st->stream>>>(*s, dy, xhat, rstd,
+                                                                          gamma, dx);
+  (void)launched(st, "k_norm_bwd");
+}
+
+static void cuda_mul(xf_backend *b, float *y, const float *u, const float *v, size_t n) {
+  cuda_state *st = state_of(b);
+  if (!cuda_enter(st) || n == 0) return;
+  k_mul<<<grid_for(n), XF__THREADS, 0, st->stream>>>(y, u, v, n);
+  (void)launched(st, "k_mul");
+}
+
+/* The threshold and the kept value are computed here, on the host, as
+ * backend.h gives them, so the kernel only hashes. */
+static void cuda_dropout_mask(xf_backend *b, float *mask, size_t n, float rate, uint64_t seed) {
+  cuda_state *st = state_of(b);
+  if (!cuda_enter(st) || n == 0) return;
+  if (!(rate >= 0.0f && rate < 1.0f)) {
+    cuda_latch(st, XF_EINVAL, "dropout_mask: rate %g is outside [0, 1)", (double)rate);
+    return;
+  }
+  const uint64_t threshold = (uint64_t)((double)rate * 4294967296.0);
+  const float keep = 1.0f / (1.0f - rate);
+  k_dropout_mask<<<grid_for(n), XF__THREADS, 0, st->stream>>>(mask, n, seed, threshold, keep);
+  (void)launched(st, "k_dropout_mask");
+}
+
+static void cuda_embedding_fwd(xf_backend *b, const float *ids, const float *table, int rows,
+                               int dim, float *y) {
+  cuda_state *st = state_of(b);
+  if (!cuda_enter(st) || rows <= 0 || dim <= 0) return;
+  k_embedding_fwd<<<grid_for((size_t)rows * (size_t)dim), XF__THREADS, 0, st->stream>>>(
+      ids, table, rows, dim, y);
+  (void)launched(st, "k_embedding_fwd");
+}
+
+static void cuda_embedding_bwd(xf_backend *b, const float *ids, const float *dy, int rows,
+                               int dim, int vocab, float beta, float *dtable) {
+  cuda_state *st = state_of(b);
+  if (!cuda_enter(st) || dim <= 0 || vocab <= 0) return;
+  if (beta == 0.0f &&
+      !cuda_ok(st,
+               cudaMemsetAsync(dtable, 0, sizeof(float) * (size_t)vocab * (size_t)dim,
+                               st->stream),
+               "cudaMemsetAsync (embedding_bwd)"))
+    return;
+  if (rows <= 0) return;
+  k_embedding_bwd<<<grid_for((size_t)rows * (size_t)dim), XF__THREADS, 0, st->stream>>>(
+      ids, dy, rows, dim, dtable);
+  (void)launched(st, "k_embedding_bwd");
+}
+
+static void cuda_embedding_sqnorm(xf_backend *b, float *out, const float *ids, const float *dy,
+                                  int n, int f, int dim, bool accumulate) {
+  cuda_state *st = state_of(b);
+  if (!cuda_enter(st) || n <= 0) return;
+  if (f <= 0 || dim <= 0) { /* a sum of nothing */
+    if (!accumulate)
+      (void)cuda_ok(st, cudaMemsetAsync(out, 0, sizeof(float) * (size_t)n, st->stream),
+                    "cudaMemsetAsync (embedding_sqnorm)");
+    return;
+  }
+  k_embedding_sqnorm<<<row_blocks(n), XF__THREADS, 0, st->stream>>>(out, ids, dy, n, f, dim,
+                                                                   accumulate);
+  (void)launched(st, "k_embedding_sqnorm");
+}
+
 /* ---- open and close ------------------------------------------------------- */
 
 /* Releases whatever cuda_open created, in reverse order; NULL-safe. */
@@ -1006,6 +1487,19 @@ static const xf__backend_ops cuda_ops = {
     .col2im = cuda_col2im,
     .maxpool_fwd = cuda_maxpool_fwd,
     .maxpool_bwd = cuda_maxpool_bwd,
+    .avgpool_fwd = cuda_avgpool_fwd,
+    .avgpool_bwd = cuda_avgpool_bwd,
+    .act_fwd = cuda_act_fwd,
+    .act_bwd = cuda_act_bwd,
+    .softmax_fwd = cuda_softmax_fwd,
+    .softmax_bwd = cuda_softmax_bwd,
+    .norm_fwd = cuda_norm_fwd,
+    .norm_bwd = cuda_norm_bwd,
+    .mul = cuda_mul,
+    .dropout_mask = cuda_dropout_mask,
+    .embedding_fwd = cuda_embedding_fwd,
+    .embedding_bwd = cuda_embedding_bwd,
+    .embedding_sqnorm = cuda_embedding_sqnorm,
     .softmax_xent = cuda_softmax_xent,
     .sgd_step = cuda_sgd_step,
     .adam_step = cuda_adam_step,

@@ -47,6 +47,26 @@ typedef struct xf__backend_ops {
                       int32_t *argmax);
   void (*maxpool_bwd)(xf_backend *b, const float *dy, const int32_t *argmax,
                       const xf_pool_shape *s, float *dx);
+  void (*avgpool_fwd)(xf_backend *b, const float *x, const xf_pool_shape *s, float *y);
+  void (*avgpool_bwd)(xf_backend *b, const float *dy, const xf_pool_shape *s, float *dx);
+  void (*act_fwd)(xf_backend *b, xf_act act, float *y, const float *x, size_t n);
+  void (*act_bwd)(xf_backend *b, xf_act act, float *dx, const float *dy, const float *x,
+                  const float *y, size_t n);
+  void (*softmax_fwd)(xf_backend *b, float *y, const float *x, int rows, int cols);
+  void (*softmax_bwd)(xf_backend *b, float *dx, const float *dy, const float *y, int rows,
+                      int cols);
+  void (*norm_fwd)(xf_backend *b, const xf_norm_shape *s, const float *x, const float *gamma,
+                   const float *beta, float *y, float *xhat, float *rstd);
+  void (*norm_bwd)(xf_backend *b, const xf_norm_shape *s, const float *dy, const float *xhat,
+                   const float *rstd, const float *gamma, float *dx);
+  void (*mul)(xf_backend *b, float *y, const float *u, const float *v, size_t n);
+  void (*dropout_mask)(xf_backend *b, float *mask, size_t n, float rate, uint64_t seed);
+  void (*embedding_fwd)(xf_backend *b, const float *ids, const float *table, int rows, int dim,
+                        float *y);
+  void (*embedding_bwd)(xf_backend *b, const float *ids, const float *dy, int rows, int dim,
+                        int vocab, float beta, float *dtable);
+  void (*embedding_sqnorm)(xf_backend *b, float *out, const float *ids, const float *dy, int n,
+                           int f, int dim, bool accumulate);
   xf_err (*softmax_xent)(xf_backend *b, const float *logits, const int32_t *labels, int n,
                          int classes, float *dlogits, double *loss_sum, int *correct);
   void (*sgd_step)(xf_backend *b, float *w, const float *g, float *v, const float *w_ref,
@@ -86,7 +106,7 @@ xf_err xf__cpu_open(xf_backend *b, const xf_backend_options *opt, xf_errctx *err
 
 /* Raised whenever this table, xf__backend_ops or struct xf_backend changes
  * shape; a module built for another value refuses to open. */
-#define XF__BACKEND_ABI 2
+#define XF__BACKEND_ABI 3
 #define XF__CUDA_MODULE "libxfed-cuda.so"
 #define XF__CUDA_ENTRY "xf_cuda_backend_open"
 

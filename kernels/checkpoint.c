@@ -23,7 +23,39 @@
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "the model format stores float32 little-endian; add byte swapping for this host");
 
-static const char *const kind_names[] = {"dense", "conv", "relu", "maxpool"};
+static const char *const kind_names[XF_LAYER_KINDS] = {
+    [XF_LAYER_DENSE] = "dense",         [XF_LAYER_CONV] = "conv",
+    [XF_LAYER_RELU] = "relu",           [XF_LAYER_MAXPOOL] = "maxpool",
+    [XF_LAYER_AVGPOOL] = "avgpool",     [XF_LAYER_DROPOUT] = "dropout",
+    [XF_LAYER_LAYERNORM] = "layernorm", [XF_LAYER_GROUPNORM] = "groupnorm",
+    [XF_LAYER_EMBEDDING] = "embedding", [XF_LAYER_GELU] = "gelu",
+    [XF_LAYER_TANH] = "tanh",           [XF_LAYER_SIGMOID] = "sigmoid",
+    [XF_LAYER_SOFTMAX] = "softmax",     [XF_LAYER_ADD] = "add"};
+
+const char *xf_layer_kind_name(xf_layer_kind k) {
+  return (unsigned)k < XF_LAYER_KINDS ? kind_names[k] : NULL;
+}
+
+int xf_layer_tensor_dims(const xf_layer *l, bool bias, int64_t dims[4]) {
+  if (bias) {
+    dims[0] = (int64_t)l->bias_count;
+    return 1;
+  }
+  switch (l->kind) {
+  case XF_LAYER_CONV:
+    dims[0] = l->out_c, dims[1] = l->kernel, dims[2] = l->kernel, dims[3] = l->in_c;
+    return 4;
+  case XF_LAYER_DENSE:
+    dims[0] = l->out_c, dims[1] = (int64_t)(l->weight_count / (size_t)l->out_c);
+    return 2;
+  case XF_LAYER_EMBEDDING:
+    dims[0] = l->vocab, dims[1] = l->out_c;
+    return 2;
+  default: /* the norms' gamma, one per channel */
+    dims[0] = (int64_t)l->weight_count;
+    return 1;
+  }
+}
 
 void xf_params_digest(const float *params, size_t n, xf_digest *out) {
   xf_digest_buf(params, n * sizeof(float), out);
@@ -34,7 +66,9 @@ static const char *dtype_name(xf_checkpoint_dtype t) {
                                                                          : "float32-le";
 }
 
-/* The declared layer list in the job spec's spelling, every field filled. */
+/* The declared layer list in the job spec's spelling, every field the kind
+ * uses filled in (and no other, so the files of a list of the first kinds
+ * keep their bytes). */
 static json_t *declared_json(const xf_model *m) {
   int n = 0;
   const xf_layer_decl *d = xf_model_decls(m, &n);
@@ -43,14 +77,28 @@ static json_t *declared_json(const xf_model *m) {
     json_t *o = json_pack("{s:s}", "kind", xf_layer_decl_name(d[i].kind));
     if (!o || json_array_append_new(a, o)) goto oom;
     int bad = 0;
-    if (d[i].kind == XF_DECL_DENSE) bad |= json_object_set_new(o, "units", json_integer(d[i].units));
-    if (d[i].kind == XF_DECL_CONV2D) {
+    switch (d[i].kind) {
+    case XF_DECL_DENSE: bad |= json_object_set_new(o, "units", json_integer(d[i].units)); break;
+    case XF_DECL_CONV2D:
       bad |= json_object_set_new(o, "filters", json_integer(d[i].filters));
       bad |= json_object_set_new(o, "padding", json_integer(d[i].padding));
-    }
-    if (d[i].kind == XF_DECL_CONV2D || d[i].kind == XF_DECL_MAXPOOL2D) {
       bad |= json_object_set_new(o, "kernel", json_integer(d[i].kernel));
       bad |= json_object_set_new(o, "stride", json_integer(d[i].stride));
+      break;
+    case XF_DECL_MAXPOOL2D:
+    case XF_DECL_AVGPOOL2D:
+      bad |= json_object_set_new(o, "kernel", json_integer(d[i].kernel));
+      bad |= json_object_set_new(o, "stride", json_integer(d[i].stride));
+      break;
+    /* jansson writes a real with 17 digits, so the float reads back exactly. */
+    case XF_DECL_DROPOUT: bad |= json_object_set_new(o, "rate", json_real(d[i].rate)); break;
+    case XF_DECL_GROUPNORM: bad |= json_object_set_new(o, "groups", json_integer(d[i].groups)); break;
+    case XF_DECL_EMBEDDING:
+      bad |= json_object_set_new(o, "vocab", json_integer(d[i].vocab));
+      bad |= json_object_set_new(o, "dim", json_integer(d[i].dim));
+      break;
+    case XF_DECL_ADD: bad |= json_object_set_new(o, "from", json_integer(d[i].from)); break;
+    default: break;
     }
     if (bad) goto oom;
   }
@@ -60,7 +108,8 @@ oom:
   return NULL;
 }
 
-/* Reads the "declared" list back; xf_model_create checks what it says. */
+/* Reads the "declared" list back; xf_model_create checks what it says. The
+ * bounds here only keep each value an int the builder can judge. */
 static xf_err declared_from_header(json_t *h, const char *where, xf_model_spec *s,
                                    xf_errctx *err) {
   json_t *a = json_object_get(h, "declared");
@@ -68,7 +117,6 @@ static xf_err declared_from_header(json_t *h, const char *where, xf_model_spec *
   if (!json_is_array(a) || n < 1 || n > XF_MODEL_MAX_LAYERS)
     return xf_fail(err, XF_EFORMAT, "%s: \"declared\" must list 1 to %d layers", where,
                    XF_MODEL_MAX_LAYERS);
-  static const char *const fields[] = {"units", "filters", "kernel", "stride", "padding"};
   for (size_t i = 0; i < n; i++) {
     json_t *o = json_array_get(a, i);
     xf_layer_decl *d = &s->layers[i];
@@ -76,14 +124,33 @@ static xf_err declared_from_header(json_t *h, const char *where, xf_model_spec *
     if (!json_is_object(o) ||
         xf_layer_decl_from_name(json_string_value(json_object_get(o, "kind")), &d->kind))
       return xf_fail(err, XF_EFORMAT, "%s: declared[%zu] has no known \"kind\"", where, i);
-    int *slot[] = {&d->units, &d->filters, &d->kernel, &d->stride, &d->padding};
+    const struct {
+      const char *name;
+      int *slot;
+      int lo, hi;
+    } fields[] = {
+        {"units", &d->units, 0, 65536},       {"filters", &d->filters, 0, 65536},
+        {"kernel", &d->kernel, 0, 65536},     {"stride", &d->stride, 0, 65536},
+        {"padding", &d->padding, 0, 65536},   {"groups", &d->groups, 0, XF_DECL_GROUPS_MAX},
+        {"vocab", &d->vocab, 0, XF_DECL_VOCAB_MAX}, {"dim", &d->dim, 0, XF_DECL_DIM_MAX},
+        {"from", &d->from, -1, XF_MODEL_MAX_LAYERS - 1},
+    };
     for (size_t f = 0; f < sizeof(fields) / sizeof(fields[0]); f++) {
-      json_t *v = json_object_get(o, fields[f]);
+      json_t *v = json_object_get(o, fields[f].name);
       if (!v) continue;
-      if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 65536)
-        return xf_fail(err, XF_EFORMAT, "%s: declared[%zu].%s is not 0..65536", where, i,
-                       fields[f]);
-      *slot[f] = (int)json_integer_value(v);
+      if (!json_is_integer(v) || json_integer_value(v) < fields[f].lo ||
+          json_integer_value(v) > fields[f].hi)
+        return xf_fail(err, XF_EFORMAT, "%s: declared[%zu].%s is not an integer %d..%d", where,
+                       i, fields[f].name, fields[f].lo, fields[f].hi);
+      *fields[f].slot = (int)json_integer_value(v);
+    }
+    json_t *rate = json_object_get(o, "rate");
+    if (rate) {
+      double r = json_number_value(rate);
+      if (!json_is_number(rate) || !(r >= 0 && r < 1))
+        return xf_fail(err, XF_EFORMAT, "%s: declared[%zu].rate is not a number in [0, 1)",
+                       where, i);
+      d->rate = (float)r;
     }
   }
   s->n_layers = (int)n;

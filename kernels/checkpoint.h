@@ -20,6 +20,7 @@
 #ifndef XF_KERNELS_CHECKPOINT_H
 #define XF_KERNELS_CHECKPOINT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,6 +28,18 @@
 #include "crypto/digest.h"
 #include "kernels/model.h"
 #include "storage/blob.h"
+
+/* The name a layer table row's kind goes by in model files, .npy sidecars
+ * and trainer tasks ("dense", "conv", "relu", "maxpool", "avgpool",
+ * "dropout", "layernorm", "groupnorm", "embedding", "gelu", "tanh",
+ * "sigmoid", "softmax", "add"); NULL for another value. */
+const char *xf_layer_kind_name(xf_layer_kind k);
+
+/* The shape of l's weight (bias false) or bias in xfed's layout, as model
+ * files' readers, .npy sidecars and trainer tasks describe it: dense
+ * [out, in], conv [out, kh, kw, in], embedding [vocab, dim], a norm's gamma
+ * [channels], a bias [out]. Writes dims[0..rank) and returns the rank. */
+int xf_layer_tensor_dims(const xf_layer *l, bool bias, int64_t dims[4]);
 
 /* BLAKE2b-256 of n float32 parameters as little-endian bytes. */
 void xf_params_digest(const float *params, size_t n, xf_digest *out);

@@ -4,6 +4,7 @@
  * named tensors, or a .npy vector. */
 #include "kernels/export.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -120,8 +121,30 @@ xf_err xf_export_tensors(const xf_model *m, const float *params, xf_export_tenso
         conv_weight(l, params + l->weight_offset, w->data, false);
       break;
     }
+    case XF_LAYER_LAYERNORM:
+    case XF_LAYER_GROUPNORM: {
+      /* gamma[c] then beta[c], PyTorch's LayerNorm and GroupNorm tensors */
+      const int64_t wd[1] = {l->out_c};
+      if ((w = tensor_new(t, &k, l, "weight", 1, wd)))
+        memcpy(w->data, params + l->weight_offset, l->weight_count * sizeof(float));
+      break;
+    }
+    case XF_LAYER_EMBEDDING: {
+      /* [vocab, dim] row-major in both layouts, PyTorch's Embedding.weight */
+      const int64_t wd[2] = {l->vocab, l->out_c};
+      if ((w = tensor_new(t, &k, l, "weight", 2, wd)))
+        memcpy(w->data, params + l->weight_offset, l->weight_count * sizeof(float));
+      break;
+    }
     case XF_LAYER_RELU:
     case XF_LAYER_MAXPOOL:
+    case XF_LAYER_AVGPOOL:
+    case XF_LAYER_DROPOUT:
+    case XF_LAYER_GELU:
+    case XF_LAYER_TANH:
+    case XF_LAYER_SIGMOID:
+    case XF_LAYER_SOFTMAX:
+    case XF_LAYER_ADD:
       continue; /* no parameters */
     default:
       xf_export_tensors_free(t, k);
@@ -129,9 +152,9 @@ xf_err xf_export_tensors(const xf_model *m, const float *params, xf_export_tenso
                      (int)l->kind);
     }
     const int64_t bd[1] = {(int64_t)l->bias_count};
-    if (w && (b = tensor_new(t, &k, l, "bias", 1, bd)))
+    if (w && l->bias_count && (b = tensor_new(t, &k, l, "bias", 1, bd)))
       memcpy(b->data, params + l->bias_offset, l->bias_count * sizeof(float));
-    if (!w || !b) {
+    if (!w || (l->bias_count && !b)) {
       xf_export_tensors_free(t, k);
       return xf_fail(err, XF_ENOMEM, "cannot allocate the tensors of layer %s", l->name);
     }
@@ -155,12 +178,17 @@ static void store_f32le(uint8_t *dst, const float *src, size_t n) {
 
 /* ---- ONNX ------------------------------------------------------------------ */
 
-/* Room for the whole graph: one node per layer, a Flatten before the first
- * dense layer and the Softmax need XF_MODEL_MAX_LAYERS + 2; per node at most
- * three attributes of up to four ints. */
-#define MAX_NODES (2 * XF_MODEL_MAX_LAYERS + 1)
+/* Room for the whole graph. A layer takes at most XF__LAYER_NODES nodes (a
+ * groupnorm on an image: four constants and thirteen operators; opset 13 has
+ * no normalization, GELU or affine operator to do it in one), and the
+ * Softmax of the logits one more; per node at most three attributes of up
+ * to four ints. */
+#define XF__LAYER_NODES 17
+#define MAX_NODES (XF__LAYER_NODES * XF_MODEL_MAX_LAYERS + 1)
 #define MAX_ATTRS 3
 #define MAX_INITS (2 * XF_MODEL_MAX_LAYERS)
+/* The largest Constant a graph holds: a Reshape's four int64 dimensions. */
+#define MAX_CONST_BYTES 32
 
 typedef struct onnx_node {
   Onnx__NodeProto node;
@@ -170,6 +198,9 @@ typedef struct onnx_node {
   Onnx__AttributeProto attr[MAX_ATTRS];
   Onnx__AttributeProto *attr_ptr[MAX_ATTRS];
   int64_t ints[MAX_ATTRS][4];
+  Onnx__TensorProto value; /* a Constant's */
+  int64_t value_dims[1];
+  uint8_t value_bytes[MAX_CONST_BYTES];
 } onnx_node;
 
 /* A graph input or output: float32 of shape [N, dims...] with N symbolic. */
@@ -250,6 +281,76 @@ static void add_ints(onnx_node *n, const char *name, const int64_t *v, size_t co
   a->n_ints = count;
 }
 
+/* A node reading a (and b, when not NULL) instead of the previous node's
+ * output; a and b point at the producing node's out (or name "input"), so
+ * renaming that output renames the inputs that read it. */
+static onnx_node *add_op(onnx_graph *g, const char *op, const char *name, const char *a,
+                         const char *b) {
+  onnx_node *n = add_node(g, op, name);
+  n->inputs[0] = (char *)a;
+  if (b) {
+    n->inputs[1] = (char *)b;
+    n->node.n_input = 2;
+  }
+  return n;
+}
+
+/* A Constant node holding a rank-1 tensor of count values (float32 from f,
+ * or int64 from i when f is NULL), little-endian in raw_data. Returns its
+ * output's name. */
+static const char *add_const(onnx_graph *g, const char *name, const float *f, const int64_t *i,
+                             size_t count) {
+  onnx_node *n = add_node(g, "Constant", name);
+  n->node.n_input = 0;
+  Onnx__TensorProto *t = &n->value;
+  onnx__tensor_proto__init(t);
+  n->value_dims[0] = (int64_t)count;
+  t->dims = n->value_dims;
+  t->n_dims = 1;
+  t->has_data_type = 1;
+  t->data_type = f ? ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT : ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+  if (f) {
+    store_f32le(n->value_bytes, f, count);
+  } else {
+    for (size_t k = 0; k < count; k++)
+      for (int byte = 0; byte < 8; byte++)
+        n->value_bytes[8 * k + (size_t)byte] = (uint8_t)((uint64_t)i[k] >> (8 * byte));
+  }
+  t->has_raw_data = 1;
+  t->raw_data.data = n->value_bytes;
+  t->raw_data.len = count * (f ? sizeof(float) : sizeof(int64_t));
+  Onnx__AttributeProto *a = add_attr(n, "value");
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR;
+  a->t = t;
+  return n->out;
+}
+
+static const char *add_const_f(onnx_graph *g, const char *layer, const char *what, float v) {
+  char name[40];
+  snprintf(name, sizeof(name), "%s.%s", layer, what);
+  return add_const(g, name, &v, NULL, 1);
+}
+
+static const char *add_const_i(onnx_graph *g, const char *layer, const char *what,
+                               const int64_t *v, size_t count) {
+  char name[40];
+  snprintf(name, sizeof(name), "%s.%s", layer, what);
+  return add_const(g, name, NULL, v, count);
+}
+
+/* The node "<layer>.<what>" of operator op on a (and b). */
+static onnx_node *step_node(onnx_graph *g, const char *op, const char *layer, const char *what,
+                            const char *a, const char *b) {
+  char name[40];
+  snprintf(name, sizeof(name), "%s.%s", layer, what);
+  return add_op(g, op, name, a, b);
+}
+
+static const char *step(onnx_graph *g, const char *op, const char *layer, const char *what,
+                        const char *a, const char *b) {
+  return step_node(g, op, layer, what, a, b)->out;
+}
+
 static xf_err add_init(onnx_graph *g, const xf_export_tensor *t, xf_errctx *err) {
   int k = g->n_inits++;
   Onnx__TensorProto *p = &g->inits[k];
@@ -298,34 +399,109 @@ static void value_info(onnx_value *v, const char *name, const int64_t *dims, int
   v->shape.n_dim = (size_t)rank;
 }
 
+/* (t - mean) / sqrt(var + eps) over axis of t, with the biased variance
+ * (XF_NORM_EPS, as kernels/backend.h's xf_k_norm_fwd). */
+static const char *standardize(onnx_graph *g, const char *layer, const char *t, int64_t axis) {
+  const char *eps = add_const_f(g, layer, "eps", XF_NORM_EPS);
+  onnx_node *mean = step_node(g, "ReduceMean", layer, "mean", t, NULL);
+  add_ints(mean, "axes", &axis, 1);
+  add_int(mean, "keepdims", 1);
+  const char *d = step(g, "Sub", layer, "centered", t, mean->out);
+  const char *sq = step(g, "Mul", layer, "squared", d, d);
+  onnx_node *var = step_node(g, "ReduceMean", layer, "var", sq, NULL);
+  add_ints(var, "axes", &axis, 1);
+  add_int(var, "keepdims", 1);
+  const char *ve = step(g, "Add", layer, "var_eps", var->out, eps);
+  const char *sd = step(g, "Sqrt", layer, "std", ve, NULL);
+  return step(g, "Div", layer, "normalized", d, sd);
+}
+
+/* y * gamma + beta per channel; on an image ([N, C, H, W]) gamma and beta
+ * ([C]) are unsqueezed to [C, 1, 1] to broadcast over the positions. */
+static const char *affine(onnx_graph *g, const xf_layer *l, const char *y, const char *gamma,
+                          const char *beta, bool spatial) {
+  if (spatial) {
+    const int64_t axes[2] = {1, 2};
+    const char *ax = add_const_i(g, l->name, "axes", axes, 2);
+    gamma = step(g, "Unsqueeze", l->name, "gamma", gamma, ax);
+    beta = step(g, "Unsqueeze", l->name, "beta", beta, ax);
+  }
+  const char *scaled = step(g, "Mul", l->name, "scaled", y, gamma);
+  return add_op(g, "Add", l->name, scaled, beta)->out;
+}
+
+/* 0.5 * t * (1 + erf(t / sqrt 2)): GELU exact, as PyTorch's default. */
+static const char *gelu(onnx_graph *g, const xf_layer *l, const char *t) {
+  const char *rsqrt2 = add_const_f(g, l->name, "rsqrt2", (float)M_SQRT1_2);
+  const char *one = add_const_f(g, l->name, "one", 1.0f);
+  const char *half = add_const_f(g, l->name, "half", 0.5f);
+  const char *scaled = step(g, "Mul", l->name, "scaled", t, rsqrt2);
+  const char *e = step(g, "Erf", l->name, "erf", scaled, NULL);
+  const char *cdf2 = step(g, "Add", l->name, "cdf2", e, one);
+  const char *gate = step(g, "Mul", l->name, "gated", t, cdf2);
+  return add_op(g, "Mul", l->name, gate, half)->out;
+}
+
+/* The ids of the NCHW input taken in xfed's NHWC order (Transpose,
+ * Flatten), cast to int64 and looked up in the table: [N, ids, dim], then
+ * laid out as the image [N, dim, 1, ids] that xfed's 1 x ids x dim
+ * output is in NCHW. */
+static const char *embedding(onnx_graph *g, const xf_layer *l, const char *table) {
+  const int64_t h_axis[1] = {2};
+  const char *axis = add_const_i(g, l->name, "h_axis", h_axis, 1);
+  onnx_node *nhwc = step_node(g, "Transpose", l->name, "nhwc", "input", NULL);
+  const int64_t to_nhwc[4] = {0, 2, 3, 1};
+  add_ints(nhwc, "perm", to_nhwc, 4);
+  onnx_node *flat = step_node(g, "Flatten", l->name, "ids", nhwc->out, NULL);
+  add_int(flat, "axis", 1);
+  onnx_node *cast = step_node(g, "Cast", l->name, "ids64", flat->out, NULL);
+  add_int(cast, "to", ONNX__TENSOR_PROTO__DATA_TYPE__INT64);
+  const char *rows = step(g, "Gather", l->name, "rows", table, cast->out);
+  onnx_node *cw = step_node(g, "Transpose", l->name, "cw", rows, NULL);
+  const int64_t to_cw[3] = {0, 2, 1};
+  add_ints(cw, "perm", to_cw, 3);
+  return add_op(g, "Unsqueeze", l->name, cw->out, axis)->out;
+}
+
 /* Walks the layer table into nodes. The value between nodes is NCHW until a
  * dense layer needs it flat: a Flatten goes before the first dense layer
- * (its weight's columns are in NCHW order, see dense_weight). tensors are
- * xf_export_tensors' output, two per parameter layer in table order. */
+ * (its weight's columns are in NCHW order, see dense_weight); after it the
+ * value is [N, features], which is xfed's 1 x 1 x features. tensors are
+ * xf_export_tensors' output, a weight and (where the layer has one) a bias
+ * per parameter layer in table order. */
 static xf_err build_nodes(onnx_graph *g, const xf_model *m, const xf_export_tensor *tensors,
                           xf_errctx *err) {
   bool spatial = true;
   int next_tensor = 0;
+  const char *x = "input";
+  /* Each table row's output and whether it is an image, for add's src. */
+  const char *row_out[XF_MODEL_MAX_LAYERS];
+  bool row_spatial[XF_MODEL_MAX_LAYERS];
   for (int i = 0; i < xf_model_num_layers(m); i++) {
     const xf_layer *l = xf_model_layer(m, i);
+    const char *weight = l->weight_count ? tensors[next_tensor++].name : NULL;
+    const char *bias = l->bias_count ? tensors[next_tensor++].name : NULL;
     onnx_node *n = NULL;
     switch (l->kind) {
     case XF_LAYER_DENSE: {
       if (spatial) {
-        char name[40];
-        snprintf(name, sizeof(name), "%s.flatten", l->name);
-        onnx_node *f = add_node(g, "Flatten", name);
+        onnx_node *f = step_node(g, "Flatten", l->name, "flatten", x, NULL);
         add_int(f, "axis", 1);
+        x = f->out;
         spatial = false;
       }
-      n = add_node(g, "Gemm", l->name);
+      n = add_op(g, "Gemm", l->name, x, weight);
+      n->inputs[2] = (char *)bias;
+      n->node.n_input = 3;
       add_int(n, "transB", 1); /* B is [out, in], xfed's and PyTorch's orientation */
       break;
     }
     case XF_LAYER_CONV: {
       XF_ENSURE(spatial, err, XF_EUNSUPPORTED,
                 "layer %s: a conv layer after a dense one has no image to read", l->name);
-      n = add_node(g, "Conv", l->name);
+      n = add_op(g, "Conv", l->name, x, weight);
+      n->inputs[2] = (char *)bias;
+      n->node.n_input = 3;
       const int64_t k[2] = {l->kernel, l->kernel}, s[2] = {l->stride, l->stride},
                     p[4] = {l->pad, l->pad, l->pad, l->pad};
       add_ints(n, "kernel_shape", k, 2);
@@ -333,27 +509,68 @@ static xf_err build_nodes(onnx_graph *g, const xf_model *m, const xf_export_tens
       add_ints(n, "pads", p, 4);
       break;
     }
-    case XF_LAYER_MAXPOOL: {
+    case XF_LAYER_MAXPOOL:
+    case XF_LAYER_AVGPOOL: {
       XF_ENSURE(spatial, err, XF_EUNSUPPORTED,
                 "layer %s: a pooling layer after a dense one has no image to read", l->name);
-      n = add_node(g, "MaxPool", l->name);
+      /* No padding, so AveragePool's count_include_pad does not matter. */
+      n = add_op(g, l->kind == XF_LAYER_MAXPOOL ? "MaxPool" : "AveragePool", l->name, x, NULL);
       const int64_t k[2] = {l->kernel, l->kernel}, s[2] = {l->stride, l->stride};
       add_ints(n, "kernel_shape", k, 2);
       add_ints(n, "strides", s, 2);
       break;
     }
-    case XF_LAYER_RELU:
-      n = add_node(g, "Relu", l->name);
+    case XF_LAYER_RELU: n = add_op(g, "Relu", l->name, x, NULL); break;
+    case XF_LAYER_TANH: n = add_op(g, "Tanh", l->name, x, NULL); break;
+    case XF_LAYER_SIGMOID: n = add_op(g, "Sigmoid", l->name, x, NULL); break;
+    /* Dropout without a ratio input or training_mode is the identity that
+     * inference is. */
+    case XF_LAYER_DROPOUT: n = add_op(g, "Dropout", l->name, x, NULL); break;
+    case XF_LAYER_SOFTMAX:
+      /* Opset 13's Softmax normalizes one axis: the channels of [N, C, H, W]
+       * at each position, or the features of [N, F]. */
+      n = add_op(g, "Softmax", l->name, x, NULL);
+      add_int(n, "axis", 1);
       break;
+    case XF_LAYER_GELU: gelu(g, l, x); break;
+    case XF_LAYER_LAYERNORM:
+      affine(g, l, standardize(g, l->name, x, 1), weight, bias, spatial);
+      break;
+    case XF_LAYER_GROUPNORM: {
+      /* [N, groups, C/groups x positions]: each group's contiguous channels
+       * at every position, standardized together, then the shape back. */
+      const int64_t grouped[3] = {0, l->groups, -1};
+      const int64_t image[4] = {0, l->out_c, l->out_h, l->out_w};
+      const char *gs = add_const_i(g, l->name, "grouped", grouped, 3);
+      const char *bs = add_const_i(g, l->name, "shape", image, spatial ? 4 : 2);
+      const char *y = standardize(g, l->name, step(g, "Reshape", l->name, "groups", x, gs), 2);
+      affine(g, l, step(g, "Reshape", l->name, "ungrouped", y, bs), weight, bias, spatial);
+      break;
+    }
+    case XF_LAYER_EMBEDDING:
+      XF_ENSURE(i == 0, err, XF_EUNSUPPORTED,
+                "layer %s: an embedding layer reads the model's input, so it must be first",
+                l->name);
+      embedding(g, l, weight);
+      break;
+    case XF_LAYER_ADD: {
+      const char *other = l->src < 0 ? "input" : row_out[l->src];
+      /* A 1 x 1 x C image added to [N, C] features reads as [N, C]. */
+      if (!spatial && (l->src < 0 || row_spatial[l->src])) {
+        onnx_node *f = step_node(g, "Flatten", l->name, "flatten", other, NULL);
+        add_int(f, "axis", 1);
+        other = f->out;
+      }
+      n = add_op(g, "Add", l->name, x, other);
+      break;
+    }
     default:
       return xf_fail(err, XF_EUNSUPPORTED, "layer %s: kind %d has no ONNX mapping", l->name,
                      (int)l->kind);
     }
-    if (l->weight_count) {
-      n->inputs[1] = (char *)tensors[next_tensor++].name;
-      n->inputs[2] = (char *)tensors[next_tensor++].name;
-      n->node.n_input = 3;
-    }
+    x = g->nodes[g->n_nodes - 1].out;
+    row_out[i] = x;
+    row_spatial[i] = spatial;
   }
   XF_ENSURE(!spatial, err, XF_EUNSUPPORTED,
             "the model ends in an image, not in class scores: it has no dense output layer");
@@ -462,6 +679,17 @@ static bool same_attr(const Onnx__AttributeProto *a, const Onnx__AttributeProto 
     return false;
   if (a->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT)
     return a->has_i == b->has_i && a->i == b->i;
+  if (a->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR) {
+    /* A Constant's value, which xfed writes as raw_data. */
+    const Onnx__TensorProto *x = a->t, *y = b->t;
+    if (!x || !y || x->data_type != y->data_type || x->n_dims != y->n_dims ||
+        x->raw_data.len != y->raw_data.len || y->n_float_data || y->n_int64_data ||
+        y->n_external_data)
+      return false;
+    for (size_t k = 0; k < x->n_dims; k++)
+      if (x->dims[k] != y->dims[k]) return false;
+    return x->raw_data.len == 0 || memcmp(x->raw_data.data, y->raw_data.data, x->raw_data.len) == 0;
+  }
   return a->n_ints == b->n_ints &&
          (a->n_ints == 0 || memcmp(a->ints, b->ints, a->n_ints * sizeof(int64_t)) == 0);
 }
@@ -619,11 +847,11 @@ static xf_err read_params(const xf_model *m, const Onnx__GraphProto *g, float *p
     const xf_layer *l = xf_model_layer(m, i);
     if (!l->weight_count) continue;
     rc = initializer_floats(g->initializer[k++], l->weight_count, tmp, err);
-    if (rc == XF_OK && l->kind == XF_LAYER_CONV)
-      conv_weight(l, tmp, params + l->weight_offset, true);
-    else if (rc == XF_OK)
-      dense_weight(l, tmp, params + l->weight_offset, true);
-    if (rc == XF_OK)
+    float *w = params + l->weight_offset;
+    if (rc == XF_OK && l->kind == XF_LAYER_CONV) conv_weight(l, tmp, w, true);
+    else if (rc == XF_OK && l->kind == XF_LAYER_DENSE) dense_weight(l, tmp, w, true);
+    else if (rc == XF_OK) memcpy(w, tmp, l->weight_count * sizeof(float)); /* same layout */
+    if (rc == XF_OK && l->bias_count)
       rc = initializer_floats(g->initializer[k++], l->bias_count, params + l->bias_offset, err);
   }
   xf_free(tmp);

@@ -40,9 +40,11 @@ bool xf_export_format_of_path(const char *path, xf_export_format *f);
 
 /* One parameter tensor in the deployment layout: a dense layer's weight
  * [out, in] with the inputs in NCHW order (channel, row, column), a conv
- * layer's weight [out, in, kh, kw] (OIHW), a bias [out]. */
+ * layer's weight [out, in, kh, kw] (OIHW), a layernorm's or groupnorm's
+ * weight (gamma) and bias (beta) [c], an embedding's table [vocab, dim]
+ * (no bias), a bias [out]. */
 typedef struct xf_export_tensor {
-  char name[40];   /* "<layer>.weight" or "<layer>.bias": "conv1.weight", "fc2.bias" */
+  char name[40];   /* "<layer>.weight" or "<layer>.bias": "conv1.weight", "ln1.bias" */
   int rank;        /* 1, 2 or 4 */
   int64_t dims[4];
   size_t count;    /* the product of dims */
@@ -60,7 +62,10 @@ void xf_export_tensors_free(xf_export_tensor *t, int n);
 /* An ONNX ModelProto (opset XF_ONNX_OPSET): input `input` float32
  * [N, C, H, W], output `logits` float32 [N, classes] and `probabilities`
  * (Softmax over logits); the parameters are initializers named as
- * xf_export_tensors names them. description goes into the model's
+ * xf_export_tensors names them. Kinds opset 13 has no operator for
+ * (layernorm, groupnorm, gelu, embedding) are decomposed into its
+ * operators, with their constants as Constant nodes (docs/model-format.md
+ * lists the nodes of each kind). description goes into the model's
  * doc_string (may be NULL). The caller owns *out (*len bytes; xf_free).
  * XF_EUNSUPPORTED naming a layer the graph cannot take; XF_ERANGE for a
  * model of 2 GiB or more (protocol buffers' limit; ONNX's external data is

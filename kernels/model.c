@@ -8,6 +8,9 @@
 
 #include "base/alloc.h"
 #include "base/rng.h"
+#include "kernels/backend.h"
+
+_Static_assert(XF_DECL_GROUPS_MAX <= XF_NORM_GROUPS_MAX, "groupnorm's declared limit is the ops'");
 
 /* Stream of xf_rng reserved for parameter initialization. */
 #define XF__RNG_STREAM_INIT 1
@@ -50,9 +53,15 @@ static const struct {
                        {C_(32, 5, 2), R_, P_(2), C_(64, 5, 2), R_, P_(2), F_, D_(512), R_, D_(0)}},
 };
 
-static const char *const decl_names[] = {
-    [XF_DECL_DENSE] = "dense", [XF_DECL_CONV2D] = "conv2d", [XF_DECL_MAXPOOL2D] = "maxpool2d",
-    [XF_DECL_FLATTEN] = "flatten", [XF_DECL_RELU] = "relu"};
+static const char *const decl_names[XF_DECL_KINDS] = {
+    [XF_DECL_DENSE] = "dense",         [XF_DECL_CONV2D] = "conv2d",
+    [XF_DECL_MAXPOOL2D] = "maxpool2d", [XF_DECL_FLATTEN] = "flatten",
+    [XF_DECL_RELU] = "relu",           [XF_DECL_AVGPOOL2D] = "avgpool2d",
+    [XF_DECL_DROPOUT] = "dropout",     [XF_DECL_LAYERNORM] = "layernorm",
+    [XF_DECL_GROUPNORM] = "groupnorm", [XF_DECL_EMBEDDING] = "embedding",
+    [XF_DECL_GELU] = "gelu",           [XF_DECL_TANH] = "tanh",
+    [XF_DECL_SIGMOID] = "sigmoid",     [XF_DECL_SOFTMAX] = "softmax",
+    [XF_DECL_ADD] = "add"};
 
 const char *xf_layer_decl_name(xf_layer_decl_kind k) {
   return (unsigned)k < sizeof(decl_names) / sizeof(decl_names[0]) ? decl_names[k] : NULL;
@@ -79,9 +88,17 @@ static xf_layer_decl normalized(const xf_layer_decl *d) {
     n.padding = d->padding;
     break;
   case XF_DECL_MAXPOOL2D:
+  case XF_DECL_AVGPOOL2D:
     n.kernel = d->kernel;
     n.stride = d->stride ? d->stride : d->kernel;
     break;
+  case XF_DECL_DROPOUT: n.rate = d->rate; break;
+  case XF_DECL_GROUPNORM: n.groups = d->groups; break;
+  case XF_DECL_EMBEDDING:
+    n.vocab = d->vocab;
+    n.dim = d->dim;
+    break;
+  case XF_DECL_ADD: n.from = d->from; break;
   default: break;
   }
   return n;
@@ -90,14 +107,17 @@ static xf_layer_decl normalized(const xf_layer_decl *d) {
 bool xf_layer_decl_equal(const xf_layer_decl *a, const xf_layer_decl *b) {
   xf_layer_decl x = normalized(a), y = normalized(b);
   return x.kind == y.kind && x.units == y.units && x.filters == y.filters &&
-         x.kernel == y.kernel && x.stride == y.stride && x.padding == y.padding;
+         x.kernel == y.kernel && x.stride == y.stride && x.padding == y.padding &&
+         x.groups == y.groups && x.vocab == y.vocab && x.dim == y.dim && x.from == y.from &&
+         x.rate == y.rate;
 }
 
 /* Builder state: the current activation shape and the next parameter offset. */
 typedef struct builder {
   xf_model *m;
   int h, w, c;
-  int counts[4]; /* per kind, for names */
+  int counts[XF_LAYER_KINDS]; /* per kind, for names */
+  int rows_after[XF_MODEL_MAX_LAYERS]; /* per declared layer: the last table row so far, -1 none */
   bool declared;  /* a researcher's list: the size limits below apply; a preset's
                      sizes are bounded by its own checks and the job's cap */
 } builder;
@@ -141,6 +161,60 @@ static xf_err field_in(int i, const char *field, int v, int lo, int hi, const ch
                  field, v, kind, field, lo, hi);
 }
 
+/* The layers that keep their input's shape: activations, dropout and the
+ * normalizations. */
+static xf_err add_shaped(builder *b, int i, const xf_layer_decl *d, bool flat, xf_errctx *err) {
+  const char *kind = xf_layer_decl_name(d->kind);
+  const bool per_channel = d->kind == XF_DECL_SOFTMAX || d->kind == XF_DECL_LAYERNORM ||
+                           d->kind == XF_DECL_GROUPNORM;
+  if (per_channel && flat && (b->h > 1 || b->w > 1))
+    return xf_fail(err, XF_EINVAL,
+                   "model.layers[%d]: %s works on an image's channels or a dense layer's "
+                   "outputs, but here the records are a flattened %dx%dx%d image; put it before "
+                   "the flatten, or after a dense layer",
+                   i, kind, b->h, b->w, b->c);
+  xf_layer_kind lk = XF_LAYER_RELU;
+  const char *prefix = kind;
+  switch (d->kind) {
+  case XF_DECL_RELU: lk = XF_LAYER_RELU; break;
+  case XF_DECL_GELU: lk = XF_LAYER_GELU; break;
+  case XF_DECL_TANH: lk = XF_LAYER_TANH; break;
+  case XF_DECL_SIGMOID: lk = XF_LAYER_SIGMOID; break;
+  case XF_DECL_SOFTMAX: lk = XF_LAYER_SOFTMAX; break;
+  case XF_DECL_DROPOUT:
+    if (!(d->rate >= 0.0f && d->rate < 1.0f))
+      return xf_fail(err, XF_EINVAL,
+                     "model.layers[%d].rate: %g, a dropout layer's rate must be at least 0 and "
+                     "below 1",
+                     i, (double)d->rate);
+    lk = XF_LAYER_DROPOUT;
+    prefix = "drop";
+    break;
+  case XF_DECL_LAYERNORM: lk = XF_LAYER_LAYERNORM; prefix = "ln"; break;
+  case XF_DECL_GROUPNORM:
+    XF_GUARD(field_in(i, "groups", d->groups, 1, XF_DECL_GROUPS_MAX, kind, err));
+    if (b->c % d->groups)
+      return xf_fail(err, XF_EINVAL,
+                     "model.layers[%d].groups: %d groups do not divide the %d channels of its "
+                     "input; use a divisor of %d",
+                     i, d->groups, b->c, b->c);
+    lk = XF_LAYER_GROUPNORM;
+    prefix = "gn";
+    break;
+  default: break;
+  }
+  xf_layer *l = push(b, lk, prefix);
+  l->out_h = b->h;
+  l->out_w = b->w;
+  l->out_c = b->c;
+  l->rate = d->rate;
+  l->groups = d->kind == XF_DECL_GROUPNORM ? d->groups : 0;
+  if (d->kind == XF_DECL_LAYERNORM || d->kind == XF_DECL_GROUPNORM)
+    add_params(b, l, (size_t)b->c, (size_t)b->c);
+  finish(b, l);
+  return XF_OK;
+}
+
 /* Appends the table rows of one declared layer at the builder's shape. */
 static xf_err add_decl(builder *b, int i, const xf_layer_decl *d, bool *flat, xf_errctx *err) {
   const char *kind = xf_layer_decl_name(d->kind);
@@ -163,7 +237,8 @@ static xf_err add_decl(builder *b, int i, const xf_layer_decl *d, bool *flat, xf
     return XF_OK;
   }
   case XF_DECL_CONV2D:
-  case XF_DECL_MAXPOOL2D: {
+  case XF_DECL_MAXPOOL2D:
+  case XF_DECL_AVGPOOL2D: {
     const bool conv = d->kind == XF_DECL_CONV2D;
     if (*flat)
       return xf_fail(err, XF_EINVAL,
@@ -201,7 +276,9 @@ static xf_err add_decl(builder *b, int i, const xf_layer_decl *d, bool *flat, xf
         return xf_fail(err, XF_EINVAL,
                        "model.layers[%d].filters: the model passes 2^34 parameters", i);
     }
-    xf_layer *l = conv ? push(b, XF_LAYER_CONV, "conv") : push(b, XF_LAYER_MAXPOOL, "pool");
+    xf_layer *l = conv                             ? push(b, XF_LAYER_CONV, "conv")
+                  : d->kind == XF_DECL_MAXPOOL2D ? push(b, XF_LAYER_MAXPOOL, "pool")
+                                                 : push(b, XF_LAYER_AVGPOOL, "avgpool");
     l->kernel = d->kernel;
     l->pad = pad;
     l->stride = d->stride;
@@ -216,8 +293,64 @@ static xf_err add_decl(builder *b, int i, const xf_layer_decl *d, bool *flat, xf
     /* Layers keep NHWC records contiguous, so flattening moves nothing. */
     *flat = true;
     return XF_OK;
-  case XF_DECL_RELU: {
-    xf_layer *l = push(b, XF_LAYER_RELU, "relu");
+  case XF_DECL_RELU:
+  case XF_DECL_GELU:
+  case XF_DECL_TANH:
+  case XF_DECL_SIGMOID:
+  case XF_DECL_DROPOUT:
+  case XF_DECL_SOFTMAX:
+  case XF_DECL_LAYERNORM:
+  case XF_DECL_GROUPNORM:
+    return add_shaped(b, i, d, *flat, err);
+  case XF_DECL_EMBEDDING: {
+    XF_GUARD(field_in(i, "vocab", d->vocab, 1, XF_DECL_VOCAB_MAX, kind, err));
+    XF_GUARD(field_in(i, "dim", d->dim, 1, XF_DECL_DIM_MAX, kind, err));
+    if (i != 0)
+      return xf_fail(err, XF_EINVAL,
+                     "model.layers[%d]: an embedding layer reads ids from the data, so it must "
+                     "be the first layer (model.layers[0])",
+                     i);
+    size_t ids = (size_t)b->h * b->w * b->c;
+    if (ids * (size_t)d->dim > XF__ACT_MAX)
+      return xf_fail(err, XF_EINVAL,
+                     "model.layers[%d].dim: %zu ids of %d floats each are more than 2^24 values "
+                     "per record; use a smaller dim",
+                     i, ids, d->dim);
+    xf_layer *l = push(b, XF_LAYER_EMBEDDING, "embed");
+    l->vocab = d->vocab;
+    l->out_h = 1;
+    l->out_w = (int)ids;
+    l->out_c = d->dim;
+    add_params(b, l, (size_t)d->vocab * d->dim, 0);
+    finish(b, l);
+    return XF_OK;
+  }
+  case XF_DECL_ADD: {
+    if (d->from < -1 || d->from >= i)
+      return xf_fail(err, XF_EINVAL,
+                     "model.layers[%d].from: %d, an add layer adds the output of an earlier "
+                     "layer (0 to %d) or the model's input (-1)",
+                     i, d->from, i - 1);
+    const int src = d->from < 0 ? -1 : b->rows_after[d->from];
+    int sh, sw, sc;
+    if (src < 0) {
+      sh = b->m->spec.in_h;
+      sw = b->m->spec.in_w;
+      sc = b->m->spec.in_c;
+    } else {
+      const xf_layer *s = &b->m->layers[src];
+      sh = s->out_h;
+      sw = s->out_w;
+      sc = s->out_c;
+    }
+    if (sh != b->h || sw != b->w || sc != b->c)
+      return xf_fail(err, XF_EINVAL,
+                     "model.layers[%d].from: the output of %s is %dx%dx%d but this layer's "
+                     "input is %dx%dx%d; add needs the same shape (give the branch's last conv2d "
+                     "as many filters and the same stride and padding)",
+                     i, d->from < 0 ? "the input" : "that layer", sh, sw, sc, b->h, b->w, b->c);
+    xf_layer *l = push(b, XF_LAYER_ADD, "add");
+    l->src = src;
     l->out_h = b->h;
     l->out_w = b->w;
     l->out_c = b->c;
@@ -241,6 +374,7 @@ static xf_err build(builder *b, const xf_layer_decl *decls, int n, int outputs, 
       d.units = outputs;
     XF_GUARD(add_decl(b, i, &d, &flat, err));
     b->m->decls[i] = d;
+    b->rows_after[i] = b->m->n_layers - 1;
   }
   b->m->n_decls = n;
   const xf_layer_decl *last = &b->m->decls[n - 1];
@@ -393,6 +527,16 @@ void xf_model_init_params(const xf_model *m, uint64_t seed, float *params) {
   for (int i = 0; i < m->n_layers; i++) {
     const xf_layer *l = &m->layers[i];
     if (l->weight_count == 0) continue;
+    if (l->kind == XF_LAYER_EMBEDDING) {
+      for (size_t j = 0; j < l->weight_count; j++)
+        params[l->weight_offset + j] = (float)xf_rng_normal(&rng);
+      continue;
+    }
+    if (l->kind == XF_LAYER_LAYERNORM || l->kind == XF_LAYER_GROUPNORM) {
+      for (size_t j = 0; j < l->weight_count; j++) params[l->weight_offset + j] = 1.0f;
+      for (size_t j = 0; j < l->bias_count; j++) params[l->bias_offset + j] = 0.0f;
+      continue;
+    }
     size_t fan_in = l->weight_count / l->bias_count;
     double bound = 1.0 / sqrt((double)fan_in);
     for (size_t j = 0; j < l->weight_count; j++)
@@ -400,4 +544,20 @@ void xf_model_init_params(const xf_model *m, uint64_t seed, float *params) {
     for (size_t j = 0; j < l->bias_count; j++)
       params[l->bias_offset + j] = (float)((2.0 * xf_rng_uniform(&rng) - 1.0) * bound);
   }
+}
+
+xf_err xf_model_check_ids(const xf_model *m, const float *x, size_t n, size_t *bad_record,
+                          size_t *bad_feature) {
+  if (m->n_layers < 1 || m->layers[0].kind != XF_LAYER_EMBEDDING) return XF_OK;
+  const size_t f = xf_model_input_size(m);
+  const float vocab = (float)m->layers[0].vocab;
+  for (size_t r = 0; r < n; r++)
+    for (size_t j = 0; j < f; j++) {
+      const float v = x[r * f + j];
+      if (v >= 0.0f && v < vocab && v == floorf(v)) continue;
+      if (bad_record) *bad_record = r;
+      if (bad_feature) *bad_feature = j;
+      return XF_ERANGE;
+    }
+  return XF_OK;
 }

@@ -41,11 +41,18 @@ xf_err xf_net_anchor(xf_net *net) XF_WARN_UNUSED;
  * starts from fresh state as FedAvg's local SGD does). */
 void xf_net_reset_optimizer(xf_net *net);
 
+/* Seeds the dropout masks: the k-th training pass after this call draws
+ * the same masks for the same seed (on either backend). A net starts with
+ * seed 0. */
+void xf_net_seed_dropout(xf_net *net, uint64_t seed);
+
 /* Runs n samples (x: n rows of the model's input size, host memory; y:
- * labels) forward; with `backward`, also computes the gradient of the mean
+ * labels) forward (dropout active when `backward`, else the identity); with `backward`, also computes the gradient of the mean
  * loss into the gradient vector. Returns the loss summed over the samples
  * and the number classified correctly. XF_EINVAL if n is not in
- * 1..max_batch. */
+ * 1..max_batch,
+ * XF_ERANGE if the model starts with an embedding and a value of x is not
+ * one of its ids. */
 xf_err xf_net_run(xf_net *net, const float *x, const int32_t *y, int n, bool backward,
                   double *loss_sum, int *correct) XF_WARN_UNUSED;
 

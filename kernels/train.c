@@ -30,6 +30,14 @@ static xf_err check_samples(const xf_net *net, const xf_samples *s, const char *
     if (s->y[i] < 0 || s->y[i] >= classes)
       return xf_fail(err, XF_EINVAL, "%s record %zu has label %d, outside 0..%d", what, i,
                      (int)s->y[i], classes - 1);
+  size_t r = 0, f = 0;
+  if (xf_model_check_ids(m, s->x, s->n, &r, &f) != XF_OK)
+    return xf_fail(err, XF_ERANGE,
+                   "%s record %zu, feature %zu: %g is not an id of model.layers[0] (an embedding "
+                   "of %d ids takes whole numbers 0 to %d); encode the column as ids or raise "
+                   "its vocab",
+                   what, r, f, (double)s->x[r * s->features + f], xf_model_layer(m, 0)->vocab,
+                   xf_model_layer(m, 0)->vocab - 1);
   return XF_OK;
 }
 
@@ -157,6 +165,7 @@ static xf_err train_dp(xf_net *net, const xf_samples *train, const xf_train_opti
     goto out;
   }
   xf_net_reset_optimizer(net);
+  xf_net_seed_dropout(net, opt->seed);
   if (opt->sgd.prox_mu != 0.0f && (rc = xf_net_anchor(net)) != XF_OK) {
     rc = xf_fail(err, rc, "cannot allocate the FedProx anchor");
     goto out;
@@ -267,6 +276,7 @@ xf_err xf_train(xf_net *net, const xf_samples *train, const xf_train_options *op
   xf_rng rng;
   xf_rng_seed(&rng, opt->seed, XF__RNG_STREAM_SHUFFLE);
   xf_net_reset_optimizer(net);
+  xf_net_seed_dropout(net, opt->seed);
   if (opt->sgd.prox_mu != 0.0f && (rc = xf_net_anchor(net)) != XF_OK) {
     rc = xf_fail(err, rc, "cannot allocate the FedProx anchor");
     goto out;

@@ -74,7 +74,7 @@ typedef struct xf_train_options {
   float beta1, beta2, eps;  /* adam and adamw: beta1, beta2 in [0, 1), eps > 0 */
   double clip_norm;         /* > 0: each step's gradient is scaled to L2 norm at most this
                                (not with dp, which clips per example); 0: off */
-  uint64_t seed;            /* shuffling order; with the same seed, data and thread
+  uint64_t seed;            /* shuffling order and dropout masks; with the same seed, data and thread
                                count the cpu backend repeats bit for bit */
   const xf_samples *test;   /* evaluated after every epoch when not NULL */
   xf_epoch_fn on_epoch;     /* called after every epoch when not NULL */

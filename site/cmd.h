@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* What the files of `xfed-site` share: opening the site directory, and the
- * commands kept in files of their own (cmd_policy.c, cmd_audit.c), listed in
+ * commands kept in files of their own (cmd_policy.c, cmd_audit.c, cmd_stats.c), listed in
  * main.c's table. */
 #ifndef XF_SITE_CMD_H
 #define XF_SITE_CMD_H
@@ -20,6 +20,9 @@ int xf_site_cmd_policy_import(xf_cli *cli, int argc, char **argv);
 int xf_site_cmd_policy_export(xf_cli *cli, int argc, char **argv);
 int xf_site_cmd_policy_log(xf_cli *cli, int argc, char **argv);
 int xf_site_cmd_policy_rules(xf_cli *cli, int argc, char **argv);
+
+/* `xfed-site dataset stats` (cmd_stats.c). */
+int xf_site_cmd_dataset_stats(xf_cli *cli, int argc, char **argv);
 
 /* `xfed-site audit list|verify|export` (cmd_audit.c). */
 int xf_site_cmd_audit_list(xf_cli *cli, int argc, char **argv);

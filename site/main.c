@@ -982,6 +982,25 @@ static const xf_cmd commands[] = {
      "  --delta D      the delta the cap is stated at (default 1e-5, kept when omitted)\n"
      "  --clear        no cap\n" DIR_HELP "  --json         print the dataset as JSON\n",
      cmd_dataset_budget},
+    {"dataset", "stats", "write a tabular dataset's column statistics for pooling",
+     "usage: xfed-site dataset stats --name N [--out FILE] [--dir DIR] [--json]\n"
+     "\n"
+     "For the registered CSV dataset N with a column schema (schema.json), computes\n"
+     "for every numeric column of the schema the count, mean and M2 (sum of squared\n"
+     "deviations) of the training split's values after the schema's fills, and\n"
+     "writes them as one JSON file with the dataset, the site, the schema's digest\n"
+     "and the format version. Only these aggregates are written, never records.\n"
+     "An operator pools the sites' files with 'xfed data stats merge' into one\n"
+     "schema that normalizes alike everywhere (docs/data.md, \"Pooled statistics\").\n"
+     "The files travel outside the federation, by whatever the operators agree;\n"
+     "each reveals the site's per-column count, mean and variance. Data changed\n"
+     "since registration is refused.\n"
+     "\n"
+     "options:\n"
+     "  --name N    the dataset\n"
+     "  --out FILE  write the file there (mode 0644) instead of to stdout\n" DIR_HELP
+     "  --json      with --out: print {out, dataset, site, columns, train_records}\n",
+     xf_site_cmd_dataset_stats},
     {"ledger", NULL, "show what jobs have spent of each dataset's privacy budget",
      "usage: xfed-site ledger [--name N] [--dir DIR] [--json]\n"
      "\n"

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "kernels/checkpoint.h"
 #include "kernels/export.h"
 #include "site/dataset.h"
 #include "site/dataset_internal.h"
@@ -59,28 +60,30 @@ xf_err xf_trainer_program_check(const char *program, xf_errctx *err) {
 /* The layer table: each parameter tensor of the flat vector, as the .npy
  * export's sidecar describes it (shapes in xfed's NHWC layout). */
 static json_t *layer_table(const xf_model *m) {
-  static const char *const kind[] = {"dense", "conv", "relu", "maxpool"};
   json_t *a = json_array();
   for (int i = 0; a && i < xf_model_num_layers(m); i++) {
     const xf_layer *l = xf_model_layer(m, i);
     json_t *o = json_pack("{s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:i}", "name", l->name, "kind",
-                          kind[l->kind], "in_h", l->in_h, "in_w", l->in_w, "in_c", l->in_c,
-                          "out_h", l->out_h, "out_w", l->out_w, "out_c", l->out_c);
+                          xf_layer_kind_name(l->kind), "in_h", l->in_h, "in_w", l->in_w, "in_c",
+                          l->in_c, "out_h", l->out_h, "out_w", l->out_w, "out_c", l->out_c);
     if (!o) continue;
-    if (l->kind == XF_LAYER_CONV || l->kind == XF_LAYER_MAXPOOL) {
+    if (l->kind == XF_LAYER_CONV || l->kind == XF_LAYER_MAXPOOL || l->kind == XF_LAYER_AVGPOOL) {
       json_object_set_new(o, "kernel", json_integer(l->kernel));
       json_object_set_new(o, "stride", json_integer(l->stride));
       json_object_set_new(o, "pad", json_integer(l->pad));
     }
+    if (l->kind == XF_LAYER_DROPOUT) json_object_set_new(o, "rate", json_real(l->rate));
+    if (l->kind == XF_LAYER_GROUPNORM) json_object_set_new(o, "groups", json_integer(l->groups));
+    if (l->kind == XF_LAYER_EMBEDDING) json_object_set_new(o, "vocab", json_integer(l->vocab));
+    if (l->kind == XF_LAYER_ADD) json_object_set_new(o, "src", json_integer(l->src));
     json_t *tensors = json_array();
     for (int b = 0; b < 2; b++) {
       size_t count = b ? l->bias_count : l->weight_count;
       if (!count) continue;
-      json_t *shape;
-      if (b) shape = json_pack("[I]", (json_int_t)count);
-      else if (l->kind == XF_LAYER_CONV)
-        shape = json_pack("[i,i,i,i]", l->out_c, l->kernel, l->kernel, l->in_c);
-      else shape = json_pack("[i,I]", l->out_c, (json_int_t)(count / (size_t)l->out_c));
+      int64_t dims[4];
+      const int rank = xf_layer_tensor_dims(l, b, dims);
+      json_t *shape = json_array();
+      for (int d = 0; shape && d < rank; d++) json_array_append_new(shape, json_integer(dims[d]));
       char name[40];
       snprintf(name, sizeof(name), "%s.%s", l->name, b ? "bias" : "weight");
       json_array_append_new(tensors,
@@ -327,23 +330,16 @@ static xf_err only_keys(json_t *o, const char *file, const char *const *keys, si
   return XF_OK;
 }
 
-static xf_err read_result_json(const char *path, uint64_t max_samples, xf_trainer_result *r,
-                               xf_errctx *err) {
-  char *text = NULL;
-  size_t len = 0;
-  xf_err rc = xf_file_read_text(path, RESULT_MAX, &text, &len, err);
-  if (rc != XF_OK) {
-    if (access(path, F_OK) != 0) {
-      xf_fail(err, XF_ENOENT, "the trainer wrote no %s; it must report the samples it used there",
-              path);
-      xf_errctx_file(err, path);
-      return XF_ENOENT;
-    }
-    return rc;
+xf_err xf_trainer_parse_result(const char *text, size_t len, const char *path,
+                               uint64_t max_samples, xf_trainer_result *r, xf_errctx *err) {
+  xf_err rc = XF_OK;
+  if (len > RESULT_MAX) {
+    xf_fail(err, XF_EFORMAT, "%s is larger than %u bytes", path, RESULT_MAX);
+    xf_errctx_file(err, path);
+    return XF_EFORMAT;
   }
   json_error_t je;
   json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-  xf_free(text);
   if (!json_is_object(o)) {
     json_decref(o);
     xf_fail(err, XF_EFORMAT, "%s is not one JSON object (line %d: %s)", path, je.line, je.text);
@@ -411,6 +407,25 @@ static xf_err read_result_json(const char *path, uint64_t max_samples, xf_traine
     }
   }
   json_decref(o);
+  return rc;
+}
+
+static xf_err read_result_json(const char *path, uint64_t max_samples, xf_trainer_result *r,
+                               xf_errctx *err) {
+  char *text = NULL;
+  size_t len = 0;
+  xf_err rc = xf_file_read_text(path, RESULT_MAX, &text, &len, err);
+  if (rc != XF_OK) {
+    if (access(path, F_OK) != 0) {
+      xf_fail(err, XF_ENOENT, "the trainer wrote no %s; it must report the samples it used there",
+              path);
+      xf_errctx_file(err, path);
+      return XF_ENOENT;
+    }
+    return rc;
+  }
+  rc = xf_trainer_parse_result(text, len, path, max_samples, r, err);
+  xf_free(text);
   return rc;
 }
 

@@ -99,6 +99,13 @@ void xf_trainer_result_free(xf_trainer_result *r);
 xf_err xf_trainer_read_result(const char *dir, size_t n, uint64_t max_samples,
                               xf_trainer_result *out, xf_errctx *err) XF_WARN_UNUSED;
 
+/* The result.json half of xf_trainer_read_result, on text already read
+ * (len bytes, not NUL-terminated; path names it in errors): fills r's
+ * samples, losses and dp fields. */
+xf_err xf_trainer_parse_result(const char *text, size_t len, const char *path,
+                               uint64_t max_samples, xf_trainer_result *r,
+                               xf_errctx *err) XF_WARN_UNUSED;
+
 /* Checks a declared trainer's DP against what the job needs: a "dp" object
  * present, clip at most need->clip, noise_multiplier at least
  * need->noise_multiplier, sampling_rate at most need->sampling_rate, steps

@@ -15,6 +15,7 @@
 #include "kernels/export.h"
 #include "kernels/model.h"
 #include "kernels/onnx/onnx.pb-c.h"
+#include "layer_kinds.h"
 
 static xf_model *make(xf_arch arch, xf_cnn_preset preset, int h, int w, int c) {
   xf_model_spec s = {.arch = arch, .preset = preset, .in_h = h, .in_w = w, .in_c = c,
@@ -308,6 +309,113 @@ static void declared_model_round_trips_through_onnx_byte_for_byte(void **state) 
   xf_model_free(m);
 }
 
+/* Declared models that use every layer kind between them (layer_kinds.h). */
+static xf_model *make_kinds(int which) {
+  xf_model_spec s = xf_test_layer_model(which);
+  xf_model *m = NULL;
+  xf_errctx err = {0};
+  if (xf_model_create(&s, &m, &err) != XF_OK) fail_msg("%s", err.msg);
+  return m;
+}
+
+static bool has_node(const Onnx__GraphProto *g, const char *op, const char *name) {
+  for (size_t i = 0; i < g->n_node; i++)
+    if (strcmp(g->node[i]->op_type, op) == 0 && strcmp(g->node[i]->name, name) == 0) return true;
+  return false;
+}
+
+/* Every new kind reaches the graph as the operators opset 13 has for it,
+ * its tensors are named as PyTorch's state_dict names them, and the model
+ * reads back (model file and ONNX) to the same bytes. */
+static void every_layer_kind_exports_and_reads_back(void **state) {
+  (void)state;
+  static const struct {
+    const char *op, *name;
+  } want[] = {{"Reshape", "gn1.groups"},       {"ReduceMean", "gn1.var"},
+              {"Reshape", "gn1.ungrouped"},    {"Unsqueeze", "gn1.gamma"},
+              {"Add", "gn1"},                  {"Erf", "gelu1.erf"},
+              {"Mul", "gelu1"},                {"Add", "add1"},
+              {"AveragePool", "avgpool1"},     {"Dropout", "drop1"},
+              {"Div", "ln1.normalized"},       {"Add", "ln1"},
+              {"Sigmoid", "sigmoid1"},         {"Flatten", "add1.flatten"},
+              {"Tanh", "tanh1"},               {"Softmax", "softmax1"},
+              {"Gather", "embed1.rows"},       {"Cast", "embed1.ids64"},
+              {"Unsqueeze", "embed1"}};
+  bool found[sizeof(want) / sizeof(want[0])] = {0};
+  for (int which = 0; which < 3; which++) {
+    xf_model *m = make_kinds(which);
+    float *p = indexed(m);
+    uint8_t *xfm = NULL, *onnx = NULL, *again = NULL;
+    size_t xfm_len = 0, onnx_len = 0, again_len = 0;
+    xf_errctx err = {0};
+    assert_int_equal(xf_checkpoint_encode(m, p, &xfm, &xfm_len, NULL), XF_OK);
+    xf_model *m1 = NULL;
+    float *p1 = NULL;
+    if (xf_checkpoint_decode(xfm, xfm_len, &m1, &p1, &err) != XF_OK) fail_msg("%s", err.msg);
+    if (xf_export_onnx(m1, p1, NULL, &onnx, &onnx_len, &err) != XF_OK) fail_msg("%s", err.msg);
+    Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, onnx_len, onnx);
+    assert_non_null(mp);
+    for (size_t k = 0; k < sizeof(want) / sizeof(want[0]); k++)
+      found[k] |= has_node(mp->graph, want[k].op, want[k].name);
+    if (which == 0) {
+      assert_int_equal(init(mp->graph, "gn1.weight")->dims[0], 4);
+      assert_float_equal(raw_at(init(mp->graph, "gn2.bias"), 0),
+                         (float)xf_model_layer(m, 8)->bias_offset, 0);
+      assert_non_null(strstr(metadata(mp, XF_ONNX_ARCH_KEY), "{\"from\":-1,\"kind\":\"add\"}"));
+      assert_non_null(strstr(metadata(mp, XF_ONNX_ARCH_KEY), "\"rate\":0.25"));
+    }
+    if (which == 2) {
+      const Onnx__TensorProto *t = init(mp->graph, "embed1.weight");
+      assert_int_equal(t->n_dims, 2);
+      assert_int_equal(t->dims[0], 7);
+      assert_int_equal(t->dims[1], 4);
+      for (size_t i = 0; i < mp->graph->n_initializer; i++)
+        assert_null(strstr(mp->graph->initializer[i]->name, "embed1.bias"));
+    }
+    onnx__model_proto__free_unpacked(mp, NULL);
+    xf_model *m2 = NULL;
+    float *p2 = NULL;
+    if (xf_export_onnx_read(onnx, onnx_len, &m2, &p2, &err) != XF_OK) fail_msg("%s", err.msg);
+    assert_int_equal(xf_checkpoint_encode(m2, p2, &again, &again_len, NULL), XF_OK);
+    assert_int_equal(again_len, xfm_len);
+    assert_memory_equal(again, xfm, xfm_len);
+
+    /* A Constant's value is part of the graph: an edited epsilon or
+     * reshape is refused. */
+    Onnx__ModelProto *edit = onnx__model_proto__unpack(NULL, onnx_len, onnx);
+    for (size_t i = 0; i < edit->graph->n_node; i++)
+      if (strcmp(edit->graph->node[i]->op_type, "Constant") == 0) {
+        edit->graph->node[i]->attribute[0]->t->raw_data.data[0] ^= 1;
+        break;
+      }
+    size_t elen = onnx__model_proto__get_packed_size(edit);
+    uint8_t *ebytes = xf_malloc(elen);
+    onnx__model_proto__pack(edit, ebytes);
+    xf_model *m3 = NULL;
+    float *p3 = NULL;
+    assert_int_equal(xf_export_onnx_read(ebytes, elen, &m3, &p3, &err), XF_EFORMAT);
+    assert_non_null(strstr(err.msg, "Constant"));
+    xf_free(ebytes);
+    onnx__model_proto__free_unpacked(edit, NULL);
+
+    uint8_t *npz = NULL;
+    size_t npz_len = 0;
+    assert_int_equal(xf_export_npz(m, p, &npz, &npz_len, NULL), XF_OK);
+    xf_free(npz);
+    xf_free(again);
+    xf_free(p2);
+    xf_model_free(m2);
+    xf_free(onnx);
+    xf_free(p1);
+    xf_model_free(m1);
+    xf_free(xfm);
+    xf_free(p);
+    xf_model_free(m);
+  }
+  for (size_t k = 0; k < sizeof(want) / sizeof(want[0]); k++)
+    if (!found[k]) fail_msg("no %s node %s in any graph", want[k].op, want[k].name);
+}
+
 /* Metadata that states another model than the graph is, or states it
  * badly, is refused naming what differs; a preset's export carries no
  * metadata, and reads back with or without it. */
@@ -496,6 +604,7 @@ static void allocation_failures_are_reported_and_leak_nothing(void **state) {
   (void)state;
   fail_allocations_of(make(XF_ARCH_CNN, XF_CNN_LENET5, 28, 28, 1));
   fail_allocations_of(make_declared()); /* its metadata too */
+  for (int which = 0; which < 3; which++) fail_allocations_of(make_kinds(which));
 }
 
 int main(void) {
@@ -506,6 +615,7 @@ int main(void) {
       cmocka_unit_test(onnx_read_refuses_an_edited_graph),
       cmocka_unit_test(declared_model_round_trips_through_onnx_byte_for_byte),
       cmocka_unit_test(onnx_read_refuses_metadata_the_graph_does_not_match),
+      cmocka_unit_test(every_layer_kind_exports_and_reads_back),
       cmocka_unit_test(npz_is_a_zip_of_npy_members_with_their_crcs),
       cmocka_unit_test(formats_come_from_words_and_extensions),
       cmocka_unit_test(allocation_failures_are_reported_and_leak_nothing),

@@ -1218,6 +1218,267 @@ static void declared_layers_are_checked_against_the_data(void **state) {
   assert_non_null(strstr(err.msg, "250000000"));
 }
 
+/* Every kind added after the first five, with each default: avgpool2d's
+ * stride is its kernel; the other fields are required. */
+#define NEW_KINDS_LAYERS                                                                     \
+  "[{\"kind\": \"embedding\", \"vocab\": 1000, \"dim\": 8}, {\"kind\": \"layernorm\"}, "    \
+  "{\"kind\": \"dropout\", \"rate\": 0.1}, {\"kind\": \"add\", \"from\": 0}, "             \
+  "{\"kind\": \"gelu\"}, {\"kind\": \"tanh\"}, {\"kind\": \"sigmoid\"}, "                 \
+  "{\"kind\": \"softmax\"}, {\"kind\": \"groupnorm\", \"groups\": 4}, "                   \
+  "{\"kind\": \"avgpool2d\", \"kernel\": 2}, {\"kind\": \"flatten\"}, "                   \
+  "{\"kind\": \"dense\", \"units\": 10}]"
+
+/* The kinds after relu parse with their fields, print only those fields in
+ * the canonical text, read back to the same list, and build for data of the
+ * right shape: 1x4x1 ids of a 1000-word vocabulary, embedded 8 wide. */
+static void declared_new_kinds_parse_round_trip_and_build(void **state) {
+  (void)state;
+  xf_jobspec spec, back;
+  assert_parses(MODEL("{\"layers\": " NEW_KINDS_LAYERS "}"), &spec);
+  assert_int_equal(spec.model.n_layers, 12);
+  const xf_layer_decl *l = spec.model.layers;
+  assert_int_equal(l[0].kind, XF_DECL_EMBEDDING);
+  assert_int_equal(l[0].vocab, 1000);
+  assert_int_equal(l[0].dim, 8);
+  assert_int_equal(l[1].kind, XF_DECL_LAYERNORM);
+  assert_int_equal(l[2].kind, XF_DECL_DROPOUT);
+  assert_true(l[2].rate == 0.1f);
+  assert_int_equal(l[3].kind, XF_DECL_ADD);
+  assert_int_equal(l[3].from, 0);
+  assert_int_equal(l[4].kind, XF_DECL_GELU);
+  assert_int_equal(l[5].kind, XF_DECL_TANH);
+  assert_int_equal(l[6].kind, XF_DECL_SIGMOID);
+  assert_int_equal(l[7].kind, XF_DECL_SOFTMAX);
+  assert_int_equal(l[8].kind, XF_DECL_GROUPNORM);
+  assert_int_equal(l[8].groups, 4);
+  assert_int_equal(l[9].kind, XF_DECL_AVGPOOL2D);
+  assert_int_equal(l[9].kernel, 2);
+  assert_int_equal(l[9].stride, 2);
+  char *json = NULL, *again = NULL;
+  assert_int_equal(xf_jobspec_to_json(&spec, &json), XF_OK);
+  assert_non_null(strstr(
+      json, "\"layers\": [{\"kind\": \"embedding\", \"vocab\": 1000, \"dim\": 8}, {\"kind\": "
+            "\"layernorm\"}, {\"kind\": \"dropout\", \"rate\": 0.1}, {\"kind\": \"add\", "
+            "\"from\": 0}, {\"kind\": \"gelu\"}, {\"kind\": \"tanh\"}, {\"kind\": \"sigmoid\"}, "
+            "{\"kind\": \"softmax\"}, {\"kind\": \"groupnorm\", \"groups\": 4}, {\"kind\": "
+            "\"avgpool2d\", \"kernel\": 2, \"stride\": 2}, {\"kind\": \"flatten\"}, {\"kind\": "
+            "\"dense\", \"units\": 10}]"));
+  assert_parses(json, &back);
+  assert_specs_equal(&spec, &back);
+  assert_int_equal(xf_jobspec_to_json(&back, &again), XF_OK);
+  assert_string_equal(json, again);
+  xf_free(json);
+  xf_free(again);
+  /* The embedding turns a record's ids into a 1 x ids x 8 image: layernorm
+   * and softmax work on each position's 8 channels, 4 groups divide 8, and
+   * the add's source has the shape of its input. A 2x2 avgpool does not fit
+   * a 1-high image; a 1x1 one does. */
+  xf_model_spec ms;
+  xf_model *m = NULL;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  assert_int_equal(xf_jobspec_model_spec(&spec, 1, 4, 1, 10, &ms, &err), XF_OK);
+  assert_int_equal(xf_model_create(&ms, &m, &err), XF_EINVAL);
+  assert_non_null(strstr(err.msg, "model.layers[9].kernel"));
+  spec.model.layers[9].kernel = 1;
+  spec.model.layers[9].stride = 1;
+  uint64_t params = 0;
+  xf_errctx_clear(&err);
+  assert_int_equal(xf_jobspec_model_params(&spec, 1, 8, 1, 10, &params, &err), XF_OK);
+  /* embedding 1000*8, layernorm 8+8, groupnorm 8+8, dense (8 ids * 8)*10+10. */
+  assert_int_equal(params, 1000 * 8 + 16 + 16 + 64 * 10 + 10);
+}
+
+/* A fraction of a dropout rate that a float32 cannot hold still prints as
+ * text that reads back to the same float. */
+static void dropout_rate_prints_as_text_that_reads_back_exactly(void **state) {
+  (void)state;
+  static const char *const rates[] = {"0", "0.5", "0.1", "0.3333333333333333", "1e-7",
+                                      "0.99999994", "0.123456789"};
+  for (size_t i = 0; i < sizeof(rates) / sizeof(rates[0]); i++) {
+    char model[256], json[512];
+    snprintf(model, sizeof(model),
+             "{\"layers\": [{\"kind\": \"dropout\", \"rate\": %s}, {\"kind\": \"dense\", "
+             "\"units\": 2}]}",
+             rates[i]);
+    snprintf(json, sizeof(json), MODEL("%s"), model);
+    xf_jobspec a, b;
+    assert_parses(json, &a);
+    assert_true(a.model.layers[0].rate == (float)strtod(rates[i], NULL));
+    char *ja = NULL, *jb = NULL;
+    assert_int_equal(xf_jobspec_to_json(&a, &ja), XF_OK);
+    assert_parses(ja, &b);
+    assert_true(a.model.layers[0].rate == b.model.layers[0].rate);
+    assert_int_equal(xf_jobspec_to_json(&b, &jb), XF_OK);
+    assert_string_equal(ja, jb);
+    xf_free(ja);
+    xf_free(jb);
+  }
+  xf_jobspec s;
+  assert_parses(MODEL("{\"layers\": [{\"kind\": \"dropout\", \"rate\": 0}, {\"kind\": "
+                      "\"dense\", \"units\": 2}]}"),
+                &s);
+  char *j = NULL;
+  assert_int_equal(xf_jobspec_to_json(&s, &j), XF_OK);
+  assert_non_null(strstr(j, "{\"kind\": \"dropout\", \"rate\": 0.0}"));
+  xf_free(j);
+}
+
+/* The canonical text of a list of the first five kinds is what it was before
+ * the other kinds existed, byte for byte: the digests of stored specs and
+ * the jobs derived from them stay valid. */
+static void declared_first_kinds_keep_their_canonical_text(void **state) {
+  (void)state;
+  xf_jobspec spec;
+  assert_parses(MODEL("{\"layers\": [{\"kind\": \"conv2d\", \"filters\": 4, \"kernel\": 3, "
+                      "\"stride\": 2, \"padding\": 1}, {\"kind\": \"relu\"}, {\"kind\": "
+                      "\"maxpool2d\", \"kernel\": 2}, {\"kind\": \"flatten\"}, {\"kind\": "
+                      "\"dense\", \"units\": 10}]}"),
+                &spec);
+  char *json = NULL;
+  assert_int_equal(xf_jobspec_to_json(&spec, &json), XF_OK);
+  assert_non_null(strstr(json, "\"model\": {\n    \"arch\": \"layers\",\n    \"layers\": [{\"kind\": "
+                               "\"conv2d\", \"filters\": 4, \"kernel\": 3, \"stride\": 2, "
+                               "\"padding\": 1}, {\"kind\": \"relu\"}, {\"kind\": \"maxpool2d\", "
+                               "\"kernel\": 2, \"stride\": 2}, {\"kind\": \"flatten\"}, "
+                               "{\"kind\": \"dense\", \"units\": 10}]\n  },\n"));
+  static const char *const later[] = {"rate", "groups", "vocab", "dim", "from"};
+  for (size_t i = 0; i < sizeof(later) / sizeof(later[0]); i++) {
+    char key[16];
+    snprintf(key, sizeof(key), "\"%s\"", later[i]);
+    assert_null(strstr(json, key));
+  }
+  xf_free(json);
+}
+
+/* Each bad field of the new kinds is refused naming the layer, the field and
+ * what is allowed. */
+static void declared_new_kinds_are_refused_naming_the_field(void **state) {
+  (void)state;
+  static const struct {
+    const char *layers; /* before a final dense layer */
+    xf_err code;
+    const char *field, *says;
+  } cases[] = {
+      {"{\"kind\": \"avgpool2d\"}", XF_EFORMAT, "model.layers[0].kernel", "required"},
+      {"{\"kind\": \"avgpool2d\", \"kernel\": 65}", XF_ERANGE, "model.layers[0].kernel",
+       "between 1 and 64"},
+      {"{\"kind\": \"avgpool2d\", \"kernel\": 2, \"stride\": 0}", XF_ERANGE,
+       "model.layers[0].stride", "between 1 and 64"},
+      {"{\"kind\": \"avgpool2d\", \"kernel\": 2, \"padding\": 1}", XF_EFORMAT,
+       "model.layers[0].padding", "an avgpool2d layer has no such field; its fields are: kind, "
+       "kernel, stride"},
+      {"{\"kind\": \"dropout\"}", XF_EFORMAT, "model.layers[0].rate", "required"},
+      {"{\"kind\": \"dropout\", \"rate\": 1}", XF_ERANGE, "model.layers[0].rate",
+       "at least 0 and below 1"},
+      {"{\"kind\": \"dropout\", \"rate\": -0.1}", XF_ERANGE, "model.layers[0].rate",
+       "got -0.1"},
+      {"{\"kind\": \"dropout\", \"rate\": 0.99999999}", XF_ERANGE, "model.layers[0].rate",
+       "rounds to 1 as a 32-bit float"},
+      {"{\"kind\": \"dropout\", \"rate\": \"0.5\"}", XF_EFORMAT, "model.layers[0].rate",
+       "expected a number, got a string"},
+      {"{\"kind\": \"dropout\", \"rate\": 1e999}", XF_EFORMAT, "", ""},
+      {"{\"kind\": \"layernorm\", \"groups\": 2}", XF_EFORMAT, "model.layers[0].groups",
+       "a layernorm layer has no such field"},
+      {"{\"kind\": \"groupnorm\"}", XF_EFORMAT, "model.layers[0].groups", "required"},
+      {"{\"kind\": \"groupnorm\", \"groups\": 0}", XF_ERANGE, "model.layers[0].groups",
+       "between 1 and 4096"},
+      {"{\"kind\": \"groupnorm\", \"groups\": 1.5}", XF_EFORMAT, "model.layers[0].groups",
+       "whole number"},
+      {"{\"kind\": \"embedding\", \"dim\": 4}", XF_EFORMAT, "model.layers[0].vocab", "required"},
+      {"{\"kind\": \"embedding\", \"vocab\": 4}", XF_EFORMAT, "model.layers[0].dim", "required"},
+      {"{\"kind\": \"embedding\", \"vocab\": 1048577, \"dim\": 4}", XF_ERANGE,
+       "model.layers[0].vocab", "between 1 and 1048576"},
+      {"{\"kind\": \"embedding\", \"vocab\": 4, \"dim\": 4097}", XF_ERANGE,
+       "model.layers[0].dim", "between 1 and 4096"},
+      {"{\"kind\": \"relu\"}, {\"kind\": \"embedding\", \"vocab\": 4, \"dim\": 4}", XF_EFORMAT,
+       "model.layers[1]", "must be the first layer"},
+      {"{\"kind\": \"add\"}", XF_EFORMAT, "model.layers[0].from", "required"},
+      {"{\"kind\": \"add\", \"from\": 0}", XF_ERANGE, "model.layers[0].from",
+       "only add the model's input (-1)"},
+      {"{\"kind\": \"relu\"}, {\"kind\": \"relu\"}, {\"kind\": \"add\", \"from\": 2}", XF_ERANGE,
+       "model.layers[2].from", "earlier layer (0 to 1) or the model's input (-1)"},
+      {"{\"kind\": \"relu\"}, {\"kind\": \"add\", \"from\": 1}", XF_ERANGE,
+       "model.layers[1].from", "an earlier layer (here only 0) or the model's input (-1)"},
+      {"{\"kind\": \"add\", \"from\": -2}", XF_ERANGE, "model.layers[0].from", "-2"},
+      {"{\"kind\": \"add\", \"from\": \"input\"}", XF_EFORMAT, "model.layers[0].from",
+       "expected an integer"},
+      {"{\"kind\": \"gelu\", \"rate\": 0.5}", XF_EFORMAT, "model.layers[0].rate",
+       "a gelu layer has no such field"},
+      {"{\"kind\": \"softmx\"}", XF_EFORMAT, "model.layers[0].kind",
+       "did you mean \"softmax\""},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    char model[512], json[1024];
+    snprintf(model, sizeof(model), "{\"layers\": [%s, {\"kind\": \"dense\", \"units\": 2}]}",
+             cases[i].layers);
+    snprintf(json, sizeof(json), MODEL("%s"), model);
+    if (cases[i].field[0]) {
+      assert_refused(json, cases[i].code, cases[i].field, cases[i].says);
+      continue;
+    }
+    /* 1e999 is not JSON a parser can hold; it is refused before the layer. */
+    xf_jobspec s;
+    xf_errctx err;
+    assert_int_not_equal(parse(json, &s, &err), XF_OK);
+  }
+  /* A missing kind lists every kind. */
+  assert_refused(MODEL("{\"layers\": [{\"units\": 2}]}"), XF_EFORMAT, "model.layers[0].kind",
+                 "one of: dense, conv2d, maxpool2d, flatten, relu, avgpool2d, dropout, "
+                 "layernorm, groupnorm, embedding, gelu, tanh, sigmoid, softmax, add");
+}
+
+/* A spec built in code is checked as the JSON would be: the new kinds'
+ * ranges, no field a kind does not use, add only from an earlier layer. */
+static void validate_checks_new_layer_kinds_built_in_code(void **state) {
+  (void)state;
+  xf_jobspec s;
+  assert_parses(MODEL("{\"layers\": " NEW_KINDS_LAYERS "}"), &s);
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  assert_int_equal(xf_jobspec_validate(&s, &err), XF_OK);
+  static const struct {
+    int layer;
+    xf_layer_decl decl;
+    xf_err code;
+    const char *field, *says;
+  } cases[] = {
+      {2, {.kind = XF_DECL_DROPOUT, .rate = 1.0f}, XF_ERANGE, "model.layers[2].rate", "below 1"},
+      {2, {.kind = XF_DECL_DROPOUT, .rate = -0.5f}, XF_ERANGE, "model.layers[2].rate", "got -0.5"},
+      {2, {.kind = XF_DECL_DROPOUT, .rate = NAN}, XF_ERANGE, "model.layers[2].rate", "got nan"},
+      {2, {.kind = XF_DECL_DROPOUT, .rate = 0.5f, .units = 3}, XF_EFORMAT,
+       "model.layers[2].units", "a dropout layer has no units"},
+      {1, {.kind = XF_DECL_LAYERNORM, .rate = 0.5f}, XF_EFORMAT, "model.layers[1].rate",
+       "a layernorm layer has no rate"},
+      {8, {.kind = XF_DECL_GROUPNORM}, XF_ERANGE, "model.layers[8].groups", "between 1 and 4096"},
+      {8, {.kind = XF_DECL_GROUPNORM, .groups = 2, .dim = 2}, XF_EFORMAT, "model.layers[8].dim",
+       "a groupnorm layer has no dim"},
+      {0, {.kind = XF_DECL_EMBEDDING, .vocab = 0, .dim = 2}, XF_ERANGE, "model.layers[0].vocab",
+       "between 1 and 1048576"},
+      {0, {.kind = XF_DECL_EMBEDDING, .vocab = 2, .dim = 5000}, XF_ERANGE, "model.layers[0].dim",
+       "between 1 and 4096"},
+      {4, {.kind = XF_DECL_EMBEDDING, .vocab = 2, .dim = 2}, XF_EFORMAT, "model.layers[4]",
+       "must be the first layer"},
+      {3, {.kind = XF_DECL_ADD, .from = 3}, XF_ERANGE, "model.layers[3].from",
+       "earlier layer (0 to 2)"},
+      {3, {.kind = XF_DECL_ADD, .from = -2}, XF_ERANGE, "model.layers[3].from", "-2"},
+      {9, {.kind = XF_DECL_AVGPOOL2D, .kernel = 2}, XF_ERANGE, "model.layers[9].stride",
+       "between 1 and 64"},
+      {6, {.kind = XF_DECL_SIGMOID, .from = -1}, XF_EFORMAT, "model.layers[6].from",
+       "a sigmoid layer has no from"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    xf_jobspec bad = s;
+    bad.model.layers[cases[i].layer] = cases[i].decl;
+    xf_errctx_clear(&err);
+    xf_err rc = xf_jobspec_validate(&bad, &err);
+    if (rc != cases[i].code || strcmp(err.field, cases[i].field) != 0 ||
+        !strstr(err.msg, cases[i].says))
+      fail_msg("case %zu: expected %s %s \"%s\", got %s %s: %s", i, xf_err_name(cases[i].code),
+               cases[i].field, cases[i].says, xf_err_name(rc), err.field, err.msg);
+  }
+}
+
 /* Job ids are 1 to 2^63 - 1 in decimal; beyond that they are refused, not
  * clamped to the largest. */
 static void job_ids_beyond_the_range_are_refused_not_clamped(void **state) {
@@ -1282,6 +1543,11 @@ int main(void) {
       cmocka_unit_test(declared_layers_parse_fill_defaults_and_round_trip),
       cmocka_unit_test(declared_layers_are_refused_naming_the_layer_and_field),
       cmocka_unit_test(declared_layers_are_checked_against_the_data),
+      cmocka_unit_test(declared_new_kinds_parse_round_trip_and_build),
+      cmocka_unit_test(dropout_rate_prints_as_text_that_reads_back_exactly),
+      cmocka_unit_test(declared_first_kinds_keep_their_canonical_text),
+      cmocka_unit_test(declared_new_kinds_are_refused_naming_the_field),
+      cmocka_unit_test(validate_checks_new_layer_kinds_built_in_code),
       cmocka_unit_test(job_ids_beyond_the_range_are_refused_not_clamped),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -249,12 +249,27 @@ static void softmax_xent_is_stable_for_large_logits(void **state) {
 
 /* ---- whole models through xf_net ------------------------------------------ */
 
+/* The training loss: dropout layers draw the first mask of seed 1, the one
+ * the analytic gradient below is taken with. */
 static double net_loss(xf_net *net, const float *params, const float *x, const int32_t *y, int n) {
   double loss;
   int correct;
   assert_int_equal(xf_net_set_params(net, params), XF_OK);
-  assert_int_equal(xf_net_run(net, x, y, n, false, &loss, &correct), XF_OK);
+  xf_net_seed_dropout(net, 1);
+  assert_int_equal(xf_net_run(net, x, y, n, true, &loss, &correct), XF_OK);
   return loss / n;
+}
+
+/* n records for the model: ids 0..vocab-1 (each record repeating some) for
+ * one that starts with an embedding, else uniform in [-1, 1]. */
+static float *model_inputs(const xf_model *m, xf_rng *rng, int n) {
+  const size_t in = xf_model_input_size(m);
+  float *x = rand_floats(rng, (size_t)n * in, 1);
+  const xf_layer *first = xf_model_layer(m, 0);
+  if (first->kind == XF_LAYER_EMBEDDING)
+    for (size_t i = 0; i < (size_t)n * in; i++)
+      x[i] = (float)xf_rng_below(rng, (uint64_t)(first->vocab < 4 ? first->vocab : 4));
+  return x;
 }
 
 /* Checks `samples` parameters of every layer of the model. ReLU and max-pool
@@ -272,11 +287,13 @@ static void check_model_h(const xf_model_spec *spec, int samples, float h) {
   xf_model_init_params(m, 9, p);
   xf_rng rng;
   xf_rng_seed(&rng, 6, 0);
-  float *x = rand_floats(&rng, (size_t)n * in, 1);
+  float *x = model_inputs(m, &rng, n);
+  (void)in;
   int32_t y[3] = {1, 0, (int32_t)(spec->classes - 1)};
   double loss;
   int correct;
   assert_int_equal(xf_net_set_params(net, p), XF_OK);
+  xf_net_seed_dropout(net, 1);
   assert_int_equal(xf_net_run(net, x, y, n, true, &loss, &correct), XF_OK);
   assert_int_equal(xf_net_get_grads(net, g), XF_OK);
   int checked = 0, missed = 0;
@@ -284,7 +301,7 @@ static void check_model_h(const xf_model_spec *spec, int samples, float h) {
     const xf_layer *l = xf_model_layer(m, li);
     if (!l->weight_count) continue;
     for (int t = 0; t < samples; t++) {
-      size_t i = t % 4 == 3 ? l->bias_offset + xf_rng_below(&rng, l->bias_count)
+      size_t i = t % 4 == 3 && l->bias_count ? l->bias_offset + xf_rng_below(&rng, l->bias_count)
                             : l->weight_offset + xf_rng_below(&rng, l->weight_count);
       float keep = p[i];
       p[i] = keep + h;
@@ -889,7 +906,7 @@ static void check_clipped(const xf_model_spec *spec, uint64_t seed) {
   assert_int_equal(xf_net_set_params(net, p), XF_OK);
   xf_rng rng;
   xf_rng_seed(&rng, seed, 1);
-  float *x = rand_floats(&rng, (size_t)n * in, 1);
+  float *x = model_inputs(m, &rng, n);
   int32_t y[4];
   for (int i = 0; i < n; i++) y[i] = (int32_t)xf_rng_below(&rng, (uint64_t)spec->classes);
   double norms[4], loss, want_loss = 0, lo = INFINITY, hi = 0;
@@ -1230,6 +1247,132 @@ static void declared_model_file_records_its_layer_list(void **state) {
   assert_null(find_bytes(buf + 12, hlen, "declared"));
   assert_non_null(find_bytes(buf + 12, hlen, "\"arch\":\"cnn\""));
   assert_non_null(find_bytes(buf + 12, hlen, "\"preset\":\"lenet5\""));
+  free(buf);
+  free(p);
+  xf_model_free(m);
+}
+
+
+/* Every kind after relu, in two lists (an embedding must come first, and an
+ * add of the input needs the input's shape): ids of 4 positions embedded,
+ * and a 4x4x4 image with a residual branch. */
+static const xf_layer_decl embedded_declared[] = {
+    {.kind = XF_DECL_EMBEDDING, .vocab = 50, .dim = 8},
+    {.kind = XF_DECL_LAYERNORM},
+    {.kind = XF_DECL_DROPOUT, .rate = 0.1f},
+    {.kind = XF_DECL_ADD, .from = 0},
+    FLAT,
+    DENSE(3)};
+static const xf_layer_decl residual_declared[] = {
+    CONV(4, 3, 1, 1),
+    {.kind = XF_DECL_GELU},
+    {.kind = XF_DECL_ADD, .from = -1},
+    {.kind = XF_DECL_GROUPNORM, .groups = 2},
+    {.kind = XF_DECL_AVGPOOL2D, .kernel = 2, .stride = 2},
+    {.kind = XF_DECL_TANH},
+    {.kind = XF_DECL_SIGMOID},
+    {.kind = XF_DECL_SOFTMAX},
+    FLAT,
+    {.kind = XF_DECL_DROPOUT, .rate = 0.3333333333f},
+    DENSE(3)};
+
+/* A model file of a declared model of the later kinds records each kind's
+ * fields (rate as a number, from -1 for the input), names the table rows'
+ * kinds, and reads back to the same list, table and parameters. */
+static void declared_model_file_of_every_kind_round_trips(void **state) {
+  (void)state;
+  const struct {
+    const xf_layer_decl *layers;
+    int n, h, w, c;
+    const char *says[4];
+  } models[] = {
+      {embedded_declared, 6, 1, 4, 1,
+       {"{\"dim\":8,\"kind\":\"embedding\",\"vocab\":50}", "{\"kind\":\"layernorm\"}",
+        "{\"kind\":\"dropout\",\"rate\":0.10000000149011612}", "{\"from\":0,\"kind\":\"add\"}"}},
+      {residual_declared, 11, 4, 4, 4,
+       {"{\"from\":-1,\"kind\":\"add\"}", "{\"groups\":2,\"kind\":\"groupnorm\"}",
+        "{\"kernel\":2,\"kind\":\"avgpool2d\",\"stride\":2}", "\"kind\":\"softmax\""}},
+  };
+  for (size_t k = 0; k < sizeof(models) / sizeof(models[0]); k++) {
+    xf_model_spec s = declared_spec(models[k].layers, models[k].n, models[k].h, models[k].w,
+                                    models[k].c, 3);
+    xf_model *m, *back;
+    xf_errctx err = {0};
+    if (xf_model_create(&s, &m, &err) != XF_OK) fail_msg("model %zu: %s", k, err.msg);
+    size_t P = xf_model_num_params(m);
+    float *p = malloc(P * 4), *q;
+    xf_model_init_params(m, 3, p);
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(xf_checkpoint_encode(m, p, &buf, &len, NULL), XF_OK);
+    uint32_t hlen;
+    memcpy(&hlen, buf + 8, 4);
+    for (int i = 0; i < 4; i++)
+      if (!find_bytes(buf + 12, hlen, models[k].says[i]))
+        fail_msg("model %zu: the header lacks %s: %.*s", k, models[k].says[i], (int)hlen,
+                 (const char *)buf + 12);
+    /* The layer table names every row's kind. */
+    for (int i = 0; i < xf_model_num_layers(m); i++) {
+      const char *kind = xf_layer_kind_name(xf_model_layer(m, i)->kind);
+      assert_non_null(kind);
+      char entry[64];
+      snprintf(entry, sizeof(entry), "\"kind\":\"%s\"", kind);
+      assert_non_null(find_bytes(buf + 12, hlen, entry));
+    }
+    if (xf_checkpoint_decode(buf, len, &back, &q, &err) != XF_OK)
+      fail_msg("model %zu: %s", k, err.msg);
+    int n;
+    const xf_layer_decl *d = xf_model_decls(back, &n);
+    assert_int_equal(n, models[k].n);
+    for (int i = 0; i < n; i++) assert_true(xf_layer_decl_equal(&d[i], &models[k].layers[i]));
+    assert_int_equal(xf_model_num_layers(back), xf_model_num_layers(m));
+    for (int i = 0; i < xf_model_num_layers(m); i++)
+      assert_memory_equal(xf_model_layer(m, i), xf_model_layer(back, i), sizeof(xf_layer));
+    assert_memory_equal(p, q, P * 4);
+    xf_model_free(back);
+    free(q);
+    free(buf);
+    free(p);
+    xf_model_free(m);
+  }
+}
+
+/* A header whose later fields are out of their range, or of the wrong type,
+ * is refused naming the layer and the field. */
+static void declared_model_file_with_bad_later_fields_is_refused(void **state) {
+  (void)state;
+  static const struct {
+    const char *from, *to, *says;
+  } edits[] = {
+      {"\"rate\":0.10000000149011612", "\"rate\":1.50000000000000000", "declared[2].rate"},
+      {"\"rate\":0.10000000149011612", "\"rate\":\"0.100000001490116\"", "declared[2].rate"},
+      {"\"vocab\":50", "\"vocab\":-1", "declared[0].vocab"},
+      {"\"dim\":8", "\"dim\":0", "model.layers[0].dim"},
+      {"\"from\":0", "\"from\":3", "model.layers[3].from"},
+      /* the dropout made an add of -2, the same length */
+      {"{\"kind\":\"dropout\",\"rate\":0.10000000149011612}",
+       "{\"kind\":\"add\",\"from\":-2,\"x\":0.10000000149011}", "declared[2].from"},
+  };
+  xf_model_spec s = declared_spec(embedded_declared, 6, 1, 4, 1, 3);
+  xf_model *m, *back;
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  float *p = calloc(xf_model_num_params(m), sizeof(float)), *q;
+  uint8_t *buf;
+  size_t len;
+  assert_int_equal(xf_checkpoint_encode(m, p, &buf, &len, NULL), XF_OK);
+  for (size_t i = 0; i < sizeof(edits) / sizeof(edits[0]); i++) {
+    uint8_t *copy = malloc(len);
+    memcpy(copy, buf, len);
+    char *at = find_bytes(copy + 12, len - 12, edits[i].from);
+    assert_non_null(at);
+    assert_int_equal(strlen(edits[i].from), strlen(edits[i].to));
+    memcpy(at, edits[i].to, strlen(edits[i].to));
+    xf_errctx err = {0};
+    assert_int_not_equal(xf_checkpoint_decode(copy, len, &back, &q, &err), XF_OK);
+    if (!strstr(err.msg, edits[i].says))
+      fail_msg("edit %zu: expected \"%s\" in: %s", i, edits[i].says, err.msg);
+    free(copy);
+  }
   free(buf);
   free(p);
   xf_model_free(m);
@@ -1638,6 +1781,325 @@ static void allocation_failures_are_reported_not_crashed(void **state) {
   assert_true(succeeded);
 }
 
+/* ---- the other layer kinds ---------------------------------------------------
+ * One small model per kind, the kind between parameter layers so that the
+ * parameter gradients checked below flow back through it: finite
+ * differences check its backward, brute force its per-example clipping. */
+
+#define AVGPOOL(k, s) {.kind = XF_DECL_AVGPOOL2D, .kernel = (k), .stride = (s)}
+#define DROPOUT(r) {.kind = XF_DECL_DROPOUT, .rate = (r)}
+#define LAYERNORM {.kind = XF_DECL_LAYERNORM}
+#define GROUPNORM(g) {.kind = XF_DECL_GROUPNORM, .groups = (g)}
+#define EMBEDDING(v, d) {.kind = XF_DECL_EMBEDDING, .vocab = (v), .dim = (d)}
+#define GELU {.kind = XF_DECL_GELU}
+#define TANH {.kind = XF_DECL_TANH}
+#define SIGMOID {.kind = XF_DECL_SIGMOID}
+#define SOFTMAX {.kind = XF_DECL_SOFTMAX}
+#define ADD(f) {.kind = XF_DECL_ADD, .from = (f)}
+
+typedef struct layer_case {
+  const char *name;
+  int h, w, c, classes;
+  int n;
+  xf_layer_decl layers[12];
+} layer_case;
+
+static const layer_case layer_cases[] = {
+    {"gelu", 1, 1, 10, 3, 3, {DENSE(8), GELU, DENSE(3)}},
+    {"tanh", 1, 1, 10, 3, 3, {DENSE(8), TANH, DENSE(3)}},
+    {"sigmoid", 1, 1, 10, 3, 3, {DENSE(8), SIGMOID, DENSE(3)}},
+    {"softmax", 1, 1, 10, 3, 3, {DENSE(8), SOFTMAX, DENSE(3)}},
+    {"layernorm (flat)", 1, 1, 10, 3, 4, {DENSE(8), LAYERNORM, TANH, DENSE(3)}},
+    {"layernorm (image)", 6, 6, 2, 3, 4, {CONV(4, 3, 1, 1), LAYERNORM, FLAT, DENSE(3)}},
+    {"groupnorm", 6, 6, 2, 3, 5, {CONV(4, 3, 1, 1), GROUPNORM(2), TANH, FLAT, DENSE(3)}},
+    {"groupnorm (one group)", 6, 6, 2, 3, 4, {CONV(4, 3, 1, 1), GROUPNORM(1), FLAT, DENSE(3)}},
+    {"avgpool2d", 6, 6, 2, 3, 4, {CONV(4, 3, 1, 1), AVGPOOL(2, 2), FLAT, DENSE(3)}},
+    {"avgpool2d (overlapping)", 7, 7, 2, 3, 4, {CONV(3, 3, 1, 0), AVGPOOL(3, 2), FLAT, DENSE(3)}},
+    {"embedding", 1, 1, 6, 3, 3, {EMBEDDING(7, 4), FLAT, DENSE(3)}},
+    {"add (residual)", 6, 6, 2, 3, 8,
+     {CONV(4, 3, 1, 1), TANH, CONV(4, 3, 1, 1), GROUPNORM(2), ADD(1), GELU, FLAT, DENSE(3)}},
+    {"add (the input)", 1, 1, 10, 3, 4, {DENSE(10), TANH, ADD(-1), DENSE(3)}},
+};
+
+static const layer_case dropout_case = {"dropout", 1, 1, 10, 3, 4,
+                                        {DENSE(8), TANH, DROPOUT(0.4f), DENSE(3)}};
+
+static xf_model_spec layer_case_spec(const layer_case *c) {
+  return declared_spec(c->layers, c->n, c->h, c->w, c->c, c->classes);
+}
+
+static void every_layer_kind_gradients_match_finite_differences(void **state) {
+  (void)state;
+  for (size_t i = 0; i < sizeof(layer_cases) / sizeof(layer_cases[0]); i++) {
+    xf_model_spec s = layer_case_spec(&layer_cases[i]);
+    print_message("%s\n", layer_cases[i].name);
+    /* Tanh, gelu and the norms are smooth: no kinks for the step to cross. */
+    check_model_h(&s, 40, 1e-2f);
+  }
+}
+
+/* Dropout's gradient with the mask of the pass it was drawn for: the
+ * finite differences redraw the same mask (seed 1, first pass). */
+static void dropout_gradient_matches_finite_differences_under_its_mask(void **state) {
+  (void)state;
+  xf_model_spec s = layer_case_spec(&dropout_case);
+  check_model_h(&s, 40, 1e-2f);
+}
+
+static void every_layer_kind_clipped_gradient_matches_brute_force(void **state) {
+  (void)state;
+  for (size_t i = 0; i < sizeof(layer_cases) / sizeof(layer_cases[0]); i++) {
+    xf_model_spec s = layer_case_spec(&layer_cases[i]);
+    print_message("%s\n", layer_cases[i].name);
+    check_clipped(&s, 40 + i);
+  }
+}
+
+/* DP-SGD through dropout: one example per pass, so that the clipped pass and
+ * the example's own gradient draw the same mask; the clipped gradient is
+ * the example's own scaled to the clip, and accumulating examples sums them. */
+static void dropout_clipped_gradient_is_each_examples_own_scaled(void **state) {
+  (void)state;
+  xf_model_spec s = layer_case_spec(&dropout_case);
+  xf_model *m;
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  xf_net *net;
+  assert_int_equal(xf_net_create(cpu, m, 1, &net, NULL), XF_OK);
+  size_t P = xf_model_num_params(m), in = xf_model_input_size(m);
+  float *p = malloc(P * sizeof(float)), *own = malloc(P * sizeof(float));
+  float *got = malloc(P * sizeof(float));
+  double *sum = calloc(P, sizeof(double));
+  xf_model_init_params(m, 12, p);
+  assert_int_equal(xf_net_set_params(net, p), XF_OK);
+  xf_rng rng;
+  xf_rng_seed(&rng, 12, 1);
+  float *x = rand_floats(&rng, 3 * in, 1);
+  int32_t y[3] = {0, 2, 1};
+  double loss;
+  int correct;
+  const double clip = 0.05;
+  for (int e = 0; e < 3; e++) {
+    xf_net_seed_dropout(net, 100 + (uint64_t)e);
+    assert_int_equal(xf_net_run(net, x + e * in, y + e, 1, true, &loss, &correct), XF_OK);
+    assert_int_equal(xf_net_get_grads(net, own), XF_OK);
+    double norm = sqrt(dot(own, own, P)), f = norm > clip ? clip / norm : 1.0;
+    assert_true(norm > clip); /* the clip binds */
+    for (size_t j = 0; j < P; j++) sum[j] += f * own[j];
+    xf_net_seed_dropout(net, 100 + (uint64_t)e);
+    assert_int_equal(xf_net_run_clipped(net, x + e * in, y + e, 1, clip, false, &loss, &correct),
+                     XF_OK);
+    assert_int_equal(xf_net_get_grads(net, got), XF_OK);
+    for (size_t j = 0; j < P; j++) assert_float_equal(got[j], f * own[j], 1e-6 + 1e-4 * fabs(own[j]));
+  }
+  for (int e = 0; e < 3; e++) {
+    xf_net_seed_dropout(net, 100 + (uint64_t)e);
+    assert_int_equal(xf_net_run_clipped(net, x + e * in, y + e, 1, clip, e > 0, &loss, &correct),
+                     XF_OK);
+  }
+  assert_int_equal(xf_net_get_grads(net, got), XF_OK);
+  for (size_t j = 0; j < P; j++) assert_float_equal(got[j], sum[j], 1e-6 + 1e-4 * fabs(sum[j]));
+  xf_net_free(net);
+  xf_model_free(m);
+  free(p), free(own), free(got), free(sum), free(x);
+}
+
+/* Dropout zeroes about `rate` of the values while training and scales the
+ * rest by 1/(1 - rate); in evaluation it is the identity. The mask follows
+ * the seed, and a new pass draws a new one. */
+static void dropout_drops_while_training_and_passes_through_in_eval(void **state) {
+  (void)state;
+  enum { N = 4096 };
+  float *mask = malloc(N * sizeof(float)), *again = malloc(N * sizeof(float));
+  xf_k_dropout_mask(cpu, mask, N, 0.25f, 7);
+  int dropped = 0;
+  for (int i = 0; i < N; i++) {
+    if (mask[i] == 0.0f) dropped++;
+    else assert_float_equal(mask[i], 1.0f / 0.75f, 0);
+  }
+  assert_in_range(dropped, N / 4 - 150, N / 4 + 150);
+  xf_k_dropout_mask(cpu, again, N, 0.25f, 7);
+  assert_memory_equal(mask, again, N * sizeof(float));
+  xf_k_dropout_mask(cpu, again, N, 0.25f, 8);
+  assert_true(memcmp(mask, again, N * sizeof(float)) != 0);
+  xf_k_dropout_mask(cpu, again, N, 0.0f, 7);
+  for (int i = 0; i < N; i++) assert_float_equal(again[i], 1.0f, 0);
+
+  xf_model_spec s = layer_case_spec(&dropout_case);
+  xf_model *m;
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  xf_net *net;
+  assert_int_equal(xf_net_create(cpu, m, 2, &net, NULL), XF_OK);
+  size_t P = xf_model_num_params(m);
+  float *p = malloc(P * sizeof(float));
+  xf_model_init_params(m, 3, p);
+  assert_int_equal(xf_net_set_params(net, p), XF_OK);
+  float x[20], a[6], b[6];
+  for (int i = 0; i < 20; i++) x[i] = (float)(i % 7) / 7.0f - 0.4f;
+  int32_t y[2] = {0, 1};
+  assert_int_equal(xf_net_logits(net, x, 2, a), XF_OK);
+  assert_int_equal(xf_net_logits(net, x, 2, b), XF_OK);
+  assert_memory_equal(a, b, sizeof(a));
+  double l1, l2, l3;
+  int c;
+  xf_net_seed_dropout(net, 5);
+  assert_int_equal(xf_net_run(net, x, y, 2, true, &l1, &c), XF_OK);
+  assert_int_equal(xf_net_run(net, x, y, 2, true, &l2, &c), XF_OK);
+  xf_net_seed_dropout(net, 5);
+  assert_int_equal(xf_net_run(net, x, y, 2, true, &l3, &c), XF_OK);
+  assert_true(l1 == l3);
+  assert_true(l1 != l2);
+  xf_net_free(net);
+  xf_model_free(m);
+  free(p), free(mask), free(again);
+}
+
+/* The norms' forward: each group's values come out with mean 0 and
+ * variance 1 (before gamma and beta), for layernorm each position's
+ * channels. */
+static void norms_standardize_each_group(void **state) {
+  (void)state;
+  enum { N = 2, P = 5, C = 6, G = 3 };
+  xf_rng rng;
+  xf_rng_seed(&rng, 4, 0);
+  float *x = rand_floats(&rng, N * P * C, 3), y[N * P * C], xhat[N * P * C], rstd[N * P];
+  float gamma[C], beta[C];
+  for (int c = 0; c < C; c++) gamma[c] = 1.0f, beta[c] = 0.0f;
+  xf_norm_shape gn = {.n = N, .p = P, .c = C, .groups = G, .eps = XF_NORM_EPS};
+  xf_k_norm_fwd(cpu, &gn, x, gamma, beta, y, xhat, rstd);
+  for (int r = 0; r < N; r++)
+    for (int g = 0; g < G; g++) {
+      double s = 0, sq = 0;
+      for (int q = 0; q < P; q++)
+        for (int k = 0; k < C / G; k++) {
+          double v = y[(r * P + q) * C + g * (C / G) + k];
+          s += v, sq += v * v;
+        }
+      assert_float_equal(s / (P * C / G), 0.0, 1e-6);
+      assert_float_equal(sq / (P * C / G), 1.0, 1e-3);
+    }
+  xf_norm_shape ln = {.n = N * P, .p = 1, .c = C, .groups = 1, .eps = XF_NORM_EPS};
+  for (int c = 0; c < C; c++) gamma[c] = 2.0f, beta[c] = 1.0f;
+  xf_k_norm_fwd(cpu, &ln, x, gamma, beta, y, xhat, rstd);
+  for (int r = 0; r < N * P; r++) {
+    double s = 0;
+    for (int c = 0; c < C; c++) s += y[r * C + c];
+    assert_float_equal(s / C, 1.0, 1e-5); /* beta */
+  }
+  free(x);
+}
+
+/* An embedding model refuses records that are not ids, naming where. */
+static void embedding_refuses_values_that_are_not_ids(void **state) {
+  (void)state;
+  xf_model_spec s = layer_case_spec(&layer_cases[10]);
+  xf_model *m;
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  assert_int_equal(xf_model_layer(m, 0)->kind, XF_LAYER_EMBEDDING);
+  float ok[6] = {0, 1, 6, 6, 2, 3}, bad[12] = {0, 1, 2, 3, 4, 5, 0, 1, 2.5f, 3, 4, 5};
+  size_t r = 99, f = 99;
+  assert_int_equal(xf_model_check_ids(m, ok, 1, &r, &f), XF_OK);
+  assert_int_equal(xf_model_check_ids(m, bad, 2, &r, &f), XF_ERANGE);
+  assert_int_equal(r, 1);
+  assert_int_equal(f, 2);
+  bad[8] = 7; /* vocab is 7 */
+  assert_int_equal(xf_model_check_ids(m, bad, 2, NULL, NULL), XF_ERANGE);
+  bad[8] = -1;
+  assert_int_equal(xf_model_check_ids(m, bad, 2, NULL, NULL), XF_ERANGE);
+  bad[8] = NAN;
+  assert_int_equal(xf_model_check_ids(m, bad, 2, NULL, NULL), XF_ERANGE);
+  xf_net *net;
+  assert_int_equal(xf_net_create(cpu, m, 2, &net, NULL), XF_OK);
+  int32_t y[2] = {0, 1};
+  double loss;
+  int c;
+  assert_int_equal(xf_net_run(net, bad, y, 2, true, &loss, &c), XF_ERANGE);
+  float logits[6];
+  assert_int_equal(xf_net_logits(net, bad, 2, logits), XF_ERANGE);
+  xf_samples data = {bad, y, 2, 6};
+  xf_errctx err = {0};
+  xf_train_options o = {.epochs = 1, .batch_size = 2, .sgd = {.lr = 0.1f}};
+  assert_int_equal(xf_train(net, &data, &o, &err), XF_ERANGE);
+  assert_non_null(strstr(err.msg, "training record 1, feature 2"));
+  assert_non_null(strstr(err.msg, "0 to 6"));
+  xf_net_free(net);
+  xf_model_free(m);
+}
+
+/* The shapes the new kinds take are checked at build, naming the layer. */
+static void new_layer_kinds_that_do_not_fit_are_refused_naming_the_layer(void **state) {
+  (void)state;
+  static const struct {
+    const char *what;
+    int h, w, c;
+    xf_layer_decl layers[6];
+    int n;
+    const char *want[2];
+  } cases[] = {
+      {"groups not dividing the channels", 6, 6, 2, {CONV(6, 3, 1, 1), GROUPNORM(4), FLAT, DENSE(3)}, 4,
+       {"model.layers[1].groups: 4 groups", "divisor of 6"}},
+      {"groupnorm on a flattened image", 6, 6, 2, {CONV(4, 3, 1, 1), FLAT, GROUPNORM(2), DENSE(3)}, 4,
+       {"model.layers[2]: groupnorm", "before the flatten"}},
+      {"layernorm on a flattened image", 6, 6, 2, {CONV(4, 3, 1, 1), FLAT, LAYERNORM, DENSE(3)}, 4,
+       {"model.layers[2]: layernorm", "after a dense layer"}},
+      {"embedding not first", 1, 1, 4, {DENSE(4), EMBEDDING(5, 2), FLAT, DENSE(3)}, 4,
+       {"model.layers[1]", "must be the first layer"}},
+      {"add from a later layer", 1, 1, 4, {DENSE(4), ADD(2), DENSE(3)}, 3,
+       {"model.layers[1].from: 2", "earlier layer (0 to 0)"}},
+      {"add of another shape", 6, 6, 2, {CONV(4, 3, 1, 1), CONV(4, 3, 1, 0), ADD(0), FLAT, DENSE(3)}, 5,
+       {"model.layers[2].from: the output of that layer is 6x6x4", "input is 4x4x4"}},
+      {"dropout rate of 1", 1, 1, 4, {DENSE(4), DROPOUT(1.0f), DENSE(3)}, 3,
+       {"model.layers[1].rate: 1", "below 1"}},
+      {"avgpool larger than its input", 4, 4, 1, {AVGPOOL(5, 1), FLAT, DENSE(3)}, 3,
+       {"model.layers[0].kernel: 5 is larger than its input 4x4", ""}},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    xf_model_spec s = declared_spec(cases[i].layers, cases[i].n, cases[i].h, cases[i].w,
+                                    cases[i].c, 3);
+    xf_model *m = NULL;
+    xf_errctx err = {0};
+    if (xf_model_create(&s, &m, &err) != XF_EINVAL) fail_msg("%s: accepted", cases[i].what);
+    for (int k = 0; k < 2; k++)
+      if (!strstr(err.msg, cases[i].want[k]))
+        fail_msg("%s: message \"%s\" lacks \"%s\"", cases[i].what, err.msg, cases[i].want[k]);
+  }
+}
+
+/* The parameters of the new kinds: norms start at gamma 1 and beta 0,
+ * embeddings at N(0, 1), as PyTorch's do; the layer table names them. */
+static void new_layer_kinds_initialize_as_pytorch_does(void **state) {
+  (void)state;
+  xf_model_spec s = layer_case_spec(&layer_cases[6]); /* groupnorm */
+  xf_model *m;
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  const xf_layer *gn = xf_model_layer(m, 1);
+  assert_int_equal(gn->kind, XF_LAYER_GROUPNORM);
+  assert_string_equal(gn->name, "gn1");
+  assert_int_equal(gn->weight_count, 4);
+  assert_int_equal(gn->bias_count, 4);
+  float *p = malloc(xf_model_num_params(m) * sizeof(float));
+  xf_model_init_params(m, 1, p);
+  for (int c = 0; c < 4; c++) {
+    assert_float_equal(p[gn->weight_offset + c], 1.0f, 0);
+    assert_float_equal(p[gn->bias_offset + c], 0.0f, 0);
+  }
+  free(p);
+  xf_model_free(m);
+  s = layer_case_spec(&layer_cases[10]); /* embedding 7 x 4 */
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  const xf_layer *e = xf_model_layer(m, 0);
+  assert_int_equal(e->weight_count, 28);
+  assert_int_equal(e->bias_count, 0);
+  assert_int_equal(e->out_w, 6);
+  assert_int_equal(e->out_c, 4);
+  p = malloc(xf_model_num_params(m) * sizeof(float));
+  xf_model_init_params(m, 1, p);
+  double sq = 0;
+  for (int j = 0; j < 28; j++) sq += (double)p[j] * p[j];
+  assert_in_range((long)(sq / 28 * 100), 40, 250); /* variance near 1 */
+  free(p);
+  xf_model_free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(dense_layer_gradients_match_finite_differences),
@@ -1656,8 +2118,19 @@ int main(void) {
       cmocka_unit_test(declared_strided_cnn_gradients_match_finite_differences),
       cmocka_unit_test(declared_strided_cnn_clipped_gradient_matches_brute_force),
       cmocka_unit_test(declared_strided_cnn_trains),
+      cmocka_unit_test(every_layer_kind_gradients_match_finite_differences),
+      cmocka_unit_test(dropout_gradient_matches_finite_differences_under_its_mask),
+      cmocka_unit_test(every_layer_kind_clipped_gradient_matches_brute_force),
+      cmocka_unit_test(dropout_clipped_gradient_is_each_examples_own_scaled),
+      cmocka_unit_test(dropout_drops_while_training_and_passes_through_in_eval),
+      cmocka_unit_test(norms_standardize_each_group),
+      cmocka_unit_test(embedding_refuses_values_that_are_not_ids),
+      cmocka_unit_test(new_layer_kinds_that_do_not_fit_are_refused_naming_the_layer),
+      cmocka_unit_test(new_layer_kinds_initialize_as_pytorch_does),
       cmocka_unit_test(declared_models_that_do_not_fit_are_refused_naming_the_layer),
       cmocka_unit_test(declared_model_file_records_its_layer_list),
+      cmocka_unit_test(declared_model_file_of_every_kind_round_trips),
+      cmocka_unit_test(declared_model_file_with_bad_later_fields_is_refused),
       cmocka_unit_test(init_is_seeded_and_bounded_by_fan_in),
       cmocka_unit_test(sgd_step_follows_the_pytorch_formula_with_prox),
       cmocka_unit_test(nesterov_step_matches_the_hand_computed_steps),

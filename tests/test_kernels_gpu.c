@@ -868,6 +868,505 @@ static void per_row_ops_match_cpu(void **state) {
   }
 }
 
+/* ---- the other layers' ops --------------------------------------------------- */
+
+static const xf_pool_shape avgpool_shapes[] = {
+    {1, 1, 1, 1, 1, 1, 0, 0},   {2, 28, 28, 8, 2, 2, 0, 0}, {3, 13, 13, 5, 3, 2, 0, 0},
+    {1, 7, 9, 3, 3, 1, 0, 0},   {2, 9, 7, 33, 4, 3, 0, 0},  {1, 10, 10, 2, 2, 3, 0, 0},
+};
+
+/* The same float sums in the same window order times the same float
+ * 1 / (k k); the backward gathers, per pixel, in the order the cpu scatters:
+ * both bit-identical, with overlapping windows (stride < k), gaps between
+ * them (stride > k) and leftover rows. The stale dx must be overwritten, and
+ * pixels that no window reads must be 0. */
+static void avgpool_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xf_rng rng;
+  xf_rng_seed(&rng, 40, 0);
+  for (size_t s = 0; s < sizeof(avgpool_shapes) / sizeof(avgpool_shapes[0]); s++) {
+    xf_pool_shape sh = avgpool_shapes[s];
+    assert_int_equal(xf_pool_shape_finish(&sh), XF_OK);
+    const size_t nx = (size_t)sh.n * sh.h * sh.w * sh.c;
+    const size_t ny = (size_t)sh.n * sh.oh * sh.ow * sh.c;
+    float *x = random_floats(&rng, nx, 1.0, 0), *dy = random_floats(&rng, ny, 1.0, 0);
+    twin tx = twin_new(nx * sizeof(float), x), ty = twin_new(ny * sizeof(float), NULL);
+    twin tdy = twin_new(ny * sizeof(float), dy);
+    twin tdx = twin_new(nx * sizeof(float), x); /* stale: must be cleared */
+    xf_k_avgpool_fwd(cpu_b, cpu_f(&tx), &sh, cpu_f(&ty));
+    xf_k_avgpool_fwd(gpu_b, gpu_f(&tx), &sh, gpu_f(&ty));
+    xf_k_avgpool_bwd(cpu_b, cpu_f(&tdy), &sh, cpu_f(&tdx));
+    xf_k_avgpool_bwd(gpu_b, gpu_f(&tdy), &sh, gpu_f(&tdx));
+    /* Which pixels some window reads. */
+    bool *read = host_alloc(nx * sizeof(bool));
+    for (size_t i = 0; i < nx; i++) read[i] = false;
+    for (int n = 0; n < sh.n; n++)
+      for (int oy = 0; oy < sh.oh; oy++)
+        for (int ox = 0; ox < sh.ow; ox++)
+          for (int i = 0; i < sh.k; i++)
+            for (int j = 0; j < sh.k; j++)
+              for (int c = 0; c < sh.c; c++)
+                read[(((size_t)n * sh.h + oy * sh.stride + i) * sh.w + ox * sh.stride + j) *
+                         sh.c + c] = true;
+    float *want = host_alloc(nx * sizeof(float)), *got = host_alloc(nx * sizeof(float));
+    char what[96];
+    snprintf(what, sizeof(what), "avgpool n=%d h=%d w=%d c=%d k=%d stride=%d", sh.n, sh.h, sh.w,
+             sh.c, sh.k, sh.stride);
+    twin_read(&ty, want, got);
+    expect_identical_floats(what, want, got, ny);
+    snprintf(what, sizeof(what), "avgpool_bwd n=%d h=%d w=%d c=%d k=%d stride=%d", sh.n, sh.h,
+             sh.w, sh.c, sh.k, sh.stride);
+    twin_read(&tdx, want, got);
+    expect_identical_floats(what, want, got, nx);
+    for (size_t i = 0; i < nx; i++)
+      if (!read[i]) assert_true(got[i] == 0.0f);
+    xf_free(read);
+    xf_free(want);
+    xf_free(got);
+    twin_free(&tx);
+    twin_free(&ty);
+    twin_free(&tdy);
+    twin_free(&tdx);
+    xf_free(x);
+    xf_free(dy);
+  }
+}
+
+static const size_t act_sizes[] = {1, 31, 1001, (1u << 20) + 3};
+
+/* The activations' library functions (erf, tanh, exp) differ between CUDA
+ * and glibc, and between their float and double forms, by an ulp or two, so
+ * the forward is held to 4 FLT_EPSILON of the value, plus for gelu 4
+ * FLT_EPSILON of |x| (1 + erf(x / sqrt 2) cancels for negative x, so a
+ * last-bit difference in erf is an ulp of 1, times x / 2). gelu's backward,
+ * with erf and exp: 4 FLT_EPSILON of the value and of |dy| (1 + |x|). The
+ * backward of tanh and sigmoid is the same float formula of y on both
+ * sides: bit-identical. dx is written over dy, and tanh and sigmoid run in
+ * place, as backend.h allows. */
+static void activations_match_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xf_rng rng;
+  xf_rng_seed(&rng, 41, 0);
+  static const xf_act acts[] = {XF_ACT_GELU, XF_ACT_TANH, XF_ACT_SIGMOID};
+  static const char *const names[] = {"gelu", "tanh", "sigmoid"};
+  for (size_t a = 0; a < 3; a++) {
+    for (size_t s = 0; s < sizeof(act_sizes) / sizeof(act_sizes[0]); s++) {
+      const size_t n = act_sizes[s], bytes = n * sizeof(float);
+      const bool gelu = acts[a] == XF_ACT_GELU;
+      float *x = random_floats(&rng, n, 3.0, 0), *dy = random_floats(&rng, n, 1.0, 0);
+      twin tx = twin_new(bytes, x), ty = twin_new(bytes, x), tdy = twin_new(bytes, dy);
+      float *want = host_alloc(bytes), *got = host_alloc(bytes);
+      double *tol = host_alloc(n * sizeof(double));
+      char what[64];
+      /* gelu writes y apart from x; tanh and sigmoid in place (ty holds x). */
+      const float *xin_c = gelu ? cpu_f(&tx) : cpu_f(&ty);
+      const float *xin_g = gelu ? gpu_f(&tx) : gpu_f(&ty);
+      xf_k_act_fwd(cpu_b, acts[a], cpu_f(&ty), xin_c, n);
+      xf_k_act_fwd(gpu_b, acts[a], gpu_f(&ty), xin_g, n);
+      twin_read(&ty, want, got);
+      for (size_t i = 0; i < n; i++)
+        tol[i] = 4 * FLT_EPSILON * (fabs((double)want[i]) + (gelu ? fabs((double)x[i]) : 0)) +
+                 FLT_MIN;
+      snprintf(what, sizeof(what), "%s_fwd n=%zu", names[a], n);
+      expect_within(what, want, got, tol, n);
+      /* The backward from the cpu's y on both sides, so only its own
+       * arithmetic is compared. */
+      assert_int_equal(xf_backend_upload(gpu_b, ty.on_gpu, want, bytes), XF_OK);
+      xf_k_act_bwd(cpu_b, acts[a], cpu_f(&tdy), cpu_f(&tdy), cpu_f(&tx), cpu_f(&ty), n);
+      xf_k_act_bwd(gpu_b, acts[a], gpu_f(&tdy), gpu_f(&tdy), gpu_f(&tx), gpu_f(&ty), n);
+      twin_read(&tdy, want, got);
+      snprintf(what, sizeof(what), "%s_bwd n=%zu", names[a], n);
+      if (gelu) {
+        for (size_t i = 0; i < n; i++)
+          tol[i] = 4 * FLT_EPSILON *
+                       (fabs((double)want[i]) + fabs((double)dy[i]) * (1 + fabs((double)x[i]))) +
+                   FLT_MIN;
+        expect_within(what, want, got, tol, n);
+      } else {
+        expect_identical_floats(what, want, got, n);
+      }
+      xf_free(tol);
+      xf_free(want);
+      xf_free(got);
+      twin_free(&tx);
+      twin_free(&ty);
+      twin_free(&tdy);
+      xf_free(x);
+      xf_free(dy);
+    }
+  }
+}
+
+/* One IEEE multiplication per element, also with y aliasing u: identical. */
+static void mul_is_identical_to_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xf_rng rng;
+  xf_rng_seed(&rng, 42, 0);
+  for (size_t s = 0; s < sizeof(act_sizes) / sizeof(act_sizes[0]); s++) {
+    const size_t n = act_sizes[s], bytes = n * sizeof(float);
+    float *u = random_floats(&rng, n, 1e3, 0), *v = random_floats(&rng, n, 1e-3, 0);
+    twin tu = twin_new(bytes, u), tv = twin_new(bytes, v), ty = twin_new(bytes, NULL);
+    float *want = host_alloc(bytes), *got = host_alloc(bytes);
+    xf_k_mul(cpu_b, cpu_f(&ty), cpu_f(&tu), cpu_f(&tv), n);
+    xf_k_mul(gpu_b, gpu_f(&ty), gpu_f(&tu), gpu_f(&tv), n);
+    twin_read(&ty, want, got);
+    expect_identical_floats("mul", want, got, n);
+    xf_k_mul(cpu_b, cpu_f(&tu), cpu_f(&tu), cpu_f(&ty), n);
+    xf_k_mul(gpu_b, gpu_f(&tu), gpu_f(&tu), gpu_f(&ty), n);
+    twin_read(&tu, want, got);
+    expect_identical_floats("mul in place", want, got, n);
+    xf_free(want);
+    xf_free(got);
+    twin_free(&tu);
+    twin_free(&tv);
+    twin_free(&ty);
+    xf_free(u);
+    xf_free(v);
+  }
+}
+
+/* Mask value i by backend.h's text: its splitmix64 draw, and the kept value
+ * 1 / (1 - rate) in float. */
+static float dropout_reference(size_t i, float rate, uint64_t seed) {
+  uint64_t z = seed + ((uint64_t)i + 1) * 0x9E3779B97F4A7C15ull;
+  z ^= z >> 30;
+  z *= 0xBF58476D1CE4E5B9ull;
+  z ^= z >> 27;
+  z *= 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  const uint64_t threshold = (uint64_t)((double)rate * 4294967296.0);
+  return (z >> 32) < threshold ? 0.0f : 1.0f / (1.0f - rate);
+}
+
+/* The mask is integer hashing of the index: bit-identical on both backends,
+ * and equal to backend.h's formula; the share dropped is the rate (within 5
+ * standard deviations of a binomial on the largest size). */
+static void dropout_mask_is_identical_to_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  static const float rates[] = {0.0f, 0.1f, 0.5f, 0.9f, 0.999f};
+  static const uint64_t seeds[] = {0, 0x0123456789ABCDEFull, UINT64_MAX};
+  for (size_t s = 0; s < sizeof(act_sizes) / sizeof(act_sizes[0]); s++) {
+    const size_t n = act_sizes[s], bytes = n * sizeof(float);
+    twin tm = twin_new(bytes, NULL);
+    float *want = host_alloc(bytes), *got = host_alloc(bytes);
+    for (size_t r = 0; r < sizeof(rates) / sizeof(rates[0]); r++) {
+      for (size_t k = 0; k < sizeof(seeds) / sizeof(seeds[0]); k++) {
+        xf_k_dropout_mask(cpu_b, cpu_f(&tm), n, rates[r], seeds[k]);
+        xf_k_dropout_mask(gpu_b, gpu_f(&tm), n, rates[r], seeds[k]);
+        twin_read(&tm, want, got);
+        char what[80];
+        snprintf(what, sizeof(what), "dropout_mask n=%zu rate=%g seed=%#llx", n,
+                 (double)rates[r], (unsigned long long)seeds[k]);
+        expect_identical_floats(what, want, got, n);
+        size_t dropped = 0;
+        for (size_t i = 0; i < n; i++) {
+          float ref = dropout_reference(i, rates[r], seeds[k]);
+          if (memcmp(&ref, &got[i], sizeof(float)) != 0)
+            fail_msg("%s[%zu]: cuda %.9g, backend.h's formula %.9g", what, i, (double)got[i],
+                     (double)ref);
+          dropped += got[i] == 0.0f;
+        }
+        if (n > 1000000) {
+          const double p = rates[r], sd = sqrt((double)n * p * (1 - p));
+          assert_true(fabs((double)dropped - (double)n * p) <= 5 * sd + 1);
+        }
+      }
+    }
+    xf_free(want);
+    xf_free(got);
+    twin_free(&tm);
+  }
+}
+
+/* rows x cols: one value, odd widths, more rows than a grid's 65535 blocks. */
+static const int softmax_shapes[][2] = {{1, 1}, {3, 7}, {33, 10}, {257, 1001}, {70001, 3}};
+
+/* Forward: exp of (x - max) over the row's sum; the exps (CUDA's against
+ * glibc's, float or double) and the sum's order differ, so each value is held
+ * to (8 + sqrt(cols)) FLT_EPSILON of itself. Backward: y (dy - <dy, y>),
+ * where the difference cancels: the same factor times y (|dy| + sum |dy y|).
+ * The backward runs from the cpu's y on both sides and writes over dy. */
+static void softmax_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xf_rng rng;
+  xf_rng_seed(&rng, 43, 0);
+  for (size_t s = 0; s < sizeof(softmax_shapes) / sizeof(softmax_shapes[0]); s++) {
+    const int rows = softmax_shapes[s][0], cols = softmax_shapes[s][1];
+    const size_t n = (size_t)rows * cols, bytes = n * sizeof(float);
+    float *x = random_floats(&rng, n, 4.0, 0), *dy = random_floats(&rng, n, 1.0, 0);
+    twin tx = twin_new(bytes, x), ty = twin_new(bytes, NULL), tdy = twin_new(bytes, dy);
+    float *want = host_alloc(bytes), *got = host_alloc(bytes), *y = host_alloc(bytes);
+    double *tol = host_alloc(n * sizeof(double));
+    const double factor = (8 + sqrt((double)cols)) * FLT_EPSILON;
+    char what[64];
+    xf_k_softmax_fwd(cpu_b, cpu_f(&ty), cpu_f(&tx), rows, cols);
+    xf_k_softmax_fwd(gpu_b, gpu_f(&ty), gpu_f(&tx), rows, cols);
+    twin_read(&ty, y, got);
+    for (size_t i = 0; i < n; i++) tol[i] = factor * fabs((double)y[i]) + FLT_MIN;
+    snprintf(what, sizeof(what), "softmax_fwd rows=%d cols=%d", rows, cols);
+    expect_within(what, y, got, tol, n);
+    assert_int_equal(xf_backend_upload(gpu_b, ty.on_gpu, y, bytes), XF_OK);
+    xf_k_softmax_bwd(cpu_b, cpu_f(&tdy), cpu_f(&tdy), cpu_f(&ty), rows, cols);
+    xf_k_softmax_bwd(gpu_b, gpu_f(&tdy), gpu_f(&tdy), gpu_f(&ty), rows, cols);
+    twin_read(&tdy, want, got);
+    for (int r = 0; r < rows; r++) {
+      double mag = 0;
+      for (int c = 0; c < cols; c++) {
+        size_t at = (size_t)r * cols + c;
+        mag += fabs((double)dy[at] * y[at]);
+      }
+      for (int c = 0; c < cols; c++) {
+        size_t at = (size_t)r * cols + c;
+        tol[at] = factor * fabs((double)y[at]) * (fabs((double)dy[at]) + mag) + FLT_MIN;
+      }
+    }
+    snprintf(what, sizeof(what), "softmax_bwd rows=%d cols=%d", rows, cols);
+    expect_within(what, want, got, tol, n);
+    xf_free(tol);
+    xf_free(want);
+    xf_free(got);
+    xf_free(y);
+    twin_free(&tx);
+    twin_free(&ty);
+    twin_free(&tdy);
+    xf_free(x);
+    xf_free(dy);
+  }
+}
+
+/* n, p, c, groups: one value, layernorm's shape (p = 1, groups = 1) with
+ * odd widths, groupnorm on images, one channel per group, and more
+ * (record, group) pairs than a grid's 65535 blocks. */
+static const xf_norm_shape norm_shapes[] = {
+    {1, 1, 1, 1, XF_NORM_EPS},  {7, 1, 33, 1, XF_NORM_EPS}, {3, 13, 12, 4, XF_NORM_EPS},
+    {2, 49, 30, 3, XF_NORM_EPS}, {5, 3, 8, 8, XF_NORM_EPS}, {66001, 1, 5, 1, XF_NORM_EPS},
+};
+
+/* Mean and variance are summed in double on both sides, in different
+ * orders: far below float rounding. xhat = (x - mean) rstd may round the
+ * difference in float and use the float rstd: 4 FLT_EPSILON of |xhat| and of
+ * |x| rstd. rstd: 4 FLT_EPSILON of itself. y = xhat gamma + beta: gamma times
+ * xhat's tolerance plus 4 FLT_EPSILON of |xhat gamma| + |beta|. Backward,
+ * from the cpu's xhat and rstd on both sides: rstd (g - mean(g) - xhat
+ * mean(g xhat)) cancels, so 8 FLT_EPSILON of rstd (|g| + mean |g| + |xhat|
+ * mean |g xhat|). The inputs sit around 3 so that the mean matters. */
+static void norm_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xf_rng rng;
+  xf_rng_seed(&rng, 44, 0);
+  for (size_t s = 0; s < sizeof(norm_shapes) / sizeof(norm_shapes[0]); s++) {
+    const xf_norm_shape sh = norm_shapes[s];
+    const size_t n = (size_t)sh.n * sh.p * sh.c, bytes = n * sizeof(float);
+    const size_t units = (size_t)sh.n * sh.groups, cg = (size_t)(sh.c / sh.groups);
+    const size_t m = (size_t)sh.p * cg;
+    float *x = random_floats(&rng, n, 2.0, 0), *dy = random_floats(&rng, n, 1.0, 0);
+    for (size_t i = 0; i < n; i++) x[i] += 3.0f;
+    float *gamma = random_floats(&rng, (size_t)sh.c, 1.0, 0);
+    float *beta = random_floats(&rng, (size_t)sh.c, 1.0, 0);
+    twin tx = twin_new(bytes, x), ty = twin_new(bytes, NULL), th = twin_new(bytes, NULL);
+    twin trs = twin_new(units * sizeof(float), NULL), tdy = twin_new(bytes, dy);
+    twin tdx = twin_new(bytes, x); /* stale: must be overwritten */
+    twin tg = twin_new((size_t)sh.c * sizeof(float), gamma);
+    twin tb = twin_new((size_t)sh.c * sizeof(float), beta);
+    xf_k_norm_fwd(cpu_b, &sh, cpu_f(&tx), cpu_f(&tg), cpu_f(&tb), cpu_f(&ty), cpu_f(&th),
+                  cpu_f(&trs));
+    xf_k_norm_fwd(gpu_b, &sh, gpu_f(&tx), gpu_f(&tg), gpu_f(&tb), gpu_f(&ty), gpu_f(&th),
+                  gpu_f(&trs));
+    float *want = host_alloc(bytes), *got = host_alloc(bytes), *xhat = host_alloc(bytes);
+    float *rs_want = host_alloc(units * sizeof(float)), *rs_got = host_alloc(units * sizeof(float));
+    double *tol = host_alloc(n * sizeof(double)), *tol_rs = host_alloc(units * sizeof(double));
+    char what[96];
+    snprintf(what, sizeof(what), "norm n=%d p=%d c=%d groups=%d", sh.n, sh.p, sh.c, sh.groups);
+    twin_read(&trs, rs_want, rs_got);
+    for (size_t u = 0; u < units; u++) tol_rs[u] = 4 * FLT_EPSILON * fabs((double)rs_want[u]);
+    expect_within(what, rs_want, rs_got, tol_rs, units);
+    twin_read(&th, xhat, got);
+    /* Element j of (r, g): positions outer, the group's channels inner. */
+    for (size_t u = 0; u < units; u++) {
+      const size_t r = u / (size_t)sh.groups, g = u % (size_t)sh.groups;
+      for (size_t j = 0; j < m; j++) {
+        size_t at = (r * sh.p + j / cg) * sh.c + g * cg + j % cg;
+        tol[at] = 4 * FLT_EPSILON * (fabs((double)xhat[at]) + fabs((double)x[at]) * rs_want[u]);
+      }
+    }
+    expect_within(what, xhat, got, tol, n);
+    twin_read(&ty, want, got);
+    for (size_t i = 0; i < n; i++) {
+      const size_t ch = i % (size_t)sh.c;
+      tol[i] = fabs((double)gamma[ch]) * tol[i] +
+               4 * FLT_EPSILON * (fabs((double)xhat[i] * gamma[ch]) + fabs((double)beta[ch]));
+    }
+    expect_within(what, want, got, tol, n);
+
+    assert_int_equal(xf_backend_upload(gpu_b, th.on_gpu, xhat, bytes), XF_OK);
+    assert_int_equal(xf_backend_upload(gpu_b, trs.on_gpu, rs_want, units * sizeof(float)),
+                     XF_OK);
+    xf_k_norm_bwd(cpu_b, &sh, cpu_f(&tdy), cpu_f(&th), cpu_f(&trs), cpu_f(&tg), cpu_f(&tdx));
+    xf_k_norm_bwd(gpu_b, &sh, gpu_f(&tdy), gpu_f(&th), gpu_f(&trs), gpu_f(&tg), gpu_f(&tdx));
+    twin_read(&tdx, want, got);
+    for (size_t u = 0; u < units; u++) {
+      const size_t r = u / (size_t)sh.groups, g = u % (size_t)sh.groups;
+      double sum_g = 0, sum_gx = 0;
+      for (size_t j = 0; j < m; j++) {
+        size_t at = (r * sh.p + j / cg) * sh.c + g * cg + j % cg;
+        double gv = fabs((double)dy[at] * gamma[g * cg + j % cg]);
+        sum_g += gv;
+        sum_gx += gv * fabs((double)xhat[at]);
+      }
+      for (size_t j = 0; j < m; j++) {
+        size_t at = (r * sh.p + j / cg) * sh.c + g * cg + j % cg;
+        double gv = fabs((double)dy[at] * gamma[g * cg + j % cg]);
+        tol[at] = 8 * FLT_EPSILON * rs_want[u] *
+                      (gv + sum_g / (double)m + fabs((double)xhat[at]) * sum_gx / (double)m) +
+                  FLT_MIN;
+      }
+    }
+    snprintf(what, sizeof(what), "norm_bwd n=%d p=%d c=%d groups=%d", sh.n, sh.p, sh.c,
+             sh.groups);
+    expect_within(what, want, got, tol, n);
+    xf_free(tol);
+    xf_free(tol_rs);
+    xf_free(want);
+    xf_free(got);
+    xf_free(xhat);
+    xf_free(rs_want);
+    xf_free(rs_got);
+    twin_free(&tx);
+    twin_free(&ty);
+    twin_free(&th);
+    twin_free(&trs);
+    twin_free(&tdy);
+    twin_free(&tdx);
+    twin_free(&tg);
+    twin_free(&tb);
+    xf_free(x);
+    xf_free(dy);
+    xf_free(gamma);
+    xf_free(beta);
+  }
+}
+
+/* n records, f ids each, dim, vocab: one id, odd sizes, a vocabulary far
+ * smaller than the ids (many repeats), and one larger (few). */
+static const int embedding_shapes[][4] = {
+    {1, 1, 1, 1}, {3, 7, 5, 4}, {4, 33, 16, 9}, {2, 301, 3, 1000}, {5, 11, 129, 2}};
+
+/* Forward is a copy: identical. Backward adds the dy rows that share an id,
+ * with atomics on cuda: within (count - 1) FLT_EPSILON of the sum of their
+ * |dy|, on a cleared table (beta 0, over stale values) and added to one (beta
+ * 1). sqnorm: sums of exact double products in another order, rounded once
+ * to float: FLT_EPSILON of the sum of |products| and of the value, with and
+ * without accumulate. */
+static void embedding_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xf_rng rng;
+  xf_rng_seed(&rng, 45, 0);
+  for (size_t s = 0; s < sizeof(embedding_shapes) / sizeof(embedding_shapes[0]); s++) {
+    const int n = embedding_shapes[s][0], f = embedding_shapes[s][1];
+    const int dim = embedding_shapes[s][2], vocab = embedding_shapes[s][3];
+    const int rows = n * f;
+    const size_t ny = (size_t)rows * dim, nt = (size_t)vocab * dim;
+    float *ids = host_alloc((size_t)rows * sizeof(float));
+    for (int r = 0; r < rows; r++) ids[r] = (float)xf_rng_below(&rng, (uint64_t)vocab);
+    float *table = random_floats(&rng, nt, 1.0, 0), *dy = random_floats(&rng, ny, 1.0, 0);
+    float *start = random_floats(&rng, (size_t)n, 1.0, 0);
+    twin tid = twin_new((size_t)rows * sizeof(float), ids), tt = twin_new(nt * sizeof(float), table);
+    twin ty = twin_new(ny * sizeof(float), NULL), tdy = twin_new(ny * sizeof(float), dy);
+    twin tdt = twin_new(nt * sizeof(float), table); /* stale: beta 0 must clear it */
+    twin tout = twin_new((size_t)n * sizeof(float), start);
+    char what[96];
+    snprintf(what, sizeof(what), "embedding n=%d f=%d dim=%d vocab=%d", n, f, dim, vocab);
+
+    float *want = host_alloc(ny * sizeof(float)), *got = host_alloc(ny * sizeof(float));
+    xf_k_embedding_fwd(cpu_b, cpu_f(&tid), cpu_f(&tt), rows, dim, cpu_f(&ty));
+    xf_k_embedding_fwd(gpu_b, gpu_f(&tid), gpu_f(&tt), rows, dim, gpu_f(&ty));
+    twin_read(&ty, want, got);
+    expect_identical_floats(what, want, got, ny);
+    xf_free(want);
+    xf_free(got);
+
+    /* Per table row: how many ids hit it; per entry: the sum of |dy| fed. */
+    int *hits = host_alloc((size_t)vocab * sizeof(int));
+    double *mag = host_alloc(nt * sizeof(double)), *tol = host_alloc(nt * sizeof(double));
+    for (int v = 0; v < vocab; v++) hits[v] = 0;
+    for (size_t i = 0; i < nt; i++) mag[i] = 0;
+    for (int r = 0; r < rows; r++) {
+      const size_t id = (size_t)ids[r];
+      hits[id]++;
+      for (int d = 0; d < dim; d++) mag[id * dim + d] += fabs((double)dy[(size_t)r * dim + d]);
+    }
+    want = host_alloc(nt * sizeof(float));
+    got = host_alloc(nt * sizeof(float));
+    for (int beta = 0; beta < 2; beta++) {
+      xf_k_embedding_bwd(cpu_b, cpu_f(&tid), cpu_f(&tdy), rows, dim, vocab, (float)beta,
+                         cpu_f(&tdt));
+      xf_k_embedding_bwd(gpu_b, gpu_f(&tid), gpu_f(&tdy), rows, dim, vocab, (float)beta,
+                         gpu_f(&tdt));
+      twin_read(&tdt, want, got);
+      /* beta 1 adds to the beta 0 result: one more term per entry hit. */
+      for (size_t i = 0; i < nt; i++) {
+        const int count = hits[i / (size_t)dim] * (beta + 1);
+        tol[i] = (count > 1 ? count - 1 : 0) * FLT_EPSILON * mag[i] * (beta + 1);
+      }
+      snprintf(what, sizeof(what), "embedding_bwd n=%d f=%d dim=%d vocab=%d beta=%d", n, f, dim,
+               vocab, beta);
+      expect_within(what, want, got, tol, nt);
+    }
+    xf_free(want);
+    xf_free(got);
+
+    want = host_alloc((size_t)n * sizeof(float));
+    got = host_alloc((size_t)n * sizeof(float));
+    double *row_tol = host_alloc((size_t)n * sizeof(double));
+    double *abs_sum = host_alloc((size_t)n * sizeof(double));
+    for (int r = 0; r < n; r++) {
+      double t = 0;
+      for (int a = 0; a < f; a++)
+        for (int b = 0; b < f; b++) {
+          if (ids[r * f + a] != ids[r * f + b]) continue;
+          for (int d = 0; d < dim; d++)
+            t += fabs((double)dy[((size_t)r * f + a) * dim + d] *
+                      dy[((size_t)r * f + b) * dim + d]);
+        }
+      abs_sum[r] = t;
+    }
+    for (int acc = 0; acc < 2; acc++) {
+      xf_k_embedding_sqnorm(cpu_b, cpu_f(&tout), cpu_f(&tid), cpu_f(&tdy), n, f, dim, acc);
+      xf_k_embedding_sqnorm(gpu_b, gpu_f(&tout), gpu_f(&tid), gpu_f(&tdy), n, f, dim, acc);
+      twin_read(&tout, want, got);
+      for (int r = 0; r < n; r++)
+        row_tol[r] = FLT_EPSILON * (abs_sum[r] * (acc + 1) + fabs((double)want[r])) + FLT_MIN;
+      snprintf(what, sizeof(what), "embedding_sqnorm n=%d f=%d dim=%d vocab=%d accumulate=%d",
+               n, f, dim, vocab, acc);
+      expect_within(what, want, got, row_tol, (size_t)n);
+    }
+    xf_free(row_tol);
+    xf_free(abs_sum);
+    xf_free(want);
+    xf_free(got);
+    xf_free(hits);
+    xf_free(mag);
+    xf_free(tol);
+    twin_free(&tid);
+    twin_free(&tt);
+    twin_free(&ty);
+    twin_free(&tdy);
+    twin_free(&tdt);
+    twin_free(&tout);
+    xf_free(ids);
+    xf_free(table);
+    xf_free(dy);
+    xf_free(start);
+  }
+}
+
 /* The models the net-level tests train on 28x28x1 images: an mlp, both
  * cnn presets, and a declared model no preset is (strided and padded
  * convolutions, an overlapping pool). */
@@ -1093,6 +1592,197 @@ static void one_output_losses_train_as_on_cpu(void **state) {
   }
 }
 
+/* ---- declared models with the other layer kinds ------------------------------- */
+
+/* Logits (xf_net_logits), the loss, the correct count and the gradient of
+ * xf_net_run's backward, then of xf_net_run_clipped at a clip below every
+ * example's norm and one above, on both backends from the same parameters
+ * and batch. The tolerance is clipped_gradient_matches_cpu's: 1e-3 of a
+ * coordinate plus 1e-4 of the largest, for rounding grown through the
+ * layers; a wrong op, index or clip moves whole coordinates. With `ids` the
+ * inputs are whole numbers below `vocab`, for a model that starts with an
+ * embedding. */
+static void declared_model_matches_cpu(const xf_model_spec *spec, bool ids, int vocab) {
+  xf_rng rng;
+  xf_rng_seed(&rng, 50, 0);
+  xf_model *m;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (xf_model_create(spec, &m, &err) != XF_OK) fail_msg("model: %s", err.msg);
+  const int n = 7, classes = spec->classes;
+  xf_net *on_cpu, *on_gpu;
+  assert_int_equal(xf_net_create(cpu_b, m, n, &on_cpu, NULL), XF_OK);
+  assert_int_equal(xf_net_create(gpu_b, m, n, &on_gpu, NULL), XF_OK);
+  const size_t P = xf_model_num_params(m), in = xf_model_input_size(m);
+  float *p = host_alloc(P * sizeof(float));
+  xf_model_init_params(m, 13, p);
+  assert_int_equal(xf_net_set_params(on_cpu, p), XF_OK);
+  assert_int_equal(xf_net_set_params(on_gpu, p), XF_OK);
+  /* Equal seeds and the same sequence of passes: the same dropout masks. */
+  xf_net_seed_dropout(on_cpu, 0x5EEDull);
+  xf_net_seed_dropout(on_gpu, 0x5EEDull);
+  float *x = random_floats(&rng, (size_t)n * in, 1.0, 0);
+  if (ids)
+    for (size_t i = 0; i < (size_t)n * in; i++) x[i] = (float)xf_rng_below(&rng, (uint64_t)vocab);
+  int32_t y[7];
+  for (int i = 0; i < n; i++) y[i] = (int32_t)xf_rng_below(&rng, (uint64_t)classes);
+  const size_t most = P > (size_t)n * classes ? P : (size_t)n * classes;
+  float *want = host_alloc(most * sizeof(float)), *got = host_alloc(most * sizeof(float));
+  double *tol = host_alloc(most * sizeof(double));
+  char what[96];
+
+  assert_int_equal(xf_net_logits(on_cpu, x, n, want), XF_OK);
+  assert_int_equal(xf_net_logits(on_gpu, x, n, got), XF_OK);
+  const size_t nl = (size_t)n * classes;
+  double biggest = 0;
+  for (size_t j = 0; j < nl; j++) biggest = fmax(biggest, fabs((double)want[j]));
+  for (size_t j = 0; j < nl; j++) tol[j] = 1e-3 * fabs((double)want[j]) + 1e-4 * biggest;
+  snprintf(what, sizeof(what), "logits of %s", xf_layer_decl_name(spec->layers[0].kind));
+  expect_within(what, want, got, tol, nl);
+
+  /* Pass 0: xf_net_run's backward; 1 and 2: xf_net_run_clipped. */
+  static const double clips[] = {0, 1e-3, 1e3};
+  for (int pass = 0; pass < 3; pass++) {
+    double lw, lg;
+    int cw, cg;
+    if (pass == 0) {
+      assert_int_equal(xf_net_run(on_cpu, x, y, n, true, &lw, &cw), XF_OK);
+      assert_int_equal(xf_net_run(on_gpu, x, y, n, true, &lg, &cg), XF_OK);
+    } else {
+      assert_int_equal(xf_net_run_clipped(on_cpu, x, y, n, clips[pass], false, &lw, &cw), XF_OK);
+      assert_int_equal(xf_net_run_clipped(on_gpu, x, y, n, clips[pass], false, &lg, &cg), XF_OK);
+    }
+    assert_int_equal(cw, cg);
+    if (!(fabs(lw - lg) <= 1e-5 * fabs(lw)))
+      fail_msg("loss pass %d: cpu %.17g, cuda %.17g", pass, lw, lg);
+    assert_int_equal(xf_net_get_grads(on_cpu, want), XF_OK);
+    assert_int_equal(xf_net_get_grads(on_gpu, got), XF_OK);
+    biggest = 0;
+    for (size_t j = 0; j < P; j++) biggest = fmax(biggest, fabs((double)want[j]));
+    assert_true(biggest > 0); /* the gradient reaches the parameters */
+    for (size_t j = 0; j < P; j++) tol[j] = 1e-3 * fabs((double)want[j]) + 1e-4 * biggest;
+    snprintf(what, sizeof(what), "%s gradient, %s", xf_model_describe(m),
+             pass == 0 ? "backward" : pass == 1 ? "clipped at 1e-3" : "clipped at 1e3");
+    expect_within(what, want, got, tol, P);
+  }
+  xf_free(tol);
+  xf_free(want);
+  xf_free(got);
+  xf_free(x);
+  xf_free(p);
+  xf_net_free(on_gpu);
+  xf_net_free(on_cpu);
+  xf_model_free(m);
+}
+
+#define D_DENSE(u) {.kind = XF_DECL_DENSE, .units = (u)}
+#define D_CONV(f, k, s, p)                                                                   \
+  {.kind = XF_DECL_CONV2D, .filters = (f), .kernel = (k), .stride = (s), .padding = (p)}
+#define D_RELU {.kind = XF_DECL_RELU}
+#define D_FLAT {.kind = XF_DECL_FLATTEN}
+
+static void avgpool2d_model_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  const xf_model_spec spec = {
+      .arch = XF_ARCH_LAYERS, .in_h = 9, .in_w = 7, .in_c = 3, .classes = 3, .n_layers = 5,
+      .layers = {D_CONV(6, 3, 1, 1), D_RELU, {.kind = XF_DECL_AVGPOOL2D, .kernel = 3, .stride = 2},
+                 D_FLAT, D_DENSE(3)}};
+  declared_model_matches_cpu(&spec, false, 0);
+}
+
+/* Both nets are seeded alike and go through the same passes, so they draw
+ * the same masks (dropout_mask_is_identical_to_cpu), in the backward and in
+ * each clipped pass; the logits are dropout-free (evaluation). */
+static void dropout_model_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  const xf_model_spec spec = {
+      .arch = XF_ARCH_LAYERS, .in_h = 1, .in_w = 1, .in_c = 13, .classes = 3, .n_layers = 4,
+      .layers = {D_DENSE(17), D_RELU, {.kind = XF_DECL_DROPOUT, .rate = 0.3f}, D_DENSE(3)}};
+  declared_model_matches_cpu(&spec, false, 0);
+}
+
+/* On an image (each position's channels) and on flat records. */
+static void layernorm_model_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  const xf_model_spec spec = {
+      .arch = XF_ARCH_LAYERS, .in_h = 5, .in_w = 6, .in_c = 2, .classes = 3, .n_layers = 7,
+      .layers = {D_CONV(5, 3, 1, 1), {.kind = XF_DECL_LAYERNORM}, D_RELU, D_DENSE(11),
+                 {.kind = XF_DECL_LAYERNORM}, D_RELU, D_DENSE(3)}};
+  declared_model_matches_cpu(&spec, false, 0);
+}
+
+static void groupnorm_model_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  const xf_model_spec spec = {
+      .arch = XF_ARCH_LAYERS, .in_h = 7, .in_w = 5, .in_c = 3, .classes = 3, .n_layers = 5,
+      .layers = {D_CONV(12, 3, 1, 1), {.kind = XF_DECL_GROUPNORM, .groups = 4}, D_RELU, D_FLAT,
+                 D_DENSE(3)}};
+  declared_model_matches_cpu(&spec, false, 0);
+}
+
+/* Few ids over a small vocabulary, so rows share ids within a record (the
+ * per-example norm's cross terms) and across the batch (atomics). */
+static void embedding_model_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  const xf_model_spec spec = {
+      .arch = XF_ARCH_LAYERS, .in_h = 1, .in_w = 1, .in_c = 9, .classes = 3, .n_layers = 3,
+      .layers = {{.kind = XF_DECL_EMBEDDING, .vocab = 5, .dim = 7}, D_FLAT, D_DENSE(3)}};
+  declared_model_matches_cpu(&spec, true, 5);
+}
+
+static void activation_model(xf_layer_decl_kind kind) {
+  const xf_model_spec spec = {
+      .arch = XF_ARCH_LAYERS, .in_h = 1, .in_w = 1, .in_c = 13, .classes = 3, .n_layers = 3,
+      .layers = {D_DENSE(17), {.kind = kind}, D_DENSE(3)}};
+  declared_model_matches_cpu(&spec, false, 0);
+}
+
+static void gelu_model_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  activation_model(XF_DECL_GELU);
+}
+
+static void tanh_model_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  activation_model(XF_DECL_TANH);
+}
+
+static void sigmoid_model_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  activation_model(XF_DECL_SIGMOID);
+}
+
+/* On flat records, and on each position of an image. */
+static void softmax_model_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  activation_model(XF_DECL_SOFTMAX);
+  const xf_model_spec spec = {
+      .arch = XF_ARCH_LAYERS, .in_h = 5, .in_w = 4, .in_c = 2, .classes = 3, .n_layers = 3,
+      .layers = {D_CONV(6, 3, 1, 1), {.kind = XF_DECL_SOFTMAX}, D_DENSE(3)}};
+  declared_model_matches_cpu(&spec, false, 0);
+}
+
+/* A residual block over the input and one over an earlier layer's output. */
+static void add_model_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  const xf_model_spec spec = {
+      .arch = XF_ARCH_LAYERS, .in_h = 6, .in_w = 7, .in_c = 4, .classes = 3, .n_layers = 8,
+      .layers = {D_CONV(4, 3, 1, 1), D_RELU, {.kind = XF_DECL_ADD, .from = -1},
+                 D_CONV(4, 3, 1, 1), {.kind = XF_DECL_ADD, .from = 1}, D_RELU, D_FLAT,
+                 D_DENSE(3)}};
+  declared_model_matches_cpu(&spec, false, 0);
+}
+
 /* ---- memory, errors and selection ----------------------------------------- */
 
 static void alloc_is_zero_filled_and_absurd_sizes_fail_cleanly(void **state) {
@@ -1185,6 +1875,23 @@ int main(void) {
       cmocka_unit_test(clipped_gradient_matches_cpu),
       cmocka_unit_test(training_steps_match_cpu_for_every_model),
       cmocka_unit_test(one_output_losses_train_as_on_cpu),
+      cmocka_unit_test(avgpool_matches_cpu),
+      cmocka_unit_test(activations_match_cpu),
+      cmocka_unit_test(mul_is_identical_to_cpu),
+      cmocka_unit_test(dropout_mask_is_identical_to_cpu),
+      cmocka_unit_test(softmax_matches_cpu),
+      cmocka_unit_test(norm_matches_cpu),
+      cmocka_unit_test(embedding_matches_cpu),
+      cmocka_unit_test(avgpool2d_model_matches_cpu),
+      cmocka_unit_test(dropout_model_matches_cpu),
+      cmocka_unit_test(layernorm_model_matches_cpu),
+      cmocka_unit_test(groupnorm_model_matches_cpu),
+      cmocka_unit_test(embedding_model_matches_cpu),
+      cmocka_unit_test(gelu_model_matches_cpu),
+      cmocka_unit_test(tanh_model_matches_cpu),
+      cmocka_unit_test(sigmoid_model_matches_cpu),
+      cmocka_unit_test(softmax_model_matches_cpu),
+      cmocka_unit_test(add_model_matches_cpu),
       cmocka_unit_test(alloc_is_zero_filled_and_absurd_sizes_fail_cleanly),
       cmocka_unit_test(failed_op_is_latched_until_close),
       cmocka_unit_test(auto_picks_cuda_when_a_gpu_is_present),

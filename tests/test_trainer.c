@@ -147,6 +147,92 @@ static void task_json_carries_the_contract(void **state) {
   json_decref(o);
 }
 
+/* Reads back task.json's model.layers for model m. */
+static json_t *task_layers(fixture *f, xf_model *m, json_t **root) {
+  size_t n = xf_model_num_params(m);
+  float *global = xf_calloc(n, sizeof(float));
+  xf_trainer_task t = f->task;
+  t.model = m;
+  t.global = global;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  assert_int_equal(xf_trainer_write_task(f->work, &t, &err), XF_OK);
+  xf_free(global);
+  char path[400];
+  snprintf(path, sizeof(path), "%s/task.json", f->work);
+  json_error_t je;
+  *root = json_load_file(path, 0, &je);
+  assert_non_null(*root);
+  json_t *layers = json_object_get(json_object_get(*root, "model"), "layers");
+  assert_int_equal(json_array_size(layers), (size_t)xf_model_num_layers(m));
+  return layers;
+}
+
+static json_int_t member_int(json_t *o, const char *key) {
+  json_t *v = json_object_get(o, key);
+  assert_true(json_is_integer(v));
+  return json_integer_value(v);
+}
+
+/* The table rows of the later kinds carry their own fields, and their
+ * tensors the shapes a trainer loads them in. */
+static void task_json_describes_the_later_layer_kinds(void **state) {
+  fixture *f = *state;
+  xf_model_spec embedded = {
+      .arch = XF_ARCH_LAYERS, .in_h = 1, .in_w = 4, .in_c = 1, .classes = 3, .n_layers = 5,
+      .layers = {{.kind = XF_DECL_EMBEDDING, .vocab = 10, .dim = 6}, {.kind = XF_DECL_LAYERNORM},
+                 {.kind = XF_DECL_ADD, .from = 0}, {.kind = XF_DECL_FLATTEN},
+                 {.kind = XF_DECL_DENSE, .units = 3}}};
+  xf_model_spec residual = {
+      .arch = XF_ARCH_LAYERS, .in_h = 4, .in_w = 4, .in_c = 2, .classes = 3, .n_layers = 8,
+      .layers = {{.kind = XF_DECL_GROUPNORM, .groups = 2}, {.kind = XF_DECL_GELU},
+                 {.kind = XF_DECL_ADD, .from = -1}, {.kind = XF_DECL_AVGPOOL2D, .kernel = 2},
+                 {.kind = XF_DECL_TANH}, {.kind = XF_DECL_DROPOUT, .rate = 0.25f},
+                 {.kind = XF_DECL_SOFTMAX}, {.kind = XF_DECL_DENSE, .units = 3}}};
+  xf_model *m;
+  json_t *root;
+  assert_int_equal(xf_model_create(&embedded, &m, NULL), XF_OK);
+  json_t *l = task_layers(f, m, &root);
+  json_t *embed = json_array_get(l, 0), *ln = json_array_get(l, 1), *add = json_array_get(l, 2);
+  assert_string_equal(json_string_value(json_object_get(embed, "kind")), "embedding");
+  assert_int_equal(member_int(embed, "vocab"), 10);
+  assert_int_equal(member_int(embed, "out_w"), 4);
+  assert_int_equal(member_int(embed, "out_c"), 6);
+  json_t *shape = json_object_get(json_array_get(json_object_get(embed, "tensors"), 0), "shape");
+  assert_int_equal(json_array_size(shape), 2);
+  assert_int_equal(json_integer_value(json_array_get(shape, 0)), 10);
+  assert_int_equal(json_integer_value(json_array_get(shape, 1)), 6);
+  assert_int_equal(json_array_size(json_object_get(embed, "tensors")), 1); /* no bias */
+  assert_string_equal(json_string_value(json_object_get(ln, "kind")), "layernorm");
+  json_t *ln_tensors = json_object_get(ln, "tensors");
+  assert_int_equal(json_array_size(ln_tensors), 2);
+  for (size_t i = 0; i < 2; i++) {
+    shape = json_object_get(json_array_get(ln_tensors, i), "shape");
+    assert_int_equal(json_array_size(shape), 1);
+    assert_int_equal(json_integer_value(json_array_get(shape, 0)), 6);
+  }
+  assert_string_equal(json_string_value(json_object_get(add, "kind")), "add");
+  assert_int_equal(member_int(add, "src"), 0);
+  json_decref(root);
+  xf_model_free(m);
+
+  assert_int_equal(xf_model_create(&residual, &m, NULL), XF_OK);
+  l = task_layers(f, m, &root);
+  static const char *const kinds[] = {"groupnorm", "gelu",    "add",     "avgpool",
+                                      "tanh",      "dropout", "softmax", "dense"};
+  for (size_t i = 0; i < 8; i++)
+    assert_string_equal(json_string_value(json_object_get(json_array_get(l, i), "kind")),
+                        kinds[i]);
+  assert_int_equal(member_int(json_array_get(l, 0), "groups"), 2);
+  assert_int_equal(member_int(json_array_get(l, 2), "src"), -1);
+  assert_int_equal(member_int(json_array_get(l, 3), "kernel"), 2);
+  assert_int_equal(member_int(json_array_get(l, 3), "stride"), 2);
+  assert_int_equal(member_int(json_array_get(l, 3), "pad"), 0);
+  assert_true(json_real_value(json_object_get(json_array_get(l, 5), "rate")) == 0.25);
+  json_decref(root);
+  xf_model_free(m);
+}
+
 /* True when process pid is gone or a zombie (killed, not yet reaped by
  * whoever inherited it). */
 static bool process_dead(long pid) {
@@ -386,6 +472,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(good_run_returns_what_the_program_wrote, setup, teardown),
       cmocka_unit_test_setup_teardown(task_json_carries_the_contract, setup, teardown),
+      cmocka_unit_test_setup_teardown(task_json_describes_the_later_layer_kinds, setup, teardown),
       cmocka_unit_test_setup_teardown(timeout_kills_it_and_its_children, setup, teardown),
       cmocka_unit_test_setup_teardown(stop_kills_it, setup, teardown),
       cmocka_unit_test_setup_teardown(bad_exit_status_is_refused, setup, teardown),

@@ -5,7 +5,9 @@
 xfed-site runs it as `torch_trainer.py WORKDIR` for each training task of a
 dataset registered with `--trainer /path/to/torch_trainer.py`. It reads
 WORKDIR/task.json and WORKDIR/global.npy, builds the model from the task's
-layer table (dense, conv, relu, maxpool: every preset xfed has today), trains
+layer table (every kind xfed has: dense, conv, relu, maxpool, avgpool,
+dropout, layernorm, groupnorm, embedding, gelu, tanh, sigmoid, softmax, add,
+with xfed's semantics and parameter layout), trains
 it on the dataset's training split with the job's local settings, and writes
 WORKDIR/trained.npy (the same flat float32 vector) and WORKDIR/result.json.
 
@@ -71,42 +73,100 @@ def load_split(ds, split):
     return torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(y)
 
 
+class Add(nn.Module):
+    """A residual connection: the table row's output plus row src's (-1: the
+    model's input); forward() supplies the second operand."""
+
+    def __init__(self, src):
+        super().__init__()
+        self.src = src
+
+
+class ChannelsLast(nn.Module):
+    """A module over each position's channels (LayerNorm): applied
+    channels-last to an NCHW image, directly to [N, features]."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        if x.dim() == 2:
+            return self.inner(x)
+        return self.inner(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+def build(l):
+    """The torch module for one row of the layer table (docs/trainers.md)."""
+    k = l["kind"]
+    if k == "conv":
+        return nn.Conv2d(l["in_c"], l["out_c"], l["kernel"], l["stride"], l["pad"])
+    if k == "dense":
+        return nn.Linear(l["in_h"] * l["in_w"] * l["in_c"], l["out_c"])
+    if k == "maxpool":
+        return nn.MaxPool2d(l["kernel"], l["stride"])
+    if k == "avgpool":
+        return nn.AvgPool2d(l["kernel"], l["stride"])
+    if k == "dropout":
+        return nn.Dropout(l["rate"])
+    if k == "layernorm":  # each position's channels, eps and biased variance as xfed's
+        return ChannelsLast(nn.LayerNorm(l["out_c"], eps=1e-5))
+    if k == "groupnorm":  # each record's groups of contiguous channels over all positions
+        return nn.GroupNorm(l["groups"], l["out_c"], eps=1e-5)
+    if k == "embedding":
+        return nn.Embedding(l["vocab"], l["out_c"])
+    if k == "add":
+        return Add(l["src"])
+    simple = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid,
+              "softmax": lambda: nn.Softmax(dim=1)}  # GELU: exact (erf), xfed's
+    if k in simple:
+        return simple[k]()
+    fail(f"layer {l['name']}: kind {k} is not built by this example")
+
+
 class Net(nn.Module):
-    """The layer table as a sequence; activations NCHW inside, flattened in
-    xfed's NHWC order before the first dense layer."""
+    """The layer table as a sequence; activations NCHW inside (an embedding's
+    1 x ids x dim output is the image [N, dim, 1, ids]), flattened in xfed's
+    NHWC order before the first dense layer, [N, features] after it."""
 
     def __init__(self, layers):
         super().__init__()
         self.table = layers
-        self.mods = nn.ModuleList()
-        for l in layers:
-            k = l["kind"]
-            if k == "conv":
-                self.mods.append(nn.Conv2d(l["in_c"], l["out_c"], l["kernel"], l["stride"], l["pad"]))
-            elif k == "dense":
-                self.mods.append(nn.Linear(l["in_h"] * l["in_w"] * l["in_c"], l["out_c"]))
-            elif k == "relu":
-                self.mods.append(nn.ReLU())
-            elif k == "maxpool":
-                self.mods.append(nn.MaxPool2d(l["kernel"], l["stride"]))
-            else:
-                fail(f"layer {l['name']}: kind {k} is not built by this example")
+        self.mods = nn.ModuleList(build(l) for l in layers)
 
     def forward(self, x):  # x: N, H, W, C
-        x = x.permute(0, 3, 1, 2)
+        inp = x.permute(0, 3, 1, 2)
+        outs = []
         flat = False
+        x = inp
         for l, m in zip(self.table, self.mods):
             if l["kind"] == "dense" and not flat:
                 x = x.permute(0, 2, 3, 1).reshape(x.shape[0], -1)
                 flat = True
-            x = m(x)
+            if l["kind"] == "embedding":  # the ids in xfed's NHWC order
+                ids = inp.permute(0, 2, 3, 1).reshape(inp.shape[0], -1)
+                if not (torch.equal(ids, ids.floor()) and ids.min() >= 0 and
+                        ids.max() < l["vocab"]):
+                    fail(f"layer {l['name']}: the records hold values that are not ids "
+                         f"0..{l['vocab'] - 1}")
+                x = m(ids.long()).permute(0, 2, 1).unsqueeze(2)
+            elif l["kind"] == "add":
+                other = inp if m.src < 0 else outs[m.src]
+                x = x + other.reshape(x.shape)  # a 1 x 1 x C image reads as [N, C]
+            else:
+                x = m(x)
+            outs.append(x)
         return x
+
+    def tensor_of(self, m, name):
+        inner = m.inner if isinstance(m, ChannelsLast) else m
+        return inner.bias if name.endswith(".bias") else inner.weight
 
     def load_flat(self, vec):
         for l, m in zip(self.table, self.mods):
             for t in l.get("tensors", []):
                 v = torch.from_numpy(vec[t["offset"]:t["offset"] + t["count"]].copy())
-                p = m.bias if t["name"].endswith(".bias") else m.weight
+                p = self.tensor_of(m, t["name"])
                 if l["kind"] == "conv" and p is m.weight:  # xfed: out, kh, kw, in
                     v = v.reshape(t["shape"]).permute(0, 3, 1, 2)
                 p.data.copy_(v.reshape(p.shape))
@@ -115,7 +175,7 @@ class Net(nn.Module):
         out = np.zeros(n, dtype="<f4")
         for l, m in zip(self.table, self.mods):
             for t in l.get("tensors", []):
-                p = m.bias if t["name"].endswith(".bias") else m.weight
+                p = self.tensor_of(m, t["name"])
                 v = p.detach()
                 if l["kind"] == "conv" and p is m.weight:
                     v = v.permute(0, 2, 3, 1)
@@ -153,8 +213,10 @@ def load_train_and_check(net, task):
     layer table was read the way xfed lays the weights out."""
     if task["model"]["loss"] == "cross_entropy" and task["dataset"]["test_records"] > 0:
         tx, ty = load_split(task["dataset"], "test")
+        net.eval()  # dropout is the identity in evaluation, as in xfed's
         with torch.no_grad():
             pred = torch.cat([net(tx[i:i + 1024]).argmax(1) for i in range(0, len(tx), 1024)])
+        net.train()
         print(f"torch_trainer: received model test accuracy {float((pred == ty).float().mean()):.4f}")
     return load_split(task["dataset"], "train")
 

@@ -5,7 +5,12 @@
 # maxpool and a dense layer) trained for one epoch with `xfed train` on one shard of
 # Fashion-MNIST, and an mlp on a tabular CSV set the test makes, exported with `xfed model export` to ONNX and .npz, and
 # evaluated by `xfed model eval` on the shard's test split (accuracy, loss and
-# each record's predicted class). Then, by MODE:
+# each record's predicted class). Three declared models that use every
+# layer kind between them (tests/layer_kinds.h, written by
+# xfed-layer-models: norms, GELU, residual adds, avgpool, dropout, softmax,
+# tanh, sigmoid, an embedding of ids) go through the same checks on small
+# data sets the test makes (tests/integration/layer_data.py: NPY sets of
+# 6x6x4 images, of features and of ids). Then, by MODE:
 #   numpy        onnx.checker.check_model(full_check=True) with Debian's
 #                python3-onnx; the graph run in numpy (tests/integration/
 #                onnx_check.py interprets its nodes) predicts what xfed
@@ -98,6 +103,29 @@ for p in logreg mlp lenet5 fedavg-cnn declared tabular-mlp; do
   esac
 done
 
+# Every layer kind: the models of tests/layer_kinds.h on data of their
+# shapes, 3 classes, 40 test records each.
+kinds=$work/kinds
+mkdir "$kinds"
+"$build/tests/xfed-layer-models" "$kinds" || fail "xfed-layer-models could not write the models"
+"$py" "$src/tests/integration/layer_data.py" "$kinds"
+for p in image flat embed; do
+  m=$kinds/$p
+  "$xfed" model export "$m.xfm" --out "$m.onnx" >/dev/null
+  "$xfed" --json model eval "$m.xfm" --data "$m.data" --predictions "$m.pred.csv" >"$m.eval.json"
+  case $mode in
+    numpy)
+      "$xfed" model export "$m.xfm" --out "$m.npz" >/dev/null
+      "$py" "$check" checker "$m.onnx"
+      "$py" "$check" numpy "$m.onnx" "$m.data" "$m.pred.csv" "$m.eval.json"
+      "$py" "$check" npz "$m.npz" "$m.xfm" "$m.onnx"
+      "$xfed" model export "$m.onnx" --out "$m.back.xfm" >/dev/null
+      cmp -s "$m.xfm" "$m.back.xfm" || fail "kinds/$p.onnx does not read back to $p.xfm" ;;
+    onnxruntime)
+      "$py" "$check" onnxruntime "$m.onnx" "$m.data" "$m.pred.csv" "$m.eval.json" ;;
+  esac
+done
+
 if [[ $mode == numpy ]]; then
   m=$work/logreg
   # The extension and --format must agree; the refusal writes nothing.
@@ -144,4 +172,4 @@ assert "\"declared\":[{\"filters\":6" in props["xfed.model"], props' "$work/decl
   [[ $rc == 1 && $out == *"holds records of 1x1x2, the model logreg takes 28x28x1"* ]] ||
     fail "model eval on other data: exit $rc: $out"
 fi
-echo "export ($mode): every preset and the declared model checked"
+echo "export ($mode): every preset, the declared model and every layer kind checked"

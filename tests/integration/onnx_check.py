@@ -48,8 +48,16 @@ def find(data_dir, stem):
 
 
 def test_split(data_dir):
-    """The test split as xfed reads it, NCHW float32: IDX pixels / 255, or
-    test.csv's features (label last, a header line) as [N, features, 1, 1]."""
+    """The test split as xfed reads it, NCHW float32: IDX pixels / 255,
+    test.csv's features (label last, a header line) as [N, features, 1, 1],
+    or test-x.npy's records ([N, F], [N, H, W] or [N, H, W, C]) as they are."""
+    npy = os.path.join(data_dir, "test-x.npy")
+    if os.path.exists(npy):
+        x = np.load(npy).astype(np.float32)
+        y = np.load(os.path.join(data_dir, "test-y.npy")).astype(np.int64)
+        x = x.reshape(len(x), 1, 1, -1) if x.ndim == 2 else x
+        x = x[..., None] if x.ndim == 3 else x
+        return np.ascontiguousarray(x.transpose(0, 3, 1, 2)), y
     csv = os.path.join(data_dir, "test.csv")
     if os.path.exists(csv):
         rows = np.loadtxt(csv, delimiter=",", skiprows=1, dtype=np.float64, ndmin=2)
@@ -88,8 +96,29 @@ def maxpool(x, k, stride):
     return win[:, :, :oh, :ow].max(axis=(4, 5))
 
 
+def avgpool(x, k, stride):
+    win = np.lib.stride_tricks.sliding_window_view(x, tuple(k), axis=(2, 3))
+    win = win[:, :, ::stride[0], ::stride[1]]
+    oh = (x.shape[2] - k[0]) // stride[0] + 1
+    ow = (x.shape[3] - k[1]) // stride[1] + 1
+    return win[:, :, :oh, :ow].mean(axis=(4, 5))
+
+
+def erf(x):
+    """erf to float64 rounding (numpy has none; math.erf per value)."""
+    import math
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
+# Operators of one or two inputs that broadcast as numpy does.
+ELEMENTWISE = {"Relu": lambda a: np.maximum(a, 0), "Tanh": np.tanh,
+               "Sigmoid": lambda a: 1 / (1 + np.exp(-a)), "Sqrt": np.sqrt, "Erf": erf,
+               "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}
+
+
 def run_numpy(model, x):
-    """Interprets the graph's nodes in float64; returns the logits."""
+    """Interprets the graph's nodes in float64 (int64 for the ids a Cast
+    makes); returns the logits."""
     from onnx import numpy_helper
     vals = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in model.graph.initializer}
     vals["input"] = x.astype(np.float64)
@@ -97,7 +126,12 @@ def run_numpy(model, x):
         a = attrs(node)
         ins = [vals[i] for i in node.input]
         op = node.op_type
-        if op == "Flatten":
+        if op in ELEMENTWISE:
+            out = ELEMENTWISE[op](*ins)
+        elif op == "Constant":
+            out = numpy_helper.to_array(a["value"])
+            out = out.astype(np.float64) if out.dtype.kind == "f" else out
+        elif op == "Flatten":
             axis = a.get("axis", 1)
             out = ins[0].reshape(int(np.prod(ins[0].shape[:axis])), -1)
         elif op == "Gemm":
@@ -110,11 +144,39 @@ def run_numpy(model, x):
             if any(a.get("pads", [0, 0, 0, 0])):
                 fail("MaxPool with padding is not interpreted here")
             out = maxpool(ins[0], a["kernel_shape"], a.get("strides", a["kernel_shape"]))
-        elif op == "Relu":
-            out = np.maximum(ins[0], 0)
+        elif op == "AveragePool":
+            if any(a.get("pads", [0, 0, 0, 0])):
+                fail("AveragePool with padding is not interpreted here")
+            out = avgpool(ins[0], a["kernel_shape"], a.get("strides", a["kernel_shape"]))
         elif op == "Softmax":
-            e = np.exp(ins[0] - ins[0].max(axis=1, keepdims=True))
-            out = e / e.sum(axis=1, keepdims=True)
+            axis = a.get("axis", -1)  # opset 13: one axis
+            e = np.exp(ins[0] - ins[0].max(axis=axis, keepdims=True))
+            out = e / e.sum(axis=axis, keepdims=True)
+        elif op == "Dropout":
+            if len(node.input) > 1 or len(node.output) > 1:
+                fail(f"node {node.name}: only inference Dropout (one input, one output) here")
+            out = ins[0]
+        elif op == "ReduceMean":
+            out = ins[0].mean(axis=tuple(a["axes"]), keepdims=bool(a.get("keepdims", 1)))
+        elif op == "Reshape":
+            shape = [ins[0].shape[i] if d == 0 else d for i, d in enumerate(ins[1].tolist())]
+            out = ins[0].reshape(shape)
+        elif op == "Unsqueeze":
+            out = ins[0]
+            for axis in sorted(int(v) for v in ins[1]):
+                out = np.expand_dims(out, axis)
+        elif op == "Transpose":
+            out = ins[0].transpose(a["perm"])
+        elif op == "Cast":
+            if a["to"] != 7:  # TensorProto.INT64
+                fail(f"node {node.name}: Cast to {a['to']} is not interpreted here")
+            if not np.array_equal(ins[0], np.trunc(ins[0])):
+                fail(f"node {node.name}: ids that are not whole numbers")
+            out = ins[0].astype(np.int64)
+        elif op == "Gather":
+            if a.get("axis", 0) != 0:
+                fail(f"node {node.name}: Gather on axis {a['axis']} is not interpreted here")
+            out = ins[0][ins[1]]
         else:
             fail(f"node {node.name}: operator {op} is not interpreted here")
         vals[node.output[0]] = out
@@ -195,24 +257,34 @@ def xfed_tensors(xfm):
     head = json.loads(raw[12:12 + h])
     p = np.frombuffer(raw[12 + h:], dtype="<f4")
     hh, ww, cc = head["input"]
+    declared = head.get("declared", [])
+    embed_dim = next((d["dim"] for d in declared if d["kind"] == "embedding"), None)
+    positions = None  # (h, w) once known; before, an image is taken to be square
     out = {}
     for layer in head["layers"]:
         wo, wn = layer["weight"]
         bo, bn = layer["bias"]
-        if layer["kind"] == "conv":
+        kind = layer["kind"]
+        if kind == "conv":
             k = int(round((wn / bn / cc) ** 0.5))
             w = p[wo:wo + wn].reshape(bn, k, k, cc).transpose(0, 3, 1, 2)  # OHWI -> OIHW
             cc = bn  # the channels after it; its spatial size is not needed here
-        elif layer["kind"] == "dense":
+        elif kind == "dense":
             fan_in = wn // bn
             hw = fan_in // cc
-            side = int(round(hw ** 0.5))
-            w = p[wo:wo + wn].reshape(bn, side, side, cc).transpose(0, 3, 1, 2).reshape(bn, -1)
-            cc = bn  # a dense output is 1 x 1 x out
+            h, w_ = positions or (int(round(hw ** 0.5)),) * 2
+            w = p[wo:wo + wn].reshape(bn, h, w_, cc).transpose(0, 3, 1, 2).reshape(bn, -1)
+            cc, positions = bn, (1, 1)  # a dense output is 1 x 1 x out
+        elif kind in ("layernorm", "groupnorm"):
+            w = p[wo:wo + wn]  # gamma[c], as PyTorch's
+        elif kind == "embedding":
+            w = p[wo:wo + wn].reshape(-1, embed_dim)  # [vocab, dim], as PyTorch's
+            cc, positions = embed_dim, (1, hh * ww * head["input"][2])
         else:
             continue
         out[layer["name"] + ".weight"] = w
-        out[layer["name"] + ".bias"] = p[bo:bo + bn]
+        if bn:
+            out[layer["name"] + ".bias"] = p[bo:bo + bn]
     return out
 
 

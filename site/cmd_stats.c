@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* `xfed-site dataset stats`: the sufficient statistics of a registered
+ * tabular dataset's numeric columns, written for pooling with other sites'
+ * (site/colstats.h; docs/data.md, "Pooled statistics"). */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/alloc.h"
+#include "site/cmd.h"
+#include "site/colstats.h"
+#include "storage/file.h"
+
+typedef struct stats_args {
+  const char *dir, *name, *out;
+} stats_args;
+
+static int parse_args(xf_cli *cli, int argc, char **argv, stats_args *a) {
+  static const struct option opts[] = {{"dir", required_argument, 0, 'd'},
+                                       {"name", required_argument, 0, 'n'},
+                                       {"out", required_argument, 0, 'o'},
+                                       {0, 0, 0, 0}};
+  memset(a, 0, sizeof(*a));
+  opterr = 0;
+  optind = 1;
+  int ch;
+  while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'd': a->dir = optarg; break;
+    case 'n': a->name = optarg; break;
+    case 'o': a->out = optarg; break;
+    default: return xf_cli_option_error(cli, ch, argv, opts);
+    }
+  }
+  if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
+  if (!a->name) return xf_cli_usage(cli, "--name N is required");
+  return XF_EXIT_OK;
+}
+
+/* Statistics describe the data as registered: files changed since
+ * registration are refused, as training would refuse them. */
+static xf_err check_registered(xf_cli *cli, xf_site_registry *reg, const char *name) {
+  xf_site_verify_result *res = NULL;
+  size_t n = 0;
+  XF_GUARD(xf_site_registry_verify(reg, name, &res, &n, &cli->err));
+  xf_err rc = XF_OK;
+  if (n == 1 && res[0].state != XF_SITE_DATA_OK)
+    rc = xf_fail(&cli->err, XF_EINTEGRITY,
+                 "dataset '%s' is %s since it was registered (%s): check it with "
+                 "'xfed-site dataset verify', then remove and add it again",
+                 name, xf_site_data_state_name(res[0].state),
+                 res[0].detail[0] ? res[0].detail : "its digest differs");
+  xf_free(res);
+  return rc;
+}
+
+int xf_site_cmd_dataset_stats(xf_cli *cli, int argc, char **argv) {
+  stats_args a;
+  int status = parse_args(cli, argc, argv, &a);
+  if (status != XF_EXIT_OK) return status;
+  if (a.out && xf_file_check_target(a.out, &cli->err) != XF_OK)
+    return xf_cli_fail(cli, cli->err.code);
+  xf_site_config cfg;
+  xf_site_registry *reg = NULL;
+  xf_err rc = xf_site_cli_open(cli, a.dir, &cfg, &reg);
+  if (rc == XF_EUSAGE) return xf_cli_usage(cli, "%s", cli->err.msg);
+  if (rc != XF_OK) return xf_cli_fail(cli, rc);
+  xf_site_dataset d;
+  memset(&d, 0, sizeof(d));
+  rc = xf_site_registry_get(reg, a.name, &d, &cli->err);
+  if (rc == XF_OK) rc = check_registered(cli, reg, a.name);
+  xf_site_registry_close(reg);
+  if (rc == XF_OK && d.layout != XF_LAYOUT_CSV)
+    rc = xf_fail(&cli->err, XF_EINVAL,
+                 "dataset '%s' has the %s layout: statistics are computed for tabular CSV "
+                 "datasets with a column schema (schema.json)",
+                 a.name, xf_dataset_layout_name(d.layout));
+  xf_colstats st;
+  memset(&st, 0, sizeof(st));
+  if (rc == XF_OK) rc = xf_colstats_compute(d.path, &st, &cli->err);
+  xf_site_dataset_free(&d);
+  char *json = NULL;
+  if (rc == XF_OK) {
+    snprintf(st.dataset, sizeof(st.dataset), "%s", a.name);
+    snprintf(st.site, sizeof(st.site), "%s", cfg.site);
+    rc = xf_colstats_format(&st, &json, &cli->err);
+  }
+  if (rc == XF_OK) {
+    if (a.out) {
+      rc = xf_file_write_atomic(a.out, json, strlen(json), 0644, &cli->err);
+      if (rc == XF_OK && cli->json)
+        xf_cli_print_json(json_pack("{s:s,s:s,s:s,s:i,s:I}", "out", a.out, "dataset", st.dataset,
+                                    "site", st.site, "columns", (int)st.n_cols, "train_records",
+                                    (json_int_t)st.cols[0].count));
+      else if (rc == XF_OK)
+        printf("wrote the statistics of %u numeric column%s of dataset %s (%llu train records) "
+               "to %s\n",
+               st.n_cols, st.n_cols == 1 ? "" : "s", st.dataset,
+               (unsigned long long)st.cols[0].count, a.out);
+    } else {
+      fputs(json, stdout);
+    }
+  }
+  xf_free(json);
+  xf_colstats_free(&st);
+  return rc == XF_OK ? XF_EXIT_OK : xf_cli_fail(cli, rc);
+}
