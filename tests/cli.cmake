@@ -4,7 +4,7 @@
 xf_add_test(test_cli SOURCES test_cli.c LIBS xf_kernels xf_site xf_job LABELS integration)
 add_dependencies(test_cli xfed)
 
-# The issue-level acceptance on the real Fashion-MNIST: accuracy of the
+# The accuracy targets on the real Fashion-MNIST: accuracy of the
 # example specs and a repeated model digest. About a minute on 2 cores.
 add_test(NAME test_cli_fmnist COMMAND test_cli --fmnist)
 set_tests_properties(test_cli_fmnist PROPERTIES LABELS "integration;slow" TIMEOUT 1200

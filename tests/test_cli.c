@@ -1011,7 +1011,7 @@ static void version_prints_the_version_and_backends(void **state) {
   assert_string_equal(json_string_value(json_array_get(backends, 0)), "cpu");
 }
 
-/* ---- acceptance on Fashion-MNIST (label slow: run with --fmnist) ----------- */
+/* ---- accuracy targets on Fashion-MNIST (label slow: run with --fmnist) ------ */
 
 #define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
 
