@@ -88,7 +88,8 @@ xf_err xf_audit_open_readonly(const char *path, xf_db **out, xf_audit_trail_info
   X(REFUSED_CONNECTION, "refused_connection")                                  \
   X(REFUSED_TASK, "refused_task")                                              \
   X(JOB, "job")                                                                \
-  X(REFUSED_REPORT, "refused_report")
+  X(REFUSED_REPORT, "refused_report")                                          \
+  X(STATS_RELEASE, "stats_release")
 
 /* True when kind is one of XF_AUDIT_KINDS' names. */
 bool xf_audit_kind_valid(const char *kind);

@@ -15,6 +15,12 @@
 xf_err xf_site_cli_open(xf_cli *cli, const char *dir, xf_site_config *cfg,
                         xf_site_registry **reg) XF_WARN_UNUSED;
 
+/* Who runs a command that changes or releases something, when --author is
+ * not given: $USER, else the name of the account running the command (a
+ * service account's environment often has no USER). NULL when neither is
+ * known. */
+const char *xf_site_operator_name(void);
+
 /* `xfed-site policy import|export|log|rules` (cmd_policy.c). */
 int xf_site_cmd_policy_import(xf_cli *cli, int argc, char **argv);
 int xf_site_cmd_policy_export(xf_cli *cli, int argc, char **argv);

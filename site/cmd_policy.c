@@ -7,7 +7,6 @@
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
-#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,16 +29,6 @@ typedef struct policy_args {
 } policy_args;
 
 enum { OPT_DIR = 256, OPT_AUTHOR, OPT_REASON, OPT_VERSION };
-
-/* Who makes a change when --author is not given: $USER, else the name of
- * the account running the command (a service account's environment often
- * has no USER). NULL when neither is known. */
-static const char *operator_name(void) {
-  const char *user = getenv("USER");
-  if (user && *user) return user;
-  struct passwd *pw = getpwuid(geteuid());
-  return pw && pw->pw_name && *pw->pw_name ? pw->pw_name : NULL;
-}
 
 /* Parses --dir always, --author and --reason when change, --version when
  * version, and one FILE argument when file. Returns an exit status
@@ -80,7 +69,7 @@ static int parse_args(xf_cli *cli, int argc, char **argv, bool change, bool vers
   if (change && (!a->reason || !*a->reason))
     return xf_cli_usage(cli, "--reason TEXT is required: every change of the site's policy "
                              "records why it was made");
-  if (change && !a->author) a->author = operator_name();
+  if (change && !a->author) a->author = xf_site_operator_name();
   if (change && (!a->author || !*a->author))
     return xf_cli_usage(cli, "--author NAME is required: neither $USER nor the account "
                              "database names who is running this");

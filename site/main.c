@@ -6,6 +6,7 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,13 @@ static xf_err open_site(xf_cli *cli, const site_paths *p, xf_site_config *cfg,
   *reg = NULL;
   XF_GUARD(xf_site_config_load(p->config, cfg, &cli->err));
   return xf_site_registry_open(p->db, reg, &cli->err);
+}
+
+const char *xf_site_operator_name(void) {
+  const char *user = getenv("USER");
+  if (user && *user) return user;
+  struct passwd *pw = getpwuid(geteuid());
+  return pw && pw->pw_name && *pw->pw_name ? pw->pw_name : NULL;
 }
 
 xf_err xf_site_cli_open(xf_cli *cli, const char *dir, xf_site_config *cfg,
@@ -983,7 +991,8 @@ static const xf_cmd commands[] = {
      "  --clear        no cap\n" DIR_HELP "  --json         print the dataset as JSON\n",
      cmd_dataset_budget},
     {"dataset", "stats", "write a tabular dataset's column statistics for pooling",
-     "usage: xfed-site dataset stats --name N [--out FILE] [--dir DIR] [--json]\n"
+     "usage: xfed-site dataset stats --name N --reason TEXT [--author NAME]\n"
+     "                               [--out FILE] [--dir DIR] [--json]\n"
      "\n"
      "For the registered CSV dataset N with a column schema (schema.json), computes\n"
      "for every numeric column of the schema the count, mean and M2 (sum of squared\n"
@@ -994,12 +1003,16 @@ static const xf_cmd commands[] = {
      "schema that normalizes alike everywhere (docs/data.md, \"Pooled statistics\").\n"
      "The files travel outside the federation, by whatever the operators agree;\n"
      "each reveals the site's per-column count, mean and variance. Data changed\n"
-     "since registration is refused.\n"
+     "since registration is refused. Every release is a stats_release row of the\n"
+     "site's audit trail ('xfed-site audit list'): who, why, where to, and the\n"
+     "file's digest.\n"
      "\n"
      "options:\n"
-     "  --name N    the dataset\n"
-     "  --out FILE  write the file there (mode 0644) instead of to stdout\n" DIR_HELP
-     "  --json      with --out: print {out, dataset, site, columns, train_records}\n",
+     "  --name N       the dataset\n"
+     "  --reason TEXT  why the statistics leave the site (recorded; required)\n"
+     "  --author NAME  who releases them (recorded; default $USER or the account)\n"
+     "  --out FILE     write the file there (mode 0644) instead of to stdout\n" DIR_HELP
+     "  --json         with --out: print {out, dataset, site, columns, train_records}\n",
      xf_site_cmd_dataset_stats},
     {"ledger", NULL, "show what jobs have spent of each dataset's privacy budget",
      "usage: xfed-site ledger [--name N] [--dir DIR] [--json]\n"

@@ -41,15 +41,32 @@ for i in 1 2 3; do
     --coordinator 127.0.0.1:9 >/dev/null || fail "site-$i init"
   out=$("$site_bin" dataset add --dir "$work/site-$i" --name credit --path "$work/data-$i" 2>&1) ||
     fail "site-$i dataset add: $out"
-  out=$("$site_bin" dataset stats --dir "$work/site-$i" --name credit \
-    --out "$work/stats-$i.json" 2>&1) || fail "site-$i dataset stats: $out"
+  out=$("$site_bin" dataset stats --dir "$work/site-$i" --name credit --author ops \
+    --reason "pooled normalization" --out "$work/stats-$i.json" 2>&1) ||
+    fail "site-$i dataset stats: $out"
   [[ $out == *"6 numeric columns of dataset credit"* ]] || fail "site-$i stats: $out"
   [[ $(stat -c %a "$work/stats-$i.json") == 644 ]] || fail "stats-$i.json is not mode 0644"
 done
 # Without --out the file goes to stdout, the same bytes.
-"$site_bin" dataset stats --dir "$work/site-1" --name credit >"$work/stdout.json" ||
-  fail "dataset stats to stdout"
+"$site_bin" dataset stats --dir "$work/site-1" --name credit --reason "a second copy" \
+  >"$work/stdout.json" || fail "dataset stats to stdout"
 cmp -s "$work/stdout.json" "$work/stats-1.json" || fail "stdout differs from --out"
+# Each release is a row of the site's audit trail: who, why, where to, and
+# the digest of the bytes that left; the chain stays intact.
+rows=$("$site_bin" --json audit list --dir "$work/site-1") || fail "audit list"
+python3 - "$rows" "$work/stats-1.json" <<'PY' || fail "the releases are not in the audit trail: $rows"
+import hashlib, json, sys
+rows = [r for r in json.loads(sys.argv[1])["rows"] if r["kind"] == "stats_release"]
+assert len(rows) == 2, rows
+digest = hashlib.blake2b(open(sys.argv[2], "rb").read(), digest_size=32).hexdigest()
+first, second = (r["detail"] for r in rows)
+assert rows[0]["subject"] == "credit" and rows[0]["actor"] == "ops", rows[0]
+assert first["reason"] == "pooled normalization" and first["to"].endswith("stats-1.json"), first
+assert second["reason"] == "a second copy" and second["to"] == "standard output", second
+assert first["digest"] == second["digest"] == digest, (first, digest)
+assert first["train_records"] > 0 and "income" in first["columns"], first
+PY
+"$site_bin" audit verify --dir "$work/site-1" | grep -q "chain intact" || fail "site-1's trail"
 if ! grep -q '"income"' "$work/stats-1.json" || grep -q '"employment"' "$work/stats-1.json"; then
   fail "the statistics are not those of the numeric columns: $(cat "$work/stats-1.json")"
 fi
@@ -116,7 +133,7 @@ refuse "stats-1.json: site: 'site-1' is also the site of $work/stats-1.json" 1 \
 # Another dataset name at site 1.
 "$site_bin" dataset add --dir "$work/site-1" --name loans --path "$work/data-1" >/dev/null ||
   fail "dataset add loans"
-"$site_bin" dataset stats --dir "$work/site-1" --name loans --out "$work/loans.json" >/dev/null ||
+"$site_bin" dataset stats --dir "$work/site-1" --name loans --reason r --out "$work/loans.json" >/dev/null ||
   fail "dataset stats loans"
 refuse "loans.json: dataset: is 'loans' but" 1 \
   "$xfed" data stats merge "$work/stats-1.json" "$work/loans.json"
@@ -128,7 +145,7 @@ sed -i 's/"fill": 42000/"fill": 40000/' "$work/data-4/schema.json"
   >/dev/null || fail "site-4 init"
 "$site_bin" dataset add --dir "$work/site-4" --name credit --path "$work/data-4" >/dev/null ||
   fail "site-4 dataset add"
-"$site_bin" dataset stats --dir "$work/site-4" --name credit --out "$work/stats-4.json" \
+"$site_bin" dataset stats --dir "$work/site-4" --name credit --reason r --out "$work/stats-4.json" \
   >/dev/null || fail "site-4 dataset stats"
 refuse "stats-4.json: schema_digest: differs from" 1 \
   "$xfed" data stats merge "$work"/stats-{1,4}.json
@@ -162,10 +179,12 @@ printf 'a,b,label\n1,2,0\n3,4,1\n' >"$work/plain/train.csv"
 printf 'a,b,label\n5,6,0\n' >"$work/plain/test.csv"
 "$site_bin" dataset add --dir "$work/site-1" --name plain --path "$work/plain" >/dev/null ||
   fail "dataset add plain"
-refuse "has no schema.json" 1 "$site_bin" dataset stats --dir "$work/site-1" --name plain
-refuse "no dataset 'nope' is registered" 1 "$site_bin" dataset stats --dir "$work/site-1" --name nope
+refuse "--reason TEXT is required" 2 "$site_bin" dataset stats --dir "$work/site-1" --name credit
+refuse "has no schema.json" 1 "$site_bin" dataset stats --dir "$work/site-1" --name plain --reason r
+refuse "no dataset 'nope' is registered" 1 "$site_bin" dataset stats --dir "$work/site-1" --name nope \
+  --reason r
 # Data changed since registration.
 echo "0,1,2,3,4,5,6,salaried,own,north,car,no" >>"$work/data-2/train.csv"
 refuse "is changed since it was registered" 1 \
-  "$site_bin" dataset stats --dir "$work/site-2" --name credit
+  "$site_bin" dataset stats --dir "$work/site-2" --name credit --reason r
 echo "column statistics: ok"
