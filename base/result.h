@@ -64,6 +64,12 @@ xf_err xf_fail(xf_errctx *ctx, xf_err code, const char *fmt, ...) XF_PRINTF(3, 4
 /* xf_fail with a va_list, for modules that wrap it in their own helpers. */
 xf_err xf_vfail(xf_errctx *ctx, xf_err code, const char *fmt, va_list ap) XF_PRINTF(3, 0);
 
+/* A failure in a file: ctx (if not NULL) is cleared, then gets code, the
+ * message, the file and, when field is not NULL, the field. For readers
+ * whose errors name "FILE: FIELD: what is wrong". Returns code. */
+xf_err xf_fail_in_file(xf_errctx *ctx, xf_err code, const char *file, const char *field,
+                       const char *fmt, ...) XF_PRINTF(5, 6);
+
 /* Set the file, field or peer of ctx (if not NULL). Formatting is printf's. */
 void xf_errctx_file(xf_errctx *ctx, const char *path);
 void xf_errctx_field(xf_errctx *ctx, const char *fmt, ...) XF_PRINTF(2, 3);

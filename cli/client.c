@@ -99,20 +99,6 @@ static bool profile_path(char *buf, size_t n, bool *explicit_path) {
   return w > 0 && (size_t)w < n;
 }
 
-static xf_err profile_fail(xf_errctx *err, xf_err code, const char *path, const char *field,
-                           const char *fmt, ...) XF_PRINTF(5, 6);
-static xf_err profile_fail(xf_errctx *err, xf_err code, const char *path, const char *field,
-                           const char *fmt, ...) {
-  xf_errctx_clear(err);
-  va_list ap;
-  va_start(ap, fmt);
-  xf_vfail(err, code, fmt, ap);
-  va_end(ap);
-  xf_errctx_file(err, path);
-  if (field) xf_errctx_field(err, "%s", field);
-  return code;
-}
-
 /* A profile path value: absolute as written, relative ones against the
  * profile's directory. */
 static xf_err profile_join(const char *profile, const char *value, char *out, size_t n) {
@@ -129,9 +115,9 @@ static xf_err profile_apply(xf_client_config *c, const char *path, bool explicit
   FILE *f = fopen(path, "rb");
   if (!f) {
     if (errno == ENOENT && !explicit_path) return XF_OK;
-    return profile_fail(err, errno == ENOENT ? XF_ENOENT : XF_EIO, path, NULL,
-                        "cannot read the profile: %s%s", strerror(errno),
-                        explicit_path ? " (named by XFED_PROFILE)" : "");
+    return xf_fail_in_file(err, errno == ENOENT ? XF_ENOENT : XF_EIO, path, NULL,
+                           "cannot read the profile: %s%s", strerror(errno),
+                           explicit_path ? " (named by XFED_PROFILE)" : "");
   }
   json_error_t je;
   json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
@@ -139,13 +125,13 @@ static xf_err profile_apply(xf_client_config *c, const char *path, bool explicit
   if (!root) {
     char where[64];
     snprintf(where, sizeof(where), "line %d, column %d", je.line, je.column);
-    return profile_fail(err, XF_EFORMAT, path, where, "%s", je.text);
+    return xf_fail_in_file(err, XF_EFORMAT, path, where, "%s", je.text);
   }
   xf_err rc = XF_OK;
   if (!json_is_object(root)) {
-    rc = profile_fail(err, XF_EFORMAT, path, NULL,
-                      "a profile is one JSON object with the keys coordinator, cert, key, ca "
-                      "and crl");
+    rc = xf_fail_in_file(err, XF_EFORMAT, path, NULL,
+                         "a profile is one JSON object with the keys coordinator, cert, key, ca "
+                         "and crl");
     goto out;
   }
   const char *key;
@@ -154,13 +140,13 @@ static xf_err profile_apply(xf_client_config *c, const char *path, bool explicit
     int i = 0;
     while (i < SET_COUNT && strcmp(settings[i].key, key) != 0) i++;
     if (i == SET_COUNT) {
-      rc = profile_fail(err, XF_EFORMAT, path, key,
-                        "unknown key; a profile holds coordinator, cert, key, ca and crl");
+      rc = xf_fail_in_file(err, XF_EFORMAT, path, key,
+                           "unknown key; a profile holds coordinator, cert, key, ca and crl");
       goto out;
     }
     if (!json_is_string(v) || json_string_length(v) == 0 ||
         strlen(json_string_value(v)) != json_string_length(v)) {
-      rc = profile_fail(err, XF_EFORMAT, path, key, "must be a non-empty string");
+      rc = xf_fail_in_file(err, XF_EFORMAT, path, key, "must be a non-empty string");
       goto out;
     }
     if (setting_slot(c, i)[0]) continue; /* a flag or a variable said it already */
@@ -168,7 +154,7 @@ static xf_err profile_apply(xf_client_config *c, const char *path, bool explicit
     if (i == SET_COORDINATOR ? strlen(json_string_value(v)) >= XF_CLIENT_ADDR_MAX
                              : profile_join(path, json_string_value(v), value,
                                             sizeof(value)) != XF_OK) {
-      rc = profile_fail(err, XF_EFORMAT, path, key, "the value is too long");
+      rc = xf_fail_in_file(err, XF_EFORMAT, path, key, "the value is too long");
       goto out;
     }
     char source[XF_CLIENT_PATH_MAX + 32];

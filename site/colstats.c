@@ -16,22 +16,6 @@
 #include "site/dataset_internal.h"
 #include "storage/file.h"
 
-/* Fails naming the file and, when field is not NULL, the member at fault. */
-static xf_err stats_fail(xf_errctx *err, const char *file, const char *field, xf_err code,
-                         const char *fmt, ...) XF_PRINTF(5, 6);
-static xf_err stats_fail(xf_errctx *err, const char *file, const char *field, xf_err code,
-                         const char *fmt, ...) {
-  if (!err) return code;
-  xf_errctx_clear(err);
-  va_list ap;
-  va_start(ap, fmt);
-  xf_vfail(err, code, fmt, ap);
-  va_end(ap);
-  xf_errctx_file(err, file);
-  if (field) xf_errctx_field(err, "%s", field);
-  return code;
-}
-
 void xf_colstats_free(xf_colstats *st) {
   if (!st) return;
   xf_free(st->cols);
@@ -57,11 +41,11 @@ xf_err xf_schema_digest(const char *text, size_t len, const char *name, char hex
   if (!root) {
     char at[64];
     snprintf(at, sizeof(at), "line %d, column %d", jerr.line, jerr.column);
-    return stats_fail(err, name, at, XF_EFORMAT, "%s", jerr.text);
+    return xf_fail_in_file(err, XF_EFORMAT, name, at, "%s", jerr.text);
   }
   char *canon = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
   json_decref(root);
-  if (!canon) return stats_fail(err, name, NULL, XF_ENOMEM, "out of memory");
+  if (!canon) return xf_fail_in_file(err, XF_ENOMEM, name, NULL, "out of memory");
   xf_digest d;
   xf_digest_buf(canon, strlen(canon), &d);
   free(canon);
@@ -79,7 +63,7 @@ static bool is_file(const char *path) {
 static xf_err dir_file(const char *dir, const char *name, char *path, size_t n, xf_errctx *err) {
   int w = snprintf(path, n, "%s/%s", dir, name);
   if (w < 0 || (size_t)w >= n)
-    return stats_fail(err, dir, NULL, XF_ERANGE, "path too long for %s", name);
+    return xf_fail_in_file(err, XF_ERANGE, dir, NULL, "path too long for %s", name);
   return XF_OK;
 }
 
@@ -103,15 +87,16 @@ xf_err xf_colstats_compute(const char *dir, xf_colstats *out, xf_errctx *err) {
   char schema_path[PATH_MAX], train_path[PATH_MAX];
   XF_GUARD(dir_file(dir, "schema.json", schema_path, sizeof(schema_path), err));
   if (!is_file(schema_path))
-    return stats_fail(err, dir, NULL, XF_EINVAL,
-                      "has no schema.json: statistics are computed for tabular CSV datasets with "
-                      "a column schema (docs/data.md)");
+    return xf_fail_in_file(
+        err, XF_EINVAL, dir, NULL,
+        "has no schema.json: statistics are computed for tabular CSV datasets with "
+        "a column schema (docs/data.md)");
   XF_GUARD(dir_file(dir, "train.csv", train_path, sizeof(train_path), err));
   if (!is_file(train_path))
     XF_GUARD(dir_file(dir, "train.csv.gz", train_path, sizeof(train_path), err));
   if (!is_file(train_path))
-    return stats_fail(err, dir, NULL, XF_ENOENT,
-                      "has schema.json but no train.csv or train.csv.gz");
+    return xf_fail_in_file(err, XF_ENOENT, dir, NULL,
+                           "has schema.json but no train.csv or train.csv.gz");
 
   char *text = NULL;
   size_t len = 0;
@@ -124,12 +109,12 @@ xf_err xf_colstats_compute(const char *dir, xf_colstats *out, xf_errctx *err) {
   for (uint32_t k = 0; rc == XF_OK && k < schema->n_cols; k++)
     numeric += schema->cols[k].type == XF__COL_NUMERIC;
   if (rc == XF_OK && numeric == 0)
-    rc = stats_fail(err, schema_path, "columns", XF_EINVAL,
-                    "declares no numeric column: there is nothing to compute statistics of");
+    rc = xf_fail_in_file(err, XF_EINVAL, schema_path, "columns",
+                         "declares no numeric column: there is nothing to compute statistics of");
   xf_dataset train = {0};
   if (rc == XF_OK) rc = xf_schema_csv_read(schema, train_path, &train, err);
   if (rc == XF_OK && !(out->cols = xf_calloc(numeric, sizeof(*out->cols))))
-    rc = stats_fail(err, dir, NULL, XF_ENOMEM, "out of memory");
+    rc = xf_fail_in_file(err, XF_ENOMEM, dir, NULL, "out of memory");
   for (uint32_t k = 0; rc == XF_OK && k < schema->n_cols; k++) {
     const xf__schema_col *sc = &schema->cols[k];
     if (sc->type != XF__COL_NUMERIC) continue;
@@ -173,7 +158,7 @@ xf_err xf_colstats_format(const xf_colstats *st, char **json, xf_errctx *err) {
     copy[n + 1] = '\0';
   }
   free(text);
-  if (!copy) return stats_fail(err, NULL, NULL, XF_ENOMEM, "out of memory");
+  if (!copy) return xf_fail_in_file(err, XF_ENOMEM, NULL, NULL, "out of memory");
   *json = copy;
   return XF_OK;
 }
@@ -206,8 +191,8 @@ static xf_err check_members(const json_t *obj, const char *const *known, const c
                                  known[i]);
       char shown[80];
       xf__printable(shown, sizeof(shown), key, strlen(key));
-      return stats_fail(err, file, where, XF_EINVAL, "unknown member '%s' (known: %s)", shown,
-                        list);
+      return xf_fail_in_file(err, XF_EINVAL, file, where, "unknown member '%s' (known: %s)", shown,
+                             list);
     }
   }
   return XF_OK;
@@ -219,9 +204,9 @@ static xf_err parse_name(const json_t *root, const char *key, const char *file, 
   const json_t *v = json_object_get(root, key);
   const char *s = json_string_value(v);
   if (!s || strlen(s) != json_string_length(v) || !name_ok(s))
-    return stats_fail(err, file, key, XF_EINVAL,
-                      "must be a name of 1 to 63 of a-z, 0-9, '-' and '_', starting with a "
-                      "letter or digit");
+    return xf_fail_in_file(err, XF_EINVAL, file, key,
+                           "must be a name of 1 to 63 of a-z, 0-9, '-' and '_', starting with a "
+                           "letter or digit");
   snprintf(out, n, "%s", s);
   return XF_OK;
 }
@@ -231,8 +216,8 @@ static xf_err parse_column(const json_t *o, uint32_t i, const char *file, xf_col
   char where[64];
   snprintf(where, sizeof(where), "columns[%u]", i);
   if (!json_is_object(o))
-    return stats_fail(err, file, where, XF_EINVAL,
-                      "must be an object {\"name\", \"count\", \"mean\", \"m2\"}");
+    return xf_fail_in_file(err, XF_EINVAL, file, where,
+                           "must be an object {\"name\", \"count\", \"mean\", \"m2\"}");
   static const char *const keys[] = {"name", "count", "mean", "m2", NULL};
   XF_GUARD(check_members(o, keys, file, where, err));
   char at[96];
@@ -241,69 +226,71 @@ static xf_err parse_column(const json_t *o, uint32_t i, const char *file, xf_col
   snprintf(at, sizeof(at), "%s.name", where);
   if (!nm || json_string_length(name) == 0 || strlen(nm) != json_string_length(name) ||
       json_string_length(name) > XF_SCHEMA_MAX_NAME)
-    return stats_fail(err, file, at, XF_EINVAL,
-                      "must be the column's name as the schema gives it (1 to %d characters)",
-                      XF_SCHEMA_MAX_NAME);
+    return xf_fail_in_file(err, XF_EINVAL, file, at,
+                           "must be the column's name as the schema gives it (1 to %d characters)",
+                           XF_SCHEMA_MAX_NAME);
   snprintf(c->name, sizeof(c->name), "%s", nm);
   const json_t *count = json_object_get(o, "count");
   snprintf(at, sizeof(at), "%s.count", where);
   if (!json_is_integer(count) || json_integer_value(count) < 0)
-    return stats_fail(err, file, at, XF_EINVAL, "must be a whole number of records, 0 or more");
+    return xf_fail_in_file(err, XF_EINVAL, file, at,
+                           "must be a whole number of records, 0 or more");
   c->count = (uint64_t)json_integer_value(count);
   const json_t *mean = json_object_get(o, "mean");
   snprintf(at, sizeof(at), "%s.mean", where);
   if (!json_is_number(mean) || !isfinite(json_number_value(mean)))
-    return stats_fail(err, file, at, XF_EINVAL, "must be a finite number");
+    return xf_fail_in_file(err, XF_EINVAL, file, at, "must be a finite number");
   c->mean = json_number_value(mean);
   const json_t *m2 = json_object_get(o, "m2");
   snprintf(at, sizeof(at), "%s.m2", where);
   if (!json_is_number(m2) || !isfinite(json_number_value(m2)) || json_number_value(m2) < 0)
-    return stats_fail(err, file, at, XF_EINVAL,
-                      "must be a finite number of at least 0 (the sum of squared deviations)");
+    return xf_fail_in_file(err, XF_EINVAL, file, at,
+                           "must be a finite number of at least 0 (the sum of squared deviations)");
   c->m2 = json_number_value(m2);
   if (c->count == 0 && (c->mean != 0 || c->m2 != 0))
-    return stats_fail(err, file, where, XF_EINVAL, "a count of 0 has mean 0 and m2 0");
+    return xf_fail_in_file(err, XF_EINVAL, file, where, "a count of 0 has mean 0 and m2 0");
   return XF_OK;
 }
 
 static xf_err parse_root(const json_t *root, const char *file, xf_colstats *out, xf_errctx *err) {
   if (!json_is_object(root))
-    return stats_fail(err, file, NULL, XF_EINVAL,
-                      "must be a JSON object written by 'xfed-site dataset stats'");
+    return xf_fail_in_file(err, XF_EINVAL, file, NULL,
+                           "must be a JSON object written by 'xfed-site dataset stats'");
   static const char *const keys[] = {"format", "version", "dataset", "site", "schema_digest",
                                      "split", "columns", NULL};
   XF_GUARD(check_members(root, keys, file, NULL, err));
   const char *format = json_string_value(json_object_get(root, "format"));
   if (!format || strcmp(format, XF_COLSTATS_FORMAT) != 0)
-    return stats_fail(err, file, "format", XF_EFORMAT,
-                      "must be \"%s\": this is not a statistics file of 'xfed-site dataset stats'",
-                      XF_COLSTATS_FORMAT);
+    return xf_fail_in_file(
+        err, XF_EFORMAT, file, "format",
+        "must be \"%s\": this is not a statistics file of 'xfed-site dataset stats'",
+        XF_COLSTATS_FORMAT);
   const json_t *version = json_object_get(root, "version");
   if (!json_is_integer(version) || json_integer_value(version) != XF_COLSTATS_VERSION)
-    return stats_fail(err, file, "version", XF_EUNSUPPORTED,
-                      "must be %d, the version this xfed reads; compute the statistics again "
-                      "with this release",
-                      XF_COLSTATS_VERSION);
+    return xf_fail_in_file(err, XF_EUNSUPPORTED, file, "version",
+                           "must be %d, the version this xfed reads; compute the statistics again "
+                           "with this release",
+                           XF_COLSTATS_VERSION);
   XF_GUARD(parse_name(root, "dataset", file, out->dataset, sizeof(out->dataset), err));
   XF_GUARD(parse_name(root, "site", file, out->site, sizeof(out->site), err));
   const char *digest = json_string_value(json_object_get(root, "schema_digest"));
   xf_digest d;
   if (!digest || strlen(digest) != XF_DIGEST_HEX - 1 || xf_digest_parse(digest, &d) != XF_OK)
-    return stats_fail(err, file, "schema_digest", XF_EINVAL,
-                      "must be the schema's digest, %d hexadecimal digits", XF_DIGEST_HEX - 1);
+    return xf_fail_in_file(err, XF_EINVAL, file, "schema_digest",
+                           "must be the schema's digest, %d hexadecimal digits", XF_DIGEST_HEX - 1);
   snprintf(out->schema_digest, sizeof(out->schema_digest), "%s", digest);
   const char *split = json_string_value(json_object_get(root, "split"));
   if (!split || strcmp(split, "train") != 0)
-    return stats_fail(err, file, "split", XF_EINVAL,
-                      "must be \"train\": statistics are of the training split");
+    return xf_fail_in_file(err, XF_EINVAL, file, "split",
+                           "must be \"train\": statistics are of the training split");
   const json_t *cols = json_object_get(root, "columns");
   if (!json_is_array(cols) || json_array_size(cols) == 0 ||
       json_array_size(cols) > XF_SCHEMA_MAX_COLUMNS)
-    return stats_fail(err, file, "columns", XF_EINVAL,
-                      "must be a list of 1 to %u column objects", XF_SCHEMA_MAX_COLUMNS);
+    return xf_fail_in_file(err, XF_EINVAL, file, "columns",
+                           "must be a list of 1 to %u column objects", XF_SCHEMA_MAX_COLUMNS);
   uint32_t n = (uint32_t)json_array_size(cols);
   if (!(out->cols = xf_calloc(n, sizeof(*out->cols))))
-    return stats_fail(err, file, NULL, XF_ENOMEM, "out of memory");
+    return xf_fail_in_file(err, XF_ENOMEM, file, NULL, "out of memory");
   for (uint32_t i = 0; i < n; i++) {
     XF_GUARD(parse_column(json_array_get(cols, i), i, file, &out->cols[i], err));
     out->n_cols = i + 1;
@@ -311,8 +298,9 @@ static xf_err parse_root(const json_t *root, const char *file, xf_colstats *out,
       if (strcmp(out->cols[j].name, out->cols[i].name) == 0) {
         char at[48];
         snprintf(at, sizeof(at), "columns[%u].name", i);
-        return stats_fail(err, file, at, XF_EINVAL,
-                          "column '%s' is listed twice (also columns[%u])", out->cols[i].name, j);
+        return xf_fail_in_file(err, XF_EINVAL, file, at,
+                               "column '%s' is listed twice (also columns[%u])", out->cols[i].name,
+                               j);
       }
   }
   return XF_OK;
@@ -323,14 +311,14 @@ xf_err xf_colstats_parse(const char *text, size_t len, const char *name, xf_cols
   memset(out, 0, sizeof(*out));
   if (!name) name = "stats.json";
   if (len > XF_COLSTATS_MAX_BYTES)
-    return stats_fail(err, name, NULL, XF_ERANGE, "%zu bytes: a statistics file is at most %u",
-                      len, XF_COLSTATS_MAX_BYTES);
+    return xf_fail_in_file(err, XF_ERANGE, name, NULL, "%zu bytes: a statistics file is at most %u",
+                           len, XF_COLSTATS_MAX_BYTES);
   json_error_t jerr;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
   if (!root) {
     char at[64];
     snprintf(at, sizeof(at), "line %d, column %d", jerr.line, jerr.column);
-    return stats_fail(err, name, at, XF_EFORMAT, "%s", jerr.text);
+    return xf_fail_in_file(err, XF_EFORMAT, name, at, "%s", jerr.text);
   }
   xf_err rc = parse_root(root, name, out, err);
   json_decref(root);
@@ -376,36 +364,37 @@ static void chan_combine(xf_colstat *acc, const xf_colstat *b) {
 static xf_err merge_check(const xf_colstats *files, const char *const *names, size_t n,
                           xf_errctx *err) {
   if (n < 2)
-    return stats_fail(err, NULL, NULL, XF_EINVAL,
-                      "pooling takes the statistics files of 2 or more sites, %zu given", n);
+    return xf_fail_in_file(err, XF_EINVAL, NULL, NULL,
+                           "pooling takes the statistics files of 2 or more sites, %zu given", n);
   const xf_colstats *first = &files[0];
   for (size_t f = 1; f < n; f++) {
     const xf_colstats *st = &files[f];
     if (strcmp(st->dataset, first->dataset) != 0)
-      return stats_fail(err, names[f], "dataset", XF_EINVAL,
-                        "is '%s' but %s is of dataset '%s': pool the files of one dataset",
-                        st->dataset, names[0], first->dataset);
+      return xf_fail_in_file(err, XF_EINVAL, names[f], "dataset",
+                             "is '%s' but %s is of dataset '%s': pool the files of one dataset",
+                             st->dataset, names[0], first->dataset);
     if (strcmp(st->schema_digest, first->schema_digest) != 0)
-      return stats_fail(err, names[f], "schema_digest", XF_EINVAL,
-                        "differs from %s's: the sites computed their statistics with different "
-                        "schemas; give every site the same schema.json and compute again",
-                        names[0]);
+      return xf_fail_in_file(
+          err, XF_EINVAL, names[f], "schema_digest",
+          "differs from %s's: the sites computed their statistics with different "
+          "schemas; give every site the same schema.json and compute again",
+          names[0]);
     for (size_t g = 0; g < f; g++)
       if (strcmp(st->site, files[g].site) == 0)
-        return stats_fail(err, names[f], "site", XF_EINVAL,
-                          "'%s' is also the site of %s: each site's statistics count once",
-                          st->site, names[g]);
+        return xf_fail_in_file(err, XF_EINVAL, names[f], "site",
+                               "'%s' is also the site of %s: each site's statistics count once",
+                               st->site, names[g]);
   }
   for (size_t f = 0; f < n; f++) {
     const xf_colstats *st = &files[f];
     for (uint32_t i = 0; i < first->n_cols; i++)
       if (!find_column(st, first->cols[i].name))
-        return stats_fail(err, names[f], "columns", XF_EINVAL,
-                          "has no column '%s', which %s has", first->cols[i].name, names[0]);
+        return xf_fail_in_file(err, XF_EINVAL, names[f], "columns",
+                               "has no column '%s', which %s has", first->cols[i].name, names[0]);
     for (uint32_t i = 0; i < st->n_cols; i++)
       if (!find_column(first, st->cols[i].name))
-        return stats_fail(err, names[f], "columns", XF_EINVAL,
-                          "has column '%s', which %s lacks", st->cols[i].name, names[0]);
+        return xf_fail_in_file(err, XF_EINVAL, names[f], "columns",
+                               "has column '%s', which %s lacks", st->cols[i].name, names[0]);
   }
   return XF_OK;
 }
@@ -416,7 +405,7 @@ xf_err xf_colstats_merge(const xf_colstats *files, const char *const *names, siz
   XF_GUARD(merge_check(files, names, n, err));
   const xf_colstats *first = &files[0];
   if (!(out->cols = xf_calloc(first->n_cols, sizeof(*out->cols))))
-    return stats_fail(err, NULL, NULL, XF_ENOMEM, "out of memory");
+    return xf_fail_in_file(err, XF_ENOMEM, NULL, NULL, "out of memory");
   snprintf(out->dataset, sizeof(out->dataset), "%s", first->dataset);
   snprintf(out->schema_digest, sizeof(out->schema_digest), "%s", first->schema_digest);
   out->n_cols = first->n_cols;
@@ -426,9 +415,9 @@ xf_err xf_colstats_merge(const xf_colstats *files, const char *const *names, siz
     for (size_t f = 0; f < n; f++) chan_combine(acc, find_column(&files[f], acc->name));
     if (acc->count == 0) {
       xf_colstats_free(out);
-      return stats_fail(err, NULL, NULL, XF_ERANGE,
-                        "column '%s' has no values at any site: there is nothing to pool",
-                        first->cols[i].name);
+      return xf_fail_in_file(err, XF_ERANGE, NULL, NULL,
+                             "column '%s' has no values at any site: there is nothing to pool",
+                             first->cols[i].name);
     }
   }
   return XF_OK;
@@ -447,12 +436,12 @@ xf_err xf_colstats_apply(const char *schema_text, size_t len, const char *name,
   char digest[XF_DIGEST_HEX];
   XF_GUARD(xf_schema_digest(schema_text, len, name, digest, err));
   if (strcmp(digest, pooled->schema_digest) != 0)
-    return stats_fail(err, name, NULL, XF_EINVAL,
-                      "is not the schema the statistics were computed with (its digest is "
-                      "%.12s..., theirs %.12s...): give the schema.json the sites used",
-                      digest, pooled->schema_digest);
+    return xf_fail_in_file(err, XF_EINVAL, name, NULL,
+                           "is not the schema the statistics were computed with (its digest is "
+                           "%.12s..., theirs %.12s...): give the schema.json the sites used",
+                           digest, pooled->schema_digest);
   json_t *root = json_loadb(schema_text, len, JSON_REJECT_DUPLICATES, NULL);
-  if (!root) return stats_fail(err, name, NULL, XF_ENOMEM, "out of memory");
+  if (!root) return xf_fail_in_file(err, XF_ENOMEM, name, NULL, "out of memory");
   xf_err rc = XF_OK;
   json_t *cols = json_object_get(root, "columns");
   for (size_t i = 0; rc == XF_OK && i < json_array_size(cols); i++) {
@@ -465,13 +454,13 @@ xf_err xf_colstats_apply(const char *schema_text, size_t len, const char *name,
     if (!c) {
       char at[48];
       snprintf(at, sizeof(at), "columns[%zu]", i);
-      rc = stats_fail(err, name, at, XF_EINVAL,
-                      "numeric column '%s' has no pooled statistics", cname);
+      rc = xf_fail_in_file(err, XF_EINVAL, name, at, "numeric column '%s' has no pooled statistics",
+                           cname);
       break;
     }
     json_t *given = json_pack("{s:f,s:f}", "mean", c->mean, "std", xf_colstat_norm_std(c));
     if (!given || json_object_set_new(col, "normalize", given) != 0)
-      rc = stats_fail(err, name, NULL, XF_ENOMEM, "out of memory");
+      rc = xf_fail_in_file(err, XF_ENOMEM, name, NULL, "out of memory");
     else
       (*replaced)++;
   }
@@ -488,7 +477,7 @@ xf_err xf_colstats_apply(const char *schema_text, size_t len, const char *name,
     copy[n + 1] = '\0';
   }
   free(text);
-  if (!copy) return stats_fail(err, name, NULL, XF_ENOMEM, "out of memory");
+  if (!copy) return xf_fail_in_file(err, XF_ENOMEM, name, NULL, "out of memory");
   *json = copy;
   return XF_OK;
 }

@@ -248,20 +248,6 @@ void xf_trainer_result_free(xf_trainer_result *r) {
   memset(r, 0, sizeof(*r));
 }
 
-/* Fails with the message fmt (whose arguments name the file and field) and
- * sets err's file and field. */
-XF_PRINTF(5, 6)
-static xf_err bad(xf_errctx *err, xf_err code, const char *file, const char *field,
-                  const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  xf_vfail(err, code, fmt, ap);
-  va_end(ap);
-  xf_errctx_file(err, file);
-  if (field) xf_errctx_field(err, "%s", field);
-  return code;
-}
-
 /* trained.npy: exactly a float32 C-order vector of the global model's n
  * values, every one finite (site/npy.c's reader). */
 static xf_err read_npy(const char *path, size_t n, float **out, xf_errctx *err) {
@@ -302,12 +288,14 @@ static xf_err json_number(json_t *o, const char *file, const char *key, double l
   json_t *v = json_object_get(o, key);
   if (!v) return XF_OK;
   if (!json_is_number(v))
-    return bad(err, XF_EFORMAT, file, key, "%s: \"%s\" is not a number%s", file, key, "");
+    return xf_fail_in_file(err, XF_EFORMAT, file, key, "%s: \"%s\" is not a number%s", file, key,
+                           "");
   double d = json_number_value(v);
   if (!isfinite(d) || d < lo || d > hi) {
     char range[96];
     snprintf(range, sizeof(range), " (%g; it must be in [%g, %g])", d, lo, hi);
-    return bad(err, XF_ERANGE, file, key, "%s: \"%s\" is out of range%s", file, key, range);
+    return xf_fail_in_file(err, XF_ERANGE, file, key, "%s: \"%s\" is out of range%s", file, key,
+                           range);
   }
   if (has) *has = true;
   *out = d;
@@ -324,7 +312,8 @@ static xf_err only_keys(json_t *o, const char *file, const char *const *keys, si
     if (!known) {
       char f[128];
       snprintf(f, sizeof(f), "%s%s", where, k);
-      return bad(err, XF_EFORMAT, file, f, "%s: unknown field \"%s\"%s", file, f, " (docs/trainers.md lists the fields of result.json)");
+      return xf_fail_in_file(err, XF_EFORMAT, file, f, "%s: unknown field \"%s\"%s", file, f,
+                             " (docs/trainers.md lists the fields of result.json)");
     }
   }
   return XF_OK;
@@ -350,16 +339,19 @@ xf_err xf_trainer_parse_result(const char *text, size_t len, const char *path,
   rc = only_keys(o, path, keys, 4, "", err);
   json_t *s = json_object_get(o, "samples");
   if (rc == XF_OK && !s)
-    rc = bad(err, XF_EFORMAT, path, "samples", "%s: \"%s\" is missing%s", path, "samples", " (the number of training records the trainer used)");
+    rc = xf_fail_in_file(err, XF_EFORMAT, path, "samples", "%s: \"%s\" is missing%s", path,
+                         "samples", " (the number of training records the trainer used)");
   if (rc == XF_OK && !json_is_integer(s))
-    rc = bad(err, XF_EFORMAT, path, "samples", "%s: \"%s\" is not an integer%s", path, "samples", "");
+    rc = xf_fail_in_file(err, XF_EFORMAT, path, "samples", "%s: \"%s\" is not an integer%s", path,
+                         "samples", "");
   if (rc == XF_OK) {
     json_int_t n = json_integer_value(s);
     if (n < 1 || (uint64_t)n > max_samples) {
       char why[128];
       snprintf(why, sizeof(why), " (%lld; the dataset has %llu training records)", (long long)n,
                (unsigned long long)max_samples);
-      rc = bad(err, XF_ERANGE, path, "samples", "%s: \"%s\" is out of range%s", path, "samples", why);
+      rc = xf_fail_in_file(err, XF_ERANGE, path, "samples", "%s: \"%s\" is out of range%s", path,
+                           "samples", why);
     } else {
       r->samples = (uint64_t)n;
     }
@@ -372,35 +364,38 @@ xf_err xf_trainer_parse_result(const char *text, size_t len, const char *path,
   json_t *dp = json_object_get(o, "dp");
   if (rc == XF_OK && dp && !json_is_null(dp)) {
     static const char *const dk[] = {"clip", "noise_multiplier", "sampling_rate", "steps"};
-    if (!json_is_object(dp)) rc = bad(err, XF_EFORMAT, path, "dp", "%s: \"%s\" is not an object%s", path, "dp", "");
+    if (!json_is_object(dp))
+      rc = xf_fail_in_file(err, XF_EFORMAT, path, "dp", "%s: \"%s\" is not an object%s", path, "dp",
+                           "");
     if (rc == XF_OK) rc = only_keys(dp, path, dk, 4, "dp.", err);
     for (int i = 0; rc == XF_OK && i < 3; i++) {
       char f[32];
       snprintf(f, sizeof(f), "dp.%s", dk[i]);
-      bool has = false;
       double *dst = i == 0 ? &r->dp_clip : i == 1 ? &r->dp_noise_multiplier : &r->dp_sampling_rate;
       json_t *v = json_object_get(dp, dk[i]);
       if (!v) {
-        rc = bad(err, XF_EFORMAT, path, f, "%s: \"%s\" is missing%s", path, f, "");
+        rc = xf_fail_in_file(err, XF_EFORMAT, path, f, "%s: \"%s\" is missing%s", path, f, "");
         break;
       }
       if (!json_is_number(v)) {
-        rc = bad(err, XF_EFORMAT, path, f, "%s: \"%s\" is not a number%s", path, f, "");
+        rc = xf_fail_in_file(err, XF_EFORMAT, path, f, "%s: \"%s\" is not a number%s", path, f, "");
         break;
       }
       double d = json_number_value(v);
       bool in = i == 0 ? d > 0 && d < 1e30 : i == 1 ? d >= 0 && d < 1e30 : d > 0 && d <= 1;
       if (!isfinite(d) || !in) {
-        rc = bad(err, XF_ERANGE, path, f, "%s: \"%s\" is out of range%s", path, f, i == 2 ? " (a sampling rate is in (0, 1])" : " (it must be positive)");
+        rc = xf_fail_in_file(err, XF_ERANGE, path, f, "%s: \"%s\" is out of range%s", path, f,
+                             i == 2 ? " (a sampling rate is in (0, 1])" : " (it must be positive)");
         break;
       }
       *dst = d;
-      (void)has;
     }
     json_t *st = json_object_get(dp, "steps");
     if (rc == XF_OK && (!st || !json_is_integer(st) || json_integer_value(st) < 1))
-      rc = bad(err, XF_EFORMAT, path, "dp.steps", "%s: \"%s\" is missing or not a positive "
-               "integer%s", path, "dp.steps", " (the number of noised DP-SGD steps taken)");
+      rc = xf_fail_in_file(err, XF_EFORMAT, path, "dp.steps",
+                           "%s: \"%s\" is missing or not a positive "
+                           "integer%s",
+                           path, "dp.steps", " (the number of noised DP-SGD steps taken)");
     if (rc == XF_OK) {
       r->dp_steps = (uint64_t)json_integer_value(st);
       r->has_dp = true;

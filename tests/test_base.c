@@ -41,6 +41,18 @@ static void error_context_names_file_field_and_fix(void **state) {
   assert_string_equal(buf, "job.json: local.lr: must be > 0, got -1 (value out of range)");
   /* A NULL context is allowed everywhere. */
   assert_int_equal(xf_fail(NULL, XF_EIO, "x"), XF_EIO);
+  assert_int_equal(xf_fail_in_file(NULL, XF_EIO, "f", "g", "x"), XF_EIO);
+  /* A failure in a file replaces what ctx held: the old field goes when the
+   * new one has none. */
+  xf_errctx_peer(&ctx, "spiffe://x");
+  rc = xf_fail_in_file(&ctx, XF_EFORMAT, "result.json", NULL, "not one object");
+  assert_int_equal(rc, XF_EFORMAT);
+  xf_errctx_format(&ctx, buf, sizeof(buf));
+  assert_string_equal(buf, "result.json: not one object (malformed input)");
+  assert_string_equal(ctx.peer, "");
+  xf_fail_in_file(&ctx, XF_ERANGE, "result.json", "dp.clip", "is %d", 0);
+  xf_errctx_format(&ctx, buf, sizeof(buf));
+  assert_string_equal(buf, "result.json: dp.clip: is 0 (value out of range)");
 }
 
 static void allocation_fails_on_the_nth_call(void **state) {
