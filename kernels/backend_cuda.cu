@@ -1189,6 +1189,47 @@ static void cuda_maxpool_bwd(xf_backend *b, const float *dy, const int32_t *argm
   (void)launched(st, "k_maxpool_bwd");
 }
 
+/* A per-row loss's scratch: the totals, then n row losses, then n correct
+ * flags. False (the error latched) when it cannot be had. */
+typedef struct loss_rows {
+  softmax_totals *totals;
+  double *loss;
+  int *right;
+} loss_rows;
+
+static bool loss_rows_get(cuda_state *st, int n, loss_rows *r) {
+  size_t loss_off = (sizeof(softmax_totals) + 7) & ~(size_t)7;
+  size_t right_off = loss_off + sizeof(double) * (size_t)n;
+  char *scratch = (char *)cuda_scratch(st, right_off + sizeof(int) * (size_t)n);
+  if (!scratch) return false;
+  r->totals = (softmax_totals *)scratch;
+  r->loss = (double *)(scratch + loss_off);
+  r->right = (int *)(scratch + right_off);
+  return true;
+}
+
+/* Sums the rows on the device (k_softmax_total's fixed order) and brings
+ * the totals to the host; `what` names the op in errors. */
+static xf_err loss_rows_total(cuda_state *st, const loss_rows *r, int n, const char *what,
+                              double *loss_sum, int *correct) {
+  k_softmax_total<<<1, XF__THREADS, 0, st->stream>>>(r->loss, r->right, n, r->totals);
+  if (!launched(st, "k_softmax_total")) return st->err;
+  softmax_totals host;
+  memset(&host, 0, sizeof(host));
+  char copy[64], sync[64];
+  snprintf(copy, sizeof(copy), "cudaMemcpyAsync (%s)", what);
+  snprintf(sync, sizeof(sync), "cudaStreamSynchronize (%s)", what);
+  if (!cuda_ok(st,
+               cudaMemcpyAsync(&host, r->totals, sizeof(host), cudaMemcpyDeviceToHost,
+                               st->stream),
+               copy) ||
+      !cuda_ok(st, cudaStreamSynchronize(st->stream), sync))
+    return st->err;
+  *loss_sum = host.loss;
+  *correct = host.correct;
+  return XF_OK;
+}
+
 static xf_err cuda_softmax_xent(xf_backend *b, const float *logits, const int32_t *labels,
                                 int n, int classes, float *dlogits, double *loss_sum,
                                 int *correct) {
@@ -1200,30 +1241,13 @@ static xf_err cuda_softmax_xent(xf_backend *b, const float *logits, const int32_
     return XF_OK;
   }
   if (classes <= 0) return XF_EINVAL;
-  /* Scratch layout: totals, then n row losses, then n correct flags. */
-  size_t loss_off = (sizeof(softmax_totals) + 7) & ~(size_t)7;
-  size_t right_off = loss_off + sizeof(double) * (size_t)n;
-  char *scratch = (char *)cuda_scratch(st, right_off + sizeof(int) * (size_t)n);
-  if (!scratch) return st->err;
-  softmax_totals *totals = (softmax_totals *)scratch;
-  double *row_loss = (double *)(scratch + loss_off);
-  int *row_right = (int *)(scratch + right_off);
+  loss_rows r;
+  if (!loss_rows_get(st, n, &r)) return st->err;
   const float inv_n = 1.0f / (float)n;
   k_softmax_rows<<<grid_for((size_t)n), XF__THREADS, 0, st->stream>>>(
-      logits, labels, n, classes, inv_n, dlogits, row_loss, row_right);
+      logits, labels, n, classes, inv_n, dlogits, r.loss, r.right);
   if (!launched(st, "k_softmax_rows")) return st->err;
-  k_softmax_total<<<1, XF__THREADS, 0, st->stream>>>(row_loss, row_right, n, totals);
-  if (!launched(st, "k_softmax_total")) return st->err;
-  softmax_totals host;
-  memset(&host, 0, sizeof(host));
-  if (!cuda_ok(st,
-               cudaMemcpyAsync(&host, totals, sizeof(host), cudaMemcpyDeviceToHost, st->stream),
-               "cudaMemcpyAsync (softmax_xent)") ||
-      !cuda_ok(st, cudaStreamSynchronize(st->stream), "cudaStreamSynchronize (softmax_xent)"))
-    return st->err;
-  *loss_sum = host.loss;
-  *correct = host.correct;
-  return XF_OK;
+  return loss_rows_total(st, &r, n, "softmax_xent", loss_sum, correct);
 }
 
 static void cuda_sgd_step(xf_backend *b, float *w, const float *g, float *v, const float *w_ref,
@@ -1264,30 +1288,13 @@ static xf_err cuda_scalar_loss(xf_backend *b, xf_scalar_loss kind, const float *
     *correct = 0;
     return XF_OK;
   }
-  /* Scratch layout as in cuda_softmax_xent. */
-  size_t loss_off = (sizeof(softmax_totals) + 7) & ~(size_t)7;
-  size_t right_off = loss_off + sizeof(double) * (size_t)n;
-  char *scratch = (char *)cuda_scratch(st, right_off + sizeof(int) * (size_t)n);
-  if (!scratch) return st->err;
-  softmax_totals *totals = (softmax_totals *)scratch;
-  double *row_loss = (double *)(scratch + loss_off);
-  int *row_right = (int *)(scratch + right_off);
+  loss_rows r;
+  if (!loss_rows_get(st, n, &r)) return st->err;
   const float inv_n = 1.0f / (float)n;
   k_scalar_rows<<<grid_for((size_t)n), XF__THREADS, 0, st->stream>>>(
-      (int)kind, z, t, n, inv_n, dout, row_loss, row_right);
+      (int)kind, z, t, n, inv_n, dout, r.loss, r.right);
   if (!launched(st, "k_scalar_rows")) return st->err;
-  k_softmax_total<<<1, XF__THREADS, 0, st->stream>>>(row_loss, row_right, n, totals);
-  if (!launched(st, "k_softmax_total")) return st->err;
-  softmax_totals host;
-  memset(&host, 0, sizeof(host));
-  if (!cuda_ok(st,
-               cudaMemcpyAsync(&host, totals, sizeof(host), cudaMemcpyDeviceToHost, st->stream),
-               "cudaMemcpyAsync (scalar_loss)") ||
-      !cuda_ok(st, cudaStreamSynchronize(st->stream), "cudaStreamSynchronize (scalar_loss)"))
-    return st->err;
-  *loss_sum = host.loss;
-  *correct = host.correct;
-  return XF_OK;
+  return loss_rows_total(st, &r, n, "scalar_loss", loss_sum, correct);
 }
 
 static void cuda_avgpool_fwd(xf_backend *b, const float *x, const xf_pool_shape *s, float *y) {
