@@ -130,6 +130,22 @@ xf_err xf_colstats_compute(const char *dir, xf_colstats *out, xf_errctx *err) {
 
 /* ---- the statistics file ------------------------------------------------------------- */
 
+/* root as a file's text: indented, members in order, reals with 17
+ * significant digits (they read back to the same double), ending in a
+ * newline. xf_malloc'd; NULL when memory runs out. */
+static char *dump_file(json_t *root) {
+  char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+  size_t n = text ? strlen(text) : 0;
+  char *copy = text ? xf_malloc(n + 2) : NULL;
+  if (copy) {
+    memcpy(copy, text, n);
+    copy[n] = '\n';
+    copy[n + 1] = '\0';
+  }
+  free(text);
+  return copy;
+}
+
 xf_err xf_colstats_format(const xf_colstats *st, char **json, xf_errctx *err) {
   *json = NULL;
   json_t *cols = json_array();
@@ -145,19 +161,8 @@ xf_err xf_colstats_format(const xf_colstats *st, char **json, xf_errctx *err) {
                                                (json_int_t)c->count, "mean", c->mean, "m2",
                                                c->m2)) == 0;
   }
-  /* 17 significant digits read back to the same double. */
-  char *text = ok ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
-                                         JSON_REAL_PRECISION(17))
-                  : NULL;
+  char *copy = ok ? dump_file(root) : NULL;
   json_decref(root);
-  size_t n = text ? strlen(text) : 0;
-  char *copy = text ? xf_malloc(n + 2) : NULL;
-  if (copy) {
-    memcpy(copy, text, n);
-    copy[n] = '\n';
-    copy[n + 1] = '\0';
-  }
-  free(text);
   if (!copy) return xf_fail_in_file(err, XF_ENOMEM, NULL, NULL, "out of memory");
   *json = copy;
   return XF_OK;
@@ -464,19 +469,9 @@ xf_err xf_colstats_apply(const char *schema_text, size_t len, const char *name,
     else
       (*replaced)++;
   }
-  char *text = rc == XF_OK ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
-                                                  JSON_REAL_PRECISION(17))
-                           : NULL;
+  char *copy = rc == XF_OK ? dump_file(root) : NULL;
   json_decref(root);
   if (rc != XF_OK) return rc;
-  size_t n = text ? strlen(text) : 0;
-  char *copy = text ? xf_malloc(n + 2) : NULL;
-  if (copy) {
-    memcpy(copy, text, n);
-    copy[n] = '\n';
-    copy[n + 1] = '\0';
-  }
-  free(text);
   if (!copy) return xf_fail_in_file(err, XF_ENOMEM, name, NULL, "out of memory");
   *json = copy;
   return XF_OK;
