@@ -68,35 +68,36 @@ static xf_export_tensor *tensor_new(xf_export_tensor *t, int *n, const xf_layer 
   return e->data ? e : NULL;
 }
 
-/* A dense layer's weight: xfed's [out x in] rows take the input in its NHWC
- * order (row, column, channel); the deployment graph flattens NCHW
- * (channel, row, column), so the columns are permuted to match. For a layer
- * after another dense layer (1x1xF) the permutation is the identity.
- * to_xfed: the other way, for reading an export back. */
-static void dense_weight(const xf_layer *l, const float *src, float *dst, bool to_xfed) {
-  const size_t H = (size_t)l->in_h, W = (size_t)l->in_w, C = (size_t)l->in_c, F = H * W * C;
-  for (size_t o = 0; o < (size_t)l->out_c; o++)
+/* Each of `rows` rows holds an H x W x C block in xfed's (row, column,
+ * channel) order; the deployment graph wants (channel, row, column). With
+ * to_xfed, the other way, for reading an export back. */
+static void hwc_rows(size_t rows, size_t H, size_t W, size_t C, const float *src, float *dst,
+                     bool to_xfed) {
+  const size_t F = H * W * C;
+  for (size_t o = 0; o < rows; o++)
     for (size_t c = 0; c < C; c++)
       for (size_t h = 0; h < H; h++)
         for (size_t w = 0; w < W; w++) {
-          size_t nchw = o * F + (c * H + h) * W + w, nhwc = o * F + (h * W + w) * C + c;
-          if (to_xfed) dst[nhwc] = src[nchw];
-          else dst[nchw] = src[nhwc];
+          size_t chw = o * F + (c * H + h) * W + w, hwc = o * F + (h * W + w) * C + c;
+          if (to_xfed) dst[hwc] = src[chw];
+          else dst[chw] = src[hwc];
         }
+}
+
+/* A dense layer's weight: xfed's [out x in] rows take the input in its NHWC
+ * order; the deployment graph flattens NCHW, so the columns are permuted to
+ * match. For a layer after another dense layer (1x1xF) the permutation is
+ * the identity. */
+static void dense_weight(const xf_layer *l, const float *src, float *dst, bool to_xfed) {
+  hwc_rows((size_t)l->out_c, (size_t)l->in_h, (size_t)l->in_w, (size_t)l->in_c, src, dst,
+           to_xfed);
 }
 
 /* A conv layer's weight: xfed's [out x (kh*kw*in)] with the inner index
  * (i*kw + j)*in + ch (kernels/model.h) to OIHW, or back with to_xfed. */
 static void conv_weight(const xf_layer *l, const float *src, float *dst, bool to_xfed) {
-  const size_t K = (size_t)l->kernel, C = (size_t)l->in_c, row = K * K * C;
-  for (size_t o = 0; o < (size_t)l->out_c; o++)
-    for (size_t ch = 0; ch < C; ch++)
-      for (size_t i = 0; i < K; i++)
-        for (size_t j = 0; j < K; j++) {
-          size_t oihw = o * row + (ch * K + i) * K + j, ohwi = o * row + (i * K + j) * C + ch;
-          if (to_xfed) dst[ohwi] = src[oihw];
-          else dst[oihw] = src[ohwi];
-        }
+  hwc_rows((size_t)l->out_c, (size_t)l->kernel, (size_t)l->kernel, (size_t)l->in_c, src, dst,
+           to_xfed);
 }
 
 xf_err xf_export_tensors(const xf_model *m, const float *params, xf_export_tensor **out, int *n,
