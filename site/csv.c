@@ -151,8 +151,9 @@ static bool line_is_blank(const char *s, size_t n) {
   return true;
 }
 
-static xf_err csv_grow(csv_parser *p) {
-  uint32_t features = p->columns - 1;
+/* Room for twice the records (64 at first) of `features` floats each, within
+ * XF_DATASET_MAX_VALUES: both readers, plain and with a schema, grow by it. */
+static xf_err rows_grow(csv_parser *p, uint32_t features) {
   uint64_t max_rows = XF_DATASET_MAX_VALUES / features;
   if (max_rows > UINT32_MAX) max_rows = UINT32_MAX;
   if ((uint64_t)p->n >= max_rows)
@@ -173,9 +174,10 @@ static xf_err csv_grow(csv_parser *p) {
   return XF_OK;
 }
 
+
 /* Parses one data line into record p->n. */
 static xf_err csv_row(csv_parser *p, const char *text, size_t len) {
-  if (p->n == p->cap) XF_GUARD(csv_grow(p));
+  if (p->n == p->cap) XF_GUARD(rows_grow(p, p->columns - 1));
   xf_cursor c = xf_cursor_make(text, len);
   float *row = p->x + (size_t)p->n * (p->columns - 1);
   uint32_t col = 0, f = 0;
@@ -417,31 +419,10 @@ static xf_err schema_header(schema_reader *r, const char *text, size_t len) {
   return rc;
 }
 
-static xf_err schema_grow(csv_parser *p, uint32_t features) {
-  uint64_t max_rows = XF_DATASET_MAX_VALUES / features;
-  if (max_rows > UINT32_MAX) max_rows = UINT32_MAX;
-  if ((uint64_t)p->n >= max_rows)
-    return csv_fail_at(p, 0, XF_ERANGE,
-                       "more than %llu records of %u features: above the %llu values xfed "
-                       "accepts in one dataset",
-                       (unsigned long long)max_rows, features,
-                       (unsigned long long)XF_DATASET_MAX_VALUES);
-  uint64_t cap = p->cap ? (uint64_t)p->cap * 2 : 64;
-  if (cap > max_rows) cap = max_rows;
-  float *nx = xf_realloc(p->x, (size_t)(cap * features * sizeof(float)));
-  if (!nx) return csv_fail_at(p, 0, XF_ENOMEM, "out of memory after %u records", p->n);
-  p->x = nx;
-  int32_t *ny = xf_realloc(p->y, (size_t)(cap * sizeof(int32_t)));
-  if (!ny) return csv_fail_at(p, 0, XF_ENOMEM, "out of memory after %u records", p->n);
-  p->y = ny;
-  p->cap = (uint32_t)cap;
-  return XF_OK;
-}
-
 static xf_err schema_row(schema_reader *r, const char *text, size_t len) {
   csv_parser *p = &r->p;
   const xf_schema *s = r->s;
-  if (p->n == p->cap) XF_GUARD(schema_grow(p, s->features));
+  if (p->n == p->cap) XF_GUARD(rows_grow(p, s->features));
   float *row = p->x + (size_t)p->n * s->features;
   memset(row, 0, s->features * sizeof(float));
   xf_cursor c = xf_cursor_make(text, len);
