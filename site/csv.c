@@ -174,7 +174,6 @@ static xf_err rows_grow(csv_parser *p, uint32_t features) {
   return XF_OK;
 }
 
-
 /* Parses one data line into record p->n. */
 static xf_err csv_row(csv_parser *p, const char *text, size_t len) {
   if (p->n == p->cap) XF_GUARD(rows_grow(p, p->columns - 1));
