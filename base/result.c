@@ -47,15 +47,21 @@ xf_err xf_fail(xf_errctx *ctx, xf_err code, const char *fmt, ...) {
   return code;
 }
 
-xf_err xf_fail_in_file(xf_errctx *ctx, xf_err code, const char *file, const char *field,
-                       const char *fmt, ...) {
+xf_err xf_vfail_in_file(xf_errctx *ctx, xf_err code, const char *file, const char *field,
+                        const char *fmt, va_list ap) {
   xf_errctx_clear(ctx);
-  va_list ap;
-  va_start(ap, fmt);
   xf_vfail(ctx, code, fmt, ap);
-  va_end(ap);
   xf_errctx_file(ctx, file);
   if (field) xf_errctx_field(ctx, "%s", field);
+  return code;
+}
+
+xf_err xf_fail_in_file(xf_errctx *ctx, xf_err code, const char *file, const char *field,
+                       const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  xf_vfail_in_file(ctx, code, file, field, fmt, ap);
+  va_end(ap);
   return code;
 }
 

@@ -69,6 +69,9 @@ xf_err xf_vfail(xf_errctx *ctx, xf_err code, const char *fmt, va_list ap) XF_PRI
  * whose errors name "FILE: FIELD: what is wrong". Returns code. */
 xf_err xf_fail_in_file(xf_errctx *ctx, xf_err code, const char *file, const char *field,
                        const char *fmt, ...) XF_PRINTF(5, 6);
+/* xf_fail_in_file with a va_list, for modules that wrap it. */
+xf_err xf_vfail_in_file(xf_errctx *ctx, xf_err code, const char *file, const char *field,
+                        const char *fmt, va_list ap) XF_PRINTF(5, 0);
 
 /* Set the file, field or peer of ctx (if not NULL). Formatting is printf's. */
 void xf_errctx_file(xf_errctx *ctx, const char *path);

@@ -14,12 +14,9 @@
 #include "site/dataset_internal.h"
 
 xf_err xf__data_fail(xf_errctx *err, const char *file, xf_err code, const char *fmt, ...) {
-  if (!err) return code;
-  xf_errctx_clear(err);
-  xf_errctx_file(err, file);
   va_list ap;
   va_start(ap, fmt);
-  xf_vfail(err, code, fmt, ap);
+  xf_vfail_in_file(err, code, file, NULL, fmt, ap);
   va_end(ap);
   return code;
 }

@@ -13,19 +13,6 @@
 #include "base/alloc.h"
 #include "site/dataset_internal.h"
 
-static xf_err schema_fail(xf_errctx *err, const char *file, xf_err code, const char *fmt, ...)
-    XF_PRINTF(4, 5);
-static xf_err schema_fail(xf_errctx *err, const char *file, xf_err code, const char *fmt, ...) {
-  if (!err) return code;
-  xf_errctx_clear(err);
-  xf_errctx_file(err, file);
-  va_list ap;
-  va_start(ap, fmt);
-  xf_vfail(err, code, fmt, ap);
-  va_end(ap);
-  return code;
-}
-
 /* Fails naming the member at fault: "columns[2].vocabulary: ...". */
 #define AT(...) (err ? (xf_errctx_field(err, __VA_ARGS__), 0) : 0)
 
@@ -85,7 +72,7 @@ static xf_err parse_words(const json_t *arr, const char *file, const char *what,
                           bool allow_empty, char ***out, uint32_t **sorted, uint32_t *n,
                           xf_errctx *err) {
   if (!json_is_array(arr) || json_array_size(arr) == 0 || json_array_size(arr) > max) {
-    xf_err rc = schema_fail(err, file, XF_EINVAL, "must be a list of 1 to %u strings", max);
+    xf_err rc = xf__data_fail(err, file, XF_EINVAL, "must be a list of 1 to %u strings", max);
     AT("%s", what);
     return rc;
   }
@@ -95,7 +82,7 @@ static xf_err parse_words(const json_t *arr, const char *file, const char *what,
   if (!w || !idx) {
     xf_free(w);
     xf_free(idx);
-    return schema_fail(err, file, XF_ENOMEM, "out of memory");
+    return xf__data_fail(err, file, XF_ENOMEM, "out of memory");
   }
   xf_err rc = XF_OK;
   for (uint32_t i = 0; i < count && rc == XF_OK; i++) {
@@ -103,12 +90,12 @@ static xf_err parse_words(const json_t *arr, const char *file, const char *what,
     const char *t = json_string_value(v);
     size_t tl = t ? json_string_length(v) : 0;
     if (!t || strlen(t) != tl || !text_ok(t, tl) || (!allow_empty && tl == 0)) {
-      rc = schema_fail(err, file, XF_EINVAL,
+      rc = xf__data_fail(err, file, XF_EINVAL,
                        "must be %sa string of at most %d printable characters",
                        allow_empty ? "" : "a non-empty ", XF_SCHEMA_MAX_NAME);
       AT("%s[%u]", what, i);
     } else if (!(w[i] = xf_strdup(t))) {
-      rc = schema_fail(err, file, XF_ENOMEM, "out of memory");
+      rc = xf__data_fail(err, file, XF_ENOMEM, "out of memory");
     }
     idx[i] = i;
   }
@@ -118,7 +105,7 @@ static xf_err parse_words(const json_t *arr, const char *file, const char *what,
     sort_words = NULL;
     for (uint32_t i = 1; i < count && rc == XF_OK; i++)
       if (strcmp(w[idx[i - 1]], w[idx[i]]) == 0) {
-        rc = schema_fail(err, file, XF_EINVAL, "'%s' is listed twice", w[idx[i]]);
+        rc = xf__data_fail(err, file, XF_EINVAL, "'%s' is listed twice", w[idx[i]]);
         AT("%s", what);
       }
   }
@@ -147,7 +134,7 @@ static xf_err check_keys(const json_t *obj, const char *const *allowed, const ch
       for (size_t i = 0; allowed[i] && used < sizeof(list); i++)
         used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s", i ? ", " : "",
                                  allowed[i]);
-      xf_err rc = schema_fail(err, file, XF_EINVAL, "unknown member '%.64s' (known: %s)", key,
+      xf_err rc = xf__data_fail(err, file, XF_EINVAL, "unknown member '%.64s' (known: %s)", key,
                               list);
       AT("%s", where);
       return rc;
@@ -162,7 +149,7 @@ static xf_err parse_column(const json_t *o, uint32_t i, xf_schema *s, xf_errctx 
   char where[48];
   snprintf(where, sizeof(where), "columns[%u]", i);
   if (!json_is_object(o)) {
-    xf_err rc = schema_fail(err, file, XF_EINVAL,
+    xf_err rc = xf__data_fail(err, file, XF_EINVAL,
                             "must be an object such as {\"name\": \"age\", \"type\": \"numeric\"}");
     AT("%s", where);
     return rc;
@@ -174,20 +161,20 @@ static xf_err parse_column(const json_t *o, uint32_t i, xf_schema *s, xf_errctx 
   const char *nm = json_string_value(name);
   if (!nm || json_string_length(name) == 0 || strlen(nm) != json_string_length(name) ||
       !text_ok(nm, strlen(nm))) {
-    xf_err rc = schema_fail(err, file, XF_EINVAL,
+    xf_err rc = xf__data_fail(err, file, XF_EINVAL,
                             "needs a \"name\": the column's header text (at most %d printable "
                             "characters)",
                             XF_SCHEMA_MAX_NAME);
     AT("%s.name", where);
     return rc;
   }
-  if (!(c->name = xf_strdup(nm))) return schema_fail(err, file, XF_ENOMEM, "out of memory");
+  if (!(c->name = xf_strdup(nm))) return xf__data_fail(err, file, XF_ENOMEM, "out of memory");
   const char *type = json_string_value(json_object_get(o, "type"));
   if (type && strcmp(type, "numeric") == 0) c->type = XF__COL_NUMERIC;
   else if (type && strcmp(type, "categorical") == 0) c->type = XF__COL_CATEGORICAL;
   else if (type && strcmp(type, "ignore") == 0) c->type = XF__COL_IGNORE;
   else {
-    xf_err rc = schema_fail(err, file, XF_EINVAL,
+    xf_err rc = xf__data_fail(err, file, XF_EINVAL,
                             "column '%s': \"type\" must be \"numeric\", \"categorical\" or "
                             "\"ignore\"",
                             nm);
@@ -199,13 +186,13 @@ static xf_err parse_column(const json_t *o, uint32_t i, xf_schema *s, xf_errctx 
   const json_t *vocab = json_object_get(o, "vocabulary");
   const json_t *unknown = json_object_get(o, "unknown");
   if (c->type != XF__COL_NUMERIC && norm) {
-    xf_err rc = schema_fail(err, file, XF_EINVAL,
+    xf_err rc = xf__data_fail(err, file, XF_EINVAL,
                             "column '%s': only numeric columns are normalized", nm);
     AT("%s.normalize", where);
     return rc;
   }
   if (c->type != XF__COL_CATEGORICAL && (vocab || unknown)) {
-    xf_err rc = schema_fail(err, file, XF_EINVAL,
+    xf_err rc = xf__data_fail(err, file, XF_EINVAL,
                             "column '%s': \"vocabulary\" and \"unknown\" belong to categorical "
                             "columns",
                             nm);
@@ -214,7 +201,7 @@ static xf_err parse_column(const json_t *o, uint32_t i, xf_schema *s, xf_errctx 
   }
   if (c->type == XF__COL_IGNORE) {
     if (fill) {
-      xf_err rc = schema_fail(err, file, XF_EINVAL, "column '%s' is ignored: it takes no fill",
+      xf_err rc = xf__data_fail(err, file, XF_EINVAL, "column '%s' is ignored: it takes no fill",
                               nm);
       AT("%s.fill", where);
       return rc;
@@ -235,13 +222,13 @@ static xf_err parse_column(const json_t *o, uint32_t i, xf_schema *s, xf_errctx 
       c->mean = json_number_value(json_object_get(norm, "mean"));
       c->std = json_number_value(json_object_get(norm, "std"));
       if (!isfinite(c->mean) || !isfinite(c->std) || !(c->std > 0)) {
-        xf_err rc = schema_fail(err, file, XF_ERANGE,
+        xf_err rc = xf__data_fail(err, file, XF_ERANGE,
                                 "column '%s': mean must be finite and std above 0", nm);
         AT("%s.normalize", where);
         return rc;
       }
     } else {
-      xf_err rc = schema_fail(err, file, XF_EINVAL,
+      xf_err rc = xf__data_fail(err, file, XF_EINVAL,
                               "column '%s': \"normalize\" must be \"none\", \"train\" (statistics "
                               "of the training split) or {\"mean\": M, \"std\": S}",
                               nm);
@@ -250,7 +237,7 @@ static xf_err parse_column(const json_t *o, uint32_t i, xf_schema *s, xf_errctx 
     }
     if (fill) {
       if (!json_is_number(fill) || !isfinite(json_number_value(fill))) {
-        xf_err rc = schema_fail(err, file, XF_EINVAL,
+        xf_err rc = xf__data_fail(err, file, XF_EINVAL,
                                 "column '%s' is numeric: its fill must be a number", nm);
         AT("%s.fill", where);
         return rc;
@@ -270,7 +257,7 @@ static xf_err parse_column(const json_t *o, uint32_t i, xf_schema *s, xf_errctx 
   } else if (us && strcmp(us, "slot") == 0) {
     c->unknown_slot = true;
   } else {
-    xf_err rc = schema_fail(err, file, XF_EINVAL,
+    xf_err rc = xf__data_fail(err, file, XF_EINVAL,
                             "column '%s': \"unknown\" must be \"error\" (the default) or \"slot\" "
                             "(an extra one-hot feature for words outside the vocabulary)",
                             nm);
@@ -282,7 +269,7 @@ static xf_err parse_column(const json_t *o, uint32_t i, xf_schema *s, xf_errctx 
     const char *fs = json_string_value(fill);
     int64_t k = fs ? xf__vocab_find(c->vocab, c->sorted, c->n_vocab, fs) : -1;
     if (k < 0 && !(fs && c->unknown_slot)) {
-      xf_err rc = schema_fail(err, file, XF_EINVAL,
+      xf_err rc = xf__data_fail(err, file, XF_EINVAL,
                               "column '%s': the fill must be a word of its vocabulary", nm);
       AT("%s.fill", where);
       return rc;
@@ -296,13 +283,13 @@ static xf_err parse_column(const json_t *o, uint32_t i, xf_schema *s, xf_errctx 
 static xf_err parse_root(const json_t *root, xf_schema *s, xf_errctx *err) {
   const char *file = s->name;
   if (!json_is_object(root))
-    return schema_fail(err, file, XF_EINVAL,
+    return xf__data_fail(err, file, XF_EINVAL,
                        "must be a JSON object with \"label\" and \"columns\" (docs/data.md)");
   static const char *const keys[] = {"label", "columns", "missing", NULL};
   XF_GUARD(check_keys(root, keys, file, "schema", err));
   const json_t *label = json_object_get(root, "label");
   if (!json_is_object(label)) {
-    xf_err rc = schema_fail(err, file, XF_EINVAL,
+    xf_err rc = xf__data_fail(err, file, XF_EINVAL,
                             "needs \"label\": {\"column\": NAME, \"classes\": [WORDS]} or "
                             "{\"column\": NAME, \"type\": \"integer\"}");
     AT("label");
@@ -314,11 +301,11 @@ static xf_err parse_root(const json_t *root, xf_schema *s, xf_errctx *err) {
   const char *ln = json_string_value(lc);
   if (!ln || json_string_length(lc) == 0 || strlen(ln) != json_string_length(lc) ||
       !text_ok(ln, strlen(ln))) {
-    xf_err rc = schema_fail(err, file, XF_EINVAL, "must name the label column's header text");
+    xf_err rc = xf__data_fail(err, file, XF_EINVAL, "must name the label column's header text");
     AT("label.column");
     return rc;
   }
-  if (!(s->label = xf_strdup(ln))) return schema_fail(err, file, XF_ENOMEM, "out of memory");
+  if (!(s->label = xf_strdup(ln))) return xf__data_fail(err, file, XF_ENOMEM, "out of memory");
   const json_t *classes = json_object_get(label, "classes");
   const char *lt = json_string_value(json_object_get(label, "type"));
   if (classes && !json_object_get(label, "type")) {
@@ -327,7 +314,7 @@ static xf_err parse_root(const json_t *root, xf_schema *s, xf_errctx *err) {
   } else if (!classes && lt && strcmp(lt, "integer") == 0) {
     s->n_classes = 0;
   } else {
-    xf_err rc = schema_fail(err, file, XF_EINVAL,
+    xf_err rc = xf__data_fail(err, file, XF_EINVAL,
                             "give either \"classes\" (the label words, in class order) or "
                             "\"type\": \"integer\" (labels are class indices 0, 1, ...)");
     AT("label");
@@ -340,13 +327,13 @@ static xf_err parse_root(const json_t *root, xf_schema *s, xf_errctx *err) {
   } else {
     s->missing = xf_calloc(1, sizeof(char *));
     if (!s->missing || !(s->missing[0] = xf_strdup("")))
-      return schema_fail(err, file, XF_ENOMEM, "out of memory");
+      return xf__data_fail(err, file, XF_ENOMEM, "out of memory");
     s->n_missing = 1;
   }
   const json_t *cols = json_object_get(root, "columns");
   if (!json_is_array(cols) || json_array_size(cols) == 0 ||
       json_array_size(cols) > XF_SCHEMA_MAX_COLUMNS) {
-    xf_err rc = schema_fail(err, file, XF_EINVAL,
+    xf_err rc = xf__data_fail(err, file, XF_EINVAL,
                             "must be a list of 1 to %u column objects (every column of the file "
                             "but the label)",
                             XF_SCHEMA_MAX_COLUMNS);
@@ -355,14 +342,14 @@ static xf_err parse_root(const json_t *root, xf_schema *s, xf_errctx *err) {
   }
   uint32_t n = (uint32_t)json_array_size(cols);
   s->cols = xf_calloc(n, sizeof(*s->cols));
-  if (!s->cols) return schema_fail(err, file, XF_ENOMEM, "out of memory");
+  if (!s->cols) return xf__data_fail(err, file, XF_ENOMEM, "out of memory");
   uint64_t features = 0;
   for (uint32_t i = 0; i < n; i++) {
     s->n_cols = i + 1;
     XF_GUARD(parse_column(json_array_get(cols, i), i, s, err));
     xf__schema_col *c = &s->cols[i];
     if (strcmp(c->name, s->label) == 0) {
-      xf_err rc = schema_fail(err, file, XF_EINVAL,
+      xf_err rc = xf__data_fail(err, file, XF_EINVAL,
                               "'%s' is the label column: list only the other columns here",
                               c->name);
       AT("columns[%u].name", i);
@@ -370,7 +357,7 @@ static xf_err parse_root(const json_t *root, xf_schema *s, xf_errctx *err) {
     }
     for (uint32_t j = 0; j < i; j++)
       if (strcmp(s->cols[j].name, c->name) == 0) {
-        xf_err rc = schema_fail(err, file, XF_EINVAL, "column '%s' is declared twice (also "
+        xf_err rc = xf__data_fail(err, file, XF_EINVAL, "column '%s' is declared twice (also "
                                 "columns[%u])", c->name, j);
         AT("columns[%u].name", i);
         return rc;
@@ -378,14 +365,14 @@ static xf_err parse_root(const json_t *root, xf_schema *s, xf_errctx *err) {
     c->offset = (uint32_t)features;
     features += c->width;
     if (features > XF_SCHEMA_MAX_FEATURES) {
-      xf_err rc = schema_fail(err, file, XF_ERANGE,
+      xf_err rc = xf__data_fail(err, file, XF_ERANGE,
                               "the columns expand to more than %u features", XF_SCHEMA_MAX_FEATURES);
       AT("columns[%u]", i);
       return rc;
     }
   }
   if (features == 0)
-    return schema_fail(err, file, XF_EINVAL,
+    return xf__data_fail(err, file, XF_EINVAL,
                        "every column is ignored: declare at least one numeric or categorical "
                        "column");
   s->features = (uint32_t)features;
@@ -397,18 +384,18 @@ xf_err xf_schema_parse(const char *text, size_t len, const char *name, xf_schema
   *out = NULL;
   if (!name) name = "schema.json";
   if (len > XF_SCHEMA_MAX_BYTES)
-    return schema_fail(err, name, XF_ERANGE, "%zu bytes: a schema is at most %u", len,
+    return xf__data_fail(err, name, XF_ERANGE, "%zu bytes: a schema is at most %u", len,
                        XF_SCHEMA_MAX_BYTES);
   json_error_t jerr;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
   if (!root) {
-    xf_err rc = schema_fail(err, name, XF_EFORMAT, "%s", jerr.text);
+    xf_err rc = xf__data_fail(err, name, XF_EFORMAT, "%s", jerr.text);
     AT("line %d, column %d", jerr.line, jerr.column);
     return rc;
   }
   xf_schema *s = xf_calloc(1, sizeof(*s));
   xf_err rc = s && (s->name = xf_strdup(name)) ? XF_OK
-                                               : schema_fail(err, name, XF_ENOMEM, "out of memory");
+                                               : xf__data_fail(err, name, XF_ENOMEM, "out of memory");
   if (rc == XF_OK) rc = parse_root(root, s, err);
   json_decref(root);
   if (rc != XF_OK) {
@@ -431,7 +418,7 @@ xf_err xf_schema_read(const char *path, xf_schema **out, xf_errctx *err) {
 
 xf_err xf_schema_normalize(xf_schema *s, xf_dataset *train, xf_dataset *test, xf_errctx *err) {
   if (train->features != s->features || (test && test->features != s->features))
-    return schema_fail(err, s->name, XF_EINVAL,
+    return xf__data_fail(err, s->name, XF_EINVAL,
                        "the data holds %u features but the schema declares %u", train->features,
                        s->features);
   for (uint32_t k = 0; k < s->n_cols; k++) {
@@ -458,7 +445,7 @@ xf_err xf_schema_normalize(xf_schema *s, xf_dataset *train, xf_dataset *test, xf
         float *v = &parts[p]->x[(size_t)i * s->features + c->offset];
         double z = ((double)*v - c->mean) / c->std;
         if (!isfinite(z) || fabs(z) > 3.0e38) {
-          xf_err rc = schema_fail(err, s->name, XF_ERANGE,
+          xf_err rc = xf__data_fail(err, s->name, XF_ERANGE,
                                   "column '%s': record %u normalizes to %g, beyond a 32-bit float",
                                   c->name, i + 1, z);
           return rc;
