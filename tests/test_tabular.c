@@ -31,10 +31,7 @@ typedef struct scratch {
 
 static int scratch_setup(void **state) {
   scratch *s = calloc(1, sizeof(*s));
-  if (!s) return -1;
-  const char *base = getenv("TMPDIR");
-  snprintf(s->dir, sizeof(s->dir), "%s/xf-tabular-XXXXXX", base && *base ? base : "/tmp");
-  if (!mkdtemp(s->dir)) {
+  if (!s || xf_test_mkdtemp(s->dir, sizeof(s->dir), "tabular") != 0) {
     free(s);
     return -1;
   }

@@ -37,9 +37,10 @@ typedef struct fixture {
 static int setup(void **state) {
   fixture *f = calloc(1, sizeof(*f));
   if (!f) return -1;
-  const char *base = getenv("TMPDIR");
-  snprintf(f->dir, sizeof(f->dir), "%s/xf-trainer-XXXXXX", base && *base ? base : "/tmp");
-  if (!mkdtemp(f->dir)) return -1;
+  if (xf_test_mkdtemp(f->dir, sizeof(f->dir), "trainer") != 0) {
+    free(f);
+    return -1;
+  }
   snprintf(f->work, sizeof(f->work), "%s/work", f->dir);
   snprintf(f->log, sizeof(f->log), "%s/trainer.log", f->dir);
   if (mkdir(f->work, 0700) != 0) return -1;
