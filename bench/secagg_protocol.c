@@ -635,8 +635,8 @@ static void run_guarded(const xf_saphase_config *cfg, member *members, tally *t)
     env.secagg_shares = &m;
     t->up[i - 1] += frame_bytes(&env);
     s0 = cpu_now();
-    if (xf_saphase_shares(r.sa, cfg->sites[i - 1], to, cts, lens, sigs, sig_lens, count, 0.0,
-                          &err) != XF_OK)
+    xf_saphase_shares_msg msg = {to, count, cts, lens, count, sigs, sig_lens, count};
+    if (xf_saphase_shares(r.sa, cfg->sites[i - 1], &msg, 0.0, &err) != XF_OK)
       die("shares", &err);
     t->server_cpu += cpu_now() - s0;
     collect(&r);

@@ -971,24 +971,31 @@ static void on_sa(xf__run *run, xf__site *s, const Xfed__Envelope *env) {
   case XFED__ENVELOPE__BODY_SECAGG_SHARES: {
     const Xfed__SecAggShares *m = env->secagg_shares;
     if (!current(run, m->round, m->attempt)) return;
-    size_t n = m->n_to < m->n_ciphertexts ? m->n_to : m->n_ciphertexts;
-    n = n < m->n_signatures ? n : m->n_signatures;
-    bool whole = m->n_to == m->n_ciphertexts && m->n_to == m->n_signatures;
-    const uint8_t **cts = xf_calloc(n ? n : 1, sizeof(*cts));
-    const uint8_t **sigs = xf_calloc(n ? n : 1, sizeof(*sigs));
-    size_t *lens = xf_calloc(n ? n : 1, sizeof(*lens));
-    size_t *sig_lens = xf_calloc(n ? n : 1, sizeof(*sig_lens));
+    /* Each list keeps its own length: lists of different lengths are
+     * refused by the machine, which reads no entry past any of them. */
+    size_t n_cts = m->n_ciphertexts, n_sigs = m->n_signatures;
+    const uint8_t **cts = xf_calloc(n_cts ? n_cts : 1, sizeof(*cts));
+    size_t *lens = xf_calloc(n_cts ? n_cts : 1, sizeof(*lens));
+    const uint8_t **sigs = xf_calloc(n_sigs ? n_sigs : 1, sizeof(*sigs));
+    size_t *sig_lens = xf_calloc(n_sigs ? n_sigs : 1, sizeof(*sig_lens));
     if (cts && sigs && lens && sig_lens) {
-      for (size_t i = 0; i < n; i++) {
+      for (size_t i = 0; i < n_cts; i++) {
         cts[i] = m->ciphertexts[i].data;
         lens[i] = m->ciphertexts[i].len;
+      }
+      for (size_t i = 0; i < n_sigs; i++) {
         sigs[i] = m->signatures[i].data;
         sig_lens[i] = m->signatures[i].len;
       }
-      /* Lists of different lengths are malformed: n + 1 makes the machine
-       * refuse them (it reads no entry past n). */
-      rc = xf_jobm_sa_shares(run->m, s->id, m->to, cts, lens, sigs, sig_lens,
-                             whole ? n : n + 1, now, &err);
+      xf_saphase_shares_msg msg = {.to = m->to,
+                                   .n_to = m->n_to,
+                                   .cts = cts,
+                                   .ct_lens = lens,
+                                   .n_cts = n_cts,
+                                   .sigs = sigs,
+                                   .sig_lens = sig_lens,
+                                   .n_sigs = n_sigs};
+      rc = xf_jobm_sa_shares(run->m, s->id, &msg, now, &err);
     }
     xf_free(cts);
     xf_free(sigs);

@@ -1540,15 +1540,11 @@ xf_err xf_jobm_sa_advert(xf_jobm *m, uint64_t site, const xf_saphase_keys *keys,
   return end_call(m, err);
 }
 
-xf_err xf_jobm_sa_shares(xf_jobm *m, uint64_t site, const uint32_t *to,
-                         const uint8_t *const *cts, const size_t *ct_lens,
-                         const uint8_t *const *sigs, const size_t *sig_lens, size_t n, double now,
-                         xf_errctx *err) {
+xf_err xf_jobm_sa_shares(xf_jobm *m, uint64_t site, const xf_saphase_shares_msg *msg,
+                         double now, xf_errctx *err) {
   begin_call(m);
   xf_errctx e = {0};
-  if (m->sa &&
-      xf_saphase_shares(m->sa, site, to, cts, ct_lens, sigs, sig_lens, n, now, &e) != XF_ENOENT)
-    run_sa(m, now);
+  if (m->sa && xf_saphase_shares(m->sa, site, msg, now, &e) != XF_ENOENT) run_sa(m, now);
   return end_call(m, err);
 }
 

@@ -233,10 +233,8 @@ xf_err xf_jobm_link(xf_jobm *m, uint64_t carrier, bool up, double now,
 /* Secure aggregation messages of a direct site (coordinator/saphase.h). */
 xf_err xf_jobm_sa_advert(xf_jobm *m, uint64_t site, const xf_saphase_keys *keys, double now,
                          xf_errctx *err) XF_WARN_UNUSED;
-xf_err xf_jobm_sa_shares(xf_jobm *m, uint64_t site, const uint32_t *to,
-                         const uint8_t *const *cts, const size_t *ct_lens,
-                         const uint8_t *const *sigs, const size_t *sig_lens, size_t n, double now,
-                         xf_errctx *err) XF_WARN_UNUSED;
+xf_err xf_jobm_sa_shares(xf_jobm *m, uint64_t site, const xf_saphase_shares_msg *msg,
+                         double now, xf_errctx *err) XF_WARN_UNUSED;
 /* Its signature of the survivor set (the consistency round). */
 xf_err xf_jobm_sa_check_sig(xf_jobm *m, uint64_t site, const uint8_t *sig, size_t len,
                             double now, xf_errctx *err) XF_WARN_UNUSED;

@@ -833,28 +833,37 @@ xf_err xf_saphase_advert(xf_saphase *sa, uint64_t site, const xf_saphase_keys *k
   return rc;
 }
 
-/* Whether site i's shares for `to` are well formed; if not, it is refused. */
-static xf_err xf__shares_fit(xf_saphase *sa, uint32_t i, const uint32_t *to,
-                             const uint8_t *const *cts, const size_t *ct_lens,
-                             const uint8_t *const *sigs, const size_t *sig_lens, size_t n,
+/* Whether site i's shares are well formed; if not, it is refused. */
+static xf_err xf__shares_fit(xf_saphase *sa, uint32_t i, const xf_saphase_shares_msg *msg,
                              xf_errctx *err) {
   uint8_t f = sa->flags[i - 1];
   if (!(f & XF__ADVERTISED))
     return xf__refuse(sa, i, err, XF_EINVAL, "sent shares without having sent its keys");
   if (f & XF__SHARED) return xf__refuse(sa, i, err, XF_EEXISTS, "sent its shares twice");
-  if (n > sa->p.degree || (n && (!to || !cts || !ct_lens || !sigs || !sig_lens)))
+  if (!msg) return xf__refuse(sa, i, err, XF_EFORMAT, "sent no shares message");
+  size_t n = msg->n_to;
+  if (msg->n_cts != n || msg->n_sigs != n)
+    return xf__refuse(sa, i, err, XF_EFORMAT,
+                      "sent %zu receivers, %zu ciphertexts and %zu signatures; the three "
+                      "lists must be equally long",
+                      n, msg->n_cts, msg->n_sigs);
+  if (n > sa->p.degree)
     return xf__refuse(sa, i, err, XF_EFORMAT,
                       "sent %zu shares; a site has %u neighbours to share with", n,
                       sa->p.degree);
+  if (n && (!msg->to || !msg->cts || !msg->ct_lens || !msg->sigs || !msg->sig_lens))
+    return xf__refuse(sa, i, err, XF_EFORMAT, "sent %zu shares with a list missing", n);
   for (size_t k = 0; k < n; k++) {
-    uint32_t j = to[k];
+    uint32_t j = msg->to[k];
     const char *wrong = NULL;
     if (j < 1 || j > sa->p.n) wrong = "is outside the cohort";
     else if (j == i) wrong = "is itself";
-    else if (!cts[k] || ct_lens[k] != XF_SECAGG_SHARE_BYTES) wrong = "is not a share's length";
-    else if (!sigs[k] || sig_lens[k] != XF_SECAGG_SIG_BYTES) wrong = "has no signature";
+    else if (!msg->cts[k] || msg->ct_lens[k] != XF_SECAGG_SHARE_BYTES)
+      wrong = "is not a share's length";
+    else if (!msg->sigs[k] || msg->sig_lens[k] != XF_SECAGG_SIG_BYTES)
+      wrong = "has no signature";
     for (size_t m = 0; !wrong && m < k; m++)
-      if (to[m] == j) wrong = "is named twice";
+      if (msg->to[m] == j) wrong = "is named twice";
     if (!wrong && !xf_secagg_neighbours(&sa->p, i, j)) wrong = "is not its neighbour";
     if (wrong)
       return xf__refuse(sa, i, err, XF_EFORMAT,
@@ -865,12 +874,11 @@ static xf_err xf__shares_fit(xf_saphase *sa, uint32_t i, const uint32_t *to,
 }
 
 /* Holds site i's shares for routing. */
-static xf_err xf__take_shares(xf_saphase *sa, uint32_t i, const uint32_t *to,
-                              const uint8_t *const *cts, const size_t *ct_lens,
-                              const uint8_t *const *sigs, const size_t *sig_lens, size_t n,
+static xf_err xf__take_shares(xf_saphase *sa, uint32_t i, const xf_saphase_shares_msg *msg,
                               xf_errctx *err) {
   XF_GUARD(xf__in_turn(sa, i, XF_SAPHASE_SHARE, "shares", err));
-  XF_GUARD(xf__shares_fit(sa, i, to, cts, ct_lens, sigs, sig_lens, n, err));
+  XF_GUARD(xf__shares_fit(sa, i, msg, err));
+  size_t n = msg->n_to;
   if (sa->n_shares + n > sa->cap_shares) {
     size_t cap = sa->cap_shares ? sa->cap_shares : 16;
     while (cap < sa->n_shares + n) cap *= 2;
@@ -885,21 +893,19 @@ static xf_err xf__take_shares(xf_saphase *sa, uint32_t i, const uint32_t *to,
   for (size_t k = 0; k < n; k++) {
     xf__share *sh = &sa->shares[sa->n_shares++];
     sh->from = i;
-    sh->to = to[k];
-    memcpy(sh->ct, cts[k], XF_SECAGG_SHARE_BYTES);
-    memcpy(sh->sig, sigs[k], XF_SECAGG_SIG_BYTES);
+    sh->to = msg->to[k];
+    memcpy(sh->ct, msg->cts[k], XF_SECAGG_SHARE_BYTES);
+    memcpy(sh->sig, msg->sigs[k], XF_SECAGG_SIG_BYTES);
   }
   xf__flag(sa, i, XF__SHARED);
   return XF_OK;
 }
 
-xf_err xf_saphase_shares(xf_saphase *sa, uint64_t site, const uint32_t *to,
-                         const uint8_t *const *cts, const size_t *ct_lens,
-                         const uint8_t *const *sigs, const size_t *sig_lens, size_t n, double now,
-                         xf_errctx *err) {
+xf_err xf_saphase_shares(xf_saphase *sa, uint64_t site, const xf_saphase_shares_msg *msg,
+                         double now, xf_errctx *err) {
   uint32_t i;
   XF_GUARD(xf__message(sa, site, "shares", &i, err));
-  xf_err rc = xf__take_shares(sa, i, to, cts, ct_lens, sigs, sig_lens, n, err);
+  xf_err rc = xf__take_shares(sa, i, msg, err);
   xf__check(sa, now, false);
   return rc;
 }

@@ -190,16 +190,28 @@ typedef struct xf_saphase_keys {
 
 xf_err xf_saphase_advert(xf_saphase *sa, uint64_t site, const xf_saphase_keys *keys, double now,
                          xf_errctx *err) XF_WARN_UNUSED;
-/* Shares of `site` for the sites `to` (n of them, distinct, at most the
- * degree, each ciphertext XF_SECAGG_SHARE_BYTES long with its signature
- * sigs[k] of XF_SECAGG_SIG_BYTES; only its neighbours in the graph). Off
- * the complete graph each receiver costs O(n) to check
- * (xf_secagg_neighbours rebuilds the graph), so a cohort's shares cost
- * O(n^2 degree) in all: fine to a few thousand sites. */
-xf_err xf_saphase_shares(xf_saphase *sa, uint64_t site, const uint32_t *to,
-                         const uint8_t *const *cts, const size_t *ct_lens,
-                         const uint8_t *const *sigs, const size_t *sig_lens, size_t n, double now,
-                         xf_errctx *err) XF_WARN_UNUSED;
+/* A site's shares as it sent them (SecAggShares): three lists, equally
+ * long when well formed. Each list carries its own length, so lists of
+ * different lengths are refused without reading past any of them. */
+typedef struct xf_saphase_shares_msg {
+  const uint32_t *to; /* the receivers' indices */
+  size_t n_to;
+  const uint8_t *const *cts; /* ciphertexts, ct_lens[k] bytes each */
+  const size_t *ct_lens;
+  size_t n_cts;
+  const uint8_t *const *sigs; /* each ciphertext's signature, sig_lens[k] bytes */
+  const size_t *sig_lens;
+  size_t n_sigs;
+} xf_saphase_shares_msg;
+
+/* Shares of `site` for the sites msg->to (distinct, at most the degree,
+ * each ciphertext XF_SECAGG_SHARE_BYTES long with its signature of
+ * XF_SECAGG_SIG_BYTES; only its neighbours in the graph). Off the complete
+ * graph each receiver costs O(n) to check (xf_secagg_neighbours rebuilds
+ * the graph), so a cohort's shares cost O(n^2 degree) in all: fine to a
+ * few thousand sites. */
+xf_err xf_saphase_shares(xf_saphase *sa, uint64_t site, const xf_saphase_shares_msg *msg,
+                         double now, xf_errctx *err) XF_WARN_UNUSED;
 /* The site's whole masked input: `length` words (xf_secagg_params.length),
  * each below 2^bits, from a site whose shares were routed. Taken over on
  * XF_OK (*words set to NULL; held until unmasking); otherwise *words stays

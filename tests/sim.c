@@ -932,14 +932,15 @@ static void deliver(world *w, event *e) {
   case E_SA_SHARES: {
     const uint8_t *cts[SIM_SITES_MAX], *sigs[SIM_SITES_MAX];
     size_t lens[SIM_SITES_MAX], sig_lens[SIM_SITES_MAX];
-    for (size_t i = 0; i < e->n_to && i < SIM_SITES_MAX; i++) {
+    size_t n = e->n_to < SIM_SITES_MAX ? e->n_to : SIM_SITES_MAX;
+    for (size_t i = 0; i < n; i++) {
       cts[i] = e->bytes + i * SIM_SHARE_BYTES;
       lens[i] = XF_SECAGG_SHARE_BYTES;
       sigs[i] = e->bytes + i * SIM_SHARE_BYTES + XF_SECAGG_SHARE_BYTES;
       sig_lens[i] = XF_SECAGG_SIG_BYTES;
     }
-    rc = xf_jobm_sa_shares(h->m, e->carrier, e->to_idx, cts, lens, sigs, sig_lens, e->n_to,
-                           w->now, &err);
+    xf_saphase_shares_msg msg = {e->to_idx, e->n_to, cts, lens, n, sigs, sig_lens, n};
+    rc = xf_jobm_sa_shares(h->m, e->carrier, &msg, w->now, &err);
     break;
   }
   case E_SA_CHECK_SIG:

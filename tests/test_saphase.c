@@ -306,8 +306,8 @@ static xf_err send_shares_rc(world *w, size_t i, const uint32_t *to,
     sigs[k] = sh[k].sig;
     sig_lens[k] = XF_SECAGG_SIG_BYTES;
   }
-  xf_err rc =
-      xf_saphase_shares(w->sa, w->s[i].id, to, cts, lens, sigs, sig_lens, count, w->now, err);
+  xf_saphase_shares_msg msg = {to, count, cts, lens, count, sigs, sig_lens, count};
+  xf_err rc = xf_saphase_shares(w->sa, w->s[i].id, &msg, w->now, err);
   free(cts);
   free(sigs);
   free(lens);
@@ -1085,8 +1085,8 @@ static void messages_from_outside_the_cohort_are_enoent(void **state) {
   uint32_t to[1] = {2};
   const uint8_t *cts[1] = {adv}, *sigs[1] = {k.sig};
   size_t lens[1] = {XF_SECAGG_SHARE_BYTES}, sig_lens[1] = {XF_SECAGG_SIG_BYTES};
-  assert_int_equal(xf_saphase_shares(w.sa, 5, to, cts, lens, sigs, sig_lens, 1, w.now, &err),
-                   XF_ENOENT);
+  xf_saphase_shares_msg msg = {to, 1, cts, lens, 1, sigs, sig_lens, 1};
+  assert_int_equal(xf_saphase_shares(w.sa, 5, &msg, w.now, &err), XF_ENOENT);
   assert_int_equal(n_actions(&w), 0);
   assert_int_equal(xf_saphase_check_sig(w.sa, 5, k.sig, sizeof(k.sig), w.now, &err), XF_ENOENT);
   assert_int_equal(n_actions(&w), 0);
@@ -1152,9 +1152,8 @@ static void keys_or_shares_without_their_signature_drop_the_sender(void **state)
   const uint8_t *sigs[2] = {msgs[0].sig, NULL};
   size_t lens[2] = {XF_SECAGG_SHARE_BYTES, XF_SECAGG_SHARE_BYTES};
   size_t sig_lens[2] = {XF_SECAGG_SIG_BYTES, 0};
-  assert_int_equal(
-      xf_saphase_shares(w.sa, w.ids[2], to, cts, lens, sigs, sig_lens, 2, w.now, &err),
-      XF_EFORMAT);
+  xf_saphase_shares_msg msg = {to, 2, cts, lens, 2, sigs, sig_lens, 2};
+  assert_int_equal(xf_saphase_shares(w.sa, w.ids[2], &msg, w.now, &err), XF_EFORMAT);
   collect(&w);
   assert_true(w.s[2].dropped);
   assert_non_null(strstr(w.s[2].why, "has no signature"));
@@ -1164,6 +1163,58 @@ static void keys_or_shares_without_their_signature_drop_the_sender(void **state)
   assert_true(w.failed);
   assert_non_null(strstr(w.why, "sent their shares"));
   world_free(&w);
+}
+
+/* A shares message whose three lists differ in length drops the sender,
+ * naming the lengths, and no list is read past its end (each is allocated
+ * to its length, so a sanitizer build sees any read beyond it). */
+static void shares_lists_of_different_lengths_drop_the_sender_reading_none_past_its_end(
+    void **state) {
+  (void)state;
+  static const size_t shapes[][3] = {{1, 2, 2}, {2, 1, 2}, {2, 2, 1}, {0, 2, 2}};
+  for (size_t c = 0; c < sizeof(shapes) / sizeof(shapes[0]); c++) {
+    world w;
+    world_init(&w, 5, 0.6, 10, false);
+    world_start(&w);
+    for (size_t i = 0; i < 5; i++) advertise(&w, i);
+    assert_int_equal(xf_saphase_get_state(w.sa), XF_SAPHASE_SHARE);
+    size_t count = 0;
+    xf_secagg_signed_share msgs[4];
+    make_shares(&w, 2, msgs, &count);
+    assert_true(count >= 2);
+    size_t n_to = shapes[c][0], n_cts = shapes[c][1], n_sigs = shapes[c][2];
+    uint32_t *to = xf_calloc(n_to ? n_to : 1, sizeof(*to));
+    const uint8_t **cts = xf_calloc(n_cts, sizeof(*cts));
+    size_t *lens = xf_calloc(n_cts, sizeof(*lens));
+    const uint8_t **sigs = xf_calloc(n_sigs, sizeof(*sigs));
+    size_t *sig_lens = xf_calloc(n_sigs, sizeof(*sig_lens));
+    assert_true(to && cts && lens && sigs && sig_lens);
+    for (size_t k = 0; k < n_to; k++) to[k] = msgs[k].to;
+    for (size_t k = 0; k < n_cts; k++) {
+      cts[k] = msgs[k].ciphertext;
+      lens[k] = XF_SECAGG_SHARE_BYTES;
+    }
+    for (size_t k = 0; k < n_sigs; k++) {
+      sigs[k] = msgs[k].sig;
+      sig_lens[k] = XF_SECAGG_SIG_BYTES;
+    }
+    xf_saphase_shares_msg msg = {to, n_to, cts, lens, n_cts, sigs, sig_lens, n_sigs};
+    xf_errctx err = {0};
+    assert_int_equal(xf_saphase_shares(w.sa, w.ids[2], &msg, w.now, &err), XF_EFORMAT);
+    collect(&w);
+    assert_true(w.s[2].dropped);
+    char want[128];
+    snprintf(want, sizeof(want), "sent %zu receivers, %zu ciphertexts and %zu signatures", n_to,
+             n_cts, n_sigs);
+    assert_non_null(strstr(w.s[2].why, want));
+    assert_non_null(strstr(w.s[2].why, "must be equally long"));
+    xf_free(to);
+    xf_free(cts);
+    xf_free(lens);
+    xf_free(sigs);
+    xf_free(sig_lens);
+    world_free(&w);
+  }
 }
 
 /* After the close the survivors sign U3; only signers are asked to reveal,
@@ -1347,6 +1398,7 @@ int main(void) {
       cmocka_unit_test(malformed_or_out_of_turn_messages_drop_the_sender),
       cmocka_unit_test(messages_from_outside_the_cohort_are_enoent),
       cmocka_unit_test(keys_or_shares_without_their_signature_drop_the_sender),
+      cmocka_unit_test(shares_lists_of_different_lengths_drop_the_sender_reading_none_past_its_end),
       cmocka_unit_test(survivors_sign_the_survivor_set_before_anyone_is_asked_to_reveal),
       cmocka_unit_test(refusals_leave_the_unmasking_and_the_failure_counts_them),
       cmocka_unit_test(the_harary_graph_routes_only_to_neighbours),

@@ -297,9 +297,8 @@ static void share_all(world *w) {
       lens[m] = XF_SECAGG_SHARE_BYTES;
       sig_lens[m] = XF_SECAGG_SIG_BYTES;
     }
-    assert_int_equal(
-        xf_saphase_shares(w->sa, s->id, to, cts, lens, sigs, sig_lens, count, w->now, NULL),
-        XF_OK);
+    xf_saphase_shares_msg msg = {to, count, cts, lens, count, sigs, sig_lens, count};
+    assert_int_equal(xf_saphase_shares(w->sa, s->id, &msg, w->now, NULL), XF_OK);
     relay(w);
   }
 }

@@ -157,25 +157,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       break;
     }
     case K_SHARES: {
-      /* As coordinator/host.c passes them: lists of different lengths
-       * count as malformed (n + 1, of which the machine reads n). */
+      /* As coordinator/host.c passes them: each list with its own length. */
       const Xfed__SecAggShares *m = env->secagg_shares;
-      size_t n = m->n_to < m->n_ciphertexts ? m->n_to : m->n_ciphertexts;
-      n = n < m->n_signatures ? n : m->n_signatures;
-      bool whole = m->n_to == m->n_ciphertexts && m->n_to == m->n_signatures;
-      const uint8_t **cts = calloc(n + 1, sizeof(*cts));
-      const uint8_t **sigs = calloc(n + 1, sizeof(*sigs));
-      size_t *lens = calloc(n + 1, sizeof(*lens));
-      size_t *sig_lens = calloc(n + 1, sizeof(*sig_lens));
+      size_t n_cts = m->n_ciphertexts, n_sigs = m->n_signatures;
+      const uint8_t **cts = calloc(n_cts + 1, sizeof(*cts));
+      size_t *lens = calloc(n_cts + 1, sizeof(*lens));
+      const uint8_t **sigs = calloc(n_sigs + 1, sizeof(*sigs));
+      size_t *sig_lens = calloc(n_sigs + 1, sizeof(*sig_lens));
       if (!cts || !sigs || !lens || !sig_lens) abort();
-      for (size_t i = 0; i < n; i++) {
+      for (size_t i = 0; i < n_cts; i++) {
         cts[i] = m->ciphertexts[i].data;
         lens[i] = m->ciphertexts[i].len;
+      }
+      for (size_t i = 0; i < n_sigs; i++) {
         sigs[i] = m->signatures[i].data;
         sig_lens[i] = m->signatures[i].len;
       }
-      rc = xf_saphase_shares(sa, site, m->to, cts, lens, sigs, sig_lens, whole ? n : n + 1, now,
-                             &err);
+      xf_saphase_shares_msg msg = {.to = m->to,
+                                   .n_to = m->n_to,
+                                   .cts = cts,
+                                   .ct_lens = lens,
+                                   .n_cts = n_cts,
+                                   .sigs = sigs,
+                                   .sig_lens = sig_lens,
+                                   .n_sigs = n_sigs};
+      rc = xf_saphase_shares(sa, site, &msg, now, &err);
       taken(sa, site, before, rc, &err);
       free(cts);
       free(sigs);

@@ -549,8 +549,8 @@ static void sa_answer(sa_run *r, unsigned silent_mask, unsigned refuser) {
         sigs[k] = m->signatures[k].data;
         sig_lens[k] = m->signatures[k].len;
       }
-      rc = xf_saphase_shares(r->sa, site, m->to, cts, lens, sigs, sig_lens, m->n_to, r->now,
-                             &err);
+      xf_saphase_shares_msg msg = {m->to, m->n_to, cts, lens, m->n_to, sigs, sig_lens, m->n_to};
+      rc = xf_saphase_shares(r->sa, site, &msg, r->now, &err);
     } else if (a->kind == S_MASKED) {
       uint32_t *words = xf_mallocarray(FZ_SA_PARAMS, sizeof(uint32_t));
       const ProtobufCBinaryData *b = &env->tensor_chunk->data;
