@@ -14,6 +14,7 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "coordinator/daemon_internal.h"
+#include "coordinator/sawire.h"
 #include "job/jobmodel.h"
 #include "job/jobprivacy.h"
 #include "privacy/plan.h"
@@ -959,48 +960,17 @@ static void on_sa(xf__run *run, xf__site *s, const Xfed__Envelope *env) {
   case XFED__ENVELOPE__BODY_SECAGG_ADVERT: {
     const Xfed__SecAggAdvert *a = env->secagg_advert;
     if (!current(run, a->round, a->attempt)) return;
-    xf_saphase_keys keys = {.advert = a->advert.data,
-                            .advert_len = a->advert.len,
-                            .sig = a->signature.data,
-                            .sig_len = a->signature.len,
-                            .cert = a->certificate.data,
-                            .cert_len = a->certificate.len};
+    xf_saphase_keys keys = xf_sawire_keys(a);
     rc = xf_jobm_sa_advert(run->m, s->id, &keys, now, &err);
     break;
   }
   case XFED__ENVELOPE__BODY_SECAGG_SHARES: {
     const Xfed__SecAggShares *m = env->secagg_shares;
     if (!current(run, m->round, m->attempt)) return;
-    /* Each list keeps its own length: lists of different lengths are
-     * refused by the machine, which reads no entry past any of them. */
-    size_t n_cts = m->n_ciphertexts, n_sigs = m->n_signatures;
-    const uint8_t **cts = xf_calloc(n_cts ? n_cts : 1, sizeof(*cts));
-    size_t *lens = xf_calloc(n_cts ? n_cts : 1, sizeof(*lens));
-    const uint8_t **sigs = xf_calloc(n_sigs ? n_sigs : 1, sizeof(*sigs));
-    size_t *sig_lens = xf_calloc(n_sigs ? n_sigs : 1, sizeof(*sig_lens));
-    if (cts && sigs && lens && sig_lens) {
-      for (size_t i = 0; i < n_cts; i++) {
-        cts[i] = m->ciphertexts[i].data;
-        lens[i] = m->ciphertexts[i].len;
-      }
-      for (size_t i = 0; i < n_sigs; i++) {
-        sigs[i] = m->signatures[i].data;
-        sig_lens[i] = m->signatures[i].len;
-      }
-      xf_saphase_shares_msg msg = {.to = m->to,
-                                   .n_to = m->n_to,
-                                   .cts = cts,
-                                   .ct_lens = lens,
-                                   .n_cts = n_cts,
-                                   .sigs = sigs,
-                                   .sig_lens = sig_lens,
-                                   .n_sigs = n_sigs};
-      rc = xf_jobm_sa_shares(run->m, s->id, &msg, now, &err);
-    }
-    xf_free(cts);
-    xf_free(sigs);
-    xf_free(lens);
-    xf_free(sig_lens);
+    xf_saphase_shares_msg msg;
+    rc = xf_sawire_shares(m, &msg, &err);
+    if (rc == XF_OK) rc = xf_jobm_sa_shares(run->m, s->id, &msg, now, &err);
+    xf_sawire_shares_free(&msg);
     break;
   }
   case XFED__ENVELOPE__BODY_SECAGG_CHECK_SIG: {

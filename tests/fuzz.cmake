@@ -38,10 +38,10 @@ xf_add_fuzzer(fuzz_policy LIBS xf_policy)
 xf_add_fuzzer(fuzz_hello LIBS xf_conn)
 xf_add_fuzzer(fuzz_tensor LIBS xf_net xf_update xf_aggregate xf_report xf_codec xf_secagg xf_job)
 xf_add_fuzzer(fuzz_document LIBS xf_conn)
-xf_add_fuzzer(fuzz_secagg_server LIBS xf_saphase xf_net xf_job xf_codec)
+xf_add_fuzzer(fuzz_secagg_server LIBS xf_sawire xf_saphase xf_net xf_job xf_codec)
 xf_add_fuzzer(fuzz_site_task LIBS xf_secagg xf_update xf_job xf_kernels xf_policy xf_net)
 xf_add_fuzzer(fuzz_round LIBS xf_jobm xf_report xf_job xf_net)
 xf_add_fuzzer(fuzz_cli_request LIBS xf_round xf_cli xf_job xf_policy xf_audit xf_privacy xf_net)
 add_executable(fuzz_seeds ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_seeds.c)
-target_link_libraries(fuzz_seeds PRIVATE xf_saphase xf_secagg xf_update xf_job xf_kernels xf_codec
+target_link_libraries(fuzz_seeds PRIVATE xf_sawire xf_saphase xf_secagg xf_update xf_job xf_kernels xf_codec
                       xf_conn xf_net)

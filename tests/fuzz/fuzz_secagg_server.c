@@ -10,7 +10,7 @@
  * (xf_saphase_tick).
  *
  * The messages become the machine's events as coordinator/host.c and
- * coordinator/jobmachine.c pass them (coordinator/saphase.h, the round of
+ * coordinator/jobmachine.c pass them, through the same coordinator/sawire.h (coordinator/saphase.h, the round of
  * tests/fuzz/fuzz_secagg.h); the masked bytes are unpacked as the intake
  * unpacks them (xf_codec_unpack_bits).
  *
@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "codec/codec.h"
+#include "coordinator/sawire.h"
 #include "fuzz_msgs.h"
 #include "fuzz_secagg.h"
 
@@ -145,48 +146,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     xf_err rc = XF_OK;
     switch (r.kind) {
     case K_ADVERT: {
-      const Xfed__SecAggAdvert *a = env->secagg_advert;
-      xf_saphase_keys keys = {.advert = a->advert.data,
-                              .advert_len = a->advert.len,
-                              .sig = a->signature.data,
-                              .sig_len = a->signature.len,
-                              .cert = a->certificate.data,
-                              .cert_len = a->certificate.len};
+      xf_saphase_keys keys = xf_sawire_keys(env->secagg_advert);
       rc = xf_saphase_advert(sa, site, &keys, now, &err);
       taken(sa, site, before, rc, &err);
       break;
     }
     case K_SHARES: {
-      /* As coordinator/host.c passes them: each list with its own length. */
-      const Xfed__SecAggShares *m = env->secagg_shares;
-      size_t n_cts = m->n_ciphertexts, n_sigs = m->n_signatures;
-      const uint8_t **cts = calloc(n_cts + 1, sizeof(*cts));
-      size_t *lens = calloc(n_cts + 1, sizeof(*lens));
-      const uint8_t **sigs = calloc(n_sigs + 1, sizeof(*sigs));
-      size_t *sig_lens = calloc(n_sigs + 1, sizeof(*sig_lens));
-      if (!cts || !sigs || !lens || !sig_lens) abort();
-      for (size_t i = 0; i < n_cts; i++) {
-        cts[i] = m->ciphertexts[i].data;
-        lens[i] = m->ciphertexts[i].len;
-      }
-      for (size_t i = 0; i < n_sigs; i++) {
-        sigs[i] = m->signatures[i].data;
-        sig_lens[i] = m->signatures[i].len;
-      }
-      xf_saphase_shares_msg msg = {.to = m->to,
-                                   .n_to = m->n_to,
-                                   .cts = cts,
-                                   .ct_lens = lens,
-                                   .n_cts = n_cts,
-                                   .sigs = sigs,
-                                   .sig_lens = sig_lens,
-                                   .n_sigs = n_sigs};
+      /* As coordinator/host.c passes them. */
+      xf_saphase_shares_msg msg;
+      if (xf_sawire_shares(env->secagg_shares, &msg, &err) != XF_OK) abort();
       rc = xf_saphase_shares(sa, site, &msg, now, &err);
       taken(sa, site, before, rc, &err);
-      free(cts);
-      free(sigs);
-      free(lens);
-      free(sig_lens);
+      xf_sawire_shares_free(&msg);
       break;
     }
     case K_CHECK_SIG: {

@@ -20,6 +20,7 @@
 
 #include "base/alloc.h"
 #include "codec/codec.h"
+#include "coordinator/sawire.h"
 #include "crypto/seal.h"
 #include "fuzz_msgs.h"
 #include "fuzz_secagg.h"
@@ -540,17 +541,10 @@ static void sa_answer(sa_run *r, unsigned silent_mask, unsigned refuser) {
     if (a->kind == S_REFUSAL) {
       xf_saphase_gone(r->sa, site, r->now);
     } else if (a->kind == S_SHARES) {
-      const Xfed__SecAggShares *m = env->secagg_shares;
-      const uint8_t *cts[FZ_SA_N], *sigs[FZ_SA_N];
-      size_t lens[FZ_SA_N], sig_lens[FZ_SA_N];
-      for (size_t k = 0; k < m->n_to; k++) {
-        cts[k] = m->ciphertexts[k].data;
-        lens[k] = m->ciphertexts[k].len;
-        sigs[k] = m->signatures[k].data;
-        sig_lens[k] = m->signatures[k].len;
-      }
-      xf_saphase_shares_msg msg = {m->to, m->n_to, cts, lens, m->n_to, sigs, sig_lens, m->n_to};
+      xf_saphase_shares_msg msg;
+      if (xf_sawire_shares(env->secagg_shares, &msg, &err) != XF_OK) fail("shares", &err);
       rc = xf_saphase_shares(r->sa, site, &msg, r->now, &err);
+      xf_sawire_shares_free(&msg);
     } else if (a->kind == S_MASKED) {
       uint32_t *words = xf_mallocarray(FZ_SA_PARAMS, sizeof(uint32_t));
       const ProtobufCBinaryData *b = &env->tensor_chunk->data;
