@@ -382,23 +382,29 @@ static __global__ void k_col2im(const float *col, xf_conv_shape s, size_t total,
   XF__FOR_EACH(idx, total) dx[idx] = col2im_at(col, s, idx);
 }
 
-/* Output `o` of max pooling: the first maximum in window order, as on cpu. */
-static __host__ __device__ void maxpool_at(const float *x, xf_pool_shape s, size_t o,
-                                           float *y, int32_t *argmax) {
-  size_t c = (size_t)s.c, w = (size_t)s.w;
+/* Where output o's pooling window starts in x (NHWC): its top-left input,
+ * channel included; the window's input (i, j) is at origin + (i w + j) c. */
+static __host__ __device__ size_t pool_origin(xf_pool_shape s, size_t o) {
+  size_t c = (size_t)s.c;
   size_t ch = o % c;
   size_t t = o / c;
   size_t ox = t % (size_t)s.ow;
   t /= (size_t)s.ow;
   size_t oy = t % (size_t)s.oh;
   size_t n = t / (size_t)s.oh;
-  size_t base = n * (size_t)s.h * w * c;
   size_t y0 = oy * (size_t)s.stride, x0 = ox * (size_t)s.stride;
-  size_t best_i = base + (y0 * w + x0) * c + ch;
+  return ((n * (size_t)s.h + y0) * (size_t)s.w + x0) * c + ch;
+}
+
+/* Output `o` of max pooling: the first maximum in window order, as on cpu. */
+static __host__ __device__ void maxpool_at(const float *x, xf_pool_shape s, size_t o,
+                                           float *y, int32_t *argmax) {
+  size_t org = pool_origin(s, o), c = (size_t)s.c, w = (size_t)s.w;
+  size_t best_i = org;
   float best = x[best_i];
   for (size_t i = 0; i < (size_t)s.k; i++) {
     for (size_t j = 0; j < (size_t)s.k; j++) {
-      size_t idx = base + ((y0 + i) * w + x0 + j) * c + ch;
+      size_t idx = org + (i * w + j) * c;
       if (x[idx] > best) {
         best = x[idx];
         best_i = idx;
@@ -593,19 +599,10 @@ static __host__ __device__ float avgpool_bwd_at(const float *dy, xf_pool_shape s
  * from 0.0f, then times inv = 1 / (k k), as on cpu: bit-identical. */
 static __host__ __device__ float avgpool_at(const float *x, xf_pool_shape s, float inv,
                                             size_t o) {
-  size_t c = (size_t)s.c, w = (size_t)s.w;
-  size_t ch = o % c;
-  size_t t = o / c;
-  size_t ox = t % (size_t)s.ow;
-  t /= (size_t)s.ow;
-  size_t oy = t % (size_t)s.oh;
-  size_t n = t / (size_t)s.oh;
-  size_t base = n * (size_t)s.h * w * c;
-  size_t y0 = oy * (size_t)s.stride, x0 = ox * (size_t)s.stride;
+  size_t org = pool_origin(s, o), c = (size_t)s.c, w = (size_t)s.w;
   float sum = 0.0f;
   for (size_t i = 0; i < (size_t)s.k; i++)
-    for (size_t j = 0; j < (size_t)s.k; j++)
-      sum += x[base + ((y0 + i) * w + x0 + j) * c + ch];
+    for (size_t j = 0; j < (size_t)s.k; j++) sum += x[org + (i * w + j) * c];
   return mul_rn(sum, inv);
 }
 

@@ -32,17 +32,24 @@ double xf_colstat_norm_std(const xf_colstat *c) {
   return sd > 1e-12 ? sd : 1.0;
 }
 
+/* text as JSON (duplicate keys refused); a syntax error names the file,
+ * line and column. */
+static xf_err load_json(const char *text, size_t len, const char *name, json_t **root,
+                        xf_errctx *err) {
+  json_error_t jerr;
+  *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (*root) return XF_OK;
+  char at[64];
+  snprintf(at, sizeof(at), "line %d, column %d", jerr.line, jerr.column);
+  return xf_fail_in_file(err, XF_EFORMAT, name, at, "%s", jerr.text);
+}
+
 /* ---- the schema's digest -------------------------------------------------------------- */
 
 xf_err xf_schema_digest(const char *text, size_t len, const char *name, char hex[XF_DIGEST_HEX],
                         xf_errctx *err) {
-  json_error_t jerr;
-  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
-  if (!root) {
-    char at[64];
-    snprintf(at, sizeof(at), "line %d, column %d", jerr.line, jerr.column);
-    return xf_fail_in_file(err, XF_EFORMAT, name, at, "%s", jerr.text);
-  }
+  json_t *root;
+  XF_GUARD(load_json(text, len, name, &root, err));
   char *canon = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
   json_decref(root);
   if (!canon) return xf_fail_in_file(err, XF_ENOMEM, name, NULL, "out of memory");
@@ -318,13 +325,8 @@ xf_err xf_colstats_parse(const char *text, size_t len, const char *name, xf_cols
   if (len > XF_COLSTATS_MAX_BYTES)
     return xf_fail_in_file(err, XF_ERANGE, name, NULL, "%zu bytes: a statistics file is at most %u",
                            len, XF_COLSTATS_MAX_BYTES);
-  json_error_t jerr;
-  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
-  if (!root) {
-    char at[64];
-    snprintf(at, sizeof(at), "line %d, column %d", jerr.line, jerr.column);
-    return xf_fail_in_file(err, XF_EFORMAT, name, at, "%s", jerr.text);
-  }
+  json_t *root;
+  XF_GUARD(load_json(text, len, name, &root, err));
   xf_err rc = parse_root(root, name, out, err);
   json_decref(root);
   if (rc != XF_OK) xf_colstats_free(out);
