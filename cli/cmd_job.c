@@ -12,6 +12,7 @@
 
 #include "base/alloc.h"
 #include "cli/job_internal.h"
+#include "job/jobprogress.h"
 #include "job/jobspec.h"
 #include "net/frame.h"
 
@@ -131,6 +132,9 @@ json_t *xf__job_json(const Xfed__JobInfo *j) {
       xf__job_number(j->updated), "submitter", str_or_empty(j->submitter), "model_digest",
       str_or_empty(j->model_digest));
   if (!o) return NULL;
+  json_object_set_new(o, "last_invited", json_integer((json_int_t)j->last_invited));
+  json_object_set_new(o, "last_reported", json_integer((json_int_t)j->last_reported));
+  json_object_set_new(o, "train_loss_kept", json_boolean(j->train_loss_kept));
   /* Counted in sites; the newest evaluation still coming in, labelled. */
   json_object_set_new(o, "accepted", json_integer((json_int_t)j->accepted));
   json_object_set_new(o, "eval_sites", json_integer((json_int_t)j->eval_sites));
@@ -183,16 +187,32 @@ static void fmt_figure(double v, bool have, char out[24]) {
   else snprintf(out, 24, "-");
 }
 
+/* The last committed round's train loss, or why there is none. */
+static void fmt_train_loss(const Xfed__JobInfo *j, char out[24]) {
+  if (j->train_loss_kept) snprintf(out, 24, "%s", XF_JOB_NOTE_TRAIN_LOSS_KEPT);
+  else fmt_figure(j->train_loss, j->rounds_committed > 0, out);
+}
+
+/* The sites of the open attempt, else of the last committed round
+ * (job/jobprogress.h); false when there are none to show yet. */
+static bool fmt_sites(const Xfed__JobInfo *j, char *out, size_t n) {
+  xf_job_sites s = {.invited = j->invited, .accepted = j->accepted, .reported = j->reported,
+                    .last_round = j->rounds_committed, .last_invited = j->last_invited,
+                    .last_reported = j->last_reported};
+  xf_job_sites_text(&s, out, n);
+  return j->invited > 0 || j->rounds_committed > 0;
+}
+
 static void fmt_epsilon(const Xfed__JobInfo *j, char out[24]) {
   if (j->has_epsilon && isfinite(j->epsilon)) snprintf(out, 24, "%.4g", j->epsilon);
   else snprintf(out, 24, "none");
 }
 
 static void print_status(const Xfed__JobInfo *j) {
-  char acc[24], tl[24], trl[24], eps[24], up[16], down[16], created[32], updated[32];
+  char acc[24], tl[24], trl[24], eps[24], up[16], down[16], created[32], updated[32], sites[96];
   fmt_figure(j->test_accuracy, true, acc);
   fmt_figure(j->test_loss, true, tl);
-  fmt_figure(j->train_loss, j->rounds_committed > 0, trl);
+  fmt_train_loss(j, trl);
   fmt_epsilon(j, eps);
   fmt_bytes(j->bytes_up, up);
   fmt_bytes(j->bytes_down, down);
@@ -204,11 +224,11 @@ static void print_status(const Xfed__JobInfo *j) {
   printf("round       %u/%u, %u committed\n", (unsigned)shown_round(j), (unsigned)j->rounds,
          (unsigned)j->rounds_committed);
   if (j->phase && *j->phase) printf("phase       %s\n", j->phase);
-  if (!xf__job_terminal(j->state) && j->invited > 0)
-    printf("sites       %u invited, %u accepted, %u reported (attempt %u; %u close the round "
-           "early; counted in sites)\n",
-           (unsigned)j->invited, (unsigned)j->accepted, (unsigned)j->reported,
+  bool have_sites = fmt_sites(j, sites, sizeof(sites));
+  if (j->invited > 0)
+    printf("sites       %s (attempt %u; %u close the round early; counted in sites)\n", sites,
            (unsigned)j->attempt, (unsigned)j->target);
+  else if (have_sites) printf("sites       %s (counted in sites)\n", sites);
   if (isfinite(j->test_accuracy))
     printf("accuracy    %s of the model of round %u, over its %u evaluating sites (test loss "
            "%s)\n",
@@ -238,7 +258,7 @@ static double now_s(void) {
 static void progress_line(const Xfed__JobInfo *j, char *out, size_t n) {
   char acc[24], trl[24], eps[24], up[16], down[16];
   fmt_figure(j->test_accuracy, true, acc);
-  fmt_figure(j->train_loss, j->rounds_committed > 0, trl);
+  fmt_train_loss(j, trl);
   fmt_epsilon(j, eps);
   fmt_bytes(j->bytes_up, up);
   fmt_bytes(j->bytes_down, down);
@@ -246,10 +266,9 @@ static void progress_line(const Xfed__JobInfo *j, char *out, size_t n) {
   snprintf(state, sizeof(state), "%s%s%s%s", str_or_empty(j->state),
            j->phase && *j->phase ? " (" : "", str_or_empty(j->phase),
            j->phase && *j->phase ? ")" : "");
-  /* Sites only while an attempt has invited some (counted in sites). */
-  char sites[48] = "";
-  if (j->invited > 0)
-    snprintf(sites, sizeof(sites), "  sites %u/%u", (unsigned)j->reported, (unsigned)j->invited);
+  /* Sites once an attempt has invited some (counted in sites). */
+  char sites[112] = "", counts[96];
+  if (fmt_sites(j, counts, sizeof(counts))) snprintf(sites, sizeof(sites), "  sites %s", counts);
   snprintf(out, n,
            "round %u/%u%s  train loss %s  accuracy %s  up %s  down %s  epsilon %s  "
            "%s%s%.200s",
@@ -511,12 +530,17 @@ static void print_list(const Xfed__JobList *list) {
     const Xfed__JobInfo *j = jobs ? jobs[i] : list->jobs[i];
     char round[32], sites[32], acc[24], created[32];
     snprintf(round, sizeof(round), "%u/%u", (unsigned)shown_round(j), (unsigned)j->rounds);
-    snprintf(sites, sizeof(sites), "%u/%u", (unsigned)j->reported, (unsigned)j->invited);
+    /* The open attempt's, else the last committed round's. */
+    if (j->invited > 0)
+      snprintf(sites, sizeof(sites), "%u/%u", (unsigned)j->reported, (unsigned)j->invited);
+    else if (j->rounds_committed > 0)
+      snprintf(sites, sizeof(sites), "%u/%u", (unsigned)j->last_reported,
+               (unsigned)j->last_invited);
+    else snprintf(sites, sizeof(sites), "-");
     fmt_figure(j->test_accuracy, true, acc);
     fmt_time(j->created, created);
     printf("%-6s %-*s %-10s %-13s %-9s %-9s %s\n", str_or_empty(j->job_id), wname,
-           str_or_empty(j->name), str_or_empty(j->state), round,
-           xf__job_terminal(j->state) ? "-" : sites, acc, created);
+           str_or_empty(j->name), str_or_empty(j->state), round, sites, acc, created);
   }
   xf_free(jobs);
 }

@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "cli/report_chart.h"
+#include "job/jobprogress.h"
 #include "storage/file.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -83,15 +84,15 @@ typedef struct panel {
 } panel;
 
 static const panel PANELS[4] = {
-    {"test accuracy", "no evaluation reported",
+    {"test accuracy", XF_JOB_NOTE_NO_ACCURACY,
      {{"test accuracy", BLUE, offsetof(xf_chart_round, test_accuracy), false}}, 1, false, true, false},
-    {"loss", "no loss reported",
+    {"loss", XF_JOB_NOTE_NO_LOSS,
      {{"train", ORANGE, offsetof(xf_chart_round, train_loss), false},
       {"test", BLUE, offsetof(xf_chart_round, test_loss), false}},
      2, false, false, false},
-    {"\xce\xb5 spent", "no \xce\xb5 reported: the job has no differential privacy",
+    {"\xce\xb5 spent", XF_JOB_NOTE_NO_EPSILON,
      {{"\xce\xb5", PURPLE, offsetof(xf_chart_round, epsilon), false}}, 1, true, false, false},
-    {"bytes per round", "no bytes reported",
+    {"bytes per round", XF_JOB_NOTE_NO_BYTES,
      {{"uplink", GREEN, offsetof(xf_chart_round, bytes_up), false},
       {"downlink", ORANGE, offsetof(xf_chart_round, bytes_down), true}},
      2, true, false, true},

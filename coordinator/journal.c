@@ -830,6 +830,28 @@ xf_err xf_journal_round_model(xf_db *db, int64_t job, uint32_t round, xf_digest 
   return e;
 }
 
+xf_err xf_journal_round_sites(xf_db *db, int64_t job, uint32_t round, uint32_t *invited,
+                              uint32_t *reported, xf_errctx *err) {
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf__prepare(db, &st, err,
+                       "SELECT invited, reported FROM rounds WHERE job = ? AND round = ?"
+                       " AND outcome = 'committed'",
+                       "ii", job, (int64_t)round));
+  int rc = sqlite3_step(st);
+  xf_err e = XF_OK;
+  if (rc == SQLITE_ROW) {
+    *invited = (uint32_t)sqlite3_column_int64(st, 0);
+    *reported = (uint32_t)sqlite3_column_int64(st, 1);
+  } else if (rc == SQLITE_DONE) {
+    e = xf_fail(err, XF_ENOENT, "job %lld has no committed round %u", (long long)job,
+                (unsigned)round);
+  } else {
+    e = xf_db_fail(db, err, "reading the round's sites");
+  }
+  sqlite3_finalize(st);
+  return e;
+}
+
 xf_err xf_journal_metrics_job(xf_db *db, int64_t job, xf_journal_metrics **out, size_t *n,
                               xf_errctx *err) {
   *out = NULL;

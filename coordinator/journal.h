@@ -202,6 +202,10 @@ xf_err xf_journal_job_traffic(xf_db *db, int64_t job, char *submitter, size_t su
 /* The model committed by a round; XF_ENOENT when the round has none. */
 xf_err xf_journal_round_model(xf_db *db, int64_t job, uint32_t round, xf_digest *model,
                               xf_errctx *err) XF_WARN_UNUSED;
+/* Of the attempt that committed a round: the sites invited and those whose
+ * updates counted. XF_ENOENT when the round has not committed. */
+xf_err xf_journal_round_sites(xf_db *db, int64_t job, uint32_t round, uint32_t *invited,
+                              uint32_t *reported, xf_errctx *err) XF_WARN_UNUSED;
 /* Sites invited to the job's latest attempt (0 before its first). */
 xf_err xf_journal_last_invited(xf_db *db, int64_t job, uint32_t *n, xf_errctx *err) XF_WARN_UNUSED;
 /* The largest epsilon sites reported for the job up to round (sites that

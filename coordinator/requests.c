@@ -13,6 +13,7 @@
 #include "coordinator/daemon_internal.h"
 #include "job/jobmodel.h"
 #include "job/jobprivacy.h"
+#include "job/jobprogress.h"
 #include "privacy/accountant.h"
 #include "kernels/checkpoint.h"
 
@@ -148,6 +149,13 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
   bool over = jj.state == XF_JOB_FAILED || jj.state == XF_JOB_CANCELLED ||
               (jj.state == XF_JOB_DONE && !run);
   summarize_metrics(co, id, jj.rounds_committed, over, ji);
+  ji->train_loss_kept = xf_job_train_loss_kept(&jj.spec);
+  /* Counts to show, not to decide on: a journal that cannot say leaves them 0. */
+  xf_errctx sites_err = {0};
+  if (jj.rounds_committed &&
+      xf_journal_round_sites(co->db, id, jj.rounds_committed, &ji->last_invited,
+                             &ji->last_reported, &sites_err) != XF_OK)
+    ji->last_invited = ji->last_reported = 0;
   double eps;
   bool site_eps;
   xf_errctx eps_err = {0};
@@ -223,6 +231,19 @@ json_t *xf__job_info_json(xf__coord *co, int64_t id, xf_errctx *err) {
       "bytes_up", (json_int_t)ji.bytes_up, "bytes_down", (json_int_t)ji.bytes_down, "message",
       ji.message, "submitter", ji.submitter, "created", ji.created, "updated", ji.updated);
   xf_free(st.spec_json);
+  if (o) {
+    /* The sites and the train loss in the words `xfed job status` uses. */
+    xf_job_sites sites = {.invited = ji.invited, .accepted = ji.accepted,
+                          .reported = ji.reported, .last_round = ji.rounds_committed,
+                          .last_invited = ji.last_invited, .last_reported = ji.last_reported};
+    char text[128];
+    xf_job_sites_text(&sites, text, sizeof(text));
+    json_object_set_new(o, "accepted", json_integer((json_int_t)ji.accepted));
+    json_object_set_new(o, "last_invited", json_integer((json_int_t)ji.last_invited));
+    json_object_set_new(o, "last_reported", json_integer((json_int_t)ji.last_reported));
+    json_object_set_new(o, "sites", json_string(text));
+    json_object_set_new(o, "train_loss_kept", json_boolean(ji.train_loss_kept));
+  }
   if (!o) xf_fail(err, XF_ENOMEM, "out of memory");
   return o;
 }

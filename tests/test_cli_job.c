@@ -165,7 +165,9 @@ static void fk_send_jobs(xf_conn *c, Xfed__JobInfo **jobs, size_t n) {
   fk_send(c, &env);
 }
 
-/* Job 7 runs three rounds over three queries; job 8 fails on its second. */
+/* Job 7 runs three rounds over three queries; job 8 (record-level privacy:
+ * its sites keep their train loss) fails on its second. Once a job is over
+ * no attempt is open: its sites are those of its last committed round. */
 static void job7(Xfed__JobInfo *j, int n) {
   xfed__job_info__init(j);
   j->job_id = "7";
@@ -175,7 +177,6 @@ static void job7(Xfed__JobInfo *j, int n) {
   j->updated = 1700000100.0;
   j->submitter = "spiffe://acme/user/alice/role/researcher";
   j->spec_json = "{\"name\": \"fmnist-mlp\", \"rounds\": 3}";
-  j->invited = 3;
   j->target = 3;
   j->attempt = 1;
   j->test_accuracy = NAN;
@@ -183,12 +184,18 @@ static void job7(Xfed__JobInfo *j, int n) {
   if (n <= 1) {
     j->state = "running";
     j->round = 1;
+    j->invited = 3;
+    j->accepted = 2;
     j->reported = 1;
     j->bytes_up = 1000;
   } else if (n == 2) {
     j->state = "running";
     j->round = 2;
     j->rounds_committed = 1;
+    j->last_invited = 3;
+    j->last_reported = 3;
+    j->invited = 3;
+    j->accepted = 3;
     j->reported = 2;
     j->eval_round = 1;
     j->test_accuracy = 0.5;
@@ -200,7 +207,8 @@ static void job7(Xfed__JobInfo *j, int n) {
     j->state = "done";
     j->round = 4;
     j->rounds_committed = 3;
-    j->reported = 3;
+    j->last_invited = 3;
+    j->last_reported = 3;
     j->eval_round = 3;
     j->test_accuracy = 0.87654;
     j->test_loss = 0.35;
@@ -216,19 +224,23 @@ static void job8(Xfed__JobInfo *j, int n) {
   j->job_id = "8";
   j->name = "dp-run";
   j->rounds = 10;
-  j->invited = 4;
   j->has_epsilon = true;
   j->epsilon = 1.5;
   j->test_accuracy = NAN;
+  j->train_loss = NAN;
+  j->train_loss_kept = true;
   j->created = 1700000200.0;
+  j->rounds_committed = 1;
+  j->last_invited = 4;
+  j->last_reported = 3;
   if (n <= 1) {
     j->state = "running";
     j->round = 2;
-    j->rounds_committed = 1;
+    j->invited = 4;
+    j->accepted = 4;
   } else {
     j->state = "failed";
     j->round = 2;
-    j->rounds_committed = 1;
     j->message = "fewer than min_sites reported in 3 attempts of round 2";
   }
 }
@@ -854,9 +866,14 @@ static void watch_follows_a_job_until_done_and_sums_it_up(void **state) {
   xfed(r, &e, NULL, "job", "watch", "7", "--interval", "0.05", NULL);
   expect(r, 0, NULL, "round 1/3");
   assert_string_equal(r->out, "final accuracy=0.8765 rounds=3 epsilon=none uplink_bytes=123456\n");
-  /* Not a terminal: one line per change, the first with no figures yet. */
-  assert_non_null(strstr(r->err, "round 1/3  sites 1/3  train loss -  accuracy -"));
-  assert_non_null(strstr(r->err, "round 2/3  sites 2/3  train loss 1.2500  accuracy 0.5000"));
+  /* Not a terminal: one line per change, the first with no figures yet;
+   * the open attempt's sites, then, once done, the last round's. */
+  assert_non_null(
+      strstr(r->err, "round 1/3  sites 3 invited, 2 accepted, 1 reported  train loss -  accuracy -"));
+  assert_non_null(strstr(r->err, "round 2/3  sites 3 invited, 3 accepted, 2 reported  "
+                                 "train loss 1.2500  accuracy 0.5000"));
+  assert_non_null(strstr(r->err, "round 3/3  sites 3 invited, 3 reported in round 3  "
+                                 "train loss 0.3000  accuracy 0.8765"));
   assert_non_null(strstr(r->err, "done"));
   fake_state s = fake_seen();
   assert_int_equal(s.queries_7, 3);
@@ -866,7 +883,42 @@ static void watch_follows_a_job_until_done_and_sums_it_up(void **state) {
   xfed(r, &e, NULL, "job", "watch", "8", "--interval", "0.05", NULL);
   expect(r, 1, NULL, "fewer than min_sites");
   assert_non_null(strstr(r->err, "epsilon 1.5"));
+  /* Record-level privacy: the train loss stays at the sites, and says so. */
+  assert_non_null(strstr(r->err, "round 2/10  sites 4 invited, 4 accepted, 0 reported  "
+                                 "train loss kept at the sites  accuracy -"));
+  assert_non_null(strstr(r->err, "round 2/10  sites 4 invited, 3 reported in round 1  "
+                                 "train loss kept at the sites"));
   assert_string_equal(r->out, "");
+  free_run(r);
+}
+
+static void status_gives_the_open_attempts_sites_then_the_last_rounds(void **state) {
+  (void)state;
+  run *r = new_run();
+  child_env e;
+  env_user(&e, "alice");
+  xfed(r, &e, NULL, "job", "status", "8", NULL);
+  expect(r, 0, "sites       4 invited, 4 accepted, 0 reported (attempt", NULL);
+  assert_non_null(strstr(r->out, "train loss  kept at the sites\n"));
+  xfed(r, &e, NULL, "job", "status", "8", "--json", NULL);
+  expect(r, 0, NULL, NULL);
+  json_t *j = out_json(r);
+  assert_int_equal(json_integer_value(json_object_get(j, "last_invited")), 4);
+  assert_int_equal(json_integer_value(json_object_get(j, "last_reported")), 3);
+  assert_true(json_is_true(json_object_get(j, "train_loss_kept")));
+  assert_true(json_is_null(json_object_get(j, "train_loss")));
+  json_decref(j);
+  /* Failed: no attempt is open, the last committed round's sites are shown. */
+  xfed(r, &e, NULL, "job", "status", "8", NULL);
+  expect(r, 0, "state       failed", NULL);
+  assert_non_null(strstr(r->out, "sites       4 invited, 3 reported in round 1 (counted in "
+                                 "sites)\n"));
+  /* list: the same counts, reported of invited. */
+  xfed(r, &e, NULL, "job", "list", NULL);
+  expect(r, 0, NULL, NULL);
+  const char *row8 = strstr(r->out, "\n8 ");
+  assert_non_null(row8);
+  assert_non_null(strstr(row8, " 3/4 "));
   free_run(r);
 }
 
@@ -1368,6 +1420,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup(submit_of_an_invalid_spec_fails_locally_naming_the_field, test_setup),
       cmocka_unit_test_setup(submit_list_status_cancel_round_trip, test_setup),
       cmocka_unit_test_setup(watch_follows_a_job_until_done_and_sums_it_up, test_setup),
+      cmocka_unit_test_setup(status_gives_the_open_attempts_sites_then_the_last_rounds,
+                             test_setup),
       cmocka_unit_test_setup(watch_dials_again_after_the_connection_drops, test_setup),
       cmocka_unit_test_setup(submit_wait_follows_the_new_job, test_setup),
       cmocka_unit_test_setup(metrics_csv_is_rfc4180_with_a_header, test_setup),

@@ -16,6 +16,7 @@
 #include "base/alloc.h"
 #include "base/result.h"
 #include "job/jobmodel.h"
+#include "job/jobprogress.h"
 #include "job/jobspec.h"
 
 /* The example of PRODUCT.md "Jobs", verbatim. */
@@ -1509,6 +1510,43 @@ static void job_ids_beyond_the_range_are_refused_not_clamped(void **state) {
   assert_int_equal(xf_job_id_parse(NULL, &id, NULL), XF_EINVAL);
 }
 
+/* The sites of the open attempt while one is open; of the last committed
+ * round between attempts and once the job is over; never a bare 0 of n. */
+static void sites_text_gives_the_open_attempt_then_the_last_committed_round(void **state) {
+  (void)state;
+  char out[96];
+  xf_job_sites s = {.invited = 6, .accepted = 6, .reported = 0, .last_round = 16,
+                    .last_invited = 6, .last_reported = 5};
+  xf_job_sites_text(&s, out, sizeof(out));
+  assert_string_equal(out, "6 invited, 6 accepted, 0 reported");
+  s.invited = s.accepted = s.reported = 0;
+  xf_job_sites_text(&s, out, sizeof(out));
+  assert_string_equal(out, "6 invited, 5 reported in round 16");
+  s.last_round = 0;
+  xf_job_sites_text(&s, out, sizeof(out));
+  assert_string_equal(out, "none yet");
+  /* Cut to the room given, terminated. */
+  s = (xf_job_sites){.invited = 100000, .accepted = 99999, .reported = 99998};
+  xf_job_sites_text(&s, out, 8);
+  assert_string_equal(out, "100000 ");
+}
+
+/* Record-level privacy with noise keeps the train loss at the sites; site
+ * level, or no noise, does not. */
+static void train_loss_is_kept_at_the_sites_under_record_level_privacy(void **state) {
+  (void)state;
+  xf_jobspec spec;
+  memset(&spec, 0, sizeof(spec));
+  spec.privacy.unit = XF_PRIVACY_UNIT_RECORD;
+  spec.privacy.mode = XF_PRIVACY_LOCAL;
+  assert_true(xf_job_train_loss_kept(&spec));
+  spec.privacy.mode = XF_PRIVACY_NONE;
+  assert_false(xf_job_train_loss_kept(&spec));
+  spec.privacy.unit = XF_PRIVACY_UNIT_SITE;
+  spec.privacy.mode = XF_PRIVACY_CENTRAL;
+  assert_false(xf_job_train_loss_kept(&spec));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(product_example_parses_with_every_field_as_written),
@@ -1549,6 +1587,8 @@ int main(void) {
       cmocka_unit_test(declared_new_kinds_are_refused_naming_the_field),
       cmocka_unit_test(validate_checks_new_layer_kinds_built_in_code),
       cmocka_unit_test(job_ids_beyond_the_range_are_refused_not_clamped),
+      cmocka_unit_test(sites_text_gives_the_open_attempt_then_the_last_committed_round),
+      cmocka_unit_test(train_loss_is_kept_at_the_sites_under_record_level_privacy),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,7 +23,8 @@
 #            charged, and nothing of the job leaves the region.
 #   accuracy_is_of_complete_rounds: `xfed job list`, `status` and `watch`
 #            show one accuracy, that of the last complete evaluation weighted
-#            by examples, and count sites.
+#            by examples, and count sites: invited, accepted and reported
+#            while it runs, the last round's once it is done.
 #   aggregate_waits_for_the_restarted_coordinators_go: the coordinator is
 #            killed (kill -9) while a site behind agg-ap trains, and restarted
 #            while agg-us is stopped, so it waits for agg-us's sites before it
@@ -351,11 +352,22 @@ accuracy_is_of_complete_rounds)
     while read -r _ acc _; do near "$shown" "$acc" && ok=1; done <"$work/evals.txt"
     ((ok)) || fail "the accuracy $shown was shown while the job ran, the figure of no complete evaluation: $(cat "$work/evals.txt")"
   done < <(sed -n 's/.*  accuracy \([0-9.]*\)  .*/\1/p' "$work/live.txt")
-  while read -r got of; do
-    if ! ((of == 0 || of == 6)) || ((got > of)); then
-      fail "progress counted sites $got/$of, not of 6 sites: $(cat "$work/live.txt")"
-    fi
-  done < <(sed -n 's/.*  sites \([0-9]*\)\/\([0-9]*\)  .*/\1 \2/p' "$work/live.txt")
+  # Sites invited, accepted and reported in the open attempt, or, between
+  # attempts, those of the last committed round: never a bare "0/6".
+  sed -n 's/.*  sites \([0-9]*\) invited, \([0-9]*\) accepted, \([0-9]*\) reported  .*/\1 \2 \3/p;
+          s/.*  sites \([0-9]*\) invited, \([0-9]*\) reported in round [1-3]  .*/\1 \2 \2/p' \
+    "$work/live.txt" >"$work/live-sites.txt"
+  (($(wc -l <"$work/live-sites.txt") == $(grep -c '  sites ' "$work/live.txt"))) &&
+    [[ -s $work/live-sites.txt ]] || fail "progress does not say the sites invited, accepted and reported: $(cat "$work/live.txt")"
+  while read -r invited accepted reported; do
+    ((invited == 6 && accepted <= invited && reported <= accepted)) ||
+      fail "progress counted $invited invited, $accepted accepted, $reported reported, not of 6 sites: $(cat "$work/live.txt")"
+  done <"$work/live-sites.txt"
+  # Done: the last round's sites, in status and in list's REPORTED.
+  grep -q '^sites       6 invited, 6 reported in round 3 (counted in sites)$' "$work/status.txt" ||
+    fail "job status does not give the last round's sites: $(cat "$work/status.txt")"
+  [[ $(awk -v id="$id" '$1 == id { print $5 }' "$work/list.txt") == 6/6 ]] ||
+    fail "job list does not give the last round's 6/6 sites: $(cat "$work/list.txt")"
   (($(grep -c "event=round_opened job=$id round=[123] attempt=1 sites=6$" "$work/logs/coord.log") == 3)) ||
     fail "the rounds did not invite the 6 sites: $(grep "round_opened job=$id" "$work/logs/coord.log")"
   echo "$name: job $id: list, status, watch and submit --wait all show $status_acc (round 3 over 6 sites, weighted $want); $(grep -c . "$work/live.txt") live lines in sites of 6"
