@@ -19,6 +19,7 @@
 #include "coordinator/dashboard_assets.h"
 #include "coordinator/dashtoken.h"
 #include "job/jobprivacy.h"
+#include "job/jobprogress.h"
 #include "job/jobspec.h"
 #include "storage/file.h"
 
@@ -174,6 +175,14 @@ static void on_page(void *ctx, const xf_http_request *req, xf_http_response *res
 
 /* ---- the API ------------------------------------------------------------------------ */
 
+/* What the page says where a figure is missing, in the words of `xfed job
+ * report` and `xfed job status` (job/jobprogress.h). */
+static json_t *notes_json(void) {
+  return json_pack("{s:s,s:s,s:s,s:s,s:s}", "accuracy", XF_JOB_NOTE_NO_ACCURACY, "loss",
+                   XF_JOB_NOTE_NO_LOSS, "epsilon", XF_JOB_NOTE_NO_EPSILON, "bytes",
+                   XF_JOB_NOTE_NO_BYTES, "train_loss_kept", XF_JOB_NOTE_TRAIN_LOSS_KEPT);
+}
+
 static void api_jobs(xf__coord *co, xf_http_response *resp) {
   int64_t *ids = NULL;
   size_t n = 0;
@@ -195,7 +204,8 @@ static void api_jobs(xf__coord *co, xf_http_response *resp) {
     json_array_append_new(arr, j);
   }
   xf_free(ids);
-  reply_json(resp, json_pack("{s:o,s:f}", "jobs", arr ? arr : json_array(), "now", xf__now()));
+  reply_json(resp, json_pack("{s:o,s:f,s:o}", "jobs", arr ? arr : json_array(), "now", xf__now(),
+                             "notes", notes_json()));
 }
 
 /* One row per round and site, as `xfed job metrics` shows them. */
@@ -242,6 +252,41 @@ static void api_metrics(xf__coord *co, const char *id_text, xf_http_response *re
   xf_free(v);
   reply_json(resp, json_pack("{s:I,s:o}", "job_id", (json_int_t)id, "rows",
                              rows ? rows : json_array()));
+}
+
+/* The sites the coordinator knows and the datasets they announced, as
+ * admission sees them (xf__federation_make): the sites that train, with the
+ * residency policy off as with it on. */
+static void api_sites(xf__coord *co, xf_http_response *resp) {
+  xf__federation f;
+  if (xf__federation_make(co, &f) != XF_OK) {
+    xf_http_reply_text(resp, 500, "out of memory while listing the sites");
+    return;
+  }
+  json_t *arr = json_array();
+  for (size_t i = 0; arr && i < f.fed.n_sites; i++) {
+    const xf_fed_site *fs = &f.fed.sites[i];
+    json_t *sets = json_array();
+    for (size_t d = 0; sets && d < fs->n_datasets; d++) {
+      const xf_fed_dataset *ds = &fs->datasets[d];
+      json_t *tags = json_array();
+      for (size_t t = 0; tags && t < ds->n_tags; t++)
+        json_array_append_new(tags, json_string(ds->tags[t]));
+      json_array_append_new(sets, json_pack("{s:s,s:I,s:I,s:o}", "name", ds->name,
+                                            "train_records", (json_int_t)ds->train_records,
+                                            "test_records", (json_int_t)ds->test_records,
+                                            "tags", tags ? tags : json_array()));
+    }
+    json_array_append_new(arr, json_pack("{s:s,s:s,s:o,s:b,s:o}", "name", fs->name, "region",
+                                         fs->region, "via",
+                                         fs->via ? json_string(fs->via) : json_null(),
+                                         "connected", fs->connected, "datasets",
+                                         sets ? sets : json_array()));
+  }
+  bool residency_on = f.fed.residency_on;
+  xf__federation_free(&f);
+  reply_json(resp, json_pack("{s:o,s:b}", "sites", arr ? arr : json_array(), "residency_policy",
+                             residency_on));
 }
 
 /* The current policy (its regions, sites, datasets and rules) and every
@@ -328,6 +373,7 @@ static void on_api(void *ctx, const xf_http_request *req, xf_http_response *resp
   if (strcmp(p, "/api/jobs") == 0) api_jobs(co, resp);
   else if (sscanf(p, "/api/jobs/%31[0-9]/metrics%n", id, &used) == 1 && p[used] == '\0')
     api_metrics(co, id, resp);
+  else if (strcmp(p, "/api/sites") == 0) api_sites(co, resp);
   else if (strcmp(p, "/api/policy") == 0) api_policy(co, resp);
   else if (strcmp(p, "/api/policy/diff") == 0) api_policy_diff(co, req, resp);
   else if (strcmp(p, "/api/audit") == 0) api_audit(co, role, resp);

@@ -6,7 +6,7 @@
 'use strict';
 
 const POLL_MS = 2000;
-const state = { job: null, userPicked: false, charts: {}, versions: '' };
+const state = { job: null, userPicked: false, charts: {}, versions: '', notes: {} };
 
 function el(tag, text, cls) {
   const e = document.createElement(tag);
@@ -71,9 +71,9 @@ function renderJobs(jobs) {
       { text: j.job_id, cls: 'num' }, j.name,
       j.state + (j.phase ? ' (' + j.phase + ')' : ''),
       { text: jobRound(j), cls: 'num' },
-      { text: j.reported + '/' + j.invited, cls: 'num' },
+      j.sites,
       { text: fixed(j.test_accuracy, 4), cls: 'num' },
-      { text: fixed(j.train_loss, 4), cls: 'num' },
+      j.train_loss_kept ? state.notes.train_loss_kept : { text: fixed(j.train_loss, 4), cls: 'num' },
       { text: fixed(j.epsilon, 3), cls: 'num' },
       { text: bytes(j.bytes_up), cls: 'num' },
       { text: bytes(j.bytes_down), cls: 'num' },
@@ -121,7 +121,17 @@ function perRound(rows) {
   });
 }
 
-function chart(id, datasets, labels, yTitle) {
+// The chart's note where none of its curves has a point: the words of
+// `xfed job report`'s empty panel, from the coordinator.
+function note(id, datasets, text) {
+  const empty = !datasets.some(d => d.data.some(v => typeof v === 'number'));
+  const n = document.getElementById(id);
+  n.textContent = empty ? text : '';
+  n.hidden = !empty;
+}
+
+// yRange: fixed bounds of the left axis ({min, max}), or none.
+function chart(id, datasets, labels, yTitle, yRange) {
   const existing = state.charts[id];
   if (existing) {
     existing.data.labels = labels;
@@ -135,7 +145,7 @@ function chart(id, datasets, labels, yTitle) {
     options: {
       responsive: false, animation: false, spanGaps: false,
       scales: { x: { title: { display: true, text: 'round' } },
-                y: { title: { display: true, text: yTitle } },
+                y: { title: { display: true, text: yTitle }, ...(yRange || {}) },
                 ...(datasets.some(d => d.yAxisID === 'y1')
                   ? { y1: { position: 'right', grid: { drawOnChartArea: false },
                             title: { display: true, text: 'loss' } } } : {}) },
@@ -143,21 +153,27 @@ function chart(id, datasets, labels, yTitle) {
   });
 }
 
-function renderCurves(jobId, rows) {
+function renderCurves(jobId, rows, kept) {
   document.getElementById('curves-job').textContent = jobId ? 'job ' + jobId : '';
   const rounds = perRound(rows);
   const labels = rounds.map(r => r.round);
-  chart('chart-accuracy', [
+  const accuracy = [
     { label: 'test accuracy', data: rounds.map(r => r.accuracy), borderColor: '#1f69b3', backgroundColor: '#1f69b3', yAxisID: 'y' },
     { label: 'test loss', data: rounds.map(r => r.test_loss), borderColor: '#e36e17', backgroundColor: '#e36e17', yAxisID: 'y1' },
     { label: 'train loss', data: rounds.map(r => r.train_loss), borderColor: '#8c3da3', backgroundColor: '#8c3da3', yAxisID: 'y1' },
-  ], labels, 'accuracy');
-  chart('chart-epsilon', [
+  ];
+  // An accuracy is within [0, 1] whatever points there are.
+  chart('chart-accuracy', accuracy, labels, 'accuracy', { min: 0, max: 1 });
+  note('note-accuracy', accuracy.slice(0, 1), state.notes.accuracy);
+  const epsilon = [
     { label: 'ε spent', data: rounds.map(r => r.epsilon), borderColor: '#8c3da3', backgroundColor: '#8c3da3' },
-  ], labels, 'ε');
+  ];
+  chart('chart-epsilon', epsilon, labels, 'ε', { min: 0 });
+  note('note-epsilon', epsilon, state.notes.epsilon);
   fillBody('rounds', rounds.slice().reverse().map(r => row([
     { text: r.round, cls: 'num' }, { text: r.sites, cls: 'num' },
-    { text: fixed(r.accuracy, 4), cls: 'num' }, { text: fixed(r.train_loss, 4), cls: 'num' },
+    { text: fixed(r.accuracy, 4), cls: 'num' },
+    kept ? state.notes.train_loss_kept : { text: fixed(r.train_loss, 4), cls: 'num' },
     { text: fixed(r.test_loss, 4), cls: 'num' }, { text: fixed(r.epsilon, 3), cls: 'num' },
     { text: bytes(r.up), cls: 'num' }, { text: bytes(r.down), cls: 'num' },
   ])));
@@ -165,14 +181,37 @@ function renderCurves(jobId, rows) {
 
 // ---- policy, sites, audit ----------------------------------------------------
 
-function renderPolicy(p) {
-  const doc = p.document || {};
-  const sets = new Map();
+// The sites the coordinator knows (what they announced; with or without a
+// residency policy), then the policy's sites that have not announced
+// themselves; a dataset the policy lists carries its classification.
+function renderSites(known, doc) {
+  const classified = new Map();
+  for (const d of doc.datasets || []) classified.set(d.site + '\n' + d.name, d.classification);
+  const named = (site, name) => {
+    const c = classified.get(site + '\n' + name);
+    return c ? name + ' (' + c + ')' : name;
+  };
+  const rows = known.sites.map(s => row([
+    s.name, s.region,
+    (s.connected ? 'connected' : 'not connected') + (s.via ? ' via ' + s.via : ''),
+    s.datasets.map(d => named(s.name, d.name) + ', ' + d.train_records + ' training records').join('; '),
+  ]));
+  const seen = new Set(known.sites.map(s => s.name));
+  const policySets = new Map();
   for (const d of doc.datasets || []) {
-    if (!sets.has(d.site)) sets.set(d.site, []);
-    sets.get(d.site).push(d.name + (d.classification ? ' (' + d.classification + ')' : ''));
+    if (!policySets.has(d.site)) policySets.set(d.site, []);
+    policySets.get(d.site).push(named(d.site, d.name));
   }
-  fillBody('sites', (doc.sites || []).map(s => row([s.name, s.region, (sets.get(s.name) || []).join(', ')])));
+  for (const s of doc.sites || []) {
+    if (!seen.has(s.name))
+      rows.push(row([s.name, s.region, 'not announced (in the policy)', (policySets.get(s.name) || []).join('; ')]));
+  }
+  fillBody('sites', rows);
+}
+
+function renderPolicy(p, enforced) {
+  document.getElementById('policy-note').textContent = p.versions.length ? '' :
+    'no policy version yet' + (enforced ? '' : ': the coordinator runs with the residency policy off');
   fillBody('versions', p.versions.slice().reverse().map(v => row([
     { text: v.version, cls: 'num' }, new Date(v.at * 1000).toISOString(), v.author, v.reason,
   ])));
@@ -228,9 +267,14 @@ function renderAudit(a) {
 async function refresh() {
   try {
     const jobs = await api('/api/jobs');
+    state.notes = jobs.notes;
     renderJobs(jobs.jobs);
-    if (state.job) renderCurves(state.job, (await api('/api/jobs/' + encodeURIComponent(state.job) + '/metrics')).rows);
-    renderPolicy(await api('/api/policy'));
+    const shown = jobs.jobs.find(j => j.job_id === state.job);
+    if (state.job) renderCurves(state.job, (await api('/api/jobs/' + encodeURIComponent(state.job) + '/metrics')).rows, shown && shown.train_loss_kept);
+    const policy = await api('/api/policy');
+    const sites = await api('/api/sites');
+    renderPolicy(policy, sites.residency_policy);
+    renderSites(sites, policy.document || {});
     renderAudit(await api('/api/audit'));
     setStatus('updated ' + new Date().toLocaleTimeString(), false);
   } catch (e) {
