@@ -45,7 +45,7 @@ rows() {
   done <"$deps"
 }
 # names: a Depends/Recommends value on stdin as package names, one a line.
-names() { tr ',|' '\n\n' | sed 's/([^)]*)//; s/:any//; s/ //g' | sed '/^$/d'; }
+names() { tr ',|' '\n' | sed 's/([^)]*)//; s/:any//; s/ //g' | sed '/^$/d'; }
 contains() { grep -qx -- "$2" <<<"$1"; }
 
 debs() {
