@@ -42,7 +42,7 @@ while (($#)); do
 done
 py=/usr/bin/python3
 "$py" -c 'import torch, numpy' 2>/dev/null ||
-  { echo "tabular.sh: $py cannot import torch and numpy (deploy/install-deps.sh installs python3-torch)" >&2; exit 2; }
+  { echo "tabular.sh: $py cannot import torch and numpy (deploy/install-deps.sh bench installs python3-torch)" >&2; exit 2; }
 build=$(cd "$build" && pwd)
 xfed=$build/cli/xfed site_bin=$build/site/xfed-site coord_bin=$build/coordinator/xfed-coord
 [[ -z $dir ]] && dir=$(mktemp -d "${TMPDIR:-/tmp}/xf-tabular-XXXXXX")

@@ -15,7 +15,7 @@ repeats=${1:-5}
 threads=${2:-$(nproc)}
 py=/usr/bin/python3
 
-bash deploy/install-deps.sh --bench >/dev/null
+bash deploy/install-deps.sh build run bench >/dev/null
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$(nproc)" --target xfed-bench-train >/dev/null
 bin=build/bench/xfed-bench-train

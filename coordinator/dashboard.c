@@ -423,13 +423,22 @@ void xf__dashboard_grant(xf__coord *co, xf__peer *p, const Xfed__DashboardReques
 
 /* ---- start and stop ---------------------------------------------------------------------- */
 
+/* What both refusals below end with: the Debian package, which the
+ * xfed-coordinator package recommends, and where it puts Chart.js. */
+#define CHARTJS_HOW_TO_INSTALL                                                                 \
+  "install Debian's package libjs-chart.js (apt-get install libjs-chart.js), which puts it in " \
+  "/usr/share/javascript/chart.js/, or point XF_CHARTJS at a readable chart.min.js"
+
 static xf_err load_chartjs(xf__dashboard *d, xf_errctx *err) {
   const char *env = getenv("XF_CHARTJS");
   if (env && *env) {
-    xf_err rc = xf_file_read_text(env, CHARTJS_MAX_BYTES, &d->chartjs, &d->chartjs_len, err);
+    xf_errctx why = {0};
+    xf_err rc = xf_file_read_text(env, CHARTJS_MAX_BYTES, &d->chartjs, &d->chartjs_len, &why);
     if (rc != XF_OK)
-      return xf_fail(err, rc, "XF_CHARTJS names '%s', which cannot be read as Chart.js: %s", env,
-                     err->msg);
+      return xf_fail(err, rc,
+                     "XF_CHARTJS names '%s', which cannot be read as Chart.js (%s): "
+                     CHARTJS_HOW_TO_INSTALL,
+                     env, why.msg);
     return XF_OK;
   }
   for (size_t i = 0; i < sizeof(CHARTJS_PATHS) / sizeof(CHARTJS_PATHS[0]); i++) {
@@ -439,9 +448,8 @@ static xf_err load_chartjs(xf__dashboard *d, xf_errctx *err) {
       return XF_OK;
   }
   return xf_fail(err, XF_ENOENT,
-                 "the dashboard draws its curves with Chart.js from Debian's libjs-chart.js, "
-                 "and none of %s, %s, %s or %s exists: install libjs-chart.js "
-                 "(deploy/install-deps.sh) or point XF_CHARTJS at chart.min.js",
+                 "the dashboard draws its curves with Chart.js, and none of %s, %s, %s or %s "
+                 "exists: " CHARTJS_HOW_TO_INSTALL,
                  CHARTJS_PATHS[0], CHARTJS_PATHS[1], CHARTJS_PATHS[2], CHARTJS_PATHS[3]);
 }
 

@@ -3,10 +3,10 @@
 #   cmake -S . -B build-pkg -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr
 #   cmake --build build-pkg --target xfed xfed-coord xfed-site
 #   (cd build-pkg && cpack -G DEB)
+# (deploy/packages.sh does that, adding -DCMAKE_C_FLAGS=-g as Debian builds:
+# the binaries are stripped, their debug symbols go to -dbgsym packages).
 # The units name the binaries by their installed path, so the packages are
 # made for the prefix the build was configured with: /usr for Debian.
-set(XF_PACKAGE_CONTACT "xfed maintainers <maintainers@xfed.invalid>" CACHE STRING
-    "The Maintainer field of the Debian packages")
 if(NOT CMAKE_INSTALL_PREFIX STREQUAL "/usr")
   message(STATUS "Debian packages (cpack -G DEB) are made for the prefix ${CMAKE_INSTALL_PREFIX}; "
                  "configure with -DCMAKE_INSTALL_PREFIX=/usr for packages that install in /usr")
@@ -20,21 +20,58 @@ set(CPACK_PACKAGING_INSTALL_PREFIX ${CMAKE_INSTALL_PREFIX})
 set(CPACK_GENERATOR DEB)
 set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
-set(CPACK_DEBIAN_PACKAGE_RELEASE 1)
+set(CPACK_DEBIAN_PACKAGE_RELEASE ${XF_DEB_RELEASE})
 set(CPACK_DEBIAN_PACKAGE_SECTION net)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 # Library dependencies from dpkg-shlibdeps (package dpkg-dev), except for
 # the CUDA backend below.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS OFF)
+# The binaries stripped, their debug symbols in PACKAGE-dbgsym (.ddeb), as
+# Debian's dh_strip does.
+set(CPACK_DEBIAN_DEBUGINFO_PACKAGE ON)
 set(CPACK_PACKAGE_DIRECTORY ${PROJECT_BINARY_DIR}/packages)
 
-set(_xf_version "${PROJECT_VERSION}-${CPACK_DEBIAN_PACKAGE_RELEASE}")
+set(_xf_version "${XF_DEB_VERSION}")
 set(CPACK_COMPONENTS_ALL cli coordinator site)
+
+# The Depends and Recommends besides the libraries (dpkg-shlibdeps finds
+# those) come from the `run` rows of deploy/deps.list, the list
+# deploy/install-deps.sh installs from: RELATION depends:PKG,... or
+# recommends:PKG,...
+file(STRINGS ${CMAKE_CURRENT_SOURCE_DIR}/deps.list _xf_rows REGEX "^[^# \t]")
+foreach(_row IN LISTS _xf_rows)
+  string(REGEX MATCHALL "[^ \t]+" _f "${_row}")
+  list(LENGTH _f _n)
+  if(_n LESS 3)
+    continue()
+  endif()
+  list(GET _f 0 _dep)
+  list(GET _f 2 _rel)
+  if(NOT _rel MATCHES "^(depends|recommends):(.+)$")
+    continue()
+  endif()
+  set(_field ${CMAKE_MATCH_1})
+  string(REPLACE "," ";" _debs "${CMAKE_MATCH_2}")
+  foreach(_deb IN LISTS _debs)
+    string(MAKE_C_IDENTIFIER "${_deb}" _id)
+    list(APPEND _xf_${_field}_${_id} ${_dep})
+  endforeach()
+endforeach()
+# xf_deb_relation(VAR FIELD DEB [MORE...]): VAR = FIELD's packages of DEB in
+# deploy/deps.list, then MORE, joined as Debian joins them.
+function(xf_deb_relation var field deb)
+  string(MAKE_C_IDENTIFIER "${deb}" _id)
+  set(_all ${_xf_${field}_${_id}} ${ARGN})
+  list(JOIN _all ", " _joined)
+  set(${var} "${_joined}" PARENT_SCOPE)
+endfunction()
 
 set(CPACK_DEBIAN_CLI_PACKAGE_NAME xfed)
 set(CPACK_DEBIAN_CLI_PACKAGE_SECTION utils)
-set(CPACK_DEBIAN_CLI_DESCRIPTION "command line of the xfed federated training platform\nThe xfed command: the federation's CA and certificates, jobs on the coordinator,\nthe residency policy, audit trails, dataset splits and the centralized baseline.\nIncludes its manual page and bash completion.")
+set(CPACK_DEBIAN_CLI_DESCRIPTION "command line of the xfed federated training platform\nThe xfed command: the federation's CA and certificates, jobs on the\ncoordinator, the residency policy, audit trails, dataset splits and the\ncentralized baseline. Includes its manual page and bash completion.")
+xf_deb_relation(CPACK_DEBIAN_CLI_PACKAGE_DEPENDS depends xfed)
+xf_deb_relation(CPACK_DEBIAN_CLI_PACKAGE_RECOMMENDS recommends xfed)
 
 # The daemons' packages create the xfed user and their state directories
 # (maintainer scripts from debian/*.in), and their units are not started
@@ -62,8 +99,9 @@ function(xf_deb_scripts comp package state_dirs units purge_extra)
 endfunction()
 
 set(CPACK_DEBIAN_COORDINATOR_PACKAGE_NAME xfed-coordinator)
-set(CPACK_DEBIAN_COORDINATOR_PACKAGE_DEPENDS "passwd, procps")
-set(CPACK_DEBIAN_COORDINATOR_PACKAGE_RECOMMENDS "xfed (= ${_xf_version})")
+xf_deb_relation(CPACK_DEBIAN_COORDINATOR_PACKAGE_DEPENDS depends xfed-coordinator)
+xf_deb_relation(CPACK_DEBIAN_COORDINATOR_PACKAGE_RECOMMENDS recommends xfed-coordinator
+                "xfed (= ${_xf_version})")
 set(CPACK_DEBIAN_COORDINATOR_DESCRIPTION "xfed global coordinator and regional aggregator\nxfed-coord with the systemd units xfed-coordinator.service (the global\ncoordinator) and xfed-aggregator@REGION.service (a regional aggregator), and\nthe coordinator's settings in /etc/xfed/coordinator.json. Needs no CUDA.")
 xf_deb_scripts(coordinator xfed-coordinator "/var/lib/xfed/coordinator"
                "xfed-coordinator.service xfed-aggregator@*.service"
@@ -71,7 +109,8 @@ xf_deb_scripts(coordinator xfed-coordinator "/var/lib/xfed/coordinator"
                ${CMAKE_INSTALL_FULL_SYSCONFDIR}/xfed/coordinator.json)
 
 set(CPACK_DEBIAN_SITE_PACKAGE_NAME xfed-site)
-set(CPACK_DEBIAN_SITE_PACKAGE_DEPENDS "passwd, procps")
+xf_deb_relation(CPACK_DEBIAN_SITE_PACKAGE_DEPENDS depends xfed-site)
+xf_deb_relation(CPACK_DEBIAN_SITE_PACKAGE_RECOMMENDS recommends xfed-site)
 set(CPACK_DEBIAN_SITE_PACKAGE_SUGGESTS "xfed-cuda (= ${_xf_version})")
 set(CPACK_DEBIAN_SITE_DESCRIPTION "xfed site daemon\nxfed-site: the site's dataset registry, privacy ledger and residency rules,\nand the daemon that trains the coordinator's jobs on the site's data, with\nthe systemd unit xfed-site.service. Trains on the CPU; install xfed-cuda for\nNVIDIA GPUs.")
 xf_deb_scripts(site xfed-site "/var/lib/xfed/site" "xfed-site.service" "")

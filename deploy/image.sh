@@ -11,7 +11,7 @@
 # usage: deploy/image.sh [--debs DIR | --build DIR] [--tag NAME:VERSION]
 #   --debs DIR    take xfed, xfed-coordinator and xfed-site .debs from DIR
 #   --build DIR   build them first, as deploy/packages.sh does, in DIR
-#                 (default ./build-pkg; Release, prefix /usr)
+#                 (default ./build-pkg; Release with -g, prefix /usr)
 #   --tag T       the image's name (default xfed:VERSION, VERSION the
 #                 packages' upstream version)
 # Needs root (mmdebstrap's root mode), mmdebstrap, podman and the package
@@ -38,12 +38,12 @@ done
 say() { echo "==> $*"; }
 die() { echo "image.sh: FAIL: $*" >&2; exit 1; }
 [[ $(id -u) -eq 0 ]] || die "needs root for mmdebstrap's root mode; run it as root"
-command -v mmdebstrap >/dev/null || die "mmdebstrap is missing (deploy/install-deps.sh installs it)"
-command -v podman >/dev/null || die "podman is missing (deploy/install-deps.sh installs it)"
+command -v mmdebstrap >/dev/null || die "mmdebstrap is missing (deploy/install-deps.sh test installs it)"
+command -v podman >/dev/null || die "podman is missing (deploy/install-deps.sh test installs it)"
 
 if [[ -z $debdir ]]; then
   say "build the packages in $build"
-  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr -DXF_CUDA=OFF \
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS=-g -DCMAKE_INSTALL_PREFIX=/usr -DXF_CUDA=OFF \
     -DCMAKE_SKIP_INSTALL_ALL_DEPENDENCY=ON >"$build.configure.log" 2>&1 ||
     { cat "$build.configure.log"; die "cmake configure"; }
   rm -f "$build.configure.log"

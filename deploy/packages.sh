@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Builds xfed's Debian packages and proves them on a fresh Debian: a bookworm
+# Builds xfed's Debian packages into BUILD/packages/ (xfed, xfed-coordinator,
+# xfed-site, each with its -dbgsym .ddeb of debug symbols), checks them with
+# lintian (no error, no warning), and proves them on a fresh Debian: a bookworm
 # root made with mmdebstrap (--variant=apt, from the package registry), the
 # packages' dependencies installed there with apt-get and the packages with
 # dpkg -i; the xfed user and state directories checked; a coordinator and two
@@ -15,10 +17,13 @@
 #
 # usage: deploy/packages.sh [--build DIR] [--data DIR] [--keep]
 #   --build DIR   build directory for the packages (default ./build-pkg),
-#                 configured Release with prefix /usr
+#                 configured Release (with -g), prefix /usr; the packages
+#                 are left in DIR/packages/ either way
 #   --data DIR    Fashion-MNIST (default /usr/share/datasets/fashion-mnist)
-#   --keep        leave the Debian root and its logs in place
-# Needs root (chroot), mmdebstrap, and the package registry.
+#   --keep        also leave the Debian root the packages were proved in
+#                 (about 500 MB under $TMPDIR, or /tmp) and its logs
+# Needs root (chroot), mmdebstrap, lintian and the package registry
+# (deploy/install-deps.sh test installs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
@@ -30,19 +35,22 @@ while (($#)); do
     --build) build=${2:?--build needs a directory}; shift 2 ;;
     --data) data=${2:?--data needs a directory}; shift 2 ;;
     --keep) keep=1; shift ;;
-    -h|--help) sed -n '3,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '3,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "packages.sh: unknown option '$1'; see deploy/packages.sh --help" >&2; exit 2 ;;
   esac
 done
 say() { echo "==> $*"; }
 die() { echo "packages.sh: FAIL: $*" >&2; exit 1; }
 [[ $(id -u) -eq 0 ]] || die "needs root for chroot; run it as root"
-command -v mmdebstrap >/dev/null || die "mmdebstrap is missing (deploy/install-deps.sh installs it)"
+command -v mmdebstrap >/dev/null || die "mmdebstrap is missing (deploy/install-deps.sh test installs it)"
+command -v lintian >/dev/null || die "lintian is missing (deploy/install-deps.sh test installs it)"
 [[ -f $data/train-images-idx3-ubyte.gz || -f $data/train-images-idx3-ubyte ]] ||
-  die "Fashion-MNIST is not at $data (deploy/install-deps.sh installs dataset-fashion-mnist)"
+  die "Fashion-MNIST is not at $data (deploy/install-deps.sh build installs dataset-fashion-mnist)"
 
 say "build the packages in $build"
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr -DXF_CUDA=OFF \
+# Release with -g, as Debian builds: the symbols cpack strips out of the
+# binaries go to the -dbgsym packages.
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS=-g -DCMAKE_INSTALL_PREFIX=/usr -DXF_CUDA=OFF \
   -DCMAKE_SKIP_INSTALL_ALL_DEPENDENCY=ON >"$build.configure.log" 2>&1 ||
   { cat "$build.configure.log"; die "cmake configure"; }
 rm -f "$build.configure.log"
@@ -53,6 +61,13 @@ rm -rf "$build/packages"
 debs=("$build"/packages/*.deb)
 ((${#debs[@]} == 3)) || die "expected 3 packages, cpack made: ${debs[*]}"
 for d in "${debs[@]}"; do echo "    $(basename "$d")"; done
+ddebs=("$build"/packages/*-dbgsym_*.ddeb)
+((${#ddebs[@]} == 3)) || die "expected 3 -dbgsym packages, cpack made: ${ddebs[*]}"
+
+say "lintian"
+report=$(lintian --no-cfg "${debs[@]}" 2>&1 | grep -E '^[EW]: ' || true)
+[[ -z $report ]] || { echo "$report" >&2; die "lintian reports errors or warnings on the packages"; }
+echo "    no error, no warning"
 
 root=$(mktemp -d "${TMPDIR:-/tmp}/xfed-debroot-XXXXXX")
 daemons=()
@@ -62,7 +77,11 @@ cleanup() {
   for pid in "${daemons[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
   if ((mounted)); then umount "$root/proc" 2>/dev/null || true; fi
-  if ((keep)); then echo "kept $root" >&2; else rm -rf "$root"; fi
+  if ((keep)); then
+    echo "kept the Debian root $root ($(du -sh "$root" 2>/dev/null | cut -f1)); remove it with rm -rf" >&2
+  else
+    rm -rf "$root"
+  fi
 }
 trap cleanup EXIT
 in_root() { chroot "$root" "$@"; }
@@ -210,3 +229,4 @@ for p in /etc/xfed /var/lib/xfed /usr/bin/xfed /usr/bin/xfed-coord /usr/bin/xfed
 done
 echo "    nothing of xfed is left"
 echo "packages: ok (daemons run from the units' command lines: $why)"
+echo "packages: $build/packages/ (install with apt-get install $build/packages/xfed-site_*.deb)"

@@ -67,7 +67,9 @@ if [[ -n "$export_to" ]]; then
 fi
 
 echo "==> dependencies"
-bash deploy/install-deps.sh
+# What building xfed and this script take (deploy/deps.list): nothing of the
+# test suite's browser, Prometheus, podman or PyTorch.
+bash deploy/install-deps.sh build run
 # The sites register the data under the name and tags the job selects.
 # shellcheck disable=SC2207
 selector=($(python3 -c '

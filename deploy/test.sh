@@ -28,7 +28,7 @@ for arg in "$@"; do
   esac
 done
 
-bash deploy/install-deps.sh
+bash deploy/install-deps.sh build run test
 jobs=${JOBS:-$(nproc)}
 exclude=()
 ((all)) || exclude=(-LE slow)

@@ -13,6 +13,38 @@ if(XF_SYSTEMD)
   set_tests_properties(deploy_supervise_notify_and_reload PROPERTIES LABELS integration TIMEOUT 600)
 endif()
 
+# The Debian packages of this build and deploy/deps.list's profiles
+# (tests/integration/packaging.sh): cpack makes the packages in a temporary
+# directory and lintian finds nothing in them (about a minute on 2 cores);
+# the quickstart's profiles hold what it runs and none of the suite's tools;
+# README.md says what deploy/packages.sh does; the coordinator without
+# Chart.js names the package that has it.
+# A sanitized build's binaries need the sanitizers' runtimes, which no
+# package of xfed depends on: only the other builds are packaged.
+if(NOT XF_SANITIZE)
+  add_test(NAME deploy_debs_pass_lintian_and_take_depends_from_the_run_profile
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/packaging.sh debs
+                   ${PROJECT_BINARY_DIR})
+  set_tests_properties(deploy_debs_pass_lintian_and_take_depends_from_the_run_profile
+                       PROPERTIES LABELS integration TIMEOUT 600)
+endif()
+add_test(NAME install_deps_quickstart_profiles_leave_out_the_test_tools
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/packaging.sh profiles
+                 ${PROJECT_BINARY_DIR})
+set_tests_properties(install_deps_quickstart_profiles_leave_out_the_test_tools
+                     PROPERTIES LABELS integration TIMEOUT 120)
+add_test(NAME readme_and_packages_sh_agree_on_where_the_packages_go
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/packaging.sh readme ${PROJECT_BINARY_DIR})
+set_tests_properties(readme_and_packages_sh_agree_on_where_the_packages_go
+                     PROPERTIES LABELS integration TIMEOUT 60)
+if(XF_HTTP)
+  add_test(NAME dashboard_without_chartjs_names_the_debian_package
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/packaging.sh chartjs
+                   ${PROJECT_BINARY_DIR})
+  set_tests_properties(dashboard_without_chartjs_names_the_debian_package
+                       PROPERTIES LABELS integration TIMEOUT 120)
+endif()
+
 # The Debian packages on a fresh Debian root (deploy/packages.sh): built with
 # cpack in a build directory of their own, installed with dpkg -i in a
 # bookworm made by mmdebstrap, a coordinator and two sites run a job from the

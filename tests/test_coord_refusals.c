@@ -715,7 +715,7 @@ static int fixture_setup(void) {
     fprintf(stderr,
             "test_coord_refusals: the openssl command is not installed (not found on PATH); "
             "this test probes the coordinator with `openssl s_client`. Install the Debian "
-            "package openssl (deploy/install-deps.sh does).\n");
+            "package openssl (deploy/install-deps.sh test does).\n");
     return -1;
   }
   if (xf_crypto_init() != XF_OK) return -1;

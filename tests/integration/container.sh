@@ -35,10 +35,10 @@ done
 
 if [[ -z ${XF_CONTAINER_NS:-} ]]; then
   [[ $(id -u) -eq 0 ]] || skip "needs root (mmdebstrap's root mode, podman's root storage)"
-  command -v podman >/dev/null || skip "podman is not installed (deploy/install-deps.sh installs it)"
-  command -v mmdebstrap >/dev/null || fail "mmdebstrap is missing (deploy/install-deps.sh installs it)"
+  command -v podman >/dev/null || skip "podman is not installed (deploy/install-deps.sh test installs it)"
+  command -v mmdebstrap >/dev/null || fail "mmdebstrap is missing (deploy/install-deps.sh test installs it)"
   [[ -f $data/train-images-idx3-ubyte.gz || -f $data/train-images-idx3-ubyte ]] ||
-    fail "Fashion-MNIST is not at $data (deploy/install-deps.sh installs dataset-fashion-mnist)"
+    fail "Fashion-MNIST is not at $data (deploy/install-deps.sh build installs dataset-fashion-mnist)"
   work=$(mktemp -d "${TMPDIR:-/tmp}/xfed-container-XXXXXX")
   export XF_CONTAINER_NS=$work
   rc=0

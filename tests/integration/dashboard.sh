@@ -26,10 +26,10 @@ py=/usr/bin/python3
 [[ -x $py ]] || py=python3
 for tool in chromium chromedriver curl; do
   command -v "$tool" >/dev/null ||
-    { echo "FAIL [dashboard]: $tool is missing (deploy/install-deps.sh installs it)" >&2; exit 1; }
+    { echo "FAIL [dashboard]: $tool is missing (deploy/install-deps.sh test installs it)" >&2; exit 1; }
 done
 "$py" -c 'import selenium' 2>/dev/null ||
-  { echo "FAIL [dashboard]: python3-selenium is missing for $py (deploy/install-deps.sh)" >&2; exit 1; }
+  { echo "FAIL [dashboard]: python3-selenium is missing for $py (deploy/install-deps.sh test installs it)" >&2; exit 1; }
 
 setup_work xf-dashboard
 coord_flags=(--residency-policy off --dashboard 127.0.0.1:0 --dashboard-port-file "$work/dash.port")

@@ -37,12 +37,12 @@ export XF_LOG_LEVEL=warn XF_BACKEND=cpu
 
 [[ -x $xfed ]] || fail "$xfed is not built"
 [[ -f $data/train-images-idx3-ubyte.gz || -f $data/train-images-idx3-ubyte ]] ||
-  fail "Fashion-MNIST is not at $data (deploy/install-deps.sh installs dataset-fashion-mnist)"
+  fail "Fashion-MNIST is not at $data (deploy/install-deps.sh build installs dataset-fashion-mnist)"
 case $mode in
   numpy)
     py=/usr/bin/python3
     "$py" -c 'import onnx, numpy' 2>/dev/null ||
-      fail "$py cannot import onnx and numpy (deploy/install-deps.sh installs python3-onnx)" ;;
+      fail "$py cannot import onnx and numpy (deploy/install-deps.sh test installs python3-onnx)" ;;
   onnxruntime)
     if ! py=$(bash "$src/bench/venv.sh" "$build/bench-venv"); then
       echo "SKIP: the benchmark virtualenv with onnxruntime cannot be made (see above)" >&2

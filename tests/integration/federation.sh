@@ -51,7 +51,7 @@ cleanup() {
 }
 trap cleanup EXIT
 [[ -f $data/train-images-idx3-ubyte.gz || -f $data/train-images-idx3-ubyte ]] ||
-  fail "Fashion-MNIST is not at $data (deploy/install-deps.sh installs dataset-fashion-mnist)"
+  fail "Fashion-MNIST is not at $data (deploy/install-deps.sh build installs dataset-fashion-mnist)"
 export XF_LOG_LEVEL=info
 
 # A federation, its shards and its site directories, once per test run.

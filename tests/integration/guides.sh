@@ -38,7 +38,7 @@ source "$(dirname "$0")/lib.sh"
 setup_work xf-guides
 guide_data=/usr/share/datasets/fashion-mnist
 [[ -f $guide_data/train-images-idx3-ubyte.gz || -f $guide_data/train-images-idx3-ubyte ]] ||
-  fail "the guides use Fashion-MNIST at $guide_data (deploy/install-deps.sh installs dataset-fashion-mnist)"
+  fail "the guides use Fashion-MNIST at $guide_data (deploy/install-deps.sh build installs dataset-fashion-mnist)"
 federation eu-1:eu:eu eu-2:eu:eu us-1:us:direct us-2:us:direct ap-1:ap:ap ap-2:ap:ap
 XF_LOG_LEVEL=warn "$xfed" pki issue --dir "$fed" --kind site --name eu-berlin --region eu >/dev/null
 

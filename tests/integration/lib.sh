@@ -108,7 +108,7 @@ federation() {
   local entry s r v n i up
   local -A agg_port
   [[ -f $data/train-images-idx3-ubyte.gz || -f $data/train-images-idx3-ubyte ]] ||
-    fail "Fashion-MNIST is not at $data (deploy/install-deps.sh installs dataset-fashion-mnist)"
+    fail "Fashion-MNIST is not at $data (deploy/install-deps.sh build installs dataset-fashion-mnist)"
   for entry in "$@"; do
     IFS=: read -r s r v <<<"$entry"
     sites+=("$s")

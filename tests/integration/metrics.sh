@@ -19,7 +19,7 @@ label=metrics
 fed_name=metr
 metrics=1
 command -v prometheus >/dev/null && command -v promtool >/dev/null ||
-  { echo "FAIL: prometheus and promtool are missing (deploy/install-deps.sh installs them)" >&2; exit 1; }
+  { echo "FAIL: prometheus and promtool are missing (deploy/install-deps.sh test installs them)" >&2; exit 1; }
 setup_work xf-metrics
 federation eu-1:eu:eu eu-2:eu:eu us-1:us:us us-2:us:us
 comp policy import "$src/deploy/policy/quickstart.json" --reason "the quickstart's policy" >/dev/null

@@ -17,7 +17,7 @@ build=$(cd "${1:?usage: supervise.sh BUILD_DIR}" && pwd)
 label=supervise
 # shellcheck source=tests/integration/lib.sh
 source "$(dirname "$0")/lib.sh"
-command -v python3 >/dev/null || { echo "FAIL: python3 is missing (deploy/install-deps.sh)" >&2; exit 1; }
+command -v python3 >/dev/null || { echo "FAIL: python3 is missing (deploy/install-deps.sh build installs it)" >&2; exit 1; }
 setup_work xfed-supervise
 coord_flags=(--residency-policy off)
 

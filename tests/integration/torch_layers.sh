@@ -18,7 +18,7 @@ py=/usr/bin/python3
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export XF_LOG_LEVEL=warn XF_BACKEND=cpu
 if ! "$py" -c 'import torch, numpy' 2>/dev/null; then
-  echo "SKIP: $py cannot import torch (deploy/install-deps.sh installs python3-torch)" >&2
+  echo "SKIP: $py cannot import torch (deploy/install-deps.sh test installs python3-torch)" >&2
   exit 77
 fi
 [[ -x $build/cli/xfed && -x $build/tests/xfed-layer-models ]] || fail "build $build first"

@@ -30,7 +30,7 @@ case $mode in
   contract) ;;
   torch)
     if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-      echo "SKIP: /usr/bin/python3 cannot import torch (deploy/install-deps.sh installs python3-torch)" >&2
+      echo "SKIP: /usr/bin/python3 cannot import torch (deploy/install-deps.sh test installs python3-torch)" >&2
       exit 77
     fi ;;
   *) echo "unknown mode $mode: contract or torch" >&2; exit 2 ;;

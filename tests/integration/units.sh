@@ -9,7 +9,7 @@
 set -euo pipefail
 build=$(cd "${1:?usage: units.sh BUILD_DIR}" && pwd)
 command -v systemd-analyze >/dev/null ||
-  { echo "FAIL: systemd-analyze is missing (deploy/install-deps.sh installs systemd)" >&2; exit 1; }
+  { echo "FAIL: systemd-analyze is missing (deploy/install-deps.sh test installs systemd)" >&2; exit 1; }
 root=$(mktemp -d "${TMPDIR:-/tmp}/xfed-units-XXXXXX")
 trap 'rm -rf "$root"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -40,10 +40,13 @@ for u in xfed-coordinator.service xfed-aggregator@eu.service xfed-site.service; 
   echo "ok $u"
 done
 
+# Installed as gzip -9n makes them: no file name or time in the header.
 for page in man1/xfed.1 man8/xfed-coord.8 man8/xfed-site.8; do
-  f=$root$prefix/share/man/$page
-  [[ -s $f ]] || fail "no man page $page"
-  grep -q '@XF_VERSION@' "$f" && fail "$page still holds @XF_VERSION@"
+  f=$root$prefix/share/man/$page.gz
+  [[ -s $f ]] || fail "no man page $page.gz"
+  [[ $(od -An -tx1 -j3 -N5 "$f" | tr -d ' ') == 0000000000 ]] ||
+    fail "$page.gz holds a file name or a time (gzip -9n leaves them out)"
+  zcat "$f" | grep -q '@XF_VERSION@' && fail "$page still holds @XF_VERSION@"
   if command -v man >/dev/null; then
     warn=$(MANWIDTH=80 man --warnings -l "$f" 2>&1 >/dev/null) || fail "man $page: $warn"
     [[ -z $warn ]] || fail "man $page warns: $warn"
