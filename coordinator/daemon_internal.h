@@ -214,7 +214,6 @@ typedef struct xf__run {
   uint8_t seal_pk[XF_SEAL_PUBLICKEYBYTES];
   uint32_t seal_round, seal_attempt;
   uint64_t model_stream;    /* the stream id this run's model goes under (even) */
-  uint64_t bytes_up, bytes_down; /* not yet added to the journal */
   /* planning */
   xf_admission plan;
   bool has_plan;

@@ -123,8 +123,8 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
   snprintf(st->state, sizeof(st->state), "%s", xf_job_state_name(jj.state));
   snprintf(st->message, sizeof(st->message), "%s", jj.message);
   uint64_t up = 0, down = 0;
-  XF_GUARD(xf_journal_job_traffic(co->db, id, st->submitter, sizeof(st->submitter), &up, &down,
-                                  err));
+  XF_GUARD(xf_journal_job_submitter_get(co->db, id, st->submitter, sizeof(st->submitter), err));
+  XF_GUARD(xf_journal_job_bytes(co->db, id, &up, &down, err));
   st->spec_json = NULL;
   if (xf_jobspec_to_json(&jj.spec, &st->spec_json) != XF_OK)
     return xf_fail(err, XF_ENOMEM, "out of memory");
@@ -162,8 +162,6 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
   }
   xf_digest_hex(&jj.model, st->digest);
   if (run) {
-    ji->bytes_up += run->bytes_up;
-    ji->bytes_down += run->bytes_down;
     uint32_t invited, accepted, reported, target;
     xf_jobm_counts(run->m, &invited, &accepted, &reported, &target);
     ji->invited = invited;
@@ -358,7 +356,7 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
   }
   if (rc == XF_OK) rc = xf_blob_put(co->blobs, mf->bytes, mf->len, &blob, &err);
   if (rc == XF_OK) rc = xf_journal_job_create(co->db, &spec, &blob, xf__now(), &id, &err);
-  if (rc == XF_OK) rc = xf_journal_job_extra(co->db, id, submitter, 0, 0, &err);
+  if (rc == XF_OK) rc = xf_journal_job_submitter(co->db, id, submitter, &err);
   xf__model_file_unref(mf);
   xf_free(params);
   if (rc != XF_OK) {
@@ -472,8 +470,7 @@ static void on_metrics_query(xf__coord *co, xf__peer *p, const Xfed__MetricsQuer
     r->test_loss = v[i].test_loss;
     r->test_accuracy = v[i].test_accuracy;
     r->samples = v[i].samples;
-    r->bytes_up = v[i].bytes_up;
-    r->bytes_down = v[i].bytes_down;
+    xf_journal_metrics_bytes(&v[i], &r->bytes_up, &r->bytes_down);
     /* Rows come by round: one accountant call per round, not per row. */
     if (v[i].round != eps_round) {
       eps_round = v[i].round;
