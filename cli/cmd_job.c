@@ -131,6 +131,7 @@ json_t *xf__job_json(const Xfed__JobInfo *j) {
       xf__job_number(j->updated), "submitter", str_or_empty(j->submitter), "model_digest",
       str_or_empty(j->model_digest));
   if (!o) return NULL;
+  json_object_set_new(o, "model_file_digest", json_string(str_or_empty(j->model_file_digest)));
   /* Counted in sites; the newest evaluation still coming in, labelled. */
   json_object_set_new(o, "accepted", json_integer((json_int_t)j->accepted));
   json_object_set_new(o, "eval_sites", json_integer((json_int_t)j->eval_sites));
@@ -221,6 +222,8 @@ static void print_status(const Xfed__JobInfo *j) {
   printf("epsilon     %s\n", eps);
   printf("traffic     %s up, %s down\n", up, down);
   if (j->model_digest && *j->model_digest) printf("model       %s\n", j->model_digest);
+  if (j->model_file_digest && *j->model_file_digest)
+    printf("model file  %s\n", j->model_file_digest);
   if (j->submitter && *j->submitter) printf("submitter   %s\n", j->submitter);
   printf("submitted   %s\n", created);
   printf("updated     %s\n", updated);

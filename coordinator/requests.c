@@ -48,9 +48,35 @@ static bool parse_job_id(xf__peer *p, const char *s, int64_t *out) {
 
 /* ---- JobInfo ------------------------------------------------------------------------------ */
 
+void xf__model_digest_note(xf__coord *co, const xf_digest *blob, const xf_digest *params) {
+  struct xf__model_digest *e = &co->model_digests[co->model_digest_next];
+  co->model_digest_next = (co->model_digest_next + 1) % XF__MODEL_DIGESTS;
+  *e = (struct xf__model_digest){.blob = *blob, .params = *params, .set = true};
+}
+
+xf_err xf__model_digest(xf__coord *co, const xf_digest *blob, xf_digest *params,
+                        xf_errctx *err) {
+  for (size_t i = 0; i < XF__MODEL_DIGESTS; i++) {
+    const struct xf__model_digest *e = &co->model_digests[i];
+    if (e->set && memcmp(&e->blob, blob, sizeof(*blob)) == 0) {
+      *params = e->params;
+      return XF_OK;
+    }
+  }
+  xf_model *m = NULL;
+  float *v = NULL;
+  XF_GUARD(xf_checkpoint_load_blob(co->blobs, blob, &m, &v, err));
+  xf_params_digest(v, xf_model_num_params(m), params);
+  xf_model_free(m);
+  xf_free(v);
+  xf__model_digest_note(co, blob, params);
+  return XF_OK;
+}
+
 /* Room for what a JobInfo points to. */
 typedef struct info_store {
-  char id[32], name[XF_JOB_IDENT_MAX], state[16], message[1200], digest[XF_DIGEST_HEX];
+  char id[32], name[XF_JOB_IDENT_MAX], state[16], message[1200], digest[XF_DIGEST_HEX],
+      file_digest[XF_DIGEST_HEX];
   char submitter[XF_SPIFFE_MAX];
   char *spec_json;
 } info_store;
@@ -160,7 +186,12 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
     ji->has_epsilon = true;
     ji->epsilon = eps;
   }
-  xf_digest_hex(&jj.model, st->digest);
+  /* Two names for two facts: the model (its parameters) and the file that
+   * holds it (the blob, the bytes `xfed job export --out FILE.xfm` writes). */
+  xf_digest params;
+  XF_GUARD(xf__model_digest(co, &jj.model, &params, err));
+  xf_digest_hex(&params, st->digest);
+  xf_digest_hex(&jj.model, st->file_digest);
   if (run) {
     uint32_t invited, accepted, reported, target;
     xf_jobm_counts(run->m, &invited, &accepted, &reported, &target);
@@ -197,6 +228,7 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
                (unsigned)run->refused_round, run->refused);
   }
   ji->model_digest = st->digest;
+  ji->model_file_digest = st->file_digest;
   return XF_OK;
 }
 
@@ -220,6 +252,10 @@ json_t *xf__job_info_json(xf__coord *co, int64_t id, xf_errctx *err) {
       number(ji.train_loss), "epsilon", ji.has_epsilon ? number(ji.epsilon) : json_null(),
       "bytes_up", (json_int_t)ji.bytes_up, "bytes_down", (json_int_t)ji.bytes_down, "message",
       ji.message, "submitter", ji.submitter, "created", ji.created, "updated", ji.updated);
+  if (o) {
+    json_object_set_new(o, "model_digest", json_string(ji.model_digest));
+    json_object_set_new(o, "model_file_digest", json_string(ji.model_file_digest));
+  }
   xf_free(st.spec_json);
   if (!o) xf_fail(err, XF_ENOMEM, "out of memory");
   return o;
