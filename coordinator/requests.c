@@ -15,6 +15,7 @@
 #include "job/jobprivacy.h"
 #include "privacy/accountant.h"
 #include "kernels/checkpoint.h"
+#include "policy/audit.h"
 
 /* Metrics rows a page may hold at most, whatever the CLI asks (and less
  * when they would outgrow one frame). */
@@ -77,9 +78,42 @@ xf_err xf__model_digest(xf__coord *co, const xf_digest *blob, xf_digest *params,
 typedef struct info_store {
   char id[32], name[XF_JOB_IDENT_MAX], state[16], message[1200], digest[XF_DIGEST_HEX],
       file_digest[XF_DIGEST_HEX];
-  char submitter[XF_SPIFFE_MAX];
+  char submitter[XF_SPIFFE_MAX], accuracy_note[600];
   char *spec_json;
 } info_store;
+
+/* Why a job that is over has no test accuracy: no round committed, every
+ * evaluation report was refused (the audit trail's refused_report rows about
+ * the job say which), or none came in. */
+static void explain_no_accuracy(xf__coord *co, const char *job, uint32_t committed, char *out,
+                                size_t n) {
+  if (committed == 0) {
+    snprintf(out, n, "no round committed");
+    return;
+  }
+  uint64_t refused = 0;
+  char *detail = NULL;
+  xf_errctx err = {0};
+  if (!co->audit || xf_audit_about(co->audit, "refused_report", job, &refused, &detail, &err) !=
+                        XF_OK || refused == 0) {
+    snprintf(out, n, "no site's evaluation of the model came in");
+    xf_free(detail);
+    return;
+  }
+  json_t *d = json_loads(detail, 0, NULL);
+  xf_free(detail);
+  const char *site = json_string_value(json_object_get(d, "site"));
+  const char *report = json_string_value(json_object_get(d, "report"));
+  const char *field = json_string_value(json_object_get(d, "field"));
+  const char *value = json_string_value(json_object_get(d, "value"));
+  const char *rule = json_string_value(json_object_get(d, "rule"));
+  snprintf(out, n,
+           "no site's evaluation was accepted: %" PRIu64 " report%s refused (the newest: site "
+           "%.64s's %.32s, %.32s %.32s %.200s; each is a refused_report row of the audit trail)",
+           refused, refused == 1 ? "" : "s", site ? site : "?", report ? report : "report",
+           field ? field : "?", value ? value : "?", rule ? rule : "");
+  json_decref(d);
+}
 
 /* The figures of complete evaluations, and of the newest one still coming
  * in, labelled so. Model round r is evaluated by every site of round r + 1
@@ -174,6 +208,11 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
   bool over = jj.state == XF_JOB_FAILED || jj.state == XF_JOB_CANCELLED ||
               (jj.state == XF_JOB_DONE && !run);
   summarize_metrics(co, id, jj.rounds_committed, over, ji);
+  if (over && !isfinite(ji->test_accuracy)) {
+    explain_no_accuracy(co, st->id, jj.rounds_committed, st->accuracy_note,
+                        sizeof(st->accuracy_note));
+    ji->accuracy_note = st->accuracy_note;
+  }
   double eps;
   bool site_eps;
   xf_errctx eps_err = {0};
@@ -255,6 +294,7 @@ json_t *xf__job_info_json(xf__coord *co, int64_t id, xf_errctx *err) {
   if (o) {
     json_object_set_new(o, "model_digest", json_string(ji.model_digest));
     json_object_set_new(o, "model_file_digest", json_string(ji.model_file_digest));
+    json_object_set_new(o, "accuracy_note", json_string(ji.accuracy_note ? ji.accuracy_note : ""));
   }
   xf_free(st.spec_json);
   if (!o) xf_fail(err, XF_ENOMEM, "out of memory");
