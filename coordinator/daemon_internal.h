@@ -250,7 +250,6 @@ typedef struct xf__run {
 /* What the coordinator counts since the process started (stats.c), beyond
  * what the journal and the connection guard keep, for the exporter
  * (metrics.c). */
-#define XF__MODEL_DIGESTS 64 /* model blobs whose parameter digests are remembered */
 #define XF__STATS_JOBS 32 /* jobs whose round counts are kept (the newest) */
 typedef struct xf__coord_stats {
   uint64_t bytes_in[5], bytes_out[5];   /* closed connections', by xf__peer_kind */
@@ -316,14 +315,6 @@ typedef struct xf__coord {
     size_t n;
     struct xf__residual *next;
   } *residuals;
-  /* Global role: the parameter digests of model blobs shown lately
-   * (requests.c), a ring. Blobs are named by their bytes, so an entry never
-   * goes stale. */
-  struct xf__model_digest {
-    xf_digest blob, params;
-    bool set;
-  } model_digests[XF__MODEL_DIGESTS];
-  size_t model_digest_next;
 } xf__coord;
 
 /* ---- daemon.c ------------------------------------------------------------------------ */
@@ -484,12 +475,11 @@ void xf__policy_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);
 void xf__cli_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);
 /* The model digest of a committed model blob: the BLAKE2b-256 of its
  * parameters (docs/model-format.md's `digest`, what a TaskOffer carries and
- * `xfed job export` prints), not the blob's name. Decodes the blob unless it
- * was noted or shown lately. */
+ * `xfed job export` prints), not the blob's name. From the journal, where
+ * submissions and commits note it; a blob of an older journal is decoded
+ * once and noted. */
 xf_err xf__model_digest(xf__coord *co, const xf_digest *blob, xf_digest *params,
                         xf_errctx *err) XF_WARN_UNUSED;
-/* Remembers params as the model digest of blob (a commit knows both). */
-void xf__model_digest_note(xf__coord *co, const xf_digest *blob, const xf_digest *params);
 
 /* ---- metrics.c: /metrics and /healthz ----------------------------------------------------- */
 /* stats.c: sets up the counts below (every build). */

@@ -545,7 +545,9 @@ static xf_err commit_global(xf__run *run, uint32_t sites, xf_errctx *err) {
   run->mf = mf;
   run->model_round = round;
   xf_params_digest(run->params, run->n_params, &run->params_digest);
-  xf__model_digest_note(co, &model_blob, &run->params_digest);
+  xf_errctx note_err = {0};
+  journal_check(xf_journal_model_digest_note(co->db, &model_blob, &run->params_digest, &note_err),
+                "model_digest", &note_err);
   XF_GUARD(refresh_offer(run, err));
   char hex[XF_DIGEST_HEX];
   xf_digest_hex(&run->params_digest, hex);

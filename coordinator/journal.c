@@ -130,6 +130,14 @@ static const xf_migration xf__migrations[] = {
      * bytes_up and bytes_down (migration 2) are no longer written: a job's
      * traffic is the sum of its metrics rows. */
     {7, "ALTER TABLE metrics ADD COLUMN eval_bytes_down INTEGER;"},
+    /* 8: the model digest (the parameters' BLAKE2b-256) of each model blob,
+     * so that a job's status names its model without decoding the blob.
+     * Blobs are named by their bytes: a row never goes stale. */
+    {8,
+     "CREATE TABLE model_digests ("
+     "  blob TEXT PRIMARY KEY CHECK (length(blob) = 64),"
+     "  params TEXT NOT NULL CHECK (length(params) = 64)"
+     ");"},
 };
 
 const xf_migration *xf_journal_migrations(size_t *n) {
@@ -839,6 +847,33 @@ xf_err xf_journal_job_bytes(xf_db *db, int64_t job, uint64_t *bytes_up, uint64_t
   }
   xf_free(v);
   return XF_OK;
+}
+
+xf_err xf_journal_model_digest_note(xf_db *db, const xf_digest *blob, const xf_digest *params,
+                                    xf_errctx *err) {
+  char b[XF_DIGEST_HEX], p[XF_DIGEST_HEX];
+  xf_digest_hex(blob, b);
+  xf_digest_hex(params, p);
+  return xf__run(db, err, "recording a model digest", NULL,
+                 "INSERT OR IGNORE INTO model_digests (blob, params) VALUES (?, ?)", "tt", b, p);
+}
+
+xf_err xf_journal_model_digest(xf_db *db, const xf_digest *blob, xf_digest *params,
+                               xf_errctx *err) {
+  char b[XF_DIGEST_HEX];
+  xf_digest_hex(blob, b);
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf__prepare(db, &st, err, "SELECT params FROM model_digests WHERE blob = ?", "t", b));
+  int rc = sqlite3_step(st);
+  xf_err e = XF_OK;
+  if (rc == SQLITE_ROW)
+    e = xf__column_digest(st, 0, params, NULL, err);
+  else if (rc == SQLITE_DONE)
+    e = xf_fail(err, XF_ENOENT, "no model digest noted for blob %s", b);
+  else
+    e = xf_db_fail(db, err, "reading a model digest");
+  sqlite3_finalize(st);
+  return e;
 }
 
 xf_err xf_journal_round_model(xf_db *db, int64_t job, uint32_t round, xf_digest *model,

@@ -210,6 +210,14 @@ xf_err xf_journal_job_submitter_get(xf_db *db, int64_t job, char *submitter,
  * (0 and 0 for a job without any). */
 xf_err xf_journal_job_bytes(xf_db *db, int64_t job, uint64_t *bytes_up, uint64_t *bytes_down,
                             xf_errctx *err) XF_WARN_UNUSED;
+/* The model digest of a model blob (the BLAKE2b-256 of its parameters,
+ * docs/model-format.md's `digest`) as noted (migration 8); XF_ENOENT when
+ * none was. Noting the same blob again keeps the first row: a blob's bytes,
+ * and so its parameters, never change. */
+xf_err xf_journal_model_digest(xf_db *db, const xf_digest *blob, xf_digest *params,
+                               xf_errctx *err) XF_WARN_UNUSED;
+xf_err xf_journal_model_digest_note(xf_db *db, const xf_digest *blob, const xf_digest *params,
+                                    xf_errctx *err) XF_WARN_UNUSED;
 /* The model committed by a round; XF_ENOENT when the round has none. */
 xf_err xf_journal_round_model(xf_db *db, int64_t job, uint32_t round, xf_digest *model,
                               xf_errctx *err) XF_WARN_UNUSED;

@@ -49,28 +49,19 @@ static bool parse_job_id(xf__peer *p, const char *s, int64_t *out) {
 
 /* ---- JobInfo ------------------------------------------------------------------------------ */
 
-void xf__model_digest_note(xf__coord *co, const xf_digest *blob, const xf_digest *params) {
-  struct xf__model_digest *e = &co->model_digests[co->model_digest_next];
-  co->model_digest_next = (co->model_digest_next + 1) % XF__MODEL_DIGESTS;
-  *e = (struct xf__model_digest){.blob = *blob, .params = *params, .set = true};
-}
-
 xf_err xf__model_digest(xf__coord *co, const xf_digest *blob, xf_digest *params,
                         xf_errctx *err) {
-  for (size_t i = 0; i < XF__MODEL_DIGESTS; i++) {
-    const struct xf__model_digest *e = &co->model_digests[i];
-    if (e->set && memcmp(&e->blob, blob, sizeof(*blob)) == 0) {
-      *params = e->params;
-      return XF_OK;
-    }
-  }
+  xf_errctx none = {0};
+  if (xf_journal_model_digest(co->db, blob, params, &none) == XF_OK) return XF_OK;
   xf_model *m = NULL;
   float *v = NULL;
   XF_GUARD(xf_checkpoint_load_blob(co->blobs, blob, &m, &v, err));
   xf_params_digest(v, xf_model_num_params(m), params);
   xf_model_free(m);
   xf_free(v);
-  xf__model_digest_note(co, blob, params);
+  /* Unnoted, it is decoded again next time: nothing is wrong with the answer. */
+  if (xf_journal_model_digest_note(co->db, blob, params, &none) != XF_OK)
+    XF_WARN("model_digest_not_noted", "reason=\"%s\"", none.msg);
   return XF_OK;
 }
 
@@ -430,7 +421,12 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
     xf_model_init_params(model, spec.seed, params);
     rc = xf__model_file_make_as(model, params, XF_CHECKPOINT_F32, &mf, NULL, &err);
   }
+  xf_digest model_digest;
   if (rc == XF_OK) rc = xf_blob_put(co->blobs, mf->bytes, mf->len, &blob, &err);
+  if (rc == XF_OK) {
+    xf_params_digest(params, xf_model_num_params(model), &model_digest);
+    rc = xf_journal_model_digest_note(co->db, &blob, &model_digest, &err);
+  }
   if (rc == XF_OK) rc = xf_journal_job_create(co->db, &spec, &blob, xf__now(), &id, &err);
   if (rc == XF_OK) rc = xf_journal_job_submitter(co->db, id, submitter, &err);
   xf__model_file_unref(mf);

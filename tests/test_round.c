@@ -787,6 +787,24 @@ static void job_traffic_is_its_metrics_rows_with_the_final_evaluation(void **sta
   xf_db_close(db);
 }
 
+/* The model digest of a blob, as a submission or a commit notes it; a blob
+ * noted again keeps its first row (its bytes never change). */
+static void journal_notes_the_model_digest_of_each_blob(void **state) {
+  (void)state;
+  char path[128];
+  db_path("digests", path, sizeof(path));
+  xf_db *db = journal_open(path);
+  xf_errctx err;
+  xf_digest blob = digest_of("model 1"), params = digest_of("params 1"),
+            other = digest_of("params 2"), got;
+  assert_int_equal(xf_journal_model_digest(db, &blob, &got, NULL), XF_ENOENT);
+  check(xf_journal_model_digest_note(db, &blob, &params, &err), &err);
+  check(xf_journal_model_digest_note(db, &blob, &other, &err), &err);
+  check(xf_journal_model_digest(db, &blob, &got, &err), &err);
+  assert_memory_equal(&got, &params, sizeof(got));
+  xf_db_close(db);
+}
+
 static void journal_metrics_per_round_and_site_in_order(void **state) {
   (void)state;
   char path[128];
@@ -1026,6 +1044,7 @@ int main(void) {
       cmocka_unit_test(journal_retry_and_failure_close_the_round),
       cmocka_unit_test(journal_metrics_per_round_and_site_in_order),
       cmocka_unit_test(job_traffic_is_its_metrics_rows_with_the_final_evaluation),
+      cmocka_unit_test(journal_notes_the_model_digest_of_each_blob),
       cmocka_unit_test(journal_metrics_pages_give_every_row_once_in_order),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
