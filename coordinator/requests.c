@@ -219,8 +219,11 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
   /* Two names for two facts: the model (its parameters) and the file that
    * holds it (the blob, the bytes `xfed job export --out FILE.xfm` writes). */
   xf_digest params;
-  XF_GUARD(xf__model_digest(co, &jj.model, &params, err));
-  xf_digest_hex(&params, st->digest);
+  xf_errctx model_err = {0};
+  if (xf__model_digest(co, &jj.model, &params, &model_err) == XF_OK)
+    xf_digest_hex(&params, st->digest);
+  else /* the rest of the job's status still answers; the log says why */
+    XF_WARN("model_digest_unknown", "job=%s reason=\"%s\"", st->id, model_err.msg);
   xf_digest_hex(&jj.model, st->file_digest);
   if (run) {
     uint32_t invited, accepted, reported, target;
