@@ -135,6 +135,8 @@ json_t *xf__job_json(const Xfed__JobInfo *j) {
   json_object_set_new(o, "last_invited", json_integer((json_int_t)j->last_invited));
   json_object_set_new(o, "last_reported", json_integer((json_int_t)j->last_reported));
   json_object_set_new(o, "train_loss_kept", json_boolean(j->train_loss_kept));
+  json_object_set_new(o, "model_file_digest", json_string(str_or_empty(j->model_file_digest)));
+  json_object_set_new(o, "accuracy_note", json_string(str_or_empty(j->accuracy_note)));
   /* Counted in sites; the newest evaluation still coming in, labelled. */
   json_object_set_new(o, "accepted", json_integer((json_int_t)j->accepted));
   json_object_set_new(o, "eval_sites", json_integer((json_int_t)j->eval_sites));
@@ -233,6 +235,8 @@ static void print_status(const Xfed__JobInfo *j) {
     printf("accuracy    %s of the model of round %u, over its %u evaluating sites (test loss "
            "%s)\n",
            acc, (unsigned)j->eval_round, (unsigned)j->eval_sites, tl);
+  else if (j->accuracy_note && *j->accuracy_note)
+    printf("accuracy    none: %s\n", j->accuracy_note);
   else printf("accuracy    - (no complete evaluation yet)\n");
   if (j->partial_round && isfinite(j->partial_accuracy))
     printf("partial     %.4f of the model of round %u, %u sites in so far (not complete)\n",
@@ -241,6 +245,8 @@ static void print_status(const Xfed__JobInfo *j) {
   printf("epsilon     %s\n", eps);
   printf("traffic     %s up, %s down\n", up, down);
   if (j->model_digest && *j->model_digest) printf("model       %s\n", j->model_digest);
+  if (j->model_file_digest && *j->model_file_digest)
+    printf("model file  %s\n", j->model_file_digest);
   if (j->submitter && *j->submitter) printf("submitter   %s\n", j->submitter);
   printf("submitted   %s\n", created);
   printf("updated     %s\n", updated);
@@ -356,10 +362,14 @@ int xf__job_follow(xf_cli *cli, xf_client *c, const char *id, double interval_s)
       if (cli->json) {
         xf__job_print_json(xf__job_json(j));
       } else if (done) {
-        char eps[24];
+        /* "none" where no evaluation counted, as epsilon=none: never "nan",
+         * which would read as a NaN taken. */
+        char eps[24], acc[24];
         fmt_epsilon(j, eps);
-        printf("final accuracy=%.4f rounds=%u epsilon=%s uplink_bytes=%" PRIu64 "\n",
-               j->test_accuracy, (unsigned)j->rounds_committed, eps, j->bytes_up);
+        if (isfinite(j->test_accuracy)) snprintf(acc, sizeof(acc), "%.4f", j->test_accuracy);
+        else snprintf(acc, sizeof(acc), "none");
+        printf("final accuracy=%s rounds=%u epsilon=%s uplink_bytes=%" PRIu64 "\n", acc,
+               (unsigned)j->rounds_committed, eps, j->bytes_up);
       }
       if (!done)
         fprintf(stderr, "%s %s: job %s %s after %u of %u rounds%s%s\n", cli->prog, cli->name,

@@ -217,16 +217,21 @@ int xf_cmd_job_export(xf_cli *cli, int argc, char **argv) {
     rc = write_export(cli, fmt, a.out, data, len, m, params, &p, a.arg, round, sidecar,
                       sizeof(sidecar));
   if (rc == XF_OK) {
-    xf_digest d;
-    char hex[XF_DIGEST_HEX];
+    /* As `xfed job status` names them: the model (its parameters) and the
+     * model file the coordinator holds (the bytes it sent). */
+    xf_digest d, fd;
+    char hex[XF_DIGEST_HEX], file_hex[XF_DIGEST_HEX];
     xf_params_digest(params, xf_model_num_params(m), &d);
     xf_digest_hex(&d, hex);
+    xf_digest_buf(data, len, &fd);
+    xf_digest_hex(&fd, file_hex);
     const char *format = xf_export_format_name(fmt);
     if (cli->json) {
       json_t *o = json_pack("{s:s,s:s,s:s,s:I,s:s,s:I,s:s}", "path", a.out, "format", format,
                             "job_id", a.arg, "round", (json_int_t)round, "model",
                             xf_model_describe(m), "params",
                             (json_int_t)xf_model_num_params(m), "model_digest", hex);
+      if (o) json_object_set_new(o, "model_file_digest", json_string(file_hex));
       if (o && sidecar[0]) json_object_set_new(o, "layers", json_string(sidecar));
       xf__job_print_json(o);
     } else {
@@ -234,6 +239,7 @@ int xf_cmd_job_export(xf_cli *cli, int argc, char **argv) {
              (unsigned)round, xf_model_describe(m), xf_model_num_params(m));
       if (sidecar[0]) printf("layers %s\n", sidecar);
       printf("model_digest %s\n", hex);
+      printf("model_file_digest %s\n", file_hex);
     }
   }
   json_decref(p.header);

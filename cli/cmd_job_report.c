@@ -171,11 +171,17 @@ int xf_cmd_job_report(xf_cli *cli, int argc, char **argv) {
   snprintf(title, sizeof(title), "job %s: %s", a.arg, name);
   if (isfinite(job->test_accuracy))
     snprintf(acc, sizeof(acc), " \xc2\xb7 test accuracy %.4f", job->test_accuracy);
+  double spent = NAN, up = 0, down = 0;
   for (size_t i = n; i-- > 0;)
     if (isfinite(rounds[i].epsilon)) {
-      snprintf(eps, sizeof(eps), " \xc2\xb7 \xce\xb5 %.3g spent", rounds[i].epsilon);
+      spent = rounds[i].epsilon;
+      snprintf(eps, sizeof(eps), " \xc2\xb7 \xce\xb5 %.3g spent", spent);
       break;
     }
+  for (size_t i = 0; i < n; i++) {
+    up += rounds[i].bytes_up;
+    down += rounds[i].bytes_down;
+  }
   snprintf(subtitle, sizeof(subtitle), "%s \xc2\xb7 %zu of %u rounds reported%s%s",
            job->state ? job->state : "", n, (unsigned)job->rounds, acc, eps);
   xf_chart chart = {.title = title, .subtitle = subtitle, .rounds = rounds, .n_rounds = n,
@@ -186,10 +192,14 @@ int xf_cmd_job_report(xf_cli *cli, int argc, char **argv) {
     st = xf_cli_fail(cli, rc);
     goto out;
   }
+  /* The figures drawn, for a reader that checks them against the other views. */
   if (cli->json)
-    xf__job_print_json(json_pack("{s:s,s:s,s:s,s:I,s:i,s:i}", "path", a.out, "format",
-                                 xf_chart_format_name(fmt), "job_id", a.arg, "rounds",
-                                 (json_int_t)n, "width", width, "height", height));
+    xf__job_print_json(json_pack("{s:s,s:s,s:s,s:I,s:i,s:i,s:o,s:o,s:I,s:I}", "path", a.out,
+                                 "format", xf_chart_format_name(fmt), "job_id", a.arg, "rounds",
+                                 (json_int_t)n, "width", width, "height", height,
+                                 "test_accuracy", xf__job_number(job->test_accuracy), "epsilon",
+                                 xf__job_number(spent), "bytes_up", (json_int_t)up, "bytes_down",
+                                 (json_int_t)down));
   else
     printf("wrote %s (%s, %dx%d): job %s, %zu rounds\n", a.out, xf_chart_format_name(fmt),
            width, height, a.arg, n);

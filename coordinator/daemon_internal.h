@@ -214,7 +214,6 @@ typedef struct xf__run {
   uint8_t seal_pk[XF_SEAL_PUBLICKEYBYTES];
   uint32_t seal_round, seal_attempt;
   uint64_t model_stream;    /* the stream id this run's model goes under (even) */
-  uint64_t bytes_up, bytes_down; /* not yet added to the journal */
   /* planning */
   xf_admission plan;
   bool has_plan;
@@ -474,6 +473,13 @@ void xf__policy_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);
 
 /* ---- requests.c ---------------------------------------------------------------------------- */
 void xf__cli_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);
+/* The model digest of a committed model blob: the BLAKE2b-256 of its
+ * parameters (docs/model-format.md's `digest`, what a TaskOffer carries and
+ * `xfed job export` prints), not the blob's name. From the journal, where
+ * submissions and commits note it; a blob of an older journal is decoded
+ * once and noted. */
+xf_err xf__model_digest(xf__coord *co, const xf_digest *blob, xf_digest *params,
+                        xf_errctx *err) XF_WARN_UNUSED;
 
 /* ---- metrics.c: /metrics and /healthz ----------------------------------------------------- */
 /* stats.c: sets up the counts below (every build). */

@@ -241,13 +241,15 @@ static void api_metrics(xf__coord *co, const char *id_text, xf_http_response *re
       has_eps = xf_job_epsilon(&jj.spec, eps_round, &eps);
     }
     double e = has_eps ? eps : v[i].has_epsilon ? v[i].epsilon : NAN;
+    uint64_t up, down;
+    xf_journal_metrics_bytes(&v[i], &up, &down);
     json_array_append_new(
         rows, json_pack("{s:I,s:s,s:s,s:o,s:o,s:o,s:I,s:I,s:I,s:o}", "round",
                         (json_int_t)v[i].round, "site", site, "region", region, "train_loss",
                         number(v[i].train_loss), "test_loss", number(v[i].test_loss),
                         "test_accuracy", number(v[i].test_accuracy), "samples",
-                        (json_int_t)v[i].samples, "bytes_up", (json_int_t)v[i].bytes_up,
-                        "bytes_down", (json_int_t)v[i].bytes_down, "epsilon", number(e)));
+                        (json_int_t)v[i].samples, "bytes_up", (json_int_t)up,
+                        "bytes_down", (json_int_t)down, "epsilon", number(e)));
   }
   xf_free(v);
   reply_json(resp, json_pack("{s:I,s:o}", "job_id", (json_int_t)id, "rows",

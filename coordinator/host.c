@@ -297,8 +297,7 @@ static void send_offer(xf__run *run, const xf_jobm_action *a, bool evaluate) {
                       .job_id = run->id_text,
                       .round = o.round};
   xf__stream_opts so = {.attempt = o.attempt, .job = run->id_text};
-  if (xf__stream_queue(p, &d, run->offer_mf, NULL, run->offer_mf->len, 0, &so) == XF_OK)
-    run->bytes_down += run->offer_mf->len;
+  (void)xf__stream_queue(p, &d, run->offer_mf, NULL, run->offer_mf->len, 0, &so);
   XF_INFO("task_sent", "job=%s round=%u attempt=%u to=%s sites=%zu eval=%d resend=%d "
           "model_bytes=%zu",
           run->id_text, (unsigned)o.round, (unsigned)o.attempt, name_of(co, a->carrier),
@@ -546,6 +545,9 @@ static xf_err commit_global(xf__run *run, uint32_t sites, xf_errctx *err) {
   run->mf = mf;
   run->model_round = round;
   xf_params_digest(run->params, run->n_params, &run->params_digest);
+  xf_errctx note_err = {0};
+  journal_check(xf_journal_model_digest_note(co->db, &model_blob, &run->params_digest, &note_err),
+                "model_digest", &note_err);
   XF_GUARD(refresh_offer(run, err));
   char hex[XF_DIGEST_HEX];
   xf_digest_hex(&run->params_digest, hex);
@@ -609,15 +611,6 @@ static void journal_fail(xf__run *run, const xf_jobm_action *a) {
   if (xf_journal_job_fail(run->co->db, run->id, a->round, a->attempt, a->note, xf__now(), &err) !=
       XF_OK)
     xf__journal_state(run->co, run->id, XF_JOB_FAILED, a->note);
-}
-
-static void traffic(xf__run *run) {
-  if (run->relay || !(run->bytes_up || run->bytes_down)) return;
-  xf_errctx err = {0};
-  journal_check(xf_journal_job_extra(run->co->db, run->id, NULL, run->bytes_up, run->bytes_down,
-                                     &err),
-                "job_traffic", &err);
-  run->bytes_up = run->bytes_down = 0;
 }
 
 /* ---- the machine's actions --------------------------------------------------------------------------- */
@@ -723,7 +716,6 @@ static void take_action(xf__run *run, const xf_jobm_action *a) {
     XF_ERROR("job_failed", "job=%s reason=\"%s\"", run->id_text, a->note);
     xf__stats_round(run, false);
     if (!run->relay) journal_fail(run, a);
-    traffic(run);
     run->over = true;
     return;
   case XF_JOBM_FINISH:
@@ -736,7 +728,6 @@ static void take_action(xf__run *run, const xf_jobm_action *a) {
       xf__journal_state(co, run->id, XF_JOB_DONE, msg);
     }
     if (run->relay && run->up.evaluate_only) xf__upstream_eval_done(co, run);
-    traffic(run);
     if (!run->relay) run->over = true;
     return;
   case XF_JOBM_ACCEPT_UP: xf__upstream_accept(co, run, a->sites, a->n_sites); return;
@@ -932,9 +923,11 @@ static void on_metrics(xf__run *run, xf__site *s, const Xfed__Envelope *env) {
       journal_check(xf_journal_metrics_add(co->db, run->id, &r, &err), "metrics", &err);
     }
     if (m->has_test && m->model_round >= 1) {
+      /* An evaluation-only task downloaded the model for this alone. */
       xf_journal_metrics r = {.round = m->model_round, .site = id, .train_loss = NAN,
                               .test_loss = m->test_loss, .test_accuracy = m->test_accuracy,
-                              .samples = m->samples};
+                              .samples = m->samples, .has_eval_bytes = !m->has_train,
+                              .eval_bytes_down = m->has_train ? 0 : m->bytes_down};
       journal_check(xf_journal_metrics_add(co->db, run->id, &r, &err), "metrics", &err);
     }
   }
@@ -1295,7 +1288,6 @@ void xf__run_cancel(xf__coord *co, int64_t id, const char *why) {
     if (xf_jobm_cancel(run->m, why, xf__now(), &err) != XF_OK)
       XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
     xf__run_actions(run);
-    traffic(run);
     run->over = true;
   }
 }

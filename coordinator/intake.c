@@ -399,7 +399,6 @@ void xf__intake_end(xf__run *run, xf__site *s, xf__take *t, const Xfed__TensorEn
     send_ack(s, t->rx);
     xf__take_abort(run, t);
   }
-  run->bytes_up += bytes;
   /* An artifact that came across a region boundary. */
   if (co->cfg.region[0] && strcmp(s->region, co->cfg.region) != 0) {
     json_t *o = json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:s,s:I,s:I}", "job", run->id_text, "round",

@@ -124,6 +124,20 @@ static const xf_migration xf__migrations[] = {
      "  last_seen REAL NOT NULL CHECK (last_seen >= first_seen),"
      "  PRIMARY KEY (site, name)"
      ");"},
+    /* 7: the final evaluation's download of the model, kept apart from the
+     * round's training traffic in the same row so that each replaces only
+     * its own figure (docs/metrics.md, "A job's traffic"). The jobs table's
+     * bytes_up and bytes_down (migration 2) are no longer written: a job's
+     * traffic is the sum of its metrics rows. */
+    {7, "ALTER TABLE metrics ADD COLUMN eval_bytes_down INTEGER;"},
+    /* 8: the model digest (the parameters' BLAKE2b-256) of each model blob,
+     * so that a job's status names its model without decoding the blob.
+     * Blobs are named by their bytes: a row never goes stale. */
+    {8,
+     "CREATE TABLE model_digests ("
+     "  blob TEXT PRIMARY KEY CHECK (length(blob) = 64),"
+     "  params TEXT NOT NULL CHECK (length(params) = 64)"
+     ");"},
 };
 
 const xf_migration *xf_journal_migrations(size_t *n) {
@@ -505,12 +519,17 @@ xf_err xf_journal_metrics_add(xf_db *db, int64_t job, const xf_journal_metrics *
                               xf_errctx *err) {
   XF_GUARD(xf__check_id(m->site, "site", err));
   XF_GUARD(xf__check_id(m->samples, "samples", err));
+  if (m->has_bytes) {
+    XF_GUARD(xf__check_id(m->bytes_up, "bytes_up", err));
+    XF_GUARD(xf__check_id(m->bytes_down, "bytes_down", err));
+  }
+  if (m->has_eval_bytes) XF_GUARD(xf__check_id(m->eval_bytes_down, "eval_bytes_down", err));
   XF_ENSURE(m->round >= 1, err, XF_EINVAL, "rounds count from 1");
   sqlite3_stmt *st = NULL;
   XF_GUARD(xf__prepare(db, &st, err,
                        "INSERT INTO metrics (job, round, site, train_loss, test_loss,"
-                       " test_accuracy, samples, epsilon, bytes_up, bytes_down)"
-                       " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                       " test_accuracy, samples, epsilon, bytes_up, bytes_down, eval_bytes_down)"
+                       " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                        " ON CONFLICT (job, round, site) DO UPDATE SET"
                        " train_loss = coalesce(excluded.train_loss, train_loss),"
                        " test_loss = coalesce(excluded.test_loss, test_loss),"
@@ -518,7 +537,8 @@ xf_err xf_journal_metrics_add(xf_db *db, int64_t job, const xf_journal_metrics *
                        " samples = max(excluded.samples, samples),"
                        " epsilon = coalesce(excluded.epsilon, epsilon),"
                        " bytes_up = coalesce(excluded.bytes_up, bytes_up),"
-                       " bytes_down = coalesce(excluded.bytes_down, bytes_down)",
+                       " bytes_down = coalesce(excluded.bytes_down, bytes_down),"
+                       " eval_bytes_down = coalesce(excluded.eval_bytes_down, eval_bytes_down)",
                        "iiidddi", job, (int64_t)m->round, (int64_t)m->site, m->train_loss,
                        m->test_loss, m->test_accuracy, (int64_t)m->samples));
   int rc = m->has_epsilon ? sqlite3_bind_double(st, 8, m->epsilon) : sqlite3_bind_null(st, 8);
@@ -527,6 +547,9 @@ xf_err xf_journal_metrics_add(xf_db *db, int64_t job, const xf_journal_metrics *
   if (rc == SQLITE_OK)
     rc = m->has_bytes ? sqlite3_bind_int64(st, 10, (int64_t)m->bytes_down)
                       : sqlite3_bind_null(st, 10);
+  if (rc == SQLITE_OK)
+    rc = m->has_eval_bytes ? sqlite3_bind_int64(st, 11, (int64_t)m->eval_bytes_down)
+                           : sqlite3_bind_null(st, 11);
   if (rc == SQLITE_OK) rc = sqlite3_step(st);
   xf_err e = rc == SQLITE_DONE ? XF_OK : xf_db_fail(db, err, "recording metrics");
   sqlite3_finalize(st);
@@ -568,6 +591,8 @@ static xf_err xf__metrics_collect(xf_db *db, sqlite3_stmt *st, xf_journal_metric
     m->has_bytes = sqlite3_column_type(st, 7) != SQLITE_NULL;
     m->bytes_up = (uint64_t)sqlite3_column_int64(st, 7);
     m->bytes_down = (uint64_t)sqlite3_column_int64(st, 8);
+    m->has_eval_bytes = sqlite3_column_type(st, 9) != SQLITE_NULL;
+    m->eval_bytes_down = (uint64_t)sqlite3_column_int64(st, 9);
   }
   if (e == XF_OK && rc != SQLITE_DONE) e = xf_db_fail(db, err, "reading metrics");
   sqlite3_finalize(st);
@@ -586,7 +611,7 @@ static xf_err xf__metrics_collect(xf_db *db, sqlite3_stmt *st, xf_journal_metric
 
 #define XF__METRICS_COLUMNS \
   "SELECT round, site, train_loss, test_loss, test_accuracy, samples, epsilon, bytes_up," \
-  " bytes_down FROM metrics"
+  " bytes_down, eval_bytes_down FROM metrics"
 
 xf_err xf_journal_metrics_round(xf_db *db, int64_t job, uint32_t round,
                                 xf_journal_metrics **out, size_t *n, xf_errctx *err) {
@@ -776,36 +801,77 @@ xf_err xf_journal_site_name(xf_db *db, uint64_t site, char *name, size_t name_le
   return e;
 }
 
-xf_err xf_journal_job_extra(xf_db *db, int64_t job, const char *submitter, uint64_t bytes_up,
-                            uint64_t bytes_down, xf_errctx *err) {
-  XF_GUARD(xf__check_id(bytes_up, "bytes", err));
-  XF_GUARD(xf__check_id(bytes_down, "bytes", err));
+xf_err xf_journal_job_submitter(xf_db *db, int64_t job, const char *submitter,
+                                xf_errctx *err) {
   int changes = 0;
-  XF_GUARD(xf__run(db, err, "recording the job's traffic", &changes,
-                   "UPDATE jobs SET submitter = coalesce(?, submitter), bytes_up = bytes_up + ?,"
-                   " bytes_down = bytes_down + ? WHERE id = ?",
-                   "tiii", submitter, (int64_t)bytes_up, (int64_t)bytes_down, job));
+  XF_GUARD(xf__run(db, err, "recording the job's submitter", &changes,
+                   "UPDATE jobs SET submitter = ? WHERE id = ?", "ti", submitter, job));
   XF_ENSURE(changes == 1, err, XF_ENOENT, "no job %lld in the journal", (long long)job);
   return XF_OK;
 }
 
-xf_err xf_journal_job_traffic(xf_db *db, int64_t job, char *submitter, size_t submitter_len,
-                              uint64_t *bytes_up, uint64_t *bytes_down, xf_errctx *err) {
+xf_err xf_journal_job_submitter_get(xf_db *db, int64_t job, char *submitter,
+                                    size_t submitter_len, xf_errctx *err) {
   sqlite3_stmt *st = NULL;
-  XF_GUARD(xf__prepare(db, &st, err,
-                       "SELECT submitter, bytes_up, bytes_down FROM jobs WHERE id = ?", "i", job));
+  XF_GUARD(xf__prepare(db, &st, err, "SELECT submitter FROM jobs WHERE id = ?", "i", job));
   int rc = sqlite3_step(st);
   xf_err e = XF_OK;
   if (rc == SQLITE_ROW) {
     const char *sub = (const char *)sqlite3_column_text(st, 0);
     snprintf(submitter, submitter_len, "%s", sub ? sub : "");
-    *bytes_up = (uint64_t)sqlite3_column_int64(st, 1);
-    *bytes_down = (uint64_t)sqlite3_column_int64(st, 2);
   } else if (rc == SQLITE_DONE) {
     e = xf_fail(err, XF_ENOENT, "no job %lld in the journal", (long long)job);
   } else {
     e = xf_db_fail(db, err, "reading the job");
   }
+  sqlite3_finalize(st);
+  return e;
+}
+
+void xf_journal_metrics_bytes(const xf_journal_metrics *m, uint64_t *up, uint64_t *down) {
+  *up = m->has_bytes ? m->bytes_up : 0;
+  *down = (m->has_bytes ? m->bytes_down : 0) + (m->has_eval_bytes ? m->eval_bytes_down : 0);
+}
+
+xf_err xf_journal_job_bytes(xf_db *db, int64_t job, uint64_t *bytes_up, uint64_t *bytes_down,
+                            xf_errctx *err) {
+  *bytes_up = *bytes_down = 0;
+  xf_journal_metrics *v = NULL;
+  size_t n = 0;
+  XF_GUARD(xf_journal_metrics_job(db, job, &v, &n, err));
+  for (size_t i = 0; i < n; i++) {
+    uint64_t up, down;
+    xf_journal_metrics_bytes(&v[i], &up, &down);
+    *bytes_up += up;
+    *bytes_down += down;
+  }
+  xf_free(v);
+  return XF_OK;
+}
+
+xf_err xf_journal_model_digest_note(xf_db *db, const xf_digest *blob, const xf_digest *params,
+                                    xf_errctx *err) {
+  char b[XF_DIGEST_HEX], p[XF_DIGEST_HEX];
+  xf_digest_hex(blob, b);
+  xf_digest_hex(params, p);
+  return xf__run(db, err, "recording a model digest", NULL,
+                 "INSERT OR IGNORE INTO model_digests (blob, params) VALUES (?, ?)", "tt", b, p);
+}
+
+xf_err xf_journal_model_digest(xf_db *db, const xf_digest *blob, xf_digest *params,
+                               xf_errctx *err) {
+  char b[XF_DIGEST_HEX];
+  xf_digest_hex(blob, b);
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf__prepare(db, &st, err, "SELECT params FROM model_digests WHERE blob = ?", "t", b));
+  int rc = sqlite3_step(st);
+  xf_err e = XF_OK;
+  if (rc == SQLITE_ROW)
+    e = xf__column_digest(st, 0, params, NULL, err);
+  else if (rc == SQLITE_DONE)
+    e = xf_fail(err, XF_ENOENT, "no model digest noted for blob %s", b);
+  else
+    e = xf_db_fail(db, err, "reading a model digest");
   sqlite3_finalize(st);
   return e;
 }

@@ -109,8 +109,16 @@ typedef struct xf_journal_metrics {
   bool has_epsilon;
   double epsilon;   /* privacy spent so far; meaningful when has_epsilon */
   bool has_bytes;
-  uint64_t bytes_up, bytes_down; /* the site's traffic that round, when has_bytes */
+  uint64_t bytes_up, bytes_down; /* the site's training traffic that round, when has_bytes */
+  bool has_eval_bytes;
+  uint64_t eval_bytes_down; /* the final evaluation's download of this round's model */
 } xf_journal_metrics;
+
+/* A row's traffic: the training task's update up and model down, and the
+ * final evaluation's model down. The one definition of a job's traffic: every
+ * view (status, watch, metrics rows, Prometheus, the dashboard, the report)
+ * is this summed over the job's rows (docs/metrics.md, "A job's traffic"). */
+void xf_journal_metrics_bytes(const xf_journal_metrics *m, uint64_t *up, uint64_t *down);
 
 xf_err xf_journal_metrics_add(xf_db *db, int64_t job, const xf_journal_metrics *m,
                               xf_errctx *err) XF_WARN_UNUSED;
@@ -192,13 +200,24 @@ xf_err xf_journal_site_seen(xf_db *db, uint64_t site, const char *name, const ch
 /* Name and region of a remembered site; XF_ENOENT for an unknown id. */
 xf_err xf_journal_site_name(xf_db *db, uint64_t site, char *name, size_t name_len,
                             char *region, size_t region_len, xf_errctx *err) XF_WARN_UNUSED;
-/* Sets the job's submitter (NULL: unchanged) and adds to its traffic. */
-xf_err xf_journal_job_extra(xf_db *db, int64_t job, const char *submitter, uint64_t bytes_up,
-                            uint64_t bytes_down, xf_errctx *err) XF_WARN_UNUSED;
-/* Reads them back ("" when no submitter was recorded). */
-xf_err xf_journal_job_traffic(xf_db *db, int64_t job, char *submitter, size_t submitter_len,
-                              uint64_t *bytes_up, uint64_t *bytes_down,
-                              xf_errctx *err) XF_WARN_UNUSED;
+/* Records who submitted the job. */
+xf_err xf_journal_job_submitter(xf_db *db, int64_t job, const char *submitter,
+                                xf_errctx *err) XF_WARN_UNUSED;
+/* Reads it back ("" when none was recorded); XF_ENOENT for an unknown job. */
+xf_err xf_journal_job_submitter_get(xf_db *db, int64_t job, char *submitter,
+                                    size_t submitter_len, xf_errctx *err) XF_WARN_UNUSED;
+/* The job's traffic: xf_journal_metrics_bytes summed over its metrics rows
+ * (0 and 0 for a job without any). */
+xf_err xf_journal_job_bytes(xf_db *db, int64_t job, uint64_t *bytes_up, uint64_t *bytes_down,
+                            xf_errctx *err) XF_WARN_UNUSED;
+/* The model digest of a model blob (the BLAKE2b-256 of its parameters,
+ * docs/model-format.md's `digest`) as noted (migration 8); XF_ENOENT when
+ * none was. Noting the same blob again keeps the first row: a blob's bytes,
+ * and so its parameters, never change. */
+xf_err xf_journal_model_digest(xf_db *db, const xf_digest *blob, xf_digest *params,
+                               xf_errctx *err) XF_WARN_UNUSED;
+xf_err xf_journal_model_digest_note(xf_db *db, const xf_digest *blob, const xf_digest *params,
+                                    xf_errctx *err) XF_WARN_UNUSED;
 /* The model committed by a round; XF_ENOENT when the round has none. */
 xf_err xf_journal_round_model(xf_db *db, int64_t job, uint32_t round, xf_digest *model,
                               xf_errctx *err) XF_WARN_UNUSED;

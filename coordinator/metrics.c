@@ -111,11 +111,8 @@ static void journal_jobs(xf__coord *co, xf_prom *p) {
     size_t nv = 0;
     if (xf_journal_metrics_job(co->db, ids[i], &v, &nv, &err) == XF_OK) {
       uint32_t last = 0;
-      for (size_t j = 0; j < nv; j++) {
-        r->up += (double)v[j].bytes_up;
-        r->down += (double)v[j].bytes_down;
+      for (size_t j = 0; j < nv; j++)
         if (v[j].round > last) last = v[j].round;
-      }
       /* epsilon as `xfed job metrics` shows the newest round: the job's own
        * account, or (sites that account for themselves) the largest a site
        * reported. */
@@ -131,6 +128,11 @@ static void journal_jobs(xf__coord *co, xf_prom *p) {
           }
       }
       xf_free(v);
+    }
+    uint64_t up = 0, down = 0;
+    if (xf_journal_job_bytes(co->db, ids[i], &up, &down, &err) == XF_OK) {
+      r->up = (double)up;
+      r->down = (double)down;
     }
     const char *l[] = {"job_id", r->id, NULL};
     xf_prom_sample(p, "xfed_job_rounds_completed_total", l, r->rounds);

@@ -16,6 +16,7 @@
 #include "job/jobprogress.h"
 #include "privacy/accountant.h"
 #include "kernels/checkpoint.h"
+#include "policy/audit.h"
 
 /* Metrics rows a page may hold at most, whatever the CLI asks (and less
  * when they would outgrow one frame). */
@@ -49,12 +50,62 @@ static bool parse_job_id(xf__peer *p, const char *s, int64_t *out) {
 
 /* ---- JobInfo ------------------------------------------------------------------------------ */
 
+xf_err xf__model_digest(xf__coord *co, const xf_digest *blob, xf_digest *params,
+                        xf_errctx *err) {
+  xf_errctx none = {0};
+  if (xf_journal_model_digest(co->db, blob, params, &none) == XF_OK) return XF_OK;
+  xf_model *m = NULL;
+  float *v = NULL;
+  XF_GUARD(xf_checkpoint_load_blob(co->blobs, blob, &m, &v, err));
+  xf_params_digest(v, xf_model_num_params(m), params);
+  xf_model_free(m);
+  xf_free(v);
+  /* Unnoted, it is decoded again next time: nothing is wrong with the answer. */
+  if (xf_journal_model_digest_note(co->db, blob, params, &none) != XF_OK)
+    XF_WARN("model_digest_not_noted", "reason=\"%s\"", none.msg);
+  return XF_OK;
+}
+
 /* Room for what a JobInfo points to. */
 typedef struct info_store {
-  char id[32], name[XF_JOB_IDENT_MAX], state[16], message[1200], digest[XF_DIGEST_HEX];
-  char submitter[XF_SPIFFE_MAX];
+  char id[32], name[XF_JOB_IDENT_MAX], state[16], message[1200], digest[XF_DIGEST_HEX],
+      file_digest[XF_DIGEST_HEX];
+  char submitter[XF_SPIFFE_MAX], accuracy_note[600];
   char *spec_json;
 } info_store;
+
+/* Why a job that is over has no test accuracy: no round committed, every
+ * evaluation report was refused (the audit trail's refused_report rows about
+ * the job say which), or none came in. */
+static void explain_no_accuracy(xf__coord *co, const char *job, uint32_t committed, char *out,
+                                size_t n) {
+  if (committed == 0) {
+    snprintf(out, n, "no round committed");
+    return;
+  }
+  uint64_t refused = 0;
+  char *detail = NULL;
+  xf_errctx err = {0};
+  if (!co->audit || xf_audit_about(co->audit, "refused_report", job, &refused, &detail, &err) !=
+                        XF_OK || refused == 0) {
+    snprintf(out, n, "no site's evaluation of the model came in");
+    xf_free(detail);
+    return;
+  }
+  json_t *d = json_loads(detail, 0, NULL);
+  xf_free(detail);
+  const char *site = json_string_value(json_object_get(d, "site"));
+  const char *report = json_string_value(json_object_get(d, "report"));
+  const char *field = json_string_value(json_object_get(d, "field"));
+  const char *value = json_string_value(json_object_get(d, "value"));
+  const char *rule = json_string_value(json_object_get(d, "rule"));
+  snprintf(out, n,
+           "no site's evaluation was accepted: %" PRIu64 " report%s refused (the newest: site "
+           "%.64s's %.32s, %.32s %.32s %.200s; each is a refused_report row of the audit trail)",
+           refused, refused == 1 ? "" : "s", site ? site : "?", report ? report : "report",
+           field ? field : "?", value ? value : "?", rule ? rule : "");
+  json_decref(d);
+}
 
 /* The figures of complete evaluations, and of the newest one still coming
  * in, labelled so. Model round r is evaluated by every site of round r + 1
@@ -124,8 +175,8 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
   snprintf(st->state, sizeof(st->state), "%s", xf_job_state_name(jj.state));
   snprintf(st->message, sizeof(st->message), "%s", jj.message);
   uint64_t up = 0, down = 0;
-  XF_GUARD(xf_journal_job_traffic(co->db, id, st->submitter, sizeof(st->submitter), &up, &down,
-                                  err));
+  XF_GUARD(xf_journal_job_submitter_get(co->db, id, st->submitter, sizeof(st->submitter), err));
+  XF_GUARD(xf_journal_job_bytes(co->db, id, &up, &down, err));
   st->spec_json = NULL;
   if (xf_jobspec_to_json(&jj.spec, &st->spec_json) != XF_OK)
     return xf_fail(err, XF_ENOMEM, "out of memory");
@@ -156,6 +207,11 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
       xf_journal_round_sites(co->db, id, jj.rounds_committed, &ji->last_invited,
                              &ji->last_reported, &sites_err) != XF_OK)
     ji->last_invited = ji->last_reported = 0;
+  if (over && !isfinite(ji->test_accuracy)) {
+    explain_no_accuracy(co, st->id, jj.rounds_committed, st->accuracy_note,
+                        sizeof(st->accuracy_note));
+    ji->accuracy_note = st->accuracy_note;
+  }
   double eps;
   bool site_eps;
   xf_errctx eps_err = {0};
@@ -168,10 +224,16 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
     ji->has_epsilon = true;
     ji->epsilon = eps;
   }
-  xf_digest_hex(&jj.model, st->digest);
+  /* Two names for two facts: the model (its parameters) and the file that
+   * holds it (the blob, the bytes `xfed job export --out FILE.xfm` writes). */
+  xf_digest params;
+  xf_errctx model_err = {0};
+  if (xf__model_digest(co, &jj.model, &params, &model_err) == XF_OK)
+    xf_digest_hex(&params, st->digest);
+  else /* the rest of the job's status still answers; the log says why */
+    XF_WARN("model_digest_unknown", "job=%s reason=\"%s\"", st->id, model_err.msg);
+  xf_digest_hex(&jj.model, st->file_digest);
   if (run) {
-    ji->bytes_up += run->bytes_up;
-    ji->bytes_down += run->bytes_down;
     uint32_t invited, accepted, reported, target;
     xf_jobm_counts(run->m, &invited, &accepted, &reported, &target);
     ji->invited = invited;
@@ -207,6 +269,7 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
                (unsigned)run->refused_round, run->refused);
   }
   ji->model_digest = st->digest;
+  ji->model_file_digest = st->file_digest;
   return XF_OK;
 }
 
@@ -230,6 +293,11 @@ json_t *xf__job_info_json(xf__coord *co, int64_t id, xf_errctx *err) {
       number(ji.train_loss), "epsilon", ji.has_epsilon ? number(ji.epsilon) : json_null(),
       "bytes_up", (json_int_t)ji.bytes_up, "bytes_down", (json_int_t)ji.bytes_down, "message",
       ji.message, "submitter", ji.submitter, "created", ji.created, "updated", ji.updated);
+  if (o) {
+    json_object_set_new(o, "model_digest", json_string(ji.model_digest));
+    json_object_set_new(o, "model_file_digest", json_string(ji.model_file_digest));
+    json_object_set_new(o, "accuracy_note", json_string(ji.accuracy_note ? ji.accuracy_note : ""));
+  }
   xf_free(st.spec_json);
   if (o) {
     /* The sites and the train loss in the words `xfed job status` uses. */
@@ -377,9 +445,14 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
     xf_model_init_params(model, spec.seed, params);
     rc = xf__model_file_make_as(model, params, XF_CHECKPOINT_F32, &mf, NULL, &err);
   }
+  xf_digest model_digest;
   if (rc == XF_OK) rc = xf_blob_put(co->blobs, mf->bytes, mf->len, &blob, &err);
+  if (rc == XF_OK) {
+    xf_params_digest(params, xf_model_num_params(model), &model_digest);
+    rc = xf_journal_model_digest_note(co->db, &blob, &model_digest, &err);
+  }
   if (rc == XF_OK) rc = xf_journal_job_create(co->db, &spec, &blob, xf__now(), &id, &err);
-  if (rc == XF_OK) rc = xf_journal_job_extra(co->db, id, submitter, 0, 0, &err);
+  if (rc == XF_OK) rc = xf_journal_job_submitter(co->db, id, submitter, &err);
   xf__model_file_unref(mf);
   xf_free(params);
   if (rc != XF_OK) {
@@ -493,8 +566,7 @@ static void on_metrics_query(xf__coord *co, xf__peer *p, const Xfed__MetricsQuer
     r->test_loss = v[i].test_loss;
     r->test_accuracy = v[i].test_accuracy;
     r->samples = v[i].samples;
-    r->bytes_up = v[i].bytes_up;
-    r->bytes_down = v[i].bytes_down;
+    xf_journal_metrics_bytes(&v[i], &r->bytes_up, &r->bytes_down);
     /* Rows come by round: one accountant call per round, not per row. */
     if (v[i].round != eps_round) {
       eps_round = v[i].round;

@@ -673,6 +673,30 @@ out:
   return XF_OK;
 }
 
+xf_err xf_audit_about(xf_db *db, const char *kind, const char *subject, uint64_t *count,
+                      char **last_detail, xf_errctx *err) {
+  *count = 0;
+  *last_detail = NULL;
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf_db_prepare(db,
+                         "SELECT count(*), (SELECT detail FROM audit WHERE kind = ?1 AND"
+                         " subject = ?2 ORDER BY seq DESC LIMIT 1) FROM audit"
+                         " WHERE kind = ?1 AND subject = ?2",
+                         &st, err));
+  xf_err rc = XF_OK;
+  if (sqlite3_bind_text(st, 1, kind, -1, SQLITE_TRANSIENT) != SQLITE_OK ||
+      sqlite3_bind_text(st, 2, subject, -1, SQLITE_TRANSIENT) != SQLITE_OK ||
+      sqlite3_step(st) != SQLITE_ROW) {
+    rc = xf_db_fail(db, err, "reading the audit trail");
+  } else {
+    *count = (uint64_t)sqlite3_column_int64(st, 0);
+    if (*count && !(*last_detail = column_dup(st, 1)))
+      rc = xf_fail(err, XF_ENOMEM, "cannot allocate an audit row");
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
 /* A JSON string for a text column; a tampered row's bytes that are not UTF-8
  * become '?' so that the line stays JSON. NULL only when out of memory. */
 static json_t *text_json(sqlite3_stmt *st, int col) {

@@ -188,6 +188,13 @@ xf_err xf_audit_list(xf_db *db, double since, size_t limit, xf_audit_row **rows,
 
 void xf_audit_rows_free(xf_audit_row *rows, size_t n);
 
+/* How many rows of kind are about subject, and the newest one's detail
+ * (compact JSON; the caller xf_frees *last_detail, NULL when *count is 0).
+ * A scan of the trail: for answers about one thing, not for every request.
+ * XF_EDB, XF_ENOMEM. */
+xf_err xf_audit_about(xf_db *db, const char *kind, const char *subject, uint64_t *count,
+                      char **last_detail, xf_errctx *err) XF_WARN_UNUSED;
+
 /* Writes the rows with at >= since to out as JSON lines, in seq order: one
  * object per row with the members seq, at, actor, kind, subject, detail (the
  * JSON value itself, or its text as a string if a tampered row holds

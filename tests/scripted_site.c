@@ -4,8 +4,9 @@
  * training: a liar (accuracy 7.5, then NaN, then more samples than its
  * dataset holds, and 7.5 again in the evaluation), a sender of a stream
  * whose digest is wrong, one whose first update claims the weight of more
- * records than its dataset holds, or a site that restarts mid-upload and seals its
- * update again to a new key. It announces one dataset of 28x28 grey images
+ * records than its dataset holds, a site that restarts mid-upload and seals its
+ * update again to a new key, or one that trains honestly and reports a NaN
+ * accuracy for the final evaluation. It announces one dataset of 28x28 grey images
  * and 10 classes (Fashion-MNIST's shape) and sends zero deltas, sealed as
  * a real site seals them. Everything it sees is printed to stdout as
  * `event=NAME key=value` lines for the test script to read
@@ -46,7 +47,7 @@
 /* The whole run ends after this long whatever happens. */
 #define RUN_LIMIT_S 600
 
-typedef enum script { MODE_LIAR, MODE_BAD_DIGEST, MODE_HEAVY, MODE_RESEAL } script;
+typedef enum script { MODE_LIAR, MODE_BAD_DIGEST, MODE_HEAVY, MODE_RESEAL, MODE_NAN_EVALUATION } script;
 
 static struct {
   script mode;
@@ -262,6 +263,10 @@ typedef struct lie {
  * its evaluation. */
 static lie lie_of(int n, bool evaluation) {
   lie l = {.accuracy = 0.5, .samples = sx.train_records, .what = "honest"};
+  if (sx.mode == MODE_NAN_EVALUATION && evaluation) {
+    l.accuracy = NAN; /* honest training, a NaN for the final evaluation */
+    l.what = "accuracy=nan";
+  }
   if (sx.mode != MODE_LIAR) return l;
   if (evaluation || n % 3 == 0) {
     l.accuracy = 7.5;
@@ -514,7 +519,8 @@ static bool handle(Xfed__Envelope *env) {
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: xfed-scripted-site --mode liar|bad-digest|heavy|reseal --coordinator HOST:PORT\n"
+          "usage: xfed-scripted-site --mode liar|bad-digest|heavy|reseal|nan-evaluation\n"
+          "         --coordinator HOST:PORT\n"
           "         --cert F --key F --ca F --crl F --site NAME --region R\n"
           "         --dataset NAME --tag T --records TRAIN:TEST\n");
   exit(2);
@@ -545,6 +551,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "bad-digest")) sx.mode = MODE_BAD_DIGEST;
   else if (!strcmp(mode, "heavy")) sx.mode = MODE_HEAVY;
   else if (!strcmp(mode, "reseal")) sx.mode = MODE_RESEAL;
+  else if (!strcmp(mode, "nan-evaluation")) sx.mode = MODE_NAN_EVALUATION;
   else usage();
   if (sscanf(records, "%" SCNu32 ":%" SCNu32, &sx.train_records, &sx.test_records) != 2) usage();
   static char host[256];

@@ -245,6 +245,24 @@ static void job8(Xfed__JobInfo *j, int n) {
   }
 }
 
+/* Job 9 ended with every evaluation refused: no accuracy, and why. */
+static void job9(Xfed__JobInfo *j) {
+  xfed__job_info__init(j);
+  j->job_id = "9";
+  j->name = "refused-evals";
+  j->state = "done";
+  j->rounds = 1;
+  j->round = 2;
+  j->rounds_committed = 1;
+  j->test_accuracy = NAN;
+  j->test_loss = NAN;
+  j->train_loss = 0.7;
+  j->bytes_up = 500;
+  j->bytes_down = 900;
+  j->accuracy_note = "no site's evaluation was accepted: 1 report refused (the newest: site "
+                     "liar's evaluation report, test_accuracy nan must be a number from 0 to 1)";
+}
+
 /* The job's three rows, a page of one row at a time when the query asks
  * for pages (as the coordinator pages a long report): after the row the
  * cursor names, in the order they are kept. */
@@ -421,6 +439,9 @@ static void fk_request(fconn *fc, const Xfed__Envelope *env) {
       if (drop) xf_conn_close(c); /* as a coordinator that restarts */
     } else if (strcmp(id, "8") == 0) {
       job8(&a, n8);
+      fk_send_jobs(c, jobs, 1);
+    } else if (strcmp(id, "9") == 0) {
+      job9(&a);
       fk_send_jobs(c, jobs, 1);
     } else {
       xf_session_send_error(c, XF_ENOENT, "no job %s", id);
@@ -919,6 +940,30 @@ static void status_gives_the_open_attempts_sites_then_the_last_rounds(void **sta
   const char *row8 = strstr(r->out, "\n8 ");
   assert_non_null(row8);
   assert_non_null(strstr(row8, " 3/4 "));
+  free_run(r);
+}
+
+/* A job whose every evaluation was refused has no accuracy: "none", as
+ * epsilon=none, never "nan" (which reads as a NaN accepted), and status
+ * says why. */
+static void job_without_an_accepted_evaluation_says_none_and_why(void **state) {
+  (void)state;
+  run *r = new_run();
+  child_env e;
+  env_user(&e, "alice");
+  xfed(r, &e, NULL, "job", "watch", "9", "--interval", "0.05", NULL);
+  expect(r, 0, NULL, NULL);
+  assert_string_equal(r->out, "final accuracy=none rounds=1 epsilon=none uplink_bytes=500\n");
+  xfed(r, &e, NULL, "job", "status", "9", NULL);
+  expect(r, 0, "accuracy    none: no site's evaluation was accepted: 1 report refused", NULL);
+  assert_null(strstr(r->out, "nan\n"));
+  xfed(r, &e, NULL, "job", "status", "9", "--json", NULL);
+  expect(r, 0, NULL, NULL);
+  json_t *j = json_loads(r->out, 0, NULL);
+  assert_non_null(j);
+  assert_true(json_is_null(json_object_get(j, "test_accuracy")));
+  assert_non_null(strstr(json_string_value(json_object_get(j, "accuracy_note")), "refused"));
+  json_decref(j);
   free_run(r);
 }
 
@@ -1422,6 +1467,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup(watch_follows_a_job_until_done_and_sums_it_up, test_setup),
       cmocka_unit_test_setup(status_gives_the_open_attempts_sites_then_the_last_rounds,
                              test_setup),
+      cmocka_unit_test_setup(job_without_an_accepted_evaluation_says_none_and_why, test_setup),
       cmocka_unit_test_setup(watch_dials_again_after_the_connection_drops, test_setup),
       cmocka_unit_test_setup(submit_wait_follows_the_new_job, test_setup),
       cmocka_unit_test_setup(metrics_csv_is_rfc4180_with_a_header, test_setup),

@@ -736,6 +736,75 @@ static void journal_retry_and_failure_close_the_round(void **state) {
   xf_db_close(db);
 }
 
+/* A job's traffic is its metrics rows summed: each training report's model
+ * down and update up, and the final evaluation's model down, which merges
+ * into the row of the round whose model it evaluated without replacing that
+ * round's training figures; a report sent again replaces, never adds. */
+static void job_traffic_is_its_metrics_rows_with_the_final_evaluation(void **state) {
+  (void)state;
+  char path[128];
+  db_path("traffic", path, sizeof(path));
+  xf_db *db = journal_open(path);
+  xf_errctx err;
+  xf_jobspec spec = spec_of(2);
+  xf_digest d0 = digest_of("model 0");
+  int64_t job = 0;
+  check(xf_journal_job_create(db, &spec, &d0, 1.0, &job, &err), &err);
+  uint64_t up = 1, down = 1;
+  check(xf_journal_job_bytes(db, job, &up, &down, &err), &err);
+  assert_true(up == 0 && down == 0);
+  for (uint32_t round = 1; round <= 2; round++)
+    for (uint64_t site = 1; site <= 2; site++) {
+      xf_journal_metrics m = {.round = round, .site = site, .train_loss = 0.5, .test_loss = NAN,
+                              .test_accuracy = NAN, .samples = 100, .has_bytes = true,
+                              .bytes_up = 300, .bytes_down = 1000};
+      check(xf_journal_metrics_add(db, job, &m, &err), &err);
+      check(xf_journal_metrics_add(db, job, &m, &err), &err); /* sent again */
+    }
+  /* The final evaluation of round 2's model, by both sites, one of them twice. */
+  for (int i = 0; i < 3; i++) {
+    xf_journal_metrics ev = {.round = 2, .site = i == 2 ? 1 : (uint64_t)(i + 1),
+                             .train_loss = NAN, .test_loss = 0.4, .test_accuracy = 0.8,
+                             .samples = 100, .has_eval_bytes = true, .eval_bytes_down = 1000};
+    check(xf_journal_metrics_add(db, job, &ev, &err), &err);
+  }
+  check(xf_journal_job_bytes(db, job, &up, &down, &err), &err);
+  assert_int_equal(up, 4 * 300);
+  assert_int_equal(down, 4 * 1000 + 2 * 1000);
+  /* Row by row, as every view reads them. */
+  xf_journal_metrics *v = NULL;
+  size_t n = 0;
+  check(xf_journal_metrics_round(db, job, 2, &v, &n, &err), &err);
+  assert_int_equal(n, 2);
+  for (size_t i = 0; i < n; i++) {
+    uint64_t ru, rd;
+    xf_journal_metrics_bytes(&v[i], &ru, &rd);
+    assert_int_equal(ru, 300);
+    assert_int_equal(rd, 2000);
+    assert_true(v[i].train_loss == 0.5 && v[i].test_accuracy == 0.8);
+  }
+  xf_free(v);
+  xf_db_close(db);
+}
+
+/* The model digest of a blob, as a submission or a commit notes it; a blob
+ * noted again keeps its first row (its bytes never change). */
+static void journal_notes_the_model_digest_of_each_blob(void **state) {
+  (void)state;
+  char path[128];
+  db_path("digests", path, sizeof(path));
+  xf_db *db = journal_open(path);
+  xf_errctx err;
+  xf_digest blob = digest_of("model 1"), params = digest_of("params 1"),
+            other = digest_of("params 2"), got;
+  assert_int_equal(xf_journal_model_digest(db, &blob, &got, NULL), XF_ENOENT);
+  check(xf_journal_model_digest_note(db, &blob, &params, &err), &err);
+  check(xf_journal_model_digest_note(db, &blob, &other, &err), &err);
+  check(xf_journal_model_digest(db, &blob, &got, &err), &err);
+  assert_memory_equal(&got, &params, sizeof(got));
+  xf_db_close(db);
+}
+
 static void journal_metrics_per_round_and_site_in_order(void **state) {
   (void)state;
   char path[128];
@@ -974,6 +1043,8 @@ int main(void) {
       cmocka_unit_test(journal_round_result_is_atomic),
       cmocka_unit_test(journal_retry_and_failure_close_the_round),
       cmocka_unit_test(journal_metrics_per_round_and_site_in_order),
+      cmocka_unit_test(job_traffic_is_its_metrics_rows_with_the_final_evaluation),
+      cmocka_unit_test(journal_notes_the_model_digest_of_each_blob),
       cmocka_unit_test(journal_metrics_pages_give_every_row_once_in_order),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -132,7 +132,7 @@ static void make_template(void) {
   for (int j = 0; j < 3; j++) {
     int64_t id = 0;
     check(xf_journal_job_create(db, &spec, &model, FZ_CLI_NOW, &id, &err), &err);
-    check(xf_journal_job_extra(db, id, "spiffe://fz/user/researcher/r", 10, 20, &err), &err);
+    check(xf_journal_job_submitter(db, id, "spiffe://fz/user/researcher/r", &err), &err);
     for (uint32_t round = 1; j < 2 && round <= 2 - (uint32_t)j; round++) {
       check(xf_journal_round_open(db, id, round, 1, sites, 2, FZ_CLI_NOW + 60, FZ_CLI_NOW, &err),
             &err);
@@ -302,7 +302,7 @@ static void on_submit(xf_db *db, const user *u, const Xfed__JobSubmit *m) {
   xf_digest_buf(&n_params, sizeof(n_params), &model);
   int64_t id = 0;
   rc = xf_journal_job_create(db, &spec, &model, FZ_CLI_NOW, &id, &err);
-  if (rc == XF_OK) rc = xf_journal_job_extra(db, id, u->name, 0, 0, &err);
+  if (rc == XF_OK) rc = xf_journal_job_submitter(db, id, u->name, &err);
   said(rc, &err);
   if (rc != XF_OK) return;
   xf_journal_job jj;
@@ -320,7 +320,9 @@ static void job_info(xf_db *db, int64_t id) {
   if (rc != XF_OK) return;
   char submitter[XF_SPIFFE_MAX];
   uint64_t up = 0, down = 0;
-  rc = xf_journal_job_traffic(db, id, submitter, sizeof(submitter), &up, &down, &err);
+  rc = xf_journal_job_submitter_get(db, id, submitter, sizeof(submitter), &err);
+  said(rc, &err);
+  rc = xf_journal_job_bytes(db, id, &up, &down, &err);
   said(rc, &err);
   char *spec_json = NULL;
   if (xf_jobspec_to_json(&jj.spec, &spec_json) != XF_OK) abort();

@@ -31,6 +31,11 @@
 #            comes back and seals the update again to a new key under the
 #            same stream id: the coordinator restarts the take (TensorAck
 #            0) and takes the update in that attempt.
+#   no_accepted_evaluation_is_none: a scripted site alone in a one-round
+#            job trains honestly and reports NaN for the final evaluation:
+#            refused, so the job ends with no accuracy, which watch's final
+#            line gives as accuracy=none (never nan) and status as none with
+#            why (the refused report, from the audit trail).
 #   damaged_journal_is_refused_at_start: page bytes of the coordinator's
 #            journal overwritten; xfed-coord refuses to start, exits 1
 #            naming the file, the damage and the recovery, and logs it; the
@@ -51,7 +56,7 @@ setup_work xf-integ
 case $name in
   reports_are_checked | reports_are_checked_at_the_aggregator | update_weight_is_checked | \
     wrong_digest_is_an_integrity_error | resealed_update_restarts_from_zero | \
-    damaged_journal_is_refused_at_start) ;;
+    no_accepted_evaluation_is_none | damaged_journal_is_refused_at_start) ;;
   *) echo "unknown scenario '$name'" >&2; exit 2 ;;
 esac
 [[ -x $scripted ]] || fail "no $scripted: build the target xfed-scripted-site"
@@ -97,6 +102,16 @@ log_has() {
   return 1
 }
 coord_has() { log_has coord "$@"; }
+
+# bare_federation: certificates for the coordinator and both users, and the
+# coordinator alone, with no site.
+bare_federation() {
+  XF_LOG_LEVEL=warn "$xfed" pki init --dir "$fed" --federation "$fed_name" >/dev/null
+  XF_LOG_LEVEL=warn "$xfed" pki issue --dir "$fed" --kind coordinator --name coord >/dev/null
+  XF_LOG_LEVEL=warn "$xfed" pki issue --dir "$fed" --kind user --name rita --role researcher >/dev/null
+  XF_LOG_LEVEL=warn "$xfed" pki issue --dir "$fed" --kind user --name cora --role compliance >/dev/null
+  start_coord
+}
 
 # spec FILE NAME MODEL [MEMBERS]: a deterministic job on the fmnist shards,
 # with MEMBERS (more of its JSON) when given.
@@ -258,12 +273,28 @@ resealed_update_restarts_from_zero)
   echo "a site restarted mid-upload resealed its update; the take restarted from 0; job $j done"
   ;;
 
+no_accepted_evaluation_is_none)
+  bare_federation
+  scripted_site nan-evaluation nanny
+  spec "$work/job.json" noeval '{"arch": "logreg"}'
+  sed -i 's/"rounds": 3, "min_sites": 2/"rounds": 1, "min_sites": 1/' "$work/job.json"
+  j=$(submit "$work/job.json")
+  wait_done "$j"
+  coord_has "event=report_refused job=$j " "site=nanny " "report=evaluation report" \
+    "field=test_accuracy value=nan " || fail "the evaluation's NaN was not refused"
+  cli job watch "$j" >"$work/watch.out" 2>/dev/null || fail "xfed job watch $j"
+  grep -qx "final accuracy=none rounds=1 epsilon=none uplink_bytes=[0-9]*" "$work/watch.out" ||
+    fail "watch's final line: $(cat "$work/watch.out")"
+  cli job status "$j" >"$work/status.out" || fail "xfed job status $j"
+  grep -q "^accuracy    none: no site's evaluation was accepted: 1 report refused (the newest: site nanny's evaluation report, test_accuracy nan " \
+    "$work/status.out" || fail "status does not say none and why: $(cat "$work/status.out")"
+  grep -qi "nan\$" "$work/status.out" && fail "status shows a bare nan: $(cat "$work/status.out")"
+  [[ $(job_field "$j" test_accuracy) == null ]] || fail "status --json's test_accuracy is not null"
+  echo "a job whose only evaluation was refused ends accuracy=none, and status says why; job $j done"
+  ;;
+
 damaged_journal_is_refused_at_start)
-  XF_LOG_LEVEL=warn "$xfed" pki init --dir "$fed" --federation "$fed_name" >/dev/null
-  XF_LOG_LEVEL=warn "$xfed" pki issue --dir "$fed" --kind coordinator --name coord >/dev/null
-  XF_LOG_LEVEL=warn "$xfed" pki issue --dir "$fed" --kind user --name rita --role researcher >/dev/null
-  XF_LOG_LEVEL=warn "$xfed" pki issue --dir "$fed" --kind user --name cora --role compliance >/dev/null
-  start_coord
+  bare_federation
   cli job list >/dev/null || fail "the coordinator does not answer"
   XF_LOG_LEVEL=warn "$coord_bin" backup --state "$work/coord" --out "$work/coord-backup.db" ||
     fail "xfed-coord backup failed"
