@@ -382,8 +382,8 @@ static xf_err load_chartjs(xf__dashboard *d, xf_errctx *err) {
   if (env && *env) {
     xf_err rc = xf_file_read_text(env, CHARTJS_MAX_BYTES, &d->chartjs, &d->chartjs_len, err);
     if (rc != XF_OK)
-      return xf_fail(err, rc, "XF_CHARTJS names '%s', which cannot be read as Chart.js: %s", env,
-                     err->msg);
+      return xf_fail_wrap(err, rc, "XF_CHARTJS names '%s', which cannot be read as Chart.js",
+                          env);
     return XF_OK;
   }
   for (size_t i = 0; i < sizeof(CHARTJS_PATHS) / sizeof(CHARTJS_PATHS[0]); i++) {
