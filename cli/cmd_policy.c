@@ -1140,7 +1140,10 @@ static int check_local(xf_cli *cli, const policy_args *a) {
   }
   xf_policy_decision d;
   memset(&d, 0, sizeof(d));
-  rc = xf_policy_decide(p, &job, (double)time(NULL), &d, &cli->err);
+  const xf_federation no_sites = {.coordinator_region = a->coordinator_region};
+  rc = xf_admission_check_dataset(spec, &no_sites, p, &cli->err);
+  if (rc == XF_EINVAL) xf_errctx_file(&cli->err, a->pos[0]);
+  if (rc == XF_OK) rc = xf_policy_decide(p, &job, (double)time(NULL), &d, &cli->err);
   xf_policy_free(p);
   char *json = NULL, *admission = NULL;
   if (rc == XF_OK) rc = xf_policy_decision_json(&d, &json, &cli->err);

@@ -401,6 +401,11 @@ void xf__federation_free(xf__federation *f);
  * policy decision as JSON (NULL without a policy; xf_free). */
 xf_err xf__admit(xf__coord *co, const xf_jobspec *spec, xf_admission *out, char **decision_json,
                  xf_errctx *err) XF_WARN_UNUSED;
+/* Whether spec's dataset is one a site announced or the current policy
+ * lists (xf_admission_check_dataset): XF_EINVAL naming data.dataset, the
+ * known datasets and the nearest, for check and submission. */
+xf_err xf__admit_check_dataset(xf__coord *co, const xf_jobspec *spec,
+                               xf_errctx *err) XF_WARN_UNUSED;
 
 /* ---- intake.c: update streams coming in ----------------------------------------------- */
 void xf__take_abort(xf__run *run, xf__take *t);

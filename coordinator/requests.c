@@ -314,7 +314,8 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
    * check` runs, refusing with the same words, audited either way. */
   xf_admission a;
   char *decision_text = NULL;
-  if (xf__admit(co, &spec, &a, &decision_text, &err) != XF_OK) {
+  if (xf__admit_check_dataset(co, &spec, &err) != XF_OK ||
+      xf__admit(co, &spec, &a, &decision_text, &err) != XF_OK) {
     if (!err.file[0]) snprintf(err.file, sizeof(err.file), "%s", origin);
     reply_error(p, err.code, &err);
     return;
