@@ -548,7 +548,7 @@ xf_err xf_admission_decide(const xf_jobspec *spec, const xf_policy_decision *dec
   return XF_OK;
 }
 
-/* ---- the dataset ------------------------------------------------------------------------------ */
+/* ---- the dataset ------------------------------------------------------------------------------- */
 
 static int by_name(const void *a, const void *b) {
   return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -567,10 +567,16 @@ xf_err xf_admission_check_dataset(const xf_jobspec *spec, const xf_federation *f
   if (!names) return xf_fail(err, XF_ENOMEM, "out of memory listing the datasets");
   bool by_sites = false, by_policy = false;
   for (size_t i = 0; i < fed->n_sites; i++)
-    for (size_t d = 0; d < fed->sites[i].n_datasets; d++)
-      if (fed->sites[i].datasets[d].name) names[n++] = fed->sites[i].datasets[d].name, by_sites = true;
-  for (size_t i = 0; policy && i < policy->n_datasets; i++)
-    names[n++] = policy->datasets[i].name, by_policy = true;
+    for (size_t d = 0; d < fed->sites[i].n_datasets; d++) {
+      const char *name = fed->sites[i].datasets[d].name;
+      if (!name) continue;
+      names[n++] = name;
+      by_sites = true;
+    }
+  for (size_t i = 0; policy && i < policy->n_datasets; i++) {
+    names[n++] = policy->datasets[i].name;
+    by_policy = true;
+  }
   for (size_t i = 0; i < n; i++)
     if (strcmp(names[i], want) == 0) {
       xf_free(names);
