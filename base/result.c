@@ -3,6 +3,7 @@
 #include "base/result.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <string.h>
 
 static const char *const xf__messages[] = {
@@ -43,6 +44,48 @@ xf_err xf_fail(xf_errctx *ctx, xf_err code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   xf_vfail(ctx, code, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+/* dst = a, sep, b, cut where dst's n bytes end. */
+static void join(char *dst, size_t n, const char *a, const char *sep, const char *b) {
+  size_t used = 0;
+  const char *parts[] = {a, sep, b};
+  for (size_t i = 0; i < 3 && used + 1 < n; i++) {
+    size_t len = strlen(parts[i]);
+    if (len > n - 1 - used) len = n - 1 - used;
+    memcpy(dst + used, parts[i], len);
+    used += len;
+  }
+  dst[used] = '\0';
+}
+
+xf_err xf_vfail_wrap(xf_errctx *ctx, xf_err code, const char *fmt, va_list ap) {
+  if (!ctx) return code;
+  char cause[sizeof(ctx->msg)], context[sizeof(ctx->msg)];
+  snprintf(cause, sizeof(cause), "%s", ctx->msg);
+  vsnprintf(context, sizeof(context), fmt, ap);
+  size_t clen = strlen(context);
+  ctx->code = code;
+  if (!cause[0] || strstr(context, cause))
+    join(ctx->msg, sizeof(ctx->msg), context, "", "");
+  else if (clen && strncmp(cause, context, clen) == 0)
+    join(ctx->msg, sizeof(ctx->msg), cause, "", "");
+  else
+    join(ctx->msg, sizeof(ctx->msg), context, ": ", cause);
+  if (ctx->file[0]) {
+    char quoted[sizeof(ctx->file) + 2];
+    snprintf(quoted, sizeof(quoted), "'%s'", ctx->file);
+    if (strstr(context, quoted)) ctx->file[0] = '\0';
+  }
+  return code;
+}
+
+xf_err xf_fail_wrap(xf_errctx *ctx, xf_err code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  xf_vfail_wrap(ctx, code, fmt, ap);
   va_end(ap);
   return code;
 }
@@ -95,8 +138,13 @@ char *xf_errctx_format(const xf_errctx *ctx, char *buf, size_t n) {
   if (ctx->peer[0]) XF__APPEND("peer %s: ", ctx->peer);
   if (ctx->file[0]) XF__APPEND("%s: ", ctx->file);
   if (ctx->field[0]) XF__APPEND("%s: ", ctx->field);
-  if (ctx->msg[0])
-    XF__APPEND("%s (%s)", ctx->msg, xf_strerror(ctx->code));
+  const char *what = xf_strerror(ctx->code);
+  size_t mlen = strlen(ctx->msg), wlen = strlen(what);
+  bool says_it = mlen >= wlen && strcmp(ctx->msg + mlen - wlen, what) == 0;
+  if (ctx->msg[0] && !says_it)
+    XF__APPEND("%s (%s)", ctx->msg, what);
+  else if (ctx->msg[0])
+    XF__APPEND("%s", ctx->msg);
   else
     XF__APPEND("%s", xf_strerror(ctx->code));
 #undef XF__APPEND

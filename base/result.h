@@ -64,6 +64,19 @@ xf_err xf_fail(xf_errctx *ctx, xf_err code, const char *fmt, ...) XF_PRINTF(3, 4
 /* xf_fail with a va_list, for modules that wrap it in their own helpers. */
 xf_err xf_vfail(xf_errctx *ctx, xf_err code, const char *fmt, va_list ap) XF_PRINTF(3, 0);
 
+/* A failure that wraps the cause ctx already holds (what a callee put
+ * there) in what the caller was doing: the message becomes "CONTEXT: CAUSE"
+ * and the code becomes code; file, field and peer stay, except a file the
+ * context itself names in quotes ('FILE'), which is not named twice. The
+ * cause is copied before the context is formatted, so fmt's arguments may be
+ * ctx->msg itself. Nothing is said twice: an empty cause adds no ": ", a
+ * context that already holds the cause is the whole message, and a cause
+ * that already begins with the context (wrapped once before) stays as it
+ * is. With a NULL ctx it only returns code. */
+xf_err xf_fail_wrap(xf_errctx *ctx, xf_err code, const char *fmt, ...) XF_PRINTF(3, 4);
+/* xf_fail_wrap with a va_list, for modules that wrap it. */
+xf_err xf_vfail_wrap(xf_errctx *ctx, xf_err code, const char *fmt, va_list ap) XF_PRINTF(3, 0);
+
 /* A failure in a file: ctx (if not NULL) is cleared, then gets code, the
  * message, the file and, when field is not NULL, the field. For readers
  * whose errors name "FILE: FIELD: what is wrong". Returns code. */
@@ -79,7 +92,9 @@ void xf_errctx_field(xf_errctx *ctx, const char *fmt, ...) XF_PRINTF(2, 3);
 void xf_errctx_peer(xf_errctx *ctx, const char *peer);
 
 /* One line for a person: "FILE: FIELD: MSG (code message)", parts omitted when
- * empty. Writes at most n bytes including the terminator; returns buf. */
+ * empty, and the code's message omitted when MSG already ends with it ("out
+ * of memory (out of memory)" says it twice). Writes at most n bytes
+ * including the terminator; returns buf. */
 char *xf_errctx_format(const xf_errctx *ctx, char *buf, size_t n);
 
 /* Guards that keep the happy path straight. XF_GUARD returns the callee's

@@ -566,7 +566,14 @@ static void on_close(xf_conn *conn, const xf_conn_reason *why) {
     return;
   }
   if (c->wait == WAIT_NONE || c->wait == WAIT_SLEEP || c->wait == WAIT_RESOLVE) return;
-  if (why->end == XF_CONN_END_TLS && why->verdict != XF_PKI_OK)
+  if (why->http)
+    wait_fail(c, XF_EUSAGE,
+              "this address answers as a web server (%s), not as the coordinator's federation "
+              "port: it looks like the coordinator's %s port. Give --coordinator (or "
+              "XFED_COORDINATOR) the address of its --listen flag (port 7443 unless changed)",
+              why->https ? "HTTPS that asks for no client certificate" : "plain HTTP",
+              why->https ? "HTTPS --dashboard" : "HTTP --metrics");
+  else if (why->end == XF_CONN_END_TLS && why->verdict != XF_PKI_OK)
     wait_fail(c, XF_EINTEGRITY, "the TLS handshake failed: %s", why->msg);
   else if (why->end == XF_CONN_END_CLOSED || why->end == XF_CONN_END_PEER_CLOSED)
     wait_fail(c, XF_EIO, "the coordinator closed the connection");

@@ -203,6 +203,58 @@ static const char *jstr(const json_t *o, const char *key) {
   return s ? s : "";
 }
 
+/* The table's DETAIL is at most this many characters; --json has it all. */
+#define DETAIL_WIDTH 120
+
+/* buf = text, cut to DETAIL_WIDTH characters ending in "..." when longer. */
+static void put_cut(char *buf, size_t n, const char *text) {
+  size_t len = strlen(text), room = n - 1 < DETAIL_WIDTH ? n - 1 : DETAIL_WIDTH;
+  if (len <= room) {
+    memcpy(buf, text, len + 1);
+    return;
+  }
+  memcpy(buf, text, room - 3);
+  memcpy(buf + room - 3, "...", 4);
+}
+
+/* The DETAIL of a row: an object's scalar members as key=value in their
+ * order (empty ones left out), its nested members (a whole admission, a decision) by name after
+ * "+"; anything else (a string, a tampered row's text) as it is. Cut to
+ * DETAIL_WIDTH characters. */
+static void detail_summary(const json_t *detail, char *buf, size_t n) {
+  if (json_is_string(detail)) {
+    put_cut(buf, n, json_string_value(detail));
+    return;
+  }
+  if (!json_is_object(detail)) {
+    char *text = json_dumps(detail, JSON_COMPACT | JSON_ENCODE_ANY);
+    put_cut(buf, n, text ? text : "");
+    free(text); /* jansson's */
+    return;
+  }
+  char line[1024] = "", nested[512] = "";
+  size_t used = 0, nused = 0;
+  const char *k;
+  json_t *v;
+  json_object_foreach((json_t *)detail, k, v) {
+    int w;
+    if (json_is_object(v) || json_is_array(v)) {
+      w = snprintf(nested + nused, sizeof(nested) - nused, "%s%s", nused ? "," : " +", k);
+      if (w > 0 && (size_t)w < sizeof(nested) - nused) nused += (size_t)w;
+      continue;
+    }
+    if (json_is_null(v) || (json_is_string(v) && !*json_string_value(v))) continue;
+    char *scalar = json_is_string(v) ? NULL : json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    const char *text = scalar ? scalar : json_string_value(v);
+    w = snprintf(line + used, sizeof(line) - used, "%s%s=%s", used ? " " : "", k,
+                 text ? text : "");
+    free(scalar); /* jansson's */
+    if (w > 0 && (size_t)w < sizeof(line) - used) used += (size_t)w;
+  }
+  if (nused && used + nused < sizeof(line)) memcpy(line + used, nested, nused + 1);
+  put_cut(buf, n, line);
+}
+
 /* Prints rows ({seq, at, actor, kind, subject, detail, prev, digest}, from
  * the local trail or the coordinator's). Takes the reference. */
 static void print_rows(xf_cli *cli, json_t *rows) {
@@ -216,17 +268,12 @@ static void print_rows(xf_cli *cli, json_t *rows) {
   size_t i;
   json_t *r;
   json_array_foreach(rows, i, r) {
-    json_t *detail = json_object_get(r, "detail");
-    /* The stored form: compact, keys sorted (a tampered row's text as it is). */
-    char *text = json_is_string(detail) ? NULL
-                                        : json_dumps(detail, JSON_COMPACT | JSON_SORT_KEYS |
-                                                                 JSON_ENCODE_ANY);
-    const char *d = json_string_value(detail);
+    char detail[DETAIL_WIDTH + 1];
+    detail_summary(json_object_get(r, "detail"), detail, sizeof(detail));
     printf("%-6lld %-20s %-18s %-24s %-20s %s\n",
            (long long)json_integer_value(json_object_get(r, "seq")),
            xf_cli_utc_text(json_number_value(json_object_get(r, "at")), when), jstr(r, "kind"),
-           jstr(r, "actor"), jstr(r, "subject"), text ? text : d ? d : "");
-    free(text); /* jansson's */
+           jstr(r, "actor"), jstr(r, "subject"), detail);
   }
   json_decref(rows);
 }

@@ -1046,7 +1046,9 @@ static void print_admission(const json_t *a, bool federation) {
            *via ? via : "(direct)", json_is_true(json_object_get(e, "connected")) ? "yes" : "no",
            json_is_true(json_object_get(e, "eligible")) ? "yes" : "no", jstr(e, "reason"));
   }
-  printf("\n%-16s %-10s %-8s %-9s %-6s %-16s %s\n", "GROUP", "REGION", "SITES", "MIN_SITES",
+  /* GROUP_MIN is the group's own fewest sites, not the job's min_sites
+   * (the verdict's): docs/admission.md, "Groups". */
+  printf("\n%-16s %-10s %-8s %-9s %-6s %-16s %s\n", "GROUP", "REGION", "SITES", "GROUP_MIN",
          "SECAGG", "RELEASE_RULE", "USABLE");
   json_array_foreach(groups, i, e) {
     const char *via = jstr(e, "via");
@@ -1082,8 +1084,12 @@ static int print_check(xf_cli *cli, const char *check_json, const char *coordina
     xf_cli_print_json(o);
     return runs ? XF_EXIT_OK : XF_EXIT_DENIED;
   }
-  if (json_is_object(d)) print_decision_tables(d, coordinator_region);
-  else printf("no residency policy decision (coordinator in %s)\n", coordinator_region);
+  if (json_is_object(d)) print_decision_tables(d, *coordinator_region ? coordinator_region : "?");
+  else if (*coordinator_region)
+    printf("no residency policy decision (coordinator in %s)\n", coordinator_region);
+  else
+    printf("no residency policy decision: the coordinator runs without one (--residency-policy "
+           "off), so every site holding the dataset is eligible\n");
   print_admission(a, federation);
   const char *verdict = jstr(a, "verdict");
   if (runs) {
@@ -1140,7 +1146,10 @@ static int check_local(xf_cli *cli, const policy_args *a) {
   }
   xf_policy_decision d;
   memset(&d, 0, sizeof(d));
-  rc = xf_policy_decide(p, &job, (double)time(NULL), &d, &cli->err);
+  const xf_federation no_sites = {.coordinator_region = a->coordinator_region};
+  rc = xf_admission_check_dataset(spec, &no_sites, p, &cli->err);
+  if (rc == XF_EINVAL) xf_errctx_file(&cli->err, a->pos[0]);
+  if (rc == XF_OK) rc = xf_policy_decide(p, &job, (double)time(NULL), &d, &cli->err);
   xf_policy_free(p);
   char *json = NULL, *admission = NULL;
   if (rc == XF_OK) rc = xf_policy_decision_json(&d, &json, &cli->err);
@@ -1249,8 +1258,7 @@ static int check_remote(xf_cli *cli, const policy_args *a) {
   if (st != XF_EXIT_OK) return st;
   const Xfed__PolicyReply *r = answer->policy_reply;
   st = print_check(cli, r->text ? r->text : "",
-                   r->coordinator_region && *r->coordinator_region ? r->coordinator_region : "?",
-                   true);
+                   r->coordinator_region ? r->coordinator_region : "", true);
   xf_envelope_free(answer);
   return st;
 }

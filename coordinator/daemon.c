@@ -823,12 +823,14 @@ static xf_err open_state(xf__coord *co, xf_errctx *err) {
   XF_GUARD(xf_blob_store_open(blobs, &co->blobs, err));
   if ((rc = xf_journal_check_blobs(co->db, co->blobs, err)) == XF_ENOENT) {
     XF_ERROR("journal_damaged", "file=%s damage=\"%s\"", blobs, err->msg);
+    char damage[sizeof(err->msg)]; /* xf_fail writes err->msg: not from itself */
+    snprintf(damage, sizeof(damage), "%s", err->msg);
     xf_errctx_file(err, blobs);
     return xf_fail(err, XF_EINTEGRITY,
                    "%.600s; the coordinator does not start without the models it resumes "
                    "from. Restore %s from the copy taken together with the journal's backup "
                    "('xfed-coord backup' copies only the journal), then start again",
-                   err->msg, blobs);
+                   damage, blobs);
   }
   return rc;
 }

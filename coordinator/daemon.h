@@ -15,6 +15,14 @@
 
 #define XF_COORD_PATH_MAX 1024
 #define XF_COORD_NAME_MAX 64
+/* Jobs the global coordinator runs at once; later submissions queue. Each
+ * holds its model, its aggregator and its server optimizer: O(model). Its
+ * --help and man page say it from here (XF_COORD_JOBS_MAX_TEXT; the build
+ * reads this line for the page). */
+#define XF_COORD_JOBS_MAX 16
+#define XF__COORD_TEXT(n) #n
+#define XF__COORD_TEXT_OF(n) XF__COORD_TEXT(n)
+#define XF_COORD_JOBS_MAX_TEXT XF__COORD_TEXT_OF(XF_COORD_JOBS_MAX)
 
 typedef struct xf_coord_config {
   bool regional;                        /* --role regional */

@@ -53,9 +53,6 @@ _Static_assert((unsigned long long)XF_JOB_PARAMS_MAX * 4 + (1u << 20) + 12 <= XF
  * sites at once, each connection's own high-water mark would otherwise let
  * memory grow with the number of sites. */
 #define XF_COORD_SEND_BUDGET (8u * 1024u * 1024u)
-/* Jobs the global coordinator runs at once; later submissions queue. Each
- * holds its model, its aggregator and its server optimizer: O(model). */
-#define XF_COORD_JOBS_MAX 16
 /* A job waiting for sites or paused is decided again at least this often
  * (a rule's validity window may open without a policy change). */
 #define XF_COORD_REPLAN_S 10.0
@@ -400,6 +397,11 @@ void xf__federation_free(xf__federation *f);
  * policy decision as JSON (NULL without a policy; xf_free). */
 xf_err xf__admit(xf__coord *co, const xf_jobspec *spec, xf_admission *out, char **decision_json,
                  xf_errctx *err) XF_WARN_UNUSED;
+/* Whether spec's dataset is one a site announced or the current policy
+ * lists (xf_admission_check_dataset): XF_EINVAL naming data.dataset, the
+ * known datasets and the nearest, for check and submission. */
+xf_err xf__admit_check_dataset(xf__coord *co, const xf_jobspec *spec,
+                               xf_errctx *err) XF_WARN_UNUSED;
 
 /* ---- intake.c: update streams coming in ----------------------------------------------- */
 void xf__take_abort(xf__run *run, xf__take *t);

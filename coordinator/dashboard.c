@@ -438,9 +438,9 @@ static xf_err load_chartjs(xf__dashboard *d, xf_errctx *err) {
     xf_err rc = xf_file_read_text(env, CHARTJS_MAX_BYTES, &d->chartjs, &d->chartjs_len, &why);
     if (rc != XF_OK)
       return xf_fail(err, rc,
-                     "XF_CHARTJS names '%s', which cannot be read as Chart.js (%s): "
+                     "XF_CHARTJS names '%s', which cannot be read as Chart.js%s%s; "
                      CHARTJS_HOW_TO_INSTALL,
-                     env, why.msg);
+                     env, why.msg[0] ? ": " : "", why.msg);
     return XF_OK;
   }
   for (size_t i = 0; i < sizeof(CHARTJS_PATHS) / sizeof(CHARTJS_PATHS[0]); i++) {

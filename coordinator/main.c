@@ -400,11 +400,11 @@ static const xf_cmd commands[] = {
      "\n"
      "The global coordinator keeps the journal (STATE/coord.db, SQLite) and the model\n"
      "blobs (STATE/blobs), the residency policy and the audit trail, accepts sites,\n"
-     "regional aggregators and users, and runs jobs one at a time in submission\n"
-     "order under the residency policy's plan. A regional aggregator (--role\n"
-     "regional) accepts the sites of its region only, dials the global coordinator,\n"
-     "forwards one aggregate of its region only as the plan allows, and keeps its\n"
-     "own audit trail (STATE/audit.db).\n"
+     "regional aggregators and users, and runs up to " XF_COORD_JOBS_MAX_TEXT " jobs at once\n"
+     "(later submissions queue, in submission order) under the residency policy's\n"
+     "plan. A regional aggregator (--role regional) accepts the sites of its region\n"
+     "only, dials the global coordinator, forwards one aggregate of its region only\n"
+     "as the plan allows, and keeps its own audit trail (STATE/audit.db).\n"
      "\n"
      "options:\n"
      "  --config FILE       a JSON object with any of: role, region, listen, upstream,\n"
@@ -456,7 +456,12 @@ static const xf_cmd commands[] = {
      "backup): one self-contained file, as of one moment, that 'xfed audit verify\n"
      "--db FILE' verifies offline. A plain copy of the live file may miss the rows\n"
      "its -wal file holds. The blobs under DIR/blobs are immutable files: copy them\n"
-     "with any tool.\n",
+     "with any tool.\n"
+     "\n"
+     "options:\n"
+     "  --state DIR   the daemon's --state directory\n"
+     "  --out FILE    where the copy goes\n"
+     "  --json        print {\"backup\": FILE}\n",
      cmd_backup},
     {0},
 };

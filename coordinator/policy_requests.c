@@ -430,6 +430,7 @@ static void on_check(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m) {
   memset(&a, 0, sizeof(a));
   char *decision = NULL, *admission = NULL;
   xf_err rc = xf_jobspec_parse_string(text, strlen(text), origin, spec, &err);
+  if (rc == XF_OK) rc = xf__admit_check_dataset(co, spec, &err);
   if (rc == XF_OK) rc = xf__admit(co, spec, &a, &decision, &err);
   if (rc == XF_OK) rc = xf_admission_json(&a, spec, &admission, &err);
   char *reply = NULL;

@@ -403,7 +403,8 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
    * check` runs, refusing with the same words, audited either way. */
   xf_admission a;
   char *decision_text = NULL;
-  if (xf__admit(co, &spec, &a, &decision_text, &err) != XF_OK) {
+  if (xf__admit_check_dataset(co, &spec, &err) != XF_OK ||
+      xf__admit(co, &spec, &a, &decision_text, &err) != XF_OK) {
     if (!err.file[0]) snprintf(err.file, sizeof(err.file), "%s", origin);
     reply_error(p, err.code, &err);
     return;
@@ -437,6 +438,9 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
   xf_err rc = xf_jobspec_model_spec(&spec, a.h, a.w, a.c, a.classes, &ms, &err);
   xf_admission_free(&a);
   if (rc == XF_OK) rc = xf_model_create(&ms, &model, &err);
+  /* Up to here a failure is the spec's (a model the data cannot feed): the
+   * researcher's to fix, not the coordinator's. */
+  bool of_spec = rc != XF_OK && rc != XF_ENOMEM;
   if (rc == XF_OK) {
     params = xf_mallocarray(xf_model_num_params(model), sizeof(float));
     if (!params) rc = xf_fail(&err, XF_ENOMEM, "out of memory");
@@ -456,7 +460,10 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
   xf__model_file_unref(mf);
   xf_free(params);
   if (rc != XF_OK) {
-    XF_ERROR("submit_failed", "user=%s reason=\"%s\"", submitter, err.msg);
+    if (of_spec)
+      XF_WARN("job_refused", "user=%s name=%s reason=\"%s\"", submitter, spec.name, err.msg);
+    else
+      XF_ERROR("submit_failed", "user=%s reason=\"%s\"", submitter, err.msg);
     reply_error(p, rc, &err);
     xf_model_free(model);
     xf_free(decision_text);

@@ -149,6 +149,20 @@ xf_err xf__federation_make(xf__coord *co, xf__federation *out) {
   return XF_OK;
 }
 
+xf_err xf__admit_check_dataset(xf__coord *co, const xf_jobspec *spec, xf_errctx *err) {
+  const xf_policy *policy = NULL;
+  if (xf__residency_on(co) && co->cfg.region[0]) {
+    XF_GUARD(xf__policy_current(co, &policy, err));
+    if (policy->version == 0) policy = NULL;
+  }
+  xf__federation f;
+  if (xf__federation_make(co, &f) != XF_OK)
+    return xf_fail(err, XF_ENOMEM, "out of memory describing the federation");
+  xf_err rc = xf_admission_check_dataset(spec, &f.fed, policy, err);
+  xf__federation_free(&f);
+  return rc;
+}
+
 xf_err xf__admit(xf__coord *co, const xf_jobspec *spec, xf_admission *out, char **decision_json,
                  xf_errctx *err) {
   if (decision_json) *decision_json = NULL;

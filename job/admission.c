@@ -548,6 +548,69 @@ xf_err xf_admission_decide(const xf_jobspec *spec, const xf_policy_decision *dec
   return XF_OK;
 }
 
+/* ---- the dataset ------------------------------------------------------------------------------- */
+
+static int by_name(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The names of the datasets listed in the refusal; the rest are counted. */
+#define KNOWN_SHOWN 12
+
+xf_err xf_admission_check_dataset(const xf_jobspec *spec, const xf_federation *fed,
+                                  const xf_policy *policy, xf_errctx *err) {
+  const char *want = spec->data.dataset;
+  size_t cap = policy ? policy->n_datasets : 0, n = 0;
+  for (size_t i = 0; i < fed->n_sites; i++) cap += fed->sites[i].n_datasets;
+  if (cap == 0) return XF_OK;
+  const char **names = xf_calloc(cap, sizeof(*names));
+  if (!names) return xf_fail(err, XF_ENOMEM, "out of memory listing the datasets");
+  bool by_sites = false, by_policy = false;
+  for (size_t i = 0; i < fed->n_sites; i++)
+    for (size_t d = 0; d < fed->sites[i].n_datasets; d++) {
+      const char *name = fed->sites[i].datasets[d].name;
+      if (!name) continue;
+      names[n++] = name;
+      by_sites = true;
+    }
+  for (size_t i = 0; policy && i < policy->n_datasets; i++) {
+    names[n++] = policy->datasets[i].name;
+    by_policy = true;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(names[i], want) == 0) {
+      xf_free(names);
+      return XF_OK;
+    }
+  qsort(names, n, sizeof(*names), by_name);
+  size_t distinct = 0;
+  for (size_t i = 0; i < n; i++)
+    if (distinct == 0 || strcmp(names[distinct - 1], names[i]) != 0) names[distinct++] = names[i];
+  xf_text_nearest near;
+  xf_text_nearest_start(&near, want);
+  for (size_t i = 0; i < distinct; i++) xf_text_nearest_offer(&near, names[i]);
+  const char *hint = xf_text_nearest_best(&near);
+  char list[KNOWN_SHOWN * (XF_POLICY_NAME_MAX + 2) + 32];
+  size_t used = 0;
+  list[0] = '\0';
+  for (size_t i = 0; i < distinct && i < KNOWN_SHOWN && used < sizeof(list); i++) {
+    int w = snprintf(list + used, sizeof(list) - used, "%s%s", i ? ", " : "", names[i]);
+    if (w > 0) used += (size_t)w;
+  }
+  if (distinct > KNOWN_SHOWN && used < sizeof(list))
+    snprintf(list + used, sizeof(list) - used, " and %zu more", distinct - KNOWN_SHOWN);
+  xf_errctx_field(err, "data.dataset");
+  xf_err rc = xf_fail(err, XF_EINVAL,
+                      "no site holds a dataset '%s'; the datasets %s %s %s%s%s%s", want,
+                      by_sites && by_policy ? "sites have registered or the residency policy lists"
+                      : by_sites            ? "sites have registered"
+                                            : "the residency policy lists",
+                      distinct == 1 ? "is" : "are", list, hint ? "; did you mean '" : "",
+                      hint ? hint : "", hint ? "'?" : "");
+  xf_free(names);
+  return rc;
+}
+
 /* ---- JSON ---------------------------------------------------------------------------------------- */
 
 xf_err xf_admission_json(const xf_admission *a, const xf_jobspec *spec, char **text,

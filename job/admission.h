@@ -136,6 +136,17 @@ xf_err xf_admission_decide(const xf_jobspec *spec, const xf_policy_decision *dec
 
 void xf_admission_free(xf_admission *a);
 
+/* Whether spec's data.dataset is a dataset anyone here knows: a site of fed
+ * announced it, or policy (NULL when there is none) lists it at some site.
+ * A job on a dataset nobody has is the researcher's mistake (a misspelt
+ * name), not the policy's or the federation's: XF_EINVAL naming the field
+ * data.dataset, the datasets that are known and the nearest of them ("did
+ * you mean"). A federation that knows no dataset at all (no site announced
+ * one, the policy lists none) is XF_OK: admission's verdict then says what
+ * is missing. Run at check and submission, before admission. XF_ENOMEM. */
+xf_err xf_admission_check_dataset(const xf_jobspec *spec, const xf_federation *fed,
+                                  const xf_policy *policy, xf_errctx *err) XF_WARN_UNUSED;
+
 /* The one sentence a job that will not run is refused with, at check and at
  * submission alike: what kind of refusal, then the reason with its fix.
  * "" for a job that runs. Returns buf. */

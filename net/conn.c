@@ -51,6 +51,8 @@ struct xf_conn {
   bool authenticated; /* xf_conn_authenticated was called */
   bool busy;   /* xf_conn_send refused for the high-water mark: on_drain owed */
   bool silent; /* discarded before the caller saw it: no on_close */
+  bool dialled; /* this side connected (xf_conn_dial) */
+  bool cert_requested; /* dialled: the server asked for our certificate */
   int handles_open;
   size_t queued; /* ciphertext bytes in uv_write requests not yet completed */
   uint64_t heartbeat_seq;
@@ -487,6 +489,13 @@ static bool conn_reading_started(xf_conn *c) {
 /* The handshake finished: the peer must name our federation, and on_connect
  * may still refuse it. True when the connection is open. */
 static bool conn_established(xf_conn *c) {
+  if (c->dialled && !c->cert_requested) {
+    c->why.http = c->why.https = true;
+    conn_end(c, XF_CONN_END_TLS, XF_EIO, XF_PKI_OK,
+             "the server asked for no client certificate, as every xfed daemon does (mutual "
+             "TLS): it is not an xfed port");
+    return false;
+  }
   X509 *cert = SSL_get0_peer_certificate(c->ssl);
   xf_errctx e;
   xf_errctx_clear(&e);
@@ -651,6 +660,10 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     return;
   }
   if (conn_reading(c)) uv_timer_start(&c->idle, on_idle, c->opts.idle_timeout_ms, 0);
+  /* A web server answers a ClientHello in plain HTTP ("HTTP/1.1 400"). */
+  if (c->dialled && c->state == CONN_HANDSHAKE && c->bytes_in == 0 && nread >= 5 &&
+      memcmp(buf->base, "HTTP/", 5) == 0)
+    c->why.http = true;
   c->bytes_in += (uint64_t)nread;
   if (BIO_write(c->rbio, buf->base, (int)nread) != (int)nread) {
     ERR_clear_error();
@@ -779,6 +792,14 @@ static void conn_discard(xf_conn *c) {
   conn_close_handles(c);
 }
 
+/* OpenSSL calls it on a dialled connection when, and only when, the server
+ * asks for a client certificate (TLS 1.3 CertificateRequest). */
+static int on_cert_request(SSL *ssl, void *arg) {
+  (void)ssl;
+  ((xf_conn *)arg)->cert_requested = true;
+  return 1;
+}
+
 static xf_err parse_addr(const char *host, int port, struct sockaddr_storage *sa,
                          xf_errctx *err) {
   if (!host || port < 0 || port > 65535)
@@ -821,6 +842,8 @@ xf_err xf_dial(uv_loop_t *loop, xf_tls *tls, const char *host, int port,
   snprintf(c->addr, sizeof(c->addr), "%s%s%s:%d", strchr(host, ':') ? "[" : "", host,
            strchr(host, ':') ? "]" : "", port);
   SSL_set_connect_state(c->ssl);
+  c->dialled = true;
+  SSL_set_cert_cb(c->ssl, on_cert_request, c);
   c->state = CONN_CONNECTING;
   c->connect.data = c;
   (void)uv_tcp_nodelay(&c->tcp, 1);

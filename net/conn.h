@@ -79,6 +79,12 @@ typedef struct xf_conn_reason {
   xf_err code;            /* XF_OK for CLOSED and PEER_CLOSED */
   xf_pki_verdict verdict; /* why the peer's certificate was refused; XF_PKI_OK otherwise */
   char msg[512];          /* details in words (OpenSSL's reason, the frame error, ...) */
+  /* A dialled peer that answered as a web server, not as an xfed daemon:
+   * plain HTTP where TLS was due, or a TLS server that asked for no client
+   * certificate (every xfed daemon's port does: mutual TLS). What a
+   * coordinator's --metrics or --dashboard port looks like. */
+  bool http;
+  bool https; /* of those, the TLS one (a dashboard); false: plain HTTP */
 } xf_conn_reason;
 
 typedef struct xf_conn xf_conn;

@@ -1009,6 +1009,44 @@ static void site_ids_are_stable(void **state) {
   admitted_free(&r);
 }
 
+/* ---- an unknown dataset ------------------------------------------------------------ */
+
+/* A dataset nobody holds is the researcher's error, named with the datasets
+ * that are known and the nearest of them, whether the sites announced them
+ * or the policy lists them; a federation that knows no dataset yet is left
+ * to admission's verdict. */
+static void unknown_dataset_is_a_usage_error_with_a_suggestion(void **state) {
+  (void)state;
+  xf_jobspec spec = spec_base();
+  snprintf(spec.data.dataset, sizeof(spec.data.dataset), "mnsit");
+  const xf_fed_dataset both[] = {mnist28, cifar};
+  const xf_fed_site sites[] = {DIRECT("eu-1", "eu"),
+                               {.name = "us-1", .region = "us", .connected = true,
+                                .datasets = both, .n_datasets = 2}};
+  const xf_federation fed = {.sites = sites, .n_sites = COUNT(sites), .coordinator_region = "us"};
+  xf_errctx err = {0};
+  assert_int_equal(xf_admission_check_dataset(&spec, &fed, NULL, &err), XF_EINVAL);
+  assert_string_equal(err.field, "data.dataset");
+  assert_string_equal(err.msg, "no site holds a dataset 'mnsit'; the datasets sites have "
+                               "registered are cifar, mnist; did you mean 'mnist'?");
+  /* Only the policy lists it: known. Only the policy lists others: named. */
+  xf_policy *p = policy_of("eu-1@eu us-1@us", "");
+  const xf_federation none = {.coordinator_region = "us"};
+  snprintf(spec.data.dataset, sizeof(spec.data.dataset), "mnist");
+  assert_int_equal(xf_admission_check_dataset(&spec, &none, p, &err), XF_OK);
+  snprintf(spec.data.dataset, sizeof(spec.data.dataset), "fmnst");
+  xf_errctx_clear(&err);
+  assert_int_equal(xf_admission_check_dataset(&spec, &none, p, &err), XF_EINVAL);
+  assert_contains(err.msg, "the datasets the residency policy lists is mnist");
+  assert_lacks(err.msg, "did you mean");
+  xf_policy_free(p);
+  /* Announced by a site: known, policy or not. */
+  snprintf(spec.data.dataset, sizeof(spec.data.dataset), "cifar");
+  assert_int_equal(xf_admission_check_dataset(&spec, &fed, NULL, &err), XF_OK);
+  /* Nobody knows any dataset yet: not this check's to refuse. */
+  assert_int_equal(xf_admission_check_dataset(&spec, &none, NULL, &err), XF_OK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(min_sites_counts_sites_not_aggregators),
@@ -1031,6 +1069,7 @@ int main(void) {
       cmocka_unit_test(refusal_sentence_is_the_same_for_check_and_submit),
       cmocka_unit_test(json_carries_the_plan),
       cmocka_unit_test(site_ids_are_stable),
+      cmocka_unit_test(unknown_dataset_is_a_usage_error_with_a_suggestion),
   };
   return cmocka_run_group_tests(tests, group_setup, NULL);
 }

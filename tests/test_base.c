@@ -55,6 +55,58 @@ static void error_context_names_file_field_and_fix(void **state) {
   assert_string_equal(buf, "result.json: dp.clip: is 0 (value out of range)");
 }
 
+/* A wrapper puts the caller's context before the callee's cause once: never
+ * the cause twice, never ": " before an empty cause, never the file both
+ * before the message and quoted in it, never the code's message twice. */
+static void wrapped_error_says_each_part_once(void **state) {
+  (void)state;
+  xf_errctx ctx;
+  char buf[1200];
+  /* The callee's cause, then the caller's context before it. */
+  xf_fail_in_file(&ctx, XF_EIO, "/nonexistent/chart.js", NULL, "cannot open: %s",
+                  "No such file or directory");
+  assert_int_equal(xf_fail_wrap(&ctx, XF_EIO, "XF_CHARTJS names '%s', which cannot be read as "
+                                "Chart.js", "/nonexistent/chart.js"),
+                   XF_EIO);
+  xf_errctx_format(&ctx, buf, sizeof(buf));
+  assert_string_equal(buf, "XF_CHARTJS names '/nonexistent/chart.js', which cannot be read as "
+                           "Chart.js: cannot open: No such file or directory "
+                           "(input/output error)");
+  /* Wrapping the same context again adds nothing. */
+  xf_fail_wrap(&ctx, XF_EIO, "XF_CHARTJS names '%s', which cannot be read as Chart.js",
+               "/nonexistent/chart.js");
+  xf_errctx_format(&ctx, buf, sizeof(buf));
+  assert_int_equal(strstr(buf, "XF_CHARTJS") - buf, 0);
+  assert_null(strstr(buf + 1, "XF_CHARTJS"));
+  /* A caller that formats the cause in itself (ctx->msg as an argument) does
+   * not read what it is writing: the cause appears once. */
+  xf_fail(&ctx, XF_ENOENT, "no file x.json");
+  xf_fail_wrap(&ctx, XF_ENOENT, "the config cannot be read: %s", ctx.msg);
+  assert_string_equal(ctx.msg, "the config cannot be read: no file x.json");
+  /* An empty cause: the context alone, with no dangling ": ". */
+  xf_errctx_clear(&ctx);
+  xf_fail_wrap(&ctx, XF_EIO, "cannot read the model");
+  xf_errctx_format(&ctx, buf, sizeof(buf));
+  assert_string_equal(buf, "cannot read the model (input/output error)");
+  /* The file stays unless the context names it; field and peer stay. */
+  xf_fail_in_file(&ctx, XF_EFORMAT, "job.json", "rounds", "must be a number");
+  xf_errctx_peer(&ctx, "127.0.0.1:7443");
+  xf_fail_wrap(&ctx, XF_EFORMAT, "the job is refused");
+  xf_errctx_format(&ctx, buf, sizeof(buf));
+  assert_string_equal(buf, "peer 127.0.0.1:7443: job.json: rounds: the job is refused: must be a "
+                           "number (malformed input)");
+  /* A NULL context is allowed. */
+  assert_int_equal(xf_fail_wrap(NULL, XF_EIO, "x"), XF_EIO);
+  /* A message that is the code's own message is not followed by it again. */
+  xf_errctx_clear(&ctx);
+  xf_fail(&ctx, XF_ENOMEM, "out of memory");
+  xf_errctx_format(&ctx, buf, sizeof(buf));
+  assert_string_equal(buf, "out of memory");
+  xf_fail(&ctx, XF_ENOMEM, "writing the admission: out of memory");
+  xf_errctx_format(&ctx, buf, sizeof(buf));
+  assert_string_equal(buf, "writing the admission: out of memory");
+}
+
 static void allocation_fails_on_the_nth_call(void **state) {
   (void)state;
   xf_alloc_fail_after(2);
@@ -264,6 +316,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_error_has_a_name_and_message),
       cmocka_unit_test(error_context_names_file_field_and_fix),
+      cmocka_unit_test(wrapped_error_says_each_part_once),
       cmocka_unit_test(allocation_fails_on_the_nth_call),
       cmocka_unit_test(cursor_refuses_reads_past_the_end),
       cmocka_unit_test(cursor_splits_lines_with_and_without_cr),

@@ -304,6 +304,28 @@ static void compliance_pushes_and_a_researcher_is_refused(void **state) {
   expect_in(r->err, "not authorized", r);
 }
 
+/* A dataset no site has and the policy lists nowhere is the spec's mistake
+ * (exit 1, naming data.dataset and the policy's datasets), not a denial:
+ * at the coordinator and with the policy alone (--db). */
+static void unknown_dataset_under_a_policy_is_a_usage_error_with_a_suggestion(void **state) {
+  (void)state;
+  const char *job = path_in("typo.json");
+  write_file(job, "{\"name\": \"qs\", \"model\": {\"arch\": \"mlp\", \"hidden\": [16]},\n"
+                  " \"data\": {\"dataset\": \"fmnst\"}, \"rounds\": 2, \"min_sites\": 3,\n"
+                  " \"local\": {\"epochs\": 1, \"batch_size\": 16, \"lr\": 0.1}, \"seed\": 1}\n");
+  xf_test_run *runs[] = {
+      xfed("policy", "check", job, AS_ALICE, NULL),
+      xfed("job", "submit", job, AS_ALICE, NULL),
+      xfed("policy", "check", job, "--db", path_in("local.db"), "--coordinator-region", "us",
+           NULL)};
+  for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+    expect_status(runs[i], 1);
+    expect_in(runs[i]->err, "data.dataset: no site holds a dataset 'fmnst'", runs[i]);
+    expect_in(runs[i]->err, "the datasets the residency policy lists is fmnist; did you mean "
+                            "'fmnist'?", runs[i]);
+  }
+}
+
 static void remote_edit_makes_the_next_version_authored_by_the_certificate(void **state) {
   (void)state;
   xf_test_run *r = xfed("policy", "rule", "add", "--json-rule", EU_RULE, "--reason",
@@ -566,6 +588,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(check_without_a_policy_is_a_denial),
       cmocka_unit_test(compliance_pushes_and_a_researcher_is_refused),
+      cmocka_unit_test(unknown_dataset_under_a_policy_is_a_usage_error_with_a_suggestion),
       cmocka_unit_test(remote_edit_makes_the_next_version_authored_by_the_certificate),
       cmocka_unit_test(check_asks_the_coordinator_in_its_region),
       cmocka_unit_test(audit_trail_holds_the_changes_and_verifies),
