@@ -15,7 +15,7 @@
 #            is refused with the dataset and the numbers; then a site-unit
 #            job with local noise reports its epsilon too.
 #   secagg:  secure aggregation with 5 sites: the same job with and without
-#            it ends within 0.5 points; then a site killed after sending its
+#            it ends within 1 point; then a site killed after sending its
 #            masked input is left out and the round completes with the sum of
 #            the 4 others; then distributed noise, accounted per round.
 #   compress: uplink q8 and topk:0.05+q8 (error feedback kept in each site's
@@ -390,18 +390,33 @@ secagg)
     --out "$work/shards5" --min-records 1000 >/dev/null
   start_coord a
   make_sites a 5 "$work/shards5"
-  # The same job without and with secure aggregation (clip 1, no noise).
+  # The same job without and with secure aggregation (clip 1, no noise),
+  # with a deadline no loaded machine reaches: both must take all 5 sites
+  # in every round (and job 3 below waits for s4's 8 epochs on 60,000
+  # records).
   sed 's/"seed": 11}/"seed": 11, "privacy": {"unit": "site", "mode": "none", "clip": 1.0}}/' \
-    "$work/job.json" | sed 's/"rounds": 6/"rounds": 4/' >"$work/plain.json"
+    "$work/job.json" | sed 's/"rounds": 6/"rounds": 4/; s/"round_deadline_s": 120/"round_deadline_s": 600/' \
+    >"$work/plain.json"
   sed 's/"seed": 11}/"seed": 11, "privacy": {"unit": "site", "mode": "none", "clip": 1.0}, "secure_aggregation": {"enabled": true, "bits": 24, "threshold": 0.6}}/' \
-    "$work/job.json" | sed 's/"rounds": 6/"rounds": 4/' >"$work/sa.json"
+    "$work/job.json" | sed 's/"rounds": 6/"rounds": 4/; s/"round_deadline_s": 120/"round_deadline_s": 600/' \
+    >"$work/sa.json"
+  grep -q '"round_deadline_s": 600' "$work/sa.json" || fail "the secure-aggregation spec was not written"
   cli job submit "$work/plain.json" >/dev/null
   cli job submit "$work/sa.json" >/dev/null
   wait_state 2 done 400
   [[ $(job_field 1 state) == done ]] || fail "job 1 is $(job_field 1 state)"
+  (($(grep -c 'event=round_committed job=1 round=[0-9]* reports=5 ' "$work/a/logs/coord.log") == 4)) ||
+    fail "job 1 did not commit 4 rounds of 5 sites: $(grep -h 'event=round_committed job=1 ' "$work/a/logs/coord.log")"
+  # Rounding onto the 24-bit grid moves each round's sum only a little, but
+  # that and the float path (OpenBLAS picks its kernels per CPU) decide
+  # where the two jobs end: over job seeds 11-14 on the OpenBLAS cores
+  # Haswell (= Zen), SkylakeX, Cooperlake, Sandybridge, Nehalem and Prescott
+  # (24 runs), with minus without was +0.001 on average, sd 0.0027, at worst
+  # 0.0043 apart (an old margin of 0.005 was 2 sd). The margin, 0.01, is
+  # about 4 sd.
   a1=$(job_field 1 test_accuracy) a2=$(job_field 2 test_accuracy)
-  awk -v a="$a1" -v b="$a2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.005) }' ||
-    fail "accuracy without secure aggregation $a1, with it $a2: more than 0.5 points apart"
+  awk -v a="$a1" -v b="$a2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.01) }' ||
+    fail "accuracy without secure aggregation $a1, with it $a2: more than 1 point apart"
   (($(grep -c 'event=secagg_unmasked job=2 .*sites=5' "$work/a/logs/coord.log") == 4)) ||
     fail "job 2 did not unmask 4 rounds of 5 sites"
   # Every site checked every key, share and survivor set relayed, and
