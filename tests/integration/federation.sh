@@ -323,6 +323,7 @@ compress)
   # bf16 down, submitted at once. A deadline no loaded machine reaches: the
   # accuracies below compare jobs whose every round took all three sites.
   sed 's/"round_deadline_s": 120/"round_deadline_s": 600/' "$work/job.json" >"$work/plain.json"
+  grep -q '"round_deadline_s": 600' "$work/plain.json" || fail "the float32 spec was not written"
   sed 's/"seed": 11}/"seed": 11, "compression": {"uplink": "q8", "downlink": "fp16"}}/' \
     "$work/plain.json" >"$work/q8.json"
   sed 's/"seed": 11}/"seed": 11, "compression": {"uplink": "topk:0.05+q8", "downlink": "bf16"}}/' \
@@ -339,12 +340,15 @@ compress)
   [[ -n $n ]] || fail "the float32 job's export does not give its parameter count"
   # Bytes of every training row (a round at a site), exact for float32 and
   # q8 whatever the float path; top-k's indices cost what the gaps between
-  # the kept values take, so its rows are bounded (docs/compression.md).
+  # the kept values take, 1 to 3 bytes each below n < 2^21, so its rows are
+  # bounded (docs/compression.md, "Wire format").
   col() { awk -F, -v c="$2" 'NR > 1 && $4 != "" { print $c }' "$work/m$1.csv" | sort -nu | paste -sd ' '; }
   up1=$(col 1 8) up2=$(col 2 8) down1=$(col 1 9) down2=$(col 2 9) down3=$(col 3 9)
   [[ $up1 =~ ^[0-9]+$ && $up2 =~ ^[0-9]+$ && $down1 =~ ^[0-9]+$ ]] ||
     fail "rows of one job carry different byte counts: float32 up $up1, q8 up $up2, float32 down $down1"
-  tag=$((up1 - 4 * n)) # what sealing the stream to the coordinator adds: the same for every job
+  # What sealing to the coordinator adds: one tag, every update here being
+  # shorter than a sealed chunk (1 MiB).
+  tag=$((up1 - 4 * n))
   chunks=$(((n + 4095) / 4096)) k=$(((n * 5 + 99) / 100))
   ((up2 == 20 + 8 * chunks + n + tag)) ||
     fail "q8 sent $up2 bytes a round, not the 20-byte header, $chunks scales of 8 and $n codes, $((20 + 8 * chunks + n + tag))"
