@@ -18,10 +18,13 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/rng.h"
 #include "codec/codec.h"
 #include "crypto/seal.h"
 #include "crypto/secagg.h"
+#include "job/jobmodel.h"
 #include "job/jobspec.h"
+#include "kernels/model.h"
 #include "privacy/noise.h"
 #include "privacy/plan.h"
 #include "update/update.h"
@@ -653,6 +656,169 @@ static void prepare_runs_clip_noise_and_encode_in_order(void **state) {
   assert_string_equal(xf_update_form_name((xf_update_form)9), "unknown");
 }
 
+/* ---- what q8 guarantees a round ---------------------------------------------------------- */
+
+/* A delta shaped like one local epoch's on Fashion-MNIST: each layer's
+ * weights and biases on their own scale, and the weights of the border
+ * pixels (always 0 in the images, so never moved) exactly 0. */
+static void fill_delta(const xf_model *m, float *v, uint64_t seed) {
+  xf_rng rng;
+  xf_rng_seed(&rng, seed, 9);
+  for (int l = 0; l < xf_model_num_layers(m); l++) {
+    const xf_layer *L = xf_model_layer(m, l);
+    if (L->kind != XF_LAYER_DENSE) continue;
+    size_t in = (size_t)L->in_h * L->in_w * L->in_c;
+    for (size_t i = 0; i < L->weight_count; i++) {
+      size_t px = i % in, row = px / 28, col = px % 28;
+      bool border = l == 0 && (row < 2 || row > 25 || col < 2 || col > 25);
+      v[L->weight_offset + i] = border ? 0.0f : (float)(0.02 / (l + 1) * xf_rng_normal(&rng));
+    }
+    for (size_t i = 0; i < L->bias_count; i++)
+      v[L->bias_offset + i] = (float)(0.005 * xf_rng_normal(&rng));
+  }
+}
+
+/* The uplink of federation.sh's compress scenario (an mlp with one hidden
+ * layer of 32 on 28x28 images, 10 classes; q8; three sites of unequal
+ * weight; 6 rounds), through the site's plan and the aggregator's decoder.
+ * What q8 guarantees there, whatever the float path that trained the delta:
+ * - the bytes: a 20-byte header, 8 bytes of scale per chunk of 4096 values,
+ *   one byte per value;
+ * - every decoded value is within its bound of the value sent, and the
+ *   bound is one step of its chunk, (max - min) / 255, up to float32
+ *   rounding of the levels;
+ * - the rounding is unbiased: a chunk's mean error is far below a step
+ *   (Hoeffding: each error lies in an interval one step wide, so the mean
+ *   of m is within step * sqrt(ln(2 / 1e-9) / (2m)) of 0 but with odds of
+ *   1e-9) and its mean squared error at most step^2 / 4 plus the same slack;
+ * - the weighted mean the aggregator commits is within the weighted mean
+ *   of the sites' bounds of the float32 mean, and its squared error is at
+ *   most what independent errors of variance step^2 / 4 give;
+ * - over the rounds (a new rounding seed each), the model's accumulated
+ *   error grows like the square root of the rounds, not like the rounds.
+ * The end accuracy of the job is not among these: federation.sh asserts
+ * it with the margin its spread across float paths justifies. */
+static void q8_updates_of_the_compress_job_stay_within_their_bound_each_round(void **state) {
+  (void)state;
+  static const char json[] =
+      "{\"name\": \"itest\", \"model\": {\"arch\": \"mlp\", \"hidden\": [32]},"
+      " \"data\": {\"dataset\": \"fmnist\"}, \"rounds\": 6, \"min_sites\": 2,"
+      " \"compression\": {\"uplink\": \"q8\", \"downlink\": \"fp16\"}, \"seed\": 11}";
+  enum { SITES = 3, ROUNDS = 6 };
+  static const double weight[SITES] = {20493, 22739, 16768};
+  xf_jobspec spec;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (xf_jobspec_parse_string(json, strlen(json), "test", &spec, &err) != XF_OK)
+    fail_msg("spec: %s: %s", err.field, err.msg);
+  xf_model_spec ms;
+  xf_model *model = NULL;
+  assert_int_equal(xf_jobspec_model_spec(&spec, 28, 28, 1, 10, &ms, NULL), XF_OK);
+  assert_int_equal(xf_model_create(&ms, &model, NULL), XF_OK);
+  const size_t n = xf_model_num_params(model);
+  assert_int_equal(n, 784 * 32 + 32 + 32 * 10 + 10);
+  const size_t chunks = (n + XF_CODEC_CHUNK - 1) / XF_CODEC_CHUNK;
+  xf_update_expect e;
+  xf_update_expect_for(&spec, n, false, 0, 0, false, 1, &e);
+  assert_int_equal(e.form, XF_UPDATE_ENCODED);
+
+  float *v = calloc(n, sizeof(float)), *sent = calloc(n, sizeof(float)),
+        *dec = calloc(n, sizeof(float)), *dec2 = calloc(n, sizeof(float)),
+        *bound = calloc(n, sizeof(float));
+  double *err_round = calloc(n, sizeof(double)), *bound_round = calloc(n, sizeof(double)),
+         *mean_round = calloc(n, sizeof(double)), *err_total = calloc(n, sizeof(double));
+  assert_true(v && sent && dec && dec2 && bound && err_round && bound_round && mean_round &&
+              err_total);
+  double w_total = 0;
+  for (int s = 0; s < SITES; s++) w_total += weight[s];
+  double expected_sq_total = 0, worst_rel = 0;
+  for (int r = 1; r <= ROUNDS; r++) {
+    memset(err_round, 0, n * sizeof(double));
+    memset(bound_round, 0, n * sizeof(double));
+    memset(mean_round, 0, n * sizeof(double));
+    double expected_sq = 0, norm_sq = 0;
+    for (int s = 0; s < SITES; s++) {
+      fill_delta(model, v, 100u * (uint64_t)r + (uint64_t)s);
+      memcpy(sent, v, n * sizeof(float));
+      xf_update_offer o = {.rounding_seed = 0x5eed0000u + 16u * (uint64_t)r + (uint64_t)s};
+      xf_update_plan p;
+      assert_int_equal(xf_update_plan_site(&spec, NULL, n, &o, 1, &p, NULL), XF_OK);
+      assert_int_equal(p.form, XF_UPDATE_ENCODED);
+      xf_update_payload pl;
+      assert_int_equal(xf_update_prepare(&p, v, NULL, NULL, NULL, 0, &pl, NULL), XF_OK);
+      assert_memory_equal(v, sent, n * sizeof(float)); /* no clip, no noise */
+      assert_int_equal(pl.plain_len, XF_CODEC_HEADER_BYTES + 8 * chunks + n);
+      assert_true(pl.plain_len <= e.max_encoded);
+      assert_int_equal(xf_update_decode(&e, pl.plain, pl.plain_len, dec, NULL), XF_OK);
+      assert_int_equal(xf_codec_decode_bound(pl.plain, pl.plain_len, n, dec2, bound, NULL), XF_OK);
+      assert_memory_equal(dec, dec2, n * sizeof(float));
+      for (size_t j = 0; j < n; j += XF_CODEC_CHUNK) {
+        size_t m = n - j < XF_CODEC_CHUNK ? n - j : XF_CODEC_CHUNK;
+        double lo = sent[j], hi = sent[j], sum = 0, sq = 0;
+        for (size_t i = j; i < j + m; i++) {
+          lo = fmin(lo, sent[i]);
+          hi = fmax(hi, sent[i]);
+        }
+        double step = (hi - lo) / 255, top = fmax(fabs(lo), fabs(hi));
+        for (size_t i = j; i < j + m; i++) {
+          double d = (double)dec[i] - sent[i];
+          if (!(fabs(d) <= bound[i]))
+            fail_msg("round %d site %d: value %zu sent %.9g, decoded %.9g: error %g > bound %g",
+                     r, s, i, (double)sent[i], (double)dec[i], fabs(d), (double)bound[i]);
+          if (bound[i] < step || bound[i] > step * (1 + 0x1p-20) + 0x1p-20 * top)
+            fail_msg("round %d site %d: value %zu: bound %g is not the chunk's step %g", r, s, i,
+                     (double)bound[i], step);
+          sum += d;
+          sq += d * d;
+          err_round[i] += weight[s] / w_total * d;
+          bound_round[i] += weight[s] / w_total * bound[i];
+          expected_sq += (weight[s] / w_total) * (weight[s] / w_total) * bound[i] * bound[i] / 4;
+        }
+        double slack = sqrt(log(2 / 1e-9) / (2.0 * m));
+        if (fabs(sum / m) > step * slack || sq / m > step * step * (0.25 + slack))
+          fail_msg("round %d site %d, chunk at %zu: mean error %g, mean squared %g (step %g)", r,
+                   s, j, sum / m, sq / m, step);
+      }
+      for (size_t i = 0; i < n; i++) mean_round[i] += weight[s] / w_total * sent[i];
+      xf_update_payload_free(&pl);
+    }
+    /* The committed mean: within the weighted bounds, and no larger an
+     * error than independent rounding gives. */
+    double sq = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (fabs(err_round[i]) > bound_round[i] * (1 + 1e-12))
+        fail_msg("round %d: the mean's value %zu is off by %g > %g", r, i, fabs(err_round[i]),
+                 bound_round[i]);
+      sq += err_round[i] * err_round[i];
+      norm_sq += mean_round[i] * mean_round[i];
+      err_total[i] += err_round[i];
+    }
+    assert_true(sq <= 1.1 * expected_sq);
+    expected_sq_total += expected_sq;
+    double rel = sqrt(sq / norm_sq);
+    if (rel > worst_rel) worst_rel = rel;
+  }
+  /* Independent errors: their squares add, so the accumulated error's norm
+   * grows like sqrt(ROUNDS). Errors of one sign round after round would
+   * give about ROUNDS times this. */
+  double sq_total = 0;
+  for (size_t i = 0; i < n; i++) sq_total += err_total[i] * err_total[i];
+  assert_true(sq_total <= 1.1 * expected_sq_total);
+  print_message("q8 on %zu values, %d sites, %d rounds: %zu bytes an update; the mean's error is "
+                "at most %.2f%% of its norm a round\n",
+                n, SITES, ROUNDS, XF_CODEC_HEADER_BYTES + 8 * chunks + n, 100 * worst_rel);
+  xf_model_free(model);
+  free(v);
+  free(sent);
+  free(dec);
+  free(dec2);
+  free(bound);
+  free(err_round);
+  free(bound_round);
+  free(mean_round);
+  free(err_total);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(delta_subtracts_the_global_model),
@@ -670,6 +836,7 @@ int main(void) {
       cmocka_unit_test(receiver_accepts_what_the_payload_announces_and_refuses_the_rest),
       cmocka_unit_test(regional_aggregate_may_carry_its_contributors_worth_of_top_k),
       cmocka_unit_test(prepare_runs_clip_noise_and_encode_in_order),
+      cmocka_unit_test(q8_updates_of_the_compress_job_stay_within_their_bound_each_round),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,12 +15,13 @@
 #            is refused with the dataset and the numbers; then a site-unit
 #            job with local noise reports its epsilon too.
 #   secagg:  secure aggregation with 5 sites: the same job with and without
-#            it ends within 0.5 points; then a site killed after sending its
+#            it ends within 1 point; then a site killed after sending its
 #            masked input is left out and the round completes with the sum of
 #            the 4 others; then distributed noise, accounted per round.
 #   compress: uplink q8 and topk:0.05+q8 (error feedback kept in each site's
 #            database) with fp16 and bf16 downlink: the bytes in the metrics
-#            shrink as promised and the model still learns.
+#            are what the codecs promise, and the model learns as float32
+#            does within the spread the float path alone gives the job.
 #   policy:  the residency policy with a coordinator in another region: no
 #            job before a policy; a change mid-job pauses it and another
 #            resumes it; a site's local rule refuses its task and the refusal
@@ -318,33 +319,74 @@ record)
 compress)
   start_coord z
   make_sites z
-  # The same job three ways: float32, q8 up + fp16 down, top-k 5% + q8 up + bf16 down.
-  cp "$work/job.json" "$work/plain.json"
+  # The same job three ways: float32, q8 up + fp16 down, top-k 5% + q8 up +
+  # bf16 down, submitted at once. A deadline no loaded machine reaches: the
+  # accuracies below compare jobs whose every round took all three sites.
+  sed 's/"round_deadline_s": 120/"round_deadline_s": 600/' "$work/job.json" >"$work/plain.json"
+  grep -q '"round_deadline_s": 600' "$work/plain.json" || fail "the float32 spec was not written"
   sed 's/"seed": 11}/"seed": 11, "compression": {"uplink": "q8", "downlink": "fp16"}}/' \
-    "$work/job.json" >"$work/q8.json"
+    "$work/plain.json" >"$work/q8.json"
   sed 's/"seed": 11}/"seed": 11, "compression": {"uplink": "topk:0.05+q8", "downlink": "bf16"}}/' \
-    "$work/job.json" >"$work/topk.json"
+    "$work/plain.json" >"$work/topk.json"
   for j in plain q8 topk; do cli job submit "$work/$j.json" >/dev/null; done
   wait_state 3 done 600
   for id in 1 2 3; do
     [[ $(job_field $id state) == done ]] || fail "job $id is $(job_field $id state)"
     cli job metrics $id --csv >"$work/m$id.csv"
+    (($(grep -c "event=round_committed job=$id round=[0-9]* reports=3 " "$work/z/logs/coord.log") == 6)) ||
+      fail "job $id did not commit 6 rounds of 3 sites: $(grep -h "event=round_committed job=$id " "$work/z/logs/coord.log")"
   done
-  # Sum of the sites' uplink and downlink bytes per job (training rows only).
-  up() { awk -F, 'NR > 1 && $4 != "" { s += $8 } END { print s + 0 }' "$work/m$1.csv"; }
-  down() { awk -F, 'NR > 1 && $4 != "" { s += $9 } END { print s + 0 }' "$work/m$1.csv"; }
-  acc() { job_field "$1" test_accuracy; }
-  u1=$(up 1) u2=$(up 2) u3=$(up 3) d1=$(down 1) d2=$(down 2) d3=$(down 3)
-  ((u1 > 0 && d1 > 0)) || fail "job 1 reports no traffic: $(cat "$work/m1.csv")"
-  awk -v a="$u2" -v b="$u1" 'BEGIN { exit !(a <= 0.27 * b) }' || fail "q8 sent $u2 of $u1 bytes (> 27%)"
-  awk -v a="$u3" -v b="$u1" 'BEGIN { exit !(a <= 0.035 * b) }' || fail "topk:0.05+q8 sent $u3 of $u1 bytes (> 3.5%)"
-  awk -v a="$d2" -v b="$d1" 'BEGIN { exit !(a <= 0.55 * b) }' || fail "fp16 downlink sent $d2 of $d1 bytes"
-  awk -v a="$d3" -v b="$d1" 'BEGIN { exit !(a <= 0.55 * b) }' || fail "bf16 downlink sent $d3 of $d1 bytes"
-  a1=$(acc 1) a2=$(acc 2) a3=$(acc 3)
-  awk -v a="$a2" -v b="$a1" 'BEGIN { exit !(a >= b - 0.02) }' || fail "q8 accuracy $a2 vs $a1"
-  awk -v a="$a3" -v b="$a1" 'BEGIN { exit !(a >= 0.6) }' || fail "topk accuracy $a3 (plain $a1)"
+  n=$(cli job export 1 --out "$work/plain.npy" | sed -n 's/.*, \([0-9]*\) parameters$/\1/p')
+  [[ -n $n ]] || fail "the float32 job's export does not give its parameter count"
+  # Bytes of every training row (a round at a site), exact for float32 and
+  # q8 whatever the float path; top-k's indices cost what the gaps between
+  # the kept values take, 1 to 3 bytes each below n < 2^21, so its rows are
+  # bounded (docs/compression.md, "Wire format").
+  col() { awk -F, -v c="$2" 'NR > 1 && $4 != "" { print $c }' "$work/m$1.csv" | sort -nu | paste -sd ' '; }
+  up1=$(col 1 8) up2=$(col 2 8) down1=$(col 1 9) down2=$(col 2 9) down3=$(col 3 9)
+  [[ $up1 =~ ^[0-9]+$ && $up2 =~ ^[0-9]+$ && $down1 =~ ^[0-9]+$ ]] ||
+    fail "rows of one job carry different byte counts: float32 up $up1, q8 up $up2, float32 down $down1"
+  # What sealing to the coordinator adds: one tag, every update here being
+  # shorter than a sealed chunk (1 MiB).
+  tag=$((up1 - 4 * n))
+  chunks=$(((n + 4095) / 4096)) k=$(((n * 5 + 99) / 100))
+  ((up2 == 20 + 8 * chunks + n + tag)) ||
+    fail "q8 sent $up2 bytes a round, not the 20-byte header, $chunks scales of 8 and $n codes, $((20 + 8 * chunks + n + tag))"
+  awk -F, -v lo=$((20 + k + 8 + k + tag)) -v hi=$((20 + 3 * k + 8 + k + tag)) \
+    'NR > 1 && $4 != "" && ($8 < lo || $8 > hi) { bad = bad " " $8 } END { if (bad != "") { print bad; exit 1 } }' \
+    "$work/m3.csv" >"$work/topk-bad.txt" ||
+    fail "topk:0.05+q8 rows outside [header + $k indices of 1 to 3 bytes + a scale + $k codes]:$(cat "$work/topk-bad.txt")"
+  # The model file's parameters at 2 bytes instead of 4; the header's dtype
+  # "bfloat16-le" is one byte longer than "float32-le" and "float16-le".
+  ((down2 == down1 - 2 * n)) || fail "fp16 downlink sent $down2 bytes a round, float32 $down1 ($n parameters)"
+  [[ $down3 =~ ^[0-9]+$ ]] && ((down3 == down1 - 2 * n + 1)) ||
+    fail "bf16 downlink sent $down3 bytes a round, float32 $down1 ($n parameters)"
+  # That the decoded values are within q8's bound of what was sent, every
+  # round, is test_update's q8_updates_of_the_compress_job_stay_within_their_bound_each_round;
+  # here the job must still learn as float32 does. Its accuracy swings from
+  # round to round (lr 0.05 with momentum on Dirichlet 0.5 shards: by 7
+  # points over the last three rounds, typically), and the float path
+  # (OpenBLAS picks its kernels per CPU) decides where a swing ends, so the
+  # test compares the mean of the last three rounds' accuracies, each
+  # weighted by the sites' samples as the coordinator weighs them. Over job
+  # seeds 11-16 on the OpenBLAS cores Haswell (Zen's kernels give the same
+  # bits), SkylakeX, Cooperlake, Sandybridge, Nehalem and Prescott, 36 runs,
+  # q8 minus float32 was +0.004 on average, sd 0.010, worst -0.019 (the last
+  # round alone: sd 0.014, worst -0.035, which an old margin of 0.02 failed);
+  # top-k minus float32 +0.008, sd 0.024, worst -0.046 (alone: -0.078). The
+  # margins, 0.04 and 0.10, are about 4 sd below the mean and twice the
+  # worst seen.
+  last3() {
+    awk -F, 'NR > 1 && $6 != "" { a[$1] += $6 * $7; w[$1] += $7; if ($1 > m) m = $1 }
+      END { print (a[m] / w[m] + a[m - 1] / w[m - 1] + a[m - 2] / w[m - 2]) / 3 }' "$work/m$1.csv"
+  }
+  a1=$(last3 1) a2=$(last3 2) a3=$(last3 3)
+  awk -v a="$a2" -v b="$a1" 'BEGIN { exit !(a >= b - 0.04) }' ||
+    fail "q8's accuracy over the last 3 rounds is $a2, float32's $a1: more than 4 points lower"
+  awk -v a="$a3" -v b="$a1" 'BEGIN { exit !(a >= b - 0.10) }' ||
+    fail "topk:0.05+q8's accuracy over the last 3 rounds is $a3, float32's $a1: more than 10 points lower"
   grep -q 'event=residual_saved job=3 ' "$work/z/logs/s1.log" || fail "s1 keeps no top-k residual"
-  echo "compress: uplink bytes float32 $u1, q8 $u2, topk:0.05+q8 $u3; downlink $d1, fp16 $d2, bf16 $d3; accuracy $a1 / $a2 / $a3"
+  echo "compress: $n parameters; uplink bytes a round float32 $up1, q8 $up2, topk:0.05+q8 $(col 3 8 | sed 's/ .* / to /'); downlink $down1, fp16 $down2, bf16 $down3; accuracy over the last 3 rounds $a1 / $a2 / $a3, in the last $(job_field 1 test_accuracy) / $(job_field 2 test_accuracy) / $(job_field 3 test_accuracy)"
   ;;
 secagg)
   for s in s4 s5; do "$xfed" pki issue --dir "$fed" --kind site --name "$s" --region eu >/dev/null; done
@@ -352,18 +394,33 @@ secagg)
     --out "$work/shards5" --min-records 1000 >/dev/null
   start_coord a
   make_sites a 5 "$work/shards5"
-  # The same job without and with secure aggregation (clip 1, no noise).
+  # The same job without and with secure aggregation (clip 1, no noise),
+  # with a deadline no loaded machine reaches: both must take all 5 sites
+  # in every round (and job 3 below waits for s4's 8 epochs on 60,000
+  # records).
   sed 's/"seed": 11}/"seed": 11, "privacy": {"unit": "site", "mode": "none", "clip": 1.0}}/' \
-    "$work/job.json" | sed 's/"rounds": 6/"rounds": 4/' >"$work/plain.json"
+    "$work/job.json" | sed 's/"rounds": 6/"rounds": 4/; s/"round_deadline_s": 120/"round_deadline_s": 600/' \
+    >"$work/plain.json"
   sed 's/"seed": 11}/"seed": 11, "privacy": {"unit": "site", "mode": "none", "clip": 1.0}, "secure_aggregation": {"enabled": true, "bits": 24, "threshold": 0.6}}/' \
-    "$work/job.json" | sed 's/"rounds": 6/"rounds": 4/' >"$work/sa.json"
+    "$work/job.json" | sed 's/"rounds": 6/"rounds": 4/; s/"round_deadline_s": 120/"round_deadline_s": 600/' \
+    >"$work/sa.json"
+  grep -q '"round_deadline_s": 600' "$work/sa.json" || fail "the secure-aggregation spec was not written"
   cli job submit "$work/plain.json" >/dev/null
   cli job submit "$work/sa.json" >/dev/null
   wait_state 2 done 400
   [[ $(job_field 1 state) == done ]] || fail "job 1 is $(job_field 1 state)"
+  (($(grep -c 'event=round_committed job=1 round=[0-9]* reports=5 ' "$work/a/logs/coord.log") == 4)) ||
+    fail "job 1 did not commit 4 rounds of 5 sites: $(grep -h 'event=round_committed job=1 ' "$work/a/logs/coord.log")"
+  # Rounding onto the 24-bit grid moves each round's sum only a little, but
+  # that and the float path (OpenBLAS picks its kernels per CPU) decide
+  # where the two jobs end: over job seeds 11-14 on the OpenBLAS cores
+  # Haswell (= Zen), SkylakeX, Cooperlake, Sandybridge, Nehalem and Prescott
+  # (24 runs), with minus without was +0.001 on average, sd 0.0027, at worst
+  # 0.0043 apart (an old margin of 0.005 was 2 sd). The margin, 0.01, is
+  # about 4 sd.
   a1=$(job_field 1 test_accuracy) a2=$(job_field 2 test_accuracy)
-  awk -v a="$a1" -v b="$a2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.005) }' ||
-    fail "accuracy without secure aggregation $a1, with it $a2: more than 0.5 points apart"
+  awk -v a="$a1" -v b="$a2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.01) }' ||
+    fail "accuracy without secure aggregation $a1, with it $a2: more than 1 point apart"
   (($(grep -c 'event=secagg_unmasked job=2 .*sites=5' "$work/a/logs/coord.log") == 4)) ||
     fail "job 2 did not unmask 4 rounds of 5 sites"
   # Every site checked every key, share and survivor set relayed, and

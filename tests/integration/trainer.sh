@@ -14,7 +14,9 @@
 #   torch     s3's trainer is deploy/trainers/torch_trainer.py (PyTorch):
 #             lenet5 for 3 rounds ends done with a test accuracy above 0.5,
 #             and in every round the PyTorch model's accuracy of the weights
-#             it received equals xfed-site's (the layer table read right);
+#             it received is xfed-site's, up to 2 test records whose two
+#             best classes the float kernels order otherwise (the layer
+#             table read right);
 #             then, registered with --trainer-dp declared, it does DP-SGD for
 #             a record-level job that ends done, and s3's ledger charges it.
 #             Exit 77 (skipped) when python3 cannot import torch.
@@ -103,8 +105,14 @@ JSON
   wait_done 1 1500
   grep -q 'event=trainer_done' "$work/logs/s3.log" || fail "s3's PyTorch trainer never finished a task"
   # The PyTorch model reads the weights as xfed lays them out: its accuracy
-  # on s3's test split of the model it received equals xfed-site's own
-  # evaluation of that model (to the 4 decimals logged), in every round.
+  # on s3's test split of the model it received is xfed-site's own
+  # evaluation of that model, in every round. The two compute the logits
+  # with other float kernels, so a record whose two best classes are within
+  # float rounding of each other may go either way: they may be 2 records
+  # apart (each figure logged to 4 decimals). Weights read wrong are tens
+  # of points off.
+  n_test=$(json_field test_records <"$work/s3.json")
+  [[ $n_test =~ ^[0-9]+$ ]] && ((n_test > 0)) || fail "s3's dataset lists no test records: $(cat "$work/s3.json")"
   for f in "$work"/sites/s3/trainers/1-r*-a*.log; do
     b=$(basename "$f" .log)
     r=${b#1-r} a=${b##*-a}
@@ -112,8 +120,10 @@ JSON
     torch_acc=$(sed -n 's/.*received model test accuracy \([0-9.]*\).*/\1/p' "$f" | tail -n 1)
     xfed_acc=$(grep "event=task_trained job=1 round=$r attempt=$a " "$work/logs/s3.log" |
       sed -n 's/.*test_accuracy=\([0-9.]*\).*/\1/p' | tail -n 1)
-    [[ -n $torch_acc && $torch_acc == "$xfed_acc" ]] ||
-      fail "round $r: PyTorch says the received model's test accuracy is '$torch_acc', xfed-site '$xfed_acc'"
+    [[ -n $torch_acc && -n $xfed_acc ]] &&
+      awk -v a="$torch_acc" -v b="$xfed_acc" -v n="$n_test" \
+        'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 2 / n + 0.0001) }' ||
+      fail "round $r: PyTorch says the received model's test accuracy is '$torch_acc', xfed-site '$xfed_acc' (more than 2 of $n_test records apart)"
   done
   acc=$(job_field 1 test_accuracy)
   awk -v a="$acc" 'BEGIN { exit !(a > 0.5) }' || fail "test accuracy '$acc' is not above 0.5"
