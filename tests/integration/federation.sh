@@ -342,10 +342,20 @@ compress)
   # q8 whatever the float path; top-k's indices cost what the gaps between
   # the kept values take, 1 to 3 bytes each below n < 2^21, so its rows are
   # bounded (docs/compression.md, "Wire format").
-  col() { awk -F, -v c="$2" 'NR > 1 && $4 != "" { print $c }' "$work/m$1.csv" | sort -nu | paste -sd ' '; }
-  up1=$(col 1 8) up2=$(col 2 8) down1=$(col 1 9) down2=$(col 2 9) down3=$(col 3 9)
+  # The last round's rows also carry the final evaluation's download of the
+  # model (docs/metrics.md, "A job's traffic"), the same bytes again.
+  col() { # col JOB COLUMN [FIRST LAST]: the distinct figures of those rounds' rows
+    awk -F, -v c="$2" -v lo="${3:-1}" -v hi="${4:-6}" \
+      'NR > 1 && $4 != "" && $1 >= lo && $1 <= hi { print $c }' "$work/m$1.csv" | sort -nu | paste -sd ' '
+  }
+  up1=$(col 1 8) up2=$(col 2 8) down1=$(col 1 9 1 5) down2=$(col 2 9 1 5) down3=$(col 3 9 1 5)
   [[ $up1 =~ ^[0-9]+$ && $up2 =~ ^[0-9]+$ && $down1 =~ ^[0-9]+$ ]] ||
     fail "rows of one job carry different byte counts: float32 up $up1, q8 up $up2, float32 down $down1"
+  for id in 1 2 3; do
+    d=$(col $id 9 1 5) last=$(col $id 9 6 6)
+    [[ $d =~ ^[0-9]+$ && $last == "$((2 * d))" ]] ||
+      fail "job $id's last round downloads $last bytes a site, not its rounds' $d and the final evaluation's $d"
+  done
   # What sealing to the coordinator adds: one tag, every update here being
   # shorter than a sealed chunk (1 MiB).
   tag=$((up1 - 4 * n))
