@@ -5,11 +5,16 @@
 #include "cli/client.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
+#include <netdb.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <uv.h>
 
@@ -556,6 +561,61 @@ static xf_err on_connect(xf_conn *conn, const xf_spiffe_id *peer) {
   return rc;
 }
 
+/* Ends the wait saying that the address is one of the coordinator's web
+ * ports (https: the dashboard's; else the metrics'), not its federation port. */
+static void web_port_fail(xf_client *c, bool https) {
+  wait_fail(c, XF_EUSAGE,
+            "this address answers as a web server (%s), not as the coordinator's federation "
+            "port: it looks like the coordinator's %s port. Give --coordinator (or "
+            "XFED_COORDINATOR) the address of its --listen flag (port 7443 unless changed)",
+            https ? "HTTPS that asks for no client certificate" : "plain HTTP",
+            https ? "HTTPS --dashboard" : "HTTP --metrics");
+}
+
+/* Whether ip:port answers a plain HTTP request as a web server does
+ * ("HTTP/..."), within PROBE_MS for the connect and as much for the answer.
+ * Asked only after a TLS handshake the peer cut short or reset: a web
+ * server answers a ClientHello with "400 Bad Request" and closes, but when it
+ * closes before reading all of it the kernel resets the connection, and the
+ * reset may discard that answer before this side reads it. A whole request
+ * is read whole, so its answer arrives. */
+#define PROBE_MS 5000
+static bool answers_plain_http(const char *ip, uint16_t port) {
+  char service[8];
+  snprintf(service, sizeof(service), "%u", (unsigned)port);
+  struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV,
+                           .ai_socktype = SOCK_STREAM};
+  struct addrinfo *ai = NULL;
+  if (getaddrinfo(ip, service, &hints, &ai) != 0 || !ai) return false;
+  bool http = false;
+  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) goto out;
+  if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno != EINPROGRESS) goto out;
+  struct pollfd p = {.fd = fd, .events = POLLOUT};
+  int soerr = 0;
+  socklen_t len = sizeof(soerr);
+  if (poll(&p, 1, PROBE_MS) != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0 ||
+      soerr != 0)
+    goto out;
+  static const char request[] = "HEAD / HTTP/1.0\r\n\r\n";
+  if (send(fd, request, sizeof(request) - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof(request) - 1))
+    goto out;
+  char answer[5];
+  size_t got = 0;
+  while (got < sizeof(answer)) {
+    p = (struct pollfd){.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, PROBE_MS) != 1) break;
+    ssize_t n = recv(fd, answer + got, sizeof(answer) - got, 0);
+    if (n <= 0) break;
+    got += (size_t)n;
+  }
+  http = got == sizeof(answer) && memcmp(answer, "HTTP/", sizeof(answer)) == 0;
+out:
+  if (fd >= 0) close(fd);
+  freeaddrinfo(ai);
+  return http;
+}
+
 static void on_close(xf_conn *conn, const xf_conn_reason *why) {
   xf_client *c = xf_conn_user(conn);
   c->conn = NULL;
@@ -566,13 +626,7 @@ static void on_close(xf_conn *conn, const xf_conn_reason *why) {
     return;
   }
   if (c->wait == WAIT_NONE || c->wait == WAIT_SLEEP || c->wait == WAIT_RESOLVE) return;
-  if (why->http)
-    wait_fail(c, XF_EUSAGE,
-              "this address answers as a web server (%s), not as the coordinator's federation "
-              "port: it looks like the coordinator's %s port. Give --coordinator (or "
-              "XFED_COORDINATOR) the address of its --listen flag (port 7443 unless changed)",
-              why->https ? "HTTPS that asks for no client certificate" : "plain HTTP",
-              why->https ? "HTTPS --dashboard" : "HTTP --metrics");
+  if (why->http) web_port_fail(c, why->https);
   else if (why->end == XF_CONN_END_TLS && why->verdict != XF_PKI_OK)
     wait_fail(c, XF_EINTEGRITY, "the TLS handshake failed: %s", why->msg);
   else if (why->end == XF_CONN_END_CLOSED || why->end == XF_CONN_END_PEER_CLOSED)
@@ -638,6 +692,14 @@ static xf_err dial_one(xf_client *c, const char *ip, uint32_t ms, xf_errctx *err
     return rc;
   }
   if (run_wait(c, WAIT_OPEN, ms) && c->failure == XF_OK) return XF_OK;
+  /* A handshake cut short or reset: ask whether a web server is there. */
+  if (c->done && c->failure == XF_EIO && !c->open &&
+      (c->why.end == XF_CONN_END_TLS || c->why.end == XF_CONN_END_IO ||
+       c->why.end == XF_CONN_END_PEER_CLOSED) &&
+      !c->why.http && c->why.verdict == XF_PKI_OK && answers_plain_http(ip, c->cfg.port)) {
+    c->done = false;
+    web_port_fail(c, false);
+  }
   if (!c->done)
     wait_fail(c, XF_EIO, "no session with the coordinator within %u ms", (unsigned)ms);
   rc = take_failure(c, err);

@@ -84,6 +84,33 @@ for web in dash:"HTTPS --dashboard port" metrics:"HTTP --metrics port"; do
   has "$work/web.out" "it looks like the coordinator's ${web#*:}" "${web%%:*}"
   has "$work/web.out" "Give --coordinator (or XFED_COORDINATOR) the address of its --listen flag" "${web%%:*}"
 done
+# A web server that resets the connection on the ClientHello, before any
+# answer of its own reaches the CLI (as one that closes with the hello
+# unread does on a loaded machine), is still named: the CLI asks it a plain
+# HTTP request, which it answers.
+python3 - "$work/rst.port" <<'PY' &
+import socket, struct, sys
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(8)
+open(sys.argv[1], "w").write("%d\n" % s.getsockname()[1])
+while True:
+    c, _ = s.accept()
+    first = c.recv(1)
+    if first == b"\x16":  # a TLS record: reset, unread
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    else:
+        c.recv(4096)
+        c.sendall(b"HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+    c.close()
+PY
+pids+=($!)
+wait_file "$work/rst.port"
+# shellcheck disable=SC2046
+expect 2 "job list at a web server that resets the hello" "$work/web.out" -- \
+  env XF_LOG_LEVEL=warn "$xfed" job list --coordinator "127.0.0.1:$(cat "$work/rst.port")" \
+  $(tls rita) --timeout 10
+has "$work/web.out" "it looks like the coordinator's HTTP --metrics port" reset
 
 # ---- researchers_spec_is_not_a_coordinator_error ---------------------------------------------
 label=researchers_spec_is_not_a_coordinator_error
