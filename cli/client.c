@@ -20,13 +20,13 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "base/name.h"
 #include "net/conn.h"
 #include "net/document.h"
 #include "net/frame.h"
 #include "net/session.h"
 #include "net/tensor.h"
 #include "net/tls.h"
-#include "site/registry.h"
 
 /* Reconnects a model download makes after its connection drops. */
 #define FETCH_RECONNECTS 3
@@ -202,7 +202,7 @@ xf_err xf_client_config_resolve(const xf_client_flags *flags, xf_client_config *
   }
   xf_errctx why;
   xf_errctx_clear(&why);
-  if (xf_site_address_parse(out->coordinator, out->host, sizeof(out->host), &out->port, &why) !=
+  if (xf_address_parse(out->coordinator, out->host, sizeof(out->host), &out->port, &why) !=
       XF_OK)
     return xf_fail(err, XF_EUSAGE, "%s (from %s)", why.msg, out->source[SET_COORDINATOR]);
   double t = flags->timeout_s > 0 ? flags->timeout_s : XF_CLIENT_TIMEOUT_S;

@@ -7,7 +7,7 @@
 
 #include "base/alloc.h"
 #include "cli/cli.h"
-#include "site/dataset.h"
+#include "data/dataset.h"
 
 typedef struct split_args {
   const char *data, *out, *scheme, *label;

@@ -2,7 +2,7 @@
 /* `xfed data stats merge`: pools the column statistics files of several
  * sites (`xfed-site dataset stats`) into one count, mean and standard
  * deviation per numeric column, and optionally into a schema that gives
- * every site the same normalization (site/colstats.h). */
+ * every site the same normalization (data/colstats.h). */
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -10,8 +10,8 @@
 
 #include "base/alloc.h"
 #include "cli/cli.h"
-#include "site/colstats.h"
-#include "storage/file.h"
+#include "data/colstats.h"
+#include "base/file.h"
 
 /* More sites than any federation has; keeps the arrays bounded. */
 #define MAX_FILES 10000

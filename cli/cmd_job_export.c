@@ -15,7 +15,7 @@
 #include "kernels/checkpoint.h"
 #include "kernels/export.h"
 #include "kernels/model.h"
-#include "storage/file.h"
+#include "base/file.h"
 
 /* The parts of a verified model file: its header (parsed) and its
  * parameter bytes (float32 little-endian), read through a cursor. */

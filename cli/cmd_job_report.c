@@ -12,7 +12,7 @@
 #include "cli/job_internal.h"
 #include "cli/report_chart.h"
 #include "net/frame.h"
-#include "storage/file.h"
+#include "base/file.h"
 
 typedef Xfed__MetricsReport__Row row;
 

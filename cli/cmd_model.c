@@ -17,8 +17,8 @@
 #include "kernels/export.h"
 #include "kernels/net.h"
 #include "kernels/train.h"
-#include "site/dataset.h"
-#include "storage/file.h"
+#include "data/dataset.h"
+#include "base/file.h"
 
 /* Records per forward pass: large enough for the GEMMs to pay, small enough
  * for the activations of the largest preset to stay a few tens of MiB. */

@@ -19,12 +19,13 @@
 #include "base/text.h"
 #include "cli/cli.h"
 #include "cli/client.h"
+#include "cmd/print.h"
 #include "job/admission.h"
 #include "job/jobspec.h"
 #include "net/document.h"
 #include "net/frame.h"
 #include "policy/policy.h"
-#include "storage/file.h"
+#include "base/file.h"
 
 /* Policy documents, rules and case files: the bound keeps a wrong path (a
  * dataset, a model) out of memory, and is what one message to the
@@ -200,12 +201,12 @@ static int report_change(xf_cli *cli, xf_err rc, uint64_t version, const char *w
   return XF_EXIT_OK;
 }
 
-/* A policy document, rule or case file, whole (storage/file.h). */
+/* A policy document, rule or case file, whole (base/file.h). */
 static xf_err read_text(const char *path, char **text, xf_errctx *err) {
   return xf_file_read_text(path, POLICY_FILE_MAX, text, NULL, err);
 }
 
-/* Writes text to path atomically (storage/file.h). */
+/* Writes text to path atomically (base/file.h). */
 static xf_err write_text(const char *path, const char *text, xf_errctx *err) {
   return xf_file_write_atomic(path, text, strlen(text), 0644, err);
 }
@@ -859,43 +860,6 @@ static long long jint(const json_t *o, const char *key) {
   return (long long)json_integer_value(json_object_get(o, key));
 }
 
-/* The log, from [{version, at, author, reason}] (the coordinator's answer,
- * or the local log in that form). Takes the reference. */
-static void print_log(xf_cli *cli, json_t *versions) {
-  char when[32];
-  size_t i;
-  json_t *e;
-  if (cli->json) {
-    json_t *arr = json_array();
-    json_array_foreach(versions, i, e) {
-      double at = json_number_value(json_object_get(e, "at"));
-      json_array_append_new(arr, json_pack("{s:I,s:f,s:s,s:s,s:s}", "version",
-                                           (json_int_t)jint(e, "version"), "at", at, "time",
-                                           xf_cli_utc_text(at, when), "author", jstr(e, "author"),
-                                           "reason", jstr(e, "reason")));
-    }
-    xf_cli_print_json(json_pack("{s:o}", "versions", arr));
-  } else {
-    printf("%-8s %-20s %-16s %s\n", "VERSION", "TIME (UTC)", "AUTHOR", "REASON");
-    json_array_foreach(versions, i, e) {
-      printf("%-8lld %-20s %-16s %s\n", jint(e, "version"),
-             xf_cli_utc_text(json_number_value(json_object_get(e, "at")), when), jstr(e, "author"),
-             jstr(e, "reason"));
-    }
-  }
-  json_decref(versions);
-}
-
-void xf_cli_policy_log_print(xf_cli *cli, const xf_policy_version_info *log, size_t n) {
-  json_t *versions = json_array();
-  for (size_t i = 0; versions && i < n; i++)
-    json_array_append_new(versions, json_pack("{s:I,s:f,s:s,s:s}", "version",
-                                              (json_int_t)log[i].version, "at", log[i].at,
-                                              "author", log[i].author, "reason",
-                                              log[i].reason));
-  print_log(cli, versions);
-}
-
 /* PolicyRequest{verb} (with versions for a diff) to the coordinator; the
  * answer's text into *text (xf_free). */
 static int ask_text(xf_cli *cli, const policy_args *a, const char *verb, uint64_t from,
@@ -946,7 +910,7 @@ int xf_cmd_policy_log(xf_cli *cli, int argc, char **argv) {
     }
   }
   if (!versions) return xf_cli_fail(cli, XF_ENOMEM);
-  print_log(cli, versions);
+  xf_cli_policy_versions_print(cli, versions);
   return XF_EXIT_OK;
 }
 

@@ -19,9 +19,9 @@
 #include "kernels/checkpoint.h"
 #include "kernels/net.h"
 #include "kernels/train.h"
-#include "site/dataset.h"
+#include "data/dataset.h"
 #include "storage/blob.h"
-#include "storage/file.h"
+#include "base/file.h"
 
 typedef struct train_args {
   const char *spec, *data, *save, *blobs;

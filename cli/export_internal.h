@@ -21,7 +21,7 @@ int xf__export_pick_format(xf_cli *cli, const char *out, const char *flag, bool 
                            xf_export_format *fmt);
 
 /* Writes m with params (xf_model_num_params floats) to out through the
- * safe output rule (storage/file.h); for the xfed format, the verified
+ * safe output rule (base/file.h); for the xfed format, the verified
  * model file's bytes as they are. */
 xf_err xf__export_write(xf_cli *cli, xf_export_format fmt, const char *out, const xf_model *m,
                         const float *params, const uint8_t *xfed_file,

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Draws a job's training report with cairo (cli/report_chart.h): a title,
  * then four panels in a 2x2 grid, each with its axes, ticks, grid lines,
- * tick labels and a legend, written through storage/file.h's writer. */
+ * tick labels and a legend, written through base/file.h's writer. */
 #include <cairo-pdf.h>
 #include <cairo-svg.h>
 #include <cairo.h>
@@ -12,7 +12,7 @@
 
 #include "cli/report_chart.h"
 #include "job/jobprogress.h"
-#include "storage/file.h"
+#include "base/file.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 /* fontconfig, which cairo's text goes through, keeps a few hundred bytes of

@@ -55,7 +55,7 @@ bool xf_chart_format_of_path(const char *path, xf_chart_format *out);
 /* "png", "svg" or "pdf". */
 const char *xf_chart_format_name(xf_chart_format f);
 
-/* Draws c and writes it to path in format f through storage/file.h's
+/* Draws c and writes it to path in format f through base/file.h's
  * writer (a regular file or nothing at path; replaced atomically, mode
  * 0644). XF_ERANGE for a size out of bounds or no rounds; XF_EIO when cairo
  * fails (its status named) or the file cannot be written; XF_EEXISTS for a

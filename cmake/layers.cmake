@@ -6,10 +6,11 @@
 set(XF_LAYERS
   "base"
   "crypto,storage,codec"
-  "privacy,policy,kernels"
+  "privacy,policy,kernels,data"
   "job"
   "update"
   "net,http"
+  "cmd"
   "coordinator,site,cli")
 
 if(NOT XF_SOURCE_DIR)

@@ -14,7 +14,7 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "coordinator/daemon_internal.h"
-#include "storage/file.h"
+#include "base/file.h"
 
 #define TICK_MS 200
 

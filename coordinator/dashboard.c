@@ -21,7 +21,7 @@
 #include "job/jobprivacy.h"
 #include "job/jobprogress.h"
 #include "job/jobspec.h"
-#include "storage/file.h"
+#include "base/file.h"
 
 /* Where Debian's libjs-chart.js puts Chart.js (3.x: chart.min.js; 4.x:
  * chart.umd.js), tried in order; XF_CHARTJS names another file. */

@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
+#include "base/name.h"
+#include "cmd/cmd.h"
 #include "coordinator/daemon.h"
 #include "http/http.h"
-#include "site/registry.h"
 
 #define PROG "xfed-coord"
 
@@ -350,7 +350,7 @@ static int cmd_run(xf_cli *cli, int argc, char **argv) {
     return xf_cli_usage(cli, "the global coordinator needs --region R (the region it runs in) to "
                              "place it in the residency policy; a federation without a policy "
                              "runs with --residency-policy off");
-  if (c.region[0] && !xf_site_label_valid(c.region))
+  if (c.region[0] && !xf_label_valid(c.region))
     return xf_cli_usage(cli, "--region '%s' is not a region name: 1 to 63 of a-z, 0-9 and '-'",
                         c.region);
   const char *missing = !c.cert[0] ? "--cert" : !c.key[0] ? "--key" : !c.ca[0] ? "--ca"

@@ -14,7 +14,7 @@
 #include "base/log.h"
 #include "coordinator/daemon_internal.h"
 #include "job/jobprivacy.h"
-#include "storage/file.h"
+#include "base/file.h"
 
 static const char *const xf__peer_kind_names[] = {"unknown", "site", "regional", "cli",
                                                   "upstream"};

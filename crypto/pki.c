@@ -25,7 +25,8 @@
 #include "base/alloc.h"
 #include "base/cursor.h"
 #include "base/log.h"
-#include "storage/file.h"
+#include "base/name.h"
+#include "base/file.h"
 
 /* Certificates and CRLs are small; a larger file is not one of ours. */
 #define PKI_FILE_MAX (1 << 20)
@@ -98,23 +99,9 @@ xf_err xf_pki_role_parse(const char *s, xf_pki_role *out, xf_errctx *err) {
                  s ? s : "");
 }
 
-/* What is wrong with the n bytes at s as a label, or NULL when it is one. */
-static const char *label_problem(const char *s, size_t n) {
-  if (n == 0) return "is empty";
-  if (n > XF_PKI_LABEL_MAX) return "is longer than 63 characters";
-  for (size_t i = 0; i < n; i++) {
-    char c = s[i];
-    if (c >= 'A' && c <= 'Z') return "must be lowercase";
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'))
-      return "may contain only lowercase letters, digits and '-'";
-  }
-  if (s[0] == '-' || s[n - 1] == '-') return "may not start or end with '-'";
-  return NULL;
-}
-
 xf_err xf_pki_label_check(const char *what, const char *s, xf_errctx *err) {
   if (!s) return xf_fail(err, XF_EINVAL, "%s is missing", what);
-  const char *problem = label_problem(s, strnlen(s, XF_PKI_LABEL_MAX + 1));
+  const char *problem = xf_label_problem(s, strnlen(s, XF_PKI_LABEL_MAX + 1));
   if (problem) return xf_fail(err, XF_EINVAL, "%s '%.64s' %s", what, s, problem);
   return XF_OK;
 }
@@ -186,7 +173,7 @@ xf_err xf_spiffe_parse(const char *uri, xf_spiffe_id *out, xf_errctx *err) {
       seg[nseg][n++] = (char)ch;
     }
     seg[nseg][n] = '\0';
-    const char *problem = label_problem(seg[nseg], n);
+    const char *problem = xf_label_problem(seg[nseg], n);
     if (problem) {
       if (nseg == 0)
         return xf_fail(err, XF_EFORMAT, "'%.80s': trust domain '%s' %s", uri, seg[0], problem);
@@ -322,7 +309,7 @@ static xf_err ca_federation(X509 *ca, char fed[XF_PKI_LABEL_MAX + 1], xf_errctx 
   char uri[XF_SPIFFE_MAX];
   XF_GUARD(single_uri_san(ca, uri, err));
   size_t plen = strlen(SPIFFE_PREFIX);
-  if (strncmp(uri, SPIFFE_PREFIX, plen) != 0 || label_problem(uri + plen, strlen(uri + plen)))
+  if (strncmp(uri, SPIFFE_PREFIX, plen) != 0 || xf_label_problem(uri + plen, strlen(uri + plen)))
     return xf_fail(err, XF_EFORMAT, "the CA's URI SAN '%.80s' is not spiffe://FED", uri);
   memcpy(fed, uri + plen, strlen(uri + plen) + 1);
   return XF_OK;
@@ -1305,7 +1292,7 @@ xf_err xf_federation_issue(xf_federation *fed, const xf_pki_issue_opts *opts, xf
   char cert_path[4096], key_path[4096];
   XF_GUARD(xf_federation_cert_path(fed, opts->name, cert_path, sizeof(cert_path), err));
   XF_GUARD(xf_federation_key_path(fed, opts->name, key_path, sizeof(key_path), err));
-  /* Both files may be written (storage/file.h) before anything is: no key
+  /* Both files may be written (base/file.h) before anything is: no key
    * is left without its certificate. */
   XF_GUARD(xf_file_check_target(key_path, err));
   XF_GUARD(xf_file_check_target(cert_path, err));

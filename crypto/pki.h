@@ -13,14 +13,15 @@
 #include <openssl/evp.h>
 #include <openssl/x509.h>
 
+#include "base/name.h"
 #include "base/result.h"
 
 /* ---- names and SPIFFE IDs ------------------------------------------------ */
 
 /* A label (federation, region, name) is 1..63 lowercase letters, digits and
- * '-', neither first nor last: a DNS label, so it is safe in a URI, a file
- * name and an OpenSSL configuration string without escaping. */
-#define XF_PKI_LABEL_MAX 63
+ * '-', neither first nor last: a DNS label (base/name.h), so it is safe in a
+ * URI, a file name and an OpenSSL configuration string without escaping. */
+#define XF_PKI_LABEL_MAX XF_NAME_MAX
 /* Bytes for the longest SPIFFE ID of ours (219 characters) plus the NUL. */
 #define XF_SPIFFE_MAX 256
 /* A serial in lowercase hex, at most 20 octets (RFC 5280), plus the NUL. */

@@ -15,7 +15,7 @@
 #include "base/alloc.h"
 #include "base/cursor.h"
 #include "codec/codec.h"
-#include "storage/file.h"
+#include "base/file.h"
 
 #define MAGIC "XFMODEL1"
 #define MAX_HEADER (1u << 20)

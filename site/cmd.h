@@ -5,7 +5,7 @@
 #ifndef XF_SITE_CMD_H
 #define XF_SITE_CMD_H
 
-#include "cli/cli.h"
+#include "cmd/cmd.h"
 #include "site/registry.h"
 
 /* Opens the site directory dir (NULL: XFED_SITE_DIR, else the current

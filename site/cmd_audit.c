@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cmd/print.h"
 #include "policy/audit.h"
 #include "site/cmd.h"
 

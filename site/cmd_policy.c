@@ -14,10 +14,11 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "cmd/print.h"
 #include "policy/audit.h"
 #include "policy/policy.h"
 #include "site/cmd.h"
-#include "storage/file.h"
+#include "base/file.h"
 
 /* A policy document larger than this is refused before it is parsed. */
 #define POLICY_FILE_MAX (4u << 20)
@@ -76,7 +77,7 @@ static int parse_args(xf_cli *cli, int argc, char **argv, bool change, bool vers
   return XF_EXIT_OK;
 }
 
-/* A policy document, whole (storage/file.h); err names the file. */
+/* A policy document, whole (base/file.h); err names the file. */
 static xf_err read_text(const char *path, char **text, xf_errctx *err) {
   xf_errctx_clear(err);
   return xf_file_read_text(path, POLICY_FILE_MAX, text, NULL, err);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* `xfed-site dataset stats`: the sufficient statistics of a registered
  * tabular dataset's numeric columns, written for pooling with other sites'
- * (site/colstats.h; docs/data.md, "Pooled statistics"). Each release is a
+ * (data/colstats.h; docs/data.md, "Pooled statistics"). Each release is a
  * row of the site's audit trail (stats_release): who, why, what and the
  * digest of what left. */
 #include <getopt.h>
@@ -16,8 +16,8 @@
 #include "crypto/digest.h"
 #include "policy/audit.h"
 #include "site/cmd.h"
-#include "site/colstats.h"
-#include "storage/file.h"
+#include "data/colstats.h"
+#include "base/file.h"
 
 typedef struct stats_args {
   const char *dir, *name, *out, *author, *reason;

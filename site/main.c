@@ -19,14 +19,14 @@
 #include <openssl/x509v3.h>
 
 #include "base/alloc.h"
-#include "cli/cli.h"
+#include "cmd/cmd.h"
 #include "crypto/pki.h"
 #include "http/http.h"
 #include "site/cmd.h"
 #include "site/daemon.h"
 #include "site/registry.h"
 #include "site/trainer.h"
-#include "storage/file.h"
+#include "base/file.h"
 
 #define PROG "xfed-site"
 
@@ -240,15 +240,15 @@ static int cmd_init(xf_cli *cli, int argc, char **argv) {
   if (vals[THREADS] &&
       xf_cli_parse_int(cli, "--threads", vals[THREADS], 0, 1024, &threads) != XF_OK)
     return xf_cli_usage(cli, "%s", cli->err.msg);
-  if (!xf_site_label_valid(vals[NAME]))
+  if (!xf_label_valid(vals[NAME]))
     return xf_cli_usage(cli, "--name '%s' is not a site name: 1 to 63 of a-z, 0-9 and '-', not "
                              "first or last", vals[NAME]);
-  if (!xf_site_label_valid(vals[REGION]))
+  if (!xf_label_valid(vals[REGION]))
     return xf_cli_usage(cli, "--region '%s' is not a region name: 1 to 63 of a-z, 0-9 and '-', "
                              "not first or last", vals[REGION]);
   char host[XF_SITE_HOST_MAX + 1];
   uint16_t port;
-  if (xf_site_address_parse(vals[COORD], host, sizeof(host), &port, &cli->err) != XF_OK)
+  if (xf_address_parse(vals[COORD], host, sizeof(host), &port, &cli->err) != XF_OK)
     return xf_cli_usage(cli, "--coordinator %s", cli->err.msg);
 
   /* Paths as given, made absolute: what site.json holds names the same
@@ -378,7 +378,7 @@ static int cmd_dataset_add(xf_cli *cli, int argc, char **argv) {
     case 't':
       if (spec.n_tags == MAX_TAG_FLAGS)
         return xf_cli_usage(cli, "at most %d --tag flags", MAX_TAG_FLAGS);
-      if (!xf_site_name_valid(optarg))
+      if (!xf_name_valid(optarg))
         return xf_cli_usage(cli, "--tag '%s' is not a valid tag: use 1 to 63 lowercase letters, "
                                  "digits, '-' and '_', starting with a letter or digit (the "
                                  "rule of job specs and policies)", optarg);
@@ -411,7 +411,7 @@ static int cmd_dataset_add(xf_cli *cli, int argc, char **argv) {
   if (spec.trainer && xf_trainer_program_check(spec.trainer, &cli->err) != XF_OK)
     return xf_cli_usage(cli, "--trainer: %s", cli->err.msg);
   if (!spec.name) return xf_cli_usage(cli, "--name N is required");
-  if (!xf_site_name_valid(spec.name))
+  if (!xf_name_valid(spec.name))
     return xf_cli_usage(cli, "--name '%s' is not a valid dataset name: use 1 to 63 lowercase "
                              "letters, digits, '-' and '_', starting with a letter or digit "
                              "(the rule of job specs and policies)", spec.name);
@@ -619,7 +619,7 @@ static int cmd_dataset_tag(xf_cli *cli, int argc, char **argv) {
     case 'r':
       if (n == MAX_TAG_FLAGS) return xf_cli_usage(cli, "at most %d tag changes", MAX_TAG_FLAGS);
       /* A tag registered under an older, looser rule can still be removed. */
-      if (ch == 'a' && !xf_site_name_valid(optarg))
+      if (ch == 'a' && !xf_name_valid(optarg))
         return xf_cli_usage(cli, "--add '%s' is not a valid tag: use 1 to 63 lowercase letters, "
                                  "digits, '-' and '_', starting with a letter or digit (the "
                                  "rule of job specs and policies)", optarg);

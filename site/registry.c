@@ -22,30 +22,6 @@
 
 /* ---- names ---------------------------------------------------------------------- */
 
-bool xf_site_name_valid(const char *s) {
-  size_t n = s ? strlen(s) : 0;
-  if (n < 1 || n > XF_SITE_NAME_MAX) return false;
-  for (size_t i = 0; i < n; i++) {
-    char ch = s[i];
-    bool alnum = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9');
-    /* The first character is a letter or digit, as job specs
-     * (data.dataset, data.tags) and policies require: a name they cannot
-     * write would register a dataset no job can use. */
-    if (!alnum && (i == 0 || (ch != '-' && ch != '_'))) return false;
-  }
-  return true;
-}
-
-bool xf_site_label_valid(const char *s) {
-  size_t n = s ? strlen(s) : 0;
-  if (n < 1 || n > XF_SITE_NAME_MAX || s[0] == '-' || s[n - 1] == '-') return false;
-  for (size_t i = 0; i < n; i++) {
-    char ch = s[i];
-    if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-')) return false;
-  }
-  return true;
-}
-
 static const char *const class_names[] = {NULL, "public", "internal", "confidential",
                                           "restricted"};
 #define N_CLASSES 4
@@ -439,7 +415,7 @@ xf_err xf_site_registry_list(xf_site_registry *reg, xf_site_dataset **out, size_
 
 /* ---- content digest ------------------------------------------------------------------ */
 
-/* The files each layout's loader reads, in digest order (site/dataset.c holds
+/* The files each layout's loader reads, in digest order (data/dataset.c holds
  * the same names; dataset.json is added after them when present). */
 static const char *const idx_files[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                                         "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
@@ -667,9 +643,9 @@ static xf_err set_trainer(xf_site_registry *reg, const xf_site_dataset_spec *spe
 xf_err xf_site_registry_add(xf_site_registry *reg, const xf_site_dataset_spec *spec,
                             xf_site_dataset *out, xf_errctx *err) {
   if (out) memset(out, 0, sizeof(*out));
-  if (!xf_site_name_valid(spec->name)) return bad_name(err, "dataset name", spec->name);
+  if (!xf_name_valid(spec->name)) return bad_name(err, "dataset name", spec->name);
   for (size_t i = 0; i < spec->n_tags; i++)
-    if (!xf_site_name_valid(spec->tags[i])) return bad_name(err, "tag", spec->tags[i]);
+    if (!xf_name_valid(spec->tags[i])) return bad_name(err, "tag", spec->tags[i]);
   xf_site_class cls = spec->classification ? spec->classification : XF_SITE_CLASS_INTERNAL;
   if (cls < XF_SITE_CLASS_PUBLIC || cls > XF_SITE_CLASS_RESTRICTED)
     return xf_fail(err, XF_EINVAL, "unknown classification %d", (int)cls);
@@ -780,7 +756,7 @@ static xf_err tag_add_body(xf_site_registry *reg, sqlite3_int64 id, const void *
 
 xf_err xf_site_registry_tag_add(xf_site_registry *reg, const char *name, const char *tag,
                                 xf_errctx *err) {
-  if (!xf_site_name_valid(tag)) return bad_name(err, "tag", tag);
+  if (!xf_name_valid(tag)) return bad_name(err, "tag", tag);
   return change(reg, name, tag_add_body, tag, err);
 }
 
@@ -1023,60 +999,6 @@ static xf_err config_fail(xf_errctx *err, const char *name, const char *field, x
   return rc;
 }
 
-static bool host_char_ok(char ch) {
-  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-         ch == '-' || ch == '.';
-}
-
-xf_err xf_site_address_parse(const char *s, char *host, size_t host_len, uint16_t *port,
-                             xf_errctx *err) {
-  const char *colon = strrchr(s, ':');
-  if (!colon || colon == s)
-    return xf_fail(err, XF_EINVAL, "'%.300s' is not HOST:PORT (e.g. agg-eu.example.org:7443)", s);
-  const char *h = s;
-  size_t hn = (size_t)(colon - s);
-  if (s[0] == '[') {
-    if (colon[-1] != ']' || hn < 3)
-      return xf_fail(err, XF_EINVAL, "'%.300s': an IPv6 address is written [ADDR]:PORT", s);
-    h = s + 1;
-    hn -= 2;
-    for (size_t i = 0; i < hn; i++) {
-      char ch = h[i];
-      if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F') ||
-            ch == ':' || ch == '.'))
-        return xf_fail(err, XF_EINVAL, "'%.300s': '%.*s' is not an IPv6 address", s, (int)hn, h);
-    }
-  } else {
-    if (memchr(s, ':', hn))
-      return xf_fail(err, XF_EINVAL, "'%.300s': write an IPv6 host in brackets, [ADDR]:PORT", s);
-    for (size_t i = 0; i < hn; i++)
-      if (!host_char_ok(h[i]))
-        return xf_fail(err, XF_EINVAL,
-                       "'%.300s': the host may hold only letters, digits, '-' and '.'", s);
-    if (h[0] == '.' || h[0] == '-' || h[hn - 1] == '-' || strstr(s, ".."))
-      return xf_fail(err, XF_EINVAL, "'%.300s': '%.*s' is not a host name", s, (int)hn, h);
-  }
-  if (hn > XF_SITE_HOST_MAX || hn + 1 > host_len)
-    return xf_fail(err, XF_EINVAL, "'%.300s': the host is longer than %d characters", s,
-                   XF_SITE_HOST_MAX);
-  const char *p = colon + 1;
-  long v = 0;
-  size_t digits = strlen(p);
-  if (digits == 0 || digits > 5)
-    return xf_fail(err, XF_EINVAL, "'%.300s': the port must be a number from 1 to 65535", s);
-  for (size_t i = 0; i < digits; i++) {
-    if (p[i] < '0' || p[i] > '9')
-      return xf_fail(err, XF_EINVAL, "'%.300s': the port must be a number from 1 to 65535", s);
-    v = v * 10 + (p[i] - '0');
-  }
-  if (v < 1 || v > 65535)
-    return xf_fail(err, XF_EINVAL, "'%.300s': the port must be a number from 1 to 65535", s);
-  memcpy(host, h, hn);
-  host[hn] = '\0';
-  *port = (uint16_t)v;
-  return XF_OK;
-}
-
 static const char *json_type_word(const json_t *v) {
   switch (json_typeof(v)) {
   case JSON_OBJECT: return "an object";
@@ -1130,19 +1052,19 @@ static xf_err config_from_json(json_t *root, const char *name, xf_site_config *c
                          "ca, crl, data_root, threads, backend");
   }
   XF_GUARD(config_string(root, "site", name, c->site, sizeof(c->site), true, err));
-  if (!xf_site_label_valid(c->site))
+  if (!xf_label_valid(c->site))
     return config_fail(err, name, "site", XF_EINVAL,
                        "'%s' is not a site name: 1 to 63 of a-z, 0-9 and '-', not first or last",
                        c->site);
   XF_GUARD(config_string(root, "region", name, c->region, sizeof(c->region), true, err));
-  if (!xf_site_label_valid(c->region))
+  if (!xf_label_valid(c->region))
     return config_fail(err, name, "region", XF_EINVAL,
                        "'%s' is not a region name: 1 to 63 of a-z, 0-9 and '-', not first or "
                        "last",
                        c->region);
   XF_GUARD(config_string(root, "coordinator", name, c->coordinator, sizeof(c->coordinator), true,
                          err));
-  if (xf_site_address_parse(c->coordinator, c->coordinator_host, sizeof(c->coordinator_host),
+  if (xf_address_parse(c->coordinator, c->coordinator_host, sizeof(c->coordinator_host),
                             &c->coordinator_port, err) != XF_OK) {
     xf_errctx_file(err, name);
     xf_errctx_field(err, "coordinator");

@@ -10,23 +10,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/name.h"
 #include "base/result.h"
 #include "crypto/digest.h"
+#include "data/dataset.h"
 #include "privacy/ledger.h"
-#include "site/dataset.h"
 
 /* ---- names ------------------------------------------------------------------ */
 
-/* A dataset name or a tag: 1..63 of lowercase letters, digits, '-' and '_',
- * starting with a letter or digit (the rule of job specs and policies). */
-#define XF_SITE_NAME_MAX 63
-
-/* True when s is a valid dataset name or tag. */
-bool xf_site_name_valid(const char *s);
-
-/* A site or region name: 1..63 lowercase letters, digits and '-', neither
- * first nor last (a DNS label, as in the site's SPIFFE ID). */
-bool xf_site_label_valid(const char *s);
+/* A dataset name or a tag, and a site or region name, follow base/name.h
+ * (xf_name_valid, xf_label_valid). */
+#define XF_SITE_NAME_MAX XF_NAME_MAX
 
 /* How sensitive a dataset is: the value residency rules select on. Ordered
  * from least to most sensitive. */
@@ -224,8 +218,8 @@ xf_err xf_site_registry_verify(xf_site_registry *reg, const char *name,
 
 /* Longest path accepted in site.json. */
 #define XF_SITE_PATH_MAX 1023
-/* Longest coordinator host name (DNS limit). */
-#define XF_SITE_HOST_MAX 253
+/* Longest coordinator host name (base/name.h). */
+#define XF_SITE_HOST_MAX XF_HOST_MAX
 
 /* A site's configuration (format in docs/operator-guide.md). Empty strings
  * mean "not set". Relative paths are relative to the directory that holds
@@ -244,12 +238,6 @@ typedef struct xf_site_config {
   uint32_t threads;                     /* "threads": 0..1024, 0 = all cores (default) */
   char backend[8];                      /* "backend": auto (default), cpu or cuda */
 } xf_site_config;
-
-/* Parses HOST:PORT: HOST a DNS name, an IPv4 address or a bracketed IPv6
- * address, PORT 1..65535. XF_EINVAL saying what is wrong otherwise. host
- * receives the host without brackets (at least XF_SITE_HOST_MAX + 1 bytes). */
-xf_err xf_site_address_parse(const char *s, char *host, size_t host_len, uint16_t *port,
-                             xf_errctx *err) XF_WARN_UNUSED;
 
 /* Parses site.json text strictly: one JSON object, no duplicate keys, no
  * unknown keys, every value of its type and within its range, the three

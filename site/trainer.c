@@ -21,9 +21,9 @@
 #include "base/alloc.h"
 #include "kernels/checkpoint.h"
 #include "kernels/export.h"
-#include "site/dataset.h"
-#include "site/dataset_internal.h"
-#include "storage/file.h"
+#include "data/dataset.h"
+#include "data/dataset_internal.h"
+#include "base/file.h"
 
 /* The largest result.json read; a trainer's report is a few hundred bytes. */
 #define RESULT_MAX (64u * 1024u)
@@ -249,7 +249,7 @@ void xf_trainer_result_free(xf_trainer_result *r) {
 }
 
 /* trained.npy: exactly a float32 C-order vector of the global model's n
- * values, every one finite (site/npy.c's reader). */
+ * values, every one finite (data/npy.c's reader). */
 static xf_err read_npy(const char *path, size_t n, float **out, xf_errctx *err) {
   struct stat st;
   if (stat(path, &st) != 0) {

@@ -18,7 +18,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
-#include "storage/file.h"
+#include "base/file.h"
 #include "storage/storage_internal.h"
 
 /* Room after the store directory for "/<2 hex>/<62 hex>" or

@@ -14,7 +14,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
-#include "storage/file.h"
+#include "base/file.h"
 #include "storage/storage_internal.h"
 
 struct xf_db {

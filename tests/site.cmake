@@ -1,18 +1,18 @@
 # SPDX-License-Identifier: Apache-2.0
-# The site's dataset module: readers, writers, splits; fuzz targets for the
+# The dataset module (data/): readers, writers, splits; fuzz targets for the
 # IDX, CSV and NumPy parsers and the tabular column schema.
-xf_add_test(test_dataset SOURCES test_dataset.c LIBS xf_site LABELS unit)
-xf_add_fuzzer(fuzz_idx LIBS xf_site)
-xf_add_fuzzer(fuzz_csv LIBS xf_site)
-xf_add_test(test_tabular SOURCES test_tabular.c LIBS xf_site LABELS unit)
+xf_add_test(test_dataset SOURCES test_dataset.c LIBS xf_data LABELS unit)
+xf_add_fuzzer(fuzz_idx LIBS xf_data)
+xf_add_fuzzer(fuzz_csv LIBS xf_data)
+xf_add_test(test_tabular SOURCES test_tabular.c LIBS xf_data LABELS unit)
 # Tabular data: the column schema, CSV read with it, and the NumPy readers.
-xf_add_fuzzer(fuzz_schema LIBS xf_site)
-xf_add_fuzzer(fuzz_schema_csv LIBS xf_site)
-xf_add_fuzzer(fuzz_npy LIBS xf_site)
-# Pooled normalization statistics (site/colstats.h) and the reader of their
+xf_add_fuzzer(fuzz_schema LIBS xf_data)
+xf_add_fuzzer(fuzz_schema_csv LIBS xf_data)
+xf_add_fuzzer(fuzz_npy LIBS xf_data)
+# Pooled normalization statistics (data/colstats.h) and the reader of their
 # files.
-xf_add_test(test_colstats SOURCES test_colstats.c LIBS xf_site_stats LABELS unit)
-xf_add_fuzzer(fuzz_colstats LIBS xf_site_stats)
+xf_add_test(test_colstats SOURCES test_colstats.c LIBS xf_data_stats LABELS unit)
+xf_add_fuzzer(fuzz_colstats LIBS xf_data_stats)
 # The tabular example (deploy/data/make-credit.py) through `xfed data split`
 # and `xfed-site dataset add`.
 add_test(NAME tabular_data COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/tabular_data.sh

@@ -5,6 +5,6 @@
 # tasks with TaskGo, secure aggregation's signed keys and a refusal of keys
 # relayed under the wrong certificate, cancel, SIGTERM.
 xf_add_test(test_site_daemon SOURCES test_site_daemon.c
-            LIBS xf_conn xf_pki xf_kernels xf_site xf_job xf_secagg xf_secagg_x509 PkgConfig::JANSSON
+            LIBS xf_conn xf_pki xf_kernels xf_data xf_job xf_secagg xf_secagg_x509 PkgConfig::JANSSON
             LABELS integration TIMEOUT 300)
 add_dependencies(test_site_daemon xfed-site)

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Tests of pooled normalization statistics (site/colstats.h): a site's
+/* Tests of pooled normalization statistics (data/colstats.h): a site's
  * per-column count, mean and M2, the statistics file, pooling several sites'
  * files, and the schema written from the pooled figures. */
 #include <setjmp.h>
@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 
 #include "base/alloc.h"
-#include "site/colstats.h"
+#include "data/colstats.h"
 
 /* ---- scratch dataset directories --------------------------------------------------- */
 

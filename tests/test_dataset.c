@@ -23,7 +23,7 @@
 
 #include "base/alloc.h"
 #include "base/result.h"
-#include "site/dataset.h"
+#include "data/dataset.h"
 
 #define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
 

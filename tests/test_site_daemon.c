@@ -53,7 +53,7 @@
 #include "net/session.h"
 #include "net/tensor.h"
 #include "net/tls.h"
-#include "site/dataset.h"
+#include "data/dataset.h"
 
 #define MIB (1u << 20)
 #define RUN_DEADLINE_S 120

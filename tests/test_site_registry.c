@@ -267,11 +267,11 @@ static void invalid_names_tags_and_budgets_are_refused_before_reading_data(void 
   spec.budget_epsilon = 0.0;
   assert_int_equal(xf_site_registry_add(s->reg, &spec, NULL, &err), XF_ERANGE);
   assert_int_equal(count_datasets(s), 0);
-  assert_true(xf_site_name_valid("a-b_9"));
-  assert_false(xf_site_name_valid("_x"));
-  assert_true(xf_site_label_valid("eu-berlin"));
-  assert_false(xf_site_label_valid("-eu"));
-  assert_false(xf_site_label_valid("eu_west"));
+  assert_true(xf_name_valid("a-b_9"));
+  assert_false(xf_name_valid("_x"));
+  assert_true(xf_label_valid("eu-berlin"));
+  assert_false(xf_label_valid("-eu"));
+  assert_false(xf_label_valid("eu_west"));
   xf_site_class c;
   assert_int_equal(xf_site_class_parse("restricted", &c, &err), XF_OK);
   assert_int_equal(c, XF_SITE_CLASS_RESTRICTED);
@@ -681,7 +681,7 @@ static void dataset_names_and_tags_follow_the_rule_of_job_specs_and_policies(voi
   const char *dir = make_csv(s, "ok", 1);
   static const char *const bad[] = {"-", "-x", "_x", "_"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-    assert_false(xf_site_name_valid(bad[i]));
+    assert_false(xf_name_valid(bad[i]));
     xf_site_dataset_spec spec = {.name = bad[i], .path = dir};
     assert_int_equal(xf_site_registry_add(s->reg, &spec, NULL, &err), XF_EINVAL);
     assert_string_equal(err.field, "dataset name");

@@ -30,7 +30,7 @@
 #include "base/rng.h"
 #include "crypto/digest.h"
 #include "storage/blob.h"
-#include "storage/file.h"
+#include "base/file.h"
 #include "storage/db.h"
 
 /* Every test works in its own folder under one mkdtemp root, which the

@@ -21,7 +21,7 @@
 
 #include "base/alloc.h"
 #include "base/result.h"
-#include "site/dataset.h"
+#include "data/dataset.h"
 
 /* ---- scratch files ------------------------------------------------------------ */
 

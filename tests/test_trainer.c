@@ -23,7 +23,7 @@
 #include "job/jobspec.h"
 #include "kernels/model.h"
 #include "site/trainer.h"
-#include "storage/file.h"
+#include "base/file.h"
 
 typedef struct fixture {
   char dir[256], work[300], log[300];

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target for the column statistics files of `xfed-site dataset
- * stats` (site/colstats.h): the input is the file's text. An accepted file
+ * stats` (data/colstats.h): the input is the file's text. An accepted file
  * is written out and must read back to the same statistics. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "base/alloc.h"
-#include "site/colstats.h"
+#include "data/colstats.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
-#include "site/dataset.h"
+#include "data/dataset.h"
 #include "site/trainer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Pooled normalization statistics (site/colstats.h): a site's per-column
+/* Pooled normalization statistics (data/colstats.h): a site's per-column
  * count, mean and M2, the statistics file, the pooling of several sites'
  * files and the schema written from the pooled figures. */
 #include <errno.h>
@@ -12,9 +12,9 @@
 #include <sys/stat.h>
 
 #include "base/alloc.h"
-#include "site/colstats.h"
-#include "site/dataset_internal.h"
-#include "storage/file.h"
+#include "data/colstats.h"
+#include "data/dataset_internal.h"
+#include "base/file.h"
 
 void xf_colstats_free(xf_colstats *st) {
   if (!st) return;

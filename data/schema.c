@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
-#include "site/dataset_internal.h"
+#include "data/dataset_internal.h"
 
 /* Fails naming the member at fault: "columns[2].vocabulary: ...". */
 #define AT(...) (err ? (xf_errctx_field(err, __VA_ARGS__), 0) : 0)

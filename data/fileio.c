@@ -11,7 +11,7 @@
 
 #include "base/alloc.h"
 #include "base/cursor.h"
-#include "site/dataset_internal.h"
+#include "data/dataset_internal.h"
 
 xf_err xf__data_fail(xf_errctx *err, const char *file, xf_err code, const char *fmt, ...) {
   va_list ap;

@@ -3,8 +3,8 @@
  * writers, the directory layouts a site accepts, and the splits that cut one
  * dataset into per-site shards (IID, Dirichlet label skew, k classes per site).
  * docs/data.md is the operator's and researcher's page for all of it. */
-#ifndef XF_SITE_DATASET_H
-#define XF_SITE_DATASET_H
+#ifndef XF_DATA_DATASET_H
+#define XF_DATA_DATASET_H
 
 #include <stddef.h>
 #include <stdint.h>

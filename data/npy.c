@@ -14,8 +14,8 @@
 
 #include "base/alloc.h"
 #include "base/cursor.h"
-#include "site/dataset_internal.h"
-#include "storage/file.h"
+#include "data/dataset_internal.h"
+#include "base/file.h"
 
 #define NPY_MAX_DIMS 4
 /* numpy writes headers of a few dozen bytes; nothing legitimate is longer. */

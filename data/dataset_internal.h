@@ -1,15 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Helpers shared by the dataset readers and writers of site/: whole-file
+/* Helpers shared by the dataset readers and writers of data/: whole-file
  * reading, in-memory gunzip, and error reporting that names the file. */
-#ifndef XF_SITE_DATASET_INTERNAL_H
-#define XF_SITE_DATASET_INTERNAL_H
+#ifndef XF_DATA_DATASET_INTERNAL_H
+#define XF_DATA_DATASET_INTERNAL_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "base/result.h"
-#include "site/dataset.h"
+#include "data/dataset.h"
 
 /* Clears err, names `file` as the file at fault and records the message:
  * the way every reader reports a failure. Returns code. */
@@ -54,7 +54,7 @@ void xf__printable(char *dst, size_t dst_len, const char *src, size_t src_len);
  * them), so that a failed split can remove exactly what it wrote. */
 const char *const *xf__dataset_dir_files(size_t *count);
 
-/* ---- the column schema of a tabular CSV dataset (site/schema.c) ---------------- */
+/* ---- the column schema of a tabular CSV dataset (data/schema.c) ---------------- */
 
 typedef enum xf__col_type { XF__COL_NUMERIC = 1, XF__COL_CATEGORICAL, XF__COL_IGNORE } xf__col_type;
 typedef enum xf__norm { XF__NORM_NONE = 0, XF__NORM_TRAIN, XF__NORM_GIVEN } xf__norm;

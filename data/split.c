@@ -10,7 +10,7 @@
 
 #include "base/alloc.h"
 #include "base/rng.h"
-#include "site/dataset_internal.h"
+#include "data/dataset_internal.h"
 
 /* RNG streams of a split ("split" in ASCII, then a number), so that a job
  * seed reused for initialization or shuffling draws unrelated numbers. */

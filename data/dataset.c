@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 
 #include "base/alloc.h"
-#include "site/dataset_internal.h"
-#include "storage/file.h"
+#include "data/dataset_internal.h"
+#include "base/file.h"
 
 void xf_dataset_free(xf_dataset *ds) {
   if (!ds) return;

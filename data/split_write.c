@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
-#include "site/dataset_internal.h"
-#include "storage/file.h"
+#include "data/dataset_internal.h"
+#include "base/file.h"
 
 /* snprintf into a path buffer; false when the path does not fit. */
 static bool pathf(char *buf, size_t n, const char *fmt, ...) XF_PRINTF(3, 4);

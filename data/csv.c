@@ -13,8 +13,8 @@
 
 #include "base/alloc.h"
 #include "base/cursor.h"
-#include "site/dataset_internal.h"
-#include "storage/file.h"
+#include "data/dataset_internal.h"
+#include "base/file.h"
 
 /* No number needs more characters; longer header names are cut to this when
  * matched against a label name, which then simply does not match. */

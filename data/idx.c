@@ -11,8 +11,8 @@
 
 #include "base/alloc.h"
 #include "base/cursor.h"
-#include "site/dataset_internal.h"
-#include "storage/file.h"
+#include "data/dataset_internal.h"
+#include "base/file.h"
 
 #define XF__IDX_UBYTE 0x08
 #define XF__IDX_MAX_DIMS 4
@@ -314,7 +314,7 @@ static void fill_labels(const xf_dataset *ds, uint64_t from, uint8_t *dst, size_
   for (size_t i = 0; i < n; i++) dst[i] = (uint8_t)ds->y[from + i];
 }
 
-/* A gzip file (what gzopen's "wb6" writes) through storage/file.h. */
+/* A gzip file (what gzopen's "wb6" writes) through base/file.h. */
 static xf_err idx_write_file(const char *path, const uint8_t *header, size_t header_len,
                              const xf_dataset *ds, uint64_t count, idx_fill_fn fill,
                              xf_errctx *err) {

@@ -4,15 +4,15 @@
  * training split), the file that carries them, and their exact combination
  * into one schema that every site can use (docs/data.md, "Pooled
  * statistics"). Only aggregates are read and written here, never records. */
-#ifndef XF_SITE_COLSTATS_H
-#define XF_SITE_COLSTATS_H
+#ifndef XF_DATA_COLSTATS_H
+#define XF_DATA_COLSTATS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "base/result.h"
 #include "crypto/digest.h"
-#include "site/dataset.h"
+#include "data/dataset.h"
 
 /* The format name and version a statistics file declares. */
 #define XF_COLSTATS_FORMAT "xfed-column-stats"

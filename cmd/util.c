@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "base/text.h"
-#include "cli/cli.h"
+#include "cmd/cmd.h"
 
 /* The --json form of an error: {"error": {code, message, file, field, peer}} on stdout. */
 static void print_json_error(xf_err rc, const char *msg, const char *file, const char *field,

@@ -3,8 +3,8 @@
  * through a link: a reader sees the old file or the new one, never part of
  * the new one, even across a crash or power loss. And whole reads of small
  * text files. */
-#ifndef XF_STORAGE_FILE_H
-#define XF_STORAGE_FILE_H
+#ifndef XF_BASE_FILE_H
+#define XF_BASE_FILE_H
 
 #include <stddef.h>
 #include <sys/types.h>
@@ -81,5 +81,19 @@ void xf_file_writer_abort(xf_file_writer *w);
  * be opened or read; XF_ENOMEM. err->file is path. */
 xf_err xf_file_read_text(const char *path, size_t max_bytes, char **text, size_t *len,
                          xf_errctx *err) XF_WARN_UNUSED;
+
+/* fsync of a directory, so that entries created or renamed in it survive a
+ * power loss; a filesystem that refuses fsync on directories (EINVAL) is not
+ * a failure. Returns 0 or an errno value. */
+int xf_file_fsync_dir(const char *dir);
+/* fsync of the directory that holds path ("." when path has no '/'). */
+int xf_file_fsync_parent(const char *path);
+
+/* XF_FILE_NAME_HEX - 1 random lowercase hex digits (128 bits from the
+ * kernel's getrandom) and a terminator, for temporary file names that no
+ * other writer will pick. Not key material. XF_EINTERNAL when the kernel's
+ * random source cannot be read. */
+#define XF_FILE_NAME_HEX 33
+xf_err xf_file_random_name(char out[XF_FILE_NAME_HEX], xf_errctx *err) XF_WARN_UNUSED;
 
 #endif

@@ -7,7 +7,7 @@
 
 #include "base/log.h"
 #include "base/text.h"
-#include "cli/cli.h"
+#include "cmd/cmd.h"
 #include "crypto/digest.h"
 
 static void print_overview(const xf_cli_program *p, FILE *out) {
