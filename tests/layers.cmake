@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-# The layering check (cmake/layers.cmake): the tree passes it, and a tree
-# whose codec/ includes a job/ header is refused, naming the file and both
-# layers.
+# The layering check (cmake/layers.cmake): the tree passes it; a tree whose
+# codec/ includes a job/ header is refused, naming the file and both layers;
+# and a tree where two modules of one layer include each other (site/ and
+# cli/, or crypto/ including storage/, the reverse of an allowed pair) is
+# refused, naming the file and the pair.
 add_test(NAME layers_check
          COMMAND ${CMAKE_COMMAND} -DXF_SOURCE_DIR=${PROJECT_SOURCE_DIR}
                  -P ${PROJECT_SOURCE_DIR}/cmake/layers.cmake)
@@ -11,6 +13,29 @@ file(WRITE ${_xf_bad_tree}/job/jobspec.h "#include \"codec/codec.h\"\n")
 add_test(NAME layers_check_refuses_an_upward_include
          COMMAND ${CMAKE_COMMAND} -DXF_SOURCE_DIR=${_xf_bad_tree}
                  -P ${PROJECT_SOURCE_DIR}/cmake/layers.cmake)
-set_tests_properties(layers_check layers_check_refuses_an_upward_include PROPERTIES LABELS unit)
+set(_xf_sideways_tree ${CMAKE_CURRENT_BINARY_DIR}/layers-sideways-tree)
+file(WRITE ${_xf_sideways_tree}/site/main.c "#include \"cli/cli.h\"\n")
+file(WRITE ${_xf_sideways_tree}/cli/cli.h "#include \"cmd/cmd.h\"\n")
+file(WRITE ${_xf_sideways_tree}/cmd/cmd.h "#include \"base/result.h\"\n")
+file(WRITE ${_xf_sideways_tree}/base/result.h "\n")
+add_test(NAME layers_check_refuses_a_same_layer_include
+         COMMAND ${CMAKE_COMMAND} -DXF_SOURCE_DIR=${_xf_sideways_tree}
+                 -P ${PROJECT_SOURCE_DIR}/cmake/layers.cmake)
+set(_xf_reverse_tree ${CMAKE_CURRENT_BINARY_DIR}/layers-reverse-tree)
+file(WRITE ${_xf_reverse_tree}/storage/blob.h "#include \"crypto/digest.h\"\n")
+file(WRITE ${_xf_reverse_tree}/crypto/pki.c "#include \"storage/blob.h\"\n")
+add_test(NAME layers_check_refuses_the_reverse_of_an_allowed_pair
+         COMMAND ${CMAKE_COMMAND} -DXF_SOURCE_DIR=${_xf_reverse_tree}
+                 -P ${PROJECT_SOURCE_DIR}/cmake/layers.cmake)
+set_tests_properties(layers_check layers_check_refuses_an_upward_include
+                     layers_check_refuses_a_same_layer_include
+                     layers_check_refuses_the_reverse_of_an_allowed_pair PROPERTIES LABELS unit)
 set_tests_properties(layers_check_refuses_an_upward_include PROPERTIES
   PASS_REGULAR_EXPRESSION "codec/codec.c: #include \"job/jobspec.h\": codec/ \\(layer 1\\) may not include job/ \\(layer 3\\)")
+# Only the sideways include is named: the downward ones are allowed.
+set_tests_properties(layers_check_refuses_a_same_layer_include PROPERTIES
+  PASS_REGULAR_EXPRESSION "site/main.c: #include \"cli/cli.h\": site/ and cli/ are both layer [0-9]+, and XF_LAYER_ALLOW does not name site>cli"
+  FAIL_REGULAR_EXPRESSION "cli/cli.h: |cmd/cmd.h: ")
+set_tests_properties(layers_check_refuses_the_reverse_of_an_allowed_pair PROPERTIES
+  PASS_REGULAR_EXPRESSION "crypto/pki.c: #include \"storage/blob.h\": crypto/ and storage/ are both layer [0-9]+, and XF_LAYER_ALLOW does not name crypto>storage"
+  FAIL_REGULAR_EXPRESSION "storage/blob.h: ")
