@@ -3,9 +3,9 @@
 # downward"), each a list of modules (folders). A module may include headers
 # of its own folder and of lower layers. Including a higher layer fails the
 # build, and so does including another module of the same layer, unless
-# XF_LAYER_ALLOW below names the pair. Included from CMakeLists.txt, this
-# file only defines XF_LAYERS (the folders the build checks); run as a
-# script, it checks:
+# XF_LAYER_ALLOW below names the pair. Included (from CMakeLists.txt, or
+# cmake/layers_doc.cmake), this file only defines XF_LAYERS and
+# XF_LAYER_ALLOW; run as a script, it checks the tree:
 #   cmake -DXF_SOURCE_DIR=... [-DXF_STAMP=file] -P cmake/layers.cmake
 set(XF_LAYERS
   "base"
@@ -31,7 +31,7 @@ set(XF_LAYER_ALLOW
   # kernels/, but keeps its ledger in storage/, so it cannot sit lower.
   "kernels>privacy")
 
-if(NOT CMAKE_SCRIPT_MODE_FILE)
+if(NOT CMAKE_SCRIPT_MODE_FILE STREQUAL CMAKE_CURRENT_LIST_FILE)
   return()
 endif()
 cmake_minimum_required(VERSION 3.25)

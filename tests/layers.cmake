@@ -39,3 +39,18 @@ set_tests_properties(layers_check_refuses_a_same_layer_include PROPERTIES
 set_tests_properties(layers_check_refuses_the_reverse_of_an_allowed_pair PROPERTIES
   PASS_REGULAR_EXPRESSION "crypto/pki.c: #include \"storage/blob.h\": crypto/ and storage/ are both layer [0-9]+, and XF_LAYER_ALLOW does not name crypto>storage"
   FAIL_REGULAR_EXPRESSION "storage/blob.h: ")
+# docs/architecture.md draws the layers: the drawing names the modules of
+# each layer that cmake/layers.cmake lists, and a drawing that leaves one out
+# is refused.
+add_test(NAME layers_drawing_matches_the_check
+         COMMAND ${CMAKE_COMMAND} -DXF_SOURCE_DIR=${PROJECT_SOURCE_DIR}
+                 -P ${PROJECT_SOURCE_DIR}/cmake/layers_doc.cmake)
+set(_xf_bad_doc ${CMAKE_CURRENT_BINARY_DIR}/layers-bad-drawing.md)
+file(WRITE ${_xf_bad_doc} "```\n layer 0   base/  results\n layer 1   crypto/  storage/\n```\n")
+add_test(NAME layers_drawing_check_refuses_a_missing_module
+         COMMAND ${CMAKE_COMMAND} -DXF_SOURCE_DIR=${PROJECT_SOURCE_DIR} -DXF_DOC=${_xf_bad_doc}
+                 -P ${PROJECT_SOURCE_DIR}/cmake/layers_doc.cmake)
+set_tests_properties(layers_drawing_matches_the_check
+                     layers_drawing_check_refuses_a_missing_module PROPERTIES LABELS unit)
+set_tests_properties(layers_drawing_check_refuses_a_missing_module PROPERTIES
+  PASS_REGULAR_EXPRESSION "layer 1: cmake/layers.cmake lists codec, crypto, http, storage; the drawing shows crypto, storage")
