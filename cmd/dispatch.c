@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The NOUN VERB dispatcher shared by every xfed program (xfed, xfed-site):
- * finds the command in its table, handles --help and --json for all of them,
- * and runs it. */
+/* The NOUN VERB dispatcher shared by every xfed program (xfed, xfed-site,
+ * xfed-coord): finds the command in its table, handles --help and --json for
+ * all of them, and runs it. */
 #include <stdio.h>
 #include <string.h>
 
