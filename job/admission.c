@@ -359,28 +359,11 @@ static void describe(const xf_jobspec *spec, xf_admission *a) {
 
 /* ---- the decision ---------------------------------------------------------------------------- */
 
-xf_err xf_admission_decide(const xf_jobspec *spec, const xf_policy_decision *decision,
-                           const xf_federation *fed, xf_admission *out, xf_errctx *err) {
-  memset(out, 0, sizeof(*out));
-  if (fed->residency_on && !decision)
-    return xf_fail(err, XF_EINVAL, "admission under a residency policy needs its decision");
-  out->has_policy = decision != NULL;
-  out->policy_version = decision ? decision->version : 0;
-  const xf_privacy_spec *pv = &spec->privacy;
-  size_t cap = fed->n_sites ? fed->n_sites : 1;
-  out->sites = xf_calloc(cap, sizeof(*out->sites));
-  out->groups = xf_calloc(cap + 1, sizeof(*out->groups));
-  const xf_fed_dataset **data = xf_calloc(cap, sizeof(*data));
-  const xf_fed_site **from = xf_calloc(cap, sizeof(*from));
-  if (!out->sites || !out->groups || !data || !from) {
-    xf_free(data);
-    xf_free(from);
-    xf_admission_free(out);
-    return xf_fail(err, XF_ENOMEM, "out of memory admitting the job");
-  }
-
-  /* The sites that hold the job's data, by name (a name announced twice
-   * counts once: its connected announcement wins). */
+/* The sites that hold the job's data, by name (a name announced twice
+ * counts once: its connected announcement wins), sorted by name, each
+ * keeping its dataset in data[] and its announcement in from[]. */
+static void gather_sites(const xf_jobspec *spec, const xf_federation *fed, xf_admission *out,
+                         const xf_fed_dataset **data, const xf_fed_site **from) {
   for (size_t i = 0; i < fed->n_sites; i++) {
     const xf_fed_site *fs = &fed->sites[i];
     const xf_fed_dataset *d = fs->name ? job_dataset(spec, fs) : NULL;
@@ -415,7 +398,13 @@ xf_err xf_admission_decide(const xf_jobspec *spec, const xf_policy_decision *dec
       from[j] = from[j - 1];
       from[j - 1] = tf;
     }
-  /* The data's shape: the first connected site's (by name). */
+}
+
+/* The data's shape (the first connected site's, by name), each site
+ * judged, and the groups over the eligible sites, judged in turn. */
+static void judge_sites_and_groups(const xf_jobspec *spec, const xf_policy_decision *decision,
+                                   const xf_federation *fed, xf_admission *out,
+                                   const xf_fed_dataset **data, const xf_fed_site **from) {
   for (size_t i = 0; i < out->n_sites; i++)
     if (from[i]->connected) {
       out->h = data[i]->h;
@@ -438,13 +427,12 @@ xf_err xf_admission_decide(const xf_jobspec *spec, const xf_policy_decision *dec
   }
   qsort(out->groups, out->n_groups, sizeof(*out->groups), by_group);
   for (size_t gi = 0; gi < out->n_groups; gi++) judge_group(spec, decision, fed, &out->groups[gi]);
-  bool *by_group = xf_calloc(out->n_sites ? out->n_sites : 1, sizeof(bool));
-  if (!by_group) {
-    xf_free(data);
-    xf_free(from);
-    xf_admission_free(out);
-    return xf_fail(err, XF_ENOMEM, "out of memory admitting the job");
-  }
+}
+
+/* Each eligible site joins its group, and leaves the job with the group's
+ * reason when the group cannot run (by_group[i] marks those); the rest
+ * are counted in out->eligible. */
+static void place_sites_in_groups(xf_admission *out, bool *by_group) {
   for (size_t i = 0; i < out->n_sites; i++) {
     xf_admit_site *s = &out->sites[i];
     if (!s->eligible) continue;
@@ -459,51 +447,14 @@ xf_err xf_admission_decide(const xf_jobspec *spec, const xf_policy_decision *dec
     }
     if (s->eligible) out->eligible++;
   }
-  xf_free(data);
-  xf_free(from);
+}
 
-  uint32_t target = 0;
-  xf_jobspec_cohort(spec, out->eligible, &target, &out->invite);
-  describe(spec, out);
-
-  /* The verdict. Settings the whole job cannot run with come first. */
+/* Why a job the federation could run otherwise has too few sites: a group
+ * that cannot run for a reason of the spec makes it unrunnable as written;
+ * otherwise it is short of connected sites. */
+static void explain_too_few(const xf_jobspec *spec, xf_admission *out, const bool *by_group) {
   char *why = out->reason;
   size_t why_len = sizeof(out->reason);
-  if (spec->secure_aggregation.enabled && !(pv->clip > 0)) {
-    xf_free(by_group);
-    out->verdict = XF_ADMIT_UNRUNNABLE;
-    say(why, why_len,
-        "privacy.clip: secure aggregation sums integers on a scale shared by the round's sites, "
-        "which privacy.clip fixes: give privacy.clip (it may come without noise, with mode "
-        "\"none\")");
-    return XF_OK;
-  }
-  if (xf_job_noise_in_sum(spec) && spec->sites_per_round > 1) {
-    xf_free(by_group);
-    out->verdict = XF_ADMIT_UNRUNNABLE;
-    say(why, why_len,
-        "sites_per_round: is a count of sites; with %s privacy give it as a fraction in (0, 1], "
-        "the sampling rate the accountant uses",
-        xf_job_privacy_mode_name(pv->mode));
-    return XF_OK;
-  }
-  /* The policy is what refuses only when the federation could run the job
-   * at all: fewer sites holding the data than min_sites is no rule's doing. */
-  size_t holders_all = out->n_sites;
-  if (decision && decision->n_sites > holders_all) holders_all = decision->n_sites;
-  if (decision && !decision->allowed && holders_all >= spec->min_sites) {
-    xf_free(by_group);
-    out->verdict = XF_ADMIT_DENIED;
-    explain_decision(decision, why, why_len);
-    return XF_OK;
-  }
-  if (out->eligible >= spec->min_sites && out->invite >= spec->min_sites) {
-    xf_free(by_group);
-    return XF_OK;
-  }
-
-  /* Not enough: a group that cannot run for a reason of the spec makes the
-   * job unrunnable as written; otherwise it is short of connected sites. */
   bool composed = false;
   for (size_t gi = 0; gi < out->n_groups; gi++) {
     const xf_admit_group *g = &out->groups[gi];
@@ -519,8 +470,7 @@ xf_err xf_admission_decide(const xf_jobspec *spec, const xf_policy_decision *dec
         xf_text_append(why, why_len, "%s", out->groups[gi].why);
     xf_text_append(why, why_len, "that leaves %u site%s for min_sites %u", out->eligible,
            out->eligible == 1 ? "" : "s", (unsigned)spec->min_sites);
-    xf_free(by_group);
-    return XF_OK;
+    return;
   }
   if (out->eligible == 0)
     say(why, why_len,
@@ -544,6 +494,79 @@ xf_err xf_admission_decide(const xf_jobspec *spec, const xf_policy_decision *dec
   for (size_t i = 0; i < out->n_sites; i++)
     if (!out->sites[i].eligible && !by_group[i])
       xf_text_append(why, why_len, "%s: %s", out->sites[i].name, out->sites[i].why);
+}
+
+/* The verdict. Settings the whole job cannot run with come first. */
+static void give_verdict(const xf_jobspec *spec, const xf_policy_decision *decision,
+                         xf_admission *out, const bool *by_group) {
+  const xf_privacy_spec *pv = &spec->privacy;
+  char *why = out->reason;
+  size_t why_len = sizeof(out->reason);
+  if (spec->secure_aggregation.enabled && !(pv->clip > 0)) {
+    out->verdict = XF_ADMIT_UNRUNNABLE;
+    say(why, why_len,
+        "privacy.clip: secure aggregation sums integers on a scale shared by the round's sites, "
+        "which privacy.clip fixes: give privacy.clip (it may come without noise, with mode "
+        "\"none\")");
+    return;
+  }
+  if (xf_job_noise_in_sum(spec) && spec->sites_per_round > 1) {
+    out->verdict = XF_ADMIT_UNRUNNABLE;
+    say(why, why_len,
+        "sites_per_round: is a count of sites; with %s privacy give it as a fraction in (0, 1], "
+        "the sampling rate the accountant uses",
+        xf_job_privacy_mode_name(pv->mode));
+    return;
+  }
+  /* The policy is what refuses only when the federation could run the job
+   * at all: fewer sites holding the data than min_sites is no rule's doing. */
+  size_t holders_all = out->n_sites;
+  if (decision && decision->n_sites > holders_all) holders_all = decision->n_sites;
+  if (decision && !decision->allowed && holders_all >= spec->min_sites) {
+    out->verdict = XF_ADMIT_DENIED;
+    explain_decision(decision, why, why_len);
+    return;
+  }
+  if (out->eligible >= spec->min_sites && out->invite >= spec->min_sites) return;
+  explain_too_few(spec, out, by_group);
+}
+
+xf_err xf_admission_decide(const xf_jobspec *spec, const xf_policy_decision *decision,
+                           const xf_federation *fed, xf_admission *out, xf_errctx *err) {
+  memset(out, 0, sizeof(*out));
+  if (fed->residency_on && !decision)
+    return xf_fail(err, XF_EINVAL, "admission under a residency policy needs its decision");
+  out->has_policy = decision != NULL;
+  out->policy_version = decision ? decision->version : 0;
+  size_t cap = fed->n_sites ? fed->n_sites : 1;
+  out->sites = xf_calloc(cap, sizeof(*out->sites));
+  out->groups = xf_calloc(cap + 1, sizeof(*out->groups));
+  const xf_fed_dataset **data = xf_calloc(cap, sizeof(*data));
+  const xf_fed_site **from = xf_calloc(cap, sizeof(*from));
+  if (!out->sites || !out->groups || !data || !from) {
+    xf_free(data);
+    xf_free(from);
+    xf_admission_free(out);
+    return xf_fail(err, XF_ENOMEM, "out of memory admitting the job");
+  }
+
+  gather_sites(spec, fed, out, data, from);
+  judge_sites_and_groups(spec, decision, fed, out, data, from);
+  bool *by_group = xf_calloc(out->n_sites ? out->n_sites : 1, sizeof(bool));
+  if (!by_group) {
+    xf_free(data);
+    xf_free(from);
+    xf_admission_free(out);
+    return xf_fail(err, XF_ENOMEM, "out of memory admitting the job");
+  }
+  place_sites_in_groups(out, by_group);
+  xf_free(data);
+  xf_free(from);
+
+  uint32_t target = 0;
+  xf_jobspec_cohort(spec, out->eligible, &target, &out->invite);
+  describe(spec, out);
+  give_verdict(spec, decision, out, by_group);
   xf_free(by_group);
   return XF_OK;
 }

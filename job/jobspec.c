@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Job spec parsing (jansson), validation and canonical JSON output. */
+/* Job spec parsing (jansson): the names, the defaults, the reading of each
+ * section and the uplink grammar; the validator is jobspec_validate.c and the
+ * canonical writer jobspec_json.c. */
 #include "job/jobspec.h"
 
 #include <ctype.h>
@@ -16,27 +18,26 @@
 
 #include "base/alloc.h"
 #include "job/jobmodel.h"
-
-#define XF__COUNT(a) (sizeof(a) / sizeof((a)[0]))
+#include "job/jobspec_internal.h"
 
 /* ---- names ---------------------------------------------------------------- */
 
-static const char *const xf__arch_names[] = {
+const char *const xf__arch_names[XF__ARCH_NAMES] = {
     [XF_JOB_ARCH_LOGREG] = "logreg", [XF_JOB_ARCH_MLP] = "mlp", [XF_JOB_ARCH_CNN] = "cnn",
     [XF_JOB_ARCH_LAYERS] = "layers"};
-static const char *const xf__preset_names[] = {[XF_JOB_PRESET_NONE] = "none",
+const char *const xf__preset_names[XF__PRESET_NAMES] = {[XF_JOB_PRESET_NONE] = "none",
                                                [XF_JOB_PRESET_LENET5] = "lenet5",
                                                [XF_JOB_PRESET_FEDAVG_CNN] = "fedavg-cnn"};
-static const char *const xf__optimizer_names[] = {[XF_JOB_OPTIMIZER_SGD] = "sgd",
+const char *const xf__optimizer_names[XF__OPTIMIZER_NAMES] = {[XF_JOB_OPTIMIZER_SGD] = "sgd",
                                                   [XF_JOB_OPTIMIZER_ADAM] = "adam",
                                                   [XF_JOB_OPTIMIZER_ADAMW] = "adamw"};
-static const char *const xf__lr_schedule_names[] = {[XF_JOB_LR_CONSTANT] = "constant",
+const char *const xf__lr_schedule_names[XF__LR_SCHEDULE_NAMES] = {[XF_JOB_LR_CONSTANT] = "constant",
                                                     [XF_JOB_LR_STEP] = "step",
                                                     [XF_JOB_LR_COSINE] = "cosine"};
-static const char *const xf__loss_names[] = {[XF_LOSS_CROSS_ENTROPY] = "cross_entropy",
+const char *const xf__loss_names[XF__LOSS_NAMES] = {[XF_LOSS_CROSS_ENTROPY] = "cross_entropy",
                                              [XF_LOSS_BCE] = "binary_cross_entropy",
                                              [XF_LOSS_MSE] = "mse"};
-static const char *const xf__strategy_names[] = {
+const char *const xf__strategy_names[XF__STRATEGY_NAMES] = {
     [XF_JOB_STRATEGY_FEDAVG] = "fedavg",
     [XF_JOB_STRATEGY_FEDAVGM] = "fedavgm",
     [XF_JOB_STRATEGY_FEDPROX] = "fedprox",
@@ -45,16 +46,16 @@ static const char *const xf__strategy_names[] = {
     [XF_JOB_STRATEGY_FEDADAGRAD] = "fedadagrad",
     [XF_JOB_STRATEGY_MEDIAN] = "median",
     [XF_JOB_STRATEGY_TRIMMED_MEAN] = "trimmed_mean"};
-static const char *const xf__unit_names[] = {[XF_PRIVACY_UNIT_SITE] = "site",
+const char *const xf__unit_names[XF__UNIT_NAMES] = {[XF_PRIVACY_UNIT_SITE] = "site",
                                              [XF_PRIVACY_UNIT_RECORD] = "record"};
-static const char *const xf__mode_names[] = {
+const char *const xf__mode_names[XF__MODE_NAMES] = {
     [XF_PRIVACY_NONE] = "none", [XF_PRIVACY_CENTRAL] = "central",
     [XF_PRIVACY_DISTRIBUTED] = "distributed", [XF_PRIVACY_LOCAL] = "local"};
-static const char *const xf__downlink_names[] = {[XF_JOB_DOWNLINK_NONE] = "none",
+const char *const xf__downlink_names[XF__DOWNLINK_NAMES] = {[XF_JOB_DOWNLINK_NONE] = "none",
                                                  [XF_JOB_DOWNLINK_FP16] = "fp16",
                                                  [XF_JOB_DOWNLINK_BF16] = "bf16"};
 
-static const char *const xf__topology_names[] = {[XF_JOB_TOPOLOGY_FLAT] = "flat",
+const char *const xf__topology_names[XF__TOPOLOGY_NAMES] = {[XF_JOB_TOPOLOGY_FLAT] = "flat",
                                                  [XF_JOB_TOPOLOGY_REGIONAL] = "regional"};
 
 static const char *xf__name_of(const char *const *names, size_t n, int v) {
@@ -137,17 +138,10 @@ void xf_jobspec_defaults(xf_jobspec *spec) {
   spec->compression.downlink = XF_JOB_DOWNLINK_NONE;
 }
 
-/* prox_mu when the strategy is fedprox and the spec leaves it out, from the
- * grid {0.001, 0.01, 0.1, 1} that Li et al. 2020 searched. */
-#define XF__FEDPROX_DEFAULT_MU 0.01
-
 /* ---- errors --------------------------------------------------------------- */
 
-static xf_err xf__fail_at(xf_errctx *err, xf_err code, const char *field, const char *fmt, ...)
-    XF_PRINTF(4, 5);
-
 /* Records field and message; returns code. */
-static xf_err xf__fail_at(xf_errctx *err, xf_err code, const char *field, const char *fmt, ...) {
+xf_err xf__fail_at(xf_errctx *err, xf_err code, const char *field, const char *fmt, ...) {
   xf_errctx_field(err, "%s", field);
   va_list ap;
   va_start(ap, fmt);
@@ -185,7 +179,7 @@ static void xf__path(char *dst, size_t n, const char *section, const char *key) 
  * any double), in fixed notation for whole parts of up to 17 digits (600, not
  * 6e+02). With as_real, a result that would read as an integer gets ".0", so
  * that the JSON says "a number" where the field is one. */
-static void xf__format_real(double v, bool as_real, char *buf, size_t n) {
+void xf__format_real(double v, bool as_real, char *buf, size_t n) {
   if (!isfinite(v)) { /* only a spec built in code gets here */
     snprintf(buf, n, "%s", as_real ? "null" : isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
     return;
@@ -208,7 +202,7 @@ static void xf__format_real(double v, bool as_real, char *buf, size_t n) {
 /* Shortest "%.*g" text that a reader taking it as a double and rounding to
  * float (as the parser does) turns back into v; at most 9 digits suffice for
  * any float. A whole value gets ".0", so the JSON says "a number". */
-static void xf__format_float(float v, char *buf, size_t n) {
+void xf__format_float(float v, char *buf, size_t n) {
   if (!isfinite(v)) { /* only a spec built in code gets here */
     snprintf(buf, n, "null");
     return;
@@ -224,7 +218,7 @@ static void xf__format_float(float v, char *buf, size_t n) {
 }
 
 /* xf__format_real for messages: buf holds at least 32 bytes. */
-static const char *xf__num(double v, char *buf) {
+const char *xf__num(double v, char *buf) {
   xf__format_real(v, false, buf, 32);
   return buf;
 }
@@ -322,7 +316,7 @@ static const char *const *xf__keys_of(const char *section) {
   return NULL;
 }
 
-static bool xf__has_key(const char *const *keys, const char *key) {
+bool xf__has_key(const char *const *keys, const char *key) {
   for (size_t i = 0; keys[i]; i++)
     if (strcmp(keys[i], key) == 0) return true;
   return false;
@@ -449,7 +443,7 @@ static xf_err xf__get_section(json_t *root, const char *key, json_t **out, xf_er
   return XF_OK;
 }
 
-static xf_err xf__missing(const char *field, const char *what, xf_errctx *err) {
+xf_err xf__missing(const char *field, const char *what, xf_errctx *err) {
   return xf__fail_at(err, XF_EFORMAT, field, "required; %s", what);
 }
 
@@ -466,8 +460,8 @@ static xf_err xf__get_real(json_t *obj, const char *section, const char *key, do
   return XF_OK;
 }
 
-static xf_err xf__range_int(const char *field, long long v, long long lo, long long hi,
-                            xf_errctx *err) {
+xf_err xf__range_int(const char *field, long long v, long long lo, long long hi,
+                     xf_errctx *err) {
   if (v >= lo && v <= hi) return XF_OK;
   return xf__fail_at(err, XF_ERANGE, field, "must be between %lld and %lld, got %lld", lo, hi, v);
 }
@@ -568,7 +562,7 @@ static xf_err xf__get_choice(json_t *obj, const char *section, const char *key,
 
 /* Identifier rules (see XF_JOB_IDENT_MAX); s must be NUL-terminated within
  * cap bytes. */
-static xf_err xf__check_ident(const char *field, const char *s, size_t cap, xf_errctx *err) {
+xf_err xf__check_ident(const char *field, const char *s, size_t cap, xf_errctx *err) {
   const char *end = memchr(s, '\0', cap);
   if (!end)
     return xf__fail_at(err, XF_ERANGE, field, "must be at most %zu characters", cap - 1);
@@ -600,7 +594,7 @@ static xf_err xf__ident_from(json_t *v, const char *field, char *dst, xf_errctx 
 /* ---- sections ------------------------------------------------------------- */
 
 /* The fields each declared layer kind takes, "kind" first. */
-static const char *const *xf__layer_fields(xf_layer_decl_kind k) {
+const char *const *xf__layer_fields(xf_layer_decl_kind k) {
   static const char *const dense[] = {"kind", "units", NULL};
   static const char *const conv[] = {"kind", "filters", "kernel", "stride", "padding", NULL};
   static const char *const pool[] = {"kind", "kernel", "stride", NULL};
@@ -629,12 +623,12 @@ static void xf__layer_kind_names(const char *names[XF_DECL_KINDS]) {
 }
 
 /* "a" or "an" before a kind's name. */
-static const char *xf__article(const char *name) {
+const char *xf__article(const char *name) {
   return name[0] && strchr("aeiou", name[0]) ? "an" : "a";
 }
 
 /* The kind's name, "unknown" for a value that is not one. */
-static const char *xf__layer_kind_name(xf_layer_decl_kind k) {
+const char *xf__layer_kind_name(xf_layer_decl_kind k) {
   const char *s = xf_layer_decl_name(k);
   return s ? s : "unknown";
 }
@@ -658,7 +652,7 @@ static xf_err xf__layer_int(json_t *o, const char *at, const char *key, bool req
 
 /* An add layer's "from": -1 (the model's input) or the index of a layer
  * before layer i. */
-static xf_err xf__check_from(const char *field, long long from, size_t i, xf_errctx *err) {
+xf_err xf__check_from(const char *field, long long from, size_t i, xf_errctx *err) {
   if (from >= -1 && from < (long long)i) return XF_OK;
   if (i == 0)
     return xf__fail_at(err, XF_ERANGE, field,
@@ -678,7 +672,7 @@ static xf_err xf__check_from(const char *field, long long from, size_t i, xf_err
 
 /* A dropout rate: finite, in [0, 1), and still below 1 as the float32 the
  * kernels use (0.99999999 rounds up to 1). */
-static xf_err xf__check_rate(const char *field, double rate, xf_errctx *err) {
+xf_err xf__check_rate(const char *field, double rate, xf_errctx *err) {
   char num[32];
   if (!isfinite(rate) || rate < 0 || rate >= 1)
     return xf__fail_at(err, XF_ERANGE, field,
@@ -957,17 +951,11 @@ double xf_jobspec_local_lr(const xf_jobspec *spec, uint32_t round) {
   }
 }
 
-#define XF__KIND(k) (1u << (k))
 #define XF__ADAPTIVE                                                           \
   (XF__KIND(XF_JOB_STRATEGY_FEDADAM) | XF__KIND(XF_JOB_STRATEGY_FEDYOGI) |     \
    XF__KIND(XF_JOB_STRATEGY_FEDADAGRAD))
 
-/* Which strategies use each hyperparameter beyond server_lr. */
-static const struct {
-  const char *key;
-  size_t offset;
-  unsigned kinds;
-} xf__strategy_params[] = {
+const xf__strategy_param xf__strategy_params[XF__STRATEGY_PARAMS] = {
     {"server_momentum", offsetof(xf_job_strategy, server_momentum),
      XF__KIND(XF_JOB_STRATEGY_FEDAVGM)},
     {"beta1", offsetof(xf_job_strategy, beta1), XF__ADAPTIVE},
@@ -1359,635 +1347,6 @@ char *xf_job_uplink_format(const xf_job_uplink *uplink, char *buf, size_t n) {
     snprintf(buf, n, "none");
   }
   return buf;
-}
-
-/* ---- validation ----------------------------------------------------------- */
-
-/* v must lie between lo and hi, each bound open or closed; hi = INFINITY for
- * no upper bound. NaN and infinities always fail. Numbers in the message are
- * shortest round-trip text, so the value shown is the value read. */
-static xf_err xf__check_range(const char *field, double v, double lo, bool lo_open, double hi,
-                              bool hi_open, xf_errctx *err) {
-  bool ok = isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
-  if (ok) return XF_OK;
-  char got[32], low[32], high[32];
-  xf__format_real(v, false, got, sizeof(got));
-  xf__format_real(lo, false, low, sizeof(low));
-  if (isinf(hi))
-    return xf__fail_at(err, XF_ERANGE, field, "must be %s %s, got %s", lo_open ? ">" : ">=", low,
-                       got);
-  xf__format_real(hi, false, high, sizeof(high));
-  return xf__fail_at(err, XF_ERANGE, field, "must be in %c%s, %s%c, got %s", lo_open ? '(' : '[',
-                     low, high, hi_open ? ')' : ']', got);
-}
-
-#define XF__POSITIVE(field, v) XF_GUARD(xf__check_range(field, v, 0, true, INFINITY, false, err))
-#define XF__NONNEG(field, v) XF_GUARD(xf__check_range(field, v, 0, false, INFINITY, false, err))
-#define XF__UNIT_OPEN(field, v) XF_GUARD(xf__check_range(field, v, 0, false, 1, true, err))
-
-/* What can be checked of a declared model without the data: each field's
- * range, an embedding only first, an add only from an earlier layer, and a
- * last layer that can give the loss's outputs. Shapes are checked where the
- * data is known (xf_model_create at submission and at each site). A field
- * the kind does not use must be 0, so that two specs that say the same
- * thing compare and print the same. */
-static xf_err xf__validate_layers(const xf_job_model *m, xf_errctx *err) {
-  if (m->n_layers == 0)
-    return xf__missing("model.layers", "a declared model lists its layers, e.g. "
-                                       "[{\"kind\": \"dense\", \"units\": 10}]",
-                       err);
-  XF_GUARD(xf__range_int("model.layers", m->n_layers, 1, XF_JOB_LAYERS_MAX, err));
-  for (uint32_t i = 0; i < m->n_layers; i++) {
-    const xf_layer_decl *d = &m->layers[i];
-    const char *kind = xf_layer_decl_name(d->kind);
-    char f[64];
-    if (!kind) {
-      snprintf(f, sizeof(f), "model.layers[%u].kind", (unsigned)i);
-      return xf__fail_at(err, XF_EFORMAT, f, "unknown value %d", (int)d->kind);
-    }
-    const char *const *used = xf__layer_fields(d->kind);
-    const struct {
-      const char *name;
-      int v, lo, hi;
-    } ints[] = {
-        {"units", d->units, 1, XF_DECL_UNITS_MAX},
-        {"filters", d->filters, 1, XF_DECL_FILTERS_MAX},
-        {"kernel", d->kernel, 1, XF_DECL_KERNEL_MAX},
-        {"stride", d->stride, 1, XF_DECL_KERNEL_MAX},
-        {"padding", d->padding, 0, d->kernel - 1},
-        {"groups", d->groups, 1, XF_DECL_GROUPS_MAX},
-        {"vocab", d->vocab, 1, XF_DECL_VOCAB_MAX},
-        {"dim", d->dim, 1, XF_DECL_DIM_MAX},
-        {"from", d->from, -1, (int)i - 1},
-    };
-    for (size_t k = 0; k < XF__COUNT(ints); k++) {
-      snprintf(f, sizeof(f), "model.layers[%u].%s", (unsigned)i, ints[k].name);
-      if (!xf__has_key(used, ints[k].name)) {
-        if (ints[k].v != 0)
-          return xf__fail_at(err, XF_EFORMAT, f, "%d, but %s %s layer has no %s; leave it 0",
-                             ints[k].v, xf__article(kind), kind, ints[k].name);
-      } else if (strcmp(ints[k].name, "from") == 0) {
-        XF_GUARD(xf__check_from(f, ints[k].v, i, err));
-      } else {
-        XF_GUARD(xf__range_int(f, ints[k].v, ints[k].lo, ints[k].hi, err));
-      }
-    }
-    snprintf(f, sizeof(f), "model.layers[%u].rate", (unsigned)i);
-    if (d->kind == XF_DECL_DROPOUT) XF_GUARD(xf__check_rate(f, d->rate, err));
-    else if (d->rate != 0)
-      return xf__fail_at(err, XF_EFORMAT, f, "%g, but %s %s layer has no rate; leave it 0",
-                         (double)d->rate, xf__article(kind), kind);
-    if (d->kind == XF_DECL_EMBEDDING && i != 0) {
-      snprintf(f, sizeof(f), "model.layers[%u]", (unsigned)i);
-      return xf__fail_at(err, XF_EFORMAT, f,
-                         "an embedding layer reads ids from the data, so it must be the first "
-                         "layer (model.layers[0])");
-    }
-  }
-  const xf_layer_decl *last = &m->layers[m->n_layers - 1];
-  if (last->kind != XF_DECL_DENSE) {
-    char f[48];
-    snprintf(f, sizeof(f), "model.layers[%u]", (unsigned)(m->n_layers - 1));
-    return xf__fail_at(err, XF_EFORMAT, f,
-                       "the last layer is %s; a model ends in a dense layer giving the loss's "
-                       "outputs (the classes for cross_entropy, 1 for binary_cross_entropy and "
-                       "mse)",
-                       xf__layer_kind_name(last->kind));
-  }
-  if (m->loss != XF_LOSS_CROSS_ENTROPY && last->units != 1) {
-    char f[48];
-    snprintf(f, sizeof(f), "model.layers[%u].units", (unsigned)(m->n_layers - 1));
-    return xf__fail_at(err, XF_EFORMAT, f, "%d, but %s needs exactly 1 output from the last layer",
-                       last->units, xf__loss_names[m->loss]);
-  }
-  return XF_OK;
-}
-
-static xf_err xf__validate_model(const xf_job_model *m, xf_errctx *err) {
-  if ((unsigned)m->arch >= XF__COUNT(xf__arch_names))
-    return xf__fail_at(err, XF_EFORMAT, "model.arch", "unknown value %d", (int)m->arch);
-  if ((unsigned)m->loss >= XF__COUNT(xf__loss_names))
-    return xf__fail_at(err, XF_EFORMAT, "model.loss", "unknown value %d", (int)m->loss);
-  if ((unsigned)m->preset >= XF__COUNT(xf__preset_names))
-    return xf__fail_at(err, XF_EFORMAT, "model.preset", "unknown value %d", (int)m->preset);
-  if (m->arch == XF_JOB_ARCH_MLP) {
-    if (m->n_hidden == 0)
-      return xf__missing("model.hidden", "arch \"mlp\" needs its hidden layer widths, e.g. "
-                                         "[200, 200]",
-                         err);
-    XF_GUARD(xf__range_int("model.hidden", m->n_hidden, 1, XF_JOB_HIDDEN_MAX, err));
-    for (uint32_t i = 0; i < m->n_hidden; i++) {
-      char field[64];
-      snprintf(field, sizeof(field), "model.hidden[%u]", (unsigned)i);
-      XF_GUARD(xf__range_int(field, m->hidden[i], 1, XF_JOB_WIDTH_MAX, err));
-    }
-  } else if (m->n_hidden != 0) {
-    return xf__fail_at(err, XF_EFORMAT, "model.hidden",
-                       "has no effect with arch \"%s\"; it is used only by \"mlp\"",
-                       xf__arch_names[m->arch]);
-  }
-  if (m->arch == XF_JOB_ARCH_LAYERS) {
-    XF_GUARD(xf__validate_layers(m, err));
-  } else if (m->n_layers != 0) {
-    return xf__fail_at(err, XF_EFORMAT, "model.layers",
-                       "declares the model itself, so it cannot go with arch \"%s\"; leave "
-                       "model.arch out",
-                       xf__arch_names[m->arch]);
-  }
-  if (m->arch == XF_JOB_ARCH_LAYERS && m->preset != XF_JOB_PRESET_NONE)
-    return xf__fail_at(err, XF_EFORMAT, "model.preset",
-                       "has no effect with model.layers; a preset is a layer list of its own, "
-                       "use one or the other");
-  if (m->arch == XF_JOB_ARCH_CNN && m->preset == XF_JOB_PRESET_NONE)
-    return xf__missing("model.preset", "arch \"cnn\" needs one of: lenet5, fedavg-cnn", err);
-  if (m->arch != XF_JOB_ARCH_CNN && m->preset != XF_JOB_PRESET_NONE)
-    return xf__fail_at(err, XF_EFORMAT, "model.preset",
-                       "has no effect with arch \"%s\"; it is used only by \"cnn\"",
-                       xf__arch_names[m->arch]);
-  if (m->arch == XF_JOB_ARCH_MLP) {
-    /* The hidden layers alone can exceed the limit, whatever the data: with
-     * one feature and two classes the model is the smallest it can be. The
-     * count on the real data is checked where the data is known
-     * (xf_jobspec_model_spec). */
-    xf_jobspec one = {.model = *m};
-    uint64_t n = 0;
-    if (xf_jobspec_model_params(&one, 1, 1, 1, 2, &n, NULL) == XF_OK && n > XF_JOB_PARAMS_MAX)
-      return xf__fail_at(err, XF_ERANGE, "model.hidden",
-                         "these layers have %llu parameters before any input feature is "
-                         "counted, more than the %u a job's model may have (its float32 model "
-                         "file must fit the 1 GiB a model stream carries); use fewer or "
-                         "narrower hidden layers",
-                         (unsigned long long)n, XF_JOB_PARAMS_MAX);
-  }
-  return XF_OK;
-}
-
-static xf_err xf__validate_data(const xf_job_data *d, xf_errctx *err) {
-  if (d->dataset[0] == '\0')
-    return xf__missing("data.dataset", "the name sites registered the dataset under", err);
-  XF_GUARD(xf__check_ident("data.dataset", d->dataset, sizeof(d->dataset), err));
-  XF_GUARD(xf__range_int("data.tags", d->n_tags, 0, XF_JOB_TAGS_MAX, err));
-  for (uint32_t i = 0; i < d->n_tags; i++) {
-    char field[64];
-    snprintf(field, sizeof(field), "data.tags[%u]", (unsigned)i);
-    XF_GUARD(xf__check_ident(field, d->tags[i], sizeof(d->tags[i]), err));
-    for (uint32_t j = 0; j < i; j++)
-      if (strcmp(d->tags[i], d->tags[j]) == 0)
-        return xf__fail_at(err, XF_EFORMAT, field, "repeats tag \"%s\" (data.tags[%u])",
-                           d->tags[i], (unsigned)j);
-  }
-  return XF_OK;
-}
-
-static xf_err xf__validate_local(const xf_job_local *l, xf_errctx *err) {
-  XF_GUARD(xf__range_int("local.epochs", l->epochs, 1, XF_JOB_EPOCHS_MAX, err));
-  XF_GUARD(xf__range_int("local.batch_size", l->batch_size, 1, XF_JOB_BATCH_MAX, err));
-  if ((unsigned)l->optimizer >= XF__COUNT(xf__optimizer_names))
-    return xf__fail_at(err, XF_EUNSUPPORTED, "local.optimizer",
-                       "unknown optimizer %d: use sgd, adam or adamw", (int)l->optimizer);
-  XF__POSITIVE("local.lr", l->lr);
-  XF__UNIT_OPEN("local.momentum", l->momentum);
-  if (l->nesterov && !(l->momentum > 0))
-    return xf__fail_at(err, XF_ERANGE, "local.nesterov",
-                       "Nesterov momentum needs local.momentum > 0 (0.9 is usual)");
-  XF__UNIT_OPEN("local.beta1", l->beta1);
-  XF__UNIT_OPEN("local.beta2", l->beta2);
-  XF_GUARD(xf__check_range("local.eps", l->eps, 0, true, 1, false, err));
-  XF__NONNEG("local.weight_decay", l->weight_decay);
-  XF__NONNEG("local.prox_mu", l->prox_mu);
-  XF__NONNEG("local.clip_norm", l->clip_norm);
-  if ((unsigned)l->lr_schedule.kind >= XF__COUNT(xf__lr_schedule_names))
-    return xf__fail_at(err, XF_EFORMAT, "local.lr_schedule.kind", "unknown value %d",
-                       (int)l->lr_schedule.kind);
-  XF_GUARD(xf__range_int("local.lr_schedule.every", l->lr_schedule.every, 1, XF_JOB_ROUNDS_MAX,
-                         err));
-  XF_GUARD(xf__check_range("local.lr_schedule.gamma", l->lr_schedule.gamma, 0, true, 1, false,
-                           err));
-  XF_GUARD(xf__check_range("local.lr_schedule.min_lr", l->lr_schedule.min_lr, 0, false, l->lr,
-                           false, err));
-  return XF_OK;
-}
-
-static xf_err xf__validate_strategy(const xf_job_strategy *s, xf_errctx *err) {
-  if ((unsigned)s->kind >= XF__COUNT(xf__strategy_names))
-    return xf__fail_at(err, XF_EFORMAT, "strategy.name", "unknown value %d", (int)s->kind);
-  XF__POSITIVE("strategy.server_lr", s->server_lr);
-  XF__UNIT_OPEN("strategy.server_momentum", s->server_momentum);
-  XF__UNIT_OPEN("strategy.beta1", s->beta1);
-  XF__UNIT_OPEN("strategy.beta2", s->beta2);
-  XF__POSITIVE("strategy.tau", s->tau);
-  XF_GUARD(xf__check_range("strategy.trim_fraction", s->trim_fraction, 0, false, 0.5, true, err));
-  return XF_OK;
-}
-
-static xf_err xf__validate_privacy(const xf_privacy_spec *p, xf_errctx *err) {
-  if ((unsigned)p->unit >= XF__COUNT(xf__unit_names))
-    return xf__fail_at(err, XF_EFORMAT, "privacy.unit", "unknown value %d", (int)p->unit);
-  if ((unsigned)p->mode >= XF__COUNT(xf__mode_names))
-    return xf__fail_at(err, XF_EFORMAT, "privacy.mode", "unknown value %d", (int)p->mode);
-  const char *mode = xf__mode_names[p->mode];
-  if (p->mode == XF_PRIVACY_NONE) {
-    if (p->clip != 0) XF__POSITIVE("privacy.clip", p->clip);
-    if (p->has_target_epsilon)
-      return xf__fail_at(err, XF_EFORMAT, "privacy.target_epsilon",
-                         "mode \"none\" adds no noise, so no epsilon is guaranteed; set mode to "
-                         "central, distributed or local, or remove target_epsilon");
-    if (p->has_noise_multiplier)
-      return xf__fail_at(err, XF_EFORMAT, "privacy.noise_multiplier",
-                         "mode \"none\" adds no noise; set mode to central, distributed or "
-                         "local, or remove noise_multiplier");
-  } else {
-    if (p->clip == 0)
-      return xf__missing("privacy.clip",
-                         "differential privacy bounds each contribution's L2 norm by clip (the "
-                         "noise is scaled to it), e.g. 1.0",
-                         err);
-    XF__POSITIVE("privacy.clip", p->clip);
-    if (!p->has_target_epsilon && !p->has_noise_multiplier)
-      return xf__fail_at(err, XF_EFORMAT, "privacy.target_epsilon",
-                         "mode \"%s\" needs target_epsilon (the noise is calibrated to reach it "
-                         "over the job) or noise_multiplier (or both)",
-                         mode);
-  }
-  if (p->has_target_epsilon) XF__POSITIVE("privacy.target_epsilon", p->target_epsilon);
-  if (p->has_noise_multiplier) XF__NONNEG("privacy.noise_multiplier", p->noise_multiplier);
-  XF_GUARD(xf__check_range("privacy.delta", p->delta, 0, true, 1, true, err));
-  if (p->unit == XF_PRIVACY_UNIT_RECORD &&
-      (p->mode == XF_PRIVACY_CENTRAL || p->mode == XF_PRIVACY_DISTRIBUTED))
-    return xf__fail_at(err, XF_EFORMAT, "privacy.mode",
-                       "unit \"record\" is protected by DP-SGD noise added at each site during "
-                       "training; use mode \"local\" (or unit \"site\" for mode \"%s\")",
-                       mode);
-  return XF_OK;
-}
-
-static xf_err xf__validate_sites(const xf_jobspec *s, xf_errctx *err) {
-  XF_GUARD(xf__range_int("rounds", s->rounds, 1, XF_JOB_ROUNDS_MAX, err));
-  double spr = s->sites_per_round;
-  char num[32];
-  if (!(isfinite(spr) && spr > 0 && spr <= XF_JOB_SITES_MAX))
-    return xf__fail_at(err, XF_ERANGE, "sites_per_round",
-                       "must be a fraction in (0, 1] of the eligible sites or a count from 2 to "
-                       "%u, got %s",
-                       XF_JOB_SITES_MAX, xf__num(spr, num));
-  if (spr > 1 && spr != floor(spr))
-    return xf__fail_at(err, XF_ERANGE, "sites_per_round",
-                       "%s is above 1, so it is a number of sites and must be whole; use a "
-                       "fraction in (0, 1] or a count such as %.0f",
-                       xf__num(spr, num), floor(spr));
-  XF_GUARD(xf__check_range("over_selection", s->over_selection, 1, false,
-                           XF_JOB_OVER_SELECTION_MAX, false, err));
-  XF_GUARD(xf__range_int("min_sites", s->min_sites, 1, XF_JOB_SITES_MAX, err));
-  XF_GUARD(xf__check_range("round_deadline_s", s->round_deadline_s, 0, true,
-                           XF_JOB_DEADLINE_MAX_S, false, err));
-  if (spr > 1 && s->min_sites > spr)
-    return xf__fail_at(err, XF_ERANGE, "min_sites",
-                       "is %u but sites_per_round selects only %g sites, so no round could "
-                       "count; lower min_sites or raise sites_per_round",
-                       (unsigned)s->min_sites, spr);
-  return XF_OK;
-}
-
-xf_err xf_jobspec_validate(const xf_jobspec *s, xf_errctx *err) {
-  if (s->name[0] == '\0') return xf__missing("name", "a job name such as \"fmnist-mlp\"", err);
-  XF_GUARD(xf__check_ident("name", s->name, sizeof(s->name), err));
-  XF_GUARD(xf__validate_model(&s->model, err));
-  XF_GUARD(xf__validate_data(&s->data, err));
-  XF_GUARD(xf__validate_sites(s, err));
-  XF_GUARD(xf__validate_local(&s->local, err));
-  XF_GUARD(xf__validate_strategy(&s->strategy, err));
-  XF_GUARD(xf__validate_privacy(&s->privacy, err));
-
-  const xf_job_secagg *sa = &s->secure_aggregation;
-  XF_GUARD(xf__range_int("secure_aggregation.bits", sa->bits, 8, 32, err));
-  XF_GUARD(xf__check_range("secure_aggregation.threshold", sa->threshold, 0, true, 1, false, err));
-  /* The sites refuse a round where half of them could unmask a site's
-   * input against an aggregator that lies about who dropped
-   * (docs/secure-aggregation.md): t = ceil(threshold * n) must be above
-   * n / 2 whatever n the round has. */
-  if (sa->enabled && !(sa->threshold > 0.5)) {
-    char num[32];
-    return xf__fail_at(err, XF_ERANGE, "secure_aggregation.threshold",
-                       "must be above 0.5 with secure aggregation (got %s): no site reveals "
-                       "before more than half of the round's sites have signed the same "
-                       "survivor set, so that an aggregator that lies about who dropped cannot "
-                       "unmask a site; the default is 0.66",
-                       xf__num(sa->threshold, num));
-  }
-
-  const xf_job_uplink *up = &s->compression.uplink;
-  char num[32];
-  if (up->topk_fraction != 0 && !(up->topk_fraction > 0 && up->topk_fraction <= 1))
-    return xf__fail_at(err, XF_ERANGE, "compression.uplink",
-                       "the top-k fraction must be in (0, 1], got %s",
-                       xf__num(up->topk_fraction, num));
-  if (up->quant_bits != 0 && up->quant_bits != 4 && up->quant_bits != 8 && up->quant_bits != 16)
-    return xf__fail_at(err, XF_EFORMAT, "compression.uplink",
-                       "quantization is available at 16, 8 or 4 bits, got %u",
-                       (unsigned)up->quant_bits);
-  if ((unsigned)s->compression.downlink >= XF__COUNT(xf__downlink_names))
-    return xf__fail_at(err, XF_EFORMAT, "compression.downlink", "unknown value %d",
-                       (int)s->compression.downlink);
-
-  /* Cross-field rules. */
-  const char *strategy = xf__strategy_names[s->strategy.kind];
-  if (s->local.clip_norm > 0 && s->privacy.unit == XF_PRIVACY_UNIT_RECORD &&
-      s->privacy.mode != XF_PRIVACY_NONE)
-    return xf__fail_at(err, XF_EFORMAT, "local.clip_norm",
-                       "cannot be used with record-level privacy: DP-SGD already clips every "
-                       "record's gradient to privacy.clip; leave local.clip_norm out");
-  if (s->strategy.kind == XF_JOB_STRATEGY_FEDPROX && !(s->local.prox_mu > 0))
-    return xf__fail_at(err, XF_ERANGE, "local.prox_mu",
-                       "strategy \"fedprox\" needs a proximal term: set prox_mu > 0 (Li et al. "
-                       "2020 use 0.001 to 1), or leave it out for %g",
-                       XF__FEDPROX_DEFAULT_MU);
-  if ((unsigned)s->topology >= XF__COUNT(xf__topology_names))
-    return xf__fail_at(err, XF_EFORMAT, "topology", "unknown value %d", (int)s->topology);
-  if (xf_job_strategy_is_robust(s->strategy.kind) && s->privacy.unit == XF_PRIVACY_UNIT_SITE &&
-      s->privacy.mode == XF_PRIVACY_CENTRAL)
-    return xf__fail_at(err, XF_EFORMAT, "privacy.mode",
-                       "central noise is calibrated to the sensitivity of a mean (clip / n), but "
-                       "a coordinate-wise \"%s\" can move further when one site changes; use "
-                       "mode \"local\", unit \"record\", or a mean-based strategy",
-                       strategy);
-  if (sa->enabled && xf_job_strategy_is_robust(s->strategy.kind))
-    return xf__fail_at(err, XF_EFORMAT, "strategy.name",
-                       "\"%s\" needs to see each site's update, which secure aggregation hides "
-                       "(only the sum is revealed); choose a mean-based strategy such as fedavg "
-                       "or set secure_aggregation.enabled to false",
-                       strategy);
-  if (sa->enabled && up->quant_bits > sa->bits)
-    return xf__fail_at(err, XF_ERANGE, "secure_aggregation.bits",
-                       "is %u but the uplink is quantized to %u bits, and masked values are "
-                       "summed mod 2^bits; set bits to at least %u (20 leaves room for 4096 sites "
-                       "at q8)",
-                       (unsigned)sa->bits, (unsigned)up->quant_bits, (unsigned)up->quant_bits);
-  if (sa->enabled && s->min_sites < 2)
-    return xf__fail_at(err, XF_ERANGE, "min_sites",
-                       "is 1, but a securely aggregated sum over one site is that site's "
-                       "update; set min_sites to 2 or more");
-  if (s->privacy.mode == XF_PRIVACY_DISTRIBUTED && !sa->enabled)
-    return xf__fail_at(err, XF_EFORMAT, "privacy.mode",
-                       "\"distributed\" adds only a share of the noise at each site and relies "
-                       "on secure aggregation to hide single updates; set "
-                       "secure_aggregation.enabled to true, or use mode \"central\"");
-  return XF_OK;
-}
-
-/* ---- canonical output ----------------------------------------------------- */
-
-/* A growing text buffer; after the first failed allocation every write is
- * dropped and `failed` stays set. */
-typedef struct xf__out {
-  char *buf;
-  size_t len, cap;
-  bool failed;
-  int depth;         /* open objects */
-  bool first[4];     /* nothing written yet in the object at each depth */
-} xf__out;
-
-static void xf__emit(xf__out *o, const char *fmt, ...) XF_PRINTF(2, 3);
-
-static void xf__emit(xf__out *o, const char *fmt, ...) {
-  if (o->failed) return;
-  va_list ap;
-  va_start(ap, fmt);
-  int need = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  if (need < 0) {
-    o->failed = true;
-    return;
-  }
-  if (o->len + (size_t)need + 1 > o->cap) {
-    size_t cap = o->cap ? o->cap : 1024;
-    while (cap < o->len + (size_t)need + 1) cap *= 2;
-    char *nb = xf_realloc(o->buf, cap);
-    if (!nb) {
-      o->failed = true;
-      return;
-    }
-    o->buf = nb;
-    o->cap = cap;
-  }
-  va_start(ap, fmt);
-  vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
-  va_end(ap);
-  o->len += (size_t)need;
-}
-
-/* Starts a member: separator, newline, indentation, "key": . */
-static void xf__key(xf__out *o, const char *key) {
-  xf__emit(o, "%s\n%*s\"%s\": ", o->first[o->depth] ? "" : ",", 2 * o->depth, "", key);
-  o->first[o->depth] = false;
-}
-
-static void xf__open(xf__out *o, const char *key) {
-  if (key) xf__key(o, key);
-  xf__emit(o, "{");
-  o->depth++;
-  o->first[o->depth] = true;
-}
-
-static void xf__close(xf__out *o) {
-  o->depth--;
-  xf__emit(o, "\n%*s}", 2 * o->depth, "");
-}
-
-/* A JSON string with quotes and escapes. */
-static void xf__string(xf__out *o, const char *s) {
-  xf__emit(o, "\"");
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\')
-      xf__emit(o, "\\%c", *p);
-    else if (*p < 0x20)
-      xf__emit(o, "\\u%04x", *p);
-    else
-      xf__emit(o, "%c", *p);
-  }
-  xf__emit(o, "\"");
-}
-
-static void xf__member_string(xf__out *o, const char *key, const char *value) {
-  xf__key(o, key);
-  xf__string(o, value);
-}
-
-static void xf__member_real(xf__out *o, const char *key, double v) {
-  char num[40];
-  xf__format_real(v, true, num, sizeof(num));
-  xf__key(o, key);
-  xf__emit(o, "%s", num);
-}
-
-static void xf__member_uint(xf__out *o, const char *key, unsigned long long v) {
-  xf__key(o, key);
-  xf__emit(o, "%llu", v);
-}
-
-xf_err xf_jobspec_to_json(const xf_jobspec *s, char **out) {
-  xf__out o = {.depth = 0, .first = {true}};
-  *out = NULL;
-  xf__open(&o, NULL);
-  xf__member_string(&o, "name", s->name);
-
-  xf__open(&o, "model");
-  xf__member_string(&o, "arch", xf_job_arch_name(s->model.arch));
-  if (s->model.arch == XF_JOB_ARCH_MLP) {
-    xf__key(&o, "hidden");
-    xf__emit(&o, "[");
-    for (uint32_t i = 0; i < s->model.n_hidden && i < XF_JOB_HIDDEN_MAX; i++)
-      xf__emit(&o, "%s%u", i ? ", " : "", (unsigned)s->model.hidden[i]);
-    xf__emit(&o, "]");
-  }
-  if (s->model.arch == XF_JOB_ARCH_CNN)
-    xf__member_string(&o, "preset", xf_job_preset_name(s->model.preset));
-  if (s->model.arch == XF_JOB_ARCH_LAYERS) {
-    xf__key(&o, "layers");
-    xf__emit(&o, "[");
-    for (uint32_t i = 0; i < s->model.n_layers && i < XF_JOB_LAYERS_MAX; i++) {
-      const xf_layer_decl *d = &s->model.layers[i];
-      xf__emit(&o, "%s{\"kind\": \"%s\"", i ? ", " : "", xf__layer_kind_name(d->kind));
-      /* Each kind writes only its own fields, so the text of a list of the
-       * first kinds is what it was before the others existed. */
-      switch (d->kind) {
-      case XF_DECL_DENSE: xf__emit(&o, ", \"units\": %d", d->units); break;
-      case XF_DECL_CONV2D:
-        xf__emit(&o, ", \"filters\": %d, \"kernel\": %d, \"stride\": %d, \"padding\": %d",
-                 d->filters, d->kernel, d->stride, d->padding);
-        break;
-      case XF_DECL_MAXPOOL2D:
-      case XF_DECL_AVGPOOL2D:
-        xf__emit(&o, ", \"kernel\": %d, \"stride\": %d", d->kernel, d->stride);
-        break;
-      case XF_DECL_DROPOUT: {
-        char rate[40];
-        xf__format_float(d->rate, rate, sizeof(rate));
-        xf__emit(&o, ", \"rate\": %s", rate);
-        break;
-      }
-      case XF_DECL_GROUPNORM: xf__emit(&o, ", \"groups\": %d", d->groups); break;
-      case XF_DECL_EMBEDDING: xf__emit(&o, ", \"vocab\": %d, \"dim\": %d", d->vocab, d->dim); break;
-      case XF_DECL_ADD: xf__emit(&o, ", \"from\": %d", d->from); break;
-      default: break;
-      }
-      xf__emit(&o, "}");
-    }
-    xf__emit(&o, "]");
-  }
-  /* Fields added after the first release are written only when they differ
-   * from their default, so that an older spec's canonical text (and what is
-   * derived from it) stays what it was. */
-  if (s->model.loss != XF_LOSS_CROSS_ENTROPY)
-    xf__member_string(&o, "loss", xf__loss_names[s->model.loss]);
-  xf__close(&o);
-
-  xf__open(&o, "data");
-  xf__member_string(&o, "dataset", s->data.dataset);
-  xf__key(&o, "tags");
-  xf__emit(&o, "[");
-  for (uint32_t i = 0; i < s->data.n_tags && i < XF_JOB_TAGS_MAX; i++) {
-    if (i) xf__emit(&o, ", ");
-    xf__string(&o, s->data.tags[i]);
-  }
-  xf__emit(&o, "]");
-  xf__close(&o);
-
-  xf__member_uint(&o, "rounds", s->rounds);
-  if (s->sites_per_round > 1 && s->sites_per_round == floor(s->sites_per_round) &&
-      s->sites_per_round <= XF_JOB_SITES_MAX)
-    xf__member_uint(&o, "sites_per_round", (unsigned long long)s->sites_per_round);
-  else
-    xf__member_real(&o, "sites_per_round", s->sites_per_round);
-  xf__member_real(&o, "over_selection", s->over_selection);
-  xf__member_uint(&o, "min_sites", s->min_sites);
-  xf__member_real(&o, "round_deadline_s", s->round_deadline_s);
-  xf__member_string(&o, "topology", xf_job_topology_name(s->topology));
-
-  xf__open(&o, "local");
-  xf__member_uint(&o, "epochs", s->local.epochs);
-  xf__member_uint(&o, "batch_size", s->local.batch_size);
-  xf__member_string(&o, "optimizer", xf_job_optimizer_name(s->local.optimizer));
-  xf__member_real(&o, "lr", s->local.lr);
-  if (s->local.optimizer == XF_JOB_OPTIMIZER_SGD) {
-    xf__member_real(&o, "momentum", s->local.momentum);
-    if (s->local.nesterov) {
-      xf__key(&o, "nesterov");
-      xf__emit(&o, "true");
-    }
-  } else {
-    xf__member_real(&o, "beta1", s->local.beta1);
-    xf__member_real(&o, "beta2", s->local.beta2);
-    xf__member_real(&o, "eps", s->local.eps);
-  }
-  xf__member_real(&o, "weight_decay", s->local.weight_decay);
-  xf__member_real(&o, "prox_mu", s->local.prox_mu);
-  if (s->local.clip_norm > 0) xf__member_real(&o, "clip_norm", s->local.clip_norm);
-  if (s->local.lr_schedule.kind != XF_JOB_LR_CONSTANT) {
-    xf__open(&o, "lr_schedule");
-    xf__member_string(&o, "kind", xf__lr_schedule_names[s->local.lr_schedule.kind]);
-    if (s->local.lr_schedule.kind == XF_JOB_LR_STEP) {
-      xf__member_uint(&o, "every", s->local.lr_schedule.every);
-      xf__member_real(&o, "gamma", s->local.lr_schedule.gamma);
-    } else {
-      xf__member_real(&o, "min_lr", s->local.lr_schedule.min_lr);
-    }
-    xf__close(&o);
-  }
-  xf__close(&o);
-
-  xf__open(&o, "strategy");
-  xf__member_string(&o, "name", xf_job_strategy_kind_name(s->strategy.kind));
-  xf__member_real(&o, "server_lr", s->strategy.server_lr);
-  for (size_t i = 0; i < XF__COUNT(xf__strategy_params); i++) {
-    if (!(xf__strategy_params[i].kinds & XF__KIND(s->strategy.kind))) continue;
-    const double *slot =
-        (const double *)(const void *)((const char *)&s->strategy + xf__strategy_params[i].offset);
-    xf__member_real(&o, xf__strategy_params[i].key, *slot);
-  }
-  xf__close(&o);
-
-  xf__open(&o, "privacy");
-  xf__member_string(&o, "unit", xf_job_privacy_unit_name(s->privacy.unit));
-  xf__member_string(&o, "mode", xf_job_privacy_mode_name(s->privacy.mode));
-  if (s->privacy.clip != 0) xf__member_real(&o, "clip", s->privacy.clip);
-  if (s->privacy.has_target_epsilon)
-    xf__member_real(&o, "target_epsilon", s->privacy.target_epsilon);
-  if (s->privacy.has_noise_multiplier)
-    xf__member_real(&o, "noise_multiplier", s->privacy.noise_multiplier);
-  xf__member_real(&o, "delta", s->privacy.delta);
-  xf__close(&o);
-
-  xf__open(&o, "secure_aggregation");
-  xf__key(&o, "enabled");
-  xf__emit(&o, "%s", s->secure_aggregation.enabled ? "true" : "false");
-  xf__member_uint(&o, "bits", s->secure_aggregation.bits);
-  xf__member_real(&o, "threshold", s->secure_aggregation.threshold);
-  xf__close(&o);
-
-  char uplink[XF_JOB_UPLINK_TEXT_MAX];
-  xf__open(&o, "compression");
-  xf__member_string(&o, "uplink",
-                    xf_job_uplink_format(&s->compression.uplink, uplink, sizeof(uplink)));
-  xf__member_string(&o, "downlink", xf_job_downlink_name(s->compression.downlink));
-  xf__close(&o);
-
-  /* jansson reads integers up to 2^63 - 1; larger seeds travel as strings. */
-  if (s->seed > (uint64_t)INT64_MAX) {
-    char seed[24];
-    snprintf(seed, sizeof(seed), "%llu", (unsigned long long)s->seed);
-    xf__member_string(&o, "seed", seed);
-  } else {
-    xf__member_uint(&o, "seed", s->seed);
-  }
-  xf__close(&o);
-  xf__emit(&o, "\n");
-
-  if (o.failed) {
-    xf_free(o.buf);
-    return XF_ENOMEM;
-  }
-  *out = o.buf;
-  return XF_OK;
 }
 
 /* ---- cohort --------------------------------------------------------------- */

@@ -215,80 +215,147 @@ static xf_err add_shaped(builder *b, int i, const xf_layer_decl *d, bool flat, x
   return XF_OK;
 }
 
+/* A dense layer: its units over the flattened input. */
+static xf_err add_dense(builder *b, int i, const xf_layer_decl *d, bool *flat, xf_errctx *err) {
+  const char *kind = xf_layer_decl_name(d->kind);
+  const int units = d->units;
+  XF_GUARD(field_in(i, "units", units, 1, XF_DECL_UNITS_MAX, kind, err));
+  size_t in = (size_t)b->h * b->w * b->c;
+  if (b->declared && b->m->n_params + in * (size_t)units + (size_t)units > XF__PARAMS_MAX)
+    return xf_fail(err, XF_EINVAL,
+                   "model.layers[%d].units: %d units on %zu inputs take the model past 2^34 "
+                   "parameters; use fewer units or shrink the input first (pooling, stride)",
+                   i, units, in);
+  xf_layer *l = push(b, XF_LAYER_DENSE, "fc");
+  l->out_h = l->out_w = 1;
+  l->out_c = units;
+  add_params(b, l, in * (size_t)units, (size_t)units);
+  finish(b, l);
+  *flat = true;
+  return XF_OK;
+}
+
+/* A conv2d, max or average pooling layer: windows over an image. */
+static xf_err add_windowed(builder *b, int i, const xf_layer_decl *d, bool flat, xf_errctx *err) {
+  const char *kind = xf_layer_decl_name(d->kind);
+  const bool conv = d->kind == XF_DECL_CONV2D;
+  if (flat)
+    return xf_fail(err, XF_EINVAL,
+                   "model.layers[%d]: a %s layer needs an image, but an earlier flatten or "
+                   "dense layer made the records flat; move it before them",
+                   i, kind);
+  if (conv) XF_GUARD(field_in(i, "filters", d->filters, 1, XF_DECL_FILTERS_MAX, kind, err));
+  XF_GUARD(field_in(i, "kernel", d->kernel, 1, XF_DECL_KERNEL_MAX, kind, err));
+  XF_GUARD(field_in(i, "stride", d->stride, 1, XF_DECL_KERNEL_MAX, kind, err));
+  if (conv) XF_GUARD(field_in(i, "padding", d->padding, 0, d->kernel - 1, kind, err));
+  const int pad = conv ? d->padding : 0;
+  if (d->kernel > b->h + 2 * pad || d->kernel > b->w + 2 * pad)
+    return xf_fail(err, XF_EINVAL,
+                   "model.layers[%d].kernel: %d is larger than its input %dx%d (padding %d); "
+                   "use a kernel of at most %d, or pool less before it",
+                   i, d->kernel, b->h, b->w, pad,
+                   (b->h < b->w ? b->h : b->w) + 2 * pad);
+  const int oh = (b->h + 2 * pad - d->kernel) / d->stride + 1;
+  const int ow = (b->w + 2 * pad - d->kernel) / d->stride + 1;
+  const int oc = conv ? d->filters : b->c;
+  if (b->declared && (size_t)oh * ow * oc > XF__ACT_MAX)
+    return xf_fail(err, XF_EINVAL,
+                   "model.layers[%d]: its output of %dx%dx%d is larger than 2^24 values per "
+                   "record; use a larger stride or fewer filters",
+                   i, oh, ow, oc);
+  if (conv) {
+    size_t k = (size_t)d->kernel * d->kernel * b->c;
+    if (b->declared && (size_t)oh * ow * k > XF__COL_MAX)
+      return xf_fail(err, XF_EINVAL,
+                     "model.layers[%d]: its %dx%d windows over %d channels at %dx%d positions "
+                     "take more than 2^26 values per record to unfold; use a larger stride, a "
+                     "smaller kernel or fewer channels before it",
+                     i, d->kernel, d->kernel, b->c, oh, ow);
+    if (b->declared && b->m->n_params + k * (size_t)oc + (size_t)oc > XF__PARAMS_MAX)
+      return xf_fail(err, XF_EINVAL,
+                     "model.layers[%d].filters: the model passes 2^34 parameters", i);
+  }
+  xf_layer *l = conv                             ? push(b, XF_LAYER_CONV, "conv")
+                : d->kind == XF_DECL_MAXPOOL2D ? push(b, XF_LAYER_MAXPOOL, "pool")
+                                               : push(b, XF_LAYER_AVGPOOL, "avgpool");
+  l->kernel = d->kernel;
+  l->pad = pad;
+  l->stride = d->stride;
+  l->out_h = oh;
+  l->out_w = ow;
+  l->out_c = oc;
+  if (conv) add_params(b, l, (size_t)oc * d->kernel * d->kernel * b->c, (size_t)oc);
+  finish(b, l);
+  return XF_OK;
+}
+
+/* An embedding: the first layer, reading ids from the data. */
+static xf_err add_embedding(builder *b, int i, const xf_layer_decl *d, xf_errctx *err) {
+  const char *kind = xf_layer_decl_name(d->kind);
+  XF_GUARD(field_in(i, "vocab", d->vocab, 1, XF_DECL_VOCAB_MAX, kind, err));
+  XF_GUARD(field_in(i, "dim", d->dim, 1, XF_DECL_DIM_MAX, kind, err));
+  if (i != 0)
+    return xf_fail(err, XF_EINVAL,
+                   "model.layers[%d]: an embedding layer reads ids from the data, so it must "
+                   "be the first layer (model.layers[0])",
+                   i);
+  size_t ids = (size_t)b->h * b->w * b->c;
+  if (ids * (size_t)d->dim > XF__ACT_MAX)
+    return xf_fail(err, XF_EINVAL,
+                   "model.layers[%d].dim: %zu ids of %d floats each are more than 2^24 values "
+                   "per record; use a smaller dim",
+                   i, ids, d->dim);
+  xf_layer *l = push(b, XF_LAYER_EMBEDDING, "embed");
+  l->vocab = d->vocab;
+  l->out_h = 1;
+  l->out_w = (int)ids;
+  l->out_c = d->dim;
+  add_params(b, l, (size_t)d->vocab * d->dim, 0);
+  finish(b, l);
+  return XF_OK;
+}
+
+/* An add layer: its input plus the output of an earlier layer (or the input). */
+static xf_err add_residual(builder *b, int i, const xf_layer_decl *d, xf_errctx *err) {
+  if (d->from < -1 || d->from >= i)
+    return xf_fail(err, XF_EINVAL,
+                   "model.layers[%d].from: %d, an add layer adds the output of an earlier "
+                   "layer (0 to %d) or the model's input (-1)",
+                   i, d->from, i - 1);
+  const int src = d->from < 0 ? -1 : b->rows_after[d->from];
+  int sh, sw, sc;
+  if (src < 0) {
+    sh = b->m->spec.in_h;
+    sw = b->m->spec.in_w;
+    sc = b->m->spec.in_c;
+  } else {
+    const xf_layer *s = &b->m->layers[src];
+    sh = s->out_h;
+    sw = s->out_w;
+    sc = s->out_c;
+  }
+  if (sh != b->h || sw != b->w || sc != b->c)
+    return xf_fail(err, XF_EINVAL,
+                   "model.layers[%d].from: the output of %s is %dx%dx%d but this layer's "
+                   "input is %dx%dx%d; add needs the same shape (give the branch's last conv2d "
+                   "as many filters and the same stride and padding)",
+                   i, d->from < 0 ? "the input" : "that layer", sh, sw, sc, b->h, b->w, b->c);
+  xf_layer *l = push(b, XF_LAYER_ADD, "add");
+  l->src = src;
+  l->out_h = b->h;
+  l->out_w = b->w;
+  l->out_c = b->c;
+  finish(b, l);
+  return XF_OK;
+}
+
 /* Appends the table rows of one declared layer at the builder's shape. */
 static xf_err add_decl(builder *b, int i, const xf_layer_decl *d, bool *flat, xf_errctx *err) {
-  const char *kind = xf_layer_decl_name(d->kind);
   switch (d->kind) {
-  case XF_DECL_DENSE: {
-    const int units = d->units;
-    XF_GUARD(field_in(i, "units", units, 1, XF_DECL_UNITS_MAX, kind, err));
-    size_t in = (size_t)b->h * b->w * b->c;
-    if (b->declared && b->m->n_params + in * (size_t)units + (size_t)units > XF__PARAMS_MAX)
-      return xf_fail(err, XF_EINVAL,
-                     "model.layers[%d].units: %d units on %zu inputs take the model past 2^34 "
-                     "parameters; use fewer units or shrink the input first (pooling, stride)",
-                     i, units, in);
-    xf_layer *l = push(b, XF_LAYER_DENSE, "fc");
-    l->out_h = l->out_w = 1;
-    l->out_c = units;
-    add_params(b, l, in * (size_t)units, (size_t)units);
-    finish(b, l);
-    *flat = true;
-    return XF_OK;
-  }
+  case XF_DECL_DENSE: return add_dense(b, i, d, flat, err);
   case XF_DECL_CONV2D:
   case XF_DECL_MAXPOOL2D:
-  case XF_DECL_AVGPOOL2D: {
-    const bool conv = d->kind == XF_DECL_CONV2D;
-    if (*flat)
-      return xf_fail(err, XF_EINVAL,
-                     "model.layers[%d]: a %s layer needs an image, but an earlier flatten or "
-                     "dense layer made the records flat; move it before them",
-                     i, kind);
-    if (conv) XF_GUARD(field_in(i, "filters", d->filters, 1, XF_DECL_FILTERS_MAX, kind, err));
-    XF_GUARD(field_in(i, "kernel", d->kernel, 1, XF_DECL_KERNEL_MAX, kind, err));
-    XF_GUARD(field_in(i, "stride", d->stride, 1, XF_DECL_KERNEL_MAX, kind, err));
-    if (conv) XF_GUARD(field_in(i, "padding", d->padding, 0, d->kernel - 1, kind, err));
-    const int pad = conv ? d->padding : 0;
-    if (d->kernel > b->h + 2 * pad || d->kernel > b->w + 2 * pad)
-      return xf_fail(err, XF_EINVAL,
-                     "model.layers[%d].kernel: %d is larger than its input %dx%d (padding %d); "
-                     "use a kernel of at most %d, or pool less before it",
-                     i, d->kernel, b->h, b->w, pad,
-                     (b->h < b->w ? b->h : b->w) + 2 * pad);
-    const int oh = (b->h + 2 * pad - d->kernel) / d->stride + 1;
-    const int ow = (b->w + 2 * pad - d->kernel) / d->stride + 1;
-    const int oc = conv ? d->filters : b->c;
-    if (b->declared && (size_t)oh * ow * oc > XF__ACT_MAX)
-      return xf_fail(err, XF_EINVAL,
-                     "model.layers[%d]: its output of %dx%dx%d is larger than 2^24 values per "
-                     "record; use a larger stride or fewer filters",
-                     i, oh, ow, oc);
-    if (conv) {
-      size_t k = (size_t)d->kernel * d->kernel * b->c;
-      if (b->declared && (size_t)oh * ow * k > XF__COL_MAX)
-        return xf_fail(err, XF_EINVAL,
-                       "model.layers[%d]: its %dx%d windows over %d channels at %dx%d positions "
-                       "take more than 2^26 values per record to unfold; use a larger stride, a "
-                       "smaller kernel or fewer channels before it",
-                       i, d->kernel, d->kernel, b->c, oh, ow);
-      if (b->declared && b->m->n_params + k * (size_t)oc + (size_t)oc > XF__PARAMS_MAX)
-        return xf_fail(err, XF_EINVAL,
-                       "model.layers[%d].filters: the model passes 2^34 parameters", i);
-    }
-    xf_layer *l = conv                             ? push(b, XF_LAYER_CONV, "conv")
-                  : d->kind == XF_DECL_MAXPOOL2D ? push(b, XF_LAYER_MAXPOOL, "pool")
-                                                 : push(b, XF_LAYER_AVGPOOL, "avgpool");
-    l->kernel = d->kernel;
-    l->pad = pad;
-    l->stride = d->stride;
-    l->out_h = oh;
-    l->out_w = ow;
-    l->out_c = oc;
-    if (conv) add_params(b, l, (size_t)oc * d->kernel * d->kernel * b->c, (size_t)oc);
-    finish(b, l);
-    return XF_OK;
-  }
+  case XF_DECL_AVGPOOL2D: return add_windowed(b, i, d, *flat, err);
   case XF_DECL_FLATTEN:
     /* Layers keep NHWC records contiguous, so flattening moves nothing. */
     *flat = true;
@@ -302,61 +369,8 @@ static xf_err add_decl(builder *b, int i, const xf_layer_decl *d, bool *flat, xf
   case XF_DECL_LAYERNORM:
   case XF_DECL_GROUPNORM:
     return add_shaped(b, i, d, *flat, err);
-  case XF_DECL_EMBEDDING: {
-    XF_GUARD(field_in(i, "vocab", d->vocab, 1, XF_DECL_VOCAB_MAX, kind, err));
-    XF_GUARD(field_in(i, "dim", d->dim, 1, XF_DECL_DIM_MAX, kind, err));
-    if (i != 0)
-      return xf_fail(err, XF_EINVAL,
-                     "model.layers[%d]: an embedding layer reads ids from the data, so it must "
-                     "be the first layer (model.layers[0])",
-                     i);
-    size_t ids = (size_t)b->h * b->w * b->c;
-    if (ids * (size_t)d->dim > XF__ACT_MAX)
-      return xf_fail(err, XF_EINVAL,
-                     "model.layers[%d].dim: %zu ids of %d floats each are more than 2^24 values "
-                     "per record; use a smaller dim",
-                     i, ids, d->dim);
-    xf_layer *l = push(b, XF_LAYER_EMBEDDING, "embed");
-    l->vocab = d->vocab;
-    l->out_h = 1;
-    l->out_w = (int)ids;
-    l->out_c = d->dim;
-    add_params(b, l, (size_t)d->vocab * d->dim, 0);
-    finish(b, l);
-    return XF_OK;
-  }
-  case XF_DECL_ADD: {
-    if (d->from < -1 || d->from >= i)
-      return xf_fail(err, XF_EINVAL,
-                     "model.layers[%d].from: %d, an add layer adds the output of an earlier "
-                     "layer (0 to %d) or the model's input (-1)",
-                     i, d->from, i - 1);
-    const int src = d->from < 0 ? -1 : b->rows_after[d->from];
-    int sh, sw, sc;
-    if (src < 0) {
-      sh = b->m->spec.in_h;
-      sw = b->m->spec.in_w;
-      sc = b->m->spec.in_c;
-    } else {
-      const xf_layer *s = &b->m->layers[src];
-      sh = s->out_h;
-      sw = s->out_w;
-      sc = s->out_c;
-    }
-    if (sh != b->h || sw != b->w || sc != b->c)
-      return xf_fail(err, XF_EINVAL,
-                     "model.layers[%d].from: the output of %s is %dx%dx%d but this layer's "
-                     "input is %dx%dx%d; add needs the same shape (give the branch's last conv2d "
-                     "as many filters and the same stride and padding)",
-                     i, d->from < 0 ? "the input" : "that layer", sh, sw, sc, b->h, b->w, b->c);
-    xf_layer *l = push(b, XF_LAYER_ADD, "add");
-    l->src = src;
-    l->out_h = b->h;
-    l->out_w = b->w;
-    l->out_c = b->c;
-    finish(b, l);
-    return XF_OK;
-  }
+  case XF_DECL_EMBEDDING: return add_embedding(b, i, d, err);
+  case XF_DECL_ADD: return add_residual(b, i, d, err);
   }
   return xf_fail(err, XF_EINVAL, "model.layers[%d].kind: unknown layer kind %d", i, (int)d->kind);
 }

@@ -576,9 +576,9 @@ static int xf__db_backup_run(sqlite3_backup *b) {
   }
 }
 
-xf_err xf_db_backup(xf_db *db, const char *dest_path, xf_errctx *err) {
-  XF_ENSURE(db && dest_path && dest_path[0], err, XF_EINVAL,
-            "xf_db_backup needs a database and a destination path");
+/* Refuses a backup inside an open transaction, and one to a destination
+ * that exists or is not a place for a new plain file. */
+static xf_err xf__db_backup_check(xf_db *db, const char *dest_path, xf_errctx *err) {
   if (!sqlite3_get_autocommit(db->handle))
     return xf__storage_fail(err, db->path, XF_EINVAL,
                             "a backup inside an open transaction would copy uncommitted "
@@ -595,39 +595,14 @@ xf_err xf_db_backup(xf_db *db, const char *dest_path, xf_errctx *err) {
     return xf__storage_fail(err, dest_path, XF_EIO, "cannot check the backup destination: %s",
                             xf__storage_errno(e, ebuf, sizeof(ebuf)));
   }
+  return XF_OK;
+}
 
+/* Copies db into the empty file tmp with SQLite's backup API, and leaves
+ * the copy closed as one self-contained file that passes quick_check. */
+static xf_err xf__db_backup_copy(xf_db *db, const char *tmp, xf_errctx *err) {
   xf_err rc = XF_OK;
-  char *tmp = NULL;
-  char *journal = NULL;
   sqlite3 *dest = NULL;
-  sqlite3_backup *b = NULL;
-  int created = 0;
-  char name[XF_STORAGE_NAME_HEX];
-  rc = xf__storage_random_name(name, err);
-  if (rc != XF_OK) goto out;
-  size_t len = strlen(dest_path) + sizeof(".tmp-") + sizeof(name) + sizeof("-journal");
-  tmp = xf_malloc(len);
-  journal = xf_malloc(len);
-  if (!tmp || !journal) {
-    rc = xf__storage_fail(err, dest_path, XF_ENOMEM, "out of memory starting a backup");
-    goto out;
-  }
-  /* Next to the destination, so the final rename stays on one filesystem
-   * and is atomic. */
-  snprintf(tmp, len, "%s.tmp-%s", dest_path, name);
-  snprintf(journal, len, "%s-journal", tmp);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    int e = errno;
-    rc = xf__storage_fail(err, dest_path, XF_EIO,
-                          "cannot create a temporary file next to the backup destination: "
-                          "%s; check that the directory exists and is writable",
-                          xf__storage_errno(e, ebuf, sizeof(ebuf)));
-    goto out;
-  }
-  close(fd);
-  created = 1;
-
   int src = sqlite3_open_v2(tmp, &dest, SQLITE_OPEN_READWRITE, NULL);
   if (src != SQLITE_OK) {
     rc = dest ? xf__storage_fail(err, tmp, XF_EDB, "cannot open the backup file: %s%s",
@@ -640,7 +615,7 @@ xf_err xf_db_backup(xf_db *db, const char *dest_path, xf_errctx *err) {
     rc = xf__storage_fail(err, tmp, XF_EDB, "cannot configure the backup file: %s", why);
     goto out;
   }
-  b = sqlite3_backup_init(dest, "main", db->handle, "main");
+  sqlite3_backup *b = sqlite3_backup_init(dest, "main", db->handle, "main");
   if (!b) {
     rc = xf__storage_fail(err, tmp, XF_EDB, "cannot start the backup: %s",
                           sqlite3_errmsg(dest));
@@ -648,7 +623,6 @@ xf_err xf_db_backup(xf_db *db, const char *dest_path, xf_errctx *err) {
   }
   src = xf__db_backup_run(b);
   int fin = sqlite3_backup_finish(b);
-  b = NULL;
   if (src != SQLITE_DONE || fin != SQLITE_OK) {
     int code = src != SQLITE_DONE ? src : fin;
     rc = xf__storage_fail(err, tmp, XF_EDB, "backup of %s failed: %s%s", db->path,
@@ -676,45 +650,93 @@ xf_err xf_db_backup(xf_db *db, const char *dest_path, xf_errctx *err) {
     goto out;
   }
   dest = NULL;
+out:
+  if (dest) sqlite3_close(dest);
+  return rc;
+}
+
+/* Flushes the finished copy tmp to disk, moves it to dest_path unless
+ * something took that place meanwhile, and flushes the directory; *placed
+ * says whether tmp was moved (and so is no longer the caller's to remove). */
+static xf_err xf__db_backup_place(const char *tmp, const char *dest_path, bool *placed,
+                                  xf_errctx *err) {
+  char ebuf[128];
+  struct stat st;
   /* SQLite synced its commit; this sync does not depend on its settings. */
-  fd = open(tmp, O_RDONLY | O_CLOEXEC);
+  int fd = open(tmp, O_RDONLY | O_CLOEXEC);
   if (fd < 0 || fsync(fd) != 0) {
     int e = errno;
     if (fd >= 0) close(fd);
-    rc = xf__storage_fail(err, tmp, XF_EIO, "cannot flush the backup file to disk: %s",
-                          xf__storage_errno(e, ebuf, sizeof(ebuf)));
-    goto out;
+    return xf__storage_fail(err, tmp, XF_EIO, "cannot flush the backup file to disk: %s",
+                            xf__storage_errno(e, ebuf, sizeof(ebuf)));
   }
   close(fd);
   /* What took the destination's place while the copy was made (a file, a
    * link, a FIFO) is not replaced either. */
-  if (lstat(dest_path, &st) == 0) {
-    rc = S_ISREG(st.st_mode)
-             ? xf__storage_fail(err, dest_path, XF_EEXISTS,
-                                "the backup destination appeared while the backup was made; "
-                                "choose a new file name or move it away")
-             : xf_file_check_target(dest_path, err);
-    goto out;
-  }
+  if (lstat(dest_path, &st) == 0)
+    return S_ISREG(st.st_mode)
+               ? xf__storage_fail(err, dest_path, XF_EEXISTS,
+                                  "the backup destination appeared while the backup was made; "
+                                  "choose a new file name or move it away")
+               : xf_file_check_target(dest_path, err);
   if (rename(tmp, dest_path) != 0) {
     int e = errno;
-    rc = xf__storage_fail(err, dest_path, XF_EIO, "cannot move the backup into place: %s",
-                          xf__storage_errno(e, ebuf, sizeof(ebuf)));
-    goto out;
+    return xf__storage_fail(err, dest_path, XF_EIO, "cannot move the backup into place: %s",
+                            xf__storage_errno(e, ebuf, sizeof(ebuf)));
   }
-  created = 0;
+  *placed = true;
   int e = xf__storage_fsync_parent(dest_path);
-  if (e != 0) {
+  if (e != 0)
+    return xf__storage_fail(err, dest_path, XF_EIO,
+                            "the backup is in place but its directory could not be flushed "
+                            "to disk: %s",
+                            xf__storage_errno(e, ebuf, sizeof(ebuf)));
+  return XF_OK;
+}
+
+xf_err xf_db_backup(xf_db *db, const char *dest_path, xf_errctx *err) {
+  XF_ENSURE(db && dest_path && dest_path[0], err, XF_EINVAL,
+            "xf_db_backup needs a database and a destination path");
+  XF_GUARD(xf__db_backup_check(db, dest_path, err));
+
+  char ebuf[128];
+  xf_err rc = XF_OK;
+  char *tmp = NULL;
+  char *journal = NULL;
+  int created = 0;
+  char name[XF_STORAGE_NAME_HEX];
+  rc = xf__storage_random_name(name, err);
+  if (rc != XF_OK) goto out;
+  size_t len = strlen(dest_path) + sizeof(".tmp-") + sizeof(name) + sizeof("-journal");
+  tmp = xf_malloc(len);
+  journal = xf_malloc(len);
+  if (!tmp || !journal) {
+    rc = xf__storage_fail(err, dest_path, XF_ENOMEM, "out of memory starting a backup");
+    goto out;
+  }
+  /* Next to the destination, so the final rename stays on one filesystem
+   * and is atomic. */
+  snprintf(tmp, len, "%s.tmp-%s", dest_path, name);
+  snprintf(journal, len, "%s-journal", tmp);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    int e = errno;
     rc = xf__storage_fail(err, dest_path, XF_EIO,
-                          "the backup is in place but its directory could not be flushed "
-                          "to disk: %s",
+                          "cannot create a temporary file next to the backup destination: "
+                          "%s; check that the directory exists and is writable",
                           xf__storage_errno(e, ebuf, sizeof(ebuf)));
     goto out;
   }
+  close(fd);
+  created = 1;
+
+  if ((rc = xf__db_backup_copy(db, tmp, err)) != XF_OK) goto out;
+  bool placed = false;
+  rc = xf__db_backup_place(tmp, dest_path, &placed, err);
+  if (placed) created = 0;
+  if (rc != XF_OK) goto out;
   XF_INFO("db_backup_done", "db=\"%s\" dest=\"%s\"", db->path, dest_path);
 out:
-  if (b) sqlite3_backup_finish(b);
-  if (dest) sqlite3_close(dest);
   if (created) {
     unlink(tmp);
     unlink(journal);
