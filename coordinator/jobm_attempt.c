@@ -94,7 +94,6 @@ static double confirm_window(const xf_jobspec *spec) {
   return w < XF_JOBM_CONFIRM_MAX_S ? w : XF_JOBM_CONFIRM_MAX_S;
 }
 
-
 /* Tells every carrier with a task in the attempt (or the evaluation) that
  * it is over. */
 void xf__jm_cancel_carriers(xf_jobm *m, const char *why) {
@@ -109,7 +108,6 @@ void xf__jm_cancel_carriers(xf_jobm *m, const char *why) {
     c->eval_pending = false;
   }
 }
-
 
 /* ---- opening an attempt -------------------------------------------------------------------------- */
 
@@ -468,7 +466,7 @@ static void round_lost(xf_jobm *m, const xf_round_action *a, double now) {
   char why[XF_JOBM_MSG_MAX];
   snprintf(why, sizeof(why), "%s", a->note);
   if (m->refusals[0]) xf_text_append(why, sizeof(why), "%s", m->refusals);
-  xf__jm_args args = {.now = now, .text = why, .attempt = a->attempt, .last = last};
+  xf__jm_args args = {.now = now, .text = why, .attempt = a->attempt};
   if (m->privacy_refusal == XF_JOBM_REFUSED_BUDGET ||
       m->privacy_refusal == XF_JOBM_REFUSED_TARGET) {
     /* A spent budget stays spent: the round is not tried again. */

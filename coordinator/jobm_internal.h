@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Inside the job machine (coordinator/jobmachine.h): its state, shared by
- * the files of xf_jobm, and per file the functions the others call. No
- * other module includes this. */
+/* Inside the job machine (coordinator/jobmachine.h): its state, and per
+ * file the functions the others call. The files of xf_jobm are views of one
+ * job's state by idea (the table, the attempt, secure aggregation, the
+ * action list), so the struct is defined here once for them; every other
+ * module sees only the opaque xf_jobm. */
 #ifndef XF_COORDINATOR_JOBM_INTERNAL_H
 #define XF_COORDINATOR_JOBM_INTERNAL_H
 
@@ -134,7 +136,7 @@ struct xf_jobm {
   uint8_t *bytes;
   size_t bytes_len, bytes_cap;
   bool oom;
-  bool refused_step; /* a step the table has no row for was asked (a bug) */
+  bool refused_step; /* the driver refused a move its table does not have (a bug) */
   char refused_what[96];
 };
 
@@ -147,7 +149,7 @@ typedef struct xf__jm_args {
   xf_jobm_refusal refusal;
   const char *text; /* details, why */
   uint64_t weight;
-  bool up, held, last;
+  bool up, held;
   uint32_t attempt;
   const xf_admission *plan;
   const xf_saphase_keys *keys;

@@ -321,7 +321,8 @@ static bool plan_stops(const xf_admission *plan) {
 /* plan where it is only kept for the next attempt (or the evaluation). */
 xf_err xf__jm_plan_kept(xf_jobm *m, const xf__jm_args *a, xf_jobm_phase *next, xf_errctx *err) {
   (void)next;
-  if (take_plan(m, a->plan) != XF_OK) return xf_fail(err, XF_ENOMEM, "out of memory taking the plan");
+  if (take_plan(m, a->plan) != XF_OK)
+    return xf_fail(err, XF_ENOMEM, "out of memory taking the plan");
   return XF_OK;
 }
 
@@ -897,7 +898,8 @@ xf_err xf__jm_release(xf_jobm *m, const xf__jm_args *a, xf_jobm_phase *next, xf_
     if (xf_round_site(m->r, m->carriers[i].id, NULL, &w, NULL) == XF_OK) weight += w;
   }
   const xf_privacy_spec *pv = &m->spec.privacy;
-  xf_release_artifact art = {.contributors = (unsigned)(n - (m->lost_sites < n ? m->lost_sites : n)),
+  unsigned in_sum = (unsigned)(n - (m->lost_sites < n ? m->lost_sites : n));
+  xf_release_artifact art = {.contributors = in_sum,
                              .secagg = m->spec.secure_aggregation.enabled,
                              .privacy = pv->mode != XF_PRIVACY_NONE,
                              .has_epsilon = pv->has_target_epsilon,
@@ -1080,7 +1082,8 @@ xf_err xf__jm_on_upstream_lost(xf_jobm *m, const xf__jm_args *a, xf_jobm_phase *
   m->up_holds = false;
   if (m->made) {
     m->forward_due = true;
-    xf__jm_set_msg(m, "the region's aggregate is made and waits for upstream to offer the task again");
+    xf__jm_set_msg(m, "the region's aggregate is made and waits for upstream to offer the "
+                      "task again");
   }
   if (m->phase == XF_JOBM_CONFIRMING || m->phase == XF_JOBM_AWAIT_GO) m->go_up = false;
   return XF_OK;

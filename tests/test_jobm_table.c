@@ -260,7 +260,8 @@ static void a_doc_whose_moves_differ_from_the_machines_fails_the_check(void **st
     snprintf(copy, sizeof(copy), "%s/job-machine-%zu.md", dir, i);
     perturbed_doc(copy, line, cases[i].to);
     assert_int_equal(doc_agrees(copy, why, sizeof(why)), -1);
-    if (!strstr(why, cases[i].says)) fail_msg("case %zu: %s does not say %s", i, why, cases[i].says);
+    if (!strstr(why, cases[i].says))
+      fail_msg("case %zu: %s does not say %s", i, why, cases[i].says);
   }
 }
 
