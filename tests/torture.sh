@@ -69,6 +69,7 @@ torture() {
            "(124: timed out after ${limit} s; 86: sanitizer report)" >&2
       echo "     rerun: XF_ALLOC_FAIL_AT=$n${filter:+ XF_TEST_FILTER='$filter'} $prog" >&2
       tail -n 80 "$work/run.log" >&2
+      echo >&2
     fi
   done
   echo "torture $name${filter:+ ($filter)}: $count runs ($failed failed an assertion" \
