@@ -6,8 +6,8 @@
 # test-name patterns, each tortured on its own, where the whole program makes
 # too many allocations for a run per allocation to be affordable. The counts
 # below are allocations of a run without failures. A run takes 0.1-0.3 s
-# under ASan; all of this file, about 4,000 runs, took 140 s of CPU (7
-# minutes of wall time on two cores shared at a load of 28).
+# under ASan; all of this file, about 4,000 runs, takes 140-160 s of CPU
+# (6-7 minutes of wall time on two cores shared at a load of 20-28).
 
 # The spec parser, admission, the round machine and the update pipeline are
 # tortured whole (86, 425, 197 and 95 allocations).
