@@ -29,4 +29,18 @@ void xf_alloc_fail_reset(void);
 /* Number of allocations made through the wrapper since start-up. */
 unsigned long xf_alloc_count(void);
 
+/* Torture mode (tests/torture.sh, docs/development.md), read once from the
+ * environment before main and then removed from it, so that programs this
+ * process starts run without it:
+ *   XF_ALLOC_FAIL_AT=n     the n-th allocation since start-up (counting from
+ *                          1, in the order xf_alloc_count counts) fails, once;
+ *                          every other allocation succeeds. Independent of
+ *                          xf_alloc_fail_after, which keeps working.
+ *   XF_ALLOC_COUNT_FILE=p  at a normal exit, xf_alloc_count() is written to
+ *                          the file p as a decimal number and a newline.
+ * Only allocations through this wrapper are counted and failed: third-party
+ * libraries (SQLite, OpenSSL, jansson, cmocka) allocate with their own. */
+/* The n of XF_ALLOC_FAIL_AT, or 0 when the mode is off. */
+unsigned long xf_alloc_fail_at(void);
+
 #endif

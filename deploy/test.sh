@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Installs what is missing, builds, and runs the whole test suite: once in the
-# normal build, once more under AddressSanitizer + UndefinedBehaviorSanitizer,
+# normal build, once more under AddressSanitizer + UndefinedBehaviorSanitizer
+# followed there by the allocation-failure torture (tests labelled `torture`),
 # then a short libFuzzer session per fuzz target (when clang can build them).
 #
-# Usage: deploy/test.sh [--all] [--no-sanitize] [--no-fuzz]
+# Usage: deploy/test.sh [--all] [--no-sanitize] [--no-torture] [--no-fuzz]
 #   --all          also run the tests labelled `slow` (in the normal build; the
 #                  sanitized build, at -O0, runs every test but those)
-#   --no-sanitize  skip the ASan+UBSan pass
+#   --no-sanitize  skip the ASan+UBSan pass, torture included
+#   --no-torture   skip the torture (tests/torture.cmake) in the ASan+UBSan pass
 #   --no-fuzz      skip the short fuzzing sessions (the seed corpora are still
 #                  replayed as ordinary tests)
 # Environment: JOBS; XF_FUZZ_BUDGET (default 300), the seconds the fuzzing
@@ -17,20 +19,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-all=0 sanitize=1 fuzz=1
+all=0 sanitize=1 torture=1 fuzz=1
 for arg in "$@"; do
   case "$arg" in
     --all) all=1 ;;
     --no-sanitize) sanitize=0 ;;
+    --no-torture) torture=0 ;;
     --no-fuzz) fuzz=0 ;;
-    -h|--help) sed -n '3,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '3,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test.sh: unknown option '$arg'; see deploy/test.sh --help" >&2; exit 2 ;;
   esac
 done
 
 bash deploy/install-deps.sh build run test
 jobs=${JOBS:-$(nproc)}
-exclude=()
+# The torture tests are `slow` too; they run once, in the sanitized build.
+exclude=(-LE torture)
 ((all)) || exclude=(-LE slow)
 
 section() { printf '\n==== %s ====\n' "$*"; }
@@ -51,6 +55,12 @@ if ((sanitize)); then
   section "tests (ASan + UBSan)"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE slow
+  if ((torture)); then
+    section "allocation-failure torture (ASan + UBSan)"
+    started=$SECONDS
+    ctest --test-dir build-asan --output-on-failure -j "$jobs" -L torture
+    echo "torture: $((SECONDS - started)) s on $jobs jobs"
+  fi
 fi
 
 if ((fuzz)) && command -v clang >/dev/null; then

@@ -755,6 +755,8 @@ static void take_action(world *w, host *h, const xf_jobm_action *a) {
     if (e && a->n_sites && (e->sites = xf_mallocarray(a->n_sites, sizeof(uint64_t)))) {
       memcpy(e->sites, a->sites, a->n_sites * sizeof(uint64_t));
       e->n_sites = a->n_sites;
+    } else if (e && a->n_sites) {
+      fail_harness(w, "out of memory copying an acceptance's sites");
     }
     return;
   }
@@ -795,6 +797,8 @@ static void take_action(world *w, host *h, const xf_jobm_action *a) {
       e->sites = xf_mallocarray(a->n_sites ? a->n_sites : 1, sizeof(uint64_t));
       if (e->sites) memcpy(e->sites, a->sites, a->n_sites * sizeof(uint64_t));
       e->n_sites = a->n_sites;
+      /* An event half copied must not be delivered: the run ends here. */
+      if (!e->bytes || !e->sites) fail_harness(w, "out of memory copying an aggregate");
     }
     xf_update_payload_free(&pl);
     return;

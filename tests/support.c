@@ -2,6 +2,8 @@
 /* Scratch directories and program runs for tests. */
 #include "support.h"
 
+#include "base/alloc.h"
+
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -216,4 +218,39 @@ int xf_test_stop_group(int pid, int sig, double timeout_s) {
   }
   (void)kill(-pid, SIGKILL); /* anything left in its group */
   return ws;
+}
+
+/* Torture mode (XF_ALLOC_FAIL_AT, base/alloc.h; driven by tests/torture.sh).
+ * A test that asserts success fails when its allocation fails, and cmocka
+ * would longjmp out of it, dropping what the test held, so that a leak check
+ * at exit could not tell the test's abandoned objects from a leak on an error
+ * path. Instead a failed assertion aborts (CMOCKA_TEST_ABORT) and the handler
+ * checks for leaks there, while the test's frame and what it points to are
+ * still live: what is unreachable then was dropped by the code under test.
+ * The exit status says "a test failed cleanly"; tests/torture.sh knows it. */
+#define XF_TORTURE_TEST_FAILED 85
+#define XF_TORTURE_LEAKED 86 /* the sanitizers' exit status under tests/torture.sh */
+
+extern int __lsan_do_recoverable_leak_check(void) __attribute__((weak));
+
+static void torture_abort(int sig) {
+  (void)sig;
+  /* Present in sanitized builds only; its report goes to stderr. */
+  int leaked = __lsan_do_recoverable_leak_check ? __lsan_do_recoverable_leak_check() : 0;
+  fflush(NULL);
+  _exit(leaked ? XF_TORTURE_LEAKED : XF_TORTURE_TEST_FAILED);
+}
+
+/* XF_TEST_FILTER: run only the tests whose names match this cmocka pattern
+ * (`*` and `?` wildcards), so that torture can run a subset of a program. */
+__attribute__((constructor)) static void torture_setup(void) {
+  const char *filter = getenv("XF_TEST_FILTER");
+  if (filter && *filter) cmocka_set_test_filter(filter);
+  if (xf_alloc_fail_at() == 0) return;
+  setenv("CMOCKA_TEST_ABORT", "1", 1);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = torture_abort;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGABRT, &sa, NULL);
 }
