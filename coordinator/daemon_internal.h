@@ -346,6 +346,10 @@ void xf__model_file_unref(xf__model_file *mf);
 xf_err xf__model_file_make_as(const xf_model *m, const float *params, xf_checkpoint_dtype dtype,
                               xf__model_file **out, xf_digest *params_digest,
                               xf_errctx *err) XF_WARN_UNUSED;
+/* A model file over bytes[0..len) (a model file's encoding), taken over:
+ * *bytes is NULL afterwards, on success only. */
+xf_err xf__model_file_adopt(uint8_t **bytes, size_t len, xf__model_file **out,
+                           xf_errctx *err) XF_WARN_UNUSED;
 xf__site *xf__site_find(xf__coord *co, uint64_t id);
 xf__site *xf__site_by_name(xf__coord *co, const char *name);
 /* A site's name by id: a site, a regional, or a site behind one; NULL. */

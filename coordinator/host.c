@@ -13,11 +13,12 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "coordinator/commit.h"
 #include "coordinator/daemon_internal.h"
+#include "coordinator/schedule.h"
 #include "coordinator/sawire.h"
 #include "job/jobmodel.h"
 #include "job/jobprivacy.h"
-#include "privacy/plan.h"
 
 /* Whether the last journal write failed: /healthz answers 503 until one
  * succeeds again. One daemon per process, so one flag. */
@@ -455,96 +456,66 @@ static void send_sa(xf__run *run, const xf_jobm_action *a) {
 
 /* ---- the commit ------------------------------------------------------------------------------------ */
 
-/* The attempt's aggregate delta: the updates folded (and the secure sum
- * of the direct sites, as one more input carrying its weight). *out is
- * n_params floats (xf_free). */
-static xf_err form_mean(xf__run *run, float **out, uint64_t *weight, xf_errctx *err) {
-  *out = NULL;
-  float *sa_mean = NULL;
-  uint64_t sa_weight = 0;
-  uint32_t sa_sites = 0;
-  bool has_sa = xf_jobm_take_secure_mean(run->m, &sa_mean, &sa_weight, &sa_sites);
-  if (has_sa)
+/* The secure sum of the attempt's direct sites, taken from the machine
+ * (NULL when it has none). */
+static float *take_secure_sum(xf__run *run, uint64_t *weight) {
+  float *mean = NULL;
+  uint32_t sites = 0;
+  *weight = 0;
+  if (xf_jobm_take_secure_mean(run->m, &mean, weight, &sites))
     XF_INFO("secagg_unmasked", "job=%s round=%u attempt=%u sites=%u weight=%" PRIu64,
             run->id_text, (unsigned)(run->relay ? run->up.round : xf_jobm_round(run->m)),
-            (unsigned)xf_jobm_attempt(run->m), (unsigned)sa_sites, sa_weight);
-  size_t folded = run->agg ? xf_aggregator_committed(run->agg) : 0;
-  if (has_sa && folded == 0) {
-    *out = sa_mean;
-    *weight = sa_weight;
-    return XF_OK;
-  }
-  xf_err rc = XF_OK;
-  if (has_sa) {
-    /* The secure sum joins the regional aggregates as one input. */
-    xf_agg_update *u = NULL;
-    rc = xf_aggregator_begin_update(run->agg, UINT64_MAX >> 1, sa_weight ? sa_weight : 1, &u,
-                                    err);
-    if (rc == XF_OK) rc = xf_aggregator_fold(u, 0, sa_mean, run->n_params, err);
-    if (rc == XF_OK) rc = xf_aggregator_end_update(u, err);
-    else xf_aggregator_abort_update(u);
-    xf_free(sa_mean);
-    if (rc != XF_OK) return rc;
-  }
-  XF_ENSURE(run->agg && xf_aggregator_committed(run->agg) > 0, err, XF_EINVAL,
-            "no update was taken in this attempt");
-  float *mean = xf_mallocarray(run->n_params, sizeof(float));
-  if (!mean) return xf_fail(err, XF_ENOMEM, "out of memory for the aggregate");
-  rc = xf_aggregator_finish(run->agg, mean, err);
-  if (rc != XF_OK) {
-    xf_free(mean);
-    return rc;
-  }
-  *out = mean;
-  *weight = xf_aggregator_total_weight(run->agg);
-  return XF_OK;
+            (unsigned)xf_jobm_attempt(run->m), (unsigned)sites, *weight);
+  return mean;
 }
 
+/* A region's aggregate (coordinator/commit.h). *out is n_params floats
+ * (xf_free). */
+static xf_err form_mean(xf__run *run, float **out, uint64_t *weight, xf_errctx *err) {
+  uint64_t sa_weight = 0;
+  float *sa_mean = take_secure_sum(run, &sa_weight);
+  return xf_commit_aggregate(run->agg, sa_mean, sa_weight, run->n_params, out, weight, err);
+}
+
+/* Stores a commit's model file and optimizer state as blobs and journals
+ * the round's commit. */
+static xf_err journal_commit(xf__run *run, const xf__model_file *mf, const xf_commit_result *c,
+                             xf_digest *model_blob, xf_errctx *err) {
+  xf__coord *co = run->co;
+  xf_digest opt_blob;
+  XF_GUARD(xf_blob_put(co->blobs, mf->bytes, mf->len, model_blob, err));
+  XF_GUARD(xf_blob_put(co->blobs, c->opt_state, c->opt_len, &opt_blob, err));
+  return xf_journal_round_commit(co->db, run->id, xf_jobm_round(run->m), xf_jobm_attempt(run->m),
+                                 model_blob, &opt_blob, xf__now(), err);
+}
+
+/* The global role's commit (coordinator/commit.h), stored and journaled;
+ * the run then offers the new model. */
 static xf_err commit_global(xf__run *run, uint32_t sites, xf_errctx *err) {
   xf__coord *co = run->co;
-  float *mean = NULL;
-  uint64_t weight = 0;
-  XF_GUARD(form_mean(run, &mean, &weight, err));
-  xf_err rc = XF_OK;
-  if (run->spec.privacy.unit == XF_PRIVACY_UNIT_SITE &&
-      run->spec.privacy.mode == XF_PRIVACY_CENTRAL && run->spec.privacy.has_noise_multiplier) {
-    /* N(0, (sigma C)^2) on the sum of n clipped updates is N(0, (sigma C / n)^2)
-     * on their mean; the sampler's grid slack is paid on top. */
-    double n = sites ? (double)sites : 1.0, sd;
-    rc = xf_privacy_grid_sigma(run->spec.privacy.noise_multiplier, run->spec.privacy.clip / n,
-                               run->n_params, &sd, err);
-    if (rc == XF_OK)
-      rc = co->noise ? xf_noise_gaussian_vec(co->noise, sd, mean, run->n_params)
-                     : xf_fail(err, XF_EINTERNAL, "no noise generator");
-    if (rc != XF_OK) {
-      xf_free(mean);
-      return rc;
-    }
-  }
-  xf_server_opt_step(run->opt, run->params, mean);
-  xf_free(mean);
+  xf_commit_round in = {.privacy = &run->spec.privacy,
+                        .model = run->model,
+                        .noise = co->noise,
+                        .sites = sites,
+                        .agg = run->agg};
+  in.secure_mean = take_secure_sum(run, &in.secure_weight);
+  xf_commit_result c;
+  XF_GUARD(xf_commit_global(&in, run->opt, run->params, run->n_params, &c, err));
+  xf_digest model_blob;
   xf__model_file *mf = NULL;
-  XF_GUARD(xf__model_file_make_as(run->model, run->params, XF_CHECKPOINT_F32, &mf, NULL, err));
-  xf_digest model_blob, opt_blob;
-  uint8_t *opt_bytes = NULL;
-  size_t opt_len = 0;
-  rc = xf_blob_put(co->blobs, mf->bytes, mf->len, &model_blob, err);
-  if (rc == XF_OK && xf_server_opt_save(run->opt, &opt_bytes, &opt_len) != XF_OK)
-    rc = xf_fail(err, XF_ENOMEM, "out of memory saving the optimizer state");
-  if (rc == XF_OK) rc = xf_blob_put(co->blobs, opt_bytes, opt_len, &opt_blob, err);
-  xf_free(opt_bytes);
-  uint32_t round = xf_jobm_round(run->m);
-  if (rc == XF_OK)
-    rc = xf_journal_round_commit(co->db, run->id, round, xf_jobm_attempt(run->m), &model_blob,
-                                 &opt_blob, xf__now(), err);
+  xf_err rc = xf__model_file_adopt(&c.model, c.model_len, &mf, err);
+  if (rc == XF_OK) rc = journal_commit(run, mf, &c, &model_blob, err);
+  uint64_t weight = c.weight;
+  xf_digest params_digest = c.params_digest;
+  xf_commit_result_free(&c);
   if (rc != XF_OK) {
     xf__model_file_unref(mf);
     return rc;
   }
   xf__model_file_unref(run->mf);
   run->mf = mf;
-  run->model_round = round;
-  xf_params_digest(run->params, run->n_params, &run->params_digest);
+  run->model_round = xf_jobm_round(run->m);
+  run->params_digest = params_digest;
   xf_errctx note_err = {0};
   journal_check(xf_journal_model_digest_note(co->db, &model_blob, &run->params_digest, &note_err),
                 "model_digest", &note_err);
@@ -552,7 +523,7 @@ static xf_err commit_global(xf__run *run, uint32_t sites, xf_errctx *err) {
   char hex[XF_DIGEST_HEX];
   xf_digest_hex(&run->params_digest, hex);
   XF_INFO("round_committed", "job=%s round=%u reports=%u weight=%" PRIu64 " model=%s",
-          run->id_text, (unsigned)round, (unsigned)sites, weight, hex);
+          run->id_text, (unsigned)run->model_round, (unsigned)sites, weight, hex);
   return XF_OK;
 }
 
@@ -1163,16 +1134,17 @@ void xf__runs_tick(xf__coord *co) {
 
 /* ---- the global role: jobs from the journal ------------------------------------------------------------ */
 
-static size_t active_runs(const xf__coord *co) {
-  size_t n = 0;
-  for (const xf__run *r = co->runs; r; r = r->next) n += !r->over;
-  return n;
-}
-
-static bool is_active(const xf__coord *co, int64_t id) {
+/* The runs the coordinator hosts, as the scheduler sees them (*out: xf_free,
+ * NULL when there are none). False when out of memory. */
+static bool schedule_runs(const xf__coord *co, xf_schedule_run **out, size_t *n) {
+  size_t count = 0;
+  for (const xf__run *r = co->runs; r; r = r->next) count++;
+  *n = 0;
+  *out = count ? xf_mallocarray(count, sizeof(**out)) : NULL;
+  if (count && !*out) return false;
   for (const xf__run *r = co->runs; r; r = r->next)
-    if (!r->relay && r->id == id) return true;
-  return false;
+    (*out)[(*n)++] = (xf_schedule_run){.id = r->relay ? -1 : r->id, .over = r->over};
+  return true;
 }
 
 /* Makes the journal's job `id` a run: its spec, its last committed model
@@ -1239,19 +1211,35 @@ static xf_err activate(xf__coord *co, int64_t id, xf_errctx *err) {
   return XF_OK;
 }
 
+static void activate_failed(xf__coord *co, int64_t id, const xf_errctx *err) {
+  char why[600];
+  snprintf(why, sizeof(why), "cannot resume: %s", err->msg);
+  XF_ERROR("job_failed", "job=%" PRId64 " reason=\"%s\"", id, why);
+  xf_errctx e2 = {0};
+  journal_check(xf_journal_job_set_state(co->db, id, XF_JOB_FAILED, why, xf__now(), &e2),
+                "job_state", &e2);
+}
+
+/* Activates what the scheduler picks of ids[0..n) (coordinator/schedule.h),
+ * asking again after the last pick while a pick failed or ended at once. */
 static void activate_ids(xf__coord *co, const int64_t *ids, size_t n) {
-  for (size_t i = 0; i < n && active_runs(co) < XF_COORD_JOBS_MAX; i++) {
-    if (is_active(co, ids[i])) continue;
-    xf_errctx err = {0};
-    if (activate(co, ids[i], &err) != XF_OK) {
-      char why[600];
-      snprintf(why, sizeof(why), "cannot resume: %s", err.msg);
-      XF_ERROR("job_failed", "job=%" PRId64 " reason=\"%s\"", ids[i], why);
-      xf_errctx e2 = {0};
-      journal_check(xf_journal_job_set_state(co->db, ids[i], XF_JOB_FAILED, why, xf__now(), &e2),
-                    "job_state", &e2);
+  size_t *picks = n ? xf_mallocarray(n, sizeof(*picks)) : NULL;
+  if (!picks) return;
+  for (size_t from = 0; from < n;) {
+    xf_schedule_run *runs = NULL;
+    size_t n_runs = 0;
+    if (!schedule_runs(co, &runs, &n_runs)) break;
+    size_t k = xf_schedule_pick(XF_COORD_JOBS_MAX, runs, n_runs, ids + from, n - from, picks);
+    xf_free(runs);
+    for (size_t i = 0; i < k; i++) {
+      xf_errctx err = {0};
+      if (activate(co, ids[from + picks[i]], &err) != XF_OK)
+        activate_failed(co, ids[from + picks[i]], &err);
     }
+    if (k == 0) break;
+    from += picks[k - 1] + 1;
   }
+  xf_free(picks);
 }
 
 static void activate_queued(xf__coord *co) {
