@@ -45,13 +45,13 @@ uint64_t xf__announced_records(const xf__run *run, const xf__site *s, uint64_t s
 
 /* The newest round this run has opened (a relay: the one it relays). */
 static uint32_t round_now(const xf__run *run) {
-  uint32_t r = run->relay ? run->up.round : xf_jobm_round(run->m);
+  uint32_t r = xf__run_round(run);
   return r > run->model_round ? r : run->model_round;
 }
 
 static bool current_attempt(const xf__run *run, uint32_t round, uint32_t attempt) {
-  uint32_t r = run->relay ? run->up.round : xf_jobm_round(run->m);
-  uint32_t at = run->relay ? run->up.attempt : xf_jobm_attempt(run->m);
+  uint32_t r = xf__run_round(run);
+  uint32_t at = xf__run_attempt(run);
   return round == r && attempt == at;
 }
 
@@ -113,8 +113,7 @@ bool xf__check_metrics(xf__run *run, xf__site *s, const Xfed__Metrics *m, uint64
            drops ? "its figures do not count and its update for this attempt is not taken"
                  : "its figures do not count");
     if (drops) {
-      xf__take *t = xf__take_of(run, s->id);
-      if (t) xf__take_abort(run, t);
+      xf__take_drop(run, s->id);
       char why[300];
       snprintf(why, sizeof(why), "its report was refused: %s %s %s", f.field, f.value, f.rule);
       if (xf_jobm_dropped(run->m, s->id, why, now, &err) != XF_OK)

@@ -16,6 +16,31 @@
 #include "coordinator/daemon_internal.h"
 #include "storage/file.h"
 
+/* A model file shared by every stream that sends it. */
+struct xf__model_file {
+  uint8_t *bytes;
+  size_t len;
+  xf_digest digest; /* BLAKE2b-256 of bytes: the stream digest and the blob name */
+  int refs;
+};
+
+/* One outgoing tensor stream, queued on its peer. */
+struct xf__stream {
+  xf_tensor_sender *tx;
+  xf__model_file *mf; /* a reference the stream holds, or NULL */
+  uint8_t *own;       /* owned bytes, or NULL */
+  size_t len;         /* bytes the stream carries */
+  bool end_sent;      /* its TensorEnd is out */
+  uint64_t weight;    /* put into TensorBegin */
+  uint32_t attempt, contributors;
+  char **sites;       /* AGGREGATE: the names of the sites it sums (owned) */
+  size_t n_sites;
+  bool await_ack;     /* an upload: each TensorBegin waits for TensorAck */
+  char job[32];       /* the job it belongs to ("" for a model export) */
+  uint64_t stream_id;
+  struct xf__stream *next;
+};
+
 #define TICK_MS 200
 
 double xf__now(void) {
@@ -96,6 +121,16 @@ xf_err xf__send(xf__peer *p, const Xfed__Envelope *env) {
 }
 
 static void set_stalled(xf__peer *p, bool stalled);
+
+xf__model_file *xf__model_file_ref(xf__model_file *mf) {
+  mf->refs++;
+  return mf;
+}
+
+const uint8_t *xf__model_file_bytes(const xf__model_file *mf, size_t *len) {
+  *len = mf->len;
+  return mf->bytes;
+}
 
 void xf__model_file_unref(xf__model_file *mf) {
   if (!mf || --mf->refs > 0) return;

@@ -41,8 +41,7 @@ static xf_err refresh_offer(xf__run *run, xf_errctx *err) {
   run->offer_mf = NULL;
   xf_job_downlink dl = run->spec.compression.downlink;
   if (dl == XF_JOB_DOWNLINK_NONE) {
-    run->offer_mf = run->mf;
-    run->mf->refs++;
+    run->offer_mf = xf__model_file_ref(run->mf);
     run->offer_digest = run->params_digest;
     return XF_OK;
   }
@@ -75,8 +74,7 @@ void xf__run_free(xf__run *run) {
   xf_errctx err = {0};
   if (run->co && run->co->audit && xf_audit_keeper_mark(run->co->audit, xf__now(), &err) != XF_OK)
     XF_WARN("audit_checkpoint_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
-  xf__takes_clear(run);
-  xf_free(run->takes);
+  xf__takes_free(run);
   free_seal(run);
   xf_jobm_free(run->m);
   xf_aggregator_free(run->agg);
@@ -87,9 +85,7 @@ void xf__run_free(xf__run *run) {
   xf__model_file_unref(run->mf);
   xf__model_file_unref(run->offer_mf);
   xf_admission_free(&run->plan);
-  xf_free(run->relay_mean);
-  xf_free(run->agg_bytes);
-  xf_free(run->agg_plain);
+  xf__relay_free(run->relay);
   xf_free(run);
 }
 
@@ -118,6 +114,22 @@ static char **names_of(xf__coord *co, const uint64_t *sites, size_t n) {
   for (size_t i = 0; i < n; i++) v[i] = (char *)name_of(co, sites[i]);
   return v;
 }
+
+/* ---- the rounds a run's frames name ----------------------------------------------------------------- */
+
+/* A relay's machine counts attempts of its own; its sites and upstream know
+ * the task's round and attempt. */
+static uint32_t task_round(const xf__run *run, uint32_t round) {
+  return run->relay ? xf__relay_task(run->relay)->round : round;
+}
+
+static uint32_t task_attempt(const xf__run *run, uint32_t attempt) {
+  return run->relay ? xf__relay_task(run->relay)->attempt : attempt;
+}
+
+uint32_t xf__run_round(const xf__run *run) { return task_round(run, xf_jobm_round(run->m)); }
+
+uint32_t xf__run_attempt(const xf__run *run) { return task_attempt(run, xf_jobm_attempt(run->m)); }
 
 /* ---- plans ----------------------------------------------------------------------------------------- */
 
@@ -199,7 +211,7 @@ static bool fill_residency(xf__run *run, uint64_t carrier, Xfed__Residency *res,
   *names = NULL;
   xfed__residency__init(res);
   if (run->relay) {
-    const xf__upstream_task *up = &run->up;
+    const xf__upstream_task *up = xf__relay_task(run->relay);
     if (!up->has_residency) return false;
     res->policy_version = up->policy_version;
     res->coordinator_region = (char *)up->coordinator_region;
@@ -259,8 +271,8 @@ static void send_offer(xf__run *run, const xf_jobm_action *a, bool evaluate) {
   if (!p) return; /* away: it is offered again when it comes back */
   Xfed__TaskOffer o = XFED__TASK_OFFER__INIT;
   o.job_id = run->id_text;
-  o.round = evaluate ? run->model_round : (run->relay ? run->up.round : a->round);
-  o.attempt = evaluate ? 0 : (run->relay ? run->up.attempt : a->attempt);
+  o.round = evaluate ? run->model_round : task_round(run, a->round);
+  o.attempt = evaluate ? 0 : task_attempt(run, a->attempt);
   o.deadline_unix_ms = (uint64_t)(a->deadline * 1000.0);
   o.answer_by_unix_ms = (uint64_t)(a->answer_by * 1000.0);
   o.model_digest.data = run->offer_digest.bytes;
@@ -291,25 +303,27 @@ static void send_offer(xf__run *run, const xf_jobm_action *a, bool evaluate) {
   xf_free(cohort);
   xf_free(names);
   if (sent != XF_OK) return;
+  size_t model_len = 0;
+  (void)xf__model_file_bytes(run->offer_mf, &model_len);
   xf_tensor_desc d = {.stream_id = o.model_stream_id,
                       .kind = XFED__TENSOR_BEGIN__KIND__MODEL,
                       .dtype = XFED__TENSOR_BEGIN__DTYPE__U8,
-                      .element_count = run->offer_mf->len,
+                      .element_count = model_len,
                       .job_id = run->id_text,
                       .round = o.round};
   xf__stream_opts so = {.attempt = o.attempt, .job = run->id_text};
-  (void)xf__stream_queue(p, &d, run->offer_mf, NULL, run->offer_mf->len, 0, &so);
+  (void)xf__stream_queue(p, &d, run->offer_mf, NULL, model_len, 0, &so);
   XF_INFO("task_sent", "job=%s round=%u attempt=%u to=%s sites=%zu eval=%d resend=%d "
           "model_bytes=%zu",
           run->id_text, (unsigned)o.round, (unsigned)o.attempt, name_of(co, a->carrier),
-          a->n_sites ? a->n_sites : 1, evaluate ? 1 : 0, a->resend ? 1 : 0, run->offer_mf->len);
+          a->n_sites ? a->n_sites : 1, evaluate ? 1 : 0, a->resend ? 1 : 0, model_len);
 }
 
 static void send_go(xf__run *run, const xf_jobm_action *a) {
   Xfed__TaskGo g = XFED__TASK_GO__INIT;
   g.job_id = run->id_text;
-  g.round = run->relay ? run->up.round : a->round;
-  g.attempt = run->relay ? run->up.attempt : a->attempt;
+  g.round = task_round(run, a->round);
+  g.attempt = task_attempt(run, a->attempt);
   Xfed__SecAggSetup su = XFED__SEC_AGG_SETUP__INIT;
   if (a->has_secagg) {
     const xf_update_secagg *s = &a->secagg;
@@ -340,8 +354,7 @@ static void send_go(xf__run *run, const xf_jobm_action *a) {
 
 static void send_cancel(xf__run *run, uint64_t carrier, uint32_t round, uint32_t attempt,
                         const char *why) {
-  xf__take *t = xf__take_of(run, carrier);
-  if (t) xf__take_abort(run, t);
+  xf__take_drop(run, carrier);
   xf__peer *p = peer_of(run->co, carrier);
   if (!p) return;
   xf__stream_drop(p, run->id_text);
@@ -378,8 +391,8 @@ static void send_sa(xf__run *run, const xf_jobm_action *a) {
   if (!sigs) return;
   /* A relay's machine makes one attempt of its own; its sites hold the
    * upstream task's round and attempt. */
-  uint32_t round = run->relay ? run->up.round : a->round;
-  uint32_t attempt = run->relay ? run->up.attempt : a->attempt;
+  uint32_t round = task_round(run, a->round);
+  uint32_t attempt = task_attempt(run, a->attempt);
   if (a->kind == XF_JOBM_SA_KEYS) {
     k.job_id = run->id_text;
     k.round = round;
@@ -464,7 +477,7 @@ static float *take_secure_sum(xf__run *run, uint64_t *weight) {
   *weight = 0;
   if (xf_jobm_take_secure_mean(run->m, &mean, weight, &sites))
     XF_INFO("secagg_unmasked", "job=%s round=%u attempt=%u sites=%u weight=%" PRIu64,
-            run->id_text, (unsigned)(run->relay ? run->up.round : xf_jobm_round(run->m)),
+            run->id_text, (unsigned)xf__run_round(run),
             (unsigned)xf_jobm_attempt(run->m), (unsigned)sites, *weight);
   return mean;
 }
@@ -483,7 +496,9 @@ static xf_err journal_commit(xf__run *run, const xf__model_file *mf, const xf_co
                              xf_digest *model_blob, xf_errctx *err) {
   xf__coord *co = run->co;
   xf_digest opt_blob;
-  XF_GUARD(xf_blob_put(co->blobs, mf->bytes, mf->len, model_blob, err));
+  size_t len = 0;
+  const uint8_t *bytes = xf__model_file_bytes(mf, &len);
+  XF_GUARD(xf_blob_put(co->blobs, bytes, len, model_blob, err));
   XF_GUARD(xf_blob_put(co->blobs, c->opt_state, c->opt_len, &opt_blob, err));
   return xf_journal_round_commit(co->db, run->id, xf_jobm_round(run->m), xf_jobm_attempt(run->m),
                                  model_blob, &opt_blob, xf__now(), err);
@@ -531,12 +546,14 @@ static void do_commit(xf__run *run, const xf_jobm_action *a) {
   xf_errctx err = {0};
   xf_err rc;
   if (run->relay) {
-    xf_free(run->relay_mean);
-    run->relay_mean = NULL;
-    rc = form_mean(run, &run->relay_mean, &run->relay_weight, &err);
+    float *mean = NULL;
+    uint64_t weight = 0;
+    xf__relay_set_aggregate(run->relay, NULL, 0);
+    rc = form_mean(run, &mean, &weight, &err);
+    xf__relay_set_aggregate(run->relay, mean, weight);
     if (rc == XF_OK)
       XF_INFO("aggregate_made", "job=%s round=%u attempt=%u weight=%" PRIu64, run->id_text,
-              (unsigned)run->up.round, (unsigned)run->up.attempt, run->relay_weight);
+              (unsigned)xf__run_round(run), (unsigned)xf__run_attempt(run), weight);
   } else {
     rc = commit_global(run, (uint32_t)a->samples, &err);
   }
@@ -600,7 +617,7 @@ static void take_action(xf__run *run, const xf_jobm_action *a) {
     run->agg_round = a->round;
     run->agg_attempt = a->attempt;
     XF_INFO("round_opened", "job=%s round=%u attempt=%u sites=%zu", run->id_text,
-            (unsigned)(run->relay ? run->up.round : a->round), (unsigned)a->attempt, a->n_sites);
+            (unsigned)task_round(run, a->round), (unsigned)a->attempt, a->n_sites);
     if (!run->relay) {
       journal_check(xf_journal_round_open(co->db, run->id, a->round, a->attempt, a->sites,
                                           a->n_sites, a->deadline, xf__now(), &err),
@@ -612,12 +629,11 @@ static void take_action(xf__run *run, const xf_jobm_action *a) {
   case XF_JOBM_EVALUATE: send_offer(run, a, true); return;
   case XF_JOBM_GO: send_go(run, a); return;
   case XF_JOBM_CANCEL:
-    send_cancel(run, a->carrier, run->relay ? run->up.round : a->round,
-                run->relay ? run->up.attempt : a->attempt, a->note);
+    send_cancel(run, a->carrier, task_round(run, a->round),
+                task_attempt(run, a->attempt), a->note);
     return;
   case XF_JOBM_DISCARD: {
-    xf__take *t = xf__take_of(run, a->carrier);
-    if (t) xf__take_abort(run, t);
+    xf__take_drop(run, a->carrier);
     xf__peer *p = peer_of(co, a->carrier);
     if (a->refusal == XF_JOBM_REFUSED_POLICY)
       xf__audit(co, "refused_task", run->id_text,
@@ -630,8 +646,8 @@ static void take_action(xf__run *run, const xf_jobm_action *a) {
     if (p)
       xf_session_send_error(p->conn, a->refusal == XF_JOBM_REFUSED_POLICY ? XF_EDENIED : XF_EINVAL,
                             "job %s: %s", run->id_text, a->note);
-    send_cancel(run, a->carrier, run->relay ? run->up.round : a->round,
-                run->relay ? run->up.attempt : a->attempt, a->note);
+    send_cancel(run, a->carrier, task_round(run, a->round),
+                task_attempt(run, a->attempt), a->note);
     return;
   }
   case XF_JOBM_SA_KEYS:
@@ -698,7 +714,7 @@ static void take_action(xf__run *run, const xf_jobm_action *a) {
                run->refused);
       xf__journal_state(co, run->id, XF_JOB_DONE, msg);
     }
-    if (run->relay && run->up.evaluate_only) xf__upstream_eval_done(co, run);
+    if (run->relay && xf__relay_task(run->relay)->evaluate_only) xf__upstream_eval_done(co, run);
     if (!run->relay) run->over = true;
     return;
   case XF_JOBM_ACCEPT_UP: xf__upstream_accept(co, run, a->sites, a->n_sites); return;
@@ -710,13 +726,14 @@ static void take_action(xf__run *run, const xf_jobm_action *a) {
                                                         : XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
     if (!a->site) {
       /* The whole task: the aggregate held back, or no cohort. */
+      const xf__upstream_task *up = xf__relay_task(run->relay);
       xf__audit(co, "refused_task", run->id_text,
                 json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:s}", "job", run->id_text, "round",
-                          (json_int_t)run->up.round, "attempt", (json_int_t)run->up.attempt,
-                          "kind", "regional_aggregate", "from", co->cfg.region, "to",
-                          run->up.coordinator_region, "why", a->note));
+                          (json_int_t)up->round, "attempt", (json_int_t)up->attempt, "kind",
+                          "regional_aggregate", "from", co->cfg.region, "to",
+                          up->coordinator_region, "why", a->note));
       XF_WARN("aggregate_held", "job=%s round=%u reason=\"%s\"", run->id_text,
-              (unsigned)run->up.round, a->note);
+              (unsigned)up->round, a->note);
     }
     xf__upstream_refuse(co, run, a->site, reason, a->note);
     return;
@@ -773,8 +790,8 @@ static xf_jobm_refusal refusal_of(int reason) {
 
 /* The round and attempt a frame must name to be about the run's open attempt. */
 static bool current(const xf__run *run, uint32_t round, uint32_t attempt) {
-  uint32_t r = run->relay ? run->up.round : xf_jobm_round(run->m);
-  uint32_t at = run->relay ? run->up.attempt : xf_jobm_attempt(run->m);
+  uint32_t r = xf__run_round(run);
+  uint32_t at = xf__run_attempt(run);
   return round == r && (attempt == 0 || attempt == at);
 }
 
@@ -975,11 +992,11 @@ static void on_sa(xf__run *run, xf__site *s, const Xfed__Envelope *env) {
 static xf__take *take_by_stream(xf__coord *co, uint64_t carrier, uint64_t stream, xf__run **out) {
   for (xf__run *r = co->runs; r; r = r->next) {
     if (r->over) continue;
-    for (size_t i = 0; i < r->n_takes; i++)
-      if (r->takes[i].carrier == carrier && r->takes[i].stream_id == stream) {
-        *out = r;
-        return &r->takes[i];
-      }
+    xf__take *t = xf__take_by_stream(r, carrier, stream);
+    if (t) {
+      *out = r;
+      return t;
+    }
   }
   return NULL;
 }
@@ -1004,7 +1021,7 @@ void xf__run_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env) {
   case XFED__ENVELOPE__BODY_TENSOR_CHUNK: {
     xf__run *run = NULL;
     xf__take *t = take_by_stream(co, s->id, env->tensor_chunk->stream_id, &run);
-    if (!t || t->waiting_admission) {
+    if (!t || !xf__take_acked(t)) {
       if (s->peer)
         xf_session_send_error(s->peer->conn, XF_EINVAL,
                               "a tensor chunk without an acknowledged TensorBegin");
@@ -1016,7 +1033,7 @@ void xf__run_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env) {
   case XFED__ENVELOPE__BODY_TENSOR_END: {
     xf__run *run = NULL;
     xf__take *t = take_by_stream(co, s->id, env->tensor_end->stream_id, &run);
-    if (t && !t->waiting_admission) xf__intake_end(run, s, t, env->tensor_end);
+    if (t && xf__take_acked(t)) xf__intake_end(run, s, t, env->tensor_end);
     return;
   }
   case XFED__ENVELOPE__BODY_TENSOR_ACK: return; /* a site acknowledging a model */
@@ -1082,12 +1099,8 @@ void xf__runs_link(xf__coord *co, xf__site *s, bool up) {
     if (run->over) continue;
     run->dirty = true;
     xf_errctx err = {0};
-    if (!up) {
-      xf__take *t = xf__take_of(run, s->id);
-      /* A dropped link loses what the receiver held of the stream only
-       * until the carrier resumes it: keep the take. */
-      (void)t;
-    }
+    /* A dropped link loses what the receiver held of the stream only until
+     * the carrier resumes it: its take is kept. */
     if (xf_jobm_link(run->m, s->id, up, now, &err) != XF_OK)
       XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
     xf__run_actions(run);
@@ -1113,7 +1126,7 @@ void xf__runs_tick(xf__coord *co) {
     xf__run_actions(run);
     xf_jobm_phase ph = xf_jobm_get_phase(run->m);
     if (run->relay && (ph == XF_JOBM_DONE || ph == XF_JOBM_FAILED || ph == XF_JOBM_CANCELLED) &&
-        now > run->up.deadline + 60)
+        now > xf__relay_task(run->relay)->deadline + 60)
       run->over = true; /* nothing more will be asked of it */
   }
   bool freed = false;
@@ -1289,9 +1302,12 @@ xf_err xf__run_start_relay(xf__coord *co, const char *job_id, const char *params
   xf__run *run = xf_calloc(1, sizeof(*run));
   if (!run) return xf_fail(err, XF_ENOMEM, "out of memory");
   run->co = co;
-  run->relay = true;
+  run->relay = xf__relay_new(up);
+  if (!run->relay) {
+    xf_free(run);
+    return xf_fail(err, XF_ENOMEM, "out of memory");
+  }
   snprintf(run->id_text, sizeof(run->id_text), "%s", job_id);
-  run->up = *up;
   run->model_round = up->model_round;
   xf_err rc = xf_jobspec_parse_string(params_json, strlen(params_json), "task offer", &run->spec,
                                       err);

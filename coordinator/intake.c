@@ -12,6 +12,23 @@
 #include "base/log.h"
 #include "coordinator/daemon_internal.h"
 
+/* One carrier's update in a run's open attempt, from TensorBegin to its end. */
+struct xf__take {
+  uint64_t carrier;
+  uint64_t stream_id;
+  xf_tensor_receiver *rx;
+  xf_agg_update *upd;         /* float32 folded as it comes */
+  uint8_t *stash;             /* encoded or masked bytes, decoded at the end */
+  size_t stash_len;
+  xf_seal_receiver *opener;   /* sealed: opens each chunk */
+  xf_update_form form;
+  uint64_t weight;            /* as folded (xf_jobm_fold_weight) */
+  uint64_t *sites;            /* the sites it sums (ids) */
+  size_t n_sites;
+  bool waiting_admission;     /* TensorBegin taken, TensorAck held back */
+  void *sink;                 /* the receiver's sink context (owned) */
+};
+
 /* ---- takes ------------------------------------------------------------------------------------------ */
 
 xf__take *xf__take_of(xf__run *run, uint64_t carrier) {
@@ -45,6 +62,33 @@ void xf__take_abort(xf__run *run, xf__take *t) {
 void xf__takes_clear(xf__run *run) {
   for (size_t i = 0; i < run->n_takes; i++) take_release(&run->takes[i]);
   run->n_takes = 0;
+}
+
+void xf__takes_free(xf__run *run) {
+  xf__takes_clear(run);
+  xf_free(run->takes);
+  run->takes = NULL;
+}
+
+xf__take *xf__take_by_stream(xf__run *run, uint64_t carrier, uint64_t stream) {
+  for (size_t i = 0; i < run->n_takes; i++)
+    if (run->takes[i].carrier == carrier && run->takes[i].stream_id == stream)
+      return &run->takes[i];
+  return NULL;
+}
+
+bool xf__take_acked(const xf__take *t) { return !t->waiting_admission; }
+
+void xf__take_drop(xf__run *run, uint64_t carrier) {
+  xf__take *t = xf__take_of(run, carrier);
+  if (t) xf__take_abort(run, t);
+}
+
+void xf__takes_count(const xf__run *run, size_t *waiting, size_t *staged) {
+  for (size_t i = 0; i < run->n_takes; i++) {
+    if (run->takes[i].waiting_admission) (*waiting)++;
+    else (*staged)++;
+  }
 }
 
 static xf__take *take_new(xf__run *run, uint64_t carrier) {
@@ -292,7 +336,7 @@ void xf__intake_begin(xf__run *run, xf__site *s, const Xfed__TensorBegin *m) {
   }
   if (sealed) {
     char ctx[256];
-    uint32_t round = run->relay ? run->up.round : xf_jobm_round(run->m);
+    uint32_t round = xf__run_round(run);
     size_t ctx_len =
         xf_seal_stream_context(ctx, sizeof(ctx), run->id_text, round, m->attempt, s->name);
     if (xf_seal_receiver_new(run->seal_sk, m->sealed_by.data, (const uint8_t *)ctx, ctx_len,
@@ -402,7 +446,7 @@ void xf__intake_end(xf__run *run, xf__site *s, xf__take *t, const Xfed__TensorEn
   /* An artifact that came across a region boundary. */
   if (co->cfg.region[0] && strcmp(s->region, co->cfg.region) != 0) {
     json_t *o = json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:s,s:I,s:I}", "job", run->id_text, "round",
-                          (json_int_t)(run->relay ? run->up.round : xf_jobm_round(run->m)),
+                          (json_int_t)xf__run_round(run),
                           "attempt", (json_int_t)xf_jobm_attempt(run->m), "kind",
                           s->regional ? "regional_aggregate" : "update", "sender", s->name,
                           "from", s->region, "to", co->cfg.region, "bytes", (json_int_t)bytes,

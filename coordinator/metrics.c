@@ -224,10 +224,7 @@ static void rounds(xf__coord *co, xf_prom *p) {
   }
   size_t waiting = 0, staged = 0;
   for (const xf__run *run = co->runs; run; run = run->next)
-    for (size_t i = 0; i < run->n_takes; i++) {
-      if (run->takes[i].waiting_admission) waiting++;
-      else staged++;
-    }
+    xf__takes_count(run, &waiting, &staged);
   xf_prom_family(p, "xfed_uploads_waiting", "gauge",
                  "Uploads announced and held back until fewer than max_staged are in flight.");
   xf_prom_sample(p, "xfed_uploads_waiting", NULL, (double)waiting);

@@ -450,7 +450,11 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
     rc = xf__model_file_make_as(model, params, XF_CHECKPOINT_F32, &mf, NULL, &err);
   }
   xf_digest model_digest;
-  if (rc == XF_OK) rc = xf_blob_put(co->blobs, mf->bytes, mf->len, &blob, &err);
+  if (rc == XF_OK) {
+    size_t len = 0;
+    const uint8_t *bytes = xf__model_file_bytes(mf, &len);
+    rc = xf_blob_put(co->blobs, bytes, len, &blob, &err);
+  }
   if (rc == XF_OK) {
     xf_params_digest(params, xf_model_num_params(model), &model_digest);
     rc = xf_journal_model_digest_note(co->db, &blob, &model_digest, &err);
