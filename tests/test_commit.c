@@ -229,6 +229,35 @@ static void the_commit_gives_the_model_file_and_optimizer_state_to_journal(void 
   assert_int_equal(xf_server_opt_steps(f->ref_opt), 1);
 }
 
+static void a_commit_short_of_memory_fails_whole_and_gives_nothing(void **state) {
+  fixture *f = *state;
+  xf_job_strategy st;
+  xf_job_strategy_defaults(&st, XF_JOB_STRATEGY_FEDAVG);
+  xf_privacy_spec none = {0};
+  /* Every allocation of the commit fails in turn, until one commit has all
+   * it needs: each short one says so and hands back nothing. */
+  for (long n = 0;; n++) {
+    assert_true(n < 1000);
+    xf_aggregator_free(f->agg);
+    f->agg = NULL;
+    assert_int_equal(xf_aggregator_create(&st, N_PARAMS, 4, &f->agg, NULL), XF_OK);
+    fold(f->agg, 1, 2, 0.5f);
+    fold(f->agg, 2, 2, 0.25f);
+    float *secure = constant(1.0f);
+    xf_commit_round in = {.privacy = &none, .model = f->model, .sites = 3, .agg = f->agg,
+                          .secure_mean = secure, .secure_weight = 4};
+    xf_alloc_fail_after(n);
+    xf_err rc = xf_commit_global(&in, f->opt, f->params, N_PARAMS, &f->result, NULL);
+    xf_alloc_fail_reset();
+    if (rc == XF_OK) break;
+    assert_int_equal(rc, XF_ENOMEM);
+    assert_null(f->result.model);
+    assert_null(f->result.opt_state);
+  }
+  assert_non_null(f->result.model);
+  assert_int_equal(f->result.weight, 8);
+}
+
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
 
 int main(void) {
@@ -241,6 +270,7 @@ int main(void) {
       T(a_central_commit_adds_the_calibrated_noise_before_the_optimizer_step),
       T(central_noise_without_a_generator_is_refused),
       T(the_commit_gives_the_model_file_and_optimizer_state_to_journal),
+      T(a_commit_short_of_memory_fails_whole_and_gives_nothing),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
