@@ -69,8 +69,8 @@ static void refuse(xf__run *run, xf__site *s, const char *about, const char *wha
                       (json_int_t)round, "attempt", (json_int_t)attempt, "site", about, "via",
                       strcmp(about, s->name) != 0 ? s->name : "", "report", what, "field",
                       f->field, "value", f->value, "rule", f->rule, "consequence", consequence));
-  if (s->peer && s->peer->conn)
-    xf_session_send_error(s->peer->conn, XF_ERANGE,
+  if (s->peer && xf__peer_conn(s->peer))
+    xf_session_send_error(xf__peer_conn(s->peer), XF_ERANGE,
                           "job %s round %u: the %s of site %s is refused: %s is %s but %s; %s",
                           run->id_text, (unsigned)round, what, about, f->field, f->value, f->rule,
                           consequence);

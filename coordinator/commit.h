@@ -3,7 +3,7 @@
  * the attempt's aggregate (the updates folded and the secure sum), the
  * server optimizer's step, central noise, and the new model file and
  * optimizer state a global coordinator journals. host.c stores what it is
- * given and writes the journal's row (docs/coordinator.md, "Commit"). */
+ * given and writes the journal's row (docs/coordinator.md, "Jobs and rounds"). */
 #ifndef XF_COORDINATOR_COMMIT_H
 #define XF_COORDINATOR_COMMIT_H
 

@@ -76,29 +76,9 @@ typedef enum xf__peer_kind {
 struct xf__coord;
 struct xf__site;
 
-/* One connection. Owned by the coordinator's list; freed in on_close. */
-typedef struct xf__peer {
-  xf_conn *conn; /* NULL once closed */
-  struct xf__coord *co;
-  xf_session session;
-  xf_spiffe_id id;
-  xf__peer_kind kind;
-  struct xf__site *site; /* SITE and REGIONAL, after SiteAnnounce */
-  /* Outgoing streams, the head being sent: its next message when
-   * xf_conn_send refused it as busy, and whether it waits for a TensorAck. */
-  xf__stream *txq;
-  xf_tensor_msg tx_msg;
-  bool tx_pending;
-  bool tx_await_ack;
-  bool tx_stalled; /* waiting for the process-wide send budget */
-  uint64_t tx_bytes;
-  /* CLI: a request too large for a frame, coming in as a DOCUMENT stream
-   * (documents.c); NULL when none is open. doc_held: the size it announced,
-   * counted in the coordinator's doc_held while it is open. */
-  xf_document_rx *doc_in;
-  uint64_t doc_held;
-  struct xf__peer *next;
-} xf__peer;
+/* One connection (peer.c): owned by the coordinator's list, freed when it
+ * closes. */
+typedef struct xf__peer xf__peer;
 
 /* What a site announced of one dataset. */
 typedef struct xf__dataset {
@@ -244,8 +224,8 @@ typedef struct xf__coord {
   /* Caps, the buffer budget, and the running totals of what they refused
    * and closed (net/conn.h), for every connection of the process. */
   xf_conn_guard guard;
-  /* The sizes announced by every DOCUMENT stream coming in (documents.c):
-   * at most XF__DOCUMENTS_HELD_MAX (documents.c) at once. */
+  /* The sizes announced by every DOCUMENT stream coming in (peer.c):
+   * at most XF__DOCUMENTS_HELD_MAX (peer.c) at once. */
   uint64_t doc_held;
   xf_noise *noise;      /* central privacy: the aggregator's noise (CSPRNG-keyed) */
   /* The audit trail: the journal itself on the global role, STATE/audit.db
@@ -296,8 +276,45 @@ typedef struct xf__federation {
 /* The dashboard (dashboard.c). */
 typedef struct xf__dashboard xf__dashboard;
 
-/* ---- daemon.c ------------------------------------------------------------------------ */
+/* ---- daemon.c: the coordinator's loop and the sites it knows ------------------------ */
 double xf__now(void);
+/* A fresh stream id: even for a model, odd for an update. */
+uint64_t xf__stream_id(xf__coord *co, bool update);
+xf__site *xf__site_find(xf__coord *co, uint64_t id);
+xf__site *xf__site_by_name(xf__coord *co, const char *name);
+/* A site's name by id: a site, a regional, or a site behind one; NULL. */
+const char *xf__site_name(xf__coord *co, uint64_t id);
+/* A SiteAnnounce from p, whose certificate it names (peer.c checked it):
+ * the site (or regional and the sites behind it) is recorded, replacing
+ * what it said before and any older session of it, and every run told. */
+void xf__site_announce(xf__coord *co, xf__peer *p, const Xfed__SiteAnnounce *a);
+
+/* ---- peer.c: connections and their streams ---------------------------------------- */
+/* The options of an accepted (or dialed) connection. */
+const xf_conn_opts *xf__conn_opts(xf__coord *co, bool accepted);
+/* Connections the listener accepts belong to co (NULL: to none, refused). */
+void xf__peers_serve(xf__coord *co);
+/* Dials upstream (regional role) as the peer *out; its session opening is
+ * xf__upstream_on_frame's (env NULL). A dial that fails is logged; nothing
+ * is kept. err must not be NULL. */
+xf_err xf__peer_dial_upstream(xf__coord *co, xf__peer **out, xf_errctx *err) XF_WARN_UNUSED;
+/* p's connection (NULL once closed), certificate and kind. */
+xf_conn *xf__peer_conn(const xf__peer *p);
+const xf_spiffe_id *xf__peer_id(const xf__peer *p);
+xf__peer_kind xf__peer_kind_of(const xf__peer *p);
+/* The site p speaks for (NULL: none, or no longer). */
+void xf__peer_set_site(xf__peer *p, xf__site *s);
+/* The peer after p in co's list (p NULL: the first), NULL after the last. */
+xf__peer *xf__peer_next(xf__coord *co, const xf__peer *p);
+/* Drops every participant's queued streams of job (a run that ended). */
+void xf__peers_drop_job(xf__coord *co, const char *job);
+/* Closes every connection (stopping). */
+void xf__peers_close(xf__coord *co);
+/* Frees every peer (the loop has ended). */
+void xf__peers_free(xf__coord *co);
+/* After each turn of the loop (completed writes are such turns): resumes
+ * stalled streams, oldest peer first, while the send budget allows. */
+void xf__peers_on_pump(uv_check_t *h);
 /* Sends env on p's connection; logs and returns the error. */
 xf_err xf__send(xf__peer *p, const Xfed__Envelope *env);
 /* Queues an outgoing stream on p: over a model file (a reference is taken)
@@ -328,14 +345,19 @@ xf_err xf__model_file_make_as(const xf_model *m, const float *params, xf_checkpo
  * *bytes is NULL afterwards, on success only. */
 xf_err xf__model_file_adopt(uint8_t **bytes, size_t len, xf__model_file **out,
                            xf_errctx *err) XF_WARN_UNUSED;
-xf__site *xf__site_find(xf__coord *co, uint64_t id);
-xf__site *xf__site_by_name(xf__coord *co, const char *name);
-/* A site's name by id: a site, a regional, or a site behind one; NULL. */
-const char *xf__site_name(xf__coord *co, uint64_t id);
-xf_err xf__peer_new(xf__coord *co, xf__peer **out);
-const xf_conn_opts *xf__conn_opts(xf__coord *co, bool accepted);
-/* A fresh stream id: even for a model, odd for an update. */
-uint64_t xf__stream_id(xf__coord *co, bool update);
+/* The largest frame we send p: what its Hello accepts and, on a CLI
+ * session, never more than our own max_frame, so that an operator who
+ * lowers max_frame bounds the frames of CLI sessions both ways. */
+size_t xf__frame_limit(const xf__peer *p);
+/* Sends env to a CLI peer as a DOCUMENT stream of its packed bytes (for a
+ * message larger than xf__frame_limit; xf__send calls it). */
+xf_err xf__send_document(xf__peer *p, const Xfed__Envelope *env);
+/* A frame of a DOCUMENT stream from a CLI peer: acknowledged, and the
+ * request it completes handled as if it had come in one frame. */
+void xf__document_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);
+/* Drops what p has gathered of a DOCUMENT stream, if anything, and gives
+ * its size back to the coordinator's doc_held (on close). */
+void xf__document_drop(xf__peer *p);
 
 /* ---- host.c: job runs, for both roles ------------------------------------------------- */
 /* Frees a run (its machine, model, takes, streams it queued). */
@@ -445,21 +467,6 @@ xf_err xf__admit_check_dataset(xf__coord *co, const xf_jobspec *spec,
                                xf_errctx *err) XF_WARN_UNUSED;
 /* Sets the job's state and message in the journal (logs failures). */
 void xf__journal_state(xf__coord *co, int64_t job, xf_job_state state, const char *msg);
-
-/* ---- documents.c: messages larger than a frame on CLI sessions -------------------------- */
-/* The largest frame we send p: what its Hello accepts and, on a CLI
- * session, never more than our own max_frame, so that an operator who
- * lowers max_frame bounds the frames of CLI sessions both ways. */
-size_t xf__frame_limit(const xf__peer *p);
-/* Sends env to a CLI peer as a DOCUMENT stream of its packed bytes (for a
- * message larger than xf__frame_limit; xf__send calls it). */
-xf_err xf__send_document(xf__peer *p, const Xfed__Envelope *env);
-/* A frame of a DOCUMENT stream from a CLI peer: acknowledged, and the
- * request it completes handled as if it had come in one frame. */
-void xf__document_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);
-/* Drops what p has gathered of a DOCUMENT stream, if anything, and gives
- * its size back to the coordinator's doc_held (on close). */
-void xf__document_drop(xf__peer *p);
 
 /* ---- policy_requests.c ------------------------------------------------------------------ */
 void xf__policy_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);

@@ -99,7 +99,7 @@ xf__run *xf__run_by_id(xf__coord *co, const char *job_id) {
 /* The peer that carries `carrier`'s traffic, or NULL when it is away. */
 static xf__peer *peer_of(xf__coord *co, uint64_t carrier) {
   xf__site *s = xf__site_find(co, carrier);
-  return s && s->peer && s->peer->conn ? s->peer : NULL;
+  return s && s->peer && xf__peer_conn(s->peer) ? s->peer : NULL;
 }
 
 static const char *name_of(xf__coord *co, uint64_t id) {
@@ -603,141 +603,172 @@ static void journal_fail(xf__run *run, const xf_jobm_action *a) {
 
 /* ---- the machine's actions --------------------------------------------------------------------------- */
 
-static void take_action(xf__run *run, const xf_jobm_action *a) {
+/* An attempt opened: a fresh aggregator for its cohort, its row and its
+ * audit (global role). */
+static void on_opened(xf__run *run, const xf_jobm_action *a) {
   xf__coord *co = run->co;
   xf_errctx err = {0};
+  xf_aggregator_free(run->agg);
+  run->agg = NULL;
+  xf__takes_clear(run);
+  if (xf_aggregator_create(&run->spec.strategy, run->n_params, a->n_sites ? a->n_sites : 1,
+                           &run->agg, &err) != XF_OK)
+    XF_ERROR("aggregator_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+  run->agg_round = a->round;
+  run->agg_attempt = a->attempt;
+  XF_INFO("round_opened", "job=%s round=%u attempt=%u sites=%zu", run->id_text,
+          (unsigned)task_round(run, a->round), (unsigned)a->attempt, a->n_sites);
+  if (!run->relay) {
+    journal_check(xf_journal_round_open(co->db, run->id, a->round, a->attempt, a->sites,
+                                        a->n_sites, a->deadline, xf__now(), &err),
+                  "round_open", &err);
+    audit_opened(run, a);
+  }
+}
+
+/* A carrier's update is not taken: its stream aborted, the refusal
+ * audited, logged, counted and answered, and its task cancelled. */
+static void on_discard(xf__run *run, const xf_jobm_action *a) {
+  xf__coord *co = run->co;
+  xf__take_drop(run, a->carrier);
+  xf__peer *p = peer_of(co, a->carrier);
+  if (a->refusal == XF_JOBM_REFUSED_POLICY)
+    xf__audit(co, "refused_task", run->id_text,
+              json_pack("{s:s,s:I,s:I,s:s,s:s,s:s}", "job", run->id_text, "round",
+                        (json_int_t)a->round, "attempt", (json_int_t)a->attempt, "from",
+                        name_of(co, a->carrier), "kind", "regional_aggregate", "why", a->note));
+  XF_WARN("update_refused", "job=%s from=%s reason=\"%s\"", run->id_text,
+          name_of(co, a->carrier), a->note);
+  co->stats.updates_refused[(unsigned)a->refusal <= XF_JOBM_REFUSED_BUSY ? a->refusal : 0]++;
+  if (p)
+    xf_session_send_error(xf__peer_conn(p),
+                          a->refusal == XF_JOBM_REFUSED_POLICY ? XF_EDENIED : XF_EINVAL,
+                          "job %s: %s", run->id_text, a->note);
+  send_cancel(run, a->carrier, task_round(run, a->round), task_attempt(run, a->attempt),
+              a->note);
+}
+
+static void on_participant(xf__run *run, const xf_jobm_action *a) {
+  xf__coord *co = run->co;
+  if (a->state == XF_PARTICIPANT_DROPPED)
+    XF_WARN("site_dropped", "job=%s round=%u attempt=%u site=%s", run->id_text,
+            (unsigned)a->round, (unsigned)a->attempt, name_of(co, a->site));
+  if (!run->relay) {
+    xf_errctx err = {0};
+    xf_journal_participant jp = {.site = a->site, .state = a->state, .samples = a->samples};
+    journal_check(xf_journal_participant_set(co->db, run->id, a->round, a->attempt, &jp,
+                                             xf__now(), &err),
+                  "participant", &err);
+  }
+}
+
+static void on_retry(xf__run *run, const xf_jobm_action *a) {
+  XF_WARN("round_retried", "job=%s round=%u attempt=%u reason=\"%s\"", run->id_text,
+          (unsigned)a->round, (unsigned)a->attempt, a->note);
+  xf__stats_round(run, false);
+  xf_aggregator_free(run->agg);
+  run->agg = NULL;
+  xf__takes_clear(run);
+  run->refused[0] = '\0'; /* the retry's note holds them; the next attempt is another */
+  if (!run->relay) {
+    xf_errctx err = {0};
+    journal_check(xf_journal_round_retry(run->co->db, run->id, a->round, a->attempt, a->note,
+                                         xf__now(), &err),
+                  "round_retry", &err);
+  }
+}
+
+static void on_pause(xf__run *run, const xf_jobm_action *a) {
+  XF_WARN("job_paused", "job=%s reason=\"%s\"", run->id_text, a->note);
+  xf__audit(run->co, "job", run->id_text,
+            json_pack("{s:s,s:I,s:s}", "event", "paused", "round", (json_int_t)a->round, "why",
+                      a->note));
+  xf__journal_state(run->co, run->id, XF_JOB_PAUSED, a->note);
+}
+
+static void on_resume(xf__run *run) {
+  XF_INFO("job_resumed", "job=%s policy_version=%" PRIu64, run->id_text,
+          run->plan.policy_version);
+  xf__audit(run->co, "job", run->id_text,
+            json_pack("{s:s,s:I}", "event", "resumed", "policy_version",
+                      (json_int_t)run->plan.policy_version));
+  xf__journal_state(run->co, run->id, XF_JOB_RUNNING, NULL);
+}
+
+static void on_stop(xf__run *run, const xf_jobm_action *a) {
+  XF_WARN("job_stopped", "job=%s reason=\"%s\"", run->id_text, a->note);
+  if (!run->relay) xf__journal_state(run->co, run->id, XF_JOB_DONE, a->note);
+  run->refused[0] = '\0'; /* why it stopped is what its message says */
+}
+
+static void on_fail(xf__run *run, const xf_jobm_action *a) {
+  XF_ERROR("job_failed", "job=%s reason=\"%s\"", run->id_text, a->note);
+  xf__stats_round(run, false);
+  if (!run->relay) journal_fail(run, a);
+  run->over = true;
+}
+
+static void on_finish(xf__run *run) {
+  XF_INFO("job_finished", "job=%s rounds=%u", run->id_text, (unsigned)run->model_round);
+  if (!run->relay && run->refused[0]) {
+    /* Done without the sites that refused: its message says who and why. */
+    char msg[XF_JOBM_MSG_MAX + 64];
+    snprintf(msg, sizeof(msg), "round %u went on without %s", (unsigned)run->refused_round,
+             run->refused);
+    xf__journal_state(run->co, run->id, XF_JOB_DONE, msg);
+  }
+  if (run->relay && xf__relay_task(run->relay)->evaluate_only) xf__upstream_eval_done(run->co, run);
+  if (!run->relay) run->over = true;
+}
+
+/* A relay refuses upstream: one site's part, or the whole task (its
+ * aggregate held back, or no cohort), which is audited. */
+static void on_refuse_up(xf__run *run, const xf_jobm_action *a) {
+  xf__coord *co = run->co;
+  int reason = a->refusal == XF_JOBM_REFUSED_POLICY   ? XFED__TASK_REFUSAL__REASON__POLICY_DENIED
+               : a->refusal == XF_JOBM_REFUSED_BUDGET ? XFED__TASK_REFUSAL__REASON__BUDGET_EXHAUSTED
+               : a->refusal == XF_JOBM_REFUSED_TARGET ? XFED__TASK_REFUSAL__REASON__TARGET_REACHED
+               : a->refusal == XF_JOBM_REFUSED_BUSY   ? XFED__TASK_REFUSAL__REASON__BUSY
+                                                      : XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
+  if (!a->site) {
+    const xf__upstream_task *up = xf__relay_task(run->relay);
+    xf__audit(co, "refused_task", run->id_text,
+              json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:s}", "job", run->id_text, "round",
+                        (json_int_t)up->round, "attempt", (json_int_t)up->attempt, "kind",
+                        "regional_aggregate", "from", co->cfg.region, "to",
+                        up->coordinator_region, "why", a->note));
+    XF_WARN("aggregate_held", "job=%s round=%u reason=\"%s\"", run->id_text,
+            (unsigned)up->round, a->note);
+  }
+  xf__upstream_refuse(co, run, a->site, reason, a->note);
+}
+
+static void take_action(xf__run *run, const xf_jobm_action *a) {
+  xf__coord *co = run->co;
   switch (a->kind) {
-  case XF_JOBM_OPENED:
-    xf_aggregator_free(run->agg);
-    run->agg = NULL;
-    xf__takes_clear(run);
-    if (xf_aggregator_create(&run->spec.strategy, run->n_params, a->n_sites ? a->n_sites : 1,
-                             &run->agg, &err) != XF_OK)
-      XF_ERROR("aggregator_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
-    run->agg_round = a->round;
-    run->agg_attempt = a->attempt;
-    XF_INFO("round_opened", "job=%s round=%u attempt=%u sites=%zu", run->id_text,
-            (unsigned)task_round(run, a->round), (unsigned)a->attempt, a->n_sites);
-    if (!run->relay) {
-      journal_check(xf_journal_round_open(co->db, run->id, a->round, a->attempt, a->sites,
-                                          a->n_sites, a->deadline, xf__now(), &err),
-                    "round_open", &err);
-      audit_opened(run, a);
-    }
-    return;
+  case XF_JOBM_OPENED: on_opened(run, a); return;
   case XF_JOBM_OFFER: send_offer(run, a, false); return;
   case XF_JOBM_EVALUATE: send_offer(run, a, true); return;
   case XF_JOBM_GO: send_go(run, a); return;
   case XF_JOBM_CANCEL:
-    send_cancel(run, a->carrier, task_round(run, a->round),
-                task_attempt(run, a->attempt), a->note);
+    send_cancel(run, a->carrier, task_round(run, a->round), task_attempt(run, a->attempt),
+                a->note);
     return;
-  case XF_JOBM_DISCARD: {
-    xf__take_drop(run, a->carrier);
-    xf__peer *p = peer_of(co, a->carrier);
-    if (a->refusal == XF_JOBM_REFUSED_POLICY)
-      xf__audit(co, "refused_task", run->id_text,
-                json_pack("{s:s,s:I,s:I,s:s,s:s,s:s}", "job", run->id_text, "round",
-                          (json_int_t)a->round, "attempt", (json_int_t)a->attempt, "from",
-                          name_of(co, a->carrier), "kind", "regional_aggregate", "why", a->note));
-    XF_WARN("update_refused", "job=%s from=%s reason=\"%s\"", run->id_text,
-            name_of(co, a->carrier), a->note);
-    co->stats.updates_refused[(unsigned)a->refusal <= XF_JOBM_REFUSED_BUSY ? a->refusal : 0]++;
-    if (p)
-      xf_session_send_error(p->conn, a->refusal == XF_JOBM_REFUSED_POLICY ? XF_EDENIED : XF_EINVAL,
-                            "job %s: %s", run->id_text, a->note);
-    send_cancel(run, a->carrier, task_round(run, a->round),
-                task_attempt(run, a->attempt), a->note);
-    return;
-  }
+  case XF_JOBM_DISCARD: on_discard(run, a); return;
   case XF_JOBM_SA_KEYS:
   case XF_JOBM_SA_ROUTED:
   case XF_JOBM_SA_CHECK:
   case XF_JOBM_SA_UNMASK: send_sa(run, a); return;
-  case XF_JOBM_PARTICIPANT:
-    if (a->state == XF_PARTICIPANT_DROPPED)
-      XF_WARN("site_dropped", "job=%s round=%u attempt=%u site=%s", run->id_text,
-              (unsigned)a->round, (unsigned)a->attempt, name_of(co, a->site));
-    if (!run->relay) {
-      xf_journal_participant jp = {.site = a->site, .state = a->state, .samples = a->samples};
-      journal_check(xf_journal_participant_set(co->db, run->id, a->round, a->attempt, &jp,
-                                               xf__now(), &err),
-                    "participant", &err);
-    }
-    return;
+  case XF_JOBM_PARTICIPANT: on_participant(run, a); return;
   case XF_JOBM_COMMIT: do_commit(run, a); return;
-  case XF_JOBM_RETRY:
-    XF_WARN("round_retried", "job=%s round=%u attempt=%u reason=\"%s\"", run->id_text,
-            (unsigned)a->round, (unsigned)a->attempt, a->note);
-    xf__stats_round(run, false);
-    xf_aggregator_free(run->agg);
-    run->agg = NULL;
-    xf__takes_clear(run);
-    run->refused[0] = '\0'; /* the retry's note holds them; the next attempt is another */
-    if (!run->relay)
-      journal_check(xf_journal_round_retry(co->db, run->id, a->round, a->attempt, a->note,
-                                           xf__now(), &err),
-                    "round_retry", &err);
-    return;
-  case XF_JOBM_PAUSE:
-    XF_WARN("job_paused", "job=%s reason=\"%s\"", run->id_text, a->note);
-    xf__audit(co, "job", run->id_text,
-              json_pack("{s:s,s:I,s:s}", "event", "paused", "round", (json_int_t)a->round, "why",
-                        a->note));
-    xf__journal_state(co, run->id, XF_JOB_PAUSED, a->note);
-    return;
-  case XF_JOBM_RESUME:
-    XF_INFO("job_resumed", "job=%s policy_version=%" PRIu64, run->id_text,
-            run->plan.policy_version);
-    xf__audit(co, "job", run->id_text,
-              json_pack("{s:s,s:I}", "event", "resumed", "policy_version",
-                        (json_int_t)run->plan.policy_version));
-    xf__journal_state(co, run->id, XF_JOB_RUNNING, NULL);
-    return;
-  case XF_JOBM_STOP:
-    XF_WARN("job_stopped", "job=%s reason=\"%s\"", run->id_text, a->note);
-    if (!run->relay) xf__journal_state(co, run->id, XF_JOB_DONE, a->note);
-    run->refused[0] = '\0'; /* why it stopped is what its message says */
-    return;
-  case XF_JOBM_FAIL:
-    XF_ERROR("job_failed", "job=%s reason=\"%s\"", run->id_text, a->note);
-    xf__stats_round(run, false);
-    if (!run->relay) journal_fail(run, a);
-    run->over = true;
-    return;
-  case XF_JOBM_FINISH:
-    XF_INFO("job_finished", "job=%s rounds=%u", run->id_text, (unsigned)run->model_round);
-    if (!run->relay && run->refused[0]) {
-      /* Done without the sites that refused: its message says who and why. */
-      char msg[XF_JOBM_MSG_MAX + 64];
-      snprintf(msg, sizeof(msg), "round %u went on without %s", (unsigned)run->refused_round,
-               run->refused);
-      xf__journal_state(co, run->id, XF_JOB_DONE, msg);
-    }
-    if (run->relay && xf__relay_task(run->relay)->evaluate_only) xf__upstream_eval_done(co, run);
-    if (!run->relay) run->over = true;
-    return;
+  case XF_JOBM_RETRY: on_retry(run, a); return;
+  case XF_JOBM_PAUSE: on_pause(run, a); return;
+  case XF_JOBM_RESUME: on_resume(run); return;
+  case XF_JOBM_STOP: on_stop(run, a); return;
+  case XF_JOBM_FAIL: on_fail(run, a); return;
+  case XF_JOBM_FINISH: on_finish(run); return;
   case XF_JOBM_ACCEPT_UP: xf__upstream_accept(co, run, a->sites, a->n_sites); return;
-  case XF_JOBM_REFUSE_UP: {
-    int reason = a->refusal == XF_JOBM_REFUSED_POLICY   ? XFED__TASK_REFUSAL__REASON__POLICY_DENIED
-                 : a->refusal == XF_JOBM_REFUSED_BUDGET ? XFED__TASK_REFUSAL__REASON__BUDGET_EXHAUSTED
-                 : a->refusal == XF_JOBM_REFUSED_TARGET ? XFED__TASK_REFUSAL__REASON__TARGET_REACHED
-                 : a->refusal == XF_JOBM_REFUSED_BUSY   ? XFED__TASK_REFUSAL__REASON__BUSY
-                                                        : XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
-    if (!a->site) {
-      /* The whole task: the aggregate held back, or no cohort. */
-      const xf__upstream_task *up = xf__relay_task(run->relay);
-      xf__audit(co, "refused_task", run->id_text,
-                json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:s}", "job", run->id_text, "round",
-                          (json_int_t)up->round, "attempt", (json_int_t)up->attempt, "kind",
-                          "regional_aggregate", "from", co->cfg.region, "to",
-                          up->coordinator_region, "why", a->note));
-      XF_WARN("aggregate_held", "job=%s round=%u reason=\"%s\"", run->id_text,
-              (unsigned)up->round, a->note);
-    }
-    xf__upstream_refuse(co, run, a->site, reason, a->note);
-    return;
-  }
+  case XF_JOBM_REFUSE_UP: on_refuse_up(run, a); return;
   case XF_JOBM_FORWARD:
     xf__upstream_forward(co, run, a->sites, a->n_sites, a->weight, a->resend);
     return;
@@ -1023,7 +1054,7 @@ void xf__run_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env) {
     xf__take *t = take_by_stream(co, s->id, env->tensor_chunk->stream_id, &run);
     if (!t || !xf__take_acked(t)) {
       if (s->peer)
-        xf_session_send_error(s->peer->conn, XF_EINVAL,
+        xf_session_send_error(xf__peer_conn(s->peer), XF_EINVAL,
                               "a tensor chunk without an acknowledged TensorBegin");
       return;
     }
@@ -1044,7 +1075,7 @@ void xf__run_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env) {
   xf__run *run = xf__run_by_id(co, job);
   if (!run) {
     if (env->body_case == XFED__ENVELOPE__BODY_TENSOR_BEGIN && s->peer)
-      xf_session_refuse_stream(s->peer->conn, env->tensor_begin->stream_id, XF_EINVAL,
+      xf_session_refuse_stream(xf__peer_conn(s->peer), env->tensor_begin->stream_id, XF_EINVAL,
                                "job %s is not running here; its task will not be offered again",
                                job ? job : "");
     else if (env->body_case == XFED__ENVELOPE__BODY_TASK_ACCEPT && s->peer) {
@@ -1074,7 +1105,7 @@ void xf__run_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env) {
     const Xfed__TensorBegin *b = env->tensor_begin;
     if (!current(run, b->round, b->attempt)) {
       if (s->peer)
-        xf_session_refuse_stream(s->peer->conn, b->stream_id, XF_EINVAL,
+        xf_session_refuse_stream(xf__peer_conn(s->peer), b->stream_id, XF_EINVAL,
                                  "job %s round %u attempt %u is not a task you hold here now; "
                                  "keep it until the task is offered to you again",
                                  run->id_text, (unsigned)b->round, (unsigned)b->attempt);
@@ -1085,7 +1116,7 @@ void xf__run_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env) {
   }
   default:
     if (s->peer)
-      xf_session_send_error(s->peer->conn, XF_EUNSUPPORTED, "%s is not a site's message",
+      xf_session_send_error(xf__peer_conn(s->peer), XF_EUNSUPPORTED, "%s is not a site's message",
                             xf_envelope_body_name(env));
     return;
   }
@@ -1137,8 +1168,7 @@ void xf__runs_tick(xf__coord *co) {
       continue;
     }
     *pp = run->next;
-    for (xf__peer *p = co->peers; p; p = p->next)
-      if (p->kind != XF__PEER_UPSTREAM) xf__stream_drop(p, run->id_text);
+    xf__peers_drop_job(co, run->id_text);
     xf__run_free(run);
     freed = true;
   }

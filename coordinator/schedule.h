@@ -3,7 +3,7 @@
  * journal's jobs to make runs of, given the limit and the runs it already
  * hosts. A pure function, no sockets, no journal: host.c reads the
  * candidates from the journal, asks, and activates what it is told
- * (docs/coordinator.md, "Jobs"). */
+ * (docs/coordinator.md, "Jobs and rounds"). */
 #ifndef XF_COORDINATOR_SCHEDULE_H
 #define XF_COORDINATOR_SCHEDULE_H
 

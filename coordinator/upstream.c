@@ -119,24 +119,8 @@ static void schedule_redial(xf__coord *co) {
 static void dial(xf__coord *co) {
   if (co->stopping || co->up_peer || co->up_dialing) return;
   xf__peer *p;
-  if (xf__peer_new(co, &p) != XF_OK) {
-    schedule_redial(co);
-    return;
-  }
-  p->kind = XF__PEER_UPSTREAM;
-  xf_conn_opts o = *xf__conn_opts(co, false);
-  o.user = p;
   xf_errctx err = {0};
-  if (xf_dial(&co->loop, co->tls, co->cfg.upstream_host, co->cfg.upstream_port, &o, &p->conn,
-              &err) != XF_OK) {
-    XF_ERROR("upstream_dial_failed", "upstream=%s:%d reason=\"%s\"", co->cfg.upstream_host,
-             co->cfg.upstream_port, err.msg);
-    for (xf__peer **pp = &co->peers; *pp; pp = &(*pp)->next)
-      if (*pp == p) {
-        *pp = p->next;
-        break;
-      }
-    xf_free(p);
+  if (xf__peer_dial_upstream(co, &p, &err) != XF_OK) {
     schedule_redial(co);
     return;
   }
@@ -308,10 +292,11 @@ static void send_refusal(xf__coord *co, const char *job, uint32_t round, uint32_
 void xf__upstream_refuse(xf__coord *co, const xf__run *run, uint64_t site, int reason,
                          const char *details) {
   const char *name = site ? xf__site_name(co, site) : NULL;
+  const xf__upstream_task *up = &run->relay->up;
   XF_WARN("task_refused_up", "job=%s round=%u site=%s reason=%s details=\"%s\"", run->id_text,
-          (unsigned)run->relay->up.round, name ? name : "-", xf_task_refusal_reason_name(reason), details);
-  send_refusal(co, run->id_text, run->relay->up.round, run->relay->up.attempt, site ? (name ? name : "?") : "",
-               reason, details);
+          (unsigned)up->round, name ? name : "-", xf_task_refusal_reason_name(reason), details);
+  send_refusal(co, run->id_text, up->round, up->attempt, site ? (name ? name : "?") : "", reason,
+               details);
 }
 
 void xf__upstream_eval_done(xf__coord *co, const xf__run *run) {
@@ -414,9 +399,10 @@ void xf__upstream_forward(xf__coord *co, xf__run *run, const uint64_t *sites, si
   if (!run->relay->mean) return;
   xf_errctx err = {0};
   xf_update_offer offer = {.sealed = run->relay->up.seal,
-                           .rounding_seed = run->spec.seed ^
-                                            ((uint64_t)run->relay->up.round * 0x9e3779b97f4a7c15ull) ^
-                                            xf_coord_site_id(co->cfg.region)};
+                           .rounding_seed =
+                               run->spec.seed ^
+                               ((uint64_t)run->relay->up.round * 0x9e3779b97f4a7c15ull) ^
+                               xf_coord_site_id(co->cfg.region)};
   memcpy(offer.seal_pk, run->relay->up.seal_pk, sizeof(offer.seal_pk));
   xf_update_plan plan;
   xf_update_payload pl;
@@ -453,14 +439,15 @@ void xf__upstream_forward(xf__coord *co, xf__run *run, const uint64_t *sites, si
     run->relay->agg_plain_len = pl.plain_len;
   }
   run->relay->weight = weight;
-  if (run->relay->up.has_residency && strcmp(run->relay->up.coordinator_region, co->cfg.region) != 0)
+  const xf__upstream_task *up = &run->relay->up;
+  if (up->has_residency && strcmp(up->coordinator_region, co->cfg.region) != 0)
     xf__audit(co, "crossing", run->id_text,
               json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:I,s:I,s:s,s:I}", "job", run->id_text, "round",
-                        (json_int_t)run->relay->up.round, "attempt", (json_int_t)run->relay->up.attempt, "kind",
+                        (json_int_t)up->round, "attempt", (json_int_t)up->attempt, "kind",
                         "regional_aggregate", "from", co->cfg.region, "to",
-                        run->relay->up.coordinator_region, "contributors", (json_int_t)n, "weight",
-                        (json_int_t)weight, "rule", run->relay->up.rule, "policy_version",
-                        (json_int_t)run->relay->up.policy_version));
+                        up->coordinator_region, "contributors", (json_int_t)n, "weight",
+                        (json_int_t)weight, "rule", up->rule, "policy_version",
+                        (json_int_t)up->policy_version));
   /* Remember the stream's shape in the run (its payload buffers go now). */
   run->relay->agg_form = pl.form;
   run->relay->agg_count = pl.element_count;
@@ -475,7 +462,8 @@ void xf__upstream_forward(xf__coord *co, xf__run *run, const uint64_t *sites, si
  * when it is, and one made before is sealed again, from the same plaintext. */
 static void take_seal_key(xf__coord *co, xf__run *run, const Xfed__TaskOffer *o) {
   if (o->seal_key.len != XF_SEAL_PUBLICKEYBYTES ||
-      (run->relay->up.seal && memcmp(o->seal_key.data, run->relay->up.seal_pk, XF_SEAL_PUBLICKEYBYTES) == 0))
+      (run->relay->up.seal &&
+       memcmp(o->seal_key.data, run->relay->up.seal_pk, XF_SEAL_PUBLICKEYBYTES) == 0))
     return;
   if (!run->relay->agg_bytes) {
     memcpy(run->relay->up.seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES);
@@ -658,7 +646,7 @@ static void on_model_frame(xf__coord *co, const Xfed__Envelope *env) {
     const Xfed__TensorBegin *b = env->tensor_begin;
     if (b->kind != XFED__TENSOR_BEGIN__KIND__MODEL || b->total_bytes == 0 ||
         b->total_bytes > XF_COORD_MODEL_MAX) {
-      xf_session_send_error(co->up_peer->conn, XF_EFORMAT,
+      xf_session_send_error(xf__peer_conn(co->up_peer), XF_EFORMAT,
                             "expected a model stream of at most 1 GiB");
       pending_remove(p);
       pending_free(p);
@@ -676,7 +664,7 @@ static void on_model_frame(xf__coord *co, const Xfed__Envelope *env) {
   if (!p->rx) return;
   if (xf_tensor_receiver_handle(p->rx, env, &err) != XF_OK) {
     XF_WARN("model_stream_failed", "job=%s reason=\"%s\"", p->job_id, err.msg);
-    xf_session_send_error(co->up_peer->conn, err.code, "%s", err.msg);
+    xf_session_send_error(xf__peer_conn(co->up_peer), err.code, "%s", err.msg);
     pending_remove(p);
     pending_free(p);
     return;
@@ -760,7 +748,7 @@ void xf__upstream_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env
     if (env->error->stream_id) aggregate_refused(co, p, env->error->stream_id);
     return;
   default:
-    xf_session_send_error(p->conn, XF_EUNSUPPORTED, "%s is not for a regional aggregator",
+    xf_session_send_error(xf__peer_conn(p), XF_EUNSUPPORTED, "%s is not for a regional aggregator",
                           xf_envelope_body_name(env));
     return;
   }
