@@ -45,13 +45,13 @@ uint64_t xf__announced_records(const xf__run *run, const xf__site *s, uint64_t s
 
 /* The newest round this run has opened (a relay: the one it relays). */
 static uint32_t round_now(const xf__run *run) {
-  uint32_t r = run->relay ? run->up.round : xf_jobm_round(run->m);
+  uint32_t r = xf__run_round(run);
   return r > run->model_round ? r : run->model_round;
 }
 
 static bool current_attempt(const xf__run *run, uint32_t round, uint32_t attempt) {
-  uint32_t r = run->relay ? run->up.round : xf_jobm_round(run->m);
-  uint32_t at = run->relay ? run->up.attempt : xf_jobm_attempt(run->m);
+  uint32_t r = xf__run_round(run);
+  uint32_t at = xf__run_attempt(run);
   return round == r && attempt == at;
 }
 
@@ -69,8 +69,8 @@ static void refuse(xf__run *run, xf__site *s, const char *about, const char *wha
                       (json_int_t)round, "attempt", (json_int_t)attempt, "site", about, "via",
                       strcmp(about, s->name) != 0 ? s->name : "", "report", what, "field",
                       f->field, "value", f->value, "rule", f->rule, "consequence", consequence));
-  if (s->peer && s->peer->conn)
-    xf_session_send_error(s->peer->conn, XF_ERANGE,
+  if (s->peer && xf__peer_conn(s->peer))
+    xf_session_send_error(xf__peer_conn(s->peer), XF_ERANGE,
                           "job %s round %u: the %s of site %s is refused: %s is %s but %s; %s",
                           run->id_text, (unsigned)round, what, about, f->field, f->value, f->rule,
                           consequence);
@@ -113,8 +113,7 @@ bool xf__check_metrics(xf__run *run, xf__site *s, const Xfed__Metrics *m, uint64
            drops ? "its figures do not count and its update for this attempt is not taken"
                  : "its figures do not count");
     if (drops) {
-      xf__take *t = xf__take_of(run, s->id);
-      if (t) xf__take_abort(run, t);
+      xf__take_drop(run, s->id);
       char why[300];
       snprintf(why, sizeof(why), "its report was refused: %s %s %s", f.field, f.value, f.rule);
       if (xf_jobm_dropped(run->m, s->id, why, now, &err) != XF_OK)

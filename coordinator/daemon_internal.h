@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The coordinator daemon's shared state: connections (peers) and what they
- * send, the sites and regional aggregators it knows, and the job runs it
- * hosts — each a job machine (coordinator/jobmachine.h) with the model,
- * the aggregator and the update streams around it. The global coordinator
- * hosts one run per active job; a regional aggregator one per task it
- * relays. Internal to the coordinator daemon's files. */
+/* The coordinator daemon's files among themselves: the connections
+ * (peers) and what they send, the sites and regional aggregators it knows,
+ * and the job runs it hosts — each a job machine (coordinator/jobmachine.h)
+ * with the model, the aggregator and the update streams around it. The
+ * global coordinator hosts one run per active job; a regional aggregator
+ * one per task it relays. First the types; then, under a banner naming
+ * each defining file, that file's functions and nothing else
+ * (tests/internal_header.sh checks it). A type only one file looks into
+ * is opaque here and defined in that file. Internal to the daemon. */
 #ifndef XF_COORDINATOR_DAEMON_INTERNAL_H
 #define XF_COORDINATOR_DAEMON_INTERNAL_H
 
@@ -57,30 +60,10 @@ _Static_assert((unsigned long long)XF_JOB_PARAMS_MAX * 4 + (1u << 20) + 12 <= XF
  * (a rule's validity window may open without a policy change). */
 #define XF_COORD_REPLAN_S 10.0
 
-/* A model file shared by every stream that sends it. */
-typedef struct xf__model_file {
-  uint8_t *bytes;
-  size_t len;
-  xf_digest digest; /* BLAKE2b-256 of bytes: the stream digest and the blob name */
-  int refs;
-} xf__model_file;
-
-/* One outgoing tensor stream, queued on its peer. */
-typedef struct xf__stream {
-  xf_tensor_sender *tx;
-  xf__model_file *mf; /* a reference the stream holds, or NULL */
-  uint8_t *own;       /* owned bytes, or NULL */
-  size_t len;         /* bytes the stream carries */
-  bool end_sent;      /* its TensorEnd is out */
-  uint64_t weight;    /* put into TensorBegin */
-  uint32_t attempt, contributors;
-  char **sites;       /* AGGREGATE: the names of the sites it sums (owned) */
-  size_t n_sites;
-  bool await_ack;     /* an upload: each TensorBegin waits for TensorAck */
-  char job[32];       /* the job it belongs to ("" for a model export) */
-  uint64_t stream_id;
-  struct xf__stream *next;
-} xf__stream;
+/* A model file shared by every stream that sends it (daemon.c). */
+typedef struct xf__model_file xf__model_file;
+/* One outgoing tensor stream, queued on its peer (daemon.c). */
+typedef struct xf__stream xf__stream;
 
 typedef enum xf__peer_kind {
   XF__PEER_UNKNOWN = 0, /* before the session's first application frame */
@@ -93,29 +76,9 @@ typedef enum xf__peer_kind {
 struct xf__coord;
 struct xf__site;
 
-/* One connection. Owned by the coordinator's list; freed in on_close. */
-typedef struct xf__peer {
-  xf_conn *conn; /* NULL once closed */
-  struct xf__coord *co;
-  xf_session session;
-  xf_spiffe_id id;
-  xf__peer_kind kind;
-  struct xf__site *site; /* SITE and REGIONAL, after SiteAnnounce */
-  /* Outgoing streams, the head being sent: its next message when
-   * xf_conn_send refused it as busy, and whether it waits for a TensorAck. */
-  xf__stream *txq;
-  xf_tensor_msg tx_msg;
-  bool tx_pending;
-  bool tx_await_ack;
-  bool tx_stalled; /* waiting for the process-wide send budget */
-  uint64_t tx_bytes;
-  /* CLI: a request too large for a frame, coming in as a DOCUMENT stream
-   * (documents.c); NULL when none is open. doc_held: the size it announced,
-   * counted in the coordinator's doc_held while it is open. */
-  xf_document_rx *doc_in;
-  uint64_t doc_held;
-  struct xf__peer *next;
-} xf__peer;
+/* One connection (peer.c): owned by the coordinator's list, freed when it
+ * closes. */
+typedef struct xf__peer xf__peer;
 
 /* What a site announced of one dataset. */
 typedef struct xf__dataset {
@@ -150,22 +113,8 @@ typedef struct xf__site {
   struct xf__site *next;
 } xf__site;
 
-/* One carrier's update in a run's open attempt, from TensorBegin to its end. */
-typedef struct xf__take {
-  uint64_t carrier;
-  uint64_t stream_id;
-  xf_tensor_receiver *rx;
-  xf_agg_update *upd;         /* float32 folded as it comes */
-  uint8_t *stash;             /* encoded or masked bytes, decoded at the end */
-  size_t stash_len;
-  xf_seal_receiver *opener;   /* sealed: opens each chunk */
-  xf_update_form form;
-  uint64_t weight;            /* as folded (xf_jobm_fold_weight) */
-  uint64_t *sites;            /* the sites it sums (ids) */
-  size_t n_sites;
-  bool waiting_admission;     /* TensorBegin taken, TensorAck held back */
-  void *sink;                 /* the receiver's sink context (owned) */
-} xf__take;
+/* One carrier's update in a run's open attempt (intake.c). */
+typedef struct xf__take xf__take;
 
 /* What a regional aggregator's run was told by upstream. */
 typedef struct xf__upstream_task {
@@ -185,10 +134,13 @@ typedef struct xf__upstream_task {
   double max_epsilon, epsilon;
 } xf__upstream_task;
 
+/* What a regional aggregator's run holds of its task upstream (upstream.c). */
+typedef struct xf__relay xf__relay;
+
 /* A job the daemon hosts: its machine and everything around it. */
 typedef struct xf__run {
   struct xf__coord *co;
-  bool relay;               /* a regional aggregator's task */
+  xf__relay *relay;         /* a regional aggregator's task (upstream.c), NULL for a global run */
   int64_t id;               /* global: the journal's job id */
   char id_text[32];
   xf_jobspec spec;
@@ -224,18 +176,6 @@ typedef struct xf__run {
    * once it is done). */
   char refused[XF_JOBM_MSG_MAX];
   uint32_t refused_round, refused_attempt;
-  /* relay */
-  xf__upstream_task up;
-  float *relay_mean;        /* the region's aggregate, between COMMIT and the first FORWARD */
-  uint64_t relay_weight;
-  uint8_t *agg_bytes;       /* what went upstream, kept to send again (FORWARD with resend) */
-  size_t agg_len;
-  uint8_t *agg_plain;       /* ... and before sealing, to seal again for a restarted upstream */
-  size_t agg_plain_len;
-  xf_update_form agg_form;
-  uint64_t agg_count;
-  bool agg_sealed;
-  uint8_t agg_epk[XF_SEAL_PUBLICKEYBYTES];
   bool over;                /* finished: freed once nothing of it is in flight */
   /* stats.c: the phase the machine was in at the last look, since when,
    * and when the open attempt opened. */
@@ -284,8 +224,8 @@ typedef struct xf__coord {
   /* Caps, the buffer budget, and the running totals of what they refused
    * and closed (net/conn.h), for every connection of the process. */
   xf_conn_guard guard;
-  /* The sizes announced by every DOCUMENT stream coming in (documents.c):
-   * at most XF__DOCUMENTS_HELD_MAX (documents.c) at once. */
+  /* The sizes announced by every DOCUMENT stream coming in (peer.c):
+   * at most XF__DOCUMENTS_HELD_MAX (peer.c) at once. */
   uint64_t doc_held;
   xf_noise *noise;      /* central privacy: the aggregator's noise (CSPRNG-keyed) */
   /* The audit trail: the journal itself on the global role, STATE/audit.db
@@ -314,14 +254,7 @@ typedef struct xf__coord {
   } *residuals;
 } xf__coord;
 
-/* ---- daemon.c ------------------------------------------------------------------------ */
-double xf__now(void);
-/* Sends env on p's connection; logs and returns the error. */
-xf_err xf__send(xf__peer *p, const Xfed__Envelope *env);
-/* Queues an outgoing stream on p: over a model file (a reference is taken)
- * or over owned bytes (taken over), in chunks of chunk_bytes (0: the
- * largest); *opt gives the TensorBegin extras and the job (may be NULL).
- * Then pumps. */
+/* Extras of an outgoing stream's TensorBegin (xf__stream_queue). */
 typedef struct xf__stream_opts {
   uint64_t weight;
   uint32_t attempt, contributors;
@@ -330,6 +263,64 @@ typedef struct xf__stream_opts {
   bool await_ack;
   const char *job;
 } xf__stream_opts;
+
+/* The federation as admission sees it (job/admission.h), from the sites
+ * we know; freed with xf__federation_free. */
+typedef struct xf__federation {
+  xf_federation fed;
+  xf_fed_site *sites;
+  xf_fed_dataset *datasets;
+  const char **tags;
+} xf__federation;
+
+/* The dashboard (dashboard.c). */
+typedef struct xf__dashboard xf__dashboard;
+
+/* ---- daemon.c: the coordinator's loop and the sites it knows ------------------------ */
+double xf__now(void);
+/* A fresh stream id: even for a model, odd for an update. */
+uint64_t xf__stream_id(xf__coord *co, bool update);
+xf__site *xf__site_find(xf__coord *co, uint64_t id);
+xf__site *xf__site_by_name(xf__coord *co, const char *name);
+/* A site's name by id: a site, a regional, or a site behind one; NULL. */
+const char *xf__site_name(xf__coord *co, uint64_t id);
+/* A SiteAnnounce from p, whose certificate it names (peer.c checked it):
+ * the site (or regional and the sites behind it) is recorded, replacing
+ * what it said before and any older session of it, and every run told. */
+void xf__site_announce(xf__coord *co, xf__peer *p, const Xfed__SiteAnnounce *a);
+
+/* ---- peer.c: connections and their streams ---------------------------------------- */
+/* The options of an accepted (or dialed) connection. */
+const xf_conn_opts *xf__conn_opts(xf__coord *co, bool accepted);
+/* Connections the listener accepts belong to co (NULL: to none, refused). */
+void xf__peers_serve(xf__coord *co);
+/* Dials upstream (regional role) as the peer *out; its session opening is
+ * xf__upstream_on_frame's (env NULL). A dial that fails is logged; nothing
+ * is kept. err must not be NULL. */
+xf_err xf__peer_dial_upstream(xf__coord *co, xf__peer **out, xf_errctx *err) XF_WARN_UNUSED;
+/* p's connection (NULL once closed), certificate and kind. */
+xf_conn *xf__peer_conn(const xf__peer *p);
+const xf_spiffe_id *xf__peer_id(const xf__peer *p);
+xf__peer_kind xf__peer_kind_of(const xf__peer *p);
+/* The site p speaks for (NULL: none, or no longer). */
+void xf__peer_set_site(xf__peer *p, xf__site *s);
+/* The peer after p in co's list (p NULL: the first), NULL after the last. */
+xf__peer *xf__peer_next(xf__coord *co, const xf__peer *p);
+/* Drops every participant's queued streams of job (a run that ended). */
+void xf__peers_drop_job(xf__coord *co, const char *job);
+/* Closes every connection (stopping). */
+void xf__peers_close(xf__coord *co);
+/* Frees every peer (the loop has ended). */
+void xf__peers_free(xf__coord *co);
+/* After each turn of the loop (completed writes are such turns): resumes
+ * stalled streams, oldest peer first, while the send budget allows. */
+void xf__peers_on_pump(uv_check_t *h);
+/* Sends env on p's connection; logs and returns the error. */
+xf_err xf__send(xf__peer *p, const Xfed__Envelope *env);
+/* Queues an outgoing stream on p: over a model file (a reference is taken)
+ * or over owned bytes (taken over), in chunks of chunk_bytes (0: the
+ * largest); *opt gives the TensorBegin extras and the job (may be NULL).
+ * Then pumps. */
 xf_err xf__stream_queue(xf__peer *p, const xf_tensor_desc *desc, xf__model_file *mf, uint8_t *own,
                         size_t len, size_t chunk_bytes, const xf__stream_opts *opt);
 /* Drops p's queued streams of a job (job NULL: all of them). */
@@ -342,23 +333,40 @@ void xf__stream_acked(xf__peer *p, const Xfed__TensorAck *a);
  * when it was queued; its job into job (job_len bytes). What it carried
  * is the caller's to keep. */
 bool xf__stream_refused(xf__peer *p, uint64_t stream_id, char *job, size_t job_len);
+/* Takes another reference to mf (returned). */
+xf__model_file *xf__model_file_ref(xf__model_file *mf);
+/* mf's bytes (borrowed while a reference is held) and their count. */
+const uint8_t *xf__model_file_bytes(const xf__model_file *mf, size_t *len);
 void xf__model_file_unref(xf__model_file *mf);
 xf_err xf__model_file_make_as(const xf_model *m, const float *params, xf_checkpoint_dtype dtype,
                               xf__model_file **out, xf_digest *params_digest,
                               xf_errctx *err) XF_WARN_UNUSED;
-xf__site *xf__site_find(xf__coord *co, uint64_t id);
-xf__site *xf__site_by_name(xf__coord *co, const char *name);
-/* A site's name by id: a site, a regional, or a site behind one; NULL. */
-const char *xf__site_name(xf__coord *co, uint64_t id);
-xf_err xf__peer_new(xf__coord *co, xf__peer **out);
-const xf_conn_opts *xf__conn_opts(xf__coord *co, bool accepted);
-/* A fresh stream id: even for a model, odd for an update. */
-uint64_t xf__stream_id(xf__coord *co, bool update);
+/* A model file over bytes[0..len) (a model file's encoding), taken over:
+ * *bytes is NULL afterwards, on success only. */
+xf_err xf__model_file_adopt(uint8_t **bytes, size_t len, xf__model_file **out,
+                           xf_errctx *err) XF_WARN_UNUSED;
+/* The largest frame we send p: what its Hello accepts and, on a CLI
+ * session, never more than our own max_frame, so that an operator who
+ * lowers max_frame bounds the frames of CLI sessions both ways. */
+size_t xf__frame_limit(const xf__peer *p);
+/* Sends env to a CLI peer as a DOCUMENT stream of its packed bytes (for a
+ * message larger than xf__frame_limit; xf__send calls it). */
+xf_err xf__send_document(xf__peer *p, const Xfed__Envelope *env);
+/* A frame of a DOCUMENT stream from a CLI peer: acknowledged, and the
+ * request it completes handled as if it had come in one frame. */
+void xf__document_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);
+/* Drops what p has gathered of a DOCUMENT stream, if anything, and gives
+ * its size back to the coordinator's doc_held (on close). */
+void xf__document_drop(xf__peer *p);
 
 /* ---- host.c: job runs, for both roles ------------------------------------------------- */
 /* Frees a run (its machine, model, takes, streams it queued). */
 void xf__run_free(xf__run *run);
 xf__run *xf__run_by_id(xf__coord *co, const char *job_id);
+/* The round and attempt the run's frames name now: the machine's, or a
+ * relay's task's (its machine counts attempts of its own). */
+uint32_t xf__run_round(const xf__run *run);
+uint32_t xf__run_attempt(const xf__run *run);
 /* Carries out the run's machine actions, then gives it a plan when it wants
  * one, until nothing is left to do. */
 void xf__run_actions(xf__run *run);
@@ -381,32 +389,24 @@ xf_err xf__run_start_relay(xf__coord *co, const char *job_id, const char *params
                            const xf__upstream_task *up, const uint8_t *model, size_t model_len,
                            const xf_digest *model_digest, const uint64_t *cohort,
                            size_t n_cohort, xf_errctx *err) XF_WARN_UNUSED;
-/* The federation as admission sees it (job/admission.h), from the sites
- * we know; freed with xf__federation_free. */
-typedef struct xf__federation {
-  xf_federation fed;
-  xf_fed_site *sites;
-  xf_fed_dataset *datasets;
-  const char **tags;
-} xf__federation;
-xf_err xf__federation_make(xf__coord *co, xf__federation *out) XF_WARN_UNUSED;
-void xf__federation_free(xf__federation *f);
-/* Admission of spec on this coordinator now: the policy decided (global
- * role, residency on) and the federation we know. On success the caller
- * frees *out (xf_admission_free); decision_json (may be NULL) gets the
- * policy decision as JSON (NULL without a policy; xf_free). */
-xf_err xf__admit(xf__coord *co, const xf_jobspec *spec, xf_admission *out, char **decision_json,
-                 xf_errctx *err) XF_WARN_UNUSED;
-/* Whether spec's dataset is one a site announced or the current policy
- * lists (xf_admission_check_dataset): XF_EINVAL naming data.dataset, the
- * known datasets and the nearest, for check and submission. */
-xf_err xf__admit_check_dataset(xf__coord *co, const xf_jobspec *spec,
-                               xf_errctx *err) XF_WARN_UNUSED;
+/* Whether the last journal write failed. */
+bool xf__journal_broken(void);
 
 /* ---- intake.c: update streams coming in ----------------------------------------------- */
 void xf__take_abort(xf__run *run, xf__take *t);
 xf__take *xf__take_of(xf__run *run, uint64_t carrier);
+/* The take of carrier's stream `stream`, or NULL. */
+xf__take *xf__take_by_stream(xf__run *run, uint64_t carrier, uint64_t stream);
+/* Whether t's TensorBegin was acknowledged (not held back for admission):
+ * only then may its chunks come. */
+bool xf__take_acked(const xf__take *t);
+/* Aborts carrier's take, if it has one. */
+void xf__take_drop(xf__run *run, uint64_t carrier);
 void xf__takes_clear(xf__run *run);
+/* Clears the takes and frees their array (the run's end). */
+void xf__takes_free(xf__run *run);
+/* The run's takes held back for admission and those staged (metrics.c). */
+void xf__takes_count(const xf__run *run, size_t *waiting, size_t *staged);
 /* TensorBegin, TensorChunk, TensorEnd of an UPDATE or AGGREGATE stream. */
 void xf__intake_begin(xf__run *run, xf__site *s, const Xfed__TensorBegin *m);
 void xf__intake_chunk(xf__run *run, xf__site *s, xf__take *t, const Xfed__TensorChunk *c);
@@ -441,34 +441,32 @@ bool xf__residency_on(const xf__coord *co);
  * name. detail is taken over (may be NULL: {}). Failures are logged, never
  * fatal to the caller (the row is then missing, and the log says so). */
 void xf__audit(xf__coord *co, const char *kind, const char *subject, json_t *detail);
+/* The current policy version, reloaded into co->policy when the version
+ * table moved on; *out is borrowed from co. XF_EDB. */
+xf_err xf__policy_current(xf__coord *co, const xf_policy **out, xf_errctx *err) XF_WARN_UNUSED;
 /* Decides spec against the current policy version (loaded or reloaded as
  * needed) with this coordinator's region. XF_EDENIED with a message when
  * no policy was ever pushed or the coordinator has no region; errors of
  * xf_policy_decide otherwise. On success the caller frees *out with
  * xf_policy_decision_free. */
-/* The current policy version, reloaded into co->policy when the version
- * table moved on; *out is borrowed from co. XF_EDB. */
-xf_err xf__policy_current(xf__coord *co, const xf_policy **out, xf_errctx *err) XF_WARN_UNUSED;
-
 xf_err xf__residency_decide(xf__coord *co, const xf_jobspec *spec, xf_policy_decision *out,
                             xf_errctx *err) XF_WARN_UNUSED;
+/* The federation as admission sees it, from the sites we know. */
+xf_err xf__federation_make(xf__coord *co, xf__federation *out) XF_WARN_UNUSED;
+void xf__federation_free(xf__federation *f);
+/* Admission of spec on this coordinator now: the policy decided (global
+ * role, residency on) and the federation we know. On success the caller
+ * frees *out (xf_admission_free); decision_json (may be NULL) gets the
+ * policy decision as JSON (NULL without a policy; xf_free). */
+xf_err xf__admit(xf__coord *co, const xf_jobspec *spec, xf_admission *out, char **decision_json,
+                 xf_errctx *err) XF_WARN_UNUSED;
+/* Whether spec's dataset is one a site announced or the current policy
+ * lists (xf_admission_check_dataset): XF_EINVAL naming data.dataset, the
+ * known datasets and the nearest, for check and submission. */
+xf_err xf__admit_check_dataset(xf__coord *co, const xf_jobspec *spec,
+                               xf_errctx *err) XF_WARN_UNUSED;
 /* Sets the job's state and message in the journal (logs failures). */
 void xf__journal_state(xf__coord *co, int64_t job, xf_job_state state, const char *msg);
-
-/* ---- documents.c: messages larger than a frame on CLI sessions -------------------------- */
-/* The largest frame we send p: what its Hello accepts and, on a CLI
- * session, never more than our own max_frame, so that an operator who
- * lowers max_frame bounds the frames of CLI sessions both ways. */
-size_t xf__frame_limit(const xf__peer *p);
-/* Sends env to a CLI peer as a DOCUMENT stream of its packed bytes (for a
- * message larger than xf__frame_limit; xf__send calls it). */
-xf_err xf__send_document(xf__peer *p, const Xfed__Envelope *env);
-/* A frame of a DOCUMENT stream from a CLI peer: acknowledged, and the
- * request it completes handled as if it had come in one frame. */
-void xf__document_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);
-/* Drops what p has gathered of a DOCUMENT stream, if anything, and gives
- * its size back to the coordinator's doc_held (on close). */
-void xf__document_drop(xf__peer *p);
 
 /* ---- policy_requests.c ------------------------------------------------------------------ */
 void xf__policy_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);
@@ -482,11 +480,21 @@ void xf__cli_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);
  * once and noted. */
 xf_err xf__model_digest(xf__coord *co, const xf_digest *blob, xf_digest *params,
                         xf_errctx *err) XF_WARN_UNUSED;
+/* Job id as `xfed job status --json` shows it (requests.c builds both from
+ * the same JobInfo); NULL with err set when it cannot be read. */
+json_t *xf__job_info_json(xf__coord *co, int64_t id, xf_errctx *err);
+
+/* ---- stats.c: what the coordinator counts since it started -------------------------- */
+/* Sets up the counts (every build). */
+void xf__stats_init(xf__coord *co);
+/* Hooks: a run's phase may have moved (host.c after each action
+ * list); a round committed or an attempt failed; a peer's connection closed. */
+void xf__stats_phase(xf__run *run);
+void xf__stats_round(xf__run *run, bool committed);
+void xf__stats_peer_closed(xf__coord *co, const xf__peer *p);
 
 /* ---- metrics.c: /metrics and /healthz ----------------------------------------------------- */
-/* stats.c: sets up the counts below (every build). */
-void xf__stats_init(xf__coord *co);
-/* Serves them when cfg.metrics_host is set. A build without the HTTP
+/* Serves the counts when cfg.metrics_host is set. A build without the HTTP
  * server (XF_HTTP=OFF: nohttp.c) refuses a set cfg.metrics_host or
  * cfg.dashboard_host with XF_EUNSUPPORTED and answers a DashboardRequest
  * with that error. */
@@ -494,25 +502,12 @@ xf_err xf__metrics_start(xf__coord *co, xf_errctx *err) XF_WARN_UNUSED;
 void xf__metrics_stop(xf__coord *co);
 
 /* ---- dashboard.c ------------------------------------------------------------------------- */
-typedef struct xf__dashboard xf__dashboard;
 /* Serves the dashboard when cfg.dashboard_host is set (global role only). */
 xf_err xf__dashboard_start(xf__coord *co, xf_errctx *err) XF_WARN_UNUSED;
 /* Closes it and forgets every token and session; a no-op without one. */
 void xf__dashboard_stop(xf__coord *co);
 /* Answers a DashboardRequest with a token (any user certificate). */
 void xf__dashboard_grant(xf__coord *co, xf__peer *p, const Xfed__DashboardRequest *m);
-
-/* ---- requests.c -------------------------------------------------------------------------- */
-/* Job id as `xfed job status --json` shows it (requests.c builds both from
- * the same JobInfo); NULL with err set when it cannot be read. */
-json_t *xf__job_info_json(xf__coord *co, int64_t id, xf_errctx *err);
-/* Hooks (stats.c): a run's phase may have moved (host.c after each action
- * list); a round committed or an attempt failed; a peer's connection closed. */
-void xf__stats_phase(xf__run *run);
-void xf__stats_round(xf__run *run, bool committed);
-void xf__stats_peer_closed(xf__coord *co, const xf__peer *p);
-/* Whether the last journal write failed (host.c). */
-bool xf__journal_broken(void);
 
 /* ---- upstream.c: the regional role's link upstream ------------------------------------------- */
 void xf__upstream_start(xf__coord *co);
@@ -530,6 +525,14 @@ void xf__upstream_refuse(xf__coord *co, const xf__run *run, uint64_t site, int r
 void xf__upstream_forward(xf__coord *co, xf__run *run, const uint64_t *sites, size_t n,
                           uint64_t weight, bool resend);
 void xf__upstream_eval_done(xf__coord *co, const xf__run *run);
+/* A relay over the task upstream told us (copied); NULL out of memory. */
+xf__relay *xf__relay_new(const xf__upstream_task *up);
+void xf__relay_free(xf__relay *r);
+/* The task as upstream told it (borrowed from r). */
+const xf__upstream_task *xf__relay_task(const xf__relay *r);
+/* Keeps the region's aggregate (taken over; NULL when none was made) until
+ * it goes upstream. */
+void xf__relay_set_aggregate(xf__relay *r, float *mean, uint64_t weight);
 /* Passes a site's Metrics upstream unchanged. */
 void xf__upstream_metrics(xf__coord *co, const Xfed__Envelope *env);
 

@@ -389,15 +389,15 @@ static void on_api(void *ctx, const xf_http_request *req, xf_http_response *resp
 
 void xf__dashboard_grant(xf__coord *co, xf__peer *p, const Xfed__DashboardRequest *m) {
   char user[XF_SPIFFE_MAX];
-  if (xf_spiffe_format(&p->id, user, NULL) != XF_OK) snprintf(user, 2, "?");
-  if (p->id.role == XF_PKI_ROLE_NONE) {
+  if (xf_spiffe_format(xf__peer_id(p), user, NULL) != XF_OK) snprintf(user, 2, "?");
+  if (xf__peer_id(p)->role == XF_PKI_ROLE_NONE) {
     XF_WARN("request_denied", "user=%s request=dashboard", user);
-    xf_session_send_error(p->conn, XF_EDENIED, "only user certificates may open the dashboard; "
-                          "%s is not one", user);
+    xf_session_send_error(xf__peer_conn(p), XF_EDENIED,
+                          "only user certificates may open the dashboard; %s is not one", user);
     return;
   }
   if (!co->dash) {
-    xf_session_send_error(p->conn, XF_EUNSUPPORTED,
+    xf_session_send_error(xf__peer_conn(p), XF_EUNSUPPORTED,
                           "this coordinator serves no dashboard: its operator starts it with "
                           "--dashboard [HOST:]PORT (docs/dashboard.md)");
     return;
@@ -405,9 +405,9 @@ void xf__dashboard_grant(xf__coord *co, xf__peer *p, const Xfed__DashboardReques
   char token[XF_DASH_SECRET_HEX];
   double expires = 0;
   xf_errctx err = {0};
-  if (xf_dash_issue(co->dash->tokens, xf__now(), m->ttl_s, (int)p->id.role, token, &expires,
-                    &err) != XF_OK) {
-    xf_session_send_error(p->conn, err.code, "%s", err.msg);
+  if (xf_dash_issue(co->dash->tokens, xf__now(), m->ttl_s, (int)xf__peer_id(p)->role, token,
+                    &expires, &err) != XF_OK) {
+    xf_session_send_error(xf__peer_conn(p), err.code, "%s", err.msg);
     return;
   }
   Xfed__DashboardGrant g = XFED__DASHBOARD_GRANT__INIT;

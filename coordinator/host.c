@@ -13,11 +13,12 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "coordinator/commit.h"
 #include "coordinator/daemon_internal.h"
+#include "coordinator/schedule.h"
 #include "coordinator/sawire.h"
 #include "job/jobmodel.h"
 #include "job/jobprivacy.h"
-#include "privacy/plan.h"
 
 /* Whether the last journal write failed: /healthz answers 503 until one
  * succeeds again. One daemon per process, so one flag. */
@@ -40,8 +41,7 @@ static xf_err refresh_offer(xf__run *run, xf_errctx *err) {
   run->offer_mf = NULL;
   xf_job_downlink dl = run->spec.compression.downlink;
   if (dl == XF_JOB_DOWNLINK_NONE) {
-    run->offer_mf = run->mf;
-    run->mf->refs++;
+    run->offer_mf = xf__model_file_ref(run->mf);
     run->offer_digest = run->params_digest;
     return XF_OK;
   }
@@ -74,8 +74,7 @@ void xf__run_free(xf__run *run) {
   xf_errctx err = {0};
   if (run->co && run->co->audit && xf_audit_keeper_mark(run->co->audit, xf__now(), &err) != XF_OK)
     XF_WARN("audit_checkpoint_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
-  xf__takes_clear(run);
-  xf_free(run->takes);
+  xf__takes_free(run);
   free_seal(run);
   xf_jobm_free(run->m);
   xf_aggregator_free(run->agg);
@@ -86,9 +85,7 @@ void xf__run_free(xf__run *run) {
   xf__model_file_unref(run->mf);
   xf__model_file_unref(run->offer_mf);
   xf_admission_free(&run->plan);
-  xf_free(run->relay_mean);
-  xf_free(run->agg_bytes);
-  xf_free(run->agg_plain);
+  xf__relay_free(run->relay);
   xf_free(run);
 }
 
@@ -102,7 +99,7 @@ xf__run *xf__run_by_id(xf__coord *co, const char *job_id) {
 /* The peer that carries `carrier`'s traffic, or NULL when it is away. */
 static xf__peer *peer_of(xf__coord *co, uint64_t carrier) {
   xf__site *s = xf__site_find(co, carrier);
-  return s && s->peer && s->peer->conn ? s->peer : NULL;
+  return s && s->peer && xf__peer_conn(s->peer) ? s->peer : NULL;
 }
 
 static const char *name_of(xf__coord *co, uint64_t id) {
@@ -117,6 +114,22 @@ static char **names_of(xf__coord *co, const uint64_t *sites, size_t n) {
   for (size_t i = 0; i < n; i++) v[i] = (char *)name_of(co, sites[i]);
   return v;
 }
+
+/* ---- the rounds a run's frames name ----------------------------------------------------------------- */
+
+/* A relay's machine counts attempts of its own; its sites and upstream know
+ * the task's round and attempt. */
+static uint32_t task_round(const xf__run *run, uint32_t round) {
+  return run->relay ? xf__relay_task(run->relay)->round : round;
+}
+
+static uint32_t task_attempt(const xf__run *run, uint32_t attempt) {
+  return run->relay ? xf__relay_task(run->relay)->attempt : attempt;
+}
+
+uint32_t xf__run_round(const xf__run *run) { return task_round(run, xf_jobm_round(run->m)); }
+
+uint32_t xf__run_attempt(const xf__run *run) { return task_attempt(run, xf_jobm_attempt(run->m)); }
 
 /* ---- plans ----------------------------------------------------------------------------------------- */
 
@@ -198,7 +211,7 @@ static bool fill_residency(xf__run *run, uint64_t carrier, Xfed__Residency *res,
   *names = NULL;
   xfed__residency__init(res);
   if (run->relay) {
-    const xf__upstream_task *up = &run->up;
+    const xf__upstream_task *up = xf__relay_task(run->relay);
     if (!up->has_residency) return false;
     res->policy_version = up->policy_version;
     res->coordinator_region = (char *)up->coordinator_region;
@@ -258,8 +271,8 @@ static void send_offer(xf__run *run, const xf_jobm_action *a, bool evaluate) {
   if (!p) return; /* away: it is offered again when it comes back */
   Xfed__TaskOffer o = XFED__TASK_OFFER__INIT;
   o.job_id = run->id_text;
-  o.round = evaluate ? run->model_round : (run->relay ? run->up.round : a->round);
-  o.attempt = evaluate ? 0 : (run->relay ? run->up.attempt : a->attempt);
+  o.round = evaluate ? run->model_round : task_round(run, a->round);
+  o.attempt = evaluate ? 0 : task_attempt(run, a->attempt);
   o.deadline_unix_ms = (uint64_t)(a->deadline * 1000.0);
   o.answer_by_unix_ms = (uint64_t)(a->answer_by * 1000.0);
   o.model_digest.data = run->offer_digest.bytes;
@@ -290,25 +303,27 @@ static void send_offer(xf__run *run, const xf_jobm_action *a, bool evaluate) {
   xf_free(cohort);
   xf_free(names);
   if (sent != XF_OK) return;
+  size_t model_len = 0;
+  (void)xf__model_file_bytes(run->offer_mf, &model_len);
   xf_tensor_desc d = {.stream_id = o.model_stream_id,
                       .kind = XFED__TENSOR_BEGIN__KIND__MODEL,
                       .dtype = XFED__TENSOR_BEGIN__DTYPE__U8,
-                      .element_count = run->offer_mf->len,
+                      .element_count = model_len,
                       .job_id = run->id_text,
                       .round = o.round};
   xf__stream_opts so = {.attempt = o.attempt, .job = run->id_text};
-  (void)xf__stream_queue(p, &d, run->offer_mf, NULL, run->offer_mf->len, 0, &so);
+  (void)xf__stream_queue(p, &d, run->offer_mf, NULL, model_len, 0, &so);
   XF_INFO("task_sent", "job=%s round=%u attempt=%u to=%s sites=%zu eval=%d resend=%d "
           "model_bytes=%zu",
           run->id_text, (unsigned)o.round, (unsigned)o.attempt, name_of(co, a->carrier),
-          a->n_sites ? a->n_sites : 1, evaluate ? 1 : 0, a->resend ? 1 : 0, run->offer_mf->len);
+          a->n_sites ? a->n_sites : 1, evaluate ? 1 : 0, a->resend ? 1 : 0, model_len);
 }
 
 static void send_go(xf__run *run, const xf_jobm_action *a) {
   Xfed__TaskGo g = XFED__TASK_GO__INIT;
   g.job_id = run->id_text;
-  g.round = run->relay ? run->up.round : a->round;
-  g.attempt = run->relay ? run->up.attempt : a->attempt;
+  g.round = task_round(run, a->round);
+  g.attempt = task_attempt(run, a->attempt);
   Xfed__SecAggSetup su = XFED__SEC_AGG_SETUP__INIT;
   if (a->has_secagg) {
     const xf_update_secagg *s = &a->secagg;
@@ -339,8 +354,7 @@ static void send_go(xf__run *run, const xf_jobm_action *a) {
 
 static void send_cancel(xf__run *run, uint64_t carrier, uint32_t round, uint32_t attempt,
                         const char *why) {
-  xf__take *t = xf__take_of(run, carrier);
-  if (t) xf__take_abort(run, t);
+  xf__take_drop(run, carrier);
   xf__peer *p = peer_of(run->co, carrier);
   if (!p) return;
   xf__stream_drop(p, run->id_text);
@@ -377,8 +391,8 @@ static void send_sa(xf__run *run, const xf_jobm_action *a) {
   if (!sigs) return;
   /* A relay's machine makes one attempt of its own; its sites hold the
    * upstream task's round and attempt. */
-  uint32_t round = run->relay ? run->up.round : a->round;
-  uint32_t attempt = run->relay ? run->up.attempt : a->attempt;
+  uint32_t round = task_round(run, a->round);
+  uint32_t attempt = task_attempt(run, a->attempt);
   if (a->kind == XF_JOBM_SA_KEYS) {
     k.job_id = run->id_text;
     k.round = round;
@@ -455,96 +469,68 @@ static void send_sa(xf__run *run, const xf_jobm_action *a) {
 
 /* ---- the commit ------------------------------------------------------------------------------------ */
 
-/* The attempt's aggregate delta: the updates folded (and the secure sum
- * of the direct sites, as one more input carrying its weight). *out is
- * n_params floats (xf_free). */
-static xf_err form_mean(xf__run *run, float **out, uint64_t *weight, xf_errctx *err) {
-  *out = NULL;
-  float *sa_mean = NULL;
-  uint64_t sa_weight = 0;
-  uint32_t sa_sites = 0;
-  bool has_sa = xf_jobm_take_secure_mean(run->m, &sa_mean, &sa_weight, &sa_sites);
-  if (has_sa)
+/* The secure sum of the attempt's direct sites, taken from the machine
+ * (NULL when it has none). */
+static float *take_secure_sum(xf__run *run, uint64_t *weight) {
+  float *mean = NULL;
+  uint32_t sites = 0;
+  *weight = 0;
+  if (xf_jobm_take_secure_mean(run->m, &mean, weight, &sites))
     XF_INFO("secagg_unmasked", "job=%s round=%u attempt=%u sites=%u weight=%" PRIu64,
-            run->id_text, (unsigned)(run->relay ? run->up.round : xf_jobm_round(run->m)),
-            (unsigned)xf_jobm_attempt(run->m), (unsigned)sa_sites, sa_weight);
-  size_t folded = run->agg ? xf_aggregator_committed(run->agg) : 0;
-  if (has_sa && folded == 0) {
-    *out = sa_mean;
-    *weight = sa_weight;
-    return XF_OK;
-  }
-  xf_err rc = XF_OK;
-  if (has_sa) {
-    /* The secure sum joins the regional aggregates as one input. */
-    xf_agg_update *u = NULL;
-    rc = xf_aggregator_begin_update(run->agg, UINT64_MAX >> 1, sa_weight ? sa_weight : 1, &u,
-                                    err);
-    if (rc == XF_OK) rc = xf_aggregator_fold(u, 0, sa_mean, run->n_params, err);
-    if (rc == XF_OK) rc = xf_aggregator_end_update(u, err);
-    else xf_aggregator_abort_update(u);
-    xf_free(sa_mean);
-    if (rc != XF_OK) return rc;
-  }
-  XF_ENSURE(run->agg && xf_aggregator_committed(run->agg) > 0, err, XF_EINVAL,
-            "no update was taken in this attempt");
-  float *mean = xf_mallocarray(run->n_params, sizeof(float));
-  if (!mean) return xf_fail(err, XF_ENOMEM, "out of memory for the aggregate");
-  rc = xf_aggregator_finish(run->agg, mean, err);
-  if (rc != XF_OK) {
-    xf_free(mean);
-    return rc;
-  }
-  *out = mean;
-  *weight = xf_aggregator_total_weight(run->agg);
-  return XF_OK;
+            run->id_text, (unsigned)xf__run_round(run),
+            (unsigned)xf_jobm_attempt(run->m), (unsigned)sites, *weight);
+  return mean;
 }
 
+/* A region's aggregate (coordinator/commit.h). *out is n_params floats
+ * (xf_free). */
+static xf_err form_mean(xf__run *run, float **out, uint64_t *weight, xf_errctx *err) {
+  uint64_t sa_weight = 0;
+  float *sa_mean = take_secure_sum(run, &sa_weight);
+  return xf_commit_aggregate(run->agg, sa_mean, sa_weight, run->n_params, out, weight, err);
+}
+
+/* Stores a commit's model file and optimizer state as blobs and journals
+ * the round's commit. */
+static xf_err journal_commit(xf__run *run, const xf__model_file *mf, const xf_commit_result *c,
+                             xf_digest *model_blob, xf_errctx *err) {
+  xf__coord *co = run->co;
+  xf_digest opt_blob;
+  size_t len = 0;
+  const uint8_t *bytes = xf__model_file_bytes(mf, &len);
+  XF_GUARD(xf_blob_put(co->blobs, bytes, len, model_blob, err));
+  XF_GUARD(xf_blob_put(co->blobs, c->opt_state, c->opt_len, &opt_blob, err));
+  return xf_journal_round_commit(co->db, run->id, xf_jobm_round(run->m), xf_jobm_attempt(run->m),
+                                 model_blob, &opt_blob, xf__now(), err);
+}
+
+/* The global role's commit (coordinator/commit.h), stored and journaled;
+ * the run then offers the new model. */
 static xf_err commit_global(xf__run *run, uint32_t sites, xf_errctx *err) {
   xf__coord *co = run->co;
-  float *mean = NULL;
-  uint64_t weight = 0;
-  XF_GUARD(form_mean(run, &mean, &weight, err));
-  xf_err rc = XF_OK;
-  if (run->spec.privacy.unit == XF_PRIVACY_UNIT_SITE &&
-      run->spec.privacy.mode == XF_PRIVACY_CENTRAL && run->spec.privacy.has_noise_multiplier) {
-    /* N(0, (sigma C)^2) on the sum of n clipped updates is N(0, (sigma C / n)^2)
-     * on their mean; the sampler's grid slack is paid on top. */
-    double n = sites ? (double)sites : 1.0, sd;
-    rc = xf_privacy_grid_sigma(run->spec.privacy.noise_multiplier, run->spec.privacy.clip / n,
-                               run->n_params, &sd, err);
-    if (rc == XF_OK)
-      rc = co->noise ? xf_noise_gaussian_vec(co->noise, sd, mean, run->n_params)
-                     : xf_fail(err, XF_EINTERNAL, "no noise generator");
-    if (rc != XF_OK) {
-      xf_free(mean);
-      return rc;
-    }
-  }
-  xf_server_opt_step(run->opt, run->params, mean);
-  xf_free(mean);
+  xf_commit_round in = {.privacy = &run->spec.privacy,
+                        .model = run->model,
+                        .noise = co->noise,
+                        .sites = sites,
+                        .agg = run->agg};
+  in.secure_mean = take_secure_sum(run, &in.secure_weight);
+  xf_commit_result c;
+  XF_GUARD(xf_commit_global(&in, run->opt, run->params, run->n_params, &c, err));
+  xf_digest model_blob;
   xf__model_file *mf = NULL;
-  XF_GUARD(xf__model_file_make_as(run->model, run->params, XF_CHECKPOINT_F32, &mf, NULL, err));
-  xf_digest model_blob, opt_blob;
-  uint8_t *opt_bytes = NULL;
-  size_t opt_len = 0;
-  rc = xf_blob_put(co->blobs, mf->bytes, mf->len, &model_blob, err);
-  if (rc == XF_OK && xf_server_opt_save(run->opt, &opt_bytes, &opt_len) != XF_OK)
-    rc = xf_fail(err, XF_ENOMEM, "out of memory saving the optimizer state");
-  if (rc == XF_OK) rc = xf_blob_put(co->blobs, opt_bytes, opt_len, &opt_blob, err);
-  xf_free(opt_bytes);
-  uint32_t round = xf_jobm_round(run->m);
-  if (rc == XF_OK)
-    rc = xf_journal_round_commit(co->db, run->id, round, xf_jobm_attempt(run->m), &model_blob,
-                                 &opt_blob, xf__now(), err);
+  xf_err rc = xf__model_file_adopt(&c.model, c.model_len, &mf, err);
+  if (rc == XF_OK) rc = journal_commit(run, mf, &c, &model_blob, err);
+  uint64_t weight = c.weight;
+  xf_digest params_digest = c.params_digest;
+  xf_commit_result_free(&c);
   if (rc != XF_OK) {
     xf__model_file_unref(mf);
     return rc;
   }
   xf__model_file_unref(run->mf);
   run->mf = mf;
-  run->model_round = round;
-  xf_params_digest(run->params, run->n_params, &run->params_digest);
+  run->model_round = xf_jobm_round(run->m);
+  run->params_digest = params_digest;
   xf_errctx note_err = {0};
   journal_check(xf_journal_model_digest_note(co->db, &model_blob, &run->params_digest, &note_err),
                 "model_digest", &note_err);
@@ -552,7 +538,7 @@ static xf_err commit_global(xf__run *run, uint32_t sites, xf_errctx *err) {
   char hex[XF_DIGEST_HEX];
   xf_digest_hex(&run->params_digest, hex);
   XF_INFO("round_committed", "job=%s round=%u reports=%u weight=%" PRIu64 " model=%s",
-          run->id_text, (unsigned)round, (unsigned)sites, weight, hex);
+          run->id_text, (unsigned)run->model_round, (unsigned)sites, weight, hex);
   return XF_OK;
 }
 
@@ -560,12 +546,14 @@ static void do_commit(xf__run *run, const xf_jobm_action *a) {
   xf_errctx err = {0};
   xf_err rc;
   if (run->relay) {
-    xf_free(run->relay_mean);
-    run->relay_mean = NULL;
-    rc = form_mean(run, &run->relay_mean, &run->relay_weight, &err);
+    float *mean = NULL;
+    uint64_t weight = 0;
+    xf__relay_set_aggregate(run->relay, NULL, 0);
+    rc = form_mean(run, &mean, &weight, &err);
+    xf__relay_set_aggregate(run->relay, mean, weight);
     if (rc == XF_OK)
       XF_INFO("aggregate_made", "job=%s round=%u attempt=%u weight=%" PRIu64, run->id_text,
-              (unsigned)run->up.round, (unsigned)run->up.attempt, run->relay_weight);
+              (unsigned)xf__run_round(run), (unsigned)xf__run_attempt(run), weight);
   } else {
     rc = commit_global(run, (uint32_t)a->samples, &err);
   }
@@ -615,141 +603,172 @@ static void journal_fail(xf__run *run, const xf_jobm_action *a) {
 
 /* ---- the machine's actions --------------------------------------------------------------------------- */
 
-static void take_action(xf__run *run, const xf_jobm_action *a) {
+/* An attempt opened: a fresh aggregator for its cohort, its row and its
+ * audit (global role). */
+static void on_opened(xf__run *run, const xf_jobm_action *a) {
   xf__coord *co = run->co;
   xf_errctx err = {0};
+  xf_aggregator_free(run->agg);
+  run->agg = NULL;
+  xf__takes_clear(run);
+  if (xf_aggregator_create(&run->spec.strategy, run->n_params, a->n_sites ? a->n_sites : 1,
+                           &run->agg, &err) != XF_OK)
+    XF_ERROR("aggregator_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+  run->agg_round = a->round;
+  run->agg_attempt = a->attempt;
+  XF_INFO("round_opened", "job=%s round=%u attempt=%u sites=%zu", run->id_text,
+          (unsigned)task_round(run, a->round), (unsigned)a->attempt, a->n_sites);
+  if (!run->relay) {
+    journal_check(xf_journal_round_open(co->db, run->id, a->round, a->attempt, a->sites,
+                                        a->n_sites, a->deadline, xf__now(), &err),
+                  "round_open", &err);
+    audit_opened(run, a);
+  }
+}
+
+/* A carrier's update is not taken: its stream aborted, the refusal
+ * audited, logged, counted and answered, and its task cancelled. */
+static void on_discard(xf__run *run, const xf_jobm_action *a) {
+  xf__coord *co = run->co;
+  xf__take_drop(run, a->carrier);
+  xf__peer *p = peer_of(co, a->carrier);
+  if (a->refusal == XF_JOBM_REFUSED_POLICY)
+    xf__audit(co, "refused_task", run->id_text,
+              json_pack("{s:s,s:I,s:I,s:s,s:s,s:s}", "job", run->id_text, "round",
+                        (json_int_t)a->round, "attempt", (json_int_t)a->attempt, "from",
+                        name_of(co, a->carrier), "kind", "regional_aggregate", "why", a->note));
+  XF_WARN("update_refused", "job=%s from=%s reason=\"%s\"", run->id_text,
+          name_of(co, a->carrier), a->note);
+  co->stats.updates_refused[(unsigned)a->refusal <= XF_JOBM_REFUSED_BUSY ? a->refusal : 0]++;
+  if (p)
+    xf_session_send_error(xf__peer_conn(p),
+                          a->refusal == XF_JOBM_REFUSED_POLICY ? XF_EDENIED : XF_EINVAL,
+                          "job %s: %s", run->id_text, a->note);
+  send_cancel(run, a->carrier, task_round(run, a->round), task_attempt(run, a->attempt),
+              a->note);
+}
+
+static void on_participant(xf__run *run, const xf_jobm_action *a) {
+  xf__coord *co = run->co;
+  if (a->state == XF_PARTICIPANT_DROPPED)
+    XF_WARN("site_dropped", "job=%s round=%u attempt=%u site=%s", run->id_text,
+            (unsigned)a->round, (unsigned)a->attempt, name_of(co, a->site));
+  if (!run->relay) {
+    xf_errctx err = {0};
+    xf_journal_participant jp = {.site = a->site, .state = a->state, .samples = a->samples};
+    journal_check(xf_journal_participant_set(co->db, run->id, a->round, a->attempt, &jp,
+                                             xf__now(), &err),
+                  "participant", &err);
+  }
+}
+
+static void on_retry(xf__run *run, const xf_jobm_action *a) {
+  XF_WARN("round_retried", "job=%s round=%u attempt=%u reason=\"%s\"", run->id_text,
+          (unsigned)a->round, (unsigned)a->attempt, a->note);
+  xf__stats_round(run, false);
+  xf_aggregator_free(run->agg);
+  run->agg = NULL;
+  xf__takes_clear(run);
+  run->refused[0] = '\0'; /* the retry's note holds them; the next attempt is another */
+  if (!run->relay) {
+    xf_errctx err = {0};
+    journal_check(xf_journal_round_retry(run->co->db, run->id, a->round, a->attempt, a->note,
+                                         xf__now(), &err),
+                  "round_retry", &err);
+  }
+}
+
+static void on_pause(xf__run *run, const xf_jobm_action *a) {
+  XF_WARN("job_paused", "job=%s reason=\"%s\"", run->id_text, a->note);
+  xf__audit(run->co, "job", run->id_text,
+            json_pack("{s:s,s:I,s:s}", "event", "paused", "round", (json_int_t)a->round, "why",
+                      a->note));
+  xf__journal_state(run->co, run->id, XF_JOB_PAUSED, a->note);
+}
+
+static void on_resume(xf__run *run) {
+  XF_INFO("job_resumed", "job=%s policy_version=%" PRIu64, run->id_text,
+          run->plan.policy_version);
+  xf__audit(run->co, "job", run->id_text,
+            json_pack("{s:s,s:I}", "event", "resumed", "policy_version",
+                      (json_int_t)run->plan.policy_version));
+  xf__journal_state(run->co, run->id, XF_JOB_RUNNING, NULL);
+}
+
+static void on_stop(xf__run *run, const xf_jobm_action *a) {
+  XF_WARN("job_stopped", "job=%s reason=\"%s\"", run->id_text, a->note);
+  if (!run->relay) xf__journal_state(run->co, run->id, XF_JOB_DONE, a->note);
+  run->refused[0] = '\0'; /* why it stopped is what its message says */
+}
+
+static void on_fail(xf__run *run, const xf_jobm_action *a) {
+  XF_ERROR("job_failed", "job=%s reason=\"%s\"", run->id_text, a->note);
+  xf__stats_round(run, false);
+  if (!run->relay) journal_fail(run, a);
+  run->over = true;
+}
+
+static void on_finish(xf__run *run) {
+  XF_INFO("job_finished", "job=%s rounds=%u", run->id_text, (unsigned)run->model_round);
+  if (!run->relay && run->refused[0]) {
+    /* Done without the sites that refused: its message says who and why. */
+    char msg[XF_JOBM_MSG_MAX + 64];
+    snprintf(msg, sizeof(msg), "round %u went on without %s", (unsigned)run->refused_round,
+             run->refused);
+    xf__journal_state(run->co, run->id, XF_JOB_DONE, msg);
+  }
+  if (run->relay && xf__relay_task(run->relay)->evaluate_only) xf__upstream_eval_done(run->co, run);
+  if (!run->relay) run->over = true;
+}
+
+/* A relay refuses upstream: one site's part, or the whole task (its
+ * aggregate held back, or no cohort), which is audited. */
+static void on_refuse_up(xf__run *run, const xf_jobm_action *a) {
+  xf__coord *co = run->co;
+  int reason = a->refusal == XF_JOBM_REFUSED_POLICY   ? XFED__TASK_REFUSAL__REASON__POLICY_DENIED
+               : a->refusal == XF_JOBM_REFUSED_BUDGET ? XFED__TASK_REFUSAL__REASON__BUDGET_EXHAUSTED
+               : a->refusal == XF_JOBM_REFUSED_TARGET ? XFED__TASK_REFUSAL__REASON__TARGET_REACHED
+               : a->refusal == XF_JOBM_REFUSED_BUSY   ? XFED__TASK_REFUSAL__REASON__BUSY
+                                                      : XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
+  if (!a->site) {
+    const xf__upstream_task *up = xf__relay_task(run->relay);
+    xf__audit(co, "refused_task", run->id_text,
+              json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:s}", "job", run->id_text, "round",
+                        (json_int_t)up->round, "attempt", (json_int_t)up->attempt, "kind",
+                        "regional_aggregate", "from", co->cfg.region, "to",
+                        up->coordinator_region, "why", a->note));
+    XF_WARN("aggregate_held", "job=%s round=%u reason=\"%s\"", run->id_text,
+            (unsigned)up->round, a->note);
+  }
+  xf__upstream_refuse(co, run, a->site, reason, a->note);
+}
+
+static void take_action(xf__run *run, const xf_jobm_action *a) {
+  xf__coord *co = run->co;
   switch (a->kind) {
-  case XF_JOBM_OPENED:
-    xf_aggregator_free(run->agg);
-    run->agg = NULL;
-    xf__takes_clear(run);
-    if (xf_aggregator_create(&run->spec.strategy, run->n_params, a->n_sites ? a->n_sites : 1,
-                             &run->agg, &err) != XF_OK)
-      XF_ERROR("aggregator_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
-    run->agg_round = a->round;
-    run->agg_attempt = a->attempt;
-    XF_INFO("round_opened", "job=%s round=%u attempt=%u sites=%zu", run->id_text,
-            (unsigned)(run->relay ? run->up.round : a->round), (unsigned)a->attempt, a->n_sites);
-    if (!run->relay) {
-      journal_check(xf_journal_round_open(co->db, run->id, a->round, a->attempt, a->sites,
-                                          a->n_sites, a->deadline, xf__now(), &err),
-                    "round_open", &err);
-      audit_opened(run, a);
-    }
-    return;
+  case XF_JOBM_OPENED: on_opened(run, a); return;
   case XF_JOBM_OFFER: send_offer(run, a, false); return;
   case XF_JOBM_EVALUATE: send_offer(run, a, true); return;
   case XF_JOBM_GO: send_go(run, a); return;
   case XF_JOBM_CANCEL:
-    send_cancel(run, a->carrier, run->relay ? run->up.round : a->round,
-                run->relay ? run->up.attempt : a->attempt, a->note);
+    send_cancel(run, a->carrier, task_round(run, a->round), task_attempt(run, a->attempt),
+                a->note);
     return;
-  case XF_JOBM_DISCARD: {
-    xf__take *t = xf__take_of(run, a->carrier);
-    if (t) xf__take_abort(run, t);
-    xf__peer *p = peer_of(co, a->carrier);
-    if (a->refusal == XF_JOBM_REFUSED_POLICY)
-      xf__audit(co, "refused_task", run->id_text,
-                json_pack("{s:s,s:I,s:I,s:s,s:s,s:s}", "job", run->id_text, "round",
-                          (json_int_t)a->round, "attempt", (json_int_t)a->attempt, "from",
-                          name_of(co, a->carrier), "kind", "regional_aggregate", "why", a->note));
-    XF_WARN("update_refused", "job=%s from=%s reason=\"%s\"", run->id_text,
-            name_of(co, a->carrier), a->note);
-    co->stats.updates_refused[(unsigned)a->refusal <= XF_JOBM_REFUSED_BUSY ? a->refusal : 0]++;
-    if (p)
-      xf_session_send_error(p->conn, a->refusal == XF_JOBM_REFUSED_POLICY ? XF_EDENIED : XF_EINVAL,
-                            "job %s: %s", run->id_text, a->note);
-    send_cancel(run, a->carrier, run->relay ? run->up.round : a->round,
-                run->relay ? run->up.attempt : a->attempt, a->note);
-    return;
-  }
+  case XF_JOBM_DISCARD: on_discard(run, a); return;
   case XF_JOBM_SA_KEYS:
   case XF_JOBM_SA_ROUTED:
   case XF_JOBM_SA_CHECK:
   case XF_JOBM_SA_UNMASK: send_sa(run, a); return;
-  case XF_JOBM_PARTICIPANT:
-    if (a->state == XF_PARTICIPANT_DROPPED)
-      XF_WARN("site_dropped", "job=%s round=%u attempt=%u site=%s", run->id_text,
-              (unsigned)a->round, (unsigned)a->attempt, name_of(co, a->site));
-    if (!run->relay) {
-      xf_journal_participant jp = {.site = a->site, .state = a->state, .samples = a->samples};
-      journal_check(xf_journal_participant_set(co->db, run->id, a->round, a->attempt, &jp,
-                                               xf__now(), &err),
-                    "participant", &err);
-    }
-    return;
+  case XF_JOBM_PARTICIPANT: on_participant(run, a); return;
   case XF_JOBM_COMMIT: do_commit(run, a); return;
-  case XF_JOBM_RETRY:
-    XF_WARN("round_retried", "job=%s round=%u attempt=%u reason=\"%s\"", run->id_text,
-            (unsigned)a->round, (unsigned)a->attempt, a->note);
-    xf__stats_round(run, false);
-    xf_aggregator_free(run->agg);
-    run->agg = NULL;
-    xf__takes_clear(run);
-    run->refused[0] = '\0'; /* the retry's note holds them; the next attempt is another */
-    if (!run->relay)
-      journal_check(xf_journal_round_retry(co->db, run->id, a->round, a->attempt, a->note,
-                                           xf__now(), &err),
-                    "round_retry", &err);
-    return;
-  case XF_JOBM_PAUSE:
-    XF_WARN("job_paused", "job=%s reason=\"%s\"", run->id_text, a->note);
-    xf__audit(co, "job", run->id_text,
-              json_pack("{s:s,s:I,s:s}", "event", "paused", "round", (json_int_t)a->round, "why",
-                        a->note));
-    xf__journal_state(co, run->id, XF_JOB_PAUSED, a->note);
-    return;
-  case XF_JOBM_RESUME:
-    XF_INFO("job_resumed", "job=%s policy_version=%" PRIu64, run->id_text,
-            run->plan.policy_version);
-    xf__audit(co, "job", run->id_text,
-              json_pack("{s:s,s:I}", "event", "resumed", "policy_version",
-                        (json_int_t)run->plan.policy_version));
-    xf__journal_state(co, run->id, XF_JOB_RUNNING, NULL);
-    return;
-  case XF_JOBM_STOP:
-    XF_WARN("job_stopped", "job=%s reason=\"%s\"", run->id_text, a->note);
-    if (!run->relay) xf__journal_state(co, run->id, XF_JOB_DONE, a->note);
-    run->refused[0] = '\0'; /* why it stopped is what its message says */
-    return;
-  case XF_JOBM_FAIL:
-    XF_ERROR("job_failed", "job=%s reason=\"%s\"", run->id_text, a->note);
-    xf__stats_round(run, false);
-    if (!run->relay) journal_fail(run, a);
-    run->over = true;
-    return;
-  case XF_JOBM_FINISH:
-    XF_INFO("job_finished", "job=%s rounds=%u", run->id_text, (unsigned)run->model_round);
-    if (!run->relay && run->refused[0]) {
-      /* Done without the sites that refused: its message says who and why. */
-      char msg[XF_JOBM_MSG_MAX + 64];
-      snprintf(msg, sizeof(msg), "round %u went on without %s", (unsigned)run->refused_round,
-               run->refused);
-      xf__journal_state(co, run->id, XF_JOB_DONE, msg);
-    }
-    if (run->relay && run->up.evaluate_only) xf__upstream_eval_done(co, run);
-    if (!run->relay) run->over = true;
-    return;
+  case XF_JOBM_RETRY: on_retry(run, a); return;
+  case XF_JOBM_PAUSE: on_pause(run, a); return;
+  case XF_JOBM_RESUME: on_resume(run); return;
+  case XF_JOBM_STOP: on_stop(run, a); return;
+  case XF_JOBM_FAIL: on_fail(run, a); return;
+  case XF_JOBM_FINISH: on_finish(run); return;
   case XF_JOBM_ACCEPT_UP: xf__upstream_accept(co, run, a->sites, a->n_sites); return;
-  case XF_JOBM_REFUSE_UP: {
-    int reason = a->refusal == XF_JOBM_REFUSED_POLICY   ? XFED__TASK_REFUSAL__REASON__POLICY_DENIED
-                 : a->refusal == XF_JOBM_REFUSED_BUDGET ? XFED__TASK_REFUSAL__REASON__BUDGET_EXHAUSTED
-                 : a->refusal == XF_JOBM_REFUSED_TARGET ? XFED__TASK_REFUSAL__REASON__TARGET_REACHED
-                 : a->refusal == XF_JOBM_REFUSED_BUSY   ? XFED__TASK_REFUSAL__REASON__BUSY
-                                                        : XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
-    if (!a->site) {
-      /* The whole task: the aggregate held back, or no cohort. */
-      xf__audit(co, "refused_task", run->id_text,
-                json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:s}", "job", run->id_text, "round",
-                          (json_int_t)run->up.round, "attempt", (json_int_t)run->up.attempt,
-                          "kind", "regional_aggregate", "from", co->cfg.region, "to",
-                          run->up.coordinator_region, "why", a->note));
-      XF_WARN("aggregate_held", "job=%s round=%u reason=\"%s\"", run->id_text,
-              (unsigned)run->up.round, a->note);
-    }
-    xf__upstream_refuse(co, run, a->site, reason, a->note);
-    return;
-  }
+  case XF_JOBM_REFUSE_UP: on_refuse_up(run, a); return;
   case XF_JOBM_FORWARD:
     xf__upstream_forward(co, run, a->sites, a->n_sites, a->weight, a->resend);
     return;
@@ -802,8 +821,8 @@ static xf_jobm_refusal refusal_of(int reason) {
 
 /* The round and attempt a frame must name to be about the run's open attempt. */
 static bool current(const xf__run *run, uint32_t round, uint32_t attempt) {
-  uint32_t r = run->relay ? run->up.round : xf_jobm_round(run->m);
-  uint32_t at = run->relay ? run->up.attempt : xf_jobm_attempt(run->m);
+  uint32_t r = xf__run_round(run);
+  uint32_t at = xf__run_attempt(run);
   return round == r && (attempt == 0 || attempt == at);
 }
 
@@ -1004,11 +1023,11 @@ static void on_sa(xf__run *run, xf__site *s, const Xfed__Envelope *env) {
 static xf__take *take_by_stream(xf__coord *co, uint64_t carrier, uint64_t stream, xf__run **out) {
   for (xf__run *r = co->runs; r; r = r->next) {
     if (r->over) continue;
-    for (size_t i = 0; i < r->n_takes; i++)
-      if (r->takes[i].carrier == carrier && r->takes[i].stream_id == stream) {
-        *out = r;
-        return &r->takes[i];
-      }
+    xf__take *t = xf__take_by_stream(r, carrier, stream);
+    if (t) {
+      *out = r;
+      return t;
+    }
   }
   return NULL;
 }
@@ -1033,9 +1052,9 @@ void xf__run_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env) {
   case XFED__ENVELOPE__BODY_TENSOR_CHUNK: {
     xf__run *run = NULL;
     xf__take *t = take_by_stream(co, s->id, env->tensor_chunk->stream_id, &run);
-    if (!t || t->waiting_admission) {
+    if (!t || !xf__take_acked(t)) {
       if (s->peer)
-        xf_session_send_error(s->peer->conn, XF_EINVAL,
+        xf_session_send_error(xf__peer_conn(s->peer), XF_EINVAL,
                               "a tensor chunk without an acknowledged TensorBegin");
       return;
     }
@@ -1045,7 +1064,7 @@ void xf__run_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env) {
   case XFED__ENVELOPE__BODY_TENSOR_END: {
     xf__run *run = NULL;
     xf__take *t = take_by_stream(co, s->id, env->tensor_end->stream_id, &run);
-    if (t && !t->waiting_admission) xf__intake_end(run, s, t, env->tensor_end);
+    if (t && xf__take_acked(t)) xf__intake_end(run, s, t, env->tensor_end);
     return;
   }
   case XFED__ENVELOPE__BODY_TENSOR_ACK: return; /* a site acknowledging a model */
@@ -1056,7 +1075,7 @@ void xf__run_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env) {
   xf__run *run = xf__run_by_id(co, job);
   if (!run) {
     if (env->body_case == XFED__ENVELOPE__BODY_TENSOR_BEGIN && s->peer)
-      xf_session_refuse_stream(s->peer->conn, env->tensor_begin->stream_id, XF_EINVAL,
+      xf_session_refuse_stream(xf__peer_conn(s->peer), env->tensor_begin->stream_id, XF_EINVAL,
                                "job %s is not running here; its task will not be offered again",
                                job ? job : "");
     else if (env->body_case == XFED__ENVELOPE__BODY_TASK_ACCEPT && s->peer) {
@@ -1086,7 +1105,7 @@ void xf__run_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env) {
     const Xfed__TensorBegin *b = env->tensor_begin;
     if (!current(run, b->round, b->attempt)) {
       if (s->peer)
-        xf_session_refuse_stream(s->peer->conn, b->stream_id, XF_EINVAL,
+        xf_session_refuse_stream(xf__peer_conn(s->peer), b->stream_id, XF_EINVAL,
                                  "job %s round %u attempt %u is not a task you hold here now; "
                                  "keep it until the task is offered to you again",
                                  run->id_text, (unsigned)b->round, (unsigned)b->attempt);
@@ -1097,7 +1116,7 @@ void xf__run_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env) {
   }
   default:
     if (s->peer)
-      xf_session_send_error(s->peer->conn, XF_EUNSUPPORTED, "%s is not a site's message",
+      xf_session_send_error(xf__peer_conn(s->peer), XF_EUNSUPPORTED, "%s is not a site's message",
                             xf_envelope_body_name(env));
     return;
   }
@@ -1111,12 +1130,8 @@ void xf__runs_link(xf__coord *co, xf__site *s, bool up) {
     if (run->over) continue;
     run->dirty = true;
     xf_errctx err = {0};
-    if (!up) {
-      xf__take *t = xf__take_of(run, s->id);
-      /* A dropped link loses what the receiver held of the stream only
-       * until the carrier resumes it: keep the take. */
-      (void)t;
-    }
+    /* A dropped link loses what the receiver held of the stream only until
+     * the carrier resumes it: its take is kept. */
     if (xf_jobm_link(run->m, s->id, up, now, &err) != XF_OK)
       XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
     xf__run_actions(run);
@@ -1142,7 +1157,7 @@ void xf__runs_tick(xf__coord *co) {
     xf__run_actions(run);
     xf_jobm_phase ph = xf_jobm_get_phase(run->m);
     if (run->relay && (ph == XF_JOBM_DONE || ph == XF_JOBM_FAILED || ph == XF_JOBM_CANCELLED) &&
-        now > run->up.deadline + 60)
+        now > xf__relay_task(run->relay)->deadline + 60)
       run->over = true; /* nothing more will be asked of it */
   }
   bool freed = false;
@@ -1153,8 +1168,7 @@ void xf__runs_tick(xf__coord *co) {
       continue;
     }
     *pp = run->next;
-    for (xf__peer *p = co->peers; p; p = p->next)
-      if (p->kind != XF__PEER_UPSTREAM) xf__stream_drop(p, run->id_text);
+    xf__peers_drop_job(co, run->id_text);
     xf__run_free(run);
     freed = true;
   }
@@ -1163,16 +1177,17 @@ void xf__runs_tick(xf__coord *co) {
 
 /* ---- the global role: jobs from the journal ------------------------------------------------------------ */
 
-static size_t active_runs(const xf__coord *co) {
-  size_t n = 0;
-  for (const xf__run *r = co->runs; r; r = r->next) n += !r->over;
-  return n;
-}
-
-static bool is_active(const xf__coord *co, int64_t id) {
+/* The runs the coordinator hosts, as the scheduler sees them (*out: xf_free,
+ * NULL when there are none). False when out of memory. */
+static bool schedule_runs(const xf__coord *co, xf_schedule_run **out, size_t *n) {
+  size_t count = 0;
+  for (const xf__run *r = co->runs; r; r = r->next) count++;
+  *n = 0;
+  *out = count ? xf_mallocarray(count, sizeof(**out)) : NULL;
+  if (count && !*out) return false;
   for (const xf__run *r = co->runs; r; r = r->next)
-    if (!r->relay && r->id == id) return true;
-  return false;
+    (*out)[(*n)++] = (xf_schedule_run){.id = r->relay ? -1 : r->id, .over = r->over};
+  return true;
 }
 
 /* Makes the journal's job `id` a run: its spec, its last committed model
@@ -1239,19 +1254,35 @@ static xf_err activate(xf__coord *co, int64_t id, xf_errctx *err) {
   return XF_OK;
 }
 
+static void activate_failed(xf__coord *co, int64_t id, const xf_errctx *err) {
+  char why[600];
+  snprintf(why, sizeof(why), "cannot resume: %s", err->msg);
+  XF_ERROR("job_failed", "job=%" PRId64 " reason=\"%s\"", id, why);
+  xf_errctx e2 = {0};
+  journal_check(xf_journal_job_set_state(co->db, id, XF_JOB_FAILED, why, xf__now(), &e2),
+                "job_state", &e2);
+}
+
+/* Activates what the scheduler picks of ids[0..n) (coordinator/schedule.h),
+ * asking again after the last pick while a pick failed or ended at once. */
 static void activate_ids(xf__coord *co, const int64_t *ids, size_t n) {
-  for (size_t i = 0; i < n && active_runs(co) < XF_COORD_JOBS_MAX; i++) {
-    if (is_active(co, ids[i])) continue;
-    xf_errctx err = {0};
-    if (activate(co, ids[i], &err) != XF_OK) {
-      char why[600];
-      snprintf(why, sizeof(why), "cannot resume: %s", err.msg);
-      XF_ERROR("job_failed", "job=%" PRId64 " reason=\"%s\"", ids[i], why);
-      xf_errctx e2 = {0};
-      journal_check(xf_journal_job_set_state(co->db, ids[i], XF_JOB_FAILED, why, xf__now(), &e2),
-                    "job_state", &e2);
+  size_t *picks = n ? xf_mallocarray(n, sizeof(*picks)) : NULL;
+  if (!picks) return;
+  for (size_t from = 0; from < n;) {
+    xf_schedule_run *runs = NULL;
+    size_t n_runs = 0;
+    if (!schedule_runs(co, &runs, &n_runs)) break;
+    size_t k = xf_schedule_pick(XF_COORD_JOBS_MAX, runs, n_runs, ids + from, n - from, picks);
+    xf_free(runs);
+    for (size_t i = 0; i < k; i++) {
+      xf_errctx err = {0};
+      if (activate(co, ids[from + picks[i]], &err) != XF_OK)
+        activate_failed(co, ids[from + picks[i]], &err);
     }
+    if (k == 0) break;
+    from += picks[k - 1] + 1;
   }
+  xf_free(picks);
 }
 
 static void activate_queued(xf__coord *co) {
@@ -1301,9 +1332,12 @@ xf_err xf__run_start_relay(xf__coord *co, const char *job_id, const char *params
   xf__run *run = xf_calloc(1, sizeof(*run));
   if (!run) return xf_fail(err, XF_ENOMEM, "out of memory");
   run->co = co;
-  run->relay = true;
+  run->relay = xf__relay_new(up);
+  if (!run->relay) {
+    xf_free(run);
+    return xf_fail(err, XF_ENOMEM, "out of memory");
+  }
   snprintf(run->id_text, sizeof(run->id_text), "%s", job_id);
-  run->up = *up;
   run->model_round = up->model_round;
   xf_err rc = xf_jobspec_parse_string(params_json, strlen(params_json), "task offer", &run->spec,
                                       err);

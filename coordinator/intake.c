@@ -12,6 +12,23 @@
 #include "base/log.h"
 #include "coordinator/daemon_internal.h"
 
+/* One carrier's update in a run's open attempt, from TensorBegin to its end. */
+struct xf__take {
+  uint64_t carrier;
+  uint64_t stream_id;
+  xf_tensor_receiver *rx;
+  xf_agg_update *upd;         /* float32 folded as it comes */
+  uint8_t *stash;             /* encoded or masked bytes, decoded at the end */
+  size_t stash_len;
+  xf_seal_receiver *opener;   /* sealed: opens each chunk */
+  xf_update_form form;
+  uint64_t weight;            /* as folded (xf_jobm_fold_weight) */
+  uint64_t *sites;            /* the sites it sums (ids) */
+  size_t n_sites;
+  bool waiting_admission;     /* TensorBegin taken, TensorAck held back */
+  void *sink;                 /* the receiver's sink context (owned) */
+};
+
 /* ---- takes ------------------------------------------------------------------------------------------ */
 
 xf__take *xf__take_of(xf__run *run, uint64_t carrier) {
@@ -45,6 +62,33 @@ void xf__take_abort(xf__run *run, xf__take *t) {
 void xf__takes_clear(xf__run *run) {
   for (size_t i = 0; i < run->n_takes; i++) take_release(&run->takes[i]);
   run->n_takes = 0;
+}
+
+void xf__takes_free(xf__run *run) {
+  xf__takes_clear(run);
+  xf_free(run->takes);
+  run->takes = NULL;
+}
+
+xf__take *xf__take_by_stream(xf__run *run, uint64_t carrier, uint64_t stream) {
+  for (size_t i = 0; i < run->n_takes; i++)
+    if (run->takes[i].carrier == carrier && run->takes[i].stream_id == stream)
+      return &run->takes[i];
+  return NULL;
+}
+
+bool xf__take_acked(const xf__take *t) { return !t->waiting_admission; }
+
+void xf__take_drop(xf__run *run, uint64_t carrier) {
+  xf__take *t = xf__take_of(run, carrier);
+  if (t) xf__take_abort(run, t);
+}
+
+void xf__takes_count(const xf__run *run, size_t *waiting, size_t *staged) {
+  for (size_t i = 0; i < run->n_takes; i++) {
+    if (run->takes[i].waiting_admission) (*waiting)++;
+    else (*staged)++;
+  }
 }
 
 static xf__take *take_new(xf__run *run, uint64_t carrier) {
@@ -141,7 +185,7 @@ void xf__intake_admit(xf__run *run) {
     xf_errctx err = {0};
     if (xf_aggregator_begin_update(run->agg, t->carrier, t->weight, &t->upd, &err) != XF_OK) {
       xf__site *s = xf__site_find(run->co, t->carrier);
-      if (s && s->peer) xf_session_send_error(s->peer->conn, err.code, "%s", err.msg);
+      if (s && s->peer) xf_session_send_error(xf__peer_conn(s->peer), err.code, "%s", err.msg);
       if (s) drop(run, s, err.msg);
       return; /* the takes moved: the next admission starts over */
     }
@@ -181,25 +225,24 @@ static bool made_again(const xf_tensor_receiver *rx, const Xfed__TensorBegin *m)
          memcmp(m->digest.data, was->digest.bytes, XF_DIGEST_BYTES) != 0;
 }
 
-void xf__intake_begin(xf__run *run, xf__site *s, const Xfed__TensorBegin *m) {
-  Xfed__TensorBegin__Kind want =
-      s->regional ? XFED__TENSOR_BEGIN__KIND__AGGREGATE : XFED__TENSOR_BEGIN__KIND__UPDATE;
-  bool masked = false;
-  uint64_t sa_length = 0;
-  uint32_t sa_bits = 0;
-  if (m->kind != want || !xf_jobm_expects_update(run->m, s->id, &masked, &sa_length, &sa_bits)) {
-    /* Not taken now, but not thrown away: the sender keeps it until the
-     * task is offered to it again (a restarted coordinator offers its
-     * interrupted attempt once the cohort is back). */
-    XF_WARN("update_refused", "job=%s from=%s round=%u attempt=%u reason=\"not a task it holds\"",
-            run->id_text, s->name, (unsigned)m->round, (unsigned)m->attempt);
-    if (s->peer)
-      xf_session_refuse_stream(s->peer->conn, m->stream_id, XF_EINVAL,
-                               "job %s round %u attempt %u is not a task you hold here now; "
-                               "keep it until the task is offered to you again",
-                               run->id_text, (unsigned)m->round, (unsigned)m->attempt);
-    return;
-  }
+/* An update for a task the sender does not hold here now: refused. */
+static void refuse_unheld(xf__run *run, xf__site *s, const Xfed__TensorBegin *m) {
+  /* Not taken now, but not thrown away: the sender keeps it until the
+   * task is offered to it again (a restarted coordinator offers its
+   * interrupted attempt once the cohort is back). */
+  XF_WARN("update_refused", "job=%s from=%s round=%u attempt=%u reason=\"not a task it holds\"",
+          run->id_text, s->name, (unsigned)m->round, (unsigned)m->attempt);
+  if (s->peer)
+    xf_session_refuse_stream(xf__peer_conn(s->peer), m->stream_id, XF_EINVAL,
+                             "job %s round %u attempt %u is not a task you hold here now; "
+                             "keep it until the task is offered to you again",
+                             run->id_text, (unsigned)m->round, (unsigned)m->attempt);
+}
+
+/* A TensorBegin for the stream the carrier's take already has: resumed
+ * (true, also when it cannot be), or the old take aborted (false: a fresh
+ * take follows). */
+static bool resumed(xf__run *run, xf__site *s, const Xfed__TensorBegin *m) {
   xf_errctx err = {0};
   xf__take *t = xf__take_of(run, s->id);
   if (t && t->stream_id == m->stream_id && t->rx && made_again(t->rx, m)) {
@@ -216,38 +259,20 @@ void xf__intake_begin(xf__run *run, xf__site *s, const Xfed__TensorBegin *m) {
   if (t && t->stream_id == m->stream_id && t->rx) { /* a resume after a reconnect */
     if (xf_tensor_receiver_begin(t->rx, m, &err) != XF_OK) {
       drop(run, s, err.msg);
-      return;
+      return true;
     }
     if (!t->waiting_admission) send_ack(s, t->rx);
-    return;
+    return true;
   }
   if (t) xf__take_abort(run, t);
-  /* What it sums: itself, or the sites behind it that it names. */
-  uint64_t *ids = NULL;
-  size_t n = 1;
-  if (s->regional) {
-    ids = xf_mallocarray(m->n_sites ? m->n_sites : 1, sizeof(uint64_t));
-    if (!ids) return;
-    n = sites_of(s, m->sites, m->n_sites, ids);
-  }
-  /* The weight it claims is what its sites announced at most
-   * (coordinator/checks.c: refused, logged and audited). */
-  if (!xf__check_weight(run, s, m, ids, s->regional ? n : 0)) {
-    xf_free(ids);
-    drop(run, s, "its update's weight is beyond the records it announced");
-    return;
-  }
-  if (xf_jobm_announced(run->m, s->id, ids, s->regional ? n : 0, xf__now(), &err) != XF_OK)
-    XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
-  xf__run_actions(run);
-  if (!xf_jobm_expects_update(run->m, s->id, &masked, &sa_length, &sa_bits)) {
-    xf_free(ids); /* refused: the machine said why (DISCARD) */
-    return;
-  }
-  bool sealed = run->seal_sk != NULL && !masked;
-  xf_update_expect e;
-  xf_update_expect_for(&run->spec, run->n_params, masked, sa_length, sa_bits, sealed,
-                       (uint32_t)n, &e);
+  return false;
+}
+
+/* Whether the update's announced form is what the job expects of it (e):
+ * its form and plain length into *form and *plain. Refused (answered and
+ * dropped) when not. */
+static bool form_fits(xf__run *run, xf__site *s, const Xfed__TensorBegin *m,
+                      const xf_update_expect *e, xf_update_form *form, uint64_t *plain) {
   xf_update_announce a = {.bytes = m->dtype == XFED__TENSOR_BEGIN__DTYPE__U8,
                           .element_count = m->element_count,
                           .total_bytes = m->total_bytes,
@@ -255,28 +280,27 @@ void xf__intake_begin(xf__run *run, xf__site *s, const Xfed__TensorBegin *m) {
                           .sealed_by_len = m->sealed_by.len,
                           .sealed_chunk = m->sealed_chunk,
                           .chunk_bytes = m->chunk_bytes};
-  xf_update_form form;
-  uint64_t plain = 0;
   char why[400];
   if (m->dtype != XFED__TENSOR_BEGIN__DTYPE__U8 && m->dtype != XFED__TENSOR_BEGIN__DTYPE__F32) {
     snprintf(why, sizeof(why), "an update travels as F32 or U8, not dtype %d", (int)m->dtype);
-    xf_free(ids);
-    if (s->peer) xf_session_send_error(s->peer->conn, XF_EFORMAT, "%s", why);
+    if (s->peer) xf_session_send_error(xf__peer_conn(s->peer), XF_EFORMAT, "%s", why);
     drop(run, s, why);
-    return;
+    return false;
   }
-  if (xf_update_expect_check(&e, &a, &form, &plain, why, sizeof(why)) != XF_OK) {
-    xf_free(ids);
-    if (s->peer) xf_session_send_error(s->peer->conn, XF_EFORMAT, "%s", why);
+  if (xf_update_expect_check(e, &a, form, plain, why, sizeof(why)) != XF_OK) {
+    if (s->peer) xf_session_send_error(xf__peer_conn(s->peer), XF_EFORMAT, "%s", why);
     drop(run, s, why);
-    return;
+    return false;
   }
-  t = take_new(run, s->id);
-  if (!t) {
-    xf_free(ids);
-    drop(run, s, "out of memory for an update");
-    return;
-  }
+  return true;
+}
+
+/* The new take t of an update whose form fits: its receiver, its stash
+ * and seal opener where needed, then acknowledged or held for admission. */
+static void start_take(xf__run *run, xf__site *s, const Xfed__TensorBegin *m, xf__take *t,
+                       xf_update_form form, uint64_t plain, bool sealed, uint64_t *ids,
+                       size_t n) {
+  xf_errctx err = {0};
   t->stream_id = m->stream_id;
   t->form = form;
   t->sites = ids;
@@ -292,7 +316,7 @@ void xf__intake_begin(xf__run *run, xf__site *s, const Xfed__TensorBegin *m) {
   }
   if (sealed) {
     char ctx[256];
-    uint32_t round = run->relay ? run->up.round : xf_jobm_round(run->m);
+    uint32_t round = xf__run_round(run);
     size_t ctx_len =
         xf_seal_stream_context(ctx, sizeof(ctx), run->id_text, round, m->attempt, s->name);
     if (xf_seal_receiver_new(run->seal_sk, m->sealed_by.data, (const uint8_t *)ctx, ctx_len,
@@ -324,10 +348,63 @@ void xf__intake_begin(xf__run *run, xf__site *s, const Xfed__TensorBegin *m) {
   xf__intake_admit(run);
 }
 
+void xf__intake_begin(xf__run *run, xf__site *s, const Xfed__TensorBegin *m) {
+  Xfed__TensorBegin__Kind want =
+      s->regional ? XFED__TENSOR_BEGIN__KIND__AGGREGATE : XFED__TENSOR_BEGIN__KIND__UPDATE;
+  bool masked = false;
+  uint64_t sa_length = 0;
+  uint32_t sa_bits = 0;
+  if (m->kind != want || !xf_jobm_expects_update(run->m, s->id, &masked, &sa_length, &sa_bits)) {
+    refuse_unheld(run, s, m);
+    return;
+  }
+  if (resumed(run, s, m)) return;
+  xf_errctx err = {0};
+  /* What it sums: itself, or the sites behind it that it names. */
+  uint64_t *ids = NULL;
+  size_t n = 1;
+  if (s->regional) {
+    ids = xf_mallocarray(m->n_sites ? m->n_sites : 1, sizeof(uint64_t));
+    if (!ids) return;
+    n = sites_of(s, m->sites, m->n_sites, ids);
+  }
+  /* The weight it claims is what its sites announced at most
+   * (coordinator/checks.c: refused, logged and audited). */
+  if (!xf__check_weight(run, s, m, ids, s->regional ? n : 0)) {
+    xf_free(ids);
+    drop(run, s, "its update's weight is beyond the records it announced");
+    return;
+  }
+  if (xf_jobm_announced(run->m, s->id, ids, s->regional ? n : 0, xf__now(), &err) != XF_OK)
+    XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+  xf__run_actions(run);
+  if (!xf_jobm_expects_update(run->m, s->id, &masked, &sa_length, &sa_bits)) {
+    xf_free(ids); /* refused: the machine said why (DISCARD) */
+    return;
+  }
+  bool sealed = run->seal_sk != NULL && !masked;
+  xf_update_expect e;
+  xf_update_expect_for(&run->spec, run->n_params, masked, sa_length, sa_bits, sealed,
+                       (uint32_t)n, &e);
+  xf_update_form form;
+  uint64_t plain = 0;
+  if (!form_fits(run, s, m, &e, &form, &plain)) {
+    xf_free(ids);
+    return;
+  }
+  xf__take *t = take_new(run, s->id);
+  if (!t) {
+    xf_free(ids);
+    drop(run, s, "out of memory for an update");
+    return;
+  }
+  start_take(run, s, m, t, form, plain, sealed, ids, n);
+}
+
 void xf__intake_chunk(xf__run *run, xf__site *s, xf__take *t, const Xfed__TensorChunk *c) {
   xf_errctx err = {0};
   if (xf_tensor_receiver_chunk(t->rx, c, &err) != XF_OK) {
-    if (s->peer) xf_session_send_error(s->peer->conn, err.code, "%s", err.msg);
+    if (s->peer) xf_session_send_error(xf__peer_conn(s->peer), err.code, "%s", err.msg);
     drop(run, s, err.msg);
   }
 }
@@ -344,7 +421,7 @@ void xf__intake_end(xf__run *run, xf__site *s, xf__take *t, const Xfed__TensorEn
     /* A digest that does not match (XF_EINTEGRITY) or a TensorEnd of
      * another stream: the sender is told which stream, then dropped. */
     if (s->peer)
-      xf_session_send_error(s->peer->conn, err.code,
+      xf_session_send_error(xf__peer_conn(s->peer), err.code,
                             "job %s: %s stream %" PRIu64 " is refused: %s", run->id_text,
                             s->regional ? "aggregate" : "update", t->stream_id, err.msg);
     drop(run, s, err.msg);
@@ -402,7 +479,7 @@ void xf__intake_end(xf__run *run, xf__site *s, xf__take *t, const Xfed__TensorEn
   /* An artifact that came across a region boundary. */
   if (co->cfg.region[0] && strcmp(s->region, co->cfg.region) != 0) {
     json_t *o = json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:s,s:I,s:I}", "job", run->id_text, "round",
-                          (json_int_t)(run->relay ? run->up.round : xf_jobm_round(run->m)),
+                          (json_int_t)xf__run_round(run),
                           "attempt", (json_int_t)xf_jobm_attempt(run->m), "kind",
                           s->regional ? "regional_aggregate" : "update", "sender", s->name,
                           "from", s->region, "to", co->cfg.region, "bytes", (json_int_t)bytes,

@@ -141,6 +141,108 @@ static xf_err connection_setting(xf_cli *cli, const char *k, double d, xf_coord_
   return XF_OK;
 }
 
+/* A string field of the configuration into c (paths relative to dir, the
+ * configuration's folder). */
+static xf_err string_field(xf_cli *cli, const char *dir, const char *k, const char *s,
+                           xf_coord_config *c) {
+  xf_err rc = XF_OK;
+  if (strcmp(k, "role") == 0) {
+    if (strcmp(s, "global") != 0 && strcmp(s, "regional") != 0) {
+      return xf_fail(&cli->err, XF_EFORMAT, "is '%s'; use \"global\" or \"regional\"", s);
+    }
+    c->regional = strcmp(s, "regional") == 0;
+  } else if (strcmp(k, "region") == 0) {
+    snprintf(c->region, sizeof(c->region), "%s", s);
+  } else if (strcmp(k, "residency_policy") == 0) {
+    if (strcmp(s, "enforce") != 0 && strcmp(s, "off") != 0) {
+      return xf_fail(&cli->err, XF_EFORMAT, "is '%s'; use \"enforce\" or \"off\"", s);
+    }
+    c->residency_off = strcmp(s, "off") == 0;
+  } else if (strcmp(k, "listen") == 0) {
+    if ((rc = parse_addr(cli, "listen", s, c->listen_host, sizeof(c->listen_host),
+                         &c->listen_port)) != XF_OK)
+      return rc;
+  } else if (strcmp(k, "upstream") == 0) {
+    if ((rc = parse_addr(cli, "upstream", s, c->upstream_host, sizeof(c->upstream_host),
+                         &c->upstream_port)) != XF_OK)
+      return rc;
+  } else if (strcmp(k, "cert") == 0) {
+    config_path(c->cert, sizeof(c->cert), dir, s);
+  } else if (strcmp(k, "key") == 0) {
+    config_path(c->key, sizeof(c->key), dir, s);
+  } else if (strcmp(k, "ca") == 0) {
+    config_path(c->ca, sizeof(c->ca), dir, s);
+  } else if (strcmp(k, "crl") == 0) {
+    config_path(c->crl, sizeof(c->crl), dir, s);
+  } else if (strcmp(k, "state_dir") == 0) {
+    config_path(c->state_dir, sizeof(c->state_dir), dir, s);
+  } else if (strcmp(k, "port_file") == 0) {
+    config_path(c->port_file, sizeof(c->port_file), dir, s);
+  } else if (strcmp(k, "metrics_port_file") == 0) {
+    config_path(c->metrics_port_file, sizeof(c->metrics_port_file), dir, s);
+  } else if (strcmp(k, "dashboard_port_file") == 0) {
+    config_path(c->dashboard_port_file, sizeof(c->dashboard_port_file), dir, s);
+  } else if (strcmp(k, "dashboard") == 0) {
+    if ((rc = parse_dashboard(cli, "dashboard", s, c)) != XF_OK) return rc;
+  } else if (strcmp(k, "metrics") == 0) {
+    if ((rc = parse_metrics(cli, "metrics", s, c)) != XF_OK) return rc;
+  }
+  return rc;
+}
+
+/* A number field of the configuration into c, checked against its range. */
+static xf_err number_field(xf_cli *cli, const char *k, double d, xf_coord_config *c) {
+  if (strcmp(k, "max_frame") == 0) {
+    if (!(d >= 65536 && d <= 256.0 * 1024 * 1024))
+      return xf_fail(&cli->err, XF_ERANGE, "must be from 65536 to 268435456 bytes");
+    c->max_frame = (size_t)d;
+  } else if (connection_key(k)) {
+    return connection_setting(cli, k, d, c);
+  } else if (strcmp(k, "max_staged") == 0) {
+    if (!(d >= 1 && d <= 1024)) return xf_fail(&cli->err, XF_ERANGE, "must be from 1 to 1024");
+    c->max_staged = (uint32_t)d;
+  } else if (strcmp(k, "resume_grace_s") == 0 || strcmp(k, "eval_timeout_s") == 0) {
+    if (!(d > 0 && d <= 86400))
+      return xf_fail(&cli->err, XF_ERANGE, "must be above 0 and at most 86400 seconds");
+    if (k[0] == 'r') c->resume_grace_s = d;
+    else c->eval_timeout_s = d;
+  }
+  return XF_OK;
+}
+
+/* One field of the configuration: a known key of the right type, into c.
+ * The error names the field. */
+static xf_err config_field(xf_cli *cli, const char *dir, const char *k, json_t *v,
+                           xf_coord_config *c) {
+  static const char *const keys[] = {"role",      "region",      "listen",     "upstream",
+                                     "cert",      "key",         "ca",         "crl",
+                                     "state_dir", "port_file",   "max_frame",  "max_staged",
+                                     "resume_grace_s", "eval_timeout_s", "residency_policy",
+                                     "handshake_timeout_s", "min_frame_rate",
+                                     "frame_rate_window_s", "frame_grace_s", "max_connections",
+                                     "max_connections_per_address", "buffer_budget", "metrics",
+                                     "metrics_port_file", "dashboard", "dashboard_port_file",
+                                     NULL};
+  size_t i = 0;
+  while (keys[i] && strcmp(keys[i], k) != 0) i++;
+  snprintf(cli->err.field, sizeof(cli->err.field), "%s", k);
+  if (!keys[i])
+    return xf_fail(&cli->err, XF_EFORMAT,
+                   "unknown field; the fields are role, region, listen, upstream, cert, key, ca, "
+                   "crl, state_dir, port_file, max_frame, max_staged, resume_grace_s, "
+                   "eval_timeout_s, residency_policy, handshake_timeout_s, min_frame_rate, "
+                   "frame_rate_window_s, frame_grace_s, max_connections, "
+                   "max_connections_per_address, buffer_budget, metrics, metrics_port_file, "
+                   "dashboard, dashboard_port_file");
+  bool numeric = strcmp(k, "max_frame") == 0 || strcmp(k, "max_staged") == 0 ||
+                 strcmp(k, "resume_grace_s") == 0 || strcmp(k, "eval_timeout_s") == 0 ||
+                 connection_key(k);
+  if (numeric ? !json_is_number(v) : !json_is_string(v))
+    return xf_fail(&cli->err, XF_EFORMAT, "must be a %s", numeric ? "number" : "string");
+  return numeric ? number_field(cli, k, json_number_value(v), c)
+                 : string_field(cli, dir, k, json_string_value(v), c);
+}
+
 static xf_err load_config(xf_cli *cli, const char *path, xf_coord_config *c) {
   json_error_t je;
   json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
@@ -151,15 +253,6 @@ static xf_err load_config(xf_cli *cli, const char *path, xf_coord_config *c) {
   char dir_buf[PATH_MAX];
   snprintf(dir_buf, sizeof(dir_buf), "%s", path);
   const char *dir = dirname(dir_buf);
-  static const char *const keys[] = {"role",      "region",      "listen",     "upstream",
-                                     "cert",      "key",         "ca",         "crl",
-                                     "state_dir", "port_file",   "max_frame",  "max_staged",
-                                     "resume_grace_s", "eval_timeout_s", "residency_policy",
-                                     "handshake_timeout_s", "min_frame_rate",
-                                     "frame_rate_window_s", "frame_grace_s", "max_connections",
-                                     "max_connections_per_address", "buffer_budget", "metrics",
-                                     "metrics_port_file", "dashboard", "dashboard_port_file",
-                                     NULL};
   xf_err rc = XF_OK;
   const char *k;
   json_t *v;
@@ -168,94 +261,7 @@ static xf_err load_config(xf_cli *cli, const char *path, xf_coord_config *c) {
     goto out;
   }
   json_object_foreach(root, k, v) {
-    size_t i = 0;
-    while (keys[i] && strcmp(keys[i], k) != 0) i++;
-    if (!keys[i]) {
-      snprintf(cli->err.field, sizeof(cli->err.field), "%s", k);
-      rc = xf_fail(&cli->err, XF_EFORMAT,
-                   "unknown field; the fields are role, region, listen, upstream, cert, key, ca, "
-                   "crl, state_dir, port_file, max_frame, max_staged, resume_grace_s, "
-                   "eval_timeout_s, residency_policy, handshake_timeout_s, min_frame_rate, "
-                   "frame_rate_window_s, frame_grace_s, max_connections, "
-                   "max_connections_per_address, buffer_budget, metrics, metrics_port_file, "
-                   "dashboard, dashboard_port_file");
-      goto out;
-    }
-    bool numeric = strcmp(k, "max_frame") == 0 || strcmp(k, "max_staged") == 0 ||
-                   strcmp(k, "resume_grace_s") == 0 || strcmp(k, "eval_timeout_s") == 0 ||
-                   connection_key(k);
-    if (numeric ? !json_is_number(v) : !json_is_string(v)) {
-      snprintf(cli->err.field, sizeof(cli->err.field), "%s", k);
-      rc = xf_fail(&cli->err, XF_EFORMAT, "must be a %s", numeric ? "number" : "string");
-      goto out;
-    }
-    const char *s = numeric ? NULL : json_string_value(v);
-    double d = numeric ? json_number_value(v) : 0;
-    snprintf(cli->err.field, sizeof(cli->err.field), "%s", k);
-    if (strcmp(k, "role") == 0) {
-      if (strcmp(s, "global") != 0 && strcmp(s, "regional") != 0) {
-        rc = xf_fail(&cli->err, XF_EFORMAT, "is '%s'; use \"global\" or \"regional\"", s);
-        goto out;
-      }
-      c->regional = strcmp(s, "regional") == 0;
-    } else if (strcmp(k, "region") == 0) {
-      snprintf(c->region, sizeof(c->region), "%s", s);
-    } else if (strcmp(k, "residency_policy") == 0) {
-      if (strcmp(s, "enforce") != 0 && strcmp(s, "off") != 0) {
-        rc = xf_fail(&cli->err, XF_EFORMAT, "is '%s'; use \"enforce\" or \"off\"", s);
-        goto out;
-      }
-      c->residency_off = strcmp(s, "off") == 0;
-    } else if (strcmp(k, "listen") == 0) {
-      if ((rc = parse_addr(cli, "listen", s, c->listen_host, sizeof(c->listen_host),
-                           &c->listen_port)) != XF_OK)
-        goto out;
-    } else if (strcmp(k, "upstream") == 0) {
-      if ((rc = parse_addr(cli, "upstream", s, c->upstream_host, sizeof(c->upstream_host),
-                           &c->upstream_port)) != XF_OK)
-        goto out;
-    } else if (strcmp(k, "cert") == 0) {
-      config_path(c->cert, sizeof(c->cert), dir, s);
-    } else if (strcmp(k, "key") == 0) {
-      config_path(c->key, sizeof(c->key), dir, s);
-    } else if (strcmp(k, "ca") == 0) {
-      config_path(c->ca, sizeof(c->ca), dir, s);
-    } else if (strcmp(k, "crl") == 0) {
-      config_path(c->crl, sizeof(c->crl), dir, s);
-    } else if (strcmp(k, "state_dir") == 0) {
-      config_path(c->state_dir, sizeof(c->state_dir), dir, s);
-    } else if (strcmp(k, "port_file") == 0) {
-      config_path(c->port_file, sizeof(c->port_file), dir, s);
-    } else if (strcmp(k, "metrics_port_file") == 0) {
-      config_path(c->metrics_port_file, sizeof(c->metrics_port_file), dir, s);
-    } else if (strcmp(k, "dashboard_port_file") == 0) {
-      config_path(c->dashboard_port_file, sizeof(c->dashboard_port_file), dir, s);
-    } else if (strcmp(k, "dashboard") == 0) {
-      if ((rc = parse_dashboard(cli, "dashboard", s, c)) != XF_OK) goto out;
-    } else if (strcmp(k, "metrics") == 0) {
-      if ((rc = parse_metrics(cli, "metrics", s, c)) != XF_OK) goto out;
-    } else if (strcmp(k, "max_frame") == 0) {
-      if (!(d >= 65536 && d <= 256.0 * 1024 * 1024)) {
-        rc = xf_fail(&cli->err, XF_ERANGE, "must be from 65536 to 268435456 bytes");
-        goto out;
-      }
-      c->max_frame = (size_t)d;
-    } else if (connection_key(k)) {
-      if ((rc = connection_setting(cli, k, d, c)) != XF_OK) goto out;
-    } else if (strcmp(k, "max_staged") == 0) {
-      if (!(d >= 1 && d <= 1024)) {
-        rc = xf_fail(&cli->err, XF_ERANGE, "must be from 1 to 1024");
-        goto out;
-      }
-      c->max_staged = (uint32_t)d;
-    } else if (strcmp(k, "resume_grace_s") == 0 || strcmp(k, "eval_timeout_s") == 0) {
-      if (!(d > 0 && d <= 86400)) {
-        rc = xf_fail(&cli->err, XF_ERANGE, "must be above 0 and at most 86400 seconds");
-        goto out;
-      }
-      if (k[0] == 'r') c->resume_grace_s = d;
-      else c->eval_timeout_s = d;
-    }
+    if ((rc = config_field(cli, dir, k, v, c)) != XF_OK) goto out;
   }
   cli->err.field[0] = '\0';
   size_t frame = c->max_frame ? c->max_frame : 4u * 1024u * 1024u;

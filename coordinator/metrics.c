@@ -27,11 +27,13 @@ static void connections(xf__coord *co, xf_prom *p) {
   uint64_t in[5], out[5];
   memcpy(in, co->stats.bytes_in, sizeof(in));
   memcpy(out, co->stats.bytes_out, sizeof(out));
-  for (const xf__peer *q = co->peers; q; q = q->next) {
-    if (!q->conn || (unsigned)q->kind > XF__PEER_UPSTREAM) continue;
-    if (xf_conn_is_open(q->conn)) live[q->kind]++;
-    in[q->kind] += xf_conn_bytes_in(q->conn);
-    out[q->kind] += xf_conn_bytes_out(q->conn);
+  for (const xf__peer *q = xf__peer_next(co, NULL); q; q = xf__peer_next(co, q)) {
+    xf_conn *c = xf__peer_conn(q);
+    unsigned kind = (unsigned)xf__peer_kind_of(q);
+    if (!c || kind > XF__PEER_UPSTREAM) continue;
+    if (xf_conn_is_open(c)) live[kind]++;
+    in[kind] += xf_conn_bytes_in(c);
+    out[kind] += xf_conn_bytes_out(c);
   }
   xf_prom_family(p, "xfed_peers_connected", "gauge",
                  "Open connections by peer kind (unknown: before the peer's first request).");
@@ -224,10 +226,7 @@ static void rounds(xf__coord *co, xf_prom *p) {
   }
   size_t waiting = 0, staged = 0;
   for (const xf__run *run = co->runs; run; run = run->next)
-    for (size_t i = 0; i < run->n_takes; i++) {
-      if (run->takes[i].waiting_admission) waiting++;
-      else staged++;
-    }
+    xf__takes_count(run, &waiting, &staged);
   xf_prom_family(p, "xfed_uploads_waiting", "gauge",
                  "Uploads announced and held back until fewer than max_staged are in flight.");
   xf_prom_sample(p, "xfed_uploads_waiting", NULL, (double)waiting);

@@ -26,7 +26,7 @@ void xf__dashboard_stop(xf__coord *co) { (void)co; }
 void xf__dashboard_grant(xf__coord *co, xf__peer *p, const Xfed__DashboardRequest *m) {
   (void)co;
   (void)m;
-  xf_session_send_error(p->conn, XF_EUNSUPPORTED,
+  xf_session_send_error(xf__peer_conn(p), XF_EUNSUPPORTED,
                         "this coordinator serves no dashboard: its xfed-coord was "
                         XF_HTTP_ABSENT " (docs/dashboard.md)");
 }

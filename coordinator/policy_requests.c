@@ -36,7 +36,7 @@ static void reply_error(xf__peer *p, xf_err code, const xf_errctx *err) {
     snprintf(msg, sizeof(msg), "%s: %s", err->field, err->msg);
   else
     snprintf(msg, sizeof(msg), "%s", err->msg[0] ? err->msg : xf_strerror(code));
-  xf_session_send_error(p->conn, code, "%s", msg);
+  xf_session_send_error(xf__peer_conn(p), code, "%s", msg);
 }
 
 static const char *str(const char *s) { return s ? s : ""; }
@@ -57,11 +57,12 @@ static void reply_policy(xf__peer *p, uint64_t version, const char *text, bool a
 }
 
 static bool may_change(const xf__peer *p) {
-  return p->id.role == XF_PKI_ROLE_COMPLIANCE || p->id.role == XF_PKI_ROLE_ADMIN;
+  xf_pki_role role = xf__peer_id(p)->role;
+  return role == XF_PKI_ROLE_COMPLIANCE || role == XF_PKI_ROLE_ADMIN;
 }
 
 static bool is_user(const xf__peer *p) {
-  return p->id.role == XF_PKI_ROLE_RESEARCHER || may_change(p);
+  return xf__peer_id(p)->role == XF_PKI_ROLE_RESEARCHER || may_change(p);
 }
 
 /* The gate of every change: a compliance or admin identity, and a reason.
@@ -70,14 +71,14 @@ static bool change_admitted(xf__peer *p, const Xfed__PolicyRequest *m, const cha
                             const char *request) {
   if (!may_change(p)) {
     XF_WARN("request_denied", "user=%s request=%s", user, request);
-    xf_session_send_error(p->conn, XF_EDENIED,
+    xf_session_send_error(xf__peer_conn(p), XF_EDENIED,
                           "only a compliance or admin identity may change the residency "
                           "policy; %s is a %s",
-                          user, xf_pki_role_name(p->id.role));
+                          user, xf_pki_role_name(xf__peer_id(p)->role));
     return false;
   }
   if (!*str(m->reason)) {
-    xf_session_send_error(p->conn, XF_EINVAL,
+    xf_session_send_error(xf__peer_conn(p), XF_EINVAL,
                           "reason: every policy change records why it was made");
     return false;
   }
@@ -186,7 +187,7 @@ static void stale_push(xf__coord *co, xf__peer *p, uint64_t base, uint64_t curre
   const char *how = "pull it ('xfed policy pull --db FILE'), redo the change there and push, "
                     "or push with --force";
   if (base > current || xf_policy_diff(co->db, base, current, &diff, &err) != XF_OK) {
-    xf_session_send_error(p->conn, XF_EINVAL,
+    xf_session_send_error(xf__peer_conn(p), XF_EINVAL,
                           "the policy moved on to version %" PRIu64 " since version %" PRIu64
                           " this draft was made from; %s",
                           current, base, how);
@@ -213,13 +214,13 @@ static void stale_push(xf__coord *co, xf__peer *p, uint64_t base, uint64_t curre
     snprintf(more, sizeof(more), " and %zu more ('xfed policy diff %" PRIu64 " %" PRIu64 "')",
              lines - listed, base, current);
   if (base == 0)
-    xf_session_send_error(p->conn, XF_EINVAL,
+    xf_session_send_error(xf__peer_conn(p), XF_EINVAL,
                           "this draft was not made from the coordinator's policy (it has no "
                           "base version) and the coordinator has version %" PRIu64
                           ": pushing it would undo %s%s; %s",
                           current, shown, more, how);
   else
-    xf_session_send_error(p->conn, XF_EINVAL,
+    xf_session_send_error(xf__peer_conn(p), XF_EINVAL,
                           "the policy moved on to version %" PRIu64 " since version %" PRIu64
                           " this draft was made from; pushing it would undo what changed since: %s%s; %s",
                           current, base, lines ? shown : "nothing", more, how);
@@ -395,7 +396,7 @@ static void on_log(xf__coord *co, xf__peer *p) {
   char *text = ok ? json_dumps(arr, JSON_COMPACT) : NULL;
   json_decref(arr);
   if (!text) {
-    xf_session_send_error(p->conn, XF_ENOMEM, "out of memory");
+    xf_session_send_error(xf__peer_conn(p), XF_ENOMEM, "out of memory");
     return;
   }
   reply_policy(p, current, text, false, co->cfg.region);
@@ -422,7 +423,7 @@ static void on_check(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m) {
   const char *origin = m->origin && *m->origin ? m->origin : "job spec";
   xf_jobspec *spec = xf_malloc(sizeof(*spec));
   if (!spec) {
-    xf_session_send_error(p->conn, XF_ENOMEM, "out of memory");
+    xf_session_send_error(xf__peer_conn(p), XF_ENOMEM, "out of memory");
     return;
   }
   xf_errctx err = {0};
@@ -457,7 +458,7 @@ static void on_check(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m) {
 
 static void on_policy(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m) {
   char user[XF_SPIFFE_MAX];
-  if (xf_spiffe_format(&p->id, user, NULL) != XF_OK) snprintf(user, 2, "?");
+  if (xf_spiffe_format(xf__peer_id(p), user, NULL) != XF_OK) snprintf(user, 2, "?");
   const char *verb = str(m->verb);
   if (strcmp(verb, "push") == 0) {
     on_push(co, p, m, user);
@@ -473,8 +474,8 @@ static void on_policy(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m) 
   }
   if (!is_user(p)) {
     XF_WARN("request_denied", "user=%s request=policy_%s", user, verb);
-    xf_session_send_error(p->conn, XF_EDENIED, "%s has no user role to read the policy with",
-                          user);
+    xf_session_send_error(xf__peer_conn(p), XF_EDENIED,
+                          "%s has no user role to read the policy with", user);
     return;
   }
   if (strcmp(verb, "export") == 0) on_export(co, p, m);
@@ -483,7 +484,7 @@ static void on_policy(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m) 
   else if (strcmp(verb, "check") == 0) on_check(co, p, m);
   else if (strcmp(verb, "dataset_pending") == 0) on_dataset_pending(co, p);
   else
-    xf_session_send_error(p->conn, XF_EUNSUPPORTED,
+    xf_session_send_error(xf__peer_conn(p), XF_EUNSUPPORTED,
                           "verb: '%.64s' is not a policy request (export, log, diff, check, "
                           "push, edit, dataset_pending, dataset_adopt)",
                           verb);
@@ -500,18 +501,19 @@ static void send_audit(xf__peer *p, Xfed__AuditReply *r) {
 
 static void on_audit(xf__coord *co, xf__peer *p, const Xfed__AuditQuery *m) {
   char user[XF_SPIFFE_MAX];
-  if (xf_spiffe_format(&p->id, user, NULL) != XF_OK) snprintf(user, 2, "?");
+  if (xf_spiffe_format(xf__peer_id(p), user, NULL) != XF_OK) snprintf(user, 2, "?");
   const char *verb = str(m->verb);
   if (!may_change(p)) {
     XF_WARN("request_denied", "user=%s request=audit_%s", user, verb);
-    xf_session_send_error(p->conn, XF_EDENIED,
+    xf_session_send_error(xf__peer_conn(p), XF_EDENIED,
                           "only a compliance or admin identity may read the audit trail; %s is "
                           "a %s",
-                          user, xf_pki_role_name(p->id.role));
+                          user, xf_pki_role_name(xf__peer_id(p)->role));
     return;
   }
   if (!co->audit) {
-    xf_session_send_error(p->conn, XF_EUNSUPPORTED, "this coordinator keeps no audit trail");
+    xf_session_send_error(xf__peer_conn(p), XF_EUNSUPPORTED,
+                          "this coordinator keeps no audit trail");
     return;
   }
   xf_errctx err = {0};
@@ -534,7 +536,7 @@ static void on_audit(xf__coord *co, xf__peer *p, const Xfed__AuditQuery *m) {
     return;
   }
   if (strcmp(verb, "list") != 0 && strcmp(verb, "export") != 0) {
-    xf_session_send_error(p->conn, XF_EUNSUPPORTED,
+    xf_session_send_error(xf__peer_conn(p), XF_EUNSUPPORTED,
                           "verb: '%.64s' is not an audit query (list, export, verify)", verb);
     return;
   }
@@ -561,7 +563,7 @@ static void on_audit(xf__coord *co, xf__peer *p, const Xfed__AuditQuery *m) {
 
 void xf__policy_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env) {
   if (co->cfg.regional) {
-    xf_session_send_error(p->conn, XF_EUNSUPPORTED,
+    xf_session_send_error(xf__peer_conn(p), XF_EUNSUPPORTED,
                           "a regional aggregator keeps no residency policy; ask the global "
                           "coordinator");
     return;
@@ -570,7 +572,7 @@ void xf__policy_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env) 
   case XFED__ENVELOPE__BODY_POLICY_REQUEST: on_policy(co, p, env->policy_request); return;
   case XFED__ENVELOPE__BODY_AUDIT_QUERY: on_audit(co, p, env->audit_query); return;
   default:
-    xf_session_send_error(p->conn, XF_EUNSUPPORTED, "not a policy or audit request");
+    xf_session_send_error(xf__peer_conn(p), XF_EUNSUPPORTED, "not a policy or audit request");
     return;
   }
 }

@@ -25,7 +25,8 @@
 #define XF__JOBS_PAGE_MAX 1000
 
 static bool may_submit(const xf__peer *p) {
-  return p->id.role == XF_PKI_ROLE_RESEARCHER || p->id.role == XF_PKI_ROLE_ADMIN;
+  xf_pki_role role = xf__peer_id(p)->role;
+  return role == XF_PKI_ROLE_RESEARCHER || role == XF_PKI_ROLE_ADMIN;
 }
 
 static void reply_error(xf__peer *p, xf_err code, const xf_errctx *err) {
@@ -36,7 +37,7 @@ static void reply_error(xf__peer *p, xf_err code, const xf_errctx *err) {
     snprintf(msg, sizeof(msg), "%s: %s", err->field, err->msg);
   else
     snprintf(msg, sizeof(msg), "%s", err->msg);
-  xf_session_send_error(p->conn, code, "%s", msg);
+  xf_session_send_error(xf__peer_conn(p), code, "%s", msg);
 }
 
 /* A job id from a request; false, with the reason sent to the user, when it
@@ -44,7 +45,7 @@ static void reply_error(xf__peer *p, xf_err code, const xf_errctx *err) {
 static bool parse_job_id(xf__peer *p, const char *s, int64_t *out) {
   xf_errctx err = {0};
   xf_err rc = xf_job_id_parse(s, out, &err);
-  if (rc != XF_OK) xf_session_send_error(p->conn, rc, "%s", err.msg);
+  if (rc != XF_OK) xf_session_send_error(xf__peer_conn(p), rc, "%s", err.msg);
   return rc == XF_OK;
 }
 
@@ -351,7 +352,7 @@ static void reply_jobs(xf__coord *co, xf__peer *p, const int64_t *ids, size_t n,
     env.job_list = &list;
     (void)xf__send(p, &env);
   } else {
-    xf_session_send_error(p->conn, XF_ENOMEM, "out of memory");
+    xf_session_send_error(xf__peer_conn(p), XF_ENOMEM, "out of memory");
   }
 out:
   for (size_t i = 0; st && i < k; i++) xf_free(st[i].spec_json);
@@ -362,42 +363,105 @@ out:
 
 /* ---- submit ------------------------------------------------------------------------------- */
 
+/* Noise in the sum: its multiplier comes from the target and the sampling
+ * rate the spec fixes (admission refuses a count of sites). False with err
+ * naming the field when it cannot be calibrated. */
+static bool calibrate_noise(xf_jobspec *spec, const char *origin, xf_errctx *err) {
+  if (!xf_job_noise_in_sum(spec) || spec->privacy.has_noise_multiplier ||
+      spec->sites_per_round > 1)
+    return true;
+  double sigma, eps, order;
+  if (xf_dp_calibrate(spec->privacy.target_epsilon, xf_job_sampling_rate(spec), spec->rounds,
+                      spec->privacy.delta, &sigma, &eps, &order, err) != XF_OK) {
+    snprintf(err->file, sizeof(err->file), "%s", origin);
+    snprintf(err->field, sizeof(err->field), "privacy.target_epsilon");
+    return false;
+  }
+  spec->privacy.has_noise_multiplier = true;
+  spec->privacy.noise_multiplier = sigma;
+  XF_INFO("privacy_calibrated", "target_epsilon=%g delta=%g q=%g rounds=%u "
+                                "noise_multiplier=%.6g epsilon=%.6g order=%g",
+          spec->privacy.target_epsilon, spec->privacy.delta, xf_job_sampling_rate(spec),
+          (unsigned)spec->rounds, sigma, eps, order);
+  return true;
+}
+
+/* A submission admission does not let run: audited, logged and answered
+ * with admission's words. */
+static void refuse_submission(xf__coord *co, xf__peer *p, const xf_jobspec *spec,
+                              const xf_admission *a, const char *origin, const char *submitter,
+                              const char *admission_text, const char *decision_text) {
+  char why[2048];
+  xf_admission_refusal(a, why, sizeof(why));
+  json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s}", "when", "submission", "submitter", submitter,
+                        "job_name", spec->name, "coordinator_region", co->cfg.region, "verdict",
+                        xf_admit_verdict_name(a->verdict));
+  if (admission_text) json_object_set_new(o, "admission", json_loads(admission_text, 0, NULL));
+  if (decision_text) json_object_set_new(o, "decision", json_loads(decision_text, 0, NULL));
+  xf__audit(co, "refused_task", spec->name, o);
+  XF_WARN("job_refused", "user=%s name=%s verdict=%s", submitter, spec->name,
+          xf_admit_verdict_name(a->verdict));
+  xf_session_send_error(xf__peer_conn(p), XF_EDENIED, "%s: %s", origin, why);
+}
+
+/* The admitted job made: its model (shaped by what admission found of the
+ * data) initialised from the spec's seed, stored as a blob and noted, and
+ * the job's rows. *model is the caller's (xf_model_free) even on failure;
+ * *of_spec says whether a failure is the spec's (a model the data cannot
+ * feed: the researcher's to fix) rather than the coordinator's. */
+static xf_err create_job(xf__coord *co, const xf_jobspec *spec, const xf_admission *a,
+                         const char *submitter, xf_model **model, int64_t *id, bool *of_spec,
+                         xf_errctx *err) {
+  xf_model_spec ms;
+  float *params = NULL;
+  xf__model_file *mf = NULL;
+  xf_digest blob;
+  xf_err rc = xf_jobspec_model_spec(spec, a->h, a->w, a->c, a->classes, &ms, err);
+  if (rc == XF_OK) rc = xf_model_create(&ms, model, err);
+  *of_spec = rc != XF_OK && rc != XF_ENOMEM;
+  if (rc == XF_OK) {
+    params = xf_mallocarray(xf_model_num_params(*model), sizeof(float));
+    if (!params) rc = xf_fail(err, XF_ENOMEM, "out of memory");
+  }
+  if (rc == XF_OK) {
+    xf_model_init_params(*model, spec->seed, params);
+    rc = xf__model_file_make_as(*model, params, XF_CHECKPOINT_F32, &mf, NULL, err);
+  }
+  xf_digest model_digest;
+  if (rc == XF_OK) {
+    size_t len = 0;
+    const uint8_t *bytes = xf__model_file_bytes(mf, &len);
+    rc = xf_blob_put(co->blobs, bytes, len, &blob, err);
+  }
+  if (rc == XF_OK) {
+    xf_params_digest(params, xf_model_num_params(*model), &model_digest);
+    rc = xf_journal_model_digest_note(co->db, &blob, &model_digest, err);
+  }
+  if (rc == XF_OK) rc = xf_journal_job_create(co->db, spec, &blob, xf__now(), id, err);
+  if (rc == XF_OK) rc = xf_journal_job_submitter(co->db, *id, submitter, err);
+  xf__model_file_unref(mf);
+  xf_free(params);
+  return rc;
+}
+
 static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
   char submitter[XF_SPIFFE_MAX];
-  if (xf_spiffe_format(&p->id, submitter, NULL) != XF_OK) snprintf(submitter, 2, "?");
+  if (xf_spiffe_format(xf__peer_id(p), submitter, NULL) != XF_OK) snprintf(submitter, 2, "?");
   if (!may_submit(p)) {
     XF_WARN("request_denied", "user=%s request=job_submit", submitter);
-    xf_session_send_error(p->conn, XF_EDENIED,
+    xf_session_send_error(xf__peer_conn(p), XF_EDENIED,
                           "only researchers (and admins) submit jobs; %s has role %s", submitter,
-                          xf_pki_role_name(p->id.role));
+                          xf_pki_role_name(xf__peer_id(p)->role));
     return;
   }
   const char *text = m->spec_json ? m->spec_json : "";
   const char *origin = m->origin && *m->origin ? m->origin : "job spec";
   xf_jobspec spec;
   xf_errctx err = {0};
-  if (xf_jobspec_parse_string(text, strlen(text), origin, &spec, &err) != XF_OK) {
+  if (xf_jobspec_parse_string(text, strlen(text), origin, &spec, &err) != XF_OK ||
+      !calibrate_noise(&spec, origin, &err)) {
     reply_error(p, err.code, &err);
     return;
-  }
-  /* Noise in the sum: its multiplier comes from the target and the
-   * sampling rate the spec fixes (admission refuses a count of sites). */
-  if (xf_job_noise_in_sum(&spec) && !spec.privacy.has_noise_multiplier &&
-      spec.sites_per_round <= 1) {
-    double sigma, eps, order;
-    if (xf_dp_calibrate(spec.privacy.target_epsilon, xf_job_sampling_rate(&spec), spec.rounds,
-                        spec.privacy.delta, &sigma, &eps, &order, &err) != XF_OK) {
-      snprintf(err.file, sizeof(err.file), "%s", origin);
-      snprintf(err.field, sizeof(err.field), "privacy.target_epsilon");
-      reply_error(p, err.code, &err);
-      return;
-    }
-    spec.privacy.has_noise_multiplier = true;
-    spec.privacy.noise_multiplier = sigma;
-    XF_INFO("privacy_calibrated", "target_epsilon=%g delta=%g q=%g rounds=%u "
-                                  "noise_multiplier=%.6g epsilon=%.6g order=%g",
-            spec.privacy.target_epsilon, spec.privacy.delta, xf_job_sampling_rate(&spec),
-            (unsigned)spec.rounds, sigma, eps, order);
   }
   /* Admission decides before anything is made: the same one `xfed policy
    * check` runs, refusing with the same words, audited either way. */
@@ -413,52 +477,17 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
   xf_errctx jerr = {0};
   if (xf_admission_json(&a, &spec, &admission_text, &jerr) != XF_OK) admission_text = NULL;
   if (a.verdict != XF_ADMIT_RUNS) {
-    char why[2048];
-    xf_admission_refusal(&a, why, sizeof(why));
-    json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s}", "when", "submission", "submitter", submitter,
-                          "job_name", spec.name, "coordinator_region", co->cfg.region, "verdict",
-                          xf_admit_verdict_name(a.verdict));
-    if (admission_text) json_object_set_new(o, "admission", json_loads(admission_text, 0, NULL));
-    if (decision_text) json_object_set_new(o, "decision", json_loads(decision_text, 0, NULL));
-    xf__audit(co, "refused_task", spec.name, o);
-    XF_WARN("job_refused", "user=%s name=%s verdict=%s", submitter, spec.name,
-            xf_admit_verdict_name(a.verdict));
-    xf_session_send_error(p->conn, XF_EDENIED, "%s: %s", origin, why);
+    refuse_submission(co, p, &spec, &a, origin, submitter, admission_text, decision_text);
     xf_free(decision_text);
     xf_free(admission_text);
     xf_admission_free(&a);
     return;
   }
-  xf_model_spec ms;
   xf_model *model = NULL;
-  float *params = NULL;
-  xf__model_file *mf = NULL;
-  xf_digest blob;
   int64_t id = 0;
-  xf_err rc = xf_jobspec_model_spec(&spec, a.h, a.w, a.c, a.classes, &ms, &err);
+  bool of_spec = false;
+  xf_err rc = create_job(co, &spec, &a, submitter, &model, &id, &of_spec, &err);
   xf_admission_free(&a);
-  if (rc == XF_OK) rc = xf_model_create(&ms, &model, &err);
-  /* Up to here a failure is the spec's (a model the data cannot feed): the
-   * researcher's to fix, not the coordinator's. */
-  bool of_spec = rc != XF_OK && rc != XF_ENOMEM;
-  if (rc == XF_OK) {
-    params = xf_mallocarray(xf_model_num_params(model), sizeof(float));
-    if (!params) rc = xf_fail(&err, XF_ENOMEM, "out of memory");
-  }
-  if (rc == XF_OK) {
-    xf_model_init_params(model, spec.seed, params);
-    rc = xf__model_file_make_as(model, params, XF_CHECKPOINT_F32, &mf, NULL, &err);
-  }
-  xf_digest model_digest;
-  if (rc == XF_OK) rc = xf_blob_put(co->blobs, mf->bytes, mf->len, &blob, &err);
-  if (rc == XF_OK) {
-    xf_params_digest(params, xf_model_num_params(model), &model_digest);
-    rc = xf_journal_model_digest_note(co->db, &blob, &model_digest, &err);
-  }
-  if (rc == XF_OK) rc = xf_journal_job_create(co->db, &spec, &blob, xf__now(), &id, &err);
-  if (rc == XF_OK) rc = xf_journal_job_submitter(co->db, id, submitter, &err);
-  xf__model_file_unref(mf);
-  xf_free(params);
   if (rc != XF_OK) {
     if (of_spec)
       XF_WARN("job_refused", "user=%s name=%s reason=\"%s\"", submitter, spec.name, err.msg);
@@ -492,11 +521,11 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
 static void on_cancel(xf__coord *co, xf__peer *p, const Xfed__JobCancel *m) {
   if (!may_submit(p)) {
     char user[XF_SPIFFE_MAX];
-    if (xf_spiffe_format(&p->id, user, NULL) != XF_OK) snprintf(user, 2, "?");
+    if (xf_spiffe_format(xf__peer_id(p), user, NULL) != XF_OK) snprintf(user, 2, "?");
     XF_WARN("request_denied", "user=%s request=job_cancel", user);
-    xf_session_send_error(p->conn, XF_EDENIED,
+    xf_session_send_error(xf__peer_conn(p), XF_EDENIED,
                           "only researchers (and admins) cancel jobs; %s has role %s", user,
-                          xf_pki_role_name(p->id.role));
+                          xf_pki_role_name(xf__peer_id(p)->role));
     return;
   }
   int64_t id;
@@ -508,12 +537,12 @@ static void on_cancel(xf__coord *co, xf__peer *p, const Xfed__JobCancel *m) {
     return;
   }
   if (jj.state == XF_JOB_DONE || jj.state == XF_JOB_FAILED || jj.state == XF_JOB_CANCELLED) {
-    xf_session_send_error(p->conn, XF_EINVAL, "job %" PRId64 " is already %s", id,
+    xf_session_send_error(xf__peer_conn(p), XF_EINVAL, "job %" PRId64 " is already %s", id,
                           xf_job_state_name(jj.state));
     return;
   }
   char who[XF_SPIFFE_MAX], why[XF_SPIFFE_MAX + 32];
-  if (xf_spiffe_format(&p->id, who, NULL) != XF_OK) snprintf(who, 2, "?");
+  if (xf_spiffe_format(xf__peer_id(p), who, NULL) != XF_OK) snprintf(who, 2, "?");
   snprintf(why, sizeof(why), "cancelled by %s", who);
   xf__run_cancel(co, id, why);
   if (xf_journal_job_set_state(co->db, id, XF_JOB_CANCELLED, why, xf__now(), &err) != XF_OK) {
@@ -550,7 +579,7 @@ static void on_metrics_query(xf__coord *co, xf__peer *p, const Xfed__MetricsQuer
   Xfed__MetricsReport__Row **ptrs = xf_calloc(n ? n : 1, sizeof(*ptrs));
   char (*names)[2][XF_COORD_NAME_MAX] = xf_calloc(n ? n : 1, sizeof(*names));
   if (!rows || !ptrs || !names) {
-    xf_session_send_error(p->conn, XF_ENOMEM, "out of memory");
+    xf_session_send_error(xf__peer_conn(p), XF_ENOMEM, "out of memory");
     goto out;
   }
   uint32_t eps_round = 0;
@@ -696,7 +725,7 @@ void xf__cli_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env) {
   case XFED__ENVELOPE__BODY_TENSOR_CHUNK:
   case XFED__ENVELOPE__BODY_TENSOR_END: xf__document_on_frame(co, p, env); return;
   default:
-    xf_session_send_error(p->conn, XF_EUNSUPPORTED, "%s is not a request a user can make",
+    xf_session_send_error(xf__peer_conn(p), XF_EUNSUPPORTED, "%s is not a request a user can make",
                           xf_envelope_body_name(env));
     return;
   }

@@ -335,33 +335,8 @@ static xf_err xf__check_config(const xf_saphase_config *cfg, xf_errctx *err) {
   return XF_OK;
 }
 
-xf_err xf_saphase_create(const xf_saphase_config *cfg, double now, xf_saphase **out,
-                         xf_errctx *err) {
-  XF_ENSURE(out, err, XF_EINVAL, "secure aggregation needs somewhere to put its state");
-  *out = NULL;
-  XF_GUARD(xf__check_config(cfg, err));
-  uint32_t n = cfg->n;
-  xf_saphase *sa = xf_calloc(1, sizeof(*sa));
-  if (!sa) return xf_fail(err, XF_ENOMEM, "out of memory for secure aggregation");
-  sa->p.n = n;
-  uint32_t t = (uint32_t)ceil(cfg->threshold * (double)n - 1e-9);
-  sa->p.threshold = t < 2 ? 2 : t > n ? n : t;
-  /* The sites refuse a round that half of them could unmask
-   * (crypto/secagg_guard.h): say so here, before anyone trains. */
-  if (2 * (uint64_t)sa->p.threshold <= n) {
-    xf_fail(err, XF_EINVAL,
-            "secure_aggregation.threshold %g makes t = %u of %u sites, not more than half: "
-            "against an aggregator that may lie to the sites it must be; raise it above 0.5",
-            cfg->threshold, sa->p.threshold, n);
-    xf_free(sa);
-    return XF_EINVAL;
-  }
-  sa->p.bits = cfg->bits;
-  sa->p.length = cfg->n_params;
-  sa->p.degree = xf_secagg_default_degree(n);
-  memcpy(sa->p.graph_seed, cfg->graph_seed, sizeof(sa->p.graph_seed));
-  sa->n_params = cfg->n_params;
-  sa->phase_s = cfg->phase_s < XF_SAPHASE_PHASE_MAX_S ? cfg->phase_s : XF_SAPHASE_PHASE_MAX_S;
+/* The per-site tables of a cohort of n; false when one cannot be had. */
+static bool alloc_tables(xf_saphase *sa, uint32_t n) {
   sa->ids = xf_mallocarray(n, sizeof(*sa->ids));
   sa->places = xf_mallocarray(n, sizeof(*sa->places));
   sa->scale = xf_mallocarray(n, sizeof(*sa->scale));
@@ -380,13 +355,15 @@ xf_err xf_saphase_create(const xf_saphase_config *cfg, double now, xf_saphase **
   sa->signer_sigs = xf_mallocarray(n, XF_SECAGG_SIG_BYTES);
   sa->cap_actions = (size_t)n + 3;
   sa->actions = xf_mallocarray(sa->cap_actions, sizeof(*sa->actions));
-  xf_err rc = XF_OK;
-  if (!sa->ids || !sa->places || !sa->scale || !sa->weight || !sa->flags || !sa->inputs ||
-      !sa->adverts || !sa->u2 || !sa->u3 || !sa->survivors || !sa->advert_sigs || !sa->certs ||
-      !sa->cert_lens || !sa->check_sigs || !sa->signers || !sa->signer_sigs || !sa->actions) {
-    rc = xf_fail(err, XF_ENOMEM, "out of memory for secure aggregation of %u sites", n);
-    goto fail;
-  }
+  return sa->ids && sa->places && sa->scale && sa->weight && sa->flags && sa->inputs &&
+         sa->adverts && sa->u2 && sa->u3 && sa->survivors && sa->advert_sigs && sa->certs &&
+         sa->cert_lens && sa->check_sigs && sa->signers && sa->signer_sigs && sa->actions;
+}
+
+/* The cohort's ids in order and their places sorted by id; a site listed
+ * twice is refused. */
+static xf_err place_sites(xf_saphase *sa, const xf_saphase_config *cfg, xf_errctx *err) {
+  uint32_t n = cfg->n;
   for (uint32_t i = 0; i < n; i++) {
     sa->ids[i] = cfg->sites[i];
     sa->places[i] = (xf__place){.site = cfg->sites[i], .index = i + 1};
@@ -394,30 +371,32 @@ xf_err xf_saphase_create(const xf_saphase_config *cfg, double now, xf_saphase **
   qsort(sa->places, n, sizeof(*sa->places), xf__cmp_place);
   for (uint32_t i = 1; i < n; i++) {
     if (sa->places[i].site == sa->places[i - 1].site) {
-      rc = xf_fail(err, XF_EINVAL, "site %llu is listed twice in the cohort",
-                   (unsigned long long)sa->places[i].site);
-      goto fail;
+      return xf_fail(err, XF_EINVAL, "site %llu is listed twice in the cohort",
+                     (unsigned long long)sa->places[i].site);
     }
   }
-  /* Uplink top-k: every site sends the same random subset of coordinates
-   * (what they leave out stays in their residuals). */
-  if (cfg->topk_fraction > 0) {
-    sa->p.length = xf_codec_topk_count(cfg->topk_fraction, cfg->n_params);
-    sa->subset_seed = cfg->subset_seed;
-    sa->subset = xf_mallocarray(sa->p.length, sizeof(*sa->subset));
-    if (!sa->subset) {
-      rc = xf_fail(err, XF_ENOMEM, "out of memory for the shared subset");
-      goto fail;
-    }
-    rc = xf_codec_random_subset(sa->subset_seed, cfg->n_params, sa->p.length, sa->subset);
-    if (rc != XF_OK) {
-      rc = xf_fail(err, rc, "cannot draw a shared subset of %llu of %zu parameters: %s",
+  return XF_OK;
+}
+
+/* Uplink top-k: every site sends the same random subset of coordinates
+ * (what they leave out stays in their residuals). */
+static xf_err draw_subset(xf_saphase *sa, const xf_saphase_config *cfg, xf_errctx *err) {
+  if (!(cfg->topk_fraction > 0)) return XF_OK;
+  sa->p.length = xf_codec_topk_count(cfg->topk_fraction, cfg->n_params);
+  sa->subset_seed = cfg->subset_seed;
+  sa->subset = xf_mallocarray(sa->p.length, sizeof(*sa->subset));
+  if (!sa->subset) return xf_fail(err, XF_ENOMEM, "out of memory for the shared subset");
+  xf_err rc = xf_codec_random_subset(sa->subset_seed, cfg->n_params, sa->p.length, sa->subset);
+  if (rc != XF_OK)
+    return xf_fail(err, rc, "cannot draw a shared subset of %llu of %zu parameters: %s",
                    (unsigned long long)sa->p.length, cfg->n_params, xf_strerror(rc));
-      goto fail;
-    }
-  }
-  rc = xf_secagg_server_new(&sa->p, &sa->server, err);
-  if (rc != XF_OK) goto fail;
+  return XF_OK;
+}
+
+/* The sites' weights and scales, and the fixed-point grid their masked
+ * inputs are drawn on. */
+static void set_scale(xf_saphase *sa, const xf_saphase_config *cfg) {
+  uint32_t n = cfg->n;
   /* Weights: each site's records (its share of the cohort's), or equal.
    * Sites scale their updates by them, so the masked sum is already the
    * weighted sum. */
@@ -450,6 +429,45 @@ xf_err xf_saphase_create(const xf_saphase_config *cfg, double now, xf_saphase **
     range += 8.0 * 1.05 * sum_sd; /* 1.05: the grid's slack on each share */
   }
   sa->fixed.step = range / (double)sa->fixed.bound;
+}
+
+xf_err xf_saphase_create(const xf_saphase_config *cfg, double now, xf_saphase **out,
+                         xf_errctx *err) {
+  XF_ENSURE(out, err, XF_EINVAL, "secure aggregation needs somewhere to put its state");
+  *out = NULL;
+  XF_GUARD(xf__check_config(cfg, err));
+  uint32_t n = cfg->n;
+  xf_saphase *sa = xf_calloc(1, sizeof(*sa));
+  if (!sa) return xf_fail(err, XF_ENOMEM, "out of memory for secure aggregation");
+  sa->p.n = n;
+  uint32_t t = (uint32_t)ceil(cfg->threshold * (double)n - 1e-9);
+  sa->p.threshold = t < 2 ? 2 : t > n ? n : t;
+  /* The sites refuse a round that half of them could unmask
+   * (crypto/secagg_guard.h): say so here, before anyone trains. */
+  if (2 * (uint64_t)sa->p.threshold <= n) {
+    xf_fail(err, XF_EINVAL,
+            "secure_aggregation.threshold %g makes t = %u of %u sites, not more than half: "
+            "against an aggregator that may lie to the sites it must be; raise it above 0.5",
+            cfg->threshold, sa->p.threshold, n);
+    xf_free(sa);
+    return XF_EINVAL;
+  }
+  sa->p.bits = cfg->bits;
+  sa->p.length = cfg->n_params;
+  sa->p.degree = xf_secagg_default_degree(n);
+  memcpy(sa->p.graph_seed, cfg->graph_seed, sizeof(sa->p.graph_seed));
+  sa->n_params = cfg->n_params;
+  sa->phase_s = cfg->phase_s < XF_SAPHASE_PHASE_MAX_S ? cfg->phase_s : XF_SAPHASE_PHASE_MAX_S;
+  xf_err rc = XF_OK;
+  if (!alloc_tables(sa, n)) {
+    rc = xf_fail(err, XF_ENOMEM, "out of memory for secure aggregation of %u sites", n);
+    goto fail;
+  }
+  if ((rc = place_sites(sa, cfg, err)) != XF_OK) goto fail;
+  if ((rc = draw_subset(sa, cfg, err)) != XF_OK) goto fail;
+  rc = xf_secagg_server_new(&sa->p, &sa->server, err);
+  if (rc != XF_OK) goto fail;
+  set_scale(sa, cfg);
   sa->waiting[0] = n;
   sa->state = XF_SAPHASE_ADVERT;
   sa->deadline = now + sa->phase_s;

@@ -60,7 +60,7 @@ void xf__stats_round(xf__run *run, bool committed) {
 }
 
 void xf__stats_peer_closed(xf__coord *co, const xf__peer *p) {
-  if (!p->conn || (unsigned)p->kind > XF__PEER_UPSTREAM) return;
-  co->stats.bytes_in[p->kind] += xf_conn_bytes_in(p->conn);
-  co->stats.bytes_out[p->kind] += xf_conn_bytes_out(p->conn);
+  if (!xf__peer_conn(p) || (unsigned)xf__peer_kind_of(p) > XF__PEER_UPSTREAM) return;
+  co->stats.bytes_in[xf__peer_kind_of(p)] += xf_conn_bytes_in(xf__peer_conn(p));
+  co->stats.bytes_out[xf__peer_kind_of(p)] += xf_conn_bytes_out(xf__peer_conn(p));
 }

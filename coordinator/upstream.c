@@ -14,6 +14,42 @@
 #include "base/log.h"
 #include "coordinator/daemon_internal.h"
 
+struct xf__relay {
+  xf__upstream_task up;
+  float *mean;              /* the region's aggregate, between COMMIT and the first FORWARD */
+  uint64_t weight;
+  uint8_t *agg_bytes;       /* what went upstream, kept to send again (FORWARD with resend) */
+  size_t agg_len;
+  uint8_t *agg_plain;       /* ... and before sealing, to seal again for a restarted upstream */
+  size_t agg_plain_len;
+  xf_update_form agg_form;
+  uint64_t agg_count;
+  bool agg_sealed;
+  uint8_t agg_epk[XF_SEAL_PUBLICKEYBYTES];
+};
+
+xf__relay *xf__relay_new(const xf__upstream_task *up) {
+  xf__relay *r = xf_calloc(1, sizeof(*r));
+  if (r) r->up = *up;
+  return r;
+}
+
+void xf__relay_free(xf__relay *r) {
+  if (!r) return;
+  xf_free(r->mean);
+  xf_free(r->agg_bytes);
+  xf_free(r->agg_plain);
+  xf_free(r);
+}
+
+const xf__upstream_task *xf__relay_task(const xf__relay *r) { return &r->up; }
+
+void xf__relay_set_aggregate(xf__relay *r, float *mean, uint64_t weight) {
+  xf_free(r->mean);
+  r->mean = mean;
+  r->weight = weight;
+}
+
 #define BACKOFF_MIN_S 0.5
 #define BACKOFF_MAX_S 30.0
 
@@ -83,24 +119,8 @@ static void schedule_redial(xf__coord *co) {
 static void dial(xf__coord *co) {
   if (co->stopping || co->up_peer || co->up_dialing) return;
   xf__peer *p;
-  if (xf__peer_new(co, &p) != XF_OK) {
-    schedule_redial(co);
-    return;
-  }
-  p->kind = XF__PEER_UPSTREAM;
-  xf_conn_opts o = *xf__conn_opts(co, false);
-  o.user = p;
   xf_errctx err = {0};
-  if (xf_dial(&co->loop, co->tls, co->cfg.upstream_host, co->cfg.upstream_port, &o, &p->conn,
-              &err) != XF_OK) {
-    XF_ERROR("upstream_dial_failed", "upstream=%s:%d reason=\"%s\"", co->cfg.upstream_host,
-             co->cfg.upstream_port, err.msg);
-    for (xf__peer **pp = &co->peers; *pp; pp = &(*pp)->next)
-      if (*pp == p) {
-        *pp = p->next;
-        break;
-      }
-    xf_free(p);
+  if (xf__peer_dial_upstream(co, &p, &err) != XF_OK) {
     schedule_redial(co);
     return;
   }
@@ -240,8 +260,8 @@ void xf__upstream_accept(xf__coord *co, const xf__run *run, const uint64_t *site
   char **names = names_of(co, sites, n);
   Xfed__TaskAccept a = XFED__TASK_ACCEPT__INIT;
   a.job_id = (char *)run->id_text;
-  a.round = run->up.round;
-  a.attempt = run->up.attempt;
+  a.round = run->relay->up.round;
+  a.attempt = run->relay->up.attempt;
   a.n_sites = names ? n : 0;
   a.sites = names;
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
@@ -250,7 +270,7 @@ void xf__upstream_accept(xf__coord *co, const xf__run *run, const uint64_t *site
   (void)xf__send(co->up_peer, &env);
   xf_free(names);
   XF_INFO("task_accepted_up", "job=%s round=%u attempt=%u sites=%zu", run->id_text,
-          (unsigned)run->up.round, (unsigned)run->up.attempt, n);
+          (unsigned)run->relay->up.round, (unsigned)run->relay->up.attempt, n);
 }
 
 static void send_refusal(xf__coord *co, const char *job, uint32_t round, uint32_t attempt,
@@ -272,21 +292,22 @@ static void send_refusal(xf__coord *co, const char *job, uint32_t round, uint32_
 void xf__upstream_refuse(xf__coord *co, const xf__run *run, uint64_t site, int reason,
                          const char *details) {
   const char *name = site ? xf__site_name(co, site) : NULL;
+  const xf__upstream_task *up = &run->relay->up;
   XF_WARN("task_refused_up", "job=%s round=%u site=%s reason=%s details=\"%s\"", run->id_text,
-          (unsigned)run->up.round, name ? name : "-", xf_task_refusal_reason_name(reason), details);
-  send_refusal(co, run->id_text, run->up.round, run->up.attempt, site ? (name ? name : "?") : "",
-               reason, details);
+          (unsigned)up->round, name ? name : "-", xf_task_refusal_reason_name(reason), details);
+  send_refusal(co, run->id_text, up->round, up->attempt, site ? (name ? name : "?") : "", reason,
+               details);
 }
 
 void xf__upstream_eval_done(xf__coord *co, const xf__run *run) {
   if (!co->up_peer) return;
   Xfed__Metrics m = XFED__METRICS__INIT;
   m.job_id = (char *)run->id_text;
-  m.round = run->up.round;
-  m.attempt = run->up.attempt;
+  m.round = run->relay->up.round;
+  m.attempt = run->relay->up.attempt;
   m.site = co->name;
   m.region = co->cfg.region;
-  m.model_round = run->up.model_round;
+  m.model_round = run->relay->up.model_round;
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   env.body_case = XFED__ENVELOPE__BODY_METRICS;
   env.metrics = &m;
@@ -324,26 +345,26 @@ static float *residual_of(xf__coord *co, const char *job, size_t n) {
 
 /* The stream run's aggregate travels under: the one the offer named. */
 static uint64_t aggregate_stream(const xf__run *run) {
-  return run->up.update_stream_id
-             ? run->up.update_stream_id
-             : ((uint64_t)run->up.round << 16 | (uint64_t)run->up.attempt << 1 | 1);
+  return run->relay->up.update_stream_id
+             ? run->relay->up.update_stream_id
+             : ((uint64_t)run->relay->up.round << 16 | (uint64_t)run->relay->up.attempt << 1 | 1);
 }
 
 /* Queues run's kept aggregate bytes upstream (again after a reconnect). */
 static void queue_aggregate(xf__coord *co, xf__run *run, const xf_update_payload *pl,
                             const uint64_t *sites, size_t n, uint64_t weight) {
-  if (!co->up_peer || !run->agg_bytes) return;
-  uint8_t *copy = xf_malloc(run->agg_len ? run->agg_len : 1);
+  if (!co->up_peer || !run->relay->agg_bytes) return;
+  uint8_t *copy = xf_malloc(run->relay->agg_len ? run->relay->agg_len : 1);
   if (!copy) return;
-  memcpy(copy, run->agg_bytes, run->agg_len);
+  memcpy(copy, run->relay->agg_bytes, run->relay->agg_len);
   xf_tensor_desc d = {.stream_id = aggregate_stream(run),
                       .kind = XFED__TENSOR_BEGIN__KIND__AGGREGATE,
                       .dtype = pl->form == XF_UPDATE_FLOAT32 ? XFED__TENSOR_BEGIN__DTYPE__F32
                                                              : XFED__TENSOR_BEGIN__DTYPE__U8,
                       .element_count = pl->element_count,
                       .job_id = run->id_text,
-                      .round = run->up.round,
-                      .attempt = run->up.attempt};
+                      .round = run->relay->up.round,
+                      .attempt = run->relay->up.attempt};
   if (pl->sealed) {
     d.sealed_by = pl->sealed_by;
     d.sealed_chunk = XF_SEAL_STREAM_CHUNK;
@@ -354,15 +375,15 @@ static void queue_aggregate(xf__coord *co, xf__run *run, const xf_update_payload
     names[i] = xf_strdup(nm ? nm : "?");
   }
   xf__stream_opts so = {.weight = weight,
-                        .attempt = run->up.attempt,
+                        .attempt = run->relay->up.attempt,
                         .contributors = (uint32_t)n,
                         .sites = names,
                         .n_sites = names ? n : 0,
                         .await_ack = true,
                         .job = run->id_text};
   XF_INFO("aggregate_sending", "job=%s round=%u weight=%" PRIu64 " sites=%zu bytes=%zu",
-          run->id_text, (unsigned)run->up.round, weight, n, run->agg_len);
-  (void)xf__stream_queue(co->up_peer, &d, NULL, copy, run->agg_len,
+          run->id_text, (unsigned)run->relay->up.round, weight, n, run->relay->agg_len);
+  (void)xf__stream_queue(co->up_peer, &d, NULL, copy, run->relay->agg_len,
                          pl->sealed ? XF_SEAL_STREAM_CHUNK + XF_SEAL_ABYTES : 0, &so);
 }
 
@@ -371,17 +392,18 @@ static void resend_aggregate(xf__coord *co, xf__run *run, const uint64_t *sites,
 
 void xf__upstream_forward(xf__coord *co, xf__run *run, const uint64_t *sites, size_t n,
                           uint64_t weight, bool resend) {
-  if (resend && run->agg_bytes) {
+  if (resend && run->relay->agg_bytes) {
     resend_aggregate(co, run, sites, n, weight);
     return;
   }
-  if (!run->relay_mean) return;
+  if (!run->relay->mean) return;
   xf_errctx err = {0};
-  xf_update_offer offer = {.sealed = run->up.seal,
-                           .rounding_seed = run->spec.seed ^
-                                            ((uint64_t)run->up.round * 0x9e3779b97f4a7c15ull) ^
-                                            xf_coord_site_id(co->cfg.region)};
-  memcpy(offer.seal_pk, run->up.seal_pk, sizeof(offer.seal_pk));
+  xf_update_offer offer = {.sealed = run->relay->up.seal,
+                           .rounding_seed =
+                               run->spec.seed ^
+                               ((uint64_t)run->relay->up.round * 0x9e3779b97f4a7c15ull) ^
+                               xf_coord_site_id(co->cfg.region)};
+  memcpy(offer.seal_pk, run->relay->up.seal_pk, sizeof(offer.seal_pk));
   xf_update_plan plan;
   xf_update_payload pl;
   memset(&pl, 0, sizeof(pl));
@@ -392,44 +414,45 @@ void xf__upstream_forward(xf__coord *co, xf__run *run, const uint64_t *sites, si
     if (!residual) rc = xf_fail(&err, XF_ENOMEM, "out of memory for the region's residual");
   }
   char ctx[256];
-  size_t ctx_len = xf_seal_stream_context(ctx, sizeof(ctx), run->id_text, run->up.round,
-                                          run->up.attempt, co->name);
+  size_t ctx_len = xf_seal_stream_context(ctx, sizeof(ctx), run->id_text, run->relay->up.round,
+                                          run->relay->up.attempt, co->name);
   if (rc == XF_OK)
-    rc = xf_update_prepare(&plan, run->relay_mean, residual, NULL, ctx, ctx_len, &pl, &err);
-  xf_free(run->relay_mean);
-  run->relay_mean = NULL;
+    rc = xf_update_prepare(&plan, run->relay->mean, residual, NULL, ctx, ctx_len, &pl, &err);
+  xf_free(run->relay->mean);
+  run->relay->mean = NULL;
   if (rc != XF_OK) {
     XF_ERROR("aggregate_not_encoded", "job=%s round=%u reason=\"%s\"", run->id_text,
-             (unsigned)run->up.round, err.msg);
+             (unsigned)run->relay->up.round, err.msg);
     xf__upstream_refuse(co, run, 0, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
                         "the region's aggregate could not be encoded or sealed");
     return;
   }
-  xf_free(run->agg_bytes);
-  run->agg_bytes = xf_malloc(pl.wire_len ? pl.wire_len : 1);
-  run->agg_len = run->agg_bytes ? pl.wire_len : 0;
-  if (run->agg_bytes) memcpy(run->agg_bytes, pl.wire, pl.wire_len);
-  xf_free(run->agg_plain);
-  run->agg_plain = NULL;
-  run->agg_plain_len = 0;
-  if (pl.sealed && (run->agg_plain = xf_malloc(pl.plain_len ? pl.plain_len : 1))) {
-    memcpy(run->agg_plain, pl.plain, pl.plain_len);
-    run->agg_plain_len = pl.plain_len;
+  xf_free(run->relay->agg_bytes);
+  run->relay->agg_bytes = xf_malloc(pl.wire_len ? pl.wire_len : 1);
+  run->relay->agg_len = run->relay->agg_bytes ? pl.wire_len : 0;
+  if (run->relay->agg_bytes) memcpy(run->relay->agg_bytes, pl.wire, pl.wire_len);
+  xf_free(run->relay->agg_plain);
+  run->relay->agg_plain = NULL;
+  run->relay->agg_plain_len = 0;
+  if (pl.sealed && (run->relay->agg_plain = xf_malloc(pl.plain_len ? pl.plain_len : 1))) {
+    memcpy(run->relay->agg_plain, pl.plain, pl.plain_len);
+    run->relay->agg_plain_len = pl.plain_len;
   }
-  run->relay_weight = weight;
-  if (run->up.has_residency && strcmp(run->up.coordinator_region, co->cfg.region) != 0)
+  run->relay->weight = weight;
+  const xf__upstream_task *up = &run->relay->up;
+  if (up->has_residency && strcmp(up->coordinator_region, co->cfg.region) != 0)
     xf__audit(co, "crossing", run->id_text,
               json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:I,s:I,s:s,s:I}", "job", run->id_text, "round",
-                        (json_int_t)run->up.round, "attempt", (json_int_t)run->up.attempt, "kind",
+                        (json_int_t)up->round, "attempt", (json_int_t)up->attempt, "kind",
                         "regional_aggregate", "from", co->cfg.region, "to",
-                        run->up.coordinator_region, "contributors", (json_int_t)n, "weight",
-                        (json_int_t)weight, "rule", run->up.rule, "policy_version",
-                        (json_int_t)run->up.policy_version));
+                        up->coordinator_region, "contributors", (json_int_t)n, "weight",
+                        (json_int_t)weight, "rule", up->rule, "policy_version",
+                        (json_int_t)up->policy_version));
   /* Remember the stream's shape in the run (its payload buffers go now). */
-  run->agg_form = pl.form;
-  run->agg_count = pl.element_count;
-  run->agg_sealed = pl.sealed;
-  memcpy(run->agg_epk, pl.sealed_by, sizeof(run->agg_epk));
+  run->relay->agg_form = pl.form;
+  run->relay->agg_count = pl.element_count;
+  run->relay->agg_sealed = pl.sealed;
+  memcpy(run->relay->agg_epk, pl.sealed_by, sizeof(run->relay->agg_epk));
   queue_aggregate(co, run, &pl, sites, n, weight);
   xf_update_payload_free(&pl);
 }
@@ -439,35 +462,36 @@ void xf__upstream_forward(xf__coord *co, xf__run *run, const uint64_t *sites, si
  * when it is, and one made before is sealed again, from the same plaintext. */
 static void take_seal_key(xf__coord *co, xf__run *run, const Xfed__TaskOffer *o) {
   if (o->seal_key.len != XF_SEAL_PUBLICKEYBYTES ||
-      (run->up.seal && memcmp(o->seal_key.data, run->up.seal_pk, XF_SEAL_PUBLICKEYBYTES) == 0))
+      (run->relay->up.seal &&
+       memcmp(o->seal_key.data, run->relay->up.seal_pk, XF_SEAL_PUBLICKEYBYTES) == 0))
     return;
-  if (!run->agg_bytes) {
-    memcpy(run->up.seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES);
-    run->up.seal = true;
+  if (!run->relay->agg_bytes) {
+    memcpy(run->relay->up.seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES);
+    run->relay->up.seal = true;
     return;
   }
-  if (!run->agg_sealed || !run->agg_plain) return;
+  if (!run->relay->agg_sealed || !run->relay->agg_plain) return;
   xf_update_payload pl;
   memset(&pl, 0, sizeof(pl));
-  pl.form = run->agg_form;
-  pl.plain = run->agg_plain;
-  pl.plain_len = run->agg_plain_len;
+  pl.form = run->relay->agg_form;
+  pl.plain = run->relay->agg_plain;
+  pl.plain_len = run->relay->agg_plain_len;
   char ctx[256];
-  size_t ctx_len = xf_seal_stream_context(ctx, sizeof(ctx), run->id_text, run->up.round,
-                                          run->up.attempt, co->name);
+  size_t ctx_len = xf_seal_stream_context(ctx, sizeof(ctx), run->id_text, run->relay->up.round,
+                                          run->relay->up.attempt, co->name);
   xf_errctx err = {0};
   if (xf_update_seal(&pl, o->seal_key.data, ctx, ctx_len, &err) != XF_OK) {
     XF_ERROR("aggregate_not_resealed", "job=%s round=%u reason=\"%s\"", run->id_text,
-             (unsigned)run->up.round, err.msg);
+             (unsigned)run->relay->up.round, err.msg);
     return;
   }
-  xf_free(run->agg_bytes);
-  run->agg_bytes = pl.wire; /* taken over: plain stays the run's */
-  run->agg_len = pl.wire_len;
-  memcpy(run->agg_epk, pl.sealed_by, sizeof(run->agg_epk));
-  memcpy(run->up.seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES);
+  xf_free(run->relay->agg_bytes);
+  run->relay->agg_bytes = pl.wire; /* taken over: plain stays the run's */
+  run->relay->agg_len = pl.wire_len;
+  memcpy(run->relay->agg_epk, pl.sealed_by, sizeof(run->relay->agg_epk));
+  memcpy(run->relay->up.seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES);
   XF_INFO("aggregate_resealed", "job=%s round=%u attempt=%u why=\"the coordinator's key changed\"",
-          run->id_text, (unsigned)run->up.round, (unsigned)run->up.attempt);
+          run->id_text, (unsigned)run->relay->up.round, (unsigned)run->relay->up.attempt);
 }
 
 /* The aggregate once more (the global coordinator offered the task again
@@ -476,10 +500,10 @@ static void resend_aggregate(xf__coord *co, xf__run *run, const uint64_t *sites,
                              uint64_t weight) {
   xf_update_payload shape;
   memset(&shape, 0, sizeof(shape));
-  shape.form = run->agg_form;
-  shape.element_count = run->agg_count;
-  shape.sealed = run->agg_sealed;
-  memcpy(shape.sealed_by, run->agg_epk, sizeof(shape.sealed_by));
+  shape.form = run->relay->agg_form;
+  shape.element_count = run->relay->agg_count;
+  shape.sealed = run->relay->agg_sealed;
+  memcpy(shape.sealed_by, run->relay->agg_epk, sizeof(shape.sealed_by));
   queue_aggregate(co, run, &shape, sites, n, weight);
 }
 
@@ -524,15 +548,15 @@ static void on_offer(xf__coord *co, const Xfed__TaskOffer *o) {
   if (!run)
     for (xf__run *r = co->runs; r && !run; r = r->next)
       if (r->relay && strcmp(r->id_text, job) == 0) run = r; /* a finished one, kept */
-  if (run && run->up.round == o->round && run->up.attempt == o->attempt &&
-      run->up.evaluate_only == o->evaluate_only) {
+  if (run && run->relay->up.round == o->round && run->relay->up.attempt == o->attempt &&
+      run->relay->up.evaluate_only == o->evaluate_only) {
     /* Offered again (the link came back, or the coordinator restarted):
      * the machine says again what it said, and sends what it made once
      * upstream holds the task (at once, or on the go of a held offer). A
      * restarted coordinator names its own key and stream for the aggregate
      * (its ids start again and another stream may hold the old one). */
-    run->up.deadline = (double)o->deadline_unix_ms / 1000.0;
-    if (o->update_stream_id) run->up.update_stream_id = o->update_stream_id;
+    run->relay->up.deadline = (double)o->deadline_unix_ms / 1000.0;
+    if (o->update_stream_id) run->relay->up.update_stream_id = o->update_stream_id;
     take_seal_key(co, run, o);
     xf_errctx err = {0};
     if (xf_jobm_reoffered(run->m, o->hold, xf__now(), &err) != XF_OK)
@@ -622,7 +646,7 @@ static void on_model_frame(xf__coord *co, const Xfed__Envelope *env) {
     const Xfed__TensorBegin *b = env->tensor_begin;
     if (b->kind != XFED__TENSOR_BEGIN__KIND__MODEL || b->total_bytes == 0 ||
         b->total_bytes > XF_COORD_MODEL_MAX) {
-      xf_session_send_error(co->up_peer->conn, XF_EFORMAT,
+      xf_session_send_error(xf__peer_conn(co->up_peer), XF_EFORMAT,
                             "expected a model stream of at most 1 GiB");
       pending_remove(p);
       pending_free(p);
@@ -640,7 +664,7 @@ static void on_model_frame(xf__coord *co, const Xfed__Envelope *env) {
   if (!p->rx) return;
   if (xf_tensor_receiver_handle(p->rx, env, &err) != XF_OK) {
     XF_WARN("model_stream_failed", "job=%s reason=\"%s\"", p->job_id, err.msg);
-    xf_session_send_error(co->up_peer->conn, err.code, "%s", err.msg);
+    xf_session_send_error(xf__peer_conn(co->up_peer), err.code, "%s", err.msg);
     pending_remove(p);
     pending_free(p);
     return;
@@ -668,7 +692,7 @@ static void aggregate_refused(xf__coord *co, xf__peer *p, uint64_t stream) {
   if (!run || !run->relay || aggregate_stream(run) != stream) return;
   XF_WARN("aggregate_kept", "job=%s round=%u attempt=%u why=\"upstream does not hold the task "
           "now; it goes again once upstream offers the task again\"",
-          run->id_text, (unsigned)run->up.round, (unsigned)run->up.attempt);
+          run->id_text, (unsigned)run->relay->up.round, (unsigned)run->relay->up.attempt);
   xf_errctx err = {0};
   if (xf_jobm_upstream_lost(run->m, xf__now(), &err) != XF_OK)
     XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
@@ -693,7 +717,7 @@ void xf__upstream_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env
   case XFED__ENVELOPE__BODY_TASK_GO: {
     const Xfed__TaskGo *g = env->task_go;
     xf__run *run = xf__run_by_id(co, g->job_id);
-    if (!run || run->up.round != g->round || run->up.attempt != g->attempt) return;
+    if (!run || run->relay->up.round != g->round || run->relay->up.attempt != g->attempt) return;
     xf_errctx err = {0};
     if (xf_jobm_go(run->m, xf__now(), &err) != XF_OK)
       XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
@@ -724,7 +748,7 @@ void xf__upstream_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env
     if (env->error->stream_id) aggregate_refused(co, p, env->error->stream_id);
     return;
   default:
-    xf_session_send_error(p->conn, XF_EUNSUPPORTED, "%s is not for a regional aggregator",
+    xf_session_send_error(xf__peer_conn(p), XF_EUNSUPPORTED, "%s is not for a regional aggregator",
                           xf_envelope_body_name(env));
     return;
   }
