@@ -143,110 +143,58 @@ static xf_err check_keys(const json_t *obj, const char *const *allowed, const ch
   return XF_OK;
 }
 
-static xf_err parse_column(const json_t *o, uint32_t i, xf_schema *s, xf_errctx *err) {
-  const char *file = s->name;
-  xf__schema_col *c = &s->cols[i];
-  char where[48];
-  snprintf(where, sizeof(where), "columns[%u]", i);
-  if (!json_is_object(o)) {
-    xf_err rc = xf__data_fail(err, file, XF_EINVAL,
-                            "must be an object such as {\"name\": \"age\", \"type\": \"numeric\"}");
-    AT("%s", where);
-    return rc;
-  }
-  static const char *const keys[] = {"name", "type", "normalize", "fill", "vocabulary",
-                                     "unknown", NULL};
-  XF_GUARD(check_keys(o, keys, file, where, err));
-  const json_t *name = json_object_get(o, "name");
-  const char *nm = json_string_value(name);
-  if (!nm || json_string_length(name) == 0 || strlen(nm) != json_string_length(name) ||
-      !text_ok(nm, strlen(nm))) {
-    xf_err rc = xf__data_fail(err, file, XF_EINVAL,
-                            "needs a \"name\": the column's header text (at most %d printable "
-                            "characters)",
-                            XF_SCHEMA_MAX_NAME);
-    AT("%s.name", where);
-    return rc;
-  }
-  if (!(c->name = xf_strdup(nm))) return xf__data_fail(err, file, XF_ENOMEM, "out of memory");
-  const char *type = json_string_value(json_object_get(o, "type"));
-  if (type && strcmp(type, "numeric") == 0) c->type = XF__COL_NUMERIC;
-  else if (type && strcmp(type, "categorical") == 0) c->type = XF__COL_CATEGORICAL;
-  else if (type && strcmp(type, "ignore") == 0) c->type = XF__COL_IGNORE;
-  else {
-    xf_err rc = xf__data_fail(err, file, XF_EINVAL,
-                            "column '%s': \"type\" must be \"numeric\", \"categorical\" or "
-                            "\"ignore\"",
-                            nm);
-    AT("%s.type", where);
-    return rc;
-  }
-  const json_t *norm = json_object_get(o, "normalize");
-  const json_t *fill = json_object_get(o, "fill");
-  const json_t *vocab = json_object_get(o, "vocabulary");
-  const json_t *unknown = json_object_get(o, "unknown");
-  if (c->type != XF__COL_NUMERIC && norm) {
-    xf_err rc = xf__data_fail(err, file, XF_EINVAL,
-                            "column '%s': only numeric columns are normalized", nm);
-    AT("%s.normalize", where);
-    return rc;
-  }
-  if (c->type != XF__COL_CATEGORICAL && (vocab || unknown)) {
-    xf_err rc = xf__data_fail(err, file, XF_EINVAL,
-                            "column '%s': \"vocabulary\" and \"unknown\" belong to categorical "
-                            "columns",
-                            nm);
-    AT("%s.%s", where, vocab ? "vocabulary" : "unknown");
-    return rc;
-  }
-  if (c->type == XF__COL_IGNORE) {
-    if (fill) {
-      xf_err rc = xf__data_fail(err, file, XF_EINVAL, "column '%s' is ignored: it takes no fill",
-                              nm);
-      AT("%s.fill", where);
-      return rc;
-    }
-    return XF_OK;
-  }
-  if (c->type == XF__COL_NUMERIC) {
-    c->width = 1;
-    const char *ns = json_string_value(norm);
-    if (!norm || (ns && strcmp(ns, "none") == 0)) {
-      c->norm = XF__NORM_NONE;
-    } else if (ns && strcmp(ns, "train") == 0) {
-      c->norm = XF__NORM_TRAIN;
-    } else if (json_is_object(norm) && json_object_size(norm) == 2 &&
-               json_is_number(json_object_get(norm, "mean")) &&
-               json_is_number(json_object_get(norm, "std"))) {
-      c->norm = XF__NORM_GIVEN;
-      c->mean = json_number_value(json_object_get(norm, "mean"));
-      c->std = json_number_value(json_object_get(norm, "std"));
-      if (!isfinite(c->mean) || !isfinite(c->std) || !(c->std > 0)) {
-        xf_err rc = xf__data_fail(err, file, XF_ERANGE,
-                                "column '%s': mean must be finite and std above 0", nm);
-        AT("%s.normalize", where);
-        return rc;
-      }
-    } else {
-      xf_err rc = xf__data_fail(err, file, XF_EINVAL,
-                              "column '%s': \"normalize\" must be \"none\", \"train\" (statistics "
-                              "of the training split) or {\"mean\": M, \"std\": S}",
-                              nm);
+/* A numeric column's "normalize" and "fill" (either may be NULL), for the
+ * column c at where: one feature, scaled by given or training statistics or
+ * not at all. */
+static xf_err parse_numeric_column(const json_t *norm, const json_t *fill, xf__schema_col *c,
+                                   const char *file, const char *where, xf_errctx *err) {
+  const char *nm = c->name;
+  c->width = 1;
+  const char *ns = json_string_value(norm);
+  if (!norm || (ns && strcmp(ns, "none") == 0)) {
+    c->norm = XF__NORM_NONE;
+  } else if (ns && strcmp(ns, "train") == 0) {
+    c->norm = XF__NORM_TRAIN;
+  } else if (json_is_object(norm) && json_object_size(norm) == 2 &&
+             json_is_number(json_object_get(norm, "mean")) &&
+             json_is_number(json_object_get(norm, "std"))) {
+    c->norm = XF__NORM_GIVEN;
+    c->mean = json_number_value(json_object_get(norm, "mean"));
+    c->std = json_number_value(json_object_get(norm, "std"));
+    if (!isfinite(c->mean) || !isfinite(c->std) || !(c->std > 0)) {
+      xf_err rc = xf__data_fail(err, file, XF_ERANGE,
+                              "column '%s': mean must be finite and std above 0", nm);
       AT("%s.normalize", where);
       return rc;
     }
-    if (fill) {
-      if (!json_is_number(fill) || !isfinite(json_number_value(fill))) {
-        xf_err rc = xf__data_fail(err, file, XF_EINVAL,
-                                "column '%s' is numeric: its fill must be a number", nm);
-        AT("%s.fill", where);
-        return rc;
-      }
-      c->has_fill = true;
-      c->fill_num = json_number_value(fill);
-    }
-    return XF_OK;
+  } else {
+    xf_err rc = xf__data_fail(err, file, XF_EINVAL,
+                            "column '%s': \"normalize\" must be \"none\", \"train\" (statistics "
+                            "of the training split) or {\"mean\": M, \"std\": S}",
+                            nm);
+    AT("%s.normalize", where);
+    return rc;
   }
+  if (fill) {
+    if (!json_is_number(fill) || !isfinite(json_number_value(fill))) {
+      xf_err rc = xf__data_fail(err, file, XF_EINVAL,
+                              "column '%s' is numeric: its fill must be a number", nm);
+      AT("%s.fill", where);
+      return rc;
+    }
+    c->has_fill = true;
+    c->fill_num = json_number_value(fill);
+  }
+  return XF_OK;
+}
+
+/* A categorical column's "vocabulary", "unknown" and "fill" (the last two
+ * may be NULL), for the column c at where: one-hot over the vocabulary, with
+ * an extra feature for other words when "unknown" is "slot". */
+static xf_err parse_categorical_column(const json_t *vocab, const json_t *unknown,
+                                       const json_t *fill, xf__schema_col *c, const char *file,
+                                       const char *where, xf_errctx *err) {
+  const char *nm = c->name;
   char vwhere[64];
   snprintf(vwhere, sizeof(vwhere), "%s.vocabulary", where);
   XF_GUARD(parse_words(vocab, file, vwhere, XF_SCHEMA_MAX_VOCAB, false, &c->vocab, &c->sorted,
@@ -278,6 +226,85 @@ static xf_err parse_column(const json_t *o, uint32_t i, xf_schema *s, xf_errctx 
     c->fill_cat = k < 0 ? c->n_vocab : (uint32_t)k;
   }
   return XF_OK;
+}
+
+/* The column object o's "name" and "type" into c, at where. */
+static xf_err parse_column_name_and_type(const json_t *o, xf__schema_col *c, const char *file,
+                                         const char *where, xf_errctx *err) {
+  const json_t *name = json_object_get(o, "name");
+  const char *nm = json_string_value(name);
+  if (!nm || json_string_length(name) == 0 || strlen(nm) != json_string_length(name) ||
+      !text_ok(nm, strlen(nm))) {
+    xf_err rc = xf__data_fail(err, file, XF_EINVAL,
+                            "needs a \"name\": the column's header text (at most %d printable "
+                            "characters)",
+                            XF_SCHEMA_MAX_NAME);
+    AT("%s.name", where);
+    return rc;
+  }
+  if (!(c->name = xf_strdup(nm))) return xf__data_fail(err, file, XF_ENOMEM, "out of memory");
+  const char *type = json_string_value(json_object_get(o, "type"));
+  if (type && strcmp(type, "numeric") == 0) c->type = XF__COL_NUMERIC;
+  else if (type && strcmp(type, "categorical") == 0) c->type = XF__COL_CATEGORICAL;
+  else if (type && strcmp(type, "ignore") == 0) c->type = XF__COL_IGNORE;
+  else {
+    xf_err rc = xf__data_fail(err, file, XF_EINVAL,
+                            "column '%s': \"type\" must be \"numeric\", \"categorical\" or "
+                            "\"ignore\"",
+                            nm);
+    AT("%s.type", where);
+    return rc;
+  }
+  return XF_OK;
+}
+
+/* Column i of the schema's "columns": its name and type, the members its
+ * type allows, then what that type reads from them. */
+static xf_err parse_column(const json_t *o, uint32_t i, xf_schema *s, xf_errctx *err) {
+  const char *file = s->name;
+  xf__schema_col *c = &s->cols[i];
+  char where[48];
+  snprintf(where, sizeof(where), "columns[%u]", i);
+  if (!json_is_object(o)) {
+    xf_err rc = xf__data_fail(err, file, XF_EINVAL,
+                            "must be an object such as {\"name\": \"age\", \"type\": \"numeric\"}");
+    AT("%s", where);
+    return rc;
+  }
+  static const char *const keys[] = {"name", "type", "normalize", "fill", "vocabulary",
+                                     "unknown", NULL};
+  XF_GUARD(check_keys(o, keys, file, where, err));
+  XF_GUARD(parse_column_name_and_type(o, c, file, where, err));
+  const char *nm = c->name;
+  const json_t *norm = json_object_get(o, "normalize");
+  const json_t *fill = json_object_get(o, "fill");
+  const json_t *vocab = json_object_get(o, "vocabulary");
+  const json_t *unknown = json_object_get(o, "unknown");
+  if (c->type != XF__COL_NUMERIC && norm) {
+    xf_err rc = xf__data_fail(err, file, XF_EINVAL,
+                            "column '%s': only numeric columns are normalized", nm);
+    AT("%s.normalize", where);
+    return rc;
+  }
+  if (c->type != XF__COL_CATEGORICAL && (vocab || unknown)) {
+    xf_err rc = xf__data_fail(err, file, XF_EINVAL,
+                            "column '%s': \"vocabulary\" and \"unknown\" belong to categorical "
+                            "columns",
+                            nm);
+    AT("%s.%s", where, vocab ? "vocabulary" : "unknown");
+    return rc;
+  }
+  if (c->type == XF__COL_IGNORE) {
+    if (fill) {
+      xf_err rc = xf__data_fail(err, file, XF_EINVAL, "column '%s' is ignored: it takes no fill",
+                              nm);
+      AT("%s.fill", where);
+      return rc;
+    }
+    return XF_OK;
+  }
+  if (c->type == XF__COL_NUMERIC) return parse_numeric_column(norm, fill, c, file, where, err);
+  return parse_categorical_column(vocab, unknown, fill, c, file, where, err);
 }
 
 static xf_err parse_root(const json_t *root, xf_schema *s, xf_errctx *err) {

@@ -203,7 +203,24 @@ static xf_err check_identity_files(xf_cli *cli, const char *cert, const char *ke
   return rc;
 }
 
-static int cmd_init(xf_cli *cli, int argc, char **argv) {
+/* init's flags, in the order its steps read them. */
+enum { INIT_NAME, INIT_REGION, INIT_COORD, INIT_CERT, INIT_KEY, INIT_CA, INIT_CRL, INIT_ROOT,
+       INIT_THREADS, INIT_BACKEND, INIT_FLAGS };
+
+/* What init was asked for: the site directory, each flag's value (NULL when
+ * not given; a path flag's, once made absolute, points into absolute) and
+ * --threads as a number. */
+typedef struct init_request {
+  const char *dir;
+  const char *vals[INIT_FLAGS];
+  long threads;
+  char absolute[INIT_ROOT + 1][PATH_MAX];
+} init_request;
+
+/* Reads init's command line into r: every required flag given, the names
+ * labels, --threads a number and --coordinator an address. Returns the exit
+ * status to stop with, or XF_EXIT_OK to go on. */
+static int init_parse_flags(xf_cli *cli, int argc, char **argv, init_request *r) {
   static const struct option opts[] = {
       {"dir", required_argument, 0, 'd'},       {"name", required_argument, 0, 'n'},
       {"region", required_argument, 0, 'r'},    {"coordinator", required_argument, 0, 'c'},
@@ -211,129 +228,166 @@ static int cmd_init(xf_cli *cli, int argc, char **argv) {
       {"ca", required_argument, 0, 'A'},        {"crl", required_argument, 0, 'L'},
       {"data-root", required_argument, 0, 'D'}, {"threads", required_argument, 0, 't'},
       {"backend", required_argument, 0, 'b'},   {0, 0, 0, 0}};
-  const char *dir = NULL, *vals[11] = {0};
-  enum { NAME, REGION, COORD, CERT, KEY, CA, CRL, ROOT, THREADS, BACKEND };
+  const char **vals = r->vals;
   reset_getopt();
   int ch;
   while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
     switch (ch) {
-    case 'd': dir = optarg; break;
-    case 'n': vals[NAME] = optarg; break;
-    case 'r': vals[REGION] = optarg; break;
-    case 'c': vals[COORD] = optarg; break;
-    case 'C': vals[CERT] = optarg; break;
-    case 'K': vals[KEY] = optarg; break;
-    case 'A': vals[CA] = optarg; break;
-    case 'L': vals[CRL] = optarg; break;
-    case 'D': vals[ROOT] = optarg; break;
-    case 't': vals[THREADS] = optarg; break;
-    case 'b': vals[BACKEND] = optarg; break;
+    case 'd': r->dir = optarg; break;
+    case 'n': vals[INIT_NAME] = optarg; break;
+    case 'r': vals[INIT_REGION] = optarg; break;
+    case 'c': vals[INIT_COORD] = optarg; break;
+    case 'C': vals[INIT_CERT] = optarg; break;
+    case 'K': vals[INIT_KEY] = optarg; break;
+    case 'A': vals[INIT_CA] = optarg; break;
+    case 'L': vals[INIT_CRL] = optarg; break;
+    case 'D': vals[INIT_ROOT] = optarg; break;
+    case 't': vals[INIT_THREADS] = optarg; break;
+    case 'b': vals[INIT_BACKEND] = optarg; break;
     default: return xf_cli_option_error(cli, ch, argv, opts);
     }
   }
   if (optind < argc) return xf_cli_usage(cli, "unexpected argument '%s'", argv[optind]);
-  if (!dir) return xf_cli_usage(cli, "--dir DIR is required");
-  if (!vals[NAME]) return xf_cli_usage(cli, "--name N is required");
-  if (!vals[REGION]) return xf_cli_usage(cli, "--region R is required");
-  if (!vals[COORD]) return xf_cli_usage(cli, "--coordinator HOST:PORT is required");
-  long threads = 0;
-  if (vals[THREADS] &&
-      xf_cli_parse_int(cli, "--threads", vals[THREADS], 0, 1024, &threads) != XF_OK)
+  if (!r->dir) return xf_cli_usage(cli, "--dir DIR is required");
+  if (!vals[INIT_NAME]) return xf_cli_usage(cli, "--name N is required");
+  if (!vals[INIT_REGION]) return xf_cli_usage(cli, "--region R is required");
+  if (!vals[INIT_COORD]) return xf_cli_usage(cli, "--coordinator HOST:PORT is required");
+  r->threads = 0;
+  if (vals[INIT_THREADS] &&
+      xf_cli_parse_int(cli, "--threads", vals[INIT_THREADS], 0, 1024, &r->threads) != XF_OK)
     return xf_cli_usage(cli, "%s", cli->err.msg);
-  if (!xf_label_valid(vals[NAME]))
+  if (!xf_label_valid(vals[INIT_NAME]))
     return xf_cli_usage(cli, "--name '%s' is not a site name: 1 to 63 of a-z, 0-9 and '-', not "
-                             "first or last", vals[NAME]);
-  if (!xf_label_valid(vals[REGION]))
+                             "first or last", vals[INIT_NAME]);
+  if (!xf_label_valid(vals[INIT_REGION]))
     return xf_cli_usage(cli, "--region '%s' is not a region name: 1 to 63 of a-z, 0-9 and '-', "
-                             "not first or last", vals[REGION]);
+                             "not first or last", vals[INIT_REGION]);
   char host[XF_SITE_HOST_MAX + 1];
   uint16_t port;
-  if (xf_address_parse(vals[COORD], host, sizeof(host), &port, &cli->err) != XF_OK)
+  if (xf_address_parse(vals[INIT_COORD], host, sizeof(host), &port, &cli->err) != XF_OK)
     return xf_cli_usage(cli, "--coordinator %s", cli->err.msg);
+  return XF_EXIT_OK;
+}
 
-  /* Paths as given, made absolute: what site.json holds names the same
-   * files wherever the daemon starts. */
-  static const char *const path_flags[] = {[CERT] = "--cert", [KEY] = "--key", [CA] = "--ca",
-                                           [CRL] = "--crl", [ROOT] = "--data-root"};
-  char absolute[ROOT + 1][PATH_MAX];
-  for (int i = CERT; i <= ROOT; i++) {
-    if (!vals[i]) continue;
+/* The path flags as given, made absolute (what site.json holds names the
+ * same files wherever the daemon starts), then the identity files checked.
+ * Returns the exit status to stop with, or XF_EXIT_OK to go on. */
+static int init_resolve_paths(xf_cli *cli, init_request *r) {
+  static const char *const path_flags[] = {[INIT_CERT] = "--cert", [INIT_KEY] = "--key",
+                                           [INIT_CA] = "--ca", [INIT_CRL] = "--crl",
+                                           [INIT_ROOT] = "--data-root"};
+  for (int i = INIT_CERT; i <= INIT_ROOT; i++) {
+    if (!r->vals[i]) continue;
     xf_errctx_clear(&cli->err);
-    if (absolute_path(cli, path_flags[i], vals[i], absolute[i], sizeof(absolute[i])) != XF_OK)
+    if (absolute_path(cli, path_flags[i], r->vals[i], r->absolute[i], sizeof(r->absolute[i])) !=
+        XF_OK)
       return xf_cli_fail(cli, cli->err.code);
-    vals[i] = absolute[i];
+    r->vals[i] = r->absolute[i];
   }
   xf_errctx_clear(&cli->err);
-  if (check_identity_files(cli, vals[CERT], vals[KEY], vals[CA], vals[CRL]) != XF_OK)
+  if (check_identity_files(cli, r->vals[INIT_CERT], r->vals[INIT_KEY], r->vals[INIT_CA],
+                           r->vals[INIT_CRL]) != XF_OK)
     return xf_cli_fail(cli, cli->err.code);
+  return XF_EXIT_OK;
+}
 
-  site_paths p;
-  if (site_paths_make(cli, dir, &p) != XF_OK) return xf_cli_usage(cli, "%s", cli->err.msg);
-  /* Build the file from the flags, then read it back with the same strict
-   * parser that every later command uses: what init writes always loads. */
-  json_t *o = json_pack("{s:s,s:s,s:s}", "site", vals[NAME], "region", vals[REGION],
-                        "coordinator", vals[COORD]);
-  static const char *const keys[] = {[CERT] = "cert", [KEY] = "key", [CA] = "ca",
-                                     [CRL] = "crl", [ROOT] = "data_root"};
-  for (int i = CERT; o && i <= ROOT; i++)
+/* site.json built from the flags, then read back into cfg with the same
+ * strict parser that every later command uses: what init writes always
+ * loads. A value the parser refuses is a usage error naming its flag.
+ * Returns the exit status to stop with, or XF_EXIT_OK to go on. */
+static int init_draft_config(xf_cli *cli, const init_request *r, const site_paths *p,
+                             xf_site_config *cfg) {
+  const char *const *vals = r->vals;
+  json_t *o = json_pack("{s:s,s:s,s:s}", "site", vals[INIT_NAME], "region", vals[INIT_REGION],
+                        "coordinator", vals[INIT_COORD]);
+  static const char *const keys[] = {[INIT_CERT] = "cert", [INIT_KEY] = "key",
+                                     [INIT_CA] = "ca", [INIT_CRL] = "crl",
+                                     [INIT_ROOT] = "data_root"};
+  for (int i = INIT_CERT; o && i <= INIT_ROOT; i++)
     if (vals[i]) json_object_set_new(o, keys[i], json_string(vals[i]));
-  if (o) json_object_set_new(o, "threads", json_integer(threads));
-  if (o) json_object_set_new(o, "backend", json_string(vals[BACKEND] ? vals[BACKEND] : "auto"));
+  if (o) json_object_set_new(o, "threads", json_integer(r->threads));
+  if (o)
+    json_object_set_new(o, "backend",
+                        json_string(vals[INIT_BACKEND] ? vals[INIT_BACKEND] : "auto"));
   char *draft = o ? json_dumps(o, JSON_COMPACT) : NULL;
   json_decref(o);
   if (!draft) return xf_cli_fail(cli, xf_fail(&cli->err, XF_ENOMEM, "cannot build site.json"));
-  xf_site_config cfg;
-  xf_err rc = xf_site_config_parse(draft, strlen(draft), p.config, &cfg, &cli->err);
+  xf_err rc = xf_site_config_parse(draft, strlen(draft), p->config, cfg, &cli->err);
   free(draft);
   if (rc != XF_OK) {
-    /* A flag's value the parser refused: say which flag. */
     char field[128];
     snprintf(field, sizeof(field), "%s", cli->err.field);
     for (char *c = field; *c; c++)
       if (*c == '_') *c = '-';
     return xf_cli_usage(cli, "--%s: %s", field, cli->err.msg);
   }
+  return XF_EXIT_OK;
+}
 
+/* The site directory, made with its missing parents (0700, as `mkdir -p`
+ * would), unless it is something else or already holds a site. Returns the
+ * exit status to stop with, or XF_EXIT_OK to go on. */
+static int init_make_site_dir(xf_cli *cli, site_paths *p) {
   struct stat sb;
   xf_errctx_clear(&cli->err);
-  if (stat(p.dir, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
-    xf_errctx_file(&cli->err, p.dir);
+  if (stat(p->dir, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
+    xf_errctx_file(&cli->err, p->dir);
     return xf_cli_fail(cli, xf_fail(&cli->err, XF_EEXISTS, "is %s, not a directory: give the "
                                     "site directory with --dir", xf_file_kind(sb.st_mode)));
   }
-  if (xf_file_check_target(p.config, &cli->err) != XF_OK) return xf_cli_fail(cli, cli->err.code);
-  if (lstat(p.config, &sb) == 0) {
+  if (xf_file_check_target(p->config, &cli->err) != XF_OK) return xf_cli_fail(cli, cli->err.code);
+  if (lstat(p->config, &sb) == 0) {
     xf_errctx_clear(&cli->err);
-    xf_errctx_file(&cli->err, p.config);
+    xf_errctx_file(&cli->err, p->config);
     return xf_cli_fail(cli, xf_fail(&cli->err, XF_EEXISTS,
                                     "this directory already holds a site; edit site.json, or "
                                     "init another directory"));
   }
-  /* Missing parents are made too (0700), as `mkdir -p` would. */
-  for (char *slash = strchr(p.dir + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+  for (char *slash = strchr(p->dir + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
     *slash = '\0';
-    int made = mkdir(p.dir, 0700);
+    int made = mkdir(p->dir, 0700);
     int e = errno;
     *slash = '/';
     if (made != 0 && e != EEXIST) break; /* the final mkdir below reports it */
   }
-  if (mkdir(p.dir, 0700) != 0 && errno != EEXIST) {
+  if (mkdir(p->dir, 0700) != 0 && errno != EEXIST) {
     int e = errno;
     xf_errctx_clear(&cli->err);
-    xf_errctx_file(&cli->err, p.dir);
+    xf_errctx_file(&cli->err, p->dir);
     return xf_cli_fail(cli, xf_fail(&cli->err, XF_EIO, "cannot create the site directory: %s",
                                     strerror(e)));
   }
+  return XF_EXIT_OK;
+}
+
+/* The site's two files: an empty dataset registry, then site.json. Returns
+ * the exit status to stop with, or XF_EXIT_OK to go on. */
+static int init_write_site(xf_cli *cli, const site_paths *p, const xf_site_config *cfg) {
+  xf_err rc;
   xf_site_registry *reg = NULL;
-  if ((rc = xf_site_registry_open(p.db, &reg, &cli->err)) != XF_OK) return xf_cli_fail(cli, rc);
+  if ((rc = xf_site_registry_open(p->db, &reg, &cli->err)) != XF_OK) return xf_cli_fail(cli, rc);
   xf_site_registry_close(reg);
   char *text = NULL;
-  if ((rc = xf_site_config_format(&cfg, &text, &cli->err)) != XF_OK ||
-      (rc = xf_file_write_atomic(p.config, text, strlen(text), 0600, &cli->err)) != XF_OK) {
+  if ((rc = xf_site_config_format(cfg, &text, &cli->err)) != XF_OK ||
+      (rc = xf_file_write_atomic(p->config, text, strlen(text), 0600, &cli->err)) != XF_OK) {
     xf_free(text);
     return xf_cli_fail(cli, rc);
   }
   xf_free(text);
+  return XF_EXIT_OK;
+}
+
+static int cmd_init(xf_cli *cli, int argc, char **argv) {
+  init_request r = {0};
+  int status;
+  if ((status = init_parse_flags(cli, argc, argv, &r)) != XF_EXIT_OK) return status;
+  if ((status = init_resolve_paths(cli, &r)) != XF_EXIT_OK) return status;
+  site_paths p;
+  if (site_paths_make(cli, r.dir, &p) != XF_OK) return xf_cli_usage(cli, "%s", cli->err.msg);
+  xf_site_config cfg;
+  if ((status = init_draft_config(cli, &r, &p, &cfg)) != XF_EXIT_OK) return status;
+  if ((status = init_make_site_dir(cli, &p)) != XF_EXIT_OK) return status;
+  if ((status = init_write_site(cli, &p, &cfg)) != XF_EXIT_OK) return status;
   if (cli->json)
     xf_cli_print_json(json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "dir", p.dir, "config", p.config,
                          "database", p.db, "site", cfg.site, "region", cfg.region, "coordinator",
