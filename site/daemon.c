@@ -52,6 +52,7 @@
 #include "privacy/ledger.h"
 #include "storage/file.h"
 #include "site/dataset.h"
+#include "site/offer.h"
 #include "site/registry.h"
 #include "site/residency.h"
 #include "site/trainer.h"
@@ -59,9 +60,7 @@
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "updates travel as float32 little-endian; add byte swapping for this host");
 
-/* Job ids are the coordinator's job numbers in decimal; 63 characters is
- * far more than any will need and keeps a hostile id out of the logs. */
-#define JOB_ID_MAX 64
+#define JOB_ID_MAX XF_SITE_JOB_ID_MAX
 /* Replies (TaskAccept, TaskRefusal, Error) waiting for room in the write
  * queue. They only wait behind our own update chunks, so a handful is
  * plenty; a peer that makes us answer more than this without reading is
@@ -111,33 +110,10 @@ static const char *end_name(xf_conn_end end) {
   return (unsigned)end < XF_CONN_END_COUNT ? names[end] : "UNKNOWN";
 }
 
-uint64_t xf_site_shuffle_seed(uint64_t job_seed, uint32_t round, const char *site) {
-  uint8_t head[12];
-  for (int i = 0; i < 8; i++) head[i] = (uint8_t)(job_seed >> (8 * i));
-  for (int i = 0; i < 4; i++) head[8 + i] = (uint8_t)(round >> (8 * i));
-  xf_digest_ctx ctx;
-  xf_digest_init(&ctx);
-  xf_digest_update(&ctx, head, sizeof(head));
-  xf_digest_update(&ctx, site, strlen(site));
-  xf_digest d;
-  xf_digest_final(&ctx, &d);
-  uint64_t seed = 0;
-  for (int i = 0; i < 8; i++) seed |= (uint64_t)d.bytes[i] << (8 * i);
-  return seed;
-}
-
-/* Mixed into the shuffle seed for the uplink codec's stochastic rounding,
- * so the two draws are independent yet repeat with the job's seed. */
-#define XF__CODEC_SEED 0x9e3779b97f4a7c15ull
-
 /* The share of the last round's top-k residual a site carries into the next
  * update. Measured on the quickstart job with topk:0.01+q8 (final accuracy
  * for 0, 0.3, 0.5, 0.7 and 1: 0.8387, 0.8425, 0.8478, 0.8482, 0.8393). */
 #define XF_SITE_RESIDUAL_DISCOUNT 0.7f
-
-uint64_t xf_site_update_stream_id(uint32_t round, uint32_t attempt) {
-  return (uint64_t)round << 16 | (uint64_t)attempt << 1 | 1u;
-}
 
 /* ---- the state ----------------------------------------------------------------- */
 
@@ -155,17 +131,6 @@ static const char *phase_name(task_phase p) {
   static const char *const names[] = {"model", "held", "queued", "training", "reporting"};
   return names[p];
 }
-
-/* The offer's residency plan, kept with the task: the release check at
- * TaskGo and the budget check before the update goes out read it again. */
-typedef struct task_residency {
-  bool present;
-  xf_site_residency res; /* its strings point into the buffers below */
-  char coordinator_region[XF_POLICY_NAME_MAX];
-  char aggregator_region[XF_POLICY_NAME_MAX];
-  char path[16];
-  char rule[XF_POLICY_NAME_MAX];
-} task_residency;
 
 /* One task: an accepted offer, from its model to the final TensorAck of its
  * update. The worker owns the fields marked (worker) while the task is in
@@ -189,7 +154,7 @@ typedef struct task {
   task_phase phase;
   bool offered_now;        /* offered on the current session: its results may go out */
   atomic_bool abandoned;   /* cancelled, replaced or shutting down: stop and drop */
-  task_residency residency;
+  xf_site_plan residency; /* the offer's residency plan */
 
   /* the model stream */
   xf_tensor_receiver *model_rx;
@@ -297,6 +262,7 @@ struct xf_site_daemon {
   char ca_path[PATH_MAX + 16], crl_path[PATH_MAX + 16];
   xf_site_registry *reg;
   xf_backend *backend;
+  xf_site_offer_env offer_env; /* the registry, ledger and local rules the checks read */
   xf_rng jitter;
 
   /* dialing */
@@ -349,12 +315,6 @@ static void schedule_redial(daemon_t *d);
 static void maybe_start_worker(daemon_t *d);
 static void on_redial_timer(uv_timer_t *timer);
 static void dial_next(daemon_t *d);
-static Xfed__TaskRefusal__Reason privacy_check(daemon_t *d, const char *job, uint32_t round,
-                                               const xf_jobspec *spec,
-                                               const xf_site_dataset *ds,
-                                               const xf_site_residency *res, size_t n_params,
-                                               xf_privacy_plan *plan, xf_privacy_charge *charge,
-                                               char *why, size_t why_len);
 
 static bool session_open(const daemon_t *d) {
   return d->conn && xf_conn_is_open(d->conn) && d->session.open;
@@ -1084,9 +1044,9 @@ static bool charge_ledger(daemon_t *d, task *t) {
   xf_privacy_plan plan;
   xf_privacy_charge charge;
   Xfed__TaskRefusal__Reason reason =
-      privacy_check(d, t->job_id, t->round, &t->spec, &t->dataset,
-                    t->residency.present ? &t->residency.res : NULL, t->n_params, &plan, &charge,
-                    why, sizeof(why));
+      xf_site_privacy_check(&d->offer_env, t->job_id, t->round, &t->spec, &t->dataset,
+                            t->residency.present ? &t->residency.res : NULL, t->n_params, &plan,
+                            &charge, why, sizeof(why));
   if (reason != XFED__TASK_REFUSAL__REASON__UNSPECIFIED) {
     char q[1024];
     XF_WARN("privacy_release_refused", "job=%s round=%u dataset=%s reason=\"%s\"", t->job_id,
@@ -1644,35 +1604,6 @@ static void on_tensor_end(daemon_t *d, const Xfed__TensorEnd *e) {
 
 /* ---- offers and cancellations --------------------------------------------------------------- */
 
-/* The registered dataset a job asks for: its name, carrying every tag the
- * job lists. XF_ENOENT with details naming what is missing. */
-static xf_err find_dataset(daemon_t *d, const xf_jobspec *spec, xf_site_dataset *out,
-                           xf_errctx *err) {
-  xf_errctx inner;
-  xf_errctx_clear(&inner);
-  xf_err rc = xf_site_registry_get(d->reg, spec->data.dataset, out, &inner);
-  if (rc == XF_ENOENT)
-    return xf_fail(err, XF_ENOENT, "no dataset named '%s' is registered at site %s",
-                   spec->data.dataset, d->cfg.site);
-  if (rc != XF_OK) return xf_fail(err, rc, "the registry: %s", inner.msg);
-  char missing[512] = "";
-  size_t used = 0;
-  for (uint32_t i = 0; i < spec->data.n_tags; i++) {
-    bool found = false;
-    for (size_t j = 0; j < out->n_tags && !found; j++) found = strcmp(out->tags[j], spec->data.tags[i]) == 0;
-    if (!found && used < sizeof(missing))
-      used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%s", used ? ", " : "",
-                               spec->data.tags[i]);
-  }
-  if (used) {
-    rc = xf_fail(err, XF_ENOENT, "dataset '%s' at site %s lacks the tags %s", out->name,
-                 d->cfg.site, missing);
-    xf_site_dataset_free(out);
-    return rc;
-  }
-  return XF_OK;
-}
-
 /* ---- secure aggregation ---------------------------------------------------------------- */
 
 static void sa_free(site_sa *sa) {
@@ -1736,37 +1667,6 @@ static void sa_refuse(daemon_t *d, site_sa *sa, const char *phase, const xf_errc
   task *t = task_find(d, sa->job_id, sa->round, sa->attempt);
   sa_free(sa);
   if (t) task_drop(d, t, "it refused the round's secure aggregation");
-}
-
-/* The protocol's SecAggSetup as update/update.h's setup. XF_EINVAL when it
- * is malformed on the wire or names the cohort wrongly; the plan builder
- * checks the rest against the job (xf_update_plan_site). */
-static xf_err sa_setup_of(const daemon_t *d, const Xfed__SecAggSetup *su, size_t n_params,
-                          xf_update_secagg *out, xf_errctx *err) {
-  XF_ENSURE(su->graph_seed.len == 32, err, XF_EINVAL,
-            "the secure-aggregation setup is malformed: its graph_seed has %zu bytes, not 32",
-            su->graph_seed.len);
-  XF_ENSURE(su->n_cohort == su->n && su->index >= 1 && su->index <= su->n_cohort, err,
-            XF_EINVAL,
-            "the secure-aggregation setup names %zu sites for a cohort of %u (this site at %u): "
-            "each site must be named, in index order",
-            su->n_cohort, (unsigned)su->n, (unsigned)su->index);
-  XF_ENSURE(su->cohort[su->index - 1] && strcmp(su->cohort[su->index - 1], d->cfg.site) == 0,
-            err, XF_EINVAL,
-            "the secure-aggregation setup puts site '%.63s' at this site's index %u; this is %s",
-            su->cohort[su->index - 1] ? su->cohort[su->index - 1] : "", (unsigned)su->index,
-            d->cfg.site);
-  memset(out, 0, sizeof(*out));
-  out->params = (xf_secagg_params){.n = su->n, .threshold = su->threshold, .bits = su->bits,
-                                   .length = su->subset ? su->subset : n_params,
-                                   .degree = su->degree};
-  memcpy(out->params.graph_seed, su->graph_seed.data, 32);
-  out->index = su->index;
-  out->fixed = (xf_codec_fixed){.step = su->step, .bits = su->bits, .bound = su->bound};
-  out->scale = su->scale;
-  out->subset = su->subset;
-  out->subset_seed = su->subset_seed;
-  return XF_OK;
 }
 
 /* Begins t's round of secure aggregation with the setup in t->uo.sa and
@@ -2028,216 +1928,6 @@ static void on_sa_unmask(daemon_t *d, const Xfed__SecAggUnmask *u) {
 
 /* What in a job this site cannot do, and the model's size (for the
  * privacy plan). */
-static xf_err job_supported(const xf_jobspec *spec, const xf_site_dataset *ds, size_t *n_params,
-                            xf_errctx *err) {
-  const xf_privacy_spec *pv = &spec->privacy;
-  XF_ENSURE(pv->mode != XF_PRIVACY_DISTRIBUTED || spec->secure_aggregation.enabled, err,
-            XF_EUNSUPPORTED,
-            "privacy: mode distributed adds only a share of the noise here and needs secure "
-            "aggregation to hide this site's update");
-  xf_model_spec ms;
-  XF_GUARD(xf_jobspec_model_spec(spec, ds->h, ds->w, ds->c, ds->classes, &ms, err));
-  xf_model *m = NULL;
-  xf_errctx inner;
-  xf_errctx_clear(&inner);
-  if (xf_model_create(&ms, &m, &inner) != XF_OK)
-    return xf_fail(err, XF_EUNSUPPORTED, "model: dataset '%s' (%ux%ux%u, %u classes) does not "
-                   "fit it: %s", ds->name, ds->h, ds->w, ds->c, ds->classes, inner.msg);
-  *n_params = xf_model_num_params(m);
-  xf_model_free(m);
-  return XF_OK;
-}
-
-/* The privacy check of an offer: the plan for this dataset, and whether
- * this round's release keeps the job within its target and the dataset
- * within its budget and the residency rule's max_epsilon (res may be NULL). Returns the refusal reason (UNSPECIFIED: go ahead) with
- * the numbers in why. */
-static Xfed__TaskRefusal__Reason privacy_check(daemon_t *d, const char *job, uint32_t round,
-                                               const xf_jobspec *spec,
-                                               const xf_site_dataset *ds,
-                                               const xf_site_residency *res, size_t n_params,
-                                               xf_privacy_plan *plan, xf_privacy_charge *charge,
-                                               char *why, size_t why_len) {
-  xf_errctx err;
-  xf_errctx_clear(&err);
-  if (xf_job_privacy_plan(spec, ds->train_records, n_params, plan, &err) != XF_OK) {
-    char msg[520];
-    snprintf(why, why_len, "dataset '%s': %s", ds->name, xf_errctx_format(&err, msg, sizeof(msg)));
-    return XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
-  }
-  if (plan->site_noise && spec->privacy.unit == XF_PRIVACY_UNIT_RECORD && ds->trainer &&
-      !ds->trainer_dp_declared) {
-    snprintf(why, why_len,
-             "dataset '%s': its external trainer declares no DP (--trainer-dp none) and this "
-             "job asks for record-level privacy; to take part, have the trainer do DP-SGD (e.g. "
-             "with Opacus), report it in result.json and register the dataset with --trainer-dp "
-             "declared (docs/trainers.md)",
-             ds->name);
-    return XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
-  }
-  if (!plan->site_noise) return XFED__TASK_REFUSAL__REASON__UNSPECIFIED;
-  *charge = (xf_privacy_charge){.sampling_rate = plan->sampling_rate,
-                             .noise_multiplier = plan->accounted_multiplier,
-                             .steps = plan->steps_per_round};
-  const xf_privacy_spec *pv = &spec->privacy;
-  double before = 0, after = 0;
-  if (xf_ledger_epsilon(xf_site_registry_db(d->reg), ds->name, job, NULL, pv->delta, &before, &err) != XF_OK ||
-      xf_ledger_epsilon(xf_site_registry_db(d->reg), ds->name, job, charge, pv->delta, &after, &err) != XF_OK) {
-    snprintf(why, why_len, "the privacy ledger cannot be read: %s", err.msg);
-    return XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
-  }
-  /* A hair of slack for the calibration's own rounding. */
-  if (pv->has_target_epsilon && after > pv->target_epsilon * (1 + 1e-9)) {
-    snprintf(why, why_len,
-             "dataset '%s': this job has spent epsilon %.4g (delta %g) here; round %u would "
-             "take it to %.4g, above its target_epsilon %.4g",
-             ds->name, before, pv->delta, (unsigned)round, after, pv->target_epsilon);
-    return XFED__TASK_REFUSAL__REASON__TARGET_REACHED;
-  }
-  /* The operator's budget (at its delta) and a residency rule's max_epsilon
-   * (at the job's delta) both cap the dataset's spend across jobs; the lower
-   * is checked first, so that a refusal names the cap that binds. */
-  xf_site_cap caps[2];
-  int n_caps = 0;
-  caps[0] = xf_site_budget_cap(ds, res, pv->delta);
-  if (caps[0].source != XF_SITE_CAP_NONE) n_caps++;
-  if (caps[0].source == XF_SITE_CAP_POLICY && ds->has_budget)
-    caps[n_caps++] = xf_site_budget_cap(ds, NULL, pv->delta);
-  else if (caps[0].source == XF_SITE_CAP_BUDGET && res && res->has_max_epsilon)
-    caps[n_caps++] = (xf_site_cap){XF_SITE_CAP_POLICY, res->max_epsilon, pv->delta};
-  for (int i = 0; i < n_caps; i++) {
-    const xf_site_cap *cap = &caps[i];
-    double spent = 0, total = 0;
-    if (xf_ledger_epsilon(xf_site_registry_db(d->reg), ds->name, NULL, NULL, cap->delta, &spent, &err) !=
-            XF_OK ||
-        xf_ledger_epsilon(xf_site_registry_db(d->reg), ds->name, NULL, charge, cap->delta, &total, &err) !=
-            XF_OK) {
-      snprintf(why, why_len, "the privacy ledger cannot be read: %s", err.msg);
-      return XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
-    }
-    if (total <= cap->epsilon) continue;
-    char whose[300];
-    if (cap->source == XF_SITE_CAP_POLICY && ds->has_budget)
-      snprintf(whose, sizeof(whose), "the cap %.4g that residency policy rule '%s' (coordinator "
-               "policy version %llu) sets, lower than this site's budget %.4g (delta %g)",
-               cap->epsilon, res->rule && *res->rule ? res->rule : "?",
-               (unsigned long long)res->policy_version, ds->budget_epsilon, ds->budget_delta);
-    else if (cap->source == XF_SITE_CAP_POLICY)
-      snprintf(whose, sizeof(whose), "the cap %.4g that residency policy rule '%s' (coordinator "
-               "policy version %llu) sets (the dataset has no budget of its own)",
-               cap->epsilon, res->rule && *res->rule ? res->rule : "?",
-               (unsigned long long)res->policy_version);
-    else
-      snprintf(whose, sizeof(whose), "its budget %.4g", cap->epsilon);
-    snprintf(why, why_len,
-             "dataset '%s' at site %s has spent epsilon %.4g (delta %g) across jobs; round %u of "
-             "this job (sampling rate %.4g, noise multiplier %.4g, %llu steps) would take it to "
-             "%.4g, above %s",
-             ds->name, d->cfg.site, spent, cap->delta, (unsigned)round, charge->sampling_rate,
-             charge->noise_multiplier, (unsigned long long)charge->steps, total, whose);
-    return XFED__TASK_REFUSAL__REASON__BUDGET_EXHAUSTED;
-  }
-  return XFED__TASK_REFUSAL__REASON__UNSPECIFIED;
-}
-
-/* The offer's residency plan as plain values (zeroes when r is NULL);
- * strings are borrowed from r. */
-static void residency_of(const Xfed__Residency *r, xf_site_residency *out) {
-  memset(out, 0, sizeof(*out));
-  if (!r) return;
-  *out = (xf_site_residency){.policy_version = r->policy_version,
-                             .coordinator_region = r->coordinator_region,
-                             .aggregator_region = r->aggregator_region,
-                             .path = r->path,
-                             .rule = r->rule,
-                             .min_cohort = r->min_cohort,
-                             .require_secagg = r->require_secagg,
-                             .has_max_epsilon = r->has_max_epsilon,
-                             .max_epsilon = r->max_epsilon,
-                             .epsilon = r->epsilon};
-}
-
-/* The site's own residency rules on an offer that carries a plan: checks it
- * against the local policy and writes the verdict to the site's audit trail.
- * False when the task must not go ahead; the refusal is sent. A verdict the
- * trail cannot record is not acted on: the task is refused. */
-static bool local_rules_allow(daemon_t *d, const Xfed__TaskOffer *o, const xf_jobspec *spec,
-                              const xf_site_dataset *ds, const xf_site_residency *res) {
-  xf_errctx err;
-  xf_errctx_clear(&err);
-  xf_site_task_ref ref = {.site = d->cfg.site, .region = d->cfg.region, .job = o->job_id,
-                          .round = o->round, .attempt = o->attempt};
-  double now = (double)wall_ms() / 1000.0;
-  xf_db *db = xf_site_registry_db(d->reg);
-  xf_site_residency_verdict v;
-  char q[600], qj[JOB_ID_MAX];
-  logq(qj, sizeof(qj), o->job_id);
-  if (xf_site_residency_check(db, &ref, res, spec, now, &v, &err) != XF_OK ||
-      xf_site_residency_audit(db, &ref, ds->name, res, &v, now, &err) != XF_OK) {
-    XF_ERROR("local_policy_failed", "job=%s round=%u reason=\"%s\"", qj,
-             (unsigned)o->round, logq(q, sizeof(q), err.msg));
-    send_refusal(d, o->job_id, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
-                 "the site cannot check or record its local residency rules: %s", err.msg);
-    return false;
-  }
-  XF_INFO("local_policy", "job=%s round=%u attempt=%u version=%llu allowed=%s rule=%s path=%s "
-          "why=\"%s\"", qj, (unsigned)o->round, (unsigned)o->attempt,
-          (unsigned long long)v.policy_version, v.allowed ? "true" : "false", v.rule, v.path,
-          logq(q, sizeof(q), v.why));
-  if (v.allowed) return true;
-  send_refusal(d, o->job_id, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__POLICY_DENIED,
-               "%s", v.details);
-  return false;
-}
-
-/* The offer's plan kept with its task (strings copied). */
-static void residency_keep(task_residency *k, const Xfed__Residency *r) {
-  memset(k, 0, sizeof(*k));
-  if (!r) return;
-  k->present = true;
-  snprintf(k->coordinator_region, sizeof(k->coordinator_region), "%s",
-           r->coordinator_region ? r->coordinator_region : "");
-  snprintf(k->aggregator_region, sizeof(k->aggregator_region), "%s",
-           r->aggregator_region ? r->aggregator_region : "");
-  snprintf(k->path, sizeof(k->path), "%s", r->path ? r->path : "");
-  snprintf(k->rule, sizeof(k->rule), "%s", r->rule ? r->rule : "");
-  residency_of(r, &k->res);
-  k->res.coordinator_region = k->coordinator_region;
-  k->res.aggregator_region = k->aggregator_region;
-  k->res.path = k->path;
-  k->res.rule = k->rule;
-}
-
-/* Whether the plan puts conditions on what leaves this region: the regional
- * path, or a rule's min_cohort, require_secagg or max_epsilon. */
-static bool plan_has_conditions(const xf_site_residency *res) {
-  return (res->path && strcmp(res->path, "regional") == 0) || res->min_cohort > 1 ||
-         res->require_secagg || res->has_max_epsilon;
-}
-
-/* The release check (policy/release.h) of the plan's conditions on what
- * this site's update becomes part of when it leaves the region: the job's
- * secure aggregation and privacy, summed from `contributors` sites. why
- * gets the check's sentence. */
-static bool release_allows(const daemon_t *d, const xf_site_residency *res,
-                           const xf_jobspec *spec, unsigned contributors, char *why,
-                           size_t why_len) {
-  const xf_privacy_spec *pv = &spec->privacy;
-  xf_release_rule rule = {.rule = res->rule,
-                          .from = d->cfg.region,
-                          .to = res->coordinator_region,
-                          .min_cohort = res->min_cohort,
-                          .require_secagg = res->require_secagg,
-                          .has_max_epsilon = res->has_max_epsilon,
-                          .max_epsilon = res->max_epsilon};
-  xf_release_artifact a = {.contributors = contributors,
-                           .secagg = spec->secure_aggregation.enabled,
-                           .privacy = pv->mode != XF_PRIVACY_NONE,
-                           .has_epsilon = pv->has_target_epsilon,
-                           .epsilon = pv->target_epsilon};
-  return xf_release_allows(&rule, &a, why, why_len);
-}
-
 /* The refusal's details when every place is taken: the tasks held. */
 static void busy_details(const daemon_t *d, char *why, size_t why_len) {
   size_t used = (size_t)snprintf(why, why_len, "this site holds %d tasks:", d->n_tasks);
@@ -2251,186 +1941,145 @@ static void busy_details(const daemon_t *d, char *why, size_t why_len) {
     snprintf(why + used, why_len - used, "; offer it again once one of them is done");
 }
 
-/* Checks the update's plan for what the task knows so far (the secure-
- * aggregation setup may come with TaskGo). */
-static xf_err task_plan_check(const daemon_t *d, const task *t, xf_errctx *err) {
-  if (t->evaluate_only || (t->secagg && !t->uo.secagg)) return XF_OK;
-  xf_update_plan up;
-  return xf_update_plan_site(&t->spec, &t->plan, t->n_params, &t->uo,
-                             (unsigned)xf_backend_threads(d->backend), &up, err);
+/* ---- offers --------------------------------------------------------------------------------------- */
+
+static xf_err env_dataset(void *user, const char *name, xf_site_dataset *out, xf_errctx *err) {
+  daemon_t *d = user;
+  return xf_site_registry_get(d->reg, name, out, err);
 }
 
-/* Takes a secure-aggregation setup for t (from its offer or its Go): checked
- * against the job, then t's round begun and our keys advertised once the
- * replies before them are out. */
-static xf_err task_secagg_begin(daemon_t *d, task *t, const Xfed__SecAggSetup *su,
-                                xf_errctx *err) {
-  XF_GUARD(sa_setup_of(d, su, t->n_params, &t->uo.sa, err));
-  t->uo.secagg = true;
-  XF_GUARD(task_plan_check(d, t, err));
-  return sa_begin(d, t, (const char *const *)su->cohort, err);
+static xf_err env_ledger_epsilon(void *user, const char *dataset, const char *job,
+                                 const xf_privacy_charge *charge, double delta, double *out,
+                                 xf_errctx *err) {
+  daemon_t *d = user;
+  return xf_ledger_epsilon(xf_site_registry_db(d->reg), dataset, job, charge, delta, out, err);
 }
 
-static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
-  const char *job = o->job_id ? o->job_id : "";
-  if (!*job || strlen(job) >= JOB_ID_MAX) {
-    send_error(d, XF_EFORMAT, "TaskOffer with %s job_id", *job ? "an overlong" : "no");
+/* The site's own residency rules, checked and recorded in its audit trail
+ * at this moment. */
+static xf_err env_local_rules(void *user, const xf_site_task_ref *ref, const xf_site_residency *res,
+                              const xf_jobspec *spec, const xf_site_dataset *ds,
+                              xf_site_residency_verdict *v, xf_errctx *err) {
+  daemon_t *d = user;
+  double now = (double)wall_ms() / 1000.0;
+  xf_db *db = xf_site_registry_db(d->reg);
+  XF_GUARD(xf_site_residency_check(db, ref, res, spec, now, v, err));
+  return xf_site_residency_audit(db, ref, ds->name, res, v, now, err);
+}
+
+static void offer_env_init(daemon_t *d) {
+  d->offer_env = (xf_site_offer_env){.site = d->cfg.site,
+                                     .region = d->cfg.region,
+                                     .threads = (unsigned)xf_backend_threads(d->backend),
+                                     .user = d,
+                                     .dataset = env_dataset,
+                                     .ledger_epsilon = env_ledger_epsilon,
+                                     .local_rules = env_local_rules};
+}
+
+/* The log line of the local rules' verdict on an offer. */
+static void log_local_rules(const Xfed__TaskOffer *o, const xf_site_offer_verdict *v) {
+  char q[600], qj[JOB_ID_MAX];
+  logq(qj, sizeof(qj), o->job_id);
+  if (v->step == XF_SITE_OFFER_LOCAL_ERROR) {
+    XF_ERROR("local_policy_failed", "job=%s round=%u reason=\"%s\"", qj, (unsigned)o->round,
+             logq(q, sizeof(q), v->local_err.msg));
     return;
   }
-  if (o->model_digest.len != XF_DIGEST_BYTES) {
-    send_error(d, XF_EFORMAT, "TaskOffer for job %s round %u: model_digest has %zu bytes, not %d",
-               job, (unsigned)o->round, o->model_digest.len, XF_DIGEST_BYTES);
-    return;
+  const xf_site_residency_verdict *l = &v->local;
+  XF_INFO("local_policy", "job=%s round=%u attempt=%u version=%llu allowed=%s rule=%s path=%s "
+          "why=\"%s\"", qj, (unsigned)o->round, (unsigned)o->attempt,
+          (unsigned long long)l->policy_version, l->allowed ? "true" : "false", l->rule, l->path,
+          logq(q, sizeof(q), l->why));
+}
+
+/* An offer of a task the site holds, with the same model: offered again
+ * after a reconnect, taken up where it was. */
+static void offer_resumed(daemon_t *d, task *t, const Xfed__TaskOffer *o) {
+  if (t->uo.sealed && o->seal_key.len == XF_SEAL_PUBLICKEYBYTES &&
+      memcmp(t->uo.seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES) != 0) {
+    seal_key_changed(d, t, o->seal_key.data);
+    if (!task_live(d, t)) return;
+  }
+  t->offered_now = true;
+  t->deadline_ms = o->deadline_unix_ms;
+  if (o->model_stream_id && t->phase == PHASE_MODEL) t->model_stream_id = o->model_stream_id;
+  /* A restarted aggregator may name another stream for the update. */
+  if (o->update_stream_id && o->update_stream_id != t->update_stream_id)
+    update_stream_changed(d, t, o->update_stream_id);
+  /* A coordinator that no longer holds the task lets it train. */
+  if (!o->hold && t->hold && !t->go) {
+    t->hold = false;
+    if (t->phase == PHASE_HELD) task_ready(d, t);
+  }
+  /* One that holds it again (it restarted and confirms its cohort
+   * anew) gets what was made before once it says go. A masked update
+   * cannot wait: its masks belong to the session the restart lost. */
+  if (o->hold && t->go && !t->evaluate_only) {
+    if (t->secagg) {
+      send_refusal(d, t->job_id, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
+                   "the task's update is bound to a secure-aggregation session the "
+                   "coordinator no longer holds; the round goes on without this site");
+      sa_forget(d, t->job_id, t->round, t->attempt);
+      task_drop(d, t, "its secure-aggregation session was lost with the coordinator");
+      return;
+    }
+    t->hold = true;
+    t->go = false;
   }
   char qj[JOB_ID_MAX];
-  logq(qj, sizeof(qj), job);
-  uint64_t now = wall_ms();
-  /* answer_by_unix_ms is the aggregator's own deadline for the answer; a
-   * site answers at once, so it is only logged. */
-  XF_INFO("task_offer", "job=%s round=%u attempt=%u model_round=%u evaluate_only=%s hold=%s "
-          "deadline_in_s=%.1f answer_by_in_s=%.1f", qj, (unsigned)o->round, (unsigned)o->attempt,
-          (unsigned)o->model_round, o->evaluate_only ? "true" : "false",
-          o->hold ? "true" : "false",
-          o->deadline_unix_ms ? ((double)o->deadline_unix_ms - (double)now) / 1000.0 : -1.0,
-          o->answer_by_unix_ms ? ((double)o->answer_by_unix_ms - (double)now) / 1000.0 : -1.0);
+  XF_INFO("task_resumed", "job=%s round=%u attempt=%u phase=%s", logq(qj, sizeof(qj), t->job_id),
+          (unsigned)o->round, (unsigned)o->attempt, phase_name(t->phase));
+  send_accept(d, t);
+}
 
+/* Makes room for an offer of job: the job's earlier task (another model,
+ * round or attempt) and other jobs' tasks held from an earlier session
+ * past their deadline (their rounds have closed, and they must not keep a
+ * place for good) are dropped. False when the offer is answered already
+ * (resumed, or refused because the worker trains the job's other model). */
+static bool offer_makes_room(daemon_t *d, const Xfed__TaskOffer *o, uint64_t now) {
+  const char *job = o->job_id;
   task *t = task_find(d, job, o->round, o->attempt);
   if (t) {
     if (memcmp(t->model_digest.bytes, o->model_digest.data, XF_DIGEST_BYTES) == 0 &&
         t->evaluate_only == o->evaluate_only) {
-      /* Offered again after a reconnect: take it up where it was. */
-      if (t->uo.sealed && o->seal_key.len == XF_SEAL_PUBLICKEYBYTES &&
-          memcmp(t->uo.seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES) != 0) {
-        seal_key_changed(d, t, o->seal_key.data);
-        if (!task_live(d, t)) return;
-      }
-      t->offered_now = true;
-      t->deadline_ms = o->deadline_unix_ms;
-      if (o->model_stream_id && t->phase == PHASE_MODEL) t->model_stream_id = o->model_stream_id;
-      /* A restarted aggregator may name another stream for the update. */
-      if (o->update_stream_id && o->update_stream_id != t->update_stream_id)
-        update_stream_changed(d, t, o->update_stream_id);
-      /* A coordinator that no longer holds the task lets it train. */
-      if (!o->hold && t->hold && !t->go) {
-        t->hold = false;
-        if (t->phase == PHASE_HELD) task_ready(d, t);
-      }
-      /* One that holds it again (it restarted and confirms its cohort
-       * anew) gets what was made before once it says go. A masked update
-       * cannot wait: its masks belong to the session the restart lost. */
-      if (o->hold && t->go && !t->evaluate_only) {
-        if (t->secagg) {
-          send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
-                       "the task's update is bound to a secure-aggregation session the "
-                       "coordinator no longer holds; the round goes on without this site");
-          sa_forget(d, t->job_id, t->round, t->attempt);
-          task_drop(d, t, "its secure-aggregation session was lost with the coordinator");
-          return;
-        }
-        t->hold = true;
-        t->go = false;
-      }
-      XF_INFO("task_resumed", "job=%s round=%u attempt=%u phase=%s", qj, (unsigned)o->round,
-              (unsigned)o->attempt, phase_name(t->phase));
-      send_accept(d, t);
-      return;
+      offer_resumed(d, t, o);
+      return false;
     }
     if (t->phase == PHASE_WORKING) {
       send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__BUSY,
                    "this site is training job %s round %u attempt %u from another model",
                    t->job_id, (unsigned)t->round, (unsigned)t->attempt);
-      return;
+      return false;
     }
     task_drop(d, t, "offered again with another model");
   } else if ((t = task_of_job(d, job)) != NULL) {
     task_drop(d, t, "superseded by another round or attempt of its job");
   }
-  /* Other jobs' tasks held from an earlier session, past their deadline:
-   * their rounds have closed, and they must not keep a place for good. */
   for (int i = d->n_tasks - 1; i >= 0; i--) {
     task *u = d->tasks[i];
     if (u != d->worker_task && !u->offered_now && (u->deadline_ms == 0 || u->deadline_ms <= now))
       task_drop(d, u, "its deadline passed without the coordinator offering it again");
   }
+  return true;
+}
 
+/* A new task of an offer the checks took (v's dataset moves into it), in
+ * PHASE_MODEL; NULL when out of memory (v's dataset is then freed). */
+static task *task_new(daemon_t *d, const Xfed__TaskOffer *o, xf_site_offer_verdict *v) {
   xf_errctx err;
   xf_errctx_clear(&err);
-  xf_jobspec spec;
-  if (xf_jobspec_parse_string(o->params_json, o->params_json ? strlen(o->params_json) : 0,
-                              "params_json", &spec, &err) != XF_OK) {
-    char msg[600];
-    ignore_stream(d, o->model_stream_id, job, o->round);
-    send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
-                 "the job spec does not parse here: %s",
-                 xf_errctx_format(&err, msg, sizeof(msg)));
-    return;
-  }
-  xf_site_dataset ds;
-  memset(&ds, 0, sizeof(ds));
-  if (find_dataset(d, &spec, &ds, &err) != XF_OK) {
-    ignore_stream(d, o->model_stream_id, job, o->round);
-    send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__NO_DATASET, "%s",
-                 err.msg);
-    return;
-  }
-  xf_site_residency res;
-  residency_of(o->residency, &res);
-  char why[1024];
-  /* The plan's conditions on what leaves the region, against the job: the
-   * cohort is the plan's own min_cohort here (TaskGo checks the real one). */
-  if (o->residency && !o->evaluate_only && plan_has_conditions(&res) &&
-      !release_allows(d, &res, &spec, res.min_cohort > 1 ? res.min_cohort : 1, why,
-                      sizeof(why))) {
-    xf_site_dataset_free(&ds);
-    ignore_stream(d, o->model_stream_id, job, o->round);
-    send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__POLICY_DENIED, "%s",
-                 why);
-    return;
-  }
-  if (!local_rules_allow(d, o, &spec, &ds, &res)) {
-    xf_site_dataset_free(&ds);
-    ignore_stream(d, o->model_stream_id, job, o->round);
-    return;
-  }
-  Xfed__TaskRefusal__Reason reason = XFED__TASK_REFUSAL__REASON__UNSPECIFIED;
-  size_t n_params = 0;
-  xf_privacy_plan plan = {0};
-  xf_privacy_charge charge = {0};
-  if (job_supported(&spec, &ds, &n_params, &err) != XF_OK) {
-    reason = XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
-    snprintf(why, sizeof(why), "%s", err.msg);
-  } else if (!o->evaluate_only &&
-             (reason = privacy_check(d, job, o->round, &spec, &ds, o->residency ? &res : NULL,
-                                     n_params, &plan, &charge, why, sizeof(why))) !=
-                 XFED__TASK_REFUSAL__REASON__UNSPECIFIED) {
-    /* why says it */
-  } else if (d->n_tasks >= XF_SITE_TASKS_MAX) {
-    reason = XFED__TASK_REFUSAL__REASON__BUSY;
-    busy_details(d, why, sizeof(why));
-  } else if (o->deadline_unix_ms && o->deadline_unix_ms <= now) {
-    reason = XFED__TASK_REFUSAL__REASON__DEADLINE_TOO_SHORT;
-    snprintf(why, sizeof(why), "the deadline passed %.1f s ago by this site's clock",
-             (double)(now - o->deadline_unix_ms) / 1000.0);
-  }
-  if (reason != XFED__TASK_REFUSAL__REASON__UNSPECIFIED) {
-    xf_site_dataset_free(&ds);
-    ignore_stream(d, o->model_stream_id, job, o->round);
-    send_refusal(d, job, o->round, o->attempt, reason, "%s", why);
-    return;
-  }
-
-  t = xf_calloc(1, sizeof(*t));
+  task *t = xf_calloc(1, sizeof(*t));
   if (t && xf_tensor_receiver_new(XF_SITE_MODEL_MAX, model_sink, t, &t->model_rx, &err) != XF_OK) {
     xf_free(t);
     t = NULL;
   }
   if (!t) {
-    xf_site_dataset_free(&ds);
-    send_error(d, XF_ENOMEM, "the site cannot take job %s round %u: out of memory", job,
-               (unsigned)o->round);
-    return;
+    xf_site_dataset_free(&v->dataset);
+    return NULL;
   }
-  snprintf(t->job_id, sizeof(t->job_id), "%s", job);
+  snprintf(t->job_id, sizeof(t->job_id), "%s", o->job_id);
   t->round = o->round;
   t->attempt = o->attempt;
   t->model_round = o->model_round;
@@ -2439,56 +2088,80 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
   t->hold = o->hold;
   memcpy(t->model_digest.bytes, o->model_digest.data, XF_DIGEST_BYTES);
   t->model_stream_id = o->model_stream_id;
-  t->spec = spec;
-  t->dataset = ds;
-  t->n_params = n_params;
-  t->plan = plan;
-  t->charge = charge;
-  residency_keep(&t->residency, o->residency);
-  if (o->residency && res.aggregator_region && *res.aggregator_region &&
-      strcmp(res.aggregator_region, d->cfg.region) != 0) {
+  t->spec = v->spec;
+  t->dataset = v->dataset;
+  memset(&v->dataset, 0, sizeof(v->dataset));
+  t->n_params = v->n_params;
+  t->plan = v->plan;
+  t->charge = v->charge;
+  xf_site_plan_keep(&t->residency, o->residency);
+  const char *to = o->residency ? o->residency->aggregator_region : NULL;
+  if (to && *to && strcmp(to, d->cfg.region) != 0) {
     t->crossing = true;
-    snprintf(t->crossing_to, sizeof(t->crossing_to), "%s", res.aggregator_region);
+    snprintf(t->crossing_to, sizeof(t->crossing_to), "%s", to);
   }
-  t->shuffle_seed = xf_site_shuffle_seed(spec.seed, o->round, d->cfg.site);
+  t->shuffle_seed = v->shuffle_seed;
   t->update_stream_id = o->update_stream_id ? o->update_stream_id
                                             : xf_site_update_stream_id(o->round, o->attempt);
   t->phase = PHASE_MODEL;
   t->offered_now = true;
   atomic_init(&t->abandoned, false);
-  /* The update's setup: the uplink codec's rounding repeats with the job's
-   * seed; sealed to the aggregator's key unless it goes masked. */
-  t->secagg = !o->evaluate_only && spec.secure_aggregation.enabled;
-  t->uo.rounding_seed = t->shuffle_seed ^ XF__CODEC_SEED;
-  t->uo.sealed = !t->secagg && o->seal_key.len == XF_SEAL_PUBLICKEYBYTES;
-  if (t->uo.sealed) memcpy(t->uo.seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES);
+  t->secagg = v->secagg;
+  t->uo = v->uo;
+  return t;
+}
 
+/* The top-k or shared-subset residual the task starts from. NULL when it
+ * is read (or there is none), else what failed, with err. */
+static const char *task_residual_load(daemon_t *d, task *t, xf_errctx *err) {
+  if (t->evaluate_only || t->spec.compression.uplink.topk_fraction <= 0) return NULL;
+  bool found = false;
+  t->residual = xf_mallocarray(t->n_params, sizeof(float));
+  if (!t->residual) {
+    xf_fail(err, XF_ENOMEM, "out of memory");
+    return "cannot read the compression residual";
+  }
+  if (xf_site_residual_load(d->reg, t->job_id, t->dataset.name, t->round, t->residual,
+                            t->n_params, &found, err) != XF_OK)
+    return "cannot read the compression residual";
+  /* Error feedback, discounted: the next local training starts from a
+   * global model that lacks what this site left out, so it re-derives
+   * part of it; carrying the whole residual over would count that part
+   * twice (docs/compression.md). */
+  for (size_t i = 0; i < t->n_params; i++) t->residual[i] *= XF_SITE_RESIDUAL_DISCOUNT;
+  return NULL;
+}
+
+/* An offer of a task the site does not hold: decided by the checks
+ * (site/offer.h), then taken: its round of secure aggregation begun and
+ * its residual read. */
+static void offer_take(daemon_t *d, const Xfed__TaskOffer *o, uint64_t now) {
+  const char *job = o->job_id;
+  char busy[1024];
+  bool full = d->n_tasks >= XF_SITE_TASKS_MAX;
+  if (full) busy_details(d, busy, sizeof(busy));
+  xf_site_offer_room room = {.now_ms = now, .busy = full ? busy : NULL};
+  xf_site_offer_verdict v;
+  xf_site_offer_check(&d->offer_env, o, &room, &v);
+  if (v.local_ran) log_local_rules(o, &v);
+  if (v.step != XF_SITE_OFFER_TAKEN) {
+    ignore_stream(d, o->model_stream_id, job, o->round);
+    send_refusal(d, job, o->round, o->attempt, v.reason, "%s", v.why);
+    if (v.step == XF_SITE_OFFER_SETUP && v.uo.secagg) sa_forget(d, job, o->round, o->attempt);
+    return;
+  }
+  task *t = task_new(d, o, &v);
+  if (!t) {
+    send_error(d, XF_ENOMEM, "the site cannot take job %s round %u: out of memory", job,
+               (unsigned)o->round);
+    return;
+  }
+  xf_errctx err;
+  xf_errctx_clear(&err);
   const char *fail = NULL;
-  if (t->secagg && o->secagg) {
-    if (task_secagg_begin(d, t, o->secagg, &err) != XF_OK) fail = "secure aggregation";
-  } else if (t->secagg && !o->hold) {
-    xf_fail(&err, XF_EINVAL, "the job asks for secure aggregation but the offer has no setup");
+  if (t->uo.secagg && sa_begin(d, t, (const char *const *)o->secagg->cohort, &err) != XF_OK)
     fail = "secure aggregation";
-  } else if (task_plan_check(d, t, &err) != XF_OK) {
-    fail = "the update";
-  }
-  if (!fail && !o->evaluate_only && spec.compression.uplink.topk_fraction > 0) {
-    bool found = false;
-    t->residual = xf_mallocarray(n_params, sizeof(float));
-    if (!t->residual) {
-      xf_fail(&err, XF_ENOMEM, "out of memory");
-      fail = "cannot read the compression residual";
-    } else if (xf_site_residual_load(d->reg, job, ds.name, o->round, t->residual, n_params,
-                                     &found, &err) != XF_OK) {
-      fail = "cannot read the compression residual";
-    } else {
-      /* Error feedback, discounted: the next local training starts from a
-       * global model that lacks what this site left out, so it re-derives
-       * part of it; carrying the whole residual over would count that part
-       * twice (docs/compression.md). */
-      for (size_t i = 0; i < n_params; i++) t->residual[i] *= XF_SITE_RESIDUAL_DISCOUNT;
-    }
-  }
+  if (!fail) fail = task_residual_load(d, t, &err);
   if (fail) {
     char msg[600];
     snprintf(msg, sizeof(msg), "%s", err.msg);
@@ -2500,14 +2173,35 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
     return;
   }
   d->tasks[d->n_tasks++] = t;
-  XF_INFO("task_accepted", "job=%s round=%u attempt=%u dataset=%s hold=%s queued=%d", qj,
-          (unsigned)t->round, (unsigned)t->attempt, t->dataset.name, t->hold ? "true" : "false",
-          d->n_tasks);
+  char qj[JOB_ID_MAX];
+  XF_INFO("task_accepted", "job=%s round=%u attempt=%u dataset=%s hold=%s queued=%d",
+          logq(qj, sizeof(qj), job), (unsigned)t->round, (unsigned)t->attempt, t->dataset.name,
+          t->hold ? "true" : "false", d->n_tasks);
   send_accept(d, t);
   if (t->uo.secagg) {
     (void)flush_replies(d); /* the acceptance first, then our keys */
     sa_advertise(d, sa_find(d, job, t->round, t->attempt));
   }
+}
+
+static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
+  char msg[600];
+  if (xf_site_offer_malformed(o, msg, sizeof(msg))) {
+    send_error(d, XF_EFORMAT, "%s", msg);
+    return;
+  }
+  char qj[JOB_ID_MAX];
+  logq(qj, sizeof(qj), o->job_id);
+  uint64_t now = wall_ms();
+  /* answer_by_unix_ms is the aggregator's own deadline for the answer; a
+   * site answers at once, so it is only logged. */
+  XF_INFO("task_offer", "job=%s round=%u attempt=%u model_round=%u evaluate_only=%s hold=%s "
+          "deadline_in_s=%.1f answer_by_in_s=%.1f", qj, (unsigned)o->round, (unsigned)o->attempt,
+          (unsigned)o->model_round, o->evaluate_only ? "true" : "false",
+          o->hold ? "true" : "false",
+          o->deadline_unix_ms ? ((double)o->deadline_unix_ms - (double)now) / 1000.0 : -1.0,
+          o->answer_by_unix_ms ? ((double)o->answer_by_unix_ms - (double)now) / 1000.0 : -1.0);
+  if (offer_makes_room(d, o, now)) offer_take(d, o, now);
 }
 
 /* The aggregator confirms a held task: enough sites accepted. With secure
@@ -2529,36 +2223,26 @@ static void on_go(daemon_t *d, const Xfed__TaskGo *g) {
             (unsigned)g->attempt, phase_name(t->phase));
     return;
   }
-  char why[1024];
+  xf_site_go_task held = {.spec = &t->spec, .plan_kept = &t->residency, .privacy = &t->plan,
+                          .n_params = t->n_params, .evaluate_only = t->evaluate_only,
+                          .secagg = t->secagg};
+  xf_site_go_verdict v;
+  xf_site_go_check(&d->offer_env, &held, g, &t->uo, &v);
   xf_errctx err;
   xf_errctx_clear(&err);
-  /* The cohort is known now: a smaller one than the plan allows would let
-   * too few sites' updates leave the region together. */
-  if (g->secagg && !t->evaluate_only && t->residency.present &&
-      plan_has_conditions(&t->residency.res) &&
-      !release_allows(d, &t->residency.res, &t->spec, g->secagg->n, why, sizeof(why))) {
-    send_refusal(d, t->job_id, t->round, t->attempt, XFED__TASK_REFUSAL__REASON__POLICY_DENIED,
-                 "%s", why);
-    task_drop(d, t, "the aggregator's cohort is smaller than the plan allows");
-    return;
-  }
-  const char *fail = NULL;
-  if (!t->evaluate_only && g->secagg && !t->secagg) {
-    xf_fail(&err, XF_EINVAL, "the go sets up secure aggregation, but the job's "
-            "secure_aggregation is not enabled");
-    fail = "secure aggregation";
-  } else if (t->secagg && g->secagg) {
-    if (task_secagg_begin(d, t, g->secagg, &err) != XF_OK) fail = "secure aggregation";
-  } else if (t->secagg && !t->uo.secagg) {
-    xf_fail(&err, XF_EINVAL, "the job asks for secure aggregation but neither the offer nor the "
-            "go has a setup");
-    fail = "secure aggregation";
-  }
-  if (fail) {
+  if (v.begin && sa_begin(d, t, (const char *const *)g->secagg->cohort, &err) != XF_OK) {
     char msg[600];
     snprintf(msg, sizeof(msg), "%s", err.msg);
-    send_refusal(d, t->job_id, t->round, t->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
-                 "%s: %s", fail, msg);
+    v.step = XF_SITE_GO_SETUP;
+    v.reason = XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
+    snprintf(v.why, sizeof(v.why), "secure aggregation: %s", msg);
+  }
+  if (v.step != XF_SITE_GO_FOLLOWED) {
+    send_refusal(d, t->job_id, t->round, t->attempt, v.reason, "%s", v.why);
+    if (v.step == XF_SITE_GO_RELEASE) {
+      task_drop(d, t, "the aggregator's cohort is smaller than the plan allows");
+      return;
+    }
     sa_forget(d, t->job_id, t->round, t->attempt);
     task_drop(d, t, "its go cannot be followed");
     return;
@@ -3005,6 +2689,7 @@ static xf_err daemon_start(daemon_t *d, const xf_site_daemon_opts *opts, xf_errc
   snprintf(path, sizeof(path), "%s/site.db", d->dir);
   XF_GUARD(xf_site_registry_open(path, &d->reg, err));
   XF_GUARD(open_backend(d, err));
+  offer_env_init(d);
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   xf_rng_seed(&d->jitter, (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20),
