@@ -53,6 +53,7 @@
 #include "storage/file.h"
 #include "site/dataset.h"
 #include "site/offer.h"
+#include "site/sitemachine.h"
 #include "site/registry.h"
 #include "site/residency.h"
 #include "site/trainer.h"
@@ -119,22 +120,9 @@ static const char *end_name(xf_conn_end end) {
 
 typedef struct xf_site_daemon daemon_t;
 
-typedef enum task_phase {
-  PHASE_MODEL = 0, /* receiving the model stream */
-  PHASE_HELD,      /* the model is in; held until the aggregator's TaskGo */
-  PHASE_QUEUED,    /* ready (model in, and Go received when held): waiting for the worker */
-  PHASE_WORKING,   /* on the worker */
-  PHASE_REPORTING  /* the result is held: Metrics and the update to send */
-} task_phase;
-
-static const char *phase_name(task_phase p) {
-  static const char *const names[] = {"model", "held", "queued", "training", "reporting"};
-  return names[p];
-}
-
 /* One task: an accepted offer, from its model to the final TensorAck of its
  * update. The worker owns the fields marked (worker) while the task is in
- * PHASE_WORKING; the loop owns everything else, and those fields too at any
+ * XF_SITEM_WORKING; the loop owns everything else, and those fields too at any
  * other time. */
 typedef struct task {
   char job_id[JOB_ID_MAX];
@@ -151,7 +139,7 @@ typedef struct task {
   xf_site_dataset dataset; /* the registry's record, read at the offer */
   size_t n_params;         /* the model's size for this dataset, from the offer's checks */
   uint64_t shuffle_seed;
-  task_phase phase;
+  xf_sitem_phase phase;
   bool offered_now;        /* offered on the current session: its results may go out */
   atomic_bool abandoned;   /* cancelled, replaced or shutting down: stop and drop */
   xf_site_plan residency; /* the offer's residency plan */
@@ -490,9 +478,11 @@ static void task_remove(daemon_t *d, const task *t) {
   }
 }
 
-/* Ends a task that is done or failed: out of the list and freed (the
- * worker never holds a task that is done). */
-static void task_done(daemon_t *d, task *t) {
+/* Ends a task that is done (ev DELIVERED) or failed (FAILED): out of the
+ * list and freed (the worker never holds a task that is done). */
+static void task_done(daemon_t *d, task *t, xf_sitem_event ev) {
+  xf_sitem_action act;
+  (void)xf_sitem_step(&t->phase, ev, t->hold && !t->go, &act);
   task_remove(d, t);
   task_free(t);
 }
@@ -528,10 +518,13 @@ static void task_drop(daemon_t *d, task *t, const char *why) {
   char qj[JOB_ID_MAX];
   XF_INFO("task_dropped", "job=%s round=%u attempt=%u phase=%s why=\"%s\"",
           logq(qj, sizeof(qj), t->job_id), (unsigned)t->round, (unsigned)t->attempt,
-          phase_name(t->phase), why);
+          xf_sitem_phase_name(t->phase), why);
   ignore_stream(d, t->model_stream_id, t->job_id, t->round);
+  xf_sitem_action act;
+  (void)xf_sitem_step(&t->phase, XF_SITEM_DROP, t->hold && !t->go, &act);
   task_remove(d, t);
-  if (t == d->worker_task) atomic_store(&t->abandoned, true);
+  /* ABANDON: the worker frees it once it hands it back (it may have) */
+  if (act == XF_SITEM_ABANDON && t == d->worker_task) atomic_store(&t->abandoned, true);
   else task_free(t);
 }
 
@@ -1083,7 +1076,7 @@ static bool charge_ledger(daemon_t *d, task *t) {
  * its model stream is let go and the task ended. */
 static void task_failed(daemon_t *d, task *t) {
   ignore_stream(d, t->model_stream_id, t->job_id, t->round);
-  task_done(d, t);
+  task_done(d, t, XF_SITEM_FAILED);
 }
 
 static void work_done(uv_work_t *w, int status) {
@@ -1140,7 +1133,8 @@ static void work_done(uv_work_t *w, int status) {
     t->update_stream_next = 0;
     update_stream_changed(d, t, id);
   }
-  t->phase = PHASE_REPORTING;
+  xf_sitem_action act; /* REPORT: below, once the result is logged */
+  (void)xf_sitem_step(&t->phase, XF_SITEM_TRAINED, t->hold && !t->go, &act);
   t->report_seq = ++d->report_count;
   if (t->has_train)
     XF_INFO("task_trained", "job=%s round=%u attempt=%u samples=%llu train_loss=%.6g "
@@ -1170,10 +1164,11 @@ static void maybe_start_worker(daemon_t *d) {
   task *t = NULL;
   for (int i = 0; i < d->n_tasks; i++) {
     task *c = d->tasks[i];
-    if (c->phase == PHASE_QUEUED && (!t || c->ready_seq < t->ready_seq)) t = c;
+    if (c->phase == XF_SITEM_QUEUED && (!t || c->ready_seq < t->ready_seq)) t = c;
   }
   if (!t) return;
-  t->phase = PHASE_WORKING;
+  xf_sitem_action act; /* TRAIN */
+  (void)xf_sitem_step(&t->phase, XF_SITEM_WORKER, t->hold && !t->go, &act);
   d->worker_task = t;
   d->work.data = d;
   int rc = uv_queue_work(&d->loop, &d->work, work_run, work_done);
@@ -1187,12 +1182,26 @@ static void maybe_start_worker(daemon_t *d) {
   }
 }
 
-/* A task is ready once its model is in and, when held, its Go came: it
- * joins the worker's queue behind the tasks ready before it. */
-static void task_ready(daemon_t *d, task *t) {
-  t->phase = PHASE_QUEUED;
-  t->ready_seq = ++d->ready_count;
-  maybe_start_worker(d);
+/* Moves t on ev (site/sitemachine.h) and performs the step's action: a
+ * task is ready once its model is in and, when held, its Go came, and
+ * joins the worker's queue behind the tasks ready before it; a result made
+ * before the hold goes out once the Go comes. */
+static void task_step(daemon_t *d, task *t, xf_sitem_event ev) {
+  xf_sitem_action act;
+  if (!xf_sitem_step(&t->phase, ev, t->hold && !t->go, &act)) return;
+  char qj[JOB_ID_MAX];
+  switch (act) {
+  case XF_SITEM_WAIT_GO:
+    XF_INFO("task_held", "job=%s round=%u attempt=%u why=\"waiting for the aggregator's go\"",
+            logq(qj, sizeof(qj), t->job_id), (unsigned)t->round, (unsigned)t->attempt);
+    break;
+  case XF_SITEM_QUEUE:
+    t->ready_seq = ++d->ready_count;
+    maybe_start_worker(d);
+    break;
+  case XF_SITEM_REPORT: pump(d); break;
+  default: break;
+  }
 }
 
 /* ---- the report: Metrics, then the update stream ------------------------------------------ */
@@ -1253,7 +1262,7 @@ static bool report_metrics(daemon_t *d, task *t) {
           (unsigned)t->attempt);
   if (t->sender || t->sa_waiting) return true; /* the update follows (masked: its routing) */
   XF_INFO("task_done", "job=%s round=%u attempt=%u", qj, (unsigned)t->round, (unsigned)t->attempt);
-  task_done(d, t);
+  task_done(d, t, XF_SITEM_DELIVERED);
   return false;
 }
 
@@ -1303,7 +1312,7 @@ static int reporting_tasks(const daemon_t *d, task **out) {
   int n = 0;
   for (int i = 0; i < d->n_tasks; i++) {
     task *t = d->tasks[i];
-    if (t->phase != PHASE_REPORTING || !t->offered_now || (t->hold && !t->go)) continue;
+    if (t->phase != XF_SITEM_REPORTING || !t->offered_now || (t->hold && !t->go)) continue;
     int j = n++;
     for (; j > 0 && out[j - 1]->report_seq > t->report_seq; j--) out[j] = out[j - 1];
     out[j] = t;
@@ -1414,7 +1423,7 @@ static void on_tensor_ack(daemon_t *d, const Xfed__TensorAck *a) {
     XF_INFO("update_delivered", "job=%s round=%u attempt=%u bytes=%llu", qj, (unsigned)t->round,
             (unsigned)t->attempt, (unsigned long long)total);
     if (t->crossing) audit_crossing(d, t, total);
-    task_done(d, t);
+    task_done(d, t, XF_SITEM_DELIVERED);
     pump(d); /* the next update's turn */
     maybe_start_worker(d);
     return;
@@ -1463,7 +1472,7 @@ static task *model_task(daemon_t *d, uint64_t stream_id) {
     task *t = d->tasks[i];
     if (!t->model_stream_id || t->model_stream_id != stream_id) continue;
     const xf_tensor_info *info = xf_tensor_receiver_info(t->model_rx);
-    if (t->phase == PHASE_MODEL && info && info->stream_id == stream_id) return t;
+    if (t->phase == XF_SITEM_MODEL && info && info->stream_id == stream_id) return t;
     if (!found) found = t;
   }
   return found;
@@ -1496,7 +1505,7 @@ static void on_tensor_begin(daemon_t *d, const Xfed__TensorBegin *b) {
     return;
   }
   t->model_stream_id = b->stream_id;
-  if (t->phase != PHASE_MODEL) {
+  if (t->phase != XF_SITEM_MODEL) {
     /* The same model again, after a reconnect: we have it all. */
     send_ack(d, b->stream_id, b->total_bytes);
     return;
@@ -1550,7 +1559,7 @@ static void on_tensor_chunk(daemon_t *d, const Xfed__TensorChunk *c) {
                (unsigned long long)c->stream_id);
     return;
   }
-  if (t->phase != PHASE_MODEL) return; /* a resend of a model we hold */
+  if (t->phase != XF_SITEM_MODEL) return; /* a resend of a model we hold */
   xf_errctx err;
   xf_errctx_clear(&err);
   xf_err rc = xf_tensor_receiver_chunk(t->model_rx, c, &err);
@@ -1571,7 +1580,7 @@ static void on_tensor_end(daemon_t *d, const Xfed__TensorEnd *e) {
                (unsigned long long)e->stream_id);
     return;
   }
-  if (t->phase != PHASE_MODEL) {
+  if (t->phase != XF_SITEM_MODEL) {
     send_ack(d, e->stream_id, t->model_len);
     return;
   }
@@ -1593,13 +1602,7 @@ static void on_tensor_end(daemon_t *d, const Xfed__TensorEnd *e) {
   XF_INFO("model_received", "job=%s round=%u attempt=%u bytes=%llu",
           logq(qj, sizeof(qj), t->job_id), (unsigned)t->round, (unsigned)t->attempt,
           (unsigned long long)t->model_len);
-  if (t->hold && !t->go) {
-    t->phase = PHASE_HELD;
-    XF_INFO("task_held", "job=%s round=%u attempt=%u why=\"waiting for the aggregator's go\"",
-            qj, (unsigned)t->round, (unsigned)t->attempt);
-    return;
-  }
-  task_ready(d, t);
+  task_step(d, t, XF_SITEM_MODEL_IN);
 }
 
 /* ---- offers and cancellations --------------------------------------------------------------- */
@@ -1854,7 +1857,7 @@ static void on_sa_routed(daemon_t *d, const Xfed__SecAggRouted *r) {
   }
   sa->routed = true;
   task *t = task_find(d, sa->job_id, sa->round, sa->attempt);
-  if (t && t->sa_waiting && t->phase == PHASE_REPORTING) sa_mask_and_stream(d, t, sa);
+  if (t && t->sa_waiting && t->phase == XF_SITEM_REPORTING) sa_mask_and_stream(d, t, sa);
 }
 
 /* The consistency round: signs the survivor set the aggregator claims,
@@ -1935,7 +1938,7 @@ static void busy_details(const daemon_t *d, char *why, size_t why_len) {
     const task *t = d->tasks[i];
     used += (size_t)snprintf(why + used, why_len - used, "%s job %s round %u attempt %u (%s)",
                              i ? "," : "", t->job_id, (unsigned)t->round, (unsigned)t->attempt,
-                             phase_name(t->phase));
+                             xf_sitem_phase_name(t->phase));
   }
   if (used < why_len)
     snprintf(why + used, why_len - used, "; offer it again once one of them is done");
@@ -1994,43 +1997,58 @@ static void log_local_rules(const Xfed__TaskOffer *o, const xf_site_offer_verdic
 }
 
 /* An offer of a task the site holds, with the same model: offered again
- * after a reconnect, taken up where it was. */
-static void offer_resumed(daemon_t *d, task *t, const Xfed__TaskOffer *o) {
-  if (t->uo.sealed && o->seal_key.len == XF_SEAL_PUBLICKEYBYTES &&
-      memcmp(t->uo.seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES) != 0) {
+ * after a reconnect, taken up where it was (r: what changes). */
+static void offer_resumed(daemon_t *d, task *t, const Xfed__TaskOffer *o,
+                          const xf_sitem_reoffer *r) {
+  if (r->reseal) {
     seal_key_changed(d, t, o->seal_key.data);
     if (!task_live(d, t)) return;
   }
   t->offered_now = true;
   t->deadline_ms = o->deadline_unix_ms;
-  if (o->model_stream_id && t->phase == PHASE_MODEL) t->model_stream_id = o->model_stream_id;
-  /* A restarted aggregator may name another stream for the update. */
-  if (o->update_stream_id && o->update_stream_id != t->update_stream_id)
-    update_stream_changed(d, t, o->update_stream_id);
-  /* A coordinator that no longer holds the task lets it train. */
-  if (!o->hold && t->hold && !t->go) {
+  if (r->model_stream) t->model_stream_id = o->model_stream_id;
+  if (r->update_stream) update_stream_changed(d, t, o->update_stream_id);
+  if (r->unhold) {
     t->hold = false;
-    if (t->phase == PHASE_HELD) task_ready(d, t);
+    task_step(d, t, XF_SITEM_UNHOLD);
   }
-  /* One that holds it again (it restarted and confirms its cohort
-   * anew) gets what was made before once it says go. A masked update
-   * cannot wait: its masks belong to the session the restart lost. */
-  if (o->hold && t->go && !t->evaluate_only) {
-    if (t->secagg) {
-      send_refusal(d, t->job_id, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
-                   "the task's update is bound to a secure-aggregation session the "
-                   "coordinator no longer holds; the round goes on without this site");
-      sa_forget(d, t->job_id, t->round, t->attempt);
-      task_drop(d, t, "its secure-aggregation session was lost with the coordinator");
-      return;
-    }
+  if (r->kind == XF_SITEM_SESSION_LOST) {
+    send_refusal(d, t->job_id, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
+                 "the task's update is bound to a secure-aggregation session the "
+                 "coordinator no longer holds; the round goes on without this site");
+    sa_forget(d, t->job_id, t->round, t->attempt);
+    task_drop(d, t, "its secure-aggregation session was lost with the coordinator");
+    return;
+  }
+  if (r->rehold) {
     t->hold = true;
     t->go = false;
   }
   char qj[JOB_ID_MAX];
   XF_INFO("task_resumed", "job=%s round=%u attempt=%u phase=%s", logq(qj, sizeof(qj), t->job_id),
-          (unsigned)o->round, (unsigned)o->attempt, phase_name(t->phase));
+          (unsigned)o->round, (unsigned)o->attempt, xf_sitem_phase_name(t->phase));
   send_accept(d, t);
+}
+
+/* The site machine's view of an offer of t (site/sitemachine.h). */
+static void reoffer_of(const task *t, const Xfed__TaskOffer *o, xf_sitem_reoffer *r) {
+  xf_sitem_held held = {
+      .phase = t->phase,
+      .same_model = memcmp(t->model_digest.bytes, o->model_digest.data, XF_DIGEST_BYTES) == 0 &&
+                    t->evaluate_only == o->evaluate_only,
+      .hold = t->hold,
+      .go = t->go,
+      .evaluate_only = t->evaluate_only,
+      .secagg = t->secagg,
+      .sealed = t->uo.sealed,
+      .seal_pk = t->uo.seal_pk,
+      .update_stream_id = t->update_stream_id};
+  xf_sitem_again again = {
+      .hold = o->hold,
+      .seal_key = o->seal_key.len == XF_SEAL_PUBLICKEYBYTES ? o->seal_key.data : NULL,
+      .model_stream_id = o->model_stream_id,
+      .update_stream_id = o->update_stream_id};
+  xf_sitem_reoffer_decide(&held, &again, r);
 }
 
 /* Makes room for an offer of job: the job's earlier task (another model,
@@ -2042,12 +2060,13 @@ static bool offer_makes_room(daemon_t *d, const Xfed__TaskOffer *o, uint64_t now
   const char *job = o->job_id;
   task *t = task_find(d, job, o->round, o->attempt);
   if (t) {
-    if (memcmp(t->model_digest.bytes, o->model_digest.data, XF_DIGEST_BYTES) == 0 &&
-        t->evaluate_only == o->evaluate_only) {
-      offer_resumed(d, t, o);
+    xf_sitem_reoffer r;
+    reoffer_of(t, o, &r);
+    if (r.kind == XF_SITEM_RESUME || r.kind == XF_SITEM_SESSION_LOST) {
+      offer_resumed(d, t, o, &r);
       return false;
     }
-    if (t->phase == PHASE_WORKING) {
+    if (r.kind == XF_SITEM_BUSY) {
       send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__BUSY,
                    "this site is training job %s round %u attempt %u from another model",
                    t->job_id, (unsigned)t->round, (unsigned)t->attempt);
@@ -2066,7 +2085,7 @@ static bool offer_makes_room(daemon_t *d, const Xfed__TaskOffer *o, uint64_t now
 }
 
 /* A new task of an offer the checks took (v's dataset moves into it), in
- * PHASE_MODEL; NULL when out of memory (v's dataset is then freed). */
+ * XF_SITEM_MODEL; NULL when out of memory (v's dataset is then freed). */
 static task *task_new(daemon_t *d, const Xfed__TaskOffer *o, xf_site_offer_verdict *v) {
   xf_errctx err;
   xf_errctx_clear(&err);
@@ -2103,7 +2122,7 @@ static task *task_new(daemon_t *d, const Xfed__TaskOffer *o, xf_site_offer_verdi
   t->shuffle_seed = v->shuffle_seed;
   t->update_stream_id = o->update_stream_id ? o->update_stream_id
                                             : xf_site_update_stream_id(o->round, o->attempt);
-  t->phase = PHASE_MODEL;
+  t->phase = XF_SITEM_MODEL;
   t->offered_now = true;
   atomic_init(&t->abandoned, false);
   t->secagg = v->secagg;
@@ -2220,7 +2239,7 @@ static void on_go(daemon_t *d, const Xfed__TaskGo *g) {
   }
   if (t->go || !t->hold) {
     XF_INFO("task_go_repeated", "job=%s round=%u attempt=%u phase=%s", qj, (unsigned)g->round,
-            (unsigned)g->attempt, phase_name(t->phase));
+            (unsigned)g->attempt, xf_sitem_phase_name(t->phase));
     return;
   }
   xf_site_go_task held = {.spec = &t->spec, .plan_kept = &t->residency, .privacy = &t->plan,
@@ -2249,13 +2268,12 @@ static void on_go(daemon_t *d, const Xfed__TaskGo *g) {
   }
   t->go = true;
   XF_INFO("task_go", "job=%s round=%u attempt=%u phase=%s secagg=%s", qj, (unsigned)t->round,
-          (unsigned)t->attempt, phase_name(t->phase), g->secagg ? "true" : "false");
+          (unsigned)t->attempt, xf_sitem_phase_name(t->phase), g->secagg ? "true" : "false");
   if (g->secagg && t->secagg) {
     (void)flush_replies(d);
     sa_advertise(d, sa_find(d, t->job_id, t->round, t->attempt));
   }
-  if (t->phase == PHASE_HELD) task_ready(d, t);
-  else if (t->phase == PHASE_REPORTING) pump(d); /* made before the hold: it goes now */
+  task_step(d, t, XF_SITEM_GO);
 }
 
 static void on_cancel(daemon_t *d, const Xfed__TaskCancel *c) {
@@ -2269,7 +2287,7 @@ static void on_cancel(daemon_t *d, const Xfed__TaskCancel *c) {
     return;
   }
   XF_INFO("task_cancelled", "job=%s round=%u attempt=%u phase=%s reason=\"%s\"", qj,
-          (unsigned)c->round, (unsigned)c->attempt, phase_name(t->phase),
+          (unsigned)c->round, (unsigned)c->attempt, xf_sitem_phase_name(t->phase),
           logq(q, sizeof(q), c->reason));
   sa_forget(d, job, c->round, c->attempt);
   task_drop(d, t, "cancelled by the coordinator");
@@ -2726,13 +2744,13 @@ static void on_metrics(void *ctx, const xf_http_request *req, xf_http_response *
   xf_prom_family(&p, "xfed_sessions_opened_total", "counter",
                  "Sessions opened with the coordinator since the start (reconnects count).");
   xf_prom_sample(&p, "xfed_sessions_opened_total", NULL, (double)d->sessions_opened);
-  size_t by_phase[PHASE_REPORTING + 1] = {0};
+  size_t by_phase[XF_SITEM_REPORTING + 1] = {0};
   for (int i = 0; i < d->n_tasks; i++) by_phase[d->tasks[i]->phase]++;
   xf_prom_family(&p, "xfed_tasks", "gauge",
                  "Tasks the site holds, by phase (reporting: results waiting to be sent, the "
                  "upload queue).");
-  for (int ph = 0; ph <= PHASE_REPORTING; ph++) {
-    const char *l[] = {"phase", phase_name((task_phase)ph), NULL};
+  for (int ph = 0; ph <= XF_SITEM_REPORTING; ph++) {
+    const char *l[] = {"phase", xf_sitem_phase_name((xf_sitem_phase)ph), NULL};
     xf_prom_sample(&p, "xfed_tasks", l, (double)by_phase[ph]);
   }
   /* Privacy each job spent on each dataset, from the ledger (sites that
