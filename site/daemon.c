@@ -843,6 +843,86 @@ static xf_err run_trainer(daemon_t *d, task *t, const xf_model *model, const flo
 /* The task's whole computation: decode and check the model, the dataset,
  * the evaluation of the received model, local training and the delta. The
  * outcome goes into the task's worker fields. */
+/* Trains t's model natively (xf_train) from the global parameters in net:
+ * *local (xf_free) gets the trained ones. False when it failed (t says
+ * why); true, with *local NULL, when it stopped part way (abandoned). */
+static bool train_native(task *t, xf_net *net, const xf_samples *train, size_t n, xf_noise *noise,
+                         bool record, float **local) {
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  const xf_job_local *lc = &t->spec.local;
+  train_watch watch = {.t = t, .last_loss = NAN};
+  xf_dp_sgd dp = {.clip = t->spec.privacy.clip,
+                  .noise_multiplier = t->plan.noise_multiplier,
+                  .expected_batch = (int)lc->batch_size,
+                  .noise = noise};
+  xf_train_options opt = {
+      .epochs = (int)lc->epochs,
+      .batch_size = (int)lc->batch_size,
+      .seed = t->shuffle_seed,
+      .on_epoch = train_epoch,
+      .should_stop = train_should_stop,
+      .user = &watch,
+      .dp = record ? &dp : NULL};
+  /* The round's learning rate comes from the task's round number, so every
+   * site of a round trains at the same rate; the optimizer's state starts
+   * fresh in every round (xf_train). */
+  xf_jobspec_train_options(&t->spec, t->round, &opt);
+  if (xf_train(net, train, &opt, &err) != XF_OK) {
+    task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "training failed", &err);
+    return false;
+  }
+  if (atomic_load(&t->abandoned)) return true;
+  *local = xf_mallocarray(n, sizeof(float));
+  if (!*local || xf_net_get_params(net, *local) != XF_OK) {
+    xf_fail(&err, XF_ENOMEM, "cannot read back %zu parameters", n);
+    task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "training failed", &err);
+    return false;
+  }
+  /* Under record-level privacy the loss measured on the sampled training
+   * batches is not noised, so it does not leave the site. */
+  t->train_loss = record ? NAN : watch.last_loss;
+  return true;
+}
+
+/* The rest is the update pipeline (update/update.h) on the delta in local:
+ * clip and noise for the site unit, then masked under secure aggregation
+ * (once the shares are routed, on the loop: sa_mask_and_stream), else
+ * encoded for the uplink, else float32; sealed to the aggregator that
+ * folds it. *noise is started when the plan needs one. False when it
+ * failed (t says why). */
+static bool update_prepare(daemon_t *d, task *t, size_t n, float *local, xf_noise **noise) {
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_update_plan up;
+  if (xf_update_plan_site(&t->spec, &t->plan, n, &t->uo,
+                          (unsigned)xf_backend_threads(d->backend), &up, &err) != XF_OK) {
+    task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "the update does not fit the task",
+              &err);
+    return false;
+  }
+  if ((up.noise_sd > 0 || up.share_sd > 0) && !*noise && xf_noise_new_random(noise) != XF_OK) {
+    xf_fail(&err, XF_ENOMEM, "cannot start the noise generator (secure memory)");
+    task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "privacy noise", &err);
+    return false;
+  }
+  char ctx[256];
+  size_t ctx_len = seal_context(d, t, ctx, sizeof(ctx));
+  if (xf_update_prepare(&up, local, t->residual, *noise, ctx, ctx_len, &t->payload, &err) !=
+      XF_OK) {
+    task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "cannot prepare the update", &err);
+    return false;
+  }
+  if (t->payload.clipped)
+    XF_WARN("secagg_clipped", "job=%s round=%u values=%zu why=\"beyond the shared scale\"",
+            t->job_id, (unsigned)t->round, t->payload.clipped);
+  if (up.form != XF_UPDATE_MASKED && stream_update(t, &err) != XF_OK) {
+    task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "cannot stream the update", &err);
+    return false;
+  }
+  return true;
+}
+
 static void task_compute(daemon_t *d, task *t) {
   xf_errctx err;
   xf_errctx_clear(&err);
@@ -895,7 +975,6 @@ static void task_compute(daemon_t *d, task *t) {
   }
   t->samples = tr->n;
   if (!t->evaluate_only) {
-    const xf_job_local *lc = &t->spec.local;
     const xf_privacy_spec *pv = &t->spec.privacy;
     bool record = t->plan.site_noise && pv->unit == XF_PRIVACY_UNIT_RECORD;
     if (t->plan.site_noise && xf_noise_new_random(&noise) != XF_OK) {
@@ -915,70 +994,12 @@ static void task_compute(daemon_t *d, task *t) {
       if (atomic_load(&t->abandoned)) goto out;
       t->train_loss = record ? NAN : loss;
     } else {
-      train_watch watch = {.t = t, .last_loss = NAN};
-      xf_dp_sgd dp = {.clip = pv->clip,
-                      .noise_multiplier = t->plan.noise_multiplier,
-                      .expected_batch = (int)lc->batch_size,
-                      .noise = noise};
-      xf_train_options opt = {
-          .epochs = (int)lc->epochs,
-          .batch_size = (int)lc->batch_size,
-          .seed = t->shuffle_seed,
-          .on_epoch = train_epoch,
-          .should_stop = train_should_stop,
-          .user = &watch,
-          .dp = record ? &dp : NULL};
-      /* The round's learning rate comes from the task's round number, so every
-       * site of a round trains at the same rate; the optimizer's state starts
-       * fresh in every round (xf_train). */
-      xf_jobspec_train_options(&t->spec, t->round, &opt);
-      if (xf_train(net, &train, &opt, &err) != XF_OK) {
-        task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "training failed", &err);
-        goto out;
-      }
+      if (!train_native(t, net, &train, n, noise, record, &local)) goto out;
       if (atomic_load(&t->abandoned)) goto out; /* stopped part way: nobody wants the result */
-      local = xf_mallocarray(n, sizeof(float));
-      if (!local || xf_net_get_params(net, local) != XF_OK) {
-        xf_fail(&err, XF_ENOMEM, "cannot read back %zu parameters", n);
-        task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "training failed", &err);
-        goto out;
-      }
-      /* Under record-level privacy the loss measured on the sampled training
-       * batches is not noised, so it does not leave the site. */
-      t->train_loss = record ? NAN : watch.last_loss;
     }
     xf_update_delta(local, global, n);
     t->has_train = true;
-    /* The rest is the update pipeline (update/update.h): clip and noise for
-     * the site unit, then masked under secure aggregation (once the shares
-     * are routed, on the loop: sa_mask_and_stream), else encoded for the
-     * uplink, else float32; sealed to the aggregator that folds it. */
-    xf_update_plan up;
-    if (xf_update_plan_site(&t->spec, &t->plan, n, &t->uo,
-                            (unsigned)xf_backend_threads(d->backend), &up, &err) != XF_OK) {
-      task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "the update does not fit the task",
-                &err);
-      goto out;
-    }
-    if ((up.noise_sd > 0 || up.share_sd > 0) && !noise && xf_noise_new_random(&noise) != XF_OK) {
-      xf_fail(&err, XF_ENOMEM, "cannot start the noise generator (secure memory)");
-      task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "privacy noise", &err);
-      goto out;
-    }
-    char ctx[256];
-    size_t ctx_len = seal_context(d, t, ctx, sizeof(ctx));
-    if (xf_update_prepare(&up, local, t->residual, noise, ctx, ctx_len, &t->payload, &err) !=
-        XF_OK) {
-      task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "cannot prepare the update", &err);
-      goto out;
-    }
-    if (t->payload.clipped)
-      XF_WARN("secagg_clipped", "job=%s round=%u values=%zu why=\"beyond the shared scale\"",
-              t->job_id, (unsigned)t->round, t->payload.clipped);
-    if (up.form != XF_UPDATE_MASKED && stream_update(t, &err) != XF_OK) {
-      task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "cannot stream the update", &err);
-      goto out;
-    }
+    if (!update_prepare(d, t, n, local, &noise)) goto out;
   }
   t->seconds = mono_s() - t0;
 out:
