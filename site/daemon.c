@@ -53,6 +53,7 @@
 #include "storage/file.h"
 #include "site/dataset.h"
 #include "site/offer.h"
+#include "site/siteagg.h"
 #include "site/sitemachine.h"
 #include "site/registry.h"
 #include "site/residency.h"
@@ -221,20 +222,6 @@ typedef struct data_cache {
   xf_dataset train, test;
 } data_cache;
 
-/* This site's part in one round of secure aggregation of one task. It
- * outlives the task: the unmasking comes after the update is delivered. It
- * goes when the job's next round begins secure aggregation, when its task is
- * cancelled, or when its slot is needed for another job. Loop-owned. */
-typedef struct site_sa {
-  bool active;
-  uint64_t seq;         /* when it began: the oldest is reused first */
-  char job_id[JOB_ID_MAX];
-  uint32_t round, attempt;
-  xf_secagg_params p;
-  xf_secagg_guard *guard; /* the client, checking what the aggregator relays */
-  bool routed;          /* U2 known: inputs can be masked */
-} site_sa;
-
 struct xf_site_daemon {
   uv_loop_t loop;
   char dir[PATH_MAX];
@@ -281,8 +268,7 @@ struct xf_site_daemon {
   task *tasks[XF_SITE_TASKS_MAX];
   int n_tasks;
   uint64_t ready_count, report_count; /* the last ready_seq and report_seq handed out */
-  site_sa sa[SA_SLOTS];
-  uint64_t sa_count;
+  xf_site_sa *sa; /* this site's rounds of secure aggregation */
   task *worker_task; /* the task on the worker (a live one or an abandoned one) */
   uv_work_t work;
   data_cache cache;
@@ -297,8 +283,7 @@ struct xf_site_daemon {
 };
 
 static void pump(daemon_t *d);
-static site_sa *sa_find(daemon_t *d, const char *job, uint32_t round, uint32_t attempt);
-static bool sa_mask_and_stream(daemon_t *d, task *t, site_sa *sa);
+static bool sa_mask_and_stream(daemon_t *d, task *t);
 static void schedule_redial(daemon_t *d);
 static void maybe_start_worker(daemon_t *d);
 static void on_redial_timer(uv_timer_t *timer);
@@ -1171,9 +1156,9 @@ static void work_done(uv_work_t *w, int status) {
     XF_INFO("task_result_held", "job=%s round=%u attempt=%u why=\"not connected; sent when the "
             "coordinator offers the task again\"", qj, (unsigned)t->round, (unsigned)t->attempt);
   if (t->has_train && t->payload.form == XF_UPDATE_MASKED) {
-    site_sa *sa = sa_find(d, t->job_id, t->round, t->attempt);
     t->sa_waiting = true;
-    if (sa && sa->routed) sa_mask_and_stream(d, t, sa); /* pumps, or drops t */
+    if (xf_site_sa_routed(d->sa, t->job_id, t->round, t->attempt))
+      sa_mask_and_stream(d, t); /* pumps, or drops t */
   }
   pump(d);
   maybe_start_worker(d);
@@ -1628,28 +1613,7 @@ static void on_tensor_end(daemon_t *d, const Xfed__TensorEnd *e) {
 
 /* ---- offers and cancellations --------------------------------------------------------------- */
 
-/* ---- secure aggregation ---------------------------------------------------------------- */
-
-static void sa_free(site_sa *sa) {
-  xf_secagg_guard_free(sa->guard);
-  memset(sa, 0, sizeof(*sa));
-}
-
-static site_sa *sa_find(daemon_t *d, const char *job, uint32_t round, uint32_t attempt) {
-  for (int i = 0; job && i < SA_SLOTS; i++) {
-    site_sa *sa = &d->sa[i];
-    if (sa->active && strcmp(sa->job_id, job) == 0 && sa->round == round &&
-        sa->attempt == attempt)
-      return sa;
-  }
-  return NULL;
-}
-
-/* Lets go of (job, round, attempt)'s round, if the site has one. */
-static void sa_forget(daemon_t *d, const char *job, uint32_t round, uint32_t attempt) {
-  site_sa *sa = sa_find(d, job, round, attempt);
-  if (sa) sa_free(sa);
-}
+/* ---- secure aggregation (the rounds are site/siteagg.c's) ---------------------------------- */
 
 static void sa_send(daemon_t *d, Xfed__Envelope *env) {
   xf_errctx err;
@@ -1661,25 +1625,22 @@ static void sa_send(daemon_t *d, Xfed__Envelope *env) {
   }
 }
 
-/* This site leaves t's round of secure aggregation because a check in
- * `phase` failed (err says which member and why): the aggregator is told
- * (SecAggRefusal), the round forgotten, and a task still training or
- * waiting to send its masked update dropped, so nothing more of it goes
- * out. */
-static void sa_refuse(daemon_t *d, site_sa *sa, const char *phase, const xf_errctx *err) {
-  uint32_t peer = 0;
-  for (uint32_t i = 1; err->peer[0] && i <= sa->p.n && !peer; i++) {
-    const char *name = xf_secagg_guard_member(sa->guard, i);
-    if (name && strcmp(name, err->peer) == 0) peer = i;
-  }
+/* This site leaves (job, round, attempt)'s round of secure aggregation
+ * because a check in `phase` failed (err says which member and why): the
+ * aggregator is told (SecAggRefusal), the round forgotten, and a task still
+ * training or waiting to send its masked update dropped, so nothing more of
+ * it goes out. */
+static void sa_refuse(daemon_t *d, const char *job, uint32_t round, uint32_t attempt,
+                      const char *phase, const xf_errctx *err) {
+  uint32_t peer = xf_site_sa_peer(d->sa, job, round, attempt, err->peer);
   char q[600], qj[JOB_ID_MAX];
   XF_WARN("secagg_round_refused", "job=%s round=%u attempt=%u phase=%s peer=%s reason=\"%s\"",
-          logq(qj, sizeof(qj), sa->job_id), (unsigned)sa->round, (unsigned)sa->attempt, phase,
+          logq(qj, sizeof(qj), job), (unsigned)round, (unsigned)attempt, phase,
           peer ? err->peer : "-", logq(q, sizeof(q), err->msg[0] ? err->msg : "malformed"));
   Xfed__SecAggRefusal r = XFED__SEC_AGG_REFUSAL__INIT;
-  r.job_id = sa->job_id;
-  r.round = sa->round;
-  r.attempt = sa->attempt;
+  r.job_id = (char *)job;
+  r.round = round;
+  r.attempt = attempt;
   r.phase = (char *)phase;
   r.peer = peer;
   r.peer_name = peer ? (char *)err->peer : "";
@@ -1688,63 +1649,33 @@ static void sa_refuse(daemon_t *d, site_sa *sa, const char *phase, const xf_errc
   env.body_case = XFED__ENVELOPE__BODY_SECAGG_REFUSAL;
   env.secagg_refusal = &r;
   sa_send(d, &env);
-  task *t = task_find(d, sa->job_id, sa->round, sa->attempt);
-  sa_free(sa);
+  task *t = task_find(d, job, round, attempt);
+  xf_site_sa_forget(d->sa, job, round, attempt);
   if (t) task_drop(d, t, "it refused the round's secure aggregation");
 }
 
+static bool sa_holds(void *user, const char *job) { return task_of_job(user, job) != NULL; }
+
 /* Begins t's round of secure aggregation with the setup in t->uo.sa and
- * the cohort's names: a guarded client, its keys drawn. A newer round of
- * the job replaces an older one; a full table gives up the oldest round of
- * a job the site holds no task of (live tasks are at most
- * XF_SITE_TASKS_MAX, one per job). */
+ * the cohort's names, signing with the site's certificate key. */
 static xf_err sa_begin(daemon_t *d, const task *t, const char *const *cohort, xf_errctx *err) {
-  site_sa *slot = NULL;
-  for (int i = 0; i < SA_SLOTS; i++) {
-    site_sa *sa = &d->sa[i];
-    if (sa->active && strcmp(sa->job_id, t->job_id) == 0) sa_free(sa);
-  }
-  for (int i = 0; i < SA_SLOTS && !slot; i++)
-    if (!d->sa[i].active) slot = &d->sa[i];
-  if (!slot) {
-    for (int i = 0; i < SA_SLOTS; i++) {
-      site_sa *sa = &d->sa[i];
-      if (task_of_job(d, sa->job_id)) continue;
-      if (!slot || sa->seq < slot->seq) slot = sa;
-    }
-  }
-  XF_ENSURE(slot, err, XF_EINTERNAL, "no room for another round of secure aggregation");
-  sa_free(slot);
-  xf_secagg_session session = {.job = t->job_id,
-                               .round = t->round,
-                               .attempt = t->attempt,
-                               .params = t->uo.sa.params,
-                               .cohort = cohort};
   xf_secagg_identity id = xf_secagg_x509_identity(d->sa_identity);
-  xf_secagg_guard *guard = NULL;
-  XF_GUARD(xf_secagg_guard_new(&session, t->uo.sa.index, &id, &guard, err));
-  slot->active = true;
-  slot->seq = ++d->sa_count;
-  snprintf(slot->job_id, sizeof(slot->job_id), "%s", t->job_id);
-  slot->round = t->round;
-  slot->attempt = t->attempt;
-  slot->p = t->uo.sa.params;
-  slot->guard = guard;
-  return XF_OK;
+  return xf_site_sa_begin(d->sa, t->job_id, t->round, t->attempt, &t->uo.sa, cohort, &id,
+                          sa_holds, d, err);
 }
 
-static void sa_advertise(daemon_t *d, site_sa *sa) {
+static void sa_advertise(daemon_t *d, const task *t) {
   uint8_t advert[XF_SECAGG_ADVERT_BYTES], sig[XF_SECAGG_SIG_BYTES];
   xf_errctx err;
   xf_errctx_clear(&err);
-  if (xf_secagg_guard_advertise(sa->guard, advert, sig, &err) != XF_OK) {
-    sa_refuse(d, sa, "keys", &err);
+  if (xf_site_sa_advertise(d->sa, t->job_id, t->round, t->attempt, advert, sig, &err) != XF_OK) {
+    sa_refuse(d, t->job_id, t->round, t->attempt, "keys", &err);
     return;
   }
   Xfed__SecAggAdvert a = XFED__SEC_AGG_ADVERT__INIT;
-  a.job_id = sa->job_id;
-  a.round = sa->round;
-  a.attempt = sa->attempt;
+  a.job_id = (char *)t->job_id;
+  a.round = t->round;
+  a.attempt = t->attempt;
   a.advert.data = advert;
   a.advert.len = sizeof(advert);
   a.signature.data = sig;
@@ -1759,11 +1690,13 @@ static void sa_advertise(daemon_t *d, site_sa *sa) {
 
 /* Masks t's quantized update and starts its stream (the shares are
  * routed). False when that fails: the task is refused and dropped. */
-static bool sa_mask_and_stream(daemon_t *d, task *t, site_sa *sa) {
+static bool sa_mask_and_stream(daemon_t *d, task *t) {
   xf_errctx err;
   xf_errctx_clear(&err);
   t->sa_waiting = false;
-  if (xf_update_mask(&t->payload, xf_secagg_guard_client(sa->guard), sa->p.bits, &err) != XF_OK ||
+  uint32_t bits = 0;
+  xf_secagg_client *client = xf_site_sa_client(d->sa, t->job_id, t->round, t->attempt, &bits);
+  if (xf_update_mask(&t->payload, client, bits, &err) != XF_OK ||
       stream_update(t, &err) != XF_OK) {
     char q[600];
     XF_ERROR("secagg_mask_failed", "job=%s round=%u reason=\"%s\"", t->job_id,
@@ -1777,46 +1710,14 @@ static bool sa_mask_and_stream(daemon_t *d, task *t, site_sa *sa) {
   return true;
 }
 
-/* The cohort's keys as the aggregator relayed them: n adverts, and one
- * signature and certificate per index (both empty for a site that sent no
- * keys). *out (xf_free) points into k. XF_EFORMAT when the lists do not fit
- * the cohort. */
-static xf_err sa_member_keys(const site_sa *sa, const Xfed__SecAggKeys *k,
-                             xf_secagg_member_keys **out, xf_errctx *err) {
-  uint32_t n = sa->p.n;
-  XF_ENSURE(k->adverts.len == (size_t)n * XF_SECAGG_ADVERT_BYTES && k->n_signatures == n &&
-                k->n_certificates == n,
-            err, XF_EFORMAT,
-            "the cohort's keys came as %zu bytes of adverts, %zu signatures and %zu "
-            "certificates for %u sites",
-            k->adverts.len, k->n_signatures, k->n_certificates, n);
-  xf_secagg_member_keys *keys = xf_calloc(n, sizeof(*keys));
-  XF_ENSURE(keys, err, XF_ENOMEM, "no memory for the cohort's keys");
-  for (uint32_t i = 0; i < n; i++) {
-    keys[i].advert = k->adverts.data + (size_t)i * XF_SECAGG_ADVERT_BYTES;
-    keys[i].sig = k->signatures[i].len == XF_SECAGG_SIG_BYTES ? k->signatures[i].data : NULL;
-    keys[i].cert = k->certificates[i].data;
-    keys[i].cert_len = k->certificates[i].len;
-  }
-  *out = keys;
-  return XF_OK;
-}
-
 static void on_sa_keys(daemon_t *d, const Xfed__SecAggKeys *k) {
-  site_sa *sa = sa_find(d, k->job_id, k->round, k->attempt);
-  if (!sa) return;
+  if (!xf_site_sa_has(d->sa, k->job_id, k->round, k->attempt)) return;
   xf_errctx err;
   xf_errctx_clear(&err);
-  size_t cap = sa->p.degree, count = 0;
-  xf_secagg_member_keys *keys = NULL;
-  xf_secagg_signed_share *msgs = xf_mallocarray(cap ? cap : 1, sizeof(*msgs));
-  xf_err rc = msgs ? sa_member_keys(sa, k, &keys, &err)
-                   : xf_fail(&err, XF_ENOMEM, "no memory for %zu shares", cap);
-  if (rc == XF_OK) rc = xf_secagg_guard_share(sa->guard, keys, msgs, cap, &count, &err);
-  xf_free(keys);
-  if (rc != XF_OK) {
-    xf_free(msgs);
-    sa_refuse(d, sa, "keys", &err);
+  xf_secagg_signed_share *msgs = NULL;
+  size_t count = 0;
+  if (xf_site_sa_keys(d->sa, k, &msgs, &count, &err) != XF_OK) {
+    sa_refuse(d, k->job_id, k->round, k->attempt, "keys", &err);
     return;
   }
   uint32_t *to = xf_mallocarray(count ? count : 1, sizeof(uint32_t));
@@ -1831,9 +1732,9 @@ static void on_sa_keys(daemon_t *d, const Xfed__SecAggKeys *k) {
       sigs[i].len = sizeof(msgs[i].sig);
     }
     Xfed__SecAggShares m = XFED__SEC_AGG_SHARES__INIT;
-    m.job_id = sa->job_id;
-    m.round = sa->round;
-    m.attempt = sa->attempt;
+    m.job_id = k->job_id;
+    m.round = k->round;
+    m.attempt = k->attempt;
     m.n_to = count;
     m.to = to;
     m.n_ciphertexts = count;
@@ -1848,55 +1749,36 @@ static void on_sa_keys(daemon_t *d, const Xfed__SecAggKeys *k) {
   xf_free(to);
   xf_free(cts);
   xf_free(sigs);
-  sodium_memzero(msgs, (cap ? cap : 1) * sizeof(*msgs));
-  xf_free(msgs);
+  xf_site_sa_shares_free(msgs, count);
 }
 
 static void on_sa_routed(daemon_t *d, const Xfed__SecAggRouted *r) {
-  site_sa *sa = sa_find(d, r->job_id, r->round, r->attempt);
-  if (!sa) return;
+  if (!xf_site_sa_has(d->sa, r->job_id, r->round, r->attempt)) return;
   xf_errctx err;
   xf_errctx_clear(&err);
-  xf_err rc = r->n_from == r->n_ciphertexts && r->n_from == r->n_signatures
-                  ? XF_OK
-                  : xf_fail(&err, XF_EFORMAT,
-                            "the routed shares came as %zu senders, %zu ciphertexts and %zu "
-                            "signatures",
-                            r->n_from, r->n_ciphertexts, r->n_signatures);
-  for (size_t i = 0; rc == XF_OK && i < r->n_from; i++)
-    rc = r->ciphertexts[i].len == XF_SECAGG_SHARE_BYTES &&
-                 r->signatures[i].len == XF_SECAGG_SIG_BYTES
-             ? xf_secagg_guard_receive(sa->guard, r->from[i], r->ciphertexts[i].data,
-                                       r->signatures[i].data, &err)
-             : xf_fail(&err, XF_EFORMAT,
-                       "the share routed from site %u has %zu bytes and a signature of %zu",
-                       (unsigned)r->from[i], r->ciphertexts[i].len, r->signatures[i].len);
-  if (rc == XF_OK) rc = xf_secagg_guard_routed(sa->guard, r->u2, r->n_u2, &err);
-  if (rc != XF_OK) {
-    sa_refuse(d, sa, "routed", &err);
+  if (xf_site_sa_routed_in(d->sa, r, &err) != XF_OK) {
+    sa_refuse(d, r->job_id, r->round, r->attempt, "routed", &err);
     return;
   }
-  sa->routed = true;
-  task *t = task_find(d, sa->job_id, sa->round, sa->attempt);
-  if (t && t->sa_waiting && t->phase == XF_SITEM_REPORTING) sa_mask_and_stream(d, t, sa);
+  task *t = task_find(d, r->job_id, r->round, r->attempt);
+  if (t && t->sa_waiting && t->phase == XF_SITEM_REPORTING) sa_mask_and_stream(d, t);
 }
 
 /* The consistency round: signs the survivor set the aggregator claims,
  * once per round. */
 static void on_sa_check(daemon_t *d, const Xfed__SecAggCheck *c) {
-  site_sa *sa = sa_find(d, c->job_id, c->round, c->attempt);
-  if (!sa) return;
+  if (!xf_site_sa_has(d->sa, c->job_id, c->round, c->attempt)) return;
   xf_errctx err;
   xf_errctx_clear(&err);
   uint8_t sig[XF_SECAGG_SIG_BYTES];
-  if (xf_secagg_guard_sign_survivors(sa->guard, c->u3, c->n_u3, sig, &err) != XF_OK) {
-    sa_refuse(d, sa, "check", &err);
+  if (xf_site_sa_check(d->sa, c, sig, &err) != XF_OK) {
+    sa_refuse(d, c->job_id, c->round, c->attempt, "check", &err);
     return;
   }
   Xfed__SecAggCheckSig m = XFED__SEC_AGG_CHECK_SIG__INIT;
-  m.job_id = sa->job_id;
-  m.round = sa->round;
-  m.attempt = sa->attempt;
+  m.job_id = c->job_id;
+  m.round = c->round;
+  m.attempt = c->attempt;
   m.signature.data = sig;
   m.signature.len = sizeof(sig);
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
@@ -1906,38 +1788,19 @@ static void on_sa_check(daemon_t *d, const Xfed__SecAggCheck *c) {
 }
 
 static void on_sa_unmask(daemon_t *d, const Xfed__SecAggUnmask *u) {
-  site_sa *sa = sa_find(d, u->job_id, u->round, u->attempt);
-  if (!sa) return;
+  if (!xf_site_sa_has(d->sa, u->job_id, u->round, u->attempt)) return;
   xf_errctx err;
   xf_errctx_clear(&err);
-  size_t cap = xf_secagg_reveal_max_bytes(&sa->p), len = 0;
-  uint8_t *out = xf_malloc(cap);
-  size_t n = u->n_signers;
-  uint8_t *sigs = xf_mallocarray(n ? n : 1, XF_SECAGG_SIG_BYTES);
-  xf_err rc = out && sigs ? XF_OK : xf_fail(&err, XF_ENOMEM, "no memory for the reveal");
-  if (rc == XF_OK && u->n_signatures != n)
-    rc = xf_fail(&err, XF_EFORMAT, "the unmask request names %zu signers and %zu signatures", n,
-                 u->n_signatures);
-  for (size_t i = 0; rc == XF_OK && i < n; i++) {
-    /* A signature of another length counts as a wrong one. */
-    if (u->signatures[i].len == XF_SECAGG_SIG_BYTES)
-      memcpy(sigs + i * XF_SECAGG_SIG_BYTES, u->signatures[i].data, XF_SECAGG_SIG_BYTES);
-    else
-      memset(sigs + i * XF_SECAGG_SIG_BYTES, 0, XF_SECAGG_SIG_BYTES);
-  }
-  if (rc == XF_OK)
-    rc = xf_secagg_guard_unmask(sa->guard, u->u3, u->n_u3, u->signers, sigs, n, out, cap, &len,
-                                &err);
-  xf_free(sigs);
-  if (rc != XF_OK) {
-    xf_free(out);
-    sa_refuse(d, sa, "unmask", &err);
+  uint8_t *out = NULL;
+  size_t len = 0, cap = 0;
+  if (xf_site_sa_unmask(d->sa, u, &out, &len, &cap, &err) != XF_OK) {
+    sa_refuse(d, u->job_id, u->round, u->attempt, "unmask", &err);
     return;
   }
   Xfed__SecAggReveal r = XFED__SEC_AGG_REVEAL__INIT;
-  r.job_id = sa->job_id;
-  r.round = sa->round;
-  r.attempt = sa->attempt;
+  r.job_id = u->job_id;
+  r.round = u->round;
+  r.attempt = u->attempt;
   r.reveal.data = out;
   r.reveal.len = len;
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
@@ -1946,12 +1809,9 @@ static void on_sa_unmask(daemon_t *d, const Xfed__SecAggUnmask *u) {
   sa_send(d, &env);
   XF_INFO("secagg_revealed", "job=%s round=%u attempt=%u survivors=%zu", u->job_id,
           (unsigned)u->round, (unsigned)u->attempt, u->n_u3);
-  sodium_memzero(out, cap);
-  xf_free(out);
+  xf_site_sa_reveal_free(out, cap);
 }
 
-/* What in a job this site cannot do, and the model's size (for the
- * privacy plan). */
 /* The refusal's details when every place is taken: the tasks held. */
 static void busy_details(const daemon_t *d, char *why, size_t why_len) {
   size_t used = (size_t)snprintf(why, why_len, "this site holds %d tasks:", d->n_tasks);
@@ -2037,7 +1897,7 @@ static void offer_resumed(daemon_t *d, task *t, const Xfed__TaskOffer *o,
     send_refusal(d, t->job_id, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
                  "the task's update is bound to a secure-aggregation session the "
                  "coordinator no longer holds; the round goes on without this site");
-    sa_forget(d, t->job_id, t->round, t->attempt);
+    xf_site_sa_forget(d->sa, t->job_id, t->round, t->attempt);
     task_drop(d, t, "its secure-aggregation session was lost with the coordinator");
     return;
   }
@@ -2187,7 +2047,7 @@ static void offer_take(daemon_t *d, const Xfed__TaskOffer *o, uint64_t now) {
   if (v.step != XF_SITE_OFFER_TAKEN) {
     ignore_stream(d, o->model_stream_id, job, o->round);
     send_refusal(d, job, o->round, o->attempt, v.reason, "%s", v.why);
-    if (v.step == XF_SITE_OFFER_SETUP && v.uo.secagg) sa_forget(d, job, o->round, o->attempt);
+    if (v.step == XF_SITE_OFFER_SETUP && v.uo.secagg) xf_site_sa_forget(d->sa, job, o->round, o->attempt);
     return;
   }
   task *t = task_new(d, o, &v);
@@ -2208,7 +2068,7 @@ static void offer_take(daemon_t *d, const Xfed__TaskOffer *o, uint64_t now) {
     ignore_stream(d, o->model_stream_id, job, o->round);
     send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "%s: %s",
                  fail, msg);
-    if (t->uo.secagg) sa_forget(d, job, o->round, o->attempt);
+    if (t->uo.secagg) xf_site_sa_forget(d->sa, job, o->round, o->attempt);
     task_free(t);
     return;
   }
@@ -2220,7 +2080,7 @@ static void offer_take(daemon_t *d, const Xfed__TaskOffer *o, uint64_t now) {
   send_accept(d, t);
   if (t->uo.secagg) {
     (void)flush_replies(d); /* the acceptance first, then our keys */
-    sa_advertise(d, sa_find(d, job, t->round, t->attempt));
+    sa_advertise(d, t);
   }
 }
 
@@ -2283,7 +2143,7 @@ static void on_go(daemon_t *d, const Xfed__TaskGo *g) {
       task_drop(d, t, "the aggregator's cohort is smaller than the plan allows");
       return;
     }
-    sa_forget(d, t->job_id, t->round, t->attempt);
+    xf_site_sa_forget(d->sa, t->job_id, t->round, t->attempt);
     task_drop(d, t, "its go cannot be followed");
     return;
   }
@@ -2292,7 +2152,7 @@ static void on_go(daemon_t *d, const Xfed__TaskGo *g) {
           (unsigned)t->attempt, xf_sitem_phase_name(t->phase), g->secagg ? "true" : "false");
   if (g->secagg && t->secagg) {
     (void)flush_replies(d);
-    sa_advertise(d, sa_find(d, t->job_id, t->round, t->attempt));
+    sa_advertise(d, t);
   }
   task_step(d, t, XF_SITEM_GO);
 }
@@ -2310,7 +2170,7 @@ static void on_cancel(daemon_t *d, const Xfed__TaskCancel *c) {
   XF_INFO("task_cancelled", "job=%s round=%u attempt=%u phase=%s reason=\"%s\"", qj,
           (unsigned)c->round, (unsigned)c->attempt, xf_sitem_phase_name(t->phase),
           logq(q, sizeof(q), c->reason));
-  sa_forget(d, job, c->round, c->attempt);
+  xf_site_sa_forget(d->sa, job, c->round, c->attempt);
   task_drop(d, t, "cancelled by the coordinator");
   maybe_start_worker(d);
 }
@@ -2728,6 +2588,7 @@ static xf_err daemon_start(daemon_t *d, const xf_site_daemon_opts *opts, xf_errc
   snprintf(path, sizeof(path), "%s/site.db", d->dir);
   XF_GUARD(xf_site_registry_open(path, &d->reg, err));
   XF_GUARD(open_backend(d, err));
+  XF_GUARD(xf_site_sa_new(SA_SLOTS, &d->sa, err));
   offer_env_init(d);
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -2941,7 +2802,7 @@ out:
   d->n_tasks = 0;
   cache_free(&d->cache);
   xf_backend_close(d->backend);
-  for (int i = 0; i < SA_SLOTS; i++) sa_free(&d->sa[i]);
+  xf_site_sa_free(d->sa);
   sa_identity_free(d);
   xf_site_registry_close(d->reg);
   xf_tls_free(d->tls);

@@ -8,14 +8,14 @@
  *
  * Each offer and go goes through the site's own checks (site/offer.h:
  * xf_site_offer_malformed, xf_site_offer_check and xf_site_go_check, with
- * a ledger that reads no spend and no local rules): the job spec, the residency plan's
- * release conditions, the model on the dataset, the privacy plan and the
- * update's plan with its secure-aggregation setup; a setup they take is
- * made into the guard's session (crypto/secagg_guard.h), whose keys are
- * then advertised; the cohort's keys, the routed shares, the
- * survivor set to sign and the request to reveal taken by the guard as
- * the daemon takes them. A check that fails ends the site's round as the
- * daemon's does (it refuses the round and forgets it).
+ * a ledger that reads no spend and no local rules): the job spec, the
+ * residency plan's release conditions, the model on the dataset, the
+ * privacy plan and the update's plan with its secure-aggregation setup. A
+ * setup they take begins the site's round (site/siteagg.h), whose keys are
+ * then advertised; the cohort's keys, the routed shares, the survivor set
+ * to sign and the request to reveal go to the same functions the daemon
+ * calls. A check that fails ends the site's round as the daemon's does (it
+ * refuses the round and forgets it).
  *
  * Checked: every refusal names its reason; nothing is revealed unless the
  * survivor set is the one this site signed, and then at most the reveal's
@@ -28,6 +28,7 @@
 #include "fuzz_msgs.h"
 #include "fuzz_secagg.h"
 #include "site/offer.h"
+#include "site/siteagg.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -53,7 +54,7 @@ typedef struct site {
   xf_privacy_plan plan;
   xf_update_offer uo;
   xf_site_plan residency;
-  xf_secagg_guard *guard; /* the round, NULL when none */
+  xf_site_sa *sa;         /* the site's rounds (site/siteagg.h) */
   bool signed_u3;
   uint32_t u3[FZ_SA_N];
   size_t n_u3;
@@ -98,31 +99,27 @@ static const xf_site_offer_env fz_env = {.site = FZ_SITE_NAME,
                                          .dataset = fz_dataset,
                                          .ledger_epsilon = fz_ledger};
 
-/* The round left and forgotten (the daemon's sa_refuse and sa_forget). */
+/* The round left and forgotten, as the daemon's sa_refuse does. */
 static void sa_forget(site *s) {
-  xf_secagg_guard_free(s->guard);
-  s->guard = NULL;
+  xf_site_sa_forget(s->sa, s->job, s->round, s->attempt);
   s->signed_u3 = false;
 }
 
 static void task_drop(site *s) {
-  sa_forget(s);
+  if (s->has_task) sa_forget(s);
   s->has_task = false;
 }
 
-/* The round begun with the setup the checks took into s->uo.sa: the
- * guard's session made, the keys advertised. */
+/* The round begun with the setup the checks took into s->uo.sa, as the
+ * daemon's sa_begin and sa_advertise do; the task's round is the only one
+ * this site holds. */
 static xf_err secagg_begin(site *s, const Xfed__SecAggSetup *su, xf_errctx *err) {
-  sa_forget(s);
-  xf_secagg_session session = {.job = s->job,
-                               .round = s->round,
-                               .attempt = s->attempt,
-                               .params = s->uo.sa.params,
-                               .cohort = (const char *const *)su->cohort};
+  s->signed_u3 = false;
   xf_secagg_identity id = fz_sa_identity(FZ_SITE_NAME);
-  XF_GUARD(xf_secagg_guard_new(&session, s->uo.sa.index, &id, &s->guard, err));
+  XF_GUARD(xf_site_sa_begin(s->sa, s->job, s->round, s->attempt, &s->uo.sa,
+                            (const char *const *)su->cohort, &id, NULL, NULL, err));
   uint8_t advert[XF_SECAGG_ADVERT_BYTES], sig[XF_SECAGG_SIG_BYTES];
-  xf_err rc = xf_secagg_guard_advertise(s->guard, advert, sig, err);
+  xf_err rc = xf_site_sa_advertise(s->sa, s->job, s->round, s->attempt, advert, sig, err);
   if (rc != XF_OK) sa_forget(s);
   return rc;
 }
@@ -198,60 +195,37 @@ static void on_go(site *s, const Xfed__TaskGo *g) {
 }
 
 static bool is_round(const site *s, const char *job, uint32_t round, uint32_t attempt) {
-  return s->guard && is_task(s, job, round, attempt);
+  return is_task(s, job, round, attempt) && xf_site_sa_has(s->sa, job, round, attempt);
 }
 
 static void on_keys(site *s, const Xfed__SecAggKeys *k) {
   if (!is_round(s, k->job_id, k->round, k->attempt)) return;
-  const xf_secagg_params *p = &s->uo.sa.params;
   xf_errctx err;
   xf_errctx_clear(&err);
-  uint32_t n = p->n;
-  if (k->adverts.len != (size_t)n * XF_SECAGG_ADVERT_BYTES || k->n_signatures != n ||
-      k->n_certificates != n) {
-    sa_forget(s); /* malformed: refused */
-    return;
-  }
-  xf_secagg_member_keys *keys = calloc(n, sizeof(*keys));
-  size_t cap = p->degree, count = 0;
-  xf_secagg_signed_share *msgs = calloc(cap ? cap : 1, sizeof(*msgs));
-  if (!keys || !msgs) abort();
-  for (uint32_t i = 0; i < n; i++) {
-    keys[i].advert = k->adverts.data + (size_t)i * XF_SECAGG_ADVERT_BYTES;
-    keys[i].sig = k->signatures[i].len == XF_SECAGG_SIG_BYTES ? k->signatures[i].data : NULL;
-    keys[i].cert = k->certificates[i].data;
-    keys[i].cert_len = k->certificates[i].len;
-  }
-  xf_err rc = xf_secagg_guard_share(s->guard, keys, msgs, cap, &count, &err);
+  xf_secagg_signed_share *msgs = NULL;
+  size_t count = 0;
+  xf_err rc = xf_site_sa_keys(s->sa, k, &msgs, &count, &err);
   said(rc, &err);
   if (rc == XF_OK) {
-    if (count > cap) abort();
+    /* Each share goes to another member of the cohort. */
+    if (count > s->uo.sa.params.degree) abort();
     for (size_t i = 0; i < count; i++)
-      if (msgs[i].to < 1 || msgs[i].to > n || msgs[i].to == s->uo.sa.index) abort();
+      if (msgs[i].to < 1 || msgs[i].to > s->uo.sa.params.n || msgs[i].to == s->uo.sa.index)
+        abort();
   } else {
     sa_forget(s);
   }
-  sodium_memzero(msgs, (cap ? cap : 1) * sizeof(*msgs));
-  free(msgs);
-  free(keys);
+  xf_site_sa_shares_free(msgs, count);
 }
 
 static void on_routed(site *s, const Xfed__SecAggRouted *r) {
   if (!is_round(s, r->job_id, r->round, r->attempt)) return;
   xf_errctx err;
   xf_errctx_clear(&err);
-  xf_err rc = r->n_from == r->n_ciphertexts && r->n_from == r->n_signatures
-                  ? XF_OK
-                  : xf_fail(&err, XF_EFORMAT, "lists of different lengths");
-  for (size_t i = 0; rc == XF_OK && i < r->n_from; i++)
-    rc = r->ciphertexts[i].len == XF_SECAGG_SHARE_BYTES &&
-                 r->signatures[i].len == XF_SECAGG_SIG_BYTES
-             ? xf_secagg_guard_receive(s->guard, r->from[i], r->ciphertexts[i].data,
-                                       r->signatures[i].data, &err)
-             : xf_fail(&err, XF_EFORMAT, "a share of the wrong size");
-  if (rc == XF_OK) rc = xf_secagg_guard_routed(s->guard, r->u2, r->n_u2, &err);
+  xf_err rc = xf_site_sa_routed_in(s->sa, r, &err);
   said(rc, &err);
   if (rc != XF_OK) sa_forget(s);
+  else if (!xf_site_sa_routed(s->sa, r->job_id, r->round, r->attempt)) abort();
 }
 
 static int cmp_u32(const void *a, const void *b) {
@@ -272,7 +246,7 @@ static void on_check(site *s, const Xfed__SecAggCheck *c) {
   xf_errctx err;
   xf_errctx_clear(&err);
   uint8_t sig[XF_SECAGG_SIG_BYTES];
-  xf_err rc = xf_secagg_guard_sign_survivors(s->guard, c->u3, c->n_u3, sig, &err);
+  xf_err rc = xf_site_sa_check(s->sa, c, sig, &err);
   said(rc, &err);
   uint32_t set[FZ_SA_N];
   bool fits = as_set(c->u3, c->n_u3, set);
@@ -293,19 +267,9 @@ static void on_unmask(site *s, const Xfed__SecAggUnmask *u) {
   if (!is_round(s, u->job_id, u->round, u->attempt)) return;
   xf_errctx err;
   xf_errctx_clear(&err);
-  size_t cap = xf_secagg_reveal_max_bytes(&s->uo.sa.params), len = 0;
-  size_t n = u->n_signers;
-  uint8_t *out = malloc(cap ? cap : 1);
-  uint8_t *sigs = calloc(n ? n : 1, XF_SECAGG_SIG_BYTES);
-  if (!out || !sigs) abort();
-  xf_err rc = u->n_signatures == n ? XF_OK
-                                   : xf_fail(&err, XF_EFORMAT, "signers and signatures differ");
-  for (size_t i = 0; rc == XF_OK && i < n; i++)
-    if (u->signatures[i].len == XF_SECAGG_SIG_BYTES)
-      memcpy(sigs + i * XF_SECAGG_SIG_BYTES, u->signatures[i].data, XF_SECAGG_SIG_BYTES);
-  if (rc == XF_OK)
-    rc = xf_secagg_guard_unmask(s->guard, u->u3, u->n_u3, u->signers, sigs, n, out, cap, &len,
-                                &err);
+  uint8_t *out = NULL;
+  size_t len = 0, cap = 0;
+  xf_err rc = xf_site_sa_unmask(s->sa, u, &out, &len, &cap, &err);
   said(rc, &err);
   if (rc == XF_OK) {
     /* Only for the set it signed, and within the largest reveal. */
@@ -316,15 +280,16 @@ static void on_unmask(site *s, const Xfed__SecAggUnmask *u) {
   } else {
     sa_forget(s);
   }
-  sodium_memzero(out, cap ? cap : 1);
-  free(out);
-  free(sigs);
+  xf_site_sa_reveal_free(out, cap);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz_begin(4);
   site s;
   memset(&s, 0, sizeof(s));
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (xf_site_sa_new(1, &s.sa, &err) != XF_OK) abort();
   fz_input in = {data, size};
   fz_record r;
   while (fz_next(&in, N_KINDS, &r)) {
@@ -347,5 +312,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     xf_envelope_free(env);
   }
   task_drop(&s);
+  xf_site_sa_free(s.sa);
   return 0;
 }
