@@ -825,6 +825,30 @@ static void go_of_a_plain_held_task_is_followed_unchanged(void **state) {
   assert_memory_equal(&before, &f->v.uo, sizeof(before));
 }
 
+/* However early the allocations start failing, the check ends in a
+ * verdict: a refusal that names its reason and owns nothing, or (once
+ * there is memory enough) the offer taken. */
+static void every_allocation_failure_ends_in_a_refusal_that_owns_nothing(void **state) {
+  fixture *f = *state;
+  local_dp(f, "");
+  f->w.has_budget = true;
+  f->w.budget = 10;
+  f->w.charge_adds = 0.1;
+  with_local_rules(f);
+  bool took = false;
+  for (long n = 0; n < 100000 && !took; n++) {
+    xf_alloc_fail_after(n);
+    decide(f);
+    xf_alloc_fail_reset();
+    took = f->v.step == XF_SITE_OFFER_TAKEN;
+    if (!took && (f->v.reason == XFED__TASK_REFUSAL__REASON__UNSPECIFIED || !f->v.why[0] ||
+                  f->v.dataset.tags))
+      fail_msg("after %ld allocations: step %s reason %d \"%s\"", n,
+               xf_site_offer_step_name(f->v.step), (int)f->v.reason, f->v.why);
+  }
+  assert_true(took);
+}
+
 static void step_names_are_the_documented_ones(void **state) {
   (void)state;
   assert_string_equal(xf_site_offer_step_name(XF_SITE_OFFER_TAKEN), "taken");
@@ -883,6 +907,7 @@ int main(void) {
       T(go_with_a_setup_for_a_job_without_secure_aggregation_is_refused),
       T(go_without_a_setup_anywhere_is_refused_for_a_secagg_job),
       T(go_of_a_plain_held_task_is_followed_unchanged),
+      T(every_allocation_failure_ends_in_a_refusal_that_owns_nothing),
       T(step_names_are_the_documented_ones),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
