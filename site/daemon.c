@@ -1959,7 +1959,7 @@ static bool offer_makes_room(daemon_t *d, const Xfed__TaskOffer *o, uint64_t now
   }
   for (int i = d->n_tasks - 1; i >= 0; i--) {
     task *u = d->tasks[i];
-    if (u != d->worker_task && !u->offered_now && (u->deadline_ms == 0 || u->deadline_ms <= now))
+    if (xf_sitem_stale(u->offered_now, u == d->worker_task, u->deadline_ms, now))
       task_drop(d, u, "its deadline passed without the coordinator offering it again");
   }
   return true;

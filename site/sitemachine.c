@@ -77,6 +77,10 @@ const char *xf_sitem_action_name(xf_sitem_action a) {
   return (unsigned)a < XF_SITEM_ACTIONS ? names[a] : "?";
 }
 
+bool xf_sitem_stale(bool offered_now, bool on_worker, uint64_t deadline_ms, uint64_t now_ms) {
+  return !on_worker && !offered_now && (deadline_ms == 0 || deadline_ms <= now_ms);
+}
+
 void xf_sitem_reoffer_decide(const xf_sitem_held *t, const xf_sitem_again *o,
                              xf_sitem_reoffer *out) {
   memset(out, 0, sizeof(*out));

@@ -87,6 +87,12 @@ const char *xf_sitem_when_name(xf_sitem_when w);
 /* "-", "wait-go", "queue", "train", "report", "forget", "abandon". */
 const char *xf_sitem_action_name(xf_sitem_action a);
 
+/* Whether a task has outlived its round: held from an earlier session (not
+ * offered again on this one), not on the worker, and past its deadline by
+ * now_ms (or it had none). An offer that needs room drops such tasks, so
+ * that a task whose aggregator is gone does not keep a place for good. */
+bool xf_sitem_stale(bool offered_now, bool on_worker, uint64_t deadline_ms, uint64_t now_ms);
+
 /* ---- an offer of a task the site holds ------------------------------------------- */
 
 /* What the site holds of the task offered again. */

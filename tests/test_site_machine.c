@@ -150,6 +150,21 @@ static void phase_names_are_the_ones_the_logs_use(void **state) {
   assert_string_equal(xf_sitem_phase_name((xf_sitem_phase)42), "?");
 }
 
+/* ---- the clock ------------------------------------------------------------------------------ */
+
+static void task_from_an_earlier_session_past_its_deadline_is_stale(void **state) {
+  (void)state;
+  assert_true(xf_sitem_stale(false, false, 1000, 1000));
+  assert_true(xf_sitem_stale(false, false, 0, 5)); /* no deadline: its round is unknown */
+  assert_false(xf_sitem_stale(false, false, 1001, 1000));
+}
+
+static void task_offered_on_this_session_or_training_is_never_stale(void **state) {
+  (void)state;
+  assert_false(xf_sitem_stale(true, false, 1, 1000));
+  assert_false(xf_sitem_stale(false, true, 1, 1000));
+}
+
 /* ---- offered again ------------------------------------------------------------------------ */
 
 static const uint8_t key_a[XF_SEAL_PUBLICKEYBYTES] = {1};
@@ -347,6 +362,8 @@ int main(void) {
       cmocka_unit_test(every_phase_but_gone_can_be_dropped),
       cmocka_unit_test(table_is_deterministic_no_two_rows_match_one_step),
       cmocka_unit_test(phase_names_are_the_ones_the_logs_use),
+      cmocka_unit_test(task_from_an_earlier_session_past_its_deadline_is_stale),
+      cmocka_unit_test(task_offered_on_this_session_or_training_is_never_stale),
       cmocka_unit_test(reoffer_after_a_coordinator_restart_reseals_without_retraining),
       cmocka_unit_test(reoffer_with_the_same_key_and_stream_changes_nothing),
       cmocka_unit_test(reoffer_of_an_unsealed_task_never_reseals),
