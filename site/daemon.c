@@ -52,6 +52,9 @@
 #include "privacy/ledger.h"
 #include "base/file.h"
 #include "data/dataset.h"
+#include "site/offer.h"
+#include "site/siteagg.h"
+#include "site/sitemachine.h"
 #include "site/registry.h"
 #include "site/residency.h"
 #include "site/trainer.h"
@@ -59,9 +62,7 @@
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "updates travel as float32 little-endian; add byte swapping for this host");
 
-/* Job ids are the coordinator's job numbers in decimal; 63 characters is
- * far more than any will need and keeps a hostile id out of the logs. */
-#define JOB_ID_MAX 64
+#define JOB_ID_MAX XF_SITE_JOB_ID_MAX
 /* Replies (TaskAccept, TaskRefusal, Error) waiting for room in the write
  * queue. They only wait behind our own update chunks, so a handful is
  * plenty; a peer that makes us answer more than this without reading is
@@ -111,65 +112,18 @@ static const char *end_name(xf_conn_end end) {
   return (unsigned)end < XF_CONN_END_COUNT ? names[end] : "UNKNOWN";
 }
 
-uint64_t xf_site_shuffle_seed(uint64_t job_seed, uint32_t round, const char *site) {
-  uint8_t head[12];
-  for (int i = 0; i < 8; i++) head[i] = (uint8_t)(job_seed >> (8 * i));
-  for (int i = 0; i < 4; i++) head[8 + i] = (uint8_t)(round >> (8 * i));
-  xf_digest_ctx ctx;
-  xf_digest_init(&ctx);
-  xf_digest_update(&ctx, head, sizeof(head));
-  xf_digest_update(&ctx, site, strlen(site));
-  xf_digest d;
-  xf_digest_final(&ctx, &d);
-  uint64_t seed = 0;
-  for (int i = 0; i < 8; i++) seed |= (uint64_t)d.bytes[i] << (8 * i);
-  return seed;
-}
-
-/* Mixed into the shuffle seed for the uplink codec's stochastic rounding,
- * so the two draws are independent yet repeat with the job's seed. */
-#define XF__CODEC_SEED 0x9e3779b97f4a7c15ull
-
 /* The share of the last round's top-k residual a site carries into the next
  * update. Measured on the quickstart job with topk:0.01+q8 (final accuracy
  * for 0, 0.3, 0.5, 0.7 and 1: 0.8387, 0.8425, 0.8478, 0.8482, 0.8393). */
 #define XF_SITE_RESIDUAL_DISCOUNT 0.7f
 
-uint64_t xf_site_update_stream_id(uint32_t round, uint32_t attempt) {
-  return (uint64_t)round << 16 | (uint64_t)attempt << 1 | 1u;
-}
-
 /* ---- the state ----------------------------------------------------------------- */
 
 typedef struct xf_site_daemon daemon_t;
 
-typedef enum task_phase {
-  PHASE_MODEL = 0, /* receiving the model stream */
-  PHASE_HELD,      /* the model is in; held until the aggregator's TaskGo */
-  PHASE_QUEUED,    /* ready (model in, and Go received when held): waiting for the worker */
-  PHASE_WORKING,   /* on the worker */
-  PHASE_REPORTING  /* the result is held: Metrics and the update to send */
-} task_phase;
-
-static const char *phase_name(task_phase p) {
-  static const char *const names[] = {"model", "held", "queued", "training", "reporting"};
-  return names[p];
-}
-
-/* The offer's residency plan, kept with the task: the release check at
- * TaskGo and the budget check before the update goes out read it again. */
-typedef struct task_residency {
-  bool present;
-  xf_site_residency res; /* its strings point into the buffers below */
-  char coordinator_region[XF_POLICY_NAME_MAX];
-  char aggregator_region[XF_POLICY_NAME_MAX];
-  char path[16];
-  char rule[XF_POLICY_NAME_MAX];
-} task_residency;
-
 /* One task: an accepted offer, from its model to the final TensorAck of its
  * update. The worker owns the fields marked (worker) while the task is in
- * PHASE_WORKING; the loop owns everything else, and those fields too at any
+ * XF_SITEM_WORKING; the loop owns everything else, and those fields too at any
  * other time. */
 typedef struct task {
   char job_id[JOB_ID_MAX];
@@ -186,10 +140,10 @@ typedef struct task {
   xf_site_dataset dataset; /* the registry's record, read at the offer */
   size_t n_params;         /* the model's size for this dataset, from the offer's checks */
   uint64_t shuffle_seed;
-  task_phase phase;
+  xf_sitem_phase phase;
   bool offered_now;        /* offered on the current session: its results may go out */
   atomic_bool abandoned;   /* cancelled, replaced or shutting down: stop and drop */
-  task_residency residency;
+  xf_site_plan residency; /* the offer's residency plan */
 
   /* the model stream */
   xf_tensor_receiver *model_rx;
@@ -268,20 +222,6 @@ typedef struct data_cache {
   xf_dataset train, test;
 } data_cache;
 
-/* This site's part in one round of secure aggregation of one task. It
- * outlives the task: the unmasking comes after the update is delivered. It
- * goes when the job's next round begins secure aggregation, when its task is
- * cancelled, or when its slot is needed for another job. Loop-owned. */
-typedef struct site_sa {
-  bool active;
-  uint64_t seq;         /* when it began: the oldest is reused first */
-  char job_id[JOB_ID_MAX];
-  uint32_t round, attempt;
-  xf_secagg_params p;
-  xf_secagg_guard *guard; /* the client, checking what the aggregator relays */
-  bool routed;          /* U2 known: inputs can be masked */
-} site_sa;
-
 struct xf_site_daemon {
   uv_loop_t loop;
   char dir[PATH_MAX];
@@ -297,6 +237,7 @@ struct xf_site_daemon {
   char ca_path[PATH_MAX + 16], crl_path[PATH_MAX + 16];
   xf_site_registry *reg;
   xf_backend *backend;
+  xf_site_offer_env offer_env; /* the registry, ledger and local rules the checks read */
   xf_rng jitter;
 
   /* dialing */
@@ -327,8 +268,7 @@ struct xf_site_daemon {
   task *tasks[XF_SITE_TASKS_MAX];
   int n_tasks;
   uint64_t ready_count, report_count; /* the last ready_seq and report_seq handed out */
-  site_sa sa[SA_SLOTS];
-  uint64_t sa_count;
+  xf_site_sa *sa; /* this site's rounds of secure aggregation */
   task *worker_task; /* the task on the worker (a live one or an abandoned one) */
   uv_work_t work;
   data_cache cache;
@@ -343,18 +283,11 @@ struct xf_site_daemon {
 };
 
 static void pump(daemon_t *d);
-static site_sa *sa_find(daemon_t *d, const char *job, uint32_t round, uint32_t attempt);
-static bool sa_mask_and_stream(daemon_t *d, task *t, site_sa *sa);
+static bool sa_mask_and_stream(daemon_t *d, task *t);
 static void schedule_redial(daemon_t *d);
 static void maybe_start_worker(daemon_t *d);
 static void on_redial_timer(uv_timer_t *timer);
 static void dial_next(daemon_t *d);
-static Xfed__TaskRefusal__Reason privacy_check(daemon_t *d, const char *job, uint32_t round,
-                                               const xf_jobspec *spec,
-                                               const xf_site_dataset *ds,
-                                               const xf_site_residency *res, size_t n_params,
-                                               xf_privacy_plan *plan, xf_privacy_charge *charge,
-                                               char *why, size_t why_len);
 
 static bool session_open(const daemon_t *d) {
   return d->conn && xf_conn_is_open(d->conn) && d->session.open;
@@ -530,9 +463,11 @@ static void task_remove(daemon_t *d, const task *t) {
   }
 }
 
-/* Ends a task that is done or failed: out of the list and freed (the
- * worker never holds a task that is done). */
-static void task_done(daemon_t *d, task *t) {
+/* Ends a task that is done (ev DELIVERED) or failed (FAILED): out of the
+ * list and freed (the worker never holds a task that is done). */
+static void task_done(daemon_t *d, task *t, xf_sitem_event ev) {
+  xf_sitem_action act;
+  (void)xf_sitem_step(&t->phase, ev, t->hold && !t->go, &act);
   task_remove(d, t);
   task_free(t);
 }
@@ -568,10 +503,13 @@ static void task_drop(daemon_t *d, task *t, const char *why) {
   char qj[JOB_ID_MAX];
   XF_INFO("task_dropped", "job=%s round=%u attempt=%u phase=%s why=\"%s\"",
           logq(qj, sizeof(qj), t->job_id), (unsigned)t->round, (unsigned)t->attempt,
-          phase_name(t->phase), why);
+          xf_sitem_phase_name(t->phase), why);
   ignore_stream(d, t->model_stream_id, t->job_id, t->round);
+  xf_sitem_action act;
+  (void)xf_sitem_step(&t->phase, XF_SITEM_DROP, t->hold && !t->go, &act);
   task_remove(d, t);
-  if (t == d->worker_task) atomic_store(&t->abandoned, true);
+  /* ABANDON: the worker frees it once it hands it back (it may have) */
+  if (act == XF_SITEM_ABANDON && t == d->worker_task) atomic_store(&t->abandoned, true);
   else task_free(t);
 }
 
@@ -890,6 +828,86 @@ static xf_err run_trainer(daemon_t *d, task *t, const xf_model *model, const flo
 /* The task's whole computation: decode and check the model, the dataset,
  * the evaluation of the received model, local training and the delta. The
  * outcome goes into the task's worker fields. */
+/* Trains t's model natively (xf_train) from the global parameters in net:
+ * *local (xf_free) gets the trained ones. False when it failed (t says
+ * why); true, with *local NULL, when it stopped part way (abandoned). */
+static bool train_native(task *t, xf_net *net, const xf_samples *train, size_t n, xf_noise *noise,
+                         bool record, float **local) {
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  const xf_job_local *lc = &t->spec.local;
+  train_watch watch = {.t = t, .last_loss = NAN};
+  xf_dp_sgd dp = {.clip = t->spec.privacy.clip,
+                  .noise_multiplier = t->plan.noise_multiplier,
+                  .expected_batch = (int)lc->batch_size,
+                  .noise = noise};
+  xf_train_options opt = {
+      .epochs = (int)lc->epochs,
+      .batch_size = (int)lc->batch_size,
+      .seed = t->shuffle_seed,
+      .on_epoch = train_epoch,
+      .should_stop = train_should_stop,
+      .user = &watch,
+      .dp = record ? &dp : NULL};
+  /* The round's learning rate comes from the task's round number, so every
+   * site of a round trains at the same rate; the optimizer's state starts
+   * fresh in every round (xf_train). */
+  xf_jobspec_train_options(&t->spec, t->round, &opt);
+  if (xf_train(net, train, &opt, &err) != XF_OK) {
+    task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "training failed", &err);
+    return false;
+  }
+  if (atomic_load(&t->abandoned)) return true;
+  *local = xf_mallocarray(n, sizeof(float));
+  if (!*local || xf_net_get_params(net, *local) != XF_OK) {
+    xf_fail(&err, XF_ENOMEM, "cannot read back %zu parameters", n);
+    task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "training failed", &err);
+    return false;
+  }
+  /* Under record-level privacy the loss measured on the sampled training
+   * batches is not noised, so it does not leave the site. */
+  t->train_loss = record ? NAN : watch.last_loss;
+  return true;
+}
+
+/* The rest is the update pipeline (update/update.h) on the delta in local:
+ * clip and noise for the site unit, then masked under secure aggregation
+ * (once the shares are routed, on the loop: sa_mask_and_stream), else
+ * encoded for the uplink, else float32; sealed to the aggregator that
+ * folds it. *noise is started when the plan needs one. False when it
+ * failed (t says why). */
+static bool update_prepare(daemon_t *d, task *t, size_t n, float *local, xf_noise **noise) {
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_update_plan up;
+  if (xf_update_plan_site(&t->spec, &t->plan, n, &t->uo,
+                          (unsigned)xf_backend_threads(d->backend), &up, &err) != XF_OK) {
+    task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "the update does not fit the task",
+              &err);
+    return false;
+  }
+  if ((up.noise_sd > 0 || up.share_sd > 0) && !*noise && xf_noise_new_random(noise) != XF_OK) {
+    xf_fail(&err, XF_ENOMEM, "cannot start the noise generator (secure memory)");
+    task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "privacy noise", &err);
+    return false;
+  }
+  char ctx[256];
+  size_t ctx_len = seal_context(d, t, ctx, sizeof(ctx));
+  if (xf_update_prepare(&up, local, t->residual, *noise, ctx, ctx_len, &t->payload, &err) !=
+      XF_OK) {
+    task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "cannot prepare the update", &err);
+    return false;
+  }
+  if (t->payload.clipped)
+    XF_WARN("secagg_clipped", "job=%s round=%u values=%zu why=\"beyond the shared scale\"",
+            t->job_id, (unsigned)t->round, t->payload.clipped);
+  if (up.form != XF_UPDATE_MASKED && stream_update(t, &err) != XF_OK) {
+    task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "cannot stream the update", &err);
+    return false;
+  }
+  return true;
+}
+
 static void task_compute(daemon_t *d, task *t) {
   xf_errctx err;
   xf_errctx_clear(&err);
@@ -942,7 +960,6 @@ static void task_compute(daemon_t *d, task *t) {
   }
   t->samples = tr->n;
   if (!t->evaluate_only) {
-    const xf_job_local *lc = &t->spec.local;
     const xf_privacy_spec *pv = &t->spec.privacy;
     bool record = t->plan.site_noise && pv->unit == XF_PRIVACY_UNIT_RECORD;
     if (t->plan.site_noise && xf_noise_new_random(&noise) != XF_OK) {
@@ -962,70 +979,12 @@ static void task_compute(daemon_t *d, task *t) {
       if (atomic_load(&t->abandoned)) goto out;
       t->train_loss = record ? NAN : loss;
     } else {
-      train_watch watch = {.t = t, .last_loss = NAN};
-      xf_dp_sgd dp = {.clip = pv->clip,
-                      .noise_multiplier = t->plan.noise_multiplier,
-                      .expected_batch = (int)lc->batch_size,
-                      .noise = noise};
-      xf_train_options opt = {
-          .epochs = (int)lc->epochs,
-          .batch_size = (int)lc->batch_size,
-          .seed = t->shuffle_seed,
-          .on_epoch = train_epoch,
-          .should_stop = train_should_stop,
-          .user = &watch,
-          .dp = record ? &dp : NULL};
-      /* The round's learning rate comes from the task's round number, so every
-       * site of a round trains at the same rate; the optimizer's state starts
-       * fresh in every round (xf_train). */
-      xf_jobspec_train_options(&t->spec, t->round, &opt);
-      if (xf_train(net, &train, &opt, &err) != XF_OK) {
-        task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "training failed", &err);
-        goto out;
-      }
+      if (!train_native(t, net, &train, n, noise, record, &local)) goto out;
       if (atomic_load(&t->abandoned)) goto out; /* stopped part way: nobody wants the result */
-      local = xf_mallocarray(n, sizeof(float));
-      if (!local || xf_net_get_params(net, local) != XF_OK) {
-        xf_fail(&err, XF_ENOMEM, "cannot read back %zu parameters", n);
-        task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "training failed", &err);
-        goto out;
-      }
-      /* Under record-level privacy the loss measured on the sampled training
-       * batches is not noised, so it does not leave the site. */
-      t->train_loss = record ? NAN : watch.last_loss;
     }
     xf_update_delta(local, global, n);
     t->has_train = true;
-    /* The rest is the update pipeline (update/update.h): clip and noise for
-     * the site unit, then masked under secure aggregation (once the shares
-     * are routed, on the loop: sa_mask_and_stream), else encoded for the
-     * uplink, else float32; sealed to the aggregator that folds it. */
-    xf_update_plan up;
-    if (xf_update_plan_site(&t->spec, &t->plan, n, &t->uo,
-                            (unsigned)xf_backend_threads(d->backend), &up, &err) != XF_OK) {
-      task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "the update does not fit the task",
-                &err);
-      goto out;
-    }
-    if ((up.noise_sd > 0 || up.share_sd > 0) && !noise && xf_noise_new_random(&noise) != XF_OK) {
-      xf_fail(&err, XF_ENOMEM, "cannot start the noise generator (secure memory)");
-      task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "privacy noise", &err);
-      goto out;
-    }
-    char ctx[256];
-    size_t ctx_len = seal_context(d, t, ctx, sizeof(ctx));
-    if (xf_update_prepare(&up, local, t->residual, noise, ctx, ctx_len, &t->payload, &err) !=
-        XF_OK) {
-      task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "cannot prepare the update", &err);
-      goto out;
-    }
-    if (t->payload.clipped)
-      XF_WARN("secagg_clipped", "job=%s round=%u values=%zu why=\"beyond the shared scale\"",
-              t->job_id, (unsigned)t->round, t->payload.clipped);
-    if (up.form != XF_UPDATE_MASKED && stream_update(t, &err) != XF_OK) {
-      task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "cannot stream the update", &err);
-      goto out;
-    }
+    if (!update_prepare(d, t, n, local, &noise)) goto out;
   }
   t->seconds = mono_s() - t0;
 out:
@@ -1084,9 +1043,9 @@ static bool charge_ledger(daemon_t *d, task *t) {
   xf_privacy_plan plan;
   xf_privacy_charge charge;
   Xfed__TaskRefusal__Reason reason =
-      privacy_check(d, t->job_id, t->round, &t->spec, &t->dataset,
-                    t->residency.present ? &t->residency.res : NULL, t->n_params, &plan, &charge,
-                    why, sizeof(why));
+      xf_site_privacy_check(&d->offer_env, t->job_id, t->round, &t->spec, &t->dataset,
+                            t->residency.present ? &t->residency.res : NULL, t->n_params, &plan,
+                            &charge, why, sizeof(why));
   if (reason != XFED__TASK_REFUSAL__REASON__UNSPECIFIED) {
     char q[1024];
     XF_WARN("privacy_release_refused", "job=%s round=%u dataset=%s reason=\"%s\"", t->job_id,
@@ -1123,7 +1082,7 @@ static bool charge_ledger(daemon_t *d, task *t) {
  * its model stream is let go and the task ended. */
 static void task_failed(daemon_t *d, task *t) {
   ignore_stream(d, t->model_stream_id, t->job_id, t->round);
-  task_done(d, t);
+  task_done(d, t, XF_SITEM_FAILED);
 }
 
 static void work_done(uv_work_t *w, int status) {
@@ -1180,7 +1139,8 @@ static void work_done(uv_work_t *w, int status) {
     t->update_stream_next = 0;
     update_stream_changed(d, t, id);
   }
-  t->phase = PHASE_REPORTING;
+  xf_sitem_action act; /* REPORT: below, once the result is logged */
+  (void)xf_sitem_step(&t->phase, XF_SITEM_TRAINED, t->hold && !t->go, &act);
   t->report_seq = ++d->report_count;
   if (t->has_train)
     XF_INFO("task_trained", "job=%s round=%u attempt=%u samples=%llu train_loss=%.6g "
@@ -1196,9 +1156,9 @@ static void work_done(uv_work_t *w, int status) {
     XF_INFO("task_result_held", "job=%s round=%u attempt=%u why=\"not connected; sent when the "
             "coordinator offers the task again\"", qj, (unsigned)t->round, (unsigned)t->attempt);
   if (t->has_train && t->payload.form == XF_UPDATE_MASKED) {
-    site_sa *sa = sa_find(d, t->job_id, t->round, t->attempt);
     t->sa_waiting = true;
-    if (sa && sa->routed) sa_mask_and_stream(d, t, sa); /* pumps, or drops t */
+    if (xf_site_sa_routed(d->sa, t->job_id, t->round, t->attempt))
+      sa_mask_and_stream(d, t); /* pumps, or drops t */
   }
   pump(d);
   maybe_start_worker(d);
@@ -1210,10 +1170,11 @@ static void maybe_start_worker(daemon_t *d) {
   task *t = NULL;
   for (int i = 0; i < d->n_tasks; i++) {
     task *c = d->tasks[i];
-    if (c->phase == PHASE_QUEUED && (!t || c->ready_seq < t->ready_seq)) t = c;
+    if (c->phase == XF_SITEM_QUEUED && (!t || c->ready_seq < t->ready_seq)) t = c;
   }
   if (!t) return;
-  t->phase = PHASE_WORKING;
+  xf_sitem_action act; /* TRAIN */
+  (void)xf_sitem_step(&t->phase, XF_SITEM_WORKER, t->hold && !t->go, &act);
   d->worker_task = t;
   d->work.data = d;
   int rc = uv_queue_work(&d->loop, &d->work, work_run, work_done);
@@ -1227,12 +1188,26 @@ static void maybe_start_worker(daemon_t *d) {
   }
 }
 
-/* A task is ready once its model is in and, when held, its Go came: it
- * joins the worker's queue behind the tasks ready before it. */
-static void task_ready(daemon_t *d, task *t) {
-  t->phase = PHASE_QUEUED;
-  t->ready_seq = ++d->ready_count;
-  maybe_start_worker(d);
+/* Moves t on ev (site/sitemachine.h) and performs the step's action: a
+ * task is ready once its model is in and, when held, its Go came, and
+ * joins the worker's queue behind the tasks ready before it; a result made
+ * before the hold goes out once the Go comes. */
+static void task_step(daemon_t *d, task *t, xf_sitem_event ev) {
+  xf_sitem_action act;
+  if (!xf_sitem_step(&t->phase, ev, t->hold && !t->go, &act)) return;
+  char qj[JOB_ID_MAX];
+  switch (act) {
+  case XF_SITEM_WAIT_GO:
+    XF_INFO("task_held", "job=%s round=%u attempt=%u why=\"waiting for the aggregator's go\"",
+            logq(qj, sizeof(qj), t->job_id), (unsigned)t->round, (unsigned)t->attempt);
+    break;
+  case XF_SITEM_QUEUE:
+    t->ready_seq = ++d->ready_count;
+    maybe_start_worker(d);
+    break;
+  case XF_SITEM_REPORT: pump(d); break;
+  default: break;
+  }
 }
 
 /* ---- the report: Metrics, then the update stream ------------------------------------------ */
@@ -1293,7 +1268,7 @@ static bool report_metrics(daemon_t *d, task *t) {
           (unsigned)t->attempt);
   if (t->sender || t->sa_waiting) return true; /* the update follows (masked: its routing) */
   XF_INFO("task_done", "job=%s round=%u attempt=%u", qj, (unsigned)t->round, (unsigned)t->attempt);
-  task_done(d, t);
+  task_done(d, t, XF_SITEM_DELIVERED);
   return false;
 }
 
@@ -1343,7 +1318,7 @@ static int reporting_tasks(const daemon_t *d, task **out) {
   int n = 0;
   for (int i = 0; i < d->n_tasks; i++) {
     task *t = d->tasks[i];
-    if (t->phase != PHASE_REPORTING || !t->offered_now || (t->hold && !t->go)) continue;
+    if (t->phase != XF_SITEM_REPORTING || !t->offered_now || (t->hold && !t->go)) continue;
     int j = n++;
     for (; j > 0 && out[j - 1]->report_seq > t->report_seq; j--) out[j] = out[j - 1];
     out[j] = t;
@@ -1454,7 +1429,7 @@ static void on_tensor_ack(daemon_t *d, const Xfed__TensorAck *a) {
     XF_INFO("update_delivered", "job=%s round=%u attempt=%u bytes=%llu", qj, (unsigned)t->round,
             (unsigned)t->attempt, (unsigned long long)total);
     if (t->crossing) audit_crossing(d, t, total);
-    task_done(d, t);
+    task_done(d, t, XF_SITEM_DELIVERED);
     pump(d); /* the next update's turn */
     maybe_start_worker(d);
     return;
@@ -1503,7 +1478,7 @@ static task *model_task(daemon_t *d, uint64_t stream_id) {
     task *t = d->tasks[i];
     if (!t->model_stream_id || t->model_stream_id != stream_id) continue;
     const xf_tensor_info *info = xf_tensor_receiver_info(t->model_rx);
-    if (t->phase == PHASE_MODEL && info && info->stream_id == stream_id) return t;
+    if (t->phase == XF_SITEM_MODEL && info && info->stream_id == stream_id) return t;
     if (!found) found = t;
   }
   return found;
@@ -1536,7 +1511,7 @@ static void on_tensor_begin(daemon_t *d, const Xfed__TensorBegin *b) {
     return;
   }
   t->model_stream_id = b->stream_id;
-  if (t->phase != PHASE_MODEL) {
+  if (t->phase != XF_SITEM_MODEL) {
     /* The same model again, after a reconnect: we have it all. */
     send_ack(d, b->stream_id, b->total_bytes);
     return;
@@ -1590,7 +1565,7 @@ static void on_tensor_chunk(daemon_t *d, const Xfed__TensorChunk *c) {
                (unsigned long long)c->stream_id);
     return;
   }
-  if (t->phase != PHASE_MODEL) return; /* a resend of a model we hold */
+  if (t->phase != XF_SITEM_MODEL) return; /* a resend of a model we hold */
   xf_errctx err;
   xf_errctx_clear(&err);
   xf_err rc = xf_tensor_receiver_chunk(t->model_rx, c, &err);
@@ -1611,7 +1586,7 @@ static void on_tensor_end(daemon_t *d, const Xfed__TensorEnd *e) {
                (unsigned long long)e->stream_id);
     return;
   }
-  if (t->phase != PHASE_MODEL) {
+  if (t->phase != XF_SITEM_MODEL) {
     send_ack(d, e->stream_id, t->model_len);
     return;
   }
@@ -1633,68 +1608,12 @@ static void on_tensor_end(daemon_t *d, const Xfed__TensorEnd *e) {
   XF_INFO("model_received", "job=%s round=%u attempt=%u bytes=%llu",
           logq(qj, sizeof(qj), t->job_id), (unsigned)t->round, (unsigned)t->attempt,
           (unsigned long long)t->model_len);
-  if (t->hold && !t->go) {
-    t->phase = PHASE_HELD;
-    XF_INFO("task_held", "job=%s round=%u attempt=%u why=\"waiting for the aggregator's go\"",
-            qj, (unsigned)t->round, (unsigned)t->attempt);
-    return;
-  }
-  task_ready(d, t);
+  task_step(d, t, XF_SITEM_MODEL_IN);
 }
 
 /* ---- offers and cancellations --------------------------------------------------------------- */
 
-/* The registered dataset a job asks for: its name, carrying every tag the
- * job lists. XF_ENOENT with details naming what is missing. */
-static xf_err find_dataset(daemon_t *d, const xf_jobspec *spec, xf_site_dataset *out,
-                           xf_errctx *err) {
-  xf_errctx inner;
-  xf_errctx_clear(&inner);
-  xf_err rc = xf_site_registry_get(d->reg, spec->data.dataset, out, &inner);
-  if (rc == XF_ENOENT)
-    return xf_fail(err, XF_ENOENT, "no dataset named '%s' is registered at site %s",
-                   spec->data.dataset, d->cfg.site);
-  if (rc != XF_OK) return xf_fail(err, rc, "the registry: %s", inner.msg);
-  char missing[512] = "";
-  size_t used = 0;
-  for (uint32_t i = 0; i < spec->data.n_tags; i++) {
-    bool found = false;
-    for (size_t j = 0; j < out->n_tags && !found; j++) found = strcmp(out->tags[j], spec->data.tags[i]) == 0;
-    if (!found && used < sizeof(missing))
-      used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%s", used ? ", " : "",
-                               spec->data.tags[i]);
-  }
-  if (used) {
-    rc = xf_fail(err, XF_ENOENT, "dataset '%s' at site %s lacks the tags %s", out->name,
-                 d->cfg.site, missing);
-    xf_site_dataset_free(out);
-    return rc;
-  }
-  return XF_OK;
-}
-
-/* ---- secure aggregation ---------------------------------------------------------------- */
-
-static void sa_free(site_sa *sa) {
-  xf_secagg_guard_free(sa->guard);
-  memset(sa, 0, sizeof(*sa));
-}
-
-static site_sa *sa_find(daemon_t *d, const char *job, uint32_t round, uint32_t attempt) {
-  for (int i = 0; job && i < SA_SLOTS; i++) {
-    site_sa *sa = &d->sa[i];
-    if (sa->active && strcmp(sa->job_id, job) == 0 && sa->round == round &&
-        sa->attempt == attempt)
-      return sa;
-  }
-  return NULL;
-}
-
-/* Lets go of (job, round, attempt)'s round, if the site has one. */
-static void sa_forget(daemon_t *d, const char *job, uint32_t round, uint32_t attempt) {
-  site_sa *sa = sa_find(d, job, round, attempt);
-  if (sa) sa_free(sa);
-}
+/* ---- secure aggregation (the rounds are site/siteagg.c's) ---------------------------------- */
 
 static void sa_send(daemon_t *d, Xfed__Envelope *env) {
   xf_errctx err;
@@ -1706,25 +1625,22 @@ static void sa_send(daemon_t *d, Xfed__Envelope *env) {
   }
 }
 
-/* This site leaves t's round of secure aggregation because a check in
- * `phase` failed (err says which member and why): the aggregator is told
- * (SecAggRefusal), the round forgotten, and a task still training or
- * waiting to send its masked update dropped, so nothing more of it goes
- * out. */
-static void sa_refuse(daemon_t *d, site_sa *sa, const char *phase, const xf_errctx *err) {
-  uint32_t peer = 0;
-  for (uint32_t i = 1; err->peer[0] && i <= sa->p.n && !peer; i++) {
-    const char *name = xf_secagg_guard_member(sa->guard, i);
-    if (name && strcmp(name, err->peer) == 0) peer = i;
-  }
+/* This site leaves (job, round, attempt)'s round of secure aggregation
+ * because a check in `phase` failed (err says which member and why): the
+ * aggregator is told (SecAggRefusal), the round forgotten, and a task still
+ * training or waiting to send its masked update dropped, so nothing more of
+ * it goes out. */
+static void sa_refuse(daemon_t *d, const char *job, uint32_t round, uint32_t attempt,
+                      const char *phase, const xf_errctx *err) {
+  uint32_t peer = xf_site_sa_peer(d->sa, job, round, attempt, err->peer);
   char q[600], qj[JOB_ID_MAX];
   XF_WARN("secagg_round_refused", "job=%s round=%u attempt=%u phase=%s peer=%s reason=\"%s\"",
-          logq(qj, sizeof(qj), sa->job_id), (unsigned)sa->round, (unsigned)sa->attempt, phase,
+          logq(qj, sizeof(qj), job), (unsigned)round, (unsigned)attempt, phase,
           peer ? err->peer : "-", logq(q, sizeof(q), err->msg[0] ? err->msg : "malformed"));
   Xfed__SecAggRefusal r = XFED__SEC_AGG_REFUSAL__INIT;
-  r.job_id = sa->job_id;
-  r.round = sa->round;
-  r.attempt = sa->attempt;
+  r.job_id = (char *)job;
+  r.round = round;
+  r.attempt = attempt;
   r.phase = (char *)phase;
   r.peer = peer;
   r.peer_name = peer ? (char *)err->peer : "";
@@ -1733,94 +1649,33 @@ static void sa_refuse(daemon_t *d, site_sa *sa, const char *phase, const xf_errc
   env.body_case = XFED__ENVELOPE__BODY_SECAGG_REFUSAL;
   env.secagg_refusal = &r;
   sa_send(d, &env);
-  task *t = task_find(d, sa->job_id, sa->round, sa->attempt);
-  sa_free(sa);
+  task *t = task_find(d, job, round, attempt);
+  xf_site_sa_forget(d->sa, job, round, attempt);
   if (t) task_drop(d, t, "it refused the round's secure aggregation");
 }
 
-/* The protocol's SecAggSetup as update/update.h's setup. XF_EINVAL when it
- * is malformed on the wire or names the cohort wrongly; the plan builder
- * checks the rest against the job (xf_update_plan_site). */
-static xf_err sa_setup_of(const daemon_t *d, const Xfed__SecAggSetup *su, size_t n_params,
-                          xf_update_secagg *out, xf_errctx *err) {
-  XF_ENSURE(su->graph_seed.len == 32, err, XF_EINVAL,
-            "the secure-aggregation setup is malformed: its graph_seed has %zu bytes, not 32",
-            su->graph_seed.len);
-  XF_ENSURE(su->n_cohort == su->n && su->index >= 1 && su->index <= su->n_cohort, err,
-            XF_EINVAL,
-            "the secure-aggregation setup names %zu sites for a cohort of %u (this site at %u): "
-            "each site must be named, in index order",
-            su->n_cohort, (unsigned)su->n, (unsigned)su->index);
-  XF_ENSURE(su->cohort[su->index - 1] && strcmp(su->cohort[su->index - 1], d->cfg.site) == 0,
-            err, XF_EINVAL,
-            "the secure-aggregation setup puts site '%.63s' at this site's index %u; this is %s",
-            su->cohort[su->index - 1] ? su->cohort[su->index - 1] : "", (unsigned)su->index,
-            d->cfg.site);
-  memset(out, 0, sizeof(*out));
-  out->params = (xf_secagg_params){.n = su->n, .threshold = su->threshold, .bits = su->bits,
-                                   .length = su->subset ? su->subset : n_params,
-                                   .degree = su->degree};
-  memcpy(out->params.graph_seed, su->graph_seed.data, 32);
-  out->index = su->index;
-  out->fixed = (xf_codec_fixed){.step = su->step, .bits = su->bits, .bound = su->bound};
-  out->scale = su->scale;
-  out->subset = su->subset;
-  out->subset_seed = su->subset_seed;
-  return XF_OK;
-}
+static bool sa_holds(void *user, const char *job) { return task_of_job(user, job) != NULL; }
 
 /* Begins t's round of secure aggregation with the setup in t->uo.sa and
- * the cohort's names: a guarded client, its keys drawn. A newer round of
- * the job replaces an older one; a full table gives up the oldest round of
- * a job the site holds no task of (live tasks are at most
- * XF_SITE_TASKS_MAX, one per job). */
+ * the cohort's names, signing with the site's certificate key. */
 static xf_err sa_begin(daemon_t *d, const task *t, const char *const *cohort, xf_errctx *err) {
-  site_sa *slot = NULL;
-  for (int i = 0; i < SA_SLOTS; i++) {
-    site_sa *sa = &d->sa[i];
-    if (sa->active && strcmp(sa->job_id, t->job_id) == 0) sa_free(sa);
-  }
-  for (int i = 0; i < SA_SLOTS && !slot; i++)
-    if (!d->sa[i].active) slot = &d->sa[i];
-  if (!slot) {
-    for (int i = 0; i < SA_SLOTS; i++) {
-      site_sa *sa = &d->sa[i];
-      if (task_of_job(d, sa->job_id)) continue;
-      if (!slot || sa->seq < slot->seq) slot = sa;
-    }
-  }
-  XF_ENSURE(slot, err, XF_EINTERNAL, "no room for another round of secure aggregation");
-  sa_free(slot);
-  xf_secagg_session session = {.job = t->job_id,
-                               .round = t->round,
-                               .attempt = t->attempt,
-                               .params = t->uo.sa.params,
-                               .cohort = cohort};
   xf_secagg_identity id = xf_secagg_x509_identity(d->sa_identity);
-  xf_secagg_guard *guard = NULL;
-  XF_GUARD(xf_secagg_guard_new(&session, t->uo.sa.index, &id, &guard, err));
-  slot->active = true;
-  slot->seq = ++d->sa_count;
-  snprintf(slot->job_id, sizeof(slot->job_id), "%s", t->job_id);
-  slot->round = t->round;
-  slot->attempt = t->attempt;
-  slot->p = t->uo.sa.params;
-  slot->guard = guard;
-  return XF_OK;
+  return xf_site_sa_begin(d->sa, t->job_id, t->round, t->attempt, &t->uo.sa, cohort, &id,
+                          sa_holds, d, err);
 }
 
-static void sa_advertise(daemon_t *d, site_sa *sa) {
+static void sa_advertise(daemon_t *d, const task *t) {
   uint8_t advert[XF_SECAGG_ADVERT_BYTES], sig[XF_SECAGG_SIG_BYTES];
   xf_errctx err;
   xf_errctx_clear(&err);
-  if (xf_secagg_guard_advertise(sa->guard, advert, sig, &err) != XF_OK) {
-    sa_refuse(d, sa, "keys", &err);
+  if (xf_site_sa_advertise(d->sa, t->job_id, t->round, t->attempt, advert, sig, &err) != XF_OK) {
+    sa_refuse(d, t->job_id, t->round, t->attempt, "keys", &err);
     return;
   }
   Xfed__SecAggAdvert a = XFED__SEC_AGG_ADVERT__INIT;
-  a.job_id = sa->job_id;
-  a.round = sa->round;
-  a.attempt = sa->attempt;
+  a.job_id = (char *)t->job_id;
+  a.round = t->round;
+  a.attempt = t->attempt;
   a.advert.data = advert;
   a.advert.len = sizeof(advert);
   a.signature.data = sig;
@@ -1835,11 +1690,13 @@ static void sa_advertise(daemon_t *d, site_sa *sa) {
 
 /* Masks t's quantized update and starts its stream (the shares are
  * routed). False when that fails: the task is refused and dropped. */
-static bool sa_mask_and_stream(daemon_t *d, task *t, site_sa *sa) {
+static bool sa_mask_and_stream(daemon_t *d, task *t) {
   xf_errctx err;
   xf_errctx_clear(&err);
   t->sa_waiting = false;
-  if (xf_update_mask(&t->payload, xf_secagg_guard_client(sa->guard), sa->p.bits, &err) != XF_OK ||
+  uint32_t bits = 0;
+  xf_secagg_client *client = xf_site_sa_client(d->sa, t->job_id, t->round, t->attempt, &bits);
+  if (xf_update_mask(&t->payload, client, bits, &err) != XF_OK ||
       stream_update(t, &err) != XF_OK) {
     char q[600];
     XF_ERROR("secagg_mask_failed", "job=%s round=%u reason=\"%s\"", t->job_id,
@@ -1853,46 +1710,14 @@ static bool sa_mask_and_stream(daemon_t *d, task *t, site_sa *sa) {
   return true;
 }
 
-/* The cohort's keys as the aggregator relayed them: n adverts, and one
- * signature and certificate per index (both empty for a site that sent no
- * keys). *out (xf_free) points into k. XF_EFORMAT when the lists do not fit
- * the cohort. */
-static xf_err sa_member_keys(const site_sa *sa, const Xfed__SecAggKeys *k,
-                             xf_secagg_member_keys **out, xf_errctx *err) {
-  uint32_t n = sa->p.n;
-  XF_ENSURE(k->adverts.len == (size_t)n * XF_SECAGG_ADVERT_BYTES && k->n_signatures == n &&
-                k->n_certificates == n,
-            err, XF_EFORMAT,
-            "the cohort's keys came as %zu bytes of adverts, %zu signatures and %zu "
-            "certificates for %u sites",
-            k->adverts.len, k->n_signatures, k->n_certificates, n);
-  xf_secagg_member_keys *keys = xf_calloc(n, sizeof(*keys));
-  XF_ENSURE(keys, err, XF_ENOMEM, "no memory for the cohort's keys");
-  for (uint32_t i = 0; i < n; i++) {
-    keys[i].advert = k->adverts.data + (size_t)i * XF_SECAGG_ADVERT_BYTES;
-    keys[i].sig = k->signatures[i].len == XF_SECAGG_SIG_BYTES ? k->signatures[i].data : NULL;
-    keys[i].cert = k->certificates[i].data;
-    keys[i].cert_len = k->certificates[i].len;
-  }
-  *out = keys;
-  return XF_OK;
-}
-
 static void on_sa_keys(daemon_t *d, const Xfed__SecAggKeys *k) {
-  site_sa *sa = sa_find(d, k->job_id, k->round, k->attempt);
-  if (!sa) return;
+  if (!xf_site_sa_has(d->sa, k->job_id, k->round, k->attempt)) return;
   xf_errctx err;
   xf_errctx_clear(&err);
-  size_t cap = sa->p.degree, count = 0;
-  xf_secagg_member_keys *keys = NULL;
-  xf_secagg_signed_share *msgs = xf_mallocarray(cap ? cap : 1, sizeof(*msgs));
-  xf_err rc = msgs ? sa_member_keys(sa, k, &keys, &err)
-                   : xf_fail(&err, XF_ENOMEM, "no memory for %zu shares", cap);
-  if (rc == XF_OK) rc = xf_secagg_guard_share(sa->guard, keys, msgs, cap, &count, &err);
-  xf_free(keys);
-  if (rc != XF_OK) {
-    xf_free(msgs);
-    sa_refuse(d, sa, "keys", &err);
+  xf_secagg_signed_share *msgs = NULL;
+  size_t count = 0;
+  if (xf_site_sa_keys(d->sa, k, &msgs, &count, &err) != XF_OK) {
+    sa_refuse(d, k->job_id, k->round, k->attempt, "keys", &err);
     return;
   }
   uint32_t *to = xf_mallocarray(count ? count : 1, sizeof(uint32_t));
@@ -1907,9 +1732,9 @@ static void on_sa_keys(daemon_t *d, const Xfed__SecAggKeys *k) {
       sigs[i].len = sizeof(msgs[i].sig);
     }
     Xfed__SecAggShares m = XFED__SEC_AGG_SHARES__INIT;
-    m.job_id = sa->job_id;
-    m.round = sa->round;
-    m.attempt = sa->attempt;
+    m.job_id = k->job_id;
+    m.round = k->round;
+    m.attempt = k->attempt;
     m.n_to = count;
     m.to = to;
     m.n_ciphertexts = count;
@@ -1924,55 +1749,36 @@ static void on_sa_keys(daemon_t *d, const Xfed__SecAggKeys *k) {
   xf_free(to);
   xf_free(cts);
   xf_free(sigs);
-  sodium_memzero(msgs, (cap ? cap : 1) * sizeof(*msgs));
-  xf_free(msgs);
+  xf_site_sa_shares_free(msgs, count);
 }
 
 static void on_sa_routed(daemon_t *d, const Xfed__SecAggRouted *r) {
-  site_sa *sa = sa_find(d, r->job_id, r->round, r->attempt);
-  if (!sa) return;
+  if (!xf_site_sa_has(d->sa, r->job_id, r->round, r->attempt)) return;
   xf_errctx err;
   xf_errctx_clear(&err);
-  xf_err rc = r->n_from == r->n_ciphertexts && r->n_from == r->n_signatures
-                  ? XF_OK
-                  : xf_fail(&err, XF_EFORMAT,
-                            "the routed shares came as %zu senders, %zu ciphertexts and %zu "
-                            "signatures",
-                            r->n_from, r->n_ciphertexts, r->n_signatures);
-  for (size_t i = 0; rc == XF_OK && i < r->n_from; i++)
-    rc = r->ciphertexts[i].len == XF_SECAGG_SHARE_BYTES &&
-                 r->signatures[i].len == XF_SECAGG_SIG_BYTES
-             ? xf_secagg_guard_receive(sa->guard, r->from[i], r->ciphertexts[i].data,
-                                       r->signatures[i].data, &err)
-             : xf_fail(&err, XF_EFORMAT,
-                       "the share routed from site %u has %zu bytes and a signature of %zu",
-                       (unsigned)r->from[i], r->ciphertexts[i].len, r->signatures[i].len);
-  if (rc == XF_OK) rc = xf_secagg_guard_routed(sa->guard, r->u2, r->n_u2, &err);
-  if (rc != XF_OK) {
-    sa_refuse(d, sa, "routed", &err);
+  if (xf_site_sa_routed_in(d->sa, r, &err) != XF_OK) {
+    sa_refuse(d, r->job_id, r->round, r->attempt, "routed", &err);
     return;
   }
-  sa->routed = true;
-  task *t = task_find(d, sa->job_id, sa->round, sa->attempt);
-  if (t && t->sa_waiting && t->phase == PHASE_REPORTING) sa_mask_and_stream(d, t, sa);
+  task *t = task_find(d, r->job_id, r->round, r->attempt);
+  if (t && t->sa_waiting && t->phase == XF_SITEM_REPORTING) sa_mask_and_stream(d, t);
 }
 
 /* The consistency round: signs the survivor set the aggregator claims,
  * once per round. */
 static void on_sa_check(daemon_t *d, const Xfed__SecAggCheck *c) {
-  site_sa *sa = sa_find(d, c->job_id, c->round, c->attempt);
-  if (!sa) return;
+  if (!xf_site_sa_has(d->sa, c->job_id, c->round, c->attempt)) return;
   xf_errctx err;
   xf_errctx_clear(&err);
   uint8_t sig[XF_SECAGG_SIG_BYTES];
-  if (xf_secagg_guard_sign_survivors(sa->guard, c->u3, c->n_u3, sig, &err) != XF_OK) {
-    sa_refuse(d, sa, "check", &err);
+  if (xf_site_sa_check(d->sa, c, sig, &err) != XF_OK) {
+    sa_refuse(d, c->job_id, c->round, c->attempt, "check", &err);
     return;
   }
   Xfed__SecAggCheckSig m = XFED__SEC_AGG_CHECK_SIG__INIT;
-  m.job_id = sa->job_id;
-  m.round = sa->round;
-  m.attempt = sa->attempt;
+  m.job_id = c->job_id;
+  m.round = c->round;
+  m.attempt = c->attempt;
   m.signature.data = sig;
   m.signature.len = sizeof(sig);
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
@@ -1982,38 +1788,19 @@ static void on_sa_check(daemon_t *d, const Xfed__SecAggCheck *c) {
 }
 
 static void on_sa_unmask(daemon_t *d, const Xfed__SecAggUnmask *u) {
-  site_sa *sa = sa_find(d, u->job_id, u->round, u->attempt);
-  if (!sa) return;
+  if (!xf_site_sa_has(d->sa, u->job_id, u->round, u->attempt)) return;
   xf_errctx err;
   xf_errctx_clear(&err);
-  size_t cap = xf_secagg_reveal_max_bytes(&sa->p), len = 0;
-  uint8_t *out = xf_malloc(cap);
-  size_t n = u->n_signers;
-  uint8_t *sigs = xf_mallocarray(n ? n : 1, XF_SECAGG_SIG_BYTES);
-  xf_err rc = out && sigs ? XF_OK : xf_fail(&err, XF_ENOMEM, "no memory for the reveal");
-  if (rc == XF_OK && u->n_signatures != n)
-    rc = xf_fail(&err, XF_EFORMAT, "the unmask request names %zu signers and %zu signatures", n,
-                 u->n_signatures);
-  for (size_t i = 0; rc == XF_OK && i < n; i++) {
-    /* A signature of another length counts as a wrong one. */
-    if (u->signatures[i].len == XF_SECAGG_SIG_BYTES)
-      memcpy(sigs + i * XF_SECAGG_SIG_BYTES, u->signatures[i].data, XF_SECAGG_SIG_BYTES);
-    else
-      memset(sigs + i * XF_SECAGG_SIG_BYTES, 0, XF_SECAGG_SIG_BYTES);
-  }
-  if (rc == XF_OK)
-    rc = xf_secagg_guard_unmask(sa->guard, u->u3, u->n_u3, u->signers, sigs, n, out, cap, &len,
-                                &err);
-  xf_free(sigs);
-  if (rc != XF_OK) {
-    xf_free(out);
-    sa_refuse(d, sa, "unmask", &err);
+  uint8_t *out = NULL;
+  size_t len = 0, cap = 0;
+  if (xf_site_sa_unmask(d->sa, u, &out, &len, &cap, &err) != XF_OK) {
+    sa_refuse(d, u->job_id, u->round, u->attempt, "unmask", &err);
     return;
   }
   Xfed__SecAggReveal r = XFED__SEC_AGG_REVEAL__INIT;
-  r.job_id = sa->job_id;
-  r.round = sa->round;
-  r.attempt = sa->attempt;
+  r.job_id = u->job_id;
+  r.round = u->round;
+  r.attempt = u->attempt;
   r.reveal.data = out;
   r.reveal.len = len;
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
@@ -2022,220 +1809,7 @@ static void on_sa_unmask(daemon_t *d, const Xfed__SecAggUnmask *u) {
   sa_send(d, &env);
   XF_INFO("secagg_revealed", "job=%s round=%u attempt=%u survivors=%zu", u->job_id,
           (unsigned)u->round, (unsigned)u->attempt, u->n_u3);
-  sodium_memzero(out, cap);
-  xf_free(out);
-}
-
-/* What in a job this site cannot do, and the model's size (for the
- * privacy plan). */
-static xf_err job_supported(const xf_jobspec *spec, const xf_site_dataset *ds, size_t *n_params,
-                            xf_errctx *err) {
-  const xf_privacy_spec *pv = &spec->privacy;
-  XF_ENSURE(pv->mode != XF_PRIVACY_DISTRIBUTED || spec->secure_aggregation.enabled, err,
-            XF_EUNSUPPORTED,
-            "privacy: mode distributed adds only a share of the noise here and needs secure "
-            "aggregation to hide this site's update");
-  xf_model_spec ms;
-  XF_GUARD(xf_jobspec_model_spec(spec, ds->h, ds->w, ds->c, ds->classes, &ms, err));
-  xf_model *m = NULL;
-  xf_errctx inner;
-  xf_errctx_clear(&inner);
-  if (xf_model_create(&ms, &m, &inner) != XF_OK)
-    return xf_fail(err, XF_EUNSUPPORTED, "model: dataset '%s' (%ux%ux%u, %u classes) does not "
-                   "fit it: %s", ds->name, ds->h, ds->w, ds->c, ds->classes, inner.msg);
-  *n_params = xf_model_num_params(m);
-  xf_model_free(m);
-  return XF_OK;
-}
-
-/* The privacy check of an offer: the plan for this dataset, and whether
- * this round's release keeps the job within its target and the dataset
- * within its budget and the residency rule's max_epsilon (res may be NULL). Returns the refusal reason (UNSPECIFIED: go ahead) with
- * the numbers in why. */
-static Xfed__TaskRefusal__Reason privacy_check(daemon_t *d, const char *job, uint32_t round,
-                                               const xf_jobspec *spec,
-                                               const xf_site_dataset *ds,
-                                               const xf_site_residency *res, size_t n_params,
-                                               xf_privacy_plan *plan, xf_privacy_charge *charge,
-                                               char *why, size_t why_len) {
-  xf_errctx err;
-  xf_errctx_clear(&err);
-  if (xf_job_privacy_plan(spec, ds->train_records, n_params, plan, &err) != XF_OK) {
-    char msg[520];
-    snprintf(why, why_len, "dataset '%s': %s", ds->name, xf_errctx_format(&err, msg, sizeof(msg)));
-    return XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
-  }
-  if (plan->site_noise && spec->privacy.unit == XF_PRIVACY_UNIT_RECORD && ds->trainer &&
-      !ds->trainer_dp_declared) {
-    snprintf(why, why_len,
-             "dataset '%s': its external trainer declares no DP (--trainer-dp none) and this "
-             "job asks for record-level privacy; to take part, have the trainer do DP-SGD (e.g. "
-             "with Opacus), report it in result.json and register the dataset with --trainer-dp "
-             "declared (docs/trainers.md)",
-             ds->name);
-    return XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
-  }
-  if (!plan->site_noise) return XFED__TASK_REFUSAL__REASON__UNSPECIFIED;
-  *charge = (xf_privacy_charge){.sampling_rate = plan->sampling_rate,
-                             .noise_multiplier = plan->accounted_multiplier,
-                             .steps = plan->steps_per_round};
-  const xf_privacy_spec *pv = &spec->privacy;
-  double before = 0, after = 0;
-  if (xf_ledger_epsilon(xf_site_registry_db(d->reg), ds->name, job, NULL, pv->delta, &before, &err) != XF_OK ||
-      xf_ledger_epsilon(xf_site_registry_db(d->reg), ds->name, job, charge, pv->delta, &after, &err) != XF_OK) {
-    snprintf(why, why_len, "the privacy ledger cannot be read: %s", err.msg);
-    return XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
-  }
-  /* A hair of slack for the calibration's own rounding. */
-  if (pv->has_target_epsilon && after > pv->target_epsilon * (1 + 1e-9)) {
-    snprintf(why, why_len,
-             "dataset '%s': this job has spent epsilon %.4g (delta %g) here; round %u would "
-             "take it to %.4g, above its target_epsilon %.4g",
-             ds->name, before, pv->delta, (unsigned)round, after, pv->target_epsilon);
-    return XFED__TASK_REFUSAL__REASON__TARGET_REACHED;
-  }
-  /* The operator's budget (at its delta) and a residency rule's max_epsilon
-   * (at the job's delta) both cap the dataset's spend across jobs; the lower
-   * is checked first, so that a refusal names the cap that binds. */
-  xf_site_cap caps[2];
-  int n_caps = 0;
-  caps[0] = xf_site_budget_cap(ds, res, pv->delta);
-  if (caps[0].source != XF_SITE_CAP_NONE) n_caps++;
-  if (caps[0].source == XF_SITE_CAP_POLICY && ds->has_budget)
-    caps[n_caps++] = xf_site_budget_cap(ds, NULL, pv->delta);
-  else if (caps[0].source == XF_SITE_CAP_BUDGET && res && res->has_max_epsilon)
-    caps[n_caps++] = (xf_site_cap){XF_SITE_CAP_POLICY, res->max_epsilon, pv->delta};
-  for (int i = 0; i < n_caps; i++) {
-    const xf_site_cap *cap = &caps[i];
-    double spent = 0, total = 0;
-    if (xf_ledger_epsilon(xf_site_registry_db(d->reg), ds->name, NULL, NULL, cap->delta, &spent, &err) !=
-            XF_OK ||
-        xf_ledger_epsilon(xf_site_registry_db(d->reg), ds->name, NULL, charge, cap->delta, &total, &err) !=
-            XF_OK) {
-      snprintf(why, why_len, "the privacy ledger cannot be read: %s", err.msg);
-      return XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
-    }
-    if (total <= cap->epsilon) continue;
-    char whose[300];
-    if (cap->source == XF_SITE_CAP_POLICY && ds->has_budget)
-      snprintf(whose, sizeof(whose), "the cap %.4g that residency policy rule '%s' (coordinator "
-               "policy version %llu) sets, lower than this site's budget %.4g (delta %g)",
-               cap->epsilon, res->rule && *res->rule ? res->rule : "?",
-               (unsigned long long)res->policy_version, ds->budget_epsilon, ds->budget_delta);
-    else if (cap->source == XF_SITE_CAP_POLICY)
-      snprintf(whose, sizeof(whose), "the cap %.4g that residency policy rule '%s' (coordinator "
-               "policy version %llu) sets (the dataset has no budget of its own)",
-               cap->epsilon, res->rule && *res->rule ? res->rule : "?",
-               (unsigned long long)res->policy_version);
-    else
-      snprintf(whose, sizeof(whose), "its budget %.4g", cap->epsilon);
-    snprintf(why, why_len,
-             "dataset '%s' at site %s has spent epsilon %.4g (delta %g) across jobs; round %u of "
-             "this job (sampling rate %.4g, noise multiplier %.4g, %llu steps) would take it to "
-             "%.4g, above %s",
-             ds->name, d->cfg.site, spent, cap->delta, (unsigned)round, charge->sampling_rate,
-             charge->noise_multiplier, (unsigned long long)charge->steps, total, whose);
-    return XFED__TASK_REFUSAL__REASON__BUDGET_EXHAUSTED;
-  }
-  return XFED__TASK_REFUSAL__REASON__UNSPECIFIED;
-}
-
-/* The offer's residency plan as plain values (zeroes when r is NULL);
- * strings are borrowed from r. */
-static void residency_of(const Xfed__Residency *r, xf_site_residency *out) {
-  memset(out, 0, sizeof(*out));
-  if (!r) return;
-  *out = (xf_site_residency){.policy_version = r->policy_version,
-                             .coordinator_region = r->coordinator_region,
-                             .aggregator_region = r->aggregator_region,
-                             .path = r->path,
-                             .rule = r->rule,
-                             .min_cohort = r->min_cohort,
-                             .require_secagg = r->require_secagg,
-                             .has_max_epsilon = r->has_max_epsilon,
-                             .max_epsilon = r->max_epsilon,
-                             .epsilon = r->epsilon};
-}
-
-/* The site's own residency rules on an offer that carries a plan: checks it
- * against the local policy and writes the verdict to the site's audit trail.
- * False when the task must not go ahead; the refusal is sent. A verdict the
- * trail cannot record is not acted on: the task is refused. */
-static bool local_rules_allow(daemon_t *d, const Xfed__TaskOffer *o, const xf_jobspec *spec,
-                              const xf_site_dataset *ds, const xf_site_residency *res) {
-  xf_errctx err;
-  xf_errctx_clear(&err);
-  xf_site_task_ref ref = {.site = d->cfg.site, .region = d->cfg.region, .job = o->job_id,
-                          .round = o->round, .attempt = o->attempt};
-  double now = (double)wall_ms() / 1000.0;
-  xf_db *db = xf_site_registry_db(d->reg);
-  xf_site_residency_verdict v;
-  char q[600], qj[JOB_ID_MAX];
-  logq(qj, sizeof(qj), o->job_id);
-  if (xf_site_residency_check(db, &ref, res, spec, now, &v, &err) != XF_OK ||
-      xf_site_residency_audit(db, &ref, ds->name, res, &v, now, &err) != XF_OK) {
-    XF_ERROR("local_policy_failed", "job=%s round=%u reason=\"%s\"", qj,
-             (unsigned)o->round, logq(q, sizeof(q), err.msg));
-    send_refusal(d, o->job_id, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
-                 "the site cannot check or record its local residency rules: %s", err.msg);
-    return false;
-  }
-  XF_INFO("local_policy", "job=%s round=%u attempt=%u version=%llu allowed=%s rule=%s path=%s "
-          "why=\"%s\"", qj, (unsigned)o->round, (unsigned)o->attempt,
-          (unsigned long long)v.policy_version, v.allowed ? "true" : "false", v.rule, v.path,
-          logq(q, sizeof(q), v.why));
-  if (v.allowed) return true;
-  send_refusal(d, o->job_id, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__POLICY_DENIED,
-               "%s", v.details);
-  return false;
-}
-
-/* The offer's plan kept with its task (strings copied). */
-static void residency_keep(task_residency *k, const Xfed__Residency *r) {
-  memset(k, 0, sizeof(*k));
-  if (!r) return;
-  k->present = true;
-  snprintf(k->coordinator_region, sizeof(k->coordinator_region), "%s",
-           r->coordinator_region ? r->coordinator_region : "");
-  snprintf(k->aggregator_region, sizeof(k->aggregator_region), "%s",
-           r->aggregator_region ? r->aggregator_region : "");
-  snprintf(k->path, sizeof(k->path), "%s", r->path ? r->path : "");
-  snprintf(k->rule, sizeof(k->rule), "%s", r->rule ? r->rule : "");
-  residency_of(r, &k->res);
-  k->res.coordinator_region = k->coordinator_region;
-  k->res.aggregator_region = k->aggregator_region;
-  k->res.path = k->path;
-  k->res.rule = k->rule;
-}
-
-/* Whether the plan puts conditions on what leaves this region: the regional
- * path, or a rule's min_cohort, require_secagg or max_epsilon. */
-static bool plan_has_conditions(const xf_site_residency *res) {
-  return (res->path && strcmp(res->path, "regional") == 0) || res->min_cohort > 1 ||
-         res->require_secagg || res->has_max_epsilon;
-}
-
-/* The release check (policy/release.h) of the plan's conditions on what
- * this site's update becomes part of when it leaves the region: the job's
- * secure aggregation and privacy, summed from `contributors` sites. why
- * gets the check's sentence. */
-static bool release_allows(const daemon_t *d, const xf_site_residency *res,
-                           const xf_jobspec *spec, unsigned contributors, char *why,
-                           size_t why_len) {
-  const xf_privacy_spec *pv = &spec->privacy;
-  xf_release_rule rule = {.rule = res->rule,
-                          .from = d->cfg.region,
-                          .to = res->coordinator_region,
-                          .min_cohort = res->min_cohort,
-                          .require_secagg = res->require_secagg,
-                          .has_max_epsilon = res->has_max_epsilon,
-                          .max_epsilon = res->max_epsilon};
-  xf_release_artifact a = {.contributors = contributors,
-                           .secagg = spec->secure_aggregation.enabled,
-                           .privacy = pv->mode != XF_PRIVACY_NONE,
-                           .has_epsilon = pv->has_target_epsilon,
-                           .epsilon = pv->target_epsilon};
-  return xf_release_allows(&rule, &a, why, why_len);
+  xf_site_sa_reveal_free(out, cap);
 }
 
 /* The refusal's details when every place is taken: the tasks held. */
@@ -2245,45 +1819,279 @@ static void busy_details(const daemon_t *d, char *why, size_t why_len) {
     const task *t = d->tasks[i];
     used += (size_t)snprintf(why + used, why_len - used, "%s job %s round %u attempt %u (%s)",
                              i ? "," : "", t->job_id, (unsigned)t->round, (unsigned)t->attempt,
-                             phase_name(t->phase));
+                             xf_sitem_phase_name(t->phase));
   }
   if (used < why_len)
     snprintf(why + used, why_len - used, "; offer it again once one of them is done");
 }
 
-/* Checks the update's plan for what the task knows so far (the secure-
- * aggregation setup may come with TaskGo). */
-static xf_err task_plan_check(const daemon_t *d, const task *t, xf_errctx *err) {
-  if (t->evaluate_only || (t->secagg && !t->uo.secagg)) return XF_OK;
-  xf_update_plan up;
-  return xf_update_plan_site(&t->spec, &t->plan, t->n_params, &t->uo,
-                             (unsigned)xf_backend_threads(d->backend), &up, err);
+/* ---- offers --------------------------------------------------------------------------------------- */
+
+static xf_err env_dataset(void *user, const char *name, xf_site_dataset *out, xf_errctx *err) {
+  daemon_t *d = user;
+  return xf_site_registry_get(d->reg, name, out, err);
 }
 
-/* Takes a secure-aggregation setup for t (from its offer or its Go): checked
- * against the job, then t's round begun and our keys advertised once the
- * replies before them are out. */
-static xf_err task_secagg_begin(daemon_t *d, task *t, const Xfed__SecAggSetup *su,
-                                xf_errctx *err) {
-  XF_GUARD(sa_setup_of(d, su, t->n_params, &t->uo.sa, err));
-  t->uo.secagg = true;
-  XF_GUARD(task_plan_check(d, t, err));
-  return sa_begin(d, t, (const char *const *)su->cohort, err);
+static xf_err env_ledger_epsilon(void *user, const char *dataset, const char *job,
+                                 const xf_privacy_charge *charge, double delta, double *out,
+                                 xf_errctx *err) {
+  daemon_t *d = user;
+  return xf_ledger_epsilon(xf_site_registry_db(d->reg), dataset, job, charge, delta, out, err);
+}
+
+/* The site's own residency rules, checked and recorded in its audit trail
+ * at this moment. */
+static xf_err env_local_rules(void *user, const xf_site_task_ref *ref, const xf_site_residency *res,
+                              const xf_jobspec *spec, const xf_site_dataset *ds,
+                              xf_site_residency_verdict *v, xf_errctx *err) {
+  daemon_t *d = user;
+  double now = (double)wall_ms() / 1000.0;
+  xf_db *db = xf_site_registry_db(d->reg);
+  XF_GUARD(xf_site_residency_check(db, ref, res, spec, now, v, err));
+  return xf_site_residency_audit(db, ref, ds->name, res, v, now, err);
+}
+
+static void offer_env_init(daemon_t *d) {
+  d->offer_env = (xf_site_offer_env){.site = d->cfg.site,
+                                     .region = d->cfg.region,
+                                     .threads = (unsigned)xf_backend_threads(d->backend),
+                                     .user = d,
+                                     .dataset = env_dataset,
+                                     .ledger_epsilon = env_ledger_epsilon,
+                                     .local_rules = env_local_rules};
+}
+
+/* The log line of the local rules' verdict on an offer. */
+static void log_local_rules(const Xfed__TaskOffer *o, const xf_site_offer_verdict *v) {
+  char q[600], qj[JOB_ID_MAX];
+  logq(qj, sizeof(qj), o->job_id);
+  if (v->step == XF_SITE_OFFER_LOCAL_ERROR) {
+    XF_ERROR("local_policy_failed", "job=%s round=%u reason=\"%s\"", qj, (unsigned)o->round,
+             logq(q, sizeof(q), v->local_err.msg));
+    return;
+  }
+  const xf_site_residency_verdict *l = &v->local;
+  XF_INFO("local_policy", "job=%s round=%u attempt=%u version=%llu allowed=%s rule=%s path=%s "
+          "why=\"%s\"", qj, (unsigned)o->round, (unsigned)o->attempt,
+          (unsigned long long)l->policy_version, l->allowed ? "true" : "false", l->rule, l->path,
+          logq(q, sizeof(q), l->why));
+}
+
+/* An offer of a task the site holds, with the same model: offered again
+ * after a reconnect, taken up where it was (r: what changes). */
+static void offer_resumed(daemon_t *d, task *t, const Xfed__TaskOffer *o,
+                          const xf_sitem_reoffer *r) {
+  if (r->reseal) {
+    seal_key_changed(d, t, o->seal_key.data);
+    if (!task_live(d, t)) return;
+  }
+  t->offered_now = true;
+  t->deadline_ms = o->deadline_unix_ms;
+  if (r->model_stream) t->model_stream_id = o->model_stream_id;
+  if (r->update_stream) update_stream_changed(d, t, o->update_stream_id);
+  if (r->unhold) {
+    t->hold = false;
+    task_step(d, t, XF_SITEM_UNHOLD);
+  }
+  if (r->kind == XF_SITEM_SESSION_LOST) {
+    send_refusal(d, t->job_id, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
+                 "the task's update is bound to a secure-aggregation session the "
+                 "coordinator no longer holds; the round goes on without this site");
+    xf_site_sa_forget(d->sa, t->job_id, t->round, t->attempt);
+    task_drop(d, t, "its secure-aggregation session was lost with the coordinator");
+    return;
+  }
+  if (r->rehold) {
+    t->hold = true;
+    t->go = false;
+  }
+  char qj[JOB_ID_MAX];
+  XF_INFO("task_resumed", "job=%s round=%u attempt=%u phase=%s", logq(qj, sizeof(qj), t->job_id),
+          (unsigned)o->round, (unsigned)o->attempt, xf_sitem_phase_name(t->phase));
+  send_accept(d, t);
+}
+
+/* The site machine's view of an offer of t (site/sitemachine.h). */
+static void reoffer_of(const task *t, const Xfed__TaskOffer *o, xf_sitem_reoffer *r) {
+  xf_sitem_held held = {
+      .phase = t->phase,
+      .same_model = memcmp(t->model_digest.bytes, o->model_digest.data, XF_DIGEST_BYTES) == 0 &&
+                    t->evaluate_only == o->evaluate_only,
+      .hold = t->hold,
+      .go = t->go,
+      .evaluate_only = t->evaluate_only,
+      .secagg = t->secagg,
+      .sealed = t->uo.sealed,
+      .seal_pk = t->uo.seal_pk,
+      .update_stream_id = t->update_stream_id};
+  xf_sitem_again again = {
+      .hold = o->hold,
+      .seal_key = o->seal_key.len == XF_SEAL_PUBLICKEYBYTES ? o->seal_key.data : NULL,
+      .model_stream_id = o->model_stream_id,
+      .update_stream_id = o->update_stream_id};
+  xf_sitem_reoffer_decide(&held, &again, r);
+}
+
+/* Makes room for an offer of job: the job's earlier task (another model,
+ * round or attempt) and other jobs' tasks held from an earlier session
+ * past their deadline (their rounds have closed, and they must not keep a
+ * place for good) are dropped. False when the offer is answered already
+ * (resumed, or refused because the worker trains the job's other model). */
+static bool offer_makes_room(daemon_t *d, const Xfed__TaskOffer *o, uint64_t now) {
+  const char *job = o->job_id;
+  task *t = task_find(d, job, o->round, o->attempt);
+  if (t) {
+    xf_sitem_reoffer r;
+    reoffer_of(t, o, &r);
+    if (r.kind == XF_SITEM_RESUME || r.kind == XF_SITEM_SESSION_LOST) {
+      offer_resumed(d, t, o, &r);
+      return false;
+    }
+    if (r.kind == XF_SITEM_BUSY) {
+      send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__BUSY,
+                   "this site is training job %s round %u attempt %u from another model",
+                   t->job_id, (unsigned)t->round, (unsigned)t->attempt);
+      return false;
+    }
+    task_drop(d, t, "offered again with another model");
+  } else if ((t = task_of_job(d, job)) != NULL) {
+    task_drop(d, t, "superseded by another round or attempt of its job");
+  }
+  for (int i = d->n_tasks - 1; i >= 0; i--) {
+    task *u = d->tasks[i];
+    if (xf_sitem_stale(u->offered_now, u == d->worker_task, u->deadline_ms, now))
+      task_drop(d, u, "its deadline passed without the coordinator offering it again");
+  }
+  return true;
+}
+
+/* A new task of an offer the checks took (v's dataset moves into it), in
+ * XF_SITEM_MODEL; NULL when out of memory (v's dataset is then freed). */
+static task *task_new(daemon_t *d, const Xfed__TaskOffer *o, xf_site_offer_verdict *v) {
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  task *t = xf_calloc(1, sizeof(*t));
+  if (t && xf_tensor_receiver_new(XF_SITE_MODEL_MAX, model_sink, t, &t->model_rx, &err) != XF_OK) {
+    xf_free(t);
+    t = NULL;
+  }
+  if (!t) {
+    xf_site_dataset_free(&v->dataset);
+    return NULL;
+  }
+  snprintf(t->job_id, sizeof(t->job_id), "%s", o->job_id);
+  t->round = o->round;
+  t->attempt = o->attempt;
+  t->model_round = o->model_round;
+  t->deadline_ms = o->deadline_unix_ms;
+  t->evaluate_only = o->evaluate_only;
+  t->hold = o->hold;
+  memcpy(t->model_digest.bytes, o->model_digest.data, XF_DIGEST_BYTES);
+  t->model_stream_id = o->model_stream_id;
+  t->spec = v->spec;
+  t->dataset = v->dataset;
+  memset(&v->dataset, 0, sizeof(v->dataset));
+  t->n_params = v->n_params;
+  t->plan = v->plan;
+  t->charge = v->charge;
+  xf_site_plan_keep(&t->residency, o->residency);
+  const char *to = o->residency ? o->residency->aggregator_region : NULL;
+  if (to && *to && strcmp(to, d->cfg.region) != 0) {
+    t->crossing = true;
+    snprintf(t->crossing_to, sizeof(t->crossing_to), "%s", to);
+  }
+  t->shuffle_seed = v->shuffle_seed;
+  t->update_stream_id = o->update_stream_id ? o->update_stream_id
+                                            : xf_site_update_stream_id(o->round, o->attempt);
+  t->phase = XF_SITEM_MODEL;
+  t->offered_now = true;
+  atomic_init(&t->abandoned, false);
+  t->secagg = v->secagg;
+  t->uo = v->uo;
+  return t;
+}
+
+/* The top-k or shared-subset residual the task starts from. NULL when it
+ * is read (or there is none), else what failed, with err. */
+static const char *task_residual_load(daemon_t *d, task *t, xf_errctx *err) {
+  if (t->evaluate_only || t->spec.compression.uplink.topk_fraction <= 0) return NULL;
+  bool found = false;
+  t->residual = xf_mallocarray(t->n_params, sizeof(float));
+  if (!t->residual) {
+    xf_fail(err, XF_ENOMEM, "out of memory");
+    return "cannot read the compression residual";
+  }
+  if (xf_site_residual_load(d->reg, t->job_id, t->dataset.name, t->round, t->residual,
+                            t->n_params, &found, err) != XF_OK)
+    return "cannot read the compression residual";
+  /* Error feedback, discounted: the next local training starts from a
+   * global model that lacks what this site left out, so it re-derives
+   * part of it; carrying the whole residual over would count that part
+   * twice (docs/compression.md). */
+  for (size_t i = 0; i < t->n_params; i++) t->residual[i] *= XF_SITE_RESIDUAL_DISCOUNT;
+  return NULL;
+}
+
+/* An offer of a task the site does not hold: decided by the checks
+ * (site/offer.h), then taken: its round of secure aggregation begun and
+ * its residual read. */
+static void offer_take(daemon_t *d, const Xfed__TaskOffer *o, uint64_t now) {
+  const char *job = o->job_id;
+  char busy[1024];
+  bool full = d->n_tasks >= XF_SITE_TASKS_MAX;
+  if (full) busy_details(d, busy, sizeof(busy));
+  xf_site_offer_room room = {.now_ms = now, .busy = full ? busy : NULL};
+  xf_site_offer_verdict v;
+  xf_site_offer_check(&d->offer_env, o, &room, &v);
+  if (v.local_ran) log_local_rules(o, &v);
+  if (v.step != XF_SITE_OFFER_TAKEN) {
+    ignore_stream(d, o->model_stream_id, job, o->round);
+    send_refusal(d, job, o->round, o->attempt, v.reason, "%s", v.why);
+    if (v.step == XF_SITE_OFFER_SETUP && v.uo.secagg) xf_site_sa_forget(d->sa, job, o->round, o->attempt);
+    return;
+  }
+  task *t = task_new(d, o, &v);
+  if (!t) {
+    send_error(d, XF_ENOMEM, "the site cannot take job %s round %u: out of memory", job,
+               (unsigned)o->round);
+    return;
+  }
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  const char *fail = NULL;
+  if (t->uo.secagg && sa_begin(d, t, (const char *const *)o->secagg->cohort, &err) != XF_OK)
+    fail = "secure aggregation";
+  if (!fail) fail = task_residual_load(d, t, &err);
+  if (fail) {
+    char msg[600];
+    snprintf(msg, sizeof(msg), "%s", err.msg);
+    ignore_stream(d, o->model_stream_id, job, o->round);
+    send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "%s: %s",
+                 fail, msg);
+    if (t->uo.secagg) xf_site_sa_forget(d->sa, job, o->round, o->attempt);
+    task_free(t);
+    return;
+  }
+  d->tasks[d->n_tasks++] = t;
+  char qj[JOB_ID_MAX];
+  XF_INFO("task_accepted", "job=%s round=%u attempt=%u dataset=%s hold=%s queued=%d",
+          logq(qj, sizeof(qj), job), (unsigned)t->round, (unsigned)t->attempt, t->dataset.name,
+          t->hold ? "true" : "false", d->n_tasks);
+  send_accept(d, t);
+  if (t->uo.secagg) {
+    (void)flush_replies(d); /* the acceptance first, then our keys */
+    sa_advertise(d, t);
+  }
 }
 
 static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
-  const char *job = o->job_id ? o->job_id : "";
-  if (!*job || strlen(job) >= JOB_ID_MAX) {
-    send_error(d, XF_EFORMAT, "TaskOffer with %s job_id", *job ? "an overlong" : "no");
-    return;
-  }
-  if (o->model_digest.len != XF_DIGEST_BYTES) {
-    send_error(d, XF_EFORMAT, "TaskOffer for job %s round %u: model_digest has %zu bytes, not %d",
-               job, (unsigned)o->round, o->model_digest.len, XF_DIGEST_BYTES);
+  char msg[600];
+  if (xf_site_offer_malformed(o, msg, sizeof(msg))) {
+    send_error(d, XF_EFORMAT, "%s", msg);
     return;
   }
   char qj[JOB_ID_MAX];
-  logq(qj, sizeof(qj), job);
+  logq(qj, sizeof(qj), o->job_id);
   uint64_t now = wall_ms();
   /* answer_by_unix_ms is the aggregator's own deadline for the answer; a
    * site answers at once, so it is only logged. */
@@ -2293,221 +2101,7 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
           o->hold ? "true" : "false",
           o->deadline_unix_ms ? ((double)o->deadline_unix_ms - (double)now) / 1000.0 : -1.0,
           o->answer_by_unix_ms ? ((double)o->answer_by_unix_ms - (double)now) / 1000.0 : -1.0);
-
-  task *t = task_find(d, job, o->round, o->attempt);
-  if (t) {
-    if (memcmp(t->model_digest.bytes, o->model_digest.data, XF_DIGEST_BYTES) == 0 &&
-        t->evaluate_only == o->evaluate_only) {
-      /* Offered again after a reconnect: take it up where it was. */
-      if (t->uo.sealed && o->seal_key.len == XF_SEAL_PUBLICKEYBYTES &&
-          memcmp(t->uo.seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES) != 0) {
-        seal_key_changed(d, t, o->seal_key.data);
-        if (!task_live(d, t)) return;
-      }
-      t->offered_now = true;
-      t->deadline_ms = o->deadline_unix_ms;
-      if (o->model_stream_id && t->phase == PHASE_MODEL) t->model_stream_id = o->model_stream_id;
-      /* A restarted aggregator may name another stream for the update. */
-      if (o->update_stream_id && o->update_stream_id != t->update_stream_id)
-        update_stream_changed(d, t, o->update_stream_id);
-      /* A coordinator that no longer holds the task lets it train. */
-      if (!o->hold && t->hold && !t->go) {
-        t->hold = false;
-        if (t->phase == PHASE_HELD) task_ready(d, t);
-      }
-      /* One that holds it again (it restarted and confirms its cohort
-       * anew) gets what was made before once it says go. A masked update
-       * cannot wait: its masks belong to the session the restart lost. */
-      if (o->hold && t->go && !t->evaluate_only) {
-        if (t->secagg) {
-          send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
-                       "the task's update is bound to a secure-aggregation session the "
-                       "coordinator no longer holds; the round goes on without this site");
-          sa_forget(d, t->job_id, t->round, t->attempt);
-          task_drop(d, t, "its secure-aggregation session was lost with the coordinator");
-          return;
-        }
-        t->hold = true;
-        t->go = false;
-      }
-      XF_INFO("task_resumed", "job=%s round=%u attempt=%u phase=%s", qj, (unsigned)o->round,
-              (unsigned)o->attempt, phase_name(t->phase));
-      send_accept(d, t);
-      return;
-    }
-    if (t->phase == PHASE_WORKING) {
-      send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__BUSY,
-                   "this site is training job %s round %u attempt %u from another model",
-                   t->job_id, (unsigned)t->round, (unsigned)t->attempt);
-      return;
-    }
-    task_drop(d, t, "offered again with another model");
-  } else if ((t = task_of_job(d, job)) != NULL) {
-    task_drop(d, t, "superseded by another round or attempt of its job");
-  }
-  /* Other jobs' tasks held from an earlier session, past their deadline:
-   * their rounds have closed, and they must not keep a place for good. */
-  for (int i = d->n_tasks - 1; i >= 0; i--) {
-    task *u = d->tasks[i];
-    if (u != d->worker_task && !u->offered_now && (u->deadline_ms == 0 || u->deadline_ms <= now))
-      task_drop(d, u, "its deadline passed without the coordinator offering it again");
-  }
-
-  xf_errctx err;
-  xf_errctx_clear(&err);
-  xf_jobspec spec;
-  if (xf_jobspec_parse_string(o->params_json, o->params_json ? strlen(o->params_json) : 0,
-                              "params_json", &spec, &err) != XF_OK) {
-    char msg[600];
-    ignore_stream(d, o->model_stream_id, job, o->round);
-    send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
-                 "the job spec does not parse here: %s",
-                 xf_errctx_format(&err, msg, sizeof(msg)));
-    return;
-  }
-  xf_site_dataset ds;
-  memset(&ds, 0, sizeof(ds));
-  if (find_dataset(d, &spec, &ds, &err) != XF_OK) {
-    ignore_stream(d, o->model_stream_id, job, o->round);
-    send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__NO_DATASET, "%s",
-                 err.msg);
-    return;
-  }
-  xf_site_residency res;
-  residency_of(o->residency, &res);
-  char why[1024];
-  /* The plan's conditions on what leaves the region, against the job: the
-   * cohort is the plan's own min_cohort here (TaskGo checks the real one). */
-  if (o->residency && !o->evaluate_only && plan_has_conditions(&res) &&
-      !release_allows(d, &res, &spec, res.min_cohort > 1 ? res.min_cohort : 1, why,
-                      sizeof(why))) {
-    xf_site_dataset_free(&ds);
-    ignore_stream(d, o->model_stream_id, job, o->round);
-    send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__POLICY_DENIED, "%s",
-                 why);
-    return;
-  }
-  if (!local_rules_allow(d, o, &spec, &ds, &res)) {
-    xf_site_dataset_free(&ds);
-    ignore_stream(d, o->model_stream_id, job, o->round);
-    return;
-  }
-  Xfed__TaskRefusal__Reason reason = XFED__TASK_REFUSAL__REASON__UNSPECIFIED;
-  size_t n_params = 0;
-  xf_privacy_plan plan = {0};
-  xf_privacy_charge charge = {0};
-  if (job_supported(&spec, &ds, &n_params, &err) != XF_OK) {
-    reason = XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
-    snprintf(why, sizeof(why), "%s", err.msg);
-  } else if (!o->evaluate_only &&
-             (reason = privacy_check(d, job, o->round, &spec, &ds, o->residency ? &res : NULL,
-                                     n_params, &plan, &charge, why, sizeof(why))) !=
-                 XFED__TASK_REFUSAL__REASON__UNSPECIFIED) {
-    /* why says it */
-  } else if (d->n_tasks >= XF_SITE_TASKS_MAX) {
-    reason = XFED__TASK_REFUSAL__REASON__BUSY;
-    busy_details(d, why, sizeof(why));
-  } else if (o->deadline_unix_ms && o->deadline_unix_ms <= now) {
-    reason = XFED__TASK_REFUSAL__REASON__DEADLINE_TOO_SHORT;
-    snprintf(why, sizeof(why), "the deadline passed %.1f s ago by this site's clock",
-             (double)(now - o->deadline_unix_ms) / 1000.0);
-  }
-  if (reason != XFED__TASK_REFUSAL__REASON__UNSPECIFIED) {
-    xf_site_dataset_free(&ds);
-    ignore_stream(d, o->model_stream_id, job, o->round);
-    send_refusal(d, job, o->round, o->attempt, reason, "%s", why);
-    return;
-  }
-
-  t = xf_calloc(1, sizeof(*t));
-  if (t && xf_tensor_receiver_new(XF_SITE_MODEL_MAX, model_sink, t, &t->model_rx, &err) != XF_OK) {
-    xf_free(t);
-    t = NULL;
-  }
-  if (!t) {
-    xf_site_dataset_free(&ds);
-    send_error(d, XF_ENOMEM, "the site cannot take job %s round %u: out of memory", job,
-               (unsigned)o->round);
-    return;
-  }
-  snprintf(t->job_id, sizeof(t->job_id), "%s", job);
-  t->round = o->round;
-  t->attempt = o->attempt;
-  t->model_round = o->model_round;
-  t->deadline_ms = o->deadline_unix_ms;
-  t->evaluate_only = o->evaluate_only;
-  t->hold = o->hold;
-  memcpy(t->model_digest.bytes, o->model_digest.data, XF_DIGEST_BYTES);
-  t->model_stream_id = o->model_stream_id;
-  t->spec = spec;
-  t->dataset = ds;
-  t->n_params = n_params;
-  t->plan = plan;
-  t->charge = charge;
-  residency_keep(&t->residency, o->residency);
-  if (o->residency && res.aggregator_region && *res.aggregator_region &&
-      strcmp(res.aggregator_region, d->cfg.region) != 0) {
-    t->crossing = true;
-    snprintf(t->crossing_to, sizeof(t->crossing_to), "%s", res.aggregator_region);
-  }
-  t->shuffle_seed = xf_site_shuffle_seed(spec.seed, o->round, d->cfg.site);
-  t->update_stream_id = o->update_stream_id ? o->update_stream_id
-                                            : xf_site_update_stream_id(o->round, o->attempt);
-  t->phase = PHASE_MODEL;
-  t->offered_now = true;
-  atomic_init(&t->abandoned, false);
-  /* The update's setup: the uplink codec's rounding repeats with the job's
-   * seed; sealed to the aggregator's key unless it goes masked. */
-  t->secagg = !o->evaluate_only && spec.secure_aggregation.enabled;
-  t->uo.rounding_seed = t->shuffle_seed ^ XF__CODEC_SEED;
-  t->uo.sealed = !t->secagg && o->seal_key.len == XF_SEAL_PUBLICKEYBYTES;
-  if (t->uo.sealed) memcpy(t->uo.seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES);
-
-  const char *fail = NULL;
-  if (t->secagg && o->secagg) {
-    if (task_secagg_begin(d, t, o->secagg, &err) != XF_OK) fail = "secure aggregation";
-  } else if (t->secagg && !o->hold) {
-    xf_fail(&err, XF_EINVAL, "the job asks for secure aggregation but the offer has no setup");
-    fail = "secure aggregation";
-  } else if (task_plan_check(d, t, &err) != XF_OK) {
-    fail = "the update";
-  }
-  if (!fail && !o->evaluate_only && spec.compression.uplink.topk_fraction > 0) {
-    bool found = false;
-    t->residual = xf_mallocarray(n_params, sizeof(float));
-    if (!t->residual) {
-      xf_fail(&err, XF_ENOMEM, "out of memory");
-      fail = "cannot read the compression residual";
-    } else if (xf_site_residual_load(d->reg, job, ds.name, o->round, t->residual, n_params,
-                                     &found, &err) != XF_OK) {
-      fail = "cannot read the compression residual";
-    } else {
-      /* Error feedback, discounted: the next local training starts from a
-       * global model that lacks what this site left out, so it re-derives
-       * part of it; carrying the whole residual over would count that part
-       * twice (docs/compression.md). */
-      for (size_t i = 0; i < n_params; i++) t->residual[i] *= XF_SITE_RESIDUAL_DISCOUNT;
-    }
-  }
-  if (fail) {
-    char msg[600];
-    snprintf(msg, sizeof(msg), "%s", err.msg);
-    ignore_stream(d, o->model_stream_id, job, o->round);
-    send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "%s: %s",
-                 fail, msg);
-    if (t->uo.secagg) sa_forget(d, job, o->round, o->attempt);
-    task_free(t);
-    return;
-  }
-  d->tasks[d->n_tasks++] = t;
-  XF_INFO("task_accepted", "job=%s round=%u attempt=%u dataset=%s hold=%s queued=%d", qj,
-          (unsigned)t->round, (unsigned)t->attempt, t->dataset.name, t->hold ? "true" : "false",
-          d->n_tasks);
-  send_accept(d, t);
-  if (t->uo.secagg) {
-    (void)flush_replies(d); /* the acceptance first, then our keys */
-    sa_advertise(d, sa_find(d, job, t->round, t->attempt));
-  }
+  if (offer_makes_room(d, o, now)) offer_take(d, o, now);
 }
 
 /* The aggregator confirms a held task: enough sites accepted. With secure
@@ -2526,52 +2120,41 @@ static void on_go(daemon_t *d, const Xfed__TaskGo *g) {
   }
   if (t->go || !t->hold) {
     XF_INFO("task_go_repeated", "job=%s round=%u attempt=%u phase=%s", qj, (unsigned)g->round,
-            (unsigned)g->attempt, phase_name(t->phase));
+            (unsigned)g->attempt, xf_sitem_phase_name(t->phase));
     return;
   }
-  char why[1024];
+  xf_site_go_task held = {.spec = &t->spec, .plan_kept = &t->residency, .privacy = &t->plan,
+                          .n_params = t->n_params, .evaluate_only = t->evaluate_only,
+                          .secagg = t->secagg};
+  xf_site_go_verdict v;
+  xf_site_go_check(&d->offer_env, &held, g, &t->uo, &v);
   xf_errctx err;
   xf_errctx_clear(&err);
-  /* The cohort is known now: a smaller one than the plan allows would let
-   * too few sites' updates leave the region together. */
-  if (g->secagg && !t->evaluate_only && t->residency.present &&
-      plan_has_conditions(&t->residency.res) &&
-      !release_allows(d, &t->residency.res, &t->spec, g->secagg->n, why, sizeof(why))) {
-    send_refusal(d, t->job_id, t->round, t->attempt, XFED__TASK_REFUSAL__REASON__POLICY_DENIED,
-                 "%s", why);
-    task_drop(d, t, "the aggregator's cohort is smaller than the plan allows");
-    return;
-  }
-  const char *fail = NULL;
-  if (!t->evaluate_only && g->secagg && !t->secagg) {
-    xf_fail(&err, XF_EINVAL, "the go sets up secure aggregation, but the job's "
-            "secure_aggregation is not enabled");
-    fail = "secure aggregation";
-  } else if (t->secagg && g->secagg) {
-    if (task_secagg_begin(d, t, g->secagg, &err) != XF_OK) fail = "secure aggregation";
-  } else if (t->secagg && !t->uo.secagg) {
-    xf_fail(&err, XF_EINVAL, "the job asks for secure aggregation but neither the offer nor the "
-            "go has a setup");
-    fail = "secure aggregation";
-  }
-  if (fail) {
+  if (v.begin && sa_begin(d, t, (const char *const *)g->secagg->cohort, &err) != XF_OK) {
     char msg[600];
     snprintf(msg, sizeof(msg), "%s", err.msg);
-    send_refusal(d, t->job_id, t->round, t->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
-                 "%s: %s", fail, msg);
-    sa_forget(d, t->job_id, t->round, t->attempt);
+    v.step = XF_SITE_GO_SETUP;
+    v.reason = XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
+    snprintf(v.why, sizeof(v.why), "secure aggregation: %s", msg);
+  }
+  if (v.step != XF_SITE_GO_FOLLOWED) {
+    send_refusal(d, t->job_id, t->round, t->attempt, v.reason, "%s", v.why);
+    if (v.step == XF_SITE_GO_RELEASE) {
+      task_drop(d, t, "the aggregator's cohort is smaller than the plan allows");
+      return;
+    }
+    xf_site_sa_forget(d->sa, t->job_id, t->round, t->attempt);
     task_drop(d, t, "its go cannot be followed");
     return;
   }
   t->go = true;
   XF_INFO("task_go", "job=%s round=%u attempt=%u phase=%s secagg=%s", qj, (unsigned)t->round,
-          (unsigned)t->attempt, phase_name(t->phase), g->secagg ? "true" : "false");
+          (unsigned)t->attempt, xf_sitem_phase_name(t->phase), g->secagg ? "true" : "false");
   if (g->secagg && t->secagg) {
     (void)flush_replies(d);
-    sa_advertise(d, sa_find(d, t->job_id, t->round, t->attempt));
+    sa_advertise(d, t);
   }
-  if (t->phase == PHASE_HELD) task_ready(d, t);
-  else if (t->phase == PHASE_REPORTING) pump(d); /* made before the hold: it goes now */
+  task_step(d, t, XF_SITEM_GO);
 }
 
 static void on_cancel(daemon_t *d, const Xfed__TaskCancel *c) {
@@ -2585,9 +2168,9 @@ static void on_cancel(daemon_t *d, const Xfed__TaskCancel *c) {
     return;
   }
   XF_INFO("task_cancelled", "job=%s round=%u attempt=%u phase=%s reason=\"%s\"", qj,
-          (unsigned)c->round, (unsigned)c->attempt, phase_name(t->phase),
+          (unsigned)c->round, (unsigned)c->attempt, xf_sitem_phase_name(t->phase),
           logq(q, sizeof(q), c->reason));
-  sa_forget(d, job, c->round, c->attempt);
+  xf_site_sa_forget(d->sa, job, c->round, c->attempt);
   task_drop(d, t, "cancelled by the coordinator");
   maybe_start_worker(d);
 }
@@ -3005,6 +2588,8 @@ static xf_err daemon_start(daemon_t *d, const xf_site_daemon_opts *opts, xf_errc
   snprintf(path, sizeof(path), "%s/site.db", d->dir);
   XF_GUARD(xf_site_registry_open(path, &d->reg, err));
   XF_GUARD(open_backend(d, err));
+  XF_GUARD(xf_site_sa_new(SA_SLOTS, &d->sa, err));
+  offer_env_init(d);
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   xf_rng_seed(&d->jitter, (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20),
@@ -3041,13 +2626,13 @@ static void on_metrics(void *ctx, const xf_http_request *req, xf_http_response *
   xf_prom_family(&p, "xfed_sessions_opened_total", "counter",
                  "Sessions opened with the coordinator since the start (reconnects count).");
   xf_prom_sample(&p, "xfed_sessions_opened_total", NULL, (double)d->sessions_opened);
-  size_t by_phase[PHASE_REPORTING + 1] = {0};
+  size_t by_phase[XF_SITEM_REPORTING + 1] = {0};
   for (int i = 0; i < d->n_tasks; i++) by_phase[d->tasks[i]->phase]++;
   xf_prom_family(&p, "xfed_tasks", "gauge",
                  "Tasks the site holds, by phase (reporting: results waiting to be sent, the "
                  "upload queue).");
-  for (int ph = 0; ph <= PHASE_REPORTING; ph++) {
-    const char *l[] = {"phase", phase_name((task_phase)ph), NULL};
+  for (int ph = 0; ph <= XF_SITEM_REPORTING; ph++) {
+    const char *l[] = {"phase", xf_sitem_phase_name((xf_sitem_phase)ph), NULL};
     xf_prom_sample(&p, "xfed_tasks", l, (double)by_phase[ph]);
   }
   /* Privacy each job spent on each dataset, from the ledger (sites that
@@ -3217,7 +2802,7 @@ out:
   d->n_tasks = 0;
   cache_free(&d->cache);
   xf_backend_close(d->backend);
-  for (int i = 0; i < SA_SLOTS; i++) sa_free(&d->sa[i]);
+  xf_site_sa_free(d->sa);
   sa_identity_free(d);
   xf_site_registry_close(d->reg);
   xf_tls_free(d->tls);

@@ -53,13 +53,6 @@ typedef struct xf_site_daemon_opts {
  * sessions, failed tasks) is logged and retried, never returned. */
 xf_err xf_site_daemon_run(const xf_site_daemon_opts *opts, xf_errctx *err) XF_WARN_UNUSED;
 
-/* The shuffle seed of a site's local training in one round: the first 8
- * bytes, little-endian, of BLAKE2b-256(job_seed as 8 bytes LE || round as 4
- * bytes LE || site name). */
-uint64_t xf_site_shuffle_seed(uint64_t job_seed, uint32_t round, const char *site);
-
-/* The stream id of a site's update when the offer names none
- * (TaskOffer.update_stream_id 0): round << 16 | attempt << 1 | 1. */
-uint64_t xf_site_update_stream_id(uint32_t round, uint32_t attempt);
+/* The shuffle seed and the default update stream id are site/offer.h's. */
 
 #endif
