@@ -76,6 +76,12 @@ static xf_err xf__read_pem(const char *path, bool secret, char **out, size_t *ca
     return xf_fail(err, XF_EIO, "cannot open it (%s); give a readable PEM file", strerror(errno));
   }
   size_t n = XF__HTTP_PEM_MAX + 1;
+  /* sodium_malloc aborts before sodium_init (idempotent, thread-safe): the
+   * server must not rely on another module having started libsodium. */
+  if (secret && sodium_init() < 0) {
+    fclose(f);
+    return xf_fail(err, XF_EINTERNAL, "libsodium cannot start");
+  }
   char *buf = secret ? sodium_malloc(n) : xf_malloc(n);
   if (!buf) {
     fclose(f);
