@@ -89,6 +89,7 @@ static const char *end_name(xf_conn_end end) {
  * update. Measured on the quickstart job with topk:0.01+q8 (final accuracy
  * for 0, 0.3, 0.5, 0.7 and 1: 0.8387, 0.8425, 0.8478, 0.8482, 0.8393). */
 #define XF_SITE_RESIDUAL_DISCOUNT 0.7f
+
 static void schedule_redial(daemon_t *d);
 static void on_redial_timer(uv_timer_t *timer);
 static void dial_next(daemon_t *d);
