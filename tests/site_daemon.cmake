@@ -8,3 +8,11 @@ xf_add_test(test_site_daemon SOURCES test_site_daemon.c
             LIBS xf_conn xf_pki xf_kernels xf_data xf_job xf_secagg xf_secagg_x509 PkgConfig::JANSSON
             LABELS integration TIMEOUT 300)
 add_dependencies(test_site_daemon xfed-site)
+
+# The site daemon's private header (site/daemon_internal.h) lists, per
+# defining file, that file's functions (tests/internal_header.sh).
+add_test(NAME site_internal_header_sections_name_the_defining_files
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/internal_header.sh
+                 ${PROJECT_SOURCE_DIR}/site/daemon_internal.h
+                 ${PROJECT_SOURCE_DIR}/site)
+set_tests_properties(site_internal_header_sections_name_the_defining_files PROPERTIES LABELS unit)
