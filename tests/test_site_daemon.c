@@ -33,6 +33,7 @@
 #include <jansson.h>
 #include <uv.h>
 
+#include "secagg_setup.h"
 #include "support.h"
 
 #include "base/alloc.h"
@@ -1545,27 +1546,6 @@ static void cert_der(const char *name, uint8_t **der, size_t *len) {
 
 /* The cohort's names: this site first, then sites no certificate was
  * issued to. */
-static char *cohort_names[] = {"eu-berlin", "eu-paris", "eu-rome", "eu-oslo"};
-
-static void secagg_setup(Xfed__SecAggSetup *su, uint8_t seed[32], uint32_t n) {
-  Xfed__SecAggSetup init = XFED__SEC_AGG_SETUP__INIT;
-  *su = init;
-  assert_true(n <= sizeof(cohort_names) / sizeof(cohort_names[0]));
-  su->n_cohort = n;
-  su->cohort = cohort_names;
-  for (int i = 0; i < 32; i++) seed[i] = (uint8_t)(3 * i + 1);
-  su->n = n;
-  su->index = 1;
-  su->threshold = n;
-  su->bits = 20;
-  su->degree = n - 1;
-  su->graph_seed.data = seed;
-  su->graph_seed.len = 32;
-  su->step = 1e-4;
-  su->bound = 1000;
-  su->scale = 0.5;
-}
-
 /* A held task of a securely aggregated job has no setup at its offer: the
  * Go brings it, and the site advertises its keys then, training meanwhile. */
 static void go_with_secagg_setup_starts_key_exchange(void **state) {
@@ -1581,7 +1561,7 @@ static void go_with_secagg_setup_starts_key_exchange(void **state) {
   assert_int_equal(count_body(f, XFED__ENVELOPE__BODY_SECAGG_ADVERT), 0);
   Xfed__SecAggSetup su;
   uint8_t seed[32];
-  secagg_setup(&su, seed, 2);
+  xf_test_secagg_setup(&su, seed, 2);
   send_go(f, "53", 1, 2, &su);
   const Xfed__Envelope *e = expect_body(f, XFED__ENVELOPE__BODY_SECAGG_ADVERT);
   assert_string_equal(e->secagg_advert->job_id, "53");

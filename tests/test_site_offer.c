@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "secagg_setup.h"
 #include "base/alloc.h"
 #include "site/offer.h"
 
@@ -602,32 +603,12 @@ static void default_update_stream_id_encodes_round_and_attempt(void **state) {
 
 /* ---- secure aggregation ------------------------------------------------------------------------ */
 
-static char *cohort_names[] = {"eu-berlin", "eu-paris", "eu-rome", "eu-oslo"};
-
-static void secagg_setup(Xfed__SecAggSetup *su, uint8_t seed[32], uint32_t n) {
-  Xfed__SecAggSetup init = XFED__SEC_AGG_SETUP__INIT;
-  *su = init;
-  su->n_cohort = n;
-  su->cohort = cohort_names;
-  for (int i = 0; i < 32; i++) seed[i] = (uint8_t)(3 * i + 1);
-  su->n = n;
-  su->index = 1;
-  su->threshold = n;
-  su->bits = 20;
-  su->degree = n - 1;
-  su->graph_seed.data = seed;
-  su->graph_seed.len = 32;
-  su->step = 1e-4;
-  su->bound = 1000;
-  su->scale = 0.5;
-}
-
 static void secagg_offer_with_its_setup_is_taken_masked_and_unsealed(void **state) {
   fixture *f = *state;
   set_spec(f, SPEC_SECAGG);
   Xfed__SecAggSetup su;
   uint8_t seed[32];
-  secagg_setup(&su, seed, 3);
+  xf_test_secagg_setup(&su, seed, 3);
   f->o.secagg = &su;
   memset(f->seal_key, 1, sizeof(f->seal_key));
   f->o.seal_key.data = f->seal_key;
@@ -664,7 +645,7 @@ static void secagg_setup_naming_another_site_at_this_index_is_refused(void **sta
   set_spec(f, SPEC_SECAGG);
   Xfed__SecAggSetup su;
   uint8_t seed[32];
-  secagg_setup(&su, seed, 3);
+  xf_test_secagg_setup(&su, seed, 3);
   su.index = 2;
   f->o.secagg = &su;
   decide(f);
@@ -679,7 +660,7 @@ static void secagg_setup_with_a_short_graph_seed_is_refused(void **state) {
   set_spec(f, SPEC_SECAGG);
   Xfed__SecAggSetup su;
   uint8_t seed[32];
-  secagg_setup(&su, seed, 3);
+  xf_test_secagg_setup(&su, seed, 3);
   su.graph_seed.len = 16;
   f->o.secagg = &su;
   decide(f);
@@ -692,7 +673,7 @@ static void secagg_setup_naming_too_few_sites_is_refused(void **state) {
   set_spec(f, SPEC_SECAGG);
   Xfed__SecAggSetup su;
   uint8_t seed[32];
-  secagg_setup(&su, seed, 3);
+  xf_test_secagg_setup(&su, seed, 3);
   su.n_cohort = 2;
   f->o.secagg = &su;
   decide(f);
@@ -705,7 +686,7 @@ static void secagg_setup_the_update_plan_refuses_leaves_a_round_to_forget(void *
   set_spec(f, SPEC_SECAGG);
   Xfed__SecAggSetup su;
   uint8_t seed[32];
-  secagg_setup(&su, seed, 3);
+  xf_test_secagg_setup(&su, seed, 3);
   su.scale = 2.0; /* outside (0, 1] */
   f->o.secagg = &su;
   decide(f);
@@ -733,22 +714,28 @@ static Xfed__TaskGo go_of(const fixture *f, Xfed__SecAggSetup *su) {
   return g;
 }
 
-static void go_for_a_cohort_smaller_than_the_plan_allows_is_refused(void **state) {
-  fixture *f = *state;
-  set_spec(f, SPEC_SECAGG);
-  Xfed__Residency res;
-  regional_plan(&res);
-  f->o.residency = &res;
+/* Holds the offer f describes, then checks a Go for it whose setup names a
+ * cohort of `cohort` sites (none when 0); the verdict into *v. */
+static void held_go(fixture *f, uint32_t cohort, xf_site_go_verdict *v) {
   f->o.hold = true;
   decide(f);
   xf_site_plan kept;
   xf_site_go_task t = held_task(f, &kept);
   Xfed__SecAggSetup su;
   uint8_t seed[32];
-  secagg_setup(&su, seed, 2);
-  Xfed__TaskGo g = go_of(f, &su);
+  if (cohort) xf_test_secagg_setup(&su, seed, cohort);
+  Xfed__TaskGo g = go_of(f, cohort ? &su : NULL);
+  xf_site_go_check(&f->env, &t, &g, &f->v.uo, v);
+}
+
+static void go_for_a_cohort_smaller_than_the_plan_allows_is_refused(void **state) {
+  fixture *f = *state;
+  set_spec(f, SPEC_SECAGG);
+  Xfed__Residency res;
+  regional_plan(&res);
+  f->o.residency = &res;
   xf_site_go_verdict v;
-  xf_site_go_check(&f->env, &t, &g, &f->v.uo, &v);
+  held_go(f, 2, &v);
   assert_int_equal(v.step, XF_SITE_GO_RELEASE);
   assert_int_equal(v.reason, XFED__TASK_REFUSAL__REASON__POLICY_DENIED);
   assert_non_null(strstr(v.why, "it sums 2 sites"));
@@ -762,16 +749,8 @@ static void go_with_a_setup_begins_the_round_of_a_held_secagg_task(void **state)
   Xfed__Residency res;
   regional_plan(&res);
   f->o.residency = &res;
-  f->o.hold = true;
-  decide(f);
-  xf_site_plan kept;
-  xf_site_go_task t = held_task(f, &kept);
-  Xfed__SecAggSetup su;
-  uint8_t seed[32];
-  secagg_setup(&su, seed, 3);
-  Xfed__TaskGo g = go_of(f, &su);
   xf_site_go_verdict v;
-  xf_site_go_check(&f->env, &t, &g, &f->v.uo, &v);
+  held_go(f, 3, &v);
   assert_int_equal(v.step, XF_SITE_GO_FOLLOWED);
   assert_true(v.begin);
   assert_true(f->v.uo.secagg);
@@ -780,16 +759,8 @@ static void go_with_a_setup_begins_the_round_of_a_held_secagg_task(void **state)
 
 static void go_with_a_setup_for_a_job_without_secure_aggregation_is_refused(void **state) {
   fixture *f = *state;
-  f->o.hold = true;
-  decide(f);
-  xf_site_plan kept;
-  xf_site_go_task t = held_task(f, &kept);
-  Xfed__SecAggSetup su;
-  uint8_t seed[32];
-  secagg_setup(&su, seed, 3);
-  Xfed__TaskGo g = go_of(f, &su);
   xf_site_go_verdict v;
-  xf_site_go_check(&f->env, &t, &g, &f->v.uo, &v);
+  held_go(f, 3, &v);
   assert_int_equal(v.step, XF_SITE_GO_SETUP);
   assert_int_equal(v.reason, XFED__TASK_REFUSAL__REASON__UNSUPPORTED);
   assert_string_equal(v.why, "secure aggregation: the go sets up secure aggregation, but the "
@@ -799,13 +770,8 @@ static void go_with_a_setup_for_a_job_without_secure_aggregation_is_refused(void
 static void go_without_a_setup_anywhere_is_refused_for_a_secagg_job(void **state) {
   fixture *f = *state;
   set_spec(f, SPEC_SECAGG);
-  f->o.hold = true;
-  decide(f);
-  xf_site_plan kept;
-  xf_site_go_task t = held_task(f, &kept);
-  Xfed__TaskGo g = go_of(f, NULL);
   xf_site_go_verdict v;
-  xf_site_go_check(&f->env, &t, &g, &f->v.uo, &v);
+  held_go(f, 0, &v);
   assert_int_equal(v.step, XF_SITE_GO_SETUP);
   assert_non_null(strstr(v.why, "neither the offer nor the go has a setup"));
 }
