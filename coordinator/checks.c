@@ -34,10 +34,10 @@ static uint64_t records_in(const xf__dataset *ds, size_t n, const xf_job_data *d
 }
 
 uint64_t xf__announced_records(const xf__run *run, const xf__site *s, uint64_t site) {
-  if (!s->regional || site == s->id) return records_in(s->datasets, s->n_datasets, &run->spec.data);
+  if (!s->regional || site == s->id) return records_in(s->datasets, s->n_datasets, &xf__run_spec(run)->data);
   for (size_t i = 0; i < s->n_behind; i++)
     if (s->behind[i].id == site)
-      return records_in(s->behind[i].datasets, s->behind[i].n_datasets, &run->spec.data);
+      return records_in(s->behind[i].datasets, s->behind[i].n_datasets, &xf__run_spec(run)->data);
   return 0;
 }
 
@@ -46,7 +46,8 @@ uint64_t xf__announced_records(const xf__run *run, const xf__site *s, uint64_t s
 /* The newest round this run has opened (a relay: the one it relays). */
 static uint32_t round_now(const xf__run *run) {
   uint32_t r = xf__run_round(run);
-  return r > run->model_round ? r : run->model_round;
+  uint32_t m = xf__run_model_round(run);
+  return r > m ? r : m;
 }
 
 static bool current_attempt(const xf__run *run, uint32_t round, uint32_t attempt) {
@@ -61,24 +62,24 @@ static void refuse(xf__run *run, xf__site *s, const char *about, const char *wha
   XF_WARN("report_refused",
           "job=%s round=%u attempt=%u site=%s via=%s report=%s field=%s value=%s "
           "reason=\"%s %s\" consequence=\"%s\"",
-          run->id_text, (unsigned)round, (unsigned)attempt, about,
+          xf__run_id(run), (unsigned)round, (unsigned)attempt, about,
           strcmp(about, s->name) != 0 ? s->name : "-", what, f->field, f->value, f->field,
           f->rule, consequence);
-  xf__audit(run->co, "refused_report", run->id_text,
-            json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:s,s:s,s:s,s:s}", "job", run->id_text, "round",
+  xf__audit(xf__run_coord(run), "refused_report", xf__run_id(run),
+            json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:s,s:s,s:s,s:s}", "job", xf__run_id(run), "round",
                       (json_int_t)round, "attempt", (json_int_t)attempt, "site", about, "via",
                       strcmp(about, s->name) != 0 ? s->name : "", "report", what, "field",
                       f->field, "value", f->value, "rule", f->rule, "consequence", consequence));
   if (s->peer && xf__peer_conn(s->peer))
     xf_session_send_error(xf__peer_conn(s->peer), XF_ERANGE,
                           "job %s round %u: the %s of site %s is refused: %s is %s but %s; %s",
-                          run->id_text, (unsigned)round, what, about, f->field, f->value, f->rule,
+                          xf__run_id(run), (unsigned)round, what, about, f->field, f->value, f->rule,
                           consequence);
 }
 
 bool xf__check_metrics(xf__run *run, xf__site *s, const Xfed__Metrics *m, uint64_t site) {
   const char *about = m->site ? m->site : "";
-  const xf_privacy_spec *pv = &run->spec.privacy;
+  const xf_privacy_spec *pv = &xf__run_spec(run)->privacy;
   xf_report r = {.round = m->round,
                  .model_round = m->model_round,
                  .has_train = m->has_train,
@@ -96,9 +97,9 @@ bool xf__check_metrics(xf__run *run, xf__site *s, const Xfed__Metrics *m, uint64
                  .budget_epsilon = m->budget_epsilon};
   xf_report_bounds b = {.train_records = xf__announced_records(run, s, site),
                         .round = round_now(run),
-                        .model_round = run->model_round,
+                        .model_round = xf__run_model_round(run),
                         .train_loss_hidden = pv->unit == XF_PRIVACY_UNIT_RECORD,
-                        .max_bytes = xf_report_max_bytes(run->n_params)};
+                        .max_bytes = xf_report_max_bytes(xf__run_n_params(run))};
   xf_report_fault f;
   if (xf_report_check(&r, &b, &f)) return true;
   double now = xf__now();
@@ -116,8 +117,8 @@ bool xf__check_metrics(xf__run *run, xf__site *s, const Xfed__Metrics *m, uint64
       xf__take_drop(run, s->id);
       char why[300];
       snprintf(why, sizeof(why), "its report was refused: %s %s %s", f.field, f.value, f.rule);
-      if (xf_jobm_dropped(run->m, s->id, why, now, &err) != XF_OK)
-        XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+      if (xf_jobm_dropped(xf__run_machine(run), s->id, why, now, &err) != XF_OK)
+        XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", xf__run_id(run), err.msg);
       xf__run_actions(run);
     }
     return false;
@@ -126,7 +127,7 @@ bool xf__check_metrics(xf__run *run, xf__site *s, const Xfed__Metrics *m, uint64
    * evaluation does not wait for it. */
   refuse(run, s, about, "evaluation report", m->round, m->attempt, &f,
          "its figures do not count");
-  if (!s->regional && xf_jobm_evaluated(run->m, s->id, now, &err) == XF_OK) xf__run_actions(run);
+  if (!s->regional && xf_jobm_evaluated(xf__run_machine(run), s->id, now, &err) == XF_OK) xf__run_actions(run);
   return false;
 }
 

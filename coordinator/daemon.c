@@ -441,11 +441,7 @@ static void log_connection_totals(const xf_conn_guard *g) {
 
 /* Everything co holds once its loop is closed, and co itself. */
 static void free_state(xf__coord *co) {
-  while (co->runs) {
-    xf__run *run = co->runs;
-    co->runs = run->next;
-    xf__run_free(run);
-  }
+  xf__runs_free(co);
   while (co->sites) {
     xf__site *s = co->sites;
     co->sites = s->next;

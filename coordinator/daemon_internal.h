@@ -115,6 +115,9 @@ typedef struct xf__site {
 
 /* One carrier's update in a run's open attempt (intake.c). */
 typedef struct xf__take xf__take;
+typedef struct xf__takes xf__takes;
+/* A run's clocks (stats.c). */
+typedef struct xf__run_clock xf__run_clock;
 
 /* What a regional aggregator's run was told by upstream. */
 typedef struct xf__upstream_task {
@@ -137,52 +140,10 @@ typedef struct xf__upstream_task {
 /* What a regional aggregator's run holds of its task upstream (upstream.c). */
 typedef struct xf__relay xf__relay;
 
-/* A job the daemon hosts: its machine and everything around it. */
-typedef struct xf__run {
-  struct xf__coord *co;
-  xf__relay *relay;         /* a regional aggregator's task (upstream.c), NULL for a global run */
-  int64_t id;               /* global: the journal's job id */
-  char id_text[32];
-  xf_jobspec spec;
-  char *spec_json;          /* canonical, sent in TaskOffer */
-  xf_jobm *m;
-  xf_model *model;
-  float *params;
-  size_t n_params;
-  xf_digest params_digest;
-  xf__model_file *mf;       /* the current model as a float32 model file */
-  xf__model_file *offer_mf; /* ... as offered (downlink-compressed, or mf) */
-  xf_digest offer_digest;   /* the parameter digest of what sites decode from offer_mf */
-  uint32_t model_round;
-  xf_aggregator *agg;       /* the open attempt's */
-  uint32_t agg_round, agg_attempt;
-  xf_server_opt *opt;       /* global */
-  xf__take *takes;
-  size_t n_takes;
-  uint8_t *seal_sk;         /* the attempt's sealing key (sodium_malloc, wiped) */
-  uint8_t seal_pk[XF_SEAL_PUBLICKEYBYTES];
-  uint32_t seal_round, seal_attempt;
-  uint64_t model_stream;    /* the stream id this run's model goes under (even) */
-  /* planning */
-  xf_admission plan;
-  bool has_plan;
-  bool dirty;               /* the federation or the policy changed since */
-  double planned_at;
-  uint32_t planned_round, planned_attempt;
-  xf_jobm_phase planned_phase;
-  /* global: the sites that refused the newest training attempt with
-   * refusals, each by name in its own words ("e3: ..."), and that attempt.
-   * A job that goes on without them says so (requests.c, and its message
-   * once it is done). */
-  char refused[XF_JOBM_MSG_MAX];
-  uint32_t refused_round, refused_attempt;
-  bool over;                /* finished: freed once nothing of it is in flight */
-  /* stats.c: the phase the machine was in at the last look, since when,
-   * and when the open attempt opened. */
-  xf_jobm_phase seen_phase;
-  double phase_since, opened_at;
-  struct xf__run *next;
-} xf__run;
+/* A job the daemon hosts: its machine and everything around it (host.c,
+ * which defines it; the others ask it through the functions under host.c's
+ * banner). */
+typedef struct xf__run xf__run;
 
 /* What the coordinator counts since the process started (stats.c), beyond
  * what the journal and the connection guard keep, for the exporter
@@ -360,6 +321,48 @@ void xf__document_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env
 void xf__document_drop(xf__peer *p);
 
 /* ---- host.c: job runs, for both roles ------------------------------------------------- */
+/* What a run is, for the files that do not own it. */
+xf__coord *xf__run_coord(const xf__run *run);
+/* The job's id as frames and logs name it (global: the journal's id). */
+const char *xf__run_id(const xf__run *run);
+xf_jobm *xf__run_machine(const xf__run *run);
+const xf_jobspec *xf__run_spec(const xf__run *run);
+size_t xf__run_n_params(const xf__run *run);
+/* The round whose model sites train from now. */
+uint32_t xf__run_model_round(const xf__run *run);
+/* A regional aggregator's task (upstream.c), NULL for a global run. */
+xf__relay *xf__run_relay(const xf__run *run);
+/* Finished: freed once nothing of it is in flight. */
+bool xf__run_over(const xf__run *run);
+/* The open attempt's aggregator, NULL between attempts. */
+xf_aggregator *xf__run_aggregator(const xf__run *run);
+/* The open attempt's sealing key (sodium_malloc), NULL when updates are
+ * not sealed. */
+const uint8_t *xf__run_seal_key(const xf__run *run);
+/* The run's plan, NULL before its first. */
+const xf_admission *xf__run_plan(const xf__run *run);
+/* The sites that refused the newest training attempt, in their words (""
+ * when none), and that attempt's round. */
+const char *xf__run_refused(const xf__run *run, uint32_t *round);
+/* The run's update streams (intake.c) and clocks (stats.c). */
+xf__takes *xf__run_takes(xf__run *run);
+const xf__takes *xf__run_takes_const(const xf__run *run);
+xf__run_clock *xf__run_clock_of(xf__run *run);
+/* The runs, newest first: a finished one stays until nothing of it is in
+ * flight. */
+xf__run *xf__runs_first(const xf__coord *co);
+xf__run *xf__run_next(const xf__run *run);
+/* The global run of journal job id, NULL when none is active. */
+xf__run *xf__run_of_job(const xf__coord *co, int64_t id);
+/* The relay run of job, a finished one included (kept until freed). */
+xf__run *xf__run_relay_of(const xf__coord *co, const char *job);
+/* The runs not over (xfed_jobs_active). */
+size_t xf__runs_active(const xf__coord *co);
+/* Frees every run (the daemon's end). */
+void xf__runs_free(xf__coord *co);
+/* Cancels a relay run's machine with why, carries out what it says and
+ * marks the run over (upstream superseded or cancelled its task). */
+void xf__run_end(xf__run *run, const char *why);
 /* Frees a run (its machine, model, takes, streams it queued). */
 void xf__run_free(xf__run *run);
 xf__run *xf__run_by_id(xf__coord *co, const char *job_id);
@@ -393,6 +396,12 @@ xf_err xf__run_start_relay(xf__coord *co, const char *job_id, const char *params
 bool xf__journal_broken(void);
 
 /* ---- intake.c: update streams coming in ----------------------------------------------- */
+/* A run's update streams of the open attempt, one take per carrier
+ * (xf__take is intake.c's). */
+struct xf__takes {
+  xf__take *v;
+  size_t n;
+};
 void xf__take_abort(xf__run *run, xf__take *t);
 xf__take *xf__take_of(xf__run *run, uint64_t carrier);
 /* The take of carrier's stream `stream`, or NULL. */
@@ -485,6 +494,12 @@ xf_err xf__model_digest(xf__coord *co, const xf_digest *blob, xf_digest *params,
 json_t *xf__job_info_json(xf__coord *co, int64_t id, xf_errctx *err);
 
 /* ---- stats.c: what the coordinator counts since it started -------------------------- */
+/* A run's clocks (stats.c's): the phase its machine was in at the last
+ * look, since when, and when the open attempt opened. */
+struct xf__run_clock {
+  xf_jobm_phase seen_phase;
+  double phase_since, opened_at;
+};
 /* Sets up the counts (every build). */
 void xf__stats_init(xf__coord *co);
 /* Hooks: a run's phase may have moved (host.c after each action

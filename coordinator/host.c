@@ -31,6 +31,108 @@ static void journal_check(xf_err rc, const char *doing, const xf_errctx *err) {
   if (rc != XF_OK) XF_ERROR("journal_failed", "doing=%s reason=\"%s\"", doing, err->msg);
 }
 
+/* A job the daemon hosts: its machine and everything around it. */
+typedef struct xf__run {
+  struct xf__coord *co;
+  xf__relay *relay;         /* a regional aggregator's task (upstream.c), NULL for a global run */
+  int64_t id;               /* global: the journal's job id */
+  char id_text[32];
+  xf_jobspec spec;
+  char *spec_json;          /* canonical, sent in TaskOffer */
+  xf_jobm *m;
+  xf_model *model;
+  float *params;
+  size_t n_params;
+  xf_digest params_digest;
+  xf__model_file *mf;       /* the current model as a float32 model file */
+  xf__model_file *offer_mf; /* ... as offered (downlink-compressed, or mf) */
+  xf_digest offer_digest;   /* the parameter digest of what sites decode from offer_mf */
+  uint32_t model_round;
+  xf_aggregator *agg;       /* the open attempt's */
+  uint32_t agg_round, agg_attempt;
+  xf_server_opt *opt;       /* global */
+  xf__takes takes;          /* the open attempt's update streams (intake.c) */
+  uint8_t *seal_sk;         /* the attempt's sealing key (sodium_malloc, wiped) */
+  uint8_t seal_pk[XF_SEAL_PUBLICKEYBYTES];
+  uint32_t seal_round, seal_attempt;
+  uint64_t model_stream;    /* the stream id this run's model goes under (even) */
+  /* planning */
+  xf_admission plan;
+  bool has_plan;
+  bool dirty;               /* the federation or the policy changed since */
+  double planned_at;
+  uint32_t planned_round, planned_attempt;
+  xf_jobm_phase planned_phase;
+  /* global: the sites that refused the newest training attempt with
+   * refusals, each by name in its own words ("e3: ..."), and that attempt.
+   * A job that goes on without them says so (requests.c, and its message
+   * once it is done). */
+  char refused[XF_JOBM_MSG_MAX];
+  uint32_t refused_round, refused_attempt;
+  bool over;                /* finished: freed once nothing of it is in flight */
+  xf__run_clock clock;      /* stats.c's */
+  struct xf__run *next;
+} xf__run;
+
+/* ---- what a run is, for the other files ------------------------------------------------------ */
+
+xf__coord *xf__run_coord(const xf__run *run) { return run->co; }
+const char *xf__run_id(const xf__run *run) { return run->id_text; }
+xf_jobm *xf__run_machine(const xf__run *run) { return run->m; }
+const xf_jobspec *xf__run_spec(const xf__run *run) { return &run->spec; }
+size_t xf__run_n_params(const xf__run *run) { return run->n_params; }
+uint32_t xf__run_model_round(const xf__run *run) { return run->model_round; }
+xf__relay *xf__run_relay(const xf__run *run) { return run->relay; }
+bool xf__run_over(const xf__run *run) { return run->over; }
+xf_aggregator *xf__run_aggregator(const xf__run *run) { return run->agg; }
+const uint8_t *xf__run_seal_key(const xf__run *run) { return run->seal_sk; }
+const xf_admission *xf__run_plan(const xf__run *run) { return run->has_plan ? &run->plan : NULL; }
+xf__takes *xf__run_takes(xf__run *run) { return &run->takes; }
+const xf__takes *xf__run_takes_const(const xf__run *run) { return &run->takes; }
+xf__run_clock *xf__run_clock_of(xf__run *run) { return &run->clock; }
+xf__run *xf__runs_first(const xf__coord *co) { return co->runs; }
+xf__run *xf__run_next(const xf__run *run) { return run->next; }
+
+const char *xf__run_refused(const xf__run *run, uint32_t *round) {
+  *round = run->refused_round;
+  return run->refused;
+}
+
+xf__run *xf__run_of_job(const xf__coord *co, int64_t id) {
+  for (xf__run *r = co->runs; r; r = r->next)
+    if (!r->relay && !r->over && r->id == id) return r;
+  return NULL;
+}
+
+xf__run *xf__run_relay_of(const xf__coord *co, const char *job) {
+  for (xf__run *r = co->runs; r; r = r->next)
+    if (r->relay && strcmp(r->id_text, job) == 0) return r;
+  return NULL;
+}
+
+size_t xf__runs_active(const xf__coord *co) {
+  size_t n = 0;
+  for (const xf__run *r = co->runs; r; r = r->next)
+    if (!r->over) n++;
+  return n;
+}
+
+void xf__runs_free(xf__coord *co) {
+  while (co->runs) {
+    xf__run *run = co->runs;
+    co->runs = run->next;
+    xf__run_free(run);
+  }
+}
+
+void xf__run_end(xf__run *run, const char *why) {
+  xf_errctx err = {0};
+  if (xf_jobm_cancel(run->m, why, xf__now(), &err) != XF_OK)
+    XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+  xf__run_actions(run);
+  run->over = true;
+}
+
 /* ---- model files -------------------------------------------------------------------------------- */
 
 /* The model file sites are offered and its parameter digest: the job's

@@ -32,8 +32,9 @@ struct xf__take {
 /* ---- takes ------------------------------------------------------------------------------------------ */
 
 xf__take *xf__take_of(xf__run *run, uint64_t carrier) {
-  for (size_t i = 0; i < run->n_takes; i++)
-    if (run->takes[i].carrier == carrier) return &run->takes[i];
+  xf__takes *tk = xf__run_takes(run);
+  for (size_t i = 0; i < tk->n; i++)
+    if (tk->v[i].carrier == carrier) return &tk->v[i];
   return NULL;
 }
 
@@ -53,27 +54,31 @@ static void take_release(xf__take *t) {
 }
 
 void xf__take_abort(xf__run *run, xf__take *t) {
+  xf__takes *tk = xf__run_takes(run);
   take_release(t);
-  size_t i = (size_t)(t - run->takes);
-  memmove(&run->takes[i], &run->takes[i + 1], (run->n_takes - i - 1) * sizeof(*t));
-  run->n_takes--;
+  size_t i = (size_t)(t - tk->v);
+  memmove(&tk->v[i], &tk->v[i + 1], (tk->n - i - 1) * sizeof(*t));
+  tk->n--;
 }
 
 void xf__takes_clear(xf__run *run) {
-  for (size_t i = 0; i < run->n_takes; i++) take_release(&run->takes[i]);
-  run->n_takes = 0;
+  xf__takes *tk = xf__run_takes(run);
+  for (size_t i = 0; i < tk->n; i++) take_release(&tk->v[i]);
+  tk->n = 0;
 }
 
 void xf__takes_free(xf__run *run) {
+  xf__takes *tk = xf__run_takes(run);
   xf__takes_clear(run);
-  xf_free(run->takes);
-  run->takes = NULL;
+  xf_free(tk->v);
+  tk->v = NULL;
 }
 
 xf__take *xf__take_by_stream(xf__run *run, uint64_t carrier, uint64_t stream) {
-  for (size_t i = 0; i < run->n_takes; i++)
-    if (run->takes[i].carrier == carrier && run->takes[i].stream_id == stream)
-      return &run->takes[i];
+  xf__takes *tk = xf__run_takes(run);
+  for (size_t i = 0; i < tk->n; i++)
+    if (tk->v[i].carrier == carrier && tk->v[i].stream_id == stream)
+      return &tk->v[i];
   return NULL;
 }
 
@@ -85,17 +90,19 @@ void xf__take_drop(xf__run *run, uint64_t carrier) {
 }
 
 void xf__takes_count(const xf__run *run, size_t *waiting, size_t *staged) {
-  for (size_t i = 0; i < run->n_takes; i++) {
-    if (run->takes[i].waiting_admission) (*waiting)++;
+  const xf__takes *tk = xf__run_takes_const(run);
+  for (size_t i = 0; i < tk->n; i++) {
+    if (tk->v[i].waiting_admission) (*waiting)++;
     else (*staged)++;
   }
 }
 
 static xf__take *take_new(xf__run *run, uint64_t carrier) {
-  xf__take *g = xf_realloc(run->takes, (run->n_takes + 1) * sizeof(*g));
+  xf__takes *tk = xf__run_takes(run);
+  xf__take *g = xf_realloc(tk->v, (tk->n + 1) * sizeof(*g));
   if (!g) return NULL;
-  run->takes = g;
-  xf__take *t = &g[run->n_takes++];
+  tk->v = g;
+  xf__take *t = &g[tk->n++];
   memset(t, 0, sizeof(*t));
   t->carrier = carrier;
   return t;
@@ -166,31 +173,34 @@ static void send_ack(xf__site *s, const xf_tensor_receiver *rx) {
 }
 
 static void drop(xf__run *run, xf__site *s, const char *why) {
-  XF_WARN("update_dropped", "job=%s from=%s reason=\"%s\"", run->id_text, s->name, why);
-  run->co->stats.updates_dropped++;
+  XF_WARN("update_dropped", "job=%s from=%s reason=\"%s\"", xf__run_id(run), s->name, why);
+  xf__run_coord(run)->stats.updates_dropped++;
   xf__take *t = xf__take_of(run, s->id);
   if (t) xf__take_abort(run, t);
   xf_errctx err = {0};
-  if (xf_jobm_dropped(run->m, s->id, why, xf__now(), &err) != XF_OK)
-    XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+  if (xf_jobm_dropped(xf__run_machine(run), s->id, why, xf__now(), &err) != XF_OK)
+    XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", xf__run_id(run), err.msg);
   xf__run_actions(run);
 }
 
 void xf__intake_admit(xf__run *run) {
-  uint32_t max = run->co->cfg.max_staged ? run->co->cfg.max_staged : 4;
-  for (size_t i = 0; i < run->n_takes && run->agg; i++) {
-    xf__take *t = &run->takes[i];
+  xf__coord *co = xf__run_coord(run);
+  xf__takes *tk = xf__run_takes(run);
+  xf_aggregator *agg = xf__run_aggregator(run);
+  uint32_t max = co->cfg.max_staged ? co->cfg.max_staged : 4;
+  for (size_t i = 0; i < tk->n && agg; i++) {
+    xf__take *t = &tk->v[i];
     if (!t->waiting_admission) continue;
-    if (xf_aggregator_in_flight(run->agg) >= max) return;
+    if (xf_aggregator_in_flight(agg) >= max) return;
     xf_errctx err = {0};
-    if (xf_aggregator_begin_update(run->agg, t->carrier, t->weight, &t->upd, &err) != XF_OK) {
-      xf__site *s = xf__site_find(run->co, t->carrier);
+    if (xf_aggregator_begin_update(agg, t->carrier, t->weight, &t->upd, &err) != XF_OK) {
+      xf__site *s = xf__site_find(co, t->carrier);
       if (s && s->peer) xf_session_send_error(xf__peer_conn(s->peer), err.code, "%s", err.msg);
       if (s) drop(run, s, err.msg);
       return; /* the takes moved: the next admission starts over */
     }
     t->waiting_admission = false;
-    xf__site *s = xf__site_find(run->co, t->carrier);
+    xf__site *s = xf__site_find(co, t->carrier);
     if (s) send_ack(s, t->rx);
   }
 }
@@ -231,12 +241,12 @@ static void refuse_unheld(xf__run *run, xf__site *s, const Xfed__TensorBegin *m)
    * task is offered to it again (a restarted coordinator offers its
    * interrupted attempt once the cohort is back). */
   XF_WARN("update_refused", "job=%s from=%s round=%u attempt=%u reason=\"not a task it holds\"",
-          run->id_text, s->name, (unsigned)m->round, (unsigned)m->attempt);
+          xf__run_id(run), s->name, (unsigned)m->round, (unsigned)m->attempt);
   if (s->peer)
     xf_session_refuse_stream(xf__peer_conn(s->peer), m->stream_id, XF_EINVAL,
                              "job %s round %u attempt %u is not a task you hold here now; "
                              "keep it until the task is offered to you again",
-                             run->id_text, (unsigned)m->round, (unsigned)m->attempt);
+                             xf__run_id(run), (unsigned)m->round, (unsigned)m->attempt);
 }
 
 /* A TensorBegin for the stream the carrier's take already has: resumed
@@ -252,7 +262,7 @@ static bool resumed(xf__run *run, xf__site *s, const Xfed__TensorBegin *m) {
      * from offset 0 below (TensorAck 0), as a fresh stream would. */
     XF_INFO("update_restarted", "job=%s from=%s stream=%" PRIu64 " reason=\"a new sealing key, "
             "size or digest under the same stream id\"",
-            run->id_text, s->name, m->stream_id);
+            xf__run_id(run), s->name, m->stream_id);
     xf__take_abort(run, t);
     t = NULL;
   }
@@ -305,7 +315,7 @@ static void start_take(xf__run *run, xf__site *s, const Xfed__TensorBegin *m, xf
   t->form = form;
   t->sites = ids;
   t->n_sites = s->regional ? n : 0;
-  t->weight = xf_jobm_fold_weight(run->m, m->weight, s->regional ? n : 1);
+  t->weight = xf_jobm_fold_weight(xf__run_machine(run), m->weight, s->regional ? n : 1);
   if (form != XF_UPDATE_FLOAT32) {
     t->stash = xf_malloc((size_t)plain ? (size_t)plain : 1);
     t->stash_len = (size_t)plain;
@@ -318,8 +328,8 @@ static void start_take(xf__run *run, xf__site *s, const Xfed__TensorBegin *m, xf
     char ctx[256];
     uint32_t round = xf__run_round(run);
     size_t ctx_len =
-        xf_seal_stream_context(ctx, sizeof(ctx), run->id_text, round, m->attempt, s->name);
-    if (xf_seal_receiver_new(run->seal_sk, m->sealed_by.data, (const uint8_t *)ctx, ctx_len,
+        xf_seal_stream_context(ctx, sizeof(ctx), xf__run_id(run), round, m->attempt, s->name);
+    if (xf_seal_receiver_new(xf__run_seal_key(run), m->sealed_by.data, (const uint8_t *)ctx, ctx_len,
                              &t->opener) != XF_OK) {
       drop(run, s, "cannot open the update's seal");
       return;
@@ -354,7 +364,7 @@ void xf__intake_begin(xf__run *run, xf__site *s, const Xfed__TensorBegin *m) {
   bool masked = false;
   uint64_t sa_length = 0;
   uint32_t sa_bits = 0;
-  if (m->kind != want || !xf_jobm_expects_update(run->m, s->id, &masked, &sa_length, &sa_bits)) {
+  if (m->kind != want || !xf_jobm_expects_update(xf__run_machine(run), s->id, &masked, &sa_length, &sa_bits)) {
     refuse_unheld(run, s, m);
     return;
   }
@@ -375,16 +385,16 @@ void xf__intake_begin(xf__run *run, xf__site *s, const Xfed__TensorBegin *m) {
     drop(run, s, "its update's weight is beyond the records it announced");
     return;
   }
-  if (xf_jobm_announced(run->m, s->id, ids, s->regional ? n : 0, xf__now(), &err) != XF_OK)
-    XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+  if (xf_jobm_announced(xf__run_machine(run), s->id, ids, s->regional ? n : 0, xf__now(), &err) != XF_OK)
+    XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", xf__run_id(run), err.msg);
   xf__run_actions(run);
-  if (!xf_jobm_expects_update(run->m, s->id, &masked, &sa_length, &sa_bits)) {
+  if (!xf_jobm_expects_update(xf__run_machine(run), s->id, &masked, &sa_length, &sa_bits)) {
     xf_free(ids); /* refused: the machine said why (DISCARD) */
     return;
   }
-  bool sealed = run->seal_sk != NULL && !masked;
+  bool sealed = xf__run_seal_key(run) != NULL && !masked;
   xf_update_expect e;
-  xf_update_expect_for(&run->spec, run->n_params, masked, sa_length, sa_bits, sealed,
+  xf_update_expect_for(xf__run_spec(run), xf__run_n_params(run), masked, sa_length, sa_bits, sealed,
                        (uint32_t)n, &e);
   xf_update_form form;
   uint64_t plain = 0;
@@ -410,7 +420,7 @@ void xf__intake_chunk(xf__run *run, xf__site *s, xf__take *t, const Xfed__Tensor
 }
 
 void xf__intake_end(xf__run *run, xf__site *s, xf__take *t, const Xfed__TensorEnd *e) {
-  xf__coord *co = run->co;
+  xf__coord *co = xf__run_coord(run);
   xf_errctx err = {0};
   xf_err rc = xf_tensor_receiver_end(t->rx, e, &err);
   if (rc == XF_ETRUNCATED) {
@@ -422,7 +432,7 @@ void xf__intake_end(xf__run *run, xf__site *s, xf__take *t, const Xfed__TensorEn
      * another stream: the sender is told which stream, then dropped. */
     if (s->peer)
       xf_session_send_error(xf__peer_conn(s->peer), err.code,
-                            "job %s: %s stream %" PRIu64 " is refused: %s", run->id_text,
+                            "job %s: %s stream %" PRIu64 " is refused: %s", xf__run_id(run),
                             s->regional ? "aggregate" : "update", t->stream_id, err.msg);
     drop(run, s, err.msg);
     return;
@@ -438,7 +448,7 @@ void xf__intake_end(xf__run *run, xf__site *s, xf__take *t, const Xfed__TensorEn
     bool masked;
     uint64_t len = 0;
     uint32_t bits = 0;
-    (void)xf_jobm_expects_update(run->m, s->id, &masked, &len, &bits);
+    (void)xf_jobm_expects_update(xf__run_machine(run), s->id, &masked, &len, &bits);
     uint32_t *words = xf_mallocarray((size_t)len ? (size_t)len : 1, sizeof(uint32_t));
     rc = words ? xf_codec_unpack_bits(t->stash, t->stash_len, (size_t)len, bits, words, &err)
                : xf_fail(&err, XF_ENOMEM, "out of memory unpacking a masked input");
@@ -450,18 +460,18 @@ void xf__intake_end(xf__run *run, xf__site *s, xf__take *t, const Xfed__TensorEn
       drop(run, s, err.msg);
       return;
     }
-    if (xf_jobm_sa_masked(run->m, s->id, &words, (size_t)len, weight, now, &err) != XF_OK)
-      XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+    if (xf_jobm_sa_masked(xf__run_machine(run), s->id, &words, (size_t)len, weight, now, &err) != XF_OK)
+      XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", xf__run_id(run), err.msg);
     xf_free(words);
   } else {
     if (t->form == XF_UPDATE_ENCODED) {
       xf_update_expect ex;
-      xf_update_expect_for(&run->spec, run->n_params, false, 0, 0, t->opener != NULL,
+      xf_update_expect_for(xf__run_spec(run), xf__run_n_params(run), false, 0, 0, t->opener != NULL,
                            (uint32_t)(n_sites ? n_sites : 1), &ex);
-      float *values = xf_mallocarray(run->n_params, sizeof(float));
+      float *values = xf_mallocarray(xf__run_n_params(run), sizeof(float));
       rc = values ? xf_update_decode(&ex, t->stash, t->stash_len, values, &err)
                   : xf_fail(&err, XF_ENOMEM, "out of memory decoding an update");
-      if (rc == XF_OK) rc = xf_aggregator_fold(t->upd, 0, values, run->n_params, &err);
+      if (rc == XF_OK) rc = xf_aggregator_fold(t->upd, 0, values, xf__run_n_params(run), &err);
       xf_free(values);
     }
     if (rc == XF_OK) {
@@ -478,23 +488,24 @@ void xf__intake_end(xf__run *run, xf__site *s, xf__take *t, const Xfed__TensorEn
   }
   /* An artifact that came across a region boundary. */
   if (co->cfg.region[0] && strcmp(s->region, co->cfg.region) != 0) {
-    json_t *o = json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:s,s:I,s:I}", "job", run->id_text, "round",
+    json_t *o = json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:s,s:I,s:I}", "job", xf__run_id(run), "round",
                           (json_int_t)xf__run_round(run),
-                          "attempt", (json_int_t)xf_jobm_attempt(run->m), "kind",
+                          "attempt", (json_int_t)xf_jobm_attempt(xf__run_machine(run)), "kind",
                           s->regional ? "regional_aggregate" : "update", "sender", s->name,
                           "from", s->region, "to", co->cfg.region, "bytes", (json_int_t)bytes,
                           "weight", (json_int_t)weight);
     if (s->regional) json_object_set_new(o, "contributors", json_integer((json_int_t)n_sites));
-    if (run->has_plan && run->plan.has_policy)
-      json_object_set_new(o, "policy_version", json_integer((json_int_t)run->plan.policy_version));
-    xf__audit(co, "crossing", run->id_text, o);
+    const xf_admission *plan = xf__run_plan(run);
+    if (plan && plan->has_policy)
+      json_object_set_new(o, "policy_version", json_integer((json_int_t)plan->policy_version));
+    xf__audit(co, "crossing", xf__run_id(run), o);
   }
   co->stats.updates_received++;
   XF_INFO("update_received", "job=%s from=%s sites=%zu weight=%" PRIu64 " bytes=%" PRIu64,
-          run->id_text, s->name, s->regional ? n_sites : 1, weight, bytes);
+          xf__run_id(run), s->name, s->regional ? n_sites : 1, weight, bytes);
   if (!was_masked &&
-      xf_jobm_reported(run->m, s->id, sites, n_sites, weight, now, &err) != XF_OK)
-    XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+      xf_jobm_reported(xf__run_machine(run), s->id, sites, n_sites, weight, now, &err) != XF_OK)
+    XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", xf__run_id(run), err.msg);
   xf_free(sites);
   xf__run_actions(run);
 }

@@ -225,16 +225,14 @@ static void rounds(xf__coord *co, xf_prom *p) {
       }
   }
   size_t waiting = 0, staged = 0;
-  for (const xf__run *run = co->runs; run; run = run->next)
+  for (const xf__run *run = xf__runs_first(co); run; run = xf__run_next(run))
     xf__takes_count(run, &waiting, &staged);
   xf_prom_family(p, "xfed_uploads_waiting", "gauge",
                  "Uploads announced and held back until fewer than max_staged are in flight.");
   xf_prom_sample(p, "xfed_uploads_waiting", NULL, (double)waiting);
   xf_prom_family(p, "xfed_uploads_in_flight", "gauge", "Uploads being received now.");
   xf_prom_sample(p, "xfed_uploads_in_flight", NULL, (double)staged);
-  size_t active = 0;
-  for (const xf__run *run = co->runs; run; run = run->next)
-    if (!run->over) active++;
+  size_t active = xf__runs_active(co);
   xf_prom_family(p, "xfed_jobs_active", "gauge",
                  "Jobs (regional: relayed tasks) this process runs now.");
   xf_prom_sample(p, "xfed_jobs_active", NULL, (double)active);

@@ -195,9 +195,7 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
   ji->updated = jj.updated;
   ji->bytes_up = up;
   ji->bytes_down = down;
-  const xf__run *run = NULL;
-  for (const xf__run *r = co->runs; r && !run; r = r->next)
-    if (!r->relay && !r->over && r->id == id) run = r;
+  const xf__run *run = xf__run_of_job(co, id);
   bool over = jj.state == XF_JOB_FAILED || jj.state == XF_JOB_CANCELLED ||
               (jj.state == XF_JOB_DONE && !run);
   summarize_metrics(co, id, jj.rounds_committed, over, ji);
@@ -235,13 +233,14 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
     XF_WARN("model_digest_unknown", "job=%s reason=\"%s\"", st->id, model_err.msg);
   xf_digest_hex(&jj.model, st->file_digest);
   if (run) {
+    const xf_jobm *m = xf__run_machine(run);
     uint32_t invited, accepted, reported, target;
-    xf_jobm_counts(run->m, &invited, &accepted, &reported, &target);
+    xf_jobm_counts(m, &invited, &accepted, &reported, &target);
     ji->invited = invited;
     ji->accepted = accepted;
     ji->reported = reported;
     ji->target = target;
-    xf_jobm_phase ph = xf_jobm_get_phase(run->m);
+    xf_jobm_phase ph = xf_jobm_get_phase(m);
     static const char *const shown[] = {
         [XF_JOBM_WAITING] = "waiting",       [XF_JOBM_PAUSED] = "paused",
         [XF_JOBM_CONFIRMING] = "confirming", [XF_JOBM_AWAIT_GO] = "confirming",
@@ -257,17 +256,19 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
       snprintf(st->message, sizeof(st->message), "evaluating the final model%s%s",
                jj.message[0] ? ": " : "", jj.message);
     } else if (ph == XF_JOBM_WAITING && jj.state == XF_JOB_RUNNING) {
-      const char *why = xf_jobm_message(run->m);
+      const char *why = xf_jobm_message(m);
       snprintf(st->message, sizeof(st->message), "%s",
                why[0] ? why : "waiting for the next attempt");
     } else if ((ph == XF_JOBM_CONFIRMING || ph == XF_JOBM_TRAINING) && jj.state == XF_JOB_RUNNING) {
-      const char *why = xf_jobm_message(run->m);
+      const char *why = xf_jobm_message(m);
       if (why[0]) snprintf(st->message, sizeof(st->message), "%s", why);
     }
     /* Nothing else to say: the sites it goes on without, and why. */
-    if (!st->message[0] && run->refused[0] && jj.state == XF_JOB_RUNNING)
+    uint32_t refused_round;
+    const char *refused = xf__run_refused(run, &refused_round);
+    if (!st->message[0] && refused[0] && jj.state == XF_JOB_RUNNING)
       snprintf(st->message, sizeof(st->message), "round %u went on without %s",
-               (unsigned)run->refused_round, run->refused);
+               (unsigned)refused_round, refused);
   }
   ji->model_digest = st->digest;
   ji->model_file_digest = st->file_digest;

@@ -32,31 +32,34 @@ static size_t job_slot(xf__coord_stats *st, const char *job) {
 }
 
 void xf__stats_phase(xf__run *run) {
-  xf_jobm_phase ph = xf_jobm_get_phase(run->m);
+  xf_jobm_phase ph = xf_jobm_get_phase(xf__run_machine(run));
+  xf__run_clock *c = xf__run_clock_of(run);
   double now = xf__now();
-  if (run->phase_since == 0) {
-    run->seen_phase = ph;
-    run->phase_since = now;
+  if (c->phase_since == 0) {
+    c->seen_phase = ph;
+    c->phase_since = now;
     return;
   }
-  if (ph == run->seen_phase) return;
-  xf_prom_hist_observe(&run->co->stats.phase_duration[run->seen_phase], now - run->phase_since);
-  if (ph == XF_JOBM_CONFIRMING || (ph == XF_JOBM_EVALUATING && run->opened_at == 0))
-    run->opened_at = now;
-  run->seen_phase = ph;
-  run->phase_since = now;
+  if (ph == c->seen_phase) return;
+  xf_prom_hist_observe(&xf__run_coord(run)->stats.phase_duration[c->seen_phase],
+                       now - c->phase_since);
+  if (ph == XF_JOBM_CONFIRMING || (ph == XF_JOBM_EVALUATING && c->opened_at == 0))
+    c->opened_at = now;
+  c->seen_phase = ph;
+  c->phase_since = now;
 }
 
 void xf__stats_round(xf__run *run, bool committed) {
-  xf__coord_stats *st = &run->co->stats;
-  size_t i = job_slot(st, run->id_text);
+  xf__coord_stats *st = &xf__run_coord(run)->stats;
+  xf__run_clock *c = xf__run_clock_of(run);
+  size_t i = job_slot(st, xf__run_id(run));
   if (committed) {
     st->jobs[i].completed++;
-    if (run->opened_at > 0) xf_prom_hist_observe(&st->round_duration, xf__now() - run->opened_at);
+    if (c->opened_at > 0) xf_prom_hist_observe(&st->round_duration, xf__now() - c->opened_at);
   } else {
     st->jobs[i].failed++;
   }
-  run->opened_at = 0;
+  c->opened_at = 0;
 }
 
 void xf__stats_peer_closed(xf__coord *co, const xf__peer *p) {

@@ -147,11 +147,11 @@ void xf__upstream_closed(xf__coord *co) {
   pending_drop_all(); /* offered again when the link is back */
   /* Upstream may come back restarted, without our tasks: what the relays
    * make from now on waits for their tasks to be offered again. */
-  for (xf__run *run = co->runs; run; run = run->next) {
-    if (!run->relay || run->over) continue;
+  for (xf__run *run = xf__runs_first(co); run; run = xf__run_next(run)) {
+    if (!xf__run_relay(run) || xf__run_over(run)) continue;
     xf_errctx err = {0};
-    if (xf_jobm_upstream_lost(run->m, xf__now(), &err) != XF_OK)
-      XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+    if (xf_jobm_upstream_lost(xf__run_machine(run), xf__now(), &err) != XF_OK)
+      XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", xf__run_id(run), err.msg);
     xf__run_actions(run);
   }
   schedule_redial(co);
@@ -256,12 +256,13 @@ static char **names_of(xf__coord *co, const uint64_t *sites, size_t n) {
 }
 
 void xf__upstream_accept(xf__coord *co, const xf__run *run, const uint64_t *sites, size_t n) {
+  xf__relay *rl = xf__run_relay(run);
   if (!co->up_peer) return;
   char **names = names_of(co, sites, n);
   Xfed__TaskAccept a = XFED__TASK_ACCEPT__INIT;
-  a.job_id = (char *)run->id_text;
-  a.round = run->relay->up.round;
-  a.attempt = run->relay->up.attempt;
+  a.job_id = (char *)xf__run_id(run);
+  a.round = rl->up.round;
+  a.attempt = rl->up.attempt;
   a.n_sites = names ? n : 0;
   a.sites = names;
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
@@ -269,8 +270,8 @@ void xf__upstream_accept(xf__coord *co, const xf__run *run, const uint64_t *site
   env.task_accept = &a;
   (void)xf__send(co->up_peer, &env);
   xf_free(names);
-  XF_INFO("task_accepted_up", "job=%s round=%u attempt=%u sites=%zu", run->id_text,
-          (unsigned)run->relay->up.round, (unsigned)run->relay->up.attempt, n);
+  XF_INFO("task_accepted_up", "job=%s round=%u attempt=%u sites=%zu", xf__run_id(run),
+          (unsigned)rl->up.round, (unsigned)rl->up.attempt, n);
 }
 
 static void send_refusal(xf__coord *co, const char *job, uint32_t round, uint32_t attempt,
@@ -291,23 +292,25 @@ static void send_refusal(xf__coord *co, const char *job, uint32_t round, uint32_
 
 void xf__upstream_refuse(xf__coord *co, const xf__run *run, uint64_t site, int reason,
                          const char *details) {
+  xf__relay *rl = xf__run_relay(run);
   const char *name = site ? xf__site_name(co, site) : NULL;
-  const xf__upstream_task *up = &run->relay->up;
-  XF_WARN("task_refused_up", "job=%s round=%u site=%s reason=%s details=\"%s\"", run->id_text,
+  const xf__upstream_task *up = &rl->up;
+  XF_WARN("task_refused_up", "job=%s round=%u site=%s reason=%s details=\"%s\"", xf__run_id(run),
           (unsigned)up->round, name ? name : "-", xf_task_refusal_reason_name(reason), details);
-  send_refusal(co, run->id_text, up->round, up->attempt, site ? (name ? name : "?") : "", reason,
+  send_refusal(co, xf__run_id(run), up->round, up->attempt, site ? (name ? name : "?") : "", reason,
                details);
 }
 
 void xf__upstream_eval_done(xf__coord *co, const xf__run *run) {
+  xf__relay *rl = xf__run_relay(run);
   if (!co->up_peer) return;
   Xfed__Metrics m = XFED__METRICS__INIT;
-  m.job_id = (char *)run->id_text;
-  m.round = run->relay->up.round;
-  m.attempt = run->relay->up.attempt;
+  m.job_id = (char *)xf__run_id(run);
+  m.round = rl->up.round;
+  m.attempt = rl->up.attempt;
   m.site = co->name;
   m.region = co->cfg.region;
-  m.model_round = run->relay->up.model_round;
+  m.model_round = rl->up.model_round;
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   env.body_case = XFED__ENVELOPE__BODY_METRICS;
   env.metrics = &m;
@@ -345,26 +348,28 @@ static float *residual_of(xf__coord *co, const char *job, size_t n) {
 
 /* The stream run's aggregate travels under: the one the offer named. */
 static uint64_t aggregate_stream(const xf__run *run) {
-  return run->relay->up.update_stream_id
-             ? run->relay->up.update_stream_id
-             : ((uint64_t)run->relay->up.round << 16 | (uint64_t)run->relay->up.attempt << 1 | 1);
+  xf__relay *rl = xf__run_relay(run);
+  return rl->up.update_stream_id
+             ? rl->up.update_stream_id
+             : ((uint64_t)rl->up.round << 16 | (uint64_t)rl->up.attempt << 1 | 1);
 }
 
 /* Queues run's kept aggregate bytes upstream (again after a reconnect). */
 static void queue_aggregate(xf__coord *co, xf__run *run, const xf_update_payload *pl,
                             const uint64_t *sites, size_t n, uint64_t weight) {
-  if (!co->up_peer || !run->relay->agg_bytes) return;
-  uint8_t *copy = xf_malloc(run->relay->agg_len ? run->relay->agg_len : 1);
+  xf__relay *rl = xf__run_relay(run);
+  if (!co->up_peer || !rl->agg_bytes) return;
+  uint8_t *copy = xf_malloc(rl->agg_len ? rl->agg_len : 1);
   if (!copy) return;
-  memcpy(copy, run->relay->agg_bytes, run->relay->agg_len);
+  memcpy(copy, rl->agg_bytes, rl->agg_len);
   xf_tensor_desc d = {.stream_id = aggregate_stream(run),
                       .kind = XFED__TENSOR_BEGIN__KIND__AGGREGATE,
                       .dtype = pl->form == XF_UPDATE_FLOAT32 ? XFED__TENSOR_BEGIN__DTYPE__F32
                                                              : XFED__TENSOR_BEGIN__DTYPE__U8,
                       .element_count = pl->element_count,
-                      .job_id = run->id_text,
-                      .round = run->relay->up.round,
-                      .attempt = run->relay->up.attempt};
+                      .job_id = xf__run_id(run),
+                      .round = rl->up.round,
+                      .attempt = rl->up.attempt};
   if (pl->sealed) {
     d.sealed_by = pl->sealed_by;
     d.sealed_chunk = XF_SEAL_STREAM_CHUNK;
@@ -375,15 +380,15 @@ static void queue_aggregate(xf__coord *co, xf__run *run, const xf_update_payload
     names[i] = xf_strdup(nm ? nm : "?");
   }
   xf__stream_opts so = {.weight = weight,
-                        .attempt = run->relay->up.attempt,
+                        .attempt = rl->up.attempt,
                         .contributors = (uint32_t)n,
                         .sites = names,
                         .n_sites = names ? n : 0,
                         .await_ack = true,
-                        .job = run->id_text};
+                        .job = xf__run_id(run)};
   XF_INFO("aggregate_sending", "job=%s round=%u weight=%" PRIu64 " sites=%zu bytes=%zu",
-          run->id_text, (unsigned)run->relay->up.round, weight, n, run->relay->agg_len);
-  (void)xf__stream_queue(co->up_peer, &d, NULL, copy, run->relay->agg_len,
+          xf__run_id(run), (unsigned)rl->up.round, weight, n, rl->agg_len);
+  (void)xf__stream_queue(co->up_peer, &d, NULL, copy, rl->agg_len,
                          pl->sealed ? XF_SEAL_STREAM_CHUNK + XF_SEAL_ABYTES : 0, &so);
 }
 
@@ -392,67 +397,68 @@ static void resend_aggregate(xf__coord *co, xf__run *run, const uint64_t *sites,
 
 void xf__upstream_forward(xf__coord *co, xf__run *run, const uint64_t *sites, size_t n,
                           uint64_t weight, bool resend) {
-  if (resend && run->relay->agg_bytes) {
+  xf__relay *rl = xf__run_relay(run);
+  if (resend && rl->agg_bytes) {
     resend_aggregate(co, run, sites, n, weight);
     return;
   }
-  if (!run->relay->mean) return;
+  if (!rl->mean) return;
   xf_errctx err = {0};
-  xf_update_offer offer = {.sealed = run->relay->up.seal,
+  xf_update_offer offer = {.sealed = rl->up.seal,
                            .rounding_seed =
-                               run->spec.seed ^
-                               ((uint64_t)run->relay->up.round * 0x9e3779b97f4a7c15ull) ^
+                               xf__run_spec(run)->seed ^
+                               ((uint64_t)rl->up.round * 0x9e3779b97f4a7c15ull) ^
                                xf_coord_site_id(co->cfg.region)};
-  memcpy(offer.seal_pk, run->relay->up.seal_pk, sizeof(offer.seal_pk));
+  memcpy(offer.seal_pk, rl->up.seal_pk, sizeof(offer.seal_pk));
   xf_update_plan plan;
   xf_update_payload pl;
   memset(&pl, 0, sizeof(pl));
-  xf_err rc = xf_update_plan_aggregate(&run->spec, run->n_params, &offer, &plan, &err);
+  xf_err rc = xf_update_plan_aggregate(xf__run_spec(run), xf__run_n_params(run), &offer, &plan, &err);
   float *residual = NULL;
   if (rc == XF_OK && plan.residual) {
-    residual = residual_of(co, run->id_text, run->n_params);
+    residual = residual_of(co, xf__run_id(run), xf__run_n_params(run));
     if (!residual) rc = xf_fail(&err, XF_ENOMEM, "out of memory for the region's residual");
   }
   char ctx[256];
-  size_t ctx_len = xf_seal_stream_context(ctx, sizeof(ctx), run->id_text, run->relay->up.round,
-                                          run->relay->up.attempt, co->name);
+  size_t ctx_len = xf_seal_stream_context(ctx, sizeof(ctx), xf__run_id(run), rl->up.round,
+                                          rl->up.attempt, co->name);
   if (rc == XF_OK)
-    rc = xf_update_prepare(&plan, run->relay->mean, residual, NULL, ctx, ctx_len, &pl, &err);
-  xf_free(run->relay->mean);
-  run->relay->mean = NULL;
+    rc = xf_update_prepare(&plan, rl->mean, residual, NULL, ctx, ctx_len, &pl, &err);
+  xf_free(rl->mean);
+  rl->mean = NULL;
   if (rc != XF_OK) {
-    XF_ERROR("aggregate_not_encoded", "job=%s round=%u reason=\"%s\"", run->id_text,
-             (unsigned)run->relay->up.round, err.msg);
+    XF_ERROR("aggregate_not_encoded", "job=%s round=%u reason=\"%s\"", xf__run_id(run),
+             (unsigned)rl->up.round, err.msg);
     xf__upstream_refuse(co, run, 0, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
                         "the region's aggregate could not be encoded or sealed");
     return;
   }
-  xf_free(run->relay->agg_bytes);
-  run->relay->agg_bytes = xf_malloc(pl.wire_len ? pl.wire_len : 1);
-  run->relay->agg_len = run->relay->agg_bytes ? pl.wire_len : 0;
-  if (run->relay->agg_bytes) memcpy(run->relay->agg_bytes, pl.wire, pl.wire_len);
-  xf_free(run->relay->agg_plain);
-  run->relay->agg_plain = NULL;
-  run->relay->agg_plain_len = 0;
-  if (pl.sealed && (run->relay->agg_plain = xf_malloc(pl.plain_len ? pl.plain_len : 1))) {
-    memcpy(run->relay->agg_plain, pl.plain, pl.plain_len);
-    run->relay->agg_plain_len = pl.plain_len;
+  xf_free(rl->agg_bytes);
+  rl->agg_bytes = xf_malloc(pl.wire_len ? pl.wire_len : 1);
+  rl->agg_len = rl->agg_bytes ? pl.wire_len : 0;
+  if (rl->agg_bytes) memcpy(rl->agg_bytes, pl.wire, pl.wire_len);
+  xf_free(rl->agg_plain);
+  rl->agg_plain = NULL;
+  rl->agg_plain_len = 0;
+  if (pl.sealed && (rl->agg_plain = xf_malloc(pl.plain_len ? pl.plain_len : 1))) {
+    memcpy(rl->agg_plain, pl.plain, pl.plain_len);
+    rl->agg_plain_len = pl.plain_len;
   }
-  run->relay->weight = weight;
-  const xf__upstream_task *up = &run->relay->up;
+  rl->weight = weight;
+  const xf__upstream_task *up = &rl->up;
   if (up->has_residency && strcmp(up->coordinator_region, co->cfg.region) != 0)
-    xf__audit(co, "crossing", run->id_text,
-              json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:I,s:I,s:s,s:I}", "job", run->id_text, "round",
+    xf__audit(co, "crossing", xf__run_id(run),
+              json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:I,s:I,s:s,s:I}", "job", xf__run_id(run), "round",
                         (json_int_t)up->round, "attempt", (json_int_t)up->attempt, "kind",
                         "regional_aggregate", "from", co->cfg.region, "to",
                         up->coordinator_region, "contributors", (json_int_t)n, "weight",
                         (json_int_t)weight, "rule", up->rule, "policy_version",
                         (json_int_t)up->policy_version));
   /* Remember the stream's shape in the run (its payload buffers go now). */
-  run->relay->agg_form = pl.form;
-  run->relay->agg_count = pl.element_count;
-  run->relay->agg_sealed = pl.sealed;
-  memcpy(run->relay->agg_epk, pl.sealed_by, sizeof(run->relay->agg_epk));
+  rl->agg_form = pl.form;
+  rl->agg_count = pl.element_count;
+  rl->agg_sealed = pl.sealed;
+  memcpy(rl->agg_epk, pl.sealed_by, sizeof(rl->agg_epk));
   queue_aggregate(co, run, &pl, sites, n, weight);
   xf_update_payload_free(&pl);
 }
@@ -461,49 +467,51 @@ void xf__upstream_forward(xf__coord *co, xf__run *run, const uint64_t *sites, si
  * sealed to the old one: an aggregate not made yet is sealed to the new key
  * when it is, and one made before is sealed again, from the same plaintext. */
 static void take_seal_key(xf__coord *co, xf__run *run, const Xfed__TaskOffer *o) {
+  xf__relay *rl = xf__run_relay(run);
   if (o->seal_key.len != XF_SEAL_PUBLICKEYBYTES ||
-      (run->relay->up.seal &&
-       memcmp(o->seal_key.data, run->relay->up.seal_pk, XF_SEAL_PUBLICKEYBYTES) == 0))
+      (rl->up.seal &&
+       memcmp(o->seal_key.data, rl->up.seal_pk, XF_SEAL_PUBLICKEYBYTES) == 0))
     return;
-  if (!run->relay->agg_bytes) {
-    memcpy(run->relay->up.seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES);
-    run->relay->up.seal = true;
+  if (!rl->agg_bytes) {
+    memcpy(rl->up.seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES);
+    rl->up.seal = true;
     return;
   }
-  if (!run->relay->agg_sealed || !run->relay->agg_plain) return;
+  if (!rl->agg_sealed || !rl->agg_plain) return;
   xf_update_payload pl;
   memset(&pl, 0, sizeof(pl));
-  pl.form = run->relay->agg_form;
-  pl.plain = run->relay->agg_plain;
-  pl.plain_len = run->relay->agg_plain_len;
+  pl.form = rl->agg_form;
+  pl.plain = rl->agg_plain;
+  pl.plain_len = rl->agg_plain_len;
   char ctx[256];
-  size_t ctx_len = xf_seal_stream_context(ctx, sizeof(ctx), run->id_text, run->relay->up.round,
-                                          run->relay->up.attempt, co->name);
+  size_t ctx_len = xf_seal_stream_context(ctx, sizeof(ctx), xf__run_id(run), rl->up.round,
+                                          rl->up.attempt, co->name);
   xf_errctx err = {0};
   if (xf_update_seal(&pl, o->seal_key.data, ctx, ctx_len, &err) != XF_OK) {
-    XF_ERROR("aggregate_not_resealed", "job=%s round=%u reason=\"%s\"", run->id_text,
-             (unsigned)run->relay->up.round, err.msg);
+    XF_ERROR("aggregate_not_resealed", "job=%s round=%u reason=\"%s\"", xf__run_id(run),
+             (unsigned)rl->up.round, err.msg);
     return;
   }
-  xf_free(run->relay->agg_bytes);
-  run->relay->agg_bytes = pl.wire; /* taken over: plain stays the run's */
-  run->relay->agg_len = pl.wire_len;
-  memcpy(run->relay->agg_epk, pl.sealed_by, sizeof(run->relay->agg_epk));
-  memcpy(run->relay->up.seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES);
+  xf_free(rl->agg_bytes);
+  rl->agg_bytes = pl.wire; /* taken over: plain stays the run's */
+  rl->agg_len = pl.wire_len;
+  memcpy(rl->agg_epk, pl.sealed_by, sizeof(rl->agg_epk));
+  memcpy(rl->up.seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES);
   XF_INFO("aggregate_resealed", "job=%s round=%u attempt=%u why=\"the coordinator's key changed\"",
-          run->id_text, (unsigned)run->relay->up.round, (unsigned)run->relay->up.attempt);
+          xf__run_id(run), (unsigned)rl->up.round, (unsigned)rl->up.attempt);
 }
 
 /* The aggregate once more (the global coordinator offered the task again
  * and holds it). */
 static void resend_aggregate(xf__coord *co, xf__run *run, const uint64_t *sites, size_t n,
                              uint64_t weight) {
+  xf__relay *rl = xf__run_relay(run);
   xf_update_payload shape;
   memset(&shape, 0, sizeof(shape));
-  shape.form = run->relay->agg_form;
-  shape.element_count = run->relay->agg_count;
-  shape.sealed = run->relay->agg_sealed;
-  memcpy(shape.sealed_by, run->relay->agg_epk, sizeof(shape.sealed_by));
+  shape.form = rl->agg_form;
+  shape.element_count = rl->agg_count;
+  shape.sealed = rl->agg_sealed;
+  memcpy(shape.sealed_by, rl->agg_epk, sizeof(shape.sealed_by));
   queue_aggregate(co, run, &shape, sites, n, weight);
 }
 
@@ -545,32 +553,25 @@ static void on_offer(xf__coord *co, const Xfed__TaskOffer *o) {
     return;
   }
   xf__run *run = xf__run_by_id(co, job);
-  if (!run)
-    for (xf__run *r = co->runs; r && !run; r = r->next)
-      if (r->relay && strcmp(r->id_text, job) == 0) run = r; /* a finished one, kept */
-  if (run && run->relay->up.round == o->round && run->relay->up.attempt == o->attempt &&
-      run->relay->up.evaluate_only == o->evaluate_only) {
+  if (!run) run = xf__run_relay_of(co, job); /* a finished one, kept */
+  xf__relay *rl = run ? xf__run_relay(run) : NULL;
+  if (rl && rl->up.round == o->round && rl->up.attempt == o->attempt &&
+      rl->up.evaluate_only == o->evaluate_only) {
     /* Offered again (the link came back, or the coordinator restarted):
      * the machine says again what it said, and sends what it made once
      * upstream holds the task (at once, or on the go of a held offer). A
      * restarted coordinator names its own key and stream for the aggregate
      * (its ids start again and another stream may hold the old one). */
-    run->relay->up.deadline = (double)o->deadline_unix_ms / 1000.0;
-    if (o->update_stream_id) run->relay->up.update_stream_id = o->update_stream_id;
+    rl->up.deadline = (double)o->deadline_unix_ms / 1000.0;
+    if (o->update_stream_id) rl->up.update_stream_id = o->update_stream_id;
     take_seal_key(co, run, o);
     xf_errctx err = {0};
-    if (xf_jobm_reoffered(run->m, o->hold, xf__now(), &err) != XF_OK)
-      XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+    if (xf_jobm_reoffered(xf__run_machine(run), o->hold, xf__now(), &err) != XF_OK)
+      XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", xf__run_id(run), err.msg);
     xf__run_actions(run);
     return;
   }
-  if (run && !run->over) {
-    xf_errctx err = {0};
-    if (xf_jobm_cancel(run->m, "superseded by another task of its job", xf__now(), &err) != XF_OK)
-      XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
-    xf__run_actions(run);
-    run->over = true;
-  }
+  if (run && !xf__run_over(run)) xf__run_end(run, "superseded by another task of its job");
   pending_drop_job(job);
   /* Under a residency policy the global coordinator's plan routes the job
    * through us; without one the spec asks for it. */
@@ -689,13 +690,14 @@ static void aggregate_refused(xf__coord *co, xf__peer *p, uint64_t stream) {
   char job[32];
   if (!xf__stream_refused(p, stream, job, sizeof(job))) return;
   xf__run *run = xf__run_by_id(co, job);
-  if (!run || !run->relay || aggregate_stream(run) != stream) return;
+  if (!run || !xf__run_relay(run) || aggregate_stream(run) != stream) return;
+  const xf__upstream_task *up = &xf__run_relay(run)->up;
   XF_WARN("aggregate_kept", "job=%s round=%u attempt=%u why=\"upstream does not hold the task "
           "now; it goes again once upstream offers the task again\"",
-          run->id_text, (unsigned)run->relay->up.round, (unsigned)run->relay->up.attempt);
+          xf__run_id(run), (unsigned)up->round, (unsigned)up->attempt);
   xf_errctx err = {0};
-  if (xf_jobm_upstream_lost(run->m, xf__now(), &err) != XF_OK)
-    XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+  if (xf_jobm_upstream_lost(xf__run_machine(run), xf__now(), &err) != XF_OK)
+    XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", xf__run_id(run), err.msg);
   xf__run_actions(run);
 }
 
@@ -717,10 +719,11 @@ void xf__upstream_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env
   case XFED__ENVELOPE__BODY_TASK_GO: {
     const Xfed__TaskGo *g = env->task_go;
     xf__run *run = xf__run_by_id(co, g->job_id);
-    if (!run || run->relay->up.round != g->round || run->relay->up.attempt != g->attempt) return;
+    const xf__upstream_task *up = run ? &xf__run_relay(run)->up : NULL;
+    if (!up || up->round != g->round || up->attempt != g->attempt) return;
     xf_errctx err = {0};
-    if (xf_jobm_go(run->m, xf__now(), &err) != XF_OK)
-      XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
+    if (xf_jobm_go(xf__run_machine(run), xf__now(), &err) != XF_OK)
+      XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", xf__run_id(run), err.msg);
     xf__run_actions(run);
     return;
   }
@@ -731,15 +734,9 @@ void xf__upstream_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env
             c->reason ? c->reason : "");
     pending_drop_job(job);
     xf__stream_drop(p, job);
-    for (xf__run *run = co->runs; run; run = run->next) {
-      if (!run->relay || strcmp(run->id_text, job) != 0) continue;
-      xf_errctx err = {0};
-      if (xf_jobm_cancel(run->m, c->reason ? c->reason : "cancelled upstream", xf__now(), &err) !=
-          XF_OK)
-        XF_ERROR("job_machine_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
-      xf__run_actions(run);
-      run->over = true;
-    }
+    for (xf__run *run = xf__runs_first(co); run; run = xf__run_next(run))
+      if (xf__run_relay(run) && strcmp(xf__run_id(run), job) == 0)
+        xf__run_end(run, c->reason ? c->reason : "cancelled upstream");
     return;
   }
   case XFED__ENVELOPE__BODY_ERROR:
