@@ -42,8 +42,9 @@ static bool host_char_ok(char ch) {
          ch == '-' || ch == '.';
 }
 
-xf_err xf_address_parse(const char *s, char *host, size_t host_len, uint16_t *port,
-                        xf_errctx *err) {
+xf_err xf_address_parse_as(const char *s, unsigned flags, char *host, size_t host_len,
+                           uint16_t *port, xf_errctx *err) {
+  long min_port = flags & XF_ADDRESS_PORT0 ? 0 : 1;
   const char *colon = strrchr(s, ':');
   if (!colon || colon == s)
     return xf_fail(err, XF_EINVAL, "'%.300s' is not HOST:PORT (e.g. agg-eu.example.org:7443)", s);
@@ -77,16 +78,29 @@ xf_err xf_address_parse(const char *s, char *host, size_t host_len, uint16_t *po
   long v = 0;
   size_t digits = strlen(p);
   if (digits == 0 || digits > 5)
-    return xf_fail(err, XF_EINVAL, "'%.300s': the port must be a number from 1 to 65535", s);
+    return xf_fail(err, XF_EINVAL, "'%.300s': the port must be a number from %ld to 65535", s,
+                     min_port);
   for (size_t i = 0; i < digits; i++) {
     if (p[i] < '0' || p[i] > '9')
-      return xf_fail(err, XF_EINVAL, "'%.300s': the port must be a number from 1 to 65535", s);
+      return xf_fail(err, XF_EINVAL, "'%.300s': the port must be a number from %ld to 65535", s,
+                     min_port);
     v = v * 10 + (p[i] - '0');
   }
-  if (v < 1 || v > 65535)
-    return xf_fail(err, XF_EINVAL, "'%.300s': the port must be a number from 1 to 65535", s);
+  if (v < min_port || v > 65535)
+    return xf_fail(err, XF_EINVAL, "'%.300s': the port must be a number from %ld to 65535", s,
+                     min_port);
   memcpy(host, h, hn);
   host[hn] = '\0';
+  if ((flags & XF_ADDRESS_LOOPBACK) && strcmp(host, "localhost") == 0) {
+    if (host_len < sizeof("127.0.0.1"))
+      return xf_fail(err, XF_EINVAL, "'%.300s': no room for the address", s);
+    memcpy(host, "127.0.0.1", sizeof("127.0.0.1"));
+  }
   *port = (uint16_t)v;
   return XF_OK;
+}
+
+xf_err xf_address_parse(const char *s, char *host, size_t host_len, uint16_t *port,
+                        xf_errctx *err) {
+  return xf_address_parse_as(s, 0, host, host_len, port, err);
 }

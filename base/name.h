@@ -38,4 +38,12 @@ const char *xf_label_problem(const char *s, size_t n);
 xf_err xf_address_parse(const char *s, char *host, size_t host_len, uint16_t *port,
                         xf_errctx *err) XF_WARN_UNUSED;
 
+/* xf_address_parse's flags. */
+#define XF_ADDRESS_PORT0 1u    /* PORT may be 0: a listener picks a free one */
+#define XF_ADDRESS_LOOPBACK 2u /* "localhost" is read as 127.0.0.1 (for numeric-only sockets) */
+
+/* xf_address_parse with flags (XF_ADDRESS_*; 0: xf_address_parse itself). */
+xf_err xf_address_parse_as(const char *s, unsigned flags, char *host, size_t host_len,
+                           uint16_t *port, xf_errctx *err) XF_WARN_UNUSED;
+
 #endif

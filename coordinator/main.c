@@ -18,31 +18,20 @@
 #define PROG "xfed-coord"
 
 
-/* HOST:PORT (HOST an IPv4 address, [IPv6] or localhost; port 0..65535, 0
- * only where allow_zero: a listener picking a free port). */
+/* HOST:PORT in base/name.h's grammar, localhost read as 127.0.0.1 (the
+ * daemon's sockets take numeric addresses); port 0 only where allow_zero:
+ * a listener picking a free port. A usage error naming the flag or key. */
 static xf_err parse_addr(xf_cli *cli, const char *what, const char *s, char *host, size_t n,
                          int *port) {
   bool allow_zero = strcmp(what, "--listen") == 0 || strcmp(what, "listen") == 0 ||
                     strcmp(what, "--metrics") == 0 || strcmp(what, "metrics") == 0 ||
                     strcmp(what, "--dashboard") == 0 || strcmp(what, "dashboard") == 0;
-  const char *colon = strrchr(s, ':');
-  char *end = NULL;
-  long p = colon ? strtol(colon + 1, &end, 10) : -1;
-  if (!colon || colon == s || !end || *end || colon[1] == '\0' || p < (allow_zero ? 0 : 1) ||
-      p > 65535)
-    return xf_fail(&cli->err, XF_EUSAGE, "%s '%s' is not HOST:PORT with a port from %d to 65535",
-                   what, s, allow_zero ? 0 : 1);
-  size_t hl = (size_t)(colon - s);
-  const char *h = s;
-  if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
-    h++;
-    hl -= 2;
-  }
-  if (hl >= n) return xf_fail(&cli->err, XF_EUSAGE, "%s '%s': the host is too long", what, s);
-  memcpy(host, h, hl);
-  host[hl] = '\0';
-  if (strcmp(host, "localhost") == 0) snprintf(host, n, "127.0.0.1");
-  *port = (int)p;
+  xf_errctx why = {0};
+  uint16_t p = 0;
+  if (xf_address_parse_as(s, XF_ADDRESS_LOOPBACK | (allow_zero ? XF_ADDRESS_PORT0 : 0), host, n,
+                          &p, &why) != XF_OK)
+    return xf_fail(&cli->err, XF_EUSAGE, "%s %s", what, why.msg);
+  *port = p;
   return XF_OK;
 }
 
@@ -60,9 +49,10 @@ static xf_err need_http(xf_cli *cli, const char *what) {
 #endif
 }
 
-/* --metrics [HOST:]PORT: a port alone listens on 127.0.0.1 (loopback);
- * port 0 picks a free one. */
-static xf_err parse_metrics(xf_cli *cli, const char *what, const char *s, xf_coord_config *c) {
+/* --metrics and --dashboard [HOST:]PORT: a port alone listens on 127.0.0.1
+ * (loopback); port 0 picks a free one. */
+static xf_err parse_http_addr(xf_cli *cli, const char *what, const char *s, char *host, size_t n,
+                              int *port) {
   XF_GUARD(need_http(cli, what));
   if (!strchr(s, ':')) {
     char *end = NULL;
@@ -70,30 +60,21 @@ static xf_err parse_metrics(xf_cli *cli, const char *what, const char *s, xf_coo
     if (!*s || !end || *end || p < 0 || p > 65535)
       return xf_fail(&cli->err, XF_EUSAGE,
                      "%s '%s' is not [HOST:]PORT with a port from 0 to 65535", what, s);
-    snprintf(c->metrics_host, sizeof(c->metrics_host), "127.0.0.1");
-    c->metrics_port = (int)p;
+    snprintf(host, n, "127.0.0.1");
+    *port = (int)p;
     return XF_OK;
   }
-  return parse_addr(cli, what, s, c->metrics_host, sizeof(c->metrics_host),
-                    &c->metrics_port);
+  return parse_addr(cli, what, s, host, n, port);
 }
 
-/* --dashboard [HOST:]PORT: a port alone listens on 127.0.0.1 (loopback);
- * port 0 picks a free one. */
+static xf_err parse_metrics(xf_cli *cli, const char *what, const char *s, xf_coord_config *c) {
+  return parse_http_addr(cli, what, s, c->metrics_host, sizeof(c->metrics_host),
+                         &c->metrics_port);
+}
+
 static xf_err parse_dashboard(xf_cli *cli, const char *what, const char *s, xf_coord_config *c) {
-  XF_GUARD(need_http(cli, what));
-  if (!strchr(s, ':')) {
-    char *end = NULL;
-    long p = strtol(s, &end, 10);
-    if (!*s || !end || *end || p < 0 || p > 65535)
-      return xf_fail(&cli->err, XF_EUSAGE,
-                     "%s '%s' is not [HOST:]PORT with a port from 0 to 65535", what, s);
-    snprintf(c->dashboard_host, sizeof(c->dashboard_host), "127.0.0.1");
-    c->dashboard_port = (int)p;
-    return XF_OK;
-  }
-  return parse_addr(cli, what, s, c->dashboard_host, sizeof(c->dashboard_host),
-                    &c->dashboard_port);
+  return parse_http_addr(cli, what, s, c->dashboard_host, sizeof(c->dashboard_host),
+                         &c->dashboard_port);
 }
 
 /* A path from the config file: relative ones are relative to its directory. */

@@ -13,6 +13,7 @@
 #include "base/alloc.h"
 #include "base/cursor.h"
 #include "base/log.h"
+#include "base/name.h"
 #include "base/result.h"
 #include "base/rng.h"
 #include "base/text.h"
@@ -312,6 +313,68 @@ static void log_level_parses_names(void **state) {
   assert_int_equal(xf_log_parse_level("loud", &l), XF_EINVAL);
 }
 
+static void address_parse_takes_names_ipv4_and_bracketed_ipv6(void **state) {
+  (void)state;
+  char host[XF_HOST_MAX + 1];
+  uint16_t port = 0;
+  xf_errctx err = {0};
+  assert_int_equal(xf_address_parse("agg-eu.example.org:7443", host, sizeof(host), &port, &err),
+                   XF_OK);
+  assert_string_equal(host, "agg-eu.example.org");
+  assert_int_equal(port, 7443);
+  assert_int_equal(xf_address_parse("[::1]:9", host, sizeof(host), &port, &err), XF_OK);
+  assert_string_equal(host, "::1");
+  assert_int_equal(port, 9);
+  assert_int_equal(xf_address_parse("localhost:1", host, sizeof(host), &port, &err), XF_OK);
+  assert_string_equal(host, "localhost"); /* a name, left to the resolver */
+}
+
+static void address_parse_refuses_port_zero_unless_a_listener_asks(void **state) {
+  (void)state;
+  char host[XF_HOST_MAX + 1];
+  uint16_t port = 1;
+  xf_errctx err = {0};
+  assert_int_equal(xf_address_parse("127.0.0.1:0", host, sizeof(host), &port, &err), XF_EINVAL);
+  assert_non_null(strstr(err.msg, "from 1 to 65535"));
+  assert_int_equal(xf_address_parse_as("127.0.0.1:0", XF_ADDRESS_PORT0, host, sizeof(host), &port,
+                                       &err),
+                   XF_OK);
+  assert_int_equal(port, 0);
+  assert_int_equal(xf_address_parse_as("127.0.0.1:65536", XF_ADDRESS_PORT0, host, sizeof(host),
+                                       &port, &err),
+                   XF_EINVAL);
+  assert_non_null(strstr(err.msg, "from 0 to 65535"));
+}
+
+static void address_parse_reads_localhost_as_loopback_when_asked(void **state) {
+  (void)state;
+  char host[XF_HOST_MAX + 1];
+  uint16_t port = 0;
+  xf_errctx err = {0};
+  assert_int_equal(xf_address_parse_as("localhost:7443", XF_ADDRESS_LOOPBACK, host, sizeof(host),
+                                       &port, &err),
+                   XF_OK);
+  assert_string_equal(host, "127.0.0.1");
+  assert_int_equal(port, 7443);
+}
+
+static void address_parse_names_what_is_wrong(void **state) {
+  (void)state;
+  char host[XF_HOST_MAX + 1];
+  uint16_t port = 0;
+  xf_errctx err = {0};
+  assert_int_equal(xf_address_parse("7443", host, sizeof(host), &port, &err), XF_EINVAL);
+  assert_non_null(strstr(err.msg, "is not HOST:PORT"));
+  assert_int_equal(xf_address_parse("::1:7443", host, sizeof(host), &port, &err), XF_EINVAL);
+  assert_non_null(strstr(err.msg, "in brackets"));
+  assert_int_equal(xf_address_parse("a_b:7443", host, sizeof(host), &port, &err), XF_EINVAL);
+  assert_non_null(strstr(err.msg, "only letters, digits"));
+  assert_int_equal(xf_address_parse("host:80x", host, sizeof(host), &port, &err), XF_EINVAL);
+  assert_non_null(strstr(err.msg, "the port must be a number"));
+  char small[4];
+  assert_int_equal(xf_address_parse("abcd:1", small, sizeof(small), &port, &err), XF_EINVAL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_error_has_a_name_and_message),
@@ -330,6 +393,10 @@ int main(void) {
       cmocka_unit_test(text_append_joins_clauses_and_cuts_at_the_end),
       cmocka_unit_test(text_distance_counts_edits_and_swaps),
       cmocka_unit_test(text_nearest_suggests_close_words_only),
+      cmocka_unit_test(address_parse_takes_names_ipv4_and_bracketed_ipv6),
+      cmocka_unit_test(address_parse_refuses_port_zero_unless_a_listener_asks),
+      cmocka_unit_test(address_parse_reads_localhost_as_loopback_when_asked),
+      cmocka_unit_test(address_parse_names_what_is_wrong),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,6 +19,9 @@
 #            --json has it whole.
 #   bad_chartjs_says_its_cause_once: XF_CHARTJS naming a missing file stops
 #            the dashboard's coordinator with one sentence and its cause.
+#   bad_address_names_the_flag: xfed-coord's --listen and --upstream read
+#            HOST:PORT in the grammar the site and the CLI read (base/name.h),
+#            and a bad one is a usage error naming the flag and the fault.
 # usage: messages.sh BUILD_DIR
 set -euo pipefail
 build=$(cd "${1:?usage: messages.sh BUILD_DIR}" && pwd)
@@ -145,6 +148,14 @@ expect 1 "xfed-coord with XF_CHARTJS=/nonexistent/chart.js" "$work/chartjs.out" 
 has "$work/chartjs.out" "XF_CHARTJS names '/nonexistent/chart.js', which cannot be read as Chart.js: cannot open: No such file or directory" "start"
 (($(grep -o 'XF_CHARTJS names' "$work/chartjs.out" | wc -l) == 1)) || fail "said twice: $(cat "$work/chartjs.out")"
 lacks "$work/chartjs.out" ":  (" "start"
+
+# ---- bad_address_names_the_flag ----------------------------------------------------------------
+label=bad_address_names_the_flag
+expect 2 "xfed-coord --listen 127.0.0.1" "$work/listen.out" -- "$coord_bin" --listen 127.0.0.1
+has "$work/listen.out" "--listen '127.0.0.1' is not HOST:PORT" "--listen"
+expect 2 "xfed-coord --upstream with port 0" "$work/upstream.out" -- \
+  "$coord_bin" --role regional --region eu --upstream 127.0.0.1:0
+has "$work/upstream.out" "--upstream '127.0.0.1:0': the port must be a number from 1 to 65535" "--upstream"
 
 label=messages
 finish
