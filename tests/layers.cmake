@@ -54,3 +54,20 @@ set_tests_properties(layers_drawing_matches_the_check
                      layers_drawing_check_refuses_a_missing_module PROPERTIES LABELS unit)
 set_tests_properties(layers_drawing_check_refuses_a_missing_module PROPERTIES
   PASS_REGULAR_EXPRESSION "layer 1: cmake/layers.cmake lists codec, crypto, http, storage; the drawing shows crypto, storage")
+# The link line (cmake/layers_link.cmake): the tree's links pass; a site
+# program linking the CLI's library (the same layer) and a codec library
+# linking job/'s (a higher one) are refused, each named.
+add_test(NAME layers_link_check
+         COMMAND ${CMAKE_COMMAND} -DXF_LINKS=${PROJECT_BINARY_DIR}/layers-links.txt
+                 -P ${PROJECT_SOURCE_DIR}/cmake/layers_link.cmake)
+set(_xf_bad_links ${CMAKE_CURRENT_BINARY_DIR}/layers-bad-links.txt)
+file(WRITE ${_xf_bad_links} "site xfed-site site xf_site_daemon\nsite xfed-site cli xf_cli\n"
+                            "codec xf_codec job xf_job\ncodec xf_codec base xf_base\n")
+add_test(NAME layers_link_check_refuses_a_same_layer_and_an_upward_link
+         COMMAND ${CMAKE_COMMAND} -DXF_LINKS=${_xf_bad_links}
+                 -P ${PROJECT_SOURCE_DIR}/cmake/layers_link.cmake)
+set_tests_properties(layers_link_check layers_link_check_refuses_a_same_layer_and_an_upward_link
+                     PROPERTIES LABELS unit)
+set_tests_properties(layers_link_check_refuses_a_same_layer_and_an_upward_link PROPERTIES
+  PASS_REGULAR_EXPRESSION "xfed-site \\(site/\\) links xf_cli \\(cli/\\): both layer [0-9]+, and XF_LAYER_ALLOW does not name site>cli.*xf_codec \\(codec/, layer 1\\) links xf_job \\(job/, layer 3\\): a higher layer"
+  FAIL_REGULAR_EXPRESSION "links xf_site_daemon|links xf_base")
