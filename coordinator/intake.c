@@ -167,7 +167,7 @@ static void send_ack(xf__site *s, const xf_tensor_receiver *rx) {
 
 static void drop(xf__run *run, xf__site *s, const char *why) {
   XF_WARN("update_dropped", "job=%s from=%s reason=\"%s\"", run->id_text, s->name, why);
-  run->co->stats.updates_dropped++;
+  xf__coord_stats(run->co)->updates_dropped++;
   xf__take *t = xf__take_of(run, s->id);
   if (t) xf__take_abort(run, t);
   xf_errctx err = {0};
@@ -177,7 +177,7 @@ static void drop(xf__run *run, xf__site *s, const char *why) {
 }
 
 void xf__intake_admit(xf__run *run) {
-  uint32_t max = run->co->cfg.max_staged ? run->co->cfg.max_staged : 4;
+  uint32_t max = xf__coord_cfg(run->co)->max_staged ? xf__coord_cfg(run->co)->max_staged : 4;
   for (size_t i = 0; i < run->n_takes && run->agg; i++) {
     xf__take *t = &run->takes[i];
     if (!t->waiting_admission) continue;
@@ -477,19 +477,19 @@ void xf__intake_end(xf__run *run, xf__site *s, xf__take *t, const Xfed__TensorEn
     xf__take_abort(run, t);
   }
   /* An artifact that came across a region boundary. */
-  if (co->cfg.region[0] && strcmp(s->region, co->cfg.region) != 0) {
+  if (xf__coord_cfg(co)->region[0] && strcmp(s->region, xf__coord_cfg(co)->region) != 0) {
     json_t *o = json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:s,s:I,s:I}", "job", run->id_text, "round",
                           (json_int_t)xf__run_round(run),
                           "attempt", (json_int_t)xf_jobm_attempt(run->m), "kind",
                           s->regional ? "regional_aggregate" : "update", "sender", s->name,
-                          "from", s->region, "to", co->cfg.region, "bytes", (json_int_t)bytes,
-                          "weight", (json_int_t)weight);
+                          "from", s->region, "to", xf__coord_cfg(co)->region,
+                          "bytes", (json_int_t)bytes, "weight", (json_int_t)weight);
     if (s->regional) json_object_set_new(o, "contributors", json_integer((json_int_t)n_sites));
     if (run->has_plan && run->plan.has_policy)
       json_object_set_new(o, "policy_version", json_integer((json_int_t)run->plan.policy_version));
     xf__audit(co, "crossing", run->id_text, o);
   }
-  co->stats.updates_received++;
+  xf__coord_stats(co)->updates_received++;
   XF_INFO("update_received", "job=%s from=%s sites=%zu weight=%" PRIu64 " bytes=%" PRIu64,
           run->id_text, s->name, s->regional ? n_sites : 1, weight, bytes);
   if (!was_masked &&
