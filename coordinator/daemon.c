@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The coordinator daemon's loop: its state opened and closed, listening,
  * the sites it knows and what they announce, signals and the tick that
- * drives rounds (coordinator/daemon.h, docs/coordinator.md). Connections
- * and their streams are peer.c's. */
+ * drives rounds (coordinator/daemon.h, docs/coordinator.md). The
+ * coordinator struct is this file's; the other files get its parts through
+ * the functions below. Connections and their streams are peer.c's. */
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>

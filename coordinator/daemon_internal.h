@@ -233,7 +233,7 @@ typedef struct xf__federation {
 /* The dashboard (dashboard.c). */
 typedef struct xf__dashboard xf__dashboard;
 
-/* ---- daemon.c: the coordinator's loop and the sites it knows ------------------------ */
+/* ---- daemon.c: the coordinator, its loop and the sites it knows -------------------- */
 double xf__now(void);
 /* What co holds, for the files that work on it; borrowed while it runs.
  * Its configuration (with the defaults daemon.c fills in) and its name
