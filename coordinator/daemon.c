@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The coordinator daemon's loop: its state opened and closed, listening,
  * the sites it knows and what they announce, signals and the tick that
- * drives rounds (coordinator/daemon.h, docs/coordinator.md). Connections
- * and their streams are peer.c's. */
+ * drives rounds (coordinator/daemon.h, docs/coordinator.md). The
+ * coordinator struct is this file's; the other files get its parts through
+ * the functions below. Connections and their streams are peer.c's. */
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -19,11 +20,86 @@
 
 #define TICK_MS 200
 
+/* The coordinator. Its handles are embedded and live as long as its loop;
+ * what one other file owns (the connections, the link upstream, the
+ * dashboard, the HTTP endpoint) is a pointer that file made, freed by it. */
+struct xf__coord {
+  uv_loop_t loop;
+  xf_coord_config cfg;
+  char name[XF_COORD_NAME_MAX]; /* from our certificate */
+  xf_tls *tls;
+  xf_listener *listener;
+  xf_db *db;            /* global role only */
+  xf_blob_store *blobs; /* global role only */
+  xf__peers *peers;     /* peer.c's */
+  xf__site *sites;
+  xf__run *runs;
+  uint64_t next_stream; /* stream ids we hand out: even for models, odd for updates */
+  uv_timer_t tick;
+  uv_check_t pump;      /* after each loop turn: resume streams stalled on the budget */
+  uv_signal_t sig_term, sig_int, sig_hup;
+  xf_notify notify;     /* systemd: readiness, reloads, the watchdog */
+  bool stopping;
+  /* Caps, the buffer budget, and the running totals of what they refused
+   * and closed (net/conn.h), for every connection of the process. */
+  xf_conn_guard guard;
+  xf_noise *noise;      /* central privacy: the aggregator's noise (CSPRNG-keyed) */
+  /* The audit trail: the journal itself on the global role, STATE/audit.db
+   * on a regional aggregator. */
+  xf_db *audit;
+  /* Global role: the policy version decisions are taken against (cached by
+   * residency.c; reloaded when the version table moves on), NULL before the
+   * first. */
+  xf_policy *policy;
+  /* The metrics and health endpoint (metrics.c), NULL without --metrics. */
+  xf_http *http;
+  /* The dashboard (dashboard.c), NULL without --dashboard. */
+  xf__dashboard *dash;
+  xf__stats stats;
+  /* Regional role: the link upstream (upstream.c's; made for both roles,
+   * dialing only on a regional aggregator). */
+  xf__uplink *uplink;
+};
+
 double xf__now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+const xf_coord_config *xf__coord_cfg(const xf__coord *co) { return &co->cfg; }
+
+const char *xf__coord_name(const xf__coord *co) { return co->name; }
+
+uv_loop_t *xf__coord_loop(xf__coord *co) { return &co->loop; }
+
+xf_tls *xf__coord_tls(const xf__coord *co) { return co->tls; }
+
+xf_db *xf__coord_db(const xf__coord *co) { return co->db; }
+
+xf_blob_store *xf__coord_blobs(const xf__coord *co) { return co->blobs; }
+
+xf_db *xf__coord_audit(const xf__coord *co) { return co->audit; }
+
+xf_noise *xf__coord_noise(const xf__coord *co) { return co->noise; }
+
+xf_conn_guard *xf__coord_guard(xf__coord *co) { return &co->guard; }
+
+bool xf__coord_stopping(const xf__coord *co) { return co->stopping; }
+
+xf__stats *xf__coord_stats(xf__coord *co) { return &co->stats; }
+
+xf__site *xf__coord_sites(const xf__coord *co) { return co->sites; }
+
+xf__run **xf__coord_runs(xf__coord *co) { return &co->runs; }
+
+xf__peers *xf__coord_peers(const xf__coord *co) { return co->peers; }
+
+xf__uplink *xf__coord_uplink(const xf__coord *co) { return co->uplink; }
+
+xf__dashboard *xf__coord_dashboard(const xf__coord *co) { return co->dash; }
+
+xf_policy **xf__coord_policy(xf__coord *co) { return &co->policy; }
 
 uint64_t xf_coord_site_id(const char *name) { return xf_admit_site_id(name); }
 
@@ -218,8 +294,8 @@ static void stop(xf__coord *co, const char *why) {
   co->stopping = true;
   XF_INFO("coordinator_stopping", "reason=%s", why);
   xf_notify_stopping(&co->notify);
-  xf__metrics_stop(co);
-  xf__dashboard_stop(co);
+  xf__metrics_stop(&co->http);
+  xf__dashboard_stop(&co->dash);
   if (co->listener) xf_listener_close(co->listener, NULL);
   co->listener = NULL;
   if (co->cfg.regional) xf__upstream_stop(co);
@@ -447,13 +523,8 @@ static void free_state(xf__coord *co) {
     co->sites = s->next;
     free_site(s);
   }
-  xf__peers_free(co);
-  while (co->residuals) {
-    struct xf__residual *r = co->residuals;
-    co->residuals = r->next;
-    xf_free(r->values);
-    xf_free(r);
-  }
+  xf__peers_free(co->peers);
+  xf__uplink_free(co->uplink);
   xf_noise_free(co->noise);
   xf_blob_store_close(co->blobs);
   if (co->audit) {
@@ -471,6 +542,12 @@ static void free_state(xf__coord *co) {
 xf_err xf_coord_run(const xf_coord_config *cfg, xf_errctx *err) {
   xf__coord *co = xf_calloc(1, sizeof(*co));
   if (!co) return xf_fail(err, XF_ENOMEM, "out of memory");
+  co->peers = xf__peers_new();
+  co->uplink = xf__uplink_new();
+  if (!co->peers || !co->uplink) {
+    free_state(co);
+    return xf_fail(err, XF_ENOMEM, "out of memory");
+  }
   co->cfg = *cfg;
   xf__peers_serve(co);
   xf__stats_init(co);
@@ -504,8 +581,8 @@ xf_err xf_coord_run(const xf_coord_config *cfg, xf_errctx *err) {
     goto out;
   xf_listener_set_user(co->listener, co);
   if ((rc = write_port_file(co, err)) != XF_OK) goto out;
-  if ((rc = xf__metrics_start(co, err)) != XF_OK) goto out;
-  if ((rc = xf__dashboard_start(co, err)) != XF_OK) goto out;
+  if ((rc = xf__metrics_start(co, &co->http, err)) != XF_OK) goto out;
+  if ((rc = xf__dashboard_start(co, &co->dash, err)) != XF_OK) goto out;
   start_handles(co);
   log_started(co);
   if (co->cfg.regional)
@@ -526,8 +603,8 @@ out:
       if (co->listener) xf_listener_close(co->listener, NULL);
       co->listener = NULL;
     }
-    xf__metrics_stop(co);
-    xf__dashboard_stop(co);
+    xf__metrics_stop(&co->http);
+    xf__dashboard_stop(&co->dash);
     uv_walk(&co->loop, close_walk, NULL);
     uv_run(&co->loop, UV_RUN_DEFAULT);
     uv_loop_close(&co->loop);

@@ -73,12 +73,17 @@ typedef enum xf__peer_kind {
   XF__PEER_UPSTREAM     /* our own link to the global coordinator (regional role) */
 } xf__peer_kind;
 
-struct xf__coord;
+/* The coordinator: its loop, configuration, state files and lists
+ * (daemon.c; the other files reach it through daemon.c's functions). */
+typedef struct xf__coord xf__coord;
 struct xf__site;
 
 /* One connection (peer.c): owned by the coordinator's list, freed when it
  * closes. */
 typedef struct xf__peer xf__peer;
+/* The coordinator's connections, their send budget stalls and the
+ * DOCUMENT streams they hold (peer.c). */
+typedef struct xf__peers xf__peers;
 
 /* What a site announced of one dataset. */
 typedef struct xf__dataset {
@@ -139,6 +144,9 @@ typedef struct xf__upstream_task {
 
 /* What a regional aggregator's run holds of its task upstream (upstream.c). */
 typedef struct xf__relay xf__relay;
+/* The regional role's link upstream: its session, dialing and backoff, and
+ * the error feedback of the region's aggregates (upstream.c). */
+typedef struct xf__uplink xf__uplink;
 
 /* A job the daemon hosts: its machine and everything around it (host.c,
  * which defines it; the others ask it through the functions under host.c's
@@ -149,7 +157,7 @@ typedef struct xf__run xf__run;
  * what the journal and the connection guard keep, for the exporter
  * (metrics.c). */
 #define XF__STATS_JOBS 32 /* jobs whose round counts are kept (the newest) */
-typedef struct xf__coord_stats {
+typedef struct xf__stats {
   uint64_t bytes_in[5], bytes_out[5];   /* closed connections', by xf__peer_kind */
   uint64_t updates_received;
   uint64_t updates_refused[5];          /* by xf_jobm_refusal */
@@ -162,58 +170,7 @@ typedef struct xf__coord_stats {
     uint64_t completed, failed;
   } jobs[XF__STATS_JOBS];               /* a ring, the oldest replaced */
   size_t next_job;
-} xf__coord_stats;
-
-typedef struct xf__coord {
-  uv_loop_t loop;
-  xf_coord_config cfg;
-  char name[XF_COORD_NAME_MAX]; /* from our certificate */
-  xf_tls *tls;
-  xf_listener *listener;
-  xf_db *db;            /* global role only */
-  xf_blob_store *blobs; /* global role only */
-  xf__peer *peers;
-  xf__site *sites;
-  xf__run *runs;
-  uint64_t next_stream; /* stream ids we hand out: even for models, odd for updates */
-  uv_timer_t tick;
-  uv_check_t pump;      /* after each loop turn: resume streams stalled on the budget */
-  size_t stalled;       /* peers with tx_stalled set */
-  uv_signal_t sig_term, sig_int, sig_hup;
-  xf_notify notify;     /* systemd: readiness, reloads, the watchdog */
-  bool stopping;
-  /* Caps, the buffer budget, and the running totals of what they refused
-   * and closed (net/conn.h), for every connection of the process. */
-  xf_conn_guard guard;
-  /* The sizes announced by every DOCUMENT stream coming in (peer.c):
-   * at most XF__DOCUMENTS_HELD_MAX (peer.c) at once. */
-  uint64_t doc_held;
-  xf_noise *noise;      /* central privacy: the aggregator's noise (CSPRNG-keyed) */
-  /* The audit trail: the journal itself on the global role, STATE/audit.db
-   * on a regional aggregator. */
-  xf_db *audit;
-  /* Global role: the policy version decisions are taken against (cached;
-   * reloaded when the version table moves on), NULL before the first. */
-  xf_policy *policy;
-  /* The metrics and health endpoint (metrics.c), NULL without --metrics. */
-  xf_http *http;
-  /* The dashboard (dashboard.c), NULL without --dashboard. */
-  struct xf__dashboard *dash;
-  xf__coord_stats stats;
-  /* Regional role: the link upstream. */
-  xf__peer *up_peer;
-  bool up_dialing;
-  uv_timer_t redial;
-  double backoff_s;
-  /* Top-k error feedback of this region's aggregates, per job (in memory:
-   * a restarted aggregator starts again from zero). */
-  struct xf__residual {
-    char job[32];
-    float *values;
-    size_t n;
-    struct xf__residual *next;
-  } *residuals;
-} xf__coord;
+} xf__stats;
 
 /* Extras of an outgoing stream's TensorBegin (xf__stream_queue). */
 typedef struct xf__stream_opts {
@@ -237,8 +194,44 @@ typedef struct xf__federation {
 /* The dashboard (dashboard.c). */
 typedef struct xf__dashboard xf__dashboard;
 
-/* ---- daemon.c: the coordinator's loop and the sites it knows ------------------------ */
+/* ---- daemon.c: the coordinator, its loop and the sites it knows -------------------- */
 double xf__now(void);
+/* What co holds, for the files that work on it; borrowed while it runs.
+ * Its configuration (with the defaults daemon.c fills in) and its name
+ * (from its certificate). */
+const xf_coord_config *xf__coord_cfg(const xf__coord *co);
+const char *xf__coord_name(const xf__coord *co);
+uv_loop_t *xf__coord_loop(xf__coord *co);
+xf_tls *xf__coord_tls(const xf__coord *co);
+/* The journal and the model blobs: the global role's, NULL on a regional
+ * aggregator. The audit trail: the journal itself on the global role,
+ * STATE/audit.db on a regional aggregator. */
+xf_db *xf__coord_db(const xf__coord *co);
+xf_blob_store *xf__coord_blobs(const xf__coord *co);
+xf_db *xf__coord_audit(const xf__coord *co);
+/* Central privacy: the aggregator's noise (global role; NULL otherwise). */
+xf_noise *xf__coord_noise(const xf__coord *co);
+/* The caps, the buffer budget and their running totals (net/conn.h) of
+ * every connection of the process. */
+xf_conn_guard *xf__coord_guard(xf__coord *co);
+/* Whether co is stopping (a signal came): nothing new starts. */
+bool xf__coord_stopping(const xf__coord *co);
+/* The counts stats.c keeps and metrics.c exports. */
+xf__stats *xf__coord_stats(xf__coord *co);
+/* The first site co knows (the rest by ->next); added by
+ * xf__site_announce only. */
+xf__site *xf__coord_sites(const xf__coord *co);
+/* The head of co's list of runs, which host.c links and unlinks. */
+xf__run **xf__coord_runs(xf__coord *co);
+/* What one other file owns and alone looks into: the connections
+ * (peer.c), the link upstream (upstream.c), the dashboard (dashboard.c,
+ * NULL without --dashboard). */
+xf__peers *xf__coord_peers(const xf__coord *co);
+xf__uplink *xf__coord_uplink(const xf__coord *co);
+xf__dashboard *xf__coord_dashboard(const xf__coord *co);
+/* The cached policy version (residency.c's, through xf__policy_cached and
+ * xf__policy_cache; NULL before the first), freed with co. */
+xf_policy **xf__coord_policy(xf__coord *co);
 /* A fresh stream id: even for a model, odd for an update. */
 uint64_t xf__stream_id(xf__coord *co, bool update);
 xf__site *xf__site_find(xf__coord *co, uint64_t id);
@@ -271,8 +264,10 @@ xf__peer *xf__peer_next(xf__coord *co, const xf__peer *p);
 void xf__peers_drop_job(xf__coord *co, const char *job);
 /* Closes every connection (stopping). */
 void xf__peers_close(xf__coord *co);
-/* Frees every peer (the loop has ended). */
-void xf__peers_free(xf__coord *co);
+/* The set of a coordinator's connections, empty; NULL out of memory. */
+xf__peers *xf__peers_new(void);
+/* Frees every peer and ps (the loop has ended; ps may be NULL). */
+void xf__peers_free(xf__peers *ps);
 /* After each turn of the loop (completed writes are such turns): resumes
  * stalled streams, oldest peer first, while the send budget allows. */
 void xf__peers_on_pump(uv_check_t *h);
@@ -317,7 +312,7 @@ xf_err xf__send_document(xf__peer *p, const Xfed__Envelope *env);
  * request it completes handled as if it had come in one frame. */
 void xf__document_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);
 /* Drops what p has gathered of a DOCUMENT stream, if anything, and gives
- * its size back to the coordinator's doc_held (on close). */
+ * its size back to the peers' doc_held (on close). */
 void xf__document_drop(xf__peer *p);
 
 /* ---- host.c: job runs, for both roles ------------------------------------------------- */
@@ -350,14 +345,14 @@ const xf__takes *xf__run_takes_const(const xf__run *run);
 xf__run_clock *xf__run_clock_of(xf__run *run);
 /* The runs, newest first: a finished one stays until nothing of it is in
  * flight. */
-xf__run *xf__runs_first(const xf__coord *co);
+xf__run *xf__runs_first(xf__coord *co);
 xf__run *xf__run_next(const xf__run *run);
 /* The global run of journal job id, NULL when none is active. */
-xf__run *xf__run_of_job(const xf__coord *co, int64_t id);
+xf__run *xf__run_of_job(xf__coord *co, int64_t id);
 /* The relay run of job, a finished one included (kept until freed). */
-xf__run *xf__run_relay_of(const xf__coord *co, const char *job);
+xf__run *xf__run_relay_of(xf__coord *co, const char *job);
 /* The runs not over (xfed_jobs_active). */
-size_t xf__runs_active(const xf__coord *co);
+size_t xf__runs_active(xf__coord *co);
 /* Frees every run (the daemon's end). */
 void xf__runs_free(xf__coord *co);
 /* Cancels a relay run's machine with why, carries out what it says and
@@ -450,8 +445,12 @@ bool xf__residency_on(const xf__coord *co);
  * name. detail is taken over (may be NULL: {}). Failures are logged, never
  * fatal to the caller (the row is then missing, and the log says so). */
 void xf__audit(xf__coord *co, const char *kind, const char *subject, json_t *detail);
-/* The current policy version, reloaded into co->policy when the version
- * table moved on; *out is borrowed from co. XF_EDB. */
+/* The cached policy version (NULL before the first) and its replacement
+ * by p (taken over; the one before is freed). */
+const xf_policy *xf__policy_cached(xf__coord *co);
+void xf__policy_cache(xf__coord *co, xf_policy *p);
+/* The current policy version, reloaded into the cache when the version
+ * table moved on; *out is borrowed from the cache. XF_EDB. */
 xf_err xf__policy_current(xf__coord *co, const xf_policy **out, xf_errctx *err) XF_WARN_UNUSED;
 /* Decides spec against the current policy version (loaded or reloaded as
  * needed) with this coordinator's region. XF_EDENIED with a message when
@@ -513,18 +512,27 @@ void xf__stats_peer_closed(xf__coord *co, const xf__peer *p);
  * server (XF_HTTP=OFF: nohttp.c) refuses a set cfg.metrics_host or
  * cfg.dashboard_host with XF_EUNSUPPORTED and answers a DashboardRequest
  * with that error. */
-xf_err xf__metrics_start(xf__coord *co, xf_errctx *err) XF_WARN_UNUSED;
-void xf__metrics_stop(xf__coord *co);
+xf_err xf__metrics_start(xf__coord *co, xf_http **out, xf_errctx *err) XF_WARN_UNUSED;
+/* Stops the endpoint *http (if any; set even when the start failed) and
+ * clears it. */
+void xf__metrics_stop(xf_http **http);
 
 /* ---- dashboard.c ------------------------------------------------------------------------- */
-/* Serves the dashboard when cfg.dashboard_host is set (global role only). */
-xf_err xf__dashboard_start(xf__coord *co, xf_errctx *err) XF_WARN_UNUSED;
-/* Closes it and forgets every token and session; a no-op without one. */
-void xf__dashboard_stop(xf__coord *co);
+/* Serves the dashboard when cfg.dashboard_host is set (global role only)
+ * as *out, which is set (for xf__dashboard_stop) even when a later step
+ * of the start fails. */
+xf_err xf__dashboard_start(xf__coord *co, xf__dashboard **out, xf_errctx *err) XF_WARN_UNUSED;
+/* Closes *dash and forgets every token and session, and clears it; a no-op
+ * without one. */
+void xf__dashboard_stop(xf__dashboard **dash);
 /* Answers a DashboardRequest with a token (any user certificate). */
 void xf__dashboard_grant(xf__coord *co, xf__peer *p, const Xfed__DashboardRequest *m);
 
 /* ---- upstream.c: the regional role's link upstream ------------------------------------------- */
+/* The link, not yet dialing; NULL out of memory. Freed (with the error
+ * feedback it kept) once the loop is closed; u may be NULL. */
+xf__uplink *xf__uplink_new(void);
+void xf__uplink_free(xf__uplink *u);
 void xf__upstream_start(xf__coord *co);
 void xf__upstream_stop(xf__coord *co);
 void xf__upstream_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);

@@ -109,7 +109,8 @@ static bool admitted(xf__coord *co, const xf_http_request *req, xf_http_response
                      int *role) {
   char s[XF_DASH_SECRET_HEX];
   secure_headers(resp);
-  if (cookie_of(req, s) && xf_dash_session(co->dash->tokens, s, xf__now(), role)) return true;
+  if (cookie_of(req, s) && xf_dash_session(xf__coord_dashboard(co)->tokens, s, xf__now(), role))
+    return true;
   xf_http_reply_text(resp, 401,
                      "no dashboard session: open the URL 'xfed dashboard' prints (its token "
                      "works once and for at most an hour)\n");
@@ -124,7 +125,8 @@ static void on_login(void *ctx, const xf_http_request *req, xf_http_response *re
   char session[XF_DASH_SECRET_HEX];
   int role = 0;
   double expires = 0, now = xf__now();
-  if (!token || !xf_dash_exchange(co->dash->tokens, token, now, session, &role, &expires)) {
+  if (!token ||
+      !xf_dash_exchange(xf__coord_dashboard(co)->tokens, token, now, session, &role, &expires)) {
     XF_WARN("dashboard_login_refused", "why=\"no such token, spent or expired\"");
     xf_http_reply_text(resp, 401,
                        "this dashboard token is unknown, spent or expired: run 'xfed "
@@ -161,8 +163,8 @@ static void on_page(void *ctx, const xf_http_request *req, xf_http_response *res
   const char *name = strcmp(req->path, "/") == 0 ? "index.html" : NULL;
   if (!name && strncmp(req->path, "/static/", 8) == 0) name = req->path + 8;
   if (name && strcmp(name, "chart.js") == 0) {
-    reply_bytes(resp, "text/javascript; charset=utf-8", co->dash->chartjs,
-                co->dash->chartjs_len);
+    reply_bytes(resp, "text/javascript; charset=utf-8", xf__coord_dashboard(co)->chartjs,
+                xf__coord_dashboard(co)->chartjs_len);
     return;
   }
   for (size_t i = 0; name && i < xf__dash_n_assets; i++)
@@ -187,7 +189,7 @@ static void api_jobs(xf__coord *co, xf_http_response *resp) {
   int64_t *ids = NULL;
   size_t n = 0;
   xf_errctx err = {0};
-  if (xf_journal_all_jobs(co->db, &ids, &n, &err) != XF_OK) {
+  if (xf_journal_all_jobs(xf__coord_db(co), &ids, &n, &err) != XF_OK) {
     reply_fault(resp, &err);
     return;
   }
@@ -219,8 +221,8 @@ static void api_metrics(xf__coord *co, const char *id_text, xf_http_response *re
   xf_journal_job jj;
   xf_journal_metrics *v = NULL;
   size_t n = 0;
-  if (xf_journal_job_load(co->db, id, &jj, &err) != XF_OK ||
-      xf_journal_metrics_job(co->db, id, &v, &n, &err) != XF_OK) {
+  if (xf_journal_job_load(xf__coord_db(co), id, &jj, &err) != XF_OK ||
+      xf_journal_metrics_job(xf__coord_db(co), id, &v, &n, &err) != XF_OK) {
     xf_http_reply_text(resp, err.code == XF_ENOENT ? 404 : 500, "%s\n", err.msg);
     return;
   }
@@ -231,8 +233,8 @@ static void api_metrics(xf__coord *co, const char *id_text, xf_http_response *re
   for (size_t i = 0; rows && i < n; i++) {
     char site[XF_COORD_NAME_MAX], region[XF_COORD_NAME_MAX];
     xf_errctx name_err = {0};
-    if (xf_journal_site_name(co->db, v[i].site, site, sizeof(site), region, sizeof(region),
-                             &name_err) != XF_OK) {
+    if (xf_journal_site_name(xf__coord_db(co), v[i].site, site, sizeof(site), region,
+                             sizeof(region), &name_err) != XF_OK) {
       snprintf(site, sizeof(site), "%" PRIu64, v[i].site);
       region[0] = '\0';
     }
@@ -299,9 +301,9 @@ static void api_policy(xf__coord *co, xf_http_response *resp) {
   xf_policy_version_info *log = NULL;
   size_t n = 0;
   char *doc = NULL;
-  if (xf_policy_version_current(co->db, &current, &err) != XF_OK ||
-      xf_policy_log(co->db, &log, &n, &err) != XF_OK ||
-      (current && xf_policy_export(co->db, current, &doc, &err) != XF_OK)) {
+  if (xf_policy_version_current(xf__coord_db(co), &current, &err) != XF_OK ||
+      xf_policy_log(xf__coord_db(co), &log, &n, &err) != XF_OK ||
+      (current && xf_policy_export(xf__coord_db(co), current, &doc, &err) != XF_OK)) {
     xf_policy_log_free(log, n);
     reply_fault(resp, &err);
     return;
@@ -329,7 +331,7 @@ static void api_policy_diff(xf__coord *co, const xf_http_request *req, xf_http_r
   }
   xf_errctx err = {0};
   char *text = NULL;
-  if (xf_policy_diff(co->db, from, to, &text, &err) != XF_OK) {
+  if (xf_policy_diff(xf__coord_db(co), from, to, &text, &err) != XF_OK) {
     xf_http_reply_text(resp, err.code == XF_ENOENT ? 404 : 500, "%s\n", err.msg);
     return;
   }
@@ -346,7 +348,7 @@ static void api_audit(xf__coord *co, int role, xf_http_response *resp) {
                                "only a compliance or admin identity may read the audit trail"));
     return;
   }
-  if (!co->audit) {
+  if (!xf__coord_audit(co)) {
     reply_json(resp, json_pack("{s:b,s:s}", "allowed", 0, "why",
                                "this coordinator keeps no audit trail"));
     return;
@@ -354,7 +356,7 @@ static void api_audit(xf__coord *co, int role, xf_http_response *resp) {
   xf_audit_verdict v;
   memset(&v, 0, sizeof(v));
   xf_errctx err = {0};
-  if (xf_audit_verify(co->audit, &v, &err) != XF_OK) {
+  if (xf_audit_verify(xf__coord_audit(co), &v, &err) != XF_OK) {
     reply_fault(resp, &err);
     return;
   }
@@ -381,7 +383,7 @@ static void on_api(void *ctx, const xf_http_request *req, xf_http_response *resp
   else if (strcmp(p, "/api/audit") == 0) api_audit(co, role, resp);
   else if (strcmp(p, "/api/whoami") == 0)
     reply_json(resp, json_pack("{s:s,s:s}", "role", xf_pki_role_name((xf_pki_role)role),
-                               "coordinator", co->name));
+                               "coordinator", xf__coord_name(co)));
   else xf_http_reply_text(resp, 404, "no such API: %s\n", p);
 }
 
@@ -396,7 +398,7 @@ void xf__dashboard_grant(xf__coord *co, xf__peer *p, const Xfed__DashboardReques
                           "only user certificates may open the dashboard; %s is not one", user);
     return;
   }
-  if (!co->dash) {
+  if (!xf__coord_dashboard(co)) {
     xf_session_send_error(xf__peer_conn(p), XF_EUNSUPPORTED,
                           "this coordinator serves no dashboard: its operator starts it with "
                           "--dashboard [HOST:]PORT (docs/dashboard.md)");
@@ -405,16 +407,16 @@ void xf__dashboard_grant(xf__coord *co, xf__peer *p, const Xfed__DashboardReques
   char token[XF_DASH_SECRET_HEX];
   double expires = 0;
   xf_errctx err = {0};
-  if (xf_dash_issue(co->dash->tokens, xf__now(), m->ttl_s, (int)xf__peer_id(p)->role, token,
-                    &expires, &err) != XF_OK) {
+  if (xf_dash_issue(xf__coord_dashboard(co)->tokens, xf__now(), m->ttl_s, (int)xf__peer_id(p)->role,
+                    token, &expires, &err) != XF_OK) {
     xf_session_send_error(xf__peer_conn(p), err.code, "%s", err.msg);
     return;
   }
   Xfed__DashboardGrant g = XFED__DASHBOARD_GRANT__INIT;
   g.token = token;
   g.expires = expires;
-  g.host = co->cfg.dashboard_host;
-  g.port = (uint32_t)xf_http_port(co->dash->http);
+  g.host = (char *)xf__coord_cfg(co)->dashboard_host;
+  g.port = (uint32_t)xf_http_port(xf__coord_dashboard(co)->http);
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   env.body_case = XFED__ENVELOPE__BODY_DASHBOARD_GRANT;
   env.dashboard_grant = &g;
@@ -455,9 +457,9 @@ static xf_err load_chartjs(xf__dashboard *d, xf_errctx *err) {
                  CHARTJS_PATHS[0], CHARTJS_PATHS[1], CHARTJS_PATHS[2], CHARTJS_PATHS[3]);
 }
 
-xf_err xf__dashboard_start(xf__coord *co, xf_errctx *err) {
-  if (!co->cfg.dashboard_host[0]) return XF_OK;
-  XF_ENSURE(!co->cfg.regional && co->db, err, XF_EUSAGE,
+xf_err xf__dashboard_start(xf__coord *co, xf__dashboard **out, xf_errctx *err) {
+  if (!xf__coord_cfg(co)->dashboard_host[0]) return XF_OK;
+  XF_ENSURE(!xf__coord_cfg(co)->regional && xf__coord_db(co), err, XF_EUSAGE,
             "--dashboard is for the global coordinator; a regional aggregator has no jobs to "
             "show");
   xf__dashboard *d = xf_calloc(1, sizeof(*d));
@@ -465,34 +467,36 @@ xf_err xf__dashboard_start(xf__coord *co, xf_errctx *err) {
     xf_free(d);
     return xf_fail(err, XF_ENOMEM, "out of memory");
   }
-  co->dash = d;
+  *out = d;
   XF_GUARD(load_chartjs(d, err));
-  xf_http_opts o = {.host = co->cfg.dashboard_host,
-                    .port = co->cfg.dashboard_port,
-                    .cert_file = co->cfg.cert,
-                    .key_file = co->cfg.key};
-  XF_GUARD(xf_http_start(&co->loop, &o, &d->http, err));
+  xf_http_opts o = {.host = xf__coord_cfg(co)->dashboard_host,
+                    .port = xf__coord_cfg(co)->dashboard_port,
+                    .cert_file = xf__coord_cfg(co)->cert,
+                    .key_file = xf__coord_cfg(co)->key};
+  XF_GUARD(xf_http_start(xf__coord_loop(co), &o, &d->http, err));
   xf_err rc;
   if ((rc = xf_http_route(d->http, "GET", "/", on_page, co)) != XF_OK ||
       (rc = xf_http_route(d->http, "GET", "/login", on_login, co)) != XF_OK ||
       (rc = xf_http_route(d->http, "GET", "/api", on_api, co)) != XF_OK)
     return xf_fail(err, rc, "cannot route the dashboard's pages");
   int port = xf_http_port(d->http);
-  if (co->cfg.dashboard_port_file[0]) {
+  if (xf__coord_cfg(co)->dashboard_port_file[0]) {
     char buf[16];
     int n = snprintf(buf, sizeof(buf), "%d\n", port);
-    XF_GUARD(xf_file_write_atomic(co->cfg.dashboard_port_file, buf, (size_t)n, 0644, err));
+    XF_GUARD(
+        xf_file_write_atomic(xf__coord_cfg(co)->dashboard_port_file, buf, (size_t)n, 0644, err));
   }
-  XF_INFO("dashboard_listening", "address=%s port=%d tls=true", co->cfg.dashboard_host, port);
+  XF_INFO("dashboard_listening", "address=%s port=%d tls=true", xf__coord_cfg(co)->dashboard_host,
+          port);
   return XF_OK;
 }
 
-void xf__dashboard_stop(xf__coord *co) {
-  xf__dashboard *d = co->dash;
+void xf__dashboard_stop(xf__dashboard **dash) {
+  xf__dashboard *d = *dash;
   if (!d) return;
   xf_http_stop(d->http);
   xf_dash_tokens_free(d->tokens);
   xf_free(d->chartjs);
   xf_free(d);
-  co->dash = NULL;
+  *dash = NULL;
 }

@@ -90,7 +90,7 @@ const xf_admission *xf__run_plan(const xf__run *run) { return run->has_plan ? &r
 xf__takes *xf__run_takes(xf__run *run) { return &run->takes; }
 const xf__takes *xf__run_takes_const(const xf__run *run) { return &run->takes; }
 xf__run_clock *xf__run_clock_of(xf__run *run) { return &run->clock; }
-xf__run *xf__runs_first(const xf__coord *co) { return co->runs; }
+xf__run *xf__runs_first(xf__coord *co) { return *xf__coord_runs(co); }
 xf__run *xf__run_next(const xf__run *run) { return run->next; }
 
 const char *xf__run_refused(const xf__run *run, uint32_t *round) {
@@ -98,29 +98,30 @@ const char *xf__run_refused(const xf__run *run, uint32_t *round) {
   return run->refused;
 }
 
-xf__run *xf__run_of_job(const xf__coord *co, int64_t id) {
-  for (xf__run *r = co->runs; r; r = r->next)
+xf__run *xf__run_of_job(xf__coord *co, int64_t id) {
+  for (xf__run *r = *xf__coord_runs(co); r; r = r->next)
     if (!r->relay && !r->over && r->id == id) return r;
   return NULL;
 }
 
-xf__run *xf__run_relay_of(const xf__coord *co, const char *job) {
-  for (xf__run *r = co->runs; r; r = r->next)
+xf__run *xf__run_relay_of(xf__coord *co, const char *job) {
+  for (xf__run *r = *xf__coord_runs(co); r; r = r->next)
     if (r->relay && strcmp(r->id_text, job) == 0) return r;
   return NULL;
 }
 
-size_t xf__runs_active(const xf__coord *co) {
+size_t xf__runs_active(xf__coord *co) {
   size_t n = 0;
-  for (const xf__run *r = co->runs; r; r = r->next)
+  for (const xf__run *r = *xf__coord_runs(co); r; r = r->next)
     if (!r->over) n++;
   return n;
 }
 
 void xf__runs_free(xf__coord *co) {
-  while (co->runs) {
-    xf__run *run = co->runs;
-    co->runs = run->next;
+  xf__run **runs = xf__coord_runs(co);
+  while (*runs) {
+    xf__run *run = *runs;
+    *runs = run->next;
     xf__run_free(run);
   }
 }
@@ -174,7 +175,8 @@ void xf__run_free(xf__run *run) {
   /* A job's end is where the trail is made whole in the main file: a copy
    * of it alone then holds every row up to here (policy/audit.h). */
   xf_errctx err = {0};
-  if (run->co && run->co->audit && xf_audit_keeper_mark(run->co->audit, xf__now(), &err) != XF_OK)
+  if (run->co && xf__coord_audit(run->co) &&
+      xf_audit_keeper_mark(xf__coord_audit(run->co), xf__now(), &err) != XF_OK)
     XF_WARN("audit_checkpoint_failed", "job=%s reason=\"%s\"", run->id_text, err.msg);
   xf__takes_free(run);
   free_seal(run);
@@ -193,7 +195,7 @@ void xf__run_free(xf__run *run) {
 
 xf__run *xf__run_by_id(xf__coord *co, const char *job_id) {
   if (!job_id) return NULL;
-  for (xf__run *r = co->runs; r; r = r->next)
+  for (xf__run *r = *xf__coord_runs(co); r; r = r->next)
     if (!r->over && strcmp(r->id_text, job_id) == 0) return r;
   return NULL;
 }
@@ -317,7 +319,7 @@ static bool fill_residency(xf__run *run, uint64_t carrier, Xfed__Residency *res,
     if (!up->has_residency) return false;
     res->policy_version = up->policy_version;
     res->coordinator_region = (char *)up->coordinator_region;
-    res->aggregator_region = co->cfg.region;
+    res->aggregator_region = (char *)xf__coord_cfg(co)->region;
     res->path = (char *)up->path;
     res->rule = (char *)up->rule;
     res->min_cohort = up->min_cohort;
@@ -334,8 +336,8 @@ static bool fill_residency(xf__run *run, uint64_t carrier, Xfed__Residency *res,
   for (size_t i = 0; i < a->n_groups && !g; i++)
     if (self ? a->groups[i].via_id == 0 : a->groups[i].via_id == carrier) g = &a->groups[i];
   res->policy_version = a->policy_version;
-  res->coordinator_region = co->cfg.region;
-  res->aggregator_region = co->cfg.region;
+  res->coordinator_region = (char *)xf__coord_cfg(co)->region;
+  res->aggregator_region = (char *)xf__coord_cfg(co)->region;
   bool regional = g && strcmp(g->path, "regional") == 0 && g->via_id == carrier;
   res->path = regional ? "regional" : "direct";
   res->rule = g ? (char *)g->rule : "default";
@@ -600,10 +602,10 @@ static xf_err journal_commit(xf__run *run, const xf__model_file *mf, const xf_co
   xf_digest opt_blob;
   size_t len = 0;
   const uint8_t *bytes = xf__model_file_bytes(mf, &len);
-  XF_GUARD(xf_blob_put(co->blobs, bytes, len, model_blob, err));
-  XF_GUARD(xf_blob_put(co->blobs, c->opt_state, c->opt_len, &opt_blob, err));
-  return xf_journal_round_commit(co->db, run->id, xf_jobm_round(run->m), xf_jobm_attempt(run->m),
-                                 model_blob, &opt_blob, xf__now(), err);
+  XF_GUARD(xf_blob_put(xf__coord_blobs(co), bytes, len, model_blob, err));
+  XF_GUARD(xf_blob_put(xf__coord_blobs(co), c->opt_state, c->opt_len, &opt_blob, err));
+  return xf_journal_round_commit(xf__coord_db(co), run->id, xf_jobm_round(run->m),
+                                 xf_jobm_attempt(run->m), model_blob, &opt_blob, xf__now(), err);
 }
 
 /* The global role's commit (coordinator/commit.h), stored and journaled;
@@ -612,7 +614,7 @@ static xf_err commit_global(xf__run *run, uint32_t sites, xf_errctx *err) {
   xf__coord *co = run->co;
   xf_commit_round in = {.privacy = &run->spec.privacy,
                         .model = run->model,
-                        .noise = co->noise,
+                        .noise = xf__coord_noise(co),
                         .sites = sites,
                         .agg = run->agg};
   in.secure_mean = take_secure_sum(run, &in.secure_weight);
@@ -634,8 +636,9 @@ static xf_err commit_global(xf__run *run, uint32_t sites, xf_errctx *err) {
   run->model_round = xf_jobm_round(run->m);
   run->params_digest = params_digest;
   xf_errctx note_err = {0};
-  journal_check(xf_journal_model_digest_note(co->db, &model_blob, &run->params_digest, &note_err),
-                "model_digest", &note_err);
+  journal_check(
+      xf_journal_model_digest_note(xf__coord_db(co), &model_blob, &run->params_digest, &note_err),
+      "model_digest", &note_err);
   XF_GUARD(refresh_offer(run, err));
   char hex[XF_DIGEST_HEX];
   xf_digest_hex(&run->params_digest, hex);
@@ -683,7 +686,8 @@ static void audit_opened(xf__run *run, const xf_jobm_action *a) {
   xf__coord *co = run->co;
   json_t *o = json_pack("{s:s,s:s,s:I,s:I,s:s,s:I}", "job", run->id_text, "when", "round",
                         "round", (json_int_t)a->round, "attempt", (json_int_t)a->attempt,
-                        "coordinator_region", co->cfg.region, "cohort", (json_int_t)a->n_sites);
+                        "coordinator_region", xf__coord_cfg(co)->region, "cohort",
+                        (json_int_t)a->n_sites);
   if (run->has_plan) {
     char *text = NULL;
     xf_errctx err = {0};
@@ -698,8 +702,8 @@ static void audit_opened(xf__run *run, const xf_jobm_action *a) {
 
 static void journal_fail(xf__run *run, const xf_jobm_action *a) {
   xf_errctx err = {0};
-  if (xf_journal_job_fail(run->co->db, run->id, a->round, a->attempt, a->note, xf__now(), &err) !=
-      XF_OK)
+  if (xf_journal_job_fail(xf__coord_db(run->co), run->id, a->round, a->attempt, a->note, xf__now(),
+                          &err) != XF_OK)
     xf__journal_state(run->co, run->id, XF_JOB_FAILED, a->note);
 }
 
@@ -721,7 +725,7 @@ static void on_opened(xf__run *run, const xf_jobm_action *a) {
   XF_INFO("round_opened", "job=%s round=%u attempt=%u sites=%zu", run->id_text,
           (unsigned)task_round(run, a->round), (unsigned)a->attempt, a->n_sites);
   if (!run->relay) {
-    journal_check(xf_journal_round_open(co->db, run->id, a->round, a->attempt, a->sites,
+    journal_check(xf_journal_round_open(xf__coord_db(co), run->id, a->round, a->attempt, a->sites,
                                         a->n_sites, a->deadline, xf__now(), &err),
                   "round_open", &err);
     audit_opened(run, a);
@@ -741,7 +745,8 @@ static void on_discard(xf__run *run, const xf_jobm_action *a) {
                         name_of(co, a->carrier), "kind", "regional_aggregate", "why", a->note));
   XF_WARN("update_refused", "job=%s from=%s reason=\"%s\"", run->id_text,
           name_of(co, a->carrier), a->note);
-  co->stats.updates_refused[(unsigned)a->refusal <= XF_JOBM_REFUSED_BUSY ? a->refusal : 0]++;
+  xf__stats *st = xf__coord_stats(co);
+  st->updates_refused[(unsigned)a->refusal <= XF_JOBM_REFUSED_BUSY ? a->refusal : 0]++;
   if (p)
     xf_session_send_error(xf__peer_conn(p),
                           a->refusal == XF_JOBM_REFUSED_POLICY ? XF_EDENIED : XF_EINVAL,
@@ -758,7 +763,7 @@ static void on_participant(xf__run *run, const xf_jobm_action *a) {
   if (!run->relay) {
     xf_errctx err = {0};
     xf_journal_participant jp = {.site = a->site, .state = a->state, .samples = a->samples};
-    journal_check(xf_journal_participant_set(co->db, run->id, a->round, a->attempt, &jp,
+    journal_check(xf_journal_participant_set(xf__coord_db(co), run->id, a->round, a->attempt, &jp,
                                              xf__now(), &err),
                   "participant", &err);
   }
@@ -774,8 +779,8 @@ static void on_retry(xf__run *run, const xf_jobm_action *a) {
   run->refused[0] = '\0'; /* the retry's note holds them; the next attempt is another */
   if (!run->relay) {
     xf_errctx err = {0};
-    journal_check(xf_journal_round_retry(run->co->db, run->id, a->round, a->attempt, a->note,
-                                         xf__now(), &err),
+    journal_check(xf_journal_round_retry(xf__coord_db(run->co), run->id, a->round, a->attempt,
+                                         a->note, xf__now(), &err),
                   "round_retry", &err);
   }
 }
@@ -837,7 +842,7 @@ static void on_refuse_up(xf__run *run, const xf_jobm_action *a) {
     xf__audit(co, "refused_task", run->id_text,
               json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:s}", "job", run->id_text, "round",
                         (json_int_t)up->round, "attempt", (json_int_t)up->attempt, "kind",
-                        "regional_aggregate", "from", co->cfg.region, "to",
+                        "regional_aggregate", "from", xf__coord_cfg(co)->region, "to",
                         up->coordinator_region, "why", a->note));
     XF_WARN("aggregate_held", "job=%s round=%u reason=\"%s\"", run->id_text,
             (unsigned)up->round, a->note);
@@ -1041,7 +1046,7 @@ static void on_metrics(xf__run *run, xf__site *s, const Xfed__Envelope *env) {
                               .has_epsilon = m->has_epsilon && isfinite(m->epsilon),
                               .epsilon = m->epsilon, .has_bytes = true,
                               .bytes_up = m->bytes_up, .bytes_down = m->bytes_down};
-      journal_check(xf_journal_metrics_add(co->db, run->id, &r, &err), "metrics", &err);
+      journal_check(xf_journal_metrics_add(xf__coord_db(co), run->id, &r, &err), "metrics", &err);
     }
     if (m->has_test && m->model_round >= 1) {
       /* An evaluation-only task downloaded the model for this alone. */
@@ -1049,7 +1054,7 @@ static void on_metrics(xf__run *run, xf__site *s, const Xfed__Envelope *env) {
                               .test_loss = m->test_loss, .test_accuracy = m->test_accuracy,
                               .samples = m->samples, .has_eval_bytes = !m->has_train,
                               .eval_bytes_down = m->has_train ? 0 : m->bytes_down};
-      journal_check(xf_journal_metrics_add(co->db, run->id, &r, &err), "metrics", &err);
+      journal_check(xf_journal_metrics_add(xf__coord_db(co), run->id, &r, &err), "metrics", &err);
     }
   }
   XF_INFO("metrics", "job=%s round=%u site=%s train_loss=%.4f test_accuracy=%.4f model_round=%u",
@@ -1123,7 +1128,7 @@ static void on_sa(xf__run *run, xf__site *s, const Xfed__Envelope *env) {
 
 /* The run and take a stream chunk belongs to, by the carrier's stream id. */
 static xf__take *take_by_stream(xf__coord *co, uint64_t carrier, uint64_t stream, xf__run **out) {
-  for (xf__run *r = co->runs; r; r = r->next) {
+  for (xf__run *r = *xf__coord_runs(co); r; r = r->next) {
     if (r->over) continue;
     xf__take *t = xf__take_by_stream(r, carrier, stream);
     if (t) {
@@ -1228,7 +1233,7 @@ void xf__run_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env) {
 
 void xf__runs_link(xf__coord *co, xf__site *s, bool up) {
   double now = xf__now();
-  for (xf__run *run = co->runs; run; run = run->next) {
+  for (xf__run *run = *xf__coord_runs(co); run; run = run->next) {
     if (run->over) continue;
     run->dirty = true;
     xf_errctx err = {0};
@@ -1241,7 +1246,7 @@ void xf__runs_link(xf__coord *co, xf__site *s, bool up) {
 }
 
 void xf__runs_dirty(xf__coord *co) {
-  for (xf__run *run = co->runs; run; run = run->next) {
+  for (xf__run *run = *xf__coord_runs(co); run; run = run->next) {
     run->dirty = true;
     if (!run->over) xf__run_actions(run);
   }
@@ -1251,7 +1256,7 @@ static void activate_queued(xf__coord *co);
 
 void xf__runs_tick(xf__coord *co) {
   double now = xf__now();
-  for (xf__run *run = co->runs; run; run = run->next) {
+  for (xf__run *run = *xf__coord_runs(co); run; run = run->next) {
     if (run->over) continue;
     xf_errctx err = {0};
     if (xf_jobm_tick(run->m, now, &err) != XF_OK)
@@ -1263,7 +1268,7 @@ void xf__runs_tick(xf__coord *co) {
       run->over = true; /* nothing more will be asked of it */
   }
   bool freed = false;
-  for (xf__run **pp = &co->runs; *pp;) {
+  for (xf__run **pp = xf__coord_runs(co); *pp;) {
     xf__run *run = *pp;
     if (!run->over) {
       pp = &run->next;
@@ -1274,20 +1279,20 @@ void xf__runs_tick(xf__coord *co) {
     xf__run_free(run);
     freed = true;
   }
-  if (freed && !co->cfg.regional) activate_queued(co);
+  if (freed && !xf__coord_cfg(co)->regional) activate_queued(co);
 }
 
 /* ---- the global role: jobs from the journal ------------------------------------------------------------ */
 
 /* The runs the coordinator hosts, as the scheduler sees them (*out: xf_free,
  * NULL when there are none). False when out of memory. */
-static bool schedule_runs(const xf__coord *co, xf_schedule_run **out, size_t *n) {
+static bool schedule_runs(xf__coord *co, xf_schedule_run **out, size_t *n) {
   size_t count = 0;
-  for (const xf__run *r = co->runs; r; r = r->next) count++;
+  for (const xf__run *r = *xf__coord_runs(co); r; r = r->next) count++;
   *n = 0;
   *out = count ? xf_mallocarray(count, sizeof(**out)) : NULL;
   if (count && !*out) return false;
-  for (const xf__run *r = co->runs; r; r = r->next)
+  for (const xf__run *r = *xf__coord_runs(co); r; r = r->next)
     (*out)[(*n)++] = (xf_schedule_run){.id = r->relay ? -1 : r->id, .over = r->over};
   return true;
 }
@@ -1296,7 +1301,7 @@ static bool schedule_runs(const xf__coord *co, xf_schedule_run **out, size_t *n)
  * and optimizer state, at its current round. */
 static xf_err activate(xf__coord *co, int64_t id, xf_errctx *err) {
   xf_journal_job jj;
-  XF_GUARD(xf_journal_job_load(co->db, id, &jj, err));
+  XF_GUARD(xf_journal_job_load(xf__coord_db(co), id, &jj, err));
   xf__run *run = xf_calloc(1, sizeof(*run));
   if (!run) return xf_fail(err, XF_ENOMEM, "out of memory");
   run->co = co;
@@ -1306,7 +1311,7 @@ static xf_err activate(xf__coord *co, int64_t id, xf_errctx *err) {
   xf_err rc = xf_jobspec_to_json(&run->spec, &run->spec_json);
   void *bytes = NULL;
   size_t len = 0;
-  if (rc == XF_OK) rc = xf_blob_get(co->blobs, &jj.model, &bytes, &len, err);
+  if (rc == XF_OK) rc = xf_blob_get(xf__coord_blobs(co), &jj.model, &bytes, &len, err);
   if (rc == XF_OK) rc = xf_checkpoint_decode(bytes, len, &run->model, &run->params, err);
   xf_free(bytes);
   bytes = NULL;
@@ -1315,7 +1320,7 @@ static xf_err activate(xf__coord *co, int64_t id, xf_errctx *err) {
     rc = xf_server_opt_create(&run->spec.strategy, run->n_params, &run->opt, err);
   }
   if (rc == XF_OK && jj.has_opt_state) {
-    rc = xf_blob_get(co->blobs, &jj.opt_state, &bytes, &len, err);
+    rc = xf_blob_get(xf__coord_blobs(co), &jj.opt_state, &bytes, &len, err);
     if (rc == XF_OK) rc = xf_server_opt_load(run->opt, bytes, len, err);
     xf_free(bytes);
   }
@@ -1329,13 +1334,14 @@ static xf_err activate(xf__coord *co, int64_t id, xf_errctx *err) {
                         .rounds_committed = jj.rounds_committed,
                         .n_params = run->n_params,
                         .paused = jj.state == XF_JOB_PAUSED,
-                        .eval_timeout_s = co->cfg.eval_timeout_s};
+                        .eval_timeout_s = xf__coord_cfg(co)->eval_timeout_s};
   if (jj.round_open || jj.rounds_committed > 0) {
     /* Resuming: give the sites that were there time to come back, so the
      * cohort is drawn over the same set as before the stop. */
     uint32_t invited = 0;
-    journal_check(xf_journal_last_invited(co->db, id, &invited, err), "last_invited", err);
-    cfg.resume_until = xf__now() + co->cfg.resume_grace_s;
+    journal_check(xf_journal_last_invited(xf__coord_db(co), id, &invited, err), "last_invited",
+                  err);
+    cfg.resume_until = xf__now() + xf__coord_cfg(co)->resume_grace_s;
     cfg.resume_wait_for = invited ? invited : UINT32_MAX;
   }
   if (rc == XF_OK) rc = xf_jobm_create(&cfg, &run->m, err);
@@ -1343,12 +1349,13 @@ static xf_err activate(xf__coord *co, int64_t id, xf_errctx *err) {
     xf__run_free(run);
     return rc;
   }
-  xf__run **pp = &co->runs;
+  xf__run **pp = xf__coord_runs(co);
   while (*pp) pp = &(*pp)->next;
   *pp = run;
   if (jj.state == XF_JOB_QUEUED)
-    journal_check(xf_journal_job_set_state(co->db, id, XF_JOB_RUNNING, NULL, xf__now(), err),
-                  "job_state", err);
+    journal_check(
+        xf_journal_job_set_state(xf__coord_db(co), id, XF_JOB_RUNNING, NULL, xf__now(), err),
+        "job_state", err);
   XF_INFO("job_active", "job=%s name=%s round=%u attempt=%u resumed=%d", run->id_text,
           run->spec.name, (unsigned)round, (unsigned)jj.attempt, jj.round_open ? 1 : 0);
   run->dirty = true;
@@ -1361,7 +1368,7 @@ static void activate_failed(xf__coord *co, int64_t id, const xf_errctx *err) {
   snprintf(why, sizeof(why), "cannot resume: %s", err->msg);
   XF_ERROR("job_failed", "job=%" PRId64 " reason=\"%s\"", id, why);
   xf_errctx e2 = {0};
-  journal_check(xf_journal_job_set_state(co->db, id, XF_JOB_FAILED, why, xf__now(), &e2),
+  journal_check(xf_journal_job_set_state(xf__coord_db(co), id, XF_JOB_FAILED, why, xf__now(), &e2),
                 "job_state", &e2);
 }
 
@@ -1388,11 +1395,11 @@ static void activate_ids(xf__coord *co, const int64_t *ids, size_t n) {
 }
 
 static void activate_queued(xf__coord *co) {
-  if (co->stopping || co->cfg.regional) return;
+  if (xf__coord_stopping(co) || xf__coord_cfg(co)->regional) return;
   xf_errctx err = {0};
   int64_t *ids = NULL;
   size_t n = 0;
-  if (xf_journal_queued_jobs(co->db, &ids, &n, &err) != XF_OK) {
+  if (xf_journal_queued_jobs(xf__coord_db(co), &ids, &n, &err) != XF_OK) {
     XF_ERROR("journal_failed", "doing=queued_jobs reason=\"%s\"", err.msg);
     return;
   }
@@ -1401,11 +1408,11 @@ static void activate_queued(xf__coord *co) {
 }
 
 void xf__runs_schedule(xf__coord *co) {
-  if (co->cfg.regional || co->stopping) return;
+  if (xf__coord_cfg(co)->regional || xf__coord_stopping(co)) return;
   xf_errctx err = {0};
   int64_t *ids = NULL;
   size_t n = 0;
-  if (xf_journal_running_jobs(co->db, &ids, &n, &err) != XF_OK) {
+  if (xf_journal_running_jobs(xf__coord_db(co), &ids, &n, &err) != XF_OK) {
     XF_ERROR("journal_failed", "doing=running_jobs reason=\"%s\"", err.msg);
     return;
   }
@@ -1415,7 +1422,7 @@ void xf__runs_schedule(xf__coord *co) {
 }
 
 void xf__run_cancel(xf__coord *co, int64_t id, const char *why) {
-  for (xf__run *run = co->runs; run; run = run->next) {
+  for (xf__run *run = *xf__coord_runs(co); run; run = run->next) {
     if (run->relay || run->id != id || run->over) continue;
     xf_errctx err = {0};
     if (xf_jobm_cancel(run->m, why, xf__now(), &err) != XF_OK)
@@ -1453,7 +1460,7 @@ xf_err xf__run_start_relay(xf__coord *co, const char *job_id, const char *params
   if (rc == XF_OK) rc = xf_jobspec_to_json(&run->spec, &run->spec_json);
   if (rc == XF_OK) rc = set_model(run, err);
   xf_release_rule release = {.rule = up->rule,
-                             .from = co->cfg.region,
+                             .from = xf__coord_cfg(co)->region,
                              .to = up->coordinator_region,
                              .min_cohort = up->min_cohort,
                              .require_secagg = up->require_secagg,
@@ -1471,14 +1478,14 @@ xf_err xf__run_start_relay(xf__coord *co, const char *job_id, const char *params
                         .release = conditions ? &release : NULL,
                         .cohort = cohort,
                         .n_cohort = n_cohort,
-                        .eval_timeout_s = co->cfg.eval_timeout_s};
+                        .eval_timeout_s = xf__coord_cfg(co)->eval_timeout_s};
   if (rc == XF_OK && cfg.round > run->spec.rounds) run->spec.rounds = cfg.round;
   if (rc == XF_OK) rc = xf_jobm_create(&cfg, &run->m, err);
   if (rc != XF_OK) {
     xf__run_free(run);
     return rc;
   }
-  xf__run **pp = &co->runs;
+  xf__run **pp = xf__coord_runs(co);
   while (*pp) pp = &(*pp)->next;
   *pp = run;
   XF_INFO("relay_started", "job=%s round=%u attempt=%u eval=%d sites_named=%zu", run->id_text,

@@ -174,7 +174,7 @@ static void send_ack(xf__site *s, const xf_tensor_receiver *rx) {
 
 static void drop(xf__run *run, xf__site *s, const char *why) {
   XF_WARN("update_dropped", "job=%s from=%s reason=\"%s\"", xf__run_id(run), s->name, why);
-  xf__run_coord(run)->stats.updates_dropped++;
+  xf__coord_stats(xf__run_coord(run))->updates_dropped++;
   xf__take *t = xf__take_of(run, s->id);
   if (t) xf__take_abort(run, t);
   xf_errctx err = {0};
@@ -187,7 +187,7 @@ void xf__intake_admit(xf__run *run) {
   xf__coord *co = xf__run_coord(run);
   xf__takes *tk = xf__run_takes(run);
   xf_aggregator *agg = xf__run_aggregator(run);
-  uint32_t max = co->cfg.max_staged ? co->cfg.max_staged : 4;
+  uint32_t max = xf__coord_cfg(co)->max_staged ? xf__coord_cfg(co)->max_staged : 4;
   for (size_t i = 0; i < tk->n && agg; i++) {
     xf__take *t = &tk->v[i];
     if (!t->waiting_admission) continue;
@@ -487,20 +487,20 @@ void xf__intake_end(xf__run *run, xf__site *s, xf__take *t, const Xfed__TensorEn
     xf__take_abort(run, t);
   }
   /* An artifact that came across a region boundary. */
-  if (co->cfg.region[0] && strcmp(s->region, co->cfg.region) != 0) {
+  if (xf__coord_cfg(co)->region[0] && strcmp(s->region, xf__coord_cfg(co)->region) != 0) {
     json_t *o = json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:s,s:I,s:I}", "job", xf__run_id(run), "round",
                           (json_int_t)xf__run_round(run),
                           "attempt", (json_int_t)xf_jobm_attempt(xf__run_machine(run)), "kind",
                           s->regional ? "regional_aggregate" : "update", "sender", s->name,
-                          "from", s->region, "to", co->cfg.region, "bytes", (json_int_t)bytes,
-                          "weight", (json_int_t)weight);
+                          "from", s->region, "to", xf__coord_cfg(co)->region,
+                          "bytes", (json_int_t)bytes, "weight", (json_int_t)weight);
     if (s->regional) json_object_set_new(o, "contributors", json_integer((json_int_t)n_sites));
     const xf_admission *plan = xf__run_plan(run);
     if (plan && plan->has_policy)
       json_object_set_new(o, "policy_version", json_integer((json_int_t)plan->policy_version));
     xf__audit(co, "crossing", xf__run_id(run), o);
   }
-  co->stats.updates_received++;
+  xf__coord_stats(co)->updates_received++;
   XF_INFO("update_received", "job=%s from=%s sites=%zu weight=%" PRIu64 " bytes=%" PRIu64,
           xf__run_id(run), s->name, s->regional ? n_sites : 1, weight, bytes);
   if (!was_masked &&

@@ -25,8 +25,8 @@ static const char *const xf__refusal_names[] = {"other", "policy", "budget", "ta
 static void connections(xf__coord *co, xf_prom *p) {
   size_t live[5] = {0};
   uint64_t in[5], out[5];
-  memcpy(in, co->stats.bytes_in, sizeof(in));
-  memcpy(out, co->stats.bytes_out, sizeof(out));
+  memcpy(in, xf__coord_stats(co)->bytes_in, sizeof(in));
+  memcpy(out, xf__coord_stats(co)->bytes_out, sizeof(out));
   for (const xf__peer *q = xf__peer_next(co, NULL); q; q = xf__peer_next(co, q)) {
     xf_conn *c = xf__peer_conn(q);
     unsigned kind = (unsigned)xf__peer_kind_of(q);
@@ -38,20 +38,20 @@ static void connections(xf__coord *co, xf_prom *p) {
   xf_prom_family(p, "xfed_peers_connected", "gauge",
                  "Open connections by peer kind (unknown: before the peer's first request).");
   for (size_t k = 0; k < 5; k++) {
-    if (k == XF__PEER_UPSTREAM && !co->cfg.regional) continue;
+    if (k == XF__PEER_UPSTREAM && !xf__coord_cfg(co)->regional) continue;
     const char *l[] = {"kind", xf__peer_kind_names[k], NULL};
     xf_prom_sample(p, "xfed_peers_connected", l, (double)live[k]);
   }
   xf_prom_family(p, "xfed_network_bytes_total", "counter",
                  "TLS bytes on the federation's connections, by direction and peer kind.");
   for (size_t k = 0; k < 5; k++) {
-    if (k == XF__PEER_UPSTREAM && !co->cfg.regional) continue;
+    if (k == XF__PEER_UPSTREAM && !xf__coord_cfg(co)->regional) continue;
     const char *ls[] = {"direction", "sent", "kind", xf__peer_kind_names[k], NULL};
     const char *lr[] = {"direction", "received", "kind", xf__peer_kind_names[k], NULL};
     xf_prom_sample(p, "xfed_network_bytes_total", ls, (double)out[k]);
     xf_prom_sample(p, "xfed_network_bytes_total", lr, (double)in[k]);
   }
-  const xf_conn_guard *g = &co->guard;
+  const xf_conn_guard *g = xf__coord_guard(co);
   xf_prom_family(p, "xfed_connections_accepted_total", "counter",
                  "Connections accepted since the start.");
   xf_prom_sample(p, "xfed_connections_accepted_total", NULL, (double)g->accepted);
@@ -86,7 +86,7 @@ static void journal_jobs(xf__coord *co, xf_prom *p) {
   int64_t *ids = NULL;
   size_t n = 0;
   xf_errctx err = {0};
-  if (xf_journal_all_jobs(co->db, &ids, &n, &err) != XF_OK) {
+  if (xf_journal_all_jobs(xf__coord_db(co), &ids, &n, &err) != XF_OK) {
     XF_WARN("metrics_failed", "reason=\"%s\"", err.msg);
     return;
   }
@@ -104,14 +104,14 @@ static void journal_jobs(xf__coord *co, xf_prom *p) {
   size_t k = 0;
   for (size_t i = first; i < n; i++) {
     xf_journal_job jj;
-    if (xf_journal_job_load(co->db, ids[i], &jj, &err) != XF_OK) continue;
+    if (xf_journal_job_load(xf__coord_db(co), ids[i], &jj, &err) != XF_OK) continue;
     row *r = &rows[k++];
     snprintf(r->id, sizeof(r->id), "%" PRId64, ids[i]);
     r->rounds = jj.rounds_committed;
     r->state = xf_job_state_name(jj.state);
     xf_journal_metrics *v = NULL;
     size_t nv = 0;
-    if (xf_journal_metrics_job(co->db, ids[i], &v, &nv, &err) == XF_OK) {
+    if (xf_journal_metrics_job(xf__coord_db(co), ids[i], &v, &nv, &err) == XF_OK) {
       uint32_t last = 0;
       for (size_t j = 0; j < nv; j++)
         if (v[j].round > last) last = v[j].round;
@@ -132,7 +132,7 @@ static void journal_jobs(xf__coord *co, xf_prom *p) {
       xf_free(v);
     }
     uint64_t up = 0, down = 0;
-    if (xf_journal_job_bytes(co->db, ids[i], &up, &down, &err) == XF_OK) {
+    if (xf_journal_job_bytes(xf__coord_db(co), ids[i], &up, &down, &err) == XF_OK) {
       r->up = (double)up;
       r->down = (double)down;
     }
@@ -163,7 +163,7 @@ static void journal_jobs(xf__coord *co, xf_prom *p) {
   }
   int64_t *queued = NULL;
   size_t nq = 0;
-  if (xf_journal_queued_jobs(co->db, &queued, &nq, &err) == XF_OK) {
+  if (xf_journal_queued_jobs(xf__coord_db(co), &queued, &nq, &err) == XF_OK) {
     xf_prom_family(p, "xfed_jobs_queued", "gauge", "Jobs waiting for their turn to start.");
     xf_prom_sample(p, "xfed_jobs_queued", NULL, (double)nq);
     xf_free(queued);
@@ -174,8 +174,8 @@ out:
 }
 
 static void rounds(xf__coord *co, xf_prom *p) {
-  const xf__coord_stats *st = &co->stats;
-  if (co->cfg.regional) {
+  const xf__stats *st = xf__coord_stats(co);
+  if (xf__coord_cfg(co)->regional) {
     xf_prom_family(p, "xfed_job_rounds_completed_total", "counter",
                    "Rounds of a relayed task whose regional aggregate was made, since the start.");
     for (size_t i = 0; i < XF__STATS_JOBS; i++) {
@@ -212,7 +212,7 @@ static void rounds(xf__coord *co, xf_prom *p) {
   }
   const char *ls[] = {"reason", "stream", NULL};
   xf_prom_sample(p, "xfed_updates_refused_total", ls, (double)st->updates_dropped);
-  if (!co->cfg.regional) {
+  if (!xf__coord_cfg(co)->regional) {
     xf_prom_family(p, "xfed_policy_decisions_total", "counter",
                    "Residency decisions per site, by outcome and the path (rule kind) that "
                    "decided: update (direct), regional_aggregate, or none.");
@@ -242,9 +242,9 @@ static void on_metrics(void *ctx, const xf_http_request *req, xf_http_response *
   (void)req;
   xf__coord *co = ctx;
   xf_prom p = {0};
-  xf_prom_process(&p, co->cfg.regional ? "xfed-coord-regional" : "xfed-coord");
+  xf_prom_process(&p, xf__coord_cfg(co)->regional ? "xfed-coord-regional" : "xfed-coord");
   connections(co, &p);
-  if (!co->cfg.regional && co->db) journal_jobs(co, &p);
+  if (!xf__coord_cfg(co)->regional && xf__coord_db(co)) journal_jobs(co, &p);
   rounds(co, &p);
   resp->body = xf_prom_take(&p, &resp->body_len);
   if (!resp->body) {
@@ -259,13 +259,14 @@ static void on_metrics(void *ctx, const xf_http_request *req, xf_http_response *
 static void on_health(void *ctx, const xf_http_request *req, xf_http_response *resp) {
   (void)req;
   xf__coord *co = ctx;
-  bool journal_ok = co->cfg.regional ? co->audit != NULL : co->db != NULL && !xf__journal_broken();
-  bool ok = !co->stopping && journal_ok;
+  bool journal_ok = xf__coord_cfg(co)->regional ? xf__coord_audit(co) != NULL
+                                                : xf__coord_db(co) != NULL && !xf__journal_broken();
+  bool ok = !xf__coord_stopping(co) && journal_ok;
   char body[256];
   int n = snprintf(body, sizeof(body),
                    "{\"status\": \"%s\", \"role\": \"%s\", \"loop\": %s, \"journal\": \"%s\"}\n",
-                   ok ? "ok" : "unavailable", co->cfg.regional ? "regional" : "global",
-                   co->stopping ? "false" : "true", journal_ok ? "ok" : "failing");
+                   ok ? "ok" : "unavailable", xf__coord_cfg(co)->regional ? "regional" : "global",
+                   xf__coord_stopping(co) ? "false" : "true", journal_ok ? "ok" : "failing");
   resp->status = ok ? 200 : 503;
   resp->content_type = "application/json";
   resp->body = xf_malloc((size_t)n);
@@ -275,28 +276,29 @@ static void on_health(void *ctx, const xf_http_request *req, xf_http_response *r
   }
 }
 
-xf_err xf__metrics_start(xf__coord *co, xf_errctx *err) {
-  if (!co->cfg.metrics_host[0]) return XF_OK;
-  xf_http_opts o = {.host = co->cfg.metrics_host, .port = co->cfg.metrics_port};
-  xf_err rc = xf_http_start(&co->loop, &o, &co->http, err);
+xf_err xf__metrics_start(xf__coord *co, xf_http **out, xf_errctx *err) {
+  if (!xf__coord_cfg(co)->metrics_host[0]) return XF_OK;
+  xf_http_opts o = {.host = xf__coord_cfg(co)->metrics_host,
+                    .port = xf__coord_cfg(co)->metrics_port};
+  xf_err rc = xf_http_start(xf__coord_loop(co), &o, out, err);
   if (rc != XF_OK) return rc;
-  if ((rc = xf_http_route(co->http, "GET", "/metrics", on_metrics, co)) != XF_OK ||
-      (rc = xf_http_route(co->http, "GET", "/healthz", on_health, co)) != XF_OK)
+  if ((rc = xf_http_route(*out, "GET", "/metrics", on_metrics, co)) != XF_OK ||
+      (rc = xf_http_route(*out, "GET", "/healthz", on_health, co)) != XF_OK)
     return xf_fail(err, rc, "cannot route the metrics endpoints");
-  int port = xf_http_port(co->http);
-  if (co->cfg.metrics_port_file[0]) {
+  int port = xf_http_port(*out);
+  if (xf__coord_cfg(co)->metrics_port_file[0]) {
     char buf[16];
     int n = snprintf(buf, sizeof(buf), "%d\n", port);
-    if ((rc = xf_file_write_atomic(co->cfg.metrics_port_file, buf, (size_t)n, 0644, err)) !=
-        XF_OK)
+    if ((rc = xf_file_write_atomic(xf__coord_cfg(co)->metrics_port_file, buf, (size_t)n, 0644,
+                                   err)) != XF_OK)
       return rc;
   }
   XF_INFO("metrics_listening", "address=%s port=%d paths=\"/metrics /healthz\"",
-          co->cfg.metrics_host, port);
+          xf__coord_cfg(co)->metrics_host, port);
   return XF_OK;
 }
 
-void xf__metrics_stop(xf__coord *co) {
-  xf_http_stop(co->http);
-  co->http = NULL;
+void xf__metrics_stop(xf_http **http) {
+  xf_http_stop(*http);
+  *http = NULL;
 }

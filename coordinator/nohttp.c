@@ -7,21 +7,23 @@
  * there is no dashboard. */
 #include "coordinator/daemon_internal.h"
 
-xf_err xf__metrics_start(xf__coord *co, xf_errctx *err) {
-  XF_ENSURE(!co->cfg.metrics_host[0], err, XF_EUNSUPPORTED,
+xf_err xf__metrics_start(xf__coord *co, xf_http **out, xf_errctx *err) {
+  (void)out;
+  XF_ENSURE(!xf__coord_cfg(co)->metrics_host[0], err, XF_EUNSUPPORTED,
             "--metrics: this xfed-coord was " XF_HTTP_ABSENT);
   return XF_OK;
 }
 
-void xf__metrics_stop(xf__coord *co) { (void)co; }
+void xf__metrics_stop(xf_http **http) { (void)http; }
 
-xf_err xf__dashboard_start(xf__coord *co, xf_errctx *err) {
-  XF_ENSURE(!co->cfg.dashboard_host[0], err, XF_EUNSUPPORTED,
+xf_err xf__dashboard_start(xf__coord *co, xf__dashboard **out, xf_errctx *err) {
+  (void)out;
+  XF_ENSURE(!xf__coord_cfg(co)->dashboard_host[0], err, XF_EUNSUPPORTED,
             "--dashboard: this xfed-coord was " XF_HTTP_ABSENT);
   return XF_OK;
 }
 
-void xf__dashboard_stop(xf__coord *co) { (void)co; }
+void xf__dashboard_stop(xf__dashboard **dash) { (void)dash; }
 
 void xf__dashboard_grant(xf__coord *co, xf__peer *p, const Xfed__DashboardRequest *m) {
   (void)co;

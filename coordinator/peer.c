@@ -39,6 +39,16 @@ struct xf__stream {
   struct xf__stream *next;
 };
 
+/* The coordinator's connections, one set per process (daemon.c holds it,
+ * this file alone looks into it). */
+struct xf__peers {
+  xf__peer *list;   /* newest first */
+  size_t stalled;   /* peers with tx_stalled set */
+  /* The sizes announced by every DOCUMENT stream coming in: at most
+   * XF__DOCUMENTS_HELD_MAX at once. */
+  uint64_t doc_held;
+};
+
 /* One connection. Owned by the coordinator's list; freed in on_close. */
 struct xf__peer {
   xf_conn *conn; /* NULL once closed */
@@ -57,7 +67,7 @@ struct xf__peer {
   uint64_t tx_bytes;
   /* CLI: a request too large for a frame, coming in as a DOCUMENT stream
    * (below); NULL when none is open. doc_held: the size it announced,
-   * counted in the coordinator's doc_held while it is open. */
+   * counted in the peers' doc_held while it is open. */
   xf_document_rx *doc_in;
   uint64_t doc_held;
   struct xf__peer *next;
@@ -212,7 +222,7 @@ xf_err xf__stream_queue(xf__peer *p, const xf_tensor_desc *desc, xf__model_file 
 /* Ciphertext queued on every connection of the process. */
 static size_t queued_total(const xf__coord *co) {
   size_t n = 0;
-  for (const xf__peer *q = co->peers; q; q = q->next)
+  for (const xf__peer *q = xf__coord_peers(co)->list; q; q = q->next)
     if (q->conn) n += xf_conn_write_queued(q->conn);
   return n;
 }
@@ -221,9 +231,9 @@ static void set_stalled(xf__peer *p, bool stalled) {
   if (p->tx_stalled == stalled) return;
   p->tx_stalled = stalled;
   if (stalled)
-    p->co->stalled++;
+    xf__coord_peers(p->co)->stalled++;
   else
-    p->co->stalled--;
+    xf__coord_peers(p->co)->stalled--;
 }
 
 /* Sends the queue's messages until the connection is busy, the process's
@@ -313,8 +323,9 @@ bool xf__stream_refused(xf__peer *p, uint64_t stream_id, char *job, size_t job_l
 
 void xf__peers_on_pump(uv_check_t *h) {
   xf__coord *co = h->data;
-  if (!co->stalled) return;
-  for (xf__peer *p = co->peers; p && co->stalled; p = p->next) {
+  const xf__peers *ps = xf__coord_peers(co);
+  if (!ps->stalled) return;
+  for (xf__peer *p = ps->list; p && ps->stalled; p = p->next) {
     if (!p->tx_stalled) continue;
     if (queued_total(co) >= XF_COORD_SEND_BUDGET) return;
     xf__stream_pump(p);
@@ -324,7 +335,7 @@ void xf__peers_on_pump(uv_check_t *h) {
 /* ---- connections: who may say what --------------------------------------------------------------- */
 
 static void peer_unlink(xf__coord *co, xf__peer *p) {
-  for (xf__peer **pp = &co->peers; *pp; pp = &(*pp)->next) {
+  for (xf__peer **pp = &xf__coord_peers(co)->list; *pp; pp = &(*pp)->next) {
     if (*pp == p) {
       *pp = p->next;
       break;
@@ -335,9 +346,9 @@ static void peer_unlink(xf__coord *co, xf__peer *p) {
 static xf__peer_kind kind_for(const xf__coord *co, const xf_spiffe_id *id) {
   switch (id->kind) {
   case XF_PKI_KIND_SITE: return XF__PEER_SITE;
-  case XF_PKI_KIND_USER: return co->cfg.regional ? XF__PEER_UNKNOWN : XF__PEER_CLI;
+  case XF_PKI_KIND_USER: return xf__coord_cfg(co)->regional ? XF__PEER_UNKNOWN : XF__PEER_CLI;
   case XF_PKI_KIND_COORDINATOR:
-    return !co->cfg.regional && id->region[0] ? XF__PEER_REGIONAL : XF__PEER_UNKNOWN;
+    return !xf__coord_cfg(co)->regional && id->region[0] ? XF__PEER_REGIONAL : XF__PEER_UNKNOWN;
   default: return XF__PEER_UNKNOWN;
   }
 }
@@ -363,7 +374,7 @@ static xf_err on_connect(xf_conn *c, const xf_spiffe_id *peer_id) {
   } else {
     p->kind = kind_for(co, peer_id);
     if (p->kind == XF__PEER_UNKNOWN) {
-      const char *why = co->cfg.regional
+      const char *why = xf__coord_cfg(co)->regional
                             ? "a regional aggregator serves only the sites of its region; "
                               "users and coordinators talk to the global coordinator"
                             : "only sites, regional aggregators and users connect to a "
@@ -374,24 +385,25 @@ static xf_err on_connect(xf_conn *c, const xf_spiffe_id *peer_id) {
                         why);
       return XF_EDENIED;
     }
-    if (p->kind == XF__PEER_SITE && co->cfg.regional &&
-        strcmp(peer_id->region, co->cfg.region) != 0) {
+    if (p->kind == XF__PEER_SITE && xf__coord_cfg(co)->regional &&
+        strcmp(peer_id->region, xf__coord_cfg(co)->region) != 0) {
       XF_WARN("peer_refused", "peer=%s id=%s reason=\"site of region %s at the aggregator of %s\"",
-              xf_conn_peer_addr(c), spiffe, peer_id->region, co->cfg.region);
+              xf_conn_peer_addr(c), spiffe, peer_id->region, xf__coord_cfg(co)->region);
       char why[200];
       snprintf(why, sizeof(why), "a site of region %s at the aggregator of region %s",
-               peer_id->region, co->cfg.region);
+               peer_id->region, xf__coord_cfg(co)->region);
       audit_refused(co, spiffe, xf_conn_peer_addr(c), why);
       xf_session_refuse(c, XFED__REFUSAL__REASON__NOT_AUTHORIZED,
                         "%s is in region %s; this aggregator serves region %s", spiffe,
-                        peer_id->region, co->cfg.region);
+                        peer_id->region, xf__coord_cfg(co)->region);
       return XF_EDENIED;
     }
   }
   xf_errctx err = {0};
-  const char *role = co->cfg.regional ? (p->kind == XF__PEER_UPSTREAM ? "regional" : "coordinator")
-                                      : "coordinator";
-  if (xf_session_start(&p->session, c, role, co->cfg.max_frame, &err) != XF_OK) {
+  const char *role = xf__coord_cfg(co)->regional
+                         ? (p->kind == XF__PEER_UPSTREAM ? "regional" : "coordinator")
+                         : "coordinator";
+  if (xf_session_start(&p->session, c, role, xf__coord_cfg(co)->max_frame, &err) != XF_OK) {
     XF_ERROR("session_failed", "peer=%s reason=\"%s\"", xf_conn_peer_addr(c), err.msg);
     return XF_EIO;
   }
@@ -510,7 +522,7 @@ static void on_close(xf_conn *c, const xf_conn_reason *why) {
   if (p->site && p->site->peer == p) {
     xf__site *s = p->site;
     s->peer = NULL;
-    if (co->cfg.regional) xf__upstream_announce(co);
+    if (xf__coord_cfg(co)->regional) xf__upstream_announce(co);
     xf__runs_link(co, s, false);
   }
   peer_unlink(co, p);
@@ -522,8 +534,9 @@ static xf_err peer_new(xf__coord *co, xf__peer **out) {
   xf__peer *p = xf_calloc(1, sizeof(*p));
   if (!p) return XF_ENOMEM;
   p->co = co;
-  p->next = co->peers;
-  co->peers = p;
+  xf__peers *ps = xf__coord_peers(co);
+  p->next = ps->list;
+  ps->list = p;
   *out = p;
   return XF_OK;
 }
@@ -536,7 +549,7 @@ static xf__coord *g_co;
 static xf_err on_accept_connect(xf_conn *c, const xf_spiffe_id *peer_id) {
   xf__coord *co = g_co;
   xf__peer *p;
-  if (!co || co->stopping) {
+  if (!co || xf__coord_stopping(co)) {
     xf_session_refuse(c, XFED__REFUSAL__REASON__SHUTTING_DOWN,
                       "the coordinator is stopping; retry with backoff");
     return XF_EDENIED;
@@ -569,12 +582,12 @@ const xf_conn_opts *xf__conn_opts(xf__coord *co, bool accepted) {
   static xf_conn_opts a, d;
   xf_conn_opts *o = accepted ? &a : &d;
   memset(o, 0, sizeof(*o));
-  o->max_frame = co->cfg.max_frame;
-  o->handshake_timeout_ms = (uint32_t)(co->cfg.handshake_timeout_s * 1000.0);
-  o->progress.min_rate = co->cfg.min_frame_rate;
-  o->progress.window_ms = (uint32_t)(co->cfg.frame_rate_window_s * 1000.0);
-  o->progress.grace_ms = (uint32_t)(co->cfg.frame_grace_s * 1000.0);
-  o->guard = &co->guard;
+  o->max_frame = xf__coord_cfg(co)->max_frame;
+  o->handshake_timeout_ms = (uint32_t)(xf__coord_cfg(co)->handshake_timeout_s * 1000.0);
+  o->progress.min_rate = xf__coord_cfg(co)->min_frame_rate;
+  o->progress.window_ms = (uint32_t)(xf__coord_cfg(co)->frame_rate_window_s * 1000.0);
+  o->progress.grace_ms = (uint32_t)(xf__coord_cfg(co)->frame_grace_s * 1000.0);
+  o->guard = xf__coord_guard(co);
   o->on_connect = accepted ? on_accept_connect : on_connect;
   o->on_frame = on_frame;
   o->on_drain = on_drain;
@@ -587,7 +600,8 @@ const xf_conn_opts *xf__conn_opts(xf__coord *co, bool accepted) {
 
 size_t xf__frame_limit(const xf__peer *p) {
   size_t peer = xf_conn_peer_max_frame(p->conn);
-  size_t own = p->co->cfg.max_frame ? p->co->cfg.max_frame : XF_FRAME_MAX_DEFAULT;
+  size_t own =
+      xf__coord_cfg(p->co)->max_frame ? xf__coord_cfg(p->co)->max_frame : XF_FRAME_MAX_DEFAULT;
   return p->kind == XF__PEER_CLI && own < peer ? own : peer;
 }
 
@@ -635,7 +649,7 @@ static bool may_send_documents(const xf__peer *p) {
 /* The stream p had open is gone (done, refused, replaced): its size no
  * longer counts. */
 static void release(xf__peer *p) {
-  p->co->doc_held -= p->doc_held;
+  xf__coord_peers(p->co)->doc_held -= p->doc_held;
   p->doc_held = 0;
 }
 
@@ -668,7 +682,7 @@ static bool admit(xf__coord *co, xf__peer *p, const Xfed__TensorBegin *b) {
                           b->total_bytes, XF_DOCUMENT_MAX);
     return false;
   }
-  uint64_t others = co->doc_held - p->doc_held;
+  uint64_t others = xf__coord_peers(co)->doc_held - p->doc_held;
   if (others + b->total_bytes > XF__DOCUMENTS_HELD_MAX) {
     XF_WARN("document_refused", "peer=%s user=%s bytes=%" PRIu64 " held=%" PRIu64
             " reason=busy",
@@ -713,7 +727,7 @@ void xf__document_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env
   }
   if (b) {
     /* Counted from the announcement on: the receiver never holds more. */
-    co->doc_held += b->total_bytes - p->doc_held;
+    xf__coord_peers(co)->doc_held += b->total_bytes - p->doc_held;
     p->doc_held = b->total_bytes;
   }
   if (step.ack) send_ack(p, &step.tensor_ack);
@@ -735,7 +749,9 @@ xf__peer_kind xf__peer_kind_of(const xf__peer *p) { return p->kind; }
 
 void xf__peer_set_site(xf__peer *p, xf__site *s) { p->site = s; }
 
-xf__peer *xf__peer_next(xf__coord *co, const xf__peer *p) { return p ? p->next : co->peers; }
+xf__peer *xf__peer_next(xf__coord *co, const xf__peer *p) {
+  return p ? p->next : xf__coord_peers(co)->list;
+}
 
 xf_err xf__peer_dial_upstream(xf__coord *co, xf__peer **out, xf_errctx *err) {
   xf__peer *p;
@@ -743,11 +759,11 @@ xf_err xf__peer_dial_upstream(xf__coord *co, xf__peer **out, xf_errctx *err) {
   p->kind = XF__PEER_UPSTREAM;
   xf_conn_opts o = *xf__conn_opts(co, false);
   o.user = p;
-  xf_err rc = xf_dial(&co->loop, co->tls, co->cfg.upstream_host, co->cfg.upstream_port, &o,
-                      &p->conn, err);
+  xf_err rc = xf_dial(xf__coord_loop(co), xf__coord_tls(co), xf__coord_cfg(co)->upstream_host,
+                      xf__coord_cfg(co)->upstream_port, &o, &p->conn, err);
   if (rc != XF_OK) {
-    XF_ERROR("upstream_dial_failed", "upstream=%s:%d reason=\"%s\"", co->cfg.upstream_host,
-             co->cfg.upstream_port, err->msg);
+    XF_ERROR("upstream_dial_failed", "upstream=%s:%d reason=\"%s\"",
+             xf__coord_cfg(co)->upstream_host, xf__coord_cfg(co)->upstream_port, err->msg);
     peer_unlink(co, p);
     xf_free(p);
     return rc;
@@ -759,21 +775,25 @@ xf_err xf__peer_dial_upstream(xf__coord *co, xf__peer **out, xf_errctx *err) {
 void xf__peers_serve(xf__coord *co) { g_co = co; }
 
 void xf__peers_drop_job(xf__coord *co, const char *job) {
-  for (xf__peer *p = co->peers; p; p = p->next)
+  for (xf__peer *p = xf__coord_peers(co)->list; p; p = p->next)
     if (p->kind != XF__PEER_UPSTREAM) xf__stream_drop(p, job);
 }
 
 void xf__peers_close(xf__coord *co) {
-  for (xf__peer *p = co->peers; p; p = p->next)
+  for (xf__peer *p = xf__coord_peers(co)->list; p; p = p->next)
     if (p->conn) xf_conn_close(p->conn);
 }
 
-void xf__peers_free(xf__coord *co) {
-  while (co->peers) {
-    xf__peer *p = co->peers;
-    co->peers = p->next;
+xf__peers *xf__peers_new(void) { return xf_calloc(1, sizeof(xf__peers)); }
+
+void xf__peers_free(xf__peers *ps) {
+  if (!ps) return;
+  while (ps->list) {
+    xf__peer *p = ps->list;
+    ps->list = p->next;
     xf__stream_drop(p, NULL);
     xf__document_drop(p);
     xf_free(p);
   }
+  xf_free(ps);
 }

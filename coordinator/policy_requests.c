@@ -103,16 +103,14 @@ static void summarize(xf__coord *co, uint64_t prev, uint64_t v, xf_policy *made,
                       change_summary *out) {
   memset(out, 0, sizeof(*out));
   xf_policy *before = NULL, *after = made;
-  const xf_policy *from = co->policy && co->policy->version == prev ? co->policy : NULL;
-  xf_err rc = from ? XF_OK : xf_policy_load(co->db, prev, &before, &out->err);
+  const xf_policy *cached = xf__policy_cached(co);
+  const xf_policy *from = cached && cached->version == prev ? cached : NULL;
+  xf_err rc = from ? XF_OK : xf_policy_load(xf__coord_db(co), prev, &before, &out->err);
   if (!from) from = before;
-  if (rc == XF_OK && !after) rc = xf_policy_load(co->db, v, &after, &out->err);
+  if (rc == XF_OK && !after) rc = xf_policy_load(xf__coord_db(co), v, &after, &out->err);
   if (rc == XF_OK) rc = xf_policy_diff_models(from, after, &out->diff, &out->err);
   xf_policy_free(before);
-  if (after) {
-    xf_policy_free(co->policy);
-    co->policy = after;
-  }
+  if (after) xf__policy_cache(co, after);
   for (const char *l = out->diff; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : "") {
     if (*l == '+') out->added++;
     else if (*l == '-') out->removed++;
@@ -164,7 +162,7 @@ static void changed(xf__coord *co, xf__peer *p, const char *user, const char *re
   Xfed__PolicyReply r = XFED__POLICY_REPLY__INIT;
   r.version = v;
   r.text = text ? text : "";
-  r.coordinator_region = co->cfg.region;
+  r.coordinator_region = (char *)xf__coord_cfg(co)->region;
   r.previous_version = prev;
   r.added = s.added;
   r.removed = s.removed;
@@ -186,7 +184,7 @@ static void stale_push(xf__coord *co, xf__peer *p, uint64_t base, uint64_t curre
   xf_errctx err = {0};
   const char *how = "pull it ('xfed policy pull --db FILE'), redo the change there and push, "
                     "or push with --force";
-  if (base > current || xf_policy_diff(co->db, base, current, &diff, &err) != XF_OK) {
+  if (base > current || xf_policy_diff(xf__coord_db(co), base, current, &diff, &err) != XF_OK) {
     xf_session_send_error(xf__peer_conn(p), XF_EINVAL,
                           "the policy moved on to version %" PRIu64 " since version %" PRIu64
                           " this draft was made from; %s",
@@ -236,7 +234,7 @@ static void on_push(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m,
   /* The compare and the import run in one turn of the single-threaded loop,
    * and the journal has no other writer of the version table: nothing can
    * move the version in between. */
-  if (xf_policy_version_current(co->db, &prev, &err) != XF_OK) {
+  if (xf_policy_version_current(xf__coord_db(co), &prev, &err) != XF_OK) {
     reply_error(p, err.code, &err);
     return;
   }
@@ -249,7 +247,8 @@ static void on_push(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m,
   const xf_policy_edit import = {XF_POLICY_EDIT_IMPORT, str(m->document_json), NULL, NULL};
   const xf_policy_change chg = {user, reason, xf__now()};
   xf_policy *made = NULL;
-  if (xf_policy_commit_keep(co->db, co->policy, &import, &chg, &v, &made, &err) != XF_OK) {
+  if (xf_policy_commit_keep(xf__coord_db(co), xf__policy_cached(co), &import, &chg, &v, &made,
+                            &err) != XF_OK) {
     /* The field names a place in the document, never its contents. */
     XF_WARN("policy_push_refused", "user=%s current=%" PRIu64 " code=%s field=\"%s\"", user,
             prev, xf_strerror(err.code), err.field);
@@ -283,8 +282,9 @@ static void on_edit(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m,
   /* The current version and the change run in one turn of the loop: the
    * journal has no other writer of the version table. */
   xf_policy *made = NULL;
-  if (xf_policy_version_current(co->db, &prev, &err) != XF_OK ||
-      xf_policy_commit_keep(co->db, co->policy, &e, &chg, &v, &made, &err) != XF_OK) {
+  if (xf_policy_version_current(xf__coord_db(co), &prev, &err) != XF_OK ||
+      xf_policy_commit_keep(xf__coord_db(co), xf__policy_cached(co), &e, &chg, &v, &made,
+                            &err) != XF_OK) {
     XF_WARN("policy_edit_refused", "user=%s edit=%s current=%" PRIu64 " code=%s field=\"%s\"",
             user, xf_policy_edit_name(e.kind), prev, xf_strerror(err.code), err.field);
     reply_error(p, err.code, &err);
@@ -306,14 +306,14 @@ static void on_dataset_pending(xf__coord *co, xf__peer *p) {
   size_t n = 0;
   char *text = NULL;
   if (xf__policy_current(co, &policy, &err) != XF_OK ||
-      xf_journal_datasets_pending(co->db, policy, &rows, &n, &err) != XF_OK ||
+      xf_journal_datasets_pending(xf__coord_db(co), policy, &rows, &n, &err) != XF_OK ||
       xf_pending_json(rows, n, policy, &text, &err) != XF_OK) {
     xf_journal_pending_free(rows, n);
     reply_error(p, err.code, &err);
     return;
   }
   xf_journal_pending_free(rows, n);
-  reply_policy(p, policy->version, text, false, co->cfg.region);
+  reply_policy(p, policy->version, text, false, xf__coord_cfg(co)->region);
   xf_free(text);
 }
 
@@ -336,7 +336,7 @@ static void on_dataset_adopt(xf__coord *co, xf__peer *p, const Xfed__PolicyReque
   /* The pending rows, the pick and the change run in one turn of the
    * loop: no announcement and no other edit comes in between. */
   if (xf__policy_current(co, &policy, &err) != XF_OK ||
-      xf_journal_datasets_pending(co->db, policy, &rows, &n, &err) != XF_OK ||
+      xf_journal_datasets_pending(xf__coord_db(co), policy, &rows, &n, &err) != XF_OK ||
       xf_pending_adoption(rows, n, policy, &pick, &datasets, &count, &err) != XF_OK) {
     xf_journal_pending_free(rows, n);
     XF_WARN("policy_adopt_refused", "user=%s code=%s", user, xf_strerror(err.code));
@@ -348,7 +348,7 @@ static void on_dataset_adopt(xf__coord *co, xf__peer *p, const Xfed__PolicyReque
   const xf_policy_change chg = {user, reason, xf__now()};
   uint64_t prev = policy->version, v = 0;
   xf_policy *made = NULL;
-  if (xf_policy_commit_keep(co->db, policy, &e, &chg, &v, &made, &err) != XF_OK) {
+  if (xf_policy_commit_keep(xf__coord_db(co), policy, &e, &chg, &v, &made, &err) != XF_OK) {
     XF_WARN("policy_edit_refused", "user=%s edit=dataset_adopt current=%" PRIu64
             " code=%s field=\"%s\"", user, prev, xf_strerror(err.code), err.field);
     xf_free(datasets);
@@ -367,12 +367,12 @@ static void on_export(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m) 
   xf_errctx err = {0};
   uint64_t current = 0, v = m->version;
   char *doc = NULL;
-  if (xf_policy_version_current(co->db, &current, &err) != XF_OK ||
-      xf_policy_export(co->db, v ? v : current, &doc, &err) != XF_OK) {
+  if (xf_policy_version_current(xf__coord_db(co), &current, &err) != XF_OK ||
+      xf_policy_export(xf__coord_db(co), v ? v : current, &doc, &err) != XF_OK) {
     reply_error(p, err.code, &err);
     return;
   }
-  reply_policy(p, v ? v : current, doc, false, co->cfg.region);
+  reply_policy(p, v ? v : current, doc, false, xf__coord_cfg(co)->region);
   xf_free(doc);
 }
 
@@ -380,7 +380,7 @@ static void on_log(xf__coord *co, xf__peer *p) {
   xf_errctx err = {0};
   xf_policy_version_info *log = NULL;
   size_t n = 0;
-  if (xf_policy_log(co->db, &log, &n, &err) != XF_OK) {
+  if (xf_policy_log(xf__coord_db(co), &log, &n, &err) != XF_OK) {
     reply_error(p, err.code, &err);
     return;
   }
@@ -399,7 +399,7 @@ static void on_log(xf__coord *co, xf__peer *p) {
     xf_session_send_error(xf__peer_conn(p), XF_ENOMEM, "out of memory");
     return;
   }
-  reply_policy(p, current, text, false, co->cfg.region);
+  reply_policy(p, current, text, false, xf__coord_cfg(co)->region);
   free(text); /* jansson's */
 }
 
@@ -407,12 +407,12 @@ static void on_diff(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m) {
   xf_errctx err = {0};
   uint64_t current = 0;
   char *text = NULL;
-  if (xf_policy_version_current(co->db, &current, &err) != XF_OK ||
-      xf_policy_diff(co->db, m->version, m->version_to, &text, &err) != XF_OK) {
+  if (xf_policy_version_current(xf__coord_db(co), &current, &err) != XF_OK ||
+      xf_policy_diff(xf__coord_db(co), m->version, m->version_to, &text, &err) != XF_OK) {
     reply_error(p, err.code, &err);
     return;
   }
-  reply_policy(p, current, text, false, co->cfg.region);
+  reply_policy(p, current, text, false, xf__coord_cfg(co)->region);
   xf_free(text);
 }
 
@@ -448,7 +448,7 @@ static void on_check(xf__coord *co, xf__peer *p, const Xfed__PolicyRequest *m) {
   if (rc != XF_OK)
     reply_error(p, rc, &err);
   else
-    reply_policy(p, a.policy_version, reply, a.verdict == XF_ADMIT_RUNS, co->cfg.region);
+    reply_policy(p, a.policy_version, reply, a.verdict == XF_ADMIT_RUNS, xf__coord_cfg(co)->region);
   xf_free(reply);
   xf_free(decision);
   xf_free(admission);
@@ -511,7 +511,7 @@ static void on_audit(xf__coord *co, xf__peer *p, const Xfed__AuditQuery *m) {
                           user, xf_pki_role_name(xf__peer_id(p)->role));
     return;
   }
-  if (!co->audit) {
+  if (!xf__coord_audit(co)) {
     xf_session_send_error(xf__peer_conn(p), XF_EUNSUPPORTED,
                           "this coordinator keeps no audit trail");
     return;
@@ -521,7 +521,7 @@ static void on_audit(xf__coord *co, xf__peer *p, const Xfed__AuditQuery *m) {
   if (strcmp(verb, "verify") == 0) {
     xf_audit_verdict v;
     memset(&v, 0, sizeof(v));
-    if (xf_audit_verify(co->audit, &v, &err) != XF_OK) {
+    if (xf_audit_verify(xf__coord_audit(co), &v, &err) != XF_OK) {
       reply_error(p, err.code, &err);
       return;
     }
@@ -549,8 +549,8 @@ static void on_audit(xf__coord *co, xf__peer *p, const Xfed__AuditQuery *m) {
   size_t n = 0;
   uint64_t last = 0;
   bool more = false;
-  if (xf_audit_export_page(co->audit, m->since, m->after_seq, limit, bytes, &text, &n, &last,
-                           &more, &err) != XF_OK) {
+  if (xf_audit_export_page(xf__coord_audit(co), m->since, m->after_seq, limit, bytes, &text, &n,
+                           &last, &more, &err) != XF_OK) {
     reply_error(p, err.code, &err);
     return;
   }
@@ -562,7 +562,7 @@ static void on_audit(xf__coord *co, xf__peer *p, const Xfed__AuditQuery *m) {
 }
 
 void xf__policy_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env) {
-  if (co->cfg.regional) {
+  if (xf__coord_cfg(co)->regional) {
     xf_session_send_error(xf__peer_conn(p), XF_EUNSUPPORTED,
                           "a regional aggregator keeps no residency policy; ask the global "
                           "coordinator");

@@ -54,15 +54,15 @@ static bool parse_job_id(xf__peer *p, const char *s, int64_t *out) {
 xf_err xf__model_digest(xf__coord *co, const xf_digest *blob, xf_digest *params,
                         xf_errctx *err) {
   xf_errctx none = {0};
-  if (xf_journal_model_digest(co->db, blob, params, &none) == XF_OK) return XF_OK;
+  if (xf_journal_model_digest(xf__coord_db(co), blob, params, &none) == XF_OK) return XF_OK;
   xf_model *m = NULL;
   float *v = NULL;
-  XF_GUARD(xf_checkpoint_load_blob(co->blobs, blob, &m, &v, err));
+  XF_GUARD(xf_checkpoint_load_blob(xf__coord_blobs(co), blob, &m, &v, err));
   xf_params_digest(v, xf_model_num_params(m), params);
   xf_model_free(m);
   xf_free(v);
   /* Unnoted, it is decoded again next time: nothing is wrong with the answer. */
-  if (xf_journal_model_digest_note(co->db, blob, params, &none) != XF_OK)
+  if (xf_journal_model_digest_note(xf__coord_db(co), blob, params, &none) != XF_OK)
     XF_WARN("model_digest_not_noted", "reason=\"%s\"", none.msg);
   return XF_OK;
 }
@@ -87,8 +87,9 @@ static void explain_no_accuracy(xf__coord *co, const char *job, uint32_t committ
   uint64_t refused = 0;
   char *detail = NULL;
   xf_errctx err = {0};
-  if (!co->audit || xf_audit_about(co->audit, "refused_report", job, &refused, &detail, &err) !=
-                        XF_OK || refused == 0) {
+  xf_db *audit = xf__coord_audit(co);
+  if (!audit || xf_audit_about(audit, "refused_report", job, &refused, &detail, &err) != XF_OK ||
+      refused == 0) {
     snprintf(out, n, "no site's evaluation of the model came in");
     xf_free(detail);
     return;
@@ -122,7 +123,7 @@ static void summarize_metrics(xf__coord *co, int64_t job, uint32_t committed, bo
   ji->test_loss = NAN;
   ji->train_loss = NAN;
   ji->partial_accuracy = NAN;
-  if (xf_journal_metrics_job(co->db, job, &m, &n, &err) != XF_OK) return;
+  if (xf_journal_metrics_job(xf__coord_db(co), job, &m, &n, &err) != XF_OK) return;
   uint32_t complete = 0, newest = 0;
   for (size_t i = 0; i < n; i++) {
     if (isnan(m[i].test_accuracy)) continue;
@@ -169,15 +170,16 @@ static void summarize_metrics(xf__coord *co, int64_t job, uint32_t committed, bo
 static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store *st,
                         xf_errctx *err) {
   xf_journal_job jj;
-  XF_GUARD(xf_journal_job_load(co->db, id, &jj, err));
+  XF_GUARD(xf_journal_job_load(xf__coord_db(co), id, &jj, err));
   xfed__job_info__init(ji);
   snprintf(st->id, sizeof(st->id), "%" PRId64, id);
   snprintf(st->name, sizeof(st->name), "%s", jj.spec.name);
   snprintf(st->state, sizeof(st->state), "%s", xf_job_state_name(jj.state));
   snprintf(st->message, sizeof(st->message), "%s", jj.message);
   uint64_t up = 0, down = 0;
-  XF_GUARD(xf_journal_job_submitter_get(co->db, id, st->submitter, sizeof(st->submitter), err));
-  XF_GUARD(xf_journal_job_bytes(co->db, id, &up, &down, err));
+  XF_GUARD(xf_journal_job_submitter_get(xf__coord_db(co), id, st->submitter, sizeof(st->submitter),
+                                        err));
+  XF_GUARD(xf_journal_job_bytes(xf__coord_db(co), id, &up, &down, err));
   st->spec_json = NULL;
   if (xf_jobspec_to_json(&jj.spec, &st->spec_json) != XF_OK)
     return xf_fail(err, XF_ENOMEM, "out of memory");
@@ -203,7 +205,7 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
   /* Counts to show, not to decide on: a journal that cannot say leaves them 0. */
   xf_errctx sites_err = {0};
   if (jj.rounds_committed &&
-      xf_journal_round_sites(co->db, id, jj.rounds_committed, &ji->last_invited,
+      xf_journal_round_sites(xf__coord_db(co), id, jj.rounds_committed, &ji->last_invited,
                              &ji->last_reported, &sites_err) != XF_OK)
     ji->last_invited = ji->last_reported = 0;
   if (over && !isfinite(ji->test_accuracy)) {
@@ -217,7 +219,8 @@ static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store
   if (xf_job_epsilon(&jj.spec, jj.rounds_committed, &eps)) {
     ji->has_epsilon = true;
     ji->epsilon = eps;
-  } else if (xf_journal_site_epsilon(co->db, id, UINT32_MAX, &site_eps, &eps, &eps_err) == XF_OK &&
+  } else if (xf_journal_site_epsilon(xf__coord_db(co), id, UINT32_MAX, &site_eps, &eps,
+                                     &eps_err) == XF_OK &&
              site_eps) {
     /* Sites that account for themselves: the largest any dataset spent. */
     ji->has_epsilon = true;
@@ -395,8 +398,8 @@ static void refuse_submission(xf__coord *co, xf__peer *p, const xf_jobspec *spec
   char why[2048];
   xf_admission_refusal(a, why, sizeof(why));
   json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s}", "when", "submission", "submitter", submitter,
-                        "job_name", spec->name, "coordinator_region", co->cfg.region, "verdict",
-                        xf_admit_verdict_name(a->verdict));
+                        "job_name", spec->name, "coordinator_region", xf__coord_cfg(co)->region,
+                        "verdict", xf_admit_verdict_name(a->verdict));
   if (admission_text) json_object_set_new(o, "admission", json_loads(admission_text, 0, NULL));
   if (decision_text) json_object_set_new(o, "decision", json_loads(decision_text, 0, NULL));
   xf__audit(co, "refused_task", spec->name, o);
@@ -432,14 +435,14 @@ static xf_err create_job(xf__coord *co, const xf_jobspec *spec, const xf_admissi
   if (rc == XF_OK) {
     size_t len = 0;
     const uint8_t *bytes = xf__model_file_bytes(mf, &len);
-    rc = xf_blob_put(co->blobs, bytes, len, &blob, err);
+    rc = xf_blob_put(xf__coord_blobs(co), bytes, len, &blob, err);
   }
   if (rc == XF_OK) {
     xf_params_digest(params, xf_model_num_params(*model), &model_digest);
-    rc = xf_journal_model_digest_note(co->db, &blob, &model_digest, err);
+    rc = xf_journal_model_digest_note(xf__coord_db(co), &blob, &model_digest, err);
   }
-  if (rc == XF_OK) rc = xf_journal_job_create(co->db, spec, &blob, xf__now(), id, err);
-  if (rc == XF_OK) rc = xf_journal_job_submitter(co->db, *id, submitter, err);
+  if (rc == XF_OK) rc = xf_journal_job_create(xf__coord_db(co), spec, &blob, xf__now(), id, err);
+  if (rc == XF_OK) rc = xf_journal_job_submitter(xf__coord_db(co), *id, submitter, err);
   xf__model_file_unref(mf);
   xf_free(params);
   return rc;
@@ -503,7 +506,7 @@ static void on_submit(xf__coord *co, xf__peer *p, const Xfed__JobSubmit *m) {
   char job_id[32];
   snprintf(job_id, sizeof(job_id), "%" PRId64, id);
   json_t *o = json_pack("{s:s,s:s,s:s,s:s}", "job", job_id, "when", "submission", "submitter",
-                        submitter, "coordinator_region", co->cfg.region);
+                        submitter, "coordinator_region", xf__coord_cfg(co)->region);
   if (admission_text) json_object_set_new(o, "admission", json_loads(admission_text, 0, NULL));
   if (decision_text) json_object_set_new(o, "decision", json_loads(decision_text, 0, NULL));
   if (!xf__residency_on(co)) json_object_set_new(o, "policy", json_string("off"));
@@ -533,7 +536,7 @@ static void on_cancel(xf__coord *co, xf__peer *p, const Xfed__JobCancel *m) {
   if (!parse_job_id(p, m->job_id, &id)) return;
   xf_journal_job jj;
   xf_errctx err = {0};
-  if (xf_journal_job_load(co->db, id, &jj, &err) != XF_OK) {
+  if (xf_journal_job_load(xf__coord_db(co), id, &jj, &err) != XF_OK) {
     reply_error(p, err.code, &err);
     return;
   }
@@ -546,7 +549,8 @@ static void on_cancel(xf__coord *co, xf__peer *p, const Xfed__JobCancel *m) {
   if (xf_spiffe_format(xf__peer_id(p), who, NULL) != XF_OK) snprintf(who, 2, "?");
   snprintf(why, sizeof(why), "cancelled by %s", who);
   xf__run_cancel(co, id, why);
-  if (xf_journal_job_set_state(co->db, id, XF_JOB_CANCELLED, why, xf__now(), &err) != XF_OK) {
+  if (xf_journal_job_set_state(xf__coord_db(co), id, XF_JOB_CANCELLED, why, xf__now(), &err) !=
+      XF_OK) {
     reply_error(p, err.code, &err);
     return;
   }
@@ -567,10 +571,10 @@ static void on_metrics_query(xf__coord *co, xf__peer *p, const Xfed__MetricsQuer
    * Without a limit (an older CLI) every row goes in one answer. */
   size_t limit = m->limit > XF__METRICS_PAGE_MAX ? XF__METRICS_PAGE_MAX : m->limit;
   uint64_t after_site = m->after_site && *m->after_site ? xf_coord_site_id(m->after_site) : 0;
-  if (xf_journal_job_load(co->db, id, &jj, &err) != XF_OK ||
-      (limit ? xf_journal_metrics_page(co->db, id, m->after_round, after_site, limit + 1, &v,
-                                       &n, &err)
-             : xf_journal_metrics_job(co->db, id, &v, &n, &err)) != XF_OK) {
+  if (xf_journal_job_load(xf__coord_db(co), id, &jj, &err) != XF_OK ||
+      (limit ? xf_journal_metrics_page(xf__coord_db(co), id, m->after_round, after_site, limit + 1,
+                                       &v, &n, &err)
+             : xf_journal_metrics_job(xf__coord_db(co), id, &v, &n, &err)) != XF_OK) {
     reply_error(p, err.code, &err);
     return;
   }
@@ -591,8 +595,8 @@ static void on_metrics_query(xf__coord *co, xf__peer *p, const Xfed__MetricsQuer
   for (size_t i = 0; i < n; i++) {
     Xfed__MetricsReport__Row *r = &rows[i];
     xfed__metrics_report__row__init(r);
-    if (xf_journal_site_name(co->db, v[i].site, names[i][0], XF_COORD_NAME_MAX, names[i][1],
-                             XF_COORD_NAME_MAX, &err) != XF_OK)
+    if (xf_journal_site_name(xf__coord_db(co), v[i].site, names[i][0], XF_COORD_NAME_MAX,
+                             names[i][1], XF_COORD_NAME_MAX, &err) != XF_OK)
       snprintf(names[i][0], XF_COORD_NAME_MAX, "%" PRIu64, v[i].site);
     r->round = v[i].round;
     r->site = names[i][0];
@@ -653,20 +657,20 @@ static void on_model_query(xf__coord *co, xf__peer *p, const Xfed__ModelQuery *m
   xf_errctx err = {0};
   xf_digest model;
   uint32_t round = m->round;
-  if (xf_journal_job_load(co->db, id, &jj, &err) != XF_OK) {
+  if (xf_journal_job_load(xf__coord_db(co), id, &jj, &err) != XF_OK) {
     reply_error(p, err.code, &err);
     return;
   }
   if (round == 0) {
     model = jj.model;
     round = jj.rounds_committed;
-  } else if (xf_journal_round_model(co->db, id, round, &model, &err) != XF_OK) {
+  } else if (xf_journal_round_model(xf__coord_db(co), id, round, &model, &err) != XF_OK) {
     reply_error(p, err.code, &err);
     return;
   }
   void *bytes = NULL;
   size_t len = 0;
-  if (xf_blob_get(co->blobs, &model, &bytes, &len, &err) != XF_OK) {
+  if (xf_blob_get(xf__coord_blobs(co), &model, &bytes, &len, &err) != XF_OK) {
     reply_error(p, err.code, &err);
     return;
   }
@@ -701,7 +705,7 @@ void xf__cli_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env) {
     }
     int64_t *ids = NULL;
     size_t n = 0;
-    if (xf_journal_all_jobs(co->db, &ids, &n, &err) != XF_OK) {
+    if (xf_journal_all_jobs(xf__coord_db(co), &ids, &n, &err) != XF_OK) {
       reply_error(p, err.code, &err);
       return;
     }

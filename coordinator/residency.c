@@ -15,43 +15,56 @@
 #include "coordinator/daemon_internal.h"
 #include "job/residency.h"
 
-bool xf__residency_on(const xf__coord *co) { return !co->cfg.regional && !co->cfg.residency_off; }
+bool xf__residency_on(const xf__coord *co) {
+  return !xf__coord_cfg(co)->regional && !xf__coord_cfg(co)->residency_off;
+}
 
 void xf__audit(xf__coord *co, const char *kind, const char *subject, json_t *detail) {
   if (!detail) detail = json_object();
   char *text = detail ? json_dumps(detail, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
   json_decref(detail);
-  if (!co->audit || !text) {
+  if (!xf__coord_audit(co) || !text) {
     XF_ERROR("audit_failed", "kind=%s subject=\"%s\" reason=\"%s\"", kind, subject,
-             co->audit ? "out of memory" : "no audit trail open");
+             xf__coord_audit(co) ? "out of memory" : "no audit trail open");
     free(text);
     return;
   }
   xf_errctx err = {0};
-  if (xf_audit_append(co->audit, xf__now(), co->name[0] ? co->name : "coordinator", kind,
+  if (xf_audit_append(xf__coord_audit(co), xf__now(),
+                      xf__coord_name(co)[0] ? xf__coord_name(co) : "coordinator", kind,
                       subject && *subject ? subject : "-", text, NULL, &err) != XF_OK)
     XF_ERROR("audit_failed", "kind=%s subject=\"%s\" reason=\"%s\"", kind, subject, err.msg);
   free(text);
 }
 
+/* The cache lives in the coordinator's slot for it, which only this file
+ * reads and writes. */
+const xf_policy *xf__policy_cached(xf__coord *co) { return *xf__coord_policy(co); }
+
+void xf__policy_cache(xf__coord *co, xf_policy *p) {
+  xf_policy **slot = xf__coord_policy(co);
+  xf_policy_free(*slot);
+  *slot = p;
+}
+
 /* The current version, reloaded when the version table moved on. */
 xf_err xf__policy_current(xf__coord *co, const xf_policy **out, xf_errctx *err) {
   uint64_t v = 0;
-  XF_GUARD(xf_policy_version_current(co->db, &v, err));
-  if (!co->policy || co->policy->version != v) {
+  XF_GUARD(xf_policy_version_current(xf__coord_db(co), &v, err));
+  const xf_policy *cached = xf__policy_cached(co);
+  if (!cached || cached->version != v) {
     xf_policy *p = NULL;
-    XF_GUARD(xf_policy_load(co->db, v, &p, err));
-    xf_policy_free(co->policy);
-    co->policy = p;
+    XF_GUARD(xf_policy_load(xf__coord_db(co), v, &p, err));
+    xf__policy_cache(co, p);
   }
-  *out = co->policy;
+  *out = xf__policy_cached(co);
   return XF_OK;
 }
 
 xf_err xf__residency_decide(xf__coord *co, const xf_jobspec *spec, xf_policy_decision *out,
                             xf_errctx *err) {
   memset(out, 0, sizeof(*out));
-  if (!co->cfg.region[0])
+  if (!xf__coord_cfg(co)->region[0])
     return xf_fail(err, XF_EDENIED,
                    "this coordinator has no region, so the residency policy cannot place it: "
                    "start it with --region R (or \"region\" in its config)");
@@ -64,19 +77,19 @@ xf_err xf__residency_decide(xf__coord *co, const xf_jobspec *spec, xf_policy_dec
                    "'xfed policy push'");
   xf_policy_job job;
   const char *tags[XF_JOB_TAGS_MAX];
-  XF_GUARD(xf_residency_job_of(spec, co->cfg.region, tags, &job, err));
+  XF_GUARD(xf_residency_job_of(spec, xf__coord_cfg(co)->region, tags, &job, err));
   XF_GUARD(xf_policy_decide(p, &job, xf__now(), out, err));
   for (size_t i = 0; i < out->n_sites; i++) {
     unsigned path = (unsigned)out->sites[i].path <= XF_POLICY_PATH_REGIONAL
                         ? (unsigned)out->sites[i].path : XF_POLICY_PATH_NONE;
-    co->stats.decisions[out->sites[i].eligible ? 1 : 0][path]++;
+    xf__coord_stats(co)->decisions[out->sites[i].eligible ? 1 : 0][path]++;
   }
   return XF_OK;
 }
 
 void xf__journal_state(xf__coord *co, int64_t job, xf_job_state state, const char *msg) {
   xf_errctx err = {0};
-  if (xf_journal_job_set_state(co->db, job, state, msg, xf__now(), &err) != XF_OK)
+  if (xf_journal_job_set_state(xf__coord_db(co), job, state, msg, xf__now(), &err) != XF_OK)
     XF_ERROR("journal_failed", "doing=job_state reason=\"%s\"", err.msg);
 }
 
@@ -92,7 +105,7 @@ void xf__federation_free(xf__federation *f) {
 xf_err xf__federation_make(xf__coord *co, xf__federation *out) {
   memset(out, 0, sizeof(*out));
   size_t n_sites = 0, n_sets = 0, n_tags = 0;
-  for (xf__site *s = co->sites; s; s = s->next) {
+  for (xf__site *s = xf__coord_sites(co); s; s = s->next) {
     if (!s->regional) {
       n_sites++;
       n_sets += s->n_datasets;
@@ -113,7 +126,7 @@ xf_err xf__federation_make(xf__coord *co, xf__federation *out) {
     return XF_ENOMEM;
   }
   size_t ns = 0, nd = 0, nt = 0;
-  for (xf__site *s = co->sites; s; s = s->next) {
+  for (xf__site *s = xf__coord_sites(co); s; s = s->next) {
     size_t count = s->regional ? s->n_behind : 1;
     for (size_t k = 0; k < count; k++) {
       const xf__dataset *sets = s->regional ? s->behind[k].datasets : s->datasets;
@@ -144,14 +157,14 @@ xf_err xf__federation_make(xf__coord *co, xf__federation *out) {
   }
   out->fed.sites = out->sites;
   out->fed.n_sites = ns;
-  out->fed.coordinator_region = co->cfg.region;
+  out->fed.coordinator_region = xf__coord_cfg(co)->region;
   out->fed.residency_on = xf__residency_on(co);
   return XF_OK;
 }
 
 xf_err xf__admit_check_dataset(xf__coord *co, const xf_jobspec *spec, xf_errctx *err) {
   const xf_policy *policy = NULL;
-  if (xf__residency_on(co) && co->cfg.region[0]) {
+  if (xf__residency_on(co) && xf__coord_cfg(co)->region[0]) {
     XF_GUARD(xf__policy_current(co, &policy, err));
     if (policy->version == 0) policy = NULL;
   }

@@ -15,13 +15,14 @@ static const double xf__duration_bounds[] = {0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 12
 #define XF__DURATION_BOUNDS (sizeof(xf__duration_bounds) / sizeof(xf__duration_bounds[0]))
 
 void xf__stats_init(xf__coord *co) {
-  xf_prom_hist_init(&co->stats.round_duration, xf__duration_bounds, XF__DURATION_BOUNDS);
+  xf_prom_hist_init(&xf__coord_stats(co)->round_duration, xf__duration_bounds, XF__DURATION_BOUNDS);
   for (size_t i = 0; i <= XF_JOBM_CANCELLED; i++)
-    xf_prom_hist_init(&co->stats.phase_duration[i], xf__duration_bounds, XF__DURATION_BOUNDS);
+    xf_prom_hist_init(&xf__coord_stats(co)->phase_duration[i], xf__duration_bounds,
+                      XF__DURATION_BOUNDS);
 }
 
 /* The stats slot of a job, made (replacing the oldest) when missing. */
-static size_t job_slot(xf__coord_stats *st, const char *job) {
+static size_t job_slot(xf__stats *st, const char *job) {
   for (size_t i = 0; i < XF__STATS_JOBS; i++)
     if (strcmp(st->jobs[i].job, job) == 0) return i;
   size_t i = st->next_job;
@@ -41,7 +42,7 @@ void xf__stats_phase(xf__run *run) {
     return;
   }
   if (ph == c->seen_phase) return;
-  xf_prom_hist_observe(&xf__run_coord(run)->stats.phase_duration[c->seen_phase],
+  xf_prom_hist_observe(&xf__coord_stats(xf__run_coord(run))->phase_duration[c->seen_phase],
                        now - c->phase_since);
   if (ph == XF_JOBM_CONFIRMING || (ph == XF_JOBM_EVALUATING && c->opened_at == 0))
     c->opened_at = now;
@@ -50,7 +51,7 @@ void xf__stats_phase(xf__run *run) {
 }
 
 void xf__stats_round(xf__run *run, bool committed) {
-  xf__coord_stats *st = &xf__run_coord(run)->stats;
+  xf__stats *st = xf__coord_stats(xf__run_coord(run));
   xf__run_clock *c = xf__run_clock_of(run);
   size_t i = job_slot(st, xf__run_id(run));
   if (committed) {
@@ -64,6 +65,6 @@ void xf__stats_round(xf__run *run, bool committed) {
 
 void xf__stats_peer_closed(xf__coord *co, const xf__peer *p) {
   if (!xf__peer_conn(p) || (unsigned)xf__peer_kind_of(p) > XF__PEER_UPSTREAM) return;
-  co->stats.bytes_in[xf__peer_kind_of(p)] += xf_conn_bytes_in(xf__peer_conn(p));
-  co->stats.bytes_out[xf__peer_kind_of(p)] += xf_conn_bytes_out(xf__peer_conn(p));
+  xf__coord_stats(co)->bytes_in[xf__peer_kind_of(p)] += xf_conn_bytes_in(xf__peer_conn(p));
+  xf__coord_stats(co)->bytes_out[xf__peer_kind_of(p)] += xf_conn_bytes_out(xf__peer_conn(p));
 }

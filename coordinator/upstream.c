@@ -53,6 +53,27 @@ void xf__relay_set_aggregate(xf__relay *r, float *mean, uint64_t weight) {
 #define BACKOFF_MIN_S 0.5
 #define BACKOFF_MAX_S 30.0
 
+/* Top-k error feedback of this region's aggregates for one job (in memory:
+ * a restarted aggregator starts again from zero). */
+typedef struct job_residual {
+  char job[32];
+  float *values;
+  size_t n;
+  struct job_residual *next;
+} job_residual;
+
+/* The link upstream, one per process (daemon.c holds it, this file alone
+ * looks into it). The redial timer is a handle of the coordinator's loop:
+ * closed with it (xf__upstream_stop, or the loop's last walk) before the
+ * link is freed. */
+struct xf__uplink {
+  xf__peer *peer;   /* the session upstream, once open */
+  bool dialing;
+  uv_timer_t redial;
+  double backoff_s;
+  job_residual *residuals;
+};
+
 /* An offer whose model is still coming in. */
 typedef struct pending_offer {
   char job_id[32];
@@ -105,45 +126,64 @@ static void dial(xf__coord *co);
 static void on_redial(uv_timer_t *t) { dial(t->data); }
 
 static void schedule_redial(xf__coord *co) {
-  if (co->stopping) return;
-  double b = co->backoff_s < BACKOFF_MIN_S ? BACKOFF_MIN_S : co->backoff_s;
+  if (xf__coord_stopping(co)) return;
+  xf__uplink *u = xf__coord_uplink(co);
+  double b = u->backoff_s < BACKOFF_MIN_S ? BACKOFF_MIN_S : u->backoff_s;
   /* +-25 % jitter, so aggregators that lost the same coordinator do not
    * all come back in the same instant. */
   double jitter = 0.75 + 0.5 * ((double)(rand() % 1000) / 1000.0);
   uint64_t ms = (uint64_t)(b * jitter * 1000.0);
-  co->backoff_s = b * 2 > BACKOFF_MAX_S ? BACKOFF_MAX_S : b * 2;
-  uv_timer_start(&co->redial, on_redial, ms, 0);
+  u->backoff_s = b * 2 > BACKOFF_MAX_S ? BACKOFF_MAX_S : b * 2;
+  uv_timer_start(&u->redial, on_redial, ms, 0);
   XF_INFO("upstream_redial", "in_ms=%" PRIu64, ms);
 }
 
 static void dial(xf__coord *co) {
-  if (co->stopping || co->up_peer || co->up_dialing) return;
+  xf__uplink *u = xf__coord_uplink(co);
+  if (xf__coord_stopping(co) || u->peer || u->dialing) return;
   xf__peer *p;
   xf_errctx err = {0};
   if (xf__peer_dial_upstream(co, &p, &err) != XF_OK) {
     schedule_redial(co);
     return;
   }
-  co->up_dialing = true;
-  XF_INFO("upstream_dialing", "upstream=%s:%d", co->cfg.upstream_host, co->cfg.upstream_port);
+  u->dialing = true;
+  XF_INFO("upstream_dialing", "upstream=%s:%d", xf__coord_cfg(co)->upstream_host,
+          xf__coord_cfg(co)->upstream_port);
+}
+
+xf__uplink *xf__uplink_new(void) { return xf_calloc(1, sizeof(xf__uplink)); }
+
+void xf__uplink_free(xf__uplink *u) {
+  if (!u) return;
+  while (u->residuals) {
+    job_residual *r = u->residuals;
+    u->residuals = r->next;
+    xf_free(r->values);
+    xf_free(r);
+  }
+  xf_free(u);
 }
 
 void xf__upstream_start(xf__coord *co) {
-  uv_timer_init(&co->loop, &co->redial);
-  co->redial.data = co;
-  co->backoff_s = BACKOFF_MIN_S;
+  xf__uplink *u = xf__coord_uplink(co);
+  uv_timer_init(xf__coord_loop(co), &u->redial);
+  u->redial.data = co;
+  u->backoff_s = BACKOFF_MIN_S;
   dial(co);
 }
 
 void xf__upstream_stop(xf__coord *co) {
-  uv_timer_stop(&co->redial);
-  if (!uv_is_closing((uv_handle_t *)&co->redial)) uv_close((uv_handle_t *)&co->redial, NULL);
+  xf__uplink *u = xf__coord_uplink(co);
+  uv_timer_stop(&u->redial);
+  if (!uv_is_closing((uv_handle_t *)&u->redial)) uv_close((uv_handle_t *)&u->redial, NULL);
   pending_drop_all();
 }
 
 void xf__upstream_closed(xf__coord *co) {
-  co->up_peer = NULL;
-  co->up_dialing = false;
+  xf__uplink *u = xf__coord_uplink(co);
+  u->peer = NULL;
+  u->dialing = false;
   pending_drop_all(); /* offered again when the link is back */
   /* Upstream may come back restarted, without our tasks: what the relays
    * make from now on waits for their tasks to be offered again. */
@@ -190,9 +230,9 @@ static Xfed__SiteAnnounce__Dataset **announce_sets(const xf__dataset *d, size_t 
 }
 
 void xf__upstream_announce(xf__coord *co) {
-  if (!co->up_peer) return;
+  if (!xf__coord_uplink(co)->peer) return;
   size_t n = 0;
-  for (xf__site *s = co->sites; s; s = s->next) n += s->peer != NULL;
+  for (xf__site *s = xf__coord_sites(co); s; s = s->next) n += s->peer != NULL;
   Xfed__SiteAnnounce *behind = xf_calloc(n + 1, sizeof(*behind));
   Xfed__SiteAnnounce **bptrs = xf_calloc(n + 1, sizeof(*bptrs));
   char **names = xf_calloc(n + 1, sizeof(char *));
@@ -200,7 +240,7 @@ void xf__upstream_announce(xf__coord *co) {
   char ****tags = xf_calloc(n + 1, sizeof(char ***));
   size_t k = 0;
   if (!behind || !bptrs || !names || !store || !tags) goto out;
-  for (xf__site *s = co->sites; s; s = s->next) {
+  for (xf__site *s = xf__coord_sites(co); s; s = s->next) {
     if (!s->peer) continue;
     Xfed__SiteAnnounce *b = &behind[k];
     xfed__site_announce__init(b);
@@ -217,8 +257,8 @@ void xf__upstream_announce(xf__coord *co) {
     k++;
   }
   Xfed__SiteAnnounce a = XFED__SITE_ANNOUNCE__INIT;
-  a.site = co->name;
-  a.region = co->cfg.region;
+  a.site = (char *)xf__coord_name(co);
+  a.region = (char *)xf__coord_cfg(co)->region;
   a.n_sites = k;
   a.sites = names;
   a.n_behind = k;
@@ -226,7 +266,7 @@ void xf__upstream_announce(xf__coord *co) {
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   env.body_case = XFED__ENVELOPE__BODY_SITE_ANNOUNCE;
   env.site_announce = &a;
-  (void)xf__send(co->up_peer, &env);
+  (void)xf__send(xf__coord_uplink(co)->peer, &env);
 out:
   for (size_t i = 0; i < k; i++) {
     if (tags && tags[i]) {
@@ -257,7 +297,7 @@ static char **names_of(xf__coord *co, const uint64_t *sites, size_t n) {
 
 void xf__upstream_accept(xf__coord *co, const xf__run *run, const uint64_t *sites, size_t n) {
   xf__relay *rl = xf__run_relay(run);
-  if (!co->up_peer) return;
+  if (!xf__coord_uplink(co)->peer) return;
   char **names = names_of(co, sites, n);
   Xfed__TaskAccept a = XFED__TASK_ACCEPT__INIT;
   a.job_id = (char *)xf__run_id(run);
@@ -268,7 +308,7 @@ void xf__upstream_accept(xf__coord *co, const xf__run *run, const uint64_t *site
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   env.body_case = XFED__ENVELOPE__BODY_TASK_ACCEPT;
   env.task_accept = &a;
-  (void)xf__send(co->up_peer, &env);
+  (void)xf__send(xf__coord_uplink(co)->peer, &env);
   xf_free(names);
   XF_INFO("task_accepted_up", "job=%s round=%u attempt=%u sites=%zu", xf__run_id(run),
           (unsigned)rl->up.round, (unsigned)rl->up.attempt, n);
@@ -276,7 +316,7 @@ void xf__upstream_accept(xf__coord *co, const xf__run *run, const uint64_t *site
 
 static void send_refusal(xf__coord *co, const char *job, uint32_t round, uint32_t attempt,
                          const char *site, int reason, const char *details) {
-  if (!co->up_peer) return;
+  if (!xf__coord_uplink(co)->peer) return;
   Xfed__TaskRefusal r = XFED__TASK_REFUSAL__INIT;
   r.job_id = (char *)job;
   r.round = round;
@@ -287,7 +327,7 @@ static void send_refusal(xf__coord *co, const char *job, uint32_t round, uint32_
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   env.body_case = XFED__ENVELOPE__BODY_TASK_REFUSAL;
   env.task_refusal = &r;
-  (void)xf__send(co->up_peer, &env);
+  (void)xf__send(xf__coord_uplink(co)->peer, &env);
 }
 
 void xf__upstream_refuse(xf__coord *co, const xf__run *run, uint64_t site, int reason,
@@ -303,28 +343,28 @@ void xf__upstream_refuse(xf__coord *co, const xf__run *run, uint64_t site, int r
 
 void xf__upstream_eval_done(xf__coord *co, const xf__run *run) {
   xf__relay *rl = xf__run_relay(run);
-  if (!co->up_peer) return;
+  if (!xf__coord_uplink(co)->peer) return;
   Xfed__Metrics m = XFED__METRICS__INIT;
   m.job_id = (char *)xf__run_id(run);
   m.round = rl->up.round;
   m.attempt = rl->up.attempt;
-  m.site = co->name;
-  m.region = co->cfg.region;
+  m.site = (char *)xf__coord_name(co);
+  m.region = (char *)xf__coord_cfg(co)->region;
   m.model_round = rl->up.model_round;
   Xfed__Envelope env = XFED__ENVELOPE__INIT;
   env.body_case = XFED__ENVELOPE__BODY_METRICS;
   env.metrics = &m;
-  (void)xf__send(co->up_peer, &env);
+  (void)xf__send(xf__coord_uplink(co)->peer, &env);
 }
 
 void xf__upstream_metrics(xf__coord *co, const Xfed__Envelope *env) {
-  if (co->up_peer) (void)xf__send(co->up_peer, env);
+  if (xf__coord_uplink(co)->peer) (void)xf__send(xf__coord_uplink(co)->peer, env);
 }
 
 /* ---- the region's aggregate ------------------------------------------------------------------------------ */
 
 static float *residual_of(xf__coord *co, const char *job, size_t n) {
-  for (struct xf__residual *r = co->residuals; r; r = r->next)
+  for (job_residual *r = xf__coord_uplink(co)->residuals; r; r = r->next)
     if (strcmp(r->job, job) == 0) {
       if (r->n == n) return r->values;
       xf_free(r->values);
@@ -332,7 +372,7 @@ static float *residual_of(xf__coord *co, const char *job, size_t n) {
       r->n = r->values ? n : 0;
       return r->values;
     }
-  struct xf__residual *r = xf_calloc(1, sizeof(*r));
+  job_residual *r = xf_calloc(1, sizeof(*r));
   if (!r) return NULL;
   r->values = xf_calloc(n, sizeof(float));
   if (!r->values) {
@@ -341,8 +381,8 @@ static float *residual_of(xf__coord *co, const char *job, size_t n) {
   }
   snprintf(r->job, sizeof(r->job), "%s", job);
   r->n = n;
-  r->next = co->residuals;
-  co->residuals = r;
+  r->next = xf__coord_uplink(co)->residuals;
+  xf__coord_uplink(co)->residuals = r;
   return r->values;
 }
 
@@ -358,7 +398,7 @@ static uint64_t aggregate_stream(const xf__run *run) {
 static void queue_aggregate(xf__coord *co, xf__run *run, const xf_update_payload *pl,
                             const uint64_t *sites, size_t n, uint64_t weight) {
   xf__relay *rl = xf__run_relay(run);
-  if (!co->up_peer || !rl->agg_bytes) return;
+  if (!xf__coord_uplink(co)->peer || !rl->agg_bytes) return;
   uint8_t *copy = xf_malloc(rl->agg_len ? rl->agg_len : 1);
   if (!copy) return;
   memcpy(copy, rl->agg_bytes, rl->agg_len);
@@ -388,7 +428,7 @@ static void queue_aggregate(xf__coord *co, xf__run *run, const xf_update_payload
                         .job = xf__run_id(run)};
   XF_INFO("aggregate_sending", "job=%s round=%u weight=%" PRIu64 " sites=%zu bytes=%zu",
           xf__run_id(run), (unsigned)rl->up.round, weight, n, rl->agg_len);
-  (void)xf__stream_queue(co->up_peer, &d, NULL, copy, rl->agg_len,
+  (void)xf__stream_queue(xf__coord_uplink(co)->peer, &d, NULL, copy, rl->agg_len,
                          pl->sealed ? XF_SEAL_STREAM_CHUNK + XF_SEAL_ABYTES : 0, &so);
 }
 
@@ -408,7 +448,7 @@ void xf__upstream_forward(xf__coord *co, xf__run *run, const uint64_t *sites, si
                            .rounding_seed =
                                xf__run_spec(run)->seed ^
                                ((uint64_t)rl->up.round * 0x9e3779b97f4a7c15ull) ^
-                               xf_coord_site_id(co->cfg.region)};
+                               xf_coord_site_id(xf__coord_cfg(co)->region)};
   memcpy(offer.seal_pk, rl->up.seal_pk, sizeof(offer.seal_pk));
   xf_update_plan plan;
   xf_update_payload pl;
@@ -421,7 +461,7 @@ void xf__upstream_forward(xf__coord *co, xf__run *run, const uint64_t *sites, si
   }
   char ctx[256];
   size_t ctx_len = xf_seal_stream_context(ctx, sizeof(ctx), xf__run_id(run), rl->up.round,
-                                          rl->up.attempt, co->name);
+                                          rl->up.attempt, xf__coord_name(co));
   if (rc == XF_OK)
     rc = xf_update_prepare(&plan, rl->mean, residual, NULL, ctx, ctx_len, &pl, &err);
   xf_free(rl->mean);
@@ -446,11 +486,11 @@ void xf__upstream_forward(xf__coord *co, xf__run *run, const uint64_t *sites, si
   }
   rl->weight = weight;
   const xf__upstream_task *up = &rl->up;
-  if (up->has_residency && strcmp(up->coordinator_region, co->cfg.region) != 0)
+  if (up->has_residency && strcmp(up->coordinator_region, xf__coord_cfg(co)->region) != 0)
     xf__audit(co, "crossing", xf__run_id(run),
               json_pack("{s:s,s:I,s:I,s:s,s:s,s:s,s:I,s:I,s:s,s:I}", "job", xf__run_id(run), "round",
                         (json_int_t)up->round, "attempt", (json_int_t)up->attempt, "kind",
-                        "regional_aggregate", "from", co->cfg.region, "to",
+                        "regional_aggregate", "from", xf__coord_cfg(co)->region, "to",
                         up->coordinator_region, "contributors", (json_int_t)n, "weight",
                         (json_int_t)weight, "rule", up->rule, "policy_version",
                         (json_int_t)up->policy_version));
@@ -485,7 +525,7 @@ static void take_seal_key(xf__coord *co, xf__run *run, const Xfed__TaskOffer *o)
   pl.plain_len = rl->agg_plain_len;
   char ctx[256];
   size_t ctx_len = xf_seal_stream_context(ctx, sizeof(ctx), xf__run_id(run), rl->up.round,
-                                          rl->up.attempt, co->name);
+                                          rl->up.attempt, xf__coord_name(co));
   xf_errctx err = {0};
   if (xf_update_seal(&pl, o->seal_key.data, ctx, ctx_len, &err) != XF_OK) {
     XF_ERROR("aggregate_not_resealed", "job=%s round=%u reason=\"%s\"", xf__run_id(run),
@@ -647,7 +687,7 @@ static void on_model_frame(xf__coord *co, const Xfed__Envelope *env) {
     const Xfed__TensorBegin *b = env->tensor_begin;
     if (b->kind != XFED__TENSOR_BEGIN__KIND__MODEL || b->total_bytes == 0 ||
         b->total_bytes > XF_COORD_MODEL_MAX) {
-      xf_session_send_error(xf__peer_conn(co->up_peer), XF_EFORMAT,
+      xf_session_send_error(xf__peer_conn(xf__coord_uplink(co)->peer), XF_EFORMAT,
                             "expected a model stream of at most 1 GiB");
       pending_remove(p);
       pending_free(p);
@@ -665,7 +705,7 @@ static void on_model_frame(xf__coord *co, const Xfed__Envelope *env) {
   if (!p->rx) return;
   if (xf_tensor_receiver_handle(p->rx, env, &err) != XF_OK) {
     XF_WARN("model_stream_failed", "job=%s reason=\"%s\"", p->job_id, err.msg);
-    xf_session_send_error(xf__peer_conn(co->up_peer), err.code, "%s", err.msg);
+    xf_session_send_error(xf__peer_conn(xf__coord_uplink(co)->peer), err.code, "%s", err.msg);
     pending_remove(p);
     pending_free(p);
     return;
@@ -703,10 +743,12 @@ static void aggregate_refused(xf__coord *co, xf__peer *p, uint64_t stream) {
 
 void xf__upstream_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env) {
   if (!env) { /* the session opened */
-    co->up_peer = p;
-    co->up_dialing = false;
-    co->backoff_s = BACKOFF_MIN_S;
-    XF_INFO("upstream_connected", "upstream=%s:%d", co->cfg.upstream_host, co->cfg.upstream_port);
+    xf__uplink *u = xf__coord_uplink(co);
+    u->peer = p;
+    u->dialing = false;
+    u->backoff_s = BACKOFF_MIN_S;
+    XF_INFO("upstream_connected", "upstream=%s:%d", xf__coord_cfg(co)->upstream_host,
+            xf__coord_cfg(co)->upstream_port);
     xf__upstream_announce(co);
     return;
   }
