@@ -368,8 +368,6 @@ uint32_t xf__run_attempt(const xf__run *run);
 /* Carries out the run's machine actions, then gives it a plan when it wants
  * one, until nothing is left to do. */
 void xf__run_actions(xf__run *run);
-/* A frame of a participant (site or regional) about a job. */
-void xf__run_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env);
 /* A participant came (announced) or went: every run is told, the plans of
  * waiting runs are made again. */
 void xf__runs_link(xf__coord *co, xf__site *s, bool up);
@@ -389,6 +387,10 @@ xf_err xf__run_start_relay(xf__coord *co, const char *job_id, const char *params
                            size_t n_cohort, xf_errctx *err) XF_WARN_UNUSED;
 /* Whether the last journal write failed. */
 bool xf__journal_broken(void);
+
+/* ---- host_frames.c: participants' frames about a job ---------------------------------- */
+/* A frame of a participant (site or regional) about a job. */
+void xf__run_on_frame(xf__coord *co, xf__site *s, const Xfed__Envelope *env);
 
 /* ---- intake.c: update streams coming in ----------------------------------------------- */
 /* A run's update streams of the open attempt, one take per carrier

@@ -35,3 +35,10 @@ set_tests_properties(coord_internal_header_refuses_a_function_under_another_file
 set_tests_properties(coord_internal_header_sections_name_the_defining_files
                      coord_internal_header_refuses_a_function_under_another_files_banner
                      PROPERTIES LABELS unit)
+# The runs module's own header (coordinator/host_internal.h: the run's
+# fields, for host.c and host_frames.c) is held to the same rule.
+add_test(NAME coord_host_header_sections_name_the_defining_files
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/internal_header.sh
+                 ${PROJECT_SOURCE_DIR}/coordinator/host_internal.h
+                 ${PROJECT_SOURCE_DIR}/coordinator)
+set_tests_properties(coord_host_header_sections_name_the_defining_files PROPERTIES LABELS unit)
