@@ -237,14 +237,13 @@ bool xf__site_flush_replies(daemon_t *d);
 void xf__site_task_free(task *t);
 task *xf__site_task_find(daemon_t *d, const char *job, uint32_t round, uint32_t attempt);
 task *xf__site_task_of_job(daemon_t *d, const char *job);
-bool xf__site_task_live(const task *t);
 void xf__site_ignore_stream(daemon_t *d, uint64_t stream_id, const char *job, uint32_t round);
 bool xf__site_stream_ignored(daemon_t *d, uint64_t stream_id, const char *job, uint32_t round);
 void xf__site_task_drop(daemon_t *d, task *t, const char *why);
 xf_err xf__site_stream_update(task *t, xf_errctx *err);
 uint64_t xf__site_update_bytes(const task *t);
 size_t xf__site_seal_context(const daemon_t *d, const task *t, char *buf, size_t cap);
-void xf__site_seal_key_changed(daemon_t *d, task *t, const uint8_t *pk);
+bool xf__site_seal_key_changed(daemon_t *d, task *t, const uint8_t *pk);
 void xf__site_update_stream_changed(daemon_t *d, task *t, uint64_t id);
 void xf__site_perform(daemon_t *d);
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The site daemon's task list and the replies (TaskAccept, TaskRefusal,
- * Error) queued for the coordinator; a task's update sender, its sealing
- * key and stream id (site/daemon_internal.h). On the loop thread. */
+/* The site daemon's replies (TaskAccept, TaskRefusal, Error) queued for
+ * the coordinator; its half of each task (the update sender, the sealing
+ * key and stream id); and the task set's actions performed
+ * (site/taskset.h, site/daemon_internal.h). On the loop thread. */
 #include "site/daemon_internal.h"
 
 #include <stdarg.h>
@@ -160,11 +161,6 @@ task *xf__site_task_of_job(daemon_t *d, const char *job) {
   return user_of(xf_site_tasks_of_job(d->set, job));
 }
 
-/* Whether t is still among the site's tasks (not let go by the set). */
-bool xf__site_task_live(const task *t) {
-  return t->entry && xf_site_task_phase(t->entry) != XF_SITEM_GONE;
-}
-
 void xf__site_ignore_stream(daemon_t *d, uint64_t stream_id, const char *job, uint32_t round) {
   ignored_stream *s = &d->ignored[d->next_ignored++ % IGNORED_MAX];
   s->stream_id = stream_id;
@@ -192,7 +188,7 @@ bool xf__site_stream_ignored(daemon_t *d, uint64_t stream_id, const char *job, u
  * while the worker holds it, told to stop and freed when the worker hands
  * it back. Its model stream is ignored from now on. */
 void xf__site_task_drop(daemon_t *d, task *t, const char *why) {
-  if (!t || !xf__site_task_live(t)) return;
+  if (!t || !t->entry || xf_site_task_phase(t->entry) == XF_SITEM_GONE) return;
   xf_site_tasks_drop(d->set, t->entry, why);
   xf__site_perform(d);
 }
@@ -246,15 +242,17 @@ size_t xf__site_seal_context(const daemon_t *d, const task *t, char *buf, size_t
 
 /* The aggregator offers the task again with another sealing key (it
  * restarted): from now on the update goes sealed to that one (the old key
- * is gone with it, so bytes sealed to it could never be opened). */
-void xf__site_seal_key_changed(daemon_t *d, task *t, const uint8_t *pk) {
+ * is gone with it, so bytes sealed to it could never be opened). False
+ * when the update cannot be streamed sealed to it: t is refused and let go
+ * (freed, unless the set's actions are being taken). */
+bool xf__site_seal_key_changed(daemon_t *d, task *t, const uint8_t *pk) {
   if (d->worker_task == t) { /* the worker may be sealing: after it */
     memcpy(t->seal_next, pk, XF_SEAL_PUBLICKEYBYTES);
     t->seal_next_set = true;
-    return;
+    return true;
   }
   memcpy(t->uo.seal_pk, pk, XF_SEAL_PUBLICKEYBYTES);
-  if (!t->sender) return; /* not sealed yet: the worker will use the new key */
+  if (!t->sender) return true; /* not sealed yet: the worker will use the new key */
   xf_errctx err;
   xf_errctx_clear(&err);
   char qj[JOB_ID_MAX], ctx[256];
@@ -265,7 +263,7 @@ void xf__site_seal_key_changed(daemon_t *d, task *t, const uint8_t *pk) {
      * it and leaves this site out of the round, saying so. */
     XF_ERROR("update_not_resealed", "job=%s round=%u reason=\"%s\"", qj, (unsigned)t->round,
              err.msg);
-    return;
+    return true;
   }
   /* The old sender read the bytes just replaced. */
   xf_tensor_sender_free(t->sender);
@@ -277,11 +275,12 @@ void xf__site_seal_key_changed(daemon_t *d, task *t, const uint8_t *pk) {
                           XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
                           "cannot stream the update sealed to the new key: %s", err.msg);
     xf__site_task_drop(d, t, "the update cannot be sealed again");
-    return;
+    return false;
   }
   task_stream_restart(t);
   XF_INFO("update_resealed", "job=%s round=%u attempt=%u why=\"the aggregator's key changed\"",
           qj, (unsigned)t->round, (unsigned)t->attempt);
+  return true;
 }
 
 /* The aggregator names another stream id for the update (it restarted):
@@ -423,7 +422,7 @@ static void perform(daemon_t *d, const xf_site_tasks_action *a) {
     break;
   case XF_SITE_TASKS_TELL_FAILED: perform_tell_failed(d, t); break;
   case XF_SITE_TASKS_IGNORE_STREAM: xf__site_ignore_stream(d, a->stream_id, a->job, a->round); break;
-  case XF_SITE_TASKS_RESEAL: xf__site_seal_key_changed(d, t, a->seal_pk); break;
+  case XF_SITE_TASKS_RESEAL: (void)xf__site_seal_key_changed(d, t, a->seal_pk); break;
   case XF_SITE_TASKS_MODEL_STREAM: t->model_stream_id = a->stream_id; break;
   case XF_SITE_TASKS_UPDATE_STREAM: xf__site_update_stream_changed(d, t, a->stream_id); break;
   case XF_SITE_TASKS_SA_FORGET: xf_site_sa_forget(d->sa, a->job, a->round, a->attempt); break;

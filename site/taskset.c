@@ -32,7 +32,8 @@ struct xf_site_task {
 
 /* Actions wait in a ring. An event queues at most one action per task
  * held and a dozen of its own, and the actions it causes while they are
- * taken are again one per task; a ring of 16 per task never fills. */
+ * taken are again one per task; a ring of 16 per task and 32 more never
+ * fills. */
 #define ACTIONS_PER_TASK 16
 
 struct xf_site_tasks {
@@ -65,7 +66,7 @@ xf_err xf_site_tasks_new(int max, xf_site_tasks **out, xf_errctx *err) {
   xf_site_tasks *s = xf_calloc(1, sizeof(*s));
   if (s) {
     s->max = max;
-    s->cap = (size_t)max * ACTIONS_PER_TASK;
+    s->cap = (size_t)max * ACTIONS_PER_TASK + 32;
     s->tasks = xf_calloc((size_t)max, sizeof(*s->tasks));
     s->ring = xf_calloc(s->cap, sizeof(*s->ring));
   }

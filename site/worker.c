@@ -511,8 +511,7 @@ static void work_result(daemon_t *d, task *t) {
   }
   if (t->seal_next_set) {
     t->seal_next_set = false;
-    xf__site_seal_key_changed(d, t, t->seal_next);
-    if (!xf__site_task_live(t)) return;
+    if (!xf__site_seal_key_changed(d, t, t->seal_next)) return; /* t is gone */
   }
   if (t->update_stream_next) {
     uint64_t id = t->update_stream_next;

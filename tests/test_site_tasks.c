@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -582,6 +583,41 @@ static void action_names_are_one_per_kind(void **state) {
   assert_string_equal(xf_site_tasks_action_name(XF_SITE_TASKS_ACTIONS), "?");
 }
 
+/* docs/site-machine.md's list of actions, under "## The task set": the
+ * first cell of each row after the "| action |" header, in order. */
+static void docs_list_the_actions_by_their_names_in_order(void **state) {
+  (void)state;
+  const char *src = getenv("XF_SOURCE_DIR");
+  assert_non_null(src);
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/docs/site-machine.md", src);
+  FILE *f = fopen(path, "r");
+  if (!f) fail_msg("cannot open %s", path);
+  char line[1024], name[64];
+  bool in_section = false, in_table = false;
+  int k = 0;
+  while (fgets(line, sizeof(line), f)) {
+    if (strncmp(line, "## ", 3) == 0) in_section = strcmp(line, "## The task set\n") == 0;
+    if (!in_section) continue;
+    if (strcmp(line, "| action | the daemon |\n") == 0) {
+      in_table = true;
+      (void)fgets(line, sizeof(line), f); /* the separator */
+      continue;
+    }
+    if (!in_table) continue;
+    if (line[0] != '|') break;
+    if (sscanf(line, "| %63[^ |]", name) != 1) fail_msg("%s: a row without a name: %s", path, line);
+    if (k >= XF_SITE_TASKS_ACTIONS) fail_msg("%s lists more actions than the code's", path);
+    if (strcmp(name, xf_site_tasks_action_name((xf_site_tasks_action_kind)k)) != 0)
+      fail_msg("%s, action %d: \"%s\" where the code has \"%s\"", path, k + 1, name,
+               xf_site_tasks_action_name((xf_site_tasks_action_kind)k));
+    k++;
+  }
+  fclose(f);
+  if (k != XF_SITE_TASKS_ACTIONS)
+    fail_msg("%s lists %d actions; the code has %d", path, k, XF_SITE_TASKS_ACTIONS);
+}
+
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
 
 int main(void) {
@@ -615,6 +651,7 @@ int main(void) {
       T(a_task_that_cannot_be_set_up_is_refused_and_handed_back),
       cmocka_unit_test(a_set_holds_one_to_sixty_four_tasks),
       cmocka_unit_test(action_names_are_one_per_kind),
+      cmocka_unit_test(docs_list_the_actions_by_their_names_in_order),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
