@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The site daemon: dialing and redialing, the session, task offers and
- * secure aggregation's frames, start and stop (site/daemon.h). The model
- * and update streams are streams.c's, training worker.c's, the task list
- * and replies tasks.c's, /metrics sitehttp.c's (site/daemon_internal.h).
- * Everything but training runs on the loop thread. */
+/* The site daemon: dialing and redialing, the session, task offers, goes
+ * and cancels and secure aggregation's frames, start and stop
+ * (site/daemon.h). What becomes of the tasks is the task set's
+ * (site/taskset.h): frames become its events here, and its actions are
+ * taken by tasks.c. The model and update streams are streams.c's, training
+ * worker.c's, the replies tasks.c's, /metrics sitehttp.c's
+ * (site/daemon_internal.h). Everything but training runs on the loop
+ * thread. */
 #include "site/daemon_internal.h"
 
 #include <errno.h>

@@ -160,8 +160,8 @@ bool xf_site_tasks_next(xf_site_tasks *s, xf_site_tasks_action *out) {
 static void begin(xf_site_tasks *s) { s->before = s->len; }
 
 /* Takes back the pending actions earlier events queued for user (its task
- * is let go); this event's stand. True when a START was among them: the
- * worker never took it. */
+ * is let go); what this event queued stays. True when a START was among
+ * them: the worker never took it. */
 static bool void_pending(xf_site_tasks *s, const void *user) {
   size_t kept = 0, before = s->before;
   bool start = false;
