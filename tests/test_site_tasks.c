@@ -329,6 +329,36 @@ static void a_result_held_again_goes_out_after_the_next_go(void **state) {
   assert_int_equal(xf_site_tasks_reporting(s, out, 3), 1);
 }
 
+static void a_held_task_offered_again_without_hold_trains(void **state) {
+  xf_site_tasks *s = *state;
+  xf_site_tasks_offer o = offer("j1", 1);
+  o.hold = true;
+  xf_site_task *t = take_sealed(s, &o, A, NULL, 1000);
+  xf_site_tasks_model_in(s, t);
+  assert_string_equal(drain(s, NULL), "held");
+  o.hold = false; /* a restarted aggregator that no longer holds it */
+  assert_int_equal(xf_site_tasks_offer_in(s, &o, 2000, NULL, 0), XF_SITE_TASKS_ANSWERED);
+  xf_site_tasks_action last;
+  assert_string_equal(drain(s, &last), "start accept");
+  assert_int_equal(last.phase, XF_SITEM_WORKING);
+  assert_false(xf_site_task_held(t));
+}
+
+static void an_update_stream_the_daemon_cannot_make_is_offered_again(void **state) {
+  xf_site_tasks *s = *state;
+  xf_site_tasks_offer o = offer("j1", 1);
+  o.update_stream_id = 40;
+  xf_site_task *t = take_sealed(s, &o, A, NULL, 1000);
+  train(s, t);
+  o.update_stream_id = 41;
+  assert_int_equal(xf_site_tasks_offer_in(s, &o, 2000, NULL, 0), XF_SITE_TASKS_ANSWERED);
+  assert_string_equal(drain(s, NULL), "update-stream accept");
+  xf_site_tasks_update_stream_kept(s, t, 40); /* its sender could not be made again */
+  assert_int_equal(xf_site_task_update_stream(t), 40);
+  assert_int_equal(xf_site_tasks_offer_in(s, &o, 3000, NULL, 0), XF_SITE_TASKS_ANSWERED);
+  assert_string_equal(drain(s, NULL), "update-stream accept"); /* tried again */
+}
+
 /* ---- goes and cancels ----------------------------------------------------------------------- */
 
 static void a_go_for_an_unknown_task_is_ignored(void **state) {
@@ -411,6 +441,19 @@ static void a_cancel_for_an_unknown_task_is_ignored(void **state) {
 }
 
 /* ---- the worker and the reports ------------------------------------------------------------- */
+
+static void a_go_before_the_model_is_in_lets_the_task_start_once_it_is(void **state) {
+  xf_site_tasks *s = *state;
+  xf_site_tasks_offer o = offer("j1", 1);
+  o.hold = true;
+  xf_site_task *t = take_sealed(s, &o, A, NULL, 1000);
+  assert_ptr_equal(xf_site_tasks_go_in(s, "j1", 1, 1), t);
+  xf_site_tasks_go_checked(s, t, XF_SITE_GO_FOLLOWED, XFED__TASK_REFUSAL__REASON__UNSPECIFIED, "",
+                           false);
+  assert_string_equal(drain(s, NULL), "go"); /* its model is not in yet */
+  xf_site_tasks_model_in(s, t);
+  assert_string_equal(drain(s, NULL), "start");
+}
 
 static void ready_tasks_start_in_the_order_they_became_ready(void **state) {
   xf_site_tasks *s = *state;
@@ -634,12 +677,15 @@ int main(void) {
       T(a_newer_round_of_a_job_supersedes_its_older_task),
       T(a_masked_task_held_again_after_its_go_refuses_the_lost_session),
       T(a_result_held_again_goes_out_after_the_next_go),
+      T(a_held_task_offered_again_without_hold_trains),
+      T(an_update_stream_the_daemon_cannot_make_is_offered_again),
       T(a_go_for_an_unknown_task_is_ignored),
       T(a_go_for_a_task_not_held_is_a_repeat),
       T(a_go_that_cannot_be_followed_refuses_and_drops_the_task),
       T(cancel_mid_upload_forgets_the_task),
       T(cancel_while_training_abandons_the_task_to_the_worker),
       T(a_cancel_for_an_unknown_task_is_ignored),
+      T(a_go_before_the_model_is_in_lets_the_task_start_once_it_is),
       T(ready_tasks_start_in_the_order_they_became_ready),
       T(reports_go_out_in_result_order),
       T(link_down_keeps_a_held_result_until_the_task_is_offered_again),

@@ -70,7 +70,7 @@ xf_add_torture(test_secagg TESTS
 # is clean.
 xf_add_test(test_torture_probe SOURCES torture_probe.c LIBS xf_base LABELS unit)
 # The site's offer checks, its task set and its rounds of secure aggregation
-# (200, 122 and 224), and the coordinator's commit (162), whole. The site's
+# (200, 134 and 224), and the coordinator's commit (162), whole. The site's
 # task table and the job scheduler allocate nothing through the wrapper, so
 # have nothing to fail.
 xf_add_torture(test_site_offer)
