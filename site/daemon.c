@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The site daemon: dialing and redialing, the session, task offers and
- * secure aggregation's frames, start and stop (site/daemon.h). The model
- * and update streams are streams.c's, training worker.c's, the task list
- * and replies tasks.c's, /metrics sitehttp.c's (site/daemon_internal.h).
- * Everything but training runs on the loop thread. */
+/* The site daemon: dialing and redialing, the session, task offers, goes
+ * and cancels and secure aggregation's frames, start and stop
+ * (site/daemon.h). What becomes of the tasks is the task set's
+ * (site/taskset.h): frames become its events here, and its actions are
+ * taken by tasks.c. The model and update streams are streams.c's, training
+ * worker.c's, the replies tasks.c's, /metrics sitehttp.c's
+ * (site/daemon_internal.h). Everything but training runs on the loop
+ * thread. */
 #include "site/daemon_internal.h"
 
 #include <errno.h>
@@ -154,7 +157,7 @@ static xf_err sa_begin(daemon_t *d, const task *t, const char *const *cohort, xf
                           sa_holds, d, err);
 }
 
-static void sa_advertise(daemon_t *d, const task *t) {
+void xf__site_sa_advertise(daemon_t *d, const task *t) {
   uint8_t advert[XF_SECAGG_ADVERT_BYTES], sig[XF_SECAGG_SIG_BYTES];
   xf_errctx err;
   xf_errctx_clear(&err);
@@ -252,7 +255,8 @@ static void on_sa_routed(daemon_t *d, const Xfed__SecAggRouted *r) {
     return;
   }
   task *t = xf__site_task_find(d, r->job_id, r->round, r->attempt);
-  if (t && t->sa_waiting && t->phase == XF_SITEM_REPORTING) xf__site_sa_mask_and_stream(d, t);
+  if (t && t->sa_waiting && xf_site_task_phase(t->entry) == XF_SITEM_REPORTING)
+    xf__site_sa_mask_and_stream(d, t);
 }
 
 /* The consistency round: signs the survivor set the aggregator claims,
@@ -301,19 +305,6 @@ static void on_sa_unmask(daemon_t *d, const Xfed__SecAggUnmask *u) {
   XF_INFO("secagg_revealed", "job=%s round=%u attempt=%u survivors=%zu", u->job_id,
           (unsigned)u->round, (unsigned)u->attempt, u->n_u3);
   xf_site_sa_reveal_free(out, cap);
-}
-
-/* The refusal's details when every place is taken: the tasks held. */
-static void busy_details(const daemon_t *d, char *why, size_t why_len) {
-  size_t used = (size_t)snprintf(why, why_len, "this site holds %d tasks:", d->n_tasks);
-  for (int i = 0; i < d->n_tasks && used < why_len; i++) {
-    const task *t = d->tasks[i];
-    used += (size_t)snprintf(why + used, why_len - used, "%s job %s round %u attempt %u (%s)",
-                             i ? "," : "", t->job_id, (unsigned)t->round, (unsigned)t->attempt,
-                             xf_sitem_phase_name(t->phase));
-  }
-  if (used < why_len)
-    snprintf(why + used, why_len - used, "; offer it again once one of them is done");
 }
 
 /* ---- offers --------------------------------------------------------------------------------------- */
@@ -368,98 +359,24 @@ static void log_local_rules(const Xfed__TaskOffer *o, const xf_site_offer_verdic
           xf__site_logq(q, sizeof(q), l->why));
 }
 
-/* An offer of a task the site holds, with the same model: offered again
- * after a reconnect, taken up where it was (r: what changes). */
-static void offer_resumed(daemon_t *d, task *t, const Xfed__TaskOffer *o,
-                          const xf_sitem_reoffer *r) {
-  if (r->reseal) {
-    xf__site_seal_key_changed(d, t, o->seal_key.data);
-    if (!xf__site_task_live(d, t)) return;
-  }
-  t->offered_now = true;
-  t->deadline_ms = o->deadline_unix_ms;
-  if (r->model_stream) t->model_stream_id = o->model_stream_id;
-  if (r->update_stream) xf__site_update_stream_changed(d, t, o->update_stream_id);
-  if (r->unhold) {
-    t->hold = false;
-    xf__site_task_step(d, t, XF_SITEM_UNHOLD);
-  }
-  if (r->kind == XF_SITEM_SESSION_LOST) {
-    xf__site_send_refusal(d, t->job_id, o->round, o->attempt,
-                          XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
-                          "the task's update is bound to a secure-aggregation session the "
-                          "coordinator no longer holds; the round goes on without this site");
-    xf_site_sa_forget(d->sa, t->job_id, t->round, t->attempt);
-    xf__site_task_drop(d, t, "its secure-aggregation session was lost with the coordinator");
-    return;
-  }
-  if (r->rehold) {
-    t->hold = true;
-    t->go = false;
-  }
-  char qj[JOB_ID_MAX];
-  XF_INFO("task_resumed", "job=%s round=%u attempt=%u phase=%s",
-          xf__site_logq(qj, sizeof(qj), t->job_id), (unsigned)o->round, (unsigned)o->attempt,
-          xf_sitem_phase_name(t->phase));
-  xf__site_send_accept(d, t);
-}
-
-/* The site machine's view of an offer of t (site/sitemachine.h). */
-static void reoffer_of(const task *t, const Xfed__TaskOffer *o, xf_sitem_reoffer *r) {
-  xf_sitem_held held = {
-      .phase = t->phase,
-      .same_model = memcmp(t->model_digest.bytes, o->model_digest.data, XF_DIGEST_BYTES) == 0 &&
-                    t->evaluate_only == o->evaluate_only,
-      .hold = t->hold,
-      .go = t->go,
-      .evaluate_only = t->evaluate_only,
-      .secagg = t->secagg,
-      .sealed = t->uo.sealed,
-      .seal_pk = t->uo.seal_pk,
-      .update_stream_id = t->update_stream_id};
-  xf_sitem_again again = {
+/* The offer's fields the task set decides on (site/taskset.h). */
+static xf_site_tasks_offer offer_fields(const Xfed__TaskOffer *o) {
+  return (xf_site_tasks_offer){
+      .job = o->job_id,
+      .round = o->round,
+      .attempt = o->attempt,
+      .model_digest = o->model_digest.data,
+      .evaluate_only = o->evaluate_only,
       .hold = o->hold,
       .seal_key = o->seal_key.len == XF_SEAL_PUBLICKEYBYTES ? o->seal_key.data : NULL,
       .model_stream_id = o->model_stream_id,
-      .update_stream_id = o->update_stream_id};
-  xf_sitem_reoffer_decide(&held, &again, r);
+      .update_stream_id = o->update_stream_id,
+      .deadline_ms = o->deadline_unix_ms};
 }
 
-/* Makes room for an offer of job: the job's earlier task (another model,
- * round or attempt) and other jobs' tasks held from an earlier session
- * past their deadline (their rounds have closed, and they must not keep a
- * place for good) are dropped. False when the offer is answered already
- * (resumed, or refused because the worker trains the job's other model). */
-static bool offer_makes_room(daemon_t *d, const Xfed__TaskOffer *o, uint64_t now) {
-  const char *job = o->job_id;
-  task *t = xf__site_task_find(d, job, o->round, o->attempt);
-  if (t) {
-    xf_sitem_reoffer r;
-    reoffer_of(t, o, &r);
-    if (r.kind == XF_SITEM_RESUME || r.kind == XF_SITEM_SESSION_LOST) {
-      offer_resumed(d, t, o, &r);
-      return false;
-    }
-    if (r.kind == XF_SITEM_BUSY) {
-      xf__site_send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__BUSY,
-                            "this site is training job %s round %u attempt %u from another model",
-                            t->job_id, (unsigned)t->round, (unsigned)t->attempt);
-      return false;
-    }
-    xf__site_task_drop(d, t, "offered again with another model");
-  } else if ((t = xf__site_task_of_job(d, job)) != NULL) {
-    xf__site_task_drop(d, t, "superseded by another round or attempt of its job");
-  }
-  for (int i = d->n_tasks - 1; i >= 0; i--) {
-    task *u = d->tasks[i];
-    if (xf_sitem_stale(u->offered_now, u == d->worker_task, u->deadline_ms, now))
-      xf__site_task_drop(d, u, "its deadline passed without the coordinator offering it again");
-  }
-  return true;
-}
-
-/* A new task of an offer the checks took (v's dataset moves into it), in
- * XF_SITEM_MODEL; NULL when out of memory (v's dataset is then freed). */
+/* A new task of an offer the checks took (v's dataset moves into it);
+ * NULL when out of memory (v's dataset is then freed). Its update stream
+ * id and its place come with its acceptance (site/taskset.h). */
 static task *task_new(daemon_t *d, const Xfed__TaskOffer *o, xf_site_offer_verdict *v) {
   xf_errctx err;
   xf_errctx_clear(&err);
@@ -477,9 +394,7 @@ static task *task_new(daemon_t *d, const Xfed__TaskOffer *o, xf_site_offer_verdi
   t->round = o->round;
   t->attempt = o->attempt;
   t->model_round = o->model_round;
-  t->deadline_ms = o->deadline_unix_ms;
   t->evaluate_only = o->evaluate_only;
-  t->hold = o->hold;
   memcpy(t->model_digest.bytes, o->model_digest.data, XF_DIGEST_BYTES);
   t->model_stream_id = o->model_stream_id;
   t->spec = v->spec;
@@ -495,10 +410,6 @@ static task *task_new(daemon_t *d, const Xfed__TaskOffer *o, xf_site_offer_verdi
     snprintf(t->crossing_to, sizeof(t->crossing_to), "%s", to);
   }
   t->shuffle_seed = v->shuffle_seed;
-  t->update_stream_id = o->update_stream_id ? o->update_stream_id
-                                            : xf_site_update_stream_id(o->round, o->attempt);
-  t->phase = XF_SITEM_MODEL;
-  t->offered_now = true;
   atomic_init(&t->abandoned, false);
   t->secagg = v->secagg;
   t->uo = v->uo;
@@ -526,57 +437,36 @@ static const char *task_residual_load(daemon_t *d, task *t, xf_errctx *err) {
   return NULL;
 }
 
-/* An offer of a task the site does not hold: decided by the checks
- * (site/offer.h), then taken: its round of secure aggregation begun and
- * its residual read. */
-static void offer_take(daemon_t *d, const Xfed__TaskOffer *o, uint64_t now) {
-  const char *job = o->job_id;
-  char busy[1024];
-  bool full = d->n_tasks >= XF_SITE_TASKS_MAX;
-  if (full) busy_details(d, busy, sizeof(busy));
-  xf_site_offer_room room = {.now_ms = now, .busy = full ? busy : NULL};
+/* An offer the task set sent to the checks (site/offer.h): a task taken
+ * is set up here (its round of secure aggregation begun, its residual
+ * read), then the set decides what to answer. busy: the set is full, the
+ * tasks it holds ("" when it is not). */
+static void offer_take(daemon_t *d, const Xfed__TaskOffer *o, const xf_site_tasks_offer *so,
+                       uint64_t now, const char *busy) {
+  xf_site_offer_room room = {.now_ms = now, .busy = busy[0] ? busy : NULL};
   xf_site_offer_verdict v;
   xf_site_offer_check(&d->offer_env, o, &room, &v);
   if (v.local_ran) log_local_rules(o, &v);
-  if (v.step != XF_SITE_OFFER_TAKEN) {
-    xf__site_ignore_stream(d, o->model_stream_id, job, o->round);
-    xf__site_send_refusal(d, job, o->round, o->attempt, v.reason, "%s", v.why);
-    if (v.step == XF_SITE_OFFER_SETUP && v.uo.secagg)
-      xf_site_sa_forget(d->sa, job, o->round, o->attempt);
-    return;
+  xf_site_tasks_checked c = {.verdict = &v};
+  char msg[600];
+  task *t = NULL;
+  if (v.step == XF_SITE_OFFER_TAKEN && !(t = task_new(d, o, &v))) {
+    xf__site_send_error(d, XF_ENOMEM, "the site cannot take job %s round %u: out of memory",
+                        o->job_id, (unsigned)o->round);
+    c.out_of_memory = true;
   }
-  task *t = task_new(d, o, &v);
-  if (!t) {
-    xf__site_send_error(d, XF_ENOMEM, "the site cannot take job %s round %u: out of memory", job,
-                        (unsigned)o->round);
-    return;
-  }
-  xf_errctx err;
-  xf_errctx_clear(&err);
-  const char *fail = NULL;
-  if (t->uo.secagg && sa_begin(d, t, (const char *const *)o->secagg->cohort, &err) != XF_OK)
-    fail = "secure aggregation";
-  if (!fail) fail = task_residual_load(d, t, &err);
-  if (fail) {
-    char msg[600];
+  if (t) {
+    xf_errctx err;
+    xf_errctx_clear(&err);
+    if (t->uo.secagg && sa_begin(d, t, (const char *const *)o->secagg->cohort, &err) != XF_OK)
+      c.setup_failed = "secure aggregation";
+    if (!c.setup_failed) c.setup_failed = task_residual_load(d, t, &err);
     snprintf(msg, sizeof(msg), "%s", err.msg);
-    xf__site_ignore_stream(d, o->model_stream_id, job, o->round);
-    xf__site_send_refusal(d, job, o->round, o->attempt, XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
-                          "%s: %s", fail, msg);
-    if (t->uo.secagg) xf_site_sa_forget(d->sa, job, o->round, o->attempt);
-    xf__site_task_free(t);
-    return;
+    c.setup_err = msg;
+    c.user = t;
   }
-  d->tasks[d->n_tasks++] = t;
-  char qj[JOB_ID_MAX];
-  XF_INFO("task_accepted", "job=%s round=%u attempt=%u dataset=%s hold=%s queued=%d",
-          xf__site_logq(qj, sizeof(qj), job), (unsigned)t->round, (unsigned)t->attempt,
-          t->dataset.name, t->hold ? "true" : "false", d->n_tasks);
-  xf__site_send_accept(d, t);
-  if (t->uo.secagg) {
-    (void)xf__site_flush_replies(d); /* the acceptance first, then our keys */
-    sa_advertise(d, t);
-  }
+  xf_site_tasks_offer_checked(d->set, so, &c);
+  xf__site_perform(d);
 }
 
 static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
@@ -596,80 +486,41 @@ static void on_offer(daemon_t *d, const Xfed__TaskOffer *o) {
           o->hold ? "true" : "false",
           o->deadline_unix_ms ? ((double)o->deadline_unix_ms - (double)now) / 1000.0 : -1.0,
           o->answer_by_unix_ms ? ((double)o->answer_by_unix_ms - (double)now) / 1000.0 : -1.0);
-  if (offer_makes_room(d, o, now)) offer_take(d, o, now);
+  xf_site_tasks_offer so = offer_fields(o);
+  char busy[XF_SITE_WHY_MAX];
+  xf_site_tasks_offer_next next = xf_site_tasks_offer_in(d->set, &so, now, busy, sizeof(busy));
+  xf__site_perform(d);
+  if (next == XF_SITE_TASKS_CHECK) offer_take(d, o, &so, now, busy);
 }
 
 /* The aggregator confirms a held task: enough sites accepted. With secure
  * aggregation it carries this site's setup for the round's cohort. */
 static void on_go(daemon_t *d, const Xfed__TaskGo *g) {
-  const char *job = g->job_id ? g->job_id : "";
-  char qj[JOB_ID_MAX];
-  xf__site_logq(qj, sizeof(qj), job);
-  task *t = xf__site_task_find(d, job, g->round, g->attempt);
-  if (!t) {
-    XF_WARN("task_go_unknown", "job=%s round=%u attempt=%u why=\"no such task here\"", qj,
-            (unsigned)g->round, (unsigned)g->attempt);
-    xf__site_send_error(d, XF_ENOENT,
-                        "TaskGo for job %s round %u attempt %u names no task of this site; "
-                        "offer it first",
-                        job, (unsigned)g->round, (unsigned)g->attempt);
-    return;
-  }
-  if (t->go || !t->hold) {
-    XF_INFO("task_go_repeated", "job=%s round=%u attempt=%u phase=%s", qj, (unsigned)g->round,
-            (unsigned)g->attempt, xf_sitem_phase_name(t->phase));
-    return;
-  }
-  xf_site_go_task held = {.spec = &t->spec, .plan_kept = &t->residency, .privacy = &t->plan,
-                          .n_params = t->n_params, .evaluate_only = t->evaluate_only,
-                          .secagg = t->secagg};
-  xf_site_go_verdict v;
-  xf_site_go_check(&d->offer_env, &held, g, &t->uo, &v);
-  xf_errctx err;
-  xf_errctx_clear(&err);
-  if (v.begin && sa_begin(d, t, (const char *const *)g->secagg->cohort, &err) != XF_OK) {
-    char msg[600];
-    snprintf(msg, sizeof(msg), "%s", err.msg);
-    v.step = XF_SITE_GO_SETUP;
-    v.reason = XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
-    snprintf(v.why, sizeof(v.why), "secure aggregation: %s", msg);
-  }
-  if (v.step != XF_SITE_GO_FOLLOWED) {
-    xf__site_send_refusal(d, t->job_id, t->round, t->attempt, v.reason, "%s", v.why);
-    if (v.step == XF_SITE_GO_RELEASE) {
-      xf__site_task_drop(d, t, "the aggregator's cohort is smaller than the plan allows");
-      return;
+  xf_site_task *e = xf_site_tasks_go_in(d->set, g->job_id ? g->job_id : "", g->round, g->attempt);
+  if (e) {
+    task *t = xf_site_task_user(e);
+    xf_site_go_task held = {.spec = &t->spec, .plan_kept = &t->residency, .privacy = &t->plan,
+                            .n_params = t->n_params, .evaluate_only = t->evaluate_only,
+                            .secagg = t->secagg};
+    xf_site_go_verdict v;
+    xf_site_go_check(&d->offer_env, &held, g, &t->uo, &v);
+    xf_errctx err;
+    xf_errctx_clear(&err);
+    if (v.begin && sa_begin(d, t, (const char *const *)g->secagg->cohort, &err) != XF_OK) {
+      char msg[600];
+      snprintf(msg, sizeof(msg), "%s", err.msg);
+      v.step = XF_SITE_GO_SETUP;
+      v.reason = XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
+      snprintf(v.why, sizeof(v.why), "secure aggregation: %s", msg);
     }
-    xf_site_sa_forget(d->sa, t->job_id, t->round, t->attempt);
-    xf__site_task_drop(d, t, "its go cannot be followed");
-    return;
+    xf_site_tasks_go_checked(d->set, e, v.step, v.reason, v.why, g->secagg != NULL);
   }
-  t->go = true;
-  XF_INFO("task_go", "job=%s round=%u attempt=%u phase=%s secagg=%s", qj, (unsigned)t->round,
-          (unsigned)t->attempt, xf_sitem_phase_name(t->phase), g->secagg ? "true" : "false");
-  if (g->secagg && t->secagg) {
-    (void)xf__site_flush_replies(d);
-    sa_advertise(d, t);
-  }
-  xf__site_task_step(d, t, XF_SITEM_GO);
+  xf__site_perform(d);
 }
 
 static void on_cancel(daemon_t *d, const Xfed__TaskCancel *c) {
-  const char *job = c->job_id ? c->job_id : "";
-  char qj[JOB_ID_MAX], q[600];
-  xf__site_logq(qj, sizeof(qj), job);
-  task *t = xf__site_task_find(d, job, c->round, c->attempt);
-  if (!t) {
-    XF_INFO("task_cancel_ignored", "job=%s round=%u attempt=%u why=\"no such task here\"", qj,
-            (unsigned)c->round, (unsigned)c->attempt);
-    return;
-  }
-  XF_INFO("task_cancelled", "job=%s round=%u attempt=%u phase=%s reason=\"%s\"", qj,
-          (unsigned)c->round, (unsigned)c->attempt, xf_sitem_phase_name(t->phase),
-          xf__site_logq(q, sizeof(q), c->reason));
-  xf_site_sa_forget(d->sa, job, c->round, c->attempt);
-  xf__site_task_drop(d, t, "cancelled by the coordinator");
-  xf__site_maybe_start_worker(d);
+  xf_site_tasks_cancel(d->set, c->job_id ? c->job_id : "", c->round, c->attempt, c->reason);
+  xf__site_perform(d);
 }
 
 /* ---- the session ------------------------------------------------------------------------------ */
@@ -774,7 +625,8 @@ static void on_frame(xf_conn *c, const Xfed__Envelope *env) {
   }
   if (ev == XF_SESSION_OPENED) {
     on_session_open(d);
-    xf__site_pump(d);
+    xf_site_tasks_link_up(d->set);
+    xf__site_perform(d);
     return;
   }
   if (ev != XF_SESSION_FRAME) return;
@@ -816,7 +668,8 @@ static void on_close(xf_conn *c, const xf_conn_reason *why) {
   d->connected = false;
   d->n_replies = 0;
   memset(&d->session, 0, sizeof(d->session));
-  for (int i = 0; i < d->n_tasks; i++) xf__site_task_link_lost(d->tasks[i]);
+  xf_site_tasks_link_down(d->set);
+  xf__site_perform(d);
   if (!was_connected && why->end == XF_CONN_END_CONNECT && !d->stopping &&
       d->next_addr + 1 < d->n_addrs) {
     d->next_addr++; /* the name has more addresses: try the next one now */
@@ -939,10 +792,10 @@ static void daemon_stop(daemon_t *d, const char *signal_name) {
   if (d->stopping) return;
   d->stopping = true;
   xf__site_metrics_stop(d);
-  task *t = d->worker_task;
   XF_INFO("site_stopping", "signal=%s training=%s", signal_name,
-          t ? "true (told to stop; waiting for it)" : "false");
-  if (t) atomic_store(&t->abandoned, true);
+          xf_site_tasks_worker(d->set) ? "true (told to stop; waiting for it)" : "false");
+  xf_site_tasks_stop(d->set);
+  xf__site_perform(d);
   xf_notify_stopping(&d->notify);
   uv_timer_stop(&d->redial);
   uv_close((uv_handle_t *)&d->redial, NULL);
@@ -1084,6 +937,7 @@ static xf_err daemon_start(daemon_t *d, const xf_site_daemon_opts *opts, xf_errc
   XF_GUARD(xf_site_registry_open(path, &d->reg, err));
   XF_GUARD(open_backend(d, err));
   XF_GUARD(xf_site_sa_new(SA_SLOTS, &d->sa, err));
+  XF_GUARD(xf_site_tasks_new(XF_SITE_TASKS_MAX, &d->set, err));
   offer_env_init(d);
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -1135,8 +989,9 @@ out:
     int lrc = uv_loop_close(&d->loop);
     if (lrc != 0) XF_WARN("loop_not_empty", "reason=\"%s\"", uv_strerror(lrc));
   }
-  for (int i = 0; i < d->n_tasks; i++) xf__site_task_free(d->tasks[i]);
-  d->n_tasks = 0;
+  for (int i = 0; d->set && i < xf_site_tasks_count(d->set); i++)
+    xf__site_task_free(xf_site_task_user(xf_site_tasks_at(d->set, i)));
+  xf_site_tasks_free(d->set);
   xf__site_cache_free(&d->cache);
   xf_backend_close(d->backend);
   xf_site_sa_free(d->sa);

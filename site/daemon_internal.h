@@ -37,6 +37,7 @@
 #include "site/residency.h"
 #include "site/siteagg.h"
 #include "site/sitemachine.h"
+#include "site/taskset.h"
 #include "update/update.h"
 
 
@@ -62,26 +63,24 @@
 typedef struct xf_site_daemon daemon_t;
 
 /* One task: an accepted offer, from its model to the final TensorAck of its
- * update. The worker owns the fields marked (worker) while the task is in
- * XF_SITEM_WORKING; the loop owns everything else, and those fields too at any
- * other time. */
+ * update; the daemon's half of it. Which tasks the site holds and what
+ * becomes of them is the task set's (site/taskset.h): entry is this task's
+ * there (its phase, hold and go, order, deadline), NULL once the set let
+ * it go; the set's entry points back here. job_id, round and attempt are
+ * the offer's, as the entry's are. The worker owns the fields marked
+ * (worker) while the task is on it (d->worker_task); the loop owns
+ * everything else, and those fields too at any other time. */
 typedef struct task {
+  xf_site_task *entry;
   char job_id[JOB_ID_MAX];
   uint32_t round, attempt, model_round;
-  uint64_t deadline_ms;
   bool evaluate_only;
-  bool hold;               /* the offer asked to wait for TaskGo before training */
-  bool go;                 /* TaskGo received */
-  uint64_t ready_seq;      /* when it became ready: the worker takes the lowest first */
-  uint64_t report_seq;     /* when its result was ready: reports go out in this order */
   xf_digest model_digest;
   uint64_t model_stream_id; /* from the offer; 0 until a matching TensorBegin names it */
   xf_jobspec spec;
   xf_site_dataset dataset; /* the registry's record, read at the offer */
   size_t n_params;         /* the model's size for this dataset, from the offer's checks */
   uint64_t shuffle_seed;
-  xf_sitem_phase phase;
-  bool offered_now;        /* offered on the current session: its results may go out */
   atomic_bool abandoned;   /* cancelled, replaced or shutting down: stop and drop */
   xf_site_plan residency; /* the offer's residency plan */
 
@@ -204,10 +203,9 @@ struct xf_site_daemon {
   xf_notify notify; /* systemd: readiness, reloads, the watchdog */
   bool stopping;
 
-  /* tasks: the accepted ones in the order they came, at most one per job */
-  task *tasks[XF_SITE_TASKS_MAX];
-  int n_tasks;
-  uint64_t ready_count, report_count; /* the last ready_seq and report_seq handed out */
+  /* tasks: the set decides (site/taskset.h), the daemon performs */
+  xf_site_tasks *set;
+  bool performing; /* xf__site_perform is taking the set's actions */
   xf_site_sa *sa; /* this site's rounds of secure aggregation */
   task *worker_task; /* the task on the worker (a live one or an abandoned one) */
   uv_work_t work;
@@ -228,8 +226,9 @@ double xf__site_mono_s(void);
 const char *xf__site_logq(char *buf, size_t n, const char *s);
 bool xf__site_session_open(const daemon_t *d);
 bool xf__site_sa_mask_and_stream(daemon_t *d, task *t);
+void xf__site_sa_advertise(daemon_t *d, const task *t);
 
-/* ---- tasks.c: replies and the task list ------------------------------------------------- */
+/* ---- tasks.c: replies, the daemon's tasks and the set's actions -------------------------- */
 void xf__site_send_error(daemon_t *d, xf_err code, const char *fmt, ...) XF_PRINTF(3, 4);
 void xf__site_send_accept(daemon_t *d, const task *t);
 void xf__site_send_refusal(daemon_t *d, const char *job, uint32_t round, uint32_t attempt,
@@ -238,25 +237,21 @@ bool xf__site_flush_replies(daemon_t *d);
 void xf__site_task_free(task *t);
 task *xf__site_task_find(daemon_t *d, const char *job, uint32_t round, uint32_t attempt);
 task *xf__site_task_of_job(daemon_t *d, const char *job);
-bool xf__site_task_live(const daemon_t *d, const task *t);
-void xf__site_task_remove(daemon_t *d, const task *t);
-void xf__site_task_done(daemon_t *d, task *t, xf_sitem_event ev);
 void xf__site_ignore_stream(daemon_t *d, uint64_t stream_id, const char *job, uint32_t round);
 bool xf__site_stream_ignored(daemon_t *d, uint64_t stream_id, const char *job, uint32_t round);
 void xf__site_task_drop(daemon_t *d, task *t, const char *why);
-void xf__site_task_link_lost(task *t);
 xf_err xf__site_stream_update(task *t, xf_errctx *err);
 uint64_t xf__site_update_bytes(const task *t);
 size_t xf__site_seal_context(const daemon_t *d, const task *t, char *buf, size_t cap);
-void xf__site_seal_key_changed(daemon_t *d, task *t, const uint8_t *pk);
+bool xf__site_seal_key_changed(daemon_t *d, task *t, const uint8_t *pk);
 void xf__site_update_stream_changed(daemon_t *d, task *t, uint64_t id);
+void xf__site_perform(daemon_t *d);
 
 /* ---- worker.c: the dataset and training, on the worker ---------------------------------- */
 void xf__site_cache_free(data_cache *c);
 bool xf__site_charge_ledger(daemon_t *d, task *t);
-void xf__site_task_failed(daemon_t *d, task *t);
-void xf__site_maybe_start_worker(daemon_t *d);
-void xf__site_task_step(daemon_t *d, task *t, xf_sitem_event ev);
+void xf__site_task_failed(daemon_t *d, task *t, bool tell);
+void xf__site_worker_start(daemon_t *d, task *t);
 
 /* ---- streams.c: the report and update stream out, the model stream in ------------------- */
 void xf__site_pump(daemon_t *d);

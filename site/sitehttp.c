@@ -42,7 +42,8 @@ static void on_metrics(void *ctx, const xf_http_request *req, xf_http_response *
                  "Sessions opened with the coordinator since the start (reconnects count).");
   xf_prom_sample(&p, "xfed_sessions_opened_total", NULL, (double)d->sessions_opened);
   size_t by_phase[XF_SITEM_REPORTING + 1] = {0};
-  for (int i = 0; i < d->n_tasks; i++) by_phase[d->tasks[i]->phase]++;
+  for (int i = 0; i < xf_site_tasks_count(d->set); i++)
+    by_phase[xf_site_task_phase(xf_site_tasks_at(d->set, i))]++;
   xf_prom_family(&p, "xfed_tasks", "gauge",
                  "Tasks the site holds, by phase (reporting: results waiting to be sent, the "
                  "upload queue).");

@@ -3,10 +3,10 @@
  * no clock (docs/site-machine.md). A task moves through its phases on
  * events — its model in, the aggregator's go, offered again without a
  * hold, the worker free, the result in, delivered, dropped — and each step
- * names the action the daemon performs (site/daemon.c translates frames
- * into these events and the actions into frames). The transitions are one
- * table, driven by xf_sitem_step and exported for the documentation test;
- * whether an offer is taken is site/offer.h's. */
+ * names what follows (the task set, site/taskset.h, steps each task it
+ * holds and turns these into the daemon's actions). The transitions are
+ * one table, driven by xf_sitem_step and exported for the documentation
+ * test; whether an offer is taken is site/offer.h's. */
 #ifndef XF_SITE_SITEMACHINE_H
 #define XF_SITE_SITEMACHINE_H
 

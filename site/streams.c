@@ -46,33 +46,38 @@ static xf_err send_metrics(daemon_t *d, task *t, xf_errctx *err) {
   return xf_conn_send(d->conn, &env, err);
 }
 
+typedef enum report_outcome {
+  REPORT_SENT = 0, /* the Metrics are out; the update follows */
+  REPORT_WAIT,     /* the write queue is full, or the send failed */
+  REPORT_GONE,     /* the task is done (an evaluation) or refused */
+} report_outcome;
+
 /* Sends t's Metrics once (charging the privacy ledger first when the site
- * accounts for the release). False while the write queue is full, or when
- * t is gone (done: an evaluation; or refused). */
-static bool report_metrics(daemon_t *d, task *t) {
+ * accounts for the release). */
+static report_outcome report_metrics(daemon_t *d, task *t) {
   char qj[JOB_ID_MAX];
   xf__site_logq(qj, sizeof(qj), t->job_id);
   if (t->has_train && t->plan.site_noise && !t->charged && !xf__site_charge_ledger(d, t)) {
-    xf__site_task_failed(d, t);
-    return false;
+    xf__site_task_failed(d, t, false);
+    return REPORT_GONE;
   }
   xf_errctx err;
   xf_errctx_clear(&err);
   xf_err rc = send_metrics(d, t, &err);
-  if (rc == XF_ERANGE) return false;
+  if (rc == XF_ERANGE) return REPORT_WAIT;
   if (rc != XF_OK) {
     char q[600];
     XF_ERROR("metrics_not_sent", "job=%s round=%u reason=\"%s\"", qj, (unsigned)t->round,
              xf__site_logq(q, sizeof(q), err.msg));
-    return false;
+    return REPORT_WAIT;
   }
   t->metrics_sent = true;
   XF_INFO("metrics_sent", "job=%s round=%u attempt=%u", qj, (unsigned)t->round,
           (unsigned)t->attempt);
-  if (t->sender || t->sa_waiting) return true; /* the update follows (masked: its routing) */
+  if (t->sender || t->sa_waiting) return REPORT_SENT; /* the update follows (masked: its routing) */
   XF_INFO("task_done", "job=%s round=%u attempt=%u", qj, (unsigned)t->round, (unsigned)t->attempt);
-  xf__site_task_done(d, t, XF_SITEM_DELIVERED);
-  return false;
+  xf_site_tasks_delivered(d->set, t->entry);
+  return REPORT_GONE;
 }
 
 /* Sends t's update stream from where it stands until the write queue is
@@ -115,18 +120,23 @@ static void report_stream(daemon_t *d, task *t) {
   }
 }
 
-/* The tasks whose results are held, in the order they were ready, into
- * out (XF_SITE_TASKS_MAX entries); returns their number. */
-static int reporting_tasks(const daemon_t *d, task **out) {
-  int n = 0;
-  for (int i = 0; i < d->n_tasks; i++) {
-    task *t = d->tasks[i];
-    if (t->phase != XF_SITEM_REPORTING || !t->offered_now || (t->hold && !t->go)) continue;
-    int j = n++;
-    for (; j > 0 && out[j - 1]->report_seq > t->report_seq; j--) out[j] = out[j - 1];
-    out[j] = t;
+static void pump(daemon_t *d) {
+  if (!xf__site_session_open(d) || !xf__site_flush_replies(d)) return;
+  task *ready[XF_SITE_TASKS_MAX];
+  int n = xf_site_tasks_reporting(d->set, (void **)ready, XF_SITE_TASKS_MAX);
+  for (int i = 0; i < n; i++) {
+    task *t = ready[i];
+    if (t->metrics_sent) continue;
+    if (report_metrics(d, t) == REPORT_WAIT) return; /* the queue is full */
+    if (!xf__site_session_open(d)) return;
   }
-  return n;
+  n = xf_site_tasks_reporting(d->set, (void **)ready, XF_SITE_TASKS_MAX);
+  task *next = NULL;
+  for (int i = 0; i < n && !next; i++)
+    if (ready[i]->streaming) next = ready[i];
+  for (int i = 0; i < n && !next; i++)
+    if (ready[i]->sender && ready[i]->metrics_sent) next = ready[i];
+  if (next) report_stream(d, next);
 }
 
 /* Sends what can go now: queued replies, then each held result's Metrics
@@ -134,22 +144,8 @@ static int reporting_tasks(const daemon_t *d, task **out) {
  * oldest result's), until the write queue is full (on_drain resumes), the
  * stream waits for a TensorAck, or nothing is left. */
 void xf__site_pump(daemon_t *d) {
-  if (!xf__site_session_open(d) || !xf__site_flush_replies(d)) return;
-  task *ready[XF_SITE_TASKS_MAX];
-  int n = reporting_tasks(d, ready);
-  for (int i = 0; i < n; i++) {
-    task *t = ready[i];
-    if (t->metrics_sent) continue;
-    if (!report_metrics(d, t) && xf__site_task_live(d, t)) return; /* the queue is full */
-    if (!xf__site_session_open(d)) return;
-  }
-  n = reporting_tasks(d, ready);
-  task *next = NULL;
-  for (int i = 0; i < n && !next; i++)
-    if (ready[i]->streaming) next = ready[i];
-  for (int i = 0; i < n && !next; i++)
-    if (ready[i]->sender && ready[i]->metrics_sent) next = ready[i];
-  if (next) report_stream(d, next);
+  pump(d);
+  xf__site_perform(d); /* what the reports ended (done, refused) */
 }
 
 /* Records in the site's audit trail that t's update left the region. The
@@ -179,8 +175,8 @@ static void audit_crossing(daemon_t *d, const task *t, uint64_t bytes) {
  * jobs' updates may share an id (the default one is the round's and
  * attempt's); one stream at a time keeps them apart. */
 static task *update_task(daemon_t *d, uint64_t stream_id) {
-  for (int i = 0; i < d->n_tasks; i++) {
-    task *t = d->tasks[i];
+  for (int i = 0; i < xf_site_tasks_count(d->set); i++) {
+    task *t = xf_site_task_user(xf_site_tasks_at(d->set, i));
     if (t->sender && t->streaming && t->update_stream_id == stream_id) return t;
   }
   return NULL;
@@ -197,7 +193,8 @@ void xf__site_on_update_refused(daemon_t *d, uint64_t stream_id) {
   XF_WARN("update_kept", "job=%s round=%u attempt=%u why=\"the coordinator does not hold the "
           "task now; it goes again once the task is offered again\"",
           xf__site_logq(qj, sizeof(qj), t->job_id), (unsigned)t->round, (unsigned)t->attempt);
-  xf__site_task_link_lost(t);
+  xf_site_tasks_update_refused(d->set, t->entry);
+  xf__site_perform(d);
 }
 
 void xf__site_on_tensor_ack(daemon_t *d, const Xfed__TensorAck *a) {
@@ -232,9 +229,8 @@ void xf__site_on_tensor_ack(daemon_t *d, const Xfed__TensorAck *a) {
     XF_INFO("update_delivered", "job=%s round=%u attempt=%u bytes=%llu", qj, (unsigned)t->round,
             (unsigned)t->attempt, (unsigned long long)total);
     if (t->crossing) audit_crossing(d, t, total);
-    xf__site_task_done(d, t, XF_SITEM_DELIVERED);
-    xf__site_pump(d); /* the next update's turn */
-    xf__site_maybe_start_worker(d);
+    xf_site_tasks_delivered(d->set, t->entry);
+    xf__site_pump(d); /* the next update's turn, after t is let go */
     return;
   }
   XF_DEBUG("update_progress", "job=%s round=%u offset=%llu", qj, (unsigned)t->round,
@@ -272,16 +268,19 @@ static void send_ack(daemon_t *d, uint64_t stream_id, uint64_t next_offset) {
   }
 }
 
+/* Whether t's model is still coming in. */
+static bool receiving(const task *t) { return xf_site_task_phase(t->entry) == XF_SITEM_MODEL; }
+
 /* The task whose model a stream carries, by stream id. Should two tasks
  * name the same id, the one whose receiver took that stream's TensorBegin
  * and is still receiving comes first. */
 static task *model_task(daemon_t *d, uint64_t stream_id) {
   task *found = NULL;
-  for (int i = 0; i < d->n_tasks; i++) {
-    task *t = d->tasks[i];
+  for (int i = 0; i < xf_site_tasks_count(d->set); i++) {
+    task *t = xf_site_task_user(xf_site_tasks_at(d->set, i));
     if (!t->model_stream_id || t->model_stream_id != stream_id) continue;
     const xf_tensor_info *info = xf_tensor_receiver_info(t->model_rx);
-    if (t->phase == XF_SITEM_MODEL && info && info->stream_id == stream_id) return t;
+    if (receiving(t) && info && info->stream_id == stream_id) return t;
     if (!found) found = t;
   }
   return found;
@@ -317,7 +316,7 @@ void xf__site_on_tensor_begin(daemon_t *d, const Xfed__TensorBegin *b) {
     return;
   }
   t->model_stream_id = b->stream_id;
-  if (t->phase != XF_SITEM_MODEL) {
+  if (!receiving(t)) {
     /* The same model again, after a reconnect: we have it all. */
     send_ack(d, b->stream_id, b->total_bytes);
     return;
@@ -372,7 +371,7 @@ void xf__site_on_tensor_chunk(daemon_t *d, const Xfed__TensorChunk *c) {
                         (unsigned long long)c->stream_id);
     return;
   }
-  if (t->phase != XF_SITEM_MODEL) return; /* a resend of a model we hold */
+  if (!receiving(t)) return; /* a resend of a model we hold */
   xf_errctx err;
   xf_errctx_clear(&err);
   xf_err rc = xf_tensor_receiver_chunk(t->model_rx, c, &err);
@@ -393,7 +392,7 @@ void xf__site_on_tensor_end(daemon_t *d, const Xfed__TensorEnd *e) {
                         (unsigned long long)e->stream_id);
     return;
   }
-  if (t->phase != XF_SITEM_MODEL) {
+  if (!receiving(t)) {
     send_ack(d, e->stream_id, t->model_len);
     return;
   }
@@ -415,5 +414,6 @@ void xf__site_on_tensor_end(daemon_t *d, const Xfed__TensorEnd *e) {
   XF_INFO("model_received", "job=%s round=%u attempt=%u bytes=%llu",
           xf__site_logq(qj, sizeof(qj), t->job_id), (unsigned)t->round, (unsigned)t->attempt,
           (unsigned long long)t->model_len);
-  xf__site_task_step(d, t, XF_SITEM_MODEL_IN);
+  xf_site_tasks_model_in(d->set, t->entry);
+  xf__site_perform(d);
 }

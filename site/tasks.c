@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The site daemon's task list and the replies (TaskAccept, TaskRefusal,
- * Error) queued for the coordinator; a task's update sender, its sealing
- * key and stream id (site/daemon_internal.h). On the loop thread. */
+/* The site daemon's replies (TaskAccept, TaskRefusal, Error) queued for
+ * the coordinator; its half of each task (the update sender, the sealing
+ * key and stream id); and the task set's actions performed
+ * (site/taskset.h, site/daemon_internal.h). On the loop thread. */
 #include "site/daemon_internal.h"
 
 #include <stdarg.h>
@@ -137,10 +138,6 @@ bool xf__site_flush_replies(daemon_t *d) {
 
 /* ---- tasks ------------------------------------------------------------------------ */
 
-static bool task_is(const task *t, const char *job, uint32_t round, uint32_t attempt) {
-  return t && strcmp(t->job_id, job) == 0 && t->round == round && t->attempt == attempt;
-}
-
 void xf__site_task_free(task *t) {
   if (!t) return;
   xf_tensor_receiver_free(t->model_rx);
@@ -152,44 +149,16 @@ void xf__site_task_free(task *t) {
   xf_free(t);
 }
 
+static task *user_of(const xf_site_task *e) { return e ? xf_site_task_user(e) : NULL; }
+
 /* The task of (job, round, attempt), or NULL. */
 task *xf__site_task_find(daemon_t *d, const char *job, uint32_t round, uint32_t attempt) {
-  for (int i = 0; i < d->n_tasks; i++)
-    if (task_is(d->tasks[i], job, round, attempt)) return d->tasks[i];
-  return NULL;
+  return user_of(xf_site_tasks_find(d->set, job, round, attempt));
 }
 
 /* The task of a job, whatever its round (a site holds one per job), or NULL. */
 task *xf__site_task_of_job(daemon_t *d, const char *job) {
-  for (int i = 0; i < d->n_tasks; i++)
-    if (strcmp(d->tasks[i]->job_id, job) == 0) return d->tasks[i];
-  return NULL;
-}
-
-/* Whether t is still among the site's tasks (not dropped or done). */
-bool xf__site_task_live(const daemon_t *d, const task *t) {
-  for (int i = 0; i < d->n_tasks; i++)
-    if (d->tasks[i] == t) return true;
-  return false;
-}
-
-/* Takes t out of the list, keeping the order of the others. */
-void xf__site_task_remove(daemon_t *d, const task *t) {
-  for (int i = 0; i < d->n_tasks; i++) {
-    if (d->tasks[i] != t) continue;
-    memmove(d->tasks + i, d->tasks + i + 1, (size_t)(d->n_tasks - i - 1) * sizeof(task *));
-    d->n_tasks--;
-    return;
-  }
-}
-
-/* Ends a task that is done (ev DELIVERED) or failed (FAILED): out of the
- * list and freed (the worker never holds a task that is done). */
-void xf__site_task_done(daemon_t *d, task *t, xf_sitem_event ev) {
-  xf_sitem_action act;
-  (void)xf_sitem_step(&t->phase, ev, t->hold && !t->go, &act);
-  xf__site_task_remove(d, t);
-  xf__site_task_free(t);
+  return user_of(xf_site_tasks_of_job(d->set, job));
 }
 
 void xf__site_ignore_stream(daemon_t *d, uint64_t stream_id, const char *job, uint32_t round) {
@@ -215,22 +184,13 @@ bool xf__site_stream_ignored(daemon_t *d, uint64_t stream_id, const char *job, u
   return false;
 }
 
-/* Lets go of a live task: freed now, or, while the worker holds it, told
- * to stop and freed when the worker hands it back. Its model stream is
- * ignored from now on. */
+/* Lets go of a live task for the daemon's own reason: freed now, or,
+ * while the worker holds it, told to stop and freed when the worker hands
+ * it back. Its model stream is ignored from now on. */
 void xf__site_task_drop(daemon_t *d, task *t, const char *why) {
-  if (!t) return;
-  char qj[JOB_ID_MAX];
-  XF_INFO("task_dropped", "job=%s round=%u attempt=%u phase=%s why=\"%s\"",
-          xf__site_logq(qj, sizeof(qj), t->job_id), (unsigned)t->round, (unsigned)t->attempt,
-          xf_sitem_phase_name(t->phase), why);
-  xf__site_ignore_stream(d, t->model_stream_id, t->job_id, t->round);
-  xf_sitem_action act;
-  (void)xf_sitem_step(&t->phase, XF_SITEM_DROP, t->hold && !t->go, &act);
-  xf__site_task_remove(d, t);
-  /* ABANDON: the worker frees it once it hands it back (it may have) */
-  if (act == XF_SITEM_ABANDON && t == d->worker_task) atomic_store(&t->abandoned, true);
-  else xf__site_task_free(t);
+  if (!t || !t->entry || xf_site_task_phase(t->entry) == XF_SITEM_GONE) return;
+  xf_site_tasks_drop(d->set, t->entry, why);
+  xf__site_perform(d);
 }
 
 /* The update stream starts again with TensorBegin (its bytes or its id
@@ -241,13 +201,6 @@ static void task_stream_restart(task *t) {
   t->end_sent = false;
   t->streaming = false;
   if (t->sender) xf_tensor_sender_rewind(t->sender);
-}
-
-/* The stream state that a dropped link loses: the sender starts again with
- * TensorBegin once the task is offered again. */
-void xf__site_task_link_lost(task *t) {
-  t->offered_now = false;
-  task_stream_restart(t);
 }
 
 /* Makes the UPDATE stream's sender over the payload's wire bytes,
@@ -289,15 +242,17 @@ size_t xf__site_seal_context(const daemon_t *d, const task *t, char *buf, size_t
 
 /* The aggregator offers the task again with another sealing key (it
  * restarted): from now on the update goes sealed to that one (the old key
- * is gone with it, so bytes sealed to it could never be opened). */
-void xf__site_seal_key_changed(daemon_t *d, task *t, const uint8_t *pk) {
+ * is gone with it, so bytes sealed to it could never be opened). False
+ * when the update cannot be streamed sealed to it: t is refused and let go
+ * (freed, unless the set's actions are being taken). */
+bool xf__site_seal_key_changed(daemon_t *d, task *t, const uint8_t *pk) {
   if (d->worker_task == t) { /* the worker may be sealing: after it */
     memcpy(t->seal_next, pk, XF_SEAL_PUBLICKEYBYTES);
     t->seal_next_set = true;
-    return;
+    return true;
   }
   memcpy(t->uo.seal_pk, pk, XF_SEAL_PUBLICKEYBYTES);
-  if (!t->sender) return; /* not sealed yet: the worker will use the new key */
+  if (!t->sender) return true; /* not sealed yet: the worker will use the new key */
   xf_errctx err;
   xf_errctx_clear(&err);
   char qj[JOB_ID_MAX], ctx[256];
@@ -308,7 +263,7 @@ void xf__site_seal_key_changed(daemon_t *d, task *t, const uint8_t *pk) {
      * it and leaves this site out of the round, saying so. */
     XF_ERROR("update_not_resealed", "job=%s round=%u reason=\"%s\"", qj, (unsigned)t->round,
              err.msg);
-    return;
+    return true;
   }
   /* The old sender read the bytes just replaced. */
   xf_tensor_sender_free(t->sender);
@@ -320,11 +275,12 @@ void xf__site_seal_key_changed(daemon_t *d, task *t, const uint8_t *pk) {
                           XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
                           "cannot stream the update sealed to the new key: %s", err.msg);
     xf__site_task_drop(d, t, "the update cannot be sealed again");
-    return;
+    return false;
   }
   task_stream_restart(t);
   XF_INFO("update_resealed", "job=%s round=%u attempt=%u why=\"the aggregator's key changed\"",
           qj, (unsigned)t->round, (unsigned)t->attempt);
+  return true;
 }
 
 /* The aggregator names another stream id for the update (it restarted):
@@ -342,10 +298,153 @@ void xf__site_update_stream_changed(daemon_t *d, task *t, uint64_t id) {
   t->update_stream_id = id;
   if (t->sender && xf__site_stream_update(t, &err) != XF_OK) {
     t->update_stream_id = before;
+    xf_site_tasks_update_stream_kept(d->set, t->entry, before);
     char qj[JOB_ID_MAX];
     XF_ERROR("update_stream_kept", "job=%s round=%u stream=%llu reason=\"%s\"",
              xf__site_logq(qj, sizeof(qj), t->job_id), (unsigned)t->round,
              (unsigned long long)before, err.msg);
   }
   task_stream_restart(t);
+}
+
+/* ---- the set's actions -------------------------------------------------------------------- */
+
+static void perform_accept(daemon_t *d, task *t, const xf_site_tasks_action *a) {
+  char qj[JOB_ID_MAX];
+  xf__site_logq(qj, sizeof(qj), t->job_id);
+  t->entry = a->task;
+  if (a->resumed) {
+    XF_INFO("task_resumed", "job=%s round=%u attempt=%u phase=%s", qj, (unsigned)a->round,
+            (unsigned)a->attempt, xf_sitem_phase_name(a->phase));
+    xf__site_send_accept(d, t);
+    return;
+  }
+  t->update_stream_id = xf_site_task_update_stream(a->task);
+  XF_INFO("task_accepted", "job=%s round=%u attempt=%u dataset=%s hold=%s queued=%d", qj,
+          (unsigned)t->round, (unsigned)t->attempt, t->dataset.name,
+          xf_site_task_held(a->task) ? "true" : "false", xf_site_tasks_count(d->set));
+  xf__site_send_accept(d, t);
+  if (a->advertise) {
+    (void)xf__site_flush_replies(d); /* the acceptance first, then our keys */
+    xf__site_sa_advertise(d, t);
+  }
+}
+
+/* The log lines of a go, a cancel and the worker handing back a result
+ * nobody wants. */
+static void perform_note(daemon_t *d, const xf_site_tasks_action *a) {
+  char qj[JOB_ID_MAX], q[600];
+  xf__site_logq(qj, sizeof(qj), a->job);
+  unsigned round = (unsigned)a->round, attempt = (unsigned)a->attempt;
+  switch (a->kind) {
+  case XF_SITE_TASKS_HELD:
+    XF_INFO("task_held", "job=%s round=%u attempt=%u why=\"waiting for the aggregator's go\"",
+            qj, round, attempt);
+    break;
+  case XF_SITE_TASKS_GO:
+    XF_INFO("task_go", "job=%s round=%u attempt=%u phase=%s secagg=%s", qj, round, attempt,
+            xf_sitem_phase_name(a->phase), a->secagg ? "true" : "false");
+    if (a->advertise) {
+      (void)xf__site_flush_replies(d);
+      xf__site_sa_advertise(d, a->user);
+    }
+    break;
+  case XF_SITE_TASKS_GO_REPEATED:
+    XF_INFO("task_go_repeated", "job=%s round=%u attempt=%u phase=%s", qj, round, attempt,
+            xf_sitem_phase_name(a->phase));
+    break;
+  case XF_SITE_TASKS_GO_UNKNOWN:
+    XF_WARN("task_go_unknown", "job=%s round=%u attempt=%u why=\"no such task here\"", qj, round,
+            attempt);
+    xf__site_send_error(d, XF_ENOENT,
+                        "TaskGo for job %s round %u attempt %u names no task of this site; "
+                        "offer it first", a->job, round, attempt);
+    break;
+  case XF_SITE_TASKS_CANCELLED:
+    XF_INFO("task_cancelled", "job=%s round=%u attempt=%u phase=%s reason=\"%s\"", qj, round,
+            attempt, xf_sitem_phase_name(a->phase), xf__site_logq(q, sizeof(q), a->text));
+    break;
+  case XF_SITE_TASKS_CANCEL_UNKNOWN:
+    XF_INFO("task_cancel_ignored", "job=%s round=%u attempt=%u why=\"no such task here\"", qj,
+            round, attempt);
+    break;
+  default: break;
+  }
+}
+
+/* Lets t go: DROP frees it; ABANDON tells the worker holding it to stop. */
+static void perform_let_go(daemon_t *d, task *t, const xf_site_tasks_action *a) {
+  char qj[JOB_ID_MAX];
+  xf__site_logq(qj, sizeof(qj), t->job_id);
+  switch (a->kind) {
+  case XF_SITE_TASKS_DROP:
+  case XF_SITE_TASKS_ABANDON:
+    if (a->why) {
+      XF_INFO("task_dropped", "job=%s round=%u attempt=%u phase=%s why=\"%s\"", qj,
+              (unsigned)t->round, (unsigned)t->attempt, xf_sitem_phase_name(a->phase), a->why);
+      xf__site_ignore_stream(d, t->model_stream_id, t->job_id, t->round);
+      t->entry = NULL;
+    }
+    if (a->kind == XF_SITE_TASKS_ABANDON) atomic_store(&t->abandoned, true);
+    else xf__site_task_free(t);
+    break;
+  case XF_SITE_TASKS_FORGET:
+    if (a->ignore) xf__site_ignore_stream(d, t->model_stream_id, t->job_id, t->round);
+    xf__site_task_free(t);
+    break;
+  case XF_SITE_TASKS_RESULT_DROPPED:
+    XF_INFO("task_result_dropped", "job=%s round=%u attempt=%u why=%s", qj, (unsigned)t->round,
+            (unsigned)t->attempt, d->stopping ? "stopping" : "withdrawn");
+    xf__site_task_free(t);
+    break;
+  default: break;
+  }
+}
+
+/* A task whose worker failed (t->failed: an Error too), or whose result
+ * cannot go out: the refusal, so that the round stops waiting for it. An
+ * Error as well, which a coordinator whose round machine takes no refusal
+ * after an acceptance reads as this site dropping out. */
+static void perform_tell_failed(daemon_t *d, const task *t) {
+  if (t->failed)
+    xf__site_send_error(d, t->fail_code, "job %s round %u attempt %u: %s", t->job_id,
+                        (unsigned)t->round, (unsigned)t->attempt, t->fail_detail);
+  xf__site_send_refusal(d, t->job_id, t->round, t->attempt, t->fail_reason, "%s",
+                        t->fail_detail);
+}
+
+static void perform(daemon_t *d, const xf_site_tasks_action *a) {
+  task *t = a->user;
+  switch (a->kind) {
+  case XF_SITE_TASKS_ACCEPT: perform_accept(d, t, a); break;
+  case XF_SITE_TASKS_REFUSE:
+    xf__site_send_refusal(d, a->job, a->round, a->attempt, a->reason, "%s", a->text);
+    break;
+  case XF_SITE_TASKS_TELL_FAILED: perform_tell_failed(d, t); break;
+  case XF_SITE_TASKS_IGNORE_STREAM: xf__site_ignore_stream(d, a->stream_id, a->job, a->round); break;
+  case XF_SITE_TASKS_RESEAL: (void)xf__site_seal_key_changed(d, t, a->seal_pk); break;
+  case XF_SITE_TASKS_MODEL_STREAM: t->model_stream_id = a->stream_id; break;
+  case XF_SITE_TASKS_UPDATE_STREAM: xf__site_update_stream_changed(d, t, a->stream_id); break;
+  case XF_SITE_TASKS_SA_FORGET: xf_site_sa_forget(d->sa, a->job, a->round, a->attempt); break;
+  case XF_SITE_TASKS_START: xf__site_worker_start(d, t); break;
+  case XF_SITE_TASKS_REPORT: xf__site_pump(d); break;
+  case XF_SITE_TASKS_RESTART_STREAM: task_stream_restart(t); break;
+  case XF_SITE_TASKS_DROP:
+  case XF_SITE_TASKS_ABANDON:
+  case XF_SITE_TASKS_FORGET:
+  case XF_SITE_TASKS_RESULT_DROPPED:
+    if (t) perform_let_go(d, t, a);
+    break;
+  default: perform_note(d, a); break;
+  }
+}
+
+/* Takes the set's actions in order. The events they cause queue behind
+ * them and are taken by the same loop: a call while it runs returns. */
+void xf__site_perform(daemon_t *d) {
+  if (d->performing) return;
+  d->performing = true;
+  xf_site_tasks_action a;
+  while (xf_site_tasks_next(d->set, &a)) perform(d, &a);
+  d->performing = false;
 }

@@ -409,8 +409,9 @@ static void work_run(uv_work_t *w) {
 }
 
 /* Keeps what t's top-k update left out for the job's next round. False when
- * it cannot be saved: the update is then withheld (sending it would lose
- * the residual for good) and the task refused. */
+ * it cannot be saved (t's fail_reason and fail_detail say so): the update
+ * is then withheld (sending it would lose the residual for good) and the
+ * task refused. */
 static bool save_residual(daemon_t *d, task *t) {
   xf_errctx err;
   xf_errctx_clear(&err);
@@ -423,10 +424,9 @@ static bool save_residual(daemon_t *d, task *t) {
   char q[600];
   XF_ERROR("residual_not_saved", "job=%s round=%u dataset=%s reason=\"%s\"", t->job_id,
            (unsigned)t->round, t->dataset.name, xf__site_logq(q, sizeof(q), err.msg));
-  if (t->offered_now)
-    xf__site_send_refusal(d, t->job_id, t->round, t->attempt,
-                          XFED__TASK_REFUSAL__REASON__UNSUPPORTED,
-                          "the site cannot keep the compression residual: %s", err.msg);
+  t->fail_reason = XFED__TASK_REFUSAL__REASON__UNSUPPORTED;
+  snprintf(t->fail_detail, sizeof(t->fail_detail),
+           "the site cannot keep the compression residual: %s", err.msg);
   return false;
 }
 
@@ -482,71 +482,43 @@ bool xf__site_charge_ledger(daemon_t *d, task *t) {
   return true;
 }
 
-/* A task the worker could not finish, or whose result cannot go out:
- * its model stream is let go and the task ended. */
-void xf__site_task_failed(daemon_t *d, task *t) {
-  xf__site_ignore_stream(d, t->model_stream_id, t->job_id, t->round);
-  xf__site_task_done(d, t, XF_SITEM_FAILED);
+/* A task the worker could not finish, or whose result cannot go out
+ * (tell: the coordinator is told from its fail_reason and fail_detail, and
+ * when t->failed an Error too): its model stream is let go and the task
+ * ended. */
+void xf__site_task_failed(daemon_t *d, task *t, bool tell) {
+  xf_site_tasks_failed(d->set, t->entry, tell);
+  xf__site_perform(d);
 }
 
-static void work_done(uv_work_t *w, int status) {
-  daemon_t *d = w->data;
-  task *t = d->worker_task;
-  d->worker_task = NULL;
+/* What the loop does with a task the worker finished: its failure, its
+ * residual, the key or stream id offered while it trained, then its
+ * result reported. */
+static void work_result(daemon_t *d, task *t) {
   char qj[JOB_ID_MAX];
   xf__site_logq(qj, sizeof(qj), t->job_id);
-  xf_free(t->model_bytes); /* decoded by now; a repeat of the stream never reaches the sink */
-  t->model_bytes = NULL;
-  if (status != 0 || atomic_load(&t->abandoned) || !xf__site_task_live(d, t)) {
-    XF_INFO("task_result_dropped", "job=%s round=%u attempt=%u why=%s", qj, (unsigned)t->round,
-            (unsigned)t->attempt, d->stopping ? "stopping" : "withdrawn");
-    xf__site_task_remove(d, t);
-    xf__site_task_free(t);
-    xf__site_maybe_start_worker(d);
-    return;
-  }
   if (t->failed) {
     char q[600];
     XF_ERROR("task_failed", "job=%s round=%u attempt=%u reason=%s details=\"%s\"", qj,
              (unsigned)t->round, (unsigned)t->attempt, xf_task_refusal_reason_name(t->fail_reason),
              xf__site_logq(q, sizeof(q), t->fail_detail));
-    /* A refusal after the acceptance, so that the round stops waiting for
-     * us; an Error too, which a coordinator whose round machine takes no
-     * refusal after an acceptance reads as this site dropping out. */
-    if (t->offered_now) {
-      xf__site_send_error(d, t->fail_code, "job %s round %u attempt %u: %s", t->job_id,
-                          (unsigned)t->round, (unsigned)t->attempt, t->fail_detail);
-      xf__site_send_refusal(d, t->job_id, t->round, t->attempt, t->fail_reason, "%s",
-                            t->fail_detail);
-    }
-    xf__site_task_failed(d, t);
-    xf__site_pump(d);
-    xf__site_maybe_start_worker(d);
+    xf__site_task_failed(d, t, true);
     return;
   }
   if (t->has_train && t->residual && !save_residual(d, t)) {
-    xf__site_task_failed(d, t);
-    xf__site_pump(d);
-    xf__site_maybe_start_worker(d);
+    xf__site_task_failed(d, t, true);
     return;
   }
   if (t->seal_next_set) {
     t->seal_next_set = false;
-    xf__site_seal_key_changed(d, t, t->seal_next);
-    if (!xf__site_task_live(d, t)) {
-      xf__site_pump(d);
-      xf__site_maybe_start_worker(d);
-      return;
-    }
+    if (!xf__site_seal_key_changed(d, t, t->seal_next)) return; /* t is gone */
   }
   if (t->update_stream_next) {
     uint64_t id = t->update_stream_next;
     t->update_stream_next = 0;
     xf__site_update_stream_changed(d, t, id);
   }
-  xf_sitem_action act; /* REPORT: below, once the result is logged */
-  (void)xf_sitem_step(&t->phase, XF_SITEM_TRAINED, t->hold && !t->go, &act);
-  t->report_seq = ++d->report_count;
+  xf_site_tasks_trained(d->set, t->entry); /* reported by work_done, once the result is logged */
   if (t->has_train)
     XF_INFO("task_trained", "job=%s round=%u attempt=%u samples=%llu train_loss=%.6g "
             "test_loss=%.6g test_accuracy=%.4f seconds=%.3f update_bytes=%llu", qj,
@@ -557,7 +529,7 @@ static void work_done(uv_work_t *w, int status) {
     XF_INFO("task_evaluated", "job=%s round=%u attempt=%u test_loss=%.6g test_accuracy=%.4f "
             "seconds=%.3f", qj, (unsigned)t->round, (unsigned)t->attempt, t->test_loss,
             t->test_accuracy, t->seconds);
-  if (!t->offered_now)
+  if (!xf_site_task_offered_now(t->entry))
     XF_INFO("task_result_held", "job=%s round=%u attempt=%u why=\"not connected; sent when the "
             "coordinator offers the task again\"", qj, (unsigned)t->round, (unsigned)t->attempt);
   if (t->has_train && t->payload.form == XF_UPDATE_MASKED) {
@@ -565,21 +537,23 @@ static void work_done(uv_work_t *w, int status) {
     if (xf_site_sa_routed(d->sa, t->job_id, t->round, t->attempt))
       xf__site_sa_mask_and_stream(d, t); /* pumps, or drops t */
   }
-  xf__site_pump(d);
-  xf__site_maybe_start_worker(d);
 }
 
-/* Starts the worker on the ready task that became ready first. */
-void xf__site_maybe_start_worker(daemon_t *d) {
-  if (d->stopping || d->worker_task) return;
-  task *t = NULL;
-  for (int i = 0; i < d->n_tasks; i++) {
-    task *c = d->tasks[i];
-    if (c->phase == XF_SITEM_QUEUED && (!t || c->ready_seq < t->ready_seq)) t = c;
-  }
-  if (!t) return;
-  xf_sitem_action act; /* TRAIN */
-  (void)xf_sitem_step(&t->phase, XF_SITEM_WORKER, t->hold && !t->go, &act);
+static void work_done(uv_work_t *w, int status) {
+  daemon_t *d = w->data;
+  task *t = d->worker_task;
+  d->worker_task = NULL;
+  xf_free(t->model_bytes); /* decoded by now; a repeat of the stream never reaches the sink */
+  t->model_bytes = NULL;
+  bool finished = status == 0 && !atomic_load(&t->abandoned);
+  bool back = xf_site_tasks_worker_back(d->set, finished) != NULL;
+  if (back) work_result(d, t);
+  xf__site_perform(d);
+  if (back) xf__site_pump(d);
+}
+
+/* Starts the worker on t (the set's START). */
+void xf__site_worker_start(daemon_t *d, task *t) {
   d->worker_task = t;
   d->work.data = d;
   int rc = uv_queue_work(&d->loop, &d->work, work_run, work_done);
@@ -587,31 +561,6 @@ void xf__site_maybe_start_worker(daemon_t *d) {
     d->worker_task = NULL;
     XF_ERROR("task_failed", "job=%s round=%u reason=\"cannot queue the work: %s\"", t->job_id,
              (unsigned)t->round, uv_strerror(rc));
-    xf__site_send_refusal(d, t->job_id, t->round, t->attempt,
-                          XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "cannot start training: %s",
-                          uv_strerror(rc));
-    xf__site_task_drop(d, t, "worker pool refused");
-  }
-}
-
-/* Moves t on ev (site/sitemachine.h) and performs the step's action: a
- * task is ready once its model is in and, when held, its Go came, and
- * joins the worker's queue behind the tasks ready before it; a result made
- * before the hold goes out once the Go comes. */
-void xf__site_task_step(daemon_t *d, task *t, xf_sitem_event ev) {
-  xf_sitem_action act;
-  if (!xf_sitem_step(&t->phase, ev, t->hold && !t->go, &act)) return;
-  char qj[JOB_ID_MAX];
-  switch (act) {
-  case XF_SITEM_WAIT_GO:
-    XF_INFO("task_held", "job=%s round=%u attempt=%u why=\"waiting for the aggregator's go\"",
-            xf__site_logq(qj, sizeof(qj), t->job_id), (unsigned)t->round, (unsigned)t->attempt);
-    break;
-  case XF_SITEM_QUEUE:
-    t->ready_seq = ++d->ready_count;
-    xf__site_maybe_start_worker(d);
-    break;
-  case XF_SITEM_REPORT: xf__site_pump(d); break;
-  default: break;
+    xf_site_tasks_start_failed(d->set, t->entry, uv_strerror(rc));
   }
 }

@@ -6,6 +6,9 @@
 # secure aggregation (site/siteagg.h).
 xf_add_test(test_site_offer SOURCES test_site_offer.c LIBS xf_site_machine LABELS unit)
 xf_add_test(test_site_machine SOURCES test_site_machine.c LIBS xf_site_machine LABELS unit)
+# The site's task set (site/taskset.h): which tasks it holds, in which order,
+# and the actions each event asks of the daemon.
+xf_add_test(test_site_tasks SOURCES test_site_tasks.c LIBS xf_site_machine LABELS unit)
 # The site's rounds of secure aggregation (site/siteagg.h), with the fuzz
 # targets' stand-in identity (tests/fuzz/fuzz_secagg.h).
 xf_add_test(test_site_agg SOURCES test_site_agg.c LIBS xf_site_machine LABELS unit)

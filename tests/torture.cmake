@@ -69,10 +69,12 @@ xf_add_torture(test_secagg TESTS
 # build, a planted leak in the sanitized one; the same program without them
 # is clean.
 xf_add_test(test_torture_probe SOURCES torture_probe.c LIBS xf_base LABELS unit)
-# The site's offer checks and its rounds of secure aggregation (200 and 224),
-# and the coordinator's commit (162), whole. The site's task table and the
-# job scheduler allocate nothing through the wrapper, so have nothing to fail.
+# The site's offer checks, its task set and its rounds of secure aggregation
+# (200, 134 and 224), and the coordinator's commit (162), whole. The site's
+# task table and the job scheduler allocate nothing through the wrapper, so
+# have nothing to fail.
 xf_add_torture(test_site_offer)
+xf_add_torture(test_site_tasks)
 xf_add_torture(test_site_agg)
 xf_add_torture(test_commit)
 
