@@ -216,7 +216,7 @@ typedef struct bench_opts {
 #define SUB_PATH_MAX 2048
 typedef struct bench_paths {
   char fed[SUB_PATH_MAX], ca[SUB_PATH_MAX], crl[SUB_PATH_MAX], state[SUB_PATH_MAX],
-      port[SUB_PATH_MAX], log[SUB_PATH_MAX];
+      port[SUB_PATH_MAX], log[SUB_PATH_MAX], config[SUB_PATH_MAX];
 } bench_paths;
 
 static void site_name(int i, char *buf, size_t n) { snprintf(buf, n, "site-%03d", i + 1); }
@@ -286,6 +286,18 @@ static bool find_coord(char *out, size_t n) {
 
 /* ---- the coordinator process ---------------------------------------------------------------- */
 
+/* The coordinator's --config: every fake site connects from 127.0.0.1, so
+ * the per-address cap (XF_CONN_MAX_CONNS_PER_ADDR by default) is raised to
+ * hold them all, the user and the TLS baseline's leftovers. */
+static bool write_coord_config(const bench_opts *o, const bench_paths *p) {
+  FILE *f = fopen(p->config, "w");
+  if (!f) return false;
+  unsigned conns = (unsigned)o->sites + 64u;
+  int n = fprintf(f, "{\"max_connections\": %u, \"max_connections_per_address\": %u}\n",
+                  conns > XF_CONN_MAX_CONNS ? conns : XF_CONN_MAX_CONNS, conns);
+  return fclose(f) == 0 && n > 0;
+}
+
 static pid_t spawn_coord(const bench_opts *o, const bench_paths *p) {
   char cert[PATH_MAX], key[PATH_MAX];
   cert_paths(p, "coord", cert, key);
@@ -305,7 +317,8 @@ static pid_t spawn_coord(const bench_opts *o, const bench_paths *p) {
   char *argv[] = {(char *)o->coord, "--cert", cert,        "--key",       key,
                   "--ca",           (char *)p->ca,         "--crl",       (char *)p->crl,
                   "--state",        (char *)p->state,      "--listen",    "127.0.0.1:0",
-                  "--port-file",    (char *)p->port,       "--residency-policy", "off", NULL};
+                  "--port-file",    (char *)p->port,       "--residency-policy", "off",
+                  "--config",       (char *)p->config,     NULL};
   execv(o->coord, argv);
   dprintf(2, "cannot run %s: %s\n", o->coord, strerror(errno));
   _exit(127);
@@ -385,6 +398,7 @@ typedef struct bench bench;
 /* Where a fake site's update upload stands. */
 typedef enum upload_state {
   UP_NONE = 0,   /* nothing to send */
+  UP_HELD,       /* the model is in; the offer said hold and no TaskGo came yet */
   UP_METRICS,    /* Metrics next */
   UP_BEGIN,      /* TensorBegin next */
   UP_AWAIT_ACK,  /* TensorBegin sent: the coordinator's TensorAck says where to go on */
@@ -403,8 +417,9 @@ typedef struct site {
   /* the task */
   char job_id[32];
   uint32_t round, attempt, model_round;
-  uint64_t model_stream;
+  uint64_t model_stream, offered_update_stream;
   bool eval;
+  bool hold, go; /* the offer said wait for TaskGo; it came */
   xf_tensor_receiver *model_rx;
   uint8_t *model_buf;
   size_t model_len;
@@ -614,6 +629,7 @@ static void site_pump(site *s) {
     size_t len = 0;
     switch (s->up) {
     case UP_NONE:
+    case UP_HELD:
     case UP_AWAIT_ACK:
     case UP_AWAIT_FINAL: return;
     case UP_METRICS:
@@ -691,7 +707,10 @@ static void on_offer(site *s, const Xfed__TaskOffer *o) {
   s->attempt = o->attempt;
   s->model_round = o->model_round;
   s->model_stream = o->model_stream_id;
+  s->offered_update_stream = o->update_stream_id;
   s->eval = o->evaluate_only;
+  s->hold = o->hold && !o->evaluate_only;
+  s->go = false;
   s->seal = o->seal_key.len == XF_SEAL_PUBLICKEYBYTES;
   if (s->seal) memcpy(s->seal_pk, o->seal_key.data, XF_SEAL_PUBLICKEYBYTES);
   Xfed__TaskAccept a = XFED__TASK_ACCEPT__INIT;
@@ -823,7 +842,9 @@ static void on_model_end(site *s, const Xfed__TensorEnd *m) {
   }
   round_times *r = round_of(b, s->round);
   if (r) r->last_model = now_s();
-  s->up_stream = (uint64_t)s->round << 16 | (uint64_t)s->attempt << 1 | 1;
+  s->up_stream = s->offered_update_stream
+                     ? s->offered_update_stream
+                     : (uint64_t)s->round << 16 | (uint64_t)s->attempt << 1 | 1;
   s->up_offset = 0;
   if (s->seal) {
     /* What a real site does after training: seal the update (and hash it). */
@@ -842,8 +863,21 @@ static void on_model_end(site *s, const Xfed__TensorEnd *m) {
     }
     xf_digest_buf(s->sealed, s->sealed_len, &s->sealed_digest);
   }
-  s->up = UP_METRICS;
+  /* A held task trains, here at once, only on its TaskGo. */
+  s->up = s->hold && !s->go ? UP_HELD : UP_METRICS;
   site_pump(s);
+}
+
+/* The aggregator confirms a held task: enough sites accepted. */
+static void on_go(site *s, const Xfed__TaskGo *g) {
+  if (!s->hold || strcmp(g->job_id ? g->job_id : "", s->job_id) != 0 || g->round != s->round ||
+      g->attempt != s->attempt)
+    return; /* a go for a task this site no longer holds: the real site ignores it too */
+  s->go = true;
+  if (s->up == UP_HELD) {
+    s->up = UP_METRICS;
+    site_pump(s);
+  }
 }
 
 static void on_site_ack(site *s, const Xfed__TensorAck *a) {
@@ -878,6 +912,7 @@ static void site_frame(site *s, const Xfed__Envelope *env) {
   case XFED__ENVELOPE__BODY_TENSOR_CHUNK: on_model_chunk(s, env->tensor_chunk); return;
   case XFED__ENVELOPE__BODY_TENSOR_END: on_model_end(s, env->tensor_end); return;
   case XFED__ENVELOPE__BODY_TENSOR_ACK: on_site_ack(s, env->tensor_ack); return;
+  case XFED__ENVELOPE__BODY_TASK_GO: on_go(s, env->task_go); return;
   case XFED__ENVELOPE__BODY_TASK_CANCEL:
     bench_fail(b, "%s: task cancelled (job %s round %u): %s", s->name,
                env->task_cancel->job_id ? env->task_cancel->job_id : "",
@@ -1802,6 +1837,7 @@ int main(int argc, char **argv) {
   snprintf(p.state, sizeof(p.state), "%s/state", g_tmp);
   snprintf(p.port, sizeof(p.port), "%s/port", g_tmp);
   snprintf(p.log, sizeof(p.log), "%s/coord.log", g_tmp);
+  snprintf(p.config, sizeof(p.config), "%s/coord.json", g_tmp);
 
   int rc = 1;
   bench b;
@@ -1843,6 +1879,10 @@ int main(int argc, char **argv) {
     goto out;
   }
 
+  if (!write_coord_config(&o, &p)) {
+    fprintf(stderr, "xfed-bench-round: cannot write %s: %s\n", p.config, strerror(errno));
+    goto out;
+  }
   pid_t coord = spawn_coord(&o, &p);
   if (coord < 0) {
     fprintf(stderr, "xfed-bench-round: fork: %s\n", strerror(errno));

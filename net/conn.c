@@ -3,6 +3,7 @@
  * callback and drained into uv_write, so no call ever blocks the loop. */
 #include "net/conn.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -38,8 +39,18 @@ struct xf_conn {
   uv_loop_t *loop;
   xf_tls *tls;
   SSL *ssl;
-  BIO *rbio; /* ciphertext from the socket, owned by ssl */
-  BIO *wbio; /* ciphertext for the socket, owned by ssl */
+  /* The TLS byte path (conn_bio): ciphertext read from the socket is read
+   * by OpenSSL straight from libuv's buffer (`in`); what it did not take
+   * before the connection stopped reading is kept (`keep`) until it does.
+   * Ciphertext OpenSSL writes goes straight into the write request `out`,
+   * handed to the socket whole. Nothing of either is held between reads
+   * and writes, so an idle connection holds no buffer. */
+  const uint8_t *in;
+  size_t in_len;
+  uint8_t *keep;
+  size_t keep_off, keep_len;
+  struct conn_write *out;
+  size_t out_hint; /* the ciphertext the running SSL_write makes, to size `out` */
   xf_frame_decoder *decoder;
   xf_conn_opts opts;
   size_t peer_max_frame;
@@ -71,20 +82,26 @@ struct xf_conn {
   struct xf_conn *acc_prev, *acc_next, *wait_prev, *wait_next;
   uint8_t ip[16]; /* the peer's IPv4 address or IPv6 /64, for the cap per address */
   size_t ip_len;  /* 4 or 8; 0 when unknown */
-  /* Decrypted bytes not yet fed to the decoder (kept while paused). */
+  /* Decrypted bytes not yet fed to the decoder: in the loop thread's
+   * buffer while conn_deliver runs, copied to the heap (plain_kept) only
+   * when it stops with some left (paused, starved, or a frame delivered
+   * last). */
+  uint8_t *plain;
   size_t plain_off, plain_len;
-  uint8_t plain[16384];
+  bool plain_kept;
 };
 
-/* libuv reads into this and on_read copies it into the connection's rbio
- * before it returns, so one buffer serves every connection of a loop's
- * thread: 64 KiB less per connection than a buffer each. */
+/* libuv reads into this and OpenSSL decrypts from it before on_read
+ * returns (what it leaves is copied to the connection's `keep`), so one
+ * buffer serves every connection of a loop's thread. */
 static _Thread_local uint8_t read_buf[65536];
+/* What SSL_read decrypts into, one per thread for the same reason. */
+static _Thread_local uint8_t plain_buf[16384];
 
 typedef struct conn_write {
   uv_write_t req;
   xf_conn *conn;
-  size_t len;
+  size_t len, cap;
   uint8_t data[];
 } conn_write;
 
@@ -212,6 +229,9 @@ static void conn_finish(xf_conn *c) {
     }
   }
   xf_frame_decoder_free(c->decoder); /* gives its reservation back */
+  xf_free(c->out);
+  xf_free(c->keep);
+  if (c->plain_kept) xf_free(c->plain);
   xf_free(c);
 }
 
@@ -238,7 +258,7 @@ static void on_shutdown(uv_shutdown_t *req, int status) {
 static void on_idle(uv_timer_t *t);
 
 /* Ends the connection once: records why, sends close_notify after an intact
- * session (an alert after a failed one is already in wbio), lets queued bytes
+ * session (an alert after a failed one is already in c->out), lets queued bytes
  * go out, and closes the handles after the socket's shutdown or the close
  * timeout, whichever comes first. */
 XF_PRINTF(5, 6)
@@ -309,6 +329,155 @@ static void conn_tls_failed(xf_conn *c, const char *what) {
   }
 }
 
+/* ---- the TLS byte path ------------------------------------------------------ */
+
+/* A frame goes through TLS in slices of this many bytes, each handed to the
+ * socket before the next, so that the ciphertext of a megabyte chunk is
+ * never held whole: four TLS records' worth. */
+#define XF__WRITE_SLICE (64u * 1024u)
+/* The ciphertext of n plaintext bytes in TLS 1.3 records of at most 16 KiB,
+ * each with a 5-byte header, its content type and a 16-byte tag. */
+#define XF__SEALED_LEN(n) ((n) + ((n) / 16384u + 1u) * 22u)
+
+/* The one BIO that stands for the socket on both sides of a connection's
+ * TLS session (SSL_set_bio with it twice): OpenSSL reads ciphertext from
+ * what on_read was handed (c->keep first, then c->in) and writes it into
+ * the next write request (c->out), so no ciphertext is copied between
+ * buffers of our own and none outlives its read or its write. */
+static int bio_read(BIO *b, char *buf, int size) {
+  xf_conn *c = BIO_get_data(b);
+  BIO_clear_retry_flags(b);
+  if (size <= 0) return 0;
+  size_t want = (size_t)size, n = 0;
+  if (c->keep_off < c->keep_len) {
+    n = c->keep_len - c->keep_off < want ? c->keep_len - c->keep_off : want;
+    memcpy(buf, c->keep + c->keep_off, n);
+    c->keep_off += n;
+    if (c->keep_off == c->keep_len) {
+      xf_free(c->keep);
+      c->keep = NULL;
+      c->keep_off = c->keep_len = 0;
+    }
+  } else if (c->in_len > 0) {
+    n = c->in_len < want ? c->in_len : want;
+    memcpy(buf, c->in, n);
+    c->in += n;
+    c->in_len -= n;
+  } else {
+    BIO_set_retry_read(b); /* more comes with the next read */
+    return -1;
+  }
+  return (int)n;
+}
+
+static int bio_write(BIO *b, const char *data, int len) {
+  xf_conn *c = BIO_get_data(b);
+  BIO_clear_retry_flags(b);
+  if (len <= 0) return 0;
+  size_t n = (size_t)len;
+  conn_write *w = c->out;
+  if (!w || w->cap - w->len < n) {
+    /* Room for what is being written now (c->out_hint: the slice's
+     * ciphertext), so that a slice is one write request. */
+    size_t have = w ? w->len : 0;
+    size_t cap = have + n > c->out_hint ? have + n : c->out_hint;
+    if (cap < 4096) cap = 4096;
+    w = xf_realloc(w, sizeof(*w) + cap);
+    if (!w) return -1; /* OpenSSL fails the write; the connection ends */
+    if (!c->out) w->len = 0;
+    w->cap = cap;
+    w->conn = c;
+    c->out = w;
+  }
+  memcpy(w->data + w->len, data, n);
+  w->len += n;
+  return len;
+}
+
+static long bio_ctrl(BIO *b, int cmd, long num, void *ptr) {
+  (void)num;
+  (void)ptr;
+  const xf_conn *c = BIO_get_data(b);
+  switch (cmd) {
+  case BIO_CTRL_FLUSH: return 1; /* conn_flush hands c->out to the socket */
+  case BIO_CTRL_PENDING: return c ? (long)(c->keep_len - c->keep_off + c->in_len) : 0;
+  case BIO_CTRL_WPENDING: return c && c->out ? (long)c->out->len : 0;
+  default: return 0;
+  }
+}
+
+static int bio_create(BIO *b) {
+  BIO_set_init(b, 1);
+  return 1;
+}
+
+static int bio_destroy(BIO *b) {
+  BIO_set_data(b, NULL); /* the connection is not the BIO's */
+  return 1;
+}
+
+static BIO_METHOD *conn_bio_method;
+static pthread_once_t conn_bio_once = PTHREAD_ONCE_INIT;
+
+static void conn_bio_method_make(void) {
+  BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "xfed connection");
+  if (!m || !BIO_meth_set_read(m, bio_read) || !BIO_meth_set_write(m, bio_write) ||
+      !BIO_meth_set_ctrl(m, bio_ctrl) || !BIO_meth_set_create(m, bio_create) ||
+      !BIO_meth_set_destroy(m, bio_destroy)) {
+    BIO_meth_free(m);
+    return;
+  }
+  conn_bio_method = m; /* for the process's life */
+}
+
+/* The ciphertext on_read was handed that OpenSSL has not read yet (the
+ * connection stopped reading: paused, starved, or a frame stays
+ * undelivered) is copied to c->keep, after what is kept already. */
+static bool conn_keep_input(xf_conn *c) {
+  size_t n = c->in_len;
+  const uint8_t *in = c->in;
+  c->in = NULL;
+  c->in_len = 0;
+  if (n == 0 || c->state == CONN_CLOSING) return true;
+  size_t kept = c->keep_len - c->keep_off;
+  uint8_t *k = xf_malloc(kept + n);
+  if (!k) return false;
+  if (kept) memcpy(k, c->keep + c->keep_off, kept);
+  memcpy(k + kept, in, n);
+  xf_free(c->keep);
+  c->keep = k;
+  c->keep_off = 0;
+  c->keep_len = kept + n;
+  return true;
+}
+
+/* Decrypted bytes conn_deliver left in the thread's buffer move to the
+ * heap, where they wait for the connection to read again; a heap copy that
+ * has been fed whole is freed. */
+static bool conn_keep_plain(xf_conn *c) {
+  size_t left = c->plain_len - c->plain_off;
+  if (c->plain_kept && left == 0) {
+    xf_free(c->plain);
+    c->plain = NULL;
+    c->plain_kept = false;
+    c->plain_off = c->plain_len = 0;
+    return true;
+  }
+  if (c->plain_kept || left == 0) return true;
+  if (c->state == CONN_CLOSING) {
+    c->plain_off = c->plain_len = 0;
+    return true;
+  }
+  uint8_t *k = xf_malloc(left);
+  if (!k) return false;
+  memcpy(k, c->plain + c->plain_off, left);
+  c->plain = k;
+  c->plain_kept = true;
+  c->plain_off = 0;
+  c->plain_len = left;
+  return true;
+}
+
 /* ---- writing --------------------------------------------------------------- */
 
 static void on_write(uv_write_t *req, int status) {
@@ -326,33 +495,15 @@ static void on_write(uv_write_t *req, int status) {
   }
 }
 
-/* A frame goes through TLS in slices of this many bytes, each flushed to
- * the socket before the next: OpenSSL's write memory BIO keeps the capacity
- * of the largest write it ever held, and grows to it by repeated copies, so
- * a megabyte chunk written whole would cost every connection that ever sent
- * one a megabyte for its lifetime and several megabytes of copying per
- * chunk. Four TLS records' worth keeps both small. */
-#define XF__WRITE_SLICE (64u * 1024u)
 
-/* Moves whatever ciphertext OpenSSL produced onto the socket. */
+/* Hands whatever ciphertext OpenSSL produced to the socket: the write
+ * request it was written into goes as it is. */
 static void conn_flush(xf_conn *c) {
   if (!c->tcp_connected || uv_is_closing((uv_handle_t *)&c->tcp)) return;
-  size_t n = BIO_ctrl_pending(c->wbio);
-  if (n == 0) return;
-  conn_write *w = xf_malloc(sizeof(*w) + n);
-  if (!w) {
-    conn_end(c, XF_CONN_END_IO, XF_ENOMEM, XF_PKI_OK, "out of memory for %zu bytes to send", n);
-    return;
-  }
-  /* n is at most one frame plus record overhead: far below INT_MAX. */
-  int got = BIO_read(c->wbio, w->data, (int)n);
-  if (got != (int)n) {
-    xf_free(w);
-    conn_end(c, XF_CONN_END_IO, XF_EINTERNAL, XF_PKI_OK, "the TLS write buffer lost bytes");
-    return;
-  }
-  w->conn = c;
-  w->len = n;
+  conn_write *w = c->out;
+  if (!w || w->len == 0) return;
+  c->out = NULL;
+  size_t n = w->len;
   w->req.data = w;
   uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)n);
   int e = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
@@ -392,7 +543,9 @@ static xf_err conn_write_env(xf_conn *c, const Xfed__Envelope *env, bool force, 
   for (size_t off = 0; off < len;) {
     size_t n = len - off < XF__WRITE_SLICE ? len - off : XF__WRITE_SLICE;
     ERR_clear_error();
+    c->out_hint = XF__SEALED_LEN(n);
     int w = SSL_write(c->ssl, frame + off, (int)n);
+    c->out_hint = 0;
     if (w != (int)n) {
       xf_free(frame);
       conn_tls_failed(c, "TLS write failed");
@@ -538,9 +691,17 @@ static void conn_send_error(xf_conn *c, xf_err code, const char *msg) {
   (void)conn_write_env(c, &env, true, NULL); /* best effort: we close next anyway */
 }
 
+static void conn_deliver_frames(xf_conn *c);
+
 /* Decrypts and delivers frames, one at a time, until data runs out, the
- * application pauses, or the connection ends. */
+ * application pauses, or the connection ends; keeps what is left. */
 static void conn_deliver(xf_conn *c) {
+  conn_deliver_frames(c);
+  if (!conn_keep_plain(c))
+    conn_end(c, XF_CONN_END_IO, XF_ENOMEM, XF_PKI_OK, "out of memory for received bytes");
+}
+
+static void conn_deliver_frames(xf_conn *c) {
   while (c->state == CONN_OPEN && !c->paused) {
     if (c->starved) {
       /* Room in the budget now? The decoder tries when fed, even nothing. */
@@ -560,8 +721,12 @@ static void conn_deliver(xf_conn *c) {
       if (!conn_reading_started(c)) return;
     }
     if (c->plain_off == c->plain_len) {
+      if (!conn_keep_plain(c)) { /* a fed heap copy is freed */
+        conn_end(c, XF_CONN_END_IO, XF_ENOMEM, XF_PKI_OK, "out of memory for received bytes");
+        return;
+      }
       ERR_clear_error();
-      int n = SSL_read(c->ssl, c->plain, (int)sizeof(c->plain));
+      int n = SSL_read(c->ssl, plain_buf, (int)sizeof(plain_buf));
       if (n <= 0) {
         int e = SSL_get_error(c->ssl, n);
         if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) return;
@@ -572,6 +737,7 @@ static void conn_deliver(xf_conn *c) {
         conn_tls_failed(c, "TLS read failed");
         return;
       }
+      c->plain = plain_buf;
       c->plain_off = 0;
       c->plain_len = (size_t)n;
     }
@@ -665,12 +831,11 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
       memcmp(buf->base, "HTTP/", 5) == 0)
     c->why.http = true;
   c->bytes_in += (uint64_t)nread;
-  if (BIO_write(c->rbio, buf->base, (int)nread) != (int)nread) {
-    ERR_clear_error();
-    conn_end(c, XF_CONN_END_IO, XF_ENOMEM, XF_PKI_OK, "out of memory for received bytes");
-    return;
-  }
+  c->in = (const uint8_t *)buf->base;
+  c->in_len = (size_t)nread;
   conn_drive(c);
+  if (!conn_keep_input(c))
+    conn_end(c, XF_CONN_END_IO, XF_ENOMEM, XF_PKI_OK, "out of memory for received bytes");
 }
 
 static void on_kick(uv_timer_t *t) {
@@ -751,19 +916,17 @@ static xf_err conn_new(uv_loop_t *loop, xf_tls *tls, const xf_conn_opts *opts, x
   if (c->guard) xf_frame_decoder_set_budget(c->decoder, &c->guard->budget);
   xf_progress_init(&c->progress, &opts->progress, uv_now(loop));
   ERR_clear_error();
+  pthread_once(&conn_bio_once, conn_bio_method_make);
   c->ssl = SSL_new(xf_tls_ctx(tls));
-  c->rbio = BIO_new(BIO_s_mem());
-  c->wbio = BIO_new(BIO_s_mem());
-  if (!c->ssl || !c->rbio || !c->wbio) {
+  BIO *bio = conn_bio_method ? BIO_new(conn_bio_method) : NULL;
+  if (!c->ssl || !bio) {
     ERR_clear_error();
-    BIO_free(c->rbio);
-    BIO_free(c->wbio);
+    BIO_free(bio);
     rc = xf_fail(err, XF_ENOMEM, "out of memory for a TLS session");
     goto fail;
   }
-  /* An empty read BIO means "wait for more", not end of stream. */
-  BIO_set_mem_eof_return(c->rbio, -1);
-  SSL_set_bio(c->ssl, c->rbio, c->wbio);
+  BIO_set_data(bio, c);
+  SSL_set_bio(c->ssl, bio, bio); /* one reference, taken by ssl */
   int e = uv_tcp_init(loop, &c->tcp);
   if (e != 0) {
     rc = xf_fail(err, XF_EIO, "cannot create a socket: %s", uv_strerror(e));
