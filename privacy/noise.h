@@ -26,6 +26,13 @@
 #define XF_NOISE_SIGMA_MAX 0x1p60
 #define XF_NOISE_GRID_RANGE_LOG2 40
 
+/* The Gaussian on a grid draws each coordinate's noise within this total
+ * variation distance of the exact discrete Gaussian N_Z(0, s^2) (2^-90), so
+ * an n-vector is within n * XF_NOISE_GRID_TV of the exact mechanism's
+ * (docs/privacy-noise.md, "The grid sampler"); xf_noise_grid_tv gives that
+ * bound and privacy/plan.c charges it to delta. */
+#define XF_NOISE_GRID_TV 0x1p-90
+
 /* A generator. Its whole state (key and unread keystream) lives in
  * sodium_malloc memory and is wiped when freed. Not thread-safe: use one
  * generator per thread. */
@@ -105,6 +112,14 @@ xf_err xf_noise_gaussian_vec(xf_noise *g, double sigma, float *out, size_t n) XF
  * helper thread that cannot be started leaves its share to the others. */
 xf_err xf_noise_gaussian_vec_par(xf_noise *g, double sigma, float *out, size_t n,
                                  int threads) XF_WARN_UNUSED;
+
+/* *tv = n * XF_NOISE_GRID_TV, rounded up: a bound on the total variation
+ * distance between the noise xf_noise_gaussian_vec(_par) adds to an n-vector
+ * and the exact discrete Gaussian's (each coordinate's draw is within
+ * XF_NOISE_GRID_TV, and draws are independent). A mechanism within tv of an
+ * (epsilon, delta)-DP one is (epsilon, delta + (1 + e^epsilon) tv)-DP, which
+ * is how privacy/plan.c charges it. XF_EINVAL when tv is NULL. */
+xf_err xf_noise_grid_tv(size_t n, double *tv) XF_WARN_UNUSED;
 
 /* The noise multiplier a privacy accountant must use for
  * xf_noise_gaussian_vec(sigma) on an n-vector of L2 sensitivity
