@@ -15,7 +15,9 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "privacy/accountant.h"
 #include "privacy/noise.h"
+#include "privacy/plan.h"
 
 typedef unsigned __int128 xf__u128_t;
 
@@ -709,6 +711,40 @@ static void grid_sampler_without_memory_fails_cleanly(void **state) {
   xf_noise_free(g);
 }
 
+/* A DP-SGD plan charges the grid sampler's distance from the exact
+ * mechanism to delta: (1 + e^eps) steps n XF_NOISE_GRID_TV, calibrating at
+ * delta less that; a given multiplier is charged steps n XF_NOISE_GRID_TV;
+ * and a delta the share would use up is refused, naming the field. */
+static void plan_charges_the_sampler_distance_to_delta(void **state) {
+  (void)state;
+  xf_privacy_spec pv = {.unit = XF_PRIVACY_UNIT_RECORD, .mode = XF_PRIVACY_LOCAL, .clip = 1.0,
+                        .has_target_epsilon = true, .target_epsilon = 3.0, .delta = 1e-5};
+  xf_privacy_schedule sched = {.rounds = 10, .epochs = 2, .batch_size = 64};
+  const size_t n = 199210;
+  xf_privacy_plan plan;
+  xf_errctx err = {0};
+  assert_int_equal(xf_privacy_plan_for(&pv, &sched, 60000, n, &plan, &err), XF_OK);
+  double share = (double)plan.planned_steps * (double)n * XF_NOISE_GRID_TV;
+  assert_true(fabs(plan.sampler_delta - (1 + exp(3.0)) * share) <= 1e-12 * plan.sampler_delta);
+  double z, eps, order;
+  assert_int_equal(xf_dp_calibrate(3.0, plan.sampling_rate, plan.planned_steps,
+                                   1e-5 - plan.sampler_delta, &z, &eps, &order, NULL),
+                   XF_OK);
+  assert_true(plan.accounted_multiplier == z);
+
+  pv.has_target_epsilon = false;
+  pv.has_noise_multiplier = true;
+  pv.noise_multiplier = 1.1;
+  assert_int_equal(xf_privacy_plan_for(&pv, &sched, 60000, n, &plan, &err), XF_OK);
+  assert_true(plan.sampler_delta == share);
+
+  pv.has_target_epsilon = true;
+  pv.has_noise_multiplier = false;
+  pv.delta = share / 2;
+  assert_int_equal(xf_privacy_plan_for(&pv, &sched, 60000, n, &plan, &err), XF_EINVAL);
+  assert_string_equal(err.field, "privacy.delta");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(chi2_pvalue_matches_known_values),
@@ -729,6 +765,7 @@ int main(void) {
       cmocka_unit_test(grid_sampler_is_within_its_total_variation_bound_for_every_s),
       cmocka_unit_test(grid_sampler_is_reproducible_from_the_seed),
       cmocka_unit_test(grid_sampler_without_memory_fails_cleanly),
+      cmocka_unit_test(plan_charges_the_sampler_distance_to_delta),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
