@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Exact discrete Laplace (CKS 2020) and Gaussian (Karney 2016) samplers over a ChaCha20
- * generator with fast key erasure, and the Gaussian on a grid built on them. */
+ * generator with fast key erasure, and the Gaussian on a grid with its table
+ * sampler (a cumulative table and one convolution, within 2^-90 per value). */
 #include "privacy/noise.h"
 
 #include <math.h>
