@@ -1,16 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Speed of the exact noise samplers against the randomness they are built
- * on, measured in the same process. Prints one JSON object for
- * bench/noise.sh.
+/* Speed of the noise samplers against the randomness they are built on,
+ * measured in the same process. Prints one JSON object for bench/noise.sh.
  *
  * Measured, each the best of --passes timed passes after a warm-up:
  *  - randombytes_buf (the system CSPRNG that keys production generators) and
  *    crypto_stream_chacha20 (the generator's keystream), in bytes/s, over
  *    4 KiB calls;
- *  - xf_noise_gaussian_vec on --n floats (sigma 1: 2^14 grid steps), one
- *    thread, and xf_noise_gaussian_vec_par on all online CPUs;
+ *  - xf_noise_gaussian_vec on --n floats (sigma 1: 2^14 grid steps, the
+ *    grid sampler), one thread, and xf_noise_gaussian_vec_par on all online
+ *    CPUs; the sampler's table is made in the warm-up pass;
  *  - xf_noise_discrete_gaussian_vec on --n integers (sigma^2 = 2^28, the
- *    same integer law as the Gaussian on a grid at sigma = 2^14 steps).
+ *    same integer law as the Gaussian on a grid at sigma = 2^14 steps, drawn
+ *    exactly by Karney's rejection sampler).
  * The ratios divide samples/s by the 64-bit words/s (bytes/s / 8) each
  * source can deliver: how many exact samples cost as much time as one
  * 64-bit word of the system CSPRNG or of ChaCha20.

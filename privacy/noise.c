@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Exact discrete Laplace (CKS 2020) and Gaussian (Karney 2016) samplers over a ChaCha20
- * generator with fast key erasure, and the Gaussian on a grid built on them. */
+ * generator with fast key erasure, and the Gaussian on a grid with its table
+ * sampler (a cumulative table and one convolution, within 2^-90 per value). */
 #include "privacy/noise.h"
 
 #include <math.h>
@@ -36,6 +37,8 @@ struct xf_noise {
   size_t clean;              /* words in [clean, pos) were read but not yet wiped */
   uint64_t pool;             /* unused bits of the last word split into small draws */
   unsigned pool_bits;
+  struct xf__grid_table *table; /* the grid sampler's table for the last s used, or NULL;
+                                   xf_malloc'ed, public data, owned by this generator */
 };
 
 static void xf__refill(xf_noise *g) {
@@ -89,6 +92,7 @@ static xf_err xf__new(const uint8_t *seed, xf_noise **out) {
   g->pos = g->clean = XF__WORDS;
   g->pool = 0;
   g->pool_bits = 0;
+  g->table = NULL;
   *out = g;
   return XF_OK;
 }
@@ -99,8 +103,12 @@ xf_err xf_noise_new_seeded(const uint8_t seed[XF_NOISE_SEED_BYTES], xf_noise **o
 
 xf_err xf_noise_new_random(xf_noise **out) { return xf__new(NULL, out); }
 
+static void xf__grid_table_free(struct xf__grid_table *t);
+
 void xf_noise_free(xf_noise *g) {
-  if (g) sodium_free(g); /* sodium_free zeroes the region before unmapping it */
+  if (!g) return;
+  xf__grid_table_free(g->table);
+  sodium_free(g); /* sodium_free zeroes the region before unmapping it */
 }
 
 /* Uniform in [0, m), m >= 1, by Lemire's multiply-shift rejection: r m / 2^64
@@ -480,6 +488,14 @@ xf_err xf_noise_gaussian_grid(double sigma, int *grid_exp, double *sigma_eff) {
   return XF_OK;
 }
 
+xf_err xf_noise_grid_tv(size_t n, double *tv) {
+  if (!tv) return XF_EINVAL;
+  double d = (double)n; /* exact below 2^53; rounded up past it */
+  if (d < 0x1p64 && (size_t)d < n) d = nextafter(d, INFINITY);
+  *tv = d * XF_NOISE_GRID_TV; /* a power-of-two scaling: exact */
+  return XF_OK;
+}
+
 xf_err xf_noise_grid_multiplier(double sigma, double sensitivity, size_t n, double *z_eff) {
   if (!z_eff) return XF_EINVAL;
   int k;
@@ -503,39 +519,232 @@ static xf_err xf__gaussian_vec_check(xf_noise *g, double sigma, const float *out
                                      int *k, uint64_t *s) {
   if (!g || (!out && n > 0)) return XF_EINVAL;
   XF_GUARD(xf__grid(sigma, k, s));
-  const double range = ldexp(1.0, XF_NOISE_GRID_RANGE_LOG2), scale = ldexp(1.0, *k);
-  for (size_t i = 0; i < n; i++) {
-    double x = (double)out[i] * scale; /* exact: a power-of-two scaling in range */
-    if (!isfinite(x) || fabs(x) > range) return XF_ERANGE;
+  /* |out[i]| 2^k <= 2^RANGE exactly when |out[i]| <= 2^(RANGE - k), a
+   * normal float for every k of the sigma range (|RANGE - k| <= 86); a NaN or
+   * an infinity fails the comparison. One branch-free pass the compiler
+   * vectorizes, before anything is drawn or written. */
+  const float limit = ldexpf(1.0f, XF_NOISE_GRID_RANGE_LOG2 - *k);
+  bool bad = false;
+  for (size_t i = 0; i < n; i++) bad |= !(fabsf(out[i]) <= limit);
+  return bad ? XF_ERANGE : XF_OK;
+}
+
+/* The sampler of the Gaussian on a grid: N_Z(0, s^2) for an integer s in
+ * [2^14, 2^15], within XF_NOISE_GRID_TV of it in total variation per draw
+ * (docs/privacy-noise.md, "The grid sampler", has the argument in full).
+ *
+ * One draw is y = x1 + k x2 with x1, x2 independent draws of a base law
+ * N_Z(0, s0^2), s0^2 = s^2 / (1 + k^2), and k the largest integer with
+ * 2 (1 + k^2) <= s. Then y has variance s^2, and by Poisson summation its
+ * law is within 2.0001 exp(-2 pi^2 tau^2) of N_Z(0, s^2) with tau = s / (1 +
+ * k^2) >= 2: below 2^-113 (the convolution bound of Micciancio and Walter
+ * 2017 and Peikert 2010, worked out for this case in the docs).
+ *
+ * The base law is read off a cumulative table (CDT) of 128-bit fixed-point
+ * probabilities on [-t, t], s0 in [181, 259] and t about 13.4 s0, so the
+ * mass cut off is below 2^-124. The table is computed once per s in binary128
+ * (__float128, correctly rounded by libgcc) with an error bound that is
+ * computed with it and checked (xf__grid_table_build). A draw takes 16 bits
+ * U_hi of a uniform U in [0, 1) and looks them up in a guide of 2^16 cells:
+ * a cell that no table entry cuts gives the value at once; otherwise (about
+ * 3% of draws) the next 48 bits, and on a tie the 64 after, are compared
+ * with the entries from the cell's first one. Bits are drawn only as needed,
+ * each once, so U is uniform. Not constant-time: the guide lookup's address
+ * and the slow path depend on the value drawn (see "Limitations"). */
+#define XF__GUIDE_BITS 16
+#define XF__GUIDE ((size_t)1 << XF__GUIDE_BITS)
+#define XF__IMPURE 0x8000u /* the guide cell contains a table boundary */
+
+typedef __float128 xf__f128;
+
+typedef struct xf__grid_table {
+  uint64_t s;  /* the law drawn: N_Z(0, s^2) */
+  int64_t k;   /* y = x1 + k x2 */
+  int64_t t;   /* base support [-t, t]; 2t < XF__IMPURE */
+  double tv;   /* bound on the total variation of one y from N_Z(0, s^2) */
+  uint16_t guide[XF__GUIDE]; /* first entry above the cell's low end, | XF__IMPURE */
+  uint64_t *hi, *lo; /* 2t cumulative probabilities C_i = P(x <= i - t) 2^128, words */
+} xf__grid_table;
+
+static void xf__grid_table_free(xf__grid_table *t) { xf_free(t); }
+
+/* 2^e as a binary128, for |e| < 16384. */
+static xf__f128 xf__pow2q(int e) {
+  xf__f128 r = 1, b = e < 0 ? (xf__f128)0.5 : 2;
+  for (int i = e < 0 ? -e : e; i; i--) r *= b;
+  return r;
+}
+
+/* The table for s, with its bound. Error analysis (u = 2^-113, the unit
+ * roundoff of binary128; first-order terms, the second-order ones are below
+ * 2^-80 relative of them):
+ *  - h = (1 + k^2) / (2 s^2) has one rounding; E = exp(-h) by Horner's rule
+ *    on its Taylor series to degree 12 (truncation below h^13 / 13! <
+ *    2^-230, h <= 2^-16), so E is within 2u relative (every rounding inside
+ *    is scaled by h), and E^2 within 5u;
+ *  - f_j = E^(2j - 1) by f_(j+1) = f_j E^2: within 6j u; w_j = exp(-j^2 h)
+ *    by w_j = w_(j-1) f_j, w_0 = 1: within a_j = (3 j^2 + 4 j) u;
+ *  - Z = w_0 + 2 sum w_j, summed smallest first: within sum p_j a_j + (t +
+ *    2) u, and p_j = w_j / Z within a_j + that + u;
+ *  - P_j = floor(2^128 p_j) for j != 0 loses under 2^-128 each, and P_0 =
+ *    2^128 - sum of the others takes every error of the others and the tail.
+ * So TV(table, N_Z(0, s0^2)) <= sum_(j != 0) |q_j - p_j| + tail <= 2 sum p_j
+ * a_j + (t + 3) u + 2 t 2^-128 + 2 tail, computed below in double with a
+ * margin, and the draw's bound is twice that plus the convolution's. */
+static xf_err xf__grid_table_build(uint64_t s, xf__grid_table **out) {
+  uint64_t k = xf__isqrt(s / 2 - 1); /* 1 + k^2 <= s / 2 */
+  uint64_t c = 1 + k * k;
+  double s0 = (double)s / sqrt((double)c);
+  int64_t t = (int64_t)ceil(s0 * sqrt(260 * log(2.0))) + 1; /* exp(-t^2 / (2 s0^2)) < 2^-130 */
+  if (2 * t >= (int64_t)XF__IMPURE) return XF_EINTERNAL;
+  xf__grid_table *tb = xf_malloc(sizeof(*tb) + (size_t)(4 * t) * sizeof(uint64_t));
+  if (!tb) return XF_ENOMEM;
+  tb->s = s;
+  tb->k = (int64_t)k;
+  tb->hi = (uint64_t *)(tb + 1);
+  tb->lo = tb->hi + 2 * t;
+  xf__u128 *p = xf_mallocarray((size_t)t + 1, sizeof(*p));
+  xf__f128 *w = xf_mallocarray((size_t)t + 1, sizeof(*w));
+  if (!p || !w) {
+    xf_free(p);
+    xf_free(w);
+    xf_free(tb);
+    return XF_ENOMEM;
   }
+  const xf__f128 h = (xf__f128)c / (xf__f128)(2 * s * s);
+  xf__f128 e = 1;
+  for (int i = 12; i >= 1; i--) e = 1 - h / i * e;
+  const xf__f128 e2 = e * e;
+  xf__f128 f = e, z = 0;
+  w[0] = 1;
+  for (int64_t j = 1; j <= t; j++) {
+    w[j] = w[j - 1] * f;
+    f *= e2;
+  }
+  for (int64_t j = t; j >= 1; j--) z += w[j];
+  z = 2 * z + 1;
+  const xf__f128 scale = xf__pow2q(128);
+  xf__u128 rest = 0; /* sum of P_j over j != 0, below 2^128 */
+  double moment = 0; /* sum p_j a_j / u over j >= 1, one side */
+  for (int64_t j = 1; j <= t; j++) {
+    p[j] = (xf__u128)(w[j] / z * scale);
+    rest += 2 * p[j];
+    moment += (double)(w[j] / z) * (3.0 * (double)j * (double)j + 4.0 * (double)j);
+  }
+  p[0] = 0 - rest;
+  int64_t cut = t; /* the table ends at the last value of positive mass */
+  while (cut > 0 && p[cut] == 0) cut--;
+  xf__u128 cum = 0;
+  for (int64_t i = -cut; i < cut; i++) {
+    cum += p[i < 0 ? -i : i];
+    tb->hi[i + cut] = (uint64_t)(cum >> 64);
+    tb->lo[i + cut] = (uint64_t)cum;
+  }
+  tb->t = cut;
+  /* The guide: for cell g, [g 2^112, (g + 1) 2^112), the number of entries
+   * at or below its low end, and whether an entry falls inside it. */
+  size_t idx = 0, n = (size_t)(2 * cut);
+  for (size_t g = 0; g < XF__GUIDE; g++) {
+    xf__u128 low = (xf__u128)g << (128 - XF__GUIDE_BITS);
+    while (idx < n && (((xf__u128)tb->hi[idx] << 64) | tb->lo[idx]) <= low) idx++;
+    bool pure = idx == n || (tb->hi[idx] >> (64 - XF__GUIDE_BITS)) > g;
+    tb->guide[g] = (uint16_t)(idx | (pure ? 0 : XF__IMPURE));
+  }
+  xf_free(p);
+  xf_free(w);
+  const double u = 0x1p-113;
+  double tail = 2 * exp(-(double)((t + 1) * (t + 1)) * (double)c / (double)(2 * s * s)) /
+                (1 - exp(-2.0 * (double)(t + 1) * (double)c / (double)(2 * s * s)));
+  double base = 1.01 * (2 * (2 * moment) * u + (double)(t + 3) * u + 2.0 * (double)t * 0x1p-128 +
+                        2 * tail);
+  double tau = (double)s / (double)c;
+  double conv = 2.0001 * exp(-2 * 9.8696044010893586 * tau * tau) /* pi^2 */;
+  tb->tv = 2 * base + 1.01 * conv;
+  if (!(tb->tv <= XF_NOISE_GRID_TV)) { /* never for s in [2^14, 2^15]; tested */
+    xf_free(tb);
+    return XF_EINTERNAL;
+  }
+  *out = tb;
   return XF_OK;
 }
 
-/* The noising loop of the Gaussian on a grid over out[0..n), once checked. */
-static xf_err xf__gaussian_fill(xf_noise *g, const xf__dgauss *d, int k, float *out, size_t n) {
+/* g's table for s, made when g has none for it. XF_ENOMEM leaves g's old
+ * table in place. */
+static xf_err xf__grid_table_for(xf_noise *g, uint64_t s, const xf__grid_table **out) {
+  if (!g->table || g->table->s != s) {
+    xf__grid_table *t;
+    XF_GUARD(xf__grid_table_build(s, &t));
+    xf__grid_table_free(g->table);
+    g->table = t;
+  }
+  *out = g->table;
+  return XF_OK;
+}
+
+/* The entry search of a draw whose 16-bit prefix fell in a cut cell,
+ * starting at the cell's first candidate: U = prefix . 48 bits . 64 bits,
+ * the last word drawn only on a tie of the first 64 bits. */
+static int64_t xf__grid_base_slow(xf_noise *g, const xf__grid_table *tb, uint64_t prefix,
+                                  size_t idx) {
+  const uint64_t hi = (prefix << (64 - XF__GUIDE_BITS)) | (xf__u64(g) >> XF__GUIDE_BITS);
+  uint64_t lo = 0;
+  bool have_lo = false;
+  const size_t n = (size_t)(2 * tb->t);
+  for (; idx < n; idx++) {
+    if (tb->hi[idx] > hi) break;
+    if (tb->hi[idx] == hi) {
+      if (!have_lo) {
+        lo = xf__u64(g);
+        have_lo = true;
+      }
+      if (tb->lo[idx] > lo) break;
+    }
+  }
+  return (int64_t)idx - tb->t;
+}
+
+/* One base draw from 16 fresh bits (and more when the cell is cut). */
+static inline int64_t xf__grid_base(xf_noise *g, const xf__grid_table *tb, uint64_t prefix) {
+  unsigned v = tb->guide[prefix];
+  if (__builtin_expect((v & XF__IMPURE) != 0, 0))
+    return xf__grid_base_slow(g, tb, prefix, v & (XF__IMPURE - 1));
+  return (int64_t)v - tb->t;
+}
+
+/* The noising loop of the Gaussian on a grid over out[0..n), once checked:
+ * each 64-bit word gives the prefixes of two coordinates' x1 and x2. */
+static void xf__gaussian_fill(xf_noise *g, const xf__grid_table *tb, int k, float *out,
+                              size_t n) {
   const double scale = ldexp(1.0, k);
   const float unscale = ldexpf(1.0f, -k); /* a normal float: |k| <= 75 */
-  for (size_t i = 0; i < n; i++) {
-    /* The input in grid steps, rounded to nearest (ties to even). */
-    int64_t x = (int64_t)nearbyint((double)out[i] * scale);
-    int64_t y;
-    XF_GUARD(xf__discrete_gaussian(g, d, &y));
-    /* |x + y| < 2^40 + 2^31: exact. The one rounding is int64 -> float
-     * (correctly rounded); scaling by 2^-k is exact for sigma within range,
-     * so out[i] is a fixed function of the exact integer x + y. */
-    out[i] = (float)(x + y) * unscale;
+  const double round_magic = 0x1.8p52;    /* v + 1.5 2^52 - 1.5 2^52 rounds |v| < 2^51 */
+  for (size_t i = 0; i < n; i += 2) {
+    uint64_t word = xf__u64(g);
+    size_t m = n - i < 2 ? n - i : 2;
+    for (size_t q = 0; q < m; q++, word >>= 32) {
+      int64_t x1 = xf__grid_base(g, tb, word & 0xffff);
+      int64_t x2 = xf__grid_base(g, tb, (word >> 16) & 0xffff);
+      /* The input in grid steps, rounded to nearest (ties to even, the
+       * default rounding mode, as nearbyint): exact, |v| <= 2^40. */
+      double v = (double)out[i + q] * scale;
+      int64_t x = (int64_t)((v + round_magic) - round_magic);
+      /* |x + y| < 2^40 + 2^31: exact. The one rounding is int64 -> float
+       * (correctly rounded); scaling by 2^-k is exact for sigma within
+       * range, so out[i] is a fixed function of the exact integer x + y. */
+      out[i + q] = (float)(x + x1 + tb->k * x2) * unscale;
+    }
   }
-  return XF_OK;
 }
 
 xf_err xf_noise_gaussian_vec(xf_noise *g, double sigma, float *out, size_t n) {
   int k;
   uint64_t s;
   XF_GUARD(xf__gaussian_vec_check(g, sigma, out, n, &k, &s));
-  xf__dgauss d = xf__dgauss_prepare(s * s, 1);
-  xf_err rc = xf__gaussian_fill(g, &d, k, out, n);
+  const xf__grid_table *tb;
+  XF_GUARD(xf__grid_table_for(g, s, &tb));
+  xf__gaussian_fill(g, tb, k, out, n);
   xf__erase(g);
-  return rc;
+  return XF_OK;
 }
 
 /* The parallel Gaussian: out is cut into chunks of XF__CHUNK values, chunk c
@@ -549,10 +758,9 @@ typedef struct xf__par_job {
   float *out;
   size_t n, chunks;
   int k;
-  xf__dgauss d;
+  const xf__grid_table *table; /* the parent's, read-only while the job runs */
   uint8_t *keys; /* chunks * XF__KEY bytes, sodium_malloc'ed; each wiped once used */
   _Atomic size_t next; /* next chunk to take */
-  _Atomic int rc;      /* first failure, XF_OK when none */
 } xf__par_job;
 
 typedef struct xf__par_worker {
@@ -573,12 +781,9 @@ static void *xf__par_run(void *arg) {
     c->pos = c->clean = XF__WORDS;
     c->pool = 0;
     c->pool_bits = 0;
+    c->table = NULL;
     size_t lo = i * XF__CHUNK, len = job->n - lo < XF__CHUNK ? job->n - lo : XF__CHUNK;
-    xf_err rc = xf__gaussian_fill(c, &job->d, job->k, job->out + lo, len);
-    if (rc != XF_OK) {
-      int ok = XF_OK;
-      atomic_compare_exchange_strong(&job->rc, &ok, (int)rc);
-    }
+    xf__gaussian_fill(c, job->table, job->k, job->out + lo, len);
   }
   return NULL;
 }
@@ -587,6 +792,8 @@ xf_err xf_noise_gaussian_vec_par(xf_noise *g, double sigma, float *out, size_t n
   int k;
   uint64_t s;
   XF_GUARD(xf__gaussian_vec_check(g, sigma, out, n, &k, &s));
+  const xf__grid_table *table;
+  XF_GUARD(xf__grid_table_for(g, s, &table));
   size_t chunks = (n + XF__CHUNK - 1) / XF__CHUNK;
   size_t helpers = threads <= 1 ? 0 : (size_t)(threads > XF__THREADS_MAX ? XF__THREADS_MAX : threads) - 1;
   if (helpers > (chunks > 0 ? chunks - 1 : 0)) helpers = chunks > 0 ? chunks - 1 : 0;
@@ -610,10 +817,9 @@ xf_err xf_noise_gaussian_vec_par(xf_noise *g, double sigma, float *out, size_t n
   job->n = n;
   job->chunks = chunks;
   job->k = k;
-  job->d = xf__dgauss_prepare(s * s, 1);
+  job->table = table;
   job->keys = keys;
   atomic_init(&job->next, 0);
-  atomic_init(&job->rc, XF_OK);
   for (size_t t = 0; t <= helpers; t++) workers[t] = (xf__par_worker){job, &children[t]};
   /* The calling thread works too; a helper that cannot start leaves its
    * chunks to the others. */
@@ -622,7 +828,6 @@ xf_err xf_noise_gaussian_vec_par(xf_noise *g, double sigma, float *out, size_t n
     if (pthread_create(&tids[started], NULL, xf__par_run, &workers[started + 1]) != 0) break;
   (void)xf__par_run(&workers[0]);
   for (size_t t = 0; t < started; t++) pthread_join(tids[t], NULL);
-  rc = (xf_err)atomic_load(&job->rc);
 out:
   xf_free(tids);
   xf_free(workers);

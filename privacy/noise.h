@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Noise samplers for differential privacy: exact discrete Laplace and
- * Gaussian samplers (Canonne, Kamath, Steinke 2020; Karney 2016) and the Gaussian on a fine grid built from
- * it, over a ChaCha20 generator that is either seeded (reproducible tests) or
- * drawn from the system CSPRNG. See docs/privacy-noise.md. */
+ * Gaussian samplers (Canonne, Kamath, Steinke 2020; Karney 2016) and the
+ * Gaussian on a fine grid, drawn by a table sampler within 2^-90 of the
+ * discrete Gaussian per value, over a ChaCha20 generator that is either
+ * seeded (reproducible tests) or drawn from the system CSPRNG. See
+ * docs/privacy-noise.md. */
 #ifndef XF_PRIVACY_NOISE_H
 #define XF_PRIVACY_NOISE_H
 
@@ -25,6 +27,13 @@
 #define XF_NOISE_SIGMA_MIN 0x1p-60
 #define XF_NOISE_SIGMA_MAX 0x1p60
 #define XF_NOISE_GRID_RANGE_LOG2 40
+
+/* The Gaussian on a grid draws each coordinate's noise within this total
+ * variation distance of the exact discrete Gaussian N_Z(0, s^2) (2^-90), so
+ * an n-vector is within n * XF_NOISE_GRID_TV of the exact mechanism's
+ * (docs/privacy-noise.md, "The grid sampler"); xf_noise_grid_tv gives that
+ * bound and privacy/plan.c charges it to delta. */
+#define XF_NOISE_GRID_TV 0x1p-90
 
 /* A generator. Its whole state (key and unread keystream) lives in
  * sodium_malloc memory and is wiped when freed. Not thread-safe: use one
@@ -85,13 +94,17 @@ xf_err xf_noise_gaussian_grid(double sigma, int *grid_exp, double *sigma_eff) XF
 
 /* Adds Gaussian noise of standard deviation sigma to out[0..n) in place (to
  * write pure noise, pass zeros). Each value is rounded to the grid of
- * xf_noise_gaussian_grid, a discrete Gaussian in grid steps is added in
- * exact integer arithmetic, and the exact sum is converted to float once, so
- * the output is a deterministic function of the exact discrete-Gaussian
- * mechanism's output: this is what closes the floating-point attacks of
- * Mironov 2012 (docs/privacy-noise.md). XF_ERANGE when sigma is out of range
- * or an input is not finite or lies more than 2^XF_NOISE_GRID_RANGE_LOG2
- * steps from zero; out is then left unchanged. */
+ * xf_noise_gaussian_grid, a discrete Gaussian N_Z(0, s^2) in grid steps is
+ * added in exact integer arithmetic, and the exact sum is converted to float
+ * once, so the output is a deterministic function of the integer mechanism's
+ * output: this is what closes the floating-point attacks of Mironov 2012
+ * (docs/privacy-noise.md). Each value's integer noise is within
+ * XF_NOISE_GRID_TV of N_Z(0, s^2) in total variation, the vector's within
+ * xf_noise_grid_tv(n). The sampler's table for s (about 240 KiB, public) is
+ * made on the first call with that s and kept by g until s changes or g is
+ * freed. XF_ERANGE when sigma is out of range or an input is not finite or
+ * lies more than 2^XF_NOISE_GRID_RANGE_LOG2 steps from zero; XF_ENOMEM when
+ * the table cannot be allocated; out and g's stream are then left unchanged. */
 xf_err xf_noise_gaussian_vec(xf_noise *g, double sigma, float *out, size_t n) XF_WARN_UNUSED;
 
 /* xf_noise_gaussian_vec on up to `threads` threads (the caller's included).
@@ -99,12 +112,21 @@ xf_err xf_noise_gaussian_vec(xf_noise *g, double sigma, float *out, size_t n) XF
  * generator keyed with the c-th 32 bytes drawn from g, so for a seeded g the
  * output is a fixed function of g's state whatever `threads` is (it differs
  * from xf_noise_gaussian_vec's). Runs inline when threads <= 1 or n fits one
- * chunk. Children live in sodium_malloc memory and are wiped. Same law,
- * checks and errors as xf_noise_gaussian_vec, out unchanged on XF_ERANGE,
- * and XF_ENOMEM (out and g unchanged) when secure memory cannot be had. A
+ * chunk. Children live in sodium_malloc memory and are wiped; they share g's
+ * table. Same law, checks and errors as xf_noise_gaussian_vec, out unchanged
+ * on XF_ERANGE, and XF_ENOMEM (out and g's stream unchanged) when memory or
+ * secure memory cannot be had. A
  * helper thread that cannot be started leaves its share to the others. */
 xf_err xf_noise_gaussian_vec_par(xf_noise *g, double sigma, float *out, size_t n,
                                  int threads) XF_WARN_UNUSED;
+
+/* *tv = n * XF_NOISE_GRID_TV, rounded up: a bound on the total variation
+ * distance between the noise xf_noise_gaussian_vec(_par) adds to an n-vector
+ * and the exact discrete Gaussian's (each coordinate's draw is within
+ * XF_NOISE_GRID_TV, and draws are independent). A mechanism within tv of an
+ * (epsilon, delta)-DP one is (epsilon, delta + (1 + e^epsilon) tv)-DP, which
+ * is how privacy/plan.c charges it. XF_EINVAL when tv is NULL. */
+xf_err xf_noise_grid_tv(size_t n, double *tv) XF_WARN_UNUSED;
 
 /* The noise multiplier a privacy accountant must use for
  * xf_noise_gaussian_vec(sigma) on an n-vector of L2 sensitivity

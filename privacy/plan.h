@@ -26,6 +26,12 @@ typedef struct xf_privacy_plan {
   double noise_multiplier;     /* sigma / clip actually drawn: at least accounted_multiplier,
                                   grown so that the grid's rounding slack is paid for
                                   (xf_noise_grid_multiplier) */
+  double sampler_delta;        /* the share of delta charged for the grid sampler's distance
+                                  from the exact discrete Gaussian: (1 + e^target_epsilon)
+                                  planned_steps xf_noise_grid_tv(n_params) when calibrating
+                                  (the multiplier is then calibrated at delta less it), and
+                                  planned_steps xf_noise_grid_tv(n_params) when the
+                                  multiplier is given */
 } xf_privacy_plan;
 
 /* How a job trains at a site, as far as privacy is concerned. */

@@ -11,10 +11,13 @@
 #include <math.h>
 #include <sodium.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/alloc.h"
+#include "privacy/accountant.h"
 #include "privacy/noise.h"
+#include "privacy/plan.h"
 
 typedef unsigned __int128 xf__u128_t;
 
@@ -534,6 +537,214 @@ static void grid_multiplier_accounts_for_rounding_of_every_coordinate(void **sta
   assert_int_equal(xf_noise_grid_multiplier(1.0, 1.0, 10, NULL), XF_EINVAL);
 }
 
+/* The grid sampler's integer noise, read through the public interface: at
+ * sigma = s with s in [2^14, 2^15) the grid step is 1 (grid_exp 0), so
+ * xf_noise_gaussian_vec on zeros returns draws of N_Z(0, s^2) itself
+ * (exact in float below 2^24). sigma = 2^15 - 1/2 gives s = 2^15. */
+#define N_GRID 1000000
+
+static void grid_draws(xf_noise *g, double sigma, int64_t *xs, float *v, size_t n) {
+  int k;
+  assert_int_equal(xf_noise_gaussian_grid(sigma, &k, NULL), XF_OK);
+  assert_int_equal(k, 0);
+  memset(v, 0, n * sizeof(float));
+  assert_int_equal(xf_noise_gaussian_vec(g, sigma, v, n), XF_OK);
+  for (size_t i = 0; i < n; i++) {
+    xs[i] = (int64_t)v[i];
+    assert_true((float)xs[i] == v[i]);
+  }
+}
+
+/* Pearson's chi-square against the exact pmf on bins of width s/8 over
+ * [-6s, 6s] and the two tails: the shape at the scale of sigma, where the
+ * per-value fit of check_fit has little power. */
+static void check_binned_fit(const char *what, const law *l, double s, const int64_t *xs,
+                             size_t n) {
+  enum { BINS = 96 + 2 };
+  const int64_t w = (int64_t)(s / 8), lo = -48 * w;
+  double obs[BINS] = {0}, expect[BINS] = {0};
+  for (size_t i = 0; i < n; i++) {
+    int64_t b = xs[i] < lo ? 0 : xs[i] >= -lo ? BINS - 1 : 1 + (xs[i] - lo) / w;
+    obs[b] += 1;
+  }
+  double inner = 0;
+  for (int b = 1; b < BINS - 1; b++) {
+    double p = 0;
+    for (int64_t x = lo + (b - 1) * w; x < lo + b * w; x++) p += law_pmf(l, x);
+    expect[b] = (double)n * p;
+    inner += p;
+  }
+  expect[0] = expect[BINS - 1] = (double)n * (1 - inner) / 2;
+  double stat = 0;
+  int bins = 0;
+  for (int b = 0; b < BINS; b++) {
+    if (expect[b] < 5) continue; /* pooled tails of width s/8 at 6 sigma: 1e-3 each */
+    bins++;
+    stat += (obs[b] - expect[b]) * (obs[b] - expect[b]) / expect[b];
+  }
+  double p = chi2_pvalue(stat, bins - 1);
+  print_message("%s binned: chi2=%.2f df=%d p=%.4f\n", what, stat, bins - 1, p);
+  assert_true(p > 1e-3);
+}
+
+/* Counts beyond c sigma on each side against the exact tail mass, within 4
+ * standard errors (and 2 counts, for the rare ones), and the two signs
+ * equally often: a shifted or lopsided sampler shows here first. */
+static void check_tails_and_symmetry(const char *what, const law *l, double s, const int64_t *xs,
+                                     size_t n) {
+  static const double cuts[] = {2.0, 3.0, 4.0, 4.5};
+  for (size_t c = 0; c < sizeof(cuts) / sizeof(cuts[0]); c++) {
+    int64_t at = (int64_t)ceil(cuts[c] * s);
+    double mass = 0;
+    for (int64_t x = at; x <= l->span; x++) mass += law_pmf(l, x);
+    size_t above = 0, below = 0;
+    for (size_t i = 0; i < n; i++) {
+      above += xs[i] >= at;
+      below += xs[i] <= -at;
+    }
+    double e = (double)n * mass, se = sqrt(e);
+    print_message("%s: beyond %.1f sigma %zu and %zu, exact %.1f\n", what, cuts[c], above, below,
+                  e);
+    assert_true(fabs((double)above - e) <= 4 * se + 2);
+    assert_true(fabs((double)below - e) <= 4 * se + 2);
+  }
+  size_t pos = 0, neg = 0;
+  for (size_t i = 0; i < n; i++) {
+    pos += xs[i] > 0;
+    neg += xs[i] < 0;
+  }
+  double half = (double)(pos + neg) / 2;
+  assert_true(fabs((double)pos - half) <= 4 * sqrt(half / 2));
+}
+
+static void grid_sampler_fits_the_exact_discrete_gaussian_across_the_s_range(void **state) {
+  (void)state;
+  static const double sigmas[] = {16384, 16385, 23170, 32767, 32767.5};
+  int64_t *xs = xf_mallocarray(N_GRID, sizeof(int64_t));
+  float *v = xf_mallocarray(N_GRID, sizeof(float));
+  assert_non_null(xs);
+  assert_non_null(v);
+  xf_noise *g = seeded(21);
+  for (size_t c = 0; c < sizeof(sigmas) / sizeof(sigmas[0]); c++) {
+    double s = ceil(sigmas[c]);
+    char what[64];
+    snprintf(what, sizeof(what), "grid s=%.0f", s);
+    law l = law_make(gauss_weight, s * s, (int64_t)(9 * s));
+    grid_draws(g, sigmas[c], xs, v, N_GRID);
+    check_moments(what, &l, xs, N_GRID);
+    check_fit(what, &l, xs, N_GRID);
+    check_binned_fit(what, &l, s, xs, N_GRID);
+    check_tails_and_symmetry(what, &l, s, xs, N_GRID);
+  }
+  xf_noise_free(g);
+  xf_free(xs);
+  xf_free(v);
+}
+
+/* Every s of the grid gets a table whose computed bound is within
+ * XF_NOISE_GRID_TV (the table is refused with XF_EINTERNAL otherwise), here
+ * at both ends and a spread of s between; and the vector bound is n times
+ * the draw's. */
+static void grid_sampler_is_within_its_total_variation_bound_for_every_s(void **state) {
+  (void)state;
+  xf_noise *g = seeded(22);
+  float v[3] = {0};
+  for (double s = 16384; s <= 32768; s += s < 32700 ? 997 : 1)
+    assert_int_equal(xf_noise_gaussian_vec(g, s == 32768 ? 32767.5 : s, v, 3), XF_OK);
+  double tv;
+  assert_int_equal(xf_noise_grid_tv(1000, &tv), XF_OK);
+  assert_true(tv == 1000 * XF_NOISE_GRID_TV);
+  assert_int_equal(xf_noise_grid_tv(0, &tv), XF_OK);
+  assert_true(tv == 0);
+  assert_int_equal(xf_noise_grid_tv(1, NULL), XF_EINVAL);
+  xf_noise_free(g);
+}
+
+/* Same seed, same noise, for the sequential and the parallel form, and the
+ * noise moves with the seed; the output does not depend on the table
+ * having been made by an earlier call. */
+static void grid_sampler_is_reproducible_from_the_seed(void **state) {
+  (void)state;
+  enum { N = 3 * 4096 + 7 };
+  static float a[N], b[N], c[N];
+  xf_noise *g1 = seeded(23), *g2 = seeded(23), *g3 = seeded(24);
+  assert_int_equal(xf_noise_gaussian_vec(g1, 0.5, a, N), XF_OK);
+  assert_int_equal(xf_noise_gaussian_vec(g2, 2.0, c, 1), XF_OK); /* another table first */
+  xf_noise_free(g2);
+  g2 = seeded(23);
+  assert_int_equal(xf_noise_gaussian_vec(g2, 0.5, b, N), XF_OK);
+  assert_memory_equal(a, b, sizeof(a));
+  assert_int_equal(xf_noise_gaussian_vec(g3, 0.5, c, N), XF_OK);
+  assert_memory_not_equal(a, c, sizeof(a));
+  memset(a, 0, sizeof(a));
+  memset(b, 0, sizeof(b));
+  assert_int_equal(xf_noise_gaussian_vec_par(g1, 0.5, a, N, 3), XF_OK);
+  assert_int_equal(xf_noise_gaussian_vec_par(g2, 0.5, b, N, 1), XF_OK);
+  assert_memory_equal(a, b, sizeof(a));
+  xf_noise_free(g1);
+  xf_noise_free(g2);
+  xf_noise_free(g3);
+}
+
+/* Without memory for the table the Gaussian on a grid returns XF_ENOMEM
+ * and leaves the vector as it was; the generator keeps working once memory
+ * is back, and keeps the table it had. */
+static void grid_sampler_without_memory_fails_cleanly(void **state) {
+  (void)state;
+  enum { N = 2 * 4096 };
+  static float v[N], w[N];
+  for (size_t i = 0; i < N; i++) v[i] = w[i] = (float)i;
+  xf_noise *g = seeded(25);
+  xf_alloc_fail_after(0);
+  assert_int_equal(xf_noise_gaussian_vec(g, 1.0, v, N), XF_ENOMEM);
+  assert_int_equal(xf_noise_gaussian_vec_par(g, 1.0, v, N, 2), XF_ENOMEM);
+  xf_alloc_fail_reset();
+  assert_memory_equal(v, w, sizeof(v));
+  assert_int_equal(xf_noise_gaussian_vec(g, 1.0, v, N), XF_OK);
+  assert_memory_not_equal(v, w, sizeof(v));
+  memcpy(v, w, sizeof(v));
+  xf_alloc_fail_after(0);
+  assert_int_equal(xf_noise_gaussian_vec(g, 3.0, v, N), XF_ENOMEM); /* a new s: a new table */
+  assert_memory_equal(v, w, sizeof(v));
+  assert_int_equal(xf_noise_gaussian_vec(g, 1.0, v, N), XF_OK); /* the old one is kept */
+  xf_alloc_fail_reset();
+  xf_noise_free(g);
+}
+
+/* A DP-SGD plan charges the grid sampler's distance from the exact
+ * mechanism to delta: (1 + e^eps) steps n XF_NOISE_GRID_TV, calibrating at
+ * delta less that; a given multiplier is charged steps n XF_NOISE_GRID_TV;
+ * and a delta the share would use up is refused, naming the field. */
+static void plan_charges_the_sampler_distance_to_delta(void **state) {
+  (void)state;
+  xf_privacy_spec pv = {.unit = XF_PRIVACY_UNIT_RECORD, .mode = XF_PRIVACY_LOCAL, .clip = 1.0,
+                        .has_target_epsilon = true, .target_epsilon = 3.0, .delta = 1e-5};
+  xf_privacy_schedule sched = {.rounds = 10, .epochs = 2, .batch_size = 64};
+  const size_t n = 199210;
+  xf_privacy_plan plan;
+  xf_errctx err = {0};
+  assert_int_equal(xf_privacy_plan_for(&pv, &sched, 60000, n, &plan, &err), XF_OK);
+  double share = (double)plan.planned_steps * (double)n * XF_NOISE_GRID_TV;
+  assert_true(fabs(plan.sampler_delta - (1 + exp(3.0)) * share) <= 1e-12 * plan.sampler_delta);
+  double z, eps, order;
+  assert_int_equal(xf_dp_calibrate(3.0, plan.sampling_rate, plan.planned_steps,
+                                   1e-5 - plan.sampler_delta, &z, &eps, &order, NULL),
+                   XF_OK);
+  assert_true(plan.accounted_multiplier == z);
+
+  pv.has_target_epsilon = false;
+  pv.has_noise_multiplier = true;
+  pv.noise_multiplier = 1.1;
+  assert_int_equal(xf_privacy_plan_for(&pv, &sched, 60000, n, &plan, &err), XF_OK);
+  assert_true(plan.sampler_delta == share);
+
+  pv.has_target_epsilon = true;
+  pv.has_noise_multiplier = false;
+  pv.delta = share / 2;
+  assert_int_equal(xf_privacy_plan_for(&pv, &sched, 60000, n, &plan, &err), XF_EINVAL);
+  assert_string_equal(err.field, "privacy.delta");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(chi2_pvalue_matches_known_values),
@@ -550,6 +761,11 @@ int main(void) {
       cmocka_unit_test(gaussian_vec_par_is_the_same_for_any_thread_count),
       cmocka_unit_test(gaussian_vec_par_adds_noise_of_variance_sigma_eff2),
       cmocka_unit_test(grid_multiplier_accounts_for_rounding_of_every_coordinate),
+      cmocka_unit_test(grid_sampler_fits_the_exact_discrete_gaussian_across_the_s_range),
+      cmocka_unit_test(grid_sampler_is_within_its_total_variation_bound_for_every_s),
+      cmocka_unit_test(grid_sampler_is_reproducible_from_the_seed),
+      cmocka_unit_test(grid_sampler_without_memory_fails_cleanly),
+      cmocka_unit_test(plan_charges_the_sampler_distance_to_delta),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
