@@ -231,8 +231,21 @@ static xf_err config_field(xf_cli *cli, const char *dir, const char *k, json_t *
     size_t n = 0;
     for (size_t j = 0; keys[j] && n < sizeof(all); j++)
       n += (size_t)snprintf(all + n, sizeof(all) - n, "%s%s", j ? ", " : "", keys[j]);
-    for (int cap = 0; cap < XF_CONN_CAP_COUNT && n < sizeof(all); cap++)
-      n += (size_t)snprintf(all + n, sizeof(all) - n, ", %s", xf_conn_cap_name((xf_conn_cap)cap));
+    /* The caps by pairs, "max_connections[_per_address]": the list fits
+     * the error's message. */
+    for (int cap = 0; cap < XF_CONN_CAP_COUNT && n < sizeof(all); cap++) {
+      const char *name = xf_conn_cap_name((xf_conn_cap)cap);
+      char pair[96];
+      snprintf(pair, sizeof(pair), "%s_per_address", name);
+      bool paired = xf_conn_cap_by_name(pair) != XF_CONN_CAP_COUNT;
+      size_t len = strlen(name), tail = strlen("_per_address");
+      if (len > tail && strcmp(name + len - tail, "_per_address") == 0) {
+        snprintf(pair, sizeof(pair), "%.*s", (int)(len - tail), name);
+        if (xf_conn_cap_by_name(pair) != XF_CONN_CAP_COUNT) continue; /* listed with it */
+      }
+      n += (size_t)snprintf(all + n, sizeof(all) - n, ", %s%s", name,
+                            paired ? "[_per_address]" : "");
+    }
     return xf_fail(&cli->err, XF_EFORMAT, "unknown field; the fields are %s", all);
   }
   bool numeric = strcmp(k, "max_frame") == 0 || strcmp(k, "max_staged") == 0 ||
