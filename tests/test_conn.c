@@ -159,6 +159,8 @@ struct harness {
   bool server_unauthenticated, client_unauthenticated;
   /* the malformed Hello the client sends: 1 version 0, 2 min > max */
   int bad_hello;
+  /* guard scenarios: server sides the guard let authenticate, and refused */
+  int sessions_taken, sessions_refused;
   /* raw TCP scenarios */
   int raw_fd;
   size_t raw_sent;
@@ -1126,6 +1128,52 @@ static void authenticated_connections_are_not_dropped_for_unauthenticated_pressu
   assert_int_equal(h.guard.ended[XF_CONN_END_DROPPED], 2);
 }
 
+/* The server side takes each peer at the end of TLS (no hello here) and
+ * counts what the guard said. */
+static void authenticate_counted(harness *h, side *s) {
+  if (!s->server) return;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (xf_conn_authenticated(s->conn, 0, &err) == XF_OK) {
+    h->sessions_taken++;
+  } else {
+    assert_non_null(strstr(err.msg, "max_authenticated_connections_per_address=1"));
+    h->sessions_refused++;
+  }
+}
+
+static void session_beyond_the_authenticated_cap_per_address_is_refused_naming_the_key(
+    void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  size_t caps[XF_CONN_CAP_COUNT] = {[XF_CONN_CAP_AUTHENTICATED_PER_ADDRESS] = 1};
+  xf_conn_guard_init(&h.guard, caps, 0);
+  h.sopts.guard = &h.guard;
+  h.after_server_close = keep_listener;
+  h.server_unauthenticated = true;
+  h.on_connected = authenticate_counted;
+  harness_listen(&h);
+  harness_dial(&h, &h.client);
+  harness_dial(&h, &h.client2);
+  /* One of the two is refused as its session would open: it gets an Error
+   * naming the key and is closed; the other stays open. */
+  while (!h.client.closed && !h.client2.closed) uv_run(&h.loop, UV_RUN_ONCE);
+  side *refused = h.client.closed ? &h.client : &h.client2;
+  side *kept = refused == &h.client ? &h.client2 : &h.client;
+  assert_int_equal(h.sessions_taken, 1);
+  assert_int_equal(h.sessions_refused, 1);
+  assert_int_equal(h.guard.refused[XF_CONN_CAP_AUTHENTICATED_PER_ADDRESS], 1);
+  assert_int_equal(refused->error_code, XF_ERANGE);
+  if (!strstr(refused->error_msg, "max_authenticated_connections_per_address=1"))
+    fail_msg("the Error says: %s", refused->error_msg);
+  assert_true(kept->conn && xf_conn_is_open(kept->conn));
+  assert_int_equal(h.guard.open - h.guard.unauthenticated, 1);
+  xf_conn_close(kept->conn);
+  guard_finish(&h, NULL, 0);
+  assert_int_equal(h.guard.ended[XF_CONN_END_REFUSED], 1);
+}
+
 static void dual_stack_listener_counts_ipv4_peers_by_their_own_address(void **state) {
   (void)state;
   harness h;
@@ -1382,6 +1430,8 @@ int main(void) {
       cmocka_unit_test(unauthenticated_over_the_cap_per_address_drops_the_oldest_of_that_address),
       cmocka_unit_test(listener_makes_room_at_its_caps_by_dropping_older_unauthenticated_ones),
       cmocka_unit_test(authenticated_connections_are_not_dropped_for_unauthenticated_pressure),
+      cmocka_unit_test(
+          session_beyond_the_authenticated_cap_per_address_is_refused_naming_the_key),
       cmocka_unit_test(dual_stack_listener_counts_ipv4_peers_by_their_own_address),
       cmocka_unit_test(guard_drops_at_an_unauthenticated_cap_and_never_below_its_start),
       cmocka_unit_test(guard_drops_between_start_and_cap_with_a_probability_rising_to_one),
