@@ -234,58 +234,56 @@ static bool guard_early_drop(xf_conn_guard *g, size_t n, size_t cap) {
   return xf_rng_uniform(&g->rng) < p;
 }
 
+/* What a drop leaves: one fewer of every count the dropped one is in. */
+static void load_less_one(xf_conn_load *l, bool of_address) {
+  l->open--;
+  l->unauthenticated--;
+  if (of_address) {
+    l->from_address--;
+    l->unauthenticated_from_address--;
+  }
+}
+
+static xf_conn_admission admission_refused(xf_conn_cap cap) {
+  return (xf_conn_admission){.refused = cap,
+                             .drop_from_address_cap = XF_CONN_CAP_COUNT,
+                             .drop_any_cap = XF_CONN_CAP_COUNT};
+}
+
 xf_conn_admission xf_conn_guard_admit(xf_conn_guard *g, const xf_conn_load *load) {
-  xf_conn_admission a = {.admit = true,
-                         .drop_from_address_cap = XF_CONN_CAP_COUNT,
-                         .drop_any_cap = XF_CONN_CAP_COUNT,
-                         .refused = XF_CONN_CAP_COUNT};
-  size_t open = load->open, from = load->from_address;
-  size_t unauth = load->unauthenticated, unauth_from = load->unauthenticated_from_address;
+  xf_conn_admission a = admission_refused(XF_CONN_CAP_COUNT);
+  a.admit = true;
+  xf_conn_load l = *load;
   const size_t *cap = g->cap;
-  /* What a drop leaves: one fewer of every count it is in. */
-#define XF__DROPPED(all_address)                      \
-  do {                                                \
-    open--;                                           \
-    unauth--;                                         \
-    if (all_address) from--, unauth_from--;           \
-  } while (0)
-  if (guard_early_drop(g, unauth_from, cap[XF_CONN_CAP_UNAUTHENTICATED_PER_ADDRESS])) {
+  /* The newcomer's address first: its own handshakes make room for it. */
+  if (guard_early_drop(g, l.unauthenticated_from_address,
+                       cap[XF_CONN_CAP_UNAUTHENTICATED_PER_ADDRESS])) {
     a.drop_from_address = true;
     a.drop_from_address_cap = XF_CONN_CAP_UNAUTHENTICATED_PER_ADDRESS;
-    XF__DROPPED(true);
+    load_less_one(&l, true);
   }
-  if (cap[XF_CONN_CAP_PER_ADDRESS] && from >= cap[XF_CONN_CAP_PER_ADDRESS]) {
-    if (!a.drop_from_address && unauth_from > 0) {
+  if (cap[XF_CONN_CAP_PER_ADDRESS] && l.from_address >= cap[XF_CONN_CAP_PER_ADDRESS]) {
+    if (!a.drop_from_address && l.unauthenticated_from_address > 0) {
       a.drop_from_address = true;
       a.drop_from_address_cap = XF_CONN_CAP_PER_ADDRESS;
-      XF__DROPPED(true);
+      load_less_one(&l, true);
     }
-    if (from >= cap[XF_CONN_CAP_PER_ADDRESS]) {
-      a = (xf_conn_admission){.refused = XF_CONN_CAP_PER_ADDRESS,
-                              .drop_from_address_cap = XF_CONN_CAP_COUNT,
-                              .drop_any_cap = XF_CONN_CAP_COUNT};
-      return a;
-    }
+    if (l.from_address >= cap[XF_CONN_CAP_PER_ADDRESS])
+      return admission_refused(XF_CONN_CAP_PER_ADDRESS);
   }
-  if (guard_early_drop(g, unauth, cap[XF_CONN_CAP_UNAUTHENTICATED])) {
+  if (guard_early_drop(g, l.unauthenticated, cap[XF_CONN_CAP_UNAUTHENTICATED])) {
     a.drop_any = true;
     a.drop_any_cap = XF_CONN_CAP_UNAUTHENTICATED;
-    XF__DROPPED(false);
+    load_less_one(&l, false);
   }
-  if (cap[XF_CONN_CAP_TOTAL] && open >= cap[XF_CONN_CAP_TOTAL]) {
-    if (!a.drop_any && unauth > 0) {
+  if (cap[XF_CONN_CAP_TOTAL] && l.open >= cap[XF_CONN_CAP_TOTAL]) {
+    if (!a.drop_any && l.unauthenticated > 0) {
       a.drop_any = true;
       a.drop_any_cap = XF_CONN_CAP_TOTAL;
-      XF__DROPPED(false);
+      load_less_one(&l, false);
     }
-    if (open >= cap[XF_CONN_CAP_TOTAL]) {
-      a = (xf_conn_admission){.refused = XF_CONN_CAP_TOTAL,
-                              .drop_from_address_cap = XF_CONN_CAP_COUNT,
-                              .drop_any_cap = XF_CONN_CAP_COUNT};
-      return a;
-    }
+    if (l.open >= cap[XF_CONN_CAP_TOTAL]) return admission_refused(XF_CONN_CAP_TOTAL);
   }
-#undef XF__DROPPED
   return a;
 }
 
@@ -309,12 +307,14 @@ static bool guard_droppable(const xf_conn *o) {
   return !o->authenticated && o->state != CONN_CLOSING;
 }
 
-/* What is open as c arrives, c excluded. A scan of at most the total cap's
- * entries costs microseconds, once per accept. */
+/* What is open as c arrives, c excluded: the connections holding a
+ * descriptor (libuv closes a socket's descriptor in uv_close, so one
+ * dropped earlier in this loop turn holds none). A scan of at most the
+ * total cap's entries costs microseconds, once per accept. */
 static xf_conn_load guard_load(const xf_conn_guard *g, const xf_conn *c) {
   xf_conn_load l = {0};
   for (const xf_conn *o = g->accepted_head; o; o = o->acc_next) {
-    if (o == c) continue;
+    if (o == c || uv_is_closing((const uv_handle_t *)&o->tcp)) continue;
     bool here = same_address(o, c);
     l.open++;
     l.from_address += here;

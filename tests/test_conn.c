@@ -1079,6 +1079,31 @@ static void listener_makes_room_at_its_caps_by_dropping_older_unauthenticated_on
   assert_int_equal(h.guard.ended[XF_CONN_END_TLS], 3); /* gone during the handshake */
 }
 
+static void a_burst_at_the_total_drops_one_older_connection_for_each_newcomer(void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  guard_caps(&h, 2, 0, 0, 0);
+  harness_listen(&h);
+  int port = xf_listener_port(h.listener);
+  int fd[6];
+  for (int i = 0; i < 2; i++) {
+    fd[i] = raw_connect("127.0.0.1", port);
+    guard_wait_arrivals(&h, (uint64_t)i + 1);
+  }
+  /* Four at once, accepted in one turn of the loop before the sockets
+   * dropped for the first of them have finished closing: each still finds
+   * one to drop, and none is refused. */
+  for (int i = 2; i < 6; i++) fd[i] = raw_connect("127.0.0.1", port);
+  guard_wait_arrivals(&h, 6);
+  for (int i = 0; i < 4; i++)
+    while (!raw_ended(fd[i])) uv_run(&h.loop, UV_RUN_NOWAIT);
+  assert_false(raw_ended(fd[4]) || raw_ended(fd[5]));
+  assert_int_equal(h.guard.refused[XF_CONN_CAP_TOTAL], 0);
+  assert_int_equal(h.guard.dropped[XF_CONN_CAP_TOTAL], 4);
+  guard_finish(&h, fd, 6);
+}
+
 /* The dialled sides stay open (no hello: each trusts the other once TLS is
  * up, see cb_connect) until the scenario closes them. */
 static void keep_open(harness *h, side *s) {
@@ -1429,6 +1454,7 @@ int main(void) {
       cmocka_unit_test(open_session_lifts_the_hello_frame_limit),
       cmocka_unit_test(unauthenticated_over_the_cap_per_address_drops_the_oldest_of_that_address),
       cmocka_unit_test(listener_makes_room_at_its_caps_by_dropping_older_unauthenticated_ones),
+      cmocka_unit_test(a_burst_at_the_total_drops_one_older_connection_for_each_newcomer),
       cmocka_unit_test(authenticated_connections_are_not_dropped_for_unauthenticated_pressure),
       cmocka_unit_test(
           session_beyond_the_authenticated_cap_per_address_is_refused_naming_the_key),
