@@ -430,35 +430,38 @@ static xf_err open_state(xf__coord *co, xf_errctx *err) {
   return rc;
 }
 
-/* The caps and the budget every connection runs under: the cap on
- * connections fits the descriptor limit (raised toward the hard limit when
- * it is lower), so the listener, the journal and the blob store always have
- * descriptors left. The cap per address, unless configured, is at most a
- * quarter of that: one source that fills its share leaves three quarters of
- * the descriptors to everybody else, the researchers' CLI included. */
+/* The caps and the budget every connection runs under: the total fits the
+ * descriptor limit (raised toward the hard limit when it is lower), so the
+ * listener, the journal and the blob store always have descriptors left;
+ * the caps not configured follow from it (xf_conn_caps_default): handshakes
+ * in flight are bounded in all and per address, authenticated peers only by
+ * the total, so a thousand sites behind one address all connect. */
 static void guard_connections(xf__coord *co) {
-  size_t wanted = co->cfg.max_connections ? co->cfg.max_connections : XF_CONN_MAX_CONNS;
+  size_t caps[XF_CONN_CAP_COUNT];
+  memcpy(caps, co->cfg.connection_caps, sizeof(caps));
+  size_t wanted = caps[XF_CONN_CAP_TOTAL] ? caps[XF_CONN_CAP_TOTAL] : XF_CONN_MAX_CONNS;
   size_t budget = co->cfg.buffer_budget ? co->cfg.buffer_budget : XF_CONN_BUFFER_BUDGET;
   size_t descriptors = 0;
-  size_t cap = xf_conn_fit_descriptors(wanted, &descriptors);
-  size_t per_address = co->cfg.max_connections_per_address;
-  if (!per_address) {
-    per_address = cap / 4 < XF_CONN_MAX_CONNS_PER_ADDR ? cap / 4 : XF_CONN_MAX_CONNS_PER_ADDR;
-    if (!per_address) per_address = 1;
-  }
-  if (cap < wanted)
+  caps[XF_CONN_CAP_TOTAL] = xf_conn_fit_descriptors(wanted, &descriptors);
+  xf_conn_caps_default(caps);
+  if (caps[XF_CONN_CAP_TOTAL] < wanted)
     XF_WARN("connection_cap_lowered",
             "max_connections=%zu configured=%zu descriptors=%zu reserve=%u reason=\"the descriptor "
             "limit leaves room for %zu connections; raise it (ulimit -n, systemd LimitNOFILE=) "
             "to at least %zu\"",
-            cap, wanted, descriptors, XF_CONN_FD_RESERVE, cap, wanted + XF_CONN_FD_RESERVE);
-  xf_conn_guard_init(&co->guard, cap, per_address, budget);
+            caps[XF_CONN_CAP_TOTAL], wanted, descriptors, XF_CONN_FD_RESERVE,
+            caps[XF_CONN_CAP_TOTAL], wanted + XF_CONN_FD_RESERVE);
+  xf_conn_guard_init(&co->guard, caps, budget);
+  char listed[512];
+  size_t n = 0;
+  for (int i = 0; i < XF_CONN_CAP_COUNT && n < sizeof(listed); i++)
+    n += (size_t)snprintf(listed + n, sizeof(listed) - n, "%s=%zu ",
+                          xf_conn_cap_name((xf_conn_cap)i), caps[i]);
   const xf_conn_opts *o = xf__conn_opts(co, true);
   XF_INFO("connection_limits",
-          "max_connections=%zu max_connections_per_address=%zu descriptors=%zu "
-          "buffer_budget=%zu handshake_timeout_ms=%u min_frame_rate=%u "
+          "%sdescriptors=%zu buffer_budget=%zu handshake_timeout_ms=%u min_frame_rate=%u "
           "frame_rate_window_ms=%u frame_grace_ms=%u",
-          cap, per_address, descriptors, budget,
+          listed, descriptors, budget,
           o->handshake_timeout_ms ? o->handshake_timeout_ms : XF_CONN_HANDSHAKE_TIMEOUT_MS,
           o->progress.min_rate ? o->progress.min_rate : XF_PROGRESS_MIN_RATE,
           o->progress.window_ms ? o->progress.window_ms : XF_PROGRESS_WINDOW_MS,
@@ -504,10 +507,11 @@ static void log_started(const xf__coord *co) {
 static void log_connection_totals(const xf_conn_guard *g) {
   XF_INFO("connection_totals",
           "accepted=%llu refused_max_connections=%llu refused_max_connections_per_address=%llu "
-          "ended_handshake=%llu ended_slow=%llu ended_frame=%llu ended_idle=%llu "
-          "budget_peak=%zu budget_waits=%llu",
+          "dropped_unauthenticated=%llu ended_handshake=%llu ended_slow=%llu ended_frame=%llu "
+          "ended_idle=%llu budget_peak=%zu budget_waits=%llu",
           (unsigned long long)g->accepted, (unsigned long long)g->refused[XF_CONN_CAP_TOTAL],
           (unsigned long long)g->refused[XF_CONN_CAP_PER_ADDRESS],
+          (unsigned long long)g->ended[XF_CONN_END_DROPPED],
           (unsigned long long)g->ended[XF_CONN_END_HANDSHAKE],
           (unsigned long long)g->ended[XF_CONN_END_SLOW],
           (unsigned long long)g->ended[XF_CONN_END_FRAME],

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "base/result.h"
+#include "net/conn.h"
 
 #define XF_COORD_PATH_MAX 1024
 #define XF_COORD_NAME_MAX 64
@@ -52,11 +53,10 @@ typedef struct xf_coord_config {
   uint32_t min_frame_rate;              /* bytes/s a frame in progress must keep: 4096 */
   double frame_rate_window_s;           /* averaged over: 30 */
   double frame_grace_s;                 /* a frame younger than this is not judged: 30 */
-  size_t max_connections;               /* accepted at once: 4096, fewer when the
-                                           descriptor limit leaves less */
-  size_t max_connections_per_address;   /* accepted at once from one address (an IPv6
-                                           one by its /64): 256, or a quarter of
-                                           max_connections when that is less */
+  size_t connection_caps[XF_CONN_CAP_COUNT]; /* by net/conn.h's XF_CONN_CAP_MAP, each
+                                           set by the key of its name; 0: the default
+                                           (xf_conn_caps_default), the total lowered to
+                                           what the descriptor limit leaves */
   size_t buffer_budget;                 /* bytes of large frames buffered at once: 256 MiB */
   /* Prometheus /metrics and /healthz over HTTP (docs/metrics.md): "" for
    * none (--metrics). */

@@ -87,14 +87,15 @@ static void config_path(char *dst, size_t n, const char *base_dir, const char *v
 
 /* The configuration keys that bound connections (docs/coordinator.md,
  * "Connections"): all numbers. */
+static const char *const connection_keys[] = {"handshake_timeout_s", "min_frame_rate",
+                                              "frame_rate_window_s", "frame_grace_s",
+                                              "buffer_budget", NULL};
+
+/* The caps are net/conn.h's XF_CONN_CAP_MAP, keyed by their names. */
 static bool connection_key(const char *k) {
-  static const char *const keys[] = {"handshake_timeout_s", "min_frame_rate",
-                                     "frame_rate_window_s", "frame_grace_s",
-                                     "max_connections",     "max_connections_per_address",
-                                     "buffer_budget",       NULL};
-  for (size_t i = 0; keys[i]; i++)
-    if (strcmp(keys[i], k) == 0) return true;
-  return false;
+  for (size_t i = 0; connection_keys[i]; i++)
+    if (strcmp(connection_keys[i], k) == 0) return true;
+  return xf_conn_cap_by_name(k) != XF_CONN_CAP_COUNT;
 }
 
 static xf_err connection_setting(xf_cli *cli, const char *k, double d, xf_coord_config *c) {
@@ -116,8 +117,26 @@ static xf_err connection_setting(xf_cli *cli, const char *k, double d, xf_coord_
   } else {
     if (!(d >= 1 && d <= 1000000))
       return xf_fail(&cli->err, XF_ERANGE, "must be from 1 to 1000000 connections");
-    if (strcmp(k, "max_connections") == 0) c->max_connections = (size_t)d;
-    else c->max_connections_per_address = (size_t)d;
+    c->connection_caps[xf_conn_cap_by_name(k)] = (size_t)d;
+  }
+  return XF_OK;
+}
+
+/* After every field: caps that contradict each other name both keys. */
+static xf_err connection_caps_check(xf_cli *cli, const xf_coord_config *c) {
+  static const xf_conn_cap within[][2] = {
+      {XF_CONN_CAP_PER_ADDRESS, XF_CONN_CAP_TOTAL},
+      {XF_CONN_CAP_UNAUTHENTICATED, XF_CONN_CAP_TOTAL},
+      {XF_CONN_CAP_UNAUTHENTICATED_PER_ADDRESS, XF_CONN_CAP_UNAUTHENTICATED},
+      {XF_CONN_CAP_AUTHENTICATED, XF_CONN_CAP_TOTAL},
+      {XF_CONN_CAP_AUTHENTICATED_PER_ADDRESS, XF_CONN_CAP_AUTHENTICATED}};
+  for (size_t i = 0; i < sizeof(within) / sizeof(within[0]); i++) {
+    size_t part = c->connection_caps[within[i][0]], whole = c->connection_caps[within[i][1]];
+    if (part && whole && part > whole) {
+      snprintf(cli->err.field, sizeof(cli->err.field), "%s", xf_conn_cap_name(within[i][0]));
+      return xf_fail(&cli->err, XF_ERANGE, "is %zu, above %s (%zu), which bounds it", part,
+                     xf_conn_cap_name(within[i][1]), whole);
+    }
   }
   return XF_OK;
 }
@@ -200,21 +219,35 @@ static xf_err config_field(xf_cli *cli, const char *dir, const char *k, json_t *
                                      "state_dir", "port_file",   "max_frame",  "max_staged",
                                      "resume_grace_s", "eval_timeout_s", "residency_policy",
                                      "handshake_timeout_s", "min_frame_rate",
-                                     "frame_rate_window_s", "frame_grace_s", "max_connections",
-                                     "max_connections_per_address", "buffer_budget", "metrics",
+                                     "frame_rate_window_s", "frame_grace_s", "buffer_budget",
+                                     "metrics",
                                      "metrics_port_file", "dashboard", "dashboard_port_file",
                                      NULL};
   size_t i = 0;
   while (keys[i] && strcmp(keys[i], k) != 0) i++;
   snprintf(cli->err.field, sizeof(cli->err.field), "%s", k);
-  if (!keys[i])
-    return xf_fail(&cli->err, XF_EFORMAT,
-                   "unknown field; the fields are role, region, listen, upstream, cert, key, ca, "
-                   "crl, state_dir, port_file, max_frame, max_staged, resume_grace_s, "
-                   "eval_timeout_s, residency_policy, handshake_timeout_s, min_frame_rate, "
-                   "frame_rate_window_s, frame_grace_s, max_connections, "
-                   "max_connections_per_address, buffer_budget, metrics, metrics_port_file, "
-                   "dashboard, dashboard_port_file");
+  if (!keys[i] && xf_conn_cap_by_name(k) == XF_CONN_CAP_COUNT) {
+    char all[1024];
+    size_t n = 0;
+    for (size_t j = 0; keys[j] && n < sizeof(all); j++)
+      n += (size_t)snprintf(all + n, sizeof(all) - n, "%s%s", j ? ", " : "", keys[j]);
+    /* The caps by pairs, "max_connections[_per_address]": the list fits
+     * the error's message. */
+    for (int cap = 0; cap < XF_CONN_CAP_COUNT && n < sizeof(all); cap++) {
+      const char *name = xf_conn_cap_name((xf_conn_cap)cap);
+      char pair[96];
+      snprintf(pair, sizeof(pair), "%s_per_address", name);
+      bool paired = xf_conn_cap_by_name(pair) != XF_CONN_CAP_COUNT;
+      size_t len = strlen(name), tail = strlen("_per_address");
+      if (len > tail && strcmp(name + len - tail, "_per_address") == 0) {
+        snprintf(pair, sizeof(pair), "%.*s", (int)(len - tail), name);
+        if (xf_conn_cap_by_name(pair) != XF_CONN_CAP_COUNT) continue; /* listed with it */
+      }
+      n += (size_t)snprintf(all + n, sizeof(all) - n, ", %s%s", name,
+                            paired ? "[_per_address]" : "");
+    }
+    return xf_fail(&cli->err, XF_EFORMAT, "unknown field; the fields are %s", all);
+  }
   bool numeric = strcmp(k, "max_frame") == 0 || strcmp(k, "max_staged") == 0 ||
                  strcmp(k, "resume_grace_s") == 0 || strcmp(k, "eval_timeout_s") == 0 ||
                  connection_key(k);
@@ -245,6 +278,7 @@ static xf_err load_config(xf_cli *cli, const char *path, xf_coord_config *c) {
     if ((rc = config_field(cli, dir, k, v, c)) != XF_OK) goto out;
   }
   cli->err.field[0] = '\0';
+  if ((rc = connection_caps_check(cli, c)) != XF_OK) goto out;
   size_t frame = c->max_frame ? c->max_frame : 4u * 1024u * 1024u;
   if (c->buffer_budget && c->buffer_budget < frame) {
     snprintf(cli->err.field, sizeof(cli->err.field), "buffer_budget");
@@ -399,8 +433,10 @@ static const xf_cmd commands[] = {
      "                      max_staged, resume_grace_s, eval_timeout_s,\n"
      "                      residency_policy, and the connection bounds\n"
      "                      handshake_timeout_s, min_frame_rate,\n"
-     "                      frame_rate_window_s, frame_grace_s, max_connections,\n"
-     "                      max_connections_per_address, buffer_budget, metrics,\n"
+     "                      frame_rate_window_s, frame_grace_s, buffer_budget,\n"
+     "                      max_connections, max_connections_per_address,\n"
+     "                      max_unauthenticated_connections[_per_address],\n"
+     "                      max_authenticated_connections[_per_address], metrics,\n"
      "                      metrics_port_file, dashboard, dashboard_port_file (paths\n"
      "                      relative to the file); flags override it\n"
      "  --role R            global (default) or regional\n"

@@ -55,8 +55,22 @@ static void connections(xf__coord *co, xf_prom *p) {
   xf_prom_family(p, "xfed_connections_accepted_total", "counter",
                  "Connections accepted since the start.");
   xf_prom_sample(p, "xfed_connections_accepted_total", NULL, (double)g->accepted);
+  xf_prom_family(p, "xfed_connections_open", "gauge",
+                 "Accepted connections open now: unauthenticated (TLS handshake or hello "
+                 "running) and authenticated.");
+  const char *lu[] = {"state", "unauthenticated", NULL}, *la[] = {"state", "authenticated", NULL};
+  xf_prom_sample(p, "xfed_connections_open", lu, (double)g->unauthenticated);
+  xf_prom_sample(p, "xfed_connections_open", la, (double)(g->open - g->unauthenticated));
+  xf_prom_family(p, "xfed_connections_dropped_total", "counter",
+                 "Unauthenticated connections dropped to admit a newer one, by the cap "
+                 "(configuration key) that made room.");
+  for (int c = 0; c < XF_CONN_CAP_COUNT; c++) {
+    const char *l[] = {"cap", xf_conn_cap_name((xf_conn_cap)c), NULL};
+    xf_prom_sample(p, "xfed_connections_dropped_total", l, (double)g->dropped[c]);
+  }
   xf_prom_family(p, "xfed_connections_refused_total", "counter",
-                 "Connections refused at accept, by the cap (configuration key) that refused them.");
+                 "Connections refused at accept or at the hello, by the cap (configuration "
+                 "key) that refused them.");
   for (int c = 0; c < XF_CONN_CAP_COUNT; c++) {
     const char *l[] = {"cap", xf_conn_cap_name((xf_conn_cap)c), NULL};
     xf_prom_sample(p, "xfed_connections_refused_total", l, (double)g->refused[c]);

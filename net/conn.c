@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include <openssl/err.h>
+#include <openssl/rand.h>
 #include <openssl/x509.h>
 
 #include "base/alloc.h"
@@ -76,9 +77,10 @@ struct xf_conn {
   void *user;
   xf_conn_guard *guard;
   xf_progress progress;
-  /* On the guard's list of accepted connections, and of those waiting for
-   * its budget. */
+  /* On the guard's list of accepted connections (oldest first), and of
+   * those waiting for its budget. */
   bool accepted, waiting;
+  uint64_t accepted_ms; /* the loop's clock at the accept */
   struct xf_conn *acc_prev, *acc_next, *wait_prev, *wait_next;
   uint8_t ip[16]; /* the peer's IPv4 address or IPv6 /64, for the cap per address */
   size_t ip_len;  /* 4 or 8; 0 when unknown */
@@ -143,6 +145,31 @@ const char *xf_conn_cap_name(xf_conn_cap cap) {
   return cap_names[cap];
 }
 
+xf_conn_cap xf_conn_cap_by_name(const char *key) {
+  for (int i = 0; i < XF_CONN_CAP_COUNT; i++)
+    if (strcmp(cap_names[i], key) == 0) return (xf_conn_cap)i;
+  return XF_CONN_CAP_COUNT;
+}
+
+static size_t at_least_1(size_t n) { return n ? n : 1; }
+
+void xf_conn_caps_default(size_t caps[XF_CONN_CAP_COUNT]) {
+  size_t *c = caps;
+  if (!c[XF_CONN_CAP_TOTAL]) c[XF_CONN_CAP_TOTAL] = XF_CONN_MAX_CONNS;
+  size_t total = c[XF_CONN_CAP_TOTAL];
+  if (!c[XF_CONN_CAP_PER_ADDRESS]) c[XF_CONN_CAP_PER_ADDRESS] = total;
+  if (!c[XF_CONN_CAP_UNAUTHENTICATED])
+    c[XF_CONN_CAP_UNAUTHENTICATED] =
+        at_least_1(total / 2 < XF_CONN_MAX_UNAUTH ? total / 2 : XF_CONN_MAX_UNAUTH);
+  size_t unauth = c[XF_CONN_CAP_UNAUTHENTICATED];
+  if (!c[XF_CONN_CAP_UNAUTHENTICATED_PER_ADDRESS])
+    c[XF_CONN_CAP_UNAUTHENTICATED_PER_ADDRESS] = at_least_1(
+        unauth / 4 < XF_CONN_MAX_UNAUTH_PER_ADDR ? unauth / 4 : XF_CONN_MAX_UNAUTH_PER_ADDR);
+  if (!c[XF_CONN_CAP_AUTHENTICATED]) c[XF_CONN_CAP_AUTHENTICATED] = total;
+  if (!c[XF_CONN_CAP_AUTHENTICATED_PER_ADDRESS])
+    c[XF_CONN_CAP_AUTHENTICATED_PER_ADDRESS] = c[XF_CONN_CAP_AUTHENTICATED];
+}
+
 /* ---- the guard --------------------------------------------------------------- */
 
 static void on_kick(uv_timer_t *t);
@@ -155,11 +182,19 @@ static void guard_released(xf_frame_budget *b) {
     if (!c->paused) uv_timer_start(&c->kick, on_kick, 0, 0);
 }
 
-void xf_conn_guard_init(xf_conn_guard *g, size_t max_conns, size_t max_conns_per_addr,
-                        size_t budget) {
+void xf_conn_guard_init(xf_conn_guard *g, const size_t *caps, size_t budget) {
   memset(g, 0, sizeof(*g));
-  g->max_conns = max_conns;
-  g->max_conns_per_addr = max_conns_per_addr;
+  if (caps) memcpy(g->cap, caps, sizeof(g->cap));
+  g->early_drop_start = XF_CONN_EARLY_DROP_START_PERCENT;
+  g->early_drop_rate = XF_CONN_EARLY_DROP_RATE_PERCENT;
+  /* Which connections are dropped early is not for a peer to predict; the
+   * time is a fallback that only a broken OpenSSL leaves. */
+  uint64_t seed = 0;
+  if (RAND_bytes((unsigned char *)&seed, sizeof(seed)) != 1) {
+    ERR_clear_error();
+    seed = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)g;
+  }
+  xf_rng_seed(&g->rng, seed, 0);
   g->budget.limit = budget;
   g->budget.on_release = guard_released;
   g->budget.user = g;
@@ -204,13 +239,134 @@ static void guard_unwait(xf_conn *c) {
   c->wait_prev = c->wait_next = NULL;
 }
 
-/* Accepted connections open from c's address, c excluded. A scan of at
- * most max_conns entries costs microseconds, once per accept. */
-static size_t guard_from_address(const xf_conn_guard *g, const xf_conn *c) {
+/* Early drop for one cap (MaxStartups start:rate:full with full = cap):
+ * with n unauthenticated connections open, whether a newcomer drops one. */
+static bool guard_early_drop(xf_conn_guard *g, size_t n, size_t cap) {
+  if (!cap || n == 0) return false;
+  if (n >= cap) return true;
+  size_t start = cap * g->early_drop_start / 100;
+  if (n < start || start >= cap) return false;
+  double rate = (double)(g->early_drop_rate > 100 ? 100 : g->early_drop_rate) / 100.0;
+  double p = rate + (1.0 - rate) * (double)(n - start) / (double)(cap - start);
+  return xf_rng_uniform(&g->rng) < p;
+}
+
+/* What a drop leaves: one fewer of every count the dropped one is in. */
+static void load_less_one(xf_conn_load *l, bool of_address) {
+  l->open--;
+  l->unauthenticated--;
+  if (of_address) {
+    l->from_address--;
+    l->unauthenticated_from_address--;
+  }
+}
+
+static xf_conn_admission admission_refused(xf_conn_cap cap) {
+  return (xf_conn_admission){.refused = cap,
+                             .drop_from_address_cap = XF_CONN_CAP_COUNT,
+                             .drop_any_cap = XF_CONN_CAP_COUNT};
+}
+
+xf_conn_admission xf_conn_guard_admit(xf_conn_guard *g, const xf_conn_load *load) {
+  xf_conn_admission a = admission_refused(XF_CONN_CAP_COUNT);
+  a.admit = true;
+  xf_conn_load l = *load;
+  const size_t *cap = g->cap;
+  /* The newcomer's address first: its own handshakes make room for it. */
+  if (guard_early_drop(g, l.unauthenticated_from_address,
+                       cap[XF_CONN_CAP_UNAUTHENTICATED_PER_ADDRESS])) {
+    a.drop_from_address = true;
+    a.drop_from_address_cap = XF_CONN_CAP_UNAUTHENTICATED_PER_ADDRESS;
+    load_less_one(&l, true);
+  }
+  if (cap[XF_CONN_CAP_PER_ADDRESS] && l.from_address >= cap[XF_CONN_CAP_PER_ADDRESS]) {
+    if (!a.drop_from_address && l.unauthenticated_from_address > 0) {
+      a.drop_from_address = true;
+      a.drop_from_address_cap = XF_CONN_CAP_PER_ADDRESS;
+      load_less_one(&l, true);
+    }
+    if (l.from_address >= cap[XF_CONN_CAP_PER_ADDRESS])
+      return admission_refused(XF_CONN_CAP_PER_ADDRESS);
+  }
+  if (guard_early_drop(g, l.unauthenticated, cap[XF_CONN_CAP_UNAUTHENTICATED])) {
+    a.drop_any = true;
+    a.drop_any_cap = XF_CONN_CAP_UNAUTHENTICATED;
+    load_less_one(&l, false);
+  }
+  if (cap[XF_CONN_CAP_TOTAL] && l.open >= cap[XF_CONN_CAP_TOTAL]) {
+    if (!a.drop_any && l.unauthenticated > 0) {
+      a.drop_any = true;
+      a.drop_any_cap = XF_CONN_CAP_TOTAL;
+      load_less_one(&l, false);
+    }
+    if (l.open >= cap[XF_CONN_CAP_TOTAL]) return admission_refused(XF_CONN_CAP_TOTAL);
+  }
+  return a;
+}
+
+xf_conn_cap xf_conn_guard_authenticate(const xf_conn_guard *g, size_t authenticated,
+                                       size_t from_address) {
+  if (g->cap[XF_CONN_CAP_AUTHENTICATED] && authenticated >= g->cap[XF_CONN_CAP_AUTHENTICATED])
+    return XF_CONN_CAP_AUTHENTICATED;
+  if (g->cap[XF_CONN_CAP_AUTHENTICATED_PER_ADDRESS] &&
+      from_address >= g->cap[XF_CONN_CAP_AUTHENTICATED_PER_ADDRESS])
+    return XF_CONN_CAP_AUTHENTICATED_PER_ADDRESS;
+  return XF_CONN_CAP_COUNT;
+}
+
+static bool same_address(const xf_conn *a, const xf_conn *b) {
+  return a->ip_len && a->ip_len == b->ip_len && memcmp(a->ip, b->ip, a->ip_len) == 0;
+}
+
+/* A connection that is closing is on its way out: no cap counts it as
+ * unauthenticated, and none drops it again. */
+static bool guard_droppable(const xf_conn *o) {
+  return !o->authenticated && o->state != CONN_CLOSING;
+}
+
+/* What is open as c arrives, c excluded: the connections holding a
+ * descriptor (libuv closes a socket's descriptor in uv_close, so one
+ * dropped earlier in this loop turn holds none). A scan of at most the
+ * total cap's entries costs microseconds, once per accept. */
+static xf_conn_load guard_load(const xf_conn_guard *g, const xf_conn *c) {
+  xf_conn_load l = {0};
+  for (const xf_conn *o = g->accepted_head; o; o = o->acc_next) {
+    if (o == c || uv_is_closing((const uv_handle_t *)&o->tcp)) continue;
+    bool here = same_address(o, c);
+    l.open++;
+    l.from_address += here;
+    if (guard_droppable(o)) {
+      l.unauthenticated++;
+      l.unauthenticated_from_address += here;
+    }
+  }
+  return l;
+}
+
+/* Authenticated connections open from c's address, and in all; c excluded. */
+static size_t guard_authenticated(const xf_conn_guard *g, const xf_conn *c, size_t *from) {
   size_t n = 0;
-  for (const xf_conn *o = g->accepted_list; o; o = o->acc_next)
-    if (o != c && o->ip_len == c->ip_len && memcmp(o->ip, c->ip, c->ip_len) == 0) n++;
+  *from = 0;
+  for (const xf_conn *o = g->accepted_head; o; o = o->acc_next) {
+    if (o == c || !o->authenticated || o->state == CONN_CLOSING) continue;
+    n++;
+    *from += same_address(o, c);
+  }
   return n;
+}
+
+/* The unauthenticated connection a newcomer c drops (of c's address when
+ * from_address): the oldest still in its TLS handshake, else the oldest
+ * whose certificate was verified and whose hello is pending, which an
+ * honest peer completes within a round trip. NULL when there is none. */
+static xf_conn *guard_victim(const xf_conn_guard *g, const xf_conn *c, bool from_address) {
+  xf_conn *verified = NULL;
+  for (xf_conn *o = g->accepted_head; o; o = o->acc_next) {
+    if (o == c || !guard_droppable(o) || (from_address && !same_address(o, c))) continue;
+    if (o->state != CONN_OPEN) return o;
+    if (!verified) verified = o;
+  }
+  return verified;
 }
 
 /* ---- closing --------------------------------------------------------------- */
@@ -223,9 +379,11 @@ static void conn_finish(xf_conn *c) {
     if (c->accepted) {
       xf_conn_guard *g = c->guard;
       if (c->acc_prev) c->acc_prev->acc_next = c->acc_next;
-      else g->accepted_list = c->acc_next;
+      else g->accepted_head = c->acc_next;
       if (c->acc_next) c->acc_next->acc_prev = c->acc_prev;
+      else g->accepted_tail = c->acc_prev;
       g->open--;
+      if (!c->authenticated) g->unauthenticated--;
     }
   }
   xf_frame_decoder_free(c->decoder); /* gives its reservation back */
@@ -1037,37 +1195,59 @@ static void listener_drop(xf_listener *l) {
   uv_close((uv_handle_t *)t, on_stray_closed);
 }
 
+/* Closes an unauthenticated connection at once for a newcomer, counted
+ * by the cap that made room and logged with the running totals: nothing
+ * is owed to a peer that has not opened its session, so the socket is cut
+ * rather than shut down. */
+static void guard_drop(xf_conn_guard *g, xf_conn *victim, xf_conn_cap cap, const xf_conn *c,
+                       const char *ip) {
+  g->dropped[cap]++;
+  XF_WARN("connection_dropped",
+          "addr=%s for=%s source=%s cap=%s limit=%zu open=%zu unauthenticated=%zu "
+          "dropped_%s=%llu",
+          victim->addr, c->addr, ip, xf_conn_cap_name(cap), g->cap[cap], g->open,
+          g->unauthenticated, xf_conn_cap_name(cap), (unsigned long long)g->dropped[cap]);
+  conn_end(victim, XF_CONN_END_DROPPED, XF_ERANGE, XF_PKI_OK,
+           "unauthenticated after %llu ms; dropped for a newer connection at %s=%zu",
+           (unsigned long long)(uv_now(victim->loop) - victim->accepted_ms), xf_conn_cap_name(cap),
+           g->cap[cap]);
+  conn_close_handles(victim);
+}
+
 /* The guard's caps on an accepted connection: true when c may stay, and
- * then it is on the guard's list; false after the refusal is counted and
+ * then it is on the guard's list, older unauthenticated connections
+ * dropped as the guard decided; false after the refusal is counted and
  * logged with the running totals. */
 static bool listener_admits(xf_listener *l, xf_conn *c, const char *ip) {
   xf_conn_guard *g = c->guard;
-  size_t same = g->max_conns_per_addr && c->ip_len ? guard_from_address(g, c) : 0;
-  xf_conn_cap cap = XF_CONN_CAP_COUNT;
-  size_t limit = 0;
-  if (g->max_conns && g->open >= g->max_conns) {
-    cap = XF_CONN_CAP_TOTAL;
-    limit = g->max_conns;
-  } else if (g->max_conns_per_addr && same >= g->max_conns_per_addr) {
-    cap = XF_CONN_CAP_PER_ADDRESS;
-    limit = g->max_conns_per_addr;
-  }
-  if (cap != XF_CONN_CAP_COUNT) {
+  xf_conn_load load = guard_load(g, c);
+  xf_conn_admission a = xf_conn_guard_admit(g, &load);
+  if (!a.admit) {
+    xf_conn_cap cap = a.refused;
     g->refused[cap]++;
     XF_WARN("connection_refused",
             "addr=%s source=%s port=%d cap=%s limit=%zu open=%zu open_from_source=%zu "
-            "refused_max_connections=%llu refused_max_connections_per_address=%llu",
-            c->addr, ip, l->port, xf_conn_cap_name(cap), limit, g->open, same,
+            "unauthenticated=%zu refused_max_connections=%llu "
+            "refused_max_connections_per_address=%llu",
+            c->addr, ip, l->port, xf_conn_cap_name(cap), g->cap[cap], g->open,
+            load.from_address, load.unauthenticated,
             (unsigned long long)g->refused[XF_CONN_CAP_TOTAL],
             (unsigned long long)g->refused[XF_CONN_CAP_PER_ADDRESS]);
     return false;
   }
+  xf_conn *victim;
+  if (a.drop_from_address && (victim = guard_victim(g, c, true)))
+    guard_drop(g, victim, a.drop_from_address_cap, c, ip);
+  if (a.drop_any && (victim = guard_victim(g, c, false))) guard_drop(g, victim, a.drop_any_cap, c, ip);
   c->accepted = true;
-  c->acc_prev = NULL;
-  c->acc_next = g->accepted_list;
-  if (g->accepted_list) g->accepted_list->acc_prev = c;
-  g->accepted_list = c;
+  c->accepted_ms = uv_now(c->loop);
+  c->acc_next = NULL;
+  c->acc_prev = g->accepted_tail;
+  if (g->accepted_tail) g->accepted_tail->acc_next = c;
+  else g->accepted_head = c;
+  g->accepted_tail = c;
   g->open++;
+  g->unauthenticated++;
   g->accepted++;
   return true;
 }
@@ -1187,9 +1367,38 @@ void *xf_listener_user(const xf_listener *l) { return l->user; }
 
 /* ---- accessors ------------------------------------------------------------- */
 
+/* The authenticated caps on an accepted connection completing its hello:
+ * XF_OK when it fits; else the peer is told which key bounds it, the
+ * refusal is counted and logged, and c closes. */
+static xf_err guard_authenticates(xf_conn *c, xf_errctx *err) {
+  xf_conn_guard *g = c->guard;
+  size_t from = 0;
+  size_t all = guard_authenticated(g, c, &from);
+  xf_conn_cap cap = xf_conn_guard_authenticate(g, all, from);
+  if (cap == XF_CONN_CAP_COUNT) return XF_OK;
+  g->refused[cap]++;
+  char msg[256];
+  snprintf(msg, sizeof(msg),
+           "the peer holds %zu authenticated connections%s already, the most %s=%zu allows",
+           cap == XF_CONN_CAP_AUTHENTICATED ? all : from,
+           cap == XF_CONN_CAP_AUTHENTICATED ? "" : " from this address", xf_conn_cap_name(cap),
+           g->cap[cap]);
+  XF_WARN("connection_refused", "addr=%s cap=%s limit=%zu authenticated=%zu "
+          "authenticated_from_source=%zu refused_%s=%llu",
+          c->addr, xf_conn_cap_name(cap), g->cap[cap], all, from, xf_conn_cap_name(cap),
+          (unsigned long long)g->refused[cap]);
+  conn_send_error(c, XF_ERANGE, msg);
+  conn_end(c, XF_CONN_END_REFUSED, XF_ERANGE, XF_PKI_OK, "%s", msg);
+  return xf_fail(err, XF_ERANGE, "%s", msg);
+}
+
 xf_err xf_conn_authenticated(xf_conn *c, size_t max_frame, xf_errctx *err) {
   XF_GUARD(xf_frame_decoder_set_max(c->decoder, max_frame ? max_frame : c->opts.max_frame, err));
   if (c->authenticated || c->state == CONN_CLOSING) return XF_OK;
+  if (c->accepted) {
+    XF_GUARD(guard_authenticates(c, err));
+    c->guard->unauthenticated--;
+  }
   c->authenticated = true;
   uint64_t now = uv_now(c->loop);
   bool paused = c->progress.paused;

@@ -13,6 +13,7 @@
 #include <uv.h>
 
 #include "base/result.h"
+#include "base/rng.h"
 #include "crypto/pki.h"
 #include "net/frame.h"
 #include "net/progress.h"
@@ -38,11 +39,22 @@
  * so a peer that has not opened its session can make the decoder buffer no
  * more than this (nor protobuf-c allocate for more). */
 #define XF_CONN_PREAUTH_MAX_FRAME (4u * 1024u)
-/* Defaults of a guard (xf_conn_guard_init callers use them; docs/
- * coordinator.md): connections accepted at once and from one address, and
- * the bytes of large frames buffered at once by all connections. */
+/* Defaults of a guard's caps (xf_conn_caps_default; docs/coordinator.md,
+ * "Connections"): connections accepted at once, and of those the ones not
+ * yet authenticated (TLS handshake or hello still running) in all and from
+ * one address. A handshake takes milliseconds, so 1,024 at once is far
+ * more than honest peers ever hold; 256 from one address lets a NAT of
+ * many sites reconnect together while a single source cannot take more
+ * than a quarter of the places for handshakes. */
 #define XF_CONN_MAX_CONNS 4096u
-#define XF_CONN_MAX_CONNS_PER_ADDR 256u
+#define XF_CONN_MAX_UNAUTH 1024u
+#define XF_CONN_MAX_UNAUTH_PER_ADDR 256u
+/* Early drop of unauthenticated connections, after OpenSSH's MaxStartups
+ * start:rate:full, where full is the cap: from start (this percentage of
+ * the cap) a newcomer drops an older unauthenticated connection with
+ * probability rate, rising linearly to certainty at the cap. */
+#define XF_CONN_EARLY_DROP_START_PERCENT 50u
+#define XF_CONN_EARLY_DROP_RATE_PERCENT 30u
 #define XF_CONN_BUFFER_BUDGET (256u * 1024u * 1024u)
 /* Descriptors a process keeps beyond its accepted connections: the
  * listener, the loop's own, the journal and blob store files, the logs, a
@@ -61,7 +73,8 @@
   X(FRAME, "the peer sent a frame that is too large or malformed")           \
   X(IO, "socket or memory error")                                            \
   X(HANDSHAKE, "the TLS handshake and the hello did not complete in time")   \
-  X(SLOW, "a frame in progress arrived slower than the minimum rate")
+  X(SLOW, "a frame in progress arrived slower than the minimum rate")       \
+  X(DROPPED, "dropped unauthenticated to admit a newer connection")
 
 typedef enum xf_conn_end {
 #define XF__CONN_END_ENUM(name, msg) XF_CONN_END_##name,
@@ -90,11 +103,23 @@ typedef struct xf_conn_reason {
 typedef struct xf_conn xf_conn;
 typedef struct xf_listener xf_listener;
 
-/* X(NAME, key): the caps a listener refuses a connection by, named by the
- * configuration key that sets them. */
-#define XF_CONN_CAP_MAP(X)          \
-  X(TOTAL, "max_connections")       \
-  X(PER_ADDRESS, "max_connections_per_address")
+/* X(NAME, key): the caps of a guard, named by the configuration key that
+ * sets them (docs/coordinator.md lists each; tests/test_conn.c checks it).
+ * A connection is unauthenticated from its accept until
+ * xf_conn_authenticated (its certificate verified, its hello accepted),
+ * authenticated after. The first two count both kinds, the next two the
+ * unauthenticated, the last two the authenticated. No cap ever closes an
+ * authenticated connection to make room: at the first four a newcomer
+ * closes (drops) an older unauthenticated connection instead, and is
+ * refused at accept only where none is left to drop; at the last two a
+ * connection completing its hello is refused. */
+#define XF_CONN_CAP_MAP(X)                                                  \
+  X(TOTAL, "max_connections")                                               \
+  X(PER_ADDRESS, "max_connections_per_address")                             \
+  X(UNAUTHENTICATED, "max_unauthenticated_connections")                     \
+  X(UNAUTHENTICATED_PER_ADDRESS, "max_unauthenticated_connections_per_address") \
+  X(AUTHENTICATED, "max_authenticated_connections")                         \
+  X(AUTHENTICATED_PER_ADDRESS, "max_authenticated_connections_per_address")
 
 typedef enum xf_conn_cap {
 #define XF__CONN_CAP_ENUM(name, key) XF_CONN_CAP_##name,
@@ -105,6 +130,16 @@ typedef enum xf_conn_cap {
 
 /* "max_connections", ...; never NULL. */
 const char *xf_conn_cap_name(xf_conn_cap cap);
+/* The cap named key, or XF_CONN_CAP_COUNT when no cap has that name. */
+xf_conn_cap xf_conn_cap_by_name(const char *key);
+
+/* Fills the caps left 0 in caps[XF_CONN_CAP_COUNT] with the defaults for a
+ * total of caps[XF_CONN_CAP_TOTAL] (XF_CONN_MAX_CONNS when 0): per address,
+ * the total; unauthenticated, XF_CONN_MAX_UNAUTH or half the total when
+ * less; unauthenticated per address, XF_CONN_MAX_UNAUTH_PER_ADDR or a
+ * quarter of the unauthenticated when less; authenticated, the total; and
+ * authenticated per address, the authenticated. Every one at least 1. */
+void xf_conn_caps_default(size_t caps[XF_CONN_CAP_COUNT]);
 
 /* What a process bounds its connections with, and the running totals of
  * what the bounds did (docs/protocol.md, "Limits"). The owner (a daemon)
@@ -114,23 +149,59 @@ const char *xf_conn_cap_name(xf_conn_cap cap);
  * and the counts of ends to all. The totals are for logs and an exporter:
  * read them, never write them. */
 typedef struct xf_conn_guard {
-  size_t max_conns;          /* accepted connections open at once; 0: no cap */
-  size_t max_conns_per_addr; /* ... from one source address (IPv6: its /64); 0: no cap */
-  xf_frame_budget budget;    /* frames buffered by every connection (net/frame.h) */
-  size_t open;               /* accepted connections open now */
-  uint64_t accepted;         /* accepted since the start */
-  uint64_t refused[XF_CONN_CAP_COUNT]; /* refused at accept, by cap */
+  size_t cap[XF_CONN_CAP_COUNT]; /* by XF_CONN_CAP_MAP; 0: no cap. Per address:
+                                    a source address, an IPv6 one by its /64 */
+  unsigned early_drop_start;     /* XF_CONN_EARLY_DROP_START_PERCENT */
+  unsigned early_drop_rate;      /* XF_CONN_EARLY_DROP_RATE_PERCENT */
+  xf_rng rng;                    /* draws the early drops: seeded by
+                                    xf_conn_guard_init, a test may seed it */
+  xf_frame_budget budget;        /* frames buffered by every connection (net/frame.h) */
+  size_t open;                   /* accepted connections open now */
+  size_t unauthenticated;        /* ... of them not yet authenticated */
+  uint64_t accepted;             /* accepted since the start */
+  uint64_t refused[XF_CONN_CAP_COUNT]; /* refused (at accept or at the hello), by cap */
+  uint64_t dropped[XF_CONN_CAP_COUNT]; /* unauthenticated ones dropped for a newcomer, by cap */
   uint64_t ended[XF_CONN_END_COUNT];   /* connections ended, by reason */
-  /* Internal: the accepted connections, and those waiting for the budget
-   * in the order they began to wait. */
-  xf_conn *accepted_list;
+  /* Internal: the accepted connections, oldest first, and those waiting
+   * for the budget in the order they began to wait. */
+  xf_conn *accepted_head, *accepted_tail;
   xf_conn *waiting_head, *waiting_tail;
 } xf_conn_guard;
 
-/* Sets g up: the caps (0: none), the budget's limit in bytes (0: none),
+/* What is open when a connection arrives, the newcomer not counted. */
+typedef struct xf_conn_load {
+  size_t open, from_address;                       /* accepted, of both kinds */
+  size_t unauthenticated, unauthenticated_from_address;
+} xf_conn_load;
+
+/* What admitting a newcomer takes: when admit, first close the oldest
+ * unauthenticated connection of its address (drop_from_address, for the
+ * cap drop_from_address_cap) and then the oldest unauthenticated one of
+ * all (drop_any, for drop_any_cap); when not admit, refuse it by `refused`
+ * and close nothing. */
+typedef struct xf_conn_admission {
+  bool admit;
+  bool drop_from_address, drop_any;
+  xf_conn_cap drop_from_address_cap, drop_any_cap, refused;
+} xf_conn_admission;
+
+/* The guard's decision on a newcomer (no I/O; the early drops draw from
+ * g->rng). Below a cap's start nothing is dropped for it; from its start a
+ * drop with rising probability; at the cap always one, where one is
+ * unauthenticated; at the first two caps with nothing to drop, a refusal. */
+xf_conn_admission xf_conn_guard_admit(xf_conn_guard *g, const xf_conn_load *load);
+
+/* The guard's decision on a connection completing its hello, with
+ * `authenticated` and `from_address` authenticated connections open
+ * already: XF_CONN_CAP_COUNT when it fits, else the cap it would exceed. */
+xf_conn_cap xf_conn_guard_authenticate(const xf_conn_guard *g, size_t authenticated,
+                                       size_t from_address);
+
+/* Sets g up: caps[XF_CONN_CAP_COUNT] copied (NULL or an entry 0: no cap;
+ * see xf_conn_caps_default), the budget's limit in bytes (0: none), the
+ * early drop at its defaults with rng seeded from OpenSSL's generator,
  * every count zero. */
-void xf_conn_guard_init(xf_conn_guard *g, size_t max_conns, size_t max_conns_per_addr,
-                        size_t budget);
+void xf_conn_guard_init(xf_conn_guard *g, const size_t *caps, size_t budget);
 
 /* How many accepted connections fit the process's descriptor limit: raises
  * the soft RLIMIT_NOFILE toward the hard one as far as wanted +
@@ -251,8 +322,12 @@ void xf_conn_close(xf_conn *c);
  * this once both Hellos and HelloAcks have crossed). The handshake deadline
  * ends, the progress rule starts, and the largest payload accepted rises
  * from the pre-authentication limit to max_frame (0: opts.max_frame) from
- * the next frame. XF_EINVAL above XF_FRAME_MAX_LIMIT. A second call only
- * sets the limit again. */
+ * the next frame. An accepted connection becomes authenticated for its
+ * guard's caps: when it would exceed max_authenticated_connections or
+ * max_authenticated_connections_per_address, the peer gets an Error naming
+ * the key, the connection closes with XF_CONN_END_REFUSED, and the call
+ * returns XF_ERANGE saying so. XF_EINVAL above XF_FRAME_MAX_LIMIT. A second
+ * call only sets the limit again. */
 xf_err xf_conn_authenticated(xf_conn *c, size_t max_frame, xf_errctx *err) XF_WARN_UNUSED;
 
 /* Raises or lowers the largest payload accepted (from the next frame) or

@@ -159,6 +159,8 @@ struct harness {
   bool server_unauthenticated, client_unauthenticated;
   /* the malformed Hello the client sends: 1 version 0, 2 min > max */
   int bad_hello;
+  /* guard scenarios: server sides the guard let authenticate, and refused */
+  int sessions_taken, sessions_refused;
   /* raw TCP scenarios */
   int raw_fd;
   size_t raw_sent;
@@ -985,52 +987,223 @@ static void open_session_lifts_the_hello_frame_limit(void **state) {
 
 static void keep_listener(harness *h) { (void)h; }
 
-static void listener_refuses_beyond_its_caps_and_counts_them(void **state) {
+/* Runs the loop until the guard has seen n connections arrive. */
+static void guard_wait_arrivals(harness *h, uint64_t n) {
+  for (;;) {
+    uint64_t seen = h->guard.accepted;
+    for (int c = 0; c < XF_CONN_CAP_COUNT; c++) seen += h->guard.refused[c];
+    if (seen >= n) return;
+    uv_run(&h->loop, UV_RUN_ONCE);
+  }
+}
+
+/* Caps of a guard for a test: those named, every other 0 (none), and no
+ * early drop, so that each cap acts at its value only. */
+static void guard_caps(harness *h, size_t total, size_t per_address, size_t unauth,
+                       size_t unauth_per_address) {
+  size_t caps[XF_CONN_CAP_COUNT] = {0};
+  caps[XF_CONN_CAP_TOTAL] = total;
+  caps[XF_CONN_CAP_PER_ADDRESS] = per_address;
+  caps[XF_CONN_CAP_UNAUTHENTICATED] = unauth;
+  caps[XF_CONN_CAP_UNAUTHENTICATED_PER_ADDRESS] = unauth_per_address;
+  xf_conn_guard_init(&h->guard, caps, 0);
+  h->guard.early_drop_start = 100;
+  h->sopts.guard = &h->guard;
+  h->after_server_close = keep_listener;
+}
+
+/* Closes the raw sockets, waits for the guard to let go of every
+ * connection, and ends the harness. */
+static void guard_finish(harness *h, int *fd, int n) {
+  for (int i = 0; i < n; i++) close(fd[i]);
+  while (h->guard.open > 0) uv_run(&h->loop, UV_RUN_ONCE);
+  xf_listener_close(h->listener, NULL);
+  h->listener = NULL;
+  harness_run(h);
+}
+
+static void unauthenticated_over_the_cap_per_address_drops_the_oldest_of_that_address(
+    void **state) {
   (void)state;
   harness h;
   harness_init(&h);
-  xf_conn_guard_init(&h.guard, 3, 2, 0);
-  h.sopts.guard = &h.guard;
-  h.after_server_close = keep_listener;
+  guard_caps(&h, 0, 0, 0, 2);
   harness_listen(&h);
   int port = xf_listener_port(h.listener);
-  /* Two from 127.0.0.1, a third refused by the cap per address; one from
-   * 127.0.0.2 fills the total, and one from 127.0.0.3 is refused by it. */
+  /* Two from 127.0.0.1 fill its cap; one from 127.0.0.2 is of another
+   * address; the next from 127.0.0.1 drops the oldest of 127.0.0.1. */
+  const char *from[] = {"127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.1"};
+  int fd[4];
+  for (int i = 0; i < 4; i++) {
+    fd[i] = raw_connect(from[i], port);
+    guard_wait_arrivals(&h, (uint64_t)i + 1);
+  }
+  while (!raw_ended(fd[0])) uv_run(&h.loop, UV_RUN_NOWAIT);
+  for (int i = 1; i < 4; i++) assert_false(raw_ended(fd[i])); /* the newcomer too */
+  assert_int_equal(h.guard.accepted, 4);
+  assert_int_equal(h.guard.dropped[XF_CONN_CAP_UNAUTHENTICATED_PER_ADDRESS], 1);
+  for (int c = 0; c < XF_CONN_CAP_COUNT; c++) assert_int_equal(h.guard.refused[c], 0);
+  while (h.guard.ended[XF_CONN_END_DROPPED] == 0) uv_run(&h.loop, UV_RUN_ONCE);
+  assert_int_equal(h.guard.open, 3);
+  assert_int_equal(h.guard.unauthenticated, 3);
+  guard_finish(&h, fd, 4);
+  assert_int_equal(h.guard.ended[XF_CONN_END_DROPPED], 1);
+}
+
+static void listener_makes_room_at_its_caps_by_dropping_older_unauthenticated_ones(
+    void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  guard_caps(&h, 3, 2, 0, 0);
+  harness_listen(&h);
+  int port = xf_listener_port(h.listener);
+  /* The third from 127.0.0.1 meets the cap per address and drops the
+   * first; the one from 127.0.0.3 meets the total and drops the oldest of
+   * all, the second. Nobody is refused: none of them is authenticated. */
   const char *from[] = {"127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.3"};
   int fd[5];
   for (int i = 0; i < 5; i++) {
     fd[i] = raw_connect(from[i], port);
-    while (h.guard.accepted + h.guard.refused[XF_CONN_CAP_TOTAL] +
-               h.guard.refused[XF_CONN_CAP_PER_ADDRESS] <
-           (uint64_t)i + 1)
-      uv_run(&h.loop, UV_RUN_ONCE);
+    guard_wait_arrivals(&h, (uint64_t)i + 1);
   }
-  assert_int_equal(h.guard.accepted, 3);
-  assert_int_equal(h.guard.open, 3);
-  assert_int_equal(h.guard.refused[XF_CONN_CAP_PER_ADDRESS], 1);
-  assert_int_equal(h.guard.refused[XF_CONN_CAP_TOTAL], 1);
+  while (!raw_ended(fd[0]) || !raw_ended(fd[1])) uv_run(&h.loop, UV_RUN_NOWAIT);
+  for (int i = 2; i < 5; i++) assert_false(raw_ended(fd[i]));
+  assert_int_equal(h.guard.dropped[XF_CONN_CAP_PER_ADDRESS], 1);
+  assert_int_equal(h.guard.dropped[XF_CONN_CAP_TOTAL], 1);
+  assert_int_equal(h.guard.refused[XF_CONN_CAP_TOTAL] + h.guard.refused[XF_CONN_CAP_PER_ADDRESS],
+                   0);
   assert_string_equal(xf_conn_cap_name(XF_CONN_CAP_PER_ADDRESS), "max_connections_per_address");
-  for (int i = 0; i < 5; i++) {
-    bool refused = i == 2 || i == 4;
-    /* A refused socket is ended at once; an accepted one waits for TLS. */
-    while (refused && !raw_ended(fd[i])) uv_run(&h.loop, UV_RUN_NOWAIT);
-    if (!refused) assert_false(raw_ended(fd[i]));
-    close(fd[i]);
-  }
-  while (h.guard.open > 0) uv_run(&h.loop, UV_RUN_ONCE);
+  guard_finish(&h, fd, 5);
+  assert_int_equal(h.guard.ended[XF_CONN_END_DROPPED], 2);
   assert_int_equal(h.guard.ended[XF_CONN_END_TLS], 3); /* gone during the handshake */
-  xf_listener_close(h.listener, NULL);
-  h.listener = NULL;
-  harness_run(&h);
+}
+
+static void a_burst_at_the_total_drops_one_older_connection_for_each_newcomer(void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  guard_caps(&h, 2, 0, 0, 0);
+  harness_listen(&h);
+  int port = xf_listener_port(h.listener);
+  int fd[6];
+  for (int i = 0; i < 2; i++) {
+    fd[i] = raw_connect("127.0.0.1", port);
+    guard_wait_arrivals(&h, (uint64_t)i + 1);
+  }
+  /* Four at once, accepted in one turn of the loop before the sockets
+   * dropped for the first of them have finished closing: each still finds
+   * one to drop, and none is refused. */
+  for (int i = 2; i < 6; i++) fd[i] = raw_connect("127.0.0.1", port);
+  guard_wait_arrivals(&h, 6);
+  for (int i = 0; i < 4; i++)
+    while (!raw_ended(fd[i])) uv_run(&h.loop, UV_RUN_NOWAIT);
+  assert_false(raw_ended(fd[4]) || raw_ended(fd[5]));
+  assert_int_equal(h.guard.refused[XF_CONN_CAP_TOTAL], 0);
+  assert_int_equal(h.guard.dropped[XF_CONN_CAP_TOTAL], 4);
+  guard_finish(&h, fd, 6);
+}
+
+/* The dialled sides stay open (no hello: each trusts the other once TLS is
+ * up, see cb_connect) until the scenario closes them. */
+static void keep_open(harness *h, side *s) {
+  (void)h;
+  (void)s;
+}
+
+static void authenticated_connections_are_not_dropped_for_unauthenticated_pressure(
+    void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  guard_caps(&h, 3, 0, 0, 0);
+  h.on_connected = keep_open;
+  harness_listen(&h);
+  int port = xf_listener_port(h.listener);
+  /* Two authenticated sessions from 127.0.0.1. */
+  harness_dial(&h, &h.client);
+  harness_dial(&h, &h.client2);
+  while (h.guard.open - h.guard.unauthenticated < 2 || !h.client.connected ||
+         !h.client2.connected)
+    uv_run(&h.loop, UV_RUN_ONCE);
+  /* Raw connections of the same address meet the total: each newcomer
+   * drops the one before it, never a session. */
+  int fd[3];
+  for (int i = 0; i < 3; i++) {
+    fd[i] = raw_connect("127.0.0.1", port);
+    guard_wait_arrivals(&h, 3 + (uint64_t)i);
+  }
+  while (!raw_ended(fd[0]) || !raw_ended(fd[1])) uv_run(&h.loop, UV_RUN_NOWAIT);
+  assert_false(raw_ended(fd[2]));
+  assert_int_equal(h.guard.dropped[XF_CONN_CAP_TOTAL], 2);
+  assert_true(h.client.conn && xf_conn_is_open(h.client.conn));
+  assert_true(h.client2.conn && xf_conn_is_open(h.client2.conn));
+  assert_int_equal(h.guard.refused[XF_CONN_CAP_TOTAL], 0);
+  /* With the places taken by sessions and a handshake in flight that is
+   * dropped for it, one more is admitted; with nothing unauthenticated
+   * left to drop it would be refused, which the guard's decision says. */
+  xf_conn_load full = {.open = 3, .from_address = 3};
+  xf_conn_admission a = xf_conn_guard_admit(&h.guard, &full);
+  assert_false(a.admit);
+  assert_int_equal(a.refused, XF_CONN_CAP_TOTAL);
+  assert_false(a.drop_any || a.drop_from_address);
+  xf_conn_close(h.client.conn);
+  xf_conn_close(h.client2.conn);
+  guard_finish(&h, fd, 3);
+  assert_int_equal(h.guard.ended[XF_CONN_END_DROPPED], 2);
+}
+
+/* The server side takes each peer at the end of TLS (no hello here) and
+ * counts what the guard said. */
+static void authenticate_counted(harness *h, side *s) {
+  if (!s->server) return;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  if (xf_conn_authenticated(s->conn, 0, &err) == XF_OK) {
+    h->sessions_taken++;
+  } else {
+    assert_non_null(strstr(err.msg, "max_authenticated_connections_per_address=1"));
+    h->sessions_refused++;
+  }
+}
+
+static void session_beyond_the_authenticated_cap_per_address_is_refused_naming_the_key(
+    void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  size_t caps[XF_CONN_CAP_COUNT] = {[XF_CONN_CAP_AUTHENTICATED_PER_ADDRESS] = 1};
+  xf_conn_guard_init(&h.guard, caps, 0);
+  h.sopts.guard = &h.guard;
+  h.after_server_close = keep_listener;
+  h.server_unauthenticated = true;
+  h.on_connected = authenticate_counted;
+  harness_listen(&h);
+  harness_dial(&h, &h.client);
+  harness_dial(&h, &h.client2);
+  /* One of the two is refused as its session would open: it gets an Error
+   * naming the key and is closed; the other stays open. */
+  while (!h.client.closed && !h.client2.closed) uv_run(&h.loop, UV_RUN_ONCE);
+  side *refused = h.client.closed ? &h.client : &h.client2;
+  side *kept = refused == &h.client ? &h.client2 : &h.client;
+  assert_int_equal(h.sessions_taken, 1);
+  assert_int_equal(h.sessions_refused, 1);
+  assert_int_equal(h.guard.refused[XF_CONN_CAP_AUTHENTICATED_PER_ADDRESS], 1);
+  assert_int_equal(refused->error_code, XF_ERANGE);
+  if (!strstr(refused->error_msg, "max_authenticated_connections_per_address=1"))
+    fail_msg("the Error says: %s", refused->error_msg);
+  assert_true(kept->conn && xf_conn_is_open(kept->conn));
+  assert_int_equal(h.guard.open - h.guard.unauthenticated, 1);
+  xf_conn_close(kept->conn);
+  guard_finish(&h, NULL, 0);
+  assert_int_equal(h.guard.ended[XF_CONN_END_REFUSED], 1);
 }
 
 static void dual_stack_listener_counts_ipv4_peers_by_their_own_address(void **state) {
   (void)state;
   harness h;
   harness_init(&h);
-  xf_conn_guard_init(&h.guard, 0, 2, 0);
-  h.sopts.guard = &h.guard;
-  h.after_server_close = keep_listener;
+  guard_caps(&h, 0, 0, 0, 2);
   xf_errctx err;
   xf_errctx_clear(&err);
   if (xf_listen(&h.loop, h.server_tls, "::", 0, &h.sopts, &h.listener, &err) != XF_OK) {
@@ -1039,22 +1212,172 @@ static void dual_stack_listener_counts_ipv4_peers_by_their_own_address(void **st
   }
   int port = xf_listener_port(h.listener);
   /* They arrive as ::ffff:127.0.0.x: each IPv4 address counts alone, not
-   * as one /64 of IPv4-mapped addresses. */
+   * as one /64 of IPv4-mapped addresses, so only the fourth, the third from
+   * 127.0.0.1, drops one (the first). */
   const char *from[] = {"127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.1"};
   int fd[4];
   for (int i = 0; i < 4; i++) {
     fd[i] = raw_connect(from[i], port);
-    while (h.guard.accepted + h.guard.refused[XF_CONN_CAP_PER_ADDRESS] < (uint64_t)i + 1)
-      uv_run(&h.loop, UV_RUN_ONCE);
+    guard_wait_arrivals(&h, (uint64_t)i + 1);
   }
-  assert_int_equal(h.guard.accepted, 3);
-  assert_int_equal(h.guard.refused[XF_CONN_CAP_PER_ADDRESS], 1);
-  while (!raw_ended(fd[3])) uv_run(&h.loop, UV_RUN_NOWAIT);
-  for (int i = 0; i < 4; i++) close(fd[i]);
-  while (h.guard.open > 0) uv_run(&h.loop, UV_RUN_ONCE);
-  xf_listener_close(h.listener, NULL);
-  h.listener = NULL;
-  harness_run(&h);
+  assert_int_equal(h.guard.accepted, 4);
+  assert_int_equal(h.guard.dropped[XF_CONN_CAP_UNAUTHENTICATED_PER_ADDRESS], 1);
+  while (!raw_ended(fd[0])) uv_run(&h.loop, UV_RUN_NOWAIT);
+  for (int i = 1; i < 4; i++) assert_false(raw_ended(fd[i]));
+  guard_finish(&h, fd, 4);
+}
+
+/* ---- the guard's decisions, without sockets ------------------------------------ */
+
+static xf_conn_guard decision_guard(size_t total, size_t per_address, size_t unauth,
+                                    size_t unauth_per_address, uint64_t seed) {
+  size_t caps[XF_CONN_CAP_COUNT] = {0};
+  caps[XF_CONN_CAP_TOTAL] = total;
+  caps[XF_CONN_CAP_PER_ADDRESS] = per_address;
+  caps[XF_CONN_CAP_UNAUTHENTICATED] = unauth;
+  caps[XF_CONN_CAP_UNAUTHENTICATED_PER_ADDRESS] = unauth_per_address;
+  xf_conn_guard g;
+  xf_conn_guard_init(&g, caps, 0);
+  xf_rng_seed(&g.rng, seed, 0);
+  return g;
+}
+
+static void guard_drops_at_an_unauthenticated_cap_and_never_below_its_start(void **state) {
+  (void)state;
+  xf_conn_guard g = decision_guard(1000, 1000, 100, 10, 1);
+  /* Below both starts (half of each cap): admitted, nothing dropped. */
+  for (int i = 0; i < 1000; i++) {
+    xf_conn_load l = {.open = 600, .from_address = 400, .unauthenticated = 49,
+                      .unauthenticated_from_address = 4};
+    xf_conn_admission a = xf_conn_guard_admit(&g, &l);
+    assert_true(a.admit && !a.drop_from_address && !a.drop_any);
+  }
+  /* At the cap per address: the oldest of the address, always. */
+  for (int i = 0; i < 1000; i++) {
+    xf_conn_load l = {.open = 600, .from_address = 400, .unauthenticated = 10,
+                      .unauthenticated_from_address = 10};
+    xf_conn_admission a = xf_conn_guard_admit(&g, &l);
+    assert_true(a.admit && a.drop_from_address && !a.drop_any);
+    assert_int_equal(a.drop_from_address_cap, XF_CONN_CAP_UNAUTHENTICATED_PER_ADDRESS);
+  }
+  /* At the cap of all: one of any address, always. */
+  for (int i = 0; i < 1000; i++) {
+    xf_conn_load l = {.open = 600, .from_address = 1, .unauthenticated = 100,
+                      .unauthenticated_from_address = 1};
+    xf_conn_admission a = xf_conn_guard_admit(&g, &l);
+    assert_true(a.admit && a.drop_any && !a.drop_from_address);
+    assert_int_equal(a.drop_any_cap, XF_CONN_CAP_UNAUTHENTICATED);
+  }
+}
+
+static void guard_drops_between_start_and_cap_with_a_probability_rising_to_one(void **state) {
+  (void)state;
+  /* Cap 100 per address: start 50 at rate 30%, so a drop with
+   * probability 30% at 50, 65% at 75, 98.6% at 99 (1,000 draws each). */
+  static const struct {
+    size_t n;
+    int low, high;
+  } at[] = {{49, 0, 0}, {50, 240, 360}, {75, 590, 710}, {99, 960, 1000}, {100, 1000, 1000}};
+  uint64_t trace[2] = {0, 0};
+  for (int run = 0; run < 2; run++) {
+    xf_conn_guard g = decision_guard(0, 0, 0, 100, 42);
+    for (size_t k = 0; k < sizeof(at) / sizeof(at[0]); k++) {
+      int drops = 0;
+      for (int i = 0; i < 1000; i++) {
+        xf_conn_load l = {.open = at[k].n, .from_address = at[k].n, .unauthenticated = at[k].n,
+                          .unauthenticated_from_address = at[k].n};
+        xf_conn_admission a = xf_conn_guard_admit(&g, &l);
+        assert_true(a.admit && !a.drop_any);
+        drops += a.drop_from_address;
+        trace[run] = trace[run] * 31u + (uint64_t)a.drop_from_address;
+      }
+      if (drops < at[k].low || drops > at[k].high)
+        fail_msg("%d drops in 1000 at %zu of 100; expected %d to %d", drops, at[k].n, at[k].low,
+                 at[k].high);
+    }
+  }
+  /* One seed, one sequence of decisions. */
+  assert_true(trace[0] == trace[1]);
+}
+
+static void guard_totals_drop_any_at_the_total_and_refuse_when_nothing_is_unauthenticated(
+    void **state) {
+  (void)state;
+  xf_conn_guard g = decision_guard(10, 4, 0, 0, 7);
+  /* The total is full, three of them unauthenticated: the oldest of all. */
+  xf_conn_load l = {.open = 10, .from_address = 1, .unauthenticated = 3,
+                    .unauthenticated_from_address = 0};
+  xf_conn_admission a = xf_conn_guard_admit(&g, &l);
+  assert_true(a.admit && a.drop_any && !a.drop_from_address);
+  assert_int_equal(a.drop_any_cap, XF_CONN_CAP_TOTAL);
+  /* Full and all authenticated: refused, nothing dropped. */
+  l.unauthenticated = 0;
+  a = xf_conn_guard_admit(&g, &l);
+  assert_false(a.admit || a.drop_any || a.drop_from_address);
+  assert_int_equal(a.refused, XF_CONN_CAP_TOTAL);
+  /* The address full: one of its own unauthenticated, which also makes
+   * room in the total; authenticated only, refused by the cap per address. */
+  l = (xf_conn_load){.open = 10, .from_address = 4, .unauthenticated = 2,
+                     .unauthenticated_from_address = 1};
+  a = xf_conn_guard_admit(&g, &l);
+  assert_true(a.admit && a.drop_from_address && !a.drop_any);
+  assert_int_equal(a.drop_from_address_cap, XF_CONN_CAP_PER_ADDRESS);
+  l.unauthenticated_from_address = 0;
+  a = xf_conn_guard_admit(&g, &l);
+  assert_false(a.admit);
+  assert_int_equal(a.refused, XF_CONN_CAP_PER_ADDRESS);
+  /* Authenticated ones are bounded when their hello completes. */
+  size_t caps[XF_CONN_CAP_COUNT] = {0};
+  caps[XF_CONN_CAP_AUTHENTICATED] = 5;
+  caps[XF_CONN_CAP_AUTHENTICATED_PER_ADDRESS] = 2;
+  xf_conn_guard_init(&g, caps, 0);
+  assert_int_equal(xf_conn_guard_authenticate(&g, 4, 1), XF_CONN_CAP_COUNT);
+  assert_int_equal(xf_conn_guard_authenticate(&g, 4, 2), XF_CONN_CAP_AUTHENTICATED_PER_ADDRESS);
+  assert_int_equal(xf_conn_guard_authenticate(&g, 5, 0), XF_CONN_CAP_AUTHENTICATED);
+}
+
+static void default_caps_let_a_thousand_sites_behind_one_address_connect(void **state) {
+  (void)state;
+  size_t caps[XF_CONN_CAP_COUNT] = {0};
+  xf_conn_caps_default(caps);
+  assert_int_equal(caps[XF_CONN_CAP_TOTAL], XF_CONN_MAX_CONNS);
+  assert_int_equal(caps[XF_CONN_CAP_UNAUTHENTICATED], XF_CONN_MAX_UNAUTH);
+  assert_int_equal(caps[XF_CONN_CAP_UNAUTHENTICATED_PER_ADDRESS], XF_CONN_MAX_UNAUTH_PER_ADDR);
+  assert_true(caps[XF_CONN_CAP_AUTHENTICATED_PER_ADDRESS] >= caps[XF_CONN_CAP_AUTHENTICATED]);
+  assert_true(caps[XF_CONN_CAP_PER_ADDRESS] >= caps[XF_CONN_CAP_TOTAL]);
+  assert_true(caps[XF_CONN_CAP_AUTHENTICATED_PER_ADDRESS] >= 1000);
+  /* A total lowered by the descriptor limit lowers the rest with it; a
+   * configured cap stays. */
+  size_t low[XF_CONN_CAP_COUNT] = {[XF_CONN_CAP_TOTAL] = 636,
+                                   [XF_CONN_CAP_AUTHENTICATED_PER_ADDRESS] = 9};
+  xf_conn_caps_default(low);
+  assert_int_equal(low[XF_CONN_CAP_UNAUTHENTICATED], 318);
+  assert_int_equal(low[XF_CONN_CAP_UNAUTHENTICATED_PER_ADDRESS], 79);
+  assert_int_equal(low[XF_CONN_CAP_AUTHENTICATED], 636);
+  assert_int_equal(low[XF_CONN_CAP_AUTHENTICATED_PER_ADDRESS], 9);
+  assert_int_equal(xf_conn_cap_by_name("max_authenticated_connections"),
+                   XF_CONN_CAP_AUTHENTICATED);
+  assert_int_equal(xf_conn_cap_by_name("max_connection"), XF_CONN_CAP_COUNT);
+}
+
+/* The coordinator's guide lists every cap's key in its table. */
+static void every_cap_key_is_in_the_coordinator_guide(void **state) {
+  (void)state;
+  const char *src = getenv("XF_SOURCE_DIR");
+  if (!src) skip();
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/docs/coordinator.md", src);
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  static char text[1 << 20];
+  size_t n = fread(text, 1, sizeof(text) - 1, f);
+  fclose(f);
+  text[n] = '\0';
+  for (int c = 0; c < XF_CONN_CAP_COUNT; c++) {
+    char row[128];
+    snprintf(row, sizeof(row), "\n| `%s` |", xf_conn_cap_name((xf_conn_cap)c));
+    if (!strstr(text, row)) fail_msg("docs/coordinator.md has no row for %s", row + 3);
+  }
 }
 
 static void budget_release(harness *h) {
@@ -1090,7 +1413,7 @@ static void frame_waits_for_the_budget_and_goes_on_when_it_frees(void **state) {
   (void)state;
   harness h;
   harness_init(&h);
-  xf_conn_guard_init(&h.guard, 0, 0, 1024u * 1024u);
+  xf_conn_guard_init(&h.guard, NULL, 1024u * 1024u);
   assert_true(xf_frame_budget_take(&h.guard.budget, 900u * 1024u)); /* held elsewhere */
   h.sopts.guard = &h.guard;
   h.phase = 1;
@@ -1129,8 +1452,18 @@ int main(void) {
       cmocka_unit_test(hello_with_version_0_or_an_empty_range_gets_an_error_frame),
       cmocka_unit_test(hello_traffic_out_of_turn_gets_an_error_frame),
       cmocka_unit_test(open_session_lifts_the_hello_frame_limit),
-      cmocka_unit_test(listener_refuses_beyond_its_caps_and_counts_them),
+      cmocka_unit_test(unauthenticated_over_the_cap_per_address_drops_the_oldest_of_that_address),
+      cmocka_unit_test(listener_makes_room_at_its_caps_by_dropping_older_unauthenticated_ones),
+      cmocka_unit_test(a_burst_at_the_total_drops_one_older_connection_for_each_newcomer),
+      cmocka_unit_test(authenticated_connections_are_not_dropped_for_unauthenticated_pressure),
+      cmocka_unit_test(
+          session_beyond_the_authenticated_cap_per_address_is_refused_naming_the_key),
       cmocka_unit_test(dual_stack_listener_counts_ipv4_peers_by_their_own_address),
+      cmocka_unit_test(guard_drops_at_an_unauthenticated_cap_and_never_below_its_start),
+      cmocka_unit_test(guard_drops_between_start_and_cap_with_a_probability_rising_to_one),
+      cmocka_unit_test(guard_totals_drop_any_at_the_total_and_refuse_when_nothing_is_unauthenticated),
+      cmocka_unit_test(default_caps_let_a_thousand_sites_behind_one_address_connect),
+      cmocka_unit_test(every_cap_key_is_in_the_coordinator_guide),
       cmocka_unit_test(frame_waits_for_the_budget_and_goes_on_when_it_frees),
   };
   int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);

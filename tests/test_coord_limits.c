@@ -2,12 +2,14 @@
 /* The coordinator's bounds on its peers, end to end: the real xfed-coord on
  * loopback with a federation made by the real `xfed pki`, and the real
  * `xfed job list` of a researcher. The daemon runs with 700 descriptors, so
- * its cap on connections comes from that limit (636, a quarter of it per
- * address). 500 TCP connections from five addresses drip a real ClientHello
- * a byte every 2 s and are each closed at the handshake deadline, while the
- * CLI is answered throughout; 500 from one address are held up to the cap
- * per address, the rest refused at accept, and the CLI still answered; 750
- * idle connections meet the total cap, refused and counted; a certified
+ * its caps come from that limit (636 in all, half of it unauthenticated, a
+ * quarter of that per address). 500 TCP connections from five addresses
+ * drip a real ClientHello a byte every 2 s and are each closed at the
+ * handshake deadline or dropped for a newer one, while the CLI is answered
+ * throughout; 500 from one address are held up to its unauthenticated cap,
+ * older ones dropped for newer ones and none refused, and the CLI still
+ * answered; 750 idle connections meet the unauthenticated total, dropped
+ * and counted while the CLI answers; a certified
  * peer that sends a 4 MiB length prefix before its Hello is refused at once;
  * and 100 certified sessions that each announce a 4 MiB frame and send all
  * of it but 1,000 bytes, then a byte every 15 s, hold no more of the
@@ -69,13 +71,14 @@
 /* The daemon's descriptor limit (soft and hard), and the caps it implies. */
 #define DAEMON_FDS 700u
 #define CAP_TOTAL (DAEMON_FDS - XF_CONN_FD_RESERVE)
-#define CAP_PER_ADDRESS \
-  (CAP_TOTAL / 4 < XF_CONN_MAX_CONNS_PER_ADDR ? CAP_TOTAL / 4 : XF_CONN_MAX_CONNS_PER_ADDR)
+#define CAP_UNAUTH (CAP_TOTAL / 2 < XF_CONN_MAX_UNAUTH ? CAP_TOTAL / 2 : XF_CONN_MAX_UNAUTH)
+#define CAP_UNAUTH_PER_ADDRESS \
+  (CAP_UNAUTH / 4 < XF_CONN_MAX_UNAUTH_PER_ADDR ? CAP_UNAUTH / 4 : XF_CONN_MAX_UNAUTH_PER_ADDR)
 #define DRIPS 500
 #define DRIP_SOURCES 5
 #define DRIP_EVERY_S 2.0
-/* Idle connections meeting the total cap: from five addresses, each within
- * the cap per address, all of them beyond the total. */
+/* Idle connections meeting the unauthenticated caps: from five addresses,
+ * each beyond the cap per address, all of them beyond the total. */
 #define IDLERS 750
 #define IDLE_SOURCES 5
 #define FLOOD_MAX IDLERS
@@ -752,10 +755,11 @@ static flood *flood_run(unsigned first, int sources, int per_source, bool drip, 
   return f;
 }
 
-/* Ends by the handshake deadline, and refusals at accept by each cap, of
- * the connections from 127.0.0.first and the next sources - 1 addresses. */
+/* Ends by the handshake deadline, drops for a newer connection, and
+ * refusals at accept by each cap, of the connections from 127.0.0.first
+ * and the next sources - 1 addresses. */
 typedef struct flood_ends {
-  size_t deadline, refused_total, refused_per_address;
+  size_t deadline, dropped, refused_total, refused_per_address;
 } flood_ends;
 
 static flood_ends flood_count(unsigned first, int sources) {
@@ -766,6 +770,8 @@ static flood_ends flood_count(unsigned first, int sources) {
     snprintf(source, sizeof(source), "source=127.0.0.%u ", first + (unsigned)s);
     e.deadline += log_count((const char *const[]){"event=conn_closed", addr, "reason=HANDSHAKE",
                                                   "within the handshake deadline", NULL});
+    e.dropped += log_count((const char *const[]){"event=conn_closed", addr, "reason=DROPPED",
+                                                 "dropped for a newer connection", NULL});
     e.refused_total += log_count(
         (const char *const[]){"event=connection_refused", source, "cap=max_connections ", NULL});
     e.refused_per_address +=
@@ -790,101 +796,104 @@ static unsigned long long log_last_number(const char *event, const char *key) {
 
 static void connection_caps_follow_the_descriptor_limit(void **state) {
   (void)state;
-  char total[64], per_address[64];
+  char total[64], per_address[64], unauth[64], unauth_per_address[80], auth[80];
   snprintf(total, sizeof(total), "max_connections=%u ", (unsigned)CAP_TOTAL);
   snprintf(per_address, sizeof(per_address), "max_connections_per_address=%u ",
-           (unsigned)CAP_PER_ADDRESS);
-  if (log_count((const char *const[]){"event=connection_limits", total, per_address, NULL}) != 1 ||
+           (unsigned)CAP_TOTAL);
+  snprintf(unauth, sizeof(unauth), "max_unauthenticated_connections=%u ", (unsigned)CAP_UNAUTH);
+  snprintf(unauth_per_address, sizeof(unauth_per_address),
+           "max_unauthenticated_connections_per_address=%u ", (unsigned)CAP_UNAUTH_PER_ADDRESS);
+  snprintf(auth, sizeof(auth), "max_authenticated_connections_per_address=%u ",
+           (unsigned)CAP_TOTAL);
+  if (log_count((const char *const[]){"event=connection_limits", total, per_address, unauth,
+                                      unauth_per_address, auth, NULL}) != 1 ||
       log_count((const char *const[]){"event=connection_cap_lowered", total, "LimitNOFILE",
                                       NULL}) != 1) {
     log_show();
-    fail_msg("expected the caps %u and %u per address from %u descriptors", (unsigned)CAP_TOTAL,
-             (unsigned)CAP_PER_ADDRESS, DAEMON_FDS);
+    fail_msg("expected the caps %u, %u unauthenticated and %u of them per address from %u "
+             "descriptors",
+             (unsigned)CAP_TOTAL, (unsigned)CAP_UNAUTH, (unsigned)CAP_UNAUTH_PER_ADDRESS,
+             DAEMON_FDS);
   }
 }
 
 static void dripped_clienthellos_end_at_the_handshake_deadline_while_the_cli_answers(
     void **state) {
   (void)state;
-  /* 100 from each of 127.0.0.2-6: within every cap, so each one lives
-   * until the deadline ends it. */
+  /* 100 from each of 127.0.0.2-6: beyond the unauthenticated caps, so
+   * each one lives until the deadline ends it or a newer one drops it;
+   * none is refused. */
   (void)flood_run(2, DRIP_SOURCES, DRIPS / DRIP_SOURCES, true, true);
   flood_ends e = flood_count(2, DRIP_SOURCES);
-  if (e.deadline != DRIPS || e.refused_total || e.refused_per_address) {
+  if (e.deadline + e.dropped != DRIPS || e.dropped < DRIPS - CAP_UNAUTH || e.refused_total ||
+      e.refused_per_address) {
     log_show();
-    fail_msg("%zu closed by the handshake deadline, %zu + %zu refused at accept; expected %d "
-             "closed by the deadline",
-             e.deadline, e.refused_total, e.refused_per_address, DRIPS);
+    fail_msg("%zu closed by the handshake deadline, %zu dropped, %zu + %zu refused at accept; "
+             "expected %d closed by the deadline or dropped, at least %d of them dropped",
+             e.deadline, e.dropped, e.refused_total, e.refused_per_address, DRIPS,
+             DRIPS - (int)CAP_UNAUTH);
   }
   cli_job_list("after the drips");
 }
 
 static void clienthello_drips_from_one_address_meet_its_cap_and_the_cli_answers(void **state) {
   (void)state;
-  /* 500 from 127.0.0.7: the first CAP_PER_ADDRESS are held until the
-   * deadline, the rest refused at accept while they are. */
+  /* 500 from 127.0.0.7: at most CAP_UNAUTH_PER_ADDRESS of them are held
+   * until the deadline, older ones dropped for newer ones; none refused. */
   (void)flood_run(7, 1, DRIPS, true, true);
   flood_ends e = flood_count(7, 1);
   char limit[64];
-  snprintf(limit, sizeof(limit), "limit=%u ", (unsigned)CAP_PER_ADDRESS);
-  size_t with_limit = log_count((const char *const[]){"event=connection_refused",
-                                                      "source=127.0.0.7 ", limit, NULL});
-  if (e.deadline + e.refused_per_address != DRIPS || e.deadline < CAP_PER_ADDRESS ||
-      e.refused_per_address == 0 || e.refused_total || with_limit != e.refused_per_address) {
+  snprintf(limit, sizeof(limit), "limit=%u ", (unsigned)CAP_UNAUTH_PER_ADDRESS);
+  size_t with_limit = log_count(
+      (const char *const[]){"event=connection_dropped", "source=127.0.0.7 ",
+                            "cap=max_unauthenticated_connections_per_address ", limit, NULL});
+  if (e.deadline + e.dropped != DRIPS || e.dropped < DRIPS - CAP_UNAUTH_PER_ADDRESS || e.refused_total || e.refused_per_address ||
+      with_limit != e.dropped) {
     log_show();
-    fail_msg("%zu closed by the handshake deadline, %zu refused by the cap per address (%zu "
-             "naming its limit %u), %zu by the total",
-             e.deadline, e.refused_per_address, with_limit, (unsigned)CAP_PER_ADDRESS,
-             e.refused_total);
+    fail_msg("%zu closed by the handshake deadline, %zu dropped (%zu by the unauthenticated cap "
+             "per address %u), %zu + %zu refused",
+             e.deadline, e.dropped, with_limit, (unsigned)CAP_UNAUTH_PER_ADDRESS,
+             e.refused_total, e.refused_per_address);
   }
-  /* The running count on the last refusal is every refusal so far. */
-  unsigned long long counted =
-      log_last_number("event=connection_refused", "refused_max_connections_per_address=");
-  size_t lines = log_count((const char *const[]){"event=connection_refused",
-                                                 "cap=max_connections_per_address ", NULL});
+  /* The running count on the last drop is every drop by that cap so far. */
+  const char *key = "dropped_max_unauthenticated_connections_per_address=";
+  unsigned long long counted = log_last_number("event=connection_dropped", key);
+  size_t lines = log_count((const char *const[]){"event=connection_dropped",
+                                                 "cap=max_unauthenticated_connections_per_address ",
+                                                 NULL});
   if (counted != lines)
-    fail_msg("the last refusal counts %llu refusals by the cap per address; the log has %zu",
-             counted, lines);
+    fail_msg("the last drop counts %llu drops by the cap per address; the log has %zu", counted,
+             lines);
   fprintf(stderr, "test_coord_limits: %d drips from one address: %zu held until the deadline, "
-                  "%zu refused at accept by the cap per address (%u)\n",
-          DRIPS, e.deadline, e.refused_per_address, (unsigned)CAP_PER_ADDRESS);
+                  "%zu dropped for newer ones by the unauthenticated cap per address (%u)\n",
+          DRIPS, e.deadline, e.dropped, (unsigned)CAP_UNAUTH_PER_ADDRESS);
 }
 
-static void idle_connections_beyond_the_total_cap_are_refused_and_counted(void **state) {
+static void idle_connections_beyond_the_unauthenticated_caps_are_dropped_while_the_cli_answers(
+    void **state) {
   (void)state;
-  /* 150 from each of 127.0.0.8-12, sending nothing: within the cap per
-   * address, beyond the total. The CLI is not run meanwhile: with every
-   * place taken, it would be refused too, which is what the total cap is
-   * for (the descriptors stay within the limit). */
-  (void)flood_run(8, IDLE_SOURCES, IDLERS / IDLE_SOURCES, false, false);
+  /* 150 from each of 127.0.0.8-12, sending nothing: beyond the cap per
+   * address and the total of unauthenticated ones. Newer ones drop older
+   * ones, so the CLI is answered meanwhile and nobody is refused. */
+  (void)flood_run(8, IDLE_SOURCES, IDLERS / IDLE_SOURCES, false, true);
   flood_ends e = flood_count(8, IDLE_SOURCES);
-  char limit[64];
-  snprintf(limit, sizeof(limit), "limit=%u ", (unsigned)CAP_TOTAL);
-  size_t with_limit = log_count(
-      (const char *const[]){"event=connection_refused", "cap=max_connections ", limit, NULL});
-  /* The CLI's last connections may still be closing as the flood begins:
-   * a few places fewer than the cap may be left to it. */
-  if (e.deadline + e.refused_total != IDLERS || e.deadline + 4 < CAP_TOTAL ||
-      e.refused_total == 0 || e.refused_per_address || with_limit != e.refused_total) {
+  if (e.deadline + e.dropped != IDLERS || e.dropped < IDLERS - CAP_UNAUTH || e.refused_total ||
+      e.refused_per_address) {
     log_show();
-    fail_msg("%zu closed by the handshake deadline, %zu refused by the total cap (%zu naming "
-             "its limit %u), %zu by the cap per address",
-             e.deadline, e.refused_total, with_limit, (unsigned)CAP_TOTAL, e.refused_per_address);
+    fail_msg("%zu closed by the handshake deadline, %zu dropped, %zu + %zu refused; expected "
+             "%d closed by the deadline or dropped, at least %d of them dropped",
+             e.deadline, e.dropped, e.refused_total, e.refused_per_address, IDLERS,
+             IDLERS - (int)CAP_UNAUTH);
   }
-  unsigned long long counted =
-      log_last_number("event=connection_refused", "refused_max_connections=");
-  if (counted != e.refused_total)
-    fail_msg("the last refusal counts %llu refusals by the total cap; the log has %zu", counted,
-             e.refused_total);
-  /* Never out of descriptors: the cap kept the reserve free. */
+  /* Never out of descriptors: the caps kept the reserve free. */
   if (log_count((const char *const[]){"too many open files", NULL}) != 0) {
     log_show();
     fail_msg("xfed-coord ran out of descriptors");
   }
   fprintf(stderr, "test_coord_limits: %d idle connections: %zu held until the deadline, %zu "
-                  "refused at accept by the total cap (%u)\n",
-          IDLERS, e.deadline, e.refused_total, (unsigned)CAP_TOTAL);
-  cli_job_list("after the total cap");
+                  "dropped for newer ones (unauthenticated caps %u, %u per address)\n",
+          IDLERS, e.deadline, e.dropped, (unsigned)CAP_UNAUTH, (unsigned)CAP_UNAUTH_PER_ADDRESS);
+  cli_job_list("after the unauthenticated caps");
 }
 
 /* ---- a 4 MiB prefix before the hello ----------------------------------------------- */
@@ -1088,15 +1097,18 @@ static void daemon_stops_cleanly_with_its_totals_and_no_sanitizer_report(void **
   unsigned long long peak = log_last_number(ev, "budget_peak=");
   unsigned long long refused = log_last_number(ev, "refused_max_connections=") +
                                log_last_number(ev, "refused_max_connections_per_address=");
+  unsigned long long dropped = log_last_number(ev, "dropped_unauthenticated=");
   unsigned long long small_frames = (unsigned long long)(HOLDERS + 8) * XF_FRAME_BUDGET_SMALL;
   fprintf(stderr, "test_coord_limits: totals: %llu closed by the progress rule, %llu frames "
-                  "waited for the budget, its peak %llu bytes (limit %u), %llu refused at accept\n",
-          slow, waits, peak, BUDGET_BYTES, refused);
+                  "waited for the budget, its peak %llu bytes (limit %u), %llu refused at accept, "
+                  "%llu dropped unauthenticated\n",
+          slow, waits, peak, BUDGET_BYTES, refused, dropped);
   assert_int_equal(slow, HOLDERS);
   assert_true(waits > 0);
   assert_true(peak >= FRAME_ANNOUNCED);
   assert_true(peak <= (unsigned long long)BUDGET_BYTES + small_frames);
-  assert_true(refused > 0);
+  assert_int_equal(refused, 0);
+  assert_true(dropped > 0);
 }
 
 int main(void) {
@@ -1107,7 +1119,8 @@ int main(void) {
       cmocka_unit_test(megabyte_prefix_before_the_hello_is_refused_at_once),
       cmocka_unit_test(dripped_clienthellos_end_at_the_handshake_deadline_while_the_cli_answers),
       cmocka_unit_test(clienthello_drips_from_one_address_meet_its_cap_and_the_cli_answers),
-      cmocka_unit_test(idle_connections_beyond_the_total_cap_are_refused_and_counted),
+      cmocka_unit_test(
+          idle_connections_beyond_the_unauthenticated_caps_are_dropped_while_the_cli_answers),
       cmocka_unit_test(daemon_stops_cleanly_with_its_totals_and_no_sanitizer_report),
   };
   int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);
