@@ -127,6 +127,7 @@ int main(int argc, char **argv) {
   }
   if (xf_net_create(s.b, m, (int)batch, &s.net, &err)) return die("net");
   if (xf_noise_new_random(&s.noise)) return die("noise generator");
+  xf_noise_use_table(s.noise, true); /* as a job calibrated to a target epsilon draws it */
   s.n_params = xf_model_num_params(m);
   size_t in = xf_model_input_size(m);
   float *p = malloc(s.n_params * sizeof(float)), *x = malloc((size_t)batch * in * sizeof(float));

@@ -227,6 +227,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "xfed-bench-train: cannot make the noise generator\n");
       return 1;
     }
+    xf_noise_use_table(st.noise, true); /* as a job calibrated to a target epsilon draws it */
   }
   long warm = steps / 10 + 1;
   for (long i = 0; i < warm; i++)

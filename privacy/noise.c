@@ -39,6 +39,8 @@ struct xf_noise {
   unsigned pool_bits;
   struct xf__grid_table *table; /* the grid sampler's table for the last s used, or NULL;
                                    xf_malloc'ed, public data, owned by this generator */
+  bool use_table; /* the Gaussian on a grid draws from the table (xf_noise_use_table);
+                     false: Karney's exact sampler */
 };
 
 static void xf__refill(xf_noise *g) {
@@ -711,8 +713,29 @@ static inline int64_t xf__grid_base(xf_noise *g, const xf__grid_table *tb, uint6
   return (int64_t)v - tb->t;
 }
 
-/* The noising loop of the Gaussian on a grid over out[0..n), once checked:
- * each 64-bit word gives the prefixes of two coordinates' x1 and x2. */
+void xf_noise_use_table(xf_noise *g, bool on) {
+  if (g) g->use_table = on;
+}
+
+/* The exact noising loop of the Gaussian on a grid over out[0..n), once
+ * checked: each value's discrete Gaussian by Karney's Algorithm D. */
+static xf_err xf__exact_fill(xf_noise *g, const xf__dgauss *d, int k, float *out, size_t n) {
+  const double scale = ldexp(1.0, k);
+  const float unscale = ldexpf(1.0f, -k); /* a normal float: |k| <= 75 */
+  for (size_t i = 0; i < n; i++) {
+    /* The input in grid steps, rounded to nearest (ties to even). */
+    int64_t x = (int64_t)nearbyint((double)out[i] * scale);
+    int64_t y;
+    XF_GUARD(xf__discrete_gaussian(g, d, &y));
+    /* |x + y| < 2^40 + 2^31: exact; the one rounding is int64 -> float. */
+    out[i] = (float)(x + y) * unscale;
+  }
+  return XF_OK;
+}
+
+/* The table's noising loop of the Gaussian on a grid over out[0..n), once
+ * checked: each 64-bit word gives the prefixes of two coordinates' x1 and
+ * x2. */
 static void xf__gaussian_fill(xf_noise *g, const xf__grid_table *tb, int k, float *out,
                               size_t n) {
   const double scale = ldexp(1.0, k);
@@ -740,6 +763,12 @@ xf_err xf_noise_gaussian_vec(xf_noise *g, double sigma, float *out, size_t n) {
   int k;
   uint64_t s;
   XF_GUARD(xf__gaussian_vec_check(g, sigma, out, n, &k, &s));
+  if (!g->use_table) {
+    xf__dgauss d = xf__dgauss_prepare(s * s, 1);
+    xf_err rc = xf__exact_fill(g, &d, k, out, n);
+    xf__erase(g);
+    return rc;
+  }
   const xf__grid_table *tb;
   XF_GUARD(xf__grid_table_for(g, s, &tb));
   xf__gaussian_fill(g, tb, k, out, n);
@@ -758,7 +787,9 @@ typedef struct xf__par_job {
   float *out;
   size_t n, chunks;
   int k;
-  const xf__grid_table *table; /* the parent's, read-only while the job runs */
+  const xf__grid_table *table; /* the parent's, read-only while the job runs; NULL: exact */
+  xf__dgauss d;                /* the exact sampler's, when table is NULL */
+  _Atomic int rc;              /* the exact sampler's first failure, XF_OK when none */
   uint8_t *keys; /* chunks * XF__KEY bytes, sodium_malloc'ed; each wiped once used */
   _Atomic size_t next; /* next chunk to take */
 } xf__par_job;
@@ -783,7 +814,15 @@ static void *xf__par_run(void *arg) {
     c->pool_bits = 0;
     c->table = NULL;
     size_t lo = i * XF__CHUNK, len = job->n - lo < XF__CHUNK ? job->n - lo : XF__CHUNK;
-    xf__gaussian_fill(c, job->table, job->k, job->out + lo, len);
+    if (job->table) {
+      xf__gaussian_fill(c, job->table, job->k, job->out + lo, len);
+      continue;
+    }
+    xf_err rc = xf__exact_fill(c, &job->d, job->k, job->out + lo, len);
+    if (rc != XF_OK) {
+      int ok = XF_OK;
+      atomic_compare_exchange_strong(&job->rc, &ok, (int)rc);
+    }
   }
   return NULL;
 }
@@ -792,8 +831,8 @@ xf_err xf_noise_gaussian_vec_par(xf_noise *g, double sigma, float *out, size_t n
   int k;
   uint64_t s;
   XF_GUARD(xf__gaussian_vec_check(g, sigma, out, n, &k, &s));
-  const xf__grid_table *table;
-  XF_GUARD(xf__grid_table_for(g, s, &table));
+  const xf__grid_table *table = NULL;
+  if (g->use_table) XF_GUARD(xf__grid_table_for(g, s, &table));
   size_t chunks = (n + XF__CHUNK - 1) / XF__CHUNK;
   size_t helpers = threads <= 1 ? 0 : (size_t)(threads > XF__THREADS_MAX ? XF__THREADS_MAX : threads) - 1;
   if (helpers > (chunks > 0 ? chunks - 1 : 0)) helpers = chunks > 0 ? chunks - 1 : 0;
@@ -818,8 +857,10 @@ xf_err xf_noise_gaussian_vec_par(xf_noise *g, double sigma, float *out, size_t n
   job->chunks = chunks;
   job->k = k;
   job->table = table;
+  if (!table) job->d = xf__dgauss_prepare(s * s, 1);
   job->keys = keys;
   atomic_init(&job->next, 0);
+  atomic_init(&job->rc, XF_OK);
   for (size_t t = 0; t <= helpers; t++) workers[t] = (xf__par_worker){job, &children[t]};
   /* The calling thread works too; a helper that cannot start leaves its
    * chunks to the others. */
@@ -828,6 +869,7 @@ xf_err xf_noise_gaussian_vec_par(xf_noise *g, double sigma, float *out, size_t n
     if (pthread_create(&tids[started], NULL, xf__par_run, &workers[started + 1]) != 0) break;
   (void)xf__par_run(&workers[0]);
   for (size_t t = 0; t < started; t++) pthread_join(tids[t], NULL);
+  rc = (xf_err)atomic_load(&job->rc);
 out:
   xf_free(tids);
   xf_free(workers);

@@ -92,15 +92,23 @@ xf_err xf_noise_discrete_gaussian_vec(xf_noise *g, uint32_t sigma2_num, uint32_t
  * NULL. */
 xf_err xf_noise_gaussian_grid(double sigma, int *grid_exp, double *sigma_eff) XF_WARN_UNUSED;
 
+/* Which sampler g's Gaussian on a grid draws from: a new generator uses
+ * Karney's exact discrete Gaussian (xf_noise_discrete_gaussian); on, the
+ * cumulative-table sampler, within XF_NOISE_GRID_TV of it per value and many
+ * times faster. Turn it on only where the privacy accounting charges that
+ * distance (xf_privacy_plan's table_sampler). NULL is ignored. */
+void xf_noise_use_table(xf_noise *g, bool on);
+
 /* Adds Gaussian noise of standard deviation sigma to out[0..n) in place (to
  * write pure noise, pass zeros). Each value is rounded to the grid of
  * xf_noise_gaussian_grid, a discrete Gaussian N_Z(0, s^2) in grid steps is
  * added in exact integer arithmetic, and the exact sum is converted to float
  * once, so the output is a deterministic function of the integer mechanism's
  * output: this is what closes the floating-point attacks of Mironov 2012
- * (docs/privacy-noise.md). Each value's integer noise is within
- * XF_NOISE_GRID_TV of N_Z(0, s^2) in total variation, the vector's within
- * xf_noise_grid_tv(n). The sampler's table for s (about 240 KiB, public) is
+ * (docs/privacy-noise.md). The discrete Gaussian is exact, or with
+ * xf_noise_use_table each value's integer noise is within XF_NOISE_GRID_TV of
+ * N_Z(0, s^2) in total variation, the vector's within xf_noise_grid_tv(n).
+ * The table sampler's table for s (about 240 KiB, public) is
  * made on the first call with that s and kept by g until s changes or g is
  * freed. XF_ERANGE when sigma is out of range or an input is not finite or
  * lies more than 2^XF_NOISE_GRID_RANGE_LOG2 steps from zero; XF_ENOMEM when

@@ -60,28 +60,31 @@ xf_err xf_privacy_plan_for(const xf_privacy_spec *pv, const xf_privacy_schedule 
     out->steps_per_round = 1;
   }
   out->planned_steps = out->steps_per_round * schedule->rounds;
-  /* The grid sampler is within tv of the exact discrete Gaussian per
+  /* The table sampler is within tv of the exact discrete Gaussian per
    * noised vector, so planned_steps vectors are within planned_steps tv of
    * the exact mechanism, and an (eps, delta')-DP guarantee of the exact one
    * holds for the drawn one at delta' + (1 + e^eps) planned_steps tv
-   * (docs/privacy-noise.md, "The grid sampler"). The calibration is made at
-   * the job's delta less that share. */
+   * (docs/privacy-noise.md, "The grid sampler"). When that share is a
+   * negligible part of the job's delta, the calibration is made at delta
+   * less it and the table draws the noise; otherwise (a given multiplier,
+   * whose epsilon is reported at the job's delta, or a large target whose
+   * e^eps makes the share count) the exact sampler draws it and nothing is
+   * charged. */
   double tv;
   XF_GUARD(xf_noise_grid_tv(n_params, &tv));
-  out->sampler_delta = (double)out->planned_steps * tv;
+  out->table_sampler = false;
+  out->sampler_delta = 0;
   if (pv->has_noise_multiplier) {
     out->accounted_multiplier = pv->noise_multiplier;
   } else {
     double eps, order;
     xf_errctx inner = {0};
-    out->sampler_delta *= 1 + exp(pv->target_epsilon);
-    double delta = pv->delta - out->sampler_delta;
-    if (!(delta > 0) || !isfinite(out->sampler_delta)) {
-      xf_errctx_field(err, "privacy.delta");
-      return xf_fail(err, XF_EINVAL, "delta %g leaves nothing once the noise sampler's share "
-                     "(%g for %" PRIu64 " steps of %zu values) is charged", pv->delta,
-                     out->sampler_delta, out->planned_steps, n_params);
+    double share = (double)out->planned_steps * tv * (1 + exp(pv->target_epsilon));
+    if (isfinite(share) && share <= pv->delta * XF_PRIVACY_TABLE_SHARE) {
+      out->table_sampler = true;
+      out->sampler_delta = share;
     }
+    double delta = pv->delta - out->sampler_delta;
     if (xf_dp_calibrate(pv->target_epsilon, out->sampling_rate, out->planned_steps, delta,
                         &out->accounted_multiplier, &eps, &order, &inner) != XF_OK) {
       xf_errctx_field(err, "privacy.target_epsilon");

@@ -13,6 +13,12 @@
 #include "base/result.h"
 #include "privacy/privacy.h"
 
+/* The largest share of a job's delta the table sampler may take
+ * (xf_privacy_plan.sampler_delta): beyond it, as with a large target_epsilon
+ * whose e^epsilon magnifies the sampler's distance, the exact sampler is
+ * used and nothing is charged. */
+#define XF_PRIVACY_TABLE_SHARE 0x1p-20
+
 /* What a site does for one job on one dataset. */
 typedef struct xf_privacy_plan {
   /* The site adds the noise: unit record (DP-SGD) or unit site with mode
@@ -26,12 +32,14 @@ typedef struct xf_privacy_plan {
   double noise_multiplier;     /* sigma / clip actually drawn: at least accounted_multiplier,
                                   grown so that the grid's rounding slack is paid for
                                   (xf_noise_grid_multiplier) */
-  double sampler_delta;        /* the share of delta charged for the grid sampler's distance
-                                  from the exact discrete Gaussian: (1 + e^target_epsilon)
-                                  planned_steps xf_noise_grid_tv(n_params) when calibrating
-                                  (the multiplier is then calibrated at delta less it), and
-                                  planned_steps xf_noise_grid_tv(n_params) when the
-                                  multiplier is given */
+  bool table_sampler;          /* the noise is drawn by the table sampler
+                                  (xf_noise_use_table): only when calibrating to
+                                  target_epsilon and its share below is at most
+                                  delta * XF_PRIVACY_TABLE_SHARE; else the exact sampler */
+  double sampler_delta;        /* the share of delta charged for the table sampler's distance
+                                  from the exact discrete Gaussian, (1 + e^target_epsilon)
+                                  planned_steps xf_noise_grid_tv(n_params): the multiplier
+                                  is calibrated at delta less it. 0 with the exact sampler */
 } xf_privacy_plan;
 
 /* How a job trains at a site, as far as privacy is concerned. */

@@ -293,6 +293,7 @@ static bool update_prepare(daemon_t *d, task *t, size_t n, float *local, xf_nois
     task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "privacy noise", &err);
     return false;
   }
+  xf_noise_use_table(*noise, t->plan.table_sampler); /* what the plan charged for */
   char ctx[256];
   size_t ctx_len = xf__site_seal_context(d, t, ctx, sizeof(ctx));
   if (xf_update_prepare(&up, local, t->residual, *noise, ctx, ctx_len, &t->payload, &err) !=
@@ -369,6 +370,7 @@ static void task_compute(daemon_t *d, task *t) {
       task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "privacy noise", &err);
       goto out;
     }
+    xf_noise_use_table(noise, t->plan.table_sampler); /* what the plan charged for */
     if (t->dataset.trainer) {
       /* An external trainer (docs/trainers.md): the program trains, the
        * site keeps everything from the delta on. */

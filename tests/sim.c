@@ -420,6 +420,7 @@ static void site_go(world *w, site *s, const xf_jobm_action *a) {
     fail_harness(w, "training set-up at %s: %s", s->name, err.msg);
     goto out;
   }
+  xf_noise_use_table(noise, s->plan.table_sampler); /* as the site does */
   const xf_privacy_spec *pv = &w->spec.privacy;
   bool record = s->plan.site_noise && pv->unit == XF_PRIVACY_UNIT_RECORD;
   xf_dp_sgd dp = {.clip = pv->clip, .noise_multiplier = s->plan.noise_multiplier,

@@ -24,15 +24,20 @@ typedef unsigned __int128 xf__u128_t;
 #define N_BERN 200000
 #define N_DIST 200000
 
-/* A seeded generator: seed bytes are tag, tag + 1, ... */
-static xf_noise *seeded(uint8_t tag) {
+/* A seeded generator: seed bytes are tag, tag + 1, ...; its Gaussian on a
+ * grid draws from the table sampler (seeded), or from Karney's exact one
+ * (seeded_as(tag, false): what a new generator does). */
+static xf_noise *seeded_as(uint8_t tag, bool table) {
   uint8_t seed[XF_NOISE_SEED_BYTES];
   for (size_t i = 0; i < sizeof(seed); i++) seed[i] = (uint8_t)(tag + i);
   xf_noise *g = NULL;
   assert_int_equal(xf_noise_new_seeded(seed, &g), XF_OK);
   assert_non_null(g);
+  xf_noise_use_table(g, table);
   return g;
 }
+
+static xf_noise *seeded(uint8_t tag) { return seeded_as(tag, true); }
 
 /* Q(a, x), the regularized upper incomplete gamma function (series for
  * x < a + 1, Lentz's continued fraction otherwise). */
@@ -374,15 +379,14 @@ static void gaussian_grid_rounds_sigma_up_by_less_than_2_pow_minus_14(void **sta
   assert_int_equal(xf_noise_gaussian_grid(INFINITY, NULL, NULL), XF_ERANGE);
 }
 
-static void gaussian_vec_adds_noise_of_mean_zero_and_variance_sigma2(void **state) {
-  (void)state;
+static void gaussian_vec_moments(bool table) {
   static const struct {
     double sigma;
     float base;
   } cases[] = {{1.5, 0.0f}, {3e-3, 0.25f}, {40.0, -1000.0f}};
   float *v = xf_mallocarray(N_DIST, sizeof(float));
   assert_non_null(v);
-  xf_noise *g = seeded(9);
+  xf_noise *g = seeded_as(9, table);
   for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
     int k;
     double eff;
@@ -410,6 +414,16 @@ static void gaussian_vec_adds_noise_of_mean_zero_and_variance_sigma2(void **stat
   }
   xf_noise_free(g);
   xf_free(v);
+}
+
+static void gaussian_vec_adds_noise_of_mean_zero_and_variance_sigma2(void **state) {
+  (void)state;
+  gaussian_vec_moments(true);
+}
+
+static void exact_gaussian_vec_adds_noise_of_mean_zero_and_variance_sigma2(void **state) {
+  (void)state;
+  gaussian_vec_moments(false);
 }
 
 /* Lemire's multiply-shift with rejection at moduli far from a power of two.
@@ -447,15 +461,14 @@ static void uniform_is_unbiased_for_awkward_moduli(void **state) {
 /* The parallel Gaussian cuts the vector into chunks keyed from g's stream:
  * the output for a given seed does not depend on the thread count, and a
  * refused vector is left unchanged. */
-static void gaussian_vec_par_is_the_same_for_any_thread_count(void **state) {
-  (void)state;
+static void gaussian_vec_par_thread_counts(bool table) {
   const size_t n = 100000; /* 7 chunks, the last one short */
   float *a = xf_mallocarray(n, sizeof(float)), *b = xf_mallocarray(n, sizeof(float));
   assert_non_null(a);
   assert_non_null(b);
   static const int threads[] = {1, 2, 3, 8, 0};
   for (size_t t = 0; t < sizeof(threads) / sizeof(threads[0]); t++) {
-    xf_noise *g = seeded(11);
+    xf_noise *g = seeded_as(11, table);
     for (size_t i = 0; i < n; i++) b[i] = (float)i * 0.5f;
     assert_int_equal(xf_noise_gaussian_vec_par(g, 2.0, b, n, threads[t]), XF_OK);
     if (t == 0)
@@ -479,6 +492,16 @@ static void gaussian_vec_par_is_the_same_for_any_thread_count(void **state) {
   xf_noise_free(g);
   xf_free(a);
   xf_free(b);
+}
+
+static void gaussian_vec_par_is_the_same_for_any_thread_count(void **state) {
+  (void)state;
+  gaussian_vec_par_thread_counts(true);
+}
+
+static void exact_gaussian_vec_par_is_the_same_for_any_thread_count(void **state) {
+  (void)state;
+  gaussian_vec_par_thread_counts(false);
 }
 
 static void gaussian_vec_par_adds_noise_of_variance_sigma_eff2(void **state) {
@@ -711,11 +734,13 @@ static void grid_sampler_without_memory_fails_cleanly(void **state) {
   xf_noise_free(g);
 }
 
-/* A DP-SGD plan charges the grid sampler's distance from the exact
- * mechanism to delta: (1 + e^eps) steps n XF_NOISE_GRID_TV, calibrating at
- * delta less that; a given multiplier is charged steps n XF_NOISE_GRID_TV;
- * and a delta the share would use up is refused, naming the field. */
-static void plan_charges_the_sampler_distance_to_delta(void **state) {
+/* The plan chooses the sampler and charges it: with a target epsilon whose
+ * share (1 + e^eps) steps n XF_NOISE_GRID_TV is a negligible part of delta
+ * the table draws the noise and the multiplier is calibrated at delta less
+ * that share; a large target (local DP at epsilon 50: e^50 magnifies the
+ * distance past delta) and a given multiplier take the exact sampler,
+ * charged nothing, calibrated at the job's delta. */
+static void plan_charges_the_table_sampler_or_takes_the_exact_one(void **state) {
   (void)state;
   xf_privacy_spec pv = {.unit = XF_PRIVACY_UNIT_RECORD, .mode = XF_PRIVACY_LOCAL, .clip = 1.0,
                         .has_target_epsilon = true, .target_epsilon = 3.0, .delta = 1e-5};
@@ -725,24 +750,32 @@ static void plan_charges_the_sampler_distance_to_delta(void **state) {
   xf_errctx err = {0};
   assert_int_equal(xf_privacy_plan_for(&pv, &sched, 60000, n, &plan, &err), XF_OK);
   double share = (double)plan.planned_steps * (double)n * XF_NOISE_GRID_TV;
+  assert_true(plan.table_sampler);
   assert_true(fabs(plan.sampler_delta - (1 + exp(3.0)) * share) <= 1e-12 * plan.sampler_delta);
+  assert_true(plan.sampler_delta <= 1e-5 * XF_PRIVACY_TABLE_SHARE);
   double z, eps, order;
   assert_int_equal(xf_dp_calibrate(3.0, plan.sampling_rate, plan.planned_steps,
                                    1e-5 - plan.sampler_delta, &z, &eps, &order, NULL),
                    XF_OK);
   assert_true(plan.accounted_multiplier == z);
 
+  /* Site-level local DP at epsilon 50 on a tiny model: e^50 share > delta. */
+  xf_privacy_spec local = {.unit = XF_PRIVACY_UNIT_SITE, .mode = XF_PRIVACY_LOCAL, .clip = 1.0,
+                           .has_target_epsilon = true, .target_epsilon = 50, .delta = 1e-5};
+  xf_privacy_schedule two = {.rounds = 2, .epochs = 1, .batch_size = 8};
+  assert_int_equal(xf_privacy_plan_for(&local, &two, 100, 18, &plan, &err), XF_OK);
+  assert_false(plan.table_sampler);
+  assert_true(plan.sampler_delta == 0);
+  assert_int_equal(xf_dp_calibrate(50, 1.0, 2, 1e-5, &z, &eps, &order, NULL), XF_OK);
+  assert_true(plan.accounted_multiplier == z);
+
   pv.has_target_epsilon = false;
   pv.has_noise_multiplier = true;
   pv.noise_multiplier = 1.1;
   assert_int_equal(xf_privacy_plan_for(&pv, &sched, 60000, n, &plan, &err), XF_OK);
-  assert_true(plan.sampler_delta == share);
-
-  pv.has_target_epsilon = true;
-  pv.has_noise_multiplier = false;
-  pv.delta = share / 2;
-  assert_int_equal(xf_privacy_plan_for(&pv, &sched, 60000, n, &plan, &err), XF_EINVAL);
-  assert_string_equal(err.field, "privacy.delta");
+  assert_false(plan.table_sampler);
+  assert_true(plan.sampler_delta == 0);
+  assert_true(plan.accounted_multiplier == 1.1);
 }
 
 int main(void) {
@@ -757,15 +790,17 @@ int main(void) {
       cmocka_unit_test(discrete_gaussian_matches_exact_variance_and_pmf),
       cmocka_unit_test(gaussian_grid_rounds_sigma_up_by_less_than_2_pow_minus_14),
       cmocka_unit_test(gaussian_vec_adds_noise_of_mean_zero_and_variance_sigma2),
+      cmocka_unit_test(exact_gaussian_vec_adds_noise_of_mean_zero_and_variance_sigma2),
       cmocka_unit_test(uniform_is_unbiased_for_awkward_moduli),
       cmocka_unit_test(gaussian_vec_par_is_the_same_for_any_thread_count),
+      cmocka_unit_test(exact_gaussian_vec_par_is_the_same_for_any_thread_count),
       cmocka_unit_test(gaussian_vec_par_adds_noise_of_variance_sigma_eff2),
       cmocka_unit_test(grid_multiplier_accounts_for_rounding_of_every_coordinate),
       cmocka_unit_test(grid_sampler_fits_the_exact_discrete_gaussian_across_the_s_range),
       cmocka_unit_test(grid_sampler_is_within_its_total_variation_bound_for_every_s),
       cmocka_unit_test(grid_sampler_is_reproducible_from_the_seed),
       cmocka_unit_test(grid_sampler_without_memory_fails_cleanly),
-      cmocka_unit_test(plan_charges_the_sampler_distance_to_delta),
+      cmocka_unit_test(plan_charges_the_table_sampler_or_takes_the_exact_one),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
