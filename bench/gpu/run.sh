@@ -11,7 +11,8 @@
 #      dashboard, libmicrohttpd; -DXF_REPORT=OFF: `xfed job report`, cairo
 #      and the 18 X11, font and GLib -dev packages its pkg-config files
 #      require; -DXF_SYSTEMD=OFF), none of which the checks below use,
-#   3. runs `ctest -L gpu` (every cuda op against the cpu reference),
+#   3. runs `ctest -L gpu` (every cuda op against the cpu reference), then
+#      the same tests under compute-sanitizer's memcheck,
 #   4. trains Fashion-MNIST with `xfed train` on the cuda backend (mlp, lenet5,
 #      DP-SGD), for comparison with the cpu backend's figures,
 #   5. measures training throughput against PyTorch on the same card (same
@@ -23,12 +24,14 @@
 # stderr.log (the programs' own messages), fed.log and logs.tgz (the
 # federation's daemon logs).
 #
-# usage: bench/gpu/run.sh [PHASE ...]   phases: build test train bench fed
+# usage: bench/gpu/run.sh [PHASE ...]   phases: build test memcheck train bench fed
 #                                       (default: all, in that order)
 # Environment: XF_GPU_PREFIX (default /tmp/xfed-deps), XF_GPU_BUILD (default
 # build-gpu), XF_GPU_ARCH (default native: the card's), XF_GPU_REPEATS
 # (throughput repeats, default 3), XF_GPU_BACKEND (default cuda),
 # XF_GPU_STEP_DIVISOR (default 1), XF_GPU_FED_TIMEOUT (default 420 s),
+# XF_GPU_RESNET_EPOCHS (default 3), XF_GPU_MEMCHECK_S (default 240 s),
+# XF_GPU_MEMCHECK_FILTER (the tests memcheck runs, default all),
 # XF_GPU_FED_DIR (the quickstart's directory, default /tmp/xfed-qs), OUT.
 # Rehearsal on a machine with nvcc but no GPU (after fetch.sh; PyTorch's
 # rows are missing where it has no torch):
@@ -45,7 +48,7 @@ arch=${XF_GPU_ARCH:-native}
 backend=${XF_GPU_BACKEND:-cuda} # cpu rehearses the script on a machine without a GPU
 div=${XF_GPU_STEP_DIVISOR:-1}     # a rehearsal on the cpu divides every step count
 phases=("$@")
-((${#phases[@]})) || phases=(build test train bench fed)
+((${#phases[@]})) || phases=(build test memcheck train bench fed)
 summary=$OUT/summary.txt
 say() { echo "$*" | tee -a "$summary"; }
 want() { local p; for p in "${phases[@]}"; do [[ $p == "$1" ]] && return 0; done; return 1; }
@@ -132,16 +135,22 @@ if want test; then
   grep -E '\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test|\[  FAILED  \] [a-z]|differ|mismatch|worst|apart' \
     "$OUT/gputest.log" | sort -u | head -20 | tee -a "$summary"
   grep -m1 'no GPU' "$OUT/gputest.log" | tee -a "$summary"
-  # The same tests under compute-sanitizer's memcheck: out-of-bounds and
-  # misaligned device accesses (not API errors: a test asks for absurd sizes).
-  if [[ $backend == cuda ]] && command -v compute-sanitizer >/dev/null; then
-    x timeout 240 compute-sanitizer --tool memcheck --report-api-errors no \
-      "$B/tests/test_kernels_gpu" >"$OUT/memcheck.txt" 2>&1
-    rc=$?
-    cat "$OUT/memcheck.txt" >>"$OUT/gputest.log"
-    rm -f "$OUT/memcheck.txt"
-    say "$(stamp) memcheck: rc=$rc ($(grep -m1 'ERROR SUMMARY' "$OUT/gputest.log"))"
-  fi
+  # fedavg-cnn's step op by op (isolated and propagated differences per tensor).
+  sed -n '/RUN.*fedavg_cnn_step_ops/,/\(OK\|FAILED\) \] fedavg_cnn_step_ops/p' "$OUT/gputest.log" |
+    tee -a "$summary"
+fi
+
+# ---- compute-sanitizer -------------------------------------------------------
+# The same tests under memcheck: out-of-bounds and misaligned device accesses
+# (not API errors: a test asks for absurd sizes). XF_GPU_MEMCHECK_FILTER picks
+# the tests (cmocka's pattern), XF_GPU_MEMCHECK_S bounds the time.
+if want memcheck && [[ $backend == cuda ]] && command -v compute-sanitizer >/dev/null; then
+  echo "$(stamp) memcheck" >&2
+  x env XF_TEST_FILTER="${XF_GPU_MEMCHECK_FILTER:-}" timeout "${XF_GPU_MEMCHECK_S:-240}" \
+    compute-sanitizer --tool memcheck --report-api-errors no \
+    "$B/tests/test_kernels_gpu" >"$OUT/memcheck.log" 2>&1
+  rc=$?
+  say "$(stamp) memcheck: rc=$rc ($(grep -m1 'ERROR SUMMARY' "$OUT/memcheck.log")), $(grep -c '\[       OK \]' "$OUT/memcheck.log") tests passed under it"
 fi
 
 # ---- xfed train on Fashion-MNIST, cuda backend --------------------------------
@@ -165,6 +174,9 @@ if want train; then
   trainrun lenet5 --spec deploy/jobs/fmnist-lenet5.json
   trainrun mlp-dp --spec deploy/jobs/fmnist-mlp.json --epochs 2 --dp-clip 1 \
     --dp-noise-multiplier 1.1
+  # The declared residual CNN (groupnorm, add, dropout): every second-stage
+  # layer kind trained end to end on the card.
+  trainrun resnet --spec deploy/jobs/fmnist-resnet.json --epochs "${XF_GPU_RESNET_EPOCHS:-3}"
 fi
 
 # ---- throughput against PyTorch on the same card -------------------------------
