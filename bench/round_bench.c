@@ -960,8 +960,12 @@ static void cli_frame(cli *u, const Xfed__Envelope *env) {
   bench *b = u->b;
   double t = now_s();
   if (env->body_case == XFED__ENVELOPE__BODY_ERROR) {
-    /* A submit can come before the coordinator has taken any announce. */
-    if (u->st == CLI_SUBMITTED && env->error->code == XF_ENOENT && u->submit_tries < 100) {
+    /* A submit can come before the coordinator has taken every announce:
+     * "no such dataset" before the first, "too few sites" (denied) before
+     * the last. The announces are on their way, so try again for a while. */
+    if (u->st == CLI_SUBMITTED &&
+        (env->error->code == XF_ENOENT || env->error->code == XF_EDENIED) &&
+        u->submit_tries < 600) {
       u->st = CLI_READY;
       u->next_action = t + 0.1;
       return;
