@@ -18,13 +18,15 @@
 #   5. measures training throughput against PyTorch on the same card (same
 #      models, batches and optimizer), DP-SGD's step against the plain one,
 #      and cuBLAS's SGEMM rate as the limit,
-#   6. runs the quickstart federation with every site on the GPU.
+#   6. profiles a short run per model with Nsight Compute (each kernel's
+#      device time against the step's wall-clock time),
+#   7. runs the quickstart federation with every site on the GPU.
 # Every result goes to $OUT (default ./out-gpu): summary.txt (the machine and
 # the tables, read first), build.log, gputest.log, train.jsonl, bench.jsonl,
 # stderr.log (the programs' own messages), fed.log and logs.tgz (the
 # federation's daemon logs).
 #
-# usage: bench/gpu/run.sh [PHASE ...]   phases: build test memcheck train bench fed
+# usage: bench/gpu/run.sh [PHASE ...]   phases: build test memcheck train bench profile fed
 #                                       (default: all, in that order)
 # Environment: XF_GPU_PREFIX (default /tmp/xfed-deps), XF_GPU_BUILD (default
 # build-gpu), XF_GPU_ARCH (default native: the card's), XF_GPU_REPEATS
@@ -48,7 +50,7 @@ arch=${XF_GPU_ARCH:-native}
 backend=${XF_GPU_BACKEND:-cuda} # cpu rehearses the script on a machine without a GPU
 div=${XF_GPU_STEP_DIVISOR:-1}     # a rehearsal on the cpu divides every step count
 phases=("$@")
-((${#phases[@]})) || phases=(build test memcheck train bench fed)
+((${#phases[@]})) || phases=(build test memcheck train bench profile fed)
 summary=$OUT/summary.txt
 say() { echo "$*" | tee -a "$summary"; }
 want() { local p; for p in "${phases[@]}"; do [[ $p == "$1" ]] && return 0; done; return 1; }
@@ -210,6 +212,34 @@ if want bench; then
   env -u LD_LIBRARY_PATH python3 bench/torch_train.py --device cuda --runs mlp:64:10 --sgemm 8192 \
     2>>"$errlog" | grep sgemm >>"$bj"
   env -u LD_LIBRARY_PATH python3 bench/gpu/table.py "$bj" | tee -a "$summary"
+fi
+
+# ---- where a step's time goes: Nsight Compute, one metric per kernel ------------
+# Each launch's device time (gpu__time_duration.sum, clocks left as they are)
+# for a short run per case, grouped by kernel against the step's wall-clock
+# time from the bench phase (run it first): what is not kernel time is launch
+# and host time.
+if want profile; then
+  echo "$(stamp) profile" >&2
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [[ -z $ncu ]]; then
+    say "profile: no ncu on this machine"
+  else
+    for spec in mlp:1024 lenet5:64 lenet5:1024 fedavg-cnn:64; do
+      IFS=: read -r m bsz <<<"$spec"
+      csvf=$OUT/profile-$m-$bsz.csv
+      XF_BACKEND=$backend x timeout 120 "$ncu" --clock-control none --metrics gpu__time_duration.sum \
+        --csv --page raw --print-units base "$B/bench/xfed-bench-train" --model "$m" --batch "$bsz" \
+        --steps 20 >"$csvf" 2>>"$errlog"
+      # 20 timed steps run 3 warm-up and 11 GEMM-timing steps beside them.
+      ms=$(env -u LD_LIBRARY_PATH python3 -c 'import json,sys,statistics
+rows=[json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+v=[r["step_ms"] for r in rows if r.get("impl")=="xfed" and r["model"]==sys.argv[2] and r["batch"]==int(sys.argv[3]) and not r.get("dp_clip")]
+print(statistics.median(v) if v else 0)' "$OUT/bench.jsonl" "$m" "$bsz" 2>/dev/null)
+      say "profile $m batch $bsz:"
+      env -u LD_LIBRARY_PATH python3 bench/gpu/profile.py "$csvf" 34 "${ms:-0}" 8 2>&1 | tee -a "$summary"
+    done
+  fi
 fi
 
 # ---- the quickstart federation with its sites on the GPU -----------------------
