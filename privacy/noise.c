@@ -95,6 +95,7 @@ static xf_err xf__new(const uint8_t *seed, xf_noise **out) {
   g->pool = 0;
   g->pool_bits = 0;
   g->table = NULL;
+  g->use_table = false; /* exact until the caller turns the table on */
   *out = g;
   return XF_OK;
 }
