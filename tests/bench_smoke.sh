@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Runs a benchmark program and checks that it exits 0 and prints one JSON
-# object holding KEY (tests/bench_noise.cmake).
+# object holding KEY (tests/bench_smoke.cmake).
 # usage: tests/bench_smoke.sh KEY PROGRAM [ARGS...]
 set -euo pipefail
 key=$1
