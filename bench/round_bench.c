@@ -93,6 +93,7 @@
 #define TRAIN_RECORDS 1000u
 #define TEST_RECORDS 100u
 #define CHUNK XF_TENSOR_CHUNK_MAX
+#define DIAL_WINDOW 64 /* handshakes in flight at once; see dial_sites */
 /* The largest model a fake site takes: far above fedavg-cnn's 6.6 MB. */
 #define MODEL_MAX (1ull << 30)
 #define SITES_MAX 1000
@@ -471,6 +472,7 @@ struct bench {
   pid_t coord;
   int port;
   site *sites;
+  int dialed, handshaking; /* sites dialed so far; of them, not yet announced */
   cli user;
   bool failed, stopping;
   char why[1024];
@@ -1002,6 +1004,30 @@ static void cli_frame(cli *u, const Xfed__Envelope *env) {
  * sites or its user. */
 static bench *g_bench;
 
+static xf_conn_opts conn_opts(void *user);
+
+/* Sites dial in a window of DIAL_WINDOW handshakes at a time, the next one
+ * as soon as one has its session, as a thousand site daemons starting behind
+ * one address would reach the coordinator over a few seconds: all at once
+ * they would be more unauthenticated connections from one address than the
+ * coordinator keeps (max_unauthenticated_connections_per_address), and it
+ * would drop the oldest handshakes for the newest. */
+static void dial_sites(bench *b) {
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  while (!b->failed && b->dialed < b->o->sites && b->handshaking < DIAL_WINDOW) {
+    site *s = &b->sites[b->dialed++];
+    xf_conn_opts so = conn_opts(s);
+    if (make_tls(b->p, s->name, &s->tls, &err) != XF_OK ||
+        xf_dial(&b->loop, s->tls, "127.0.0.1", b->port, &so, &s->conn, &err) != XF_OK) {
+      bench_fail(b, "%s: cannot connect: %s", s->name, err.msg);
+      return;
+    }
+    s->closed = false;
+    b->handshaking++;
+  }
+}
+
 static site *as_site(xf_conn *c) {
   void *u = xf_conn_user(c);
   return u == &g_bench->user ? NULL : u;
@@ -1036,6 +1062,8 @@ static void on_frame(xf_conn *c, const Xfed__Envelope *env) {
       b->user.st = CLI_READY;
       return;
     }
+    b->handshaking--;
+    dial_sites(b);
     Xfed__SiteAnnounce__Dataset d = XFED__SITE_ANNOUNCE__DATASET__INIT;
     d.name = DATASET;
     d.classification = "internal";
@@ -1171,18 +1199,12 @@ static bool run_rounds(bench *b) {
     b->user.closed = false;
   else
     ok = false;
-  for (int i = 0; ok && i < n; i++) {
-    site *s = &b->sites[i];
-    s->b = b;
-    site_name(i, s->name, sizeof(s->name));
-    xf_conn_opts so = conn_opts(s);
-    if (make_tls(b->p, s->name, &s->tls, &err) != XF_OK ||
-        xf_dial(&b->loop, s->tls, "127.0.0.1", b->port, &so, &s->conn, &err) != XF_OK)
-      ok = false;
-    else
-      s->closed = false;
+  for (int i = 0; i < n; i++) {
+    b->sites[i].b = b;
+    site_name(i, b->sites[i].name, sizeof(b->sites[i].name));
   }
   if (!ok) bench_fail(b, "cannot connect: %s", err.msg);
+  else dial_sites(b);
   uv_run(&b->loop, UV_RUN_DEFAULT);
   if (uv_loop_close(&b->loop) != 0) fprintf(stderr, "xfed-bench-round: handles left on the loop\n");
   for (int i = 0; i < n; i++) {
