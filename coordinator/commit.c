@@ -68,13 +68,13 @@ static xf_err add_central_noise(const xf_commit_round *in, float *mean, size_t n
 
 /* The new model file and the optimizer's state, once the step is taken. */
 static xf_err save_model(const xf_commit_round *in, const xf_server_opt *opt,
-                         const float *params, size_t n_params, xf_commit_result *out,
-                         xf_errctx *err) {
+                         const float *params, xf_commit_result *out, xf_errctx *err) {
+  /* The encoder hashes the parameters for the file's header: that digest is
+   * the round's parameter digest, taken once. */
   XF_GUARD(xf_checkpoint_encode_as(in->model, params, XF_CHECKPOINT_F32, &out->model,
-                                   &out->model_len, NULL, err));
+                                   &out->model_len, &out->params_digest, err));
   if (xf_server_opt_save(opt, &out->opt_state, &out->opt_len) != XF_OK)
     return xf_fail(err, XF_ENOMEM, "out of memory saving the optimizer state");
-  xf_params_digest(params, n_params, &out->params_digest);
   return XF_OK;
 }
 
@@ -87,7 +87,7 @@ xf_err xf_commit_global(const xf_commit_round *in, xf_server_opt *opt, float *pa
   xf_err rc = add_central_noise(in, mean, n_params, err);
   if (rc == XF_OK) xf_server_opt_step(opt, params, mean);
   xf_free(mean);
-  if (rc == XF_OK) rc = save_model(in, opt, params, n_params, out, err);
+  if (rc == XF_OK) rc = save_model(in, opt, params, out, err);
   if (rc != XF_OK) xf_commit_result_free(out);
   return rc;
 }

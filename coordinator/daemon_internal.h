@@ -298,9 +298,11 @@ xf_err xf__model_file_make_as(const xf_model *m, const float *params, xf_checkpo
                               xf__model_file **out, xf_digest *params_digest,
                               xf_errctx *err) XF_WARN_UNUSED;
 /* A model file over bytes[0..len) (a model file's encoding), taken over:
- * *bytes is NULL afterwards, on success only. */
-xf_err xf__model_file_adopt(uint8_t **bytes, size_t len, xf__model_file **out,
-                           xf_errctx *err) XF_WARN_UNUSED;
+ * *bytes is NULL afterwards, on success only. digest, when the caller has
+ * it (the blob store names a blob by the same BLAKE2b of its bytes), is the
+ * bytes' digest, taken as it is; NULL hashes them here. */
+xf_err xf__model_file_adopt(uint8_t **bytes, size_t len, const xf_digest *digest,
+                           xf__model_file **out, xf_errctx *err) XF_WARN_UNUSED;
 /* The largest frame we send p: what its Hello accepts and, on a CLI
  * session, never more than our own max_frame, so that an operator who
  * lowers max_frame bounds the frames of CLI sessions both ways. */

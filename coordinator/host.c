@@ -117,10 +117,12 @@ static xf_err refresh_offer(xf__run *run, xf_errctx *err) {
 
 static xf_err set_model(xf__run *run, xf_errctx *err) {
   xf__model_file *mf = NULL;
-  XF_GUARD(xf__model_file_make_as(run->model, run->params, XF_CHECKPOINT_F32, &mf, NULL, err));
+  xf_digest params_digest; /* hashed once, for the file's header */
+  XF_GUARD(xf__model_file_make_as(run->model, run->params, XF_CHECKPOINT_F32, &mf,
+                                  &params_digest, err));
   xf__model_file_unref(run->mf);
   run->mf = mf;
-  xf_params_digest(run->params, run->n_params, &run->params_digest);
+  run->params_digest = params_digest;
   return refresh_offer(run, err);
 }
 
@@ -555,18 +557,25 @@ static xf_err form_mean(xf__run *run, float **out, uint64_t *weight, xf_errctx *
   return xf_commit_aggregate(run->agg, sa_mean, sa_weight, run->n_params, out, weight, err);
 }
 
-/* Stores a commit's model file and optimizer state as blobs and journals
- * the round's commit. */
-static xf_err journal_commit(xf__run *run, const xf__model_file *mf, const xf_commit_result *c,
-                             xf_digest *model_blob, xf_errctx *err) {
+/* Stores a commit's model file and optimizer state as blobs, takes the
+ * model file over as *mf (the bytes are hashed once, by the blob store: a
+ * blob's name is the BLAKE2b of its bytes, which is also the file's stream
+ * digest) and journals the round's commit. */
+static xf_err journal_commit(xf__run *run, xf_commit_result *c, xf_digest *model_blob,
+                             xf__model_file **mf, xf_errctx *err) {
   xf__coord *co = run->co;
   xf_digest opt_blob;
-  size_t len = 0;
-  const uint8_t *bytes = xf__model_file_bytes(mf, &len);
-  XF_GUARD(xf_blob_put(xf__coord_blobs(co), bytes, len, model_blob, err));
+  XF_GUARD(xf_blob_put(xf__coord_blobs(co), c->model, c->model_len, model_blob, err));
   XF_GUARD(xf_blob_put(xf__coord_blobs(co), c->opt_state, c->opt_len, &opt_blob, err));
-  return xf_journal_round_commit(xf__coord_db(co), run->id, xf_jobm_round(run->m),
-                                 xf_jobm_attempt(run->m), model_blob, &opt_blob, xf__now(), err);
+  XF_GUARD(xf__model_file_adopt(&c->model, c->model_len, model_blob, mf, err));
+  xf_err rc = xf_journal_round_commit(xf__coord_db(co), run->id, xf_jobm_round(run->m),
+                                      xf_jobm_attempt(run->m), model_blob, &opt_blob, xf__now(),
+                                      err);
+  if (rc != XF_OK) {
+    xf__model_file_unref(*mf);
+    *mf = NULL;
+  }
+  return rc;
 }
 
 /* The global role's commit (coordinator/commit.h), stored and journaled;
@@ -583,8 +592,7 @@ static xf_err commit_global(xf__run *run, uint32_t sites, xf_errctx *err) {
   XF_GUARD(xf_commit_global(&in, run->opt, run->params, run->n_params, &c, err));
   xf_digest model_blob;
   xf__model_file *mf = NULL;
-  xf_err rc = xf__model_file_adopt(&c.model, c.model_len, &mf, err);
-  if (rc == XF_OK) rc = journal_commit(run, mf, &c, &model_blob, err);
+  xf_err rc = journal_commit(run, &c, &model_blob, &mf, err);
   uint64_t weight = c.weight;
   xf_digest params_digest = c.params_digest;
   xf_commit_result_free(&c);
@@ -1096,10 +1104,11 @@ xf_err xf__run_start_relay(xf__coord *co, const char *job_id, const char *params
   run->model_round = up->model_round;
   xf_err rc = xf_jobspec_parse_string(params_json, strlen(params_json), "task offer", &run->spec,
                                       err);
-  if (rc == XF_OK) rc = xf_checkpoint_decode(model, model_len, &run->model, &run->params, err);
+  if (rc == XF_OK)
+    rc = xf_checkpoint_decode_digest(model, model_len, &run->model, &run->params,
+                                     &run->params_digest, err);
   if (rc == XF_OK) {
     run->n_params = xf_model_num_params(run->model);
-    xf_params_digest(run->params, run->n_params, &run->params_digest);
     if (memcmp(&run->params_digest, model_digest, sizeof(xf_digest)) != 0)
       rc = xf_fail(err, XF_EINTEGRITY, "the model's parameters do not match the offer's digest");
   }

@@ -91,14 +91,17 @@ xf_err xf__model_file_make_as(const xf_model *m, const float *params, xf_checkpo
   return XF_OK;
 }
 
-xf_err xf__model_file_adopt(uint8_t **bytes, size_t len, xf__model_file **out,
-                           xf_errctx *err) {
+xf_err xf__model_file_adopt(uint8_t **bytes, size_t len, const xf_digest *digest,
+                           xf__model_file **out, xf_errctx *err) {
   xf__model_file *mf = xf_calloc(1, sizeof(*mf));
   if (!mf) return xf_fail(err, XF_ENOMEM, "out of memory");
   mf->bytes = *bytes;
   mf->len = len;
   *bytes = NULL;
-  xf_digest_buf(mf->bytes, mf->len, &mf->digest);
+  if (digest)
+    mf->digest = *digest;
+  else
+    xf_digest_buf(mf->bytes, mf->len, &mf->digest);
   mf->refs = 1;
   *out = mf;
   return XF_OK;

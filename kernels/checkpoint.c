@@ -398,6 +398,12 @@ xf_err xf_checkpoint_arch_decode(const char *text, size_t len, const char *where
 
 xf_err xf_checkpoint_decode(const uint8_t *data, size_t len, xf_model **model, float **params,
                             xf_errctx *err) {
+  xf_digest d;
+  return xf_checkpoint_decode_digest(data, len, model, params, &d, err);
+}
+
+xf_err xf_checkpoint_decode_digest(const uint8_t *data, size_t len, xf_model **model,
+                                   float **params, xf_digest *params_digest, xf_errctx *err) {
   *model = NULL;
   *params = NULL;
   xf_cursor c = xf_cursor_make(data, len);
@@ -474,6 +480,7 @@ xf_err xf_checkpoint_decode(const uint8_t *data, size_t len, xf_model **model, f
   }
   *model = m;
   *params = p;
+  *params_digest = actual;
   return XF_OK;
 }
 

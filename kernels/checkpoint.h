@@ -86,6 +86,12 @@ xf_err xf_checkpoint_arch_decode(const char *text, size_t len, const char *where
  * (xf_free). XF_EFORMAT / XF_ETRUNCATED / XF_EINTEGRITY with what is wrong. */
 xf_err xf_checkpoint_decode(const uint8_t *data, size_t len, xf_model **model, float **params,
                             xf_errctx *err) XF_WARN_UNUSED;
+/* xf_checkpoint_decode, and *params_digest the parameters' digest it has
+ * verified (xf_params_digest of *params), for a caller that compares it with
+ * one it was given instead of hashing the parameters a second time. */
+xf_err xf_checkpoint_decode_digest(const uint8_t *data, size_t len, xf_model **model,
+                                   float **params, xf_digest *params_digest,
+                                   xf_errctx *err) XF_WARN_UNUSED;
 
 /* Writes the encoding to path atomically (temporary file, fsync, rename), so
  * a reader never sees half a model. */

@@ -319,14 +319,13 @@ static void task_compute(daemon_t *d, task *t) {
   xf_net *net = NULL;
   xf_noise *noise = NULL;
 
-  if (xf_checkpoint_decode(t->model_bytes, (size_t)t->model_len, &model, &global, &err) !=
-      XF_OK) {
+  xf_digest got; /* the parameters' digest, verified by the decoder */
+  if (xf_checkpoint_decode_digest(t->model_bytes, (size_t)t->model_len, &model, &global, &got,
+                                  &err) != XF_OK) {
     task_fail(t, XFED__TASK_REFUSAL__REASON__UNSUPPORTED, "the model file does not decode", &err);
     goto out;
   }
   size_t n = xf_model_num_params(model);
-  xf_digest got;
-  xf_params_digest(global, n, &got);
   if (memcmp(got.bytes, t->model_digest.bytes, XF_DIGEST_BYTES) != 0) {
     char got_hex[XF_DIGEST_HEX], want_hex[XF_DIGEST_HEX];
     xf_digest_hex(&got, got_hex);
