@@ -3,8 +3,8 @@
  * the plain step (xf_net_run backward + SGD), the clipped step without noise
  * (xf_net_run_clipped + 1/L + SGD) and the full DP-SGD step (the same plus
  * the noise: download, xf_noise_gaussian_vec_par on the backend's threads, upload), on one fixed batch of
- * random data, with the noise's own time and the Poisson sampling's (one draw
- * per record per step, for --records records) measured apart. Prints one
+ * random data, with the noise's own time and the Poisson sampling's
+ * (xf_noise_poisson_sample over --records records per step) measured apart. Prints one
  * JSON object per line for bench/dp.sh.
  *
  * usage: xfed-bench-dp --model mlp|lenet5 [--batch N] [--steps N] [--threads N]
@@ -149,17 +149,21 @@ int main(int argc, char **argv) {
   if (time_steps(&s, STEP_DP, steps, &dp)) return die("DP-SGD step");
   double noise = s.noise_seconds / (double)steps;
 
-  /* Poisson sampling as xf_train draws it: one uniform draw from [0, n) per
-   * record per step, kept when below L. */
+  /* Poisson sampling as xf_train draws it (xf_noise_poisson_sample): each
+   * of the records taken with probability L / records. */
   long sample_steps = steps / 10 + 1, kept = 0;
+  uint32_t *picked = malloc((size_t)records * sizeof(uint32_t));
+  if (!picked) return die("sampling");
   double t0 = xf_bench_now();
   for (long i = 0; i < sample_steps; i++) {
-    for (long r = 0; r < records; r++) {
-      uint64_t u;
-      if (xf_noise_uniform(s.noise, (uint64_t)records, &u)) return die("sampling");
-      kept += u < (uint64_t)batch;
+    size_t got = 0;
+    if (xf_noise_poisson_sample(s.noise, (uint64_t)batch, (uint64_t)records, picked, &got)) {
+      free(picked);
+      return die("sampling");
     }
+    kept += (long)got;
   }
+  free(picked);
   double sampling = (xf_bench_now() - t0) / (double)sample_steps;
 
   printf("{\"backend\": \"%s\", \"device\": \"%s\", \"threads\": %d, \"model\": \"%s\", "

@@ -177,13 +177,9 @@ static xf_err train_dp(xf_net *net, const xf_samples *train, const xf_train_opti
     for (uint64_t step = 0; step < steps; step++) {
       if (opt->should_stop && opt->should_stop(opt->user)) goto out;
       size_t m = 0;
-      for (size_t i = 0; i < train->n; i++) {
-        uint64_t u;
-        if ((rc = xf_noise_uniform(dp->noise, (uint64_t)train->n, &u)) != XF_OK) {
-          rc = xf_fail(err, rc, "cannot draw the DP-SGD sample (epoch %d)", epoch);
-          goto out;
-        }
-        if (u < L) picked[m++] = (uint32_t)i;
+      if ((rc = xf_noise_poisson_sample(dp->noise, L, (uint64_t)train->n, picked, &m)) != XF_OK) {
+        rc = xf_fail(err, rc, "cannot draw the DP-SGD sample (epoch %d)", epoch);
+        goto out;
       }
       for (size_t start = 0; start < m; start += mb) {
         size_t k = m - start < mb ? m - start : mb;

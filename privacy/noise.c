@@ -199,6 +199,29 @@ static bool xf__bern_frac(xf_noise *g, xf__u128 num, xf__u128 den) {
   return xf__bern_digits(g, num, den);
 }
 
+xf_err xf_noise_poisson_sample(xf_noise *g, uint64_t l, uint64_t n, uint32_t *picked,
+                               size_t *m) {
+  if (!g || !picked || !m || n == 0 || n > UINT32_MAX || l > n) return XF_EINVAL;
+  /* l/n = (d + r/n) / 2^16 with d = floor(l 2^16 / n), r = l 2^16 mod n.
+   * With R the first 16 bits of U: R < d takes the index, R > d leaves it,
+   * and R == d leaves the rest of U to decide against r/n. */
+  const uint64_t scaled = l << 16, d = scaled / n, r = scaled % n;
+  size_t k = 0;
+  for (uint64_t i = 0; i < n; i += 4) {
+    uint64_t word = xf__u64(g); /* four indices' first 16 bits */
+    uint64_t stop = n - i < 4 ? n - i : 4;
+    for (uint64_t q = 0; q < stop; q++, word >>= 16) {
+      uint64_t u = word & 0xffff;
+      bool take = u < d || (u == d && xf__bern_digits(g, r, n));
+      picked[k] = (uint32_t)(i + q); /* written always, kept when taken: no branch */
+      k += take;
+    }
+  }
+  *m = k;
+  xf__erase(g);
+  return XF_OK;
+}
+
 /* Internal ranges. Numerators stay below 2^80 and denominators below 2^33
  * (see xf__discrete_gaussian), so den * K in xf__bern_exp_le1 stays below
  * 2^120 for K <= XF__K_MAX; K exceeds k with probability 1/k!, so the loop

@@ -57,6 +57,15 @@ void xf_noise_free(xf_noise *g);
  * XF_EINVAL when m == 0. */
 xf_err xf_noise_uniform(xf_noise *g, uint64_t m, uint64_t *out) XF_WARN_UNUSED;
 
+/* Poisson sampling: picked[0..*m) receives, in increasing order, each index
+ * in [0, n) taken independently with probability l/n exactly (DP-SGD's
+ * sampled batch, expected size l), picked having room for n indices. About
+ * 16 keystream bits an index: the first 16 bits of a uniform U in [0, 1)
+ * are compared with those of l/n, and only on a tie (odds 2^-16) do further
+ * digits decide. XF_EINVAL when l > n, n == 0 or n >= 2^32. */
+xf_err xf_noise_poisson_sample(xf_noise *g, uint64_t l, uint64_t n, uint32_t *picked,
+                               size_t *m) XF_WARN_UNUSED;
+
 /* *out ~ Bernoulli(exp(-num/den)), exactly, with integer arithmetic only
  * (CKS 2020, Algorithm 1). num in [0, XF_NOISE_RATIONAL_MAX], den in
  * [1, XF_NOISE_RATIONAL_MAX]; XF_ERANGE otherwise. */

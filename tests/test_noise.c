@@ -293,6 +293,64 @@ static void uniform_has_no_modulo_bias(void **state) {
   xf_noise_free(g);
 }
 
+/* Every index is taken with probability l/n, independently of the others:
+ * the counts per index fit l/n (chi-squared over the indices), the batch
+ * sizes fit Binomial(n, l/n) in mean and variance, and the indices come out
+ * in increasing order. */
+static void poisson_sample_takes_each_index_with_probability_l_over_n(void **state) {
+  (void)state;
+  enum { N = 1000, L = 64, TRIALS = 2000 };
+  static uint32_t picked[N];
+  static double count[N];
+  xf_noise *g = seeded(31);
+  double sum = 0, sum2 = 0;
+  for (int t = 0; t < TRIALS; t++) {
+    size_t m = 0;
+    assert_int_equal(xf_noise_poisson_sample(g, L, N, picked, &m), XF_OK);
+    assert_true(m <= N);
+    for (size_t i = 0; i < m; i++) {
+      if (i > 0) assert_true(picked[i] > picked[i - 1]);
+      count[picked[i]] += 1;
+    }
+    sum += (double)m;
+    sum2 += (double)m * (double)m;
+  }
+  const double p = (double)L / N, want = TRIALS * p;
+  double stat = 0;
+  for (int i = 0; i < N; i++) stat += (count[i] - want) * (count[i] - want) / (want * (1 - p));
+  double pv = chi2_pvalue(stat, N - 1);
+  double mean = sum / TRIALS, var = sum2 / TRIALS - mean * mean;
+  print_message("poisson l=%d n=%d: mean batch %.3f (want %d), variance %.2f (want %.2f), "
+                "chi2=%.1f p=%.4f\n", L, N, mean, L, var, N * p * (1 - p), stat, pv);
+  assert_true(pv > 1e-3);
+  /* The mean of 2000 batches is within 5 standard errors of l. */
+  assert_true(fabs(mean - L) < 5 * sqrt(N * p * (1 - p) / TRIALS));
+  assert_true(var > 0.8 * N * p * (1 - p) && var < 1.2 * N * p * (1 - p));
+  xf_noise_free(g);
+}
+
+/* l = 0 takes nothing and l = n everything; what is out of range is refused. */
+static void poisson_sample_edges_and_bad_arguments(void **state) {
+  (void)state;
+  enum { N = 37 };
+  uint32_t picked[N];
+  size_t m = 99;
+  xf_noise *g = seeded(32);
+  assert_int_equal(xf_noise_poisson_sample(g, 0, N, picked, &m), XF_OK);
+  assert_int_equal(m, 0);
+  assert_int_equal(xf_noise_poisson_sample(g, N, N, picked, &m), XF_OK);
+  assert_int_equal(m, N);
+  for (uint32_t i = 0; i < N; i++) assert_int_equal(picked[i], i);
+  assert_int_equal(xf_noise_poisson_sample(g, N + 1, N, picked, &m), XF_EINVAL);
+  assert_int_equal(xf_noise_poisson_sample(g, 0, 0, picked, &m), XF_EINVAL);
+  assert_int_equal(xf_noise_poisson_sample(g, 1, (uint64_t)UINT32_MAX + 1, picked, &m),
+                   XF_EINVAL);
+  assert_int_equal(xf_noise_poisson_sample(g, 1, N, NULL, &m), XF_EINVAL);
+  assert_int_equal(xf_noise_poisson_sample(g, 1, N, picked, NULL), XF_EINVAL);
+  assert_int_equal(xf_noise_poisson_sample(NULL, 1, N, picked, &m), XF_EINVAL);
+  xf_noise_free(g);
+}
+
 static void bernoulli_exp_frequency_matches_exp_minus_gamma(void **state) {
   (void)state;
   static const uint32_t cases[][2] = {
@@ -783,6 +841,8 @@ int main(void) {
       cmocka_unit_test(chi2_pvalue_matches_known_values),
       cmocka_unit_test(same_seed_repeats_and_other_seeds_differ),
       cmocka_unit_test(stream_is_chacha20_with_fast_key_erasure),
+      cmocka_unit_test(poisson_sample_takes_each_index_with_probability_l_over_n),
+      cmocka_unit_test(poisson_sample_edges_and_bad_arguments),
       cmocka_unit_test(arguments_out_of_range_are_refused),
       cmocka_unit_test(uniform_has_no_modulo_bias),
       cmocka_unit_test(bernoulli_exp_frequency_matches_exp_minus_gamma),
