@@ -807,6 +807,7 @@ static void daemon_stop(daemon_t *d, const char *signal_name) {
   uv_close((uv_handle_t *)&d->sigterm, NULL);
   uv_close((uv_handle_t *)&d->sigint, NULL);
   uv_close((uv_handle_t *)&d->sighup, NULL);
+  xf__site_worker_stop(d);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -967,6 +968,11 @@ xf_err xf_site_daemon_run(const xf_site_daemon_opts *opts, xf_errctx *err) {
   uv_signal_start(&d->sigterm, on_signal, SIGTERM);
   uv_signal_start(&d->sigint, on_signal, SIGINT);
   uv_signal_start(&d->sighup, on_signal, SIGHUP);
+  if ((rc = xf__site_worker_init(d, err)) != XF_OK) {
+    daemon_stop(d, "none (the training thread could not start)");
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+    goto out;
+  }
   XF_INFO("site_starting", "site=%s region=%s coordinator=%s backend=%s threads=%d dir=%s",
           d->cfg.site, d->cfg.region, d->cfg.coordinator, xf_backend_name(d->backend),
           xf_backend_threads(d->backend), d->dir);
@@ -983,6 +989,7 @@ xf_err xf_site_daemon_run(const xf_site_daemon_opts *opts, xf_errctx *err) {
   uv_run(&d->loop, UV_RUN_DEFAULT);
   XF_INFO("site_stopped", "site=%s", d->cfg.site);
 out:
+  xf__site_worker_join(d);
   if (loop_ready) {
     /* Nothing is left on the loop once uv_run returns: the handles were
      * closed by daemon_stop and the worker handed its task back. */

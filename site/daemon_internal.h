@@ -208,7 +208,17 @@ struct xf_site_daemon {
   bool performing; /* xf__site_perform is taking the set's actions */
   xf_site_sa *sa; /* this site's rounds of secure aggregation */
   task *worker_task; /* the task on the worker (a live one or an abandoned one) */
-  uv_work_t work;
+  /* The worker: one thread for the daemon's life, so that the per-thread
+   * state of training (OpenBLAS's GEMM buffers, the allocator's arena) is
+   * kept once, not once per thread of libuv's pool. worker_mu guards the
+   * flags; worker_back wakes the loop when a task is done. */
+  uv_thread_t worker_thread;
+  uv_mutex_t worker_mu;
+  uv_cond_t worker_cv;
+  uv_async_t worker_back;
+  bool worker_go, worker_done, worker_quit; /* (worker_mu) */
+  bool worker_running;                      /* the thread was started, not yet joined */
+  bool worker_closing;                      /* stopping: close once the task is back */
   data_cache cache;
   ignored_stream ignored[IGNORED_MAX];
   int next_ignored;
@@ -251,6 +261,13 @@ void xf__site_perform(daemon_t *d);
 void xf__site_cache_free(data_cache *c);
 bool xf__site_charge_ledger(daemon_t *d, task *t);
 void xf__site_task_failed(daemon_t *d, task *t, bool tell);
+/* The worker thread and the loop's handle for it: xf__site_worker_init once
+ * the loop is ready; xf__site_worker_stop when the daemon stops (the handle
+ * closes once the task on the worker, if any, is back); xf__site_worker_join
+ * after the loop has run out. */
+xf_err xf__site_worker_init(daemon_t *d, xf_errctx *err) XF_WARN_UNUSED;
+void xf__site_worker_stop(daemon_t *d);
+void xf__site_worker_join(daemon_t *d);
 void xf__site_worker_start(daemon_t *d, task *t);
 
 /* ---- streams.c: the report and update stream out, the model stream in ------------------- */

@@ -398,8 +398,7 @@ out:
   xf_model_free(model);
 }
 
-static void work_run(uv_work_t *w) {
-  daemon_t *d = w->data;
+static void work_run(daemon_t *d) {
   task *t = d->worker_task;
   if (atomic_load(&t->abandoned)) return;
   char qj[JOB_ID_MAX];
@@ -540,28 +539,103 @@ static void work_result(daemon_t *d, task *t) {
   }
 }
 
-static void work_done(uv_work_t *w, int status) {
-  daemon_t *d = w->data;
+static void work_done(daemon_t *d) {
   task *t = d->worker_task;
   d->worker_task = NULL;
   xf_free(t->model_bytes); /* decoded by now; a repeat of the stream never reaches the sink */
   t->model_bytes = NULL;
-  bool finished = status == 0 && !atomic_load(&t->abandoned);
+  bool finished = !atomic_load(&t->abandoned);
   bool back = xf_site_tasks_worker_back(d->set, finished) != NULL;
   if (back) work_result(d, t);
   xf__site_perform(d);
   if (back) xf__site_pump(d);
 }
 
+/* ---- the worker thread ------------------------------------------------------------------ */
+
+static void worker_main(void *arg) {
+  daemon_t *d = arg;
+  uv_mutex_lock(&d->worker_mu);
+  for (;;) {
+    while (!d->worker_go && !d->worker_quit) uv_cond_wait(&d->worker_cv, &d->worker_mu);
+    if (!d->worker_go) break; /* quit, with no task */
+    d->worker_go = false;
+    uv_mutex_unlock(&d->worker_mu);
+    work_run(d);
+    uv_mutex_lock(&d->worker_mu);
+    d->worker_done = true;
+    uv_async_send(&d->worker_back);
+  }
+  uv_mutex_unlock(&d->worker_mu);
+}
+
+static void close_worker_handle(daemon_t *d) {
+  if (!d->worker_closing) return;
+  d->worker_closing = false;
+  uv_close((uv_handle_t *)&d->worker_back, NULL);
+}
+
+/* The loop's side of a task done: taken under the lock, so that the
+ * worker's writes to the task are seen here. */
+static void on_worker_back(uv_async_t *h) {
+  daemon_t *d = h->data;
+  uv_mutex_lock(&d->worker_mu);
+  bool done = d->worker_done;
+  d->worker_done = false;
+  uv_mutex_unlock(&d->worker_mu);
+  if (done && d->worker_task) work_done(d);
+  if (!d->worker_task && d->stopping) close_worker_handle(d);
+}
+
+xf_err xf__site_worker_init(daemon_t *d, xf_errctx *err) {
+  if (uv_mutex_init(&d->worker_mu) != 0)
+    return xf_fail(err, XF_ENOMEM, "cannot make the worker's lock");
+  if (uv_cond_init(&d->worker_cv) != 0) {
+    uv_mutex_destroy(&d->worker_mu);
+    return xf_fail(err, XF_ENOMEM, "cannot make the worker's condition variable");
+  }
+  if (uv_async_init(&d->loop, &d->worker_back, on_worker_back) != 0) {
+    uv_cond_destroy(&d->worker_cv);
+    uv_mutex_destroy(&d->worker_mu);
+    return xf_fail(err, XF_EIO, "cannot make the worker's handle on the event loop");
+  }
+  d->worker_back.data = d;
+  d->worker_closing = true; /* the handle is open until xf__site_worker_stop */
+  int rc = uv_thread_create(&d->worker_thread, worker_main, d);
+  if (rc != 0) {
+    close_worker_handle(d);
+    uv_cond_destroy(&d->worker_cv);
+    uv_mutex_destroy(&d->worker_mu);
+    return xf_fail(err, XF_EIO, "cannot start the training thread: %s", uv_strerror(rc));
+  }
+  d->worker_running = true;
+  return XF_OK;
+}
+
+void xf__site_worker_stop(daemon_t *d) {
+  if (d->worker_running) {
+    uv_mutex_lock(&d->worker_mu);
+    d->worker_quit = true; /* taken once the task on it, if any, is done */
+    uv_cond_signal(&d->worker_cv);
+    uv_mutex_unlock(&d->worker_mu);
+  }
+  if (!d->worker_task) close_worker_handle(d);
+}
+
+void xf__site_worker_join(daemon_t *d) {
+  if (!d->worker_running) return;
+  xf__site_worker_stop(d);
+  uv_thread_join(&d->worker_thread);
+  d->worker_running = false;
+  uv_cond_destroy(&d->worker_cv);
+  uv_mutex_destroy(&d->worker_mu);
+}
+
 /* Starts the worker on t (the set's START). */
 void xf__site_worker_start(daemon_t *d, task *t) {
   d->worker_task = t;
-  d->work.data = d;
-  int rc = uv_queue_work(&d->loop, &d->work, work_run, work_done);
-  if (rc != 0) { /* only for a bad argument: report it rather than hang the task */
-    d->worker_task = NULL;
-    XF_ERROR("task_failed", "job=%s round=%u reason=\"cannot queue the work: %s\"", t->job_id,
-             (unsigned)t->round, uv_strerror(rc));
-    xf_site_tasks_start_failed(d->set, t->entry, uv_strerror(rc));
-  }
+  uv_mutex_lock(&d->worker_mu);
+  d->worker_go = true;
+  uv_cond_signal(&d->worker_cv);
+  uv_mutex_unlock(&d->worker_mu);
 }
