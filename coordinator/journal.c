@@ -138,6 +138,30 @@ static const xf_migration xf__migrations[] = {
      "  blob TEXT PRIMARY KEY CHECK (length(blob) = 64),"
      "  params TEXT NOT NULL CHECK (length(params) = 64)"
      ");"},
+    /* 9: checkpoint retention (docs/storage.md, "Checkpoint retention").
+     * Each job's initial model, which no round names once round 1 commits;
+     * for a job created before this migration it is known only while no
+     * round has committed. Each committed round's server optimizer state
+     * beside its model, and when the round's checkpoint was pruned (NULL
+     * while it is kept). Blobs whose last reference went, queued for removal
+     * until their files are gone, so that a crash between the journal's
+     * change and the unlink leaves a list to finish rather than a stray
+     * file. Indexes for the reference checks. */
+    {9,
+     "ALTER TABLE jobs ADD COLUMN initial_model_digest TEXT"
+     "  CHECK (initial_model_digest IS NULL OR length(initial_model_digest) = 64);"
+     "UPDATE jobs SET initial_model_digest = model_digest WHERE NOT EXISTS"
+     "  (SELECT 1 FROM rounds r WHERE r.job = jobs.id AND r.outcome = 'committed');"
+     "ALTER TABLE rounds ADD COLUMN opt_state_digest TEXT"
+     "  CHECK (opt_state_digest IS NULL OR length(opt_state_digest) = 64);"
+     "ALTER TABLE rounds ADD COLUMN pruned REAL;"
+     "CREATE INDEX rounds_by_model ON rounds (model_digest);"
+     "CREATE INDEX rounds_by_opt_state ON rounds (opt_state_digest);"
+     "CREATE INDEX participants_by_site ON participants (job, site, round);"
+     "CREATE TABLE blob_garbage ("
+     "  blob TEXT PRIMARY KEY CHECK (length(blob) = 64),"
+     "  queued REAL NOT NULL"
+     ");"},
 };
 
 const xf_migration *xf_journal_migrations(size_t *n) {
@@ -307,8 +331,9 @@ xf_err xf_journal_job_create(xf_db *db, const xf_jobspec *spec, const xf_digest 
     return xf_fail(err, XF_ENOMEM, "out of memory writing the job spec");
   xf_err e = xf__run(db, err, "recording the job", NULL,
                      "INSERT INTO jobs (name, spec, rounds, state, created, updated,"
-                     " current_round, model_digest) VALUES (?, ?, ?, 'queued', ?, ?, 1, ?)",
-                     "ttiddh", spec->name, json, (int64_t)spec->rounds, now, now, model);
+                     " current_round, model_digest, initial_model_digest)"
+                     " VALUES (?, ?, ?, 'queued', ?, ?, 1, ?, ?)",
+                     "ttiddhh", spec->name, json, (int64_t)spec->rounds, now, now, model, model);
   xf_free(json);
   if (e != XF_OK) return e;
   *job = sqlite3_last_insert_rowid(xf_db_handle(db));
@@ -460,6 +485,10 @@ static xf_err xf__round_commit_tx(xf_db *db, int64_t job, uint32_t round, uint32
                                   const xf_digest *model, const xf_digest *opt_state,
                                   double now, xf_errctx *err) {
   XF_GUARD(xf__round_close(db, job, round, attempt, "committed", model, NULL, now, err));
+  XF_GUARD(xf__run(db, err, "recording the round's optimizer state", NULL,
+                   "UPDATE rounds SET opt_state_digest = ? WHERE job = ? AND round = ?"
+                   " AND attempt = ?",
+                   "hiii", opt_state, job, (int64_t)round, (int64_t)attempt));
   int changes = 0;
   XF_GUARD(xf__run(db, err, "recording the round's model", &changes,
                    "UPDATE jobs SET model_digest = ?, opt_state_digest = ?,"
@@ -880,12 +909,18 @@ xf_err xf_journal_round_model(xf_db *db, int64_t job, uint32_t round, xf_digest 
                               xf_errctx *err) {
   sqlite3_stmt *st = NULL;
   XF_GUARD(xf__prepare(db, &st, err,
-                       "SELECT model_digest FROM rounds WHERE job = ? AND round = ?"
+                       "SELECT model_digest, pruned FROM rounds WHERE job = ? AND round = ?"
                        " AND outcome = 'committed'",
                        "ii", job, (int64_t)round));
   int rc = sqlite3_step(st);
   xf_err e = XF_OK;
-  if (rc == SQLITE_ROW)
+  if (rc == SQLITE_ROW && sqlite3_column_type(st, 1) != SQLITE_NULL)
+    e = xf_fail(err, XF_ENOENT,
+                "the checkpoint of job %lld round %u was pruned by the coordinator's "
+                "checkpoint_retention; the latest rounds are kept (raise "
+                "checkpoint_retention to keep more)",
+                (long long)job, (unsigned)round);
+  else if (rc == SQLITE_ROW)
     e = xf__column_digest(st, 0, model, NULL, err);
   else if (rc == SQLITE_DONE)
     e = xf_fail(err, XF_ENOENT, "job %lld has no committed round %u", (long long)job,

@@ -218,7 +218,8 @@ xf_err xf_journal_model_digest(xf_db *db, const xf_digest *blob, xf_digest *para
                                xf_errctx *err) XF_WARN_UNUSED;
 xf_err xf_journal_model_digest_note(xf_db *db, const xf_digest *blob, const xf_digest *params,
                                     xf_errctx *err) XF_WARN_UNUSED;
-/* The model committed by a round; XF_ENOENT when the round has none. */
+/* The model committed by a round; XF_ENOENT when the round has none, or
+ * when checkpoint retention pruned it (the message says so). */
 xf_err xf_journal_round_model(xf_db *db, int64_t job, uint32_t round, xf_digest *model,
                               xf_errctx *err) XF_WARN_UNUSED;
 /* Of the attempt that committed a round: the sites invited and those whose
