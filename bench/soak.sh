@@ -67,6 +67,7 @@ ulimit -n 4096 2>/dev/null || true
 top=$(mktemp -d "${TMPDIR:-/tmp}/xf-soak-XXXXXX")
 fed=$top/federation
 pids=()
+# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
   local pid
   for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
@@ -148,6 +149,7 @@ run() {
   done
   (($(grep -c 'event=site_announced' "$w/logs/coord.log" || true) >= sites_n)) ||
     fail "$name: the $sites_n sites did not all announce themselves"
+  # shellcheck disable=SC2046 # tls gives several words
   cli() { XF_LOG_LEVEL=warn "$xfed" "$@" --coordinator "127.0.0.1:$port" $(tls rita); }
   # The sampler follows the coordinator's log, samples every committed
   # round and does the restarts (bench/soak_sample.py); it starts before
@@ -194,10 +196,10 @@ run() {
   for ((i = 0; i < 3000; i++)); do
     js=$(cli job status "$job" --json 2>/dev/null) || { sleep 0.2; continue; }
     state=$(sed -n 's/.*"state": *"\([a-z]*\)".*/\1/p' <<<"$js" | head -n 1)
-    [[ $state == done || $state == failed || $state == cancelled ]] && break
+    [[ $state == "done" || $state == failed || $state == cancelled ]] && break
     sleep 0.2
   done
-  [[ $state == done ]] || fail "$name: the job ended $state: $(cli job status "$job" 2>&1)"
+  [[ $state == "done" ]] || fail "$name: the job ended $state: $(cli job status "$job" 2>&1)"
   wait "$watch_pid" 2>/dev/null || true
   kill "$poll_pid" 2>/dev/null || true
   sed -n 's/.*"model_digest": *"\([0-9a-f]*\)".*/\1/p' <<<"$js" | head -n 1 >"$w/digest"
