@@ -75,6 +75,7 @@ cleanup() {
   if [[ -n ${XF_KEEP_WORK:-} ]]; then echo "kept $top" >&2; else rm -rf "$top"; fi
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT
 fail() { echo "soak.sh: $*" >&2; exit 1; }
 tls() { echo --cert "$fed/issued/$1.crt" --key "$fed/issued/$1.key" --ca "$fed/ca.crt" --crl "$fed/crl.pem"; }
 site_name() { printf 's%02d' "$1"; }

@@ -589,6 +589,24 @@ static double xf__column_real(sqlite3_stmt *st, int col) {
   return sqlite3_column_type(st, col) == SQLITE_NULL ? NAN : sqlite3_column_double(st, col);
 }
 
+/* The current row of a metrics query (columns in the order of
+ * xf_journal_metrics). */
+static void xf__metrics_row(sqlite3_stmt *st, xf_journal_metrics *m) {
+  m->round = (uint32_t)sqlite3_column_int64(st, 0);
+  m->site = (uint64_t)sqlite3_column_int64(st, 1);
+  m->train_loss = xf__column_real(st, 2);
+  m->test_loss = xf__column_real(st, 3);
+  m->test_accuracy = xf__column_real(st, 4);
+  m->samples = (uint64_t)sqlite3_column_int64(st, 5);
+  m->has_epsilon = sqlite3_column_type(st, 6) != SQLITE_NULL;
+  m->epsilon = m->has_epsilon ? sqlite3_column_double(st, 6) : 0.0;
+  m->has_bytes = sqlite3_column_type(st, 7) != SQLITE_NULL;
+  m->bytes_up = (uint64_t)sqlite3_column_int64(st, 7);
+  m->bytes_down = (uint64_t)sqlite3_column_int64(st, 8);
+  m->has_eval_bytes = sqlite3_column_type(st, 9) != SQLITE_NULL;
+  m->eval_bytes_down = (uint64_t)sqlite3_column_int64(st, 9);
+}
+
 /* Reads every row of a prepared metrics query (columns in the order of
  * xf_journal_metrics) into a new array. Finalizes st. */
 static xf_err xf__metrics_collect(xf_db *db, sqlite3_stmt *st, xf_journal_metrics **out,
@@ -608,20 +626,7 @@ static xf_err xf__metrics_collect(xf_db *db, sqlite3_stmt *st, xf_journal_metric
       v = nv;
       cap = ncap;
     }
-    xf_journal_metrics *m = &v[len++];
-    m->round = (uint32_t)sqlite3_column_int64(st, 0);
-    m->site = (uint64_t)sqlite3_column_int64(st, 1);
-    m->train_loss = xf__column_real(st, 2);
-    m->test_loss = xf__column_real(st, 3);
-    m->test_accuracy = xf__column_real(st, 4);
-    m->samples = (uint64_t)sqlite3_column_int64(st, 5);
-    m->has_epsilon = sqlite3_column_type(st, 6) != SQLITE_NULL;
-    m->epsilon = m->has_epsilon ? sqlite3_column_double(st, 6) : 0.0;
-    m->has_bytes = sqlite3_column_type(st, 7) != SQLITE_NULL;
-    m->bytes_up = (uint64_t)sqlite3_column_int64(st, 7);
-    m->bytes_down = (uint64_t)sqlite3_column_int64(st, 8);
-    m->has_eval_bytes = sqlite3_column_type(st, 9) != SQLITE_NULL;
-    m->eval_bytes_down = (uint64_t)sqlite3_column_int64(st, 9);
+    xf__metrics_row(st, &v[len++]);
   }
   if (e == XF_OK && rc != SQLITE_DONE) e = xf_db_fail(db, err, "reading metrics");
   sqlite3_finalize(st);
@@ -865,17 +870,41 @@ void xf_journal_metrics_bytes(const xf_journal_metrics *m, uint64_t *up, uint64_
 xf_err xf_journal_job_bytes(xf_db *db, int64_t job, uint64_t *bytes_up, uint64_t *bytes_down,
                             xf_errctx *err) {
   *bytes_up = *bytes_down = 0;
-  xf_journal_metrics *v = NULL;
-  size_t n = 0;
-  XF_GUARD(xf_journal_metrics_job(db, job, &v, &n, err));
-  for (size_t i = 0; i < n; i++) {
+  /* Row by row: a status query must not hold all of a long job's rows. */
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf__prepare(db, &st, err, XF__METRICS_COLUMNS " WHERE job = ?", "i", job));
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    xf_journal_metrics m;
     uint64_t up, down;
-    xf_journal_metrics_bytes(&v[i], &up, &down);
+    xf__metrics_row(st, &m);
+    xf_journal_metrics_bytes(&m, &up, &down);
     *bytes_up += up;
     *bytes_down += down;
   }
-  xf_free(v);
-  return XF_OK;
+  xf_err e = rc == SQLITE_DONE ? XF_OK : xf_db_fail(db, err, "reading the job's traffic");
+  sqlite3_finalize(st);
+  return e;
+}
+
+xf_err xf_journal_metrics_newest_round(xf_db *db, int64_t job, uint32_t at_most, bool evaluated,
+                                       uint32_t *round, xf_errctx *err) {
+  *round = 0;
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf__prepare(db, &st, err,
+                       evaluated ? "SELECT round FROM metrics WHERE job = ? AND round <= ?"
+                                   " AND test_accuracy IS NOT NULL ORDER BY round DESC LIMIT 1"
+                                 : "SELECT round FROM metrics WHERE job = ? AND round <= ?"
+                                   " ORDER BY round DESC LIMIT 1",
+                       "ii", job, (int64_t)at_most));
+  int rc = sqlite3_step(st);
+  xf_err e = XF_OK;
+  if (rc == SQLITE_ROW)
+    *round = (uint32_t)sqlite3_column_int64(st, 0);
+  else if (rc != SQLITE_DONE)
+    e = xf_db_fail(db, err, "reading the job's newest metrics");
+  sqlite3_finalize(st);
+  return e;
 }
 
 xf_err xf_journal_model_digest_note(xf_db *db, const xf_digest *blob, const xf_digest *params,
