@@ -427,7 +427,19 @@ static xf_err open_state(xf__coord *co, xf_errctx *err) {
                    "('xfed-coord backup' copies only the journal), then start again",
                    damage, blobs);
   }
-  return rc;
+  if (rc != XF_OK) return rc;
+  /* Finish removals a crash interrupted, and apply the setting to every
+   * job (it may have been lowered since they ran). A failure here leaves
+   * checkpoints on disk, never loses one: it is logged, not fatal. */
+  xf_retention_result pruned = {0};
+  xf_errctx perr = {0};
+  if (xf_retention_prune_all(co->db, co->blobs, co->cfg.checkpoint_retention, xf__now(), &pruned,
+                             &perr) != XF_OK)
+    XF_WARN("checkpoints_not_pruned", "reason=\"%s\"", perr.msg);
+  else if (pruned.rounds || pruned.blobs)
+    XF_INFO("checkpoints_pruned", "job=all rounds=%u blobs=%u bytes=%" PRIu64, pruned.rounds,
+            pruned.blobs, pruned.bytes);
+  return XF_OK;
 }
 
 /* The caps and the budget every connection runs under: the total fits the

@@ -43,6 +43,9 @@ typedef struct xf_coord_config {
   double resume_grace_s;                /* after a restart, wait this long for the sites of
                                            an interrupted round; 0: 30 */
   double eval_timeout_s;                /* the final evaluation's deadline; 0: 120 */
+  uint32_t checkpoint_retention;        /* global: each job keeps the checkpoints of its
+                                           last N committed rounds and those always kept
+                                           (coordinator/retention.h); 0: every one */
   bool residency_off;                   /* global: run without a residency policy
                                            ("residency_policy": "off"); every site of a
                                            job's dataset is eligible and decisions are

@@ -23,6 +23,7 @@
 #include "coordinator/daemon.h"
 #include "coordinator/jobmachine.h"
 #include "coordinator/journal.h"
+#include "coordinator/retention.h"
 #include "crypto/digest.h"
 #include "crypto/seal.h"
 #include "job/admission.h"

@@ -578,6 +578,22 @@ static xf_err journal_commit(xf__run *run, xf_commit_result *c, xf_digest *model
   return rc;
 }
 
+/* After a commit: the job's checkpoints beyond checkpoint_retention go. A
+ * failure keeps them on disk (the next commit tries again) and is logged. */
+static void prune_checkpoints(xf__run *run) {
+  xf__coord *co = run->co;
+  uint32_t keep = xf__coord_cfg(co)->checkpoint_retention;
+  if (keep == 0) return;
+  xf_retention_result r = {0};
+  xf_errctx err = {0};
+  if (xf_retention_prune(xf__coord_db(co), xf__coord_blobs(co), run->id, keep, xf__now(), &r,
+                         &err) != XF_OK)
+    XF_WARN("checkpoints_not_pruned", "job=%s reason=\"%s\"", run->id_text, err.msg);
+  else if (r.rounds || r.blobs)
+    XF_INFO("checkpoints_pruned", "job=%s rounds=%u blobs=%u bytes=%" PRIu64, run->id_text,
+             r.rounds, r.blobs, r.bytes);
+}
+
 /* The global role's commit (coordinator/commit.h), stored and journaled;
  * the run then offers the new model. */
 static xf_err commit_global(xf__run *run, uint32_t sites, xf_errctx *err) {
@@ -608,6 +624,7 @@ static xf_err commit_global(xf__run *run, uint32_t sites, xf_errctx *err) {
   xf__journal_check(
       xf_journal_model_digest_note(xf__coord_db(co), &model_blob, &run->params_digest, &note_err),
       "model_digest", &note_err);
+  prune_checkpoints(run);
   XF_GUARD(refresh_offer(run, err));
   char hex[XF_DIGEST_HEX];
   xf_digest_hex(&run->params_digest, hex);

@@ -138,6 +138,30 @@ static const xf_migration xf__migrations[] = {
      "  blob TEXT PRIMARY KEY CHECK (length(blob) = 64),"
      "  params TEXT NOT NULL CHECK (length(params) = 64)"
      ");"},
+    /* 9: checkpoint retention (docs/storage.md, "Checkpoint retention").
+     * Each job's initial model, which no round names once round 1 commits;
+     * for a job created before this migration it is known only while no
+     * round has committed. Each committed round's server optimizer state
+     * beside its model, and when the round's checkpoint was pruned (NULL
+     * while it is kept). Blobs whose last reference went, queued for removal
+     * until their files are gone, so that a crash between the journal's
+     * change and the unlink leaves a list to finish rather than a stray
+     * file. Indexes for the reference checks. */
+    {9,
+     "ALTER TABLE jobs ADD COLUMN initial_model_digest TEXT"
+     "  CHECK (initial_model_digest IS NULL OR length(initial_model_digest) = 64);"
+     "UPDATE jobs SET initial_model_digest = model_digest WHERE NOT EXISTS"
+     "  (SELECT 1 FROM rounds r WHERE r.job = jobs.id AND r.outcome = 'committed');"
+     "ALTER TABLE rounds ADD COLUMN opt_state_digest TEXT"
+     "  CHECK (opt_state_digest IS NULL OR length(opt_state_digest) = 64);"
+     "ALTER TABLE rounds ADD COLUMN pruned REAL;"
+     "CREATE INDEX rounds_by_model ON rounds (model_digest);"
+     "CREATE INDEX rounds_by_opt_state ON rounds (opt_state_digest);"
+     "CREATE INDEX participants_by_site ON participants (job, site, round);"
+     "CREATE TABLE blob_garbage ("
+     "  blob TEXT PRIMARY KEY CHECK (length(blob) = 64),"
+     "  queued REAL NOT NULL"
+     ");"},
 };
 
 const xf_migration *xf_journal_migrations(size_t *n) {
@@ -307,8 +331,9 @@ xf_err xf_journal_job_create(xf_db *db, const xf_jobspec *spec, const xf_digest 
     return xf_fail(err, XF_ENOMEM, "out of memory writing the job spec");
   xf_err e = xf__run(db, err, "recording the job", NULL,
                      "INSERT INTO jobs (name, spec, rounds, state, created, updated,"
-                     " current_round, model_digest) VALUES (?, ?, ?, 'queued', ?, ?, 1, ?)",
-                     "ttiddh", spec->name, json, (int64_t)spec->rounds, now, now, model);
+                     " current_round, model_digest, initial_model_digest)"
+                     " VALUES (?, ?, ?, 'queued', ?, ?, 1, ?, ?)",
+                     "ttiddhh", spec->name, json, (int64_t)spec->rounds, now, now, model, model);
   xf_free(json);
   if (e != XF_OK) return e;
   *job = sqlite3_last_insert_rowid(xf_db_handle(db));
@@ -460,6 +485,10 @@ static xf_err xf__round_commit_tx(xf_db *db, int64_t job, uint32_t round, uint32
                                   const xf_digest *model, const xf_digest *opt_state,
                                   double now, xf_errctx *err) {
   XF_GUARD(xf__round_close(db, job, round, attempt, "committed", model, NULL, now, err));
+  XF_GUARD(xf__run(db, err, "recording the round's optimizer state", NULL,
+                   "UPDATE rounds SET opt_state_digest = ? WHERE job = ? AND round = ?"
+                   " AND attempt = ?",
+                   "hiii", opt_state, job, (int64_t)round, (int64_t)attempt));
   int changes = 0;
   XF_GUARD(xf__run(db, err, "recording the round's model", &changes,
                    "UPDATE jobs SET model_digest = ?, opt_state_digest = ?,"
@@ -560,6 +589,24 @@ static double xf__column_real(sqlite3_stmt *st, int col) {
   return sqlite3_column_type(st, col) == SQLITE_NULL ? NAN : sqlite3_column_double(st, col);
 }
 
+/* The current row of a metrics query (columns in the order of
+ * xf_journal_metrics). */
+static void xf__metrics_row(sqlite3_stmt *st, xf_journal_metrics *m) {
+  m->round = (uint32_t)sqlite3_column_int64(st, 0);
+  m->site = (uint64_t)sqlite3_column_int64(st, 1);
+  m->train_loss = xf__column_real(st, 2);
+  m->test_loss = xf__column_real(st, 3);
+  m->test_accuracy = xf__column_real(st, 4);
+  m->samples = (uint64_t)sqlite3_column_int64(st, 5);
+  m->has_epsilon = sqlite3_column_type(st, 6) != SQLITE_NULL;
+  m->epsilon = m->has_epsilon ? sqlite3_column_double(st, 6) : 0.0;
+  m->has_bytes = sqlite3_column_type(st, 7) != SQLITE_NULL;
+  m->bytes_up = (uint64_t)sqlite3_column_int64(st, 7);
+  m->bytes_down = (uint64_t)sqlite3_column_int64(st, 8);
+  m->has_eval_bytes = sqlite3_column_type(st, 9) != SQLITE_NULL;
+  m->eval_bytes_down = (uint64_t)sqlite3_column_int64(st, 9);
+}
+
 /* Reads every row of a prepared metrics query (columns in the order of
  * xf_journal_metrics) into a new array. Finalizes st. */
 static xf_err xf__metrics_collect(xf_db *db, sqlite3_stmt *st, xf_journal_metrics **out,
@@ -579,20 +626,7 @@ static xf_err xf__metrics_collect(xf_db *db, sqlite3_stmt *st, xf_journal_metric
       v = nv;
       cap = ncap;
     }
-    xf_journal_metrics *m = &v[len++];
-    m->round = (uint32_t)sqlite3_column_int64(st, 0);
-    m->site = (uint64_t)sqlite3_column_int64(st, 1);
-    m->train_loss = xf__column_real(st, 2);
-    m->test_loss = xf__column_real(st, 3);
-    m->test_accuracy = xf__column_real(st, 4);
-    m->samples = (uint64_t)sqlite3_column_int64(st, 5);
-    m->has_epsilon = sqlite3_column_type(st, 6) != SQLITE_NULL;
-    m->epsilon = m->has_epsilon ? sqlite3_column_double(st, 6) : 0.0;
-    m->has_bytes = sqlite3_column_type(st, 7) != SQLITE_NULL;
-    m->bytes_up = (uint64_t)sqlite3_column_int64(st, 7);
-    m->bytes_down = (uint64_t)sqlite3_column_int64(st, 8);
-    m->has_eval_bytes = sqlite3_column_type(st, 9) != SQLITE_NULL;
-    m->eval_bytes_down = (uint64_t)sqlite3_column_int64(st, 9);
+    xf__metrics_row(st, &v[len++]);
   }
   if (e == XF_OK && rc != SQLITE_DONE) e = xf_db_fail(db, err, "reading metrics");
   sqlite3_finalize(st);
@@ -836,17 +870,41 @@ void xf_journal_metrics_bytes(const xf_journal_metrics *m, uint64_t *up, uint64_
 xf_err xf_journal_job_bytes(xf_db *db, int64_t job, uint64_t *bytes_up, uint64_t *bytes_down,
                             xf_errctx *err) {
   *bytes_up = *bytes_down = 0;
-  xf_journal_metrics *v = NULL;
-  size_t n = 0;
-  XF_GUARD(xf_journal_metrics_job(db, job, &v, &n, err));
-  for (size_t i = 0; i < n; i++) {
+  /* Row by row: a status query must not hold all of a long job's rows. */
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf__prepare(db, &st, err, XF__METRICS_COLUMNS " WHERE job = ?", "i", job));
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    xf_journal_metrics m;
     uint64_t up, down;
-    xf_journal_metrics_bytes(&v[i], &up, &down);
+    xf__metrics_row(st, &m);
+    xf_journal_metrics_bytes(&m, &up, &down);
     *bytes_up += up;
     *bytes_down += down;
   }
-  xf_free(v);
-  return XF_OK;
+  xf_err e = rc == SQLITE_DONE ? XF_OK : xf_db_fail(db, err, "reading the job's traffic");
+  sqlite3_finalize(st);
+  return e;
+}
+
+xf_err xf_journal_metrics_newest_round(xf_db *db, int64_t job, uint32_t at_most, bool evaluated,
+                                       uint32_t *round, xf_errctx *err) {
+  *round = 0;
+  sqlite3_stmt *st = NULL;
+  XF_GUARD(xf__prepare(db, &st, err,
+                       evaluated ? "SELECT round FROM metrics WHERE job = ? AND round <= ?"
+                                   " AND test_accuracy IS NOT NULL ORDER BY round DESC LIMIT 1"
+                                 : "SELECT round FROM metrics WHERE job = ? AND round <= ?"
+                                   " ORDER BY round DESC LIMIT 1",
+                       "ii", job, (int64_t)at_most));
+  int rc = sqlite3_step(st);
+  xf_err e = XF_OK;
+  if (rc == SQLITE_ROW)
+    *round = (uint32_t)sqlite3_column_int64(st, 0);
+  else if (rc != SQLITE_DONE)
+    e = xf_db_fail(db, err, "reading the job's newest metrics");
+  sqlite3_finalize(st);
+  return e;
 }
 
 xf_err xf_journal_model_digest_note(xf_db *db, const xf_digest *blob, const xf_digest *params,
@@ -880,12 +938,18 @@ xf_err xf_journal_round_model(xf_db *db, int64_t job, uint32_t round, xf_digest 
                               xf_errctx *err) {
   sqlite3_stmt *st = NULL;
   XF_GUARD(xf__prepare(db, &st, err,
-                       "SELECT model_digest FROM rounds WHERE job = ? AND round = ?"
+                       "SELECT model_digest, pruned FROM rounds WHERE job = ? AND round = ?"
                        " AND outcome = 'committed'",
                        "ii", job, (int64_t)round));
   int rc = sqlite3_step(st);
   xf_err e = XF_OK;
-  if (rc == SQLITE_ROW)
+  if (rc == SQLITE_ROW && sqlite3_column_type(st, 1) != SQLITE_NULL)
+    e = xf_fail(err, XF_ENOENT,
+                "the checkpoint of job %lld round %u was pruned by the coordinator's "
+                "checkpoint_retention; the latest rounds are kept (raise "
+                "checkpoint_retention to keep more)",
+                (long long)job, (unsigned)round);
+  else if (rc == SQLITE_ROW)
     e = xf__column_digest(st, 0, model, NULL, err);
   else if (rc == SQLITE_DONE)
     e = xf_fail(err, XF_ENOENT, "job %lld has no committed round %u", (long long)job,

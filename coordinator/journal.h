@@ -207,7 +207,7 @@ xf_err xf_journal_job_submitter(xf_db *db, int64_t job, const char *submitter,
 xf_err xf_journal_job_submitter_get(xf_db *db, int64_t job, char *submitter,
                                     size_t submitter_len, xf_errctx *err) XF_WARN_UNUSED;
 /* The job's traffic: xf_journal_metrics_bytes summed over its metrics rows
- * (0 and 0 for a job without any). */
+ * (0 and 0 for a job without any), read row by row in constant memory. */
 xf_err xf_journal_job_bytes(xf_db *db, int64_t job, uint64_t *bytes_up, uint64_t *bytes_down,
                             xf_errctx *err) XF_WARN_UNUSED;
 /* The model digest of a model blob (the BLAKE2b-256 of its parameters,
@@ -218,7 +218,8 @@ xf_err xf_journal_model_digest(xf_db *db, const xf_digest *blob, xf_digest *para
                                xf_errctx *err) XF_WARN_UNUSED;
 xf_err xf_journal_model_digest_note(xf_db *db, const xf_digest *blob, const xf_digest *params,
                                     xf_errctx *err) XF_WARN_UNUSED;
-/* The model committed by a round; XF_ENOENT when the round has none. */
+/* The model committed by a round; XF_ENOENT when the round has none, or
+ * when checkpoint retention pruned it (the message says so). */
 xf_err xf_journal_round_model(xf_db *db, int64_t job, uint32_t round, xf_digest *model,
                               xf_errctx *err) XF_WARN_UNUSED;
 /* Of the attempt that committed a round: the sites invited and those whose
@@ -232,6 +233,11 @@ xf_err xf_journal_last_invited(xf_db *db, int64_t job, uint32_t *n, xf_errctx *e
  * row carries one. */
 xf_err xf_journal_site_epsilon(xf_db *db, int64_t job, uint32_t round, bool *has, double *eps,
                                xf_errctx *err) XF_WARN_UNUSED;
+/* The newest round up to at_most with a metrics row of the job (with
+ * evaluated: a row that carries a test accuracy); 0 when there is none.
+ * One index probe, whatever the job's length. */
+xf_err xf_journal_metrics_newest_round(xf_db *db, int64_t job, uint32_t at_most, bool evaluated,
+                                       uint32_t *round, xf_errctx *err) XF_WARN_UNUSED;
 /* Every metrics row of a job, by round then site. Ownership as
  * xf_journal_metrics_round. */
 xf_err xf_journal_metrics_job(xf_db *db, int64_t job, xf_journal_metrics **out, size_t *n,

@@ -13,6 +13,7 @@
 #include "base/name.h"
 #include "cmd/cmd.h"
 #include "coordinator/daemon.h"
+#include "coordinator/retention.h"
 #include "http/http.h"
 
 #define PROG "xfed-coord"
@@ -201,6 +202,8 @@ static xf_err number_field(xf_cli *cli, const char *k, double d, xf_coord_config
   } else if (strcmp(k, "max_staged") == 0) {
     if (!(d >= 1 && d <= 1024)) return xf_fail(&cli->err, XF_ERANGE, "must be from 1 to 1024");
     c->max_staged = (uint32_t)d;
+  } else if (strcmp(k, "checkpoint_retention") == 0) {
+    return xf_retention_parse(d, &c->checkpoint_retention, &cli->err);
   } else if (strcmp(k, "resume_grace_s") == 0 || strcmp(k, "eval_timeout_s") == 0) {
     if (!(d > 0 && d <= 86400))
       return xf_fail(&cli->err, XF_ERANGE, "must be above 0 and at most 86400 seconds");
@@ -218,6 +221,7 @@ static xf_err config_field(xf_cli *cli, const char *dir, const char *k, json_t *
                                      "cert",      "key",         "ca",         "crl",
                                      "state_dir", "port_file",   "max_frame",  "max_staged",
                                      "resume_grace_s", "eval_timeout_s", "residency_policy",
+                                     "checkpoint_retention",
                                      "handshake_timeout_s", "min_frame_rate",
                                      "frame_rate_window_s", "frame_grace_s", "buffer_budget",
                                      "metrics",
@@ -250,7 +254,7 @@ static xf_err config_field(xf_cli *cli, const char *dir, const char *k, json_t *
   }
   bool numeric = strcmp(k, "max_frame") == 0 || strcmp(k, "max_staged") == 0 ||
                  strcmp(k, "resume_grace_s") == 0 || strcmp(k, "eval_timeout_s") == 0 ||
-                 connection_key(k);
+                 strcmp(k, "checkpoint_retention") == 0 || connection_key(k);
   if (numeric ? !json_is_number(v) : !json_is_string(v))
     return xf_fail(&cli->err, XF_EFORMAT, "must be a %s", numeric ? "number" : "string");
   return numeric ? number_field(cli, k, json_number_value(v), c)
@@ -364,6 +368,9 @@ static int cmd_run(xf_cli *cli, int argc, char **argv) {
     return xf_cli_usage(cli, "--role regional needs --upstream HOST:PORT (the global coordinator)");
   if (!c.regional && c.upstream_host[0])
     return xf_cli_usage(cli, "--upstream is for --role regional; the global coordinator has none");
+  if (c.regional && c.checkpoint_retention)
+    return xf_cli_usage(cli, "checkpoint_retention is the global coordinator's; a regional "
+                             "aggregator keeps no checkpoints");
   if (c.regional && c.residency_off)
     return xf_cli_usage(cli, "--residency-policy is the global coordinator's; a regional "
                              "aggregator enforces what its tasks carry");
@@ -431,7 +438,9 @@ static const xf_cmd commands[] = {
      "  --config FILE       a JSON object with any of: role, region, listen, upstream,\n"
      "                      cert, key, ca, crl, state_dir, port_file, max_frame,\n"
      "                      max_staged, resume_grace_s, eval_timeout_s,\n"
-     "                      residency_policy, and the connection bounds\n"
+     "                      residency_policy, checkpoint_retention (global: keep\n"
+     "                      each job's last N rounds' checkpoints; 0 or absent: all),\n"
+     "                      and the connection bounds\n"
      "                      handshake_timeout_s, min_frame_rate,\n"
      "                      frame_rate_window_s, frame_grace_s, buffer_budget,\n"
      "                      max_connections, max_connections_per_address,\n"

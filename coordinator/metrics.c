@@ -125,10 +125,12 @@ static void journal_jobs(xf__coord *co, xf_prom *p) {
     r->state = xf_job_state_name(jj.state);
     xf_journal_metrics *v = NULL;
     size_t nv = 0;
-    if (xf_journal_metrics_job(xf__coord_db(co), ids[i], &v, &nv, &err) == XF_OK) {
-      uint32_t last = 0;
-      for (size_t j = 0; j < nv; j++)
-        if (v[j].round > last) last = v[j].round;
+    uint32_t last = 0;
+    /* The newest round's rows only: a scrape costs the same whatever the
+     * job's length. */
+    if (xf_journal_metrics_newest_round(xf__coord_db(co), ids[i], UINT32_MAX, false, &last,
+                                        &err) == XF_OK &&
+        xf_journal_metrics_round(xf__coord_db(co), ids[i], last, &v, &nv, &err) == XF_OK) {
       /* epsilon as `xfed job metrics` shows the newest round: the job's own
        * account, or (sites that account for themselves) the largest a site
        * reported. */

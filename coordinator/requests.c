@@ -114,57 +114,70 @@ static void explain_no_accuracy(xf__coord *co, const char *job, uint32_t committ
  * with its report (a round commits only once its reports are in, so round
  * r's evaluation is complete once round r + 1 committed), and the final
  * model by the final evaluation, complete once the job is over. */
-static void summarize_metrics(xf__coord *co, int64_t job, uint32_t committed, bool over,
-                              Xfed__JobInfo *ji) {
+/* Weighted by the sites' samples (1 for a row without), the mean of the
+ * figure `which` (0 test accuracy and loss, 1 train loss) over round r's
+ * rows that carry it; *sites counts them. False when none does. */
+static bool round_mean(xf_db *db, int64_t job, uint32_t r, int which, double *a, double *l,
+                       uint32_t *sites) {
   xf_journal_metrics *m = NULL;
   size_t n = 0;
+  xf_errctx err = {0};
+  *a = *l = NAN;
+  *sites = 0;
+  if (r == 0 || xf_journal_metrics_round(db, job, r, &m, &n, &err) != XF_OK) return false;
+  double wa = 0, wl = 0, w = 0;
+  for (size_t i = 0; i < n; i++) {
+    double weight = m[i].samples ? (double)m[i].samples : 1.0;
+    double v = which == 0 ? m[i].test_accuracy : m[i].train_loss;
+    if (isnan(v)) continue;
+    wa += weight * v;
+    wl += weight * (which == 0 ? m[i].test_loss : 0);
+    w += weight;
+    (*sites)++;
+  }
+  xf_free(m);
+  if (w <= 0) return false;
+  *a = wa / w;
+  *l = wl / w;
+  return true;
+}
+
+/* The figures of complete evaluations, and of the newest one still coming
+ * in, labelled so. Model round r is evaluated by every site of round r + 1
+ * with its report (a round commits only once its reports are in, so round
+ * r's evaluation is complete once round r + 1 committed), and the final
+ * model by the final evaluation, complete once the job is over. Only the
+ * rounds named are read, so a status costs the same at round 1,000 as at
+ * round 1. */
+static void summarize_metrics(xf__coord *co, int64_t job, uint32_t committed, bool over,
+                              Xfed__JobInfo *ji) {
+  xf_db *db = xf__coord_db(co);
   xf_errctx err = {0};
   ji->test_accuracy = NAN;
   ji->test_loss = NAN;
   ji->train_loss = NAN;
   ji->partial_accuracy = NAN;
-  if (xf_journal_metrics_job(xf__coord_db(co), job, &m, &n, &err) != XF_OK) return;
-  uint32_t complete = 0, newest = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (isnan(m[i].test_accuracy)) continue;
-    uint32_t r = m[i].round;
-    bool done = r < committed || (r == committed && over);
-    if (done && r > complete) complete = r;
-    if (r > newest) newest = r;
+  uint32_t complete = 0, newest = 0, sites = 0;
+  if (over || committed > 0) {
+    uint32_t done_to = over ? committed : committed - 1;
+    if (done_to > 0 &&
+        xf_journal_metrics_newest_round(db, job, done_to, true, &complete, &err) != XF_OK)
+      return;
   }
-  double wa = 0, wl = 0, w = 0, pa = 0, pw = 0, tl = 0, tw = 0;
-  uint32_t sites = 0, psites = 0;
-  for (size_t i = 0; i < n; i++) {
-    double weight = m[i].samples ? (double)m[i].samples : 1.0;
-    if (!isnan(m[i].test_accuracy) && m[i].round == complete && complete) {
-      wa += weight * m[i].test_accuracy;
-      wl += weight * m[i].test_loss;
-      w += weight;
-      sites++;
-    }
-    if (!isnan(m[i].test_accuracy) && m[i].round == newest && newest > complete) {
-      pa += weight * m[i].test_accuracy;
-      pw += weight;
-      psites++;
-    }
-    if (!isnan(m[i].train_loss) && m[i].round == committed && committed) {
-      tl += weight * m[i].train_loss;
-      tw += weight;
-    }
-  }
-  xf_free(m);
+  if (xf_journal_metrics_newest_round(db, job, UINT32_MAX, true, &newest, &err) != XF_OK) return;
+  double a, l;
   ji->eval_round = complete;
+  if (round_mean(db, job, complete, 0, &a, &l, &sites)) {
+    ji->test_accuracy = a;
+    ji->test_loss = l;
+  }
   ji->eval_sites = sites;
-  if (w > 0) {
-    ji->test_accuracy = wa / w;
-    ji->test_loss = wl / w;
-  }
-  if (pw > 0) {
+  if (newest > complete && round_mean(db, job, newest, 0, &a, &l, &sites)) {
     ji->partial_round = newest;
-    ji->partial_sites = psites;
-    ji->partial_accuracy = pa / pw;
+    ji->partial_sites = sites;
+    ji->partial_accuracy = a;
   }
-  if (tw > 0) ji->train_loss = tl / tw;
+  if (round_mean(db, job, committed, 1, &a, &l, &sites)) ji->train_loss = a;
 }
 
 static xf_err fill_info(xf__coord *co, int64_t id, Xfed__JobInfo *ji, info_store *st,

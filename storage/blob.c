@@ -169,6 +169,21 @@ bool xf_blob_exists(const xf_blob_store *store, const xf_digest *digest) {
   return lstat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+xf_err xf_blob_remove(xf_blob_store *store, const xf_digest *digest, xf_errctx *err) {
+  XF_ENSURE(store && digest, err, XF_EINVAL, "xf_blob_remove needs a store and a digest");
+  char path[PATH_MAX];
+  if (xf_blob_path(store, digest, path, sizeof(path)) != XF_OK)
+    return xf__storage_fail(err, store->dir, XF_ERANGE, "the blob's path is too long");
+  if (unlink(path) != 0) {
+    if (errno == ENOENT) return XF_OK;
+    return xf__blob_errno_fail(err, path, errno, "cannot remove the blob");
+  }
+  if (xf__storage_fsync_parent(path) != 0)
+    return xf__blob_errno_fail(err, path, errno,
+                               "removed the blob but cannot flush its directory");
+  return XF_OK;
+}
+
 /* Creates this writer's temporary file and locks it. The lock is what tells
  * xf__blob_remove_stale the file is alive; a cleaner in another process may
  * lock and unlink the file in the instant between its creation and our

@@ -76,6 +76,14 @@ xf_err xf_blob_get(xf_blob_store *store, const xf_digest *digest, void **data, s
  * xf_blob_get to check its content. */
 bool xf_blob_exists(const xf_blob_store *store, const xf_digest *digest);
 
+/* Removes the blob named by digest, if there is one, and flushes its shard
+ * directory so that the removal survives a power loss. A blob already gone
+ * is not an error: removing is idempotent, so a caller that crashed half-way
+ * through a list of removals can run the list again. The caller must know
+ * that nothing still refers to the blob (coordinator/retention.h decides
+ * that for checkpoints). XF_EIO names the file that cannot be removed. */
+xf_err xf_blob_remove(xf_blob_store *store, const xf_digest *digest, xf_errctx *err) XF_WARN_UNUSED;
+
 /* Writes the path of digest's blob (whether or not it exists) to buf, which
  * holds n bytes. XF_ERANGE when the path does not fit. */
 xf_err xf_blob_path(const xf_blob_store *store, const xf_digest *digest, char *buf,

@@ -69,3 +69,15 @@ set_tests_properties(bench_noise_smoke bench_dp_smoke bench_train_dp_smoke bench
                      bench_secagg_masking_smoke bench_secagg_protocol_smoke bench_policy_smoke
                      bench_policy_store_smoke PROPERTIES
                      LABELS unit TIMEOUT 120 ENVIRONMENT "XF_BACKEND=cpu;${XF_TEST_ENVIRONMENT}")
+
+# bench/soak.sh at 3 sites x 6 rounds, one site killed and started again
+# after round 3, checkpoint_retention 2, against the same job without
+# restarts. The script exits 1 unless every committed round counted all
+# three sites, the coordinator kept exactly the last 2 rounds' checkpoints
+# and the two runs end at the same model digest.
+add_test(NAME bench_soak_smoke
+         COMMAND bash ${_xf_bench_smoke} digests_equal
+                 bash ${PROJECT_SOURCE_DIR}/bench/soak.sh --sites 3 --rounds 6 --restart-every 3
+                 --from 1 --retention 2)
+set_tests_properties(bench_soak_smoke PROPERTIES LABELS integration TIMEOUT 300
+                     ENVIRONMENT "XF_BENCH_BUILD=${PROJECT_BINARY_DIR};XF_BACKEND=cpu;${XF_TEST_ENVIRONMENT}")

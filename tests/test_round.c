@@ -805,6 +805,43 @@ static void journal_notes_the_model_digest_of_each_blob(void **state) {
   xf_db_close(db);
 }
 
+/* The newest round with metrics, and with an evaluation, up to a bound:
+ * what a job's status reads instead of all of its rows. */
+static void journal_finds_the_newest_metrics_round_up_to_a_bound(void **state) {
+  (void)state;
+  char path[128];
+  db_path("newest", path, sizeof(path));
+  xf_db *db = journal_open(path);
+  xf_errctx err;
+  xf_jobspec spec = spec_of(5);
+  xf_digest d0 = digest_of("model 0");
+  int64_t job = 0, other = 0;
+  check(xf_journal_job_create(db, &spec, &d0, 1.0, &job, &err), &err);
+  check(xf_journal_job_create(db, &spec, &d0, 1.0, &other, &err), &err);
+  uint32_t r = 99;
+  check(xf_journal_metrics_newest_round(db, job, UINT32_MAX, false, &r, &err), &err);
+  assert_int_equal(r, 0);
+  /* Rounds 1 and 2 evaluated, round 3 trained only; the other job at 4. */
+  for (uint32_t round = 1; round <= 3; round++) {
+    xf_journal_metrics m = {.round = round, .site = 7, .train_loss = 0.5,
+                            .test_loss = round < 3 ? 0.4 : NAN,
+                            .test_accuracy = round < 3 ? 0.8 : NAN, .samples = 10};
+    check(xf_journal_metrics_add(db, job, &m, &err), &err);
+  }
+  xf_journal_metrics o = {.round = 4, .site = 7, .train_loss = 0.5, .test_loss = 0.4,
+                          .test_accuracy = 0.8, .samples = 10};
+  check(xf_journal_metrics_add(db, other, &o, &err), &err);
+  check(xf_journal_metrics_newest_round(db, job, UINT32_MAX, false, &r, &err), &err);
+  assert_int_equal(r, 3);
+  check(xf_journal_metrics_newest_round(db, job, UINT32_MAX, true, &r, &err), &err);
+  assert_int_equal(r, 2);
+  check(xf_journal_metrics_newest_round(db, job, 1, true, &r, &err), &err);
+  assert_int_equal(r, 1);
+  check(xf_journal_metrics_newest_round(db, job, 0, false, &r, &err), &err);
+  assert_int_equal(r, 0);
+  xf_db_close(db);
+}
+
 static void journal_metrics_per_round_and_site_in_order(void **state) {
   (void)state;
   char path[128];
@@ -1043,6 +1080,7 @@ int main(void) {
       cmocka_unit_test(journal_round_result_is_atomic),
       cmocka_unit_test(journal_retry_and_failure_close_the_round),
       cmocka_unit_test(journal_metrics_per_round_and_site_in_order),
+      cmocka_unit_test(journal_finds_the_newest_metrics_round_up_to_a_bound),
       cmocka_unit_test(job_traffic_is_its_metrics_rows_with_the_final_evaluation),
       cmocka_unit_test(journal_notes_the_model_digest_of_each_blob),
       cmocka_unit_test(journal_metrics_pages_give_every_row_once_in_order),

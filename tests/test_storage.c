@@ -534,6 +534,36 @@ static void missing_blob_is_reported_as_noent(void **state) {
   xf_blob_store_close(store);
 }
 
+/* Removing a blob takes its file and no other; a blob already gone (a
+ * removal run again after a crash) is no error, and the same bytes can be
+ * stored again afterwards. */
+static void removed_blob_is_gone_and_removing_again_is_no_error(void **state) {
+  (void)state;
+  char dir[128];
+  test_dir("blobs-remove", dir, sizeof(dir));
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  xf_blob_store *store = NULL;
+  assert_int_equal(xf_blob_store_open(dir, &store, &err), XF_OK);
+  xf_digest a, b;
+  assert_int_equal(xf_blob_put(store, "checkpoint a", 12, &a, &err), XF_OK);
+  assert_int_equal(xf_blob_put(store, "checkpoint b", 12, &b, &err), XF_OK);
+  assert_int_equal(xf_blob_remove(store, &a, &err), XF_OK);
+  assert_false(xf_blob_exists(store, &a));
+  assert_true(xf_blob_exists(store, &b));
+  void *data = NULL;
+  size_t n = 0;
+  assert_int_equal(xf_blob_get(store, &a, &data, &n, &err), XF_ENOENT);
+  assert_int_equal(xf_blob_remove(store, &a, &err), XF_OK);
+  xf_digest again;
+  assert_int_equal(xf_blob_put(store, "checkpoint a", 12, &again, &err), XF_OK);
+  assert_memory_equal(&again, &a, sizeof(a));
+  assert_int_equal(xf_blob_get(store, &a, &data, &n, &err), XF_OK);
+  assert_int_equal(n, 12);
+  xf_free(data);
+  xf_blob_store_close(store);
+}
+
 /* Rewrites one byte of a committed (read-only) blob file in place. */
 static void flip_byte(const char *path, off_t off) {
   assert_int_equal(chmod(path, 0600), 0);
@@ -1155,6 +1185,7 @@ int main(void) {
       cmocka_unit_test(damaged_database_fails_quick_check_naming_the_file),
       cmocka_unit_test(blob_roundtrip_by_digest),
       cmocka_unit_test(missing_blob_is_reported_as_noent),
+      cmocka_unit_test(removed_blob_is_gone_and_removing_again_is_no_error),
       cmocka_unit_test(corrupted_blob_is_reported_not_returned),
       cmocka_unit_test(aborted_writer_leaves_nothing_behind),
       cmocka_unit_test(temp_file_of_a_live_writer_survives_another_open),

@@ -14,6 +14,8 @@
 xf_add_torture(test_jobspec)
 xf_add_torture(test_admission)
 xf_add_torture(test_round)
+# Checkpoint retention, whole.
+xf_add_torture(test_retention)
 xf_add_torture(test_update)
 
 # The job machine (5,565 in all, 4 s a run under ASan): the cases of its
