@@ -6,6 +6,7 @@
       model, local training and strategy, flat topology, every site each
       round) to OUT and prints the same job as Flower run config
   collect.py xfed|flower WORK MANIFEST MODE RUN  one JSON line for one job
+  collect.py scale xfed|flower WORK N             one JSON line for a scale step
   collect.py table JSONL                         the Markdown tables
 
 Per job: accuracy per round (each round's model evaluated by every site on
@@ -166,6 +167,43 @@ def flower_job(work, manifest, mode, run):
             **memory(work, "flower")}
 
 
+def scale_step(impl, work, n):
+    """How many of N sites finished the one round within the deadline."""
+    side = {}
+    try:
+        side = json.load(open(f"{work}/side.json"))
+    except OSError:
+        pass
+    finished, round_s = 0, None
+    if impl == "xfed":
+        opened = committed = None
+        try:
+            for line in open(f"{work}/logs/coord.log"):
+                if "event=round_opened" in line and opened is None:
+                    opened = ts(line)
+                m = re.search(r"event=round_committed job=\S+ round=1 reports=(\d+)", line)
+                if m:
+                    committed, finished = ts(line), int(m.group(1))
+        except OSError:
+            pass
+        if opened is not None and committed is not None:
+            round_s = committed - opened
+    else:
+        try:
+            row = json.load(open(f"{work}/server.json"))["rounds"][0]
+            finished = min(row["fit_results"], row["eval_results"])
+            round_s = row["eval_end"] - row["fit_start"]
+        except (OSError, KeyError, IndexError):
+            pass
+    try:
+        mem = memory(work, impl)["total_peak_kib"]
+    except OSError:
+        mem = 0
+    return {"kind": "scale", "impl": impl, "sites": n, "finished": finished,
+            "done": bool(side.get("done")) and finished == n, "registered": side.get("registered"),
+            "round_s": None if round_s is None else round(round_s, 3), "total_peak_kib": mem}
+
+
 def summarize(row):
     over = [r - l for r, l in zip(row["round_s"], row["local_s"])]
     row["round_median_s"] = round(med(row["round_s"]), 3)
@@ -235,6 +273,8 @@ def table(path):
                 r = next((r for r in scale if r["sites"] == n and r["impl"] == impl), None)
                 if r is None:
                     cells += ["not run", "-", "-"]
+                elif r.get("not_started"):
+                    cells += [f"not started: {r['not_started']}", "-", "-"]
                 else:
                     cells += [f"{r['finished']}" + ("" if r["done"] else " (deadline)"),
                               "-" if r["round_s"] is None else f"{r['round_s']:.1f}",
@@ -251,6 +291,8 @@ def main():
         work, manifest, mode, run = sys.argv[2:6]
         row = (xfed_job if cmd == "xfed" else flower_job)(work, manifest, mode, int(run))
         print(json.dumps(summarize(row)))
+    elif cmd == "scale":
+        print(json.dumps(scale_step(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
     elif cmd == "table":
         table(sys.argv[2])
     else:

@@ -16,12 +16,18 @@ export PATH=$venv/bin:$PATH
 ip link set lo up
 mkdir -p "$work/logs"
 pids=()
+peak_pid=
+# Stops the daemons, then the memory sampler (which writes peak.json).
 cleanup() {
   local pid
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  pids=()
+  if [[ -n $peak_pid ]]; then kill -TERM "$peak_pid" 2>/dev/null || true; wait "$peak_pid" || true; fi
+  peak_pid=
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT
 lo_bytes() { awk '$1 == "lo:" { print $2 }' /proc/net/dev; }
 
 /usr/bin/python3 "$here/peak.py" $$ "$work/peak.json" &
@@ -65,7 +71,8 @@ for ((n = 1; n <= sites; n++)); do
 done
 # Flower's run waits until the strategy's min_available_clients (all SITES)
 # have registered; the job's clock starts at the submission, as xfed's.
-for ((i = 0; i < 6000; i++)); do
+end=$(($(date +%s) + deadline))
+while (($(date +%s) < end)); do
   k=$(cat "$work"/logs/supernode-*.log | grep -c 'SuperNode ID' || true)
   ((k >= sites)) && break
   sleep 0.2
@@ -75,15 +82,11 @@ t0=$(date +%s.%N)
 flwr run "$here/flower_app" bench --run-config "$runconfig out=\"$work/server.json\"" --format json \
   >"$work/run.json" 2>"$work/logs/flwr-run.log" ||
   { echo "flower_side.sh: flwr run failed:" >&2; cat "$work/run.json" >&2; exit 1; }
-end=$(($(date +%s) + deadline))
 while [[ ! -s $work/server.json ]] && (($(date +%s) < end)); do sleep 0.1; done
 t1=$(date +%s.%N)
 bytes1=$(lo_bytes)
 [[ -s $work/server.json ]] || echo "flower_side.sh: the run did not finish within ${deadline}s" >&2
 cleanup
-pids=()
-kill -TERM "$peak_pid"
-wait "$peak_pid" || true
 printf '{"submitted": %s, "finished": %s, "lo_bytes": %s, "registered": %s, "done": %s}\n' \
   "$t0" "$t1" "$((bytes1 - bytes0))" "$k" "$([[ -s $work/server.json ]] && echo true || echo false)" \
   >"$work/side.json"

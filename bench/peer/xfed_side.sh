@@ -8,21 +8,29 @@
 # metrics.csv, and side.json (the timestamps and loopback bytes that
 # bench/peer/collect.py reads), while bench/peer/peak.py samples every
 # process's peak memory.
-#   usage: unshare -n bench/peer/xfed_side.sh BUILD SHARDS SITES JOB WORK
+#   usage: unshare -n bench/peer/xfed_side.sh BUILD SHARDS SITES JOB WORK [DEADLINE_S]
+# DEADLINE_S (default 3600) bounds the sites' start and the job; a job past it
+# is left unfinished and side.json says "done": false.
 set -euo pipefail
-build=$1 shards=$2 sites=$3 job=$4 work=$5
+build=$1 shards=$2 sites=$3 job=$4 work=$5 deadline=${6:-3600}
 here=$(cd "$(dirname "$0")" && pwd)
 xfed=$build/cli/xfed site_bin=$build/site/xfed-site coord_bin=$build/coordinator/xfed-coord
 ip link set lo up
 mkdir -p "$work/logs"
 fed=$work/federation
 pids=()
+peak_pid=
+# Stops the daemons, then the memory sampler (which writes peak.json).
 cleanup() {
   local pid
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  pids=()
+  if [[ -n $peak_pid ]]; then kill -TERM "$peak_pid" 2>/dev/null || true; wait "$peak_pid" || true; fi
+  peak_pid=
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT
 lo_bytes() { awk '$1 == "lo:" { print $2 }' /proc/net/dev; }
 
 /usr/bin/python3 "$here/peak.py" $$ "$work/peak.json" &
@@ -52,21 +60,24 @@ for ((n = 1; n <= sites; n++)); do
 done
 export XFED_COORDINATOR=127.0.0.1:$port XFED_CERT=$fed/issued/researcher.crt \
   XFED_KEY=$fed/issued/researcher.key XFED_CA=$fed/ca.crt XFED_CRL=$fed/crl.pem
-for ((i = 0; i < 1500; i++)); do
+end=$(($(date +%s) + deadline))
+while (($(date +%s) < end)); do
   k=$(grep -c 'event=site_announced' "$work/logs/coord.log" || true)
   ((k >= sites)) && break
   sleep 0.2
 done
-((k >= sites)) || { echo "xfed_side.sh: $k of $sites sites announced themselves" >&2; exit 1; }
 bytes0=$(lo_bytes)
 t0=$(date +%s.%N)
-XF_LOG_LEVEL=warn "$xfed" job submit "$job" --wait >"$work/job.out"
+done=false
+if timeout $((end - $(date +%s) + 1)) env XF_LOG_LEVEL=warn "$xfed" job submit "$job" --wait \
+    >"$work/job.out"; then
+  done=true
+else
+  echo "xfed_side.sh: the job did not finish within ${deadline}s ($k of $sites sites announced)" >&2
+fi
 t1=$(date +%s.%N)
 bytes1=$(lo_bytes)
-XF_LOG_LEVEL=warn "$xfed" job metrics "$(head -n 1 "$work/job.out")" --csv >"$work/metrics.csv"
+XF_LOG_LEVEL=warn "$xfed" job metrics "$(head -n 1 "$work/job.out")" --csv >"$work/metrics.csv" || true
 cleanup
-pids=()
-kill -TERM "$peak_pid"
-wait "$peak_pid" || true
-printf '{"submitted": %s, "finished": %s, "lo_bytes": %s}\n' "$t0" "$t1" \
-  "$((bytes1 - bytes0))" >"$work/side.json"
+printf '{"submitted": %s, "finished": %s, "lo_bytes": %s, "registered": %s, "done": %s}\n' \
+  "$t0" "$t1" "$((bytes1 - bytes0))" "$k" "$done" >"$work/side.json"
