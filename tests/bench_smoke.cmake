@@ -69,3 +69,12 @@ set_tests_properties(bench_noise_smoke bench_dp_smoke bench_train_dp_smoke bench
                      bench_secagg_masking_smoke bench_secagg_protocol_smoke bench_policy_smoke
                      bench_policy_store_smoke PROPERTIES
                      LABELS unit TIMEOUT 120 ENVIRONMENT "XF_BACKEND=cpu;${XF_TEST_ENVIRONMENT}")
+
+# bench/peer/run.sh (xfed against Flower): both sides at 2 sites, 1 round, on
+# 1000-record shards, through tests/integration/bench_peer.sh; skipped where
+# Flower's virtualenv cannot be made (no PyPI) or without root.
+add_test(NAME bench_peer_smoke
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/bench_peer.sh ${PROJECT_SOURCE_DIR}
+                 ${PROJECT_BINARY_DIR})
+set_tests_properties(bench_peer_smoke PROPERTIES LABELS integration TIMEOUT 900
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "XF_BACKEND=cpu;${XF_TEST_ENVIRONMENT}")
