@@ -76,5 +76,5 @@ set_tests_properties(bench_noise_smoke bench_dp_smoke bench_train_dp_smoke bench
 add_test(NAME bench_peer_smoke
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/bench_peer.sh ${PROJECT_SOURCE_DIR}
                  ${PROJECT_BINARY_DIR})
-set_tests_properties(bench_peer_smoke PROPERTIES LABELS integration TIMEOUT 900
+set_tests_properties(bench_peer_smoke PROPERTIES LABELS integration TIMEOUT 1800
                      SKIP_RETURN_CODE 77 ENVIRONMENT "XF_BACKEND=cpu;${XF_TEST_ENVIRONMENT}")

@@ -19,6 +19,7 @@ longest site's fit plus the longest site's evaluate, the two phases being
 separate), bytes per round (the loopback interface's bytes during the job,
 over the rounds: TLS records, TCP/IP headers and control, both directions),
 and peak memory (VmHWM) of every process."""
+import glob
 import json
 import re
 import statistics
@@ -35,7 +36,7 @@ def make_job(spec_path, rounds, sites, secagg, out):
     spec = json.load(open(spec_path))
     if spec.get("strategy", {}).get("name") != "fedavg":
         sys.exit(f"collect.py: {spec_path}: the comparison needs strategy fedavg "
-                 "(Flower's FedAvg), not {spec.get('strategy')}")
+                 f"(Flower's FedAvg), not {spec.get('strategy')}")
     if spec["model"].get("arch") != "mlp":
         sys.exit(f"collect.py: {spec_path}: the Flower app builds model.arch mlp only")
     if spec.get("privacy", {}).get("mode", "none") != "none":
@@ -148,7 +149,6 @@ def flower_job(work, manifest, mode, run):
     side = json.load(open(f"{work}/side.json"))
     server = json.load(open(f"{work}/server.json"))
     fit, ev = {}, {}
-    import glob
     for path in glob.glob(f"{work}/node-*.jsonl"):
         for line in open(path):
             e = json.loads(line)
