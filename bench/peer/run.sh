@@ -20,7 +20,7 @@
 #                          [--out FILE] [--smoke] [--keep]
 #   --repeats N        interleaved runs of each comparison (default 3)
 #   --rounds R         rounds of the FedAvg comparison (default 4; the spec's
-#                      own 20 take about 9 minutes a Flower job on 2 cores)
+#                      own 20 make every job five times as long)
 #   --secagg-rounds R  rounds of the secure-aggregation comparison (default 2)
 #   --sites N          sites of both comparisons (default 6, as the quickstart)
 #   --scale LIST       site counts of the scale test (default 6,12,24,100; ""
