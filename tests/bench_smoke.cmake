@@ -81,3 +81,12 @@ add_test(NAME bench_soak_smoke
                  --from 1 --retention 2)
 set_tests_properties(bench_soak_smoke PROPERTIES LABELS integration TIMEOUT 300
                      ENVIRONMENT "XF_BENCH_BUILD=${PROJECT_BINARY_DIR};XF_BACKEND=cpu;${XF_TEST_ENVIRONMENT}")
+
+# bench/peer/run.sh (xfed against Flower): both sides at 2 sites, 1 round, on
+# 1000-record shards, through tests/integration/bench_peer.sh; skipped where
+# Flower's virtualenv cannot be made (no PyPI) or without root.
+add_test(NAME bench_peer_smoke
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/bench_peer.sh ${PROJECT_SOURCE_DIR}
+                 ${PROJECT_BINARY_DIR})
+set_tests_properties(bench_peer_smoke PROPERTIES LABELS integration TIMEOUT 1800
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "XF_BACKEND=cpu;${XF_TEST_ENVIRONMENT}")
