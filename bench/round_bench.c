@@ -372,7 +372,7 @@ static pid_t spawn_daemon(const char *bin, char *const argv[], const char *log_p
   dup2(null, 0);
   dup2(log, 1);
   dup2(log, 2);
-  setenv("XF_LOG_LEVEL", "warn", 1);
+  setenv("XF_LOG_LEVEL", "warn", 0); /* the bench's own XF_LOG_LEVEL, when set */
   execv(bin, argv);
   dprintf(2, "cannot run %s: %s\n", bin, strerror(errno));
   _exit(127);
@@ -2664,6 +2664,7 @@ static int run_tiered(const bench_opts *o, const bench_paths *p, bench *b, doubl
   if (!ok) {
     fprintf(stderr, "xfed-bench-round: %s\n", why);
     print_log_tail(p->log);
+    for (int k = 0; k < K; k++) print_log_tail(t->regional_log[k]);
     goto out;
   }
 
