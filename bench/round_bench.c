@@ -47,8 +47,29 @@
  * once: a real site hashes its update on its own machine, and here that work
  * would compete with the coordinator for the same cores.
  *
- * usage: xfed-bench-round [--sites N] [--rounds R] [--model fedavg-cnn|lenet5|mlp]
- *                         [--coord PATH] [--tls-reps K] [--timeout S] */
+ * The tiered mode (--regions K, --sites N per region): one top coordinator
+ * (global, no residency policy), K regional aggregators (xfed-coord --role
+ * regional --upstream, region rKK, each listening on its own loopback
+ * address 127.0.1.K so that the 4-tuples spread), and K forked copies of
+ * this process, the drivers, each running its region's N fake sites against
+ * its aggregator as above; this process, the orchestrator, makes the PKI
+ * (every aggregator's certificate too), runs the user (a job of the
+ * "regional" topology, min_sites K * N) and reads each driver's report
+ * through a pipe. A round is measured over all drivers: from the first
+ * TaskOffer anywhere to the last update acknowledged by its aggregator; the
+ * cycle runs to the next round's first TaskOffer (the last round's: to the
+ * evaluation's), and so adds the aggregates' way up and the top's commit.
+ * CPU and VmHWM are reported per tier: the top, each aggregator (between
+ * the job's acceptance and its end) and each driver. The baseline is the
+ * site tier's bytes: in each region a client process with its sites'
+ * certificates and a server with the coordinator's, all K pairs at once,
+ * each repetition started on one barrier and lasting from the first start
+ * to the last server having every update. The aggregates' hop (K models
+ * down, K aggregates up) is not in it: 1/N of the bytes.
+ *
+ * usage: xfed-bench-round [--sites N] [--regions K] [--rounds R]
+ *                         [--model fedavg-cnn|lenet5|mlp] [--coord PATH]
+ *                         [--tls-reps K] [--timeout S] */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
