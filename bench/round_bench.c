@@ -54,8 +54,29 @@
  * spread over every core: `floor_ratio` is the best `ratio` this machine
  * allows, `ratio_to_floor` how far the round is from it.
  *
- * usage: xfed-bench-round [--sites N] [--rounds R] [--model fedavg-cnn|lenet5|mlp]
- *                         [--coord PATH] [--tls-reps K] [--timeout S] */
+ * The tiered mode (--regions K, --sites N per region): one top coordinator
+ * (global, no residency policy), K regional aggregators (xfed-coord --role
+ * regional --upstream, region rKK, each listening on its own loopback
+ * address 127.0.1.K so that the 4-tuples spread), and K forked copies of
+ * this process, the drivers, each running its region's N fake sites against
+ * its aggregator as above; this process, the orchestrator, makes the PKI
+ * (every aggregator's certificate too), runs the user (a job of the
+ * "regional" topology, min_sites K * N) and reads each driver's report
+ * through a pipe. A round is measured over all drivers: from the first
+ * TaskOffer anywhere to the last update acknowledged by its aggregator; the
+ * cycle runs to the next round's first TaskOffer (the last round's: to the
+ * evaluation's), and so adds the aggregates' way up and the top's commit.
+ * CPU and VmHWM are reported per tier: the top, each aggregator (between
+ * the job's acceptance and its end) and each driver. The baseline is the
+ * site tier's bytes: in each region a client process with its sites'
+ * certificates and a server with the coordinator's, all K pairs at once,
+ * each repetition started on one barrier and lasting from the first start
+ * to the last server having every update. The aggregates' hop (K models
+ * down, K aggregates up) is not in it: 1/N of the bytes.
+ *
+ * usage: xfed-bench-round [--sites N] [--regions K] [--rounds R]
+ *                         [--model fedavg-cnn|lenet5|mlp] [--coord PATH]
+ *                         [--tls-reps K] [--timeout S] */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -102,9 +123,17 @@
 #define TEST_RECORDS 100u
 #define CHUNK XF_TENSOR_CHUNK_MAX
 #define DIAL_WINDOW 64 /* handshakes in flight at once; see dial_sites */
+/* The bench's own bound on a handshake (the library's default is 10 s):
+ * the baseline starts a thousand handshakes per server at once, ten
+ * servers in the tiered mode, all on the same two cores, and a handshake
+ * that waits its turn there is slow, not stuck. The baseline's connections
+ * take it as their idle bound too, which also bounds a dial's TCP connect
+ * (the library's 30 s was too short for 5,000 connects at once). */
+#define BENCH_HANDSHAKE_MS 120000u
 /* The largest model a fake site takes: far above fedavg-cnn's 6.6 MB. */
 #define MODEL_MAX (1ull << 30)
-#define SITES_MAX 1000
+#define SITES_MAX 10000 /* per process: one coordinator, or one region's driver */
+#define REGIONS_MAX 64
 /* The scratch directory's path, terminator included, is at most this long. */
 #define TMP_MAX_LEN 1024
 
@@ -135,8 +164,18 @@ static void sleep_ms(int ms) {
 
 /* ---- children and the scratch directory, cleaned up whatever happens ------------------------ */
 
-static char g_tmp[TMP_MAX_LEN];      /* the scratch directory; "" when none */
-static volatile pid_t g_children[2]; /* the coordinator, the TLS server; 0 when none */
+/* Children to kill whatever happens: slot CHILD_COORD is the (top)
+ * coordinator, CHILD_TLS the TLS baseline's server of this process, and in
+ * the tiered mode the regional aggregators, the drivers and the baseline's
+ * client processes follow; 0 when none. */
+#define CHILD_COORD 0
+#define CHILD_TLS 1
+#define CHILD_REGIONAL(k) (2 + (k))
+#define CHILD_DRIVER(k) (2 + REGIONS_MAX + (k))
+#define CHILD_TLS_CLIENT(k) (2 + 2 * REGIONS_MAX + (k))
+#define CHILD_SLOTS (2 + 3 * REGIONS_MAX)
+static char g_tmp[TMP_MAX_LEN]; /* the scratch directory; "" when none */
+static volatile pid_t g_children[CHILD_SLOTS];
 
 /* Removes path and everything below it, never following symbolic links. */
 static void remove_tree(const char *path) {
@@ -161,7 +200,7 @@ static void remove_tree(const char *path) {
 }
 
 static void kill_children(void) {
-  for (size_t i = 0; i < 2; i++) {
+  for (size_t i = 0; i < CHILD_SLOTS; i++) {
     pid_t pid = g_children[i];
     if (pid <= 0) continue;
     kill(pid, SIGKILL);
@@ -179,7 +218,7 @@ static void cleanup(void) {
 /* SIGINT, SIGTERM, SIGHUP: only async-signal-safe calls here, so the tree is
  * removed by rm in a child rather than with opendir (which allocates). */
 static void on_fatal_signal(int sig) {
-  for (size_t i = 0; i < 2; i++)
+  for (size_t i = 0; i < CHILD_SLOTS; i++)
     if (g_children[i] > 0) kill(g_children[i], SIGKILL);
   if (g_tmp[0]) {
     pid_t pid = fork();
@@ -192,6 +231,19 @@ static void on_fatal_signal(int sig) {
     if (pid > 0) waitpid(pid, NULL, 0);
   }
   _exit(128 + sig);
+}
+
+/* In a forked child of the bench (a driver, a baseline client): the
+ * scratch directory and the other children are its parent's to clean up,
+ * the child dies with its parent, and it ends with _exit, never exit. */
+static void forget_parent_state(pid_t parent) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(127);
+  g_tmp[0] = '\0';
+  for (size_t i = 0; i < CHILD_SLOTS; i++) g_children[i] = 0;
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGHUP, SIG_DFL);
 }
 
 static void print_log_tail(const char *path) {
@@ -212,7 +264,8 @@ static void print_log_tail(const char *path) {
 /* ---- settings ------------------------------------------------------------------------------- */
 
 typedef struct bench_opts {
-  int sites;
+  int sites;   /* in the tiered mode: per region */
+  int regions; /* 0: flat (every site dials the coordinator); K: tiered */
   uint32_t rounds;
   const char *model;
   char coord[PATH_MAX];
@@ -228,7 +281,23 @@ typedef struct bench_paths {
       port[SUB_PATH_MAX], log[SUB_PATH_MAX], config[SUB_PATH_MAX];
 } bench_paths;
 
-static void site_name(int i, char *buf, size_t n) { snprintf(buf, n, "site-%03d", i + 1); }
+/* Names: the flat mode's sites are site-001... in region "bench"; the tiered
+ * mode's are r01-s0001... in regions r01..., each behind aggregator agg-r01... */
+static void site_name(int region, int i, char *buf, size_t n) {
+  if (region < 0) snprintf(buf, n, "site-%03d", i + 1);
+  else snprintf(buf, n, "r%02d-s%04d", region + 1, i + 1);
+}
+static void region_name(int region, char *buf, size_t n) {
+  if (region < 0) snprintf(buf, n, "%s", REGION);
+  else snprintf(buf, n, "r%02d", region + 1);
+}
+static void agg_name(int region, char *buf, size_t n) { snprintf(buf, n, "agg-r%02d", region + 1); }
+/* The loopback address a region's aggregator (and its baseline server)
+ * listens on: one per region spreads the connections' 4-tuples. */
+static void region_host(int region, char *buf, size_t n) {
+  if (region < 0) snprintf(buf, n, "127.0.0.1");
+  else snprintf(buf, n, "127.0.1.%d", region + 1);
+}
 
 static void cert_paths(const bench_paths *p, const char *name, char *cert, char *key) {
   snprintf(cert, PATH_MAX, "%s/issued/%s.crt", p->fed, name);
@@ -242,7 +311,10 @@ static xf_err make_tls(const bench_paths *p, const char *name, xf_tls **out, xf_
   return xf_tls_new(&cfg, out, err);
 }
 
-static xf_err make_federation(const bench_paths *p, int sites, xf_errctx *err) {
+/* A CA, the (top) coordinator, the researcher, and --sites sites in each
+ * region (one region "bench" in the flat mode; --regions regions, each with
+ * its aggregator's certificate, in the tiered mode). */
+static xf_err make_federation(const bench_paths *p, const bench_opts *o, xf_errctx *err) {
   xf_federation *fed = NULL;
   XF_GUARD(xf_federation_init(p->fed, "bench", 0, &fed, err));
   xf_err rc = XF_OK;
@@ -251,11 +323,20 @@ static xf_err make_federation(const bench_paths *p, int sites, xf_errctx *err) {
                             .role = XF_PKI_ROLE_RESEARCHER};
   if ((rc = xf_federation_issue(fed, &coord, NULL, err)) != XF_OK) goto out;
   if ((rc = xf_federation_issue(fed, &user, NULL, err)) != XF_OK) goto out;
-  for (int i = 0; i < sites; i++) {
-    char name[32];
-    site_name(i, name, sizeof(name));
-    xf_pki_issue_opts site = {.kind = XF_PKI_KIND_SITE, .name = name, .region = REGION};
-    if ((rc = xf_federation_issue(fed, &site, NULL, err)) != XF_OK) goto out;
+  for (int k = o->regions ? 0 : -1; k < o->regions; k++) {
+    char region[16], agg[32];
+    region_name(k, region, sizeof(region));
+    if (k >= 0) {
+      agg_name(k, agg, sizeof(agg));
+      xf_pki_issue_opts ao = {.kind = XF_PKI_KIND_COORDINATOR, .name = agg, .region = region};
+      if ((rc = xf_federation_issue(fed, &ao, NULL, err)) != XF_OK) goto out;
+    }
+    for (int i = 0; i < o->sites; i++) {
+      char name[32];
+      site_name(k, i, name, sizeof(name));
+      xf_pki_issue_opts site = {.kind = XF_PKI_KIND_SITE, .name = name, .region = region};
+      if ((rc = xf_federation_issue(fed, &site, NULL, err)) != XF_OK) goto out;
+    }
   }
 out:
   xf_federation_close(fed);
@@ -295,46 +376,60 @@ static bool find_coord(char *out, size_t n) {
 
 /* ---- the coordinator process ---------------------------------------------------------------- */
 
-/* The coordinator's --config: every fake site connects from 127.0.0.1, so
+/* A coordinator's --config: every fake site connects from 127.0.0.1, so
  * the per-address cap (XF_CONN_MAX_CONNS_PER_ADDR by default) is raised to
- * hold them all, the user and the TLS baseline's leftovers. */
-static bool write_coord_config(const bench_opts *o, const bench_paths *p) {
-  FILE *f = fopen(p->config, "w");
+ * hold them all (conns: the sites, or the aggregators, plus 64 for the user
+ * and the TLS baseline's leftovers). In the tiered mode the handshake bound
+ * is raised too: ten drivers dialing 64 sites each keep 640 handshakes in
+ * flight on two cores, and a handshake that waits its turn there is slow
+ * without being stuck. */
+static bool write_coord_config(const char *path, unsigned conns, bool tiered) {
+  FILE *f = fopen(path, "w");
   if (!f) return false;
-  unsigned conns = (unsigned)o->sites + 64u;
-  int n = fprintf(f, "{\"max_connections\": %u, \"max_connections_per_address\": %u}\n",
-                  conns > XF_CONN_MAX_CONNS ? conns : XF_CONN_MAX_CONNS, conns);
+  int n = fprintf(f, "{\"max_connections\": %u, \"max_connections_per_address\": %u%s}\n",
+                  conns > XF_CONN_MAX_CONNS ? conns : XF_CONN_MAX_CONNS, conns,
+                  tiered ? ", \"handshake_timeout_s\": 120" : "");
   return fclose(f) == 0 && n > 0;
 }
 
-static pid_t spawn_coord(const bench_opts *o, const bench_paths *p) {
-  char cert[PATH_MAX], key[PATH_MAX];
-  cert_paths(p, "coord", cert, key);
+/* Forks and runs the coordinator binary with argv, its output in log; the
+ * child dies with the bench. */
+static pid_t spawn_daemon(const char *bin, char *const argv[], const char *log_path) {
   pid_t parent = getpid();
+  fflush(stdout);
+  fflush(stderr);
   pid_t pid = fork();
   if (pid != 0) return pid;
-  /* The child: dies with the bench, writes everything to coord.log. */
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);
-  int log = open(p->log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0600);
+  int log = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0600);
   int null = open("/dev/null", O_RDONLY);
   if (log < 0 || null < 0) _exit(127);
   dup2(null, 0);
   dup2(log, 1);
   dup2(log, 2);
-  setenv("XF_LOG_LEVEL", "warn", 1);
+  setenv("XF_LOG_LEVEL", "warn", 0); /* the bench's own XF_LOG_LEVEL, when set */
+  execv(bin, argv);
+  dprintf(2, "cannot run %s: %s\n", bin, strerror(errno));
+  _exit(127);
+}
+
+/* The (top) coordinator: global, with no residency policy (the tiered
+ * mode's job asks for the regional topology instead, docs/jobs.md). */
+static pid_t spawn_coord(const bench_opts *o, const bench_paths *p) {
+  char cert[PATH_MAX], key[PATH_MAX];
+  cert_paths(p, "coord", cert, key);
   char *argv[] = {(char *)o->coord, "--cert", cert,        "--key",       key,
                   "--ca",           (char *)p->ca,         "--crl",       (char *)p->crl,
                   "--state",        (char *)p->state,      "--listen",    "127.0.0.1:0",
                   "--port-file",    (char *)p->port,       "--residency-policy", "off",
                   "--config",       (char *)p->config,     NULL};
-  execv(o->coord, argv);
-  dprintf(2, "cannot run %s: %s\n", o->coord, strerror(errno));
-  _exit(127);
+  return spawn_daemon(o->coord, argv, p->log);
 }
 
-/* Waits for the port file; 0 when the coordinator exited or took too long. */
-static int wait_port(pid_t pid, const char *port_file, double timeout_s) {
+/* Waits for the port file of the child in slot; 0 when it exited or took
+ * too long. */
+static int wait_port(pid_t pid, int slot, const char *port_file, double timeout_s) {
   double until = now_s() + timeout_s;
   while (now_s() < until) {
     FILE *f = fopen(port_file, "r");
@@ -346,14 +441,14 @@ static int wait_port(pid_t pid, const char *port_file, double timeout_s) {
     }
     int status;
     if (waitpid(pid, &status, WNOHANG) == pid) {
-      g_children[0] = 0;
-      fprintf(stderr, "xfed-bench-round: the coordinator exited (status %d) before listening\n",
+      g_children[slot] = 0;
+      fprintf(stderr, "xfed-bench-round: a coordinator exited (status %d) before listening\n",
               WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
       return 0;
     }
     sleep_ms(10);
   }
-  fprintf(stderr, "xfed-bench-round: no port file after %.0f s\n", timeout_s);
+  fprintf(stderr, "xfed-bench-round: no port file %s after %.0f s\n", port_file, timeout_s);
   return 0;
 }
 
@@ -472,15 +567,32 @@ typedef struct round_times {
   uint32_t max_attempt;
 } round_times;
 
+typedef struct tier tier;
+
+/* One process's run: the flat mode's (its sites and the user, against the
+ * coordinator), a tiered driver's (one region's sites, against their
+ * aggregator; no user), or the tiered orchestrator's (the user alone). */
 struct bench {
   uv_loop_t loop;
   uv_timer_t tick;
   const bench_opts *o;
   const bench_paths *p;
-  pid_t coord;
-  int port;
+  pid_t coord; /* the flat mode's coordinator; 0 in the tiered mode */
+  int port;    /* where the sites (or the user) dial */
+  char host[32];
+  int region; /* the sites' region: -1 in the flat mode */
+  char region_label[16];
+  int nsites; /* fake sites in this process */
+  bool driver;
+  int ctl_fd;          /* a driver: the orchestrator writes here when the job is done */
+  int report_fd;       /* a driver: "ready", then its report, to the orchestrator */
+  bool ready_sent;
+  double t_dial, t_ready; /* a driver: dialing began; every site announced */
+  double t_first_eval;    /* the first evaluate_only offer */
+  tier *tier;             /* the orchestrator's */
   site *sites;
   int dialed, handshaking; /* sites dialed so far; of them, not yet announced */
+  int n_announced;
   cli user;
   bool failed, stopping;
   char why[1024];
@@ -501,7 +613,7 @@ struct bench {
 static void bench_fail(bench *b, const char *fmt, ...) XF_PRINTF(2, 3);
 
 static void close_all(bench *b) {
-  for (int i = 0; i < b->o->sites; i++)
+  for (int i = 0; i < b->nsites; i++)
     if (b->sites[i].conn) xf_conn_close(b->sites[i].conn);
   if (b->user.conn) xf_conn_close(b->user.conn);
 }
@@ -538,8 +650,9 @@ static void job_spec_text(const bench_opts *o, char *buf, size_t n) {
   snprintf(buf, n,
            "{\"name\": \"round-bench\", \"model\": %s, \"data\": {\"dataset\": \"" DATASET
            "\"}, \"rounds\": %u, \"min_sites\": %d, \"sites_per_round\": 1.0, "
-           "\"round_deadline_s\": 600, \"seed\": 1}",
-           model_json(o->model), (unsigned)o->rounds, o->sites);
+           "\"round_deadline_s\": 600, \"seed\": 1%s}",
+           model_json(o->model), (unsigned)o->rounds, o->sites * (o->regions ? o->regions : 1),
+           o->regions ? ", \"topology\": \"regional\"" : "");
 }
 
 /* The parameters of the job's model on the sites' 28x28x1 data with 10
@@ -606,7 +719,7 @@ static void fill_metrics(site *s, bool train, Xfed__Metrics *out, Xfed__Envelope
   m.round = s->round;
   m.attempt = s->attempt;
   m.site = s->name;
-  m.region = REGION;
+  m.region = b->region_label;
   m.model_round = s->model_round;
   m.has_test = true;
   m.test_loss = 2.30;
@@ -737,7 +850,7 @@ static void on_offer(site *s, const Xfed__TaskOffer *o) {
     Xfed__Envelope menv = XFED__ENVELOPE__INIT;
     fill_metrics(s, false, &m, &menv);
     if (!send_env(b, s->conn, &menv, s->name)) return;
-    b->evals++;
+    if (!b->evals++) b->t_first_eval = t;
     return;
   }
   round_times *r = round_of(b, o->round);
@@ -965,6 +1078,13 @@ static void cli_query(cli *u) {
 }
 
 static void bench_done(bench *b);
+/* The tiered mode's parts of the loop (below). */
+static void driver_ready(bench *b);
+static void driver_tick(bench *b);
+static void tier_tick(bench *b);
+static bool tier_all_ready(bench *b);
+static void tier_accepted(bench *b);
+static void tier_done(bench *b);
 
 static void cli_frame(cli *u, const Xfed__Envelope *env) {
   bench *b = u->b;
@@ -975,7 +1095,7 @@ static void cli_frame(cli *u, const Xfed__Envelope *env) {
      * the last. The announces are on their way, so try again for a while. */
     if (u->st == CLI_SUBMITTED &&
         (env->error->code == XF_ENOENT || env->error->code == XF_EDENIED) &&
-        u->submit_tries < 600) {
+        (u->submit_tries < 600 || b->tier)) { /* the tiered mode: until --timeout */
       u->st = CLI_READY;
       u->next_action = t + 0.1;
       return;
@@ -991,6 +1111,7 @@ static void cli_frame(cli *u, const Xfed__Envelope *env) {
     return;
   }
   const Xfed__JobInfo *j = l->jobs[0];
+  if (u->st == CLI_SUBMITTED && b->tier) tier_accepted(b);
   snprintf(u->job_id, sizeof(u->job_id), "%s", j->job_id);
   snprintf(u->last_state, sizeof(u->last_state), "%s", j->state);
   if (strcmp(j->state, "failed") == 0 || strcmp(j->state, "cancelled") == 0) {
@@ -1023,11 +1144,11 @@ static xf_conn_opts conn_opts(void *user);
 static void dial_sites(bench *b) {
   xf_errctx err;
   xf_errctx_clear(&err);
-  while (!b->failed && b->dialed < b->o->sites && b->handshaking < DIAL_WINDOW) {
+  while (!b->failed && b->dialed < b->nsites && b->handshaking < DIAL_WINDOW) {
     site *s = &b->sites[b->dialed++];
     xf_conn_opts so = conn_opts(s);
     if (make_tls(b->p, s->name, &s->tls, &err) != XF_OK ||
-        xf_dial(&b->loop, s->tls, "127.0.0.1", b->port, &so, &s->conn, &err) != XF_OK) {
+        xf_dial(&b->loop, s->tls, b->host, b->port, &so, &s->conn, &err) != XF_OK) {
       bench_fail(b, "%s: cannot connect: %s", s->name, err.msg);
       return;
     }
@@ -1084,7 +1205,7 @@ static void on_frame(xf_conn *c, const Xfed__Envelope *env) {
     Xfed__SiteAnnounce__Dataset *ds[] = {&d};
     Xfed__SiteAnnounce a = XFED__SITE_ANNOUNCE__INIT;
     a.site = s->name;
-    a.region = REGION;
+    a.region = b->region_label;
     a.n_datasets = 1;
     a.datasets = ds;
     a.backend = "cpu";
@@ -1092,7 +1213,10 @@ static void on_frame(xf_conn *c, const Xfed__Envelope *env) {
     Xfed__Envelope out = XFED__ENVELOPE__INIT;
     out.body_case = XFED__ENVELOPE__BODY_SITE_ANNOUNCE;
     out.site_announce = &a;
-    if (send_env(b, c, &out, s->name)) s->announced = true;
+    if (send_env(b, c, &out, s->name)) {
+      s->announced = true;
+      if (++b->n_announced == b->nsites && b->driver) driver_ready(b);
+    }
     return;
   }
   if (ev != XF_SESSION_FRAME || b->stopping) return;
@@ -1125,13 +1249,17 @@ static void on_close(xf_conn *c, const xf_conn_reason *why) {
 
 static void maybe_end_loop(bench *b) {
   if (!b->stopping) return;
-  for (int i = 0; i < b->o->sites; i++)
+  for (int i = 0; i < b->nsites; i++)
     if (!b->sites[i].closed) return;
   if (!b->user.closed) return;
   if (!uv_is_closing((uv_handle_t *)&b->tick)) uv_close((uv_handle_t *)&b->tick, NULL);
 }
 
 static void bench_done(bench *b) {
+  if (b->tier) {
+    tier_done(b);
+    return;
+  }
   b->t_done = now_s();
   b->coord_cpu_done = proc_cpu_s(b->coord);
   b->self_cpu_done = self_cpu_s();
@@ -1154,9 +1282,12 @@ static void on_tick(uv_timer_t *t) {
     maybe_end_loop(b);
     return;
   }
+  if (b->driver) driver_tick(b);
+  else if (b->tier) tier_tick(b);
   int status;
-  if (waitpid(b->coord, &status, WNOHANG) == b->coord) {
-    g_children[0] = 0;
+  if (b->failed || b->stopping) return;
+  if (b->coord > 0 && waitpid(b->coord, &status, WNOHANG) == b->coord) {
+    g_children[CHILD_COORD] = 0;
     b->coord = 0;
     bench_fail(b, "the coordinator exited during the run (status %d)",
                WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
@@ -1168,10 +1299,9 @@ static void on_tick(uv_timer_t *t) {
     return;
   }
   cli *u = &b->user;
+  if (b->driver) return;
   if (u->st == CLI_READY && now >= u->next_action) {
-    bool all = true;
-    for (int i = 0; i < b->o->sites; i++) all &= b->sites[i].announced;
-    if (all) cli_submit(u);
+    if (b->tier ? tier_all_ready(b) : b->n_announced == b->nsites) cli_submit(u);
   } else if (u->st == CLI_RUNNING && now >= u->next_action) {
     cli_query(u);
   }
@@ -1179,7 +1309,8 @@ static void on_tick(uv_timer_t *t) {
 
 static xf_conn_opts conn_opts(void *user) {
   xf_conn_opts o = {.on_connect = on_connect, .on_frame = on_frame, .on_drain = on_drain,
-                    .on_close = on_close, .user = user};
+                    .on_close = on_close, .user = user,
+                    .handshake_timeout_ms = BENCH_HANDSHAKE_MS};
   return o;
 }
 
@@ -1187,7 +1318,7 @@ static xf_conn_opts conn_opts(void *user) {
 static bool run_rounds(bench *b) {
   xf_errctx err;
   xf_errctx_clear(&err);
-  int n = b->o->sites;
+  int n = b->nsites;
   if (uv_loop_init(&b->loop) != 0) {
     snprintf(b->why, sizeof(b->why), "cannot start the loop");
     b->failed = true;
@@ -1201,16 +1332,20 @@ static bool run_rounds(bench *b) {
   b->user.b = b;
   b->user.closed = true; /* until dialed */
   for (int i = 0; i < n; i++) b->sites[i].closed = true;
-  bool ok = make_tls(b->p, "researcher", &b->user.tls, &err) == XF_OK;
-  xf_conn_opts uo = conn_opts(&b->user);
-  if (ok && xf_dial(&b->loop, b->user.tls, "127.0.0.1", b->port, &uo, &b->user.conn, &err) == XF_OK)
-    b->user.closed = false;
-  else
-    ok = false;
+  bool ok = true;
+  if (!b->driver) { /* the user, who submits the job and polls it */
+    ok = make_tls(b->p, "researcher", &b->user.tls, &err) == XF_OK;
+    xf_conn_opts uo = conn_opts(&b->user);
+    if (ok && xf_dial(&b->loop, b->user.tls, b->host, b->port, &uo, &b->user.conn, &err) == XF_OK)
+      b->user.closed = false;
+    else
+      ok = false;
+  }
   for (int i = 0; i < n; i++) {
     b->sites[i].b = b;
-    site_name(i, b->sites[i].name, sizeof(b->sites[i].name));
+    site_name(b->region, i, b->sites[i].name, sizeof(b->sites[i].name));
   }
+  b->t_dial = now_s();
   if (!ok) bench_fail(b, "cannot connect: %s", err.msg);
   else dial_sites(b);
   uv_run(&b->loop, UV_RUN_DEFAULT);
@@ -1246,7 +1381,21 @@ typedef struct tls_run {
   double *times;
   double cpu0, cpu; /* this process's CPU seconds: at the first repetition, over all of them */
   int port_fd, result_fd;
+  int region;       /* whose sites' certificates: -1 in the flat mode */
+  const char *host; /* the server's address */
+  /* The tiered mode: the server says "ready" once every client is in and
+   * "T0 T1" (monotonic seconds) after each repetition on sync_fd, and starts
+   * each repetition only on a "go" line on go_fd; -1 in the flat mode. */
+  int sync_fd, go_fd;
 } tls_run;
+
+/* Where one baseline runs: which region's sites, the server's address, and
+ * the tiered mode's barrier (tls_run.sync_fd, go_fd). */
+typedef struct tls_plan {
+  int region;
+  const char *host;
+  int sync_fd, go_fd;
+} tls_plan;
 
 static tls_run *g_tls;
 static uint8_t g_payload[CHUNK];
@@ -1301,6 +1450,19 @@ static void tls_start_rep(tls_run *r) {
   for (int i = 0; i < r->n; i++) tls_pump(r, &r->peers[i]);
 }
 
+static bool read_line(int fd, char *buf, size_t n, double timeout_s);
+
+/* The server: the next repetition, in the tiered mode once the orchestrator
+ * says go (the loop waits here; the clients are idle until then). */
+static void tls_next_rep(tls_run *r) {
+  char line[16];
+  if (r->go_fd >= 0 && !read_line(r->go_fd, line, sizeof(line), 600)) {
+    tls_fail(r, "baseline", "no go from the orchestrator");
+    return;
+  }
+  tls_start_rep(r);
+}
+
 static xf_err tls_on_connect(xf_conn *c, const xf_spiffe_id *peer) {
   tls_run *r = g_tls;
   (void)peer;
@@ -1314,7 +1476,11 @@ static xf_err tls_on_connect(xf_conn *c, const xf_spiffe_id *peer) {
   if (r->connected == r->n) {
     xf_listener_close(r->listener, NULL);
     r->listener = NULL;
-    tls_start_rep(r);
+    if (r->sync_fd >= 0 && dprintf(r->sync_fd, "ready\n") < 0) {
+      tls_fail(r, "baseline", "cannot tell the orchestrator");
+      return XF_OK;
+    }
+    tls_next_rep(r);
   }
   return XF_OK;
 }
@@ -1335,10 +1501,15 @@ static void tls_on_frame(xf_conn *c, const Xfed__Envelope *env) {
   }
   if (p->received != r->up_len) return;
   if (++r->done < r->n) return;
-  r->times[r->rep++] = now_s() - r->t0;
+  double t1 = now_s();
+  r->times[r->rep++] = t1 - r->t0;
   if (r->rep == r->reps) r->cpu = self_cpu_s() - r->cpu0;
+  if (r->sync_fd >= 0 && dprintf(r->sync_fd, "%.9f %.9f\n", r->t0, t1) < 0) {
+    tls_fail(r, "baseline", "cannot tell the orchestrator");
+    return;
+  }
   if (r->rep < r->reps) {
-    tls_start_rep(r);
+    tls_next_rep(r);
     return;
   }
   for (int i = 0; i < r->n; i++) xf_conn_close(r->peers[i].conn);
@@ -1380,7 +1551,9 @@ static void tls_on_watchdog(uv_timer_t *t) {
 
 static xf_conn_opts tls_opts(void *user) {
   xf_conn_opts o = {.on_connect = tls_on_connect, .on_frame = tls_on_frame,
-                    .on_drain = tls_on_drain, .on_close = tls_on_close, .user = user};
+                    .on_drain = tls_on_drain, .on_close = tls_on_close, .user = user,
+                    .handshake_timeout_ms = BENCH_HANDSHAKE_MS,
+                    .idle_timeout_ms = BENCH_HANDSHAKE_MS};
   return o;
 }
 
@@ -1407,7 +1580,7 @@ static int tls_server_main(tls_run *r, const bench_paths *p, double timeout_s) {
     return 1;
   }
   xf_conn_opts o = tls_opts(r);
-  if (xf_listen(&r->loop, r->tls, "127.0.0.1", 0, &o, &r->listener, &err) != XF_OK) {
+  if (xf_listen(&r->loop, r->tls, r->host, 0, &o, &r->listener, &err) != XF_OK) {
     fprintf(stderr, "baseline server: %s\n", err.msg);
     return 1;
   }
@@ -1460,9 +1633,9 @@ static bool read_line(int fd, char *buf, size_t n, double timeout_s) {
 /* Runs `reps` repetitions of the baseline: times[reps] in seconds and *cpu, the CPU seconds of
  * the server over its repetitions plus those of the clients over the whole
  * run (their handshakes included); false with why on failure. */
-static bool run_tls_baseline(const bench_opts *o, const bench_paths *p, size_t down_len,
-                             size_t up_len, int reps, double *times, double *cpu, char *why,
-                             size_t why_n) {
+static bool run_tls_baseline(const bench_opts *o, const bench_paths *p, const tls_plan *plan,
+                             size_t down_len, size_t up_len, int reps, double *times,
+                             double *cpu, char *why, size_t why_n) {
   for (size_t i = 0; i < sizeof(g_payload); i++) g_payload[i] = (uint8_t)(i * 2654435761u >> 13);
   int port_pipe[2], result_pipe[2];
   if (pipe(port_pipe) != 0 || pipe(result_pipe) != 0) {
@@ -1472,6 +1645,10 @@ static bool run_tls_baseline(const bench_opts *o, const bench_paths *p, size_t d
   tls_run r;
   memset(&r, 0, sizeof(r));
   r.n = o->sites;
+  r.region = plan->region;
+  r.host = plan->host;
+  r.sync_fd = plan->sync_fd;
+  r.go_fd = plan->go_fd;
   r.reps = reps;
   r.down_len = down_len;
   r.up_len = up_len;
@@ -1499,7 +1676,7 @@ static bool run_tls_baseline(const bench_opts *o, const bench_paths *p, size_t d
     r.result_fd = result_pipe[1];
     _exit(tls_server_main(&r, p, o->timeout_s));
   }
-  g_children[1] = pid;
+  g_children[CHILD_TLS] = pid;
   close(port_pipe[1]);
   close(result_pipe[1]);
   bool ok = false;
@@ -1524,10 +1701,10 @@ static bool run_tls_baseline(const bench_opts *o, const bench_paths *p, size_t d
   uv_timer_start(&r.watchdog, tls_on_watchdog, (uint64_t)(o->timeout_s * 1000), 0);
   for (int i = 0; i < r.n; i++) {
     char name[32];
-    site_name(i, name, sizeof(name));
+    site_name(r.region, i, name, sizeof(name));
     xf_conn_opts co = tls_opts(&r.peers[i]);
     if (make_tls(p, name, &tls[i], &err) != XF_OK ||
-        xf_dial(&r.loop, tls[i], "127.0.0.1", port, &co, &r.peers[i].conn, &err) != XF_OK) {
+        xf_dial(&r.loop, tls[i], r.host, port, &co, &r.peers[i].conn, &err) != XF_OK) {
       tls_fail(&r, "dial", err.msg);
       r.closed += r.n - i; /* never made; the dialed ones close and end the loop */
       tls_maybe_finish(&r);
@@ -1570,7 +1747,7 @@ out:
     }
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    g_children[1] = 0;
+    g_children[CHILD_TLS] = 0;
   }
   for (int i = 0; tls && i < r.n; i++) xf_tls_free(tls[i]);
   xf_free(tls);
@@ -1582,15 +1759,22 @@ out:
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: xfed-bench-round [--sites N] [--rounds R] [--model fedavg-cnn|lenet5|mlp]\n"
-          "                        [--coord PATH] [--tls-reps K] [--timeout S]\n"
+          "usage: xfed-bench-round [--sites N] [--regions K] [--rounds R]\n"
+          "                        [--model fedavg-cnn|lenet5|mlp] [--coord PATH]\n"
+          "                        [--tls-reps K] [--timeout S]\n"
           "\n"
           "Runs a federated job of R rounds with N fake sites (no local work) against the\n"
           "real xfed-coord on loopback, then TLS alone carrying the same bytes, and prints\n"
           "the median round, the median TLS repetition, their ratio and the coordinator's\n"
           "peak memory (VmHWM), as a table and one JSON line.\n"
+          "With --regions K (tiered): a top coordinator, K regional aggregators\n"
+          "(xfed-coord --role regional) and K driver processes of N sites each, a job of\n"
+          "the regional topology; the round, CPU and VmHWM of every tier, against TLS\n"
+          "alone carrying the site tier's bytes with K servers and K client processes.\n"
           "\n"
-          "  --sites N      fake sites (default 8)\n"
+          "  --sites N      fake sites (default 8); with --regions, per region\n"
+          "  --regions K    regional aggregators, each with its own N sites (default 0:\n"
+          "                 every site dials the coordinator)\n"
           "  --rounds R     rounds of the job (default 5)\n"
           "  --model M      fedavg-cnn (default), lenet5, or mlp (200, 200)\n"
           "  --coord PATH   the xfed-coord binary (default: ../coordinator/xfed-coord from\n"
@@ -1905,6 +2089,787 @@ static bool print_report(const bench *b, const double *tls_times, double tls_cpu
   return true;
 }
 
+/* ---- the tiered mode ------------------------------------------------------------------------ */
+
+/* What a driver saw, as it reports it to the orchestrator. */
+typedef struct driver_report {
+  bool got;
+  double cpu0, cpu1; /* its CPU seconds at its first offer and at the stop */
+  long vmhwm_kib, vmrss_kib;
+  int evals;
+  double t_first_eval;
+  double t_dial, t_ready; /* dialing began; every site had announced itself */
+  round_times *rt;        /* rounds + 2 entries */
+} driver_report;
+
+struct tier {
+  int k; /* regions */
+  pid_t regional[REGIONS_MAX], driver[REGIONS_MAX];
+  int regional_port[REGIONS_MAX];
+  char regional_log[REGIONS_MAX][SUB_PATH_MAX];
+  int ctl[REGIONS_MAX], report[REGIONS_MAX]; /* to each driver, from it */
+  bool ready[REGIONS_MAX];
+  driver_report dr[REGIONS_MAX];
+  pid_t top;
+  double t_accepted, t_done;
+  double top_cpu0, top_cpu1, regional_cpu0[REGIONS_MAX], regional_cpu1[REGIONS_MAX];
+  double top_cpu_total;
+  long top_vmhwm, top_vmrss, regional_vmhwm[REGIONS_MAX], regional_vmrss[REGIONS_MAX];
+  int top_exit, regional_exit[REGIONS_MAX];
+};
+
+/* A driver: every site of its region has sent its SiteAnnounce. */
+static void driver_ready(bench *b) {
+  if (b->ready_sent) return;
+  b->ready_sent = true;
+  b->t_ready = now_s();
+  if (dprintf(b->report_fd, "ready %.9f %.9f\n", b->t_dial, b->t_ready) < 0)
+    bench_fail(b, "cannot tell the orchestrator");
+}
+
+/* A driver's report, one line: "ok CPU0 CPU1 VMHWM VMRSS EVALS T_EVAL R" and
+ * per round "FIRST_OFFER LAST_MODEL LAST_FINAL_ACK OFFERS ACKS MAX_ATTEMPT",
+ * or "fail WHY". */
+static void driver_report_send(bench *b) {
+  const bench_opts *o = b->o;
+  if (!check_run(b)) b->failed = true;
+  if (b->failed) {
+    dprintf(b->report_fd, "fail %s\n", b->why);
+    return;
+  }
+  size_t cap = (size_t)o->rounds * 128 + 256, at = 0;
+  char *line = xf_malloc(cap);
+  if (!line) {
+    dprintf(b->report_fd, "fail out of memory\n");
+    return;
+  }
+  at += (size_t)snprintf(line + at, cap - at, "ok %.6f %.6f %ld %ld %d %.9f %u",
+                         b->self_cpu_first_offer, b->self_cpu_done, b->vmhwm_kib, b->vmrss_kib,
+                         b->evals, b->t_first_eval, (unsigned)o->rounds);
+  for (uint32_t r = 1; r <= o->rounds; r++) {
+    const round_times *t = &b->rt[r];
+    at += (size_t)snprintf(line + at, cap - at, " %.9f %.9f %.9f %d %d %u", t->first_offer,
+                           t->last_model, t->last_final_ack, t->offers, t->final_acks,
+                           (unsigned)t->max_attempt);
+  }
+  snprintf(line + at, cap - at, "\n");
+  if (!write_all(b->report_fd, line, strlen(line))) b->failed = true;
+  xf_free(line);
+}
+
+/* A driver: the orchestrator writes to ctl_fd once the job is done. The
+ * driver reports and keeps its connections until its aggregator closes
+ * them (it is stopped next), so that no site leaves a running aggregator. */
+static void driver_tick(bench *b) {
+  if (b->stopping) return;
+  struct pollfd pfd = {.fd = b->ctl_fd, .events = POLLIN};
+  if (poll(&pfd, 1, 0) <= 0) return;
+  char c;
+  ssize_t got = read(b->ctl_fd, &c, 1);
+  b->t_done = now_s();
+  b->self_cpu_done = self_cpu_s();
+  b->vmhwm_kib = proc_status_kib(getpid(), "VmHWM");
+  b->vmrss_kib = proc_status_kib(getpid(), "VmRSS");
+  if (got != 1) {
+    bench_fail(b, "the orchestrator went away");
+    return;
+  }
+  driver_report_send(b);
+  b->stopping = true;
+  b->stop_deadline = now_s() + 60;
+  maybe_end_loop(b);
+}
+
+/* One region's fake sites, in a forked child: returns its exit status. */
+static int driver_main(const bench *parent, int k, int port, int ctl_fd, int report_fd) {
+  bench d;
+  memset(&d, 0, sizeof(d));
+  d.o = parent->o;
+  d.p = parent->p;
+  d.region = k;
+  region_name(k, d.region_label, sizeof(d.region_label));
+  region_host(k, d.host, sizeof(d.host));
+  d.port = port;
+  d.nsites = parent->o->sites;
+  d.driver = true;
+  d.ctl_fd = ctl_fd;
+  d.report_fd = report_fd;
+  d.model_len = parent->model_len;
+  d.n_params = parent->n_params;
+  d.delta = parent->delta;
+  d.delta_digest = parent->delta_digest;
+  d.coord_exit = -1;
+  d.sites = xf_calloc((size_t)d.nsites, sizeof(*d.sites));
+  d.rt = xf_calloc(d.o->rounds + 2, sizeof(*d.rt));
+  if (!d.sites || !d.rt) {
+    dprintf(report_fd, "fail out of memory\n");
+    return 1;
+  }
+  g_bench = &d;
+  bool ok = run_rounds(&d);
+  /* A failure before the stop is said here; one after it, in the report. */
+  if (!ok && d.t_done == 0) dprintf(report_fd, "fail %s\n", d.why);
+  return ok ? 0 : 1;
+}
+
+/* The regional aggregator of region k, listening on its own loopback
+ * address, dialing the top coordinator at top_port. */
+static pid_t spawn_regional(const bench_opts *o, const bench_paths *p, tier *t, int k,
+                            int top_port, char *port_file, size_t port_file_n) {
+  char region[16], agg[32], host[32], cert[PATH_MAX], key[PATH_MAX];
+  char state[SUB_PATH_MAX], cfg[SUB_PATH_MAX], listen[64], upstream[64];
+  region_name(k, region, sizeof(region));
+  agg_name(k, agg, sizeof(agg));
+  region_host(k, host, sizeof(host));
+  cert_paths(p, agg, cert, key);
+  snprintf(state, sizeof(state), "%s/%s", g_tmp, agg);
+  snprintf(cfg, sizeof(cfg), "%s/%s.json", g_tmp, agg);
+  snprintf(port_file, port_file_n, "%s/%s.port", g_tmp, agg);
+  snprintf(t->regional_log[k], sizeof(t->regional_log[k]), "%s/%s.log", g_tmp, agg);
+  snprintf(listen, sizeof(listen), "%s:0", host);
+  snprintf(upstream, sizeof(upstream), "127.0.0.1:%d", top_port);
+  if (!write_coord_config(cfg, (unsigned)o->sites + 64u, true)) return -1;
+  char *argv[] = {(char *)o->coord, "--role", "regional", "--region", region, "--upstream",
+                  upstream, "--cert", cert, "--key", key, "--ca", (char *)p->ca, "--crl",
+                  (char *)p->crl, "--state", state, "--listen", listen, "--port-file",
+                  port_file, "--config", cfg, NULL};
+  return spawn_daemon(o->coord, argv, t->regional_log[k]);
+}
+
+/* Exit status of pid as a number (128 + signal when killed). */
+static int exit_code(int status) {
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* The orchestrator's tick: drivers' "ready" lines, and every child still
+ * running. */
+static void tier_tick(bench *b) {
+  tier *t = b->tier;
+  char line[256];
+  for (int k = 0; k < t->k; k++) {
+    if (t->ready[k]) continue;
+    struct pollfd pfd = {.fd = t->report[k], .events = POLLIN};
+    if (poll(&pfd, 1, 0) <= 0) continue;
+    if (!read_line(t->report[k], line, sizeof(line), 5)) {
+      bench_fail(b, "driver %d said nothing it could read", k + 1);
+      return;
+    }
+    if (sscanf(line, "ready %lf %lf", &t->dr[k].t_dial, &t->dr[k].t_ready) == 2) {
+      t->ready[k] = true;
+      continue;
+    }
+    line[strcspn(line, "\n")] = '\0';
+    bench_fail(b, "driver %d: %s", k + 1, strncmp(line, "fail ", 5) == 0 ? line + 5 : line);
+    return;
+  }
+  int status;
+  if (waitpid(t->top, &status, WNOHANG) == t->top) {
+    g_children[CHILD_COORD] = 0;
+    t->top = 0;
+    bench_fail(b, "the top coordinator exited during the run (status %d)", exit_code(status));
+    return;
+  }
+  for (int k = 0; k < t->k; k++) {
+    if (t->regional[k] > 0 && waitpid(t->regional[k], &status, WNOHANG) == t->regional[k]) {
+      g_children[CHILD_REGIONAL(k)] = 0;
+      t->regional[k] = 0;
+      bench_fail(b, "the regional aggregator agg-r%02d exited during the run (status %d)", k + 1,
+                 exit_code(status));
+      print_log_tail(t->regional_log[k]);
+      return;
+    }
+    if (t->driver[k] > 0 && waitpid(t->driver[k], &status, WNOHANG) == t->driver[k]) {
+      g_children[CHILD_DRIVER(k)] = 0;
+      t->driver[k] = 0;
+      char why[512] = "";
+      if (read_line(t->report[k], why, sizeof(why), 1)) why[strcspn(why, "\n")] = '\0';
+      bench_fail(b, "driver %d exited during the run (status %d): %s", k + 1, exit_code(status),
+                 strncmp(why, "fail ", 5) == 0 ? why + 5 : why);
+      return;
+    }
+  }
+}
+
+static bool tier_all_ready(bench *b) {
+  for (int k = 0; k < b->tier->k; k++)
+    if (!b->tier->ready[k]) return false;
+  return true;
+}
+
+/* The top coordinator took the job: the CPU of the job starts here. */
+static void tier_accepted(bench *b) {
+  tier *t = b->tier;
+  t->t_accepted = now_s();
+  t->top_cpu0 = proc_cpu_s(t->top);
+  for (int k = 0; k < t->k; k++) t->regional_cpu0[k] = proc_cpu_s(t->regional[k]);
+}
+
+/* The job is done: every daemon's CPU and peak memory, then the drivers
+ * are told to report. */
+static void tier_done(bench *b) {
+  tier *t = b->tier;
+  t->t_done = now_s();
+  t->top_cpu1 = proc_cpu_s(t->top);
+  t->top_vmhwm = proc_status_kib(t->top, "VmHWM");
+  t->top_vmrss = proc_status_kib(t->top, "VmRSS");
+  for (int k = 0; k < t->k; k++) {
+    t->regional_cpu1[k] = proc_cpu_s(t->regional[k]);
+    t->regional_vmhwm[k] = proc_status_kib(t->regional[k], "VmHWM");
+    t->regional_vmrss[k] = proc_status_kib(t->regional[k], "VmRSS");
+  }
+  for (int k = 0; k < t->k; k++)
+    if (!write_all(t->ctl[k], "s", 1)) bench_fail(b, "cannot tell driver %d the job is done", k + 1);
+  b->stopping = true;
+  b->stop_deadline = now_s() + 15;
+  if (b->user.conn) xf_conn_close(b->user.conn);
+  maybe_end_loop(b);
+}
+
+/* Reads driver k's report line; false with why. */
+static bool tier_read_report(tier *t, int k, const bench_opts *o, char *why, size_t why_n) {
+  size_t cap = (size_t)o->rounds * 128 + 256;
+  char *line = xf_malloc(cap);
+  driver_report *d = &t->dr[k];
+  d->rt = xf_calloc(o->rounds + 2, sizeof(*d->rt));
+  bool ok = false;
+  if (!line || !d->rt) {
+    snprintf(why, why_n, "out of memory");
+    goto out;
+  }
+  if (!read_line(t->report[k], line, cap, o->timeout_s)) {
+    snprintf(why, why_n, "driver %d sent no report", k + 1);
+    goto out;
+  }
+  line[strcspn(line, "\n")] = '\0';
+  if (strncmp(line, "ok ", 3) != 0) {
+    snprintf(why, why_n, "driver %d: %.400s", k + 1, strncmp(line, "fail ", 5) ? line : line + 5);
+    goto out;
+  }
+  char *at = line + 3;
+  unsigned rounds = 0;
+  int used = 0;
+  if (sscanf(at, "%lf %lf %ld %ld %d %lf %u%n", &d->cpu0, &d->cpu1, &d->vmhwm_kib, &d->vmrss_kib,
+             &d->evals, &d->t_first_eval, &rounds, &used) != 7 ||
+      rounds != o->rounds) {
+    snprintf(why, why_n, "driver %d: a report that does not read: %.300s", k + 1, line);
+    goto out;
+  }
+  at += used;
+  for (uint32_t r = 1; r <= o->rounds; r++) {
+    round_times *rt = &d->rt[r];
+    if (sscanf(at, "%lf %lf %lf %d %d %u%n", &rt->first_offer, &rt->last_model,
+               &rt->last_final_ack, &rt->offers, &rt->final_acks, &rt->max_attempt, &used) != 6) {
+      snprintf(why, why_n, "driver %d: round %u of its report does not read", k + 1, (unsigned)r);
+      goto out;
+    }
+    at += used;
+  }
+  d->got = ok = true;
+out:
+  xf_free(line);
+  return ok;
+}
+
+/* SIGTERM to pid, then its exit status within 15 s; -1 when it did not exit. */
+static int stop_child(pid_t pid, int slot) {
+  if (pid <= 0) return -1;
+  kill(pid, SIGTERM);
+  int status = 0;
+  double until = now_s() + 15;
+  pid_t w = 0;
+  while ((w = waitpid(pid, &status, WNOHANG)) == 0 && now_s() < until) sleep_ms(5);
+  if (w != pid) return -1;
+  g_children[slot] = 0;
+  return exit_code(status);
+}
+
+/* Waits up to timeout_s for a driver to exit; its status, or -1. */
+static int wait_child(pid_t pid, int slot, double timeout_s) {
+  if (pid <= 0) return -1;
+  int status = 0;
+  double until = now_s() + timeout_s;
+  pid_t w = 0;
+  while ((w = waitpid(pid, &status, WNOHANG)) == 0 && now_s() < until) sleep_ms(5);
+  if (w != pid) return -1;
+  g_children[slot] = 0;
+  return exit_code(status);
+}
+
+/* The tiered baseline: in each region a client process with that region's
+ * sites' certificates and a server with the coordinator's, on the region's
+ * loopback address, all regions at once. Every repetition starts in every
+ * region on one go from here and lasts from the first start to the last
+ * server having every update: the site tier's bytes, over as many TLS
+ * connections, with as many processes on each side as the tiered job has. */
+static bool run_tier_baseline(const bench_opts *o, const bench_paths *p, size_t down_len,
+                              size_t up_len, int reps, double *times, double *cpu, char *why,
+                              size_t why_n) {
+  int K = o->regions;
+  int sync[REGIONS_MAX][2], go[REGIONS_MAX][2], res[REGIONS_MAX][2];
+  pid_t pid[REGIONS_MAX];
+  bool ok = false;
+  char line[1024];
+  for (int k = 0; k < K; k++) {
+    sync[k][0] = sync[k][1] = go[k][0] = go[k][1] = res[k][0] = res[k][1] = -1;
+    pid[k] = 0;
+  }
+  for (int k = 0; k < K; k++)
+    if (pipe(sync[k]) != 0 || pipe(go[k]) != 0 || pipe(res[k]) != 0) {
+      snprintf(why, why_n, "pipe: %s", strerror(errno));
+      goto out;
+    }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t parent = getpid();
+  for (int k = 0; k < K; k++) {
+    pid[k] = fork();
+    if (pid[k] < 0) {
+      snprintf(why, why_n, "fork: %s", strerror(errno));
+      goto out;
+    }
+    if (pid[k] == 0) {
+      forget_parent_state(parent);
+      for (int j = 0; j < K; j++) {
+        if (j == k) continue;
+        close(sync[j][0]), close(sync[j][1]), close(go[j][0]), close(go[j][1]);
+        close(res[j][0]), close(res[j][1]);
+      }
+      close(sync[k][0]), close(go[k][1]), close(res[k][0]);
+      char host[32], w[600] = "";
+      region_host(k, host, sizeof(host));
+      tls_plan plan = {.region = k, .host = host, .sync_fd = sync[k][1], .go_fd = go[k][0]};
+      double *local = xf_calloc((size_t)reps, sizeof(double)), c = 0;
+      bool fine = local && run_tls_baseline(o, p, &plan, down_len, up_len, reps, local, &c, w,
+                                            sizeof(w));
+      if (fine) dprintf(res[k][1], "ok cpu=%.6f\n", c);
+      else dprintf(res[k][1], "fail %s\n", w[0] ? w : "out of memory");
+      _exit(fine ? 0 : 1);
+    }
+    g_children[CHILD_TLS_CLIENT(k)] = pid[k];
+    close(sync[k][1]), close(go[k][0]), close(res[k][1]);
+    sync[k][1] = go[k][0] = res[k][1] = -1;
+  }
+  for (int k = 0; k < K; k++)
+    if (!read_line(sync[k][0], line, sizeof(line), o->timeout_s) || strncmp(line, "ready", 5)) {
+      snprintf(why, why_n, "region %d's baseline did not start", k + 1);
+      goto out;
+    }
+  for (int rep = 0; rep < reps; rep++) {
+    for (int k = 0; k < K; k++)
+      if (!write_all(go[k][1], "go\n", 3)) {
+        snprintf(why, why_n, "region %d's baseline server is gone", k + 1);
+        goto out;
+      }
+    double t0 = INFINITY, t1 = 0;
+    for (int k = 0; k < K; k++) {
+      double a, b;
+      if (!read_line(sync[k][0], line, sizeof(line), o->timeout_s) ||
+          sscanf(line, "%lf %lf", &a, &b) != 2) {
+        snprintf(why, why_n, "region %d's baseline repetition %d did not end", k + 1, rep + 1);
+        goto out;
+      }
+      t0 = a < t0 ? a : t0;
+      t1 = b > t1 ? b : t1;
+    }
+    times[rep] = t1 - t0;
+  }
+  *cpu = 0;
+  for (int k = 0; k < K; k++) {
+    if (!read_line(res[k][0], line, sizeof(line), o->timeout_s)) {
+      snprintf(why, why_n, "region %d's baseline reported nothing", k + 1);
+      goto out;
+    }
+    line[strcspn(line, "\n")] = '\0';
+    if (strncmp(line, "ok cpu=", 7) != 0) {
+      snprintf(why, why_n, "region %d: %.400s", k + 1, line);
+      goto out;
+    }
+    *cpu += strtod(line + 7, NULL);
+  }
+  ok = true;
+out:
+  for (int k = 0; k < K; k++) {
+    if (!ok && res[k][0] >= 0 && !why[0] && read_line(res[k][0], line, sizeof(line), 1))
+      snprintf(why, why_n, "region %d: %.400s", k + 1, line);
+    for (int e = 0; e < 2; e++) {
+      if (sync[k][e] >= 0) close(sync[k][e]);
+      if (go[k][e] >= 0) close(go[k][e]);
+      if (res[k][e] >= 0) close(res[k][e]);
+    }
+    if (pid[k] > 0 && (!ok || wait_child(pid[k], CHILD_TLS_CLIENT(k), 15) != 0)) {
+      ok = false;
+      kill(pid[k], SIGKILL);
+      waitpid(pid[k], NULL, 0);
+    }
+    g_children[CHILD_TLS_CLIENT(k)] = 0;
+  }
+  if (!ok && !why[0]) snprintf(why, why_n, "a region's baseline client did not exit cleanly");
+  return ok;
+}
+
+/* Max and median of n values (v is left as it was). */
+static void max_median(const double *v, int n, double *max, double *med) {
+  double s[REGIONS_MAX];
+  memcpy(s, v, (size_t)n * sizeof(double));
+  *med = median(s, (size_t)n);
+  *max = s[n - 1];
+}
+
+/* The rounds as every driver saw them together: first offer of any site,
+ * last model and last acknowledged update of any, counts summed; false
+ * with why unless every round had every site in its first attempt and
+ * every site evaluated the final model. */
+static bool tier_merge(bench *b, tier *t, char *why, size_t why_n) {
+  const bench_opts *o = b->o;
+  int all = o->sites * t->k;
+  b->evals = 0;
+  b->t_first_eval = INFINITY;
+  for (uint32_t r = 1; r <= o->rounds; r++) {
+    round_times *m = &b->rt[r];
+    memset(m, 0, sizeof(*m));
+    m->first_offer = INFINITY;
+    for (int k = 0; k < t->k; k++) {
+      const round_times *d = &t->dr[k].rt[r];
+      m->first_offer = d->first_offer < m->first_offer ? d->first_offer : m->first_offer;
+      m->last_model = d->last_model > m->last_model ? d->last_model : m->last_model;
+      m->last_final_ack = d->last_final_ack > m->last_final_ack ? d->last_final_ack
+                                                                 : m->last_final_ack;
+      m->offers += d->offers;
+      m->final_acks += d->final_acks;
+      m->max_attempt = d->max_attempt > m->max_attempt ? d->max_attempt : m->max_attempt;
+    }
+    if (m->offers != all || m->final_acks != all || m->max_attempt != 1) {
+      snprintf(why, why_n, "round %u: %d offers, %d updates delivered, attempt %u (want %d, %d, 1)",
+               (unsigned)r, m->offers, m->final_acks, (unsigned)m->max_attempt, all, all);
+      return false;
+    }
+  }
+  for (int k = 0; k < t->k; k++) {
+    b->evals += t->dr[k].evals;
+    if (t->dr[k].t_first_eval < b->t_first_eval) b->t_first_eval = t->dr[k].t_first_eval;
+  }
+  if (b->evals != all) {
+    snprintf(why, why_n, "%d of %d sites were asked for the final evaluation", b->evals, all);
+    return false;
+  }
+  return true;
+}
+
+static void print_json_long_list(const long *v, int n) {
+  printf("[");
+  for (int i = 0; i < n; i++) printf("%s%ld", i ? ", " : "", v[i]);
+  printf("]");
+}
+
+/* The tiered run's table and JSON line. */
+static void print_tier_report(const bench *b, const tier *t, const double *tls_times,
+                              double tls_cpu, double hash_gbps, double t_pki, double load_start,
+                              long orch_vmhwm) {
+  const bench_opts *o = b->o;
+  uint32_t R = o->rounds;
+  int K = t->k;
+  size_t reps = (size_t)o->tls_reps, up_len = b->n_params * 4;
+  double round_s[1000], down_s[1000], cycle_s[1000], sorted[1100];
+  for (uint32_t r = 1; r <= R; r++) {
+    round_s[r - 1] = b->rt[r].last_final_ack - b->rt[r].first_offer;
+    down_s[r - 1] = b->rt[r].last_model - b->rt[r].first_offer;
+    double next = r < R ? b->rt[r + 1].first_offer : b->t_first_eval;
+    cycle_s[r - 1] = next - b->rt[r].first_offer;
+  }
+  memcpy(sorted, round_s, R * sizeof(double));
+  double round_med = median(sorted, R), round_min = sorted[0], round_max = sorted[R - 1];
+  memcpy(sorted, down_s, R * sizeof(double));
+  double down_med = median(sorted, R);
+  memcpy(sorted, cycle_s, R * sizeof(double));
+  double cycle_med = median(sorted, R);
+  memcpy(sorted, tls_times, reps * sizeof(double));
+  double tls_med = median(sorted, reps), tls_min = sorted[0], tls_max = sorted[reps - 1];
+  double job_s = t->t_done - t->t_accepted;
+  double reg_cpu[REGIONS_MAX], reg_hwm[REGIONS_MAX], drv_cpu[REGIONS_MAX], drv_hwm[REGIONS_MAX];
+  long reg_hwm_l[REGIONS_MAX], drv_hwm_l[REGIONS_MAX];
+  double connect_s = 0;
+  for (int k = 0; k < K; k++) {
+    reg_cpu[k] = t->regional_cpu1[k] - t->regional_cpu0[k];
+    reg_hwm[k] = (double)(reg_hwm_l[k] = t->regional_vmhwm[k]);
+    drv_cpu[k] = t->dr[k].cpu1 - t->dr[k].cpu0;
+    drv_hwm[k] = (double)(drv_hwm_l[k] = t->dr[k].vmhwm_kib);
+    double c = t->dr[k].t_ready - t->dr[k].t_dial;
+    connect_s = c > connect_s ? c : connect_s;
+  }
+  double first_dial = INFINITY;
+  for (int k = 0; k < K; k++) first_dial = t->dr[k].t_dial < first_dial ? t->dr[k].t_dial : first_dial;
+  double accept_s = t->t_accepted - first_dial;
+  double reg_cpu_max, reg_cpu_med, reg_hwm_max, reg_hwm_med, drv_cpu_max, drv_cpu_med,
+      drv_hwm_max, drv_hwm_med;
+  max_median(reg_cpu, K, &reg_cpu_max, &reg_cpu_med);
+  max_median(reg_hwm, K, &reg_hwm_max, &reg_hwm_med);
+  max_median(drv_cpu, K, &drv_cpu_max, &drv_cpu_med);
+  max_median(drv_hwm, K, &drv_hwm_max, &drv_hwm_med);
+  double top_cpu = t->top_cpu1 - t->top_cpu0;
+  long max_hwm = t->top_vmhwm;
+  if ((long)reg_hwm_max > max_hwm) max_hwm = (long)reg_hwm_max;
+  if ((long)drv_hwm_max > max_hwm) max_hwm = (long)drv_hwm_max;
+  if (orch_vmhwm > max_hwm) max_hwm = orch_vmhwm;
+  double load_end = load_1min();
+  char cpu[256];
+  cpu_name(cpu, sizeof(cpu));
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+
+  printf("round overhead, tiered: %s, %d regions x %d sites = %d sites, %u rounds, %zu parameters: "
+         "model file %zu B down, update %zu B up per site\n",
+         o->model, K, o->sites, K * o->sites, (unsigned)R, b->n_params, b->model_len, up_len);
+  printf("| round | TaskOffer to last model received | TaskOffer to last update acked by its "
+         "aggregator (round) | TaskOffer to next TaskOffer (the last: to the evaluation's) |\n"
+         "|---|---|---|---|\n");
+  for (uint32_t r = 1; r <= R; r++)
+    printf("| %u | %.3f s | %.3f s | %.3f s |\n", (unsigned)r, down_s[r - 1], round_s[r - 1],
+           cycle_s[r - 1]);
+  printf("TLS alone, the site tier's bytes over as many connections, %d servers and %d client "
+         "processes at once: median %.3f s (%.3f-%.3f) over %zu repetitions; %.3f CPU s per "
+         "repetition\n",
+         K, K, tls_med, tls_min, tls_max, reps, tls_cpu / (double)reps);
+  printf("median round %.3f s (%.3f-%.3f), ratio to TLS alone %.2f; median cycle %.3f s, "
+         "ratio %.2f\n",
+         round_med, round_min, round_max, round_med / tls_med, cycle_med, cycle_med / tls_med);
+  printf("connect: every site of a driver announced %.1f s after it began dialing (slowest "
+         "driver); the job accepted %.1f s after the first dial\n",
+         connect_s, accept_s);
+  printf("| tier | processes | VmHWM, MiB (max / median) | CPU s over the %.1f s job (max / "
+         "median) | CPU s per round (max) |\n|---|---|---|---|---|\n",
+         job_s);
+  printf("| top coordinator | 1 | %.1f | %.2f | %.3f |\n", (double)t->top_vmhwm / 1024, top_cpu,
+         top_cpu / R);
+  printf("| regional aggregators | %d | %.1f / %.1f | %.2f / %.2f | %.3f |\n", K,
+         reg_hwm_max / 1024, reg_hwm_med / 1024, reg_cpu_max, reg_cpu_med, reg_cpu_max / R);
+  printf("| site drivers (%d sites each) | %d | %.1f / %.1f | %.2f / %.2f | %.3f |\n", o->sites,
+         K, drv_hwm_max / 1024, drv_hwm_med / 1024, drv_cpu_max, drv_cpu_med, drv_cpu_max / R);
+  printf("orchestrator (PKI, the user): VmHWM %.1f MiB; largest VmHWM of any process %.1f MiB\n",
+         (double)orch_vmhwm / 1024, (double)max_hwm / 1024);
+  printf("BLAKE2b on this machine: %.2f GB/s; PKI for %d sites: %.1f s; %s, %ld CPUs; "
+         "load average %.2f at the start, %.2f at the end\n",
+         hash_gbps, K * o->sites, t_pki, cpu, ncpu, load_start, load_end);
+
+  printf("{\"bench\": \"round\", \"mode\": \"tiered\", \"model\": \"%s\", \"regions\": %d, "
+         "\"sites_per_region\": %d, \"sites\": %d, \"rounds\": %u, \"params\": %zu, "
+         "\"model_bytes\": %zu, \"update_bytes\": %zu, \"round_s\": ",
+         o->model, K, o->sites, K * o->sites, (unsigned)R, b->n_params, b->model_len, up_len);
+  print_json_list(round_s, R);
+  printf(", \"round_median_s\": %.6f, \"download_median_s\": %.6f, \"cycle_s\": ", round_med,
+         down_med);
+  print_json_list(cycle_s, R);
+  printf(", \"cycle_median_s\": %.6f, \"tls_s\": ", cycle_med);
+  print_json_list(tls_times, reps);
+  printf(", \"tls_median_s\": %.6f, \"tls_cpu_per_rep_s\": %.4f, \"ratio\": %.4f, "
+         "\"cycle_ratio\": %.4f, \"connect_s\": %.3f, \"accept_s\": %.3f, \"job_s\": %.3f, ",
+         tls_med, tls_cpu / (double)reps, round_med / tls_med, cycle_med / tls_med, connect_s,
+         accept_s, job_s);
+  printf("\"top_vmhwm_kib\": %ld, \"top_vmrss_kib\": %ld, \"top_cpu_s\": %.3f, "
+         "\"top_cpu_total_s\": %.3f, \"top_exit\": %d, ",
+         t->top_vmhwm, t->top_vmrss, top_cpu, t->top_cpu_total, t->top_exit);
+  printf("\"regional_vmhwm_kib\": ");
+  print_json_long_list(reg_hwm_l, K);
+  printf(", \"regional_vmhwm_kib_max\": %.0f, \"regional_vmhwm_kib_median\": %.0f, "
+         "\"regional_cpu_s\": ",
+         reg_hwm_max, reg_hwm_med);
+  print_json_list(reg_cpu, (size_t)K);
+  printf(", \"regional_cpu_s_max\": %.3f, \"regional_cpu_s_median\": %.3f, \"driver_vmhwm_kib\": ",
+         reg_cpu_max, reg_cpu_med);
+  print_json_long_list(drv_hwm_l, K);
+  printf(", \"driver_vmhwm_kib_max\": %.0f, \"driver_vmhwm_kib_median\": %.0f, "
+         "\"driver_cpu_s\": ",
+         drv_hwm_max, drv_hwm_med);
+  print_json_list(drv_cpu, (size_t)K);
+  printf(", \"driver_cpu_s_max\": %.3f, \"driver_cpu_s_median\": %.3f, "
+         "\"orchestrator_vmhwm_kib\": %ld, \"max_vmhwm_kib\": %ld, \"pki_s\": %.3f, ",
+         drv_cpu_max, drv_cpu_med, orch_vmhwm, max_hwm, t_pki);
+  printf("\"blake2b_gbps\": %.3f, \"cpu\": \"%s\", \"ncpu\": %ld, \"load_start\": %.2f, "
+         "\"load_end\": %.2f}\n",
+         hash_gbps, cpu, ncpu, load_start, load_end);
+  fflush(stdout);
+}
+
+/* The tiered mode, from the federation made and the model known: returns
+ * the exit status. */
+static int run_tiered(const bench_opts *o, const bench_paths *p, bench *b, double t_pki,
+                      double load_start) {
+  int K = o->regions, rc = 1;
+  tier *t = xf_calloc(1, sizeof(*t));
+  size_t up_len = b->n_params * 4;
+  int tls_before = o->tls_reps / 2, tls_after = o->tls_reps - tls_before;
+  double *tls_times = xf_calloc((size_t)o->tls_reps, sizeof(double));
+  double tls_cpu = 0, tls_cpu_after = 0;
+  char why[1200] = "";
+  if (!t || !tls_times) {
+    fprintf(stderr, "xfed-bench-round: out of memory\n");
+    goto out;
+  }
+  t->k = K;
+  for (int k = 0; k < K; k++) t->ctl[k] = t->report[k] = -1;
+  if (tls_before > 0 && !run_tier_baseline(o, p, b->model_len, up_len, tls_before, tls_times,
+                                           &tls_cpu, why, sizeof(why))) {
+    fprintf(stderr, "xfed-bench-round: TLS baseline: %s\n", why);
+    goto out;
+  }
+
+  /* The top coordinator, then each region's aggregator dialing it. */
+  if (!write_coord_config(p->config, (unsigned)K + 64u, true)) {
+    fprintf(stderr, "xfed-bench-round: cannot write %s: %s\n", p->config, strerror(errno));
+    goto out;
+  }
+  t->top = spawn_coord(o, p);
+  if (t->top < 0) {
+    fprintf(stderr, "xfed-bench-round: fork: %s\n", strerror(errno));
+    goto out;
+  }
+  g_children[CHILD_COORD] = t->top;
+  int top_port = wait_port(t->top, CHILD_COORD, p->port, 30);
+  if (!top_port) {
+    print_log_tail(p->log);
+    goto out;
+  }
+  char port_file[REGIONS_MAX][SUB_PATH_MAX];
+  for (int k = 0; k < K; k++) {
+    t->regional[k] = spawn_regional(o, p, t, k, top_port, port_file[k], sizeof(port_file[k]));
+    if (t->regional[k] < 0) {
+      fprintf(stderr, "xfed-bench-round: cannot start agg-r%02d: %s\n", k + 1, strerror(errno));
+      goto out;
+    }
+    g_children[CHILD_REGIONAL(k)] = t->regional[k];
+  }
+  for (int k = 0; k < K; k++)
+    if (!(t->regional_port[k] = wait_port(t->regional[k], CHILD_REGIONAL(k), port_file[k], 30))) {
+      print_log_tail(t->regional_log[k]);
+      goto out;
+    }
+
+  /* One driver per region: its sites, in a process of their own. */
+  pid_t self = getpid();
+  fflush(stdout);
+  fflush(stderr);
+  for (int k = 0; k < K; k++) {
+    int ctl[2], rep[2];
+    if (pipe(ctl) != 0) goto pipe_failed;
+    if (pipe(rep) != 0) {
+      close(ctl[0]), close(ctl[1]);
+      goto pipe_failed;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+      fprintf(stderr, "xfed-bench-round: fork: %s\n", strerror(errno));
+      close(ctl[0]), close(ctl[1]), close(rep[0]), close(rep[1]);
+      goto out;
+    }
+    if (pid == 0) {
+      forget_parent_state(self);
+      for (int j = 0; j < k; j++) close(t->ctl[j]), close(t->report[j]);
+      close(ctl[1]), close(rep[0]);
+      _exit(driver_main(b, k, t->regional_port[k], ctl[0], rep[1]));
+    }
+    close(ctl[0]), close(rep[1]);
+    t->ctl[k] = ctl[1];
+    t->report[k] = rep[0];
+    t->driver[k] = pid;
+    g_children[CHILD_DRIVER(k)] = pid;
+    continue;
+  pipe_failed:
+    fprintf(stderr, "xfed-bench-round: pipe: %s\n", strerror(errno));
+    goto out;
+  }
+
+  /* This process: the user, who submits the job once every driver is
+   * ready and polls it until it is done. */
+  b->tier = t;
+  b->region = -1;
+  snprintf(b->region_label, sizeof(b->region_label), "%s", REGION);
+  snprintf(b->host, sizeof(b->host), "127.0.0.1");
+  b->port = top_port;
+  b->nsites = 0;
+  b->coord = 0;
+  g_bench = b;
+  bool ok = run_rounds(b);
+  if (!ok) snprintf(why, sizeof(why), "%s", b->why);
+  for (int k = 0; ok && k < K; k++) ok = tier_read_report(t, k, o, why, sizeof(why));
+  long orch_vmhwm = proc_status_kib(getpid(), "VmHWM");
+
+  /* Stop the aggregators (their sites' drivers then end), then the top. */
+  for (int k = 0; k < K; k++)
+    if (t->regional[k] > 0) kill(t->regional[k], SIGTERM);
+  for (int k = 0; k < K; k++) {
+    t->regional_exit[k] = wait_child(t->regional[k], CHILD_REGIONAL(k), 15);
+    if (ok && t->regional_exit[k] != 0) {
+      ok = false;
+      snprintf(why, sizeof(why), "agg-r%02d exited with status %d after SIGTERM", k + 1,
+               t->regional_exit[k]);
+      print_log_tail(t->regional_log[k]);
+    }
+  }
+  for (int k = 0; k < K; k++) {
+    int st = wait_child(t->driver[k], CHILD_DRIVER(k), 75);
+    if (ok && st != 0) {
+      ok = false;
+      snprintf(why, sizeof(why), "driver %d exited with status %d", k + 1, st);
+    }
+  }
+  t->top_cpu_total = proc_cpu_s(t->top);
+  t->top_exit = stop_child(t->top, CHILD_COORD);
+  if (ok && t->top_exit != 0) {
+    ok = false;
+    snprintf(why, sizeof(why), "the top coordinator exited with status %d after SIGTERM",
+             t->top_exit);
+    print_log_tail(p->log);
+  }
+  ok = ok && tier_merge(b, t, why, sizeof(why));
+  if (!ok) {
+    fprintf(stderr, "xfed-bench-round: %s\n", why);
+    print_log_tail(p->log);
+    for (int k = 0; k < K; k++) print_log_tail(t->regional_log[k]);
+    goto out;
+  }
+
+  if (!run_tier_baseline(o, p, b->model_len, up_len, tls_after, tls_times + tls_before,
+                         &tls_cpu_after, why, sizeof(why))) {
+    fprintf(stderr, "xfed-bench-round: TLS baseline: %s\n", why);
+    goto out;
+  }
+  tls_cpu += tls_cpu_after;
+  print_tier_report(b, t, tls_times, tls_cpu, digest_gbps(b->delta, up_len), t_pki, load_start,
+                    orch_vmhwm);
+  rc = 0;
+out:
+  if (t) {
+    for (int k = 0; k < K; k++) {
+      if (t->ctl[k] >= 0) close(t->ctl[k]);
+      if (t->report[k] >= 0) close(t->report[k]);
+      xf_free(t->dr[k].rt);
+    }
+  }
+  xf_free(t);
+  xf_free(tls_times);
+  return rc;
+}
+
+/* Each process of the bench holds one descriptor per site it drives (or,
+ * for a baseline server, serves) and a few of its own: the soft limit is
+ * raised to the hard one, which the children inherit (the coordinators
+ * raise their own as docs/coordinator.md says). False, with the fix, when
+ * the hard limit is too low. */
+static bool raise_nofile(const bench_opts *o) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return true;
+  rlim_t need = (rlim_t)o->sites + 256;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &rl);
+    (void)getrlimit(RLIMIT_NOFILE, &rl);
+  }
+  if (rl.rlim_cur >= need) return true;
+  fprintf(stderr, "xfed-bench-round: %d sites need %llu file descriptors in one process, but the "
+                  "limit is %llu; raise it (ulimit -n %llu) or use fewer sites%s\n",
+          o->sites, (unsigned long long)need, (unsigned long long)rl.rlim_cur,
+          (unsigned long long)need, o->regions ? " per region" : "");
+  return false;
+}
+
 static bool parse_int(const char *s, long lo, long hi, long *out) {
   char *end;
   errno = 0;
@@ -1921,13 +2886,15 @@ int main(int argc, char **argv) {
       {"sites", required_argument, 0, 's'},    {"rounds", required_argument, 0, 'r'},
       {"model", required_argument, 0, 'm'},    {"coord", required_argument, 0, 'c'},
       {"tls-reps", required_argument, 0, 'k'}, {"timeout", required_argument, 0, 't'},
-      {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+      {"regions", required_argument, 0, 'g'},  {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
   int ch;
   long v;
   while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
     bool ok = true;
     switch (ch) {
     case 's': ok = parse_int(optarg, 1, SITES_MAX, &v), o.sites = (int)v; break;
+    case 'g': ok = parse_int(optarg, 0, REGIONS_MAX, &v), o.regions = (int)v; break;
     case 'r': ok = parse_int(optarg, 1, 1000, &v), o.rounds = (uint32_t)v; break;
     case 'k': ok = parse_int(optarg, 1, 100, &v), o.tls_reps = (int)v; break;
     case 't': ok = parse_int(optarg, 1, 86400, &v), o.timeout_s = (double)v; break;
@@ -1949,6 +2916,12 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  if (o.regions && (long)o.regions * o.sites > (long)XF_JOB_SITES_MAX) {
+    fprintf(stderr, "xfed-bench-round: --regions %d x --sites %d is more sites than a job may "
+                    "ask for (%u); use fewer\n", o.regions, o.sites, XF_JOB_SITES_MAX);
+    return 2;
+  }
+  if (!raise_nofile(&o)) return 1;
   if (!getenv("XF_LOG_LEVEL")) xf_log_set_level(XF_LOG_WARN);
   if (!find_coord(o.coord, sizeof(o.coord))) {
     fprintf(stderr, "xfed-bench-round: no xfed-coord found (tried --coord, "
@@ -2000,7 +2973,7 @@ int main(int argc, char **argv) {
   xf_errctx_clear(&err);
   double load_start = load_1min();
   double t_pki = now_s();
-  if (make_federation(&p, o.sites, &err) != XF_OK) {
+  if (make_federation(&p, &o, &err) != XF_OK) {
     fprintf(stderr, "xfed-bench-round: PKI: %s\n", err.msg);
     goto out;
   }
@@ -2009,6 +2982,10 @@ int main(int argc, char **argv) {
   b.o = &o;
   b.p = &p;
   b.coord_exit = -1;
+  b.region = -1;
+  snprintf(b.region_label, sizeof(b.region_label), "%s", REGION);
+  snprintf(b.host, sizeof(b.host), "127.0.0.1");
+  b.nsites = o.regions ? 0 : o.sites;
   b.sites = xf_calloc((size_t)o.sites, sizeof(*b.sites));
   b.rt = xf_calloc(o.rounds + 2, sizeof(*b.rt));
   size_t n_params = 0;
@@ -2017,6 +2994,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "xfed-bench-round: the model: %s\n", err.msg[0] ? err.msg : "out of memory");
     goto out;
   }
+  if (o.regions) {
+    rc = run_tiered(&o, &p, &b, t_pki, load_start);
+    goto out;
+  }
+  const tls_plan flat = {.region = -1, .host = "127.0.0.1", .sync_fd = -1, .go_fd = -1};
 
   /* The baseline: the same bytes over TLS alone with the same number of
    * connections, half of its repetitions before the job and half after, so
@@ -2026,13 +3008,13 @@ int main(int argc, char **argv) {
   tls_times = xf_calloc((size_t)o.tls_reps, sizeof(double));
   char why[600] = "";
   double tls_cpu = 0, tls_cpu_after = 0;
-  if (!tls_times || (tls_before > 0 && !run_tls_baseline(&o, &p, b.model_len, up_len, tls_before,
+  if (!tls_times || (tls_before > 0 && !run_tls_baseline(&o, &p, &flat, b.model_len, up_len, tls_before,
                                                         tls_times, &tls_cpu, why, sizeof(why)))) {
     fprintf(stderr, "xfed-bench-round: TLS baseline: %s\n", why[0] ? why : "out of memory");
     goto out;
   }
 
-  if (!write_coord_config(&o, &p)) {
+  if (!write_coord_config(p.config, (unsigned)o.sites + 64u, false)) {
     fprintf(stderr, "xfed-bench-round: cannot write %s: %s\n", p.config, strerror(errno));
     goto out;
   }
@@ -2041,9 +3023,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "xfed-bench-round: fork: %s\n", strerror(errno));
     goto out;
   }
-  g_children[0] = coord;
+  g_children[CHILD_COORD] = coord;
   b.coord = coord;
-  b.port = wait_port(coord, p.port, 30);
+  b.port = wait_port(coord, CHILD_COORD, p.port, 30);
   if (!b.port) {
     print_log_tail(p.log);
     goto out;
@@ -2059,7 +3041,7 @@ int main(int argc, char **argv) {
   }
 
   /* The second half of the baseline. */
-  if (!run_tls_baseline(&o, &p, b.model_len, up_len, tls_after, tls_times + tls_before,
+  if (!run_tls_baseline(&o, &p, &flat, b.model_len, up_len, tls_after, tls_times + tls_before,
                         &tls_cpu_after, why, sizeof(why))) {
     fprintf(stderr, "xfed-bench-round: TLS baseline: %s\n", why);
     goto out;

@@ -266,6 +266,9 @@ void xf__site_announce(xf__coord *co, xf__peer *p, const Xfed__SiteAnnounce *a) 
   }
   if (co->db) {
     xf_errctx err = {0};
+    /* An aggregator names every site behind it each time: one transaction
+     * for them all, not one commit a site. */
+    bool batch = s->n_behind && xf_db_begin(co->db, &err) == XF_OK;
     if (xf_journal_site_seen(co->db, s->id, s->name, s->region, s->regional, xf__now(), &err) !=
         XF_OK)
       XF_ERROR("journal_failed", "doing=site_seen reason=\"%s\"", err.msg);
@@ -273,11 +276,15 @@ void xf__site_announce(xf__coord *co, xf__peer *p, const Xfed__SiteAnnounce *a) 
       if (xf_journal_site_seen(co->db, s->behind[i].id, s->behind[i].name, s->behind[i].region,
                                false, xf__now(), &err) != XF_OK)
         XF_ERROR("journal_failed", "doing=site_seen reason=\"%s\"", err.msg);
+    if (batch && xf_db_commit(co->db, &err) != XF_OK) {
+      XF_ERROR("journal_failed", "doing=site_seen reason=\"%s\"", err.msg);
+      xf_db_rollback(co->db);
+    }
     if (!co->cfg.regional) record_datasets(co, s);
   }
   XF_INFO("site_announced", "site=%s region=%s kind=%s datasets=%zu sites_behind=%zu", s->name,
           s->region, s->regional ? "regional" : "site", s->n_datasets, s->n_behind);
-  if (co->cfg.regional) xf__upstream_announce(co);
+  if (co->cfg.regional) xf__upstream_announce_soon(co);
   xf__runs_link(co, s, true);
 }
 
@@ -331,7 +338,9 @@ static void on_signal(uv_signal_t *h, int signum) {
 
 static void on_tick(uv_timer_t *t) {
   xf__coord *co = t->data;
-  if (!co->stopping) xf__runs_tick(co);
+  if (co->stopping) return;
+  xf__runs_tick(co);
+  if (co->cfg.regional) xf__upstream_tick(co);
 }
 
 /* ---- start and stop ----------------------------------------------------------------------- */

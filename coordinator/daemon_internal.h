@@ -542,7 +542,12 @@ void xf__upstream_start(xf__coord *co);
 void xf__upstream_stop(xf__coord *co);
 void xf__upstream_on_frame(xf__coord *co, xf__peer *p, const Xfed__Envelope *env);
 void xf__upstream_closed(xf__coord *co);
+/* Announces the sites behind this aggregator upstream now (the link
+ * opened) or soon (a site came or went): changes less than 0.2 s apart go
+ * up together, from xf__upstream_tick (every tick of the daemon). */
 void xf__upstream_announce(xf__coord *co);
+void xf__upstream_announce_soon(xf__coord *co);
+void xf__upstream_tick(xf__coord *co);
 /* Frames for upstream about a relayed task. */
 void xf__upstream_accept(xf__coord *co, const xf__run *run, const uint64_t *sites, size_t n);
 void xf__upstream_refuse(xf__coord *co, const xf__run *run, uint64_t site, int reason,

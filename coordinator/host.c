@@ -925,6 +925,13 @@ void xf__runs_dirty(xf__coord *co) {
 
 static void activate_queued(xf__coord *co);
 
+/* A run of job that is not over; NULL when none. */
+static const xf__run *live_run_of(xf__coord *co, const char *job) {
+  for (const xf__run *r = *xf__coord_runs(co); r; r = r->next)
+    if (!r->over && strcmp(r->id_text, job) == 0) return r;
+  return NULL;
+}
+
 void xf__runs_tick(xf__coord *co) {
   double now = xf__now();
   for (xf__run *run = *xf__coord_runs(co); run; run = run->next) {
@@ -946,7 +953,12 @@ void xf__runs_tick(xf__coord *co) {
       continue;
     }
     *pp = run->next;
-    xf__peers_drop_job(co, run->id_text);
+    /* A regional aggregator's relay superseded by its job's next task
+     * (the next round, the evaluation) shares the job's id with the run
+     * that took over: the job's streams are then the new run's (its model
+     * going out to the sites, still queued behind the send budget) and
+     * stay. */
+    if (!live_run_of(co, run->id_text)) xf__peers_drop_job(co, run->id_text);
     xf__run_free(run);
     freed = true;
   }

@@ -525,7 +525,7 @@ static void on_close(xf_conn *c, const xf_conn_reason *why) {
   if (p->site && p->site->peer == p) {
     xf__site *s = p->site;
     s->peer = NULL;
-    if (xf__coord_cfg(co)->regional) xf__upstream_announce(co);
+    if (xf__coord_cfg(co)->regional) xf__upstream_announce_soon(co);
     xf__runs_link(co, s, false);
   }
   peer_unlink(co, p);

@@ -72,6 +72,8 @@ struct xf__uplink {
   uv_timer_t redial;
   double backoff_s;
   job_residual *residuals;
+  bool announce_due;   /* the sites changed since the last announcement */
+  double announced_at; /* xf__now() of the last announcement */
 };
 
 /* An offer whose model is still coming in. */
@@ -229,8 +231,35 @@ static Xfed__SiteAnnounce__Dataset **announce_sets(const xf__dataset *d, size_t 
   return ptrs;
 }
 
+/* A region's sites come and go in bursts (a thousand site daemons starting
+ * behind one aggregator), and each announcement names every site, so the
+ * global coordinator's work for a burst of n would be O(n^2) if each
+ * change went up at once: changes closer together than this go up in one
+ * announcement, from the tick. */
+#define ANNOUNCE_GAP_S 0.2
+
+/* The last announcement is far enough back (or the clock was set back). */
+static bool announce_may(const xf__uplink *u) {
+  double since = xf__now() - u->announced_at;
+  return u->peer && (since >= ANNOUNCE_GAP_S || since < 0);
+}
+
+void xf__upstream_announce_soon(xf__coord *co) {
+  xf__uplink *u = xf__coord_uplink(co);
+  if (announce_may(u)) xf__upstream_announce(co);
+  else u->announce_due = true;
+}
+
+void xf__upstream_tick(xf__coord *co) {
+  xf__uplink *u = xf__coord_uplink(co);
+  if (u->announce_due && announce_may(u)) xf__upstream_announce(co);
+}
+
 void xf__upstream_announce(xf__coord *co) {
-  if (!xf__coord_uplink(co)->peer) return;
+  xf__uplink *u = xf__coord_uplink(co);
+  if (!u->peer) return;
+  u->announce_due = false;
+  u->announced_at = xf__now();
   size_t n = 0;
   for (xf__site *s = xf__coord_sites(co); s; s = s->next) n += s->peer != NULL;
   Xfed__SiteAnnounce *behind = xf_calloc(n + 1, sizeof(*behind));
