@@ -358,6 +358,65 @@ static void a_site_announced_twice_counts_once_and_its_connected_announcement_wi
   admitted_free(&r);
 }
 
+/* Ten aggregators with a thousand sites each, announced in no order and
+ * some of them twice (first from an old, disconnected aggregator): every
+ * site is in the plan once, connected, in name order, in its aggregator's
+ * group. The federation of the 10,000-site bench, in memory. */
+static void ten_thousand_sites_behind_ten_aggregators_are_each_in_the_plan_once_by_name(
+    void **state) {
+  (void)state;
+  enum { AGGS = 10, PER = 1000, N = AGGS * PER, TWICE = N / 100 };
+  xf_fed_site *sites = xf_calloc(N + TWICE, sizeof(*sites));
+  char (*names)[32] = xf_calloc(N, sizeof(*names));
+  char (*vias)[16] = xf_calloc(AGGS, sizeof(*vias));
+  assert_non_null(sites);
+  assert_non_null(names);
+  assert_non_null(vias);
+  for (int a = 0; a < AGGS; a++) snprintf(vias[a], sizeof(vias[a]), "agg-r%02d", a);
+  size_t n = 0;
+  for (int i = 0; i < N; i++) {
+    int k = (int)((7919ull * (unsigned)i) % N); /* a permutation of 0..N-1 */
+    snprintf(names[k], sizeof(names[k]), "site-%05d", k);
+    if (k % 100 == 0)
+      sites[n++] = (xf_fed_site){.name = names[k], .region = "eu", .via = "agg-old",
+                                 .via_region = "eu", .connected = false,
+                                 .datasets = &mnist28, .n_datasets = 1};
+    sites[n++] = (xf_fed_site){.name = names[k], .region = "eu", .via = vias[k / PER],
+                               .via_region = "eu", .connected = true,
+                               .datasets = &mnist28, .n_datasets = 1};
+  }
+  assert_int_equal(n, N + TWICE);
+  xf_jobspec spec = spec_base();
+  spec.topology = XF_JOB_TOPOLOGY_REGIONAL;
+  spec.min_sites = N;
+  admitted r;
+  admit(&r, &spec, NULL, NULL, sites, n);
+  assert_verdict(&r.a, XF_ADMIT_RUNS);
+  assert_int_equal(r.a.n_sites, N);
+  assert_int_equal(r.a.eligible, N);
+  for (size_t i = 0; i < r.a.n_sites; i++) {
+    char want[32];
+    snprintf(want, sizeof(want), "site-%05u", (unsigned)i);
+    assert_string_equal(r.a.sites[i].name, want);
+    assert_true(r.a.sites[i].connected);
+    assert_string_equal(r.a.sites[i].via, vias[i / PER]);
+    assert_int_equal(r.a.sites[i].group, i / PER);
+  }
+  assert_int_equal(r.a.n_groups, AGGS);
+  for (size_t g = 0; g < AGGS; g++) assert_int_equal(r.a.groups[g].eligible, PER);
+  admitted_free(&r);
+
+  /* One more than there are: short, with the count. */
+  spec.min_sites = N + 1;
+  admit(&r, &spec, NULL, NULL, sites, n);
+  assert_verdict(&r.a, XF_ADMIT_SHORT);
+  assert_contains(r.a.reason, "10000 of the 10000 sites holding dataset 'mnist' (10000 connected)");
+  admitted_free(&r);
+  xf_free(vias);
+  xf_free(names);
+  xf_free(sites);
+}
+
 /* ---- the residency policy --------------------------------------------------------- */
 
 static void policy_denial_is_the_verdict_with_the_decisions_reasons(void **state) {
@@ -1053,6 +1112,7 @@ int main(void) {
       cmocka_unit_test(sites_behind_an_aggregator_need_topology_regional_without_a_policy),
       cmocka_unit_test(disconnected_and_misshapen_sites_are_named),
       cmocka_unit_test(a_site_announced_twice_counts_once_and_its_connected_announcement_wins),
+      cmocka_unit_test(ten_thousand_sites_behind_ten_aggregators_are_each_in_the_plan_once_by_name),
       cmocka_unit_test(policy_denial_is_the_verdict_with_the_decisions_reasons),
       cmocka_unit_test(a_site_the_policy_places_in_another_region_is_refused),
       cmocka_unit_test(a_site_the_policy_does_not_list_is_refused),
