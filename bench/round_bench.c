@@ -315,31 +315,43 @@ static xf_err make_tls(const bench_paths *p, const char *name, xf_tls **out, xf_
  * region (one region "bench" in the flat mode; --regions regions, each with
  * its aggregator's certificate, in the tiered mode). */
 static xf_err make_federation(const bench_paths *p, const bench_opts *o, xf_errctx *err) {
-  xf_federation *fed = NULL;
-  XF_GUARD(xf_federation_init(p->fed, "bench", 0, &fed, err));
-  xf_err rc = XF_OK;
-  xf_pki_issue_opts coord = {.kind = XF_PKI_KIND_COORDINATOR, .name = "coord"};
-  xf_pki_issue_opts user = {.kind = XF_PKI_KIND_USER, .name = "researcher",
-                            .role = XF_PKI_ROLE_RESEARCHER};
-  if ((rc = xf_federation_issue(fed, &coord, NULL, err)) != XF_OK) goto out;
-  if ((rc = xf_federation_issue(fed, &user, NULL, err)) != XF_OK) goto out;
-  for (int k = o->regions ? 0 : -1; k < o->regions; k++) {
-    char region[16], agg[32];
-    region_name(k, region, sizeof(region));
-    if (k >= 0) {
-      agg_name(k, agg, sizeof(agg));
-      xf_pki_issue_opts ao = {.kind = XF_PKI_KIND_COORDINATOR, .name = agg, .region = region};
-      if ((rc = xf_federation_issue(fed, &ao, NULL, err)) != XF_OK) goto out;
+  size_t regions = o->regions ? (size_t)o->regions : 1;
+  size_t n = 2 + (o->regions ? regions : 0) + regions * (size_t)o->sites;
+  xf_pki_issue_opts *v = xf_calloc(n, sizeof(*v));
+  char (*names)[32] = xf_calloc(n, sizeof(*names));
+  char (*regs)[16] = xf_calloc(regions, sizeof(*regs));
+  if (!v || !names || !regs) {
+    xf_free(v);
+    xf_free(names);
+    xf_free(regs);
+    return xf_fail(err, XF_ENOMEM, "out of memory listing the federation's identities");
+  }
+  size_t k = 0;
+  v[k++] = (xf_pki_issue_opts){.kind = XF_PKI_KIND_COORDINATOR, .name = "coord"};
+  v[k++] = (xf_pki_issue_opts){.kind = XF_PKI_KIND_USER, .name = "researcher",
+                               .role = XF_PKI_ROLE_RESEARCHER};
+  for (int r = o->regions ? 0 : -1; r < o->regions; r++) {
+    char *region = regs[r < 0 ? 0 : r];
+    region_name(r, region, sizeof(regs[0]));
+    if (r >= 0) {
+      agg_name(r, names[k], sizeof(names[0]));
+      v[k] = (xf_pki_issue_opts){.kind = XF_PKI_KIND_COORDINATOR, .name = names[k],
+                                 .region = region};
+      k++;
     }
-    for (int i = 0; i < o->sites; i++) {
-      char name[32];
-      site_name(k, i, name, sizeof(name));
-      xf_pki_issue_opts site = {.kind = XF_PKI_KIND_SITE, .name = name, .region = region};
-      if ((rc = xf_federation_issue(fed, &site, NULL, err)) != XF_OK) goto out;
+    for (int i = 0; i < o->sites; i++, k++) {
+      site_name(r, i, names[k], sizeof(names[0]));
+      v[k] = (xf_pki_issue_opts){.kind = XF_PKI_KIND_SITE, .name = names[k], .region = region};
     }
   }
-out:
+  xf_federation *fed = NULL;
+  xf_err rc = xf_federation_init(p->fed, "bench", 0, &fed, err);
+  size_t done = 0;
+  if (rc == XF_OK) rc = xf_federation_issue_many(fed, v, k, &done, err);
   xf_federation_close(fed);
+  xf_free(regs);
+  xf_free(names);
+  xf_free(v);
   return rc;
 }
 

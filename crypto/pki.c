@@ -1247,8 +1247,12 @@ static xf_err revoke_entry(xf_federation *f, xf_pki_entry *e, xf_pki_reason reas
   return XF_OK;
 }
 
-xf_err xf_federation_issue(xf_federation *fed, const xf_pki_issue_opts *opts, xf_pki_issued *out,
-                           xf_errctx *err) {
+/* One issuance. *ca_key is the CA's key, loaded here (after the checks
+ * that need no key) when NULL and left for the caller to free. With
+ * write_index false the entry is only added to the handle: the caller
+ * writes the index. */
+static xf_err issue_one(xf_federation *fed, const xf_pki_issue_opts *opts, EVP_PKEY **ca_key_io,
+                        bool write_index, xf_pki_issued *out, xf_errctx *err) {
   xf_pki_issued result;
   memset(&result, 0, sizeof(result));
   xf_pki_entry *e = &result.entry;
@@ -1301,7 +1305,8 @@ xf_err xf_federation_issue(xf_federation *fed, const xf_pki_issue_opts *opts, xf
   EVP_PKEY *ca_key = NULL, *key = NULL;
   X509 *cert = NULL;
   xf_err rc;
-  if ((rc = ca_key_load(fed, &ca_key, err)) != XF_OK) goto out;
+  if (!*ca_key_io && (rc = ca_key_load(fed, ca_key_io, err)) != XF_OK) goto out;
+  ca_key = *ca_key_io;
   if (old) {
     old = find_current(fed, opts->name); /* entries_reserve may have moved it */
     result.replaced = true;
@@ -1344,7 +1349,7 @@ xf_err xf_federation_issue(xf_federation *fed, const xf_pki_issue_opts *opts, xf
   for (size_t i = 0; i < fed->n; i++)
     if (strcmp(fed->entries[i].id.name, opts->name) == 0) fed->entries[i].current = false;
   fed->entries[fed->n++] = *e;
-  if ((rc = index_write(fed, err)) != XF_OK) {
+  if (write_index && (rc = index_write(fed, err)) != XF_OK) {
     /* The files are written but not recorded: forget the entry so that the
      * handle agrees with the index on disk; issuing again overwrites them. */
     fed->n--;
@@ -1361,7 +1366,44 @@ xf_err xf_federation_issue(xf_federation *fed, const xf_pki_issue_opts *opts, xf
 out:
   X509_free(cert);
   EVP_PKEY_free(key);
+  return rc;
+}
+
+xf_err xf_federation_issue(xf_federation *fed, const xf_pki_issue_opts *opts, xf_pki_issued *out,
+                           xf_errctx *err) {
+  EVP_PKEY *ca_key = NULL;
+  xf_err rc = issue_one(fed, opts, &ca_key, true, out, err);
   EVP_PKEY_free(ca_key);
+  return rc;
+}
+
+xf_err xf_federation_issue_many(xf_federation *fed, const xf_pki_issue_opts *opts, size_t n,
+                                size_t *done, xf_errctx *err) {
+  *done = 0;
+  for (size_t i = 0; i < n; i++)
+    if (opts[i].force) {
+      xf_errctx_field(err, "[%zu]", i);
+      return xf_fail(err, XF_EINVAL, "a batch issues new names only; re-issue '%s' on its own "
+                     "with --force", opts[i].name ? opts[i].name : "");
+    }
+  size_t before = fed->n;
+  EVP_PKEY *ca_key = NULL;
+  xf_err rc = XF_OK;
+  for (size_t i = 0; i < n && rc == XF_OK; i++) {
+    rc = issue_one(fed, &opts[i], &ca_key, false, NULL, err);
+    if (rc == XF_OK) (*done)++;
+  }
+  EVP_PKEY_free(ca_key);
+  if (*done == 0) return rc;
+  /* Those issued are recorded even when a later one failed: the index
+   * agrees with the files. */
+  xf_errctx werr = {0};
+  if (index_write(fed, &werr) != XF_OK) {
+    fed->n = before; /* new names only: no entry of the handle changed */
+    *done = 0;
+    if (rc == XF_OK && err) *err = werr;
+    return rc == XF_OK ? werr.code : rc;
+  }
   return rc;
 }
 

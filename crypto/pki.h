@@ -275,6 +275,15 @@ typedef struct xf_pki_issued {
 xf_err xf_federation_issue(xf_federation *fed, const xf_pki_issue_opts *opts, xf_pki_issued *out,
                            xf_errctx *err) XF_WARN_UNUSED;
 
+/* Issues n new identities as xf_federation_issue does, loading the CA's key
+ * once and writing the index once at the end instead of after each (the
+ * index holds every identity, so writing it after each of 10,000 sites is
+ * quadratic). Names must be new: an opts[i].force is XF_EINVAL before
+ * anything is issued. When one fails, those before it are still recorded
+ * and its error is returned; *done is how many were issued and recorded. */
+xf_err xf_federation_issue_many(xf_federation *fed, const xf_pki_issue_opts *opts, size_t n,
+                                size_t *done, xf_errctx *err) XF_WARN_UNUSED;
+
 /* Revokes the current certificate of name: the CRL is re-signed with it
  * (next update XF_PKI_CRL_DAYS from now) and written before the index, so a
  * crash never leaves a revocation that the index shows but the CRL lacks.

@@ -498,6 +498,60 @@ static void issue_refuses_bad_identities_and_windows(void **state) {
   xf_federation_close(fed);
 }
 
+/* A batch is recorded once, as if each had been issued alone; a name
+ * already there stops it after those before it, which stay recorded; a
+ * forced re-issue is refused before anything is made. */
+static void a_batch_is_recorded_like_single_issues_and_stops_at_an_existing_name(void **state) {
+  (void)state;
+  char dir[512];
+  test_dir("batch", dir, sizeof(dir));
+  xf_federation *fed = new_federation(dir, "acme");
+  issue(fed, XF_PKI_KIND_SITE, "taken", "eu", 0, NULL);
+  xf_pki_issue_opts v[] = {
+      {.kind = XF_PKI_KIND_SITE, .name = "b1", .region = "eu"},
+      {.kind = XF_PKI_KIND_COORDINATOR, .name = "agg-eu", .region = "eu"},
+      {.kind = XF_PKI_KIND_USER, .name = "ana", .role = XF_PKI_ROLE_RESEARCHER},
+  };
+  size_t done = 99;
+  xf_errctx err;
+  xf_errctx_clear(&err);
+  assert_int_equal(xf_federation_issue_many(fed, v, 3, &done, &err), XF_OK);
+  assert_int_equal(done, 3);
+  xf_federation_close(fed);
+
+  /* Reopened: the index on disk has them all, each with its files. */
+  assert_int_equal(xf_federation_open(dir, &fed, &err), XF_OK);
+  assert_int_equal(xf_federation_count(fed), 4);
+  assert_int_equal(xf_federation_find(fed, "agg-eu")->id.kind, XF_PKI_KIND_COORDINATOR);
+  assert_int_equal(xf_federation_find(fed, "ana")->id.role, XF_PKI_ROLE_RESEARCHER);
+  X509 *c = load_issued(fed, "b1");
+  X509_free(c);
+
+  xf_pki_issue_opts w[] = {
+      {.kind = XF_PKI_KIND_SITE, .name = "b2", .region = "eu"},
+      {.kind = XF_PKI_KIND_SITE, .name = "taken", .region = "eu"},
+      {.kind = XF_PKI_KIND_SITE, .name = "b3", .region = "eu"},
+  };
+  assert_int_equal(xf_federation_issue_many(fed, w, 3, &done, &err), XF_EEXISTS);
+  assert_non_null(strstr(err.msg, "'taken' already exists"));
+  assert_int_equal(done, 1);
+  assert_non_null(xf_federation_find(fed, "b2"));
+  assert_null(xf_federation_find(fed, "b3"));
+
+  w[2].force = true;
+  xf_errctx_clear(&err);
+  assert_int_equal(xf_federation_issue_many(fed, &w[2], 1, &done, &err), XF_EINVAL);
+  assert_int_equal(done, 0);
+  assert_non_null(strstr(err.msg, "new names only"));
+  assert_null(xf_federation_find(fed, "b3"));
+  xf_federation_close(fed);
+
+  assert_int_equal(xf_federation_open(dir, &fed, &err), XF_OK);
+  assert_int_equal(xf_federation_count(fed), 5);
+  assert_non_null(xf_federation_find(fed, "b2"));
+  xf_federation_close(fed);
+}
+
 static void reissue_needs_force_and_revokes_the_old_certificate(void **state) {
   (void)state;
   char dir[512];
@@ -1082,6 +1136,7 @@ int main(void) {
       cmocka_unit_test(issued_certificates_carry_the_spiffe_forms_and_extensions),
       cmocka_unit_test(issue_refuses_bad_identities_and_windows),
       cmocka_unit_test(reissue_needs_force_and_revokes_the_old_certificate),
+      cmocka_unit_test(a_batch_is_recorded_like_single_issues_and_stops_at_an_existing_name),
       cmocka_unit_test(second_init_is_refused),
       cmocka_unit_test(peer_identity_needs_exactly_one_spiffe_uri),
       cmocka_unit_test(verify_reports_revoked_foreign_expired_and_early_certificates),
