@@ -5,6 +5,7 @@
 #include "privacy/noise.h"
 
 #include <math.h>
+#include <openssl/evp.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdatomic.h>
@@ -17,12 +18,16 @@ typedef unsigned __int128 xf__u128;
 
 /* Keystream is made XF__BLOCK bytes at a time: the first 32 become the next
  * key (fast key erasure, so a captured state does not reveal noise already
- * drawn), the rest is handed out as 64-bit words. Consumed words are not
+ * drawn), the rest is handed out as 64-bit words. The block is ChaCha20
+ * under the key with a zero nonce and counter, made by OpenSSL's ChaCha20
+ * (which has AVX-512 and AVX2 code for the CPU it runs on; 2-3x libsodium's
+ * here) and equal byte for byte to libsodium's crypto_stream_chacha20, which
+ * stands in when OpenSSL cannot (tests check the two agree). Consumed words are not
  * wiped one by one (that cost more than the sampling itself): a refill
  * overwrites the whole block, and every public function wipes the words it
  * consumed before it returns (xf__erase), so between calls the state holds
  * only the next key and keystream not yet used. */
-#define XF__BLOCK 512
+#define XF__BLOCK 4096
 #define XF__KEY crypto_stream_chacha20_KEYBYTES
 #define XF__WORDS (XF__BLOCK / 8)
 #define XF__KEY_WORDS (XF__KEY / 8)
@@ -41,11 +46,41 @@ struct xf_noise {
                                    xf_malloc'ed, public data, owned by this generator */
   bool use_table; /* the Gaussian on a grid draws from the table (xf_noise_use_table);
                      false: Karney's exact sampler */
+  bool no_simd;   /* the table sampler's portable loop even where AVX-512 is there
+                     (xf_noise_use_simd); the output is the same either way */
 };
 
+static EVP_CIPHER *xf__chacha; /* fetched once; NULL: libsodium makes the stream */
+static pthread_once_t xf__chacha_once = PTHREAD_ONCE_INIT;
+static void xf__chacha_fetch(void) { xf__chacha = EVP_CIPHER_fetch(NULL, "ChaCha20", NULL); }
+
+/* ChaCha20 keystream under key, zero nonce and counter, into out[0..n).
+ * OpenSSL's IV is a 32-bit block counter and a 96-bit nonce, libsodium's
+ * original ChaCha20 a 64-bit counter and a 64-bit nonce: with both zero and
+ * under 2^32 blocks the two states are the same words. OpenSSL's context
+ * holds the key while it works and is cleansed (reset) before returning, so
+ * nothing but g->key can make the stream again. */
+static void xf__keystream(const uint8_t key[XF__KEY], uint8_t *out, size_t n) {
+  static const uint8_t iv[16];
+  pthread_once(&xf__chacha_once, xf__chacha_fetch);
+  EVP_CIPHER_CTX *ctx = xf__chacha ? EVP_CIPHER_CTX_new() : NULL;
+  int len = 0;
+  bool ok = false;
+  if (ctx) {
+    memset(out, 0, n);
+    ok = EVP_EncryptInit_ex2(ctx, xf__chacha, key, iv, NULL) == 1 &&
+         EVP_EncryptUpdate(ctx, out, &len, out, (int)n) == 1 && (size_t)len == n;
+    EVP_CIPHER_CTX_free(ctx); /* cleanses the key and state */
+  }
+  if (!ok) {
+    static const uint8_t nonce[crypto_stream_chacha20_NONCEBYTES];
+    crypto_stream_chacha20(out, n, nonce, key);
+  }
+}
+
 static void xf__refill(xf_noise *g) {
-  static const uint8_t nonce[crypto_stream_chacha20_NONCEBYTES]; /* fresh key each block */
-  crypto_stream_chacha20((uint8_t *)g->block, XF__BLOCK, nonce, g->key);
+  /* A fresh key each block. */
+  xf__keystream(g->key, (uint8_t *)g->block, XF__BLOCK);
   memcpy(g->key, g->block, XF__KEY);
   sodium_memzero(g->block, XF__KEY);
   g->pos = g->clean = XF__KEY_WORDS;
@@ -96,6 +131,7 @@ static xf_err xf__new(const uint8_t *seed, xf_noise **out) {
   g->pool_bits = 0;
   g->table = NULL;
   g->use_table = false; /* exact until the caller turns the table on */
+  g->no_simd = false;
   *out = g;
   return XF_OK;
 }
@@ -550,8 +586,20 @@ static xf_err xf__gaussian_vec_check(xf_noise *g, double sigma, const float *out
    * an infinity fails the comparison. One branch-free pass the compiler
    * vectorizes, before anything is drawn or written. */
   const float limit = ldexpf(1.0f, XF_NOISE_GRID_RANGE_LOG2 - *k);
-  bool bad = false;
-  for (size_t i = 0; i < n; i++) bad |= !(fabsf(out[i]) <= limit);
+  /* On the bits: |x| <= limit for a positive normal limit is (bits of x
+   * without the sign) <= (bits of limit), and NaNs and infinities sort
+   * above every finite float. In blocks of 16, a loop of known length that
+   * the compiler vectorizes at -O2. */
+  uint32_t lim;
+  memcpy(&lim, &limit, 4);
+  uint32_t bad = 0;
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    uint32_t u[16];
+    memcpy(u, out + i, sizeof(u));
+    for (int j = 0; j < 16; j++) bad |= (u[j] & 0x7fffffffu) > lim;
+  }
+  for (; i < n; i++) bad |= !(fabsf(out[i]) <= limit);
   return bad ? XF_ERANGE : XF_OK;
 }
 
@@ -588,7 +636,9 @@ typedef struct xf__grid_table {
   int64_t k;   /* y = x1 + k x2 */
   int64_t t;   /* base support [-t, t]; 2t < XF__IMPURE */
   double tv;   /* bound on the total variation of one y from N_Z(0, s^2) */
-  uint16_t guide[XF__GUIDE]; /* first entry above the cell's low end, | XF__IMPURE */
+  /* First entry above the cell's low end, | XF__IMPURE; two cells of zero
+   * padding after the last so that a 32-bit gather of the last stays inside. */
+  uint16_t guide[XF__GUIDE + 2];
   uint64_t *hi, *lo; /* 2t cumulative probabilities C_i = P(x <= i - t) 2^128, words */
 } xf__grid_table;
 
@@ -729,16 +779,12 @@ static int64_t xf__grid_base_slow(xf_noise *g, const xf__grid_table *tb, uint64_
   return (int64_t)idx - tb->t;
 }
 
-/* One base draw from 16 fresh bits (and more when the cell is cut). */
-static inline int64_t xf__grid_base(xf_noise *g, const xf__grid_table *tb, uint64_t prefix) {
-  unsigned v = tb->guide[prefix];
-  if (__builtin_expect((v & XF__IMPURE) != 0, 0))
-    return xf__grid_base_slow(g, tb, prefix, v & (XF__IMPURE - 1));
-  return (int64_t)v - tb->t;
-}
-
 void xf_noise_use_table(xf_noise *g, bool on) {
   if (g) g->use_table = on;
+}
+
+void xf_noise_use_simd(xf_noise *g, bool on) {
+  if (g) g->no_simd = !on;
 }
 
 /* The exact noising loop of the Gaussian on a grid over out[0..n), once
@@ -758,29 +804,149 @@ static xf_err xf__exact_fill(xf_noise *g, const xf__dgauss *d, int k, float *out
 }
 
 /* The table's noising loop of the Gaussian on a grid over out[0..n), once
- * checked: each 64-bit word gives the prefixes of two coordinates' x1 and
- * x2. */
+ * checked, in groups of XF__GROUP values. A group of m values first reads
+ * ceil(m / 2) words; value j of the group takes the 32 bits at 32 (j mod 2)
+ * of word j / 2, x1's cell from their low 16 bits and x2's from the high 16.
+ * Draws whose guide cell is cut then finish in value order (x1 before x2),
+ * each drawing its further words from the stream as it needs them. The
+ * AVX-512 loop and the portable one follow this order exactly, so the
+ * output is the same bits on every CPU. */
+#define XF__GROUP 16
+
+typedef struct xf__fill {
+  const xf__grid_table *tb;
+  double scale;  /* 2^k */
+  float unscale; /* 2^-k, a normal float: |k| <= 75 */
+} xf__fill;
+
+static const double xf__round_magic = 0x1.8p52; /* v + 1.5 2^52 - 1.5 2^52 rounds |v| < 2^51 */
+
+/* One base draw of a cell read from the guide: its entry, or the search
+ * the cut cell needs. */
+static inline int64_t xf__grid_finish(xf_noise *g, const xf__grid_table *tb, uint64_t prefix,
+                                      unsigned v) {
+  if (__builtin_expect((v & XF__IMPURE) != 0, 0))
+    return xf__grid_base_slow(g, tb, prefix, v & (XF__IMPURE - 1));
+  return (int64_t)v - tb->t;
+}
+
+/* The value x in grid steps (rounded to nearest, ties to even, as nearbyint
+ * in the default rounding mode: exact, |v| <= 2^40) plus the noise y, as
+ * float: |x + y| < 2^40 + 2^31 is exact in the sum, and the one rounding is
+ * the correctly rounded conversion to float; scaling by 2^-k is exact for
+ * sigma within range, so the result is a fixed function of the exact
+ * integer x + y. */
+static inline float xf__grid_add(const xf__fill *f, float in, int64_t y) {
+  double v = (double)in * f->scale;
+  int64_t x = (int64_t)((v + xf__round_magic) - xf__round_magic);
+  return (float)(x + y) * f->unscale;
+}
+
+/* A group of m <= XF__GROUP values, the portable way. */
+static void xf__fill_group(xf_noise *g, const xf__fill *f, float *out, size_t m) {
+  const xf__grid_table *tb = f->tb;
+  uint32_t lane[XF__GROUP];
+  for (size_t w = 0; w < (m + 1) / 2; w++) {
+    uint64_t word = xf__u64(g);
+    lane[2 * w] = (uint32_t)word;
+    lane[2 * w + 1] = (uint32_t)(word >> 32);
+  }
+  for (size_t j = 0; j < m; j++) {
+    uint64_t p1 = lane[j] & 0xffff, p2 = lane[j] >> 16;
+    int64_t x1 = xf__grid_finish(g, tb, p1, tb->guide[p1]);
+    int64_t x2 = xf__grid_finish(g, tb, p2, tb->guide[p2]);
+    out[j] = xf__grid_add(f, out[j], x1 + tb->k * x2);
+  }
+  sodium_memzero(lane, sizeof(lane));
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#define XF__HAVE_AVX512 1
+
+/* Whole groups of 16 values with AVX-512: both cells of every value
+ * gathered from the guide at once, the cut ones finished in order as
+ * above, the rounding and the sum in double lanes (the same operations as
+ * xf__grid_add: 2^k scaling is exact, so contracting it into an FMA could
+ * not change a bit, and contraction is off anyway). Returns the values
+ * done, a multiple of 16. */
+__attribute__((target("avx512f"), optimize("fp-contract=off"))) static size_t
+xf__fill_avx512(xf_noise *g, const xf__fill *f, float *out, size_t n) {
+  const xf__grid_table *tb = f->tb;
+  const __m512i low16 = _mm512_set1_epi32(0xffff), impure = _mm512_set1_epi32(XF__IMPURE);
+  const __m512i t = _mm512_set1_epi32((int)tb->t), k = _mm512_set1_epi32((int)tb->k);
+  const __m512d scale = _mm512_set1_pd(f->scale), magic = _mm512_set1_pd(xf__round_magic);
+  const __m512 unscale = _mm512_set1_ps(f->unscale);
+  uint64_t words[XF__GROUP / 2];
+  int32_t y[XF__GROUP];
+  uint32_t c1[XF__GROUP], c2[XF__GROUP], q1[XF__GROUP], q2[XF__GROUP];
+  size_t i = 0;
+  for (; i + XF__GROUP <= n; i += XF__GROUP) {
+    __m512i lane;
+    if (g->pos + XF__GROUP / 2 <= XF__WORDS) {
+      lane = _mm512_loadu_si512((const void *)&g->block[g->pos]);
+      g->pos += XF__GROUP / 2;
+    } else {
+      for (size_t w = 0; w < XF__GROUP / 2; w++) words[w] = xf__u64(g);
+      lane = _mm512_loadu_si512((const void *)words);
+    }
+    __m512i p1 = _mm512_and_si512(lane, low16), p2 = _mm512_srli_epi32(lane, 16);
+    __m512i g1 = _mm512_and_si512(_mm512_i32gather_epi32(p1, (const void *)tb->guide, 2), low16);
+    __m512i g2 = _mm512_and_si512(_mm512_i32gather_epi32(p2, (const void *)tb->guide, 2), low16);
+    __m512i yv = _mm512_add_epi32(_mm512_sub_epi32(g1, t),
+                                  _mm512_mullo_epi32(k, _mm512_sub_epi32(g2, t)));
+    __mmask16 cut = _mm512_test_epi32_mask(_mm512_or_si512(g1, g2), impure);
+    if (__builtin_expect(cut != 0, 0)) {
+      _mm512_storeu_si512((void *)y, yv);
+      _mm512_storeu_si512((void *)c1, g1);
+      _mm512_storeu_si512((void *)c2, g2);
+      _mm512_storeu_si512((void *)q1, p1);
+      _mm512_storeu_si512((void *)q2, p2);
+      for (unsigned m = cut; m; m &= m - 1) {
+        unsigned j = (unsigned)__builtin_ctz(m);
+        int64_t x1 = xf__grid_finish(g, tb, q1[j], c1[j]);
+        int64_t x2 = xf__grid_finish(g, tb, q2[j], c2[j]);
+        y[j] = (int32_t)(x1 + tb->k * x2);
+      }
+      yv = _mm512_loadu_si512((const void *)y);
+    }
+    __m512 in = _mm512_loadu_ps(out + i);
+    __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(in));
+    __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(in), 1)));
+    lo = _mm512_sub_pd(_mm512_add_pd(_mm512_mul_pd(lo, scale), magic), magic);
+    hi = _mm512_sub_pd(_mm512_add_pd(_mm512_mul_pd(hi, scale), magic), magic);
+    lo = _mm512_add_pd(lo, _mm512_cvtepi32_pd(_mm512_castsi512_si256(yv)));
+    hi = _mm512_add_pd(hi, _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(yv, 1)));
+    __m512 r = _mm512_castpd_ps(_mm512_insertf64x4(
+        _mm512_castpd256_pd512(_mm256_castps_pd(_mm512_cvtpd_ps(lo))),
+        _mm256_castps_pd(_mm512_cvtpd_ps(hi)), 1));
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(r, unscale));
+  }
+  sodium_memzero(words, sizeof(words));
+  sodium_memzero(y, sizeof(y));
+  sodium_memzero(c1, sizeof(c1));
+  sodium_memzero(c2, sizeof(c2));
+  sodium_memzero(q1, sizeof(q1));
+  sodium_memzero(q2, sizeof(q2));
+  return i;
+}
+
+static bool xf__avx512(void) {
+  static int have = -1;
+  if (have < 0) have = __builtin_cpu_supports("avx512f") ? 1 : 0;
+  return have == 1;
+}
+#endif
+
 static void xf__gaussian_fill(xf_noise *g, const xf__grid_table *tb, int k, float *out,
                               size_t n) {
-  const double scale = ldexp(1.0, k);
-  const float unscale = ldexpf(1.0f, -k); /* a normal float: |k| <= 75 */
-  const double round_magic = 0x1.8p52;    /* v + 1.5 2^52 - 1.5 2^52 rounds |v| < 2^51 */
-  for (size_t i = 0; i < n; i += 2) {
-    uint64_t word = xf__u64(g);
-    size_t m = n - i < 2 ? n - i : 2;
-    for (size_t q = 0; q < m; q++, word >>= 32) {
-      int64_t x1 = xf__grid_base(g, tb, word & 0xffff);
-      int64_t x2 = xf__grid_base(g, tb, (word >> 16) & 0xffff);
-      /* The input in grid steps, rounded to nearest (ties to even, the
-       * default rounding mode, as nearbyint): exact, |v| <= 2^40. */
-      double v = (double)out[i + q] * scale;
-      int64_t x = (int64_t)((v + round_magic) - round_magic);
-      /* |x + y| < 2^40 + 2^31: exact. The one rounding is int64 -> float
-       * (correctly rounded); scaling by 2^-k is exact for sigma within
-       * range, so out[i] is a fixed function of the exact integer x + y. */
-      out[i + q] = (float)(x + x1 + tb->k * x2) * unscale;
-    }
-  }
+  const xf__fill f = {.tb = tb, .scale = ldexp(1.0, k), .unscale = ldexpf(1.0f, -k)};
+  size_t i = 0;
+#ifdef XF__HAVE_AVX512
+  if (!g->no_simd && xf__avx512()) i = xf__fill_avx512(g, &f, out, n);
+#endif
+  for (; i < n; i += XF__GROUP)
+    xf__fill_group(g, &f, out + i, n - i < XF__GROUP ? n - i : XF__GROUP);
 }
 
 xf_err xf_noise_gaussian_vec(xf_noise *g, double sigma, float *out, size_t n) {
@@ -812,6 +978,7 @@ typedef struct xf__par_job {
   size_t n, chunks;
   int k;
   const xf__grid_table *table; /* the parent's, read-only while the job runs; NULL: exact */
+  bool no_simd;                /* the parent's xf_noise_use_simd */
   xf__dgauss d;                /* the exact sampler's, when table is NULL */
   _Atomic int rc;              /* the exact sampler's first failure, XF_OK when none */
   uint8_t *keys; /* chunks * XF__KEY bytes, sodium_malloc'ed; each wiped once used */
@@ -837,6 +1004,7 @@ static void *xf__par_run(void *arg) {
     c->pool = 0;
     c->pool_bits = 0;
     c->table = NULL;
+    c->no_simd = job->no_simd;
     size_t lo = i * XF__CHUNK, len = job->n - lo < XF__CHUNK ? job->n - lo : XF__CHUNK;
     if (job->table) {
       xf__gaussian_fill(c, job->table, job->k, job->out + lo, len);
@@ -881,6 +1049,7 @@ xf_err xf_noise_gaussian_vec_par(xf_noise *g, double sigma, float *out, size_t n
   job->chunks = chunks;
   job->k = k;
   job->table = table;
+  job->no_simd = g->no_simd;
   if (!table) job->d = xf__dgauss_prepare(s * s, 1);
   job->keys = keys;
   atomic_init(&job->next, 0);

@@ -108,6 +108,11 @@ xf_err xf_noise_gaussian_grid(double sigma, int *grid_exp, double *sigma_eff) XF
  * distance (xf_privacy_plan's table_sampler). NULL is ignored. */
 void xf_noise_use_table(xf_noise *g, bool on);
 
+/* Whether g's table sampler may use the CPU's vector instructions (AVX-512
+ * where there is AVX-512; on by default). The output is the same bits
+ * either way: off is for the tests that check so. NULL is ignored. */
+void xf_noise_use_simd(xf_noise *g, bool on);
+
 /* Adds Gaussian noise of standard deviation sigma to out[0..n) in place (to
  * write pure noise, pass zeros). Each value is rounded to the grid of
  * xf_noise_gaussian_grid, a discrete Gaussian N_Z(0, s^2) in grid steps is

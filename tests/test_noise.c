@@ -207,22 +207,25 @@ static uint64_t load_le64(const uint8_t *p) {
   return v;
 }
 
-/* The stream is ChaCha20 (zero nonce) under the seed; the first 32 bytes of
- * each 512-byte block key the next block and are never handed out. With
+/* The stream is ChaCha20 (zero nonce) under the seed, as libsodium makes
+ * it (the generator's own comes from OpenSSL); the first 32 bytes of each
+ * 4096-byte block key the next block and are never handed out. With
  * m = 2^63 nothing is rejected and the draw (r m / 2^64, Lemire) is the top
  * 63 bits of a 64-bit little-endian word. */
 static void stream_is_chacha20_with_fast_key_erasure(void **state) {
   (void)state;
   uint8_t seed[XF_NOISE_SEED_BYTES], nonce[crypto_stream_chacha20_NONCEBYTES] = {0};
   for (size_t i = 0; i < sizeof(seed); i++) seed[i] = (uint8_t)(7 + i);
-  uint8_t block1[512], block2[512];
+  static uint8_t block1[4096], block2[4096];
+  const size_t per_block = (sizeof(block1) - 32) / 8;
   crypto_stream_chacha20(block1, sizeof(block1), nonce, seed);
   crypto_stream_chacha20(block2, sizeof(block2), nonce, block1);
   xf_noise *g = seeded(7);
-  for (size_t i = 0; i < 60 + 2; i++) {
+  for (size_t i = 0; i < per_block + 2; i++) {
     uint64_t v;
     assert_int_equal(xf_noise_uniform(g, (uint64_t)1 << 63, &v), XF_OK);
-    const uint8_t *want = i < 60 ? block1 + 32 + 8 * i : block2 + 32 + 8 * (i - 60);
+    const uint8_t *want =
+        i < per_block ? block1 + 32 + 8 * i : block2 + 32 + 8 * (i - per_block);
     assert_int_equal(v, load_le64(want) >> 1);
   }
   xf_noise_free(g);
@@ -767,6 +770,52 @@ static void grid_sampler_is_reproducible_from_the_seed(void **state) {
   xf_noise_free(g3);
 }
 
+/* The vector loop (AVX-512, where the CPU has it) and the portable one
+ * read the stream in the same order and round the same way: the same bits
+ * for every length (whole groups of 16, a short tail, a tail alone, a
+ * group across a keystream block), for inputs on and between grid points
+ * and of either sign, alone and in parallel. On a CPU without AVX-512 both
+ * runs take the portable loop. */
+static void grid_sampler_gives_the_same_bits_with_and_without_simd(void **state) {
+  (void)state;
+  static const size_t lengths[] = {1, 2, 15, 16, 17, 33, 509, 4096 + 3, 3 * 4096 + 7, 40000};
+  static const double sigmas[] = {0.5, 3.0, 1e-3};
+  enum { MAX = 40000 };
+  static float a[MAX], b[MAX];
+  for (size_t si = 0; si < sizeof(sigmas) / sizeof(sigmas[0]); si++) {
+    int k;
+    assert_int_equal(xf_noise_gaussian_grid(sigmas[si], &k, NULL), XF_OK);
+    const float step = ldexpf(1.0f, -k);
+    for (size_t li = 0; li < sizeof(lengths) / sizeof(lengths[0]); li++) {
+      const size_t n = lengths[li];
+      for (int par = 0; par < 2; par++) {
+        xf_noise *gv = seeded_as(31, true), *gp = seeded_as(31, true);
+        xf_noise_use_simd(gp, false);
+        for (size_t i = 0; i < n; i++) {
+          /* On a grid point, half-way between two (a tie), or anywhere. */
+          float x = (float)((int)(i % 7) - 3) * step * (i % 3 == 0 ? 1.0f : 0.5f) +
+                    (i % 5 == 0 ? (float)i * 1e-3f : 0.0f);
+          a[i] = b[i] = (i & 1) ? -x : x;
+        }
+        for (int rep = 0; rep < 3; rep++) { /* later calls start mid-block */
+          if (par) {
+            assert_int_equal(xf_noise_gaussian_vec_par(gv, sigmas[si], a, n, 2), XF_OK);
+            assert_int_equal(xf_noise_gaussian_vec_par(gp, sigmas[si], b, n, 2), XF_OK);
+          } else {
+            assert_int_equal(xf_noise_gaussian_vec(gv, sigmas[si], a, n), XF_OK);
+            assert_int_equal(xf_noise_gaussian_vec(gp, sigmas[si], b, n), XF_OK);
+          }
+          if (memcmp(a, b, n * sizeof(float)) != 0)
+            fail_msg("sigma %g, n %zu, %s, call %d: the vector loop differs from the portable "
+                     "one", sigmas[si], n, par ? "parallel" : "serial", rep + 1);
+        }
+        xf_noise_free(gv);
+        xf_noise_free(gp);
+      }
+    }
+  }
+}
+
 /* Without memory for the table the Gaussian on a grid returns XF_ENOMEM
  * and leaves the vector as it was; the generator keeps working once memory
  * is back, and keeps the table it had. */
@@ -859,6 +908,7 @@ int main(void) {
       cmocka_unit_test(grid_sampler_fits_the_exact_discrete_gaussian_across_the_s_range),
       cmocka_unit_test(grid_sampler_is_within_its_total_variation_bound_for_every_s),
       cmocka_unit_test(grid_sampler_is_reproducible_from_the_seed),
+      cmocka_unit_test(grid_sampler_gives_the_same_bits_with_and_without_simd),
       cmocka_unit_test(grid_sampler_without_memory_fails_cleanly),
       cmocka_unit_test(plan_charges_the_table_sampler_or_takes_the_exact_one),
   };
