@@ -170,9 +170,17 @@ static void free_behind(xf__site *s) {
  * transaction: those the current policy does not hold become (or stay)
  * pending. Only the global coordinator keeps a policy. */
 static void record_datasets(xf__coord *co, const xf__site *s) {
-  size_t n_sites = s->regional ? s->n_behind : 1, n_sets = 0;
-  for (size_t i = 0; i < n_sites; i++)
-    n_sets += s->regional ? s->behind[i].n_datasets : s->n_datasets;
+  size_t n_sites = 0, n_sets = 0;
+  if (!s->regional) {
+    n_sites = 1;
+    n_sets = s->n_datasets;
+  }
+  for (size_t i = 0; s->regional && i < s->n_behind; i++)
+    if (s->behind[i].fresh) {
+      n_sites++;
+      n_sets += s->behind[i].n_datasets;
+    }
+  if (s->regional && n_sites == 0) return;
   xf_errctx err = {0};
   const xf_policy *policy = NULL;
   xf_journal_site_datasets *sites = n_sites ? xf_calloc(n_sites, sizeof(*sites)) : NULL;
@@ -183,8 +191,9 @@ static void record_datasets(xf__coord *co, const xf__site *s) {
     goto out;
   }
   size_t k = 0;
-  for (size_t i = 0; i < n_sites; i++) {
-    const xf__behind *b = s->regional ? &s->behind[i] : NULL;
+  for (size_t i = 0, b_i = 0; i < n_sites; i++) {
+    while (s->regional && !s->behind[b_i].fresh) b_i++;
+    const xf__behind *b = s->regional ? &s->behind[b_i++] : NULL;
     const xf__dataset *ds = b ? b->datasets : s->datasets;
     size_t n = b ? b->n_datasets : s->n_datasets;
     sites[i] = (xf_journal_site_datasets){.site = b ? b->name : s->name,
@@ -219,6 +228,51 @@ out:
  * certificate; what it holds replaces what it said before. */
 /* A site's or regional's SiteAnnounce, its identity checked (peer.c):
  * what it holds replaces what it said before. */
+/* A site behind an aggregator whose announcement repeats what the same
+ * session said before is written to the journal again only after this
+ * long: an aggregator names all its sites in every announcement (every
+ * 0.2 s while sites connect), and rewriting a thousand unchanged rows each
+ * time made the global coordinator's work grow with the square of the
+ * sites behind an aggregator. Their last_seen is at most this stale. */
+#define XF__REJOURNAL_S 60.0
+
+static int by_behind_id(const void *x, const void *y) {
+  const xf__behind *a = *(const xf__behind *const *)x, *b = *(const xf__behind *const *)y;
+  return (a->id > b->id) - (a->id < b->id);
+}
+
+static bool same_datasets(const xf__dataset *a, size_t na, const xf__dataset *b, size_t nb) {
+  return na == nb && (na == 0 || memcmp(a, b, na * sizeof(*a)) == 0);
+}
+
+/* Marks each entry of s->behind fresh unless `old` (the previous
+ * announcement of the same session, n_old entries) had it alike and it
+ * was journaled less than XF__REJOURNAL_S ago. */
+static void mark_fresh(xf__site *s, const xf__behind *old, size_t n_old, double now) {
+  const xf__behind **ix = n_old ? xf_calloc(n_old, sizeof(*ix)) : NULL;
+  if (ix) {
+    for (size_t i = 0; i < n_old; i++) ix[i] = &old[i];
+    qsort(ix, n_old, sizeof(*ix), by_behind_id);
+  }
+  for (size_t i = 0; i < s->n_behind; i++) {
+    xf__behind *o = &s->behind[i];
+    const xf__behind *prev = NULL;
+    size_t lo = 0, hi = ix ? n_old : 0;
+    while (lo < hi) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (ix[mid]->id < o->id) lo = mid + 1;
+      else hi = mid;
+    }
+    if (ix && lo < n_old && ix[lo]->id == o->id) prev = ix[lo];
+    bool alike = prev && strcmp(prev->name, o->name) == 0 &&
+                 strcmp(prev->region, o->region) == 0 &&
+                 same_datasets(prev->datasets, prev->n_datasets, o->datasets, o->n_datasets);
+    o->fresh = !(alike && now - prev->journaled < XF__REJOURNAL_S);
+    o->journaled = o->fresh ? now : prev->journaled;
+  }
+  xf_free(ix);
+}
+
 void xf__site_announce(xf__coord *co, xf__peer *p, const Xfed__SiteAnnounce *a) {
   const char *name = a->site ? a->site : "";
   const char *region = a->region ? a->region : "";
@@ -237,6 +291,7 @@ void xf__site_announce(xf__coord *co, xf__peer *p, const Xfed__SiteAnnounce *a) 
   }
   copy_label(s->region, sizeof(s->region), region);
   s->regional = xf__peer_kind_of(p) == XF__PEER_REGIONAL;
+  const bool same_session = s->peer == p;
   if (s->peer && s->peer != p) {
     XF_INFO("session_replaced", "site=%s old=%s new=%s", s->name,
             xf_conn_peer_addr(xf__peer_conn(s->peer)), xf_conn_peer_addr(xf__peer_conn(p)));
@@ -249,7 +304,11 @@ void xf__site_announce(xf__coord *co, xf__peer *p, const Xfed__SiteAnnounce *a) 
   xf__peer_set_site(p, s);
   xf_free(s->datasets);
   s->n_datasets = read_datasets(a, &s->datasets);
-  free_behind(s);
+  /* The previous announcement, kept until this one is compared with it. */
+  xf__behind *old = s->behind;
+  size_t n_old = s->n_behind;
+  s->behind = NULL;
+  s->n_behind = 0;
   /* A regional aggregator names the sites behind it with their own
    * announcements; only sites of its region count (its certificate's). */
   if (s->regional && a->n_behind && (s->behind = xf_calloc(a->n_behind, sizeof(*s->behind)))) {
@@ -264,17 +323,23 @@ void xf__site_announce(xf__coord *co, xf__peer *p, const Xfed__SiteAnnounce *a) 
       o->n_datasets = read_datasets(b, &o->datasets);
     }
   }
+  const double now = xf__now();
+  mark_fresh(s, same_session ? old : NULL, same_session ? n_old : 0, now);
+  for (size_t i = 0; i < n_old; i++) xf_free(old[i].datasets);
+  xf_free(old);
   if (co->db) {
     xf_errctx err = {0};
     /* An aggregator names every site behind it each time: one transaction
      * for them all, not one commit a site. */
-    bool batch = s->n_behind && xf_db_begin(co->db, &err) == XF_OK;
-    if (xf_journal_site_seen(co->db, s->id, s->name, s->region, s->regional, xf__now(), &err) !=
-        XF_OK)
+    size_t fresh = 0;
+    for (size_t i = 0; i < s->n_behind; i++) fresh += s->behind[i].fresh;
+    bool batch = fresh && xf_db_begin(co->db, &err) == XF_OK;
+    if (xf_journal_site_seen(co->db, s->id, s->name, s->region, s->regional, now, &err) != XF_OK)
       XF_ERROR("journal_failed", "doing=site_seen reason=\"%s\"", err.msg);
     for (size_t i = 0; i < s->n_behind; i++)
-      if (xf_journal_site_seen(co->db, s->behind[i].id, s->behind[i].name, s->behind[i].region,
-                               false, xf__now(), &err) != XF_OK)
+      if (s->behind[i].fresh &&
+          xf_journal_site_seen(co->db, s->behind[i].id, s->behind[i].name, s->behind[i].region,
+                               false, now, &err) != XF_OK)
         XF_ERROR("journal_failed", "doing=site_seen reason=\"%s\"", err.msg);
     if (batch && xf_db_commit(co->db, &err) != XF_OK) {
       XF_ERROR("journal_failed", "doing=site_seen reason=\"%s\"", err.msg);

@@ -102,6 +102,8 @@ typedef struct xf__behind {
   uint64_t id;
   xf__dataset *datasets;
   size_t n_datasets;
+  double journaled; /* when its row and datasets were last written (xf__now) */
+  bool fresh;       /* new or changed in the aggregator's last announcement */
 } xf__behind;
 
 /* A site or a regional aggregator we know of; kept while the process runs,
