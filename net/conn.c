@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -740,10 +741,29 @@ static void on_heartbeat(uv_timer_t *t) {
     XF_WARN("conn_heartbeat_failed", "addr=%s msg=\"%s\"", c->addr, err.msg);
 }
 
+/* Whether the kernel holds bytes from the peer that this loop has not read
+ * yet. After this process itself stalled (a loaded machine, a long
+ * synchronous step), libuv runs the timers that fell due before it polls
+ * the sockets: the idle timer would then blame a peer whose bytes are
+ * waiting to be read. */
+static bool conn_reading(const xf_conn *c);
+
+static bool conn_unread(xf_conn *c) {
+  uv_os_fd_t fd;
+  int n = 0;
+  if (!c->tcp_connected || uv_fileno((const uv_handle_t *)&c->tcp, &fd) != 0) return false;
+  return ioctl(fd, FIONREAD, &n) == 0 && n > 0;
+}
+
 static void on_idle(uv_timer_t *t) {
   xf_conn *c = t->data;
   if (c->state == CONN_CLOSING) {
     conn_close_handles(c); /* the close deadline: cut what is still queued */
+    return;
+  }
+  if (conn_reading(c) && conn_unread(c)) {
+    /* Not idle: this loop was late. The read that follows re-arms it. */
+    uv_timer_start(&c->idle, on_idle, c->opts.idle_timeout_ms, 0);
     return;
   }
   conn_end(c, XF_CONN_END_IDLE, XF_EIO, XF_PKI_OK, "nothing received from %s for %u ms", c->addr,

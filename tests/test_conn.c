@@ -21,7 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
@@ -568,6 +570,136 @@ static void silent_peer_is_closed_after_the_idle_timeout(void **state) {
   assert_true(after >= 290);
   assert_true(after < 3000);
   assert_int_equal(h.client.why.end, XF_CONN_END_PEER_CLOSED);
+}
+
+/* ---- a late loop ---------------------------------------------------------------------- */
+
+/* The client of the late-loop scenario, in a process of its own: it sends
+ * one Metrics frame when the parent writes to go_fd, says so on sent_fd,
+ * and exits 0 when the parent closes the session. */
+typedef struct late_client {
+  uv_loop_t loop;
+  uv_poll_t go;
+  int go_fd, sent_fd;
+  xf_conn *conn;
+  bool ended_by_peer;
+} late_client;
+
+static void late_on_go(uv_poll_t *p, int status, int events) {
+  late_client *lc = p->data;
+  (void)status;
+  (void)events;
+  char b;
+  if (read(lc->go_fd, &b, 1) != 1) _exit(3);
+  uv_poll_stop(p);
+  uv_close((uv_handle_t *)p, NULL);
+  Xfed__Metrics m = XFED__METRICS__INIT;
+  m.samples = 7;
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_METRICS;
+  env.metrics = &m;
+  /* An empty write queue: uv_write hands the record to the kernel now. */
+  if (!lc->conn || xf_conn_send(lc->conn, &env, NULL) != XF_OK) _exit(4);
+  if (write(lc->sent_fd, "s", 1) != 1) _exit(5);
+}
+
+static xf_err late_connect(xf_conn *c, const xf_spiffe_id *peer) {
+  (void)peer;
+  late_client *lc = xf_conn_user(c);
+  lc->conn = c;
+  if (xf_conn_authenticated(c, 0, NULL) != XF_OK) _exit(6);
+  uv_poll_init(&lc->loop, &lc->go, lc->go_fd);
+  lc->go.data = lc;
+  uv_poll_start(&lc->go, UV_READABLE, late_on_go);
+  return XF_OK;
+}
+
+static void late_frame(xf_conn *c, const Xfed__Envelope *env) {
+  (void)c;
+  (void)env;
+}
+
+static void late_close(xf_conn *c, const xf_conn_reason *why) {
+  late_client *lc = xf_conn_user(c);
+  lc->conn = NULL;
+  lc->ended_by_peer = why->end == XF_CONN_END_PEER_CLOSED;
+}
+
+static void late_client_run(int port, int go_fd, int sent_fd) {
+  late_client lc = {.go_fd = go_fd, .sent_fd = sent_fd};
+  if (uv_loop_init(&lc.loop) != 0) _exit(2);
+  xf_tls *tls = make_tls(acme_dir, "eu-berlin");
+  xf_conn_opts o = {.on_connect = late_connect, .on_frame = late_frame, .on_close = late_close,
+                    .user = &lc, .heartbeat_ms = 60000 /* silent but for its one frame */};
+  xf_conn *c = NULL;
+  if (xf_dial(&lc.loop, tls, "127.0.0.1", port, &o, &c, NULL) != XF_OK) _exit(2);
+  uv_run(&lc.loop, UV_RUN_DEFAULT);
+  _exit(lc.ended_by_peer ? 0 : 7);
+}
+
+static int late_go_fd, late_sent_fd;
+
+/* The server's loop stalls in a callback of its poll phase (here the one
+ * that reports the session up; on a loaded machine, any): the client sends
+ * its frame meanwhile, and the stall lasts until well past the server's
+ * idle deadline, so that the loop's next turn runs the due idle timer
+ * before it polls the socket again. */
+static void late_stall(harness *h) {
+  uint64_t t0 = uv_hrtime();
+  if (write(late_go_fd, "g", 1) != 1) fail_msg("cannot signal the client");
+  struct pollfd pf = {.fd = late_sent_fd, .events = POLLIN};
+  if (poll(&pf, 1, 20000) != 1) fail_msg("the client did not send its frame");
+  char b;
+  if (read(late_sent_fd, &b, 1) != 1) fail_msg("cannot read the client's signal");
+  const uint64_t stall_ns = 3ull * h->sopts.idle_timeout_ms * 1000000ull;
+  while (uv_hrtime() - t0 < stall_ns) usleep(10000);
+}
+
+static void late_connected(harness *h, side *s) {
+  if (s->server) late_stall(h);
+}
+
+static void late_got_frame(harness *h, side *s, const Xfed__Envelope *env) {
+  (void)h;
+  assert_true(s->server);
+  assert_int_equal(env->body_case, XFED__ENVELOPE__BODY_METRICS);
+  assert_int_equal(env->metrics->samples, 7);
+  xf_conn_close(s->conn);
+}
+
+static void a_late_loop_does_not_blame_a_peer_whose_bytes_wait_unread(void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  h.sopts.idle_timeout_ms = 300;
+  h.on_connected = late_connected;
+  h.on_frame = late_got_frame;
+  harness_listen(&h);
+  int go[2], sent[2];
+  assert_int_equal(pipe(go), 0);
+  assert_int_equal(pipe(sent), 0);
+  int port = xf_listener_port(h.listener);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    close(go[1]);
+    close(sent[0]);
+    late_client_run(port, go[0], sent[1]);
+  }
+  close(go[0]);
+  close(sent[1]);
+  late_go_fd = go[1];
+  late_sent_fd = sent[0];
+  harness_run(&h);
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  close(go[1]);
+  close(sent[0]);
+  assert_true(h.server.connected);
+  assert_int_equal(h.server.frames, 1);
+  assert_int_equal(h.server.why.end, XF_CONN_END_CLOSED);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
 }
 
 static void heartbeat_check(harness *h) {
@@ -1441,6 +1573,7 @@ int main(void) {
       cmocka_unit_test(frame_above_the_maximum_closes_with_an_error_frame),
       cmocka_unit_test(sender_refuses_a_frame_above_the_peers_maximum),
       cmocka_unit_test(silent_peer_is_closed_after_the_idle_timeout),
+      cmocka_unit_test(a_late_loop_does_not_blame_a_peer_whose_bytes_wait_unread),
       cmocka_unit_test(heartbeats_keep_a_quiet_peer_alive),
       cmocka_unit_test(paused_reading_holds_frames_until_resumed),
       cmocka_unit_test(dial_to_a_closed_port_reports_connect),
