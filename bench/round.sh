@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Round-overhead and coordinator-memory benchmark: runs xfed-bench-round
-# (bench/round_bench.c) against the real xfed-coord on loopback.
+# (bench/round_*.c) against the real xfed-coord on loopback.
 #  - REPEATS runs of 8 fake sites, fedavg-cnn, 5 rounds: the median round
 #    against TLS alone carrying the same bytes in the same run (target <= 1.5);
 #  - one run each with 5 and 50 sites: the coordinator's peak memory (VmHWM)
