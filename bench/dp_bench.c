@@ -2,7 +2,8 @@
 /* The cost of a DP-SGD step against a plain one: milliseconds per step for
  * the plain step (xf_net_run backward + SGD), the clipped step without noise
  * (xf_net_run_clipped + 1/L + SGD) and the full DP-SGD step (the same plus
- * the noise: download, xf_noise_gaussian_vec_par on the backend's threads, upload), on one fixed batch of
+ * the noise: xf_dp_noiser_start before the clipped backward, _finish after it, the
+ * step xf_train takes), on one fixed batch of
  * random data, with the noise's own time and the Poisson sampling's
  * (xf_noise_poisson_sample over --records records per step) measured apart. Prints one
  * JSON object per line for bench/dp.sh.
@@ -19,6 +20,7 @@
 #include "privacy/noise.h"
 #include "kernels/backend.h"
 #include "kernels/net.h"
+#include "kernels/train.h"
 
 static int die(const char *what) {
   fprintf(stderr, "xfed-bench-dp: %s failed\n", what);
@@ -34,9 +36,9 @@ typedef struct bench {
   const int32_t *y;
   int batch;
   size_t n_params;
-  float *host;   /* the noisy sum's host copy */
   xf_noise *noise;
-  double noise_seconds; /* spent in download + sampler + upload */
+  xf_dp_noiser *noiser; /* the step's noise, as xf_train draws it */
+  double noise_seconds; /* spent in xf_dp_noiser_finish: what the step waits for */
 } bench;
 
 static const xf_sgd_params sgd = {.lr = 0.01f, .momentum = 0.9f};
@@ -49,14 +51,12 @@ static xf_err step(bench *s, step_kind kind) {
   if (kind == STEP_PLAIN) {
     XF_GUARD(xf_net_run(s->net, s->x, s->y, s->batch, true, &loss, &correct));
   } else {
+    if (kind == STEP_DP) XF_GUARD(xf_dp_noiser_start(s->noiser));
     XF_GUARD(xf_net_run_clipped(s->net, s->x, s->y, s->batch, CLIP, false, &loss, &correct));
     float *g = xf_net_grads_device(s->net);
     if (kind == STEP_DP) {
       double t = xf_bench_now();
-      XF_GUARD(xf_net_get_grads(s->net, s->host));
-      XF_GUARD(xf_noise_gaussian_vec_par(s->noise, NOISE_MULTIPLIER * CLIP, s->host, s->n_params,
-                                        xf_backend_threads(s->b)));
-      XF_GUARD(xf_backend_upload(s->b, g, s->host, s->n_params * sizeof(float)));
+      XF_GUARD(xf_dp_noiser_finish(s->noiser));
       s->noise_seconds += xf_bench_now() - t;
     }
     xf_k_scale(s->b, g, 1.0f / (float)s->batch, s->n_params);
@@ -132,8 +132,8 @@ int main(int argc, char **argv) {
   size_t in = xf_model_input_size(m);
   float *p = malloc(s.n_params * sizeof(float)), *x = malloc((size_t)batch * in * sizeof(float));
   int32_t *y = malloc((size_t)batch * sizeof(int32_t));
-  s.host = malloc(s.n_params * sizeof(float));
-  if (!p || !x || !y || !s.host) return die("allocation");
+  if (!p || !x || !y) return die("allocation");
+  if (xf_dp_noiser_new(s.net, s.noise, NOISE_MULTIPLIER * CLIP, &s.noiser)) return die("noiser");
   xf_rng rng;
   xf_rng_seed(&rng, 1, 0);
   for (size_t i = 0; i < (size_t)batch * in; i++) x[i] = (float)xf_rng_uniform(&rng);
@@ -173,6 +173,7 @@ int main(int argc, char **argv) {
          xf_backend_name(s.b), xf_backend_describe(s.b), xf_backend_threads(s.b), model_name,
          s.n_params, batch, steps, records, plain * 1e3, clip * 1e3, dp * 1e3, noise * 1e3,
          sampling * 1e3, (double)kept / (double)sample_steps);
+  xf_dp_noiser_free(s.noiser);
   xf_noise_free(s.noise);
   xf_net_free(s.net);
   xf_backend_close(s.b);
@@ -180,6 +181,5 @@ int main(int argc, char **argv) {
   free(p);
   free(x);
   free(y);
-  free(s.host);
   return 0;
 }

@@ -236,6 +236,10 @@ xf_backend_kind xf_backend_kind_of(const xf_backend *b) { return b->kind; }
 const char *xf_backend_describe(const xf_backend *b) { return b->description; }
 int xf_backend_threads(const xf_backend *b) { return b->threads; }
 
+void xf_backend_lend_threads(xf_backend *b, int n) {
+  if (b) b->lent = n < 0 ? 0 : n;
+}
+
 xf_err xf_backend_alloc(xf_backend *b, size_t bytes, void **out) {
   return b->ops->alloc(b, bytes, out);
 }

@@ -56,6 +56,12 @@ xf_backend_kind xf_backend_kind_of(const xf_backend *b);
 /* Human description: CPU model and thread count, or the GPU's name. */
 const char *xf_backend_describe(const xf_backend *b);
 int xf_backend_threads(const xf_backend *b);
+
+/* n of the backend's host threads are busy with other work of the caller's
+ * (DP-SGD's noise, drawn during the step) until lent again with 0: the cpu
+ * backend's GEMMs run on the rest, at least one. Results do not change
+ * (OpenBLAS splits a GEMM by blocks of its output, never its sum). */
+void xf_backend_lend_threads(xf_backend *b, int n);
 /* True when the cuda backend's module (libxfed-cuda.so) is where this
  * program looks for it (docs/kernels.md); says nothing of a GPU. Does not
  * load it. */

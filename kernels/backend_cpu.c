@@ -54,10 +54,10 @@ static xf_err cpu_sync(xf_backend *b) {
 static void cpu_gemm(xf_backend *b, bool ta, bool tb, int m, int n, int k, float alpha,
                      const float *a, int lda, const float *bm, int ldb, float beta, float *c,
                      int ldc) {
-  int threads = 1;
-  if (b->threads > 1 && (long)m * n * k >= XF__GEMM_PARALLEL_MIN_MACS &&
+  int threads = 1, own = b->threads - b->lent;
+  if (own > 1 && (long)m * n * k >= XF__GEMM_PARALLEL_MIN_MACS &&
       m >= XF__GEMM_PARALLEL_MIN_SIDE && n >= XF__GEMM_PARALLEL_MIN_SIDE)
-    threads = b->threads;
+    threads = own;
   if (threads != openblas_get_num_threads()) openblas_set_num_threads(threads);
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
               n, k, alpha, a, lda, bm, ldb, beta, c, ldc);

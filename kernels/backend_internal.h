@@ -81,6 +81,7 @@ struct xf_backend {
   const xf__backend_ops *ops;
   xf_backend_kind kind;
   int threads;
+  int lent; /* host threads lent to other work (xf_backend_lend_threads) */
   char description[160];
   bool profiling;
   double gemm_seconds;

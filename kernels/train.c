@@ -3,6 +3,7 @@
 #include "kernels/train.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 #include <time.h>
 
@@ -138,6 +139,133 @@ static xf_err check_dp(const xf_dp_sgd *dp, size_t n, xf_errctx *err) {
   return XF_OK;
 }
 
+xf_err xf_dp_noise_grads(xf_net *net, xf_noise *noise, double sigma, float *host) {
+  xf_backend *b = xf_net_backend(net);
+  const size_t n = xf_model_num_params(xf_net_model(net));
+  float *grads = xf_net_grads_device(net);
+  const int threads = xf_backend_threads(b);
+  if (xf_backend_kind_of(b) == XF_BACKEND_CPU)
+    return xf_noise_gaussian_vec_par(noise, sigma, grads, n, threads);
+  XF_GUARD(xf_net_get_grads(net, host));
+  XF_GUARD(xf_noise_gaussian_vec_par(noise, sigma, host, n, threads));
+  return xf_backend_upload(b, grads, host, n * sizeof(float));
+}
+
+/* ---- a step's noise, drawn during the step ---------------------------------------------- */
+
+struct xf_dp_noiser {
+  xf_net *net;
+  xf_noise *noise;
+  double sigma;
+  float *host; /* n_params floats, for backends whose tensors are not host memory */
+  xf_noise_pending *pending;
+  bool threaded; /* a drawing thread runs; false: the noise is drawn in finish */
+  pthread_t tid;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  enum { DRAW_IDLE, DRAW_ASKED, DRAW_DONE, DRAW_QUIT } phase;
+};
+
+static void *noiser_run(void *arg) {
+  xf_dp_noiser *d = arg;
+  pthread_mutex_lock(&d->mu);
+  for (;;) {
+    while (d->phase != DRAW_ASKED && d->phase != DRAW_QUIT) pthread_cond_wait(&d->cv, &d->mu);
+    if (d->phase == DRAW_QUIT) break;
+    pthread_mutex_unlock(&d->mu);
+    xf_noise_pending_draw(d->pending);
+    pthread_mutex_lock(&d->mu);
+    d->phase = DRAW_DONE;
+    pthread_cond_broadcast(&d->cv);
+  }
+  pthread_mutex_unlock(&d->mu);
+  return NULL;
+}
+
+xf_err xf_dp_noiser_new(xf_net *net, xf_noise *noise, double sigma, xf_dp_noiser **out) {
+  *out = NULL;
+  xf_dp_noiser *d = xf_calloc(1, sizeof(*d));
+  if (!d) return XF_ENOMEM;
+  d->net = net;
+  d->noise = noise;
+  d->sigma = sigma;
+  const size_t n = xf_model_num_params(xf_net_model(net));
+  xf_backend *b = xf_net_backend(net);
+  xf_err rc = XF_OK;
+  if (xf_backend_kind_of(b) != XF_BACKEND_CPU && !(d->host = xf_mallocarray(n, sizeof(float))))
+    rc = XF_ENOMEM;
+  /* With one thread there is no core to draw on beside the step. */
+  if (rc == XF_OK && xf_backend_threads(b) >= 2 &&
+      (rc = xf_noise_pending_new(noise, sigma, n, &d->pending)) == XF_OK) {
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
+    d->phase = DRAW_IDLE;
+    d->threaded = pthread_create(&d->tid, NULL, noiser_run, d) == 0;
+    if (!d->threaded) {
+      pthread_cond_destroy(&d->cv);
+      pthread_mutex_destroy(&d->mu);
+    }
+  }
+  if (rc != XF_OK) {
+    xf_dp_noiser_free(d);
+    return rc;
+  }
+  *out = d;
+  return XF_OK;
+}
+
+void xf_dp_noiser_free(xf_dp_noiser *d) {
+  if (!d) return;
+  if (d->threaded) {
+    pthread_mutex_lock(&d->mu);
+    while (d->phase == DRAW_ASKED) pthread_cond_wait(&d->cv, &d->mu);
+    d->phase = DRAW_QUIT;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    pthread_join(d->tid, NULL);
+    pthread_cond_destroy(&d->cv);
+    pthread_mutex_destroy(&d->mu);
+    xf_backend_lend_threads(xf_net_backend(d->net), 0);
+  }
+  xf_noise_pending_free(d->pending);
+  xf_free(d->host);
+  xf_free(d);
+}
+
+xf_err xf_dp_noiser_start(xf_dp_noiser *d) {
+  if (!d->threaded) return XF_OK;
+  XF_GUARD(xf_noise_pending_key(d->pending, d->noise));
+  pthread_mutex_lock(&d->mu);
+  d->phase = DRAW_ASKED;
+  pthread_cond_broadcast(&d->cv);
+  pthread_mutex_unlock(&d->mu);
+  xf_backend_lend_threads(xf_net_backend(d->net), 1);
+  return XF_OK;
+}
+
+xf_err xf_dp_noiser_finish(xf_dp_noiser *d) {
+  if (!d->threaded) return xf_dp_noise_grads(d->net, d->noise, d->sigma, d->host);
+  xf_noise_pending_draw(d->pending); /* the chunks the drawing thread has not taken yet */
+  pthread_mutex_lock(&d->mu);
+  while (d->phase == DRAW_ASKED) pthread_cond_wait(&d->cv, &d->mu);
+  bool drawn = d->phase == DRAW_DONE;
+  d->phase = DRAW_IDLE;
+  pthread_mutex_unlock(&d->mu);
+  xf_backend *b = xf_net_backend(d->net);
+  xf_backend_lend_threads(b, 0);
+  if (!drawn) return XF_EINVAL; /* finish without start */
+  float *grads = xf_net_grads_device(d->net);
+  if (xf_backend_kind_of(b) == XF_BACKEND_CPU) return xf_noise_pending_apply(d->pending, grads);
+  const size_t n = xf_model_num_params(xf_net_model(d->net));
+  xf_err rc = xf_net_get_grads(d->net, d->host);
+  if (rc == XF_OK) rc = xf_noise_pending_apply(d->pending, d->host);
+  else if (xf_noise_pending_apply(d->pending, NULL) != XF_OK) {
+    /* EINVAL, as asked: the drawn noise is wiped, and rc says why. */
+  }
+  if (rc == XF_OK) rc = xf_backend_upload(b, grads, d->host, n * sizeof(float));
+  return rc;
+}
+
 /* The DP-SGD loop (xf_train with opt->dp). Poisson sampling is exact: record
  * i joins a step when a uniform draw from [0, n) of the noise generator is
  * below L, which has probability exactly L/n; the draws are secret (the
@@ -158,9 +286,10 @@ static xf_err train_dp(xf_net *net, const xf_samples *train, const xf_train_opti
   uint32_t *picked = xf_mallocarray(train->n, sizeof(uint32_t));
   float *bx = xf_mallocarray(mb * feat, sizeof(float));
   int32_t *by = xf_mallocarray(mb, sizeof(int32_t));
-  float *noisy = sigma > 0.0 ? xf_mallocarray(n_params, sizeof(float)) : NULL;
+  xf_dp_noiser *noiser = NULL;
   xf_err rc = XF_OK;
-  if (!picked || !bx || !by || (sigma > 0.0 && !noisy)) {
+  if (sigma > 0.0 && xf_dp_noiser_new(net, dp->noise, sigma, &noiser) != XF_OK) noiser = NULL;
+  if (!picked || !bx || !by || (sigma > 0.0 && !noiser)) {
     rc = xf_fail(err, XF_ENOMEM, "cannot allocate DP-SGD batch buffers");
     goto out;
   }
@@ -179,6 +308,11 @@ static xf_err train_dp(xf_net *net, const xf_samples *train, const xf_train_opti
       size_t m = 0;
       if ((rc = xf_noise_poisson_sample(dp->noise, L, (uint64_t)train->n, picked, &m)) != XF_OK) {
         rc = xf_fail(err, rc, "cannot draw the DP-SGD sample (epoch %d)", epoch);
+        goto out;
+      }
+      /* The step's noise is drawn beside its clipped backward. */
+      if (noiser && (rc = xf_dp_noiser_start(noiser)) != XF_OK) {
+        rc = xf_fail(err, rc, "cannot start the DP-SGD noise (epoch %d)", epoch);
         goto out;
       }
       for (size_t start = 0; start < m; start += mb) {
@@ -201,11 +335,8 @@ static xf_err train_dp(xf_net *net, const xf_samples *train, const xf_train_opti
       }
       float *grads = xf_net_grads_device(net);
       if (m == 0) xf_k_fill(b, grads, 0.0f, n_params); /* an empty sample: the step is noise */
-      if (sigma > 0.0) {
-        if ((rc = xf_net_get_grads(net, noisy)) != XF_OK ||
-            (rc = xf_noise_gaussian_vec_par(dp->noise, sigma, noisy, n_params,
-                                             xf_backend_threads(b))) != XF_OK ||
-            (rc = xf_backend_upload(b, grads, noisy, n_params * sizeof(float))) != XF_OK) {
+      if (noiser) {
+        if ((rc = xf_dp_noiser_finish(noiser)) != XF_OK) {
           rc = xf_fail(err, rc,
                        "cannot add the DP-SGD noise in epoch %d (a clipped gradient sum that is "
                        "not finite means training diverged)",
@@ -240,7 +371,7 @@ out:
   xf_free(picked);
   xf_free(bx);
   xf_free(by);
-  xf_free(noisy);
+  xf_dp_noiser_free(noiser);
   return rc;
 }
 

@@ -577,15 +577,12 @@ xf_err xf_noise_grid_multiplier(double sigma, double sensitivity, size_t n, doub
 
 /* The checks shared by the Gaussian on a grid, sequential and parallel: the
  * grid of sigma, and every input within range, before anything is written. */
-static xf_err xf__gaussian_vec_check(xf_noise *g, double sigma, const float *out, size_t n,
-                                     int *k, uint64_t *s) {
-  if (!g || (!out && n > 0)) return XF_EINVAL;
-  XF_GUARD(xf__grid(sigma, k, s));
+static xf_err xf__range_check(const float *out, size_t n, int k) {
   /* |out[i]| 2^k <= 2^RANGE exactly when |out[i]| <= 2^(RANGE - k), a
    * normal float for every k of the sigma range (|RANGE - k| <= 86); a NaN or
    * an infinity fails the comparison. One branch-free pass the compiler
    * vectorizes, before anything is drawn or written. */
-  const float limit = ldexpf(1.0f, XF_NOISE_GRID_RANGE_LOG2 - *k);
+  const float limit = ldexpf(1.0f, XF_NOISE_GRID_RANGE_LOG2 - k);
   /* On the bits: |x| <= limit for a positive normal limit is (bits of x
    * without the sign) <= (bits of limit), and NaNs and infinities sort
    * above every finite float. In blocks of 16, a loop of known length that
@@ -601,6 +598,13 @@ static xf_err xf__gaussian_vec_check(xf_noise *g, double sigma, const float *out
   }
   for (; i < n; i++) bad |= !(fabsf(out[i]) <= limit);
   return bad ? XF_ERANGE : XF_OK;
+}
+
+static xf_err xf__gaussian_vec_check(xf_noise *g, double sigma, const float *out, size_t n,
+                                     int *k, uint64_t *s) {
+  if (!g || (!out && n > 0)) return XF_EINVAL;
+  XF_GUARD(xf__grid(sigma, k, s));
+  return xf__range_check(out, n, *k);
 }
 
 /* The sampler of the Gaussian on a grid: N_Z(0, s^2) for an integer s in
@@ -789,14 +793,21 @@ void xf_noise_use_simd(xf_noise *g, bool on) {
 
 /* The exact noising loop of the Gaussian on a grid over out[0..n), once
  * checked: each value's discrete Gaussian by Karney's Algorithm D. */
-static xf_err xf__exact_fill(xf_noise *g, const xf__dgauss *d, int k, float *out, size_t n) {
+/* With y_out, each value's integer noise goes there (as a double, exact:
+ * |y| < 2^31) and out is not read; so in the other fills. */
+static xf_err xf__exact_fill(xf_noise *g, const xf__dgauss *d, int k, float *out, double *y_out,
+                             size_t n) {
   const double scale = ldexp(1.0, k);
   const float unscale = ldexpf(1.0f, -k); /* a normal float: |k| <= 75 */
   for (size_t i = 0; i < n; i++) {
-    /* The input in grid steps, rounded to nearest (ties to even). */
-    int64_t x = (int64_t)nearbyint((double)out[i] * scale);
     int64_t y;
     XF_GUARD(xf__discrete_gaussian(g, d, &y));
+    if (y_out) {
+      y_out[i] = (double)y;
+      continue;
+    }
+    /* The input in grid steps, rounded to nearest (ties to even). */
+    int64_t x = (int64_t)nearbyint((double)out[i] * scale);
     /* |x + y| < 2^40 + 2^31: exact; the one rounding is int64 -> float. */
     out[i] = (float)(x + y) * unscale;
   }
@@ -843,7 +854,7 @@ static inline float xf__grid_add(const xf__fill *f, float in, int64_t y) {
 }
 
 /* A group of m <= XF__GROUP values, the portable way. */
-static void xf__fill_group(xf_noise *g, const xf__fill *f, float *out, size_t m) {
+static void xf__fill_group(xf_noise *g, const xf__fill *f, float *out, double *y_out, size_t m) {
   const xf__grid_table *tb = f->tb;
   uint32_t lane[XF__GROUP];
   for (size_t w = 0; w < (m + 1) / 2; w++) {
@@ -855,7 +866,8 @@ static void xf__fill_group(xf_noise *g, const xf__fill *f, float *out, size_t m)
     uint64_t p1 = lane[j] & 0xffff, p2 = lane[j] >> 16;
     int64_t x1 = xf__grid_finish(g, tb, p1, tb->guide[p1]);
     int64_t x2 = xf__grid_finish(g, tb, p2, tb->guide[p2]);
-    out[j] = xf__grid_add(f, out[j], x1 + tb->k * x2);
+    if (y_out) y_out[j] = (double)(x1 + tb->k * x2);
+    else out[j] = xf__grid_add(f, out[j], x1 + tb->k * x2);
   }
   sodium_memzero(lane, sizeof(lane));
 }
@@ -871,7 +883,7 @@ static void xf__fill_group(xf_noise *g, const xf__fill *f, float *out, size_t m)
  * not change a bit, and contraction is off anyway). Returns the values
  * done, a multiple of 16. */
 __attribute__((target("avx512f"), optimize("fp-contract=off"))) static size_t
-xf__fill_avx512(xf_noise *g, const xf__fill *f, float *out, size_t n) {
+xf__fill_avx512(xf_noise *g, const xf__fill *f, float *out, double *y_out, size_t n) {
   const xf__grid_table *tb = f->tb;
   const __m512i low16 = _mm512_set1_epi32(0xffff), impure = _mm512_set1_epi32(XF__IMPURE);
   const __m512i t = _mm512_set1_epi32((int)tb->t), k = _mm512_set1_epi32((int)tb->k);
@@ -910,6 +922,11 @@ xf__fill_avx512(xf_noise *g, const xf__fill *f, float *out, size_t n) {
       }
       yv = _mm512_loadu_si512((const void *)y);
     }
+    if (y_out) {
+      _mm512_storeu_pd(y_out + i, _mm512_cvtepi32_pd(_mm512_castsi512_si256(yv)));
+      _mm512_storeu_pd(y_out + i + 8, _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(yv, 1)));
+      continue;
+    }
     __m512 in = _mm512_loadu_ps(out + i);
     __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(in));
     __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(in), 1)));
@@ -936,17 +953,45 @@ static bool xf__avx512(void) {
   if (have < 0) have = __builtin_cpu_supports("avx512f") ? 1 : 0;
   return have == 1;
 }
+
+/* The add of noise drawn ahead, 16 values a step, each y wiped as it is
+ * used: the operations of the portable loop in xf_noise_pending_apply.
+ * Returns the values done, a multiple of 16. */
+__attribute__((target("avx512f"), optimize("fp-contract=off"))) static size_t
+xf__apply_avx512(float *out, double *y, size_t n, double scale_d, float unscale_f) {
+  const __m512d scale = _mm512_set1_pd(scale_d), magic = _mm512_set1_pd(xf__round_magic);
+  const __m512 unscale = _mm512_set1_ps(unscale_f);
+  const __m512d zero = _mm512_setzero_pd();
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 in = _mm512_loadu_ps(out + i);
+    __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(in));
+    __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(in), 1)));
+    lo = _mm512_sub_pd(_mm512_add_pd(_mm512_mul_pd(lo, scale), magic), magic);
+    hi = _mm512_sub_pd(_mm512_add_pd(_mm512_mul_pd(hi, scale), magic), magic);
+    lo = _mm512_add_pd(lo, _mm512_loadu_pd(y + i));
+    hi = _mm512_add_pd(hi, _mm512_loadu_pd(y + i + 8));
+    _mm512_storeu_pd(y + i, zero);
+    _mm512_storeu_pd(y + i + 8, zero);
+    __m512 r = _mm512_castpd_ps(_mm512_insertf64x4(
+        _mm512_castpd256_pd512(_mm256_castps_pd(_mm512_cvtpd_ps(lo))),
+        _mm256_castps_pd(_mm512_cvtpd_ps(hi)), 1));
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(r, unscale));
+  }
+  return i;
+}
 #endif
 
 static void xf__gaussian_fill(xf_noise *g, const xf__grid_table *tb, int k, float *out,
-                              size_t n) {
+                              double *y_out, size_t n) {
   const xf__fill f = {.tb = tb, .scale = ldexp(1.0, k), .unscale = ldexpf(1.0f, -k)};
   size_t i = 0;
 #ifdef XF__HAVE_AVX512
-  if (!g->no_simd && xf__avx512()) i = xf__fill_avx512(g, &f, out, n);
+  if (!g->no_simd && xf__avx512()) i = xf__fill_avx512(g, &f, out, y_out, n);
 #endif
   for (; i < n; i += XF__GROUP)
-    xf__fill_group(g, &f, out + i, n - i < XF__GROUP ? n - i : XF__GROUP);
+    xf__fill_group(g, &f, out ? out + i : NULL, y_out ? y_out + i : NULL,
+                   n - i < XF__GROUP ? n - i : XF__GROUP);
 }
 
 xf_err xf_noise_gaussian_vec(xf_noise *g, double sigma, float *out, size_t n) {
@@ -955,13 +1000,13 @@ xf_err xf_noise_gaussian_vec(xf_noise *g, double sigma, float *out, size_t n) {
   XF_GUARD(xf__gaussian_vec_check(g, sigma, out, n, &k, &s));
   if (!g->use_table) {
     xf__dgauss d = xf__dgauss_prepare(s * s, 1);
-    xf_err rc = xf__exact_fill(g, &d, k, out, n);
+    xf_err rc = xf__exact_fill(g, &d, k, out, NULL, n);
     xf__erase(g);
     return rc;
   }
   const xf__grid_table *tb;
   XF_GUARD(xf__grid_table_for(g, s, &tb));
-  xf__gaussian_fill(g, tb, k, out, n);
+  xf__gaussian_fill(g, tb, k, out, NULL, n);
   xf__erase(g);
   return XF_OK;
 }
@@ -974,7 +1019,8 @@ xf_err xf_noise_gaussian_vec(xf_noise *g, double sigma, float *out, size_t n) {
 #define XF__THREADS_MAX 256
 
 typedef struct xf__par_job {
-  float *out;
+  float *out;      /* noised in place, or */
+  double *y;       /* when not NULL: each value's integer noise, out untouched */
   size_t n, chunks;
   int k;
   const xf__grid_table *table; /* the parent's, read-only while the job runs; NULL: exact */
@@ -1007,10 +1053,12 @@ static void *xf__par_run(void *arg) {
     c->no_simd = job->no_simd;
     size_t lo = i * XF__CHUNK, len = job->n - lo < XF__CHUNK ? job->n - lo : XF__CHUNK;
     if (job->table) {
-      xf__gaussian_fill(c, job->table, job->k, job->out + lo, len);
+      xf__gaussian_fill(c, job->table, job->k, job->out ? job->out + lo : NULL,
+                        job->y ? job->y + lo : NULL, len);
       continue;
     }
-    xf_err rc = xf__exact_fill(c, &job->d, job->k, job->out + lo, len);
+    xf_err rc = xf__exact_fill(c, &job->d, job->k, job->out ? job->out + lo : NULL,
+                               job->y ? job->y + lo : NULL, len);
     if (rc != XF_OK) {
       int ok = XF_OK;
       atomic_compare_exchange_strong(&job->rc, &ok, (int)rc);
@@ -1045,6 +1093,7 @@ xf_err xf_noise_gaussian_vec_par(xf_noise *g, double sigma, float *out, size_t n
   }
   xf__erase(g);
   job->out = out;
+  job->y = NULL;
   job->n = n;
   job->chunks = chunks;
   job->k = k;
@@ -1069,5 +1118,120 @@ out:
   if (children) sodium_free(children); /* wipes the children's keys and keystream */
   if (keys) sodium_free(keys);
   if (job) sodium_free(job);
+  return rc;
+}
+
+/* ---- noise drawn ahead -------------------------------------------------------------------- */
+
+#define XF__DRAWERS 2 /* threads that may draw one pending vector at once */
+
+struct xf_noise_pending {
+  size_t n;
+  xf__grid_table *table; /* its own (NULL: the exact sampler) */
+  xf__par_job job;       /* the vector's chunks, taken by the drawers in turn */
+  _Atomic int drawers;   /* draw calls since the last key */
+  bool keyed;
+  double *y;             /* n values of integer noise, sodium_malloc'ed */
+  xf_noise *child;       /* XF__DRAWERS generators, sodium_malloc'ed */
+};
+
+void xf_noise_pending_free(xf_noise_pending *p) {
+  if (!p) return;
+  xf__grid_table_free(p->table);
+  if (p->job.keys) sodium_free(p->job.keys);
+  if (p->y) sodium_free(p->y);
+  if (p->child) sodium_free(p->child);
+  xf_free(p);
+}
+
+xf_err xf_noise_pending_new(const xf_noise *g, double sigma, size_t n, xf_noise_pending **out) {
+  *out = NULL;
+  if (!g) return XF_EINVAL;
+  int k;
+  uint64_t s;
+  XF_GUARD(xf__grid(sigma, &k, &s));
+  xf_noise_pending *p = xf_calloc(1, sizeof(*p));
+  if (!p) return XF_ENOMEM;
+  p->n = n;
+  xf__par_job *j = &p->job;
+  j->n = n;
+  j->chunks = (n + XF__CHUNK - 1) / XF__CHUNK;
+  j->k = k;
+  j->no_simd = g->no_simd;
+  xf_err rc = XF_OK;
+  if (g->use_table) rc = xf__grid_table_build(s, &p->table);
+  else j->d = xf__dgauss_prepare(s * s, 1);
+  j->table = p->table;
+  atomic_init(&j->next, j->chunks); /* nothing to draw until keyed */
+  atomic_init(&j->rc, XF_OK);
+  atomic_init(&p->drawers, 0);
+  if (rc == XF_OK) {
+    j->keys = j->chunks ? sodium_malloc(j->chunks * XF__KEY) : NULL;
+    p->y = n ? sodium_malloc(n * sizeof(double)) : NULL;
+    p->child = sodium_malloc(XF__DRAWERS * sizeof(xf_noise));
+    if ((j->chunks && !j->keys) || (n && !p->y) || !p->child) rc = XF_ENOMEM;
+  }
+  j->y = p->y;
+  if (rc != XF_OK) {
+    xf_noise_pending_free(p);
+    return rc;
+  }
+  *out = p;
+  return XF_OK;
+}
+
+xf_err xf_noise_pending_key(xf_noise_pending *p, xf_noise *g) {
+  if (!p || !g) return XF_EINVAL;
+  xf__par_job *j = &p->job;
+  /* The child keys are the next chunks * 32 bytes of g's stream, as for
+   * xf_noise_gaussian_vec_par. */
+  for (size_t i = 0; i < j->chunks * XF__KEY_WORDS; i++) {
+    uint64_t v = xf__u64(g);
+    for (int b = 0; b < 8; b++) j->keys[i * 8 + (size_t)b] = (uint8_t)(v >> (8 * b));
+  }
+  xf__erase(g);
+  atomic_store(&j->rc, XF_OK);
+  atomic_store(&p->drawers, 0);
+  atomic_store(&j->next, 0);
+  p->keyed = true;
+  return XF_OK;
+}
+
+void xf_noise_pending_draw(xf_noise_pending *p) {
+  if (!p || !p->keyed) return;
+  int who = atomic_fetch_add(&p->drawers, 1);
+  if (who >= XF__DRAWERS) return;
+  xf__par_worker w = {&p->job, &p->child[who]};
+  (void)xf__par_run(&w); /* takes chunks until none is left; wipes each key it uses */
+  sodium_memzero(&p->child[who], sizeof(xf_noise));
+}
+
+xf_err xf_noise_pending_apply(xf_noise_pending *p, float *out) {
+  if (!p) return XF_EINVAL;
+  xf__par_job *j = &p->job;
+  xf_err rc = (!out && p->n > 0) || !p->keyed || atomic_load(&j->next) < j->chunks
+                  ? XF_EINVAL
+                  : (xf_err)atomic_load(&j->rc);
+  if (rc == XF_OK) rc = xf__range_check(out, p->n, j->k); /* as xf_noise_gaussian_vec's */
+  size_t done = 0;
+  if (rc == XF_OK) {
+    const double scale = ldexp(1.0, j->k);
+    const float unscale = ldexpf(1.0f, -j->k);
+#ifdef XF__HAVE_AVX512
+    if (!j->no_simd && xf__avx512()) done = xf__apply_avx512(out, p->y, p->n, scale, unscale);
+#endif
+    for (size_t i = done; i < p->n; i++) {
+      double v = (double)out[i] * scale;
+      double x = (v + xf__round_magic) - xf__round_magic;
+      /* x and y are integers below 2^41 in magnitude: the sum is exact, and
+       * the one rounding is to float, as in xf__grid_add. */
+      out[i] = (float)(x + p->y[i]) * unscale;
+      p->y[i] = 0; /* wiped as it is used */
+    }
+    done = p->n;
+  }
+  if (p->y && done < p->n) sodium_memzero(p->y, p->n * sizeof(double));
+  if (j->keys && p->keyed) sodium_memzero(j->keys, j->chunks * XF__KEY); /* any not drawn */
+  p->keyed = false;
   return rc;
 }

@@ -142,6 +142,31 @@ xf_err xf_noise_gaussian_vec(xf_noise *g, double sigma, float *out, size_t n) XF
 xf_err xf_noise_gaussian_vec_par(xf_noise *g, double sigma, float *out, size_t n,
                                  int threads) XF_WARN_UNUSED;
 
+/* The same noise drawn ahead, so that another thread can draw it while the
+ * vector is still being computed (DP-SGD draws a step's noise during the
+ * step's clipped backward). For one vector of n values:
+ *   xf_noise_pending_key(p, g)  takes the vector's chunk keys from g's
+ *                               stream, as xf_noise_gaussian_vec_par does;
+ *   xf_noise_pending_draw(p)    draws the values' integer noise (g is not
+ *                               touched); up to two threads may call it at
+ *                               once, each taking chunks until none is left;
+ *   xf_noise_pending_apply(p, out)  checks out's range and adds it.
+ * The result is the bits xf_noise_gaussian_vec_par(g, sigma, out, n, any)
+ * gives from the same state of g, with one difference: g has moved on
+ * even when apply refuses out (XF_ERANGE, out left as it was). The drawn
+ * noise lives in sodium_malloc memory and apply wipes it, used or not.
+ * new copies g's sampler choice (xf_noise_use_table, xf_noise_use_simd) and
+ * makes its own table; XF_ERANGE for a sigma out of range, XF_ENOMEM.
+ * Call apply once every draw has returned; it is XF_EINVAL when the vector
+ * was not keyed and drawn whole since the last apply. */
+typedef struct xf_noise_pending xf_noise_pending;
+xf_err xf_noise_pending_new(const xf_noise *g, double sigma, size_t n,
+                            xf_noise_pending **out) XF_WARN_UNUSED;
+xf_err xf_noise_pending_key(xf_noise_pending *p, xf_noise *g) XF_WARN_UNUSED;
+void xf_noise_pending_draw(xf_noise_pending *p);
+xf_err xf_noise_pending_apply(xf_noise_pending *p, float *out) XF_WARN_UNUSED;
+void xf_noise_pending_free(xf_noise_pending *p);
+
 /* *tv = n * XF_NOISE_GRID_TV, rounded up: a bound on the total variation
  * distance between the noise xf_noise_gaussian_vec(_par) adds to an n-vector
  * and the exact discrete Gaussian's (each coordinate's draw is within

@@ -1489,6 +1489,45 @@ static void dp_noise_lands_with_standard_deviation_zc_over_l(void **state) {
   free(start), free(quiet), free(noisy);
 }
 
+/* With two backend threads a step's noise is drawn on a thread of its own
+ * during the clipped backward (xf_dp_noiser), with one it is drawn after
+ * it: the model trained is the same bits either way. */
+static void dp_training_is_the_same_bits_whether_the_noise_is_drawn_beside_the_step(
+    void **state) {
+  (void)state;
+  xf_model_spec s = {.arch = XF_ARCH_MLP, .hidden = {64}, .n_hidden = 1,
+                     .in_h = 1, .in_w = 1, .in_c = 8, .classes = 3};
+  xf_model *m;
+  assert_int_equal(xf_model_create(&s, &m, NULL), XF_OK);
+  size_t P = xf_model_num_params(m);
+  float *start = malloc(P * 4), *out[2] = {malloc(P * 4), malloc(P * 4)};
+  xf_model_init_params(m, 9, start);
+  static float x[300 * 8];
+  static int32_t y[300];
+  make_blobs(300, x, y, 13);
+  xf_samples d = {x, y, 300, 8};
+  for (int t = 0; t < 2; t++) {
+    xf_backend *b;
+    xf_backend_options opt = {XF_BACKEND_CPU, t + 1, 0};
+    assert_int_equal(xf_backend_open(&opt, &b, NULL), XF_OK);
+    xf_net *net;
+    assert_int_equal(xf_net_create(b, m, 16, &net, NULL), XF_OK);
+    assert_int_equal(xf_net_set_params(net, start), XF_OK);
+    xf_noise *g = seeded_noise(4);
+    xf_dp_sgd dps = {.clip = 1.0, .noise_multiplier = 1.1, .expected_batch = 24, .noise = g};
+    xf_train_options o = {.epochs = 2, .sgd = {.lr = 0.3f, .momentum = 0.5f}, .dp = &dps};
+    assert_int_equal(xf_train(net, &d, &o, NULL), XF_OK);
+    assert_int_equal(xf_net_get_params(net, out[t]), XF_OK);
+    xf_noise_free(g);
+    xf_net_free(net);
+    xf_backend_close(b);
+  }
+  assert_memory_equal(out[0], out[1], P * 4);
+  assert_memory_not_equal(start, out[0], P * 4);
+  xf_model_free(m);
+  free(start), free(out[0]), free(out[1]);
+}
+
 static void dp_training_learns_a_separable_problem(void **state) {
   (void)state;
   xf_model_spec s = {.arch = XF_ARCH_LOGREG, .in_h = 1, .in_w = 1, .in_c = 8, .classes = 3};
@@ -2152,6 +2191,7 @@ int main(void) {
       cmocka_unit_test(dp_steps_per_epoch_rounds_n_over_l),
       cmocka_unit_test(dp_step_with_everything_sampled_and_no_noise_is_the_plain_step),
       cmocka_unit_test(dp_noise_lands_with_standard_deviation_zc_over_l),
+      cmocka_unit_test(dp_training_is_the_same_bits_whether_the_noise_is_drawn_beside_the_step),
       cmocka_unit_test(dp_training_learns_a_separable_problem),
       cmocka_unit_test(dp_sgd_arguments_are_refused_with_a_reason),
       cmocka_unit_test(model_file_roundtrips_and_rejects_damage),

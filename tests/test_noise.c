@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <sodium.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -816,6 +817,80 @@ static void grid_sampler_gives_the_same_bits_with_and_without_simd(void **state)
   }
 }
 
+static void *draw_pending(void *arg) {
+  xf_noise_pending_draw(arg);
+  return NULL;
+}
+
+/* Two threads drawing one vector at once take its chunks between them, and
+ * the bits are still the parallel form's. */
+static void noise_drawn_ahead_by_two_threads_is_the_same(void **state) {
+  (void)state;
+  enum { N = 40 * 4096 + 9 };
+  static float a[N], b[N];
+  xf_noise *g1 = seeded_as(43, true), *g2 = seeded_as(43, true);
+  xf_noise_pending *p = NULL;
+  assert_int_equal(xf_noise_pending_new(g2, 1.3, N, &p), XF_OK);
+  for (int rep = 0; rep < 4; rep++) {
+    for (size_t i = 0; i < N; i++) a[i] = b[i] = (float)i * 1e-4f;
+    assert_int_equal(xf_noise_gaussian_vec_par(g1, 1.3, a, N, 1), XF_OK);
+    assert_int_equal(xf_noise_pending_key(p, g2), XF_OK);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, draw_pending, p), 0);
+    xf_noise_pending_draw(p);
+    xf_noise_pending_draw(p); /* a third call beyond the two drawers does nothing */
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(xf_noise_pending_apply(p, b), XF_OK);
+    assert_memory_equal(a, b, sizeof(a));
+  }
+  xf_noise_pending_free(p);
+  xf_noise_free(g1);
+  xf_noise_free(g2);
+}
+
+/* Noise drawn ahead (key, draw, apply) is the bits the parallel form adds
+ * from the same generator state, for the table sampler and the exact one,
+ * call after call; a vector out of range is refused and left as it was. */
+static void noise_drawn_ahead_is_the_parallel_forms_bits(void **state) {
+  (void)state;
+  enum { N = 3 * 4096 + 5 };
+  static float a[N], b[N];
+  for (int mode = 0; mode < 3; mode++) { /* exact; table; table with the portable loops */
+    const bool table = mode > 0;
+    xf_noise *g1 = seeded_as(41, table), *g2 = seeded_as(41, table);
+    xf_noise_use_simd(g2, mode < 2);
+    xf_noise_pending *p = NULL;
+    assert_int_equal(xf_noise_pending_new(g2, 0.7, N, &p), XF_OK);
+    assert_int_equal(xf_noise_pending_apply(p, b), XF_EINVAL); /* nothing drawn yet */
+    for (int rep = 0; rep < 3; rep++) {
+      for (size_t i = 0; i < N; i++) a[i] = b[i] = (float)((int)(i % 11) - 5) * 0.37f;
+      assert_int_equal(xf_noise_gaussian_vec_par(g1, 0.7, a, N, 2), XF_OK);
+      assert_int_equal(xf_noise_pending_key(p, g2), XF_OK);
+      xf_noise_pending_draw(p);
+      assert_int_equal(xf_noise_pending_apply(p, b), XF_OK);
+      if (memcmp(a, b, sizeof(a)) != 0)
+        fail_msg("%s sampler%s, call %d: drawn ahead differs from xf_noise_gaussian_vec_par",
+                 table ? "table" : "exact", mode == 2 ? " (portable loops)" : "", rep + 1);
+    }
+    b[7] = NAN;
+    memcpy(a, b, sizeof(a));
+    assert_int_equal(xf_noise_pending_key(p, g2), XF_OK);
+    xf_noise_pending_draw(p);
+    assert_int_equal(xf_noise_pending_apply(p, b), XF_ERANGE);
+    assert_memory_equal(a, b, 7 * sizeof(float));
+    assert_true(isnan(b[7]));
+    assert_memory_equal(a + 8, b + 8, (N - 8) * sizeof(float));
+    xf_noise_pending_free(p);
+    xf_noise_free(g1);
+    xf_noise_free(g2);
+  }
+  xf_noise *g = seeded(42);
+  xf_noise_pending *p = NULL;
+  assert_int_equal(xf_noise_pending_new(g, 0.0, 4, &p), XF_ERANGE);
+  assert_null(p);
+  xf_noise_free(g);
+}
+
 /* Without memory for the table the Gaussian on a grid returns XF_ENOMEM
  * and leaves the vector as it was; the generator keeps working once memory
  * is back, and keeps the table it had. */
@@ -909,6 +984,8 @@ int main(void) {
       cmocka_unit_test(grid_sampler_is_within_its_total_variation_bound_for_every_s),
       cmocka_unit_test(grid_sampler_is_reproducible_from_the_seed),
       cmocka_unit_test(grid_sampler_gives_the_same_bits_with_and_without_simd),
+      cmocka_unit_test(noise_drawn_ahead_is_the_parallel_forms_bits),
+      cmocka_unit_test(noise_drawn_ahead_by_two_threads_is_the_same),
       cmocka_unit_test(grid_sampler_without_memory_fails_cleanly),
       cmocka_unit_test(plan_charges_the_table_sampler_or_takes_the_exact_one),
   };
