@@ -3,9 +3,10 @@
  * measured in the same process. Prints one JSON object for bench/noise.sh.
  *
  * Measured, each the best of --passes timed passes after a warm-up:
- *  - randombytes_buf (the system CSPRNG that keys production generators) and
- *    crypto_stream_chacha20 (the generator's keystream), in bytes/s, over
- *    4 KiB calls;
+ *  - randombytes_buf (the system CSPRNG that keys production generators),
+ *    OpenSSL's ChaCha20 as the generator makes its keystream (a cipher
+ *    context keyed, used and freed for each 4 KiB block) and libsodium's
+ *    crypto_stream_chacha20 (the same bytes), in bytes/s, over 4 KiB calls;
  *  - xf_noise_gaussian_vec on --n floats (sigma 1: 2^14 grid steps, the
  *    grid sampler), one thread, and xf_noise_gaussian_vec_par on all online
  *    CPUs; the sampler's table is made in the warm-up pass;
@@ -14,7 +15,7 @@
  *    exactly by Karney's rejection sampler).
  * The ratios divide samples/s by the 64-bit words/s (bytes/s / 8) each
  * source can deliver: how many exact samples cost as much time as one
- * 64-bit word of the system CSPRNG or of ChaCha20.
+ * 64-bit word of the system CSPRNG or of the generator's ChaCha20.
  *
  * usage: xfed-bench-noise [--n N] [--passes P] */
 #include <getopt.h>
@@ -24,14 +25,35 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include "bench/bench_util.h"
 #include "privacy/noise.h"
 
 #define STREAM_BYTES ((size_t)64 << 20)
 #define CALL_BYTES 4096
 
-/* Bytes/s of randombytes_buf (csprng = 1) or ChaCha20 (0), best pass. */
-static double stream_rate(int csprng, int passes) {
+enum { SRC_CHACHA_SODIUM, SRC_CSPRNG, SRC_CHACHA_OPENSSL };
+
+/* One 4 KiB block of OpenSSL's ChaCha20 keystream, as privacy/noise.c makes it. */
+static void openssl_block(EVP_CIPHER *c, unsigned char *buf, const unsigned char *key) {
+  static const unsigned char iv[16];
+  EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+  int len = 0;
+  memset(buf, 0, CALL_BYTES);
+  if (!ctx || EVP_EncryptInit_ex2(ctx, c, key, iv, NULL) != 1 ||
+      EVP_EncryptUpdate(ctx, buf, &len, buf, CALL_BYTES) != 1) {
+    fprintf(stderr, "xfed-bench-noise: OpenSSL's ChaCha20 failed\n");
+    exit(1);
+  }
+  EVP_CIPHER_CTX_free(ctx);
+}
+
+/* Bytes/s of the source, best pass. */
+static double stream_rate(int src, int passes) {
+  const int csprng = src == SRC_CSPRNG;
+  EVP_CIPHER *cipher = src == SRC_CHACHA_OPENSSL ? EVP_CIPHER_fetch(NULL, "ChaCha20", NULL) : NULL;
+  if (src == SRC_CHACHA_OPENSSL && !cipher) return 0;
   static unsigned char buf[CALL_BYTES];
   unsigned char key[crypto_stream_chacha20_KEYBYTES] = {1};
   unsigned char nonce[crypto_stream_chacha20_NONCEBYTES] = {0};
@@ -42,6 +64,8 @@ static double stream_rate(int csprng, int passes) {
     for (size_t done = 0; done < bytes; done += CALL_BYTES) {
       if (csprng)
         randombytes_buf(buf, CALL_BYTES);
+      else if (cipher)
+        openssl_block(cipher, buf, key);
       else
         crypto_stream_chacha20(buf, CALL_BYTES, nonce, key);
     }
@@ -49,6 +73,7 @@ static double stream_rate(int csprng, int passes) {
     if (p > 0 && rate > best) best = rate; /* pass 0 warms up */
   }
   sodium_memzero(buf, sizeof(buf));
+  EVP_CIPHER_free(cipher);
   return best;
 }
 
@@ -106,20 +131,21 @@ int main(int argc, char **argv) {
   /* The Gaussian on a grid as a job calibrated to a target epsilon draws it
    * (the table sampler); discrete_gaussian_vec is the exact sampler. */
   xf_noise_use_table(g, true);
-  double csprng = stream_rate(1, passes), chacha = stream_rate(0, passes);
+  double csprng = stream_rate(SRC_CSPRNG, passes), chacha = stream_rate(SRC_CHACHA_OPENSSL, passes),
+         sodium_chacha = stream_rate(SRC_CHACHA_SODIUM, passes);
   double vec1 = sample_rate(VEC, g, v, x, n, 1, passes);
   double vecp = sample_rate(VEC_PAR, g, v, x, n, threads, passes);
   double disc = sample_rate(DISCRETE, g, v, x, n, 1, passes);
   char model[256];
   xf_bench_cpu_model(model, sizeof(model));
   printf("{\"device\": \"%s\", \"cpus\": %d, \"n\": %zu, \"passes\": %d, "
-         "\"randombytes_bps\": %.0f, \"chacha20_bps\": %.0f, "
+         "\"randombytes_bps\": %.0f, \"chacha20_bps\": %.0f, \"chacha20_libsodium_bps\": %.0f, "
          "\"gaussian_vec_sps\": %.0f, \"gaussian_vec_par_sps\": %.0f, "
          "\"discrete_gaussian_vec_sps\": %.0f, "
          "\"vec_per_csprng_word\": %.4f, \"vec_per_chacha_word\": %.4f, "
          "\"par_per_csprng_word\": %.4f, \"par_per_chacha_word\": %.4f}\n",
-         model, threads, n, passes, csprng, chacha, vec1, vecp, disc, vec1 / (csprng / 8),
-         vec1 / (chacha / 8), vecp / (csprng / 8), vecp / (chacha / 8));
+         model, threads, n, passes, csprng, chacha, sodium_chacha, vec1, vecp, disc,
+         vec1 / (csprng / 8), vec1 / (chacha / 8), vecp / (csprng / 8), vecp / (chacha / 8));
   xf_noise_free(g);
   free(v);
   free(x);
