@@ -33,6 +33,12 @@ struct xf__coord {
   xf_blob_store *blobs; /* global role only */
   xf__peers *peers;     /* peer.c's */
   xf__site *sites;
+  /* The sites by id, open addressing (ids are hashes already): a lookup per
+   * message must not walk a thousand sites. site_ix_cap is a power of two,
+   * at least twice n_sites; 0 while no index could be made (sites are then
+   * found by walking the list). */
+  xf__site **site_ix;
+  size_t site_ix_cap, n_sites;
   xf__run *runs;
   uint64_t next_stream; /* stream ids we hand out: even for models, odd for updates */
   uv_timer_t tick;
@@ -109,7 +115,37 @@ uint64_t xf__stream_id(xf__coord *co, bool update) {
   return co->next_stream | (update ? 1u : 0u);
 }
 
+static void site_ix_put(xf__site **ix, size_t cap, xf__site *s) {
+  size_t i = (size_t)s->id & (cap - 1);
+  while (ix[i]) i = (i + 1) & (cap - 1);
+  ix[i] = s;
+}
+
+/* Adds s (new to co) to the index, growing it to keep the load under half;
+ * without memory the index is dropped and lookups walk the list. */
+static void site_ix_add(xf__coord *co, xf__site *s) {
+  co->n_sites++;
+  if (co->site_ix && 2 * co->n_sites <= co->site_ix_cap) {
+    site_ix_put(co->site_ix, co->site_ix_cap, s);
+    return;
+  }
+  size_t cap = co->site_ix_cap ? 2 * co->site_ix_cap : 64;
+  while (2 * co->n_sites > cap) cap *= 2;
+  xf__site **ix = xf_calloc(cap, sizeof(*ix));
+  xf_free(co->site_ix);
+  co->site_ix = ix;
+  co->site_ix_cap = ix ? cap : 0;
+  if (!ix) return;
+  for (xf__site *t = co->sites; t; t = t->next) site_ix_put(ix, cap, t);
+}
+
 xf__site *xf__site_find(xf__coord *co, uint64_t id) {
+  if (co->site_ix_cap) {
+    for (size_t i = (size_t)id & (co->site_ix_cap - 1); co->site_ix[i];
+         i = (i + 1) & (co->site_ix_cap - 1))
+      if (co->site_ix[i]->id == id) return co->site_ix[i];
+    return NULL;
+  }
   for (xf__site *s = co->sites; s; s = s->next)
     if (s->id == id) return s;
   return NULL;
@@ -288,6 +324,7 @@ void xf__site_announce(xf__coord *co, xf__peer *p, const Xfed__SiteAnnounce *a) 
     copy_label(s->name, sizeof(s->name), name);
     s->next = co->sites;
     co->sites = s;
+    site_ix_add(co, s);
   }
   copy_label(s->region, sizeof(s->region), region);
   s->regional = xf__peer_kind_of(p) == XF__PEER_REGIONAL;
@@ -613,6 +650,9 @@ static void free_state(xf__coord *co) {
     co->sites = s->next;
     free_site(s);
   }
+  xf_free(co->site_ix);
+  co->site_ix = NULL;
+  co->site_ix_cap = co->n_sites = 0;
   xf__peers_free(co->peers);
   xf__uplink_free(co->uplink);
   xf_noise_free(co->noise);

@@ -203,9 +203,11 @@ static xf_err xf__job_state_from_name(const char *s, xf_job_state *out) {
  *   'h' const xf_digest * as hex (NULL binds NULL)
  * Values are copied at bind time (SQLITE_TRANSIENT). */
 
-static xf_err xf__vprepare(xf_db *db, sqlite3_stmt **st, xf_errctx *err, const char *sql,
-                           const char *types, va_list ap) {
-  XF_GUARD(xf_db_prepare(db, sql, st, err));
+/* With cached, the statement comes from the connection's cache
+ * (xf_db_prepare_cached) and goes back with xf_db_release. */
+static xf_err xf__vprepare(xf_db *db, sqlite3_stmt **st, xf_errctx *err, bool cached,
+                           const char *sql, const char *types, va_list ap) {
+  XF_GUARD(cached ? xf_db_prepare_cached(db, sql, st, err) : xf_db_prepare(db, sql, st, err));
   int rc = SQLITE_OK;
   for (int i = 0; types[i] && rc == SQLITE_OK; i++) {
     int col = i + 1;
@@ -229,7 +231,8 @@ static xf_err xf__vprepare(xf_db *db, sqlite3_stmt **st, xf_errctx *err, const c
   }
   if (rc != SQLITE_OK) {
     xf_err e = xf_db_fail(db, err, "binding a journal statement");
-    sqlite3_finalize(*st);
+    if (cached) xf_db_release(db, *st);
+    else sqlite3_finalize(*st);
     *st = NULL;
     return e;
   }
@@ -240,29 +243,30 @@ static xf_err xf__prepare(xf_db *db, sqlite3_stmt **st, xf_errctx *err, const ch
                           const char *types, ...) {
   va_list ap;
   va_start(ap, types);
-  xf_err e = xf__vprepare(db, st, err, sql, types, ap);
+  xf_err e = xf__vprepare(db, st, err, false, sql, types, ap);
   va_end(ap);
   return e;
 }
 
 /* Runs a statement that returns no rows; *changes (may be NULL) gets the rows
- * it changed. `doing` names the step in the error. */
+ * it changed. `doing` names the step in the error. sql is a literal: the
+ * statement is kept prepared for the next call (xf_db_prepare_cached). */
 static xf_err xf__run(xf_db *db, xf_errctx *err, const char *doing, int *changes,
                       const char *sql, const char *types, ...) {
   sqlite3_stmt *st = NULL;
   va_list ap;
   va_start(ap, types);
-  xf_err e = xf__vprepare(db, &st, err, sql, types, ap);
+  xf_err e = xf__vprepare(db, &st, err, true, sql, types, ap);
   va_end(ap);
   if (e != XF_OK) return e;
   int rc = sqlite3_step(st);
   if (rc != SQLITE_DONE) {
     e = xf_db_fail(db, err, doing);
-    sqlite3_finalize(st);
+    xf_db_release(db, st);
     return e;
   }
   if (changes) *changes = sqlite3_changes(xf_db_handle(db));
-  sqlite3_finalize(st);
+  xf_db_release(db, st);
   return XF_OK;
 }
 

@@ -222,13 +222,10 @@ xf_err xf__stream_queue(xf__peer *p, const xf_tensor_desc *desc, xf__model_file 
   return XF_OK;
 }
 
-/* Ciphertext queued on every connection of the process. */
-static size_t queued_total(const xf__coord *co) {
-  size_t n = 0;
-  for (const xf__peer *q = xf__coord_peers(co)->list; q; q = q->next)
-    if (q->conn) n += xf_conn_write_queued(q->conn);
-  return n;
-}
+/* Ciphertext queued on every connection of the process: the guard keeps the
+ * sum (a pump per stalled peer summing every peer's queue made each loop
+ * turn O(peers^2) with a thousand sites). */
+static size_t queued_total(xf__coord *co) { return xf__coord_guard(co)->queued; }
 
 static void set_stalled(xf__peer *p, bool stalled) {
   if (p->tx_stalled == stalled) return;

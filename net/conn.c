@@ -643,6 +643,7 @@ static void on_write(uv_write_t *req, int status) {
   conn_write *w = req->data;
   xf_conn *c = w->conn;
   c->queued -= w->len;
+  if (c->guard) c->guard->queued -= w->len;
   xf_free(w);
   if (status < 0 && status != UV_ECANCELED) {
     conn_end(c, XF_CONN_END_IO, XF_EIO, XF_PKI_OK, "write failed: %s", uv_strerror(status));
@@ -673,6 +674,7 @@ static void conn_flush(xf_conn *c) {
     return;
   }
   c->queued += n;
+  if (c->guard) c->guard->queued += n;
 }
 
 static void on_heartbeat(uv_timer_t *t);

@@ -162,6 +162,9 @@ typedef struct xf_conn_guard {
   uint64_t refused[XF_CONN_CAP_COUNT]; /* refused (at accept or at the hello), by cap */
   uint64_t dropped[XF_CONN_CAP_COUNT]; /* unauthenticated ones dropped for a newcomer, by cap */
   uint64_t ended[XF_CONN_END_COUNT];   /* connections ended, by reason */
+  size_t queued;                 /* ciphertext its connections have in uv_write now:
+                                    the sum of their xf_conn_write_queued, kept as
+                                    it changes so that reading it costs nothing */
   /* Internal: the accepted connections, oldest first, and those waiting
    * for the budget in the order they began to wait. */
   xf_conn *accepted_head, *accepted_tail;

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,9 +18,21 @@
 #include "base/file.h"
 #include "storage/storage_internal.h"
 
+/* Statements xf_db_prepare_cached keeps prepared, by their SQL text. */
+#define XF__DB_CACHE 48
+
+typedef struct xf__cached {
+  const char *sql; /* the caller's string, which outlives the connection */
+  sqlite3_stmt *st;
+  bool busy;       /* handed out and not yet released */
+} xf__cached;
+
 struct xf_db {
   sqlite3 *handle;
   char *path;
+  pthread_mutex_t cache_mu; /* a connection may be used from more than one thread */
+  xf__cached cache[XF__DB_CACHE];
+  size_t n_cache;
 };
 
 /* What a person can do about the common SQLite failures; "" otherwise. */
@@ -341,6 +354,7 @@ xf_err xf_db_open(const char *path, const xf_migration *migrations, size_t n_mig
   close(fd);
 
   db = xf_calloc(1, sizeof(*db));
+  if (db) pthread_mutex_init(&db->cache_mu, NULL);
   if (!db) {
     rc = xf__storage_fail(err, path, XF_ENOMEM, "out of memory opening the database");
     goto out;
@@ -448,6 +462,7 @@ xf_err xf_db_open_readonly(const char *path, xf_db **out, xf_db_file_info *info,
   size_t ulen = 3 * strlen(path) + 64;
   char *uri = xf_malloc(ulen);
   xf_db *db = xf_calloc(1, sizeof(*db));
+  if (db) pthread_mutex_init(&db->cache_mu, NULL);
   xf_err rc = XF_OK;
   if (!uri || !db || !(db->path = xf_strdup(path)) ||
       !xf__db_uri(path, immutable ? "?mode=ro&immutable=1" : "?mode=ro", uri, ulen)) {
@@ -495,6 +510,9 @@ xf_err xf_db_checkpoint(xf_db *db, xf_errctx *err) {
 
 void xf_db_close(xf_db *db) {
   if (!db) return;
+  for (size_t i = 0; i < db->n_cache; i++) sqlite3_finalize(db->cache[i].st);
+  db->n_cache = 0;
+  pthread_mutex_destroy(&db->cache_mu);
   if (db->handle) {
     if (sqlite3_next_stmt(db->handle, NULL))
       XF_WARN("db_close_with_open_statements",
@@ -536,6 +554,46 @@ xf_err xf_db_prepare(xf_db *db, const char *sql, sqlite3_stmt **out, xf_errctx *
   }
   *out = stmt;
   return XF_OK;
+}
+
+xf_err xf_db_prepare_cached(xf_db *db, const char *sql, sqlite3_stmt **out, xf_errctx *err) {
+  XF_ENSURE(out, err, XF_EINVAL, "xf_db_prepare_cached needs an output statement");
+  *out = NULL;
+  XF_ENSURE(db && sql, err, XF_EINVAL, "xf_db_prepare_cached needs a database and SQL");
+  pthread_mutex_lock(&db->cache_mu);
+  for (size_t i = 0; i < db->n_cache; i++) {
+    xf__cached *c = &db->cache[i];
+    if (!c->busy && c->sql == sql && strcmp(sqlite3_sql(c->st), sql) == 0) {
+      c->busy = true;
+      *out = c->st;
+      pthread_mutex_unlock(&db->cache_mu);
+      return XF_OK;
+    }
+  }
+  pthread_mutex_unlock(&db->cache_mu);
+  XF_GUARD(xf_db_prepare(db, sql, out, err));
+  pthread_mutex_lock(&db->cache_mu);
+  if (db->n_cache < XF__DB_CACHE)
+    db->cache[db->n_cache++] = (xf__cached){.sql = sql, .st = *out, .busy = true};
+  pthread_mutex_unlock(&db->cache_mu);
+  return XF_OK;
+}
+
+void xf_db_release(xf_db *db, sqlite3_stmt *st) {
+  if (!st) return;
+  if (db) {
+    pthread_mutex_lock(&db->cache_mu);
+    for (size_t i = 0; i < db->n_cache; i++)
+      if (db->cache[i].st == st) {
+        sqlite3_reset(st);
+        sqlite3_clear_bindings(st);
+        db->cache[i].busy = false;
+        pthread_mutex_unlock(&db->cache_mu);
+        return;
+      }
+    pthread_mutex_unlock(&db->cache_mu);
+  }
+  sqlite3_finalize(st);
 }
 
 xf_err xf_db_exec(xf_db *db, const char *sql, xf_errctx *err) {

@@ -102,6 +102,17 @@ sqlite3 *xf_db_handle(xf_db *db);
 xf_err xf_db_prepare(xf_db *db, const char *sql, sqlite3_stmt **out,
                      xf_errctx *err) XF_WARN_UNUSED;
 
+/* As xf_db_prepare, from a cache of prepared statements kept by the
+ * connection and keyed by the address of sql, which must be a string that
+ * lives as long as db and never changes (a literal): parsing a statement
+ * costs more than running most of them. Give the statement back with
+ * xf_db_release (reset, bindings cleared), never sqlite3_finalize. A
+ * statement already handed out is prepared anew; one that does not fit the
+ * cache is finalized by xf_db_release. */
+xf_err xf_db_prepare_cached(xf_db *db, const char *sql, sqlite3_stmt **out,
+                            xf_errctx *err) XF_WARN_UNUSED;
+void xf_db_release(xf_db *db, sqlite3_stmt *st);
+
 /* Runs a script of statements without parameters, one prepared statement at
  * a time; rows they return are discarded. Stops at the first failing
  * statement (XF_EDB, naming it); statements before it stay applied unless

@@ -702,6 +702,58 @@ static void a_late_loop_does_not_blame_a_peer_whose_bytes_wait_unread(void **sta
   assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* ---- the guard's total of queued ciphertext ------------------------------------------------ */
+
+/* The server writes until its connection is busy while the client does not
+ * read: the guard's total is the server connection's queue; once the client
+ * reads everything and the session ends, it is back to zero. */
+static void queued_connected(harness *h, side *s) {
+  if (!s->server) {
+    xf_conn_pause_reading(s->conn);
+    return;
+  }
+  static uint8_t blob[256 * 1024];
+  Xfed__TensorChunk ch = XFED__TENSOR_CHUNK__INIT;
+  ch.data.data = blob;
+  ch.data.len = sizeof(blob);
+  Xfed__Envelope env = XFED__ENVELOPE__INIT;
+  env.body_case = XFED__ENVELOPE__BODY_TENSOR_CHUNK;
+  env.tensor_chunk = &ch;
+  int sent = 0;
+  for (; sent < 400; sent++)
+    if (xf_conn_send(s->conn, &env, NULL) != XF_OK) break; /* busy at its high water */
+  assert_true(sent > 0 && sent < 400);
+  assert_true(xf_conn_write_queued(s->conn) > 0);
+  assert_int_equal(h->guard.queued, xf_conn_write_queued(s->conn));
+  h->phase = sent;
+  uv_timer_start(&h->timer, on_scenario_timer, 50, 0);
+}
+
+static void queued_resume(harness *h) { xf_conn_resume_reading(h->client.conn); }
+
+static void queued_frame(harness *h, side *s, const Xfed__Envelope *env) {
+  (void)env;
+  if (!s->server && s->frames == h->phase) xf_conn_close(s->conn);
+}
+
+static void guard_keeps_the_total_of_queued_ciphertext(void **state) {
+  (void)state;
+  harness h;
+  harness_init(&h);
+  size_t caps[XF_CONN_CAP_COUNT] = {0};
+  xf_conn_guard_init(&h.guard, caps, 0);
+  h.sopts.guard = &h.guard;
+  h.sopts.max_frame = h.copts.max_frame = 1u << 20;
+  h.on_connected = queued_connected;
+  h.on_timer = queued_resume;
+  h.on_frame = queued_frame;
+  harness_listen(&h);
+  harness_dial(&h, &h.client);
+  harness_run(&h);
+  assert_int_equal(h.client.frames, h.phase);
+  assert_int_equal(h.guard.queued, 0);
+}
+
 static void heartbeat_check(harness *h) {
   assert_non_null(h->server.conn); /* still open although the client sent no frame */
   assert_true(xf_conn_heartbeats_received(h->server.conn) >= 5);
@@ -1574,6 +1626,7 @@ int main(void) {
       cmocka_unit_test(sender_refuses_a_frame_above_the_peers_maximum),
       cmocka_unit_test(silent_peer_is_closed_after_the_idle_timeout),
       cmocka_unit_test(a_late_loop_does_not_blame_a_peer_whose_bytes_wait_unread),
+      cmocka_unit_test(guard_keeps_the_total_of_queued_ciphertext),
       cmocka_unit_test(heartbeats_keep_a_quiet_peer_alive),
       cmocka_unit_test(paused_reading_holds_frames_until_resumed),
       cmocka_unit_test(dial_to_a_closed_port_reports_connect),

@@ -130,6 +130,48 @@ static void migrations_apply_in_order_and_reopen_is_idempotent(void **state) {
   xf_db_close(db);
 }
 
+/* A cached statement comes back reset with its bindings cleared, is handed
+ * to one user at a time (a second ask while it is out gets a statement of
+ * its own), and closing the connection finalizes the cache: no statement
+ * is left open. */
+static void cached_statements_are_reused_reset_and_finalized_on_close(void **state) {
+  (void)state;
+  char dir[128], path[PATH_MAX];
+  test_dir("cache", dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/state.db", dir);
+  xf_db *db = NULL;
+  assert_int_equal(xf_db_open(path, schema, 3, &db, NULL), XF_OK);
+  static const char insert[] = "INSERT INTO job(name) VALUES (?)";
+  sqlite3_stmt *a = NULL, *b = NULL, *c = NULL;
+  assert_int_equal(xf_db_prepare_cached(db, insert, &a, NULL), XF_OK);
+  assert_int_equal(sqlite3_bind_text(a, 1, "first", -1, SQLITE_STATIC), SQLITE_OK);
+  assert_int_equal(xf_db_prepare_cached(db, insert, &b, NULL), XF_OK);
+  assert_ptr_not_equal(a, b); /* a is still out */
+  assert_int_equal(sqlite3_step(a), SQLITE_DONE);
+  xf_db_release(db, a);
+  assert_int_equal(sqlite3_bind_text(b, 1, "second", -1, SQLITE_STATIC), SQLITE_OK);
+  assert_int_equal(sqlite3_step(b), SQLITE_DONE);
+  xf_db_release(db, b);
+  assert_int_equal(xf_db_prepare_cached(db, insert, &c, NULL), XF_OK);
+  assert_true(c == a || c == b);
+  /* Bindings were cleared: a NULL name breaks the NOT NULL constraint. */
+  assert_int_equal(sqlite3_step(c) & 0xff, SQLITE_CONSTRAINT);
+  xf_db_release(db, c);
+  assert_int_equal(query_int(db, "SELECT count(*) FROM job WHERE name IN ('first', 'second')"),
+                   2);
+  sqlite3 *handle = xf_db_handle(db);
+  assert_non_null(sqlite3_next_stmt(handle, NULL)); /* the cache holds them */
+  xf_db_close(db);
+  /* Reopened, nothing of the old connection is left, and the cache works anew. */
+  assert_int_equal(xf_db_open(path, schema, 3, &db, NULL), XF_OK);
+  assert_int_equal(xf_db_prepare_cached(db, insert, &a, NULL), XF_OK);
+  assert_int_equal(sqlite3_bind_text(a, 1, "third", -1, SQLITE_STATIC), SQLITE_OK);
+  assert_int_equal(sqlite3_step(a), SQLITE_DONE);
+  xf_db_release(db, a);
+  assert_int_equal(query_int(db, "SELECT count(*) FROM job"), 4);
+  xf_db_close(db);
+}
+
 static void failed_migration_leaves_previous_version(void **state) {
   (void)state;
   char dir[128], path[PATH_MAX];
@@ -1172,6 +1214,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(read_text_reads_whole_files_up_to_the_bound),
       cmocka_unit_test(migrations_apply_in_order_and_reopen_is_idempotent),
+      cmocka_unit_test(cached_statements_are_reused_reset_and_finalized_on_close),
       cmocka_unit_test(failed_migration_leaves_previous_version),
       cmocka_unit_test(newer_database_is_refused),
       cmocka_unit_test(migrations_must_be_consecutive_from_one),
