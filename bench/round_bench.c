@@ -58,7 +58,7 @@
  * round_bench.h says what each file of the bench holds.
  *
  * usage: xfed-bench-round [--sites N] [--regions K] [--rounds R]
- *                         [--model fedavg-cnn|lenet5|mlp] [--coord PATH]
+ *                         [--model fedavg-cnn|lenet5|mlp] [--mlp-width W] [--coord PATH]
  *                         [--tls-reps K] [--timeout S] */
 #include <errno.h>
 #include <getopt.h>
@@ -87,7 +87,8 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: xfed-bench-round [--sites N] [--regions K] [--rounds R]\n"
-          "                        [--model fedavg-cnn|lenet5|mlp] [--coord PATH]\n"
+          "                        [--model fedavg-cnn|lenet5|mlp] [--mlp-width W]\n"
+          "                        [--coord PATH]\n"
           "                        [--tls-reps K] [--timeout S]\n"
           "\n"
           "Runs a federated job of R rounds with N fake sites (no local work) against the\n"
@@ -104,6 +105,8 @@ static void usage(FILE *f) {
           "                 every site dials the coordinator)\n"
           "  --rounds R     rounds of the job (default 5)\n"
           "  --model M      fedavg-cnn (default), lenet5, or mlp (200, 200)\n"
+          "  --mlp-width W  mlp's two hidden layers of W units (200): model size at\n"
+          "                 will, for memory per parameter\n"
           "  --coord PATH   the xfed-coord binary (default: ../coordinator/xfed-coord from\n"
           "                 this program's directory, then beside it, then PATH)\n"
           "  --tls-reps K   repetitions of the TLS baseline (default 7)\n"
@@ -386,8 +389,8 @@ int main(int argc, char **argv) {
       {"sites", required_argument, 0, 's'},    {"rounds", required_argument, 0, 'r'},
       {"model", required_argument, 0, 'm'},    {"coord", required_argument, 0, 'c'},
       {"tls-reps", required_argument, 0, 'k'}, {"timeout", required_argument, 0, 't'},
-      {"regions", required_argument, 0, 'g'},  {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
+      {"regions", required_argument, 0, 'g'},  {"mlp-width", required_argument, 0, 'w'},
+      {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
   int ch;
   long v;
   while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -403,6 +406,7 @@ int main(int argc, char **argv) {
       ok = strcmp(optarg, "fedavg-cnn") == 0 || strcmp(optarg, "lenet5") == 0 ||
            strcmp(optarg, "mlp") == 0;
       break;
+    case 'w': ok = parse_int(optarg, 1, 100000, &v), o.mlp_width = (int)v; break;
     case 'c': snprintf(o.coord, sizeof(o.coord), "%s", optarg); break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;

@@ -69,6 +69,7 @@ typedef struct bench_opts {
   int regions; /* 0: flat (every site dials the coordinator); K: tiered */
   uint32_t rounds;
   const char *model;
+  int mlp_width; /* mlp: two hidden layers of this many units (200 by default) */
   char coord[PATH_MAX];
   int tls_reps;
   double timeout_s;

@@ -65,19 +65,24 @@ static bool send_env(bench *b, xf_conn *c, const Xfed__Envelope *env, const char
   return false;
 }
 
-static const char *model_json(const char *model) {
-  if (strcmp(model, "mlp") == 0) return "{\"arch\": \"mlp\", \"hidden\": [200, 200]}";
-  if (strcmp(model, "lenet5") == 0) return "{\"arch\": \"cnn\", \"preset\": \"lenet5\"}";
+static const char *model_json(const bench_opts *o, char *buf, size_t n) {
+  if (strcmp(o->model, "mlp") == 0) {
+    int w = o->mlp_width ? o->mlp_width : 200;
+    snprintf(buf, n, "{\"arch\": \"mlp\", \"hidden\": [%d, %d]}", w, w);
+    return buf;
+  }
+  if (strcmp(o->model, "lenet5") == 0) return "{\"arch\": \"cnn\", \"preset\": \"lenet5\"}";
   return "{\"arch\": \"cnn\", \"preset\": \"fedavg-cnn\"}";
 }
 
 /* The job the user submits: every site in every round, one job at a time. */
 static void job_spec_text(const bench_opts *o, char *buf, size_t n) {
+  char model[96];
   snprintf(buf, n,
            "{\"name\": \"round-bench\", \"model\": %s, \"data\": {\"dataset\": \"" DATASET
            "\"}, \"rounds\": %u, \"min_sites\": %d, \"sites_per_round\": 1.0, "
            "\"round_deadline_s\": 600, \"seed\": 1%s}",
-           model_json(o->model), (unsigned)o->rounds, o->sites * (o->regions ? o->regions : 1),
+           model_json(o, model, sizeof(model)), (unsigned)o->rounds, o->sites * (o->regions ? o->regions : 1),
            o->regions ? ", \"topology\": \"regional\"" : "");
 }
 

@@ -684,7 +684,16 @@ static void on_heartbeat(uv_timer_t *t);
 static xf_err conn_write_env(xf_conn *c, const Xfed__Envelope *env, bool force, xf_errctx *err) {
   if (c->state != CONN_OPEN)
     return xf_fail(err, XF_EINVAL, "connection %s is not open", c->addr);
-  if (!force && c->queued >= c->opts.write_high_water) {
+  /* A small frame (a task, an acknowledgement, metrics: the protocol's
+   * control) goes out even above the high-water mark, which a stream's
+   * chunks reach in the normal course: a sender that dropped it there, or
+   * had to queue it behind the stream, would lose a step of the protocol
+   * (a TaskGo refused behind a 22 MB model stream stalled a round until its
+   * deadline). Only twice the mark stops them, so that a peer that does not
+   * read still holds a bounded queue. */
+  const bool control = xf_frame_size(env) <= XF_CONN_CONTROL_FRAME_MAX &&
+                       c->queued < 2 * c->opts.write_high_water;
+  if (!force && !control && c->queued >= c->opts.write_high_water) {
     c->busy = true;
     return xf_fail(err, XF_ERANGE,
                    "busy: %zu bytes wait to be written to %s (high-water mark %zu); send again "

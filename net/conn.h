@@ -296,10 +296,15 @@ void *xf_listener_user(const xf_listener *l);
 
 /* ---- a connection --------------------------------------------------------- */
 
+/* Frames up to this size (encoded) are control: xf_conn_send queues them
+ * above the high-water mark too, up to twice it. */
+#define XF_CONN_CONTROL_FRAME_MAX (64u * 1024u)
+
 /* Encodes env (read only during the call; see xf_frame_encode) and queues it
  * for the peer. XF_OK when queued; XF_ERANGE ("busy") when the write queue is
- * at or above its high-water mark: nothing was queued, wait for on_drain and
- * send again; XF_EINVAL when the frame exceeds the peer's maximum (cut it, as
+ * at or above its high-water mark (for a frame of at most
+ * XF_CONN_CONTROL_FRAME_MAX bytes: at or above twice the mark): nothing was
+ * queued, wait for on_drain and send again; XF_EINVAL when the frame exceeds the peer's maximum (cut it, as
  * tensor streams do) or the connection is not open (before on_connect or
  * after close); XF_ENOMEM. */
 xf_err xf_conn_send(xf_conn *c, const Xfed__Envelope *env, xf_errctx *err) XF_WARN_UNUSED;

@@ -11,6 +11,17 @@ add_test(NAME bench_round_smoke
                  --rounds 2 --model mlp --tls-reps 2 --timeout 300)
 set_tests_properties(bench_round_smoke PROPERTIES LABELS integration TIMEOUT 400
   PASS_REGULAR_EXPRESSION "\"ratio\": [0-9.]+, \"coord_vmhwm_kib\": [0-9]+.*\"coord_exit\": 0")
+#   bench_round_large_model: 3 fake sites x 2 rounds of an mlp of two
+#     1,500-unit layers (3,444,010 parameters, a 13.8 MB model file): each
+#     model stream fills its connection past the high-water mark, and the
+#     TaskGo sent meanwhile must still go out (it was refused as busy, and
+#     the round waited for its 600 s deadline). --timeout 120 holds it to
+#     that: far above the run's few seconds, far below the deadline.
+add_test(NAME bench_round_large_model
+         COMMAND $<TARGET_FILE:xfed-bench-round> --coord $<TARGET_FILE:xfed-coord> --sites 3
+                 --rounds 2 --model mlp --mlp-width 1500 --tls-reps 1 --timeout 120)
+set_tests_properties(bench_round_large_model PROPERTIES LABELS integration TIMEOUT 200
+  PASS_REGULAR_EXPRESSION "\"params\": 3444010,.*\"coord_exit\": 0")
 #   bench_round_tiered_smoke: the same with --regions 2 --sites 3: a top
 #     coordinator, two regional aggregators (xfed-coord --role regional) and
 #     two driver processes of three sites each, a job of the regional

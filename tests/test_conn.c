@@ -704,9 +704,10 @@ static void a_late_loop_does_not_blame_a_peer_whose_bytes_wait_unread(void **sta
 
 /* ---- the guard's total of queued ciphertext ------------------------------------------------ */
 
-/* The server writes until its connection is busy while the client does not
- * read: the guard's total is the server connection's queue; once the client
- * reads everything and the session ends, it is back to zero. */
+/* The server writes chunks until its connection is busy while the client
+ * does not read: the guard's total is the server connection's queue, and a
+ * small control frame still goes out where a chunk is refused; once the
+ * client reads everything and the session ends, the total is back to zero. */
 static void queued_connected(harness *h, side *s) {
   if (!s->server) {
     xf_conn_pause_reading(s->conn);
@@ -725,7 +726,16 @@ static void queued_connected(harness *h, side *s) {
   assert_true(sent > 0 && sent < 400);
   assert_true(xf_conn_write_queued(s->conn) > 0);
   assert_int_equal(h->guard.queued, xf_conn_write_queued(s->conn));
-  h->phase = sent;
+  /* Busy for a chunk, not for a control frame (up to twice the mark). */
+  assert_true(xf_conn_write_queued(s->conn) >= h->sopts.write_high_water);
+  Xfed__Metrics m = XFED__METRICS__INIT;
+  m.samples = 1;
+  Xfed__Envelope small = XFED__ENVELOPE__INIT;
+  small.body_case = XFED__ENVELOPE__BODY_METRICS;
+  small.metrics = &m;
+  assert_int_equal(xf_conn_send(s->conn, &small, NULL), XF_OK);
+  assert_int_equal(xf_conn_send(s->conn, &env, NULL), XF_ERANGE);
+  h->phase = sent + 1;
   uv_timer_start(&h->timer, on_scenario_timer, 50, 0);
 }
 
@@ -736,7 +746,8 @@ static void queued_frame(harness *h, side *s, const Xfed__Envelope *env) {
   if (!s->server && s->frames == h->phase) xf_conn_close(s->conn);
 }
 
-static void guard_keeps_the_total_of_queued_ciphertext(void **state) {
+static void guard_keeps_the_queued_total_and_a_busy_connection_takes_control_frames(
+    void **state) {
   (void)state;
   harness h;
   harness_init(&h);
@@ -744,6 +755,7 @@ static void guard_keeps_the_total_of_queued_ciphertext(void **state) {
   xf_conn_guard_init(&h.guard, caps, 0);
   h.sopts.guard = &h.guard;
   h.sopts.max_frame = h.copts.max_frame = 1u << 20;
+  h.sopts.write_high_water = 1u << 20;
   h.on_connected = queued_connected;
   h.on_timer = queued_resume;
   h.on_frame = queued_frame;
@@ -1626,7 +1638,7 @@ int main(void) {
       cmocka_unit_test(sender_refuses_a_frame_above_the_peers_maximum),
       cmocka_unit_test(silent_peer_is_closed_after_the_idle_timeout),
       cmocka_unit_test(a_late_loop_does_not_blame_a_peer_whose_bytes_wait_unread),
-      cmocka_unit_test(guard_keeps_the_total_of_queued_ciphertext),
+      cmocka_unit_test(guard_keeps_the_queued_total_and_a_busy_connection_takes_control_frames),
       cmocka_unit_test(heartbeats_keep_a_quiet_peer_alive),
       cmocka_unit_test(paused_reading_holds_frames_until_resumed),
       cmocka_unit_test(dial_to_a_closed_port_reports_connect),
