@@ -876,6 +876,22 @@ static void xf__fill_group(xf_noise *g, const xf__fill *f, float *out, double *y
 #include <immintrin.h>
 #define XF__HAVE_AVX512 1
 
+/* xf__grid_add on 16 values: in rounded to the grid in double lanes, plus
+ * the noise (y_lo for the first 8, y_hi for the rest), converted to float
+ * once and scaled back. */
+__attribute__((target("avx512f"), optimize("fp-contract=off"))) static inline __m512
+xf__grid_add16(__m512 in, __m512d y_lo, __m512d y_hi, __m512d scale, __m512d magic,
+               __m512 unscale) {
+  __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(in));
+  __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(in), 1)));
+  lo = _mm512_add_pd(_mm512_sub_pd(_mm512_add_pd(_mm512_mul_pd(lo, scale), magic), magic), y_lo);
+  hi = _mm512_add_pd(_mm512_sub_pd(_mm512_add_pd(_mm512_mul_pd(hi, scale), magic), magic), y_hi);
+  __m512 r = _mm512_castpd_ps(_mm512_insertf64x4(
+      _mm512_castpd256_pd512(_mm256_castps_pd(_mm512_cvtpd_ps(lo))),
+      _mm256_castps_pd(_mm512_cvtpd_ps(hi)), 1));
+  return _mm512_mul_ps(r, unscale);
+}
+
 /* Whole groups of 16 values with AVX-512: both cells of every value
  * gathered from the guide at once, the cut ones finished in order as
  * above, the rounding and the sum in double lanes (the same operations as
@@ -927,17 +943,10 @@ xf__fill_avx512(xf_noise *g, const xf__fill *f, float *out, double *y_out, size_
       _mm512_storeu_pd(y_out + i + 8, _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(yv, 1)));
       continue;
     }
-    __m512 in = _mm512_loadu_ps(out + i);
-    __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(in));
-    __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(in), 1)));
-    lo = _mm512_sub_pd(_mm512_add_pd(_mm512_mul_pd(lo, scale), magic), magic);
-    hi = _mm512_sub_pd(_mm512_add_pd(_mm512_mul_pd(hi, scale), magic), magic);
-    lo = _mm512_add_pd(lo, _mm512_cvtepi32_pd(_mm512_castsi512_si256(yv)));
-    hi = _mm512_add_pd(hi, _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(yv, 1)));
-    __m512 r = _mm512_castpd_ps(_mm512_insertf64x4(
-        _mm512_castpd256_pd512(_mm256_castps_pd(_mm512_cvtpd_ps(lo))),
-        _mm256_castps_pd(_mm512_cvtpd_ps(hi)), 1));
-    _mm512_storeu_ps(out + i, _mm512_mul_ps(r, unscale));
+    _mm512_storeu_ps(out + i, xf__grid_add16(_mm512_loadu_ps(out + i),
+                                             _mm512_cvtepi32_pd(_mm512_castsi512_si256(yv)),
+                                             _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(yv, 1)),
+                                             scale, magic, unscale));
   }
   sodium_memzero(words, sizeof(words));
   sodium_memzero(y, sizeof(y));
@@ -964,19 +973,11 @@ xf__apply_avx512(float *out, double *y, size_t n, double scale_d, float unscale_
   const __m512d zero = _mm512_setzero_pd();
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    __m512 in = _mm512_loadu_ps(out + i);
-    __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(in));
-    __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(in), 1)));
-    lo = _mm512_sub_pd(_mm512_add_pd(_mm512_mul_pd(lo, scale), magic), magic);
-    hi = _mm512_sub_pd(_mm512_add_pd(_mm512_mul_pd(hi, scale), magic), magic);
-    lo = _mm512_add_pd(lo, _mm512_loadu_pd(y + i));
-    hi = _mm512_add_pd(hi, _mm512_loadu_pd(y + i + 8));
+    __m512d y_lo = _mm512_loadu_pd(y + i), y_hi = _mm512_loadu_pd(y + i + 8);
     _mm512_storeu_pd(y + i, zero);
     _mm512_storeu_pd(y + i + 8, zero);
-    __m512 r = _mm512_castpd_ps(_mm512_insertf64x4(
-        _mm512_castpd256_pd512(_mm256_castps_pd(_mm512_cvtpd_ps(lo))),
-        _mm256_castps_pd(_mm512_cvtpd_ps(hi)), 1));
-    _mm512_storeu_ps(out + i, _mm512_mul_ps(r, unscale));
+    _mm512_storeu_ps(out + i,
+                     xf__grid_add16(_mm512_loadu_ps(out + i), y_lo, y_hi, scale, magic, unscale));
   }
   return i;
 }
