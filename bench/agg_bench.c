@@ -39,6 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/bench_util.h"
 #include "base/rng.h"
 #include "coordinator/aggregate.h"
 #include "job/jobspec.h"
@@ -47,12 +48,6 @@
  * traffic per update parameter that follows from it (see the top comment). */
 #define SUM_BYTES 16.0
 #define TRAFFIC_PER_PARAM (4.0 + 4.0 + 4.0 + 2.0 * SUM_BYTES)
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -78,9 +73,9 @@ static volatile double sink;
 static double bw_memcpy(double *dst, const double *src, size_t n, int passes) {
   double best = 0;
   for (int p = 0; p < passes; p++) {
-    double t = now();
+    double t = xf_bench_now();
     memcpy(dst, src, n * sizeof(double));
-    t = now() - t;
+    t = xf_bench_now() - t;
     sink += dst[n / 2];
     double rate = 2.0 * (double)n * sizeof(double) / t / 1e9;
     if (rate > best) best = rate;
@@ -94,10 +89,10 @@ static double bw_memcpy(double *dst, const double *src, size_t n, int passes) {
 static double bw_copy(double *restrict dst, const double *restrict src, size_t n, int passes) {
   double best = 0;
   for (int p = 0; p < passes; p++) {
-    double t = now();
+    double t = xf_bench_now();
     for (size_t i = 0; i < n; i += BLOCK)
       for (size_t j = 0; j < BLOCK; j++) dst[i + j] = src[i + j];
-    t = now() - t;
+    t = xf_bench_now() - t;
     sink += dst[n / 2];
     double rate = 2.0 * (double)n * sizeof(double) / t / 1e9;
     if (rate > best) best = rate;
@@ -112,10 +107,10 @@ static double bw_copy(double *restrict dst, const double *restrict src, size_t n
 static double bw_add(double *restrict a, const double *restrict b, size_t n, int passes) {
   double best = 0;
   for (int p = 0; p < passes; p++) {
-    double t = now();
+    double t = xf_bench_now();
     for (size_t i = 0; i < n; i += BLOCK)
       for (size_t j = 0; j < BLOCK; j++) a[i + j] += b[i + j];
-    t = now() - t;
+    t = xf_bench_now() - t;
     sink += a[n / 3];
     double rate = 3.0 * (double)n * sizeof(double) / t / 1e9;
     if (rate > best) best = rate;
@@ -178,15 +173,15 @@ static int one_round(const xf_job_strategy *s, const float *upd, const uint64_t 
   xf_errctx_clear(&err);
   memset(rt, 0, sizeof(*rt));
   xf_aggregator *agg = NULL;
-  double t = now();
+  double t = xf_bench_now();
   if (xf_aggregator_create(s, n, 0, &agg, &err) != XF_OK) return fail("create", &err);
-  rt->create = now() - t;
+  rt->create = xf_bench_now() - t;
   for (size_t u = 0; u < k; u++) {
     xf_agg_update *h = NULL;
-    t = now();
+    t = xf_bench_now();
     if (xf_aggregator_begin_update(agg, u + 1, weights[u], &h, &err) != XF_OK)
       return fail("begin_update", &err);
-    rt->begin += now() - t;
+    rt->begin += xf_bench_now() - t;
     const float *row = upd + u * n;
     for (size_t off = 0; off < n; off += chunk) {
       size_t len = n - off < chunk ? n - off : chunk;
@@ -195,17 +190,17 @@ static int one_round(const xf_job_strategy *s, const float *upd, const uint64_t 
         memcpy(recvbuf, src, len * sizeof(float));
         src = recvbuf;
       }
-      t = now();
+      t = xf_bench_now();
       if (xf_aggregator_fold(h, off, src, len, &err) != XF_OK) return fail("fold", &err);
-      rt->fold += now() - t;
+      rt->fold += xf_bench_now() - t;
     }
-    t = now();
+    t = xf_bench_now();
     if (xf_aggregator_end_update(h, &err) != XF_OK) return fail("end_update", &err);
-    rt->end += now() - t;
+    rt->end += xf_bench_now() - t;
   }
-  t = now();
+  t = xf_bench_now();
   if (xf_aggregator_finish(agg, out, &err) != XF_OK) return fail("finish", &err);
-  rt->finish = now() - t;
+  rt->finish = xf_bench_now() - t;
   xf_aggregator_free(agg);
   return 0;
 }

@@ -97,7 +97,7 @@ static void tls_pump(tls_run *r, tls_peer *p) {
 
 static void tls_start_rep(tls_run *r) {
   r->done = 0;
-  r->t0 = xf_rb_now_s();
+  r->t0 = xf_bench_now();
   if (r->rep == 0) r->cpu0 = xf_rb_self_cpu_s();
   for (int i = 0; i < r->n; i++) {
     r->peers[i].sent = r->peers[i].received = 0;
@@ -155,7 +155,7 @@ static void tls_on_frame(xf_conn *c, const Xfed__Envelope *env) {
   }
   if (p->received != r->up_len) return;
   if (++r->done < r->n) return;
-  double t1 = xf_rb_now_s();
+  double t1 = xf_bench_now();
   r->times[r->rep++] = t1 - r->t0;
   if (r->rep == r->reps) r->cpu = xf_rb_self_cpu_s() - r->cpu0;
   if (r->sync_fd >= 0 && dprintf(r->sync_fd, "%.9f %.9f\n", r->t0, t1) < 0) {
@@ -363,8 +363,8 @@ out:
   {
     int status = 0;
     if (ok) {
-      double until = xf_rb_now_s() + 10;
-      while (waitpid(pid, &status, WNOHANG) == 0 && xf_rb_now_s() < until) xf_rb_sleep_ms(5);
+      double until = xf_bench_now() + 10;
+      while (waitpid(pid, &status, WNOHANG) == 0 && xf_bench_now() < until) xf_rb_sleep_ms(5);
     }
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);

@@ -131,9 +131,9 @@ typedef struct mandated {
 static double best_of_3(void (*f)(void *), void *arg) {
   double best = INFINITY;
   for (int i = 0; i < 3; i++) {
-    double t = xf_rb_now_s();
+    double t = xf_bench_now();
     f(arg);
-    t = xf_rb_now_s() - t;
+    t = xf_bench_now() - t;
     if (t < best) best = t;
   }
   return best;
@@ -225,9 +225,9 @@ static bool stop_coordinator(bench *b) {
   if (b->coord <= 0) return false;
   if (!b->term_sent) kill(b->coord, SIGTERM);
   int status = 0;
-  double until = xf_rb_now_s() + 15;
+  double until = xf_bench_now() + 15;
   pid_t w = 0;
-  while ((w = waitpid(b->coord, &status, WNOHANG)) == 0 && xf_rb_now_s() < until) xf_rb_sleep_ms(5);
+  while ((w = waitpid(b->coord, &status, WNOHANG)) == 0 && xf_bench_now() < until) xf_rb_sleep_ms(5);
   if (w != b->coord) {
     if (!b->failed)
       snprintf(b->why, sizeof(b->why), "the coordinator did not exit within 15 s of SIGTERM");
@@ -290,7 +290,7 @@ static bool print_report(const bench *b, const double *tls_times, double tls_cpu
   double sites_cpu = b->self_cpu_done - b->self_cpu_first_offer;
   double load_end = xf_rb_load_1min();
   char cpu[256];
-  xf_rb_cpu_name(cpu, sizeof(cpu));
+  xf_bench_cpu_model(cpu, sizeof(cpu));
 
   printf("round overhead: %s, %d sites, %u rounds, %zu parameters: model file %zu B down, "
          "update %zu B up per site\n",
@@ -476,12 +476,12 @@ int main(int argc, char **argv) {
   xf_errctx err;
   xf_errctx_clear(&err);
   double load_start = xf_rb_load_1min();
-  double t_pki = xf_rb_now_s();
+  double t_pki = xf_bench_now();
   if (xf_rb_make_federation(&p, &o, &err) != XF_OK) {
     fprintf(stderr, "xfed-bench-round: PKI: %s\n", err.msg);
     goto out;
   }
-  t_pki = xf_rb_now_s() - t_pki;
+  t_pki = xf_bench_now() - t_pki;
 
   b.o = &o;
   b.p = &p;

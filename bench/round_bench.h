@@ -26,6 +26,7 @@
 #include <uv.h>
 
 #include "base/result.h"
+#include "bench/bench_util.h"
 #include "crypto/digest.h"
 #include "crypto/seal.h"
 #include "net/conn.h"
@@ -208,7 +209,6 @@ typedef struct tls_plan {
 
 /* ---- round_common.c ------------------------------------------------------------------------- */
 
-double xf_rb_now_s(void);
 /* Median of n values (n >= 1); v is sorted in place. */
 double xf_rb_median(double *v, size_t n);
 void xf_rb_sleep_ms(int ms);
@@ -247,7 +247,6 @@ double xf_rb_proc_cpu_s(pid_t pid);
 double xf_rb_self_cpu_s(void);
 
 /* The machine, for the reports. */
-void xf_rb_cpu_name(char *buf, size_t n);
 double xf_rb_digest_gbps(const uint8_t *buf, size_t len);
 double xf_rb_load_1min(void);
 void xf_rb_print_json_list(const double *v, size_t n);

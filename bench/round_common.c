@@ -3,7 +3,6 @@
  * pipes, the scratch directory and the children (cleaned up whatever
  * happens), the federation's names and PKI, the coordinator processes, and
  * what /proc and the machine say. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -16,7 +15,6 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,12 +27,6 @@
 #include "net/tls.h"
 
 /* ---- small helpers -------------------------------------------------------------------------- */
-
-double xf_rb_now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -67,10 +59,10 @@ bool xf_rb_write_all(int fd, const char *buf, size_t len) {
 /* Reads one line from fd within timeout_s; false on end of file or timeout. */
 bool xf_rb_read_line(int fd, char *buf, size_t n, double timeout_s) {
   size_t at = 0;
-  double until = xf_rb_now_s() + timeout_s;
+  double until = xf_bench_now() + timeout_s;
   while (at + 1 < n) {
     struct pollfd pfd = {.fd = fd, .events = POLLIN};
-    int left = (int)((until - xf_rb_now_s()) * 1000);
+    int left = (int)((until - xf_bench_now()) * 1000);
     if (left <= 0) return false;
     int pr = poll(&pfd, 1, left);
     if (pr < 0 && errno == EINTR) continue;
@@ -90,27 +82,6 @@ bool xf_rb_read_line(int fd, char *buf, size_t n, double timeout_s) {
 char xf_rb_tmp[TMP_MAX_LEN];
 volatile pid_t xf_rb_children[CHILD_SLOTS];
 
-/* Removes path and everything below it, never following symbolic links. */
-static void remove_tree(const char *path) {
-  struct stat st;
-  if (lstat(path, &st) != 0) return;
-  if (!S_ISDIR(st.st_mode)) {
-    unlink(path);
-    return;
-  }
-  DIR *d = opendir(path);
-  if (d) {
-    struct dirent *e;
-    while ((e = readdir(d))) {
-      if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-      char child[PATH_MAX];
-      if (snprintf(child, sizeof(child), "%s/%s", path, e->d_name) < (int)sizeof(child))
-        remove_tree(child);
-    }
-    closedir(d);
-  }
-  rmdir(path);
-}
 
 static void kill_children(void) {
   for (size_t i = 0; i < CHILD_SLOTS; i++) {
@@ -124,7 +95,7 @@ static void kill_children(void) {
 
 void xf_rb_cleanup(void) {
   kill_children();
-  if (xf_rb_tmp[0]) remove_tree(xf_rb_tmp);
+  if (xf_rb_tmp[0]) xf_bench_remove_tree(xf_rb_tmp);
   xf_rb_tmp[0] = '\0';
 }
 
@@ -337,8 +308,8 @@ pid_t xf_rb_spawn_coord(const bench_opts *o, const bench_paths *p) {
 /* Waits for the port file of the child in slot; 0 when it exited or took
  * too long. */
 int xf_rb_wait_port(pid_t pid, int slot, const char *port_file, double timeout_s) {
-  double until = xf_rb_now_s() + timeout_s;
-  while (xf_rb_now_s() < until) {
+  double until = xf_bench_now() + timeout_s;
+  while (xf_bench_now() < until) {
     FILE *f = fopen(port_file, "r");
     if (f) {
       int port = 0;
@@ -404,31 +375,15 @@ double xf_rb_self_cpu_s(void) {
 
 /* ---- the machine ---------------------------------------------------------------------------- */
 
-void xf_rb_cpu_name(char *buf, size_t n) {
-  snprintf(buf, n, "unknown CPU");
-  FILE *f = fopen("/proc/cpuinfo", "r");
-  if (!f) return;
-  char line[512];
-  while (fgets(line, sizeof(line), f)) {
-    if (strncmp(line, "model name", 10) != 0) continue;
-    char *colon = strchr(line, ':');
-    if (!colon) break;
-    colon += 2;
-    colon[strcspn(colon, "\n")] = '\0';
-    snprintf(buf, n, "%s", colon);
-    break;
-  }
-  fclose(f);
-}
 
 /* BLAKE2b (the stream digest) in GB/s over buf, best of 5 passes. */
 double xf_rb_digest_gbps(const uint8_t *buf, size_t len) {
   double best = 0;
   for (int i = 0; i < 5; i++) {
     xf_digest d;
-    double t = xf_rb_now_s();
+    double t = xf_bench_now();
     xf_digest_buf(buf, len, &d);
-    t = xf_rb_now_s() - t;
+    t = xf_bench_now() - t;
     if (t > 0 && (double)len / t / 1e9 > best) best = (double)len / t / 1e9;
   }
   return best;

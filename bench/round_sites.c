@@ -254,7 +254,7 @@ static round_times *round_of(bench *b, uint32_t round) {
 
 static void on_offer(site *s, const Xfed__TaskOffer *o) {
   bench *b = s->b;
-  double t = xf_rb_now_s();
+  double t = xf_bench_now();
   site_drop_task(s);
   snprintf(s->job_id, sizeof(s->job_id), "%s", o->job_id ? o->job_id : "");
   s->round = o->round;
@@ -396,7 +396,7 @@ static void on_model_end(site *s, const Xfed__TensorEnd *m) {
     return;
   }
   round_times *r = round_of(b, s->round);
-  if (r) r->last_model = xf_rb_now_s();
+  if (r) r->last_model = xf_bench_now();
   s->up_stream = s->offered_update_stream
                      ? s->offered_update_stream
                      : (uint64_t)s->round << 16 | (uint64_t)s->attempt << 1 | 1;
@@ -453,7 +453,7 @@ static void on_site_ack(site *s, const Xfed__TensorAck *a) {
     s->up = UP_NONE;
     round_times *r = round_of(b, s->round);
     if (r) {
-      r->last_final_ack = xf_rb_now_s();
+      r->last_final_ack = xf_bench_now();
       r->final_acks++;
     }
   }
@@ -513,7 +513,7 @@ static void bench_done(bench *b);
 
 static void cli_frame(cli *u, const Xfed__Envelope *env) {
   bench *b = u->b;
-  double t = xf_rb_now_s();
+  double t = xf_bench_now();
   if (env->body_case == XFED__ENVELOPE__BODY_ERROR) {
     /* A submit can come before the coordinator has taken every announce:
      * "no such dataset" before the first, "too few sites" (denied) before
@@ -683,14 +683,14 @@ static void bench_done(bench *b) {
     xf_rb_tier_done(b);
     return;
   }
-  b->t_done = xf_rb_now_s();
+  b->t_done = xf_bench_now();
   b->coord_cpu_done = xf_rb_proc_cpu_s(b->coord);
   b->self_cpu_done = xf_rb_self_cpu_s();
   /* Peak memory just before the stop; the stop itself allocates nothing big. */
   b->vmhwm_kib = xf_rb_proc_status_kib(b->coord, "VmHWM");
   b->vmrss_kib = xf_rb_proc_status_kib(b->coord, "VmRSS");
   b->stopping = true;
-  b->stop_deadline = xf_rb_now_s() + 15;
+  b->stop_deadline = xf_bench_now() + 15;
   /* SIGTERM: the coordinator closes every connection and exits. */
   if (kill(b->coord, SIGTERM) != 0) xf_rb_bench_fail(b, "cannot signal the coordinator");
   b->term_sent = true;
@@ -699,7 +699,7 @@ static void bench_done(bench *b) {
 
 static void on_tick(uv_timer_t *t) {
   bench *b = t->data;
-  double now = xf_rb_now_s();
+  double now = xf_bench_now();
   if (b->stopping) {
     if (now > b->stop_deadline) close_all(b);
     xf_rb_maybe_end_loop(b);
@@ -750,7 +750,7 @@ bool xf_rb_run_rounds(bench *b) {
   uv_timer_init(&b->loop, &b->tick);
   b->tick.data = b;
   uv_timer_start(&b->tick, on_tick, 20, 20);
-  b->started = xf_rb_now_s();
+  b->started = xf_bench_now();
   b->deadline = b->started + b->o->timeout_s;
   b->user.b = b;
   b->user.closed = true; /* until dialed */
@@ -768,7 +768,7 @@ bool xf_rb_run_rounds(bench *b) {
     b->sites[i].b = b;
     xf_rb_site_name(b->region, i, b->sites[i].name, sizeof(b->sites[i].name));
   }
-  b->t_dial = xf_rb_now_s();
+  b->t_dial = xf_bench_now();
   if (!ok) xf_rb_bench_fail(b, "cannot connect: %s", err.msg);
   else dial_sites(b);
   uv_run(&b->loop, UV_RUN_DEFAULT);

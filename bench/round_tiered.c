@@ -67,7 +67,7 @@ struct tier {
 void xf_rb_driver_ready(bench *b) {
   if (b->ready_sent) return;
   b->ready_sent = true;
-  b->t_ready = xf_rb_now_s();
+  b->t_ready = xf_bench_now();
   if (dprintf(b->report_fd, "ready %.9f %.9f\n", b->t_dial, b->t_ready) < 0)
     xf_rb_bench_fail(b, "cannot tell the orchestrator");
 }
@@ -111,7 +111,7 @@ void xf_rb_driver_tick(bench *b) {
   if (poll(&pfd, 1, 0) <= 0) return;
   char c;
   ssize_t got = read(b->ctl_fd, &c, 1);
-  b->t_done = xf_rb_now_s();
+  b->t_done = xf_bench_now();
   b->self_cpu_done = xf_rb_self_cpu_s();
   b->vmhwm_kib = xf_rb_proc_status_kib(getpid(), "VmHWM");
   b->vmrss_kib = xf_rb_proc_status_kib(getpid(), "VmRSS");
@@ -121,7 +121,7 @@ void xf_rb_driver_tick(bench *b) {
   }
   driver_report_send(b);
   b->stopping = true;
-  b->stop_deadline = xf_rb_now_s() + 60;
+  b->stop_deadline = xf_bench_now() + 60;
   xf_rb_maybe_end_loop(b);
 }
 
@@ -244,7 +244,7 @@ bool xf_rb_tier_all_ready(bench *b) {
 /* The top coordinator took the job: the CPU of the job starts here. */
 void xf_rb_tier_accepted(bench *b) {
   tier *t = b->tier;
-  t->t_accepted = xf_rb_now_s();
+  t->t_accepted = xf_bench_now();
   t->top_cpu0 = xf_rb_proc_cpu_s(t->top);
   for (int k = 0; k < t->k; k++) t->regional_cpu0[k] = xf_rb_proc_cpu_s(t->regional[k]);
 }
@@ -253,7 +253,7 @@ void xf_rb_tier_accepted(bench *b) {
  * are told to report. */
 void xf_rb_tier_done(bench *b) {
   tier *t = b->tier;
-  t->t_done = xf_rb_now_s();
+  t->t_done = xf_bench_now();
   t->top_cpu1 = xf_rb_proc_cpu_s(t->top);
   t->top_vmhwm = xf_rb_proc_status_kib(t->top, "VmHWM");
   t->top_vmrss = xf_rb_proc_status_kib(t->top, "VmRSS");
@@ -266,7 +266,7 @@ void xf_rb_tier_done(bench *b) {
     if (!xf_rb_write_all(t->ctl[k], "s", 1))
       xf_rb_bench_fail(b, "cannot tell driver %d the job is done", k + 1);
   b->stopping = true;
-  b->stop_deadline = xf_rb_now_s() + 15;
+  b->stop_deadline = xf_bench_now() + 15;
   if (b->user.conn) xf_conn_close(b->user.conn);
   xf_rb_maybe_end_loop(b);
 }
@@ -321,9 +321,9 @@ static int stop_child(pid_t pid, int slot) {
   if (pid <= 0) return -1;
   kill(pid, SIGTERM);
   int status = 0;
-  double until = xf_rb_now_s() + 15;
+  double until = xf_bench_now() + 15;
   pid_t w = 0;
-  while ((w = waitpid(pid, &status, WNOHANG)) == 0 && xf_rb_now_s() < until) xf_rb_sleep_ms(5);
+  while ((w = waitpid(pid, &status, WNOHANG)) == 0 && xf_bench_now() < until) xf_rb_sleep_ms(5);
   if (w != pid) return -1;
   xf_rb_children[slot] = 0;
   return exit_code(status);
@@ -333,9 +333,9 @@ static int stop_child(pid_t pid, int slot) {
 static int wait_child(pid_t pid, int slot, double timeout_s) {
   if (pid <= 0) return -1;
   int status = 0;
-  double until = xf_rb_now_s() + timeout_s;
+  double until = xf_bench_now() + timeout_s;
   pid_t w = 0;
-  while ((w = waitpid(pid, &status, WNOHANG)) == 0 && xf_rb_now_s() < until) xf_rb_sleep_ms(5);
+  while ((w = waitpid(pid, &status, WNOHANG)) == 0 && xf_bench_now() < until) xf_rb_sleep_ms(5);
   if (w != pid) return -1;
   xf_rb_children[slot] = 0;
   return exit_code(status);
@@ -559,7 +559,7 @@ static void print_tier_report(const bench *b, const tier *t, const double *tls_t
   if (orch_vmhwm > max_hwm) max_hwm = orch_vmhwm;
   double load_end = xf_rb_load_1min();
   char cpu[256];
-  xf_rb_cpu_name(cpu, sizeof(cpu));
+  xf_bench_cpu_model(cpu, sizeof(cpu));
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 
   printf("round overhead, tiered: %s, %d regions x %d sites = %d sites, %u rounds, %zu parameters: "

@@ -46,27 +46,9 @@
 
 static char scratch[512];
 
-static void remove_tree(const char *path) {
-  struct stat st;
-  if (lstat(path, &st) != 0) return;
-  if (!S_ISDIR(st.st_mode)) {
-    unlink(path);
-    return;
-  }
-  DIR *d = opendir(path);
-  struct dirent *e;
-  while (d && (e = readdir(d))) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    char child[1024];
-    snprintf(child, sizeof(child), "%s/%s", path, e->d_name);
-    remove_tree(child);
-  }
-  if (d) closedir(d);
-  rmdir(path);
-}
 
 static void remove_scratch(void) {
-  if (scratch[0]) remove_tree(scratch);
+  if (scratch[0]) xf_bench_remove_tree(scratch);
   scratch[0] = '\0';
 }
 
