@@ -139,18 +139,6 @@ static xf_err check_dp(const xf_dp_sgd *dp, size_t n, xf_errctx *err) {
   return XF_OK;
 }
 
-xf_err xf_dp_noise_grads(xf_net *net, xf_noise *noise, double sigma, float *host) {
-  xf_backend *b = xf_net_backend(net);
-  const size_t n = xf_model_num_params(xf_net_model(net));
-  float *grads = xf_net_grads_device(net);
-  const int threads = xf_backend_threads(b);
-  if (xf_backend_kind_of(b) == XF_BACKEND_CPU)
-    return xf_noise_gaussian_vec_par(noise, sigma, grads, n, threads);
-  XF_GUARD(xf_net_get_grads(net, host));
-  XF_GUARD(xf_noise_gaussian_vec_par(noise, sigma, host, n, threads));
-  return xf_backend_upload(b, grads, host, n * sizeof(float));
-}
-
 /* ---- a step's noise, drawn during the step ---------------------------------------------- */
 
 struct xf_dp_noiser {
@@ -165,6 +153,23 @@ struct xf_dp_noiser {
   pthread_cond_t cv;
   enum { DRAW_IDLE, DRAW_ASKED, DRAW_DONE, DRAW_QUIT } phase;
 };
+
+/* The gradient as host memory: the tensor itself on the cpu backend, else
+ * a copy downloaded into d->host; NULL (and *rc) when the download fails. */
+static float *grads_on_host(xf_dp_noiser *d, xf_err *rc) {
+  float *grads = xf_net_grads_device(d->net);
+  *rc = XF_OK;
+  if (xf_backend_kind_of(xf_net_backend(d->net)) == XF_BACKEND_CPU) return grads;
+  return (*rc = xf_net_get_grads(d->net, d->host)) == XF_OK ? d->host : NULL;
+}
+
+/* The host copy back into the gradient (nothing to do on the cpu backend). */
+static xf_err grads_from_host(xf_dp_noiser *d, const float *g) {
+  float *grads = xf_net_grads_device(d->net);
+  if (g == grads) return XF_OK;
+  const size_t n = xf_model_num_params(xf_net_model(d->net));
+  return xf_backend_upload(xf_net_backend(d->net), grads, g, n * sizeof(float));
+}
 
 static void *noiser_run(void *arg) {
   xf_dp_noiser *d = arg;
@@ -244,26 +249,28 @@ xf_err xf_dp_noiser_start(xf_dp_noiser *d) {
 }
 
 xf_err xf_dp_noiser_finish(xf_dp_noiser *d) {
-  if (!d->threaded) return xf_dp_noise_grads(d->net, d->noise, d->sigma, d->host);
+  xf_err rc;
+  if (!d->threaded) { /* drawn now, after the backward */
+    float *g = grads_on_host(d, &rc);
+    if (!g) return rc;
+    const size_t n = xf_model_num_params(xf_net_model(d->net));
+    XF_GUARD(xf_noise_gaussian_vec_par(d->noise, d->sigma, g, n,
+                                       xf_backend_threads(xf_net_backend(d->net))));
+    return grads_from_host(d, g);
+  }
   xf_noise_pending_draw(d->pending); /* the chunks the drawing thread has not taken yet */
   pthread_mutex_lock(&d->mu);
   while (d->phase == DRAW_ASKED) pthread_cond_wait(&d->cv, &d->mu);
   bool drawn = d->phase == DRAW_DONE;
   d->phase = DRAW_IDLE;
   pthread_mutex_unlock(&d->mu);
-  xf_backend *b = xf_net_backend(d->net);
-  xf_backend_lend_threads(b, 0);
+  xf_backend_lend_threads(xf_net_backend(d->net), 0);
   if (!drawn) return XF_EINVAL; /* finish without start */
-  float *grads = xf_net_grads_device(d->net);
-  if (xf_backend_kind_of(b) == XF_BACKEND_CPU) return xf_noise_pending_apply(d->pending, grads);
-  const size_t n = xf_model_num_params(xf_net_model(d->net));
-  xf_err rc = xf_net_get_grads(d->net, d->host);
-  if (rc == XF_OK) rc = xf_noise_pending_apply(d->pending, d->host);
-  else if (xf_noise_pending_apply(d->pending, NULL) != XF_OK) {
-    /* EINVAL, as asked: the drawn noise is wiped, and rc says why. */
-  }
-  if (rc == XF_OK) rc = xf_backend_upload(b, grads, d->host, n * sizeof(float));
-  return rc;
+  float *g = grads_on_host(d, &rc);
+  /* Applied or not (g NULL: EINVAL), the drawn noise is wiped here. */
+  xf_err applied = xf_noise_pending_apply(d->pending, g);
+  if (!g) return rc;
+  return applied != XF_OK ? applied : grads_from_host(d, g);
 }
 
 /* The DP-SGD loop (xf_train with opt->dp). Poisson sampling is exact: record

@@ -58,25 +58,21 @@ typedef struct xf_dp_sgd {
 
 /* xf_dp_steps_per_epoch (privacy/accountant.h) counts the steps of one epoch. */
 
-/* Adds one DP-SGD step's noise, N(0, sigma^2) per coordinate on the grid of
- * xf_noise_gaussian_vec, to net's gradient, on the backend's threads: in
- * place on the cpu backend, whose tensors are host memory; elsewhere
- * through host (n_params floats: download, noise, upload). A gradient that
- * is not finite or out of the grid's range is XF_ERANGE and left as it
- * was. The one noising step of xf_train's DP loop and of its benchmark. */
-xf_err xf_dp_noise_grads(xf_net *net, xf_noise *noise, double sigma, float *host) XF_WARN_UNUSED;
-
-/* The same noise, drawn on a thread of its own while the step's clipped
- * gradients are computed: xf_dp_noiser_start after the step's Poisson
- * sample, before its clipped backward; xf_dp_noiser_finish after it adds
- * the noise to the gradient (or refuses it as xf_dp_noise_grads does).
- * While a draw runs the backend lends it one of its threads
- * (xf_backend_lend_threads), so the two do not compete for cores. The
- * gradient gets the bits xf_dp_noise_grads would give from the same state
- * of noise: the thread count, and whether a thread runs at all (with one
- * backend thread none does, and finish draws), change when the noise is
- * drawn, not what. noise must be used by no one else between start and
- * finish. */
+/* One DP-SGD step's noise, N(0, sigma^2) per coordinate on the grid of
+ * xf_noise_gaussian_vec (the bits xf_noise_gaussian_vec_par gives from the
+ * same state of noise), added to net's gradient: in place on the cpu
+ * backend, whose tensors are host memory, elsewhere through a host copy.
+ * xf_dp_noiser_start after the step's Poisson sample, before its clipped
+ * backward; xf_dp_noiser_finish after it adds the noise to the gradient,
+ * or refuses a gradient that is not finite or out of the grid's range
+ * (XF_ERANGE, the gradient left as it was). With two or more backend
+ * threads the noise is drawn on a thread of its own during the backward,
+ * and the backend lends it one of its threads (xf_backend_lend_threads) so
+ * that the two do not compete for cores; with one, finish draws it. Either
+ * way the gradient gets the same bits: the thread count changes when the
+ * noise is drawn, not what. noise must be used by no one else between
+ * start and finish. The one noising step of xf_train's DP loop and of its
+ * benchmark. */
 typedef struct xf_dp_noiser xf_dp_noiser;
 xf_err xf_dp_noiser_new(xf_net *net, xf_noise *noise, double sigma,
                         xf_dp_noiser **out) XF_WARN_UNUSED;

@@ -1037,6 +1037,16 @@ typedef struct xf__par_worker {
   xf_noise *child; /* sodium_malloc'ed; rekeyed for each chunk */
 } xf__par_worker;
 
+/* The child keys of a parallel vector: the next chunks * 32 bytes of g's
+ * stream, the words read wiped from g. */
+static void xf__chunk_keys(xf_noise *g, uint8_t *keys, size_t chunks) {
+  for (size_t i = 0; i < chunks * XF__KEY_WORDS; i++) {
+    uint64_t v = xf__u64(g);
+    for (int b = 0; b < 8; b++) keys[i * 8 + (size_t)b] = (uint8_t)(v >> (8 * b));
+  }
+  xf__erase(g);
+}
+
 static void *xf__par_run(void *arg) {
   xf__par_worker *w = arg;
   xf__par_job *job = w->job;
@@ -1087,12 +1097,7 @@ xf_err xf_noise_gaussian_vec_par(xf_noise *g, double sigma, float *out, size_t n
     rc = XF_ENOMEM;
     goto out;
   }
-  /* The child keys are the next chunks * 32 bytes of g's stream. */
-  for (size_t i = 0; i < chunks * XF__KEY_WORDS; i++) {
-    uint64_t v = xf__u64(g);
-    for (int b = 0; b < 8; b++) keys[i * 8 + (size_t)b] = (uint8_t)(v >> (8 * b));
-  }
-  xf__erase(g);
+  xf__chunk_keys(g, keys, chunks);
   job->out = out;
   job->y = NULL;
   job->n = n;
@@ -1127,12 +1132,12 @@ out:
 #define XF__DRAWERS 2 /* threads that may draw one pending vector at once */
 
 struct xf_noise_pending {
-  size_t n;
   xf__grid_table *table; /* its own (NULL: the exact sampler) */
-  xf__par_job job;       /* the vector's chunks, taken by the drawers in turn */
+  xf__par_job job;       /* the vector's chunks, taken by the drawers in turn; its
+                            y (job.n values of integer noise) and keys are
+                            sodium_malloc'ed */
   _Atomic int drawers;   /* draw calls since the last key */
   bool keyed;
-  double *y;             /* n values of integer noise, sodium_malloc'ed */
   xf_noise *child;       /* XF__DRAWERS generators, sodium_malloc'ed */
 };
 
@@ -1140,7 +1145,7 @@ void xf_noise_pending_free(xf_noise_pending *p) {
   if (!p) return;
   xf__grid_table_free(p->table);
   if (p->job.keys) sodium_free(p->job.keys);
-  if (p->y) sodium_free(p->y);
+  if (p->job.y) sodium_free(p->job.y);
   if (p->child) sodium_free(p->child);
   xf_free(p);
 }
@@ -1153,7 +1158,6 @@ xf_err xf_noise_pending_new(const xf_noise *g, double sigma, size_t n, xf_noise_
   XF_GUARD(xf__grid(sigma, &k, &s));
   xf_noise_pending *p = xf_calloc(1, sizeof(*p));
   if (!p) return XF_ENOMEM;
-  p->n = n;
   xf__par_job *j = &p->job;
   j->n = n;
   j->chunks = (n + XF__CHUNK - 1) / XF__CHUNK;
@@ -1168,11 +1172,10 @@ xf_err xf_noise_pending_new(const xf_noise *g, double sigma, size_t n, xf_noise_
   atomic_init(&p->drawers, 0);
   if (rc == XF_OK) {
     j->keys = j->chunks ? sodium_malloc(j->chunks * XF__KEY) : NULL;
-    p->y = n ? sodium_malloc(n * sizeof(double)) : NULL;
+    j->y = n ? sodium_malloc(n * sizeof(double)) : NULL;
     p->child = sodium_malloc(XF__DRAWERS * sizeof(xf_noise));
-    if ((j->chunks && !j->keys) || (n && !p->y) || !p->child) rc = XF_ENOMEM;
+    if ((j->chunks && !j->keys) || (n && !j->y) || !p->child) rc = XF_ENOMEM;
   }
-  j->y = p->y;
   if (rc != XF_OK) {
     xf_noise_pending_free(p);
     return rc;
@@ -1184,13 +1187,7 @@ xf_err xf_noise_pending_new(const xf_noise *g, double sigma, size_t n, xf_noise_
 xf_err xf_noise_pending_key(xf_noise_pending *p, xf_noise *g) {
   if (!p || !g) return XF_EINVAL;
   xf__par_job *j = &p->job;
-  /* The child keys are the next chunks * 32 bytes of g's stream, as for
-   * xf_noise_gaussian_vec_par. */
-  for (size_t i = 0; i < j->chunks * XF__KEY_WORDS; i++) {
-    uint64_t v = xf__u64(g);
-    for (int b = 0; b < 8; b++) j->keys[i * 8 + (size_t)b] = (uint8_t)(v >> (8 * b));
-  }
-  xf__erase(g);
+  xf__chunk_keys(g, j->keys, j->chunks); /* as xf_noise_gaussian_vec_par takes them */
   atomic_store(&j->rc, XF_OK);
   atomic_store(&p->drawers, 0);
   atomic_store(&j->next, 0);
@@ -1210,28 +1207,28 @@ void xf_noise_pending_draw(xf_noise_pending *p) {
 xf_err xf_noise_pending_apply(xf_noise_pending *p, float *out) {
   if (!p) return XF_EINVAL;
   xf__par_job *j = &p->job;
-  xf_err rc = (!out && p->n > 0) || !p->keyed || atomic_load(&j->next) < j->chunks
+  xf_err rc = (!out && j->n > 0) || !p->keyed || atomic_load(&j->next) < j->chunks
                   ? XF_EINVAL
                   : (xf_err)atomic_load(&j->rc);
-  if (rc == XF_OK) rc = xf__range_check(out, p->n, j->k); /* as xf_noise_gaussian_vec's */
+  if (rc == XF_OK) rc = xf__range_check(out, j->n, j->k); /* as xf_noise_gaussian_vec's */
   size_t done = 0;
   if (rc == XF_OK) {
     const double scale = ldexp(1.0, j->k);
     const float unscale = ldexpf(1.0f, -j->k);
 #ifdef XF__HAVE_AVX512
-    if (!j->no_simd && xf__avx512()) done = xf__apply_avx512(out, p->y, p->n, scale, unscale);
+    if (!j->no_simd && xf__avx512()) done = xf__apply_avx512(out, j->y, j->n, scale, unscale);
 #endif
-    for (size_t i = done; i < p->n; i++) {
+    for (size_t i = done; i < j->n; i++) {
       double v = (double)out[i] * scale;
       double x = (v + xf__round_magic) - xf__round_magic;
       /* x and y are integers below 2^41 in magnitude: the sum is exact, and
        * the one rounding is to float, as in xf__grid_add. */
-      out[i] = (float)(x + p->y[i]) * unscale;
-      p->y[i] = 0; /* wiped as it is used */
+      out[i] = (float)(x + j->y[i]) * unscale;
+      j->y[i] = 0; /* wiped as it is used */
     }
-    done = p->n;
+    done = j->n;
   }
-  if (p->y && done < p->n) sodium_memzero(p->y, p->n * sizeof(double));
+  if (j->y && done < j->n) sodium_memzero(j->y, j->n * sizeof(double));
   if (j->keys && p->keyed) sodium_memzero(j->keys, j->chunks * XF__KEY); /* any not drawn */
   p->keyed = false;
   return rc;
